@@ -1,0 +1,27 @@
+"""The `turnledger` command line: one typer app, one sub-app per layer."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="turnledger",
+    help="turnledger: the canonical ledger between LLM gateways and model providers.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _register() -> None:
+    from turnledger.devstack.cli import dev_app
+
+    app.add_typer(dev_app, name="dev")
+
+
+def main() -> None:
+    _register()
+    app()
+
+
+if __name__ == "__main__":
+    main()

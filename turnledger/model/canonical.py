@@ -1,0 +1,36 @@
+"""Canonical JSON and `sha256:` digests.
+
+Canonical form: UTF-8, object keys sorted, no insignificant whitespace, no NaN or
+infinities. orjson produces exactly that with OPT_SORT_KEYS, and its number and
+string formatting does not depend on the Python version, so digests are stable
+across processes and interpreters (pinned by golden vectors in the tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+_OPTIONS = orjson.OPT_SORT_KEYS
+
+
+class CanonicalJsonError(ValueError):
+    """The value cannot be put in canonical JSON (non-string keys, NaN, unknown types)."""
+
+
+def canonical_json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=_OPTIONS)
+    except (orjson.JSONEncodeError, TypeError) as exc:
+        raise CanonicalJsonError(str(exc)) from exc
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_of(value: Any) -> str:
+    """Digest of the canonical JSON of a JSON-compatible value."""
+    return sha256_digest(canonical_json(value))
