@@ -43,3 +43,8 @@ __all__ = [
     "sequence_digest",
     "sha256_digest",
 ]
+
+from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason  # noqa: E402
+from turnledger.model.reasons import ReasonCode  # noqa: E402
+
+__all__ += ["DeltaType", "NormalizedDelta", "ReasonCode", "StopReason"]
