@@ -1,7 +1,7 @@
 """The pure batch engine: ingress record bytes in, encoded output records and state out.
 
-It decodes, routes each event to its conversation's fold, coalesces previews per
-batch and encodes everything with the Avro codec. Still pure: state comes and goes
+It decodes, routes each event to its conversation's fold and encodes everything
+with the Avro codec. Still pure: state comes and goes
 through a `StateAccess` the runtime supplies, and nothing here knows about Kafka.
 Replay uses the same engine, which is why folding the log again is byte-identical.
 """
@@ -102,9 +102,6 @@ def decode_state(value: bytes) -> ConversationState:
     return ConversationState.model_validate_json(snapshot.state)
 
 
-_PreviewKey = tuple[str, str, int, int]
-
-
 class BatchEngine:
     """Folds batches of ingress records. Keeps a bounded cache of decoded states.
 
@@ -120,11 +117,8 @@ class BatchEngine:
         states: dict[str, ConversationState] = {}
         changed: set[str] = set()
         outputs: list[Frozen] = []
-        previews: OrderedDict[_PreviewKey, PreviewUpdated] = OrderedDict()
         for record in records:
-            for out in self._apply(record, store, states, changed):
-                _route(out, outputs, previews)
-        outputs.extend(previews.values())
+            outputs.extend(self._apply(record, store, states, changed))
         for conversation_id in sorted(changed):
             value = encode_state(states[conversation_id])
             store.put(conversation_id, value)
@@ -216,19 +210,6 @@ def _with_source(out: Frozen, record: SourceRecord) -> Frozen:
             }
         )
     return out
-
-
-def _route(out: Frozen, outputs: list[Frozen], previews: OrderedDict[_PreviewKey, PreviewUpdated]) -> None:
-    """Coalesce previews: only the latest text of a block in a batch; drop them on retraction or commit."""
-    if isinstance(out, PreviewUpdated):
-        key = (out.conversation_id, out.operation_id, out.attempt_generation, out.block_index)
-        previews.pop(key, None)
-        previews[key] = out
-        return
-    if isinstance(out, PreviewRetracted | CommittedTurn) and out.operation_id is not None:
-        for key in [k for k in previews if k[0] == out.conversation_id and k[1] == out.operation_id]:
-            del previews[key]
-    outputs.append(out)
 
 
 def _encode_output(out: Frozen) -> EncodedOutput:

@@ -427,8 +427,14 @@ def _on_handle_bound(step: _Step, op: OperationState, event: HandleBound) -> Non
 
 
 def _on_deltas(step: _Step, op: OperationState, event: StreamDeltas) -> None:
+    """Feed the attempt's assembler; previews are coalesced per event (one per block, the latest).
+
+    Coalescing per ingress event rather than per processor batch keeps the outputs a
+    function of the log alone, so a replay with other batch boundaries is byte-identical.
+    """
     assembler = _restore_assembler(op)
     assert assembler is not None
+    previews: dict[int, tuple[str, int]] = {}
     for delta in event.deltas:
         if delta.response_handle != op.response_handle or delta.generation != op.attempt_generation:
             step.quarantine(
@@ -439,22 +445,23 @@ def _on_deltas(step: _Step, op: OperationState, event: StreamDeltas) -> None:
             )
             continue
         fed = assembler.feed(delta)
-        for index, text in sorted(fed.preview_updates.items()):
-            step.outputs.append(
-                PreviewUpdated(
-                    conversation_id=step.state.conversation_id,
-                    operation_id=op.operation_id,
-                    attempt_generation=op.attempt_generation,
-                    block_index=index,
-                    text=text,
-                    through_sequence=delta.delta_sequence,
-                    occurred_at_ms=step.at,
-                )
-            )
+        for index, text in fed.preview_updates.items():
+            previews[index] = (text, delta.delta_sequence)
         if delta.type in (DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR):
-            op = op.model_copy(update={"assembler": assembler.snapshot()})
-            _finish(step, op, assembler)
+            _finish(step, op.model_copy(update={"assembler": assembler.snapshot()}), assembler)
             return
+    for index, (text, through) in sorted(previews.items()):
+        step.outputs.append(
+            PreviewUpdated(
+                conversation_id=step.state.conversation_id,
+                operation_id=op.operation_id,
+                attempt_generation=op.attempt_generation,
+                block_index=index,
+                text=text,
+                through_sequence=through,
+                occurred_at_ms=step.at,
+            )
+        )
     step.put(op.model_copy(update={"assembler": assembler.snapshot()}))
 
 
