@@ -94,7 +94,8 @@ RULES_V0 = AnthropicRules(
 
 
 def _text(block: Block, rules: AnthropicRules) -> Part | None:
-    return {"type": "text", "text": block.text} if block.text else None
+    # whitespace-only text blocks are a 400 ("text content blocks must contain non-whitespace text")
+    return {"type": "text", "text": block.text} if block.text and block.text.strip() else None
 
 
 def _thinking(block: Block, rules: AnthropicRules) -> Part | None:

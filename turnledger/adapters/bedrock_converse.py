@@ -88,7 +88,7 @@ def tool_use_id(call_id: str | None) -> str:
 
 
 def _text(block: Block, rules: BedrockRules) -> Part | None:
-    return {"text": block.text} if block.text else None
+    return {"text": block.text} if block.text and block.text.strip() else None
 
 
 def _reasoning(block: Block, rules: BedrockRules) -> Part | None:
