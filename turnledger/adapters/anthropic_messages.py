@@ -51,12 +51,9 @@ def _renderers_v1() -> dict[str, str]:
 
 
 def _policy_v1() -> dict[str, str]:
-    return {
-        "temperature": "temperature",
-        "top_p": "top_p",
-        "top_k": "top_k",
-        "stop_sequences": "stop_sequences",
-    }
+    # The pinned request type (anthropic 2.14.0 MessageCreateParams) has no temperature,
+    # top_p or top_k any more; sending them would be keys the API no longer documents.
+    return {"stop_sequences": "stop_sequences"}
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ class Conversation:
         self.turn += 1
         return self
 
-    def _add(self, role: str, kind: str, trust: str | None = None, block_id: str | None = None, **fields: Any) -> Block:
+    def _add(
+        self, role: str, kind: str, trust: str | None = None, block_id: str | None = None, **fields: Any
+    ) -> Block:
         n = len(self.blocks)
         block = Block(
             id=block_id or f"{role[0]}-{self.turn}-{n}",
@@ -73,10 +75,16 @@ class Conversation:
         return self._add(Role.ASSISTANT, BlockKind.TEXT, text=text)
 
     def thinking(self, text: str, signature: str | None = None, block_id: str | None = None) -> Block:
-        return self._add(Role.ASSISTANT, BlockKind.THINKING, block_id=block_id, text=text, signature=signature)
+        return self._add(
+            Role.ASSISTANT, BlockKind.THINKING, block_id=block_id, text=text, signature=signature
+        )
 
     def call(
-        self, tool: str, arguments: dict[str, Any] | str, call_id: str | None = None, signature: str | None = None
+        self,
+        tool: str,
+        arguments: dict[str, Any] | str,
+        call_id: str | None = None,
+        signature: str | None = None,
     ) -> Block:
         self._calls += 1
         raw = arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
@@ -179,9 +187,14 @@ MODEL_BY_PROVIDER = {
 POLICY = {"temperature": 0.2, "top_p": 0.9, "parallel_tool_calls": True, "not_an_api_key": "dropped"}
 
 
-def params_for(provider: str, tools: tuple[ToolDefinition, ...] = TOOLS, max_output_tokens: int = 1600) -> DispatchParams:
+def params_for(
+    provider: str, tools: tuple[ToolDefinition, ...] = TOOLS, max_output_tokens: int = 1600
+) -> DispatchParams:
     return DispatchParams(
-        model_revision=MODEL_BY_PROVIDER[provider], tools=tools, max_output_tokens=max_output_tokens, policy=POLICY
+        model_revision=MODEL_BY_PROVIDER[provider],
+        tools=tools,
+        max_output_tokens=max_output_tokens,
+        policy=POLICY,
     )
 
 
@@ -231,7 +244,9 @@ def snippets() -> MessageSequence:
 def thinking_with_signature() -> MessageSequence:
     c = Conversation("thinking")
     c.next_turn().user("Is it warmer in Oslo or Madrid right now?")
-    c.next_turn().thinking("I should compare both cities.", signature="c2lnLXRoaW5raW5nLTE=", block_id="rs_001")
+    c.next_turn().thinking(
+        "I should compare both cities.", signature="c2lnLXRoaW5raW5nLTE=", block_id="rs_001"
+    )
     x = c.call("get_weather", {"city": "Oslo"}, signature="Z2VtaW5pLXNpZy0x")
     y = c.call("get_weather", {"city": "Madrid"})
     c.next_turn().result(y, '{"temp_c": 25}')
