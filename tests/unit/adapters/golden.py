@@ -94,7 +94,8 @@ def update(adapter: Adapter) -> list[str]:
         recorded = json.loads(digests_path.read_text())
         if recorded.get("adapterDigest") != adapter.digest:
             raise GoldenVersionError(
-                f"{adapter.adapter_id}: rules changed (digest {adapter.digest} != {recorded.get('adapterDigest')}); "
+                f"{adapter.adapter_id}: rules changed "
+                f"(digest {adapter.digest} != {recorded.get('adapterDigest')}); "
                 "bump the adapter version instead of rewriting its goldens"
             )
     written: list[str] = []

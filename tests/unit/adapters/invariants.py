@@ -54,7 +54,8 @@ def check_anthropic(body: Body) -> list[str]:
             missing = [u for u in uses if u not in answered]
             if missing:
                 v.append(
-                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {missing}"
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {missing}"
                 )
         results = [p for p in content if p["type"] == "tool_result"]
         if results:
@@ -168,8 +169,9 @@ def check_openai_chat(body: Body) -> list[str]:
                 missing = [c for c in call_ids if c not in answered]
                 if missing:
                     v.append(
-                        "An assistant message with 'tool_calls' must be followed by tool messages responding to "
-                        f"each 'tool_call_id'. The following tool_call_ids did not have response messages: {missing}"
+                        "An assistant message with 'tool_calls' must be followed by tool messages "
+                        "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                        f"response messages: {missing}"
                     )
                 if _dupes(answered) or set(answered) - set(call_ids):
                     v.append(f"messages.{i}: tool messages do not match tool_calls one to one")
@@ -223,7 +225,8 @@ def check_openai_responses(body: Body) -> list[str]:
             )
             if not ok:
                 v.append(
-                    f"Item '{it.get('id')}' of type 'reasoning' was provided without its required following item."
+                    f"Item '{it.get('id')}' of type 'reasoning' was provided without its "
+                    "required following item."
                 )
             if not str(it.get("id", "")).startswith("rs_"):
                 v.append(f"input.{i}: reasoning item id is not an rs_ id")
@@ -281,14 +284,16 @@ def check_gemini(body: Body) -> list[str]:
                 v.append(f"contents.{i}: function response ids do not match call ids")
             if any("thoughtSignature" in p for p in fc) and "thoughtSignature" not in fc[0]:
                 v.append(
-                    "Function call is missing a thought_signature in functionCall parts (first call of the step)"
+                    "Function call is missing a thought_signature in functionCall parts "
+                    "(first call of the step)"
                 )
         fr = responses(c)
         if fr:
             prev = contents[i - 1] if i else None
             if prev is None or not calls(prev):
                 v.append(
-                    f"Please ensure that function response turn comes immediately after a function call turn (contents.{i})"
+                    "Please ensure that function response turn comes immediately after a function call turn "
+                    f"(contents.{i})"
                 )
     return v
 
