@@ -62,3 +62,5 @@ class ReasonCode(StrEnum):
     PROVIDER_ERROR = "PROVIDER_ERROR"
     STREAM_DISCONNECTED = "STREAM_DISCONNECTED"
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    # message-graph validator (added later)
+    BLOCK_OUT_OF_SEQUENCE = "BLOCK_OUT_OF_SEQUENCE"
