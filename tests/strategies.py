@@ -84,6 +84,9 @@ json_values = st.recursive(
 )
 json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=4)
 texts = st.text(max_size=40)
+argument_objects = st.dictionaries(
+    st.text(max_size=6), json_scalars | st.lists(json_scalars, max_size=2), max_size=3
+)
 
 
 # ---------------------------------------------------------------- conversations
@@ -120,7 +123,7 @@ def _user_turn(draw: st.DrawFn, ids: _Ids, first: bool) -> tuple[SubmittedBlock,
 
 @st.composite
 def _assistant_turn(
-    draw: st.DrawFn, ids: _Ids, round_no: int, generation: int
+    draw: st.DrawFn, ids: _Ids, round_no: int, generation: int, min_calls: int = 0
 ) -> tuple[tuple[SubmittedBlock, ...], tuple[SubmittedBlock, ...]]:
     """The assistant's blocks and its calls (parallel calls when more than one)."""
     blocks: list[SubmittedBlock] = []
@@ -145,10 +148,10 @@ def _assistant_turn(
             trust_label="model",
             call_id=f"call-{round_no}-{i}",
             tool_name=draw(st.sampled_from(TOOL_NAMES)),
-            arguments=draw(json_objects.map(_dumps)),
+            arguments=_dumps(draw(argument_objects)),
             generation=generation,
         )
-        for i in range(draw(st.integers(0, 3)))
+        for i in range(draw(st.integers(min_calls, 3)))
     )
     if not blocks and not calls:
         blocks.append(_text(ids, "assistant", "model", draw(texts)))
@@ -190,14 +193,18 @@ def _result_turns(
 
 
 @st.composite
-def conversations(draw: st.DrawFn, max_rounds: int = 4, allow_missing: bool = False) -> Conversation:
+def conversations(
+    draw: st.DrawFn, max_rounds: int = 3, allow_missing: bool = False, with_calls: bool = False
+) -> Conversation:
+    """A valid conversation; `with_calls` guarantees at least one tool call (and its result)."""
     ids = _Ids()
     conversation_id = draw(st.from_regex(r"conv-[a-z0-9]{1,8}", fullmatch=True))
     turns: list[tuple[SubmittedBlock, ...]] = [draw(_user_turn(ids, first=True))]
-    rounds = draw(st.integers(0, max_rounds))
+    rounds = draw(st.integers(1 if with_calls else 0, max_rounds))
     missing: tuple[str, ...] = ()
     for round_no in range(rounds):
-        blocks, calls = draw(_assistant_turn(ids, round_no, generation=draw(st.integers(1, 3))))
+        min_calls = 1 if with_calls and round_no == 0 else 0
+        blocks, calls = draw(_assistant_turn(ids, round_no, draw(st.integers(1, 3)), min_calls))
         turns.append(blocks)
         last = round_no == rounds - 1
         if calls and last and allow_missing and draw(st.booleans()):
