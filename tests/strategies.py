@@ -28,8 +28,8 @@ from turnledger.sequence import GraphState, Invalid, argument_digest_of, submit
 # Profiles live here (not in a conftest) so every module using these strategies gets them.
 # CI=1 selects the deterministic profile; HYPOTHESIS_PROFILE=thorough for a long local run.
 _FAST = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
-settings.register_profile("ci", max_examples=50, derandomize=True, **_FAST)
-settings.register_profile("dev", max_examples=50, **_FAST)
+settings.register_profile("ci", max_examples=25, derandomize=True, **_FAST)
+settings.register_profile("dev", max_examples=25, **_FAST)
 settings.register_profile("thorough", max_examples=1000, **_FAST)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
