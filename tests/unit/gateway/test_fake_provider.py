@@ -508,3 +508,18 @@ async def test_background_retrieve_cancel_and_idempotent_reattach() -> None:
         first = (await c.post("/v1/responses", json={**BG_REQ, "stream": False}, headers=key)).json()
         second = (await c.post("/v1/responses", json={**BG_REQ, "stream": False}, headers=key)).json()
         assert first["id"] == second["id"] != created["id"]
+
+
+def test_cli_command_registers_and_documents_its_options() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from turnledger.gateway.fake_provider.cli import fake_provider
+
+    app = typer.Typer()
+    app.command("fake-provider")(fake_provider)
+    app.command("noop")(lambda: None)  # two commands, so the sub-command name is required as in the real CLI
+    result = CliRunner().invoke(app, ["fake-provider", "--help"])
+    assert result.exit_code == 0
+    for option in ("--port", "--seed", "--fault-rate"):
+        assert option in result.output

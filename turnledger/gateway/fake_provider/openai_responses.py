@@ -208,7 +208,10 @@ def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
 
 def error_event(ctx: ScriptContext, index: int) -> SseEvent:
     error = {"code": "server_error", "message": "The model failed to generate a response."}
-    data = {"type": "response.failed", "response": response_object(ctx, "failed", [], error=error)}
+    data: dict[str, Any] = {
+        "type": "response.failed",
+        "response": response_object(ctx, "failed", [], error=error),
+    }
     data["sequence_number"] = index
     return SseEvent("response.failed", data)
 

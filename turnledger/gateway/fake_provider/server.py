@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ import orjson
 from turnledger.gateway.fake_provider import anthropic_messages, openai_chat, openai_responses
 from turnledger.gateway.fake_provider.api import ApiSpec, ScriptContext
 from turnledger.gateway.fake_provider.background import BackgroundResponse
-from turnledger.gateway.fake_provider.delivery import deliver, plan, planned_bytes
+from turnledger.gateway.fake_provider.delivery import Planned, deliver, plan, planned_bytes
 from turnledger.gateway.fake_provider.errors import BadRequestError, NonLoopbackBindError
 from turnledger.gateway.fake_provider.faults import (
     CONTENT_FAULTS,
@@ -42,7 +43,7 @@ from turnledger.gateway.fake_provider.httpio import (
     read_request,
 )
 from turnledger.gateway.fake_provider.ids import rng_for
-from turnledger.gateway.fake_provider.model import decide
+from turnledger.gateway.fake_provider.model import Answer, decide
 from turnledger.gateway.fake_provider.sse import SseEvent
 
 LOOPBACK = "127.0.0.1"
@@ -332,7 +333,7 @@ class FakeProvider:
             self._stored[received.response_id or ""] = openai_responses.final_object(answer, ctx)
 
     def _delivery(
-        self, faults: list[Fault], events: list[SseEvent], has_previous: bool, rng: Any
+        self, faults: list[Fault], events: list[SseEvent], has_previous: bool, rng: random.Random
     ) -> _Delivery:
         d = _Delivery()
         for f in resolve(faults, StreamShape(len(events), 0, has_previous), rng):
@@ -351,7 +352,7 @@ class FakeProvider:
         return d
 
     @staticmethod
-    def _cut(delivery: _Delivery, planned: list[Any], rng: Any) -> int | None:
+    def _cut(delivery: _Delivery, planned: list[Planned], rng: random.Random) -> int | None:
         """Resolve the disconnect byte against the planned body (always strictly inside it)."""
         if delivery.disconnect_at is None:
             return None
@@ -366,10 +367,10 @@ class FakeProvider:
     async def _answer_plain(
         self,
         api: ApiSpec,
-        answer: Any,
+        answer: Answer,
         ctx: ScriptContext,
         by_kind: dict[FaultKind, Fault],
-        rng: Any,
+        rng: random.Random,
         applied: list[Fault],
         received: ReceivedRequest,
         out: ResponseWriter,
