@@ -66,7 +66,7 @@ def parse_strict(raw: str) -> dict[str, Any]:
     try:
         value = _DECODER.decode(raw)
     except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(raw.rstrip())
+        truncated = exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string")
         reason = ReasonCode.TRUNCATED_ARGUMENTS if truncated else ReasonCode.INVALID_ARGUMENTS_JSON
         raise ArgumentError(reason, f"{exc.msg} at {exc.pos} of {len(raw)}") from None
     except (ValueError, RecursionError) as exc:

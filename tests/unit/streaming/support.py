@@ -27,7 +27,11 @@ TOOLS = {
     ),
     "get_time": ToolDefinition(
         name="get_time",
-        input_schema={"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]},
+        input_schema={
+            "type": "object",
+            "properties": {"timezone": {"type": "string"}},
+            "required": ["timezone"],
+        },
     ),
 }
 

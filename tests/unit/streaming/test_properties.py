@@ -20,7 +20,7 @@ from turnledger.streaming.outcomes import Complete, Incomplete
 from .support import TOOLS, api_of, assemble, fixture, fixture_names, parse, run
 
 FIXTURES = fixture_names()
-PROPERTY = settings(max_examples=25, derandomize=True, deadline=None)
+PROPERTY = settings(max_examples=20, derandomize=True, deadline=None)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
