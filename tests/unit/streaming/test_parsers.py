@@ -172,3 +172,14 @@ def test_bedrock_exceptions_and_corrupt_frames_never_commit() -> None:
     for offset in range(0, len(raw), 13):
         cut, _ = assemble(parse("bedrock-converse", [raw[:offset]]))
         assert isinstance(cut, Incomplete) or cut.tool_calls[0].arguments == '{"location": "Madrid"}'
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_fast_constructed_deltas_equal_validated_ones(name: str) -> None:
+    from turnledger.model.deltas import NormalizedDelta
+
+    for delta in parse(api_of(name), [fixture(name)]):
+        validated = NormalizedDelta.model_validate(delta.model_dump())
+        assert validated == delta and delta == validated
+        assert validated.model_dump() == delta.model_dump()
+        assert validated.dedup_key == delta.dedup_key
