@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from turnledger.codec import CodecError, decode, encode
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
 from turnledger.model.base import Frozen
-from turnledger.model.codec import CodecError, decode, encode
 from turnledger.model.events import (
     CommittedTurn,
     ConversationSnapshot,

@@ -56,7 +56,8 @@ from turnledger.streaming.outcomes import Complete, Incomplete
 S = DispatchState
 
 OPERATION_TRANSITIONS: Mapping[type[IngressEvent], frozenset[DispatchState]] = {
-    DispatchAttempt: frozenset({S.PREPARED, S.UNKNOWN}),
+    # Every state: the CAS itself answers with an accept/conflict decision the worker waits for.
+    DispatchAttempt: frozenset(DispatchState),
     DispatchSent: frozenset({S.DISPATCHING}),
     HandleBound: frozenset({S.SENT}),
     StreamDeltas: frozenset({S.STREAMING}),
@@ -347,12 +348,12 @@ def _settle(
 def _on_dispatch_attempt(step: _Step, op: OperationState, event: DispatchAttempt) -> None:
     """The send acceptance point: CAS on (revision, cancelGeneration, PREPARED)."""
     state = step.state
-    assert op.manifest is not None
     conflict = _attempt_conflict(state, op, event)
     if conflict is not None:
         reason, detail = conflict
         step.decide(op, op.state, accepted=False, reason=reason, detail=detail)
         return
+    assert op.manifest is not None
     generation = op.attempt_generation + 1
     key = digest_of({"manifest": op.manifest.manifest_digest, "attemptGeneration": generation})
     step.transition(
@@ -370,9 +371,13 @@ def _on_dispatch_attempt(step: _Step, op: OperationState, event: DispatchAttempt
 def _attempt_conflict(
     state: ConversationState, op: OperationState, event: DispatchAttempt
 ) -> tuple[ReasonCode, str] | None:
-    assert op.manifest is not None
-    revision = op.manifest.conversation_revision
+    revision = op.manifest.conversation_revision if op.manifest else -1
     checks: tuple[tuple[bool, ReasonCode, str], ...] = (
+        (
+            op.state not in (S.PREPARED, S.UNKNOWN),
+            ReasonCode.CAS_STATE_MISMATCH,
+            f"operation is {op.state}, not PREPARED",
+        ),
         (
             event.expected_revision != revision or state.graph.revision != revision,
             ReasonCode.CAS_REVISION_MISMATCH,
@@ -482,13 +487,17 @@ def _canonical_commit(step: _Step, op: OperationState, outcome: Complete) -> Non
     assert op.manifest is not None
     revision = op.manifest.conversation_revision
     if state.graph.revision != revision or state.cancel_generation != op.attempt_cancel_generation:
-        _refuse_commit(step, op, f"conversation moved to revision {state.graph.revision}")
+        detail = (
+            f"conversation is at revision {state.graph.revision}, cancel generation {state.cancel_generation}"
+        )
+        _refuse_commit(step, op, ReasonCode.CANONICAL_CAS_CONFLICT, detail)
         return
     turn_id = f"{op.operation_id}#{op.attempt_generation}"
     blocks = candidate_blocks_to_committed(state.graph, turn_id, op.attempt_generation, outcome.blocks)
     appended = append(state.graph, blocks)
     if isinstance(appended, Invalid):
-        _refuse_commit(step, op, "; ".join(_rejection_detail(r) for r in appended.rejections))
+        detail = "; ".join(_rejection_detail(r) for r in appended.rejections)
+        _refuse_commit(step, op, appended.rejections[0].code, detail)
         return
     step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, turn_id)})
     step.outputs.append(
@@ -526,12 +535,11 @@ def _canonical_commit(step: _Step, op: OperationState, outcome: Complete) -> Non
             )
 
 
-def _refuse_commit(step: _Step, op: OperationState, detail: str) -> None:
-    step.quarantine(op.operation_id, op.attempt_generation, ReasonCode.CANONICAL_CAS_CONFLICT, detail)
-    op = step.retract(op, ReasonCode.CANONICAL_CAS_CONFLICT)
-    step.transition(
-        op, S.UNKNOWN, reason=ReasonCode.CANONICAL_CAS_CONFLICT, detail=detail, attempt_terminated=True
-    )
+def _refuse_commit(step: _Step, op: OperationState, reason: ReasonCode, detail: str) -> None:
+    """A complete response that may not become canonical: kept in quarantine, never in history."""
+    step.quarantine(op.operation_id, op.attempt_generation, reason, detail)
+    op = step.retract(op, reason)
+    step.transition(op, S.UNKNOWN, reason=reason, detail=detail, attempt_terminated=True)
 
 
 def _on_stream_ended(step: _Step, op: OperationState, event: StreamEnded) -> None:
@@ -546,7 +554,9 @@ def _on_stream_ended(step: _Step, op: OperationState, event: StreamEnded) -> Non
         reason = ReasonCode.MISSING_STOP
         if event.outcome == StreamOutcome.PROVIDER_ERROR:
             reason = ReasonCode.PROVIDER_ERROR
-        step.transition(op, S.UNKNOWN, reason=reason, detail="stream ended before any delta", attempt_terminated=True)
+        step.transition(
+            op, S.UNKNOWN, reason=reason, detail="stream ended before any delta", attempt_terminated=True
+        )
         return
     _finish(step, op, assembler)
 

@@ -21,7 +21,7 @@ def candidate_blocks_to_committed(
             role=Role.ASSISTANT,
             kind=c.kind,
             trust_label=TrustLabel.MODEL,
-            text=c.text,
+            text=None if c.call_id else c.text,
             call_id=c.call_id,
             tool_name=c.tool_name,
             arguments=c.arguments,

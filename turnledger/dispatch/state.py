@@ -65,4 +65,6 @@ class ConversationState(_State):
 
     def in_flight(self, except_id: str | None = None) -> list[OperationState]:
         """Operations whose attempt may still produce output (an UNKNOWN one until confirmed terminated)."""
-        return [op for op in self.operations.values() if op.operation_id != except_id and op.may_produce_output]
+        return [
+            op for op in self.operations.values() if op.operation_id != except_id and op.may_produce_output
+        ]

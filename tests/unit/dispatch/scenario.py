@@ -120,7 +120,9 @@ class Conversation:
             )
         )
 
-    def attempt(self, op: str = "op-1", revision: int | None = None, cancel: int | None = None) -> list[Frozen]:
+    def attempt(
+        self, op: str = "op-1", revision: int | None = None, cancel: int | None = None
+    ) -> list[Frozen]:
         return self.apply(
             DispatchAttempt(
                 **self._common(),
@@ -139,7 +141,9 @@ class Conversation:
     def sent(self, op: str = "op-1", gen: int = 1) -> list[Frozen]:
         return self.apply(DispatchSent(**self._common(), operation_id=op, attempt_generation=gen))
 
-    def bind(self, op: str = "op-1", gen: int = 1, handle: str = "msg_1", digest: str | None = None) -> list[Frozen]:
+    def bind(
+        self, op: str = "op-1", gen: int = 1, handle: str = "msg_1", digest: str | None = None
+    ) -> list[Frozen]:
         return self.apply(
             HandleBound(
                 **self._common(),
@@ -151,18 +155,32 @@ class Conversation:
         )
 
     def deltas(self, deltas: list[NormalizedDelta], op: str = "op-1", gen: int = 1) -> list[Frozen]:
-        return self.apply(StreamDeltas(**self._common(), operation_id=op, attempt_generation=gen, deltas=tuple(deltas)))
-
-    def ended(self, outcome: StreamOutcome, op: str = "op-1", gen: int = 1, resumable: bool = False) -> list[Frozen]:
         return self.apply(
-            StreamEnded(**self._common(), operation_id=op, attempt_generation=gen, outcome=outcome, resumable=resumable)
+            StreamDeltas(**self._common(), operation_id=op, attempt_generation=gen, deltas=tuple(deltas))
+        )
+
+    def ended(
+        self, outcome: StreamOutcome, op: str = "op-1", gen: int = 1, resumable: bool = False
+    ) -> list[Frozen]:
+        return self.apply(
+            StreamEnded(
+                **self._common(),
+                operation_id=op,
+                attempt_generation=gen,
+                outcome=outcome,
+                resumable=resumable,
+            )
         )
 
     def recovered(self, op: str = "op-1", gen: int = 1) -> list[Frozen]:
-        return self.apply(RecoveryReported(**self._common(), operation_id=op, attempt_generation=gen, worker_id="w1"))
+        return self.apply(
+            RecoveryReported(**self._common(), operation_id=op, attempt_generation=gen, worker_id="w1")
+        )
 
     def resume(self, op: str = "op-1", gen: int = 1, handle: str = "msg_1") -> list[Frozen]:
-        return self.apply(ResumeStarted(**self._common(), operation_id=op, attempt_generation=gen, response_handle=handle))
+        return self.apply(
+            ResumeStarted(**self._common(), operation_id=op, attempt_generation=gen, response_handle=handle)
+        )
 
     def terminated(self, op: str = "op-1", gen: int = 1) -> list[Frozen]:
         return self.apply(AttemptTerminated(**self._common(), operation_id=op, attempt_generation=gen))
@@ -178,7 +196,9 @@ class Conversation:
         self.bind(op, gen, handle)
 
 
-def text_stream(text_parts: list[str], handle: str = "msg_1", gen: int = 1, stop: bool = True) -> list[NormalizedDelta]:
+def text_stream(
+    text_parts: list[str], handle: str = "msg_1", gen: int = 1, stop: bool = True
+) -> list[NormalizedDelta]:
     d = _DeltaMaker(handle, gen)
     out = [d(DeltaType.MESSAGE_START, -1), d(DeltaType.BLOCK_START, 0, block_kind="text")]
     out += [d(DeltaType.TEXT_DELTA, 0, text=t) for t in text_parts]

@@ -150,7 +150,12 @@ def test_tool_calls_reach_the_ledger_only_after_the_canonical_commit() -> None:
     c = Conversation()
     c.user("weather in Paris and Rome?")
     c.dispatch_to_streaming()
-    stream = tool_stream([("call-1", "get_weather", ['{"ci', 'ty": "Paris"}']), ("call-2", "get_weather", ['{"city": "Rome"}'])])
+    stream = tool_stream(
+        [
+            ("call-1", "get_weather", ['{"ci', 'ty": "Paris"}']),
+            ("call-2", "get_weather", ['{"city": "Rome"}']),
+        ]
+    )
     c.deltas(stream[:-1])
     assert c.of(ToolCallReady) == []
     c.deltas(stream[-1:])
@@ -172,10 +177,13 @@ def test_truncated_arguments_never_dispatch_and_retract_previews() -> None:
     assert len(c.of(CommittedTurn)) == 1
     op = c.state.operations["op-1"]
     assert op.state == S.UNKNOWN and op.attempt_terminated
-    assert c.of(DispatchDecision)[-1].reason in {ReasonCode.OUTPUT_LIMIT_REACHED, ReasonCode.TRUNCATED_ARGUMENTS}
+    assert c.of(DispatchDecision)[-1].reason in {
+        ReasonCode.OUTPUT_LIMIT_REACHED,
+        ReasonCode.TRUNCATED_ARGUMENTS,
+    }
 
 
-def StopReason_MAX():  # noqa: N802 - reads like a constant at the call site
+def StopReason_MAX():
     from turnledger.model.deltas import StopReason
 
     return StopReason.MAX_TOKENS
@@ -272,7 +280,9 @@ def test_waiting_until_every_call_has_its_result_then_prepared() -> None:
     c = Conversation()
     c.user("weather?")
     c.dispatch_to_streaming()
-    c.deltas(tool_stream([("call-1", "get_weather", [ARGS]), ("call-2", "get_weather", ['{"city": "Rome"}'])]))
+    c.deltas(
+        tool_stream([("call-1", "get_weather", [ARGS]), ("call-2", "get_weather", ['{"city": "Rome"}'])])
+    )
     c.request("op-2")
     assert c.state.operations["op-2"].state == S.WAITING
     assert len(c.of(ManifestIssued)) == 1
@@ -307,7 +317,11 @@ def test_unknown_kind_in_legacy_adapter_pauses_without_manifest() -> None:
             event_id="snip",
             occurred_at_ms=5,
             turn_id="s1",
-            blocks=(SubmittedBlock(id="s1-b0", role="user", kind="retrieved_snippet", trust_label="retrieved", text="doc"),),
+            blocks=(
+                SubmittedBlock(
+                    id="s1-b0", role="user", kind="retrieved_snippet", trust_label="retrieved", text="doc"
+                ),
+            ),
         )
     )
     c.request(adapter="anthropic-messages@0")
