@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from turnledger.devstack import procs
 from turnledger.devstack.aio import run_sync
@@ -113,13 +113,19 @@ async def _probe(bootstrap: str) -> None:
     await producer.start()
     try:
         async with producer.transaction():
-            await producer.send_and_wait(READY_TOPIC, b"ready")
+            meta = await producer.send_and_wait(READY_TOPIC, b"ready")
+            await producer.send_offsets_to_transaction(
+                {TopicPartition(READY_TOPIC, meta.partition): meta.offset + 1}, READY_TOPIC
+            )
     finally:
         await producer.stop()
 
 
 def probe_ready(bootstrap: str, timeout_s: float) -> None:
-    """Raise unless a topic can be created and a transactional producer can initialise and commit."""
+    """Raise unless a topic can be created and a transactional producer can initialise and commit.
+
+    The committed transaction also carries a group offset, which makes the broker create
+    `__consumer_offsets` and `__transaction_state` now rather than during the first test."""
     run_sync(asyncio.wait_for(_probe(bootstrap), timeout=timeout_s))
 
 
