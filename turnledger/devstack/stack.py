@@ -92,7 +92,7 @@ class LocalStack:
                     timeout_s=settings.ready_timeout_s, broker_port=kafka_port,
                 )
         except BaseException:
-            self.down()
+            self.stop()  # keep the logs: the error message points at them
             raise
         state = StackState(
             bootstrap=kafka_proc.bootstrap if kafka_proc else str(external_bootstrap),
@@ -108,8 +108,8 @@ class LocalStack:
         (self.root / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
         return state
 
-    def down(self) -> list[str]:
-        """Stop the recorded processes by pid (and process group), then remove their data and state."""
+    def stop(self) -> list[str]:
+        """Stop the recorded processes by pid (and process group); keep their files."""
         state = self.state()
         stopped: list[str] = []
         kafka_marker = state.kafka_marker if state and state.kafka_marker else str(self.root / "kafka")
@@ -119,6 +119,11 @@ class LocalStack:
         if procs.stop_pidfile(self.redis_pidfile, redis_marker):
             stopped.append("redis")
         (self.root / STATE_FILE).unlink(missing_ok=True)
+        return stopped
+
+    def down(self) -> list[str]:
+        """Stop the processes, then remove their data and logs (the next `up` starts from scratch)."""
+        stopped = self.stop()
         for sub in ("kafka", "redis"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
         return stopped
