@@ -29,7 +29,7 @@ return {1, offset}
 """
 
 
-async def round_trip(endpoints: Endpoints, console: Console) -> dict[str, object]:
+async def round_trip(endpoints: Endpoints) -> dict[str, object]:
     run_id = uuid.uuid4().hex[:8]
     topic = f"demo-smoke-{run_id}"
     started = time.monotonic()
@@ -42,8 +42,12 @@ async def round_trip(endpoints: Endpoints, console: Console) -> dict[str, object
             meta = await producer.send_and_wait(topic, orjson.dumps(event), key=event["event_id"].encode())
     finally:
         await producer.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=endpoints.bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=endpoints.bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     try:
         tp = TopicPartition(topic, 0)
@@ -55,9 +59,10 @@ async def round_trip(endpoints: Endpoints, console: Console) -> dict[str, object
     try:
         keys = [f"demo:{run_id}:applied", f"demo:{run_id}:event"]
         args = [f"{topic}:0", record.offset, record.value]
-        first = await client.eval(APPLY_LUA, 2, *keys, *args)  # type: ignore[misc]
-        replay = await client.eval(APPLY_LUA, 2, *keys, *args)  # type: ignore[misc]
-        stored = orjson.loads(await client.get(keys[1]))
+        first = await client.eval(APPLY_LUA, 2, *keys, *args)
+        replay = await client.eval(APPLY_LUA, 2, *keys, *args)
+        raw = await client.get(keys[1])
+        stored = orjson.loads(raw) if raw is not None else None
         await client.delete(*keys)
     finally:
         await client.aclose()
@@ -76,8 +81,10 @@ async def round_trip(endpoints: Endpoints, console: Console) -> dict[str, object
 def run() -> bool:
     console = Console()
     with console.status("Bringing up the stack (Kafka + Redis)..."), session_endpoints() as endpoints:
-        console.print(f"Kafka {endpoints.bootstrap}, Redis {endpoints.redis_url} (source: {endpoints.source})")
-        result = run_sync(round_trip(endpoints, console))
+        console.print(
+            f"Kafka {endpoints.bootstrap}, Redis {endpoints.redis_url} (source: {endpoints.source})"
+        )
+        result = run_sync(round_trip(endpoints))
     table = Table(title="turnledger smoke round trip: Kafka -> Redis")
     table.add_column("step")
     table.add_column("result")

@@ -68,8 +68,11 @@ async def test_transaction_commits_output_and_consumer_offsets_atomically(
 
     tp = TopicPartition(source, 0)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=kafka_bootstrap, group_id=group, isolation_level="read_committed",
-        enable_auto_commit=False, auto_offset_reset="earliest",
+        bootstrap_servers=kafka_bootstrap,
+        group_id=group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
     )
     await consumer.start()
     txn = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=topic_name("txn"))
@@ -120,7 +123,12 @@ async def test_read_committed_sees_committed_records_and_never_aborted_ones(
                 await producer.abort_transaction()
     finally:
         await producer.stop()
-    assert await read_all(kafka_bootstrap, topic, "read_uncommitted") == [b"a1", b"b-aborted", b"c2", b"d-aborted"]
+    assert await read_all(kafka_bootstrap, topic, "read_uncommitted") == [
+        b"a1",
+        b"b-aborted",
+        b"c2",
+        b"d-aborted",
+    ]
     assert await read_all(kafka_bootstrap, topic, "read_committed") == [b"a1", b"c2"]
 
 

@@ -73,8 +73,11 @@ def test_render_config_fills_every_placeholder(tmp_path: Path) -> None:
     assert "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093" in props
     assert "controller.quorum.bootstrap.servers=127.0.0.1:19093" in props
     assert f"log.dirs={tmp_path / 'data'}" in props
-    for key in ("offsets.topic.num.partitions=1", "transaction.state.log.num.partitions=1",
-                "group.initial.rebalance.delay.ms=0"):
+    for key in (
+        "offsets.topic.num.partitions=1",
+        "transaction.state.log.num.partitions=1",
+        "group.initial.rebalance.delay.ms=0",
+    ):
         assert key in props
     assert (tmp_path / "log4j2.properties").exists()
 

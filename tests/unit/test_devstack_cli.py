@@ -18,7 +18,11 @@ pytestmark = pytest.mark.integration
 def _dev(args: list[str], env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "turnledger.cli", "dev", *args],
-        env=env, capture_output=True, text=True, timeout=timeout, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -31,7 +35,11 @@ def _env(state: Path, **extra: str) -> dict[str, str]:
 def _processes_mentioning(text: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and procs.is_alive(int(entry.name)) and text in procs.cmdline(int(entry.name)):
+        if (
+            entry.name.isdigit()
+            and procs.is_alive(int(entry.name))
+            and text in procs.cmdline(int(entry.name))
+        ):
             found.append(int(entry.name))
     return found
 

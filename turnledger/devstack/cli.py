@@ -24,10 +24,14 @@ err = Console(stderr=True)
 
 
 def _print_state(state: StackState, settings: Settings) -> None:
-    out.print(f"[bold]Kafka bootstrap[/bold]  {state.bootstrap}"
-              + (f"  (Kafka {state.kafka_version}, pid {state.kafka_pid})" if state.kafka_pid else "  (external)"))
-    out.print(f"[bold]Redis URL[/bold]        {state.redis_url}"
-              + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)"))
+    out.print(
+        f"[bold]Kafka bootstrap[/bold]  {state.bootstrap}"
+        + (f"  (Kafka {state.kafka_version}, pid {state.kafka_pid})" if state.kafka_pid else "  (external)")
+    )
+    out.print(
+        f"[bold]Redis URL[/bold]        {state.redis_url}"
+        + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
+    )
     if state.kafka_log or state.redis_log:
         out.print(f"[bold]Logs[/bold]             {state.kafka_log or '-'}  {state.redis_log or '-'}")
     out.print(f"[bold]State dir[/bold]        {settings.state_dir}")
@@ -36,12 +40,16 @@ def _print_state(state: StackState, settings: Settings) -> None:
 
 @dev_app.command()
 def up(
-    kafka_port: Annotated[int | None, typer.Option(help="Broker port on 127.0.0.1 (default: a free one).")] = None,
-    redis_port: Annotated[int | None, typer.Option(help="Redis port on 127.0.0.1 (default: a free one).")] = None,
+    kafka_port: Annotated[
+        int | None, typer.Option(help="Broker port on 127.0.0.1 (default: a free one).")
+    ] = None,
+    redis_port: Annotated[
+        int | None, typer.Option(help="Redis port on 127.0.0.1 (default: a free one).")
+    ] = None,
 ) -> None:
     """Start Kafka and Redis detached (pid files in the state dir) and print how to reach them.
 
-    Variables KAFKA_BOOTSTRAP_SERVERS / REDIS_URL that are already set are used instead of starting that service.
+    A service whose variable (KAFKA_BOOTSTRAP_SERVERS, REDIS_URL) is already set is used, not started.
     """
     settings = Settings.from_env()
     stack = LocalStack(settings.state_dir)

@@ -8,8 +8,8 @@ Containers live as long as the Python process that started them (testcontainers'
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from turnledger.devstack.errors import DockerUnavailable
@@ -34,7 +34,9 @@ def docker_available() -> bool:
 
 
 @contextmanager
-def container_stack(need_kafka: bool = True, need_redis: bool = True) -> Iterator[tuple[str | None, str | None]]:
+def container_stack(
+    need_kafka: bool = True, need_redis: bool = True
+) -> Iterator[tuple[str | None, str | None]]:
     """Yield (bootstrap, redis_url) from containers; each is None when not requested."""
     reason = docker_error()
     if reason is not None:

@@ -71,13 +71,21 @@ def _fetch(version: str, entry: Path, mvn: str) -> bool:
     with open(log, "wb") as out:
         rc = subprocess.run(
             [
-                mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+                mvn,
+                "-B",
+                "-q",
+                "-f",
+                str(pom),
+                "dependency:copy-dependencies",
                 f"-Dkafka.version={version}",
                 f"-Dlog4j2.version={LOG4J2_FOR_KAFKA.get(version, '2.25.5')}",
                 "-DincludeScope=runtime",
                 f"-DoutputDirectory={staging}",
             ],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
         ).returncode
     core = staging / f"kafka_2.13-{version}.jar"
     if rc != 0 or not core.exists():

@@ -96,9 +96,21 @@ def _pick_ports(broker_port: int | None, controller_port: int | None) -> tuple[i
 def format_storage(base: list[str], props: Path, log: Path) -> None:
     with open(log, "ab") as out:
         rc = subprocess.run(
-            [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(props),
-             "--standalone", "--ignore-formatted"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False,
+            [
+                *base,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id(),
+                "-c",
+                str(props),
+                "--standalone",
+                "--ignore-formatted",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
         ).returncode
     if rc != 0:
         raise DevstackError(
@@ -109,7 +121,9 @@ def format_storage(base: list[str], props: Path, log: Path) -> None:
 
 async def _probe(bootstrap: str) -> None:
     await create_topic(bootstrap, READY_TOPIC, exist_ok=True)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=READY_TOPIC, request_timeout_ms=10000)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=READY_TOPIC, request_timeout_ms=10000
+    )
     await producer.start()
     try:
         async with producer.transaction():

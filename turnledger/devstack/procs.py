@@ -80,7 +80,9 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def stop_pid(pid: int, marker: str, grace_s: float = 20.0) -> bool:
-    """SIGTERM the service's process group, wait up to `grace_s`, then SIGKILL. Returns True if we stopped it."""
+    """SIGTERM the service's process group, wait up to `grace_s`, then SIGKILL.
+
+    Returns True if the pid was ours to stop (alive and carrying `marker`)."""
     if not owns(pid, marker):
         return False
     _signal_group(pid, signal.SIGTERM)

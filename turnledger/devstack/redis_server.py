@@ -22,7 +22,9 @@ class RedisProcess:
     marker: str
 
 
-def start_redis(workdir: Path, pidfile: Path, port: int | None = None, timeout_s: float = 20.0) -> RedisProcess:
+def start_redis(
+    workdir: Path, pidfile: Path, port: int | None = None, timeout_s: float = 20.0
+) -> RedisProcess:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisServerMissing()
@@ -31,8 +33,21 @@ def start_redis(workdir: Path, pidfile: Path, port: int | None = None, timeout_s
     port = port or free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "redis.log"
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--daemonize", "no", "--dir", str(workdir)]
+    argv = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+        str(workdir),
+    ]
     pid = procs.spawn_detached(argv, log, pidfile, cwd=workdir)
     proc = RedisProcess(pid, f"redis://127.0.0.1:{port}/0", log, f"127.0.0.1:{port}")
     deadline = time.monotonic() + timeout_s

@@ -37,7 +37,7 @@ def local_prereqs_missing(settings: Settings) -> list[str]:
 
 
 def choose_backend(settings: Settings) -> str:
-    """"local" or "docker". Explicit setting wins; "auto" prefers the local processes (the tested path)
+    """ "local" or "docker". Explicit setting wins; "auto" prefers the local processes (the tested path)
     and uses Docker only when a local prerequisite is missing and the daemon answers."""
     if settings.backend in ("local", "docker"):
         return settings.backend

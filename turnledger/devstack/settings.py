@@ -10,7 +10,7 @@ KAFKA_VERSIONS: tuple[str, ...] = ("4.4.0", "4.3.1")
 """Preferred first; later entries are fallbacks used when an earlier one cannot be resolved."""
 
 LOG4J2_FOR_KAFKA: dict[str, str] = {"4.4.0": "2.25.5", "4.3.1": "2.25.4"}
-"""Kafka's own log4j-core version per release (read from `mvn dependency:tree`): the SLF4J binding must match."""
+"""Kafka's own log4j-core version per release (from `mvn dependency:tree`); the SLF4J binding must match."""
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 ENV_REDIS_URL = "REDIS_URL"

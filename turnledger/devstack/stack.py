@@ -88,8 +88,12 @@ class LocalStack:
             if external_bootstrap is None:
                 jars = ensure_jars(settings)
                 kafka_proc = start_kafka(
-                    jars, self.root / "kafka", self.kafka_pidfile, heap=settings.kafka_heap,
-                    timeout_s=settings.ready_timeout_s, broker_port=kafka_port,
+                    jars,
+                    self.root / "kafka",
+                    self.kafka_pidfile,
+                    heap=settings.kafka_heap,
+                    timeout_s=settings.ready_timeout_s,
+                    broker_port=kafka_port,
                 )
         except BaseException:
             self.stop()  # keep the logs: the error message points at them
