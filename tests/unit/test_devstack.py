@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -170,3 +172,18 @@ def test_java_major_parses_version_banners(tmp_path: Path) -> None:
         fake.write_text(f"#!/bin/sh\necho '{banner}' >&2\n")
         fake.chmod(0o755)
         assert jars.java_major(str(fake)) == major
+
+
+def test_compose_file_declares_kafka_redis_and_service_placeholders() -> None:
+    yaml = pytest.importorskip("yaml")
+    compose_file = Path(__file__).resolve().parents[2] / "compose.yaml"
+    services = yaml.safe_load(compose_file.read_text())["services"]
+    assert services["kafka"]["image"].startswith("apache/kafka:")
+    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert {"redis", "processor", "projector", "worker"} <= set(services)
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        checked = subprocess.run(
+            ["docker", "compose", "-f", str(compose_file), "config", "-q"], capture_output=True, check=False
+        )
+        assert checked.returncode == 0, checked.stderr
