@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TURNLEDGER_DEVSTACK_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("CI", raising=False)
     return tmp_path / "state"
 
 
@@ -71,6 +73,28 @@ def test_running_dev_up_stack_is_reused(state_dir: Path, fake_services: dict[str
         assert endpoints.bootstrap == "127.0.0.1:1111" and endpoints.redis_url == "redis://127.0.0.1:2222/0"
         assert endpoints.source.startswith("dev up")
     assert LocalStack(state_dir).running() is not None, "reusing must not stop the dev up stack"
+
+
+def test_ci_never_reuses_a_dev_up_stack(
+    state_dir: Path, fake_services: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (state_dir / "stack.json").write_text(json.dumps(fake_services))
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "ci-broker:9092")
+    monkeypatch.setenv("REDIS_URL", "redis://ci-redis:6379/0")
+    with session_endpoints() as endpoints:
+        assert endpoints.source == "env"
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS")
+    monkeypatch.setattr("turnledger.devstack.session.choose_backend", lambda settings: "docker")
+    monkeypatch.setattr("turnledger.devstack.session.container_stack", _fake_containers, raising=True)
+    with session_endpoints() as endpoints:
+        assert endpoints.source == "docker" and endpoints.bootstrap == "container:9092"
+        assert endpoints.redis_url == "redis://ci-redis:6379/0", "a service given by env is not started"
+
+
+@contextmanager
+def _fake_containers(need_kafka: bool, need_redis: bool) -> Iterator[tuple[str | None, str | None]]:
+    yield ("container:9092" if need_kafka else None), ("redis://container/0" if need_redis else None)
 
 
 def test_dead_recorded_stack_is_not_reused(state_dir: Path, fake_services: dict[str, object]) -> None:
