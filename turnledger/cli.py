@@ -23,8 +23,10 @@ def demo() -> None:
 
 def _register() -> None:
     from turnledger.devstack.cli import dev_app
+    from turnledger.gateway.fake_provider.cli import fake_provider
 
     app.add_typer(dev_app, name="dev")
+    app.command("fake-provider")(fake_provider)
 
 
 def main() -> None:
