@@ -97,7 +97,14 @@ class FakeProvider:
         fault_plan: FaultPlan | None = None,
         *,
         background_tick_s: float = 0.002,
+        assume_stream: bool = False,
+        retain_responses: bool = False,
     ) -> None:
+        """`assume_stream`: a request body without a `stream` field is answered as a stream (turnledger's
+        adapters render the conversation, not the transport flag, into the manifest bytes).
+        `retain_responses`: every streamed Responses request is kept as a background response, so it can
+        be re-read with `GET /v1/responses/{id}?stream=true` after a disconnect, as `background: true`
+        would allow; the worker is told so by its endpoint configuration, never by guessing."""
         if host != LOOPBACK:
             raise NonLoopbackBindError(host)
         self.host = host
@@ -105,6 +112,8 @@ class FakeProvider:
         self.seed = seed
         self.fault_plan = fault_plan or FaultPlan()
         self.background_tick_s = background_tick_s
+        self.assume_stream = assume_stream
+        self.retain_responses = retain_responses
         self.fault_log: list[FaultRecord] = []
         self.requests: list[ReceivedRequest] = []
         self._server: asyncio.Server | None = None
@@ -231,7 +240,10 @@ class FakeProvider:
             occurrence = self._seen[(api.name, body_hash)]
             self._seen[(api.name, body_hash)] += 1
             basis = f"{api.name}:{body_hash}:{occurrence}"
-        background = api is openai_responses.SPEC and body.get("background") is True
+        stream = body.get("stream") is True or (self.assume_stream and "stream" not in body)
+        background = api is openai_responses.SPEC and (
+            body.get("background") is True or (self.retain_responses and stream)
+        )
         ctx = ScriptContext(
             seed=self.seed,
             basis=basis,
@@ -246,7 +258,7 @@ class FakeProvider:
             received.response_id = rid
             existing = self._background.get(rid)
             if existing is not None:  # a keyed retry reattaches to the same generation
-                await self._reattach(existing, req, received, out, body.get("stream") is True)
+                await self._reattach(existing, req, received, out, stream)
                 return
         index = self._generations
         self._generations += 1
@@ -271,7 +283,6 @@ class FakeProvider:
             assert f.value is not None
             ctx.truncated[f.value] = truncate_mid_string(answer.tool_calls[f.value].arguments_json)
         applied.extend(trunc)
-        stream = body.get("stream") is True
         if not stream and not background:
             await self._answer_plain(api, answer, ctx, by_kind, fault_rng, applied, received, out, body_hash)
             return

@@ -1,0 +1,183 @@
+"""The dispatch worker against the real fold (in-memory ledger) and the fake provider, faults included."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.unit.gateway.ledger import InMemoryLedger
+from turnledger.dispatch.engine import OutputStream
+from turnledger.gateway.client import EventFactory
+from turnledger.gateway.endpoints import endpoints_for
+from turnledger.gateway.fake_provider import FakeProvider, FaultPlan
+from turnledger.gateway.fake_provider.faults import Fault, FaultKind
+from turnledger.gateway.tool_executor import DEMO_TOOLS, ToolExecutor
+from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.model.events import (
+    CommittedTurn,
+    DispatchDecision,
+    DispatchRequested,
+    DispatchState,
+    ManifestIssued,
+    PreviewRetracted,
+    Quarantined,
+    ToolCallReady,
+)
+
+MODELS = {
+    "anthropic-messages@1": ("anthropic", "anthropic/claude-sonnet-4@2025-05"),
+    "openai-chat@1": ("openai", "openai/gpt-4o@2024-08"),
+    "openai-responses@1": ("openai", "openai/gpt-4.1@2025-04"),
+}
+
+
+class Harness:
+    def __init__(self, ledger: InMemoryLedger, fp: FakeProvider, worker: DispatchWorker) -> None:
+        self.ledger, self.fp, self.worker = ledger, fp, worker
+        self.factory = EventFactory()
+
+    async def converse(
+        self, conv: str, adapter: str, text: str = "weather in Paris?", op: str = "op-1", tools: bool = True
+    ) -> None:
+        provider, model = MODELS[adapter]
+        await self.ledger.append(self.factory.user_turn(conv, text))
+        await self.ledger.append(
+            DispatchRequested(
+                **self.factory.stamp(conv),
+                operation_id=op,
+                adapter=adapter,
+                provider=provider,
+                model_revision=model,
+                tools=DEMO_TOOLS if tools else (),
+                max_output_tokens=512,
+            )
+        )
+
+    async def wait_state(self, op: str, state: DispatchState, timeout: float = 10.0) -> DispatchDecision:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            latest = self.worker.board.latest.get(op)
+            if latest is not None and latest.state == state and not self.worker.busy:
+                return latest
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{op} not {state}: {self.worker.board.latest.get(op)}")
+
+
+async def _harness(plan: FaultPlan | None = None, **fp_kwargs: object) -> AsyncIterator[Harness]:
+    ledger = InMemoryLedger()
+    async with FakeProvider(seed=3, fault_plan=plan, assume_stream=True, **fp_kwargs) as fp:  # type: ignore[arg-type]
+        endpoints = endpoints_for(fp.base_url, retains_responses=bool(fp_kwargs.get("retain_responses")))
+        async with DispatchWorker(ledger, endpoints, config=WorkerConfig(settle_timeout_s=10)) as worker:
+
+            async def observe(records: list) -> None:
+                await worker.observe(
+                    [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))]
+                )
+
+            ledger.subscribe(OutputStream.MANIFESTS, observe)
+            await worker.go_live()
+            yield Harness(ledger, fp, worker)
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    async for harness in _harness():
+        yield harness
+
+
+@pytest.mark.parametrize("adapter", sorted(MODELS))
+async def test_tool_turn_commits_and_sends_exact_bytes(h: Harness, adapter: str) -> None:
+    await h.converse("c1", adapter)
+    await h.wait_state("op-1", DispatchState.COMMITTED)
+    manifest = h.ledger.of_type(ManifestIssued)[0].manifest
+    posts = [r for r in h.fp.requests if r.method == "POST"]
+    assert len(posts) == 1 and posts[0].body == manifest.request_body.encode()
+    calls = h.ledger.of_type(ToolCallReady)
+    assert calls and all(json.loads(c.arguments) for c in calls)
+    assistant = [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id]
+    assert len(assistant) == 1
+
+
+async def test_tool_loop_second_dispatch_waits_then_answers(h: Harness) -> None:
+    executor = ToolExecutor(h.ledger)
+
+    async def run_tools(records: list) -> None:
+        await executor.handle([r for r in records if isinstance(r, ToolCallReady)])
+
+    h.ledger.subscribe(OutputStream.TOOL_CALLS, run_tools)
+    await h.converse("c1", "anthropic-messages@1")
+    await h.wait_state("op-1", DispatchState.COMMITTED)
+    await h.ledger.append(
+        DispatchRequested(
+            **h.factory.stamp("c1"),
+            operation_id="op-2",
+            adapter="anthropic-messages@1",
+            provider="anthropic",
+            model_revision=MODELS["anthropic-messages@1"][1],
+            tools=DEMO_TOOLS,
+            max_output_tokens=512,
+        )
+    )
+    await h.wait_state("op-2", DispatchState.COMMITTED)
+    last = [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id == "op-2"][0]
+    assert [b.kind for b in last.blocks] == ["text"]
+
+
+@pytest.mark.parametrize(
+    ("adapter", "fault"),
+    [
+        ("anthropic-messages@1", "missing_stop"),
+        ("anthropic-messages@1", "truncate_tool_args"),
+        ("openai-chat@1", "error_event"),
+        ("openai-chat@1", "disconnect_at_byte=400"),
+        ("anthropic-messages@1", "disconnect_at_byte=300"),
+        ("openai-responses@1", "duplicate_event=3"),
+        ("anthropic-messages@1", "slow_ms=2"),
+    ],
+)
+async def test_fault_on_first_request_then_new_generation_commits(adapter: str, fault: str) -> None:
+    kind, _, value = fault.partition("=")
+    plan = FaultPlan(by_request={0: (Fault(FaultKind(kind), int(value) if value else None),)})
+    async for h in _harness(plan):
+        await h.converse("c1", adapter)
+        final = await h.wait_state("op-1", DispatchState.COMMITTED)
+        assistant = [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id]
+        assert len(assistant) == 1 and assistant[0].attempt_generation == final.attempt_generation
+        if kind in ("missing_stop", "truncate_tool_args", "error_event", "disconnect_at_byte"):
+            assert final.attempt_generation == 2
+        manifest = h.ledger.of_type(ManifestIssued)[0].manifest
+        assert all(r.body == manifest.request_body.encode() for r in h.fp.requests if r.method == "POST")
+
+
+async def test_late_events_are_quarantined_and_answer_commits() -> None:
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.MISSING_STOP),), 1: (Fault(FaultKind.LATE_EVENTS, 3),)})
+    async for h in _harness(plan):
+        await h.converse("c1", "anthropic-messages@1")
+        final = await h.wait_state("op-1", DispatchState.COMMITTED)
+        assert final.attempt_generation == 2
+        assert h.ledger.of_type(Quarantined), "late events must reach the quarantine"
+
+
+async def test_resumable_responses_stream_recovers_without_new_generation() -> None:
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 3000),)})
+    async for h in _harness(plan, retain_responses=True):
+        await h.converse("c1", "openai-responses@1")
+        final = await h.wait_state("op-1", DispatchState.COMMITTED)
+        assert final.attempt_generation == 1
+        assert [r.method for r in h.fp.requests] == ["POST", "GET"]
+        assert h.worker.stats.counts["resumes"] == 1
+
+
+async def test_non_resumable_disconnect_retracts_previews_and_commits_new_generation() -> None:
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 1200),)})
+    async for h in _harness(plan):
+        await h.converse("c1", "openai-chat@1", text="tell me something", tools=False)  # text previews
+        final = await h.wait_state("op-1", DispatchState.COMMITTED)
+        assert final.attempt_generation == 2
+        retracted = h.ledger.of_type(PreviewRetracted)
+        assert [r.attempt_generation for r in retracted] == [1]
+        assistant = [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id == "op-1"]
+        assert len(assistant) == 1 and assistant[0].attempt_generation == 2

@@ -1,0 +1,356 @@
+"""The producing side a gateway embeds: every ingress event, Avro-encoded, keyed by conversation.
+
+One `GatewayClient` wraps one idempotent `AIOKafkaProducer` (acks=all). Keying by
+conversation id puts every event of a conversation on one partition, which is what
+gives the fold its total order per conversation; idempotence keeps a retried send
+from appearing twice in that order. Events carry their own id and time (the core
+never reads a clock), so they are stamped here, on the producing side.
+
+The worker-side appends (attempt, sent, handle, deltas, end, recovery, resume,
+termination) go through the same client: they are ingress events like any other.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+from turnledger.codec import encode
+from turnledger.model.deltas import NormalizedDelta
+from turnledger.model.events import (
+    AttemptTerminated,
+    CancelRequested,
+    DispatchAttempt,
+    DispatchRequested,
+    DispatchSent,
+    HandleBound,
+    IngressEvent,
+    RecoveryReported,
+    ResumeStarted,
+    StreamDeltas,
+    StreamEnded,
+    StreamOutcome,
+    SubmittedBlock,
+    TurnSubmitted,
+)
+from turnledger.model.graph import BlockKind, ResultStatus, Role, TrustLabel
+from turnledger.model.tools import ToolDefinition
+
+DEFAULT_INGRESS_TOPIC = "turnledger.ingress"
+
+
+class BrokerUnavailable(RuntimeError):
+    """Kafka could not be reached or did not acknowledge: says what was tried and how to fix it."""
+
+    def __init__(self, bootstrap: str, action: str, cause: BaseException | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.action = action
+        detail = f": {cause}" if cause else ""
+        super().__init__(
+            f"Kafka at {bootstrap!r} is unavailable while trying to {action}{detail}. "
+            "Start the local stack with `turnledger dev up` and export KAFKA_BOOTSTRAP_SERVERS, "
+            "or point --bootstrap / KAFKA_BOOTSTRAP_SERVERS at a reachable broker."
+        )
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class IngressSink(Protocol):
+    """Anything that appends ingress events in order per conversation (Kafka, or a test ledger)."""
+
+    async def append(self, event: IngressEvent) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """One terminal result envelope for one tool call of a canonical assistant turn."""
+
+    call_id: str
+    tool_name: str
+    argument_digest: str
+    generation: int
+    text: str
+    status: ResultStatus = ResultStatus.SUCCESS
+
+    def block(self) -> SubmittedBlock:
+        return SubmittedBlock(
+            id=f"t-{self.call_id}",
+            role=Role.TOOL,
+            kind=BlockKind.TOOL_RESULT,
+            trust_label=TrustLabel.TOOL,
+            text=self.text,
+            call_id=self.call_id,
+            tool_name=self.tool_name,
+            argument_digest=self.argument_digest,
+            generation=self.generation,
+            result_status=self.status,
+        )
+
+
+class EventFactory:
+    """Builds stamped ingress events; shared by the Kafka client and in-memory test sinks."""
+
+    def stamp(self, conversation_id: str) -> dict[str, Any]:
+        return {"conversation_id": conversation_id, "event_id": new_event_id(), "occurred_at_ms": now_ms()}
+
+    def user_turn(
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        turn_id: str | None = None,
+        block_id: str | None = None,
+        expected_revision: int | None = None,
+    ) -> TurnSubmitted:
+        turn_id = turn_id or f"u-{uuid.uuid4().hex[:12]}"
+        block = SubmittedBlock(
+            id=block_id or f"{turn_id}/b0",
+            role=Role.USER,
+            kind=BlockKind.TEXT,
+            trust_label=TrustLabel.USER,
+            text=text,
+        )
+        return TurnSubmitted(
+            **self.stamp(conversation_id),
+            turn_id=turn_id,
+            blocks=(block,),
+            expected_revision=expected_revision,
+        )
+
+    def tool_results(
+        self, conversation_id: str, results: Sequence[ToolResult], *, turn_id: str | None = None
+    ) -> TurnSubmitted:
+        turn_id = turn_id or "tr-" + "+".join(r.call_id for r in results)
+        return TurnSubmitted(
+            **self.stamp(conversation_id), turn_id=turn_id, blocks=tuple(r.block() for r in results)
+        )
+
+
+class GatewayClient(EventFactory):
+    """Async producer of ingress events. Use as `async with GatewayClient(bootstrap) as client:`."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topic: str = DEFAULT_INGRESS_TOPIC,
+        client_id: str = "turnledger-gateway",
+        request_timeout_ms: int = 15_000,
+        linger_ms: int = 2,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            client_id=client_id,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=linger_ms,
+            request_timeout_ms=request_timeout_ms,
+            max_batch_size=256 * 1024,
+        )
+        self._started = False
+
+    async def start(self) -> None:
+        try:
+            await self._producer.start()
+        except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+            await self._producer.stop()
+            raise BrokerUnavailable(self.bootstrap, "start the ingress producer", exc) from exc
+        self._started = True
+
+    async def stop(self) -> None:
+        if self._started:
+            self._started = False
+            await self._producer.stop()
+
+    async def __aenter__(self) -> GatewayClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- the one primitive -------------------------------------------------------------
+
+    async def append(self, event: IngressEvent) -> None:
+        """Append one event and wait for the broker's acknowledgement (acks=all)."""
+        await self.append_many((event,))
+
+    async def append_many(self, events: Iterable[IngressEvent]) -> None:
+        """Send in order and wait for all acknowledgements; per-conversation order is kept by the key."""
+        futures = []
+        try:
+            for event in events:
+                futures.append(
+                    await self._producer.send(
+                        self.topic, value=encode(event), key=event.conversation_id.encode("utf-8")
+                    )
+                )
+            for future in futures:
+                await future
+        except (KafkaConnectionError, KafkaTimeoutError) as exc:
+            raise BrokerUnavailable(self.bootstrap, f"append to {self.topic!r}", exc) from exc
+        except KafkaError as exc:
+            if getattr(exc, "retriable", False):
+                raise BrokerUnavailable(self.bootstrap, f"append to {self.topic!r}", exc) from exc
+            raise
+
+    # -- gateway side ------------------------------------------------------------------
+
+    async def submit_user_turn(self, conversation_id: str, text: str, **kwargs: Any) -> TurnSubmitted:
+        event = self.user_turn(conversation_id, text, **kwargs)
+        await self.append(event)
+        return event
+
+    async def submit_tool_results(
+        self, conversation_id: str, results: Sequence[ToolResult], *, turn_id: str | None = None
+    ) -> TurnSubmitted:
+        event = self.tool_results(conversation_id, results, turn_id=turn_id)
+        await self.append(event)
+        return event
+
+    async def request_dispatch(
+        self,
+        conversation_id: str,
+        *,
+        adapter: str,
+        provider: str,
+        model_revision: str,
+        max_output_tokens: int,
+        tools: Sequence[ToolDefinition] = (),
+        policy: dict[str, Any] | None = None,
+        operation_id: str | None = None,
+    ) -> DispatchRequested:
+        event = DispatchRequested(
+            **self.stamp(conversation_id),
+            operation_id=operation_id or f"op-{uuid.uuid4().hex[:16]}",
+            adapter=adapter,
+            provider=provider,
+            model_revision=model_revision,
+            tools=tuple(tools),
+            max_output_tokens=max_output_tokens,
+            policy=policy or {},
+        )
+        await self.append(event)
+        return event
+
+    async def cancel(self, conversation_id: str, operation_id: str | None = None, reason: str = "") -> None:
+        await self.append(
+            CancelRequested(**self.stamp(conversation_id), operation_id=operation_id, reason=reason)
+        )
+
+
+class WorkerEvents(EventFactory):
+    """The worker-side events of one attempt lifecycle, appended through any `IngressSink`."""
+
+    def __init__(self, sink: IngressSink, worker_id: str) -> None:
+        self.sink = sink
+        self.worker_id = worker_id
+
+    async def attempt(
+        self, conversation_id: str, operation_id: str, expected_revision: int, expected_cancel_generation: int
+    ) -> DispatchAttempt:
+        event = DispatchAttempt(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            expected_revision=expected_revision,
+            expected_cancel_generation=expected_cancel_generation,
+            worker_id=self.worker_id,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def sent(self, conversation_id: str, operation_id: str, generation: int) -> DispatchSent:
+        event = DispatchSent(
+            **self.stamp(conversation_id), operation_id=operation_id, attempt_generation=generation
+        )
+        await self.sink.append(event)
+        return event
+
+    async def handle_bound(
+        self, conversation_id: str, operation_id: str, generation: int, handle: str, manifest_digest: str
+    ) -> HandleBound:
+        event = HandleBound(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            response_handle=handle,
+            manifest_digest=manifest_digest,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def deltas(
+        self, conversation_id: str, operation_id: str, generation: int, deltas: Sequence[NormalizedDelta]
+    ) -> StreamDeltas:
+        event = StreamDeltas(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            deltas=tuple(deltas),
+        )
+        await self.sink.append(event)
+        return event
+
+    async def ended(
+        self,
+        conversation_id: str,
+        operation_id: str,
+        generation: int,
+        outcome: StreamOutcome,
+        *,
+        resumable: bool,
+        last_delta_sequence: int,
+    ) -> StreamEnded:
+        event = StreamEnded(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            outcome=outcome,
+            resumable=resumable,
+            last_delta_sequence=last_delta_sequence,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def recovered(self, conversation_id: str, operation_id: str, generation: int) -> RecoveryReported:
+        event = RecoveryReported(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            worker_id=self.worker_id,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def resume_started(
+        self, conversation_id: str, operation_id: str, generation: int, handle: str
+    ) -> ResumeStarted:
+        event = ResumeStarted(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            response_handle=handle,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def terminated(self, conversation_id: str, operation_id: str, generation: int) -> AttemptTerminated:
+        event = AttemptTerminated(
+            **self.stamp(conversation_id), operation_id=operation_id, attempt_generation=generation
+        )
+        await self.sink.append(event)
+        return event

@@ -1,0 +1,157 @@
+"""The stream pump: raw provider bytes → HandleBound first, then StreamDeltas per received chunk.
+
+Three things happen here that the parsers cannot do alone, because they depend on
+the connection rather than on the bytes of one response:
+
+- Handle first. The handle is appended (bound to the manifest digest) before any
+  delta, as soon as the parser learns it.
+- Events before the handle. A provider may re-send events of an earlier stream
+  before this one starts (late events after a reconnect). They have no handle, so
+  they cannot belong to this response: they are sent after the HandleBound, under
+  the empty handle, where the fold quarantines them as late blocks. The parser is
+  then restarted at sequence 0 on the event that carried the handle, so this
+  response's numbering does not depend on how much junk preceded it (a resumed read
+  of the same response must produce the same sequence numbers).
+- Wire dedup. OpenAI Responses numbers its events (`sequence_number`); an event at
+  or below the last one seen on this connection is a duplicate and is dropped
+  before parsing, since a duplicated event would otherwise produce new deltas with
+  new sequence numbers that the assembler could not recognise.
+
+Deltas at or below `acked` (already appended by an earlier read of the same
+generation) are not appended again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from turnledger.model.deltas import DeltaType, NormalizedDelta
+from turnledger.streaming import SseDecoder, SseEvent, StreamParser, parser_for
+
+OnHandle = Callable[[str], Awaitable[None]]
+OnDeltas = Callable[[list[NormalizedDelta]], Awaitable[None]]
+
+FINAL_TYPES = frozenset({DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR})
+SEQUENCED_APIS = frozenset({"openai-responses"})
+
+
+def encode_sse(event: SseEvent) -> bytes:
+    """One decoded SSE event back to its wire form (for the parser, which reads bytes)."""
+    lines = [f"event: {event.event}"] if event.event else []
+    lines.extend(f"data: {line}" for line in event.data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+@dataclass
+class PumpStats:
+    late_deltas: int = 0
+    wire_duplicates: int = 0
+    deltas_appended: int = 0
+    events: int = 0
+
+
+class StreamPump:
+    """Feed it the response body chunk by chunk; it appends through the callbacks."""
+
+    def __init__(
+        self,
+        api: str,
+        generation: int,
+        *,
+        on_handle: OnHandle,
+        on_deltas: OnDeltas,
+        response_handle: str | None = None,
+        acked: int = -1,
+    ) -> None:
+        self.api = api
+        self.generation = generation
+        self._on_handle = on_handle
+        self._on_deltas = on_deltas
+        self._bound = response_handle is not None
+        self._parser: StreamParser = parser_for(api, generation=generation, response_handle=response_handle)
+        self._sse = SseDecoder()
+        self._junk: list[NormalizedDelta] = []
+        self._junk_events = 0
+        self._last_wire_sequence = -1
+        self.acked = acked
+        self.saw_final = False
+        self.stats = PumpStats()
+
+    @property
+    def response_handle(self) -> str | None:
+        return self._parser.response_handle
+
+    async def feed(self, chunk: bytes) -> None:
+        batch: list[NormalizedDelta] = []
+        for event in self._sse.feed(chunk):
+            batch.extend(await self._event(event))
+        await self._append(batch)
+
+    async def close(self) -> None:
+        """The transport ended normally: flush what the decoders still hold."""
+        batch: list[NormalizedDelta] = []
+        for event in self._sse.flush():
+            batch.extend(await self._event(event))
+        batch.extend(self._accept(self._parser.flush()))
+        await self._append(batch)
+
+    async def _event(self, event: SseEvent) -> list[NormalizedDelta]:
+        self.stats.events += 1
+        if self._is_wire_duplicate(event):
+            self.stats.wire_duplicates += 1
+            return []
+        deltas = self._parser.feed(encode_sse(event))
+        if self._bound:
+            return self._accept(deltas)
+        if self._parser.response_handle is None:
+            self._junk.extend(deltas)
+            self._junk_events += 1
+            return []
+        handle = self._parser.response_handle
+        self._last_wire_sequence = _wire_sequence(event) if self.api in SEQUENCED_APIS else -1
+        if self._junk_events:
+            # restart numbering at this response's first event
+            self._parser = parser_for(self.api, generation=self.generation)
+            deltas = self._parser.feed(encode_sse(event))
+        self._bound = True
+        await self._on_handle(handle)
+        if self._junk:
+            self.stats.late_deltas += len(self._junk)
+            await self._on_deltas(self._junk)
+            self._junk = []
+        return self._accept(deltas)
+
+    def _is_wire_duplicate(self, event: SseEvent) -> bool:
+        if self.api not in SEQUENCED_APIS or not self._bound:
+            return False
+        sequence = _wire_sequence(event)
+        if sequence < 0:
+            return False
+        if sequence <= self._last_wire_sequence:
+            return True
+        self._last_wire_sequence = sequence
+        return False
+
+    def _accept(self, deltas: list[NormalizedDelta]) -> list[NormalizedDelta]:
+        fresh = [d for d in deltas if d.delta_sequence > self.acked]
+        if any(d.type in FINAL_TYPES for d in deltas):
+            self.saw_final = True
+        return fresh
+
+    async def _append(self, batch: list[NormalizedDelta]) -> None:
+        if not batch:
+            return
+        await self._on_deltas(batch)
+        self.acked = batch[-1].delta_sequence
+        self.stats.deltas_appended += len(batch)
+
+
+def _wire_sequence(event: SseEvent) -> int:
+    """The provider's own event number (`sequence_number`), or -1 when the event has none."""
+    try:
+        sequence = json.loads(event.data).get("sequence_number")
+    except (ValueError, AttributeError):
+        return -1
+    return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else -1

@@ -1,0 +1,133 @@
+"""An example tool executor: canonical tool calls in, terminal result envelopes out.
+
+Only `turnledger.tool-calls` feeds it, and only complete, validated calls of
+canonical responses reach that topic, so it never sees a partial call. Each result
+carries what the validator checks against the call: the call id, the tool name, the
+call's argument digest and the attempt generation that produced it. The calls of
+one assistant turn that arrive in one batch are answered in one TurnSubmitted; the
+fold accepts results one by one as well and keeps the next dispatch WAITING until
+every call has its result.
+
+The turn id is derived from the call ids, so a redelivered batch is refused as a
+DUPLICATE_TURN instead of adding results twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from turnledger.gateway.client import IngressSink, ToolResult, WorkerEvents
+from turnledger.model.events import ToolCallReady
+from turnledger.model.graph import ResultStatus
+from turnledger.model.tools import ToolDefinition
+
+ToolFn = Callable[[dict[str, Any]], str]
+
+
+class ToolError(Exception):
+    """A tool refused its input: becomes an `error` result, never a crash."""
+
+
+def _stable_int(*parts: str) -> int:
+    return int.from_bytes(hashlib.sha256("\x00".join(parts).encode()).digest()[:4], "big")
+
+
+def get_weather(args: dict[str, Any]) -> str:
+    city = str(args.get("city", "")).strip()
+    if not city:
+        raise ToolError("city is required")
+    unit = str(args.get("unit", "celsius"))
+    n = _stable_int("weather", city.lower())
+    temp_c = n % 35 - 5
+    temp = temp_c if unit == "celsius" else round(temp_c * 9 / 5 + 32)
+    sky = ("clear", "cloudy", "rain", "snow", "fog")[n % 5]
+    return json.dumps({"city": city, "temperature": temp, "unit": unit, "sky": sky}, sort_keys=True)
+
+
+def lookup_invoice(args: dict[str, Any]) -> str:
+    invoice_id = str(args.get("invoice_id", "")).strip()
+    if not invoice_id:
+        raise ToolError("invoice_id is required")
+    n = _stable_int("invoice", invoice_id)
+    if n % 11 == 0:
+        raise ToolError(f"invoice {invoice_id} not found")
+    status = ("paid", "open", "overdue")[n % 3]
+    return json.dumps(
+        {"invoice_id": invoice_id, "amount_cents": n % 100_000, "currency": "EUR", "status": status},
+        sort_keys=True,
+    )
+
+
+DEMO_TOOLS: tuple[ToolDefinition, ...] = (
+    ToolDefinition(
+        name="get_weather",
+        description="Current weather for a city.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 1},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolDefinition(
+        name="lookup_invoice",
+        description="Look up an invoice by id.",
+        input_schema={
+            "type": "object",
+            "properties": {"invoice_id": {"type": "string", "minLength": 1}},
+            "required": ["invoice_id"],
+            "additionalProperties": False,
+        },
+    ),
+)
+
+DEMO_IMPLEMENTATIONS: Mapping[str, ToolFn] = {"get_weather": get_weather, "lookup_invoice": lookup_invoice}
+
+
+def run_call(call: ToolCallReady, tools: Mapping[str, ToolFn]) -> ToolResult:
+    """Run one call; unknown tools, bad JSON and tool errors become `error` results."""
+    status, text = ResultStatus.SUCCESS, ""
+    fn = tools.get(call.tool_name)
+    try:
+        if fn is None:
+            raise ToolError(f"unknown tool {call.tool_name!r}")
+        args = json.loads(call.arguments)
+        if not isinstance(args, dict):
+            raise ToolError("arguments are not a JSON object")
+        text = fn(args)
+    except (ToolError, ValueError) as exc:
+        status, text = ResultStatus.ERROR, str(exc)
+    return ToolResult(
+        call_id=call.call_id,
+        tool_name=call.tool_name,
+        argument_digest=call.argument_digest,
+        generation=call.attempt_generation,
+        text=text,
+        status=status,
+    )
+
+
+class ToolExecutor:
+    """Answers batches of ToolCallReady records through any ingress sink."""
+
+    def __init__(self, sink: IngressSink, tools: Mapping[str, ToolFn] = DEMO_IMPLEMENTATIONS) -> None:
+        self.events = WorkerEvents(sink, "tool-executor")
+        self.tools = tools
+        self.calls_run = 0
+        self.errors = 0
+
+    async def handle(self, calls: Sequence[ToolCallReady]) -> None:
+        turns: dict[tuple[str, int], list[ToolCallReady]] = {}
+        for call in calls:
+            turns.setdefault((call.conversation_id, call.revision), []).append(call)
+        for (conversation_id, _revision), group in turns.items():
+            results = [run_call(call, self.tools) for call in group]
+            self.calls_run += len(results)
+            self.errors += sum(1 for r in results if r.status == ResultStatus.ERROR)
+            await self.events.sink.append(self.events.tool_results(conversation_id, results))

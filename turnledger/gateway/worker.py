@@ -1,0 +1,385 @@
+"""The dispatch worker: sends accepted manifests to providers and streams the answers back as events.
+
+It never decides and never writes history. For a PREPARED operation it asks the
+fold for the send acceptance point (DispatchAttempt → the CAS decision); only an
+accepted attempt is sent, with the manifest's exact request bytes and the idempotency
+key the CAS allocated. Everything the provider says goes back as ingress events; the
+fold decides what becomes canonical.
+
+After a stream ends the worker waits for the fold's verdict on that phase:
+- COMMITTED or CANCELLED: done.
+- UNKNOWN after a disconnect: if the provider keeps the response (endpoint says
+  so), ResumeStarted and read it again from the start under the same generation
+  (the fold's assembler drops deltas it already has, and the pump does not resend
+  them); otherwise AttemptTerminated (the connection is closed and nothing is kept,
+  so the attempt can produce nothing more) and a new DispatchAttempt from the same
+  manifest.
+- UNKNOWN for an incomplete or invalid response (terminated by the fold): a new
+  DispatchAttempt, up to `max_attempts` in all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+import httpx
+
+from turnledger.gateway.board import FINAL, DecisionBoard
+from turnledger.gateway.client import IngressSink, WorkerEvents
+from turnledger.gateway.endpoints import ProviderEndpoint, UnknownEndpointError, endpoint_of
+from turnledger.gateway.journal import JournalEntry, WorkerJournal
+from turnledger.gateway.pump import StreamPump
+from turnledger.model.deltas import NormalizedDelta
+from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued, StreamOutcome
+from turnledger.model.manifest import DispatchManifest
+from turnledger.model.reasons import ReasonCode
+
+log = logging.getLogger(__name__)
+S = DispatchState
+
+NOT_TERMINATED_REASONS = frozenset({ReasonCode.STREAM_DISCONNECTED, ReasonCode.WORKER_RECOVERED})
+
+
+class Verdict(StrEnum):
+    COMMITTED = "committed"
+    CANCELLED = "cancelled"
+    RETRY = "retry"  # the attempt is terminated: a new generation may start
+    GIVE_UP = "give_up"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker_id: str = "worker-1"
+    max_attempts: int = 4
+    max_resumes: int = 3
+    cas_timeout_s: float = 30.0
+    settle_timeout_s: float = 60.0
+    max_concurrency: int = 64
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+
+
+@dataclass
+class WorkerStats:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def bump(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+
+@dataclass
+class _Phase:
+    """One read of one generation's stream: the events it appended, what it saw."""
+
+    sources: set[str] = field(default_factory=set)
+    handle: str | None = None
+    acked: int = -1
+    outcome: StreamOutcome = StreamOutcome.COMPLETED
+
+
+class DispatchWorker:
+    def __init__(
+        self,
+        sink: IngressSink,
+        endpoints: Mapping[str, ProviderEndpoint],
+        *,
+        config: WorkerConfig | None = None,
+        journal: WorkerJournal | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.config = config or WorkerConfig()
+        self.events = WorkerEvents(sink, self.config.worker_id)
+        self.endpoints = endpoints
+        self.journal = journal or WorkerJournal(None)
+        self.board = DecisionBoard()
+        self.stats = WorkerStats()
+        self._http = http
+        self._own_http = http is None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(self.config.max_concurrency)
+        self._live = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> DispatchWorker:
+        if self._http is None:
+            timeout = httpx.Timeout(self.config.read_timeout_s, connect=self.config.connect_timeout_s)
+            limits = httpx.Limits(
+                max_connections=self.config.max_concurrency * 2, max_keepalive_connections=0
+            )
+            self._http = httpx.AsyncClient(timeout=timeout, limits=limits)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        for task in list(self._tasks.values()):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._own_http and self._http is not None:
+            await self._http.aclose()
+        self.journal.close()
+
+    @property
+    def busy(self) -> int:
+        return len(self._tasks)
+
+    # -- input ---------------------------------------------------------------------------
+
+    async def observe(self, records: list[ManifestIssued | DispatchDecision]) -> None:
+        """Records of the manifests topic, in order. Live: PREPARED operations get an attempt."""
+        await self.board.apply(records)
+        if not self._live:
+            return
+        for record in records:
+            if isinstance(record, DispatchDecision) and record.state == S.PREPARED and record.accepted:
+                self._spawn(record.operation_id)
+
+    async def go_live(self) -> None:
+        """Catch-up is over: recover what this worker id owned, then attempt every PREPARED operation."""
+        self._live = True
+        for entry in self.journal.open_entries():
+            self._spawn(entry.operation_id, entry)
+        for op_id, decision in list(self.board.latest.items()):
+            if decision.state == S.PREPARED and decision.accepted:
+                self._spawn(op_id)
+
+    def _spawn(self, operation_id: str, recovering: JournalEntry | None = None) -> None:
+        if operation_id in self._tasks:
+            return
+        task = asyncio.create_task(self._guarded(operation_id, recovering), name=f"dispatch-{operation_id}")
+        self._tasks[operation_id] = task
+
+    async def _guarded(self, operation_id: str, recovering: JournalEntry | None) -> None:
+        try:
+            async with self._slots:
+                await self._run(operation_id, recovering)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.bump("errors")
+            log.exception("dispatch of %s failed", operation_id)
+        finally:
+            self._tasks.pop(operation_id, None)
+
+    # -- one operation -------------------------------------------------------------------
+
+    async def _run(self, operation_id: str, recovering: JournalEntry | None) -> None:
+        manifest = self.board.manifests.get(operation_id)
+        if manifest is None:
+            log.warning("no manifest for %s; skipped", operation_id)
+            return
+        try:
+            endpoint = endpoint_of(self.endpoints, manifest.adapter)
+        except UnknownEndpointError as exc:
+            self.stats.bump("no_endpoint")
+            log.error("%s", exc)
+            return
+        attempts = 0
+        if recovering is not None:
+            verdict = await self._recover(manifest, endpoint, recovering)
+            if verdict is not Verdict.RETRY:
+                self._finish(manifest, verdict)
+                return
+        while attempts < self.config.max_attempts:
+            attempts += 1
+            verdict = await self._attempt(manifest, endpoint)
+            if verdict is not Verdict.RETRY:
+                self._finish(manifest, verdict)
+                return
+            self.stats.bump("retries")
+        self.stats.bump("gave_up")
+        log.warning("%s: giving up after %d attempts", operation_id, attempts)
+        self._finish(manifest, Verdict.GIVE_UP)
+
+    def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
+        self.stats.bump(f"verdict_{verdict.value}")
+        entry = self.journal.get(manifest.operation_id)
+        if entry is not None:
+            self.journal.write(replace(entry, done=True))
+        if verdict in (Verdict.COMMITTED, Verdict.CANCELLED):
+            self.board.forget(manifest.operation_id)
+
+    async def _attempt(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict:
+        """One generation: CAS, send, stream, and whatever follows the stream."""
+        conv, op = manifest.conversation_id, manifest.operation_id
+        current = self.board.latest.get(op)
+        after = current.attempt_generation if current else 0
+        self.journal.write(JournalEntry(op, conv, after))
+        attempt = await self.events.attempt(
+            conv, op, manifest.conversation_revision, manifest.cancel_generation
+        )
+        self.stats.bump("attempts")
+        answer = await self.board.cas_answer(attempt.event_id, self.config.cas_timeout_s)
+        if answer is None:
+            self.stats.bump("cas_timeouts")
+            return Verdict.GIVE_UP
+        if not answer.accepted or answer.state != S.DISPATCHING:
+            self.stats.bump("cas_conflicts")
+            log.info("%s: CAS conflict %s (%s)", op, answer.reason, answer.detail)
+            return Verdict.GIVE_UP
+        generation = answer.attempt_generation
+        key = answer.idempotency_key or ""
+        self.journal.write(JournalEntry(op, conv, after, generation))
+        phase = _Phase()
+        sent = await self.events.sent(conv, op, generation)
+        phase.sources.add(sent.event_id)
+        headers = {"content-type": "application/json", "idempotency-key": key, **endpoint.headers}
+        await self._stream(
+            manifest, endpoint, generation, phase, "POST", endpoint.url, headers, manifest.request_body
+        )
+        return await self._after_stream(manifest, endpoint, generation, phase)
+
+    async def _stream(
+        self,
+        manifest: DispatchManifest,
+        endpoint: ProviderEndpoint,
+        generation: int,
+        phase: _Phase,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: str | None,
+    ) -> None:
+        """One HTTP read of the stream; appends HandleBound, StreamDeltas and StreamEnded."""
+        conv, op = manifest.conversation_id, manifest.operation_id
+        assert self._http is not None
+
+        async def on_handle(handle: str) -> None:
+            phase.handle = handle
+            entry = self.journal.get(op)
+            if entry is not None:
+                self.journal.write(replace(entry, handle=handle))
+            bound = await self.events.handle_bound(conv, op, generation, handle, manifest.manifest_digest)
+            phase.sources.add(bound.event_id)
+
+        async def on_deltas(deltas: list[NormalizedDelta]) -> None:
+            event = await self.events.deltas(conv, op, generation, deltas)
+            phase.sources.add(event.event_id)
+
+        pump = StreamPump(
+            endpoint.api,
+            generation,
+            on_handle=on_handle,
+            on_deltas=on_deltas,
+            response_handle=phase.handle,
+            acked=phase.acked,
+        )
+        outcome = StreamOutcome.COMPLETED
+        try:
+            content = body.encode("utf-8") if body is not None else None
+            async with self._http.stream(method, url, content=content, headers=headers) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    self.stats.bump(f"http_{response.status_code}")
+                    outcome = StreamOutcome.PROVIDER_ERROR
+                else:
+                    async for chunk in response.aiter_raw():
+                        await pump.feed(chunk)
+                    await pump.close()
+        except httpx.TransportError as exc:
+            self.stats.bump("disconnects")
+            log.debug("%s generation %d: transport ended: %r", op, generation, exc)
+            outcome = StreamOutcome.DISCONNECTED
+        self.stats.bump("late_deltas", pump.stats.late_deltas)
+        self.stats.bump("wire_duplicates", pump.stats.wire_duplicates)
+        phase.acked = pump.acked
+        phase.outcome = outcome
+        phase.handle = pump.response_handle or phase.handle
+        resumable = (
+            outcome == StreamOutcome.DISCONNECTED
+            and phase.handle is not None
+            and endpoint.resumable(manifest.request_body)
+        )
+        ended = await self.events.ended(
+            conv, op, generation, outcome, resumable=resumable, last_delta_sequence=phase.acked
+        )
+        phase.sources.add(ended.event_id)
+
+    async def _after_stream(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: _Phase
+    ) -> Verdict:
+        conv, op = manifest.conversation_id, manifest.operation_id
+        resumes = 0
+        while True:
+            decision = await self.board.settled(op, generation, phase.sources, self.config.settle_timeout_s)
+            if decision is None:
+                self.stats.bump("settle_timeouts")
+                log.warning(
+                    "%s generation %d: no verdict within %ss", op, generation, self.config.settle_timeout_s
+                )
+                return Verdict.GIVE_UP
+            if decision.state == S.COMMITTED:
+                if resumes:
+                    self.stats.bump("resumed_commits")
+                return Verdict.COMMITTED
+            if decision.state == S.CANCELLED:
+                return Verdict.CANCELLED
+            if decision.reason not in NOT_TERMINATED_REASONS:
+                self.stats.bump("incomplete")
+                return Verdict.RETRY  # the fold terminated the attempt (incomplete, invalid, error)
+            can_resume = (
+                phase.handle is not None
+                and endpoint.resumable(manifest.request_body)
+                and endpoint.resume_url(phase.handle) is not None
+                and resumes < self.config.max_resumes
+            )
+            if not can_resume:
+                return await self._terminate(manifest, generation)
+            resumes += 1
+            self.stats.bump("resumes")
+            assert phase.handle is not None
+            resumed = await self.events.resume_started(conv, op, generation, phase.handle)
+            phase = _Phase(sources={resumed.event_id}, handle=phase.handle, acked=phase.acked)
+            url = endpoint.resume_url(phase.handle)
+            assert url is not None
+            await self._stream(
+                manifest, endpoint, generation, phase, "GET", url, dict(endpoint.headers), None
+            )
+
+    async def _terminate(self, manifest: DispatchManifest, generation: int) -> Verdict:
+        """Our connection is closed and the provider keeps nothing: the attempt can produce no more."""
+        conv, op = manifest.conversation_id, manifest.operation_id
+        event = await self.events.terminated(conv, op, generation)
+        self.stats.bump("terminated")
+        await self.board.state_after(op, event.event_id, self.config.settle_timeout_s)
+        latest = self.board.latest.get(op)
+        if latest is not None and latest.state in FINAL:
+            return Verdict.COMMITTED if latest.state == S.COMMITTED else Verdict.CANCELLED
+        return Verdict.RETRY
+
+    # -- crash recovery ------------------------------------------------------------------
+
+    async def _recover(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, entry: JournalEntry
+    ) -> Verdict:
+        """An operation this worker id owned before a restart: report it, then resume or terminate."""
+        conv, op = manifest.conversation_id, manifest.operation_id
+        latest = self.board.latest.get(op)
+        if latest is None:
+            return Verdict.RETRY
+        if latest.state in FINAL:
+            return Verdict.COMMITTED if latest.state == S.COMMITTED else Verdict.CANCELLED
+        if latest.state == S.PREPARED or latest.attempt_generation <= entry.after:
+            return Verdict.RETRY  # our attempt never got accepted: start one
+        generation = latest.attempt_generation
+        self.stats.bump("recoveries")
+        phase = _Phase(handle=entry.handle if entry.generation == generation else None)
+        if latest.state in (S.DISPATCHING, S.SENT, S.STREAMING):
+            event = await self.events.recovered(conv, op, generation)
+            phase.sources.add(event.event_id)
+        else:  # UNKNOWN already: the verdict is known
+            phase.sources.add(latest.source_event_id)
+        # everything is re-read from the start: the fold's assembler drops what it already has
+        phase.acked = -1
+        return await self._after_stream(manifest, endpoint, generation, phase)
