@@ -21,6 +21,7 @@ After a stream ends the worker waits for the fold's verdict on that phase:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Mapping
@@ -122,10 +123,8 @@ class DispatchWorker:
         for task in list(self._tasks.values()):
             task.cancel()
         for task in list(self._tasks.values()):
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
         if self._own_http and self._http is not None:
             await self._http.aclose()
         self.journal.close()

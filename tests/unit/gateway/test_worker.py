@@ -122,7 +122,7 @@ async def test_tool_loop_second_dispatch_waits_then_answers(h: Harness) -> None:
         )
     )
     await h.wait_state("op-2", DispatchState.COMMITTED)
-    last = [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id == "op-2"][0]
+    last = next(t for t in h.ledger.of_type(CommittedTurn) if t.operation_id == "op-2")
     assert [b.kind for b in last.blocks] == ["text"]
 
 
