@@ -1,0 +1,94 @@
+"""Running the worker and the tool executor against Kafka (used by the CLI and by `turnledger demo`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+from turnledger.gateway.client import GatewayClient
+from turnledger.gateway.endpoints import ProviderEndpoint
+from turnledger.gateway.journal import WorkerJournal
+from turnledger.gateway.tail import tail_topic
+from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor, ToolFn
+from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.model.base import Frozen
+from turnledger.model.events import DispatchDecision, ManifestIssued, ToolCallReady
+
+
+def topic_name(prefix: str, name: str) -> str:
+    """Physical topic names: the prefix is prepended verbatim, as the processors' `Topics` does."""
+    return f"{prefix}turnledger.{name}"
+
+
+def journal_path(journal_dir: Path | None, worker_id: str) -> Path | None:
+    return None if journal_dir is None else journal_dir / f"{worker_id}.jsonl"
+
+
+async def run_worker(
+    bootstrap: str,
+    endpoints: Mapping[str, ProviderEndpoint],
+    *,
+    stop: asyncio.Event,
+    prefix: str = "",
+    config: WorkerConfig | None = None,
+    journal_dir: Path | None = None,
+    started: asyncio.Event | None = None,
+    worker_box: list[DispatchWorker] | None = None,
+) -> None:
+    """Tail the manifests topic from the beginning; go live (recover, then attempt) once caught up."""
+    config = config or WorkerConfig()
+    journal = WorkerJournal(journal_path(journal_dir, config.worker_id))
+    async with (
+        GatewayClient(bootstrap, topic=topic_name(prefix, "ingress"), client_id=config.worker_id) as client,
+        DispatchWorker(client, endpoints, config=config, journal=journal) as worker,
+    ):
+        if worker_box is not None:
+            worker_box.append(worker)
+
+        async def on_batch(records: list[Frozen]) -> None:
+            await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
+
+        async def on_caught_up() -> None:
+            await worker.go_live()
+            if started is not None:
+                started.set()
+
+        await tail_topic(
+            bootstrap,
+            topic_name(prefix, "manifests"),
+            on_batch,
+            stop=stop,
+            on_caught_up=on_caught_up,
+            client_id=config.worker_id,
+        )
+
+
+async def run_tool_executor(
+    bootstrap: str,
+    *,
+    stop: asyncio.Event,
+    prefix: str = "",
+    tools: Mapping[str, ToolFn] = DEMO_IMPLEMENTATIONS,
+    group_id: str = "turnledger-tool-executor",
+    executor_box: list[ToolExecutor] | None = None,
+) -> None:
+    """Consume canonical tool calls (a consumer group: each call is run by one executor)."""
+    async with GatewayClient(
+        bootstrap, topic=topic_name(prefix, "ingress"), client_id="turnledger-tool-executor"
+    ) as client:
+        executor = ToolExecutor(client, tools)
+        if executor_box is not None:
+            executor_box.append(executor)
+
+        async def on_batch(records: list[Frozen]) -> None:
+            await executor.handle([r for r in records if isinstance(r, ToolCallReady)])
+
+        await tail_topic(
+            bootstrap,
+            topic_name(prefix, "tool-calls"),
+            on_batch,
+            stop=stop,
+            group_id=f"{prefix}{group_id}",
+            client_id="turnledger-tool-executor",
+        )
