@@ -52,7 +52,7 @@ async def tail_topic(
         raise BrokerUnavailable(bootstrap, f"read {topic!r}", exc) from exc
     try:
         if group_id is None:
-            partitions = await _partitions(consumer, topic)
+            partitions = await topic_partitions(consumer, topic)
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
             ends = await consumer.end_offsets(partitions)
@@ -91,7 +91,7 @@ async def tail_topic(
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> Sequence[TopicPartition]:
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> Sequence[TopicPartition]:
     for _ in range(50):
         parts = consumer.partitions_for_topic(topic)
         if parts:

@@ -295,6 +295,11 @@ class DispatchWorker:
         phase.acked = pump.acked
         phase.outcome = outcome
         phase.handle = pump.response_handle or phase.handle
+        if pump.saw_final:
+            # The provider's final event (message stop / error) already made the fold settle this
+            # attempt (COMMITTED or UNKNOWN-terminated); a StreamEnded after it is refused in UNKNOWN.
+            self.stats.bump("final_in_stream")
+            return
         resumable = (
             outcome == StreamOutcome.DISCONNECTED
             and phase.handle is not None

@@ -1,0 +1,1 @@
+"""`turnledger demo`: the whole system on the local stack, with faults, a report and invariant checks."""

@@ -1,0 +1,80 @@
+"""`turnledger demo`: the local stack, every service, N conversations with faults, a report, the invariants.
+
+Register in turnledger/cli.py with:
+    from turnledger.demo.cli import demo
+    app.command("demo")(demo)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from turnledger.demo.report import render
+from turnledger.demo.run import DemoOptions, run_demo
+from turnledger.gateway.client import BrokerUnavailable
+
+EXIT_VIOLATED = 1
+EXIT_UNAVAILABLE = 2
+
+
+def demo(
+    conversations: Annotated[int, typer.Option(min=1, help="Conversations to drive.")] = 240,
+    turns: Annotated[int, typer.Option(min=1, help="User turns per conversation.")] = 2,
+    fault_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Probability of each provider fault kind per request.")
+    ] = 0.04,
+    invalid_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of conversations that submit invalid tool results.")
+    ] = 0.08,
+    seed: Annotated[int, typer.Option(help="Seed of the fake provider and the driver.")] = 7,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of every topic.")] = 4,
+    concurrency: Annotated[int, typer.Option(min=1, help="Conversations in flight at once.")] = 48,
+) -> None:
+    """Run the whole system on the local stack (started if none is configured) and check its promises."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from turnledger.devstack.errors import DevstackError
+    from turnledger.devstack.session import session_endpoints
+
+    console = Console()
+    options = DemoOptions(
+        conversations=conversations,
+        turns=turns,
+        fault_rate=fault_rate,
+        invalid_rate=invalid_rate,
+        seed=seed,
+        partitions=partitions,
+        concurrency=concurrency,
+    )
+    try:
+        with session_endpoints() as endpoints:
+            console.print(
+                f"stack: Kafka {endpoints.bootstrap}, Redis {endpoints.redis_url} ({endpoints.source})"
+            )
+            with Progress(
+                TextColumn("conversations"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as bar:
+                task = bar.add_task("conversations", total=conversations)
+                result = asyncio.run(
+                    run_demo(
+                        endpoints.bootstrap, options, lambda done, total: bar.update(task, completed=done)
+                    )
+                )
+    except BrokerUnavailable as exc:
+        console.print(f"[red]turnledger demo: {exc}[/red]")
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
+    except DevstackError as exc:
+        console.print(f"[red]turnledger demo: could not start the local stack: {exc}[/red]")
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
+    render(result, console)
+    if not result.ok:
+        raise typer.Exit(EXIT_VIOLATED)

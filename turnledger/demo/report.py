@@ -1,0 +1,82 @@
+"""Rendering a demo result: metrics of the spec, then the invariants (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from turnledger.demo.metrics import percentile
+from turnledger.demo.run import DemoResult
+
+
+def _counter(counter: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "-"
+
+
+def render(result: DemoResult, console: Console) -> None:
+    m, d, w = result.metrics, result.driver, result.worker_counts
+    console.print(
+        f"\n[bold]turnledger demo[/bold] — {result.options.conversations} conversations, "
+        f"{result.seconds:.1f}s, topic prefix {result.prefix!r}"
+    )
+    run = Table(title="run", show_header=False)
+    rows = [
+        ("conversations completed / failed / stalled", f"{d.completed} / {d.failed} / {d.stalled}"),
+        ("user turns, dispatches, tool rounds", f"{d.user_turns}, {d.dispatches}, {d.tool_rounds}"),
+        ("tool calls run", str(result.tool_calls_run)),
+        ("provider requests (POST + resume GET)", str(result.requests)),
+        ("injected provider faults", _counter(result.faults)),
+        ("injected invalid submissions", _counter(dict(d.invalid_submitted))),
+        ("operations, committed", f"{m.operations}, {m.committed}"),
+        ("committed at generation", _counter({f"g{k}": v for k, v in m.generations.items()})),
+        ("final operation states", _counter(dict(m.final_states))),
+        ("worker", _counter({k: v for k, v in w.items() if v})),
+    ]
+    for k, v in rows:
+        run.add_row(k, v)
+    console.print(run)
+    metrics = Table(title="metrics (from the output topics)")
+    metrics.add_column("metric")
+    metrics.add_column("value")
+    ages = m.unknown_ages_ms
+    rate = m.handle_recovery_rate
+    for k, v in [
+        (
+            "sequence-validator rejections",
+            f"{sum(m.validator_rejections.values())} ({_counter(dict(m.validator_rejections))})",
+        ),
+        ("orphaned / duplicate tool results", f"{m.orphaned_results} / {m.duplicate_results}"),
+        (
+            "age of UNKNOWN dispatches (resolved)",
+            f"n={len(ages)} p50={percentile(ages, 0.5)}ms p95={percentile(ages, 0.95)}ms max={max(ages, default=0)}ms",
+        ),
+        ("UNKNOWN dispatches still open", f"{m.unknown_open} (oldest {m.unknown_open_max_age_ms}ms)"),
+        (
+            "handle recovery rate",
+            f"{m.handle_recovered}/{m.handle_episodes}"
+            + (f" = {rate:.0%}" if rate is not None else "")
+            + f" (disconnects before a handle: {m.disconnects_without_handle})",
+        ),
+        ("late blocks (quarantine)", f"{sum(m.late_blocks.values())} ({_counter(dict(m.late_blocks))})"),
+        ("preview retractions", str(m.preview_retractions)),
+        ("canonical CAS conflicts", str(m.canonical_cas_conflicts)),
+        (
+            "dispatch CAS conflicts",
+            f"{sum(m.dispatch_cas_conflicts.values())} ({_counter(dict(m.dispatch_cas_conflicts))})",
+        ),
+        ("partial tool dispatches", str(m.partial_tool_dispatches)),
+        ("other rejections", _counter(dict(m.other_rejections))),
+    ]:
+        metrics.add_row(k, v)
+    console.print(metrics)
+    inv = Table(title="invariants")
+    inv.add_column("invariant")
+    inv.add_column("checked", justify="right")
+    inv.add_column("violations", justify="right")
+    inv.add_column("")
+    for c in result.checks:
+        mark = "[green]ok[/green]" if c.ok else "[red]VIOLATED[/red] " + "; ".join(c.examples)
+        inv.add_row(c.name, str(c.checked), str(c.violations), mark)
+    console.print(inv)
+    verdict = "[green]all invariants hold[/green]" if result.ok else "[red]invariants violated[/red]"
+    console.print(verdict)
