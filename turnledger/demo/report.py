@@ -48,7 +48,8 @@ def render(result: DemoResult, console: Console) -> None:
         ("orphaned / duplicate tool results", f"{m.orphaned_results} / {m.duplicate_results}"),
         (
             "age of UNKNOWN dispatches (resolved)",
-            f"n={len(ages)} p50={percentile(ages, 0.5)}ms p95={percentile(ages, 0.95)}ms max={max(ages, default=0)}ms",
+            f"n={len(ages)} p50={percentile(ages, 0.5)}ms p95={percentile(ages, 0.95)}ms "
+            f"max={max(ages, default=0)}ms",
         ),
         ("UNKNOWN dispatches still open", f"{m.unknown_open} (oldest {m.unknown_open_max_age_ms}ms)"),
         (
