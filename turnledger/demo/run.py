@@ -26,7 +26,7 @@ from turnledger.demo.driver import Driver, DriverStats
 from turnledger.demo.metrics import Metrics, compute
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
-from turnledger.gateway.fake_provider import FakeProvider, FaultPlan
+from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.runner import run_tool_executor, run_worker, topic_name
 from turnledger.gateway.tail import tail_topic, topic_partitions
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
@@ -43,6 +43,8 @@ class DemoOptions:
     concurrency: int = 48
     timeout_s: float = 200.0
     prefix: str = ""
+    #: one scripted fault of each kind on the first requests (besides the random ones)
+    every_fault_kind: bool = False
 
 
 @dataclass
@@ -77,7 +79,7 @@ async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | No
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     try:
-        plan = FaultPlan.uniform(options.fault_rate) if options.fault_rate > 0 else FaultPlan()
+        plan = _fault_plan(options)
         async with FakeProvider(
             seed=options.seed, fault_plan=plan, assume_stream=True, retain_responses=True
         ) as fp:
@@ -144,6 +146,12 @@ async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | No
         tool_calls_run=executors[0].calls_run if executors else 0,
         evidence=evidence,
     )
+
+
+def _fault_plan(options: DemoOptions) -> FaultPlan:
+    rates = FaultPlan.uniform(options.fault_rate).rates if options.fault_rate > 0 else {}
+    scripted = {i: (Fault(kind),) for i, kind in enumerate(FaultKind)} if options.every_fault_kind else {}
+    return FaultPlan(rates=rates, by_request=scripted)
 
 
 async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None) -> None:

@@ -1,0 +1,134 @@
+"""End to end on the real broker: a small demo with every fault kind, and a worker SIGKILLed mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from turnledger.demo.checks import all_checks
+from turnledger.demo.collect import read_all
+from turnledger.demo.run import DemoOptions, _processor_caught_up, _start_processor, _stop_processor, run_demo
+from turnledger.gateway.client import GatewayClient
+from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
+from turnledger.gateway.runner import topic_name
+from turnledger.gateway.tail import tail_topic
+from turnledger.gateway.tool_executor import DEMO_TOOLS
+from turnledger.model.base import Frozen
+from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState
+from turnledger.model.reasons import ReasonCode
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+S = DispatchState
+
+
+@pytest.mark.slow
+async def test_small_demo_with_every_fault_kind_keeps_every_invariant(kafka_bootstrap: str) -> None:
+    options = DemoOptions(
+        conversations=24,
+        fault_rate=0.05,
+        invalid_rate=0.3,
+        partitions=2,
+        every_fault_kind=True,
+        timeout_s=150,
+    )
+    result = await run_demo(kafka_bootstrap, options)
+    failed = [(c.name, c.examples) for c in result.checks if not c.ok]
+    assert not failed
+    # a conversation may run out of attempts under faults (the worker gives up after 4 generations)
+    d = result.driver
+    assert (
+        d.completed + d.stalled + d.failed == options.conversations
+        and d.completed >= options.conversations - 2
+    )
+    expected = {k.value for k in FaultKind} - {FaultKind.LATE_EVENTS.value}  # needs a retried body
+    assert expected <= set(result.faults)
+    assert result.metrics.partial_tool_dispatches == 0
+    assert result.metrics.orphaned_results + result.metrics.duplicate_results > 0
+
+
+def _worker_cmd(bootstrap: str, prefix: str, url: str, journal: Path, retains: bool) -> list[str]:
+    code = "import typer; from turnledger.gateway.cli import worker; typer.run(worker)"
+    args = [
+        sys.executable, "-c", code, "--bootstrap", bootstrap, "--topic-prefix", prefix, "--provider-url", url,
+        "--worker-id", "crash-worker", "--journal-dir", str(journal), "--log-level", "WARNING",
+    ]  # fmt: skip
+    return [*args, "--retains-responses" if retains else "--no-retains-responses"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("adapter", "model", "retains", "generation"),
+    [
+        ("anthropic-messages@1", "anthropic/claude-sonnet-4@2025-05", False, 2),
+        ("openai-responses@1", "openai/gpt-4.1@2025-04", True, 1),
+    ],
+)
+async def test_worker_sigkill_mid_stream_recovers_through_unknown_to_one_canonical_turn(
+    kafka_bootstrap: str, tmp_path: Path, adapter: str, model: str, retains: bool, generation: int
+) -> None:
+    from turnledger.processors.topics import Topics, ensure_topics
+
+    prefix = f"t-crash-{uuid.uuid4().hex[:8]}-"
+    await ensure_topics(kafka_bootstrap, Topics(prefix=prefix), 1)
+    processor = _start_processor(kafka_bootstrap, prefix)
+    # the first request streams slowly so the kill lands mid-stream; later reads are fast
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.SLOW, 60),)})
+    decisions: list[DispatchDecision] = []
+    stop = asyncio.Event()
+
+    async def on_batch(records: list[Frozen]) -> None:
+        decisions.extend(r for r in records if isinstance(r, DispatchDecision))
+
+    async def wait_for(pred, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not pred():
+            assert asyncio.get_running_loop().time() < deadline, [(d.state, d.reason) for d in decisions]
+            await asyncio.sleep(0.05)
+
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        async with FakeProvider(seed=5, fault_plan=plan, assume_stream=True, retain_responses=retains) as fp:
+            tail = asyncio.create_task(
+                tail_topic(kafka_bootstrap, topic_name(prefix, "manifests"), on_batch, stop=stop)
+            )
+            cmd = _worker_cmd(kafka_bootstrap, prefix, fp.base_url, tmp_path, retains)
+            workers.append(subprocess.Popen(cmd, start_new_session=True))
+            async with GatewayClient(kafka_bootstrap, topic=topic_name(prefix, "ingress")) as client:
+                await client.submit_user_turn("conv-crash", "weather in Oslo?")
+                await client.request_dispatch(
+                    "conv-crash", operation_id="op-crash", adapter=adapter, provider=adapter.split("-")[0],
+                    model_revision=model, tools=DEMO_TOOLS, max_output_tokens=512,
+                )  # fmt: skip
+                await wait_for(lambda: any(d.state == S.STREAMING for d in decisions))
+                os.kill(workers[0].pid, signal.SIGKILL)
+                workers[0].wait()
+                workers.append(subprocess.Popen(cmd, start_new_session=True))
+                await wait_for(lambda: any(d.state == S.COMMITTED for d in decisions), 90)
+            await _processor_caught_up(kafka_bootstrap, prefix)
+            stop.set()
+            await tail
+            requests = list(fp.requests)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+                w.wait(timeout=20)
+        _stop_processor(processor)
+    recovered = [d for d in decisions if d.state == S.UNKNOWN and d.reason == ReasonCode.WORKER_RECOVERED]
+    assert len(recovered) == 1
+    committed = [d for d in decisions if d.state == S.COMMITTED]
+    assert len(committed) == 1 and committed[0].attempt_generation == generation
+    evidence = await read_all(kafka_bootstrap, prefix)
+    turns = [t for t in evidence.of("committed", CommittedTurn) if t.operation_id == "op-crash"]
+    assert len(turns) == 1 and turns[0].attempt_generation == generation
+    assert all(c.ok for c in all_checks(evidence, requests, prefix)), [
+        (c.name, c.examples) for c in all_checks(evidence, requests, prefix) if not c.ok
+    ]
