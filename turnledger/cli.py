@@ -12,6 +12,15 @@ app = typer.Typer(
 )
 
 
+@app.command()
+def demo() -> None:
+    """Run the demo on the local stack (for now: a Kafka -> Redis smoke round trip)."""
+    from turnledger.demo_smoke import run
+
+    if not run():
+        raise typer.Exit(1)
+
+
 def _register() -> None:
     from turnledger.devstack.cli import dev_app
 
