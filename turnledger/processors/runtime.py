@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
 from turnledger.processors.errors import (
@@ -217,10 +218,29 @@ def _to_input(message: object) -> InputRecord:
     )
 
 
-def _fatal_producer(producer: AIOKafkaProducer) -> bool:
-    """aiokafka exposes no public flag; once fatal, the producer can neither commit nor abort."""
+def _retrieve_exception(future: asyncio.Future[object]) -> None:
+    """A failed transaction fails every pending send with the same error; it is handled once, at the
+    commit, and must not be logged again per record as "exception was never retrieved"."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _fatal_error(producer: AIOKafkaProducer) -> BaseException | None:
+    """The error that made the producer unusable (it can then neither commit nor abort), else None.
+
+    aiokafka has no public accessor; its transaction manager keeps the error on the
+    transaction waiter, which nobody awaits once we stop, so it is retrieved here too.
+    """
     txn_manager = getattr(producer, "_txn_manager", None)
-    return bool(txn_manager is not None and txn_manager.is_fatal_error())
+    if txn_manager is None or not txn_manager.is_fatal_error():
+        return None
+    waiter = txn_manager.wait_for_transaction_end()
+    if waiter.done() and not waiter.cancelled():
+        return waiter.exception() or ProcessorError("fatal producer error")
+    return ProcessorError("fatal producer error")
+
+
+ReadyHook = Callable[["PartitionProcessor"], None]
 
 
 class PartitionProcessor:
@@ -234,7 +254,10 @@ class PartitionProcessor:
         on_poison: PoisonHook,
         *,
         store: PartitionStore | None = None,
+        on_ready: ReadyHook | None = None,
     ) -> None:
+        """`on_ready(processor)` runs once state is restored and the consumer positioned, before the first
+        batch (readiness probes, tests that inspect the restored state)."""
         self.config = config
         self.partition = partition
         self.fold = fold
@@ -250,6 +273,7 @@ class PartitionProcessor:
         self._stop = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._on_ready = on_ready
 
     def stop(self) -> None:
         """Ask the processor to commit its open batch and return; safe to call from a signal handler."""
@@ -265,6 +289,8 @@ class PartitionProcessor:
             await self._start()
             if self._stop.is_set():
                 return ProcessorExit.STOPPED
+            if self._on_ready is not None:
+                self._on_ready(self)
             self.ready.set()
             await self._loop()
             return ProcessorExit.STOPPED
@@ -409,20 +435,22 @@ class PartitionProcessor:
                 futures.append(
                     await producer.send(changelog, value, key=key.encode("utf-8"), partition=self.partition)
                 )
+            for future in futures:
+                future.add_done_callback(_retrieve_exception)
             await producer.send_offsets_to_transaction({self.tp: next_offset}, self.config.offsets_group)
             # A produce that failed for good must abort the batch, never be committed around.
             await asyncio.gather(*futures)
             await producer.commit_transaction()
-        except ProducerFenced as exc:
-            raise ProducerFencedError(self.transactional_id) from exc
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if _fatal_producer(producer):
-                cause = producer._txn_manager.wait_for_transaction_end()  # type: ignore[union-attr]
-                if cause.done() and isinstance(cause.exception(), ProducerFenced):
-                    raise ProducerFencedError(self.transactional_id) from exc
-                raise ProcessorError(f"partition {self.partition}: producer failed fatally: {exc!r}") from exc
+            fatal = _fatal_error(producer)
+            if isinstance(exc, ProducerFenced) or isinstance(fatal, ProducerFenced):
+                raise ProducerFencedError(self.transactional_id) from exc
+            if fatal is not None:
+                raise ProcessorError(
+                    f"partition {self.partition}: producer failed fatally: {fatal!r}"
+                ) from exc
             if in_transaction:
                 try:
                     await producer.abort_transaction()
@@ -453,22 +481,22 @@ class PartitionProcessor:
 
 async def ingress_partitions(bootstrap: str, topic: str) -> list[int]:
     """All partition numbers of `topic`, for `--partitions all`."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        await consumer.start()
+        await admin.start()
     except KafkaConnectionError as exc:
         raise KafkaUnavailableError(bootstrap, exc) from exc
     try:
-        topics = await consumer.topics()
-        if topic not in topics:
-            raise ProcessorError(
-                f"input topic {topic!r} does not exist on {bootstrap}; create the topics first "
-                "(`turnledger process --create-topics N`, or ensure_topics())"
-            )
-        parts = consumer.partitions_for_topic(topic)
-        return sorted(parts or [])
+        described = await admin.describe_topics([topic])
     finally:
-        await consumer.stop()
+        await admin.close()
+    parts = [p["partition"] for t in described if t["error_code"] == 0 for p in t["partitions"]]
+    if not parts:
+        raise ProcessorError(
+            f"input topic {topic!r} does not exist on {bootstrap}; create the topics first "
+            "(`turnledger process --create-topics N`, or ensure_topics())"
+        )
+    return sorted(parts)
 
 
 class ProcessorApp:
@@ -485,8 +513,11 @@ class ProcessorApp:
         fold_factory: FoldFactory,
         on_poison: PoisonHook | None = None,
         partitions: Sequence[int] | None = None,
+        *,
+        on_ready: ReadyHook | None = None,
     ) -> None:
         """`on_poison` defaults to the fold's own `on_poison` method, else `json_poison_hook`."""
+        self.on_ready = on_ready
         self.config = config
         self.fold_factory = fold_factory
         self.on_poison = on_poison
@@ -506,7 +537,9 @@ class ProcessorApp:
             partitions = await ingress_partitions(self.config.bootstrap, self.config.topics.ingress)
         for p in partitions:
             fold = self.fold_factory(p)
-            self.processors[p] = PartitionProcessor(self.config, p, fold, self._poison_hook(fold))
+            self.processors[p] = PartitionProcessor(
+                self.config, p, fold, self._poison_hook(fold), on_ready=self.on_ready
+            )
         if self._stop_requested:
             self.stop()
         loop = asyncio.get_running_loop()

@@ -286,9 +286,10 @@ async def restore_from_changelog(
     records = 0
     try:
         consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
+        begin = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
+        consumer.seek(tp, begin)
+        while begin < end and await consumer.position(tp) < end:
             fetched = await consumer.getmany(tp, timeout_ms=poll_timeout_ms, max_records=max_records)
             writes: dict[str, bytes | None] = {}
             for message in fetched.get(tp, []):
