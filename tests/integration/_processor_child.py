@@ -105,13 +105,8 @@ def main() -> int:
 
     command = typer.Typer(add_completion=False)
     command.command()(process)
-    try:
-        command(rest, standalone_mode=False)
-    except SystemExit as exc:  # pragma: no cover - typer's own exits
-        return int(exc.code or 0)
-    except typer.Exit as exc:
-        return exc.exit_code
-    return 0
+    code = command(rest, standalone_mode=False)  # click returns the exit code instead of exiting
+    return int(code or 0)
 
 
 if __name__ == "__main__":

@@ -167,3 +167,40 @@ def test_parse_partitions() -> None:
     assert parse_partitions("0-2,5") == [0, 1, 2, 5]
     with pytest.raises(typer.BadParameter):
         parse_partitions("x")
+
+
+def _cli() -> typer.Typer:
+    from turnledger.processors.cli import process
+
+    app = typer.Typer()
+    app.command()(process)
+    return app
+
+
+def test_cli_without_bootstrap_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    result = CliRunner().invoke(_cli(), ["--partitions", "0"])
+    assert result.exit_code == 2
+    assert "turnledger dev up" in result.output and "KAFKA_BOOTSTRAP_SERVERS" in result.output
+
+
+def test_cli_unreachable_kafka_is_a_clear_error() -> None:
+    from typer.testing import CliRunner
+
+    args = ["--bootstrap", "127.0.0.1:1", "--fold", "tests.unit.test_processors_runtime:_counter_factory"]
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 2, result.output
+    assert "not reachable at '127.0.0.1:1'" in result.output and "turnledger dev up" in result.output
+
+
+def test_cli_rejects_a_bad_fold_spec() -> None:
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(_cli(), ["--bootstrap", "127.0.0.1:1", "--fold", "no.such.module:f"])
+    assert result.exit_code == 2
+
+
+def _counter_factory(topics: Topics, partition: int) -> CounterFold:
+    return CounterFold()

@@ -71,6 +71,13 @@ class ProcessorConfig:
     """Kafka Streams' EOS value: a crashed processor's open transaction stops holding back read_committed
     readers (the LSO) after this long, unless a successor fences it sooner."""
     idle_poll_ms: int = 100
+    producer_retry_backoff_ms: int = 20
+    """aiokafka's default is 100 ms. A Kafka 4.x broker answers a produce that races the previous
+    transaction's markers with a retriable NOT_ENOUGH_REPLICAS (KIP-890 verification, as old produce
+    versions know no better error); each such retry stalls the whole batch for the backoff."""
+    producer_max_batch_bytes: int = 512 * 1024
+    """aiokafka's default 16 KiB makes `send()` wait for the previous batch of a partition to drain, which
+    inside a transaction means waiting for AddPartitionsToTxn; stays below the broker's 1 MB default."""
     max_consecutive_aborts: int = 10
     retry_backoff_ms: int = 200
 
@@ -316,6 +323,8 @@ class PartitionProcessor:
             transaction_timeout_ms=cfg.transaction_timeout_ms,
             enable_idempotence=True,
             acks="all",
+            retry_backoff_ms=cfg.producer_retry_backoff_ms,
+            max_batch_size=cfg.producer_max_batch_bytes,
         )
         try:
             await self._producer.start()
@@ -524,6 +533,7 @@ class ProcessorApp:
         self.partitions = list(partitions) if partitions is not None else None
         self.processors: dict[int, PartitionProcessor] = {}
         self._stop_requested = False
+        self._tasks: list[asyncio.Task[ProcessorExit]] = []
 
     def stop(self) -> None:
         self._stop_requested = True
@@ -532,9 +542,14 @@ class ProcessorApp:
 
     async def run(self, *, handle_signals: bool = True) -> dict[int, ProcessorExit]:
         """Run until every partition has stopped; raises the first non-fencing failure."""
-        partitions = self.partitions
-        if partitions is None:
-            partitions = await ingress_partitions(self.config.bootstrap, self.config.topics.ingress)
+        existing = await ingress_partitions(self.config.bootstrap, self.config.topics.ingress)
+        partitions = existing if self.partitions is None else self.partitions
+        missing = sorted(set(partitions) - set(existing))
+        if missing:
+            raise ProcessorError(
+                f"partitions {missing} do not exist: {self.config.topics.ingress!r} has partitions "
+                f"0..{len(existing) - 1}"
+            )
         for p in partitions:
             fold = self.fold_factory(p)
             self.processors[p] = PartitionProcessor(
@@ -549,6 +564,7 @@ class ProcessorApp:
         tasks = {
             asyncio.create_task(proc.run(), name=f"partition-{p}"): p for p, proc in self.processors.items()
         }
+        self._tasks = list(tasks)
         results: dict[int, ProcessorExit] = {}
         failure: BaseException | None = None
         try:
@@ -559,8 +575,11 @@ class ProcessorApp:
                     p = tasks[task]
                     try:
                         results[p] = task.result()
+                    except asyncio.CancelledError:
+                        log.warning("partition %d cancelled", p)
                     except Exception as exc:
-                        log.error("partition %d failed: %s", p, exc, exc_info=exc)
+                        trace = None if isinstance(exc, ProcessorError) else exc
+                        log.error("partition %d failed: %s", p, exc, exc_info=trace)
                         if failure is None:
                             failure = exc
                             self.stop()
@@ -582,5 +601,12 @@ class ProcessorApp:
         return json_poison_hook(self.config.topics)
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        """First signal: commit the open batches and stop. Second: cancel at once (nothing more commits;
+        open transactions are aborted by the next owner's fencing or the transaction timeout)."""
+        if self._stop_requested:
+            log.warning("received %s again: cancelling without committing open batches", sig.name)
+            for task in self._tasks:
+                task.cancel()
+            return
         log.info("received %s: committing open batches and stopping", sig.name)
         self.stop()
