@@ -204,3 +204,14 @@ def test_cli_rejects_a_bad_fold_spec() -> None:
 
 def _counter_factory(topics: Topics, partition: int) -> CounterFold:
     return CounterFold()
+
+
+def test_key_partition_matches_aiokafkas_default_partitioner() -> None:
+    from aiokafka.partitioner import DefaultPartitioner
+
+    from turnledger.processors.writer import key_partition
+
+    for i in range(500):
+        key = f"conv-{i}".encode()
+        for n in (1, 2, 3, 12):
+            assert key_partition(key, n) == DefaultPartitioner()(key, list(range(n)), list(range(n)))

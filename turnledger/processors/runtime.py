@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import itertools
 import logging
 import signal
 import time
@@ -46,6 +47,7 @@ from turnledger.processors.store import (
     restore_from_changelog,
 )
 from turnledger.processors.topics import Topics
+from turnledger.processors.writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -280,6 +282,7 @@ class PartitionProcessor:
         self._stop = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._writer: BatchWriter | None = None
         self._on_ready = on_ready
 
     def stop(self) -> None:
@@ -330,6 +333,7 @@ class PartitionProcessor:
             await self._producer.start()
         except KafkaConnectionError as exc:
             raise KafkaUnavailableError(cfg.bootstrap, exc) from exc
+        self._writer = BatchWriter(self._producer)
         log.info(
             "partition %d: producer %r initialised (predecessors fenced)",
             self.partition,
@@ -433,17 +437,18 @@ class PartitionProcessor:
 
     async def _commit(self, outputs: list[OutputRecord], overlay: OverlayStore, next_offset: int) -> None:
         producer = self._producer
-        assert producer is not None
+        assert producer is not None and self._writer is not None
         in_transaction = False
         try:
             await producer.begin_transaction()
             in_transaction = True
-            futures = [await producer.send(out.topic, out.value, key=out.key) for out in outputs]
             changelog = self.config.topics.changelog
-            for key, value in overlay.dirty.items():
-                futures.append(
-                    await producer.send(changelog, value, key=key.encode("utf-8"), partition=self.partition)
+            futures = await self._writer.write(
+                itertools.chain(
+                    ((out.topic, None, out.key, out.value) for out in outputs),
+                    ((changelog, self.partition, k.encode("utf-8"), v) for k, v in overlay.dirty.items()),
                 )
+            )
             for future in futures:
                 future.add_done_callback(_retrieve_exception)
             await producer.send_offsets_to_transaction({self.tp: next_offset}, self.config.offsets_group)
