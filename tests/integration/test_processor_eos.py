@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from turnledger.processors.fold import InputRecord, OutputRecord, StateStore
-from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
 from turnledger.processors.topics import Topics, ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -404,6 +405,46 @@ async def test_second_processor_fences_the_first(
         if successor is not None:
             successor.kill()
     await assert_exactly_once(kafka_bootstrap, topics, inputs)
+
+
+async def test_failed_transaction_rolls_back_state_and_position(kafka_bootstrap: str, topics: Topics) -> None:
+    """The 3rd commit fails after its records reached the broker: the runtime aborts, drops the batch's
+    state writes, seeks back and folds the batch again. A leaked write would double the counts."""
+    await ensure_topics(kafka_bootstrap, topics, partitions=1)
+    inputs = await produce(kafka_bootstrap, topics.ingress, workload(300, keys=6))
+    app_id = f"{topics.prefix}app"
+    config = ProcessorConfig(
+        bootstrap=kafka_bootstrap, app_id=app_id, topics=topics, batch_max_records=50, retry_backoff_ms=10
+    )
+
+    def inject_failure(processor: PartitionProcessor) -> None:
+        producer = processor._producer
+        assert producer is not None
+        commit = producer.commit_transaction
+        calls = [0]
+
+        async def flaky_commit() -> None:
+            calls[0] += 1
+            if calls[0] == 3:
+                await producer.flush()
+                raise KafkaError("injected commit failure")
+            await commit()
+
+        producer.commit_transaction = flaky_commit  # type: ignore[method-assign]
+
+    app = ProcessorApp(config, lambda p: counter_fold(topics, p), on_ready=inject_failure)
+    task = asyncio.create_task(app.run(handle_signals=False))
+    try:
+        await wait_all_committed(kafka_bootstrap, app_id, topics, inputs, timeout_s=30)
+    finally:
+        app.stop()
+    assert await asyncio.wait_for(task, 15) == {0: ProcessorExit.STOPPED}
+    metrics = app.processors[0].metrics
+    assert (metrics.aborted_batches, metrics.records_in) == (1, 300)
+    await assert_exactly_once(kafka_bootstrap, topics, inputs)
+    assert dict(app.processors[0].store.items()) == {  # type: ignore[attr-defined]
+        k: str(n).encode() for k, n in Counter(s.key for s in inputs).items()
+    }
 
 
 async def test_poison_record_is_rejected_and_processing_continues(

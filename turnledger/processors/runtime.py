@@ -411,7 +411,7 @@ class PartitionProcessor:
         started = time.monotonic()
         try:
             await self._commit(outcome.outputs, overlay, next_offset)
-        except ProducerFencedError:
+        except ProcessorError:
             raise
         except Exception as exc:
             log.warning(
@@ -470,6 +470,11 @@ class PartitionProcessor:
                     await producer.abort_transaction()
                 except ProducerFenced as fenced:
                     raise ProducerFencedError(self.transactional_id) from fenced
+                except Exception as abort_exc:
+                    raise ProcessorError(
+                        f"partition {self.partition}: aborting the failed transaction failed too "
+                        f"({abort_exc!r}); the producer cannot be reused"
+                    ) from exc
             raise
 
     async def _close(self) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import random
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
@@ -27,7 +28,7 @@ Record = tuple[str, int | None, bytes | None, bytes | None]
 def key_partition(key: bytes, partitions: int) -> int:
     """The partition aiokafka's (and Java's) default partitioner gives `key`; cached since a processor
     writes many records per conversation id."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 class BatchWriter:
@@ -47,7 +48,7 @@ class BatchWriter:
     async def write(self, records: Iterable[Record]) -> list[asyncio.Future[object]]:
         """Queue every record into the current transaction; returns the delivery futures to await."""
         producer = self._producer
-        open_batches: dict[tuple[str, int], object] = {}
+        open_batches: dict[tuple[str, int], Any] = {}
         futures: list[asyncio.Future[object]] = []
         for topic, partition, key, value in records:
             if partition is None:
@@ -57,10 +58,10 @@ class BatchWriter:
             batch = open_batches.get(target)
             if batch is None:
                 batch = open_batches[target] = producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=None) is None:  # type: ignore[attr-defined]
+            if batch.append(key=key, value=value, timestamp=None) is None:
                 futures.append(await producer.send_batch(batch, topic, partition=partition))
                 batch = open_batches[target] = producer.create_batch()
-                batch.append(key=key, value=value, timestamp=None)  # type: ignore[attr-defined]
+                batch.append(key=key, value=value, timestamp=None)
         for (topic, partition), batch in open_batches.items():
             futures.append(await producer.send_batch(batch, topic, partition=partition))
         return futures
