@@ -16,10 +16,30 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import ProducerFenced
 
-from tests.integration.kafka_helpers import read_all
 from turnledger.devstack.kafka_admin import create_topic
 
 pytestmark = pytest.mark.integration
+
+
+async def read_all(bootstrap: str, topic: str, isolation_level: str, partition: int = 0) -> list[bytes]:
+    """Every record value visible at `isolation_level`, from the start up to the end offset (LSO when
+    read_committed), so the call returns instead of waiting for more data."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        values: list[bytes] = []
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            values.extend(record.value for record in batch.get(tp, []) if record.value is not None)
+        return values
+    finally:
+        await consumer.stop()
 
 
 async def committed_eventually(consumer: AIOKafkaConsumer, tp: TopicPartition, expected: int) -> int | None:

@@ -2,7 +2,7 @@
 
 1. KAFKA_BOOTSTRAP_SERVERS / REDIS_URL from the environment: used as is, nothing started.
 2. A stack recorded by `turnledger dev up` whose processes are alive: reused, which keeps local test
-   iterations fast (no broker start per run).
+   iterations fast (no broker start per run). Not under CI (CI set), where start-up itself is under test.
 3. Otherwise a private stack is started and stopped again on exit: local processes by default, Docker
    containers when the backend says so (see `choose_backend`).
 """
@@ -27,6 +27,10 @@ class Endpoints:
     redis_url: str
     source: str
     """Human-readable origin: "env", "dev up (<dir>)", "local session (<dir>)", "docker" or a mix."""
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def local_prereqs_missing(settings: Settings) -> list[str]:
@@ -54,7 +58,7 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
     if env_bootstrap and env_redis:
         yield Endpoints(env_bootstrap, env_redis, "env")
         return
-    recorded = LocalStack(settings.state_dir).running()
+    recorded = None if in_ci() else LocalStack(settings.state_dir).running()
     if recorded is not None:
         yield Endpoints(
             env_bootstrap or recorded.bootstrap,

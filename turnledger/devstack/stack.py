@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from turnledger.devstack import procs
+from turnledger.devstack.errors import PortInUse
 from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import start_kafka
 from turnledger.devstack.redis_server import start_redis
 from turnledger.devstack.settings import Settings
 
 STATE_FILE = "stack.json"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,17 +87,25 @@ class LocalStack:
         try:
             redis_proc = None
             if external_redis is None:
-                redis_proc = start_redis(self.root / "redis", self.redis_pidfile, port=redis_port)
+                redis_proc = _retry_port_race(
+                    redis_port is None,
+                    self.root / "redis",
+                    lambda: start_redis(self.root / "redis", self.redis_pidfile, port=redis_port),
+                )
             kafka_proc = None
             if external_bootstrap is None:
                 jars = ensure_jars(settings)
-                kafka_proc = start_kafka(
-                    jars,
+                kafka_proc = _retry_port_race(
+                    kafka_port is None,
                     self.root / "kafka",
-                    self.kafka_pidfile,
-                    heap=settings.kafka_heap,
-                    timeout_s=settings.ready_timeout_s,
-                    broker_port=kafka_port,
+                    lambda: start_kafka(
+                        jars,
+                        self.root / "kafka",
+                        self.kafka_pidfile,
+                        heap=settings.kafka_heap,
+                        timeout_s=settings.ready_timeout_s,
+                        broker_port=kafka_port,
+                    ),
                 )
         except BaseException:
             self.stop()  # keep the logs: the error message points at them
@@ -131,6 +143,20 @@ class LocalStack:
         for sub in ("kafka", "redis"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
         return stopped
+
+
+def _retry_port_race(auto_ports: bool, workdir: Path, start: Callable[[], T]) -> T:
+    """Retry a start whose freely chosen port was taken between choosing and binding (another process
+    on the machine won the race). The work dir is wiped because Kafka's formatted storage records the
+    controller endpoint. Fixed ports are the user's choice and fail at once."""
+    for attempt in range(3):
+        try:
+            return start()
+        except PortInUse:
+            if not auto_ports or attempt == 2:
+                raise
+            shutil.rmtree(workdir, ignore_errors=True)
+    raise AssertionError("unreachable")
 
 
 def reap_stale_sessions(state_dir: Path) -> list[Path]:
