@@ -106,8 +106,9 @@ def process(
 ) -> None:
     """Fold the ingress topic exactly once: one transactional processor per partition.
 
-    SIGTERM or Ctrl-C commits the open batches and exits 0. Exit codes: 1 a partition
-    failed, 2 bad usage or Kafka unreachable, 3 a partition was fenced by another processor.
+    SIGTERM or Ctrl-C commits the open batches, then exits 0; a second signal stops at once.
+
+    Exit codes: 1 a partition failed, 2 bad usage or Kafka unreachable, 3 fenced by another processor.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not bootstrap:
