@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 

@@ -1,4 +1,4 @@
-"""Typed failures of the projector and the replay tools; each message says what was tried and how to fix it."""
+"""Typed failures of the projector and replay tools; each message says what was tried and how to fix it."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ class KafkaUnreachableError(ProjectionError):
         self.bootstrap = bootstrap
         detail = f" ({type(cause).__name__}: {cause})" if cause else ""
         super().__init__(
-            f"Kafka is not reachable at {bootstrap!r}{detail}. Start the local stack with `turnledger dev up`, "
-            "or set KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable broker list host:port[,host:port]."
+            f"Kafka is not reachable at {bootstrap!r}{detail}. Start the local stack with "
+            "`turnledger dev up`, or set KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable broker "
+            "list host:port[,host:port]."
         )
 
 

@@ -43,7 +43,9 @@ async def start_consumer(bootstrap: str, *, fetch_max_wait_ms: int = 100) -> AIO
     return consumer
 
 
-async def partitions_of(consumer: AIOKafkaConsumer, bootstrap: str, topics: Iterable[str]) -> list[TopicPartition]:
+async def partitions_of(
+    consumer: AIOKafkaConsumer, bootstrap: str, topics: Iterable[str]
+) -> list[TopicPartition]:
     """Every partition of `topics`, from fresh cluster metadata; a missing topic is an error, not a wait."""
     cluster = await consumer._client.fetch_all_metadata()  # the public topics() drops partition counts
     out: list[TopicPartition] = []
@@ -78,7 +80,9 @@ async def read_to_end(
         fetched = await consumer.getmany(*remaining, timeout_ms=200, max_records=batch)
         for tp, records in fetched.items():
             batch_records = [
-                RawRecord(r.topic, r.partition, r.offset, r.key, r.value) for r in records if r.offset < ends[tp]
+                RawRecord(r.topic, r.partition, r.offset, r.key, r.value)
+                for r in records
+                if r.offset < ends[tp]
             ]
             if batch_records:
                 yield batch_records
@@ -87,5 +91,7 @@ async def read_to_end(
                 remaining.discard(tp)
 
 
-async def end_offsets(consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+async def end_offsets(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
     return dict(await consumer.end_offsets(partitions))
