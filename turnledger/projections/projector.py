@@ -24,23 +24,13 @@ from turnledger.projections.codec import CodecError, decode
 from turnledger.projections.errors import RedisUnavailableError
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
+from turnledger.projections.streams import PROJECTED_STREAMS, stream_of_topic
 from turnledger.projections.topic_source import RawRecord, partitions_of, read_to_end, start_consumer
 
 log = logging.getLogger(__name__)
 
 BeforeApply = Callable[[BatchPlan], Awaitable[None]]
 """Test hook run before each script call; raising there simulates a crash before EVALSHA."""
-
-
-def projected_streams(topics: Topics) -> dict[str, str]:
-    """Physical topic -> stream name of the five topics the projection reads (not tool-calls)."""
-    return {
-        topics.committed: "committed",
-        topics.manifests: "manifests",
-        topics.quarantine: "quarantine",
-        topics.previews: "previews",
-        topics.rejections: "rejections",
-    }
 
 
 def decode_record(stream: str, raw: RawRecord) -> DecodedRecord:
@@ -95,7 +85,7 @@ class Projector:
     ) -> None:
         self.redis = redis
         self.bootstrap = bootstrap
-        self.streams = projected_streams(topics)
+        self.streams = stream_of_topic(topics, PROJECTED_STREAMS)
         self.keys = keys
         self.batch_size = batch_size
         self.before_apply = before_apply
