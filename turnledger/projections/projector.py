@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from turnledger.processors.topics import Topics
@@ -25,7 +25,13 @@ from turnledger.projections.errors import RedisUnavailableError
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
 from turnledger.projections.streams import PROJECTED_STREAMS, stream_of_topic
-from turnledger.projections.topic_source import RawRecord, partitions_of, read_to_end, start_consumer
+from turnledger.projections.topic_source import (
+    RawRecord,
+    partitions_of,
+    read_to_end,
+    seek_all,
+    start_consumer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +153,8 @@ class Projector:
         consumer = await start_consumer(self.bootstrap, fetch_max_wait_ms=500)
         try:
             partitions = await partitions_of(consumer, self.bootstrap, self.streams)
-            await _assign(consumer, partitions, await self.start_positions(partitions))
+            consumer.assign(partitions)
+            await seek_all(consumer, partitions, await self.start_positions(partitions))
             while not stop.is_set():
                 fetched = await consumer.getmany(timeout_ms=500, max_records=self.batch_size)
                 raw = [
@@ -163,14 +170,3 @@ class Projector:
             await consumer.stop()
             stats.seconds = time.perf_counter() - began
         return stats
-
-
-async def _assign(
-    consumer: AIOKafkaConsumer, partitions: list[TopicPartition], positions: Mapping[TopicPartition, int]
-) -> None:
-    consumer.assign(partitions)
-    for tp in partitions:
-        if tp in positions:
-            consumer.seek(tp, positions[tp])
-        else:
-            await consumer.seek_to_beginning(tp)

@@ -32,6 +32,7 @@ async def start_consumer(bootstrap: str, *, fetch_max_wait_ms: int = 100) -> AIO
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
+        auto_offset_reset="earliest",
         fetch_max_wait_ms=fetch_max_wait_ms,
         max_partition_fetch_bytes=4 * 1024 * 1024,
     )
@@ -65,17 +66,10 @@ async def read_to_end(
 ) -> AsyncIterator[list[RawRecord]]:
     """Batches (each from one partition, in offset order) from `start` (default: the beginning) up to
     the last stable offset observed when the call began."""
-    start = start or {}
     consumer.assign(partitions)
+    await seek_all(consumer, partitions, start or {})
     ends = await consumer.end_offsets(partitions)
-    remaining: set[TopicPartition] = set()
-    for tp in partitions:
-        if tp in start:
-            consumer.seek(tp, start[tp])
-        else:
-            await consumer.seek_to_beginning(tp)
-        if await consumer.position(tp) < ends[tp]:
-            remaining.add(tp)
+    remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
     while remaining:
         fetched = await consumer.getmany(*remaining, timeout_ms=200, max_records=batch)
         for tp, records in fetched.items():
@@ -89,6 +83,22 @@ async def read_to_end(
         for tp in list(remaining):
             if await consumer.position(tp) >= ends[tp]:
                 remaining.discard(tp)
+
+
+async def seek_all(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition], start: Mapping[TopicPartition, int]
+) -> None:
+    """Position every assigned partition at `start[tp]`, or at its beginning.
+
+    `assign` starts an asynchronous offset reset; a seek issued while it is in flight can be
+    overwritten when it completes (seen as a whole partition silently skipped). So first wait
+    for every partition to have a position, then seek explicitly."""
+    for tp in partitions:
+        await consumer.position(tp)
+    fresh = [tp for tp in partitions if tp not in start]
+    beginnings = await consumer.beginning_offsets(fresh) if fresh else {}
+    for tp in partitions:
+        consumer.seek(tp, start[tp] if tp in start else beginnings[tp])
 
 
 async def end_offsets(
