@@ -44,7 +44,7 @@ __all__ = [
     "sha256_digest",
 ]
 
-from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason  # noqa: E402
-from turnledger.model.reasons import ReasonCode  # noqa: E402
+from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
+from turnledger.model.reasons import ReasonCode
 
 __all__ += ["DeltaType", "NormalizedDelta", "ReasonCode", "StopReason"]

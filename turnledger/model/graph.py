@@ -8,6 +8,7 @@ newer producer's block can be read (and refused, or paused on) by an older reade
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -158,12 +159,41 @@ class MessageSequence(Frozen):
         )
 
 
+SEQUENCE_DIGEST_VERSION = "turnledger.sequence.v1"
+
+
+def sequence_seed(conversation_id: str) -> str:
+    """The chain's starting link: binds every sequence digest to its conversation."""
+    return digest_of([SEQUENCE_DIGEST_VERSION, conversation_id])
+
+
+def sequence_link(previous: str, block: Block) -> str:
+    """The next chain link: sha256 over the previous link and the block's identity and content digest."""
+    return digest_of([previous, block.id, block.role, block.kind, block.digest])
+
+
+def sequence_chain(conversation_id: str, blocks: Iterable[Block], head: str | None = None) -> str:
+    """Fold blocks into the chain, starting at `head` (default: the conversation's seed)."""
+    link = sequence_seed(conversation_id) if head is None else head
+    for block in blocks:
+        link = sequence_link(link, block)
+    return link
+
+
+def seal_sequence_digest(head: str, revision: int) -> str:
+    """The published digest: the chain head bound to the conversation revision."""
+    return digest_of([head, revision])
+
+
 def sequence_digest(conversation_id: str, revision: int, blocks: tuple[Block, ...]) -> str:
-    """Digest over the ordered block identities and content digests at one revision."""
-    return digest_of(
-        {
-            "conversationId": conversation_id,
-            "conversationRevision": revision,
-            "blocks": [[b.id, b.role, b.kind, b.digest] for b in blocks],
-        }
-    )
+    """Digest over the ordered block identities and content digests at one revision.
+
+    It is a hash chain so that it can be maintained incrementally: the fold keeps
+    the chain head, and appending a turn costs one link per new block
+    (`sequence_link`) plus one seal, never a pass over the history. Link i is
+    sha256(canonical_json([link i-1, id, role, kind, digest])), link 0 is
+    `sequence_seed(conversation_id)`, and the digest is
+    sha256(canonical_json([head, revision])). Because each link commits to its
+    predecessor, reordering, dropping or editing any block changes the digest.
+    """
+    return seal_sequence_digest(sequence_chain(conversation_id, blocks), revision)

@@ -62,6 +62,8 @@ class ReasonCode(StrEnum):
     PROVIDER_ERROR = "PROVIDER_ERROR"
     STREAM_DISCONNECTED = "STREAM_DISCONNECTED"
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    # message-graph validator (added later)
+    BLOCK_OUT_OF_SEQUENCE = "BLOCK_OUT_OF_SEQUENCE"
     # dispatch fold (added with the fold)
     DUPLICATE_TURN = "DUPLICATE_TURN"
     EMPTY_SEQUENCE = "EMPTY_SEQUENCE"

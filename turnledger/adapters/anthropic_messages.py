@@ -1,0 +1,203 @@
+"""Anthropic Messages (`POST /v1/messages`): graph → request body.
+
+Role rules (reference 1c): system text is the top-level `system` list; tool results
+travel in a *user* message immediately after the assistant message with the
+`tool_use` blocks, all results of one assistant turn in ONE user message and before
+any text (text before a `tool_result` is a 400); the server merges consecutive
+same-role turns, so we merge them ourselves and keep the results first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from turnledger.adapters._common import (
+    SCOPED_NOTICE,
+    call_tool_names,
+    delimited_scoped_text,
+    first_unsupported,
+    has_scoped,
+    has_tool_blocks,
+    is_cancel,
+    is_failure,
+    parse_arguments,
+    pick_policy,
+    place_results,
+    role_runs,
+)
+from turnledger.adapters.base import (
+    AdapterBase,
+    DispatchParams,
+    JsonObject,
+    UnsupportedKind,
+    parse_model_revision,
+)
+from turnledger.model.graph import Block, MessageSequence, Role
+
+Part = dict[str, Any]
+
+
+def _renderers_v1() -> dict[str, str]:
+    return {
+        "text": "text",
+        "thinking": "thinking",
+        "tool_call": "tool_use",
+        "tool_result": "tool_result",
+        "retrieved_snippet": "scoped_text",
+        "compression_artifact": "scoped_text",
+    }
+
+
+def _policy_v1() -> dict[str, str]:
+    # The pinned request type (anthropic 2.14.0 MessageCreateParams) has no temperature,
+    # top_p or top_k any more; sending them would be keys the API no longer documents.
+    return {"stop_sequences": "stop_sequences"}
+
+
+@dataclass(frozen=True)
+class AnthropicRules:
+    """The Anthropic Messages rules table (data; its `as_data()` is part of the adapter digest)."""
+
+    system_placement: str = "top_level_system_text_blocks"
+    tool_role_becomes: str = "user"
+    merge_same_role: bool = True
+    parallel_results: str = "one_user_message_after_assistant"
+    results_before_text: bool = True
+    error_encoding: str = "is_error_true"
+    cancel_text: str = "Tool call cancelled before it completed."
+    empty_error_text: str = "Tool call failed."
+    unsigned_thinking: str = "drop"  # the API rejects thinking blocks without a signature
+    stub_tools_when_history_has_tools: bool = True
+    scoped_notice: str | None = SCOPED_NOTICE
+    max_tokens_field: str = "max_tokens"
+    renderers: dict[str, str] = field(default_factory=_renderers_v1)
+    policy_fields: dict[str, str] = field(default_factory=_policy_v1)
+
+    def as_data(self) -> JsonObject:
+        return asdict(self)
+
+
+RULES_V1 = AnthropicRules()
+
+# Version 0: the adapter as it was before thinking blocks and scoped inputs existed.
+# Kept registered so a rollback still reads the same graph; a graph with a newer kind
+# gets UnsupportedKind (PAUSED), never a flattened string.
+RULES_V0 = AnthropicRules(
+    scoped_notice=None,
+    renderers={"text": "text", "tool_call": "tool_use", "tool_result": "tool_result"},
+)
+
+
+def _text(block: Block, rules: AnthropicRules) -> Part | None:
+    # whitespace-only text blocks are a 400 ("text content blocks must contain non-whitespace text")
+    return {"type": "text", "text": block.text} if block.text and block.text.strip() else None
+
+
+def _thinking(block: Block, rules: AnthropicRules) -> Part | None:
+    if not block.signature:
+        return None
+    return {"type": "thinking", "thinking": block.text or "", "signature": block.signature}
+
+
+def _scoped_text(block: Block, rules: AnthropicRules) -> Part | None:
+    return {"type": "text", "text": delimited_scoped_text(block)}
+
+
+def _tool_use(block: Block, rules: AnthropicRules) -> Part | None:
+    return {"type": "tool_use", "id": block.call_id, "name": block.tool_name, "input": parse_arguments(block)}
+
+
+def _tool_result(block: Block, rules: AnthropicRules) -> Part | None:
+    part: Part = {"type": "tool_result", "tool_use_id": block.call_id}
+    texts: list[str] = []
+    if is_cancel(block):
+        texts.append(rules.cancel_text)
+    if block.text:
+        texts.append(block.text)
+    if is_failure(block):
+        part["is_error"] = True
+        if not texts:
+            texts.append(rules.empty_error_text)
+    if texts:
+        part["content"] = [{"type": "text", "text": t} for t in texts]
+    return part
+
+
+_RENDER: dict[str, Callable[[Block, AnthropicRules], Part | None]] = {
+    "text": _text,
+    "thinking": _thinking,
+    "scoped_text": _scoped_text,
+    "tool_use": _tool_use,
+    "tool_result": _tool_result,
+}
+
+
+class AnthropicMessagesAdapter(AdapterBase):
+    api = "anthropic-messages"
+    provider = "anthropic"
+
+    def __init__(self, version: int, rules: AnthropicRules) -> None:
+        self.version = version
+        self.rules: AnthropicRules = rules
+        super().__init__(rules)
+
+    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+        rules = self.rules
+        blocks = sequence.blocks
+        unsupported = first_unsupported(blocks, rules.renderers)
+        if unsupported is not None:
+            return unsupported
+
+        def render(block: Block) -> Part | None:
+            return _RENDER[rules.renderers[block.kind]](block, rules)
+
+        system: list[Part] = []
+        if rules.scoped_notice and has_scoped(blocks):
+            system.append({"type": "text", "text": rules.scoped_notice})
+        messages: list[JsonObject] = []
+        for run in role_runs(place_results(blocks)):
+            parts = [p for p in (render(b) for b in run.blocks) if p is not None]
+            if not parts:
+                continue
+            if run.role == Role.SYSTEM:
+                system.extend(parts)
+                continue
+            role = "assistant" if run.role == Role.ASSISTANT else rules.tool_role_becomes
+            if rules.merge_same_role and messages and messages[-1]["role"] == role:
+                messages[-1]["content"].extend(parts)
+            else:
+                messages.append({"role": role, "content": parts})
+        if rules.results_before_text:
+            for message in messages:
+                content = message["content"]
+                message["content"] = [p for p in content if p["type"] == "tool_result"] + [
+                    p for p in content if p["type"] != "tool_result"
+                ]
+
+        payload: JsonObject = {
+            "model": parse_model_revision(params.model_revision).model,
+            rules.max_tokens_field: params.max_output_tokens,
+            "messages": messages,
+        }
+        if system:
+            payload["system"] = system
+        tools = [_tool_def(t.name, t.description, t.input_schema) for t in params.tools]
+        if not tools and rules.stub_tools_when_history_has_tools and has_tool_blocks(blocks):
+            tools = [_tool_def(name, "", {"type": "object"}) for name in call_tool_names(blocks)]
+        if tools:
+            payload["tools"] = tools
+        payload.update(pick_policy(params.policy, rules.policy_fields))
+        return payload
+
+
+def _tool_def(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
+    tool: JsonObject = {"name": name, "input_schema": schema}
+    if description:
+        tool["description"] = description
+    return tool
+
+
+ANTHROPIC_MESSAGES_V1 = AnthropicMessagesAdapter(1, RULES_V1)
+ANTHROPIC_MESSAGES_V0 = AnthropicMessagesAdapter(0, RULES_V0)

@@ -1,0 +1,193 @@
+"""Google Gemini `generateContent`: graph → request body (the model goes in the URL).
+
+Role rules (reference 1d): roles are `user` and `model`; system text is a separate
+`systemInstruction`; the N parallel calls of one step stay in ONE model content and
+are answered by ONE user content with N `functionResponse` parts (matched by id);
+thought signatures are returned on exactly the part they arrived on (a call's
+signature rides on its `functionCall` part). The function-response content holds only
+the tool role's blocks (responses, then any tool-scoped snippets): user text that
+follows is its own user content, so the response turn stays what Gemini counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from turnledger.adapters._common import (
+    SCOPED_NOTICE,
+    delimited_scoped_text,
+    first_unsupported,
+    has_scoped,
+    is_cancel,
+    is_failure,
+    parse_arguments,
+    pick_policy,
+    place_results,
+    role_runs,
+)
+from turnledger.adapters.base import AdapterBase, DispatchParams, JsonObject, UnsupportedKind
+from turnledger.model.graph import Block, MessageSequence, Role
+
+Part = dict[str, Any]
+
+
+def _renderers_v1() -> dict[str, str]:
+    return {
+        "text": "text",
+        "thinking": "thought",
+        "tool_call": "function_call",
+        "tool_result": "function_response",
+        "retrieved_snippet": "scoped_text",
+        "compression_artifact": "scoped_text",
+    }
+
+
+def _policy_v1() -> dict[str, str]:
+    return {
+        "temperature": "temperature",
+        "top_p": "topP",
+        "top_k": "topK",
+        "stop_sequences": "stopSequences",
+        "seed": "seed",
+    }
+
+
+@dataclass(frozen=True)
+class GeminiRules:
+    """The Gemini generateContent rules table."""
+
+    system_placement: str = "system_instruction_parts"
+    assistant_role: str = "model"
+    tool_role_becomes: str = "user"
+    merge_same_role: bool = True
+    merge_function_response_content: bool = False  # never merge user text into the response turn
+    parallel_results: str = "one_user_content_n_function_response_parts"
+    signature_placement: str = "thought_signature_on_originating_part"
+    error_encoding: str = "response_error_key"
+    cancel_status: str = "cancelled"
+    unsigned_thinking: str = "drop"
+    scoped_notice: str | None = SCOPED_NOTICE
+    renderers: dict[str, str] = field(default_factory=_renderers_v1)
+    policy_fields: dict[str, str] = field(default_factory=_policy_v1)
+
+    def as_data(self) -> JsonObject:
+        return asdict(self)
+
+
+RULES_V1 = GeminiRules()
+
+
+def _signed(part: Part, block: Block) -> Part:
+    if block.signature:
+        part["thoughtSignature"] = block.signature
+    return part
+
+
+def _text(block: Block, rules: GeminiRules) -> Part | None:
+    return _signed({"text": block.text}, block) if block.text else None
+
+
+def _thought(block: Block, rules: GeminiRules) -> Part | None:
+    if not block.signature:
+        return None
+    return _signed({"text": block.text or "", "thought": True}, block)
+
+
+def _scoped_text(block: Block, rules: GeminiRules) -> Part | None:
+    return {"text": delimited_scoped_text(block)}
+
+
+def _function_call(block: Block, rules: GeminiRules) -> Part | None:
+    call = {"id": block.call_id, "name": block.tool_name, "args": parse_arguments(block)}
+    return _signed({"functionCall": call}, block)
+
+
+def _function_response(block: Block, rules: GeminiRules) -> Part | None:
+    response: JsonObject
+    if is_failure(block):
+        status = rules.cancel_status if is_cancel(block) else "error"
+        response = {"error": {"status": status, "message": block.text or ""}}
+    else:
+        response = {"output": block.text or ""}
+    return {"functionResponse": {"id": block.call_id, "name": block.tool_name, "response": response}}
+
+
+_RENDER: dict[str, Callable[[Block, GeminiRules], Part | None]] = {
+    "text": _text,
+    "thought": _thought,
+    "scoped_text": _scoped_text,
+    "function_call": _function_call,
+    "function_response": _function_response,
+}
+
+
+class GeminiAdapter(AdapterBase):
+    api = "gemini"
+    provider = "google"
+
+    def __init__(self, version: int, rules: GeminiRules) -> None:
+        self.version = version
+        self.rules: GeminiRules = rules
+        super().__init__(rules)
+
+    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+        rules = self.rules
+        blocks = sequence.blocks
+        unsupported = first_unsupported(blocks, rules.renderers)
+        if unsupported is not None:
+            return unsupported
+
+        def render(block: Block) -> Part | None:
+            return _RENDER[rules.renderers[block.kind]](block, rules)
+
+        system: list[Part] = []
+        if rules.scoped_notice and has_scoped(blocks):
+            system.append({"text": rules.scoped_notice})
+        contents: list[JsonObject] = []
+        kinds: list[str] = []  # graph role of each content, to keep response turns unmerged
+        for run in role_runs(place_results(blocks)):
+            parts = [p for p in (render(b) for b in run.blocks) if p is not None]
+            if not parts:
+                continue
+            if run.role == Role.SYSTEM:
+                system.extend(parts)
+                continue
+            role = rules.assistant_role if run.role == Role.ASSISTANT else rules.tool_role_becomes
+            mergeable = (
+                rules.merge_same_role
+                and contents
+                and contents[-1]["role"] == role
+                and (rules.merge_function_response_content or Role.TOOL not in (kinds[-1], run.role))
+            )
+            if mergeable:
+                contents[-1]["parts"].extend(parts)
+            else:
+                contents.append({"role": role, "parts": parts})
+                kinds.append(run.role)
+
+        generation: JsonObject = {"maxOutputTokens": params.max_output_tokens}
+        generation.update(pick_policy(params.policy, rules.policy_fields))
+        payload: JsonObject = {"contents": contents, "generationConfig": generation}
+        if system:
+            payload["systemInstruction"] = {"parts": system}
+        if params.tools:
+            payload["tools"] = [
+                {
+                    "functionDeclarations": [
+                        _declaration(t.name, t.description, t.input_schema) for t in params.tools
+                    ]
+                }
+            ]
+        return payload
+
+
+def _declaration(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
+    decl: JsonObject = {"name": name, "parametersJsonSchema": schema}
+    if description:
+        decl["description"] = description
+    return decl
+
+
+GEMINI_V1 = GeminiAdapter(1, RULES_V1)

@@ -1,0 +1,229 @@
+"""OpenAI Chat Completions (`POST /v1/chat/completions`): graph → request body.
+
+Role rules (reference 1a): system text stays in place as `system` messages; an
+assistant message carries all of its run's calls in `tool_calls` (arguments are the
+raw JSON *string* the model produced, untouched); it is followed immediately by one
+`tool` message per call, in `tool_calls` order. Chat Completions has no reasoning
+input, so thinking blocks are not sent.
+
+Error convention (the API has no error flag for tool messages): the tool message's
+content is the canonical JSON text `{"error":{"message":..,"status":"error"}}`, and
+for a cancelled call `"status":"cancelled"`. A success is the payload text as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from turnledger.adapters._common import (
+    SCOPED_NOTICE,
+    delimited_scoped_text,
+    first_unsupported,
+    has_scoped,
+    is_cancel,
+    is_failure,
+    pick_policy,
+    place_results,
+    role_runs,
+)
+from turnledger.adapters.base import (
+    AdapterBase,
+    DispatchParams,
+    JsonObject,
+    UnsupportedKind,
+    parse_model_revision,
+)
+from turnledger.model.canonical import canonical_json
+from turnledger.model.graph import Block, BlockKind, MessageSequence, Role
+
+Part = dict[str, Any]
+
+
+def _renderers_v1() -> dict[str, str]:
+    return {
+        "text": "text_part",
+        "thinking": "omit",
+        "tool_call": "tool_call",
+        "tool_result": "tool_message",
+        "retrieved_snippet": "scoped_text_part",
+        "compression_artifact": "scoped_text_part",
+    }
+
+
+def _policy_v1() -> dict[str, str]:
+    return {
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "stop_sequences": "stop",
+        "seed": "seed",
+        "presence_penalty": "presence_penalty",
+        "frequency_penalty": "frequency_penalty",
+    }
+
+
+@dataclass(frozen=True)
+class OpenAIChatRules:
+    """The Chat Completions rules table."""
+
+    system_role: str = "system"
+    system_placement: str = "in_place_messages"
+    merge_same_role: bool = False
+    parallel_results: str = "n_tool_messages_right_after_assistant_in_call_order"
+    error_encoding: str = "json_error_envelope_text"
+    cancel_status: str = "cancelled"
+    thinking: str = "omit_no_reasoning_input"
+    tool_scoped_blocks: str = "extra_text_part_of_preceding_tool_message"
+    scoped_notice: str | None = SCOPED_NOTICE
+    max_tokens_field: str = "max_completion_tokens"
+    parallel_tool_calls_needs_tools: bool = True
+    renderers: dict[str, str] = field(default_factory=_renderers_v1)
+    policy_fields: dict[str, str] = field(default_factory=_policy_v1)
+
+    def as_data(self) -> JsonObject:
+        return asdict(self)
+
+
+RULES_V1 = OpenAIChatRules()
+
+
+def result_text(block: Block, cancel_status: str) -> str:
+    """The tool message text: the payload, or the documented JSON error envelope."""
+    if not is_failure(block):
+        return block.text or ""
+    status = cancel_status if is_cancel(block) else "error"
+    return canonical_json({"error": {"status": status, "message": block.text or ""}}).decode()
+
+
+def _text_part(block: Block, rules: OpenAIChatRules) -> Part | None:
+    return {"type": "text", "text": block.text} if block.text else None
+
+
+def _scoped_text_part(block: Block, rules: OpenAIChatRules) -> Part | None:
+    return {"type": "text", "text": delimited_scoped_text(block)}
+
+
+def _omit(block: Block, rules: OpenAIChatRules) -> Part | None:
+    return None
+
+
+def _tool_call(block: Block, rules: OpenAIChatRules) -> Part | None:
+    return {
+        "id": block.call_id,
+        "type": "function",
+        "function": {"name": block.tool_name, "arguments": block.arguments or ""},
+    }
+
+
+def _tool_message(block: Block, rules: OpenAIChatRules) -> Part | None:
+    return {"role": "tool", "tool_call_id": block.call_id, "content": result_text(block, rules.cancel_status)}
+
+
+_RENDER: dict[str, Callable[[Block, OpenAIChatRules], Part | None]] = {
+    "text_part": _text_part,
+    "scoped_text_part": _scoped_text_part,
+    "omit": _omit,
+    "tool_call": _tool_call,
+    "tool_message": _tool_message,
+}
+
+
+class OpenAIChatAdapter(AdapterBase):
+    api = "openai-chat"
+    provider = "openai"
+
+    def __init__(self, version: int, rules: OpenAIChatRules) -> None:
+        self.version = version
+        self.rules: OpenAIChatRules = rules
+        super().__init__(rules)
+
+    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+        rules = self.rules
+        blocks = sequence.blocks
+        unsupported = first_unsupported(blocks, rules.renderers)
+        if unsupported is not None:
+            return unsupported
+
+        def render(block: Block) -> Part | None:
+            return _RENDER[rules.renderers[block.kind]](block, rules)
+
+        messages: list[JsonObject] = []
+        if rules.scoped_notice and has_scoped(blocks):
+            messages.append(
+                {"role": rules.system_role, "content": [{"type": "text", "text": rules.scoped_notice}]}
+            )
+        for run in role_runs(place_results(blocks)):
+            if run.role == Role.TOOL:
+                tool_messages = _tool_run(run.blocks, render)
+                if isinstance(tool_messages, UnsupportedKind):
+                    return tool_messages
+                messages.extend(tool_messages)
+                continue
+            texts: list[Part] = []
+            calls: list[Part] = []
+            for block in run.blocks:
+                part = render(block)
+                if part is None:
+                    continue
+                (calls if block.kind == BlockKind.TOOL_CALL else texts).append(part)
+            if not texts and not calls:
+                continue
+            role = rules.system_role if run.role == Role.SYSTEM else run.role
+            message: JsonObject = {"role": role}
+            if texts:
+                message["content"] = texts
+            if calls:
+                message["tool_calls"] = calls
+            messages.append(message)
+
+        payload: JsonObject = {
+            "model": parse_model_revision(params.model_revision).model,
+            rules.max_tokens_field: params.max_output_tokens,
+            "messages": messages,
+        }
+        if params.tools:
+            payload["tools"] = [
+                {"type": "function", "function": _function(t.name, t.description, t.input_schema)}
+                for t in params.tools
+            ]
+        policy = pick_policy(params.policy, rules.policy_fields)
+        if params.tools and "parallel_tool_calls" in params.policy:
+            policy["parallel_tool_calls"] = bool(params.policy["parallel_tool_calls"])
+        payload.update(policy)
+        return payload
+
+
+def _tool_run(
+    blocks: tuple[Block, ...], render: Callable[[Block], Part | None]
+) -> list[JsonObject] | UnsupportedKind:
+    """One tool message per result; tool-scoped blocks ride as extra parts of the previous one."""
+    out: list[JsonObject] = []
+    for block in blocks:
+        if block.kind == BlockKind.TOOL_RESULT:
+            message = render(block)
+            if message is not None:
+                out.append(message)
+            continue
+        part = render(block)
+        if part is None:
+            continue
+        if not out:
+            return UnsupportedKind(
+                kind=block.kind, block_id=block.id, detail="tool-role block with no tool message to carry it"
+            )
+        last = out[-1]
+        if isinstance(last["content"], str):
+            last["content"] = [{"type": "text", "text": last["content"]}]
+        last["content"].append(part)
+    return out
+
+
+def _function(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
+    fn: JsonObject = {"name": name, "parameters": schema}
+    if description:
+        fn["description"] = description
+    return fn
+
+
+OPENAI_CHAT_V1 = OpenAIChatAdapter(1, RULES_V1)

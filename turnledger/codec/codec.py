@@ -1,0 +1,91 @@
+"""Avro single-object encoding of turnledger records.
+
+Layout: C3 01, the 8-byte little-endian CRC-64-AVRO fingerprint of the writer
+schema's Parsing Canonical Form, then the Avro binary body. Any consumer holding
+the `.avsc` files can decode it without a schema registry. Decoding looks the
+writer schema up by fingerprint and resolves it into the current reader schema
+of the same record (schema evolution), then builds the pydantic model named by
+the record's full name. Every failure is a `CodecError`.
+"""
+
+from __future__ import annotations
+
+from io import BytesIO
+from typing import Any
+
+from fastavro import schemaless_reader, schemaless_writer
+from pydantic import BaseModel
+
+from turnledger.codec.errors import (
+    CorruptRecord,
+    NotSingleObjectEncoded,
+    UnencodableRecord,
+    UnknownFingerprint,
+)
+from turnledger.codec.models import MODELS_BY_NAME, NAMESPACE
+from turnledger.codec.registry import HEADER_SIZE, MAGIC, SchemaEntry, SchemaRegistry
+
+
+class Codec:
+    def __init__(self, registry: SchemaRegistry, models: dict[str, type[BaseModel]] | None = None) -> None:
+        self.registry = registry
+        self.models = MODELS_BY_NAME if models is None else models
+
+    def encode(self, model: BaseModel) -> bytes:
+        name = f"{NAMESPACE}.{type(model).__name__}"
+        entry = self.registry.reader(name)
+        if entry is None or self.models.get(name) is not type(model):
+            raise UnencodableRecord(f"no schema for {type(model).__name__}")
+        return self.encode_datum(entry, model.model_dump(by_alias=True))
+
+    def encode_datum(self, entry: SchemaEntry, datum: dict[str, Any]) -> bytes:
+        """Encode a plain datum (model field names as in the schema) with a given schema version."""
+        out = BytesIO()
+        out.write(entry.header)
+        try:
+            schemaless_writer(out, entry.parsed, datum if entry.to_wire is None else entry.to_wire(datum))
+        except Exception as exc:
+            raise UnencodableRecord(f"{entry.name}: {exc}") from exc
+        return out.getvalue()
+
+    def decode_datum(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        """The record's full name and its datum, resolved into the current reader schema."""
+        writer = self._writer_of(data)
+        reader = self.registry.reader(writer.name) or writer
+        body = BytesIO(data)
+        body.seek(HEADER_SIZE)
+        try:
+            datum = schemaless_reader(
+                body, writer.parsed, None if reader is writer else reader.parsed, return_record_name=False
+            )
+        except Exception as exc:
+            raise CorruptRecord(f"{writer.name}: {type(exc).__name__}: {exc}") from exc
+        if body.tell() != len(data):
+            raise CorruptRecord(f"{writer.name}: {len(data) - body.tell()} trailing bytes")
+        if not isinstance(datum, dict):
+            raise CorruptRecord(f"{writer.name}: not a record")
+        try:
+            return writer.name, datum if reader.from_wire is None else reader.from_wire(datum)
+        except Exception as exc:
+            raise CorruptRecord(f"{writer.name}: embedded JSON: {exc}") from exc
+
+    def decode(self, data: bytes) -> BaseModel:
+        name, datum = self.decode_datum(data)
+        model = self.models.get(name)
+        if model is None:
+            raise UnknownFingerprint(f"no model for record {name}")
+        try:
+            return model.model_validate(datum)
+        except Exception as exc:
+            raise CorruptRecord(f"{name}: {exc}") from exc
+
+    def _writer_of(self, data: bytes) -> SchemaEntry:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise NotSingleObjectEncoded(f"expected bytes, got {type(data).__name__}")
+        if len(data) < HEADER_SIZE or data[:2] != MAGIC:
+            raise NotSingleObjectEncoded("missing the C3 01 single-object marker")
+        fp = bytes(data[2:HEADER_SIZE])
+        writer = self.registry.writer(fp)
+        if writer is None:
+            raise UnknownFingerprint(f"unknown writer schema fingerprint {fp.hex()}")
+        return writer

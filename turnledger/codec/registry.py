@@ -1,0 +1,79 @@
+"""Parsed schemas by fingerprint (writers) and by full name (the current readers).
+
+Every schema is parsed and fingerprinted once. A registry may hold several
+versions of one record: every version it knows can be read (writer lookup by
+fingerprint), the reader version is what data is resolved into and encoded with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastavro import parse_schema
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from turnledger.codec.convert import Convert, compile_converter, from_json_text, to_json_text
+from turnledger.codec.loader import Schema, expand, full_name, load_schema_files
+
+MAGIC = b"\xc3\x01"
+HEADER_SIZE = len(MAGIC) + 8
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaEntry:
+    name: str
+    schema: Schema
+    parsed: Any
+    fingerprint: bytes
+    header: bytes
+    to_wire: Convert | None
+    from_wire: Convert | None
+
+
+def entry_for(schema: Schema) -> SchemaEntry:
+    """Parse and fingerprint a self-contained schema (CRC-64-AVRO of its Parsing Canonical Form)."""
+    parsed = parse_schema(schema, named_schemas={})
+    fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+    return SchemaEntry(
+        name=full_name(schema),
+        schema=schema,
+        parsed=parsed,
+        fingerprint=fp,
+        header=MAGIC + fp,
+        to_wire=compile_converter(schema, to_json_text),
+        from_wire=compile_converter(schema, from_json_text),
+    )
+
+
+class SchemaRegistry:
+    def __init__(self) -> None:
+        self._by_fingerprint: dict[bytes, SchemaEntry] = {}
+        self._readers: dict[str, SchemaEntry] = {}
+
+    def add(self, schema: Schema, *, reader: bool = True) -> SchemaEntry:
+        """Register a schema version; `reader=False` makes it readable but not the current one."""
+        entry = entry_for(schema)
+        self._by_fingerprint[entry.fingerprint] = entry
+        if reader:
+            self._readers[entry.name] = entry
+        return entry
+
+    def writer(self, fp: bytes) -> SchemaEntry | None:
+        return self._by_fingerprint.get(fp)
+
+    def reader(self, name: str) -> SchemaEntry | None:
+        return self._readers.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._readers)
+
+    @classmethod
+    def from_files(cls) -> SchemaRegistry:
+        """Every record schema in `schemas/`, each self-contained, as the current readers."""
+        definitions = load_schema_files()
+        registry = cls()
+        for name, schema in definitions.items():
+            if schema["type"] == "record":
+                registry.add(expand(name, definitions))
+        return registry

@@ -1,0 +1,207 @@
+"""Anthropic Messages (`POST /v1/messages`): request parsing and the SSE script.
+
+Wire format: `event: <type>` + `data: <json>` with matching type; message_start, ping, per block
+content_block_start / _delta / _stop, message_delta (stop_reason, cumulative usage), message_stop.
+Tool results arrive as `tool_result` blocks inside the last user message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from turnledger.gateway.fake_provider.api import ApiSpec, ScriptContext, output_tokens
+from turnledger.gateway.fake_provider.errors import BadRequestError
+from turnledger.gateway.fake_provider.model import (
+    Answer,
+    Conversation,
+    LastTurn,
+    ToolResult,
+    ToolSpec,
+    content_text,
+    split_json,
+    split_text,
+)
+from turnledger.gateway.fake_provider.sse import SseEvent
+
+
+def parse(body: dict[str, Any]) -> Conversation:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequestError("messages: field required and must be a non-empty list", param="messages")
+    tools = tuple(
+        ToolSpec(t["name"], t.get("input_schema") or {"type": "object"})
+        for t in body.get("tools") or []
+        if isinstance(t, dict) and isinstance(t.get("name"), str) and "input_schema" in t
+    )
+    names: dict[str, str] = {}
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), list):
+            for b in m["content"]:
+                if isinstance(b, dict) and b.get("type") == "tool_use":
+                    names[str(b.get("id"))] = str(b.get("name"))
+    last = messages[-1]
+    if not isinstance(last, dict):
+        raise BadRequestError("messages: every message must be an object", param="messages")
+    choice = body.get("tool_choice") or {}
+    thinking = body.get("thinking") or {}
+    conv: dict[str, Any] = {
+        "model": str(body.get("model", "claude-fake")),
+        "tools": tools,
+        "allow_tools": not (isinstance(choice, dict) and choice.get("type") == "none"),
+        "parallel": not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use")),
+        "thinking": isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"),
+    }
+    content = last.get("content")
+    if last.get("role") != "user":
+        return Conversation(last=LastTurn.OTHER, **conv)
+    if isinstance(content, list):
+        results = tuple(
+            ToolResult(
+                call_id=str(b.get("tool_use_id")),
+                tool_name=names.get(str(b.get("tool_use_id"))),
+                content=content_text(b.get("content")),
+                is_error=bool(b.get("is_error")),
+            )
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        )
+        if results:
+            return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
+    return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(content), **conv)
+
+
+def _ev(data: dict[str, Any], terminal: bool = False) -> SseEvent:
+    return SseEvent(str(data["type"]), data, terminal)
+
+
+def _stop_reason(answer: Answer) -> str:
+    return "tool_use" if answer.is_tool_use else "end_turn"
+
+
+def _message(
+    ctx: ScriptContext, content: list[dict[str, Any]], stop: str | None, out_tokens: int
+) -> dict[str, Any]:
+    return {
+        "id": ctx.id("msg_", "message"),
+        "type": "message",
+        "role": "assistant",
+        "model": ctx.model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": ctx.input_tokens, "output_tokens": out_tokens},
+    }
+
+
+def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
+    rng = ctx.rng
+    events = [_ev({"type": "message_start", "message": _message(ctx, [], None, 1)}), _ev({"type": "ping"})]
+    index = 0
+    if answer.thinking:
+        events.append(
+            _ev(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                }
+            )
+        )
+        for piece in split_text(answer.thinking, rng):
+            events.append(
+                _ev(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "thinking_delta", "thinking": piece},
+                    }
+                )
+            )
+        signature = ctx.id("", "signature", 64)
+        events.append(
+            _ev(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "signature_delta", "signature": signature},
+                }
+            )
+        )
+        events.append(_ev({"type": "content_block_stop", "index": index}))
+        index += 1
+    if answer.text:
+        events.append(
+            _ev(
+                {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+            )
+        )
+        for piece in split_text(answer.text, rng):
+            events.append(
+                _ev(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": piece},
+                    }
+                )
+            )
+        events.append(_ev({"type": "content_block_stop", "index": index}))
+        index += 1
+    for k, call in enumerate(answer.tool_calls):
+        block = {"type": "tool_use", "id": ctx.id("toolu_", f"call{k}"), "name": call.name, "input": {}}
+        events.append(_ev({"type": "content_block_start", "index": index, "content_block": block}))
+        for piece in ["", *split_json(ctx.arguments(answer, k), rng)]:
+            events.append(
+                _ev(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": piece},
+                    }
+                )
+            )
+        events.append(_ev({"type": "content_block_stop", "index": index}))
+        index += 1
+    events.append(
+        _ev(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": _stop_reason(answer), "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens(answer)},
+            }
+        )
+    )
+    events.append(_ev({"type": "message_stop"}, terminal=True))
+    return events
+
+
+def error_event(ctx: ScriptContext, index: int) -> SseEvent:
+    return _ev({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+
+
+def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if answer.thinking:
+        content.append(
+            {"type": "thinking", "thinking": answer.thinking, "signature": ctx.id("", "signature", 64)}
+        )
+    if answer.text:
+        content.append({"type": "text", "text": answer.text})
+    for k, call in enumerate(answer.tool_calls):
+        raw = ctx.arguments(answer, k)
+        try:
+            args = json.loads(raw)
+        except ValueError:
+            args = {}  # what a lenient server-side parse of a cut document leaves
+        content.append(
+            {"type": "tool_use", "id": ctx.id("toolu_", f"call{k}"), "name": call.name, "input": args}
+        )
+    return _message(ctx, content, _stop_reason(answer), output_tokens(answer))
+
+
+def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+SPEC = ApiSpec("anthropic-messages", parse, script, error_event, final_object, error_body)

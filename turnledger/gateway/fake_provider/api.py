@@ -1,0 +1,53 @@
+"""What every API module provides, and the per-request context its scripts are built from."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnledger.gateway.fake_provider.ids import make_id
+from turnledger.gateway.fake_provider.model import Answer, Conversation
+from turnledger.gateway.fake_provider.sse import SseEvent
+
+
+@dataclass
+class ScriptContext:
+    """Everything a stream script needs besides the answer; ids derive from (seed, basis)."""
+
+    seed: int
+    basis: str
+    model: str
+    input_tokens: int
+    rng: random.Random
+    #: call index → the truncated argument text that replaces its JSON (truncate_tool_args fault)
+    truncated: dict[int, str] = field(default_factory=dict)
+    request: dict[str, Any] = field(default_factory=dict)
+    background: bool = False
+
+    def id(self, prefix: str, label: str, length: int = 24) -> str:
+        return make_id(prefix, self.seed, self.basis, label, length)
+
+    def arguments(self, answer: Answer, k: int) -> str:
+        return self.truncated.get(k, answer.tool_calls[k].arguments_json)
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """One provider API: request parsing, the stream script, the error event and bodies."""
+
+    name: str
+    parse: Callable[[dict[str, Any]], Conversation]
+    script: Callable[[Answer, ScriptContext], list[SseEvent]]
+    #: the provider error event that replaces script event `index` (error_event fault)
+    error_event: Callable[[ScriptContext, int], SseEvent]
+    #: the non-streaming response body
+    final_object: Callable[[Answer, ScriptContext], dict[str, Any]]
+    #: an HTTP error body in this API's shape: (message, error type, param)
+    error_body: Callable[[str, str, str | None], dict[str, Any]]
+
+
+def output_tokens(answer: Answer) -> int:
+    chars = len(answer.text) + len(answer.thinking) + sum(len(c.arguments_json) for c in answer.tool_calls)
+    return max(1, chars // 4)

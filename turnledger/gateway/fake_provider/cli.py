@@ -1,0 +1,35 @@
+"""`turnledger fake-provider`: run the fake provider in the foreground until interrupted.
+
+Register in turnledger/cli.py with:
+    from turnledger.gateway.fake_provider.cli import fake_provider
+    app.command("fake-provider")(fake_provider)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import typer
+
+from turnledger.gateway.fake_provider.faults import FaultPlan
+from turnledger.gateway.fake_provider.server import FakeProvider
+
+
+def fake_provider(
+    port: int = typer.Option(8790, "--port", help="TCP port on 127.0.0.1 (0 picks a free one)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of answers, ids and random faults."),
+    fault_rate: float = typer.Option(
+        0.0, "--fault-rate", min=0.0, max=1.0, help="Probability of each fault kind per request."
+    ),
+) -> None:
+    """Serve Anthropic Messages, OpenAI Chat Completions and OpenAI Responses on loopback, with faults."""
+    plan = FaultPlan.uniform(fault_rate) if fault_rate > 0 else FaultPlan()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(port, seed, plan))
+
+
+async def _serve(port: int, seed: int, plan: FaultPlan) -> None:
+    async with FakeProvider(port=port, seed=seed, fault_plan=plan) as fp:
+        typer.echo(f"fake provider listening on {fp.base_url} (seed={seed})", err=True)
+        await asyncio.Event().wait()

@@ -1,0 +1,188 @@
+"""Fault kinds, the server-level fault plan, the `x-fake-fault` header and fault resolution.
+
+A fault is chosen per request, either scripted (the header, or the plan's per-request / always lists) or
+drawn at random (the plan's rate per kind, from an RNG seeded by the server seed and the request identity,
+so a random fault is as reproducible as the answer). Resolution fills in concrete values (which byte,
+which event) so the fault log says exactly what was done.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+from turnledger.gateway.fake_provider.errors import BadRequestError
+
+FAULT_HEADER = "x-fake-fault"
+
+
+class FaultKind(StrEnum):
+    """Fault kinds; the value is the name used in the `x-fake-fault` header."""
+
+    #: Close the connection after exactly N bytes of response body (value: N).
+    DISCONNECT = "disconnect_at_byte"
+    #: Send the script's event number K (0-based) twice in a row (value: K).
+    DUPLICATE = "duplicate_event"
+    #: End the stream cleanly without its terminal event (message_stop / [DONE] / response.completed).
+    MISSING_STOP = "missing_stop"
+    #: Cut tool call K's argument JSON in the middle of a string, then stop normally (value: K).
+    TRUNCATED_ARGS = "truncate_tool_args"
+    #: Wait N milliseconds before every event (value: N).
+    SLOW = "slow_ms"
+    #: Replace event K and everything after it by the provider's error event (value: K).
+    ERROR_EVENT = "error_event"
+    #: Before the stream, re-send N events the client already saw / of the previous stream (value: N).
+    LATE_EVENTS = "late_events"
+
+
+#: Faults that change what is generated (and so what a background response stores).
+CONTENT_FAULTS = frozenset({FaultKind.TRUNCATED_ARGS, FaultKind.ERROR_EVENT})
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: FaultKind
+    value: int | None = None
+
+    def __str__(self) -> str:
+        return self.kind.value if self.value is None else f"{self.kind.value}={self.value}"
+
+
+class FaultRecord(NamedTuple):
+    """One applied fault: which request, what exactly."""
+
+    request_id: str
+    fault: Fault
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Server-level faults.
+
+    `rates`: probability per kind that a generation request gets that fault (independent draws).
+    `by_request`: scripted faults for the n-th generation request (0-based arrival order).
+    `always`: scripted faults for every generation request.
+    A request with an `x-fake-fault` header uses only the header's faults (`none` for no fault at all).
+    """
+
+    rates: Mapping[FaultKind, float] = field(default_factory=dict)
+    by_request: Mapping[int, tuple[Fault, ...]] = field(default_factory=dict)
+    always: tuple[Fault, ...] = ()
+
+    @classmethod
+    def uniform(cls, rate: float, kinds: Iterable[FaultKind] = tuple(FaultKind)) -> FaultPlan:
+        """Every kind in `kinds` with the same probability `rate`."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"fault rate must be within [0, 1], got {rate}")
+        return cls(rates={k: rate for k in kinds})
+
+    def scripted(self, index: int) -> tuple[Fault, ...]:
+        return tuple(self.always) + tuple(self.by_request.get(index, ()))
+
+    def draw(self, rng: random.Random) -> tuple[Fault, ...]:
+        """Random faults, values left open (resolved against the concrete stream)."""
+        return tuple(Fault(kind) for kind in FaultKind if rng.random() < self.rates.get(kind, 0.0))
+
+
+def parse_fault_header(value: str) -> tuple[Fault, ...]:
+    """Parse `disconnect_at_byte=300, duplicate_event=4` (comma or semicolon separated; `none` = none)."""
+    faults: list[Fault] = []
+    for raw in value.replace(";", ",").split(","):
+        item = raw.strip()
+        if not item or item == "none":
+            continue
+        name, _, arg = item.partition("=")
+        try:
+            kind = FaultKind(name.strip())
+        except ValueError:
+            known = ", ".join(k.value for k in FaultKind)
+            raise BadRequestError(
+                f"unknown fault {name.strip()!r} in {FAULT_HEADER}; known: {known}"
+            ) from None
+        if arg.strip():
+            try:
+                number = int(arg.strip())
+            except ValueError:
+                raise BadRequestError(f"fault {name.strip()!r} needs an integer, got {arg!r}") from None
+            if number < 0:
+                raise BadRequestError(f"fault {name.strip()!r} needs a non-negative integer")
+            faults.append(Fault(kind, number))
+        else:
+            faults.append(Fault(kind))
+    return tuple(faults)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamShape:
+    """What resolution needs to know about the stream a fault will hit."""
+
+    n_events: int
+    n_tool_calls: int
+    has_previous: bool
+
+
+def resolve(faults: Iterable[Fault], shape: StreamShape, rng: random.Random) -> tuple[Fault, ...]:
+    """Give every fault a concrete value; drop faults that cannot apply (recorded only when applied).
+
+    Byte offsets of DISCONNECT are resolved later, against the encoded bytes (see `resolve_disconnect`).
+    """
+    out: list[Fault] = []
+    seen: set[FaultKind] = set()
+    for f in faults:
+        if f.kind in seen:
+            continue
+        seen.add(f.kind)
+        mid = max(1, shape.n_events - 2)
+        if f.kind is FaultKind.DUPLICATE:
+            v = f.value if f.value is not None else rng.randint(1, mid)
+            out.append(Fault(f.kind, min(v, shape.n_events - 1)))
+        elif f.kind is FaultKind.ERROR_EVENT:
+            v = f.value if f.value is not None else rng.randint(1, mid)
+            out.append(Fault(f.kind, max(1, min(v, shape.n_events - 1))))
+        elif f.kind is FaultKind.TRUNCATED_ARGS:
+            if shape.n_tool_calls:
+                v = f.value if f.value is not None else shape.n_tool_calls - 1
+                out.append(Fault(f.kind, min(v, shape.n_tool_calls - 1)))
+        elif f.kind is FaultKind.SLOW:
+            out.append(Fault(f.kind, f.value if f.value is not None else rng.randint(5, 30)))
+        elif f.kind is FaultKind.LATE_EVENTS:
+            if shape.has_previous:
+                out.append(Fault(f.kind, f.value if f.value is not None else rng.randint(1, 3)))
+        else:
+            out.append(f)
+    return tuple(out)
+
+
+def resolve_disconnect(fault: Fault, body_len: int, rng: random.Random) -> Fault:
+    if fault.value is not None:
+        return fault
+    return Fault(fault.kind, rng.randint(1, max(1, body_len - 1)))
+
+
+def truncate_mid_string(json_text: str) -> str:
+    """Cut JSON text inside its last string literal (key or value), so the result can never parse.
+
+    Strings are preferred because a cut there is what `max_tokens` and dropped streams really produce
+    (`{"city": "Par`), and partial-JSON parsers silently drop such a tail. Without any string (`{}`)
+    the text is cut in half, which is invalid too.
+    """
+    spans: list[tuple[int, int]] = []
+    i, n = 0, len(json_text)
+    while i < n:
+        if json_text[i] == '"':
+            start = i
+            i += 1
+            while i < n and json_text[i] != '"':
+                i += 2 if json_text[i] == "\\" else 1
+            spans.append((start, i))
+        i += 1
+    for start, end in reversed(spans):
+        if end - start >= 2:  # at least one character inside the quotes
+            cut = start + 1 + (end - start - 1) // 2
+            if json_text[cut - 1] == "\\":
+                cut -= 1
+            return json_text[:cut]
+    return json_text[: max(1, len(json_text) // 2)]

@@ -1,0 +1,151 @@
+"""The scripted "model": an API-neutral view of a request and the deterministic answer to it.
+
+Each API module parses its own request shape into a `Conversation`; `decide` then picks the answer:
+tools offered and a user message last → 1 to 3 parallel calls with schema-valid arguments; tool results last →
+text that names every result; otherwise plain text. Every choice comes from an RNG seeded with the server
+seed and the request bytes, so the same request always gets the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from turnledger.gateway.fake_provider.schema_args import generate
+
+
+class LastTurn(Enum):
+    USER_TEXT = "user_text"
+    TOOL_RESULTS = "tool_results"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    tool_name: str | None
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What the scripted model needs from a request, whatever the API."""
+
+    model: str
+    tools: tuple[ToolSpec, ...]
+    last: LastTurn
+    user_text: str = ""
+    results: tuple[ToolResult, ...] = ()
+    allow_tools: bool = True
+    parallel: bool = True
+    thinking: bool = False
+    max_calls: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The model's reply: optional thinking, optional text, zero or more tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    thinking: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_tool_use(self) -> bool:
+        return bool(self.tool_calls)
+
+
+def decide(conv: Conversation, rng: random.Random) -> Answer:
+    thinking = _thinking(conv, rng) if conv.thinking else ""
+    if conv.last is LastTurn.USER_TEXT and conv.tools and conv.allow_tools:
+        n = rng.randint(1, max(1, min(3, conv.max_calls))) if conv.parallel else 1
+        calls = []
+        for _ in range(n):
+            tool = rng.choice(conv.tools)
+            calls.append(ToolCall(tool.name, generate(tool.schema, rng)))
+        return Answer(tool_calls=tuple(calls), thinking=thinking)
+    if conv.last is LastTurn.TOOL_RESULTS and conv.results:
+        parts = []
+        for r in conv.results:
+            who = r.tool_name or "tool"
+            verb = "failed with" if r.is_error else "returned"
+            parts.append(f"{who} ({r.call_id}) {verb}: {_clip(r.content)}")
+        return Answer(text="Here is what the tools said. " + " ".join(parts) + " Done.", thinking=thinking)
+    words = [rng.choice(_FILLER) for _ in range(rng.randint(6, 14))]
+    topic = _clip(conv.user_text, 60) if conv.user_text else "your request"
+    return Answer(text=f"About {topic}: " + " ".join(words) + ".", thinking=thinking)
+
+
+def _thinking(conv: Conversation, rng: random.Random) -> str:
+    return "Considering the request; " + " ".join(rng.choice(_FILLER) for _ in range(8)) + "."
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def split_text(text: str, rng: random.Random, max_words: int = 3) -> list[str]:
+    """Split text into deltas of 1..max_words words, keeping every character (whitespace included)."""
+    pieces: list[str] = []
+    tokens = text.split(" ")
+    i = 0
+    while i < len(tokens):
+        k = rng.randint(1, max_words)
+        chunk = " ".join(tokens[i : i + k])
+        i += k
+        pieces.append(chunk + (" " if i < len(tokens) else ""))
+    return [p for p in pieces if p] or [""]
+
+
+def split_json(text: str, rng: random.Random) -> list[str]:
+    """Split an argument JSON string into fragments of 4..16 characters, as providers stream them."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        k = rng.randint(4, 16)
+        out.append(text[i : i + k])
+        i += k
+    return out or [""]
+
+
+def content_text(content: Any) -> str:
+    """Text of a string or of a list of text parts (any API's `text`/`input_text`/`output_text` parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, str):
+                texts.append(part)
+        return " ".join(texts)
+    return "" if content is None else json.dumps(content, sort_keys=True)
+
+
+_FILLER = (
+    "the", "ledger", "is", "consistent", "and", "every", "turn", "was", "recorded", "once", "streams",
+    "may", "break", "but", "history", "stays", "canonical", "tools", "answer", "in", "order",
+)  # fmt: skip

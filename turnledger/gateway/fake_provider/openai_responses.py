@@ -1,0 +1,227 @@
+"""OpenAI Responses (`POST /v1/responses`): request parsing, the typed SSE script, response objects.
+
+Wire format: `event: <type>` + `data: <json>`, every event with a `sequence_number` that increases by one
+per response (the resume cursor of background mode). Items: `message` (`msg_…`) with `output_text`
+parts, `function_call` (`fc_…` item id, `call_…` call id). Tool results are trailing
+`function_call_output` items of `input`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnledger.gateway.fake_provider.api import ApiSpec, ScriptContext, output_tokens
+from turnledger.gateway.fake_provider.errors import BadRequestError
+from turnledger.gateway.fake_provider.ids import CREATED_AT
+from turnledger.gateway.fake_provider.model import (
+    Answer,
+    Conversation,
+    LastTurn,
+    ToolResult,
+    ToolSpec,
+    content_text,
+    split_json,
+    split_text,
+)
+from turnledger.gateway.fake_provider.sse import SseEvent
+
+TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+def parse(body: dict[str, Any]) -> Conversation:
+    raw = body.get("input")
+    if isinstance(raw, str):
+        items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": raw}]
+    elif isinstance(raw, list) and raw and all(isinstance(i, dict) for i in raw):
+        items = raw
+    else:
+        raise BadRequestError("'input' must be a string or a non-empty array of items", param="input")
+    tools = tuple(
+        ToolSpec(t["name"], t.get("parameters") or {"type": "object"})
+        for t in body.get("tools") or []
+        if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)
+    )
+    names = {str(i.get("call_id")): str(i.get("name")) for i in items if i.get("type") == "function_call"}
+    conv: dict[str, Any] = {
+        "model": str(body.get("model", "gpt-fake")),
+        "tools": tools,
+        "allow_tools": body.get("tool_choice") != "none",
+        "parallel": body.get("parallel_tool_calls", True) is not False,
+    }
+    last = items[-1]
+    if last.get("type") == "function_call_output":
+        trailing = []
+        for item in reversed(items):
+            if item.get("type") != "function_call_output":
+                break
+            trailing.append(item)
+        results = tuple(
+            ToolResult(str(i.get("call_id")), names.get(str(i.get("call_id"))), content_text(i.get("output")))
+            for i in reversed(trailing)
+        )
+        return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
+    if last.get("type", "message") == "message" and last.get("role") == "user":
+        return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(last.get("content")), **conv)
+    return Conversation(last=LastTurn.OTHER, **conv)
+
+
+def response_id(ctx: ScriptContext) -> str:
+    return ctx.id("resp_", "response", 40)
+
+
+def response_object(
+    ctx: ScriptContext,
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    req = ctx.request
+    tools = [t for t in req.get("tools") or [] if isinstance(t, dict)]
+    return {
+        "id": response_id(ctx),
+        "object": "response",
+        "created_at": CREATED_AT,
+        "status": status,
+        "background": ctx.background,
+        "error": error,
+        "incomplete_details": None,
+        "instructions": req.get("instructions"),
+        "max_output_tokens": req.get("max_output_tokens"),
+        "model": ctx.model,
+        "output": output,
+        "parallel_tool_calls": req.get("parallel_tool_calls", True) is not False,
+        "previous_response_id": req.get("previous_response_id"),
+        "store": req.get("store", True) is not False,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": req.get("tool_choice", "auto"),
+        "tools": tools,
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage,
+        "metadata": req.get("metadata") or {},
+    }
+
+
+def _usage(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    out = output_tokens(answer)
+    return {
+        "input_tokens": ctx.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": ctx.input_tokens + out,
+    }
+
+
+def _items(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
+    """The final output items."""
+    items: list[dict[str, Any]] = []
+    if answer.text:
+        items.append(
+            {
+                "type": "message",
+                "id": ctx.id("msg_", "message", 40),
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}],
+            }
+        )
+    for k, call in enumerate(answer.tool_calls):
+        items.append(
+            {
+                "type": "function_call",
+                "id": ctx.id("fc_", f"call{k}", 40),
+                "call_id": ctx.id("call_", f"call{k}"),
+                "name": call.name,
+                "arguments": ctx.arguments(answer, k),
+                "status": "completed",
+            }
+        )
+    return items
+
+
+def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
+    rng = ctx.rng
+    events: list[SseEvent] = []
+
+    def add(data: dict[str, Any], terminal: bool = False) -> None:
+        data["sequence_number"] = len(events)
+        events.append(SseEvent(str(data["type"]), data, terminal))
+
+    add(
+        {
+            "type": "response.created",
+            "response": response_object(ctx, "queued" if ctx.background else "in_progress", []),
+        }
+    )
+    add({"type": "response.in_progress", "response": response_object(ctx, "in_progress", [])})
+    items = _items(answer, ctx)
+    for out_index, item in enumerate(items):
+        if item["type"] == "message":
+            text = answer.text
+            add(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": out_index,
+                    "item": {**item, "status": "in_progress", "content": []},
+                }
+            )
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            where = {"item_id": item["id"], "output_index": out_index, "content_index": 0}
+            add({"type": "response.content_part.added", **where, "part": part})
+            for piece in split_text(text, rng):
+                add({"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []})
+            add({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+            add({"type": "response.content_part.done", **where, "part": {**part, "text": text}})
+        else:
+            args = item["arguments"]
+            add(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": out_index,
+                    "item": {**item, "arguments": "", "status": "in_progress"},
+                }
+            )
+            where = {"item_id": item["id"], "output_index": out_index}
+            for piece in split_json(args, rng):
+                add({"type": "response.function_call_arguments.delta", **where, "delta": piece})
+            add(
+                {
+                    "type": "response.function_call_arguments.done",
+                    **where,
+                    "name": item["name"],
+                    "arguments": args,
+                }
+            )
+        add({"type": "response.output_item.done", "output_index": out_index, "item": item})
+    add(
+        {
+            "type": "response.completed",
+            "response": response_object(ctx, "completed", items, _usage(answer, ctx)),
+        },
+        terminal=True,
+    )
+    return events
+
+
+def error_event(ctx: ScriptContext, index: int) -> SseEvent:
+    error = {"code": "server_error", "message": "The model failed to generate a response."}
+    data: dict[str, Any] = {
+        "type": "response.failed",
+        "response": response_object(ctx, "failed", [], error=error),
+    }
+    data["sequence_number"] = index
+    return SseEvent("response.failed", data)
+
+
+def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    return response_object(ctx, "completed", _items(answer, ctx), _usage(answer, ctx))
+
+
+def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+
+
+SPEC = ApiSpec("openai-responses", parse, script, error_event, final_object, error_body)

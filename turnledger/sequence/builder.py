@@ -1,0 +1,149 @@
+"""Building the message graph from committed turns, one turn at a time.
+
+`append` is the validator's entry point: it checks only the new turn's blocks
+against the indexes carried in `GraphState` and either returns the advanced state
+or rejects the whole turn (the state is immutable, so an invalid turn leaves it as
+it was). `sequence_of` renders the state as MessageSequence.v1, or WAITING while
+an emitted call lacks its terminal result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from itertools import groupby
+
+from turnledger.model.events import SubmittedBlock
+from turnledger.model.graph import (
+    ArgumentState,
+    Block,
+    BlockKind,
+    MessageSequence,
+    ToolEdge,
+    seal_sequence_digest,
+    sequence_chain,
+)
+from turnledger.model.reasons import ReasonCode
+from turnledger.sequence.arguments import argument_digest_of
+from turnledger.sequence.graph_state import GraphState
+from turnledger.sequence.outcome import Invalid, Rejection, Valid, ValidationOutcome, Waiting
+from turnledger.sequence.rules import RULES
+from turnledger.sequence.scan import TurnScan
+
+
+def blocks_from_submission(
+    state: GraphState, turn_id: str, submitted: Sequence[SubmittedBlock]
+) -> tuple[Block, ...]:
+    """Turn a producer's blocks into the next revision's blocks (not yet validated).
+
+    The processor, not the producer, assigns revision, ordering and content digest;
+    for tool calls it derives argument state and digest from the raw arguments, so
+    a producer cannot declare truncated arguments complete.
+    """
+    revision = state.revision + 1
+    return tuple(
+        _block(sb, turn_id, revision, state.next_ordering + offset) for offset, sb in enumerate(submitted)
+    )
+
+
+def _block(sb: SubmittedBlock, turn_id: str, revision: int, ordering: int) -> Block:
+    fields = sb.model_dump(exclude_none=True)
+    if sb.kind == BlockKind.TOOL_CALL:
+        digest = argument_digest_of(sb.arguments)
+        fields["argument_digest"] = digest
+        fields["argument_state"] = ArgumentState.INCOMPLETE if digest is None else ArgumentState.COMPLETE
+    block = Block(turn_id=turn_id, revision=revision, ordering=ordering, **fields)
+    return block.with_digest()
+
+
+def append(state: GraphState, blocks: Sequence[Block]) -> GraphState | Invalid:
+    """Validate one turn against the state's indexes and apply it, all or nothing."""
+    if not blocks:
+        return Invalid((Rejection(ReasonCode.MALFORMED_BLOCK, "a turn needs at least one block"),))
+    scan = TurnScan.start(state, blocks)
+    rejections = list(_rejections(scan))
+    if rejections:
+        return Invalid(tuple(rejections))
+    return _advance(state, scan)
+
+
+def _rejections(scan: TurnScan) -> Iterator[Rejection]:
+    for index, block in enumerate(scan.blocks):
+        scan.index = index
+        for rule in RULES:
+            detail = rule.check(block, scan)
+            if detail is not None:
+                yield Rejection(rule.code, detail, block.id, block.call_id)
+        scan.record(block)
+
+
+def _advance(state: GraphState, scan: TurnScan) -> GraphState:
+    head = sequence_chain(state.conversation_id, scan.blocks, state.chain_head)
+    answered = scan.results.keys()
+    pending = tuple(c for c in state.pending_call_ids if c not in answered) + tuple(
+        c for c in scan.calls if c not in answered
+    )
+    return state.model_copy(
+        update={
+            "revision": scan.revision,
+            "blocks": state.blocks + tuple(scan.blocks),
+            "chain_head": head,
+            "sequence_digest": seal_sequence_digest(head, scan.revision),
+            "block_ids": {**state.block_ids, **{b.id: b.ordering for b in scan.blocks}},
+            "calls": {**state.calls, **scan.calls},
+            "results": {**state.results, **scan.results},
+            "pending_call_ids": pending,
+        }
+    )
+
+
+def submit(state: GraphState, turn_id: str, submitted: Sequence[SubmittedBlock]) -> GraphState | Invalid:
+    """`blocks_from_submission` then `append`: what the fold does with a TurnSubmitted."""
+    return append(state, blocks_from_submission(state, turn_id, submitted))
+
+
+def sequence_of(state: GraphState) -> Valid | Waiting:
+    """MessageSequence.v1 of the state; WAITING while any emitted call lacks its result."""
+    sequence = MessageSequence(
+        conversation_id=state.conversation_id,
+        conversation_revision=state.revision,
+        sequence_digest=state.sequence_digest,
+        blocks=state.blocks,
+        tool_edges=tool_edges(state),
+    )
+    if state.pending_call_ids:
+        return Waiting(sequence, state.pending_call_ids)
+    return Valid(sequence)
+
+
+def tool_edges(state: GraphState) -> tuple[ToolEdge, ...]:
+    edges = []
+    for call_id, call in state.calls.items():
+        result = state.results.get(call_id)
+        edges.append(
+            ToolEdge(
+                call_id=call_id,
+                tool_name=call.tool_name,
+                call_block_id=call.block_id,
+                schema_digest=call.schema_digest,
+                argument_state=call.argument_state,
+                argument_digest=call.argument_digest,
+                generation=call.generation,
+                result_id=None if result is None else result.block_id,
+                result_status=None if result is None else result.result_status,
+            )
+        )
+    return tuple(edges)
+
+
+def validate_blocks(conversation_id: str, blocks: Sequence[Block]) -> ValidationOutcome:
+    """Validate a whole history by folding `append` over its turns (runs of one revision).
+
+    For tests and replay; the processor appends turn by turn as they arrive.
+    """
+    state = GraphState.empty(conversation_id)
+    for _, turn in groupby(blocks, key=lambda b: b.revision):
+        result = append(state, tuple(turn))
+        if isinstance(result, Invalid):
+            return result
+        state = result
+    return sequence_of(state)

@@ -1,0 +1,264 @@
+"""The message-graph invariants, one row per rule: (reason code, check).
+
+A check looks at one block of the turn being appended, with the committed indexes
+and the earlier blocks of the same turn in view (`TurnScan`), and returns a detail
+string when the block breaks the rule. Every check guards its own preconditions,
+so all rows run on every block and a block may collect several rejections; a
+removed row changes exactly the codes its tests expect.
+
+Decisions the spec leaves open:
+- callIds are unique across the whole conversation, not only within a turn: results
+  pair with calls by callId, and a reused id would make that pairing ambiguous.
+- Scoped inputs (retrieved_snippet, compression_artifact) carry trust label
+  `retrieved` and role `user` or `tool`, and belong to the turn they came with:
+  their role must be one of the roles of that turn's own (non-scoped) blocks; a
+  turn made only of scoped inputs is a user turn. So a snippet never sits inside
+  an assistant response, never becomes system text, and never poses as a tool
+  result in a turn without one.
+- Roles and kinds pair: tool_call and thinking are assistant, tool_result is tool;
+  `system` is only operator-labelled text, and the `operator` label only system.
+- A turn has at least one block, all with the next revision, one turn id, and
+  orderings that continue the history without gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from turnledger.model.graph import (
+    SCOPED_INPUT_KINDS,
+    TERMINAL_RESULT_STATUSES,
+    ArgumentState,
+    Block,
+    BlockKind,
+    BlockStatus,
+    Role,
+    TrustLabel,
+    block_digest,
+)
+from turnledger.model.reasons import ReasonCode
+from turnledger.sequence.arguments import argument_digest_of, parse_arguments
+from turnledger.sequence.graph_state import CallRecord
+from turnledger.sequence.scan import TurnScan
+
+Check = Callable[[Block, TurnScan], str | None]
+
+
+class Rule(NamedTuple):
+    code: ReasonCode
+    check: Check
+
+
+_ROLES = frozenset(Role)
+_KINDS = frozenset(BlockKind)
+_TRUST_LABELS = frozenset(TrustLabel)
+
+_CONTENT_FIELDS = (
+    "text",
+    "call_id",
+    "tool_name",
+    "arguments",
+    "argument_state",
+    "argument_digest",
+    "schema_digest",
+    "generation",
+    "result_status",
+    "signature",
+)
+_TEXTUAL = (frozenset({"text"}), frozenset({"text"}))
+_FIELDS_BY_KIND: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    # kind: (required, allowed)
+    BlockKind.TEXT: _TEXTUAL,
+    BlockKind.RETRIEVED_SNIPPET: _TEXTUAL,
+    BlockKind.COMPRESSION_ARTIFACT: _TEXTUAL,
+    BlockKind.THINKING: (frozenset(), frozenset({"text", "signature"})),
+    BlockKind.TOOL_CALL: (
+        frozenset({"call_id", "tool_name", "arguments", "argument_state", "generation"}),
+        frozenset(
+            {"call_id", "tool_name", "arguments", "argument_state", "argument_digest", "schema_digest"}
+            | {"generation", "signature"}
+        ),
+    ),
+    BlockKind.TOOL_RESULT: (
+        frozenset({"call_id", "tool_name", "argument_digest", "generation", "result_status", "text"}),
+        frozenset({"call_id", "tool_name", "argument_digest", "generation", "result_status", "text"}),
+    ),
+}
+_NON_EMPTY = ("id", "turn_id", "call_id", "tool_name")
+
+
+def unknown_role(block: Block, scan: TurnScan) -> str | None:
+    return None if block.role in _ROLES else f"role {block.role!r} is not one of system/user/assistant/tool"
+
+
+def unknown_kind(block: Block, scan: TurnScan) -> str | None:
+    return None if block.kind in _KINDS else f"block kind {block.kind!r} is unknown"
+
+
+def planned(block: Block, scan: TurnScan) -> str | None:
+    if block.status == BlockStatus.COMMITTED:
+        return None
+    return f"block status is {block.status!r}, not committed"
+
+
+def malformed(block: Block, scan: TurnScan) -> str | None:
+    empty = [name for name in _NON_EMPTY if getattr(block, name) == ""]
+    if empty:
+        return f"empty {', '.join(empty)}"
+    if block.trust_label not in _TRUST_LABELS:
+        return f"trust label {block.trust_label!r} is unknown"
+    if block.kind not in _FIELDS_BY_KIND:
+        return None
+    required, allowed = _FIELDS_BY_KIND[block.kind]
+    present = {name for name in _CONTENT_FIELDS if getattr(block, name) is not None}
+    if missing := sorted(required - present):
+        return f"{block.kind} block lacks {', '.join(missing)}"
+    if foreign := sorted(present - allowed):
+        return f"{block.kind} block carries {', '.join(foreign)}"
+    return None
+
+
+def out_of_sequence(block: Block, scan: TurnScan) -> str | None:
+    if block.revision != scan.revision:
+        return f"revision {block.revision}, expected {scan.revision}"
+    if block.ordering != scan.expected_ordering:
+        return f"ordering {block.ordering}, expected {scan.expected_ordering}"
+    if block.turn_id != scan.turn_id:
+        return f"turn {block.turn_id!r} inside turn {scan.turn_id!r}"
+    return None
+
+
+def digest_mismatch(block: Block, scan: TurnScan) -> str | None:
+    return None if block.digest == block_digest(block) else "content digest does not match the block"
+
+
+def call_argument_digest_mismatch(block: Block, scan: TurnScan) -> str | None:
+    if block.kind != BlockKind.TOOL_CALL or block.argument_state != ArgumentState.COMPLETE:
+        return None
+    actual = argument_digest_of(block.arguments)
+    if actual is None or block.argument_digest == actual:
+        return None
+    return "argument digest does not match the call's arguments"
+
+
+def duplicate_block_id(block: Block, scan: TurnScan) -> str | None:
+    return f"block id {block.id!r} already used" if scan.knows_block(block.id) else None
+
+
+def scope_boundary(block: Block, scan: TurnScan) -> str | None:
+    if block.kind in SCOPED_INPUT_KINDS:
+        return _scoped_input_boundary(block, scan)
+    operator_text = block.kind == BlockKind.TEXT and block.trust_label == TrustLabel.OPERATOR
+    if block.role == Role.SYSTEM and not operator_text:
+        return "system blocks are operator-labelled text only"
+    if block.trust_label == TrustLabel.OPERATOR and block.role != Role.SYSTEM:
+        return f"operator trust label on a {block.role!r} block"
+    expected = _ROLE_OF_KIND.get(block.kind)
+    if expected is not None and block.role != expected:
+        return f"{block.kind} with role {block.role!r}, expected {expected}"
+    return None
+
+
+_ROLE_OF_KIND: dict[str, str] = {
+    BlockKind.TOOL_CALL: Role.ASSISTANT,
+    BlockKind.THINKING: Role.ASSISTANT,
+    BlockKind.TOOL_RESULT: Role.TOOL,
+}
+_SCOPED_ROLES = frozenset({Role.USER, Role.TOOL})
+
+
+def _scoped_input_boundary(block: Block, scan: TurnScan) -> str | None:
+    if block.trust_label != TrustLabel.RETRIEVED:
+        return f"{block.kind} labelled {block.trust_label!r}, must be retrieved"
+    if block.role not in _SCOPED_ROLES:
+        return f"{block.kind} with role {block.role!r}, must be user or tool"
+    owner_roles = scan.turn_roles or frozenset({Role.USER})
+    if block.role not in owner_roles:
+        return f"{block.kind} with role {block.role!r} in a turn of {sorted(owner_roles)}"
+    return None
+
+
+def incomplete_arguments(block: Block, scan: TurnScan) -> str | None:
+    if block.kind != BlockKind.TOOL_CALL:
+        return None
+    if block.argument_state != ArgumentState.COMPLETE:
+        return f"argument state is {block.argument_state!r}"
+    if parse_arguments(block.arguments) is None:
+        return "arguments are not a complete JSON object"
+    return None
+
+
+def non_terminal_result(block: Block, scan: TurnScan) -> str | None:
+    if block.kind != BlockKind.TOOL_RESULT or block.result_status is None:
+        return None
+    if block.result_status in TERMINAL_RESULT_STATUSES:
+        return None
+    return f"result status {block.result_status!r} is not terminal"
+
+
+def duplicate_call_id(block: Block, scan: TurnScan) -> str | None:
+    if block.kind != BlockKind.TOOL_CALL or block.call_id is None:
+        return None
+    return f"call id {block.call_id!r} already emitted" if scan.call(block.call_id) else None
+
+
+def orphaned_result(block: Block, scan: TurnScan) -> str | None:
+    if block.kind != BlockKind.TOOL_RESULT or block.call_id is None:
+        return None
+    return None if scan.call(block.call_id) else f"no earlier call {block.call_id!r}"
+
+
+def duplicate_result(block: Block, scan: TurnScan) -> str | None:
+    if block.kind != BlockKind.TOOL_RESULT or block.call_id is None:
+        return None
+    earlier = scan.result(block.call_id)
+    return None if earlier is None else f"call {block.call_id!r} already has result {earlier.block_id!r}"
+
+
+def result_tool_mismatch(block: Block, scan: TurnScan) -> str | None:
+    call = _call_of_result(block, scan)
+    if call is None or block.tool_name == call.tool_name:
+        return None
+    return f"result for tool {block.tool_name!r}, call was {call.tool_name!r}"
+
+
+def result_argument_digest_mismatch(block: Block, scan: TurnScan) -> str | None:
+    call = _call_of_result(block, scan)
+    if call is None or block.argument_digest == call.argument_digest:
+        return None
+    return "result's argument digest differs from the call's"
+
+
+def result_generation_mismatch(block: Block, scan: TurnScan) -> str | None:
+    call = _call_of_result(block, scan)
+    if call is None or block.generation == call.generation:
+        return None
+    return f"result generation {block.generation}, call generation {call.generation}"
+
+
+def _call_of_result(block: Block, scan: TurnScan) -> CallRecord | None:
+    if block.kind != BlockKind.TOOL_RESULT or block.call_id is None:
+        return None
+    return scan.call(block.call_id)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(ReasonCode.UNKNOWN_ROLE, unknown_role),
+    Rule(ReasonCode.UNKNOWN_KIND, unknown_kind),
+    Rule(ReasonCode.PLANNED_BLOCK, planned),
+    Rule(ReasonCode.MALFORMED_BLOCK, malformed),
+    Rule(ReasonCode.BLOCK_OUT_OF_SEQUENCE, out_of_sequence),
+    Rule(ReasonCode.DIGEST_MISMATCH, digest_mismatch),
+    Rule(ReasonCode.DIGEST_MISMATCH, call_argument_digest_mismatch),
+    Rule(ReasonCode.DUPLICATE_BLOCK_ID, duplicate_block_id),
+    Rule(ReasonCode.SCOPE_BOUNDARY_CROSSED, scope_boundary),
+    Rule(ReasonCode.INCOMPLETE_ARGUMENTS, incomplete_arguments),
+    Rule(ReasonCode.NON_TERMINAL_RESULT, non_terminal_result),
+    Rule(ReasonCode.DUPLICATE_CALL_ID, duplicate_call_id),
+    Rule(ReasonCode.ORPHANED_RESULT, orphaned_result),
+    Rule(ReasonCode.DUPLICATE_RESULT, duplicate_result),
+    Rule(ReasonCode.RESULT_TOOL_MISMATCH, result_tool_mismatch),
+    Rule(ReasonCode.RESULT_ARGUMENT_DIGEST_MISMATCH, result_argument_digest_mismatch),
+    Rule(ReasonCode.RESULT_GENERATION_MISMATCH, result_generation_mismatch),
+)
