@@ -36,6 +36,7 @@ async def stack(
     await produce(
         kafka_bootstrap, topics, records, per_transaction=7, abort_every=3, transactional_id=topics.prefix
     )
+    await settled(kafka_bootstrap, topics.outputs)
     # the reference: the same records projected directly, under a second prefix
     await project_records(redis_client, ProjectionKeys(redis_prefix + "ref:"), records)
     return kafka_bootstrap, topics, redis_client, redis_prefix
