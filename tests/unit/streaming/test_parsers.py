@@ -1,0 +1,185 @@
+"""Parser specifics: numbering, unknown events, errors, Gemini and Bedrock mappings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from turnledger.model.deltas import DeltaType, StopReason
+from turnledger.model.reasons import ReasonCode
+from turnledger.streaming import parser_for
+from turnledger.streaming.eventstream import encode_message
+from turnledger.streaming.outcomes import Complete, Incomplete
+
+from .support import api_of, assemble, fixture, fixture_names, parse
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_sequences_are_contiguous_and_keys_unique(name: str) -> None:
+    parser = parser_for(api_of(name), generation=4, start_sequence=100)
+    deltas = parser.feed(fixture(name)) + parser.flush()
+    assert [d.delta_sequence for d in deltas] == list(range(100, 100 + len(deltas)))
+    assert parser.last_sequence == 99 + len(deltas)
+    assert {d.generation for d in deltas} == {4}
+    assert {d.response_handle for d in deltas} == {parser.response_handle}
+    assert deltas[0].type is DeltaType.MESSAGE_START
+
+
+def test_known_response_handle_is_kept_and_unknown_api_is_refused() -> None:
+    parser = parser_for("anthropic-messages", generation=1, response_handle="bound")
+    assert {d.response_handle for d in parser.feed(fixture("anthropic_text.sse"))} == {"bound"}
+    with pytest.raises(KeyError):
+        parser_for("cohere", generation=1)
+
+
+def test_unknown_events_are_tolerated_and_counted() -> None:
+    extra = (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"citations_delta","citation":{}}}\n\n'
+        b'event: brand_new\ndata: {"type":"brand_new"}\n\n'
+    )
+    raw = fixture("anthropic_text.sse")
+    cut = raw.index(b"event: content_block_stop")
+    parser = parser_for("anthropic-messages", generation=1)
+    deltas = parser.feed(raw[:cut] + extra + raw[cut:])
+    assert parser.unknown_events == 2
+    assert isinstance(assemble(deltas)[0], Complete)
+
+
+def test_garbage_json_and_malformed_events_are_provider_errors() -> None:
+    raw = fixture("openai_chat_text.sse")
+    for poison in (
+        b"data: {not json\n\n",
+        b'data: {"object":"chat.completion.chunk","choices":[{"delta":7}]}\n\n',
+    ):
+        deltas = parse("openai-chat", [raw[:400], poison, raw[400:]])
+        assert any(d.type is DeltaType.PROVIDER_ERROR for d in deltas)
+        outcome, _ = assemble(deltas)
+        assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.PROVIDER_ERROR
+
+
+def test_openai_chat_error_chunk_and_finish_without_done() -> None:
+    err = b'data: {"error":{"message":"server overloaded","type":"server_error"}}\n\n'
+    deltas = parse("openai-chat", [err])
+    assert deltas[-1].type is DeltaType.PROVIDER_ERROR and deltas[-1].error_type == "server_error"
+    raw = fixture("openai_chat_text.sse")
+    outcome, _ = assemble(parse("openai-chat", [raw[: raw.index(b"data: [DONE]")]]))
+    assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.MISSING_STOP
+
+
+def test_gemini_whole_calls_signatures_and_synthetic_ids() -> None:
+    deltas = parse("gemini", [fixture("gemini_parallel_calls.sse")])
+    calls = [d for d in deltas if d.type is DeltaType.BLOCK_START and d.block_kind == "tool_call"]
+    assert [c.call_id for c in calls] == [
+        "gemini:q1ykaN7bHoOUnvgP6O2v4Aw:1",
+        "gemini:q1ykaN7bHoOUnvgP6O2v4Aw:2",
+    ]
+    fragments = [d.text for d in deltas if d.type is DeltaType.ARGUMENT_FRAGMENT]
+    assert fragments == ['{"location":"Lisbon, Portugal","unit":"celsius"}', '{"timezone":"Europe/Lisbon"}']
+    signatures = [(d.block_index, d.text) for d in deltas if d.type is DeltaType.SIGNATURE]
+    assert signatures == [(1, "EqcBCqQBiI26stc0kWdww0K1m3KXEfs5JiU5XicdSYnbRUzVU3zwoL2s05slknb31vHdlA==")]
+    outcome, _ = assemble(deltas)
+    assert isinstance(outcome, Complete) and outcome.stop_reason is StopReason.TOOL_USE
+
+
+def test_gemini_matches_google_genai_reading_of_the_chunks() -> None:
+    """google-genai has no accumulator (provider-formats §3d): merge its per-chunk parts ourselves."""
+    genai_types = pytest.importorskip("google.genai.types")
+    text, calls = "", []
+    for chunk in (
+        json.loads(line[6:]) for line in fixture("gemini_parallel_calls.sse").decode().split("\n\n") if line
+    ):
+        response = genai_types.GenerateContentResponse.model_validate(chunk)
+        text += "".join(p.text or "" for p in response.candidates[0].content.parts if not p.thought)
+        calls += response.function_calls or []
+    outcome, _ = assemble(parse("gemini", [fixture("gemini_parallel_calls.sse")]))
+    assert isinstance(outcome, Complete)
+    assert outcome.blocks[0].text == text
+    assert [(b.tool_name, json.loads(b.arguments or "")) for b in outcome.tool_calls] == [
+        (c.name, c.args) for c in calls
+    ]
+
+
+def test_gemini_final_empty_part_keeps_its_signature_and_max_tokens_maps() -> None:
+    outcome, _ = assemble(parse("gemini", [fixture("gemini_text_thought.sse")]))
+    assert isinstance(outcome, Complete)
+    assert outcome.blocks[1].signature == "CiQBS3hu3z/CuRCQ7u7zKMu1W7R0NhA62Wol/NLCP9dhQbg="
+    chunk = {
+        "candidates": [{"content": {"parts": [{"text": "cut"}]}, "finishReason": "MAX_TOKENS"}],
+        "responseId": "r",
+    }
+    deltas = parse("gemini", [b"data: " + json.dumps(chunk).encode() + b"\n\n"])
+    assert deltas[-1].stop_reason is StopReason.MAX_TOKENS
+    err = parse("gemini", [b'data: {"error": {"code": 503, "status": "UNAVAILABLE", "message": "busy"}}\n\n'])
+    assert err[-1].type is DeltaType.PROVIDER_ERROR and err[-1].error_type == "UNAVAILABLE"
+
+
+BEDROCK_EVENTS: list[tuple[str, dict[str, Any]]] = [
+    ("messageStart", {"role": "assistant"}),
+    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "Need weather."}}}),
+    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "sig=="}}}),
+    ("contentBlockStop", {"contentBlockIndex": 0}),
+    ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "Checking "}}),
+    ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "Madrid."}}),
+    ("contentBlockStop", {"contentBlockIndex": 1}),
+    (
+        "contentBlockStart",
+        {"contentBlockIndex": 2, "start": {"toolUse": {"toolUseId": "tooluse_Ab3", "name": "get_weather"}}},
+    ),
+    ("contentBlockDelta", {"contentBlockIndex": 2, "delta": {"toolUse": {"input": '{"location": '}}}),
+    ("contentBlockDelta", {"contentBlockIndex": 2, "delta": {"toolUse": {"input": '"Madrid"}'}}}),
+    ("contentBlockStop", {"contentBlockIndex": 2}),
+    ("messageStop", {"stopReason": "tool_use"}),
+    (
+        "metadata",
+        {"usage": {"inputTokens": 50, "outputTokens": 30, "totalTokens": 80}, "metrics": {"latencyMs": 9}},
+    ),
+]
+
+
+def bedrock_bytes(events: list[tuple[str, dict[str, Any]]]) -> bytes:
+    headers = {":message-type": "event", ":content-type": "application/json"}
+    return b"".join(encode_message({**headers, ":event-type": n}, json.dumps(p).encode()) for n, p in events)
+
+
+def test_bedrock_binary_framing_and_decoded_events_agree() -> None:
+    raw = bedrock_bytes(BEDROCK_EVENTS)
+    framed = parse("bedrock-converse", [raw[i : i + 7] for i in range(0, len(raw), 7)])
+    parser = parser_for("bedrock-converse", generation=1)
+    decoded = [d for name, payload in BEDROCK_EVENTS for d in parser.feed_event({name: payload})]
+    assert framed == decoded
+    outcome, _ = assemble(framed)
+    assert isinstance(outcome, Complete)
+    assert [b.kind for b in outcome.blocks] == ["thinking", "text", "tool_call"]
+    assert outcome.blocks[0].signature == "sig==" and outcome.blocks[1].text == "Checking Madrid."
+    assert outcome.tool_calls[0].arguments == '{"location": "Madrid"}'
+    assert (outcome.input_tokens, outcome.output_tokens) == (50, 30)
+
+
+def test_bedrock_exceptions_and_corrupt_frames_never_commit() -> None:
+    exception = encode_message(
+        {":message-type": "exception", ":exception-type": "throttlingException"}, b'{"message":"slow down"}'
+    )
+    deltas = parse("bedrock-converse", [bedrock_bytes(BEDROCK_EVENTS[:5]) + exception])
+    assert deltas[-1].error_type == "throttlingException"
+    corrupt = bytearray(bedrock_bytes(BEDROCK_EVENTS))
+    corrupt[-3] ^= 0xFF
+    outcome, _ = assemble(parse("bedrock-converse", [bytes(corrupt)]))
+    assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.PROVIDER_ERROR
+    raw = bedrock_bytes(BEDROCK_EVENTS)
+    for offset in range(0, len(raw), 13):
+        cut, _ = assemble(parse("bedrock-converse", [raw[:offset]]))
+        assert isinstance(cut, Incomplete) or cut.tool_calls[0].arguments == '{"location": "Madrid"}'
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_fast_constructed_deltas_equal_validated_ones(name: str) -> None:
+    from turnledger.model.deltas import NormalizedDelta
+
+    for delta in parse(api_of(name), [fixture(name)]):
+        validated = NormalizedDelta.model_validate(delta.model_dump())
+        assert validated == delta and delta == validated
+        assert validated.model_dump() == delta.model_dump()
+        assert validated.dedup_key == delta.dedup_key

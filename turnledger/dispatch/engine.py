@@ -1,0 +1,224 @@
+"""The pure batch engine: ingress record bytes in, encoded output records and state out.
+
+It decodes, routes each event to its conversation's fold and encodes everything
+with the Avro codec. Still pure: state comes and goes
+through a `StateAccess` the runtime supplies, and nothing here knows about Kafka.
+Replay uses the same engine, which is why folding the log again is byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from turnledger.codec import CodecError, decode, encode
+from turnledger.dispatch.fold import fold
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
+from turnledger.model.base import Frozen
+from turnledger.model.events import (
+    CommittedTurn,
+    ConversationSnapshot,
+    DispatchDecision,
+    IngressEvent,
+    ManifestIssued,
+    PreviewRetracted,
+    PreviewUpdated,
+    Quarantined,
+    Rejected,
+    ToolCallReady,
+)
+from turnledger.model.reasons import ReasonCode
+
+
+class OutputStream(StrEnum):
+    """Logical output streams; the runtime maps them onto topic names."""
+
+    COMMITTED = "committed"
+    MANIFESTS = "manifests"
+    TOOL_CALLS = "tool-calls"
+    PREVIEWS = "previews"
+    QUARANTINE = "quarantine"
+    REJECTIONS = "rejections"
+
+
+STREAM_OF: Mapping[type[Frozen], OutputStream] = {
+    CommittedTurn: OutputStream.COMMITTED,
+    ManifestIssued: OutputStream.MANIFESTS,
+    DispatchDecision: OutputStream.MANIFESTS,
+    ToolCallReady: OutputStream.TOOL_CALLS,
+    PreviewUpdated: OutputStream.PREVIEWS,
+    PreviewRetracted: OutputStream.PREVIEWS,
+    Quarantined: OutputStream.QUARANTINE,
+    Rejected: OutputStream.REJECTIONS,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedOutput:
+    stream: OutputStream
+    key: bytes | None
+    value: bytes
+    record: Frozen
+
+
+class StateAccess(Protocol):
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, value: bytes) -> None: ...
+
+
+class StateDecodeError(ValueError):
+    """A changelog value that is not a ConversationSnapshot of a known format."""
+
+
+def encode_state(state: ConversationState) -> bytes:
+    snapshot = ConversationSnapshot(
+        conversation_id=state.conversation_id,
+        format_version=STATE_FORMAT_VERSION,
+        state=state.model_dump_json().encode("utf-8"),
+    )
+    return encode(snapshot)
+
+
+def decode_state(value: bytes) -> ConversationState:
+    try:
+        snapshot = decode(value)
+    except CodecError as exc:
+        raise StateDecodeError(str(exc)) from exc
+    if not isinstance(snapshot, ConversationSnapshot) or snapshot.format_version != STATE_FORMAT_VERSION:
+        raise StateDecodeError(f"not a ConversationSnapshot v{STATE_FORMAT_VERSION}")
+    return ConversationState.model_validate_json(snapshot.state)
+
+
+class BatchEngine:
+    """Folds batches of ingress records. Keeps a bounded cache of decoded states.
+
+    The cache is keyed by the exact state bytes held by the store, so a store rolled
+    back by an aborted transaction is never shadowed by a stale decoded state.
+    """
+
+    def __init__(self, cache_size: int = 10_000) -> None:
+        self._cache: OrderedDict[str, tuple[bytes, ConversationState]] = OrderedDict()
+        self._cache_size = cache_size
+
+    def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
+        states: dict[str, ConversationState] = {}
+        changed: set[str] = set()
+        outputs: list[Frozen] = []
+        for record in records:
+            outputs.extend(self._apply(record, store, states, changed))
+        for conversation_id in sorted(changed):
+            value = encode_state(states[conversation_id])
+            store.put(conversation_id, value)
+            self._remember(conversation_id, value, states[conversation_id])
+        return [_encode_output(out) for out in outputs]
+
+    def _apply(
+        self,
+        record: SourceRecord,
+        store: StateAccess,
+        states: dict[str, ConversationState],
+        changed: set[str],
+    ) -> list[Frozen]:
+        event = _decode_event(record)
+        if isinstance(event, Rejected):
+            return [event]
+        conversation_id = event.conversation_id
+        state = states.get(conversation_id)
+        if state is None:
+            state = self._load(conversation_id, store)
+        result = fold(state, event)
+        if result.state is not state:
+            states[conversation_id] = result.state
+            changed.add(conversation_id)
+        else:
+            states.setdefault(conversation_id, state)
+        return [_with_source(out, record) for out in result.outputs]
+
+    def _load(self, conversation_id: str, store: StateAccess) -> ConversationState:
+        value = store.get(conversation_id)
+        if value is None:
+            return ConversationState.empty(conversation_id)
+        cached = self._cache.get(conversation_id)
+        if cached is not None and (cached[0] is value or cached[0] == value):
+            self._cache.move_to_end(conversation_id)
+            return cached[1]
+        state = decode_state(value)
+        self._remember(conversation_id, value, state)
+        return state
+
+    def _remember(self, conversation_id: str, value: bytes, state: ConversationState) -> None:
+        self._cache[conversation_id] = (value, state)
+        self._cache.move_to_end(conversation_id)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+
+def _decode_event(record: SourceRecord) -> IngressEvent | Rejected:
+    def rejected(reason: ReasonCode, detail: str, event: IngressEvent | None = None) -> Rejected:
+        return Rejected(
+            conversation_id=event.conversation_id if event else _key_text(record.key),
+            reason=reason,
+            detail=detail,
+            event_type=type(event).__name__ if event else None,
+            event_id=event.event_id if event else None,
+            source_topic=record.topic,
+            source_partition=record.partition,
+            source_offset=record.offset,
+            occurred_at_ms=event.occurred_at_ms if event else 0,
+        )
+
+    if record.value is None:
+        return rejected(ReasonCode.UNDECODABLE_RECORD, "record without a value")
+    try:
+        event = decode(record.value)
+    except CodecError as exc:
+        return rejected(exc.reason, str(exc))
+    if not isinstance(event, IngressEvent):
+        return rejected(ReasonCode.INVALID_EVENT, f"{type(event).__name__} is not an ingress event")
+    if _key_text(record.key) != event.conversation_id:
+        detail = f"record key {_key_text(record.key)!r} is not the conversation id"
+        return rejected(ReasonCode.KEY_MISMATCH, detail, event)
+    return event
+
+
+def _key_text(key: bytes | None) -> str | None:
+    if key is None:
+        return None
+    return key.decode("utf-8", errors="replace")
+
+
+def _with_source(out: Frozen, record: SourceRecord) -> Frozen:
+    if isinstance(out, Rejected):
+        return out.model_copy(
+            update={
+                "source_topic": record.topic,
+                "source_partition": record.partition,
+                "source_offset": record.offset,
+            }
+        )
+    return out
+
+
+def _encode_output(out: Frozen) -> EncodedOutput:
+    key = _conversation_of(out).encode("utf-8")
+    return EncodedOutput(stream=STREAM_OF[type(out)], key=key, value=encode(out), record=out)
+
+
+def _conversation_of(out: Frozen) -> str:
+    if isinstance(out, ManifestIssued):
+        return out.manifest.conversation_id
+    conversation_id: str | None = getattr(out, "conversation_id", None)
+    return conversation_id or ""

@@ -1,0 +1,492 @@
+"""The block assembler: a deterministic fold from normalized deltas to one outcome.
+
+It is the commit boundary of the spec's "Streaming blocks can be committed only when
+complete": text is a revocable preview until its block stop AND the message stop;
+tool arguments stay in a private buffer until their block stop, and become a
+candidate only if strict JSON parsing, JSON-Schema validation and callId
+validation pass (args.py). `finish()` returns `Complete` with every block, or
+`Incomplete` with none, never a part.
+
+Ordering and deduplication. Deltas are applied strictly in `delta_sequence` order
+from `start_sequence` on. A delta at or below the applied (or acknowledged)
+sequence is a duplicate and is dropped; one ahead of a gap is held until the gap
+fills; a gap still open at `finish()` is STREAM_INCOMPLETE. Because application is
+contiguous, the sequence alone identifies an applied delta within the bound
+(handle, generation), so no set of seen keys has to be kept (and snapshotted).
+
+Binding. The assembler belongs to one (response handle, generation): given to the
+constructor, or taken from the first delta fed. Deltas of any other pair are
+FOREIGN and not applied: the dispatch layer quarantines them.
+
+Protocol violations (a delta for a block never started or already stopped, content
+after the message stop, a second block start, a block kind we do not model) are
+recorded, first one wins, and make the outcome Incomplete; the fold never raises
+on input, since it runs inside the partition processor.
+
+Counters for metrics: `duplicates_dropped`, `previews_retracted` (text blocks whose
+preview was retracted), `unknown_events` (unknown block kinds), and
+`partial_tool_dispatches`: a final guard re-checks every tool call of a Complete
+against the rules above and counts (and refuses) any that slipped through. It is
+0 by construction, and the tests assert it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnledger.model.canonical import digest_of
+from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
+from turnledger.model.reasons import ReasonCode
+from turnledger.model.tools import ToolDefinition
+from turnledger.streaming.args import ArgumentError, parse_strict, validate_arguments
+from turnledger.streaming.outcomes import (
+    AssemblyOutcome,
+    CandidateBlock,
+    Complete,
+    FeedResult,
+    FeedStatus,
+    Incomplete,
+)
+
+SNAPSHOT_VERSION = 1
+KNOWN_KINDS = frozenset({"text", "thinking", "tool_call"})
+_CONTENT_TYPES: Mapping[DeltaType, str] = {
+    DeltaType.TEXT_DELTA: "text",
+    DeltaType.THINKING_DELTA: "thinking",
+    DeltaType.ARGUMENT_FRAGMENT: "tool_call",
+}
+
+
+@dataclass
+class _Block:
+    kind: str
+    call_id: str | None = None
+    tool_name: str | None = None
+    parts: list[str] = field(default_factory=list)  # text, thinking, or private argument buffer
+    text: str = ""  # the preview of a text block (kept whole: previews carry the full text)
+    signature: str | None = None
+    stopped: bool = False
+
+    def content(self) -> str:
+        return self.text if self.kind == "text" else "".join(self.parts)
+
+    def to_json(self, index: int) -> dict[str, Any]:
+        return {
+            "index": index,
+            "kind": self.kind,
+            "call_id": self.call_id,
+            "tool_name": self.tool_name,
+            "content": self.content(),
+            "signature": self.signature,
+            "stopped": self.stopped,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> _Block:
+        kind = str(data["kind"])
+        content = str(data["content"])
+        block = cls(
+            kind, data["call_id"], data["tool_name"], signature=data["signature"], stopped=data["stopped"]
+        )
+        if kind == "text":
+            block.text = content
+        elif content:
+            block.parts.append(content)
+        return block
+
+
+class BlockAssembler:
+    def __init__(
+        self,
+        tools: Mapping[str, ToolDefinition],
+        *,
+        response_handle: str | None = None,
+        generation: int | None = None,
+        start_sequence: int = 0,
+    ) -> None:
+        self._tools = tools
+        self.response_handle = response_handle
+        self.generation = generation
+        self._next = start_sequence
+        self._held: dict[int, NormalizedDelta] = {}
+        self._blocks: dict[int, _Block] = {}
+        self._started = False
+        self._stopped = False
+        self._stop_reason: StopReason | None = None
+        self._raw_stop: str | None = None
+        self._model: str | None = None
+        self._input_tokens: int | None = None
+        self._output_tokens: int | None = None
+        self._error: tuple[str, str] | None = None
+        self._violation: tuple[ReasonCode, str] | None = None
+        self._closed: tuple[ReasonCode, str] | None = None  # discard() reason
+        self._finished = False
+        self._retracted = False
+        self.duplicates_dropped = 0
+        self.previews_retracted = 0
+        self.partial_tool_dispatches = 0
+        self.unknown_events = 0
+
+    # -- feeding -----------------------------------------------------------------------
+
+    def feed(self, delta: NormalizedDelta) -> FeedResult:
+        if self.response_handle is None or self.generation is None:
+            self.response_handle, self.generation = delta.response_handle, delta.generation
+        elif delta.response_handle != self.response_handle or delta.generation != self.generation:
+            return FeedResult(FeedStatus.FOREIGN)
+        if self._finished or self._closed is not None:
+            return FeedResult(FeedStatus.LATE)
+        sequence = delta.delta_sequence
+        if sequence < self._next or sequence in self._held:
+            self.duplicates_dropped += 1
+            return FeedResult(FeedStatus.DUPLICATE)
+        if sequence > self._next:
+            self._held[sequence] = delta
+            return FeedResult(FeedStatus.HELD)
+        updates: dict[int, str] = {}
+        self._apply(delta, updates)
+        while self._next in self._held:
+            self._apply(self._held.pop(self._next), updates)
+        return FeedResult(FeedStatus.ACCEPTED, updates)
+
+    def _apply(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        self._next = delta.delta_sequence + 1
+        _APPLY[delta.type](self, delta, updates)
+
+    def _violate(self, reason: ReasonCode, detail: str) -> None:
+        if self._violation is None:
+            self._violation = (reason, detail)
+
+    def _open_block(self, delta: NormalizedDelta, what: str) -> _Block | None:
+        """The started, not yet stopped block a content delta targets (else a violation)."""
+        block = self._blocks.get(delta.block_index)
+        if block is None or block.stopped or self._stopped:
+            state = "never started" if block is None else "stopped" if block.stopped else "after message stop"
+            self._violate(ReasonCode.MALFORMED_BLOCK, f"{what} for block {delta.block_index}: {state}")
+            return None
+        return block
+
+    def _on_message_start(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        if self._started:
+            self._violate(ReasonCode.MALFORMED_BLOCK, "second message start")
+        self._started = True
+        self._model = delta.model
+        self._on_usage(delta, updates)
+
+    def _on_block_start(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        index = delta.block_index
+        kind = delta.block_kind or ""
+        existing = self._blocks.get(index)
+        if existing is not None:
+            reason = (
+                ReasonCode.CALL_ID_INVALID
+                if delta.call_id != existing.call_id
+                else ReasonCode.MALFORMED_BLOCK
+            )
+            self._violate(
+                reason, f"block {index} started twice (call ids {existing.call_id!r}, {delta.call_id!r})"
+            )
+            return
+        if self._stopped:
+            self._violate(ReasonCode.MALFORMED_BLOCK, f"block {index} started after message stop")
+        if kind not in KNOWN_KINDS:
+            self.unknown_events += 1
+            self._violate(ReasonCode.UNKNOWN_KIND, f"block {index} has kind {kind!r}")
+        self._blocks[index] = _Block(kind, delta.call_id, delta.tool_name)
+
+    def _on_content(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        block = self._open_block(delta, delta.type.value)
+        if block is None:
+            return
+        if block.kind != _CONTENT_TYPES[delta.type] and block.kind in KNOWN_KINDS:
+            self._violate(
+                ReasonCode.MALFORMED_BLOCK, f"{delta.type.value} for {block.kind} block {delta.block_index}"
+            )
+            return
+        fragment = delta.text or ""
+        if block.kind == "text":
+            block.text += fragment
+            updates[delta.block_index] = block.text
+        else:
+            block.parts.append(fragment)
+
+    def _on_signature(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        block = self._open_block(delta, "signature")
+        if block is not None:
+            block.signature = delta.text  # a signature is whole: the last one wins, as in the SDKs
+
+    def _on_block_stop(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        block = self._open_block(delta, "block stop")
+        if block is not None:
+            block.stopped = True
+
+    def _on_message_stop(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        if self._stopped:
+            self._violate(ReasonCode.MALFORMED_BLOCK, "second message stop")
+            return
+        self._stopped = True
+        self._stop_reason = delta.stop_reason
+        self._raw_stop = delta.raw_stop_reason
+        self._on_usage(delta, updates)
+
+    def _on_usage(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        # provider usage counts are cumulative totals: overwrite, never add
+        if delta.input_tokens is not None:
+            self._input_tokens = delta.input_tokens
+        if delta.output_tokens is not None:
+            self._output_tokens = delta.output_tokens
+
+    def _on_error(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
+        if self._error is None:
+            self._error = (delta.error_type or "error", delta.error_message or "")
+
+    # -- resumption and ending --------------------------------------------------------
+
+    def resume(self, last_acked_sequence: int) -> None:
+        """Continue the same generation after a reconnect: deltas <= the ack are duplicates.
+
+        An ack beyond what this assembler applied means deltas it never saw were
+        acknowledged; it cannot assemble around them, so that is STREAM_INCOMPLETE.
+        """
+        if last_acked_sequence >= self._next:
+            self._violate(
+                ReasonCode.STREAM_INCOMPLETE,
+                f"acknowledged sequence {last_acked_sequence} beyond applied {self._next - 1}",
+            )
+            self._next = last_acked_sequence + 1
+        for sequence in [s for s in self._held if s <= last_acked_sequence]:
+            del self._held[sequence]
+        updates: dict[int, str] = {}
+        while self._next in self._held:
+            self._apply(self._held.pop(self._next), updates)
+
+    def discard(self, reason: ReasonCode = ReasonCode.STREAM_DISCONNECTED, detail: str = "") -> Incomplete:
+        """A non-resumable break: drop every candidate of this attempt, retract previews."""
+        if self._closed is None and not self._finished:
+            self._closed = (reason, detail or "attempt discarded")
+        return self._incomplete(*(self._closed or (reason, detail)))
+
+    def previews(self) -> dict[int, str]:
+        """Text shown so far, revocable; empty once retracted."""
+        if self._retracted:
+            return {}
+        return {i: b.text for i, b in sorted(self._blocks.items()) if b.kind == "text" and b.text}
+
+    def finish(self) -> AssemblyOutcome:
+        """The outcome of the stream as fed so far; the attempt is over afterwards."""
+        self._finished = True
+        failure = self._closed or self._failure()
+        if failure is not None:
+            return self._incomplete(*failure)
+        blocks = self._candidates()
+        if isinstance(blocks, tuple):
+            return self._guarded(blocks)
+        return self._incomplete(blocks.reason, blocks.detail)
+
+    def _incomplete(self, reason: ReasonCode, detail: str) -> Incomplete:
+        shown = sum(1 for b in self._blocks.values() if b.kind == "text" and b.text)
+        if not self._retracted:
+            self._retracted = True
+            self.previews_retracted += shown
+        return Incomplete(reason, detail, retract_previews=shown > 0)
+
+    def _failure(self) -> tuple[ReasonCode, str] | None:
+        """Why the stream as a whole cannot commit, before looking at tool calls."""
+        if self._error is not None:
+            return ReasonCode.PROVIDER_ERROR, f"{self._error[0]}: {self._error[1]}"
+        if self._held:
+            return (
+                ReasonCode.STREAM_INCOMPLETE,
+                f"sequence gap: next {self._next}, held from {min(self._held)}",
+            )
+        if self._violation is not None:
+            return self._violation
+        if not self._started:
+            return ReasonCode.STREAM_INCOMPLETE, "no message start"
+        if not self._stopped or self._stop_reason is None:
+            open_blocks = sorted(i for i, b in self._blocks.items() if not b.stopped)
+            what = "message stop" if not self._stopped else "stop reason"
+            return ReasonCode.MISSING_STOP, f"no {what}; open blocks {open_blocks}"
+        if self._stop_reason is StopReason.ERROR:
+            return ReasonCode.PROVIDER_ERROR, f"stopped with {self._raw_stop}"
+        if self._stop_reason is StopReason.MAX_TOKENS:
+            limited = self._output_limit()
+            if limited is not None:
+                return limited
+        open_blocks = sorted(i for i, b in self._blocks.items() if not b.stopped)
+        if open_blocks:
+            return ReasonCode.STREAM_INCOMPLETE, f"message stopped with open blocks {open_blocks}"
+        return None
+
+    def _output_limit(self) -> tuple[ReasonCode, str] | None:
+        """Output limit reached: a tool call that is open, unparsable or last may be cut."""
+        tools = {i: b for i, b in self._blocks.items() if b.kind == "tool_call"}
+        for index, block in sorted(tools.items()):
+            if not block.stopped:
+                return ReasonCode.OUTPUT_LIMIT_REACHED, f"tool block {index} open at {self._raw_stop}"
+            try:
+                parse_strict(block.content())
+            except ArgumentError as exc:
+                return ReasonCode.TRUNCATED_ARGUMENTS, f"tool block {index} at {self._raw_stop}: {exc.detail}"
+        if self._blocks and max(self._blocks) in tools:
+            return ReasonCode.OUTPUT_LIMIT_REACHED, f"last block is a tool call at {self._raw_stop}"
+        return None
+
+    def _candidates(self) -> tuple[CandidateBlock, ...] | ArgumentError:
+        candidates: list[CandidateBlock] = []
+        call_ids: set[str] = set()
+        for index, block in sorted(self._blocks.items()):
+            if block.kind != "tool_call":
+                candidates.append(
+                    CandidateBlock(index, block.kind, text=block.content(), signature=block.signature)
+                )
+                continue
+            try:
+                candidates.append(self._tool_call(index, block, call_ids))
+            except ArgumentError as exc:
+                return ArgumentError(exc.reason, f"tool block {index}: {exc.detail}")
+        return tuple(candidates)
+
+    def _tool_call(self, index: int, block: _Block, call_ids: set[str]) -> CandidateBlock:
+        tool = self._tools.get(block.tool_name or "")
+        if tool is None:
+            raise ArgumentError(ReasonCode.UNKNOWN_TOOL, f"tool {block.tool_name!r} is not in the toolset")
+        if not block.call_id:
+            raise ArgumentError(ReasonCode.CALL_ID_INVALID, "call id missing")
+        if block.call_id in call_ids:
+            raise ArgumentError(
+                ReasonCode.CALL_ID_INVALID, f"call id {block.call_id!r} repeated in the response"
+            )
+        call_ids.add(block.call_id)
+        raw = block.content()
+        valid = validate_arguments(raw, tool.input_schema)
+        return CandidateBlock(
+            index,
+            "tool_call",
+            call_id=block.call_id,
+            tool_name=block.tool_name,
+            arguments=raw,
+            argument_digest=valid.digest,
+            schema_digest=tool.schema_digest,
+            signature=block.signature,
+        )
+
+    def _guarded(self, blocks: tuple[CandidateBlock, ...]) -> AssemblyOutcome:
+        """Last line of defence: no tool call leaves unless every commit rule holds again."""
+        for candidate in blocks:
+            if candidate.kind == "tool_call" and not self._committable(candidate):
+                self.partial_tool_dispatches += 1
+                return self._incomplete(
+                    ReasonCode.INCOMPLETE_ARGUMENTS, f"guard: block {candidate.block_index}"
+                )
+        assert (
+            self.response_handle is not None and self.generation is not None and self._stop_reason is not None
+        )
+        return Complete(
+            blocks,
+            self._stop_reason,
+            self.response_handle,
+            self.generation,
+            raw_stop_reason=self._raw_stop,
+            input_tokens=self._input_tokens,
+            output_tokens=self._output_tokens,
+            model=self._model,
+        )
+
+    def _committable(self, candidate: CandidateBlock) -> bool:
+        block = self._blocks[candidate.block_index]
+        if not (self._stopped and block.stopped and candidate.arguments is not None and candidate.call_id):
+            return False
+        try:
+            return digest_of(parse_strict(candidate.arguments)) == candidate.argument_digest
+        except (ArgumentError, ValueError):
+            return False
+
+    # -- snapshot ----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-compatible state; `restore(snapshot(), tools)` gives an equal assembler."""
+        return {
+            "v": SNAPSHOT_VERSION,
+            "response_handle": self.response_handle,
+            "generation": self.generation,
+            "next_sequence": self._next,
+            "held": [self._held[s].model_dump(mode="json") for s in sorted(self._held)],
+            "blocks": [b.to_json(i) for i, b in sorted(self._blocks.items())],
+            "started": self._started,
+            "stopped": self._stopped,
+            "stop_reason": self._stop_reason,
+            "raw_stop_reason": self._raw_stop,
+            "model": self._model,
+            "input_tokens": self._input_tokens,
+            "output_tokens": self._output_tokens,
+            "error": list(self._error) if self._error else None,
+            "violation": list(self._violation) if self._violation else None,
+            "closed": list(self._closed) if self._closed else None,
+            "finished": self._finished,
+            "retracted": self._retracted,
+            "counters": {
+                "duplicates_dropped": self.duplicates_dropped,
+                "previews_retracted": self.previews_retracted,
+                "partial_tool_dispatches": self.partial_tool_dispatches,
+                "unknown_events": self.unknown_events,
+            },
+        }
+
+    @classmethod
+    def restore(cls, snapshot: Mapping[str, Any], tools: Mapping[str, ToolDefinition]) -> BlockAssembler:
+        if snapshot.get("v") != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported assembler snapshot version {snapshot.get('v')!r}")
+        self = cls(
+            tools,
+            response_handle=snapshot["response_handle"],
+            generation=snapshot["generation"],
+            start_sequence=snapshot["next_sequence"],
+        )
+        for data in snapshot["held"]:
+            delta = NormalizedDelta.model_validate(data)
+            self._held[delta.delta_sequence] = delta
+        self._blocks = {int(b["index"]): _Block.from_json(b) for b in snapshot["blocks"]}
+        self._started = snapshot["started"]
+        self._stopped = snapshot["stopped"]
+        stop = snapshot["stop_reason"]
+        self._stop_reason = None if stop is None else StopReason(stop)
+        self._raw_stop = snapshot["raw_stop_reason"]
+        self._model = snapshot["model"]
+        self._input_tokens = snapshot["input_tokens"]
+        self._output_tokens = snapshot["output_tokens"]
+        self._error = _pair(snapshot["error"])
+        violation = snapshot["violation"]
+        self._violation = None if violation is None else (ReasonCode(violation[0]), str(violation[1]))
+        closed = snapshot["closed"]
+        self._closed = None if closed is None else (ReasonCode(closed[0]), str(closed[1]))
+        self._finished = snapshot["finished"]
+        self._retracted = snapshot["retracted"]
+        for name, value in snapshot["counters"].items():
+            setattr(self, name, int(value))
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BlockAssembler) and self.snapshot() == other.snapshot()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _pair(value: Any) -> tuple[str, str] | None:
+    return None if value is None else (str(value[0]), str(value[1]))
+
+
+_APPLY: Mapping[DeltaType, Callable[[BlockAssembler, NormalizedDelta, dict[int, str]], None]] = {
+    DeltaType.MESSAGE_START: BlockAssembler._on_message_start,
+    DeltaType.BLOCK_START: BlockAssembler._on_block_start,
+    DeltaType.TEXT_DELTA: BlockAssembler._on_content,
+    DeltaType.THINKING_DELTA: BlockAssembler._on_content,
+    DeltaType.ARGUMENT_FRAGMENT: BlockAssembler._on_content,
+    DeltaType.SIGNATURE: BlockAssembler._on_signature,
+    DeltaType.BLOCK_STOP: BlockAssembler._on_block_stop,
+    DeltaType.MESSAGE_STOP: BlockAssembler._on_message_stop,
+    DeltaType.USAGE: BlockAssembler._on_usage,
+    DeltaType.PROVIDER_ERROR: BlockAssembler._on_error,
+}

@@ -1,0 +1,144 @@
+"""Bedrock ConverseStream → normalized deltas.
+
+Transport: AWS event-stream binary framing (eventstream.py), one JSON payload per
+message, named by the `:event-type` header; `:message-type: exception` messages are
+provider errors. `feed_event` also takes the decoded form boto3 yields,
+`{"contentBlockDelta": {...}}`, or a payload with an explicit event name.
+
+ConverseStream has no response id in the stream: pass the `x-amzn-RequestId` header
+as `response_handle`. Text and reasoning blocks have no `contentBlockStart`, so the
+first delta of an unseen index starts its block. `metadata` (usage) follows
+`messageStop` and is emitted as a USAGE delta after the message stop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
+from turnledger.streaming.eventstream import EventStreamDecoder, EventStreamError
+from turnledger.streaming.parser import MALFORMED_EVENT, Handler, StreamParser
+
+STOP_REASONS: Mapping[str, StopReason] = {
+    "end_turn": StopReason.END_TURN,
+    "tool_use": StopReason.TOOL_USE,
+    "max_tokens": StopReason.MAX_TOKENS,
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+    "stop_sequence": StopReason.STOP_SEQUENCE,
+    "guardrail_intervened": StopReason.REFUSAL,
+    "content_filtered": StopReason.REFUSAL,
+}
+
+
+class BedrockConverseParser(StreamParser):
+    api = "bedrock-converse"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._frames = EventStreamDecoder()
+        self._blocks: set[int] = set()
+
+    def feed(self, data: bytes) -> list[NormalizedDelta]:
+        try:
+            messages = self._frames.feed(data)
+        except EventStreamError as exc:
+            self._emit_error(MALFORMED_EVENT, str(exc))
+            return self._drain()
+        for message in messages:
+            event = message.headers.get(":event-type") or message.headers.get(":exception-type")
+            if message.headers.get(":message-type") == "exception":
+                self._emit_error(
+                    str(message.headers.get(":exception-type", "exception")),
+                    message.payload.decode("utf-8", "replace")[:200],
+                )
+                continue
+            try:
+                payload = json.loads(message.payload)
+            except ValueError:
+                self._emit_undecodable(message.payload.decode("utf-8", "replace"))
+                continue
+            self._dispatch(event, payload)
+        return self._drain()
+
+    def _dispatch(self, event: str | None, payload: Mapping[str, Any]) -> None:
+        if event is None and len(payload) == 1:
+            ((event, inner),) = payload.items()
+            payload = inner if isinstance(inner, Mapping) else {}
+        if event is not None and event.endswith("Exception"):
+            self._emit_error(event, str(payload.get("message", ""))[:200])
+            return
+        super()._dispatch(event, payload)
+
+    def _event_type(self, event: str | None, payload: Mapping[str, Any]) -> str:
+        return event or ""
+
+    def _message_start(self, payload: Mapping[str, Any]) -> None:
+        self._emit(DeltaType.MESSAGE_START)
+
+    def _block_start(self, payload: Mapping[str, Any]) -> None:
+        index = int(payload["contentBlockIndex"])
+        start = payload.get("start") or {}
+        tool = start.get("toolUse")
+        self._blocks.add(index)
+        if tool is not None:
+            self._emit(
+                DeltaType.BLOCK_START,
+                index,
+                block_kind="tool_call",
+                call_id=tool.get("toolUseId"),
+                tool_name=tool.get("name"),
+            )
+        else:
+            self._emit(DeltaType.BLOCK_START, index, block_kind=next(iter(start), "unknown"))
+
+    def _block_delta(self, payload: Mapping[str, Any]) -> None:
+        index = int(payload["contentBlockIndex"])
+        delta = payload.get("delta") or {}
+        if "text" in delta:
+            self._ensure(index, "text")
+            self._emit(DeltaType.TEXT_DELTA, index, text=str(delta["text"]))
+        elif "toolUse" in delta:
+            self._emit(DeltaType.ARGUMENT_FRAGMENT, index, text=str(delta["toolUse"].get("input", "")))
+        elif "reasoningContent" in delta:
+            self._ensure(index, "thinking")
+            reasoning = delta["reasoningContent"]
+            if "text" in reasoning:
+                self._emit(DeltaType.THINKING_DELTA, index, text=str(reasoning["text"]))
+            if "signature" in reasoning:
+                self._emit(DeltaType.SIGNATURE, index, text=str(reasoning["signature"]))
+            if "redactedContent" in reasoning:
+                self.unknown_events += 1
+        else:
+            self.unknown_events += 1
+
+    def _ensure(self, index: int, kind: str) -> None:
+        if index not in self._blocks:
+            self._blocks.add(index)
+            self._emit(DeltaType.BLOCK_START, index, block_kind=kind)
+
+    def _block_stop(self, payload: Mapping[str, Any]) -> None:
+        self._emit(DeltaType.BLOCK_STOP, int(payload["contentBlockIndex"]))
+
+    def _message_stop(self, payload: Mapping[str, Any]) -> None:
+        raw = payload.get("stopReason")
+        stop = None if raw is None else STOP_REASONS.get(str(raw), StopReason.OTHER)
+        self._emit(
+            DeltaType.MESSAGE_STOP, stop_reason=stop, raw_stop_reason=None if raw is None else str(raw)
+        )
+
+    def _metadata(self, payload: Mapping[str, Any]) -> None:
+        usage = payload.get("usage") or {}
+        self._emit(
+            DeltaType.USAGE, input_tokens=usage.get("inputTokens"), output_tokens=usage.get("outputTokens")
+        )
+
+    handlers: ClassVar[Mapping[str, Handler]] = {
+        "messageStart": _message_start,
+        "contentBlockStart": _block_start,
+        "contentBlockDelta": _block_delta,
+        "contentBlockStop": _block_stop,
+        "messageStop": _message_stop,
+        "metadata": _metadata,
+    }

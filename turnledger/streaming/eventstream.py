@@ -1,0 +1,105 @@
+"""AWS event-stream binary framing (`application/vnd.amazon.eventstream`), incremental.
+
+Bedrock ConverseStream does not use SSE. Each message is:
+prelude = total length (u32 BE) · headers length (u32 BE) · CRC32 of those 8 bytes,
+then the headers, the payload, and a CRC32 of everything before it. A header is
+name length (u8) · name · value type (u8) · value. We keep only string headers
+(`:message-type`, `:event-type`, `:exception-type`, `:content-type`); other value
+types are skipped by their fixed or prefixed length.
+
+A CRC mismatch poisons the decoder: after it nothing can be trusted to be aligned,
+so `feed` reports the error once and ignores everything after it.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+_PRELUDE = struct.Struct(">III")
+_FIXED_SIZES = {0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}
+_STRING_TYPES = (6, 7)
+_MIN_MESSAGE = 16
+
+
+class EventStreamError(ValueError):
+    """The byte stream is not valid event-stream framing."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventStreamMessage:
+    headers: dict[str, str]
+    payload: bytes
+
+
+class EventStreamDecoder:
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.poisoned = False
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for an unfinished message (non-zero at end of stream = truncated)."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[EventStreamMessage]:
+        if self.poisoned:
+            return []
+        self._buffer += data
+        messages: list[EventStreamMessage] = []
+        while len(self._buffer) >= _PRELUDE.size:
+            total, headers_length, prelude_crc = _PRELUDE.unpack_from(self._buffer)
+            if zlib.crc32(self._buffer[:8]) != prelude_crc or total < _MIN_MESSAGE + headers_length:
+                self.poisoned = True
+                raise EventStreamError("event-stream prelude CRC mismatch or bad lengths")
+            if len(self._buffer) < total:
+                break
+            frame = bytes(self._buffer[:total])
+            del self._buffer[:total]
+            (message_crc,) = struct.unpack_from(">I", frame, total - 4)
+            if zlib.crc32(frame[:-4]) != message_crc:
+                self.poisoned = True
+                raise EventStreamError("event-stream message CRC mismatch")
+            headers = _headers(frame[12 : 12 + headers_length])
+            messages.append(EventStreamMessage(headers, frame[12 + headers_length : total - 4]))
+        return messages
+
+
+def _headers(raw: bytes) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    pos = 0
+    while pos < len(raw):
+        name_length = raw[pos]
+        name = raw[pos + 1 : pos + 1 + name_length].decode("utf-8")
+        pos += 1 + name_length
+        value_type = raw[pos]
+        pos += 1
+        if value_type in _STRING_TYPES:
+            (length,) = struct.unpack_from(">H", raw, pos)
+            value = raw[pos + 2 : pos + 2 + length]
+            pos += 2 + length
+            if value_type == 7:
+                headers[name] = value.decode("utf-8")
+        elif value_type in _FIXED_SIZES:
+            pos += _FIXED_SIZES[value_type]
+        else:
+            raise EventStreamError(f"unknown header value type {value_type}")
+    return headers
+
+
+def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
+    """Frame one message (string headers only): used to build fixtures and fakes."""
+    raw_headers = b"".join(
+        bytes([len(name.encode())])
+        + name.encode()
+        + b"\x07"
+        + struct.pack(">H", len(value.encode()))
+        + value.encode()
+        for name, value in headers.items()
+    )
+    total = _MIN_MESSAGE + len(raw_headers) + len(payload)
+    prelude = struct.pack(">II", total, len(raw_headers))
+    prelude += struct.pack(">I", zlib.crc32(prelude))
+    body = prelude + raw_headers + payload
+    return body + struct.pack(">I", zlib.crc32(body))
