@@ -20,22 +20,33 @@ from turnledger.projections.streams import PROJECTED_STREAMS
 PROJECTED = frozenset(PROJECTED_STREAMS)
 
 
+class DirectProjector:
+    """Keeps the synthetic offsets across calls, so a fold can be projected batch by batch."""
+
+    def __init__(self, redis: aioredis.Redis, keys: ProjectionKeys, batch: int = 500) -> None:
+        self.planner, self.applier = Planner(keys), ScriptApplier(redis)
+        self.batch = batch
+        self.offsets: dict[str, int] = {}
+
+    async def apply(self, records: Iterable[tuple[str, Frozen]]) -> int:
+        """Apply `(stream, record)` pairs in order; streams the projector does not read are skipped."""
+        pending: list[DecodedRecord] = []
+        count = 0
+        for stream, record in records:
+            if stream not in PROJECTED:
+                continue
+            offset = self.offsets[stream] = self.offsets.get(stream, -1) + 1
+            pending.append(DecodedRecord(stream, f"fold:{stream}", 0, offset, record))
+            if len(pending) >= self.batch:
+                count += (await self.applier.apply(self.planner.plan(pending))).applied
+                pending = []
+        if pending:
+            count += (await self.applier.apply(self.planner.plan(pending))).applied
+        return count
+
+
 async def project_records(
     redis: aioredis.Redis, keys: ProjectionKeys, records: Iterable[tuple[str, Frozen]], batch: int = 500
 ) -> int:
-    """Apply `(stream, record)` pairs in order; streams the projector does not read are skipped."""
-    planner, applier = Planner(keys), ScriptApplier(redis)
-    offsets: dict[str, int] = {}
-    pending: list[DecodedRecord] = []
-    count = 0
-    for stream, record in records:
-        if stream not in PROJECTED:
-            continue
-        offset = offsets[stream] = offsets.get(stream, -1) + 1
-        pending.append(DecodedRecord(stream, f"fold:{stream}", 0, offset, record))
-        if len(pending) >= batch:
-            count += (await applier.apply(planner.plan(pending))).applied
-            pending = []
-    if pending:
-        count += (await applier.apply(planner.plan(pending))).applied
-    return count
+    """Project one complete sequence of records (a new DirectProjector each call: offsets restart)."""
+    return await DirectProjector(redis, keys, batch).apply(records)

@@ -29,6 +29,12 @@ console = Console()
 err = Console(stderr=True)
 
 
+@shadow_app.callback()
+def _shadow() -> None:
+    """Rollout step one: byte-level and semantic diffs against the legacy gateway's requests."""
+    # a callback keeps `shadow` a command group even with one command (`turnledger shadow diff ...`)
+
+
 def _progress() -> Progress:
     return Progress(
         TextColumn("{task.description}"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from turnledger.processors.topics import Topics
-from turnledger.projections.direct import project_records
+from turnledger.projections.direct import DirectProjector
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
 from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
@@ -39,9 +39,9 @@ async def project_fresh_fold(
     redis: aioredis.Redis, bootstrap: str, topics: Topics, keys: ProjectionKeys
 ) -> int:
     """Project the engine's outputs for the whole ingress log under `keys`; returns records applied."""
-    applied = 0
+    projection, applied = DirectProjector(redis, keys), 0
     async for folded in refold(bootstrap, topics):
-        applied += await project_records(redis, keys, ((o.stream, o.record) for o in folded.outputs))  # type: ignore[misc]
+        applied += await projection.apply((o.stream, o.record) for o in folded.outputs)  # type: ignore[misc]
     return applied
 
 
