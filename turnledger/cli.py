@@ -12,10 +12,21 @@ app = typer.Typer(
 )
 
 
+@app.command()
+def demo() -> None:
+    """Run the demo on the local stack (for now: a Kafka -> Redis smoke round trip)."""
+    from turnledger.demo_smoke import run
+
+    if not run():
+        raise typer.Exit(1)
+
+
 def _register() -> None:
     from turnledger.devstack.cli import dev_app
+    from turnledger.gateway.fake_provider.cli import fake_provider
 
     app.add_typer(dev_app, name="dev")
+    app.command("fake-provider")(fake_provider)
 
 
 def main() -> None:

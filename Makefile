@@ -1,0 +1,69 @@
+# turnledger: every target does its own set-up, so `make test` / `make demo` work on a fresh clone.
+# Set-up steps are idempotent: the venv is rebuilt only when pyproject.toml changes (stamp file),
+# system packages are installed only when missing (and only as root), Kafka jars are fetched once (cache).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.turnledger-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup venv system-deps kafka-jars test demo lint bench dev-up dev-down clean
+
+setup: venv system-deps kafka-jars
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+# redis-server (unless REDIS_URL is given) and, for the local broker, Java 17+ and Maven
+# (unless KAFKA_BOOTSTRAP_SERVERS is given). Installed with apt only when missing and running as root.
+system-deps:
+	@missing=""; \
+	if [ -z "$${REDIS_URL:-}" ] && ! command -v redis-server >/dev/null; then missing="$$missing redis-server"; fi; \
+	if [ -z "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then \
+	  command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	  command -v mvn >/dev/null || missing="$$missing maven"; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	  else \
+	    echo "Missing system packages:$$missing. Install them (e.g. sudo apt-get install -y$$missing)," \
+	         "or set REDIS_URL / KAFKA_BOOTSTRAP_SERVERS to existing services." >&2; exit 1; \
+	  fi; \
+	fi
+
+kafka-jars: venv system-deps
+	@if [ -z "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then $(BIN)/turnledger dev fetch; fi
+
+# pytest exit 5 means "no tests collected": that is a broken suite, not a pass.
+test: setup
+	@rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) tests || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing." >&2; fi; \
+	exit $$rc
+
+demo: setup
+	$(BIN)/turnledger demo
+
+lint: venv
+	$(BIN)/ruff check turnledger tests
+	$(BIN)/mypy turnledger
+
+bench: setup
+	$(BIN)/python -m bench
+
+dev-up: setup
+	$(BIN)/turnledger dev up
+
+dev-down: venv
+	$(BIN)/turnledger dev down
+
+clean: dev-down
+	rm -rf $(VENV) .devstack .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,76 @@
+"""Shared fixtures: the real Kafka broker and Redis (through the devstack) and per-test isolation helpers.
+
+The stack is started at most once per session and only when a test asks for it, so unit-only runs stay fast.
+Set KAFKA_BOOTSTRAP_SERVERS / REDIS_URL to use existing services, or run `turnledger dev up` once to have
+every later pytest run reuse that stack (no broker start per run).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from turnledger.devstack.session import Endpoints, session_endpoints
+
+STACK_FIXTURES = frozenset({"devstack", "kafka_bootstrap", "redis_url", "redis_client", "redis_prefix"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Any test that touches the real stack is an integration test, whether or not it says so."""
+    for item in items:
+        if STACK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def devstack() -> Iterator[Endpoints]:
+    with session_endpoints() as endpoints:
+        yield endpoints
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(devstack: Endpoints) -> str:
+    return devstack.bootstrap
+
+
+@pytest.fixture(scope="session")
+def redis_url(devstack: Endpoints) -> str:
+    return devstack.redis_url
+
+
+def _slug(request: pytest.FixtureRequest) -> str:
+    return re.sub(r"[^a-zA-Z0-9]+", "-", request.node.name).strip("-")[:60]
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Factory of topic names unique to this test run: `topic_name("in")` -> `t-<test>-<rand>-in`."""
+    run = uuid.uuid4().hex[:8]
+    base = f"t-{_slug(request)}-{run}"
+
+    def make(suffix: str = "") -> str:
+        return f"{base}-{suffix}" if suffix else base
+
+    return make
+
+
+@pytest.fixture
+def redis_prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix no other test uses; keys under it are deleted after the test by `redis_client`."""
+    return f"test:{_slug(request)}:{uuid.uuid4().hex[:8]}:"
+
+
+@pytest.fixture
+async def redis_client(redis_url: str, redis_prefix: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        keys = [key async for key in client.scan_iter(match=f"{redis_prefix}*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()

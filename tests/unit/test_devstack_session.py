@@ -1,0 +1,118 @@
+"""Which endpoints a pytest session or the demo gets: env first, then a `dev up` stack, else its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from turnledger.devstack import procs
+from turnledger.devstack.session import session_endpoints
+from turnledger.devstack.settings import Settings
+from turnledger.devstack.stack import LocalStack, reap_stale_sessions
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TURNLEDGER_DEVSTACK_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def fake_services(state_dir: Path) -> Iterator[dict[str, object]]:
+    """Two sleeping processes standing in for a recorded Kafka and Redis."""
+    state_dir.mkdir(parents=True)
+    markers = {"kafka": f"fake-kafka-{id(state_dir)}", "redis": f"fake-redis-{id(state_dir)}"}
+    pids = {
+        name: procs.spawn_detached(
+            [sys.executable, "-c", "import time; time.sleep(60)", marker],
+            state_dir / f"{name}.log",
+            state_dir / f"{name}.pid",
+        )
+        for name, marker in markers.items()
+    }
+    record: dict[str, object] = {
+        "bootstrap": "127.0.0.1:1111",
+        "redis_url": "redis://127.0.0.1:2222/0",
+        "kafka_version": "4.4.0",
+        "kafka_pid": pids["kafka"],
+        "kafka_marker": markers["kafka"],
+        "redis_pid": pids["redis"],
+        "redis_marker": markers["redis"],
+        "kafka_log": None,
+        "redis_log": None,
+    }
+    yield record
+    for name, marker in markers.items():
+        procs.stop_pid(pids[name], marker, grace_s=2)
+
+
+def test_env_variables_win_and_start_nothing(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker:9092")
+    monkeypatch.setenv("REDIS_URL", "redis://cache:6379/0")
+    with session_endpoints() as endpoints:
+        assert (endpoints.bootstrap, endpoints.redis_url, endpoints.source) == (
+            "broker:9092",
+            "redis://cache:6379/0",
+            "env",
+        )
+    assert not state_dir.exists()
+
+
+def test_running_dev_up_stack_is_reused(state_dir: Path, fake_services: dict[str, object]) -> None:
+    (state_dir / "stack.json").write_text(json.dumps(fake_services))
+    with session_endpoints() as endpoints:
+        assert endpoints.bootstrap == "127.0.0.1:1111" and endpoints.redis_url == "redis://127.0.0.1:2222/0"
+        assert endpoints.source.startswith("dev up")
+    assert LocalStack(state_dir).running() is not None, "reusing must not stop the dev up stack"
+
+
+def test_ci_never_reuses_a_dev_up_stack(
+    state_dir: Path, fake_services: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (state_dir / "stack.json").write_text(json.dumps(fake_services))
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "ci-broker:9092")
+    monkeypatch.setenv("REDIS_URL", "redis://ci-redis:6379/0")
+    with session_endpoints() as endpoints:
+        assert endpoints.source == "env"
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS")
+    monkeypatch.setattr("turnledger.devstack.session.choose_backend", lambda settings: "docker")
+    monkeypatch.setattr("turnledger.devstack.session.container_stack", _fake_containers, raising=True)
+    with session_endpoints() as endpoints:
+        assert endpoints.source == "docker" and endpoints.bootstrap == "container:9092"
+        assert endpoints.redis_url == "redis://ci-redis:6379/0", "a service given by env is not started"
+
+
+@contextmanager
+def _fake_containers(need_kafka: bool, need_redis: bool) -> Iterator[tuple[str | None, str | None]]:
+    yield ("container:9092" if need_kafka else None), ("redis://container/0" if need_redis else None)
+
+
+def test_dead_recorded_stack_is_not_reused(state_dir: Path, fake_services: dict[str, object]) -> None:
+    procs.stop_pid(int(str(fake_services["redis_pid"])), str(fake_services["redis_marker"]), grace_s=2)
+    (state_dir / "stack.json").write_text(json.dumps(fake_services))
+    assert LocalStack(state_dir).running() is None
+
+
+def test_stale_session_of_a_dead_pytest_is_reaped(state_dir: Path) -> None:
+    owner_files = (state_dir / "owner.log", state_dir / "owner.pid")
+    dead_owner = procs.spawn_detached([sys.executable, "-c", "pass"], *owner_files)
+    while procs.is_alive(dead_owner):
+        time.sleep(0.02)
+    session = state_dir / f"session-{dead_owner}"
+    orphan = procs.spawn_detached(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(session / "kafka")],
+        session / "kafka.log",
+        session / "kafka.pid",
+    )
+    assert reap_stale_sessions(Settings.from_env().state_dir) == [session]
+    assert not procs.is_alive(orphan) and not session.exists()

@@ -1,0 +1,106 @@
+"""`turnledger dev up|down|status|fetch`: the local Kafka + Redis stack as background processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from turnledger.devstack.errors import DevstackError
+from turnledger.devstack.jars import ensure_jars
+from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
+from turnledger.devstack.stack import LocalStack, StackState
+
+dev_app = typer.Typer(
+    name="dev",
+    help="Run a real local Kafka broker (KRaft, from Maven Central jars) and Redis in the background.",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def _print_state(state: StackState, settings: Settings) -> None:
+    out.print(
+        f"[bold]Kafka bootstrap[/bold]  {state.bootstrap}"
+        + (f"  (Kafka {state.kafka_version}, pid {state.kafka_pid})" if state.kafka_pid else "  (external)")
+    )
+    out.print(
+        f"[bold]Redis URL[/bold]        {state.redis_url}"
+        + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
+    )
+    if state.kafka_log or state.redis_log:
+        out.print(f"[bold]Logs[/bold]             {state.kafka_log or '-'}  {state.redis_log or '-'}")
+    out.print(f"[bold]State dir[/bold]        {settings.state_dir}")
+    print(state.export_line)
+
+
+@dev_app.command()
+def up(
+    kafka_port: Annotated[
+        int | None, typer.Option(help="Broker port on 127.0.0.1 (default: a free one).")
+    ] = None,
+    redis_port: Annotated[
+        int | None, typer.Option(help="Redis port on 127.0.0.1 (default: a free one).")
+    ] = None,
+) -> None:
+    """Start Kafka and Redis detached (pid files in the state dir) and print how to reach them.
+
+    A service whose variable (KAFKA_BOOTSTRAP_SERVERS, REDIS_URL) is already set is used, not started.
+    """
+    settings = Settings.from_env()
+    stack = LocalStack(settings.state_dir)
+    running = stack.running()
+    if running is not None:
+        out.print("[yellow]Already running.[/yellow]")
+        _print_state(running, settings)
+        return
+    env_bootstrap = os.environ.get(ENV_BOOTSTRAP) or None
+    env_redis = os.environ.get(ENV_REDIS_URL) or None
+    started = time.monotonic()
+    try:
+        state = stack.up(settings, env_bootstrap, env_redis, kafka_port=kafka_port, redis_port=redis_port)
+    except DevstackError as exc:
+        err.print(f"dev up failed: {exc}", markup=False)
+        raise typer.Exit(1) from exc
+    out.print(f"[green]Up in {time.monotonic() - started:.1f}s.[/green]")
+    _print_state(state, settings)
+
+
+@dev_app.command()
+def down() -> None:
+    """Stop the processes recorded in the state dir (by pid and process group) and delete their data."""
+    settings = Settings.from_env()
+    stopped = LocalStack(settings.state_dir).down()
+    out.print(f"Stopped: {', '.join(stopped)}." if stopped else "Nothing was running.")
+
+
+@dev_app.command()
+def status() -> None:
+    """Print the bootstrap address, Redis URL and an `export` line; exit 1 when nothing is running."""
+    settings = Settings.from_env()
+    state = LocalStack(settings.state_dir).running()
+    if state is None:
+        env_bootstrap, env_redis = os.environ.get(ENV_BOOTSTRAP), os.environ.get(ENV_REDIS_URL)
+        if env_bootstrap and env_redis:
+            out.print("No local stack; the environment points at external services:")
+            print(f"export KAFKA_BOOTSTRAP_SERVERS={env_bootstrap} REDIS_URL={env_redis}")
+            return
+        out.print(f"Not running (state dir {settings.state_dir}). Start it with `turnledger dev up`.")
+        raise typer.Exit(1)
+    _print_state(state, settings)
+
+
+@dev_app.command()
+def fetch() -> None:
+    """Download the pinned Kafka broker jars into the cache (no-op when cached)."""
+    settings = Settings.from_env()
+    try:
+        jars = ensure_jars(settings)
+    except DevstackError as exc:
+        err.print(f"dev fetch failed: {exc}", markup=False)
+        raise typer.Exit(1) from exc
+    out.print(f"Kafka {jars.version} jars: {jars.libs}", markup=False)

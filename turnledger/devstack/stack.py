@@ -1,0 +1,175 @@
+"""The local stack: one Kafka and one Redis process under a state directory, described by `stack.json`.
+
+Layout of a state directory (default `.devstack/` in the checkout, or TURNLEDGER_DEVSTACK_DIR):
+`stack.json` (endpoints and pids), `kafka.pid`, `redis.pid`, `kafka/` and `redis/` (config, data, logs).
+Pytest sessions use their own `session-<pid>/` subdirectory so they never disturb a `dev up` stack.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from turnledger.devstack import procs
+from turnledger.devstack.errors import PortInUse
+from turnledger.devstack.jars import ensure_jars
+from turnledger.devstack.kafka import start_kafka
+from turnledger.devstack.redis_server import start_redis
+from turnledger.devstack.settings import Settings
+
+STATE_FILE = "stack.json"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StackState:
+    bootstrap: str
+    redis_url: str
+    kafka_version: str | None
+    kafka_pid: int | None
+    kafka_marker: str | None
+    redis_pid: int | None
+    redis_marker: str | None
+    kafka_log: str | None
+    redis_log: str | None
+
+    @property
+    def export_line(self) -> str:
+        return f"export KAFKA_BOOTSTRAP_SERVERS={self.bootstrap} REDIS_URL={self.redis_url}"
+
+    def alive(self) -> bool:
+        """Every process this stack started is still running (external endpoints count as alive)."""
+        checks = [(self.kafka_pid, self.kafka_marker), (self.redis_pid, self.redis_marker)]
+        return all(pid is None or procs.owns(pid, marker or "") for pid, marker in checks)
+
+
+class LocalStack:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def kafka_pidfile(self) -> Path:
+        return self.root / "kafka.pid"
+
+    @property
+    def redis_pidfile(self) -> Path:
+        return self.root / "redis.pid"
+
+    def state(self) -> StackState | None:
+        try:
+            return StackState(**json.loads((self.root / STATE_FILE).read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    def running(self) -> StackState | None:
+        """The recorded stack if all its processes are alive; None when nothing usable is recorded."""
+        state = self.state()
+        return state if state is not None and state.alive() else None
+
+    def up(
+        self,
+        settings: Settings,
+        external_bootstrap: str | None = None,
+        external_redis: str | None = None,
+        kafka_port: int | None = None,
+        redis_port: int | None = None,
+    ) -> StackState:
+        """Start whatever is not given externally; on any failure stop what was already started."""
+        current = self.running()
+        if current is not None:
+            return current
+        self.down()
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            redis_proc = None
+            if external_redis is None:
+                redis_proc = _retry_port_race(
+                    redis_port is None,
+                    self.root / "redis",
+                    lambda: start_redis(self.root / "redis", self.redis_pidfile, port=redis_port),
+                )
+            kafka_proc = None
+            if external_bootstrap is None:
+                jars = ensure_jars(settings)
+                kafka_proc = _retry_port_race(
+                    kafka_port is None,
+                    self.root / "kafka",
+                    lambda: start_kafka(
+                        jars,
+                        self.root / "kafka",
+                        self.kafka_pidfile,
+                        heap=settings.kafka_heap,
+                        timeout_s=settings.ready_timeout_s,
+                        broker_port=kafka_port,
+                    ),
+                )
+        except BaseException:
+            self.stop()  # keep the logs: the error message points at them
+            raise
+        state = StackState(
+            bootstrap=kafka_proc.bootstrap if kafka_proc else str(external_bootstrap),
+            redis_url=redis_proc.url if redis_proc else str(external_redis),
+            kafka_version=kafka_proc.version if kafka_proc else None,
+            kafka_pid=kafka_proc.pid if kafka_proc else None,
+            kafka_marker=kafka_proc.marker if kafka_proc else None,
+            redis_pid=redis_proc.pid if redis_proc else None,
+            redis_marker=redis_proc.marker if redis_proc else None,
+            kafka_log=str(kafka_proc.log) if kafka_proc else None,
+            redis_log=str(redis_proc.log) if redis_proc else None,
+        )
+        (self.root / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
+        return state
+
+    def stop(self) -> list[str]:
+        """Stop the recorded processes by pid (and process group); keep their files."""
+        state = self.state()
+        stopped: list[str] = []
+        kafka_marker = state.kafka_marker if state and state.kafka_marker else str(self.root / "kafka")
+        redis_marker = state.redis_marker if state and state.redis_marker else "redis-server"
+        if procs.stop_pidfile(self.kafka_pidfile, kafka_marker):
+            stopped.append("kafka")
+        if procs.stop_pidfile(self.redis_pidfile, redis_marker):
+            stopped.append("redis")
+        (self.root / STATE_FILE).unlink(missing_ok=True)
+        return stopped
+
+    def down(self) -> list[str]:
+        """Stop the processes, then remove their data and logs (the next `up` starts from scratch)."""
+        stopped = self.stop()
+        for sub in ("kafka", "redis"):
+            shutil.rmtree(self.root / sub, ignore_errors=True)
+        return stopped
+
+
+def _retry_port_race(auto_ports: bool, workdir: Path, start: Callable[[], T]) -> T:
+    """Retry a start whose freely chosen port was taken between choosing and binding (another process
+    on the machine won the race). The work dir is wiped because Kafka's formatted storage records the
+    controller endpoint. Fixed ports are the user's choice and fail at once."""
+    for attempt in range(3):
+        try:
+            return start()
+        except PortInUse:
+            if not auto_ports or attempt == 2:
+                raise
+            shutil.rmtree(workdir, ignore_errors=True)
+    raise AssertionError("unreachable")
+
+
+def reap_stale_sessions(state_dir: Path) -> list[Path]:
+    """Stop stacks left by pytest sessions that died without teardown (their owner pid is gone)."""
+    reaped: list[Path] = []
+    for session in sorted(state_dir.glob("session-*")):
+        try:
+            owner = int(session.name.removeprefix("session-"))
+        except ValueError:
+            continue
+        if procs.is_alive(owner):
+            continue
+        LocalStack(session).down()
+        shutil.rmtree(session, ignore_errors=True)
+        reaped.append(session)
+    return reaped
