@@ -22,11 +22,11 @@ import uuid
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
-from turnledger.processors.topics import Topics, ensure_topics
 
 from turnledger.codec import encode
 from turnledger.devstack.session import session_endpoints
 from turnledger.model.events import DispatchRequested, IngressEvent, SubmittedBlock, TurnSubmitted
+from turnledger.processors.topics import Topics, ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.snapshot import drop_prefix

@@ -8,6 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from tests.integration.projections.workload import produce, settled, workload
 from turnledger.processors.topics import Topics, ensure_topics
 from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
@@ -15,7 +16,6 @@ from turnledger.projections.plan import BatchPlan
 from turnledger.projections.projector import Projector
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
-from tests.integration.projections.workload import produce, settled, workload
 
 pytestmark = pytest.mark.integration
 

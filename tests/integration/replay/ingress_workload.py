@@ -8,11 +8,11 @@ output topics then hold what the processor would have written.
 from __future__ import annotations
 
 from aiokafka import AIOKafkaProducer
-from turnledger.processors.topics import Topics
 
 from tests.unit.dispatch.scenario import Conversation, text_stream, tool_stream
 from turnledger.codec import encode
 from turnledger.model.events import IngressEvent
+from turnledger.processors.topics import Topics
 from turnledger.projections.streams import topic_for
 from turnledger.replay.refold import refold
 

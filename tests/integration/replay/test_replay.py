@@ -11,11 +11,11 @@ import pytest
 import redis.asyncio as aioredis
 import typer
 from aiokafka import AIOKafkaProducer
-from turnledger.processors.topics import Topics, ensure_topics
 from typer.testing import CliRunner, Result
 
 from tests.integration.projections.workload import settled
 from tests.integration.replay.ingress_workload import ingress_events, op_ids, produce_ingress, run_processor
+from turnledger.processors.topics import Topics, ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.reader import ProjectionReader
