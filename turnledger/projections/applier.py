@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
@@ -43,4 +44,6 @@ class ScriptApplier:
         return ApplyResult(int(result[0]), int(result[1]))
 
     async def _call(self, sha: str, plan: BatchPlan) -> list[int]:
-        return await self.redis.evalsha(sha, len(plan.keys), *plan.keys, plan.argv)  # type: ignore[no-any-return,misc]
+        # The script returns {n_applied, n_skipped}, which redis-py gives as a list of ints.
+        result = await self.redis.evalsha(sha, len(plan.keys), *plan.keys, plan.argv)
+        return cast(list[int], result)

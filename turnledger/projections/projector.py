@@ -24,6 +24,7 @@ from turnledger.projections.codec import CodecError, decode
 from turnledger.projections.errors import RedisUnavailableError
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
+from turnledger.projections.replies import bytes_hash
 from turnledger.projections.streams import PROJECTED_STREAMS, stream_of_topic
 from turnledger.projections.topic_source import (
     RawRecord,
@@ -48,7 +49,7 @@ def decode_record(stream: str, raw: RawRecord) -> DecodedRecord:
     except CodecError as exc:
         log.warning("undecodable record %s:%d@%d: %s", raw.topic, raw.partition, raw.offset, exc)
         return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, None, str(exc))
-    return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, record)  # type: ignore[arg-type]
+    return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, record)
 
 
 @dataclass
@@ -67,7 +68,7 @@ class ProjectorStats:
 
 async def applied_offsets(redis: aioredis.Redis, keys: ProjectionKeys) -> dict[str, int]:
     try:
-        raw = await redis.hgetall(keys.offsets)
+        raw = bytes_hash(await redis.hgetall(keys.offsets))
     except (RedisConnectionError, OSError) as exc:
         raise RedisUnavailableError(_url_of(redis), exc) from exc
     return {k.decode(): int(v) for k, v in raw.items()}

@@ -12,6 +12,7 @@ from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.plan import COMMITTED_MARKER
+from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, text_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +46,6 @@ class Preview:
     committed: bool = False
 
 
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode("utf-8")
-
-
 def _int(value: str | None) -> int | None:
     return None if value is None else int(value)
 
@@ -60,17 +57,17 @@ class ProjectionReader:
 
     async def history(self, conversation: str) -> list[Block]:
         """Committed blocks in conversation order."""
-        ids = await self.redis.zrange(self.keys.history_order(conversation), 0, -1)
+        ids = bytes_list(await self.redis.zrange(self.keys.history_order(conversation), 0, -1))
         if not ids:
             return []
         values = await self.redis.hmget(self.keys.history(conversation), ids)
         return [Block.model_validate_json(v) for v in values if v is not None]
 
     async def revision(self, conversation: str) -> int | None:
-        return _int(_text(await self.redis.hget(self.keys.conversation(conversation), "revision")))
+        return _int(text_or_none(await self.redis.hget(self.keys.conversation(conversation), "revision")))
 
     async def operation(self, op_id: str) -> OperationStatus | None:
-        raw = await self.redis.hgetall(self.keys.operation(op_id))
+        raw = bytes_hash(await self.redis.hgetall(self.keys.operation(op_id)))
         if not raw:
             return None
         f = {k.decode(): v.decode() for k, v in raw.items()}
@@ -89,20 +86,24 @@ class ProjectionReader:
         )
 
     async def operations(self, conversation: str) -> list[OperationStatus]:
-        ids = sorted(m.decode() for m in await self.redis.smembers(self.keys.operations(conversation)))
+        ids = sorted(
+            m.decode() for m in bytes_set(await self.redis.smembers(self.keys.operations(conversation)))
+        )
         found = [await self.operation(op_id) for op_id in ids]
         return [op for op in found if op is not None]
 
     async def quarantine(self, conversation: str) -> list[Quarantined]:
-        values = await self.redis.lrange(self.keys.quarantine(conversation), 0, -1)
+        values = bytes_list(await self.redis.lrange(self.keys.quarantine(conversation), 0, -1))
         return [Quarantined.model_validate_json(v) for v in values]
 
     async def previews(self, conversation: str) -> list[Preview]:
         """Current (unretracted, uncommitted) previews of every operation of the conversation."""
         out: list[Preview] = []
-        ids = sorted(m.decode() for m in await self.redis.smembers(self.keys.operations(conversation)))
+        ids = sorted(
+            m.decode() for m in bytes_set(await self.redis.smembers(self.keys.operations(conversation)))
+        )
         for op_id in ids:
-            raw = await self.redis.hgetall(self.keys.previews(op_id))
+            raw = bytes_hash(await self.redis.hgetall(self.keys.previews(op_id)))
             if COMMITTED_MARKER.encode() in raw:
                 continue
             for name, value in raw.items():
@@ -124,7 +125,7 @@ class ProjectionReader:
 
     async def rejections(self, conversation: str | None = None, limit: int = 100) -> list[Rejected]:
         """Newest first; filtered by conversation when given (scans the capped log)."""
-        values = await self.redis.zrevrange(self.keys.rejections, 0, -1)
+        values = bytes_list(await self.redis.zrevrange(self.keys.rejections, 0, -1))
         out: list[Rejected] = []
         for value in values:
             rejected = Rejected.model_validate_json(value)
@@ -135,9 +136,9 @@ class ProjectionReader:
         return out
 
     async def stats(self) -> dict[str, int]:
-        raw = await self.redis.hgetall(self.keys.stats)
+        raw = bytes_hash(await self.redis.hgetall(self.keys.stats))
         return {k.decode(): int(v) for k, v in sorted(raw.items())}
 
     async def applied_offsets(self) -> dict[str, int]:
-        raw = await self.redis.hgetall(self.keys.offsets)
+        raw = bytes_hash(await self.redis.hgetall(self.keys.offsets))
         return {k.decode(): int(v) for k, v in sorted(raw.items())}

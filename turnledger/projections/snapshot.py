@@ -11,6 +11,14 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.replies import (
+    bytes_hash,
+    bytes_list,
+    bytes_set,
+    scored_list,
+    text,
+    text_or_none,
+)
 
 POSITION_KEYS = ("offsets",)
 """Keys that record where a projection read from, not what it holds: left out of comparisons."""
@@ -52,18 +60,17 @@ async def snapshot(redis: aioredis.Redis, prefix: str) -> dict[str, Any]:
 
 
 async def _value(redis: aioredis.Redis, key: str) -> Any:
-    kind = (await redis.type(key)).decode()
+    kind = text(await redis.type(key))
     if kind == "hash":
-        return {k.decode(): v.decode() for k, v in sorted((await redis.hgetall(key)).items())}
+        return {k.decode(): v.decode() for k, v in sorted(bytes_hash(await redis.hgetall(key)).items())}
     if kind == "zset":
-        return [(m.decode(), s) for m, s in await redis.zrange(key, 0, -1, withscores=True)]
+        return [(m.decode(), s) for m, s in scored_list(await redis.zrange(key, 0, -1, withscores=True))]
     if kind == "list":
-        return [v.decode() for v in await redis.lrange(key, 0, -1)]
+        return [v.decode() for v in bytes_list(await redis.lrange(key, 0, -1))]
     if kind == "set":
-        return sorted(m.decode() for m in await redis.smembers(key))
+        return sorted(m.decode() for m in bytes_set(await redis.smembers(key)))
     if kind == "string":
-        value = await redis.get(key)
-        return None if value is None else value.decode()
+        return text_or_none(await redis.get(key))
     return f"<{kind}>"
 
 

@@ -80,9 +80,7 @@ def check_manifest(
         Check("conversation revision", str(manifest.conversation_revision), str(state.revision))
     )
     result.checks.append(Check("sequence digest", manifest.sequence_digest, sequence.sequence_digest))
-    result.checks.append(
-        Check("block refs", _refs(manifest.blocks), _refs(sequence.block_refs()))  # type: ignore[arg-type]
-    )
+    result.checks.append(Check("block refs", _refs(manifest.blocks), _refs(sequence.block_refs())))
     adapter = get_adapter(manifest.adapter)
     result.checks.append(Check("adapter digest", manifest.adapter_digest, adapter.digest))
     params = DispatchParams(
