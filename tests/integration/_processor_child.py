@@ -24,6 +24,8 @@ from pathlib import Path
 
 from tests.integration.test_processor_eos import counter_fold
 from turnledger.processors.cli import EXIT_FAILED, EXIT_FENCED, parse_partitions, process
+from turnledger.processors.dispatch_fold import DispatchFold
+from turnledger.processors.fold import PartitionFold
 from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
 from turnledger.processors.topics import Topics
 
@@ -63,6 +65,7 @@ def run_app(argv: list[str]) -> int:
     parser.add_argument("--state-dir", type=Path)
     parser.add_argument("--dump-ready", type=Path)
     parser.add_argument("--kill-in-commit", type=int, default=0)
+    parser.add_argument("--fold", choices=["counter", "dispatch"], default="counter")
     args = parser.parse_args(argv)
     topics = Topics(args.prefix)
     config = ProcessorConfig(
@@ -81,9 +84,14 @@ def run_app(argv: list[str]) -> int:
         if args.kill_in_commit:
             _kill_in_commit(processor, args.kill_in_commit, commits)
 
+    def fold_for(partition: int) -> PartitionFold:
+        if args.fold == "dispatch":
+            return DispatchFold(topics, partition)
+        return counter_fold(topics, partition)
+
     app = ProcessorApp(
         config,
-        lambda p: counter_fold(topics, p),
+        fold_for,
         partitions=parse_partitions(args.partitions),
         on_ready=on_ready,
     )

@@ -30,18 +30,10 @@ FoldSpecFactory = Callable[[Topics, int], PartitionFold]
 
 
 def default_fold_factory(topics: Topics, partition: int) -> PartitionFold:
-    """The dispatch fold (`turnledger.dispatch.engine:DispatchFold`), once it exists."""
-    try:
-        from turnledger.dispatch.engine import DispatchFold  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        typer.echo(
-            "turnledger process: the dispatch fold is not available yet "
-            f"(could not import turnledger.dispatch.engine:DispatchFold: {exc}). "
-            "Pass another fold with --fold module:factory.",
-            err=True,
-        )
-        raise typer.Exit(EXIT_USAGE) from exc
-    return DispatchFold(topics=topics, partition=partition)  # type: ignore[no-any-return]
+    """The dispatch fold: the pure engine of `turnledger.dispatch` on this partition."""
+    from turnledger.processors.dispatch_fold import DispatchFold
+
+    return DispatchFold(topics=topics, partition=partition)
 
 
 def load_fold_factory(spec: str) -> FoldSpecFactory:
