@@ -83,12 +83,7 @@ def check_manifest(
     result.checks.append(Check("block refs", _refs(manifest.blocks), _refs(sequence.block_refs())))
     adapter = get_adapter(manifest.adapter)
     result.checks.append(Check("adapter digest", manifest.adapter_digest, adapter.digest))
-    params = DispatchParams(
-        model_revision=request.model_revision,
-        tools=request.tools,
-        max_output_tokens=request.max_output_tokens,
-        policy=request.policy,
-    )
+    params = DispatchParams.of_request(request)
     rendered = adapter.render(sequence, params)
     if isinstance(rendered, UnsupportedKind):
         result.error = f"{manifest.adapter} now refuses kind {rendered.kind!r} (block {rendered.block_id})"
