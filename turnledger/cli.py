@@ -24,9 +24,18 @@ def demo() -> None:
 def _register() -> None:
     from turnledger.devstack.cli import dev_app
     from turnledger.gateway.fake_provider.cli import fake_provider
+    from turnledger.processors.cli import process
+    from turnledger.projections.cli import history_command, project_command, status_command
+    from turnledger.replay.cli import replay_app, shadow_app
 
     app.add_typer(dev_app, name="dev")
     app.command("fake-provider")(fake_provider)
+    app.command("process")(process)
+    app.command("project")(project_command)
+    app.command("history")(history_command)
+    app.command("status")(status_command)
+    app.add_typer(replay_app, name="replay")
+    app.add_typer(shadow_app, name="shadow")
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from turnledger.model.canonical import canonical_json, digest_of, sha256_digest
+from turnledger.model.events import DispatchRequested
 from turnledger.model.graph import MessageSequence
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
@@ -40,6 +41,15 @@ class DispatchParams:
     tools: tuple[ToolDefinition, ...] = ()
     max_output_tokens: int = 1024
     policy: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_request(cls, request: DispatchRequested) -> DispatchParams:
+        return cls(
+            model_revision=request.model_revision,
+            tools=request.tools,
+            max_output_tokens=request.max_output_tokens,
+            policy=request.policy,
+        )
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,10 @@ class BatchEngine:
         state = states.get(conversation_id)
         if state is None:
             state = self._load(conversation_id, store)
-        result = fold(state, event)
+        try:
+            result = fold(state, event)
+        except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
+            return [_fold_failed(event, record, exc)]
         if result.state is not state:
             states[conversation_id] = result.state
             changed.add(conversation_id)
@@ -192,6 +195,26 @@ def _decode_event(record: SourceRecord) -> IngressEvent | Rejected:
         detail = f"record key {_key_text(record.key)!r} is not the conversation id"
         return rejected(ReasonCode.KEY_MISMATCH, detail, event)
     return event
+
+
+def _fold_failed(event: IngressEvent, record: SourceRecord, exc: Exception) -> Rejected:
+    """The fold raised: the event is refused and the state left as it was.
+
+    Handled here rather than by the runtime's poison hook so that a replay of the
+    log meets the same failure at the same record and emits the same bytes.
+    """
+    return Rejected(
+        conversation_id=event.conversation_id,
+        operation_id=getattr(event, "operation_id", None),
+        reason=ReasonCode.FOLD_FAILED,
+        detail=f"{type(exc).__name__}: {exc}"[:2000],
+        event_type=type(event).__name__,
+        event_id=event.event_id,
+        source_topic=record.topic,
+        source_partition=record.partition,
+        source_offset=record.offset,
+        occurred_at_ms=event.occurred_at_ms,
+    )
 
 
 def _key_text(key: bytes | None) -> str | None:

@@ -287,12 +287,7 @@ def _prepare(step: _Step, op: OperationState, *, new: bool = False) -> None:
     if not sequence.blocks:
         _settle(step, op, previous, S.REJECTED, ReasonCode.EMPTY_SEQUENCE, "the conversation has no blocks")
         return
-    params = DispatchParams(
-        model_revision=request.model_revision,
-        tools=request.tools,
-        max_output_tokens=request.max_output_tokens,
-        policy=request.policy,
-    )
+    params = DispatchParams.of_request(request)
     rendered = adapter.render(sequence, params)
     if isinstance(rendered, UnsupportedKind):
         detail = f"{adapter.adapter_id} does not know kind {rendered.kind!r} (block {rendered.block_id})"

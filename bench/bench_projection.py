@@ -1,0 +1,171 @@
+"""Projection and replay-audit throughput on the real broker and Redis.
+
+1. Builds an ingress log (per conversation: a system+user turn, a dispatch request
+   that renders a manifest, a follow-up user turn), folds it with the BatchEngine and
+   writes the outputs transactionally (what the processor does).
+2. Projection: the projector over the five projected output topics into Redis,
+   records per second (one Lua script call per fetched batch).
+3. Replay audit: re-fold the ingress topic and compare with all output topics,
+   ingress events per second, against a raw read_committed consume of the same
+   ingress topic in the same run.
+
+Run: `python -m bench.bench_projection [--conversations N]` (uses KAFKA_BOOTSTRAP_SERVERS /
+REDIS_URL, a `turnledger dev up` stack, or starts a private one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaProducer
+
+from turnledger.codec import encode
+from turnledger.devstack.session import session_endpoints
+from turnledger.model.events import DispatchRequested, IngressEvent, SubmittedBlock, TurnSubmitted
+from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.projector import Projector
+from turnledger.projections.snapshot import drop_prefix
+from turnledger.projections.streams import topic_for
+from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
+from turnledger.replay.audit import audit
+from turnledger.replay.refold import refold
+
+ADAPTER, MODEL = "anthropic-messages@1", "anthropic/claude-sonnet-4@2025-05"
+
+
+def ingress(conversations: int) -> list[IngressEvent]:
+    out: list[IngressEvent] = []
+    for i in range(conversations):
+        conv, t = f"bench-{i}", 1_000 * i
+
+        def turn(n: int, *blocks: SubmittedBlock, conv: str = conv, t: int = t) -> TurnSubmitted:
+            return TurnSubmitted(
+                conversation_id=conv,
+                event_id=f"{conv}-e{n}",
+                occurred_at_ms=t + n,
+                turn_id=f"{conv}-t{n}",
+                blocks=blocks,
+            )
+
+        out.append(
+            turn(
+                1,
+                SubmittedBlock(
+                    id=f"{conv}-s", role="system", kind="text", trust_label="operator", text="Answer briefly."
+                ),
+                SubmittedBlock(
+                    id=f"{conv}-u1",
+                    role="user",
+                    kind="text",
+                    trust_label="user",
+                    text=f"Question number {i}: " + "lorem ipsum " * 20,
+                ),
+            )
+        )
+        out.append(
+            DispatchRequested(
+                conversation_id=conv,
+                event_id=f"{conv}-e2",
+                occurred_at_ms=t + 2,
+                operation_id=f"{conv}/op1",
+                adapter=ADAPTER,
+                provider="anthropic",
+                model_revision=MODEL,
+                max_output_tokens=256,
+            )
+        )
+        out.append(
+            turn(
+                3,
+                SubmittedBlock(
+                    id=f"{conv}-u2", role="user", kind="text", trust_label="user", text="And another thing."
+                ),
+            )
+        )
+    return out
+
+
+async def prepare(bootstrap: str, topics: Topics, events: list[IngressEvent]) -> int:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for e in events:
+            await producer.send(topics.ingress, encode(e), key=e.conversation_id.encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+    writer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=f"{topics.prefix}bench", linger_ms=5
+    )
+    await writer.start()
+    written = 0
+    try:
+        async for folded in refold(bootstrap, topics):
+            async with writer.transaction():
+                for o in folded.outputs:
+                    await writer.send(topic_for(topics, o.stream), o.value, key=o.key)
+                    written += 1
+    finally:
+        await writer.stop()
+    return written
+
+
+async def raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
+    began = time.perf_counter()
+    consumer = await start_consumer(bootstrap)
+    n = 0
+    try:
+        async for batch in read_to_end(consumer, await partitions_of(consumer, bootstrap, [topic])):
+            n += len(batch)
+    finally:
+        await consumer.stop()
+    return n, time.perf_counter() - began
+
+
+async def run(conversations: int) -> None:
+    with session_endpoints() as endpoints:
+        topics = Topics(prefix=f"bench-{uuid.uuid4().hex[:8]}.")
+        await ensure_topics(endpoints.bootstrap, topics, partitions=3)
+        events = ingress(conversations)
+        written = await prepare(endpoints.bootstrap, topics, events)
+        await asyncio.sleep(0.5)  # let the last commit markers land (the LSO)
+        redis = aioredis.from_url(endpoints.redis_url)
+        keys = ProjectionKeys(f"bench:{uuid.uuid4().hex[:8]}:")
+        try:
+            stats = await Projector(redis, endpoints.bootstrap, topics, keys).run_to_end()
+            raw_n, raw_s = await raw_consume(endpoints.bootstrap, topics.ingress)
+            report = await audit(endpoints.bootstrap, topics)
+        finally:
+            await drop_prefix(redis, keys.prefix)
+            await redis.aclose()
+    assert report.ok, report.divergences[:5]
+    raw_rate = raw_n / raw_s
+    audit_rate = report.ingress_records / report.seconds
+    print(f"\n{len(events)} ingress events, {written} output records ({stats.records} projected)\n")
+    print("| measure | records | seconds | records/s | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    print(
+        f"| projection (5 output topics -> Redis, Lua per batch) | {stats.records} | {stats.seconds:.2f} | "
+        f"{stats.records / stats.seconds:,.0f} | |"
+    )
+    print(f"| raw read_committed consume of ingress | {raw_n} | {raw_s:.2f} | {raw_rate:,.0f} | 1.00 |")
+    print(
+        f"| replay audit (re-fold + read {report.actual} outputs + compare) | {report.ingress_records} | "
+        f"{report.seconds:.2f} | {audit_rate:,.0f} | {audit_rate / raw_rate:.3f} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--conversations", type=int, default=2000)
+    args, _ = parser.parse_known_args()
+    asyncio.run(run(args.conversations))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""A processor in its own process, for the crash, fencing and SIGTERM tests.
+
+    python -m tests.integration._processor_child app --bootstrap B --prefix P --partitions 0,1 ...
+    python -m tests.integration._processor_child cli <arguments of `turnledger process`>
+
+`app` runs `ProcessorApp` with the test module's counter fold and two test hooks:
+`--dump-ready DIR` writes each partition's restored state and committed offset to
+DIR/ready-<partition>.json before its first batch, and `--kill-in-commit N` SIGKILLs
+this process inside the N-th transaction commit, after the batch's records reached
+the broker but before the commit (a crash mid-transaction, deterministically).
+Exit codes follow `turnledger process`: 0 stopped, 1 failed, 3 fenced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.integration.test_processor_eos import counter_fold
+from turnledger.processors.cli import EXIT_FAILED, EXIT_FENCED, parse_partitions, process
+from turnledger.processors.dispatch_fold import DispatchFold
+from turnledger.processors.fold import PartitionFold
+from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.topics import Topics
+
+
+def _dump_ready(directory: Path, processor: PartitionProcessor) -> None:
+    state = {key: value.decode() for key, value in processor.store.items()}  # type: ignore[attr-defined]
+    doc = {"partition": processor.partition, "committed_offset": processor.committed_offset, "state": state}
+    tmp = directory / f".ready-{processor.partition}.json"
+    tmp.write_text(json.dumps(doc))
+    tmp.rename(directory / f"ready-{processor.partition}.json")
+
+
+def _kill_in_commit(processor: PartitionProcessor, nth: int, counter: list[int]) -> None:
+    producer = processor._producer
+    assert producer is not None
+    commit = producer.commit_transaction
+
+    async def commit_or_die() -> None:
+        counter[0] += 1
+        if counter[0] >= nth:
+            await producer.flush()
+            logging.getLogger(__name__).warning("SIGKILL inside commit #%d", counter[0])
+            os.kill(os.getpid(), signal.SIGKILL)
+        await commit()
+
+    producer.commit_transaction = commit_or_die  # type: ignore[method-assign]
+
+
+def run_app(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--partitions", default="all")
+    parser.add_argument("--app-id", required=True)
+    parser.add_argument("--batch-max-records", type=int, default=500)
+    parser.add_argument("--batch-max-ms", type=int, default=100)
+    parser.add_argument("--state-dir", type=Path)
+    parser.add_argument("--dump-ready", type=Path)
+    parser.add_argument("--kill-in-commit", type=int, default=0)
+    parser.add_argument("--fold", choices=["counter", "dispatch"], default="counter")
+    args = parser.parse_args(argv)
+    topics = Topics(args.prefix)
+    config = ProcessorConfig(
+        bootstrap=args.bootstrap,
+        app_id=args.app_id,
+        topics=topics,
+        batch_max_records=args.batch_max_records,
+        batch_max_ms=args.batch_max_ms,
+        state_dir=args.state_dir,
+    )
+    commits = [0]
+
+    def on_ready(processor: PartitionProcessor) -> None:
+        if args.dump_ready is not None:
+            _dump_ready(args.dump_ready, processor)
+        if args.kill_in_commit:
+            _kill_in_commit(processor, args.kill_in_commit, commits)
+
+    def fold_for(partition: int) -> PartitionFold:
+        if args.fold == "dispatch":
+            return DispatchFold(topics, partition)
+        return counter_fold(topics, partition)
+
+    app = ProcessorApp(
+        config,
+        fold_for,
+        partitions=parse_partitions(args.partitions),
+        on_ready=on_ready,
+    )
+    try:
+        results = asyncio.run(app.run())
+    except Exception:
+        logging.getLogger(__name__).exception("processor failed")
+        return EXIT_FAILED
+    return EXIT_FENCED if ProcessorExit.FENCED in results.values() else 0
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    mode, rest = sys.argv[1], sys.argv[2:]
+    if mode == "app":
+        return run_app(rest)
+    import typer
+
+    command = typer.Typer(add_completion=False)
+    command.command()(process)
+    code = command(rest, standalone_mode=False)  # click returns the exit code instead of exiting
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

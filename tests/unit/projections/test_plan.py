@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import orjson
+
+from turnledger.model.events import (
+    CommittedTurn,
+    DispatchDecision,
+    DispatchState,
+    PreviewRetracted,
+    PreviewUpdated,
+    Rejected,
+)
+from turnledger.model.graph import Block
+from turnledger.model.reasons import ReasonCode
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.plan import DecodedRecord, Planner
+
+KEYS = ProjectionKeys("p:")
+
+
+def block(i: int) -> Block:
+    return Block(
+        id=f"b{i}",
+        role="user",
+        kind="text",
+        turn_id="t1",
+        revision=1,
+        ordering=i,
+        trust_label="user",
+        text="hi",
+    ).with_digest()
+
+
+def rec(record: object, offset: int = 5, stream: str = "committed") -> DecodedRecord:
+    return DecodedRecord(stream, f"x.{stream}", 0, offset, record)  # type: ignore[arg-type]
+
+
+def test_keys_index_is_one_based_offsets_first_and_deduplicated() -> None:
+    turn = CommittedTurn(
+        conversation_id="c",
+        revision=1,
+        turn_id="t1",
+        source_event_id="e",
+        blocks=(block(0), block(1)),
+        occurred_at_ms=7,
+    )
+    plan = Planner(KEYS).plan([rec(turn, 5), rec(turn, 6)])
+    assert plan.keys[0] == "p:offsets"
+    assert plan.keys == ["p:offsets", "p:history:c", "p:history-order:c", "p:conversation:c"]
+    groups = orjson.loads(plan.argv)
+    assert [g[:2] for g in groups] == [["x.committed:0", "5"], ["x.committed:0", "6"]]
+    ops = groups[0][2]
+    assert ops[0][:3] == ["hset", 2, "b0"] and ops[1] == ["zadd", 3, "0", "b0"]
+
+
+def test_committed_turn_of_an_operation_drops_its_previews() -> None:
+    turn = CommittedTurn(
+        conversation_id="c",
+        revision=2,
+        turn_id="t2",
+        source_event_id="e",
+        operation_id="op1",
+        attempt_generation=1,
+        blocks=(block(3),),
+        occurred_at_ms=7,
+    )
+    plan = Planner(KEYS).plan([rec(turn)])
+    ops = orjson.loads(plan.argv)[0][2]
+    assert ["pcommit", plan.keys.index("p:preview:op1") + 1] in ops
+
+
+def test_previews_are_guarded_by_generation() -> None:
+    upd = PreviewUpdated(
+        conversation_id="c",
+        operation_id="op1",
+        attempt_generation=2,
+        block_index=0,
+        text="He",
+        through_sequence=3,
+        occurred_at_ms=1,
+    )
+    ret = PreviewRetracted(
+        conversation_id="c",
+        operation_id="op1",
+        attempt_generation=2,
+        reason=ReasonCode.STREAM_DISCONNECTED,
+        occurred_at_ms=2,
+    )
+    plan = Planner(KEYS).plan([rec(upd, 1, "previews"), rec(ret, 2, "previews")])
+    (g1, g2) = orjson.loads(plan.argv)
+    assert g1[2][0][0] == "pset" and g1[2][0][2:4] == ["2", "2:0"]
+    assert g2[2][0] == ["pretract", plan.keys.index("p:preview:op1") + 1, "2"]
+
+
+def test_decision_mirrors_present_fields_and_deletes_absent_ones() -> None:
+    d = DispatchDecision(
+        conversation_id="c",
+        operation_id="op1",
+        state=DispatchState.PREPARED,
+        accepted=False,
+        reason=ReasonCode.CAS_STATE_MISMATCH,
+        conversation_revision=3,
+        cancel_generation=0,
+        source_event_id="e9",
+        occurred_at_ms=11,
+    )
+    plan = Planner(KEYS).plan([rec(d, 3, "manifests")])
+    ops = orjson.loads(plan.argv)[0][2]
+    hset = ops[0]
+    fields = dict(zip(hset[2::2], hset[3::2], strict=True))
+    assert fields["state"] == "PREPARED" and fields["reason"] == "CAS_STATE_MISMATCH"
+    assert fields["last_accepted"] == "0"
+    assert ["hsetnx", 2, "created_at_ms", "11"] in ops
+    hdel = next(op for op in ops if op[0] == "hdel")
+    assert "manifest_digest" in hdel and "previous_state" in hdel
+    assert any(op[0] == "hincr" and op[2] == "conflicts" for op in ops)
+
+
+def test_undecodable_record_still_advances_with_a_counter() -> None:
+    plan = Planner(KEYS).plan([DecodedRecord("committed", "x.committed", 3, 41, None, "bad magic")])
+    groups = orjson.loads(plan.argv)
+    assert groups == [["x.committed:3", "41", [["hincr", 2, "undecodable:committed", "1"]]]]
+
+
+def test_rejections_are_capped_and_scored_by_time() -> None:
+    r = Rejected(reason=ReasonCode.INVALID_EVENT, occurred_at_ms=99, source_topic="in", source_offset=4)
+    ops = orjson.loads(Planner(KEYS, rejections_cap=10).plan([rec(r, 1, "rejections")]).argv)[0][2]
+    assert ops[0][:3] == ["zadd", 2, "99"] and ops[1] == ["ztrim", 2, "10"]
+
+
+def test_large_offsets_travel_as_exact_strings() -> None:
+    plan = Planner(KEYS).plan([DecodedRecord("committed", "t", 0, 2**52 + 1, None)])
+    assert orjson.loads(plan.argv)[0][1] == str(2**52 + 1)

@@ -1,0 +1,217 @@
+"""Batching bounds, fold isolation, ids and CLI parsing of the runtime, without a broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+import typer
+
+from turnledger.processors.cli import parse_partitions
+from turnledger.processors.errors import PoisonHookError
+from turnledger.processors.fold import InputRecord, OutputRecord, StateStore
+from turnledger.processors.poison import json_poison_hook
+from turnledger.processors.runtime import ProcessorConfig, collect_batch, fold_batch, transactional_id
+from turnledger.processors.store import MemoryStateStore, OverlayStore
+from turnledger.processors.topics import Topics
+
+
+def rec(offset: int, key: str = "c1", value: bytes = b"v") -> InputRecord:
+    return InputRecord("in", 0, offset, key.encode(), value, 0)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ScriptedFetch:
+    """Records arrive at scripted times; a fetch waits (on the fake clock) up to its timeout for them."""
+
+    def __init__(self, arrivals: list[tuple[float, InputRecord]], clock: FakeClock) -> None:
+        self.arrivals = sorted(arrivals, key=lambda a: a[0])
+        self.clock = clock
+        self.calls: list[tuple[int, int]] = []
+
+    async def __call__(self, timeout_ms: int, max_records: int) -> list[InputRecord]:
+        self.calls.append((timeout_ms, max_records))
+        if not any(t <= self.clock.now for t, _ in self.arrivals):
+            nxt = self.arrivals[0][0] if self.arrivals else float("inf")
+            self.clock.now = min(nxt, self.clock.now + timeout_ms / 1000)
+        ready = [r for t, r in self.arrivals if t <= self.clock.now][:max_records]
+        self.arrivals = self.arrivals[len(ready) :]
+        return ready
+
+
+async def test_batch_stops_at_max_records_and_asks_only_for_the_rest() -> None:
+    clock = FakeClock()
+    fetch = ScriptedFetch([(0.0, rec(i)) for i in range(3)] + [(0.01, rec(i)) for i in range(3, 10)], clock)
+    batch = await collect_batch(fetch, max_records=5, max_ms=1000, stop=asyncio.Event(), clock=clock)
+    assert [r.offset for r in batch] == [0, 1, 2, 3, 4]
+    assert [c[1] for c in fetch.calls] == [5, 2]
+
+
+async def test_batch_closes_at_max_ms_after_first_record() -> None:
+    clock = FakeClock()
+    fetch = ScriptedFetch([(0.03 * (i + 1), rec(i)) for i in range(100)], clock)
+    batch = await collect_batch(fetch, max_records=500, max_ms=100, stop=asyncio.Event(), clock=clock)
+    # the first record (t=0.03) opens the window until t=0.13: records at 0.06, 0.09 and 0.12 fit
+    assert [r.offset for r in batch] == [0, 1, 2, 3]
+    assert clock.now == pytest.approx(0.13, abs=0.002)
+
+
+async def test_idle_poll_returns_empty_so_caller_can_check_stop() -> None:
+    clock = FakeClock()
+    fetch = ScriptedFetch([], clock)
+    assert await collect_batch(fetch, max_records=10, max_ms=100, stop=asyncio.Event(), clock=clock) == []
+    assert len(fetch.calls) == 1
+
+
+async def test_stop_returns_the_open_batch_without_waiting() -> None:
+    clock = FakeClock()
+    stop = asyncio.Event()
+    fetch = ScriptedFetch([(0.0, rec(0)), (0.0, rec(1)), (0.001, rec(2))], clock)
+
+    async def fetch_then_stop(timeout_ms: int, max_records: int) -> list[InputRecord]:
+        records = await fetch(timeout_ms, max_records)
+        stop.set()
+        return records
+
+    batch = await collect_batch(fetch_then_stop, max_records=10, max_ms=10_000, stop=stop, clock=clock)
+    assert [r.offset for r in batch] == [0, 1]
+    assert len(fetch.calls) == 1
+
+
+class CounterFold:
+    """Counts records per key; raises on values starting with b'boom'."""
+
+    def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]:
+        out = []
+        for r in records:
+            if r.value and r.value.startswith(b"boom"):
+                raise ValueError("boom")
+            key = (r.key or b"").decode()
+            count = int(store.get(key) or b"0") + 1
+            store.put(key, str(count).encode())
+            out.append(OutputRecord("out", r.key, f"{key}:{count}".encode()))
+        return out
+
+
+def test_fold_batch_fast_path() -> None:
+    overlay = OverlayStore(MemoryStateStore())
+    outcome = fold_batch(CounterFold(), [rec(0), rec(1)], overlay, json_poison_hook(Topics("t.")))
+    assert [o.value for o in outcome.outputs] == [b"c1:1", b"c1:2"]
+    assert outcome.poisoned == 0
+    assert dict(overlay.dirty) == {"c1": b"2"}
+
+
+def test_fold_batch_isolates_poison_and_keeps_other_records_exact() -> None:
+    base = MemoryStateStore()
+    base.put("c1", b"5")
+    overlay = OverlayStore(base)
+    records = [rec(0), rec(1, "c2"), rec(2, value=b"boom"), rec(3)]
+    outcome = fold_batch(CounterFold(), records, overlay, json_poison_hook(Topics("t.")))
+    assert outcome.poisoned == 1
+    assert [(o.topic, o.value) for o in outcome.outputs[:2]] == [("out", b"c1:6"), ("out", b"c2:1")]
+    rejection = outcome.outputs[2]
+    assert rejection.topic == "t.turnledger.rejections"
+    assert b'"offset":2' in rejection.value and b"ValueError: boom" in rejection.value
+    assert outcome.outputs[3].value == b"c1:7"
+    assert dict(overlay.dirty) == {"c1": b"7", "c2": b"1"}
+    assert base.get("c1") == b"5"
+
+
+def test_fold_batch_hook_failure_is_not_swallowed() -> None:
+    def broken(record: InputRecord, exc: Exception) -> list[OutputRecord]:
+        raise RuntimeError("hook bug")
+
+    with pytest.raises(PoisonHookError):
+        fold_batch(CounterFold(), [rec(0, value=b"boom")], OverlayStore(MemoryStateStore()), broken)
+
+
+def test_fold_returning_garbage_counts_as_poison() -> None:
+    class Garbage:
+        def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]:
+            return [OutputRecord("out", None, "text")]  # type: ignore[arg-type]
+
+    outcome = fold_batch(Garbage(), [rec(0)], OverlayStore(MemoryStateStore()), json_poison_hook(Topics()))
+    assert outcome.poisoned == 1 and outcome.outputs[0].topic == "turnledger.rejections"
+
+
+def test_transactional_id_is_a_function_of_the_partition() -> None:
+    assert transactional_id("app", "p.turnledger.ingress", 3) == "app-p.turnledger.ingress-3"
+    assert transactional_id("app", "t", 0) != transactional_id("app", "t", 1)
+
+
+def test_config_defaults_and_validation() -> None:
+    cfg = ProcessorConfig(bootstrap="x:1", app_id="a")
+    assert (cfg.batch_max_records, cfg.batch_max_ms, cfg.offsets_group) == (500, 100, "a")
+    with pytest.raises(ValueError):
+        ProcessorConfig(bootstrap="x:1", batch_max_records=0)
+
+
+def test_topics_with_prefix() -> None:
+    t = Topics("run1.")
+    assert t.ingress == "run1.turnledger.ingress"
+    assert t.tool_calls == "run1.turnledger.tool-calls"
+    assert len(set(t.all)) == 8 and t.all[0] == t.ingress and t.all[-1] == t.changelog
+
+
+def test_parse_partitions() -> None:
+    assert parse_partitions("all") is None
+    assert parse_partitions("2,0, 1") == [0, 1, 2]
+    assert parse_partitions("0-2,5") == [0, 1, 2, 5]
+    with pytest.raises(typer.BadParameter):
+        parse_partitions("x")
+
+
+def _cli() -> typer.Typer:
+    from turnledger.processors.cli import process
+
+    app = typer.Typer()
+    app.command()(process)
+    return app
+
+
+def test_cli_without_bootstrap_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    result = CliRunner().invoke(_cli(), ["--partitions", "0"])
+    assert result.exit_code == 2
+    assert "turnledger dev up" in result.output and "KAFKA_BOOTSTRAP_SERVERS" in result.output
+
+
+def test_cli_unreachable_kafka_is_a_clear_error() -> None:
+    from typer.testing import CliRunner
+
+    args = ["--bootstrap", "127.0.0.1:1", "--fold", "tests.unit.test_processors_runtime:_counter_factory"]
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 2, result.output
+    assert "not reachable at '127.0.0.1:1'" in result.output and "turnledger dev up" in result.output
+
+
+def test_cli_rejects_a_bad_fold_spec() -> None:
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(_cli(), ["--bootstrap", "127.0.0.1:1", "--fold", "no.such.module:f"])
+    assert result.exit_code == 2
+
+
+def _counter_factory(topics: Topics, partition: int) -> CounterFold:
+    return CounterFold()
+
+
+def test_key_partition_matches_aiokafkas_default_partitioner() -> None:
+    from aiokafka.partitioner import DefaultPartitioner
+
+    from turnledger.processors.writer import key_partition
+
+    for i in range(500):
+        key = f"conv-{i}".encode()
+        for n in (1, 2, 3, 12):
+            assert key_partition(key, n) == DefaultPartitioner()(key, list(range(n)), list(range(n)))

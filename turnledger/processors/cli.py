@@ -1,0 +1,141 @@
+"""`turnledger process`: run the partition processors of this process.
+
+Registered by the top-level CLI with `app.command("process")(process)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from turnledger.processors.errors import KafkaUnavailableError, ProcessorError, TopicMismatchError
+from turnledger.processors.fold import PartitionFold
+from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.topics import Topics, ensure_topics
+
+log = logging.getLogger(__name__)
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_FENCED = 3
+
+FoldSpecFactory = Callable[[Topics, int], PartitionFold]
+"""What `--fold module:attr` names: called once per partition with the physical topic names."""
+
+
+def default_fold_factory(topics: Topics, partition: int) -> PartitionFold:
+    """The dispatch fold: the pure engine of `turnledger.dispatch` on this partition."""
+    from turnledger.processors.dispatch_fold import DispatchFold
+
+    return DispatchFold(topics=topics, partition=partition)
+
+
+def load_fold_factory(spec: str) -> FoldSpecFactory:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise typer.BadParameter(f"expected module:attr, got {spec!r}", param_hint="--fold")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise typer.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--fold") from exc
+    if not callable(factory):
+        raise typer.BadParameter(f"{spec!r} is not callable", param_hint="--fold")
+    return factory  # type: ignore[no-any-return]
+
+
+def parse_partitions(value: str) -> list[int] | None:
+    """`all` → None (every partition of the ingress topic); `0,1,2` or `0-3,7` → that list."""
+    if value.strip().lower() == "all":
+        return None
+    result: set[int] = set()
+    try:
+        for part in value.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                result.update(range(lo, hi + 1))
+            elif part:
+                result.add(int(part))
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected 'all' or e.g. '0,1,2' / '0-3', got {value!r}") from exc
+    if not result or min(result) < 0:
+        raise typer.BadParameter(f"expected 'all' or non-negative partition numbers, got {value!r}")
+    return sorted(result)
+
+
+def process(
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers host:port[,host:port]."),
+    ] = None,
+    partitions: Annotated[
+        str, typer.Option(help="Ingress partitions to own: 'all' or e.g. '0,1,2'.")
+    ] = "all",
+    topic_prefix: Annotated[str, typer.Option(help="Prefix of every topic name.")] = "",
+    batch_max_records: Annotated[int, typer.Option(min=1, help="Records per transaction, at most.")] = 500,
+    batch_max_ms: Annotated[
+        int, typer.Option(min=1, help="Milliseconds a batch stays open after its first record.")
+    ] = 100,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Directory for on-disk (SQLite) state; in memory when unset.")
+    ] = None,
+    app_id: Annotated[
+        str, typer.Option(help="Prefix of transactional ids; offsets group id.")
+    ] = "turnledger",
+    fold: Annotated[
+        str, typer.Option(help="module:attr of the fold factory, called as factory(topics, partition).")
+    ] = "turnledger.processors.cli:default_fold_factory",
+    create_topics: Annotated[
+        int, typer.Option(min=0, help="Create missing topics with this many partitions first (0: don't).")
+    ] = 0,
+    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+) -> None:
+    """Fold the ingress topic exactly once: one transactional processor per partition.
+
+    SIGTERM or Ctrl-C commits the open batches, then exits 0; a second signal stops at once.
+
+    Exit codes: 1 a partition failed, 2 bad usage or Kafka unreachable, 3 fenced by another processor.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not bootstrap:
+        typer.echo(
+            "turnledger process: no Kafka bootstrap servers. Start the local stack with `turnledger dev up` "
+            "and export KAFKA_BOOTSTRAP_SERVERS, or pass --bootstrap host:port.",
+            err=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    topics = Topics(prefix=topic_prefix)
+    factory = load_fold_factory(fold)
+    config = ProcessorConfig(
+        bootstrap=bootstrap,
+        app_id=app_id,
+        topics=topics,
+        batch_max_records=batch_max_records,
+        batch_max_ms=batch_max_ms,
+        state_dir=state_dir,
+    )
+    app = ProcessorApp(config, lambda p: factory(topics, p), partitions=parse_partitions(partitions))
+
+    async def main() -> dict[int, ProcessorExit]:
+        if create_topics:
+            await ensure_topics(bootstrap, topics, create_topics)
+        return await app.run()
+
+    try:
+        results = asyncio.run(main())
+    except (KafkaUnavailableError, TopicMismatchError) as exc:
+        typer.echo(f"turnledger process: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    except ProcessorError as exc:
+        typer.echo(f"turnledger process: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILED) from exc
+    fenced = sorted(p for p, how in results.items() if how is ProcessorExit.FENCED)
+    if fenced:
+        typer.echo(f"turnledger process: partitions {fenced} were fenced by another processor", err=True)
+        raise typer.Exit(EXIT_FENCED)

@@ -1,0 +1,41 @@
+"""Typed failures of the Kafka runtime; each message says what was tried and how to fix it."""
+
+from __future__ import annotations
+
+
+class ProcessorError(RuntimeError):
+    """Base class of every runtime failure."""
+
+
+class KafkaUnavailableError(ProcessorError):
+    def __init__(self, bootstrap: str, cause: BaseException | None = None) -> None:
+        self.bootstrap = bootstrap
+        detail = f" ({cause})" if cause else ""
+        super().__init__(
+            f"Kafka is not reachable at {bootstrap!r}{detail}. Start the local stack with "
+            "`turnledger dev up`, or set KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable "
+            "broker list host:port[,host:port]."
+        )
+
+
+class TopicMismatchError(ProcessorError):
+    """An existing topic is incompatible with what the runtime needs (partition count, cleanup policy)."""
+
+
+class ProducerFencedError(ProcessorError):
+    """A newer processor owns this partition: our transactional.id was initialised again elsewhere."""
+
+    def __init__(self, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+        super().__init__(
+            f"producer {transactional_id!r} was fenced: another processor initialised the same "
+            "transactional.id, so it now owns this partition. This task stopped without writing."
+        )
+
+
+class PoisonHookError(ProcessorError):
+    """The caller's on_poison hook raised; the batch is not committed so no input is silently dropped."""
+
+
+class TooManyAbortsError(ProcessorError):
+    """The same batch failed to commit too many times in a row; retrying further would loop forever."""

@@ -1,0 +1,316 @@
+"""Per-partition state stores, the batch overlay, and restore from the changelog.
+
+The changelog topic is the only durable copy of processor state. Local stores are
+caches of it: they are rebuilt from the changelog every time a partition processor
+starts (as Kafka Streams does after an unclean close under exactly-once), so a
+crash at any point can never leave a local store ahead of or behind what Kafka
+committed. `SqliteStateStore` keeps that cache on disk so that conversation state
+need not fit in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sqlite3
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from turnledger.processors.fold import StateStore
+
+log = logging.getLogger(__name__)
+
+Writes = Mapping[str, bytes | None]
+"""Key → latest value, `None` meaning deleted (a tombstone in the changelog)."""
+
+
+class PartitionStore(StateStore, Protocol):
+    """What the runtime needs beyond `StateStore`: bulk application of a committed batch."""
+
+    def apply(self, writes: Writes) -> None: ...
+    def clear(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _check(key: str, value: bytes | None = None) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"state keys are conversation ids (str), got {type(key).__name__}")
+    if value is not None and not isinstance(value, bytes):
+        raise TypeError(f"state values are bytes, got {type(value).__name__}")
+
+
+class MemoryStateStore:
+    """A dict. For tests and for small deployments where state fits in memory."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self._data.get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        _check(key, value)
+        self._data[key] = value
+
+    def delete(self, key: str) -> None:
+        _check(key)
+        self._data.pop(key, None)
+
+    def apply(self, writes: Writes) -> None:
+        for key, value in writes.items():
+            if value is None:
+                self._data.pop(key, None)
+            else:
+                self._data[key] = value
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def close(self) -> None:
+        pass
+
+    def items(self) -> Iterator[tuple[str, bytes]]:
+        return iter(list(self._data.items()))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class SqliteStateStore:
+    """A key/value table in one SQLite file, with a bounded LRU read cache.
+
+    Durability settings are deliberately weak (`synchronous=OFF`): the file is a cache
+    of the changelog and is rebuilt on every start, so fsyncs would buy nothing.
+    """
+
+    def __init__(self, path: Path, *, cache_entries: int = 10_000) -> None:
+        self.path = path
+        self._cache: OrderedDict[str, bytes | None] = OrderedDict()
+        self._cache_entries = cache_entries
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        for pragma in ("journal_mode=WAL", "synchronous=OFF", "temp_store=MEMORY", "cache_size=-16000"):
+            self._conn.execute(f"PRAGMA {pragma}")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
+        )
+
+    def _remember(self, key: str, value: bytes | None) -> None:
+        if self._cache_entries <= 0:
+            return
+        self._cache[key] = value
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_entries:
+            self._cache.popitem(last=False)
+
+    def get(self, key: str) -> bytes | None:
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        value = None if row is None else bytes(row[0])
+        self._remember(key, value)
+        return value
+
+    def put(self, key: str, value: bytes) -> None:
+        self.apply({key: value})
+
+    def delete(self, key: str) -> None:
+        self.apply({key: None})
+
+    def apply(self, writes: Writes) -> None:
+        for key, value in writes.items():
+            _check(key, value)
+        puts = [(k, v) for k, v in writes.items() if v is not None]
+        deletes = [(k,) for k, v in writes.items() if v is None]
+        with self._transaction():
+            if puts:
+                self._conn.executemany(
+                    "INSERT INTO kv (key, value) VALUES (?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    puts,
+                )
+            if deletes:
+                self._conn.executemany("DELETE FROM kv WHERE key = ?", deletes)
+        for key, value in writes.items():
+            self._remember(key, value)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def clear(self) -> None:
+        self._conn.execute("DELETE FROM kv")
+        self._cache.clear()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def items(self) -> Iterator[tuple[str, bytes]]:
+        for key, value in self._conn.execute("SELECT key, value FROM kv ORDER BY key"):
+            yield key, bytes(value)
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM kv").fetchone()[0])
+
+
+class OverlayStore:
+    """Batch-scoped writes layered over a base store; nothing reaches the base until `commit()`.
+
+    The runtime gives the fold an overlay per batch. The overlay's dirty keys become
+    the batch's changelog records, and `commit()` is called only after the Kafka
+    transaction committed, so an aborted transaction leaves the base store exactly at
+    the last committed state (`discard()`). Overlays stack: the per-record retry of a
+    poisoned batch puts one overlay per record on top of the batch overlay.
+    """
+
+    def __init__(self, base: StateStore) -> None:
+        self._base = base
+        self._writes: dict[str, bytes | None] = {}
+
+    def get(self, key: str) -> bytes | None:
+        if key in self._writes:
+            return self._writes[key]
+        return self._base.get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        if isinstance(value, bytearray | memoryview):
+            value = bytes(value)
+        _check(key, value)
+        self._writes[key] = value
+
+    def delete(self, key: str) -> None:
+        _check(key)
+        self._writes[key] = None
+
+    @property
+    def dirty(self) -> Writes:
+        return self._writes
+
+    def commit(self) -> None:
+        """Push the writes one layer down and forget them."""
+        base = self._base
+        if isinstance(base, OverlayStore):
+            base._writes.update(self._writes)
+        elif hasattr(base, "apply"):
+            base.apply(self._writes)
+        else:
+            for key, value in self._writes.items():
+                if value is None:
+                    base.delete(key)
+                else:
+                    base.put(key, value)
+        self._writes = {}
+
+    def discard(self) -> None:
+        self._writes = {}
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def open_partition_store(state_dir: Path | None, changelog_topic: str, partition: int) -> PartitionStore:
+    """A fresh, empty store for one partition: in memory without `state_dir`, else a SQLite file in it.
+
+    The file name carries this process's pid, so two processes on the same partition
+    (a zombie and its successor, during fencing) never share a file; files left by dead
+    processes are removed here.
+    """
+    if state_dir is None:
+        return MemoryStateStore()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{_SAFE.sub('_', changelog_topic)}-{partition}"
+    for stale in state_dir.glob(f"{stem}.*.sqlite*"):
+        pid = stale.name[len(stem) + 1 :].split(".", 1)[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+            stale.unlink(missing_ok=True)
+    return SqliteStateStore(state_dir / f"{stem}.{os.getpid()}.sqlite")
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    records: int
+    end_offset: int
+    seconds: float
+
+
+async def restore_from_changelog(
+    bootstrap: str,
+    changelog_topic: str,
+    partition: int,
+    store: PartitionStore,
+    *,
+    poll_timeout_ms: int = 500,
+    max_records: int = 10_000,
+) -> RestoreResult:
+    """Replay one changelog partition from its beginning into `store`, up to the last stable offset.
+
+    Call it only after this partition's transactional producer has initialised: that
+    fences any predecessor and completes its open transaction, so the stable end read
+    here includes everything that will ever be committed for the old owner. The consumer
+    reads `read_committed` (aborted batches' state never restores) and has no group id.
+    """
+    started = time.monotonic()
+    tp = TopicPartition(changelog_topic, partition)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    records = 0
+    try:
+        consumer.assign([tp])
+        begin = (await consumer.beginning_offsets([tp]))[tp]
+        end = (await consumer.end_offsets([tp]))[tp]
+        consumer.seek(tp, begin)
+        while begin < end and await consumer.position(tp) < end:
+            fetched = await consumer.getmany(tp, timeout_ms=poll_timeout_ms, max_records=max_records)
+            writes: dict[str, bytes | None] = {}
+            for message in fetched.get(tp, []):
+                if message.offset >= end:
+                    break
+                if message.key is None:
+                    log.warning("changelog %s offset %d has no key; skipped", tp, message.offset)
+                    continue
+                writes[message.key.decode("utf-8")] = message.value
+                records += 1
+            if writes:
+                store.apply(writes)
+    finally:
+        await consumer.stop()
+    result = RestoreResult(records=records, end_offset=end, seconds=time.monotonic() - started)
+    log.info(
+        "restored %s-%d: %d changelog records up to offset %d in %.2fs",
+        changelog_topic,
+        partition,
+        result.records,
+        result.end_offset,
+        result.seconds,
+    )
+    return result

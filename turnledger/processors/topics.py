@@ -1,0 +1,172 @@
+"""The topics of DESIGN.md ("Data flow") and their idempotent creation.
+
+Ingress and changelog must have the same partition count: the changelog record for a
+conversation is written to the partition number of the input partition that owns
+it, and restore reads exactly that partition. A mismatch would restore the wrong
+state, so `ensure_topics` refuses to run against one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError, KafkaError
+
+from turnledger.processors.errors import KafkaUnavailableError, TopicMismatchError
+
+log = logging.getLogger(__name__)
+
+TOPIC_ALREADY_EXISTS = 36
+DEFAULT_PREVIEWS_RETENTION_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """Physical topic names; `prefix` is prepended verbatim (tests use a unique one per run)."""
+
+    prefix: str = ""
+
+    @property
+    def ingress(self) -> str:
+        return f"{self.prefix}turnledger.ingress"
+
+    @property
+    def committed(self) -> str:
+        return f"{self.prefix}turnledger.committed"
+
+    @property
+    def manifests(self) -> str:
+        return f"{self.prefix}turnledger.manifests"
+
+    @property
+    def tool_calls(self) -> str:
+        return f"{self.prefix}turnledger.tool-calls"
+
+    @property
+    def previews(self) -> str:
+        return f"{self.prefix}turnledger.previews"
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self.prefix}turnledger.quarantine"
+
+    @property
+    def rejections(self) -> str:
+        return f"{self.prefix}turnledger.rejections"
+
+    @property
+    def changelog(self) -> str:
+        return f"{self.prefix}turnledger.changelog"
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (
+            self.committed,
+            self.manifests,
+            self.tool_calls,
+            self.previews,
+            self.quarantine,
+            self.rejections,
+        )
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return (self.ingress, *self.outputs, self.changelog)
+
+
+def topic_configs(topics: Topics, previews_retention_ms: int) -> dict[str, dict[str, str]]:
+    """Per-topic configs: a compacted changelog (restore needs only the latest state per key), short-lived
+    previews (they are revocable and never history); the rest take the broker's defaults."""
+    return {
+        topics.changelog: {"cleanup.policy": "compact"},
+        topics.previews: {"retention.ms": str(previews_retention_ms)},
+    }
+
+
+async def ensure_topics(
+    bootstrap: str,
+    topics: Topics,
+    partitions: int,
+    replication: int = 1,
+    *,
+    previews_retention_ms: int = DEFAULT_PREVIEWS_RETENTION_MS,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create every topic of `topics` that does not exist yet; verify the ones that do.
+
+    Raises `TopicMismatchError` when an existing ingress or changelog topic has another
+    partition count than `partitions`, or the changelog is not compacted; raises
+    `KafkaUnavailableError` when the cluster cannot be reached.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await admin.start()
+    except KafkaConnectionError as exc:
+        raise KafkaUnavailableError(bootstrap, exc) from exc
+    try:
+        configs = topic_configs(topics, previews_retention_ms)
+        new = [
+            NewTopic(name, partitions, replication, topic_configs=configs.get(name, {}))
+            for name in topics.all
+        ]
+        response = await admin.create_topics(new, timeout_ms=int(timeout_s * 1000))
+        created = []
+        for name, code, *rest in response.topic_errors:
+            if code == 0:
+                created.append(name)
+            elif code != TOPIC_ALREADY_EXISTS:
+                message = rest[0] if rest else ""
+                raise KafkaError(f"creating topic {name!r} failed with error code {code}: {message}")
+        if created:
+            log.info("created topics %s (%d partitions, replication %d)", created, partitions, replication)
+        counts = await _wait_for_leaders(admin, topics.all, timeout_s)
+        for name in (topics.ingress, topics.changelog):
+            if counts[name] != partitions:
+                raise TopicMismatchError(
+                    f"topic {name!r} has {counts[name]} partitions, expected {partitions}: ingress and "
+                    "changelog must have the same partition count (the changelog of input partition p is "
+                    "partition p). Use --partitions that match, or recreate the topics."
+                )
+        if topics.changelog not in created:
+            await _check_compacted(admin, topics.changelog)
+    finally:
+        await admin.close()
+
+
+async def _wait_for_leaders(
+    admin: AIOKafkaAdminClient, names: tuple[str, ...], timeout_s: float
+) -> Mapping[str, int]:
+    """New topics take a moment to reach every broker's metadata; wait until each partition has a leader."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        described = await admin.describe_topics(list(names))
+        counts: dict[str, int] = {}
+        ready = True
+        for topic in described:
+            parts = topic["partitions"]
+            if topic["error_code"] != 0 or not parts or any(p["leader"] < 0 for p in parts):
+                ready = False
+            counts[topic["topic"]] = len(parts)
+        if ready and all(n in counts for n in names):
+            return counts
+        if asyncio.get_running_loop().time() > deadline:
+            raise KafkaError(f"topics {sorted(names)} did not get partition leaders within {timeout_s}s")
+        await asyncio.sleep(0.1)
+
+
+async def _check_compacted(admin: AIOKafkaAdminClient, changelog: str) -> None:
+    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, changelog)])
+    for response in responses:
+        for _code, _msg, _type, _name, entries in response.resources:
+            for entry in entries:
+                if entry[0] == "cleanup.policy" and "compact" not in str(entry[1]):
+                    raise TopicMismatchError(
+                        f"changelog topic {changelog!r} has cleanup.policy={entry[1]!r}; it must be "
+                        "compacted (cleanup.policy=compact), or restored state would lose conversations "
+                        "after retention."
+                    )

@@ -1,0 +1,211 @@
+"""CLI: `turnledger project`, `turnledger history CONV`, `turnledger status OP`.
+
+Register in turnledger/cli.py `_register()`:
+
+    from turnledger.projections.cli import history_command, project_command, status_command
+    app.command("project")(project_command)
+    app.command("history")(history_command)
+    app.command("status")(status_command)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import redis.asyncio as aioredis
+import typer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from rich.console import Console
+from rich.table import Table
+
+from turnledger.projections.errors import ProjectionError, RedisUnavailableError
+from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
+from turnledger.projections.reader import ProjectionReader
+
+T = TypeVar("T")
+console = Console()
+err = Console(stderr=True)
+
+RedisUrl = Annotated[str | None, typer.Option("--redis-url", envvar="REDIS_URL", help="Redis URL.")]
+Bootstrap = Annotated[
+    str | None, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka host:port[,...].")
+]
+TopicPrefix = Annotated[str, typer.Option("--topic-prefix", help="Prepended to every topic name.")]
+KeyPrefix = Annotated[str, typer.Option("--key-prefix", help="Prefix of every projection key in Redis.")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def require(value: str | None, name: str, flag: str) -> str:
+    if value:
+        return value
+    err.print(
+        f"[red]{name} is not set.[/red] Set {name} or pass {flag}; for a local stack run "
+        "`turnledger dev up` and export the variables it prints."
+    )
+    raise typer.Exit(2)
+
+
+def run(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine; typed failures become a clear message and exit code 2, never a traceback."""
+    try:
+        return asyncio.run(factory())  # type: ignore[arg-type]
+    except ProjectionError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    except Exception as exc:
+        if type(exc).__name__ in ("KafkaUnavailableError", "TopicMismatchError"):
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from exc
+        raise
+
+
+async def connect(url: str) -> aioredis.Redis:
+    client = aioredis.from_url(url, socket_connect_timeout=5)
+    try:
+        await client.ping()
+    except (RedisConnectionError, OSError) as exc:
+        await client.aclose()
+        raise RedisUnavailableError(url, exc) from exc
+    return client
+
+
+def project_command(
+    redis_url: RedisUrl = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = "",
+    key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
+    batch_size: Annotated[int, typer.Option(help="Records per fetch (one script call each).")] = 1000,
+    until_caught_up: Annotated[bool, typer.Option(help="Stop at the current end of the topics.")] = False,
+) -> None:
+    """Project the output topics into Redis, exactly once per partition offset."""
+    from turnledger.processors.topics import Topics
+    from turnledger.projections.projector import Projector, ProjectorStats
+
+    url, servers = (
+        require(redis_url, "REDIS_URL", "--redis-url"),
+        require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap"),
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> ProjectorStats:
+        redis = await connect(url)
+        projector = Projector(
+            redis, servers, Topics(topic_prefix), ProjectionKeys(key_prefix), batch_size=batch_size
+        )
+        try:
+            if until_caught_up:
+                return await projector.run_to_end()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            err.print(f"projecting {servers} -> {url} (keys {key_prefix!r}); Ctrl-C to stop")
+            return await projector.run_forever(stop)
+        finally:
+            await redis.aclose()
+
+    stats = run(main)
+    err.print(
+        f"applied {stats.applied}, skipped {stats.skipped} (already applied), "
+        f"undecodable {stats.undecodable}, "
+        f"{stats.batches} batches in {stats.seconds:.2f}s"
+    )
+
+
+def history_command(
+    conversation: Annotated[str, typer.Argument(help="Conversation id.")],
+    redis_url: RedisUrl = None,
+    key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
+    as_json: JsonOut = False,
+    previews: Annotated[bool, typer.Option(help="Also show current (revocable) previews.")] = True,
+) -> None:
+    """The committed history of a conversation, block by block."""
+    url = require(redis_url, "REDIS_URL", "--redis-url")
+
+    async def main() -> tuple[list[Any], list[Any], list[Any]]:
+        redis = await connect(url)
+        try:
+            reader = ProjectionReader(redis, key_prefix)
+            return (
+                await reader.history(conversation),
+                await reader.previews(conversation) if previews else [],
+                await reader.quarantine(conversation),
+            )
+        finally:
+            await redis.aclose()
+
+    blocks, current, quarantined = run(main)
+    if as_json:
+        data = {
+            "conversationId": conversation,
+            "blocks": [b.to_json_dict() for b in blocks],
+            "previews": [_preview_json(p) for p in current],
+            "quarantine": [q.to_json_dict() for q in quarantined],
+        }
+        console.print_json(orjson.dumps(data).decode())
+        return
+    if not blocks:
+        err.print(f"no committed history for {conversation!r} under key prefix {key_prefix!r}")
+    table = Table(title=f"history of {conversation}")
+    for col in ("rev", "#", "role", "kind", "block", "digest", "content"):
+        table.add_column(col, overflow="fold")
+    for b in blocks:
+        table.add_row(str(b.revision), str(b.ordering), b.role, b.kind, b.id, b.digest[:19], _content(b))
+    console.print(table)
+    if current:
+        pt = Table(title="previews (revocable, not history)")
+        for col in ("operation", "gen", "block", "text"):
+            pt.add_column(col, overflow="fold")
+        for p in current:
+            pt.add_row(p.operation_id, str(p.attempt_generation), str(p.block_index), p.text)
+        console.print(pt)
+    if quarantined:
+        console.print(f"[yellow]{len(quarantined)} quarantined late block(s)[/yellow]")
+
+
+def _preview_json(p: Any) -> dict[str, Any]:
+    return {s: getattr(p, s) for s in p.__slots__}
+
+
+def _content(block: Any) -> str:
+    if block.kind == "tool_call":
+        return f"{block.tool_name}({block.arguments}) [{block.call_id}]"
+    if block.kind == "tool_result":
+        return f"[{block.call_id} {block.result_status}] {block.text or ''}"
+    return block.text or ""
+
+
+def status_command(
+    operation_id: Annotated[str, typer.Argument(help="Operation id.")],
+    redis_url: RedisUrl = None,
+    key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
+    as_json: JsonOut = False,
+) -> None:
+    """The status of a dispatch operation: state, generation, manifest digest, reason, times."""
+    url = require(redis_url, "REDIS_URL", "--redis-url")
+
+    async def main() -> Any:
+        redis = await connect(url)
+        try:
+            return await ProjectionReader(redis, key_prefix).operation(operation_id)
+        finally:
+            await redis.aclose()
+
+    op = run(main)
+    if op is None:
+        err.print(f"operation {operation_id!r} is not in the projection (key prefix {key_prefix!r})")
+        raise typer.Exit(1)
+    if as_json:
+        console.print_json(orjson.dumps(op.to_json()).decode())
+        return
+    table = Table(title=f"operation {operation_id}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for name, value in op.fields.items():
+        table.add_row(name, value)
+    console.print(table)

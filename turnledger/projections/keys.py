@@ -1,0 +1,61 @@
+"""Redis key names of the projection, all under one configurable prefix.
+
+Everything the projector writes lives under `prefix`, so a rebuild can drop it with
+SCAN + DEL and a verification can build a second projection beside the first under
+another prefix. Single-node Redis is assumed: the per-batch Lua script touches keys
+of many conversations, which Redis Cluster would only allow inside one hash slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_KEY_PREFIX = "tl:"
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionKeys:
+    prefix: str = DEFAULT_KEY_PREFIX
+
+    @property
+    def offsets(self) -> str:
+        """Hash `topic:partition` -> last applied offset: the only source of truth for resuming."""
+        return f"{self.prefix}offsets"
+
+    @property
+    def stats(self) -> str:
+        """Hash of counters (undecodable records, retractions, conflicts...), applied exactly once."""
+        return f"{self.prefix}stats"
+
+    @property
+    def rejections(self) -> str:
+        """Sorted set (score = occurred_at_ms) of Rejected records as JSON, capped."""
+        return f"{self.prefix}rejections"
+
+    def conversation(self, conversation_id: str) -> str:
+        """Hash: latest revision, turn count, last update time."""
+        return f"{self.prefix}conversation:{conversation_id}"
+
+    def history(self, conversation_id: str) -> str:
+        """Hash block id -> block JSON (idempotent per block id)."""
+        return f"{self.prefix}history:{conversation_id}"
+
+    def history_order(self, conversation_id: str) -> str:
+        """Sorted set block id scored by the block's ordering."""
+        return f"{self.prefix}history-order:{conversation_id}"
+
+    def operations(self, conversation_id: str) -> str:
+        """Set of the operation ids of a conversation."""
+        return f"{self.prefix}ops:{conversation_id}"
+
+    def operation(self, operation_id: str) -> str:
+        """Hash: the operation's status as the last DispatchDecision left it, plus its manifest."""
+        return f"{self.prefix}op:{operation_id}"
+
+    def quarantine(self, conversation_id: str) -> str:
+        """List of Quarantined records as JSON, in topic order."""
+        return f"{self.prefix}quarantine:{conversation_id}"
+
+    def previews(self, operation_id: str) -> str:
+        """Hash `generation:block_index` -> preview JSON, plus `~` marker fields (see plan.py)."""
+        return f"{self.prefix}preview:{operation_id}"

@@ -1,0 +1,248 @@
+"""Pure planning: output records in, one Lua-script invocation (KEYS + ARGV) out.
+
+The projector must apply a whole batch and the new applied offsets in one atomic
+step, and every key a Lua script touches must be passed in KEYS. So the Python side
+turns each decoded record into a short list of primitive operations on numbered
+keys, and `apply.lua` runs them only for records whose offset is greater than the
+partition's applied offset. Keeping the model here (not in Lua) makes it testable
+without Redis and keeps the script a small, generic interpreter.
+
+Previews need care because `turnledger.previews` and `turnledger.committed` are
+separate topics consumed independently: a PreviewUpdated can be projected *after*
+the CommittedTurn of its operation. The preview hash therefore keeps markers
+(`~committed`, `~retracted:<generation>`) and the script refuses updates they cover,
+so the final projection does not depend on how the topics interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from turnledger.model.base import Frozen
+from turnledger.model.events import (
+    CommittedTurn,
+    DispatchDecision,
+    ManifestIssued,
+    PreviewRetracted,
+    PreviewUpdated,
+    Quarantined,
+    Rejected,
+)
+from turnledger.projections.keys import ProjectionKeys
+
+DEFAULT_REJECTIONS_CAP = 10_000
+COMMITTED_MARKER = "~committed"
+RETRACTED_MARKER = "~retracted:"
+
+Op = list[Any]
+"""[name, key_index, *string args]; names are the ones `apply.lua` interprets."""
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    """One output-topic record as the projector saw it; `record` is None when it did not decode."""
+
+    stream: str
+    topic: str
+    partition: int
+    offset: int
+    record: Frozen | None
+    error: str | None = None
+
+    @property
+    def source(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+
+@dataclass
+class BatchPlan:
+    """KEYS and the JSON plan of one script call. KEYS[1] is always the offsets hash."""
+
+    keys: list[str]
+    groups: list[list[Any]] = field(default_factory=list)
+    _index: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, projection_keys: ProjectionKeys) -> BatchPlan:
+        plan = cls(keys=[])
+        plan.key(projection_keys.offsets)
+        return plan
+
+    def key(self, name: str) -> int:
+        """1-based KEYS index of `name`, registering it once."""
+        index = self._index.get(name)
+        if index is None:
+            self.keys.append(name)
+            index = self._index[name] = len(self.keys)
+        return index
+
+    def add(self, source: str, offset: int, ops: list[Op]) -> None:
+        self.groups.append([source, str(offset), ops])
+
+    @property
+    def argv(self) -> str:
+        return _json(self.groups)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+
+class Planner:
+    """Maps output records onto operations; one instance per projection (key prefix)."""
+
+    def __init__(self, keys: ProjectionKeys, rejections_cap: int = DEFAULT_REJECTIONS_CAP) -> None:
+        self.keys = keys
+        self.rejections_cap = rejections_cap
+
+    def plan(self, records: Iterable[DecodedRecord]) -> BatchPlan:
+        plan = BatchPlan.start(self.keys)
+        for item in records:
+            plan.add(item.source, item.offset, self.ops(plan, item))
+        return plan
+
+    def ops(self, plan: BatchPlan, item: DecodedRecord) -> list[Op]:
+        record, k = item.record, plan.key
+        if record is None:
+            return [["hincr", k(self.keys.stats), f"undecodable:{item.stream}", "1"]]
+        if isinstance(record, CommittedTurn):
+            return self._committed(k, record)
+        if isinstance(record, ManifestIssued):
+            return self._manifest(k, record)
+        if isinstance(record, DispatchDecision):
+            return self._decision(k, record)
+        if isinstance(record, PreviewUpdated):
+            return self._preview(k, record)
+        if isinstance(record, PreviewRetracted):
+            return [
+                ["pretract", k(self.keys.previews(record.operation_id)), str(record.attempt_generation)],
+                ["hincr", k(self.keys.stats), "preview_retractions", "1"],
+            ]
+        if isinstance(record, Quarantined):
+            return [
+                ["rpush", k(self.keys.quarantine(record.conversation_id)), _json(record.to_json_dict())],
+                ["hincr", k(self.keys.stats), f"quarantined:{record.reason}", "1"],
+            ]
+        if isinstance(record, Rejected):
+            return [
+                ["zadd", k(self.keys.rejections), str(record.occurred_at_ms), _json(record.to_json_dict())],
+                ["ztrim", k(self.keys.rejections), str(self.rejections_cap)],
+                ["hincr", k(self.keys.stats), f"rejected:{record.reason}", "1"],
+            ]
+        # A record type this stream does not project (e.g. a newer output type): counted, skipped.
+        return [["hincr", k(self.keys.stats), f"ignored:{type(record).__name__}", "1"]]
+
+    def _committed(self, k: Any, turn: CommittedTurn) -> list[Op]:
+        conv = turn.conversation_id
+        history, order = k(self.keys.history(conv)), k(self.keys.history_order(conv))
+        ops: list[Op] = []
+        for block in turn.blocks:
+            ops.append(["hset", history, block.id, _json(block.to_json_dict())])
+            ops.append(["zadd", order, str(block.ordering), block.id])
+        ops.append(
+            [
+                "hset",
+                k(self.keys.conversation(conv)),
+                "revision",
+                str(turn.revision),
+                "updated_at_ms",
+                str(turn.occurred_at_ms),
+            ]
+        )
+        ops.append(["hincr", k(self.keys.conversation(conv)), "turns", "1"])
+        if turn.operation_id is not None:
+            ops.append(["pcommit", k(self.keys.previews(turn.operation_id))])
+        return ops
+
+    def _manifest(self, k: Any, issued: ManifestIssued) -> list[Op]:
+        m = issued.manifest
+        return [
+            [
+                "hset",
+                k(self.keys.operation(m.operation_id)),
+                *_pairs(
+                    conversation=m.conversation_id,
+                    manifest_digest=m.manifest_digest,
+                    manifest_revision=m.conversation_revision,
+                    request_digest=m.request_digest,
+                    adapter=m.adapter,
+                    provider=m.provider,
+                    model_revision=m.model_revision,
+                ),
+            ],
+            ["sadd", k(self.keys.operations(m.conversation_id)), m.operation_id],
+        ]
+
+    def _decision(self, k: Any, d: DispatchDecision) -> list[Op]:
+        """Mirror the operation as the decision describes it; a refused CAS leaves `state` unchanged
+        because the fold reports the operation's current state in it, and is counted as a conflict."""
+        op_key = k(self.keys.operation(d.operation_id))
+        present = {
+            "conversation": d.conversation_id,
+            "state": d.state,
+            "generation": d.attempt_generation,
+            "conversation_revision": d.conversation_revision,
+            "cancel_generation": d.cancel_generation,
+            "last_accepted": int(d.accepted),
+            "updated_at_ms": d.occurred_at_ms,
+            "last_event_id": d.source_event_id,
+        }
+        optional = {
+            "previous_state": d.previous_state,
+            "reason": d.reason,
+            "detail": d.detail or None,
+            "idempotency_key": d.idempotency_key,
+            "manifest_digest": d.manifest_digest,
+            "response_handle": d.response_handle,
+        }
+        present.update({name: value for name, value in optional.items() if value is not None})
+        ops: list[Op] = [
+            ["hset", op_key, *_pairs(**present)],
+            ["hsetnx", op_key, "created_at_ms", str(d.occurred_at_ms)],
+            ["hincr", op_key, "decisions", "1"],
+            ["sadd", k(self.keys.operations(d.conversation_id)), d.operation_id],
+        ]
+        absent = [name for name, value in optional.items() if value is None]
+        if absent:
+            ops.append(["hdel", op_key, *absent])
+        if not d.accepted:
+            ops.append(["hincr", op_key, "conflicts", "1"])
+            ops.append(["hincr", k(self.keys.stats), f"conflicts:{d.reason}", "1"])
+        return ops
+
+    def _preview(self, k: Any, p: PreviewUpdated) -> list[Op]:
+        value = {
+            "attemptGeneration": p.attempt_generation,
+            "blockIndex": p.block_index,
+            "text": p.text,
+            "throughSequence": p.through_sequence,
+            "occurredAtMs": p.occurred_at_ms,
+        }
+        return [
+            [
+                "pset",
+                k(self.keys.previews(p.operation_id)),
+                str(p.attempt_generation),
+                f"{p.attempt_generation}:{p.block_index}",
+                _json(value),
+            ],
+            ["sadd", k(self.keys.operations(p.conversation_id)), p.operation_id],
+        ]
+
+
+def _pairs(**fields: Any) -> list[str]:
+    out: list[str] = []
+    for name, value in fields.items():
+        out.extend((name, str(value)))
+    return out
+
+
+def plan_batch(keys: ProjectionKeys, records: Sequence[DecodedRecord]) -> BatchPlan:
+    return Planner(keys).plan(records)

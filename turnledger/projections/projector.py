@@ -1,0 +1,173 @@
+"""The projector: output topics -> Redis, exactly once per partition offset.
+
+Each fetched batch is decoded, planned and applied by one script call that also
+moves the partitions' applied offsets (`applier.py`). The Redis offsets hash is the
+only position: on start every partition is sought to `applied + 1`, so a restart,
+a replay from offset 0 or a zombie projector re-delivering a batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from aiokafka import TopicPartition
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from turnledger.processors.topics import Topics
+from turnledger.projections.applier import ScriptApplier
+from turnledger.projections.codec import CodecError, decode
+from turnledger.projections.errors import RedisUnavailableError
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
+from turnledger.projections.replies import bytes_hash
+from turnledger.projections.streams import PROJECTED_STREAMS, stream_of_topic
+from turnledger.projections.topic_source import (
+    RawRecord,
+    partitions_of,
+    read_to_end,
+    seek_all,
+    start_consumer,
+)
+
+log = logging.getLogger(__name__)
+
+BeforeApply = Callable[[BatchPlan], Awaitable[None]]
+"""Test hook run before each script call; raising there simulates a crash before EVALSHA."""
+
+
+def decode_record(stream: str, raw: RawRecord) -> DecodedRecord:
+    """Never raises: an undecodable record becomes a DecodedRecord without a record, counted later."""
+    if raw.value is None:
+        return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, None, "record without a value")
+    try:
+        record = decode(raw.value)
+    except CodecError as exc:
+        log.warning("undecodable record %s:%d@%d: %s", raw.topic, raw.partition, raw.offset, exc)
+        return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, None, str(exc))
+    return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, record)
+
+
+@dataclass
+class ProjectorStats:
+    batches: int = 0
+    applied: int = 0
+    skipped: int = 0
+    undecodable: int = 0
+    seconds: float = 0.0
+    by_stream: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return self.applied + self.skipped
+
+
+async def applied_offsets(redis: aioredis.Redis, keys: ProjectionKeys) -> dict[str, int]:
+    try:
+        raw = bytes_hash(await redis.hgetall(keys.offsets))
+    except (RedisConnectionError, OSError) as exc:
+        raise RedisUnavailableError(_url_of(redis), exc) from exc
+    return {k.decode(): int(v) for k, v in raw.items()}
+
+
+def _url_of(redis: aioredis.Redis) -> str:
+    kwargs = redis.connection_pool.connection_kwargs
+    return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+class Projector:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        bootstrap: str,
+        topics: Topics,
+        keys: ProjectionKeys,
+        *,
+        batch_size: int = 1000,
+        before_apply: BeforeApply | None = None,
+    ) -> None:
+        self.redis = redis
+        self.bootstrap = bootstrap
+        self.streams = stream_of_topic(topics, PROJECTED_STREAMS)
+        self.keys = keys
+        self.batch_size = batch_size
+        self.before_apply = before_apply
+        self.planner = Planner(keys)
+        self.applier = ScriptApplier(redis)
+
+    async def start_positions(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """applied + 1 for every partition Redis knows; the others start at the beginning."""
+        applied = await applied_offsets(self.redis, self.keys)
+        positions = {}
+        for tp in partitions:
+            offset = applied.get(f"{tp.topic}:{tp.partition}")
+            if offset is not None:
+                positions[tp] = offset + 1
+        return positions
+
+    async def apply(self, raw: Sequence[RawRecord], stats: ProjectorStats) -> None:
+        decoded = [decode_record(self.streams[r.topic], r) for r in raw]
+        plan = self.planner.plan(decoded)
+        if self.before_apply is not None:
+            await self.before_apply(plan)
+        try:
+            result = await self.applier.apply(plan)
+        except (RedisConnectionError, OSError) as exc:
+            raise RedisUnavailableError(_url_of(self.redis), exc) from exc
+        stats.batches += 1
+        stats.applied += result.applied
+        stats.skipped += result.skipped
+        stats.undecodable += sum(1 for d in decoded if d.record is None)
+        for d in decoded:
+            stats.by_stream[d.stream] = stats.by_stream.get(d.stream, 0) + 1
+
+    async def run_to_end(self, start: Mapping[TopicPartition, int] | None = None) -> ProjectorStats:
+        """Project everything up to the topics' current last stable offsets, then return.
+
+        `start` overrides the Redis positions (tests use it to re-deliver from offset 0)."""
+        stats = ProjectorStats()
+        began = time.perf_counter()
+        await self.applier.load()
+        consumer = await start_consumer(self.bootstrap)
+        try:
+            partitions = await partitions_of(consumer, self.bootstrap, self.streams)
+            positions = dict(start) if start is not None else await self.start_positions(partitions)
+            async for batch in read_to_end(consumer, partitions, positions, self.batch_size):
+                await self.apply(batch, stats)
+        finally:
+            await consumer.stop()
+        stats.seconds = time.perf_counter() - began
+        return stats
+
+    async def run_forever(
+        self, stop: asyncio.Event | None = None, report: Callable[[ProjectorStats], None] | None = None
+    ) -> ProjectorStats:
+        """Follow the topics until `stop` is set (or the task is cancelled)."""
+        stats = ProjectorStats()
+        began = time.perf_counter()
+        stop = stop or asyncio.Event()
+        await self.applier.load()
+        consumer = await start_consumer(self.bootstrap, fetch_max_wait_ms=500)
+        try:
+            partitions = await partitions_of(consumer, self.bootstrap, self.streams)
+            consumer.assign(partitions)
+            await seek_all(consumer, partitions, await self.start_positions(partitions))
+            while not stop.is_set():
+                fetched = await consumer.getmany(timeout_ms=500, max_records=self.batch_size)
+                raw = [
+                    RawRecord(r.topic, r.partition, r.offset, r.key, r.value)
+                    for records in fetched.values()
+                    for r in records
+                ]
+                if raw:  # every partition of the fetch in one script call
+                    await self.apply(raw, stats)
+                    if report is not None:
+                        report(stats)
+        finally:
+            await consumer.stop()
+            stats.seconds = time.perf_counter() - began
+        return stats

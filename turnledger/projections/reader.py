@@ -1,0 +1,144 @@
+"""The read side: typed views of the projection for the CLI and for services."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+from turnledger.model.events import Quarantined, Rejected
+from turnledger.model.graph import Block
+from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
+from turnledger.projections.plan import COMMITTED_MARKER
+from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, text_or_none
+
+
+@dataclass(frozen=True, slots=True)
+class OperationStatus:
+    operation_id: str
+    conversation: str | None
+    state: str | None
+    previous_state: str | None
+    generation: int
+    manifest_digest: str | None
+    reason: str | None
+    detail: str | None
+    created_at_ms: int | None
+    updated_at_ms: int | None
+    fields: dict[str, str]
+    """Everything the projection holds for the operation (request digest, adapter, counters...)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operationId": self.operation_id, **self.fields}
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    conversation_id: str
+    operation_id: str
+    attempt_generation: int
+    block_index: int
+    text: str
+    through_sequence: int
+    occurred_at_ms: int
+    committed: bool = False
+
+
+def _int(value: str | None) -> int | None:
+    return None if value is None else int(value)
+
+
+class ProjectionReader:
+    def __init__(self, redis: aioredis.Redis, prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        self.redis = redis
+        self.keys = ProjectionKeys(prefix)
+
+    async def history(self, conversation: str) -> list[Block]:
+        """Committed blocks in conversation order."""
+        ids = bytes_list(await self.redis.zrange(self.keys.history_order(conversation), 0, -1))
+        if not ids:
+            return []
+        values = await self.redis.hmget(self.keys.history(conversation), ids)
+        return [Block.model_validate_json(v) for v in values if v is not None]
+
+    async def revision(self, conversation: str) -> int | None:
+        return _int(text_or_none(await self.redis.hget(self.keys.conversation(conversation), "revision")))
+
+    async def operation(self, op_id: str) -> OperationStatus | None:
+        raw = bytes_hash(await self.redis.hgetall(self.keys.operation(op_id)))
+        if not raw:
+            return None
+        f = {k.decode(): v.decode() for k, v in raw.items()}
+        return OperationStatus(
+            operation_id=op_id,
+            conversation=f.get("conversation"),
+            state=f.get("state"),
+            previous_state=f.get("previous_state"),
+            generation=int(f.get("generation", "0")),
+            manifest_digest=f.get("manifest_digest"),
+            reason=f.get("reason"),
+            detail=f.get("detail"),
+            created_at_ms=_int(f.get("created_at_ms")),
+            updated_at_ms=_int(f.get("updated_at_ms")),
+            fields=dict(sorted(f.items())),
+        )
+
+    async def operations(self, conversation: str) -> list[OperationStatus]:
+        ids = sorted(
+            m.decode() for m in bytes_set(await self.redis.smembers(self.keys.operations(conversation)))
+        )
+        found = [await self.operation(op_id) for op_id in ids]
+        return [op for op in found if op is not None]
+
+    async def quarantine(self, conversation: str) -> list[Quarantined]:
+        values = bytes_list(await self.redis.lrange(self.keys.quarantine(conversation), 0, -1))
+        return [Quarantined.model_validate_json(v) for v in values]
+
+    async def previews(self, conversation: str) -> list[Preview]:
+        """Current (unretracted, uncommitted) previews of every operation of the conversation."""
+        out: list[Preview] = []
+        ids = sorted(
+            m.decode() for m in bytes_set(await self.redis.smembers(self.keys.operations(conversation)))
+        )
+        for op_id in ids:
+            raw = bytes_hash(await self.redis.hgetall(self.keys.previews(op_id)))
+            if COMMITTED_MARKER.encode() in raw:
+                continue
+            for name, value in raw.items():
+                if name.startswith(b"~"):
+                    continue
+                data = orjson.loads(value)
+                out.append(
+                    Preview(
+                        conversation_id=conversation,
+                        operation_id=op_id,
+                        attempt_generation=data["attemptGeneration"],
+                        block_index=data["blockIndex"],
+                        text=data["text"],
+                        through_sequence=data["throughSequence"],
+                        occurred_at_ms=data["occurredAtMs"],
+                    )
+                )
+        return sorted(out, key=lambda p: (p.operation_id, p.attempt_generation, p.block_index))
+
+    async def rejections(self, conversation: str | None = None, limit: int = 100) -> list[Rejected]:
+        """Newest first; filtered by conversation when given (scans the capped log)."""
+        values = bytes_list(await self.redis.zrevrange(self.keys.rejections, 0, -1))
+        out: list[Rejected] = []
+        for value in values:
+            rejected = Rejected.model_validate_json(value)
+            if conversation is None or rejected.conversation_id == conversation:
+                out.append(rejected)
+                if len(out) >= limit:
+                    break
+        return out
+
+    async def stats(self) -> dict[str, int]:
+        raw = bytes_hash(await self.redis.hgetall(self.keys.stats))
+        return {k.decode(): int(v) for k, v in sorted(raw.items())}
+
+    async def applied_offsets(self) -> dict[str, int]:
+        raw = bytes_hash(await self.redis.hgetall(self.keys.offsets))
+        return {k.decode(): int(v) for k, v in sorted(raw.items())}

@@ -1,0 +1,86 @@
+"""The projection's Lua script, kept as a string so it ships without package-data.
+
+Apply one planned batch of output records and the applied offsets, atomically.
+KEYS[1] is the hash "topic:partition" -> applied offset; KEYS[2..] are the keys the
+ops name by index; ARGV[1] is the JSON plan of `plan.py`. A record applies only when
+its offset is greater than the partition's applied offset: offsets have gaps
+(transaction markers take offsets), so contiguity is never checked. Offsets travel
+and are stored as strings because Lua would print large numbers in exponent form.
+Returns {applied, skipped}.
+"""
+
+APPLY_SCRIPT = """\
+local groups = cjson.decode(ARGV[1])
+local applied = {}
+local changed = {}
+
+local function drop_fields(key, keep)
+  local fields = redis.call('HKEYS', key)
+  for _, f in ipairs(fields) do
+    if not keep(f) then redis.call('HDEL', key, f) end
+  end
+end
+
+local function run(op)
+  local name, key = op[1], KEYS[op[2]]
+  if name == 'hset' then
+    local args = {}
+    for i = 3, #op do args[#args + 1] = op[i] end
+    redis.call('HSET', key, unpack(args))
+  elseif name == 'hsetnx' then
+    redis.call('HSETNX', key, op[3], op[4])
+  elseif name == 'hdel' then
+    for i = 3, #op do redis.call('HDEL', key, op[i]) end
+  elseif name == 'hincr' then
+    redis.call('HINCRBY', key, op[3], op[4])
+  elseif name == 'zadd' then
+    redis.call('ZADD', key, op[3], op[4])
+  elseif name == 'ztrim' then
+    redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(op[3]) + 1))
+  elseif name == 'rpush' then
+    redis.call('RPUSH', key, op[3])
+  elseif name == 'sadd' then
+    redis.call('SADD', key, op[3])
+  elseif name == 'pset' then
+    -- a preview of a committed operation or of a retracted generation is stale: ignore it
+    if redis.call('HEXISTS', key, '~committed') == 0
+        and redis.call('HEXISTS', key, '~retracted:' .. op[3]) == 0 then
+      redis.call('HSET', key, op[4], op[5])
+    end
+  elseif name == 'pretract' then
+    local prefix = op[3] .. ':'
+    drop_fields(key, function(f) return string.sub(f, 1, #prefix) ~= prefix end)
+    redis.call('HSET', key, '~retracted:' .. op[3], '1')
+  elseif name == 'pcommit' then
+    drop_fields(key, function(f) return string.sub(f, 1, 1) == '~' end)
+    redis.call('HSET', key, '~committed', '1')
+  else
+    return redis.error_reply('unknown projection op ' .. tostring(name))
+  end
+end
+
+local n_applied, n_skipped = 0, 0
+for _, group in ipairs(groups) do
+  local source, offset = group[1], tonumber(group[2])
+  local current = applied[source]
+  if current == nil then
+    current = tonumber(redis.call('HGET', KEYS[1], source) or '-1')
+    applied[source] = current
+  end
+  if offset > current then
+    for _, op in ipairs(group[3]) do
+      local err = run(op)
+      if err then return err end
+    end
+    applied[source] = offset
+    changed[source] = group[2]
+    n_applied = n_applied + 1
+  else
+    n_skipped = n_skipped + 1
+  end
+end
+for source, offset in pairs(changed) do
+  redis.call('HSET', KEYS[1], source, offset)
+end
+return {n_applied, n_skipped}
+"""

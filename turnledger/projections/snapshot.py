@@ -1,0 +1,87 @@
+"""Whole-projection operations by key prefix: dump for comparison, drop for rebuild.
+
+Dropping uses SCAN + DEL on the prefix, never FLUSHALL/FLUSHDB: the Redis may hold
+other projections (a verification prefix) or other applications' data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.replies import (
+    bytes_hash,
+    bytes_list,
+    bytes_set,
+    scored_list,
+    text,
+    text_or_none,
+)
+
+POSITION_KEYS = ("offsets",)
+"""Keys that record where a projection read from, not what it holds: left out of comparisons."""
+
+
+async def drop_prefix(redis: aioredis.Redis, prefix: str, chunk: int = 500) -> int:
+    if not prefix:
+        raise ValueError("refusing to drop an empty key prefix (that would be the whole database)")
+    dropped = 0
+    batch: list[bytes] = []
+    async for key in redis.scan_iter(match=_glob_escape(prefix) + "*", count=chunk):
+        batch.append(key)
+        if len(batch) >= chunk:
+            dropped += await redis.delete(*batch)
+            batch = []
+    if batch:
+        dropped += await redis.delete(*batch)
+    return dropped
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+async def snapshot(redis: aioredis.Redis, prefix: str) -> dict[str, Any]:
+    """Every key under `prefix` (name relative to it) with its full value, positions excluded.
+
+    Two projections of the same records compare equal however their sources were
+    partitioned or interleaved: lists are per conversation (one partition each), the
+    rejections log is ordered by time and content, previews carry their markers."""
+    skip = {ProjectionKeys(prefix).offsets}
+    out: dict[str, Any] = {}
+    async for raw_key in redis.scan_iter(match=_glob_escape(prefix) + "*", count=500):
+        key = raw_key.decode()
+        if key in skip:
+            continue
+        out[key[len(prefix) :]] = await _value(redis, key)
+    return dict(sorted(out.items()))
+
+
+async def _value(redis: aioredis.Redis, key: str) -> Any:
+    kind = text(await redis.type(key))
+    if kind == "hash":
+        return {k.decode(): v.decode() for k, v in sorted(bytes_hash(await redis.hgetall(key)).items())}
+    if kind == "zset":
+        return [(m.decode(), s) for m, s in scored_list(await redis.zrange(key, 0, -1, withscores=True))]
+    if kind == "list":
+        return [v.decode() for v in bytes_list(await redis.lrange(key, 0, -1))]
+    if kind == "set":
+        return sorted(m.decode() for m in bytes_set(await redis.smembers(key)))
+    if kind == "string":
+        return text_or_none(await redis.get(key))
+    return f"<{kind}>"
+
+
+def diff_snapshots(left: dict[str, Any], right: dict[str, Any]) -> list[str]:
+    """Human-readable differences (key names relative to the prefixes)."""
+    out = []
+    for key in sorted(set(left) | set(right)):
+        if key not in right:
+            out.append(f"only in the first: {key}")
+        elif key not in left:
+            out.append(f"only in the second: {key}")
+        elif left[key] != right[key]:
+            out.append(f"differs: {key}")
+    return out

@@ -1,0 +1,232 @@
+"""CLI: `turnledger replay audit|manifest|rebuild` and `turnledger shadow diff`.
+
+Register in turnledger/cli.py `_register()`:
+
+    from turnledger.replay.cli import replay_app, shadow_app
+    app.add_typer(replay_app, name="replay")
+    app.add_typer(shadow_app, name="shadow")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, connect, require, run
+from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
+from turnledger.replay.shadow import ShadowResult
+
+replay_app = typer.Typer(
+    help="Re-fold the ingress log, reproduce manifests, rebuild projections.", no_args_is_help=True
+)
+shadow_app = typer.Typer(help="Compare legacy provider requests with our manifests.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+
+@shadow_app.callback()
+def _shadow() -> None:
+    """Rollout step one: byte-level and semantic diffs against the legacy gateway's requests."""
+    # a callback keeps `shadow` a command group even with one command (`turnledger shadow diff ...`)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed} records"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+@replay_app.command("audit")
+def audit_command(
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = "",
+    limit: Annotated[int, typer.Option(help="Divergences to list (all are counted).")] = 50,
+) -> None:
+    """Fold the ingress log again and compare every output record, byte for byte, with the topics."""
+    from turnledger.processors.topics import Topics
+    from turnledger.replay.audit import AuditReport, audit
+
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    with _progress() as progress:
+        tasks = {
+            "ingress": progress.add_task("folding ingress", total=None),
+            "outputs": progress.add_task("reading outputs", total=None),
+        }
+
+        def tick(phase: str, n: int) -> None:
+            progress.advance(tasks[phase], n)
+
+        async def main() -> AuditReport:
+            return await audit(servers, Topics(topic_prefix), tick)
+
+        report = run(main)
+    summary = Table(title="replay audit", show_header=False)
+    for name, value in (
+        ("ingress records folded", report.ingress_records),
+        ("expected output records", report.expected),
+        ("output records on the topics", report.actual),
+        ("records checked", report.checked),
+        ("divergences", len(report.divergences)),
+        ("seconds", f"{report.seconds:.2f}"),
+    ):
+        summary.add_row(name, str(value))
+    console.print(summary)
+    if report.divergences:
+        table = Table(title=f"divergences (first {min(limit, len(report.divergences))})")
+        for col in ("kind", "stream", "key", "#", "topic record (partition@offset)", "ingress source"):
+            table.add_column(col, overflow="fold")
+        for d in report.divergences[:limit]:
+            table.add_row(d.kind, d.stream, d.key, str(d.index), str(d.actual or "-"), str(d.source or "-"))
+        console.print(table)
+        raise typer.Exit(1)
+    console.print("[green]the output topics are exactly the fold of the ingress log[/green]")
+
+
+@replay_app.command("manifest")
+def manifest_command(
+    operation_id: Annotated[str | None, typer.Argument(help="Operation id.")] = None,
+    digest: Annotated[str | None, typer.Option("--digest", help="A manifest digest (sha256:...).")] = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = "",
+) -> None:
+    """Rebuild a manifest's request from the topics and prove bytes and digests are equal."""
+    from turnledger.processors.topics import Topics
+    from turnledger.replay.manifest_check import ManifestCheck, reproduce
+
+    if operation_id is None and digest is None:
+        err.print("give an OPERATION_ID or --digest sha256:...")
+        raise typer.Exit(2)
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+
+    async def main() -> list[ManifestCheck]:
+        return await reproduce(servers, Topics(topic_prefix), operation_id, digest)
+
+    checks = run(main)
+    if not checks:
+        err.print(f"no manifest found for {operation_id or digest!r} on the manifests topic")
+        raise typer.Exit(1)
+    for check in checks:
+        table = Table(
+            title=f"{check.operation_id} {check.manifest_digest} "
+            f"({check.adapter}, rev {check.conversation_revision})"
+        )
+        for col in ("binding", "equal", "recorded"):
+            table.add_column(col, overflow="fold")
+        for c in check.checks:
+            recorded = c.recorded if len(c.recorded) < 80 else c.recorded[:77] + "..."
+            table.add_row(c.name, "[green]yes[/green]" if c.ok else "[red]NO[/red]", recorded)
+        console.print(table)
+        if check.error:
+            console.print(f"[red]{check.error}[/red]")
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+    console.print(f"[green]{len(checks)} manifest(s) reproduced byte for byte[/green]")
+
+
+@replay_app.command("rebuild")
+def rebuild_command(
+    redis_url: RedisUrl = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = "",
+    key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
+    verify: Annotated[bool, typer.Option(help="Compare with a projection of a fresh fold.")] = True,
+) -> None:
+    """Drop the projection keys (SCAN+DEL by prefix), project the topics again, verify with a fresh fold."""
+    from turnledger.processors.topics import Topics
+    from turnledger.replay.rebuild import RebuildReport, rebuild
+
+    url = require(redis_url, "REDIS_URL", "--redis-url")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+
+    async def main() -> RebuildReport:
+        redis = await connect(url)
+        try:
+            return await rebuild(
+                redis, servers, Topics(topic_prefix), ProjectionKeys(key_prefix), verify=verify
+            )
+        finally:
+            await redis.aclose()
+
+    with err.status("rebuilding"):
+        report = run(main)
+    console.print(
+        f"dropped {report.dropped_keys} keys; projected {report.projected.applied} records "
+        f"({report.projected.undecodable} undecodable) in {report.projected.seconds:.2f}s"
+    )
+    if report.verified:
+        if report.differences:
+            for line in report.differences[:50]:
+                console.print(f"[red]{line}[/red]")
+            raise typer.Exit(1)
+        console.print(
+            f"[green]equal to a projection of a fresh fold ({report.folded_records} records)[/green]"
+        )
+
+
+@shadow_app.command("diff")
+def shadow_diff_command(
+    legacy: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Legacy requests, JSON Lines.")],
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = "",
+    fail_on_diff: Annotated[bool, typer.Option(help="Exit 1 when any request differs.")] = False,
+    details: Annotated[bool, typer.Option(help="List every difference, not only the summary.")] = True,
+) -> None:
+    """Byte-level and semantic diff of legacy requests against our manifests' request bytes.
+
+    LEGACY is JSON Lines: {"operationId": "...", "request": {...}} per line."""
+    from turnledger.processors.topics import Topics
+    from turnledger.replay.manifest_check import latest_manifests
+    from turnledger.replay.shadow import LegacyFormatError, compare_all, read_legacy
+
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    try:
+        items = read_legacy(legacy)
+    except LegacyFormatError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+
+    async def main() -> list[ShadowResult]:
+        manifests = await latest_manifests(servers, Topics(topic_prefix), {i.operation_id for i in items})
+        return compare_all(items, manifests)
+
+    results = run(main)
+    print_shadow(results, details)
+    if fail_on_diff and any(r.status != "equal" for r in results):
+        raise typer.Exit(1)
+
+
+def print_shadow(results: list[ShadowResult], details: bool = True) -> None:
+    table = Table(title="shadow diff: legacy vs manifests")
+    for col in ("line", "operation", "adapter", "bytes", "status", "differences"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        kinds = sorted(
+            {str(d.kind) + (f" ({d.side})" if str(d.side) != "both" else "") for d in r.differences}
+        )
+        table.add_row(
+            str(r.line),
+            r.operation_id,
+            r.adapter or "-",
+            "equal" if r.bytes_equal else "differ",
+            r.status,
+            ", ".join(kinds),
+        )
+    console.print(table)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    console.print(" · ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    if details:
+        for r in results:
+            for d in r.differences:
+                console.print(f"  {r.operation_id}  [bold]{d.kind}[/bold] {d.path} ({d.side}): {d.detail}")
