@@ -12,17 +12,10 @@ app = typer.Typer(
 )
 
 
-@app.command()
-def demo() -> None:
-    """Run the demo on the local stack (for now: a Kafka -> Redis smoke round trip)."""
-    from turnledger.demo_smoke import run
-
-    if not run():
-        raise typer.Exit(1)
-
-
 def _register() -> None:
+    from turnledger.demo.cli import demo
     from turnledger.devstack.cli import dev_app
+    from turnledger.gateway.cli import tool_executor, worker
     from turnledger.gateway.fake_provider.cli import fake_provider
     from turnledger.processors.cli import process
     from turnledger.projections.cli import history_command, project_command, status_command
@@ -36,6 +29,9 @@ def _register() -> None:
     app.command("status")(status_command)
     app.add_typer(replay_app, name="replay")
     app.add_typer(shadow_app, name="shadow")
+    app.command("worker")(worker)
+    app.command("tool-executor")(tool_executor)
+    app.command("demo")(demo)
 
 
 def main() -> None:

@@ -61,7 +61,8 @@ OPERATION_TRANSITIONS: Mapping[type[IngressEvent], frozenset[DispatchState]] = {
     DispatchSent: frozenset({S.DISPATCHING}),
     HandleBound: frozenset({S.SENT}),
     StreamDeltas: frozenset({S.STREAMING}),
-    StreamEnded: frozenset({S.STREAMING, S.SENT, S.COMMITTED}),
+    # A worker reports the end of every stream; after the fold has settled the attempt it is a no-op.
+    StreamEnded: frozenset({S.STREAMING, S.SENT, S.COMMITTED, S.UNKNOWN, S.CANCELLED}),
     RecoveryReported: frozenset({S.DISPATCHING, S.SENT, S.STREAMING}),
     ResumeStarted: frozenset({S.UNKNOWN}),
     AttemptTerminated: frozenset({S.UNKNOWN, S.DISPATCHING, S.SENT, S.STREAMING}),
@@ -537,8 +538,11 @@ def _refuse_commit(step: _Step, op: OperationState, reason: ReasonCode, detail: 
     step.transition(op, S.UNKNOWN, reason=reason, detail=detail, attempt_terminated=True)
 
 
+SETTLED_BEFORE_STREAM_END = frozenset({S.COMMITTED, S.UNKNOWN, S.CANCELLED})
+
+
 def _on_stream_ended(step: _Step, op: OperationState, event: StreamEnded) -> None:
-    if op.state == S.COMMITTED:
+    if op.state in SETTLED_BEFORE_STREAM_END:
         return
     if event.outcome == StreamOutcome.DISCONNECTED:
         # The provider may still be generating: UNKNOWN until resumed or confirmed terminated.

@@ -382,3 +382,14 @@ def test_state_round_trips_through_json() -> None:
     c.deltas(text_stream(["a"], stop=False))
     restored = ConversationState.model_validate_json(c.state.model_dump_json())
     assert restored == c.state
+
+
+def test_stream_end_after_the_attempt_settled_is_a_no_op() -> None:
+    c = Conversation()
+    c.user("weather?")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": "Par'])]))
+    settled = c.state
+    assert settled.operations["op-1"].state == S.UNKNOWN
+    assert c.ended(StreamOutcome.COMPLETED) == []
+    assert c.state == settled
