@@ -53,7 +53,8 @@ def _renderers_v1() -> dict[str, str]:
 def _policy_v1() -> dict[str, str]:
     # The pinned request type (anthropic 2.14.0 MessageCreateParams) has no temperature,
     # top_p or top_k any more; sending them would be keys the API no longer documents.
-    return {"stop_sequences": "stop_sequences"}
+    # `stream` is a dispatch policy, not a transport detail: the manifest fixes the bytes sent.
+    return {"stop_sequences": "stop_sequences", "stream": "stream"}
 
 
 @dataclass(frozen=True)

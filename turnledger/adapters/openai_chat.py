@@ -60,6 +60,9 @@ def _policy_v1() -> dict[str, str]:
         "seed": "seed",
         "presence_penalty": "presence_penalty",
         "frequency_penalty": "frequency_penalty",
+        # `stream` (and its options) is a dispatch policy: the manifest fixes the bytes sent.
+        "stream": "stream",
+        "stream_options": "stream_options",
     }
 
 

@@ -56,7 +56,15 @@ def _renderers_v1() -> dict[str, str]:
 
 
 def _policy_v1() -> dict[str, str]:
-    return {"temperature": "temperature", "top_p": "top_p", "store": "store"}
+    # `stream` and `background` are dispatch policy: the manifest fixes the bytes sent, and
+    # background mode is what makes a Responses stream resumable by its id.
+    return {
+        "temperature": "temperature",
+        "top_p": "top_p",
+        "store": "store",
+        "stream": "stream",
+        "background": "background",
+    }
 
 
 @dataclass(frozen=True)

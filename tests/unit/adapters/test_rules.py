@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 
 from tests.unit.adapters.conversations import Conversation, params_for, thinking_with_signature
@@ -106,3 +108,27 @@ def test_registry_and_digests() -> None:
         raise AssertionError("expected UnknownAdapterError")
     grown = with_adapter(ADAPTERS, get_adapter("gemini@1"))
     assert grown["gemini@1"] is get_adapter("gemini@1")
+
+
+def test_streaming_is_part_of_the_request_bytes_where_the_api_takes_it_in_the_body() -> None:
+    """The worker sends the manifest's bytes as they are, so streaming must be in them."""
+    c = Conversation("s")
+    c.next_turn().user("hi")
+    sequence = c.build()
+    streaming = {"stream": True, "background": True, "stream_options": {"include_usage": True}}
+
+    def body(adapter_id: str) -> dict:  # type: ignore[type-arg]
+        adapter = get_adapter(adapter_id)
+        params = params_for(adapter.provider)
+        rendered = adapter.render(sequence, replace(params, policy={**params.policy, **streaming}))
+        assert isinstance(rendered, Rendered)
+        return orjson.loads(rendered.body)  # type: ignore[no-any-return]
+
+    assert body("anthropic-messages@1")["stream"] is True
+    assert "background" not in body("anthropic-messages@1")
+    chat = body("openai-chat@1")
+    assert (chat["stream"], chat["stream_options"]) == (True, {"include_usage": True})
+    responses = body("openai-responses@1")
+    assert (responses["stream"], responses["background"]) == (True, True)
+    for streamed_by_endpoint in ("gemini@1", "bedrock-converse@1"):
+        assert {"stream", "background"}.isdisjoint(body(streamed_by_endpoint))
