@@ -21,8 +21,10 @@ async def seek_settled(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: i
     """Position `tp` at `offset`, or at its log start when None, after assign's reset settled.
 
     Returns the offset sought. Safe to call again later (the position is then already valid)."""
-    await consumer.position(tp)
     if offset is None:
+        # asked before the reset settles: once it has, the fetcher's first (long-polling) fetch
+        # would sit in front of this request on the broker connection
         offset = (await consumer.beginning_offsets([tp]))[tp]
+    await consumer.position(tp)
     consumer.seek(tp, offset)
     return offset
