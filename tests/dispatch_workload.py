@@ -12,18 +12,48 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.unit.dispatch.scenario import Conversation, text_stream, tool_stream
-from turnledger.model.events import IngressEvent, StreamOutcome
+from turnledger.model.events import IngressEvent, StreamOutcome, SubmittedBlock, TurnSubmitted
 
 ARGS_PARIS = '{"city": "Paris"}'
 ARGS_ROME = '{"city": "Rome"}'
 
 
-def _recording(conversation_id: str) -> tuple[Conversation, list[IngressEvent]]:
+class GlobalOps(Conversation):
+    """Operation ids made unique across conversations (`<conversation>/<op>`), as they are in
+    production: the projection and `replay manifest` key operations by id alone. The cases keep
+    writing `c.request("op-2")`; events, state and lookups all use the global id."""
+
+    def global_op(self, op: str) -> str:
+        prefix = f"{self.conversation_id}/"
+        return op if op.startswith(prefix) else prefix + op
+
+    def apply(self, event: IngressEvent) -> list:  # type: ignore[type-arg]
+        op = getattr(event, "operation_id", None)
+        if op is not None:
+            event = event.model_copy(update={"operation_id": self.global_op(op)})
+        return super().apply(event)
+
+    def manifest_digest(self, op: str = "op-1") -> str:
+        return super().manifest_digest(self.global_op(op))
+
+    def dispatch_to_streaming(self, op: str = "op-1", handle: str = "msg_1") -> None:
+        self.request(op)
+        self.attempt(op)
+        gen = self.state.operations[self.global_op(op)].attempt_generation
+        self.sent(op, gen)
+        self.bind(op, gen, handle)
+
+
+def _recording(conversation_id: str, global_ops: bool = False) -> tuple[Conversation, list[IngressEvent]]:
     events: list[IngressEvent] = []
-    c = Conversation(conversation_id=conversation_id)
+    c = GlobalOps(conversation_id) if global_ops else Conversation(conversation_id=conversation_id)
+    rewrite = c.global_op if isinstance(c, GlobalOps) else None
     apply = c.apply
 
     def record(event: IngressEvent) -> list:  # type: ignore[type-arg]
+        op = getattr(event, "operation_id", None)
+        if rewrite is not None and op is not None:
+            event = event.model_copy(update={"operation_id": rewrite(op)})
         events.append(event)
         return apply(event)
 
@@ -109,6 +139,31 @@ def adapter_upgrade(c: Conversation) -> None:
     c.request("op-current", adapter="anthropic-messages@1")
 
 
+def rollback_to_legacy_adapter(c: Conversation) -> None:
+    """The spec's rollback rule: anthropic-messages@0 predates scoped inputs, so a history with a
+    retrieved_snippet pauses it (no manifest, no flattening); @1 renders the same graph."""
+    c.user("what does the doc say?")
+    c.apply(
+        TurnSubmitted(
+            conversation_id=c.conversation_id,
+            event_id="snippet",
+            occurred_at_ms=900,
+            turn_id="s1",
+            blocks=(
+                SubmittedBlock(
+                    id="s1-b0",
+                    role="user",
+                    kind="retrieved_snippet",
+                    trust_label="retrieved",
+                    text="Rome in May: average high 23C.",
+                ),
+            ),
+        )
+    )
+    c.request("op-legacy", adapter="anthropic-messages@0")
+    c.request("op-current", adapter="anthropic-messages@1")
+
+
 def recovery_and_resume(c: Conversation) -> None:
     c.user("hello")
     c.dispatch_to_streaming()
@@ -140,6 +195,7 @@ CASES: dict[str, Callable[[Conversation], None]] = {
     "wrong-manifest": handle_bound_to_wrong_manifest,
     "old-after-new": old_stream_after_new,
     "adapter-upgrade": adapter_upgrade,
+    "rollback": rollback_to_legacy_adapter,
     "resume": recovery_and_resume,
     "multi-turn": multi_turn_tools,
     **{f"truncated-{cut}": truncated_arguments(cut) for cut in range(len(ARGS_PARIS))},
@@ -152,14 +208,16 @@ class Workload:
     conversations: dict[str, Conversation]
 
 
-def build(copies: int = 1) -> Workload:
-    """Every case, `copies` times, interleaved round-robin so conversations share batches."""
+def build(copies: int = 1, *, global_ops: bool = False) -> Workload:
+    """Every case, `copies` times, interleaved round-robin so conversations share batches.
+
+    `global_ops`: operation ids `<conversation>/<op>` (see GlobalOps), for projections and replay."""
     streams: list[list[IngressEvent]] = []
     conversations: dict[str, Conversation] = {}
     for copy in range(copies):
         for name, case in CASES.items():
             conversation_id = f"{name}#{copy}"
-            c, events = _recording(conversation_id)
+            c, events = _recording(conversation_id, global_ops)
             case(c)
             streams.append(events)
             conversations[conversation_id] = c

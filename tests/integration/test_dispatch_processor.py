@@ -136,6 +136,8 @@ def assert_spec_outcomes(actual: Keyed, topics: Topics) -> None:
     manifests = [m.manifest for m in of("adapter-upgrade#0", ManifestIssued)]
     assert [m.adapter for m in manifests] == ["anthropic-messages@0", "anthropic-messages@1"]
     assert manifests[0].adapter_digest != manifests[1].adapter_digest
+    rollback = [m.manifest for m in of("rollback#0", ManifestIssued)]
+    assert [m.adapter for m in rollback] == ["anthropic-messages@1"], "the legacy adapter pauses"
     assert [len(of("reordered#0", ToolCallReady)), len(of("reordered#0", ManifestIssued))] == [2, 2]
     assert len(of("duplicated-deltas#0", CommittedTurn)) == 2
     assert of("missing-stop#0", ToolCallReady) == [] and len(of("missing-stop#0", CommittedTurn)) == 1

@@ -40,6 +40,7 @@ from turnledger.processors.errors import (
 )
 from turnledger.processors.fold import FoldFactory, InputRecord, OutputRecord, PartitionFold, PoisonHook
 from turnledger.processors.poison import json_poison_hook
+from turnledger.processors.positions import seek_settled
 from turnledger.processors.store import (
     OverlayStore,
     PartitionStore,
@@ -367,11 +368,10 @@ class PartitionProcessor:
         )
 
     async def _seek_committed(self) -> None:
+        """Back to the committed offset (the beginning when none), explicitly and only once the
+        assignment's own offset reset settled: `seek_to_beginning` could lose to it (positions.py)."""
         assert self._consumer is not None
-        if self.committed_offset is None:
-            await self._consumer.seek_to_beginning(self.tp)
-        else:
-            self._consumer.seek(self.tp, self.committed_offset)
+        await seek_settled(self._consumer, self.tp, self.committed_offset)
 
     async def _fetch(self, timeout_ms: int, max_records: int) -> list[InputRecord]:
         assert self._consumer is not None

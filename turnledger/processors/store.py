@@ -25,6 +25,7 @@ from typing import Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from turnledger.processors.fold import StateStore
+from turnledger.processors.positions import seek_settled
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,7 @@ async def restore_from_changelog(
         consumer.assign([tp])
         begin = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
-        consumer.seek(tp, begin)
+        await seek_settled(consumer, tp, begin)
         while begin < end and await consumer.position(tp) < end:
             fetched = await consumer.getmany(tp, timeout_ms=poll_timeout_ms, max_records=max_records)
             writes: dict[str, bytes | None] = {}

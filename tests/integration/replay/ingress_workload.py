@@ -1,20 +1,23 @@
-"""A real ingress workload (driven through the dispatch test scenario) and a stand-in processor.
+"""A real ingress workload (driven through the dispatch test scenario) and the real processor.
 
-`run_processor` folds the ingress topic with the same BatchEngine the partition
-processor runs and writes its outputs, keyed by conversation, in transactions: the
-output topics then hold what the processor would have written.
+`run_processor` runs `ProcessorApp` with `DispatchFold` (what `turnledger process` runs) over
+the ingress topic until every record is committed, so the output topics hold exactly what
+production would have written, Rejected source coordinates and batching included.
 """
 
 from __future__ import annotations
 
-from aiokafka import AIOKafkaProducer
+import asyncio
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from tests.integration.test_processor_eos import committed_offsets, wait_for
 from tests.unit.dispatch.scenario import Conversation, text_stream, tool_stream
 from turnledger.codec import encode
 from turnledger.model.events import IngressEvent
+from turnledger.processors.dispatch_fold import DispatchFold
+from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
 from turnledger.processors.topics import Topics
-from turnledger.projections.streams import topic_for
-from turnledger.replay.refold import refold
 
 ARGS_PARIS = '{"city": "Paris"}'
 ARGS_ROME = '{"city": "Rome"}'
@@ -79,16 +82,43 @@ async def produce_ingress(bootstrap: str, topics: Topics, events: list[IngressEv
         await producer.stop()
 
 
-async def run_processor(bootstrap: str, topics: Topics) -> int:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topics.prefix}stand-in")
-    await producer.start()
-    written = 0
+async def ingress_end_offsets(bootstrap: str, topics: Topics) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await consumer.start()
     try:
-        async for folded in refold(bootstrap, topics, batch=25):
-            async with producer.transaction():
-                for o in folded.outputs:
-                    await producer.send(topic_for(topics, o.stream), o.value, key=o.key)
-                    written += 1
+        cluster = await consumer._client.fetch_all_metadata()
+        tps = [
+            TopicPartition(topics.ingress, p)
+            for p in sorted(cluster.partitions_for_topic(topics.ingress) or ())
+        ]
+        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
     finally:
-        await producer.stop()
-    return written
+        await consumer.stop()
+
+
+async def run_processor(
+    bootstrap: str, topics: Topics, *, batch_max_records: int = 50, timeout_s: float = 60
+) -> int:
+    """The real partition processor (ProcessorApp + DispatchFold, one EOS transaction per batch) over
+    the whole ingress topic: runs until its group committed every ingress offset, then stops it.
+    Returns the number of output records it wrote."""
+    ends = await ingress_end_offsets(bootstrap, topics)
+    config = ProcessorConfig(
+        bootstrap=bootstrap, app_id=f"{topics.prefix}app", topics=topics, batch_max_records=batch_max_records
+    )
+    app = ProcessorApp(config, lambda p: DispatchFold(topics, p))
+    task = asyncio.create_task(app.run(handle_signals=False))
+
+    async def caught_up() -> bool:
+        if task.done():
+            task.result()  # a failed processor fails the test at once
+            raise AssertionError("the processor stopped before consuming the ingress topic")
+        committed = await committed_offsets(bootstrap, config.offsets_group, topics.ingress, sorted(ends))
+        return all(committed[p] >= end for p, end in ends.items())
+
+    try:
+        await wait_for(caught_up, timeout_s, f"the processor to commit ingress offsets {ends}")
+    finally:
+        app.stop()
+        await asyncio.wait_for(task, 30)
+    return sum(p.metrics.outputs_out for p in app.processors.values())
