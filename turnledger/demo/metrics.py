@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from turnledger.demo.collect import Evidence
+from turnledger.gateway.worker import gave_up
 from turnledger.model.events import (
     DispatchDecision,
     DispatchState,
@@ -59,6 +60,9 @@ class Metrics:
     generations: Counter[int] = field(default_factory=Counter)
     final_states: Counter[str] = field(default_factory=Counter)
     other_rejections: Counter[str] = field(default_factory=Counter)
+    cancelled: int = 0  # cancelled by a client
+    cancelled_in_flight: Counter[str] = field(default_factory=Counter)  # state the cancel found
+    given_up: dict[str, str] = field(default_factory=dict)  # operation id → the worker's reason
 
     @property
     def handle_recovery_rate(self) -> float | None:
@@ -88,7 +92,12 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int) ->
         _unknown_ages(m, decisions, now_ms)
         _handle_recovery(m, decisions)
         last = decisions[-1]
-        m.final_states[last.state.value] += 1
+        m.final_states["CANCELLED (worker gave up)" if gave_up(last) else last.state.value] += 1
+        if gave_up(last):
+            m.given_up[last.operation_id] = last.detail
+        elif last.state == S.CANCELLED:
+            m.cancelled += 1
+            m.cancelled_in_flight[(last.previous_state or S.CANCELLED).value] += 1
         if last.state == S.COMMITTED:
             m.committed += 1
             m.generations[last.attempt_generation] += 1
