@@ -63,7 +63,8 @@ def render(result: DemoResult, console: Console) -> None:
             "handle recovery rate",
             f"{m.handle_recovered}/{m.handle_episodes}"
             + (f" = {rate:.0%}" if rate is not None else "")
-            + f" (disconnects before a handle: {m.disconnects_without_handle})",
+            + f" of resumable streams (not resumable: {m.disconnects_not_resumable}, "
+            + f"before a handle: {m.disconnects_without_handle})",
         ),
         ("late blocks (quarantine)", f"{sum(m.late_blocks.values())} ({_counter(dict(m.late_blocks))})"),
         ("preview retractions", str(m.preview_retractions)),
