@@ -174,13 +174,24 @@ def test_java_major_parses_version_banners(tmp_path: Path) -> None:
         assert jars.java_major(str(fake)) == major
 
 
-def test_compose_file_declares_kafka_redis_and_service_placeholders() -> None:
+def test_compose_file_declares_kafka_redis_and_the_turnledger_services() -> None:
     yaml = pytest.importorskip("yaml")
     compose_file = Path(__file__).resolve().parents[2] / "compose.yaml"
     services = yaml.safe_load(compose_file.read_text())["services"]
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
-    assert {"redis", "processor", "projector", "worker"} <= set(services)
+    assert {"redis", "processor", "projector", "worker", "tool-executor", "fake-provider"} <= set(services)
+    commands = {name: services[name]["command"][:2] for name in services if name not in ("kafka", "redis")}
+    assert commands == {
+        "processor": ["turnledger", "process"],
+        "projector": ["turnledger", "project"],
+        "worker": ["turnledger", "worker"],
+        "tool-executor": ["turnledger", "tool-executor"],
+        "fake-provider": ["turnledger", "fake-provider"],
+    }
+    assert "--create-topics" in services["processor"]["command"]
+    # the fake provider binds loopback only: it lives in the worker's network namespace
+    assert services["fake-provider"]["network_mode"] == "service:worker"
     docker = shutil.which("docker")
     if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
         checked = subprocess.run(

@@ -1,9 +1,9 @@
-"""The invariants of DESIGN.md "The promises", checked against the topics of a run.
+"""The invariants of DESIGN.md "The promises", checked against the topics, the projections and a replay audit.
 
 Each check returns a `Check` with the number of violations and up to a few examples;
-the demo exits non-zero if any check has a violation. They read only the topics and
-the fake provider's request log, never the services' memory, so they also hold the
-services to account.
+the demo exits non-zero if any check has a violation. They read only the topics, the
+Redis projections, `turnledger.replay.audit` and the fake provider's request log, never
+the services' memory, so they also hold the services to account.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnledger.demo.collect import Evidence
-from turnledger.dispatch.engine import BatchEngine, SourceRecord
 from turnledger.gateway.fake_provider import ReceivedRequest
 from turnledger.model.events import (
     CommittedTurn,
@@ -23,13 +22,18 @@ from turnledger.model.events import (
     DispatchRequested,
     DispatchState,
     ManifestIssued,
+    Quarantined,
     Rejected,
     ToolCallReady,
     TurnSubmitted,
 )
+from turnledger.model.reasons import ReasonCode
+from turnledger.projections.reader import ProjectionReader
+from turnledger.replay.audit import AuditReport
 from turnledger.streaming.args import ArgumentError, validate_arguments
 
 S = DispatchState
+SETTLED = frozenset({S.COMMITTED, S.REJECTED, S.PAUSED, S.CANCELLED})
 
 
 @dataclass
@@ -151,47 +155,110 @@ def check_accounted(evidence: Evidence) -> Check:
     return check
 
 
-def check_replay(evidence: Evidence, prefix: str) -> Check:
-    """Replay reproduces: re-folding the ingress log yields byte-identical records per (topic, key)."""
-    check = Check("replay audit: re-fold of the ingress log is byte-identical")
-    engine = BatchEngine()
-    store: dict[str, bytes] = {}
-
-    class Store:
-        def get(self, key: str) -> bytes | None:
-            return store.get(key)
-
-        def put(self, key: str, value: bytes) -> None:
-            store[key] = value
-
-    expected: dict[tuple[str, bytes | None], list[bytes]] = defaultdict(list)
-    by_partition: dict[int, list[SourceRecord]] = defaultdict(list)
-    topic = f"{prefix}turnledger.ingress"
-    for raw in evidence.raw.get("ingress", []):
-        by_partition[raw.partition].append(SourceRecord(topic, raw.partition, raw.offset, raw.key, raw.value))
-    for records in by_partition.values():
-        for start in range(0, len(records), 500):
-            for out in engine.process_batch(records[start : start + 500], Store()):
-                expected[(out.stream.value, out.key)].append(out.value)
-    actual: dict[tuple[str, bytes | None], list[bytes]] = defaultdict(list)
-    for stream in ("committed", "manifests", "tool-calls", "previews", "quarantine", "rejections"):
-        for raw in evidence.raw.get(stream, []):
-            actual[(stream, raw.key)].append(raw.value)
-    for key in sorted(set(expected) | set(actual), key=lambda k: (k[0], k[1] or b"")):
-        check.checked += len(expected.get(key, []))
-        if expected.get(key, []) != actual.get(key, []):
-            got, want = actual.get(key, []), expected.get(key, [])
-            check.fail(f"{key[0]} key {key[1]!r}: {len(got)} records, re-fold gives {len(want)}")
+def check_settled(evidence: Evidence) -> Check:
+    """Every dispatch reached an outcome: committed, rejected, paused or cancelled (a worker that gives
+    up cancels with its reason), never left open (WAITING, PREPARED, in flight or UNKNOWN)."""
+    check = Check("every dispatch settled (committed, rejected or cancelled)")
+    last: dict[str, DispatchDecision] = {}
+    for d in evidence.of("manifests", DispatchDecision):
+        last[d.operation_id] = d
+    for op, d in last.items():
+        check.checked += 1
+        if d.state not in SETTLED:
+            check.fail(f"{op}: left {d.state.value} ({d.reason or ''} {d.detail})")
     return check
 
 
-def all_checks(evidence: Evidence, requests: Sequence[ReceivedRequest], prefix: str) -> list[Check]:
+def check_cancel(evidence: Evidence) -> Check:
+    """No commit and no tool call after a cancel; blocks after a cancel go to quarantine only."""
+    check = Check("no commit or tool call of a cancelled operation")
+    cancelled = {d.operation_id for d in evidence.of("manifests", DispatchDecision) if d.state == S.CANCELLED}
+    committed = {t.operation_id for t in evidence.of("committed", CommittedTurn) if t.operation_id}
+    called = {c.operation_id for c in evidence.of("tool-calls", ToolCallReady)}
+    for op in sorted(cancelled):
+        check.checked += 1
+        if op in committed:
+            check.fail(f"{op}: committed and cancelled")
+        if op in called:
+            check.fail(f"{op}: tool call of a cancelled operation")
+    for q in evidence.of("quarantine", Quarantined):
+        if q.reason == ReasonCode.AFTER_CANCEL:
+            check.checked += 1
+            if q.operation_id not in cancelled:
+                check.fail(f"{q.operation_id}: quarantined AFTER_CANCEL but never cancelled")
+    return check
+
+
+def check_audit(report: AuditReport) -> Check:
+    """Replay reproduces: `turnledger.replay.audit` re-folds the ingress log and compares byte for byte."""
+    check = Check("replay audit: re-fold of the ingress log is byte-identical")
+    check.checked = report.checked
+    for div in report.divergences:
+        where = div.actual or div.source
+        check.fail(f"{div.kind} {div.stream} key {div.key} #{div.index} at {where}")
+    return check
+
+
+async def check_projections(evidence: Evidence, reader: ProjectionReader) -> list[Check]:
+    """The Redis projections against the topics they were built from."""
+    history = Check("projected history = blocks of the committed turns on the topic")
+    status = Check("projected operation status = last DispatchDecision")
+    previews = Check("no preview left for a committed or cancelled operation")
+    quarantine = Check("projected quarantine = quarantine topic")
+    turns: dict[str, list[CommittedTurn]] = defaultdict(list)
+    for turn in evidence.of("committed", CommittedTurn):
+        turns[turn.conversation_id].append(turn)
+    for conv, committed in turns.items():
+        history.checked += 1
+        want = [b for t in committed for b in t.blocks]
+        got = await reader.history(conv)
+        if [(b.id, b.ordering, b.digest) for b in got] != [(b.id, b.ordering, b.digest) for b in want]:
+            history.fail(f"{conv}: {len(got)} projected blocks, {len(want)} committed")
+        elif got != want:
+            history.fail(f"{conv}: projected blocks differ from the committed ones")
+        revision = await reader.revision(conv)
+        if revision != committed[-1].revision:
+            history.fail(f"{conv}: projected revision {revision}, committed {committed[-1].revision}")
+    last: dict[str, DispatchDecision] = {}
+    for d in evidence.of("manifests", DispatchDecision):
+        last[d.operation_id] = d
+    for op, d in last.items():
+        status.checked += 1
+        projected = await reader.operation(op)
+        if projected is None:
+            status.fail(f"{op}: not projected")
+        elif (projected.state, projected.generation) != (d.state.value, d.attempt_generation):
+            status.fail(
+                f"{op}: projected {projected.state} g{projected.generation}, "
+                f"decided {d.state.value} g{d.attempt_generation}"
+            )
+    conversations = {d.conversation_id for d in last.values()}
+    for conv in sorted(conversations):
+        for preview in await reader.previews(conv):
+            previews.checked += 1
+            d = last.get(preview.operation_id)
+            if d is not None and d.state in (S.COMMITTED, S.CANCELLED):
+                previews.fail(f"{preview.operation_id}: preview left after {d.state.value}")
+    previews.checked += len(last)
+    on_topic: dict[str, list[Quarantined]] = defaultdict(list)
+    for q in evidence.of("quarantine", Quarantined):
+        on_topic[q.conversation_id].append(q)
+    for conv in sorted(conversations | set(on_topic)):
+        quarantine.checked += len(on_topic.get(conv, []))
+        if await reader.quarantine(conv) != on_topic.get(conv, []):
+            quarantine.fail(f"{conv}: projected quarantine differs from the topic")
+    return [history, status, previews, quarantine]
+
+
+def all_checks(evidence: Evidence, requests: Sequence[ReceivedRequest]) -> list[Check]:
+    """The checks that need only the topics and the provider's request log."""
     return [
         check_sends(evidence, requests),
         check_tool_dispatches(evidence),
         check_one_canonical(evidence),
         check_accounted(evidence),
-        check_replay(evidence, prefix),
+        check_cancel(evidence),
+        check_settled(evidence),
     ]
 
 

@@ -1,9 +1,4 @@
-"""`turnledger demo`: the local stack, every service, N conversations with faults, a report, the invariants.
-
-Register in turnledger/cli.py with:
-    from turnledger.demo.cli import demo
-    app.command("demo")(demo)
-"""
+"""`turnledger demo`: the local stack, every service, N conversations with faults, a report, invariants."""
 
 from __future__ import annotations
 
@@ -32,12 +27,18 @@ def demo(
     invalid_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of conversations that submit invalid tool results.")
     ] = 0.08,
+    cancel_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of conversations cancelling mid-stream.")
+    ] = 0.05,
     seed: Annotated[int, typer.Option(help="Seed of the fake provider and the driver.")] = 7,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of every topic.")] = 4,
     concurrency: Annotated[int, typer.Option(min=1, help="Conversations in flight at once.")] = 48,
 ) -> None:
     """Run the whole system on the local stack (started if none is configured) and check its promises."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # fresh topics: aiokafka logs the retried NotLeaderForPartition of their first fetches as errors;
+    # a real broker failure still surfaces as BrokerUnavailable
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     from turnledger.devstack.errors import DevstackError
     from turnledger.devstack.session import session_endpoints
 
@@ -47,6 +48,7 @@ def demo(
         turns=turns,
         fault_rate=fault_rate,
         invalid_rate=invalid_rate,
+        cancel_rate=cancel_rate,
         seed=seed,
         partitions=partitions,
         concurrency=concurrency,
@@ -66,7 +68,10 @@ def demo(
                 task = bar.add_task("conversations", total=conversations)
                 result = asyncio.run(
                     run_demo(
-                        endpoints.bootstrap, options, lambda done, total: bar.update(task, completed=done)
+                        endpoints.bootstrap,
+                        endpoints.redis_url,
+                        options,
+                        lambda done, total: bar.update(task, completed=done),
                     )
                 )
     except BrokerUnavailable as exc:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer
 
-from turnledger.codec import CodecError, decode
-from turnledger.gateway.tail import topic_partitions
+from turnledger.codec import CodecError
+from turnledger.gateway.tail import decode_record, topic_partitions
 from turnledger.model.base import Frozen
 
 STREAMS = ("ingress", "committed", "manifests", "tool-calls", "previews", "quarantine", "rejections")
@@ -56,7 +56,7 @@ async def read_all(bootstrap: str, prefix: str, streams: tuple[str, ...] = STREA
                         if m.value is None:
                             continue
                         try:
-                            record: Frozen | None = decode(m.value)
+                            record: Frozen | None = decode_record(m.value)
                         except CodecError:
                             record = None
                         out.append(Raw(tp.partition, m.offset, m.key, m.value, record))

@@ -4,13 +4,21 @@ Per conversation: a user turn and a dispatch request; after a committed assistan
 with tool calls, the next dispatch at once (the fold keeps it WAITING until the tool
 executor's results commit, then PREPARES it); after a text answer, the next user turn.
 A few conversations also submit invalid tool results at the end (an orphaned result,
-a duplicate result) so the validator's rejections show up in the report. The driver
-learns outcomes only from the output topics.
+a duplicate result) so the validator's rejections show up in the report, and a few
+cancel their first dispatch mid-stream (they ask for a slow stream with a marker the
+fake provider knows, wait for STREAMING, then cancel). Every dispatch asks for a
+streaming request (`stream_policy`, rendered into the manifest bytes by the adapter).
+
+The driver learns outcomes only from the output topics: a committed turn, or a
+REJECTED / PAUSED / CANCELLED decision. A worker that gives up on an operation cancels
+it with its reason (`gateway.worker.GIVE_UP_PREFIX`), so the driver hears of it at once
+instead of waiting out its timeout. "Stalled" is only what got no outcome at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from collections import Counter
@@ -18,12 +26,15 @@ from dataclasses import dataclass, field
 
 from turnledger.gateway.client import GatewayClient, ToolResult
 from turnledger.gateway.tool_executor import DEMO_TOOLS
+from turnledger.gateway.worker import gave_up
 from turnledger.model.base import Frozen
 from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState
 from turnledger.model.graph import BlockKind
 
 S = DispatchState
 SETTLED_FAILURES = frozenset({S.REJECTED, S.PAUSED, S.CANCELLED})
+SLOW_MARKER = "[demo: slow stream]"
+"""Text the fake provider is told (FaultPlan.by_marker) to answer slowly: room to cancel mid-stream."""
 
 ADAPTERS: tuple[tuple[str, str, str], ...] = (
     ("anthropic-messages@1", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
@@ -42,12 +53,21 @@ QUESTIONS = (
 @dataclass
 class DriverStats:
     completed: int = 0
-    failed: int = 0
-    stalled: int = 0
+    failed: int = 0  # a dispatch REJECTED or PAUSED
+    gave_up: int = 0  # the worker gave up on a dispatch (attempts exhausted)
+    cancelled: int = 0  # the driver cancelled a dispatch mid-stream, and it settled as CANCELLED
+    stalled: int = 0  # no outcome at all within the timeout (or still running at the drive's deadline)
     user_turns: int = 0
     dispatches: int = 0
     tool_rounds: int = 0
+    cancels_requested: int = 0
+    cancels_too_late: int = 0  # the answer committed before the cancel arrived
     invalid_submitted: Counter[str] = field(default_factory=Counter)
+    given_up: dict[str, str] = field(default_factory=dict)  # operation id → the worker's reason
+
+    @property
+    def conversations(self) -> int:
+        return self.completed + self.failed + self.gave_up + self.cancelled + self.stalled
 
 
 class Driver:
@@ -58,31 +78,40 @@ class Driver:
         seed: int = 0,
         turns: int = 2,
         invalid_rate: float = 0.08,
+        cancel_rate: float = 0.0,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
     ) -> None:
         self.client = client
+        self.seed = seed
         self.rng = random.Random(seed)
         self.turns = turns
         self.invalid_rate = invalid_rate
+        self.cancel_rate = cancel_rate
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
         self.stats = DriverStats()
         self._waiting: dict[str, asyncio.Future[Frozen]] = {}
+        self._streaming: dict[str, asyncio.Event] = {}
 
     # -- outputs -------------------------------------------------------------------------
 
     async def observe(self, records: list[Frozen]) -> None:
         for record in records:
-            if (isinstance(record, CommittedTurn) and record.operation_id) or (
-                isinstance(record, DispatchDecision) and record.state in SETTLED_FAILURES
-            ):
+            if isinstance(record, CommittedTurn) and record.operation_id is not None:
                 self._resolve(record.operation_id, record)
+            elif isinstance(record, DispatchDecision):
+                if record.state in SETTLED_FAILURES:
+                    self._resolve(record.operation_id, record)
+                elif record.state == S.STREAMING and record.operation_id in self._streaming:
+                    self._streaming[record.operation_id].set()
 
     def _resolve(self, operation_id: str, record: Frozen) -> None:
         future = self._waiting.get(operation_id)
         if future is not None and not future.done():
             future.set_result(record)
+        if operation_id in self._streaming:
+            self._streaming[operation_id].set()
 
     # -- one conversation -----------------------------------------------------------------
 
@@ -90,18 +119,29 @@ class Driver:
         conv = f"conv-{index:05d}-{uuid.uuid4().hex[:6]}"
         adapter, provider, model = ADAPTERS[index % len(ADAPTERS)]
         answered: list[ToolResult] = []
+        cancel = random.Random(f"{self.seed}:cancel:{index}").random() < self.cancel_rate
         for turn in range(self.turns):
-            await self.client.submit_user_turn(conv, QUESTIONS[(index + turn) % len(QUESTIONS)])
+            question = QUESTIONS[(index + turn) % len(QUESTIONS)]
+            await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if cancel else question)
             self.stats.user_turns += 1
             for _round in range(4):
-                outcome = await self._dispatch(conv, adapter, provider, model)
+                outcome = await self._dispatch(conv, adapter, provider, model, cancel=cancel)
                 if outcome is None:
                     self.stats.stalled += 1
                     return
                 if isinstance(outcome, DispatchDecision):
-                    self.stats.failed += 1
+                    if gave_up(outcome):
+                        self.stats.gave_up += 1
+                        self.stats.given_up[outcome.operation_id] = outcome.detail
+                    elif outcome.state == S.CANCELLED and cancel:
+                        self.stats.cancelled += 1
+                    else:
+                        self.stats.failed += 1
                     return
                 assert isinstance(outcome, CommittedTurn)
+                if cancel:
+                    self.stats.cancels_too_late += 1
+                    cancel = False
                 calls = [b for b in outcome.blocks if b.kind == BlockKind.TOOL_CALL]
                 if not calls:
                     break
@@ -115,10 +155,14 @@ class Driver:
         await self._maybe_invalid(conv, answered)
         self.stats.completed += 1
 
-    async def _dispatch(self, conv: str, adapter: str, provider: str, model: str) -> Frozen | None:
+    async def _dispatch(
+        self, conv: str, adapter: str, provider: str, model: str, *, cancel: bool = False
+    ) -> Frozen | None:
         op = f"op-{uuid.uuid4().hex[:16]}"
         future: asyncio.Future[Frozen] = asyncio.get_running_loop().create_future()
         self._waiting[op] = future
+        if cancel:
+            self._streaming[op] = asyncio.Event()
         try:
             await self.client.request_dispatch(
                 conv,
@@ -128,14 +172,28 @@ class Driver:
                 model_revision=model,
                 tools=DEMO_TOOLS,
                 max_output_tokens=self.max_output_tokens,
+                stream=True,
             )
             self.stats.dispatches += 1
+            if cancel:
+                await self._cancel_mid_stream(conv, op, future)
             try:
                 return await asyncio.wait_for(future, self.op_timeout_s)
             except TimeoutError:
                 return None
         finally:
             self._waiting.pop(op, None)
+            self._streaming.pop(op, None)
+
+    async def _cancel_mid_stream(self, conv: str, op: str, outcome: asyncio.Future[Frozen]) -> None:
+        """Once the fold says STREAMING, wait a little, then cancel (unless it is already settled)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._streaming[op].wait(), self.op_timeout_s)  # set by an outcome too
+        if outcome.done():
+            return
+        await asyncio.sleep(self.rng.uniform(0.05, 0.25))
+        await self.client.cancel(conv, op, reason="demo: the user cancelled mid-stream")
+        self.stats.cancels_requested += 1
 
     async def _maybe_invalid(self, conv: str, answered: list[ToolResult]) -> None:
         """Invalid submissions the validator must refuse: they must never reach a provider."""

@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import orjson
+
 from turnledger.demo.collect import Evidence
+from turnledger.gateway.worker import gave_up
 from turnledger.model.events import (
     DispatchDecision,
     DispatchState,
+    ManifestIssued,
     PreviewRetracted,
     Quarantined,
     Rejected,
@@ -49,6 +53,7 @@ class Metrics:
     handle_episodes: int = 0
     handle_recovered: int = 0
     disconnects_without_handle: int = 0
+    disconnects_not_resumable: int = 0
     late_blocks: Counter[str] = field(default_factory=Counter)
     preview_retractions: int = 0
     canonical_cas_conflicts: int = 0
@@ -59,6 +64,9 @@ class Metrics:
     generations: Counter[int] = field(default_factory=Counter)
     final_states: Counter[str] = field(default_factory=Counter)
     other_rejections: Counter[str] = field(default_factory=Counter)
+    cancelled: int = 0  # cancelled by a client
+    cancelled_in_flight: Counter[str] = field(default_factory=Counter)  # state the cancel found
+    given_up: dict[str, str] = field(default_factory=dict)  # operation id → the worker's reason
 
     @property
     def handle_recovery_rate(self) -> float | None:
@@ -84,11 +92,23 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int) ->
         if not d.accepted and d.reason in CAS_REASONS:
             m.dispatch_cas_conflicts[d.reason.value] += 1
     m.operations = len(by_op)
-    for decisions in by_op.values():
+    resumable = {
+        i.manifest.operation_id
+        for i in evidence.of("manifests", ManifestIssued)
+        if i.manifest.adapter.startswith("openai-responses@") and _background_stream(i.manifest.request_body)
+    }
+    for op, decisions in by_op.items():
         _unknown_ages(m, decisions, now_ms)
-        _handle_recovery(m, decisions)
+        _handle_recovery(m, decisions, op in resumable)
         last = decisions[-1]
-        m.final_states[last.state.value] += 1
+        # the accepted transition to CANCELLED (a refused attempt after it repeats the state)
+        cancel = next((d for d in decisions if d.state == S.CANCELLED and d.accepted), None)
+        m.final_states["CANCELLED (worker gave up)" if cancel and gave_up(cancel) else last.state.value] += 1
+        if cancel is not None and gave_up(cancel):
+            m.given_up[cancel.operation_id] = cancel.detail
+        elif cancel is not None:
+            m.cancelled += 1
+            m.cancelled_in_flight[(cancel.previous_state or S.CANCELLED).value] += 1
         if last.state == S.COMMITTED:
             m.committed += 1
             m.generations[last.attempt_generation] += 1
@@ -110,14 +130,24 @@ def _unknown_ages(m: Metrics, decisions: list[DispatchDecision], now_ms: int) ->
         m.unknown_open_max_age_ms = max(m.unknown_open_max_age_ms, now_ms - since)
 
 
-def _handle_recovery(m: Metrics, decisions: list[DispatchDecision]) -> None:
-    """An episode: a bound attempt goes UNKNOWN without being terminated. Recovered: the same generation
-    streams again and commits (resume from the handle), with no new generation in between."""
+def _background_stream(request_body: str) -> bool:
+    body = orjson.loads(request_body)
+    return isinstance(body, dict) and body.get("background") is True and body.get("stream") is True
+
+
+def _handle_recovery(m: Metrics, decisions: list[DispatchDecision], resumable: bool) -> None:
+    """An episode: a bound attempt of a resumable request (Responses background + stream) goes UNKNOWN
+    without being terminated. Recovered: the same generation streams again and commits (resume from the
+    handle), with no new generation in between. Other streams are gone with their connection: counted
+    apart, they are retried as a new generation by design."""
     for i, d in enumerate(decisions):
         if d.state != S.UNKNOWN or d.reason not in NOT_TERMINATED or d.previous_state == S.UNKNOWN:
             continue
         if not d.response_handle or d.previous_state == S.SENT:
             m.disconnects_without_handle += 1
+            continue
+        if not resumable:
+            m.disconnects_not_resumable += 1
             continue
         m.handle_episodes += 1
         later = [x for x in decisions[i + 1 :] if x.accepted]

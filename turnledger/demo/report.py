@@ -17,12 +17,19 @@ def render(result: DemoResult, console: Console) -> None:
     m, d, w = result.metrics, result.driver, result.worker_counts
     console.print(
         f"\n[bold]turnledger demo[/bold] — {result.options.conversations} conversations, "
-        f"{result.seconds:.1f}s, topic prefix {result.prefix!r}"
+        f"{result.seconds:.1f}s, topic prefix {result.prefix!r}, projection key prefix {result.key_prefix!r}"
     )
     run = Table(title="run", show_header=False)
     rows = [
-        ("conversations completed / failed / stalled", f"{d.completed} / {d.failed} / {d.stalled}"),
+        (
+            "conversations completed / cancelled / gave up / failed / stalled",
+            f"{d.completed} / {d.cancelled} / {d.gave_up} / {d.failed} / {d.stalled}",
+        ),
         ("user turns, dispatches, tool rounds", f"{d.user_turns}, {d.dispatches}, {d.tool_rounds}"),
+        (
+            "cancels sent mid-stream (answer committed first)",
+            f"{d.cancels_requested} ({d.cancels_too_late})",
+        ),
         ("tool calls run", str(result.tool_calls_run)),
         ("provider requests (POST + resume GET)", str(result.requests)),
         ("injected provider faults", _counter(result.faults)),
@@ -56,7 +63,8 @@ def render(result: DemoResult, console: Console) -> None:
             "handle recovery rate",
             f"{m.handle_recovered}/{m.handle_episodes}"
             + (f" = {rate:.0%}" if rate is not None else "")
-            + f" (disconnects before a handle: {m.disconnects_without_handle})",
+            + f" of resumable streams (not resumable: {m.disconnects_not_resumable}, "
+            + f"before a handle: {m.disconnects_without_handle})",
         ),
         ("late blocks (quarantine)", f"{sum(m.late_blocks.values())} ({_counter(dict(m.late_blocks))})"),
         ("preview retractions", str(m.preview_retractions)),
@@ -66,10 +74,24 @@ def render(result: DemoResult, console: Console) -> None:
             f"{sum(m.dispatch_cas_conflicts.values())} ({_counter(dict(m.dispatch_cas_conflicts))})",
         ),
         ("partial tool dispatches", str(m.partial_tool_dispatches)),
+        (
+            "cancelled by a client (state the cancel found)",
+            f"{m.cancelled} ({_counter(dict(m.cancelled_in_flight))})",
+        ),
+        ("operations the worker gave up", str(len(m.given_up))),
         ("other rejections", _counter(dict(m.other_rejections))),
     ]:
         metrics.add_row(k, v)
     console.print(metrics)
+    if m.given_up:
+        given = Table(title="given-up operations (the worker's last reason)")
+        given.add_column("operation")
+        given.add_column("reason", overflow="fold")
+        for op, why in sorted(m.given_up.items())[:20]:
+            given.add_row(op, why)
+        if len(m.given_up) > 20:
+            given.add_row("…", f"{len(m.given_up) - 20} more")
+        console.print(given)
     inv = Table(title="invariants")
     inv.add_column("invariant")
     inv.add_column("checked", justify="right")
@@ -79,5 +101,6 @@ def render(result: DemoResult, console: Console) -> None:
         mark = "[green]ok[/green]" if c.ok else "[red]VIOLATED[/red] " + "; ".join(c.examples)
         inv.add_row(c.name, str(c.checked), str(c.violations), mark)
     console.print(inv)
+    console.print(f"replay audit (turnledger.replay.audit) took {result.audit_seconds:.1f}s")
     verdict = "[green]all invariants hold[/green]" if result.ok else "[red]invariants violated[/red]"
     console.print(verdict)

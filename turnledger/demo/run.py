@@ -1,7 +1,9 @@
-"""One demo run: topics, processor (own process), fake provider, worker, tool executor, driver.
+"""One demo run: topics, processor and projector (own processes), fake provider, worker, tool executor,
+driver; then the invariants against the topics, the Redis projections and a replay audit.
 
-Everything but the processor runs in this process's event loop; the processor runs
-as a subprocess so a 2-core machine uses both cores. Every run has its own topic
+The worker, the tool executor, the fake provider and the driver run in this process's
+event loop; the processor and the projector run as subprocesses (`turnledger project`),
+so a 2-core machine uses both cores. Every run has its own topic prefix and Redis key
 prefix, so runs never see each other's records.
 """
 
@@ -20,15 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from turnledger.demo.checks import Check, all_checks
+from turnledger.demo.checks import Check, all_checks, check_audit, check_projections
 from turnledger.demo.collect import Evidence, read_all
-from turnledger.demo.driver import Driver, DriverStats
+from turnledger.demo.driver import SLOW_MARKER, Driver, DriverStats
 from turnledger.demo.metrics import Metrics, compute
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.runner import run_tool_executor, run_worker, topic_name
 from turnledger.gateway.tail import tail_topic, topic_partitions
+from turnledger.gateway.tool_executor import ToolExecutor
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
 
 
@@ -38,10 +41,15 @@ class DemoOptions:
     turns: int = 2
     fault_rate: float = 0.04
     invalid_rate: float = 0.08
+    #: share of conversations that cancel their first dispatch mid-stream
+    cancel_rate: float = 0.05
+    #: per-event delay (ms) of the streams the cancelling conversations ask for
+    slow_ms: int = 40
     seed: int = 7
     partitions: int = 4
     concurrency: int = 48
     timeout_s: float = 200.0
+    op_timeout_s: float = 60.0
     prefix: str = ""
     #: one scripted fault of each kind on the first requests (besides the random ones)
     every_fault_kind: bool = False
@@ -58,6 +66,8 @@ class DemoResult:
     requests: int
     checks: list[Check]
     metrics: Metrics
+    key_prefix: str = ""
+    audit_seconds: float = 0.0
     tool_calls_run: int = 0
     evidence: Evidence = field(default_factory=Evidence)
 
@@ -69,33 +79,42 @@ class DemoResult:
 Progress = Callable[[int, int], None]
 
 
-async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | None = None) -> DemoResult:
+async def run_demo(
+    bootstrap: str, redis_url: str, options: DemoOptions, progress: Progress | None = None
+) -> DemoResult:
+    import redis.asyncio as aioredis
+
     from turnledger.processors.topics import Topics, ensure_topics
+    from turnledger.projections.keys import ProjectionKeys
+    from turnledger.projections.projector import Projector
+    from turnledger.projections.reader import ProjectionReader
+    from turnledger.replay.audit import audit
 
     prefix = options.prefix or f"demo-{uuid.uuid4().hex[:8]}-"
-    await ensure_topics(bootstrap, Topics(prefix=prefix), options.partitions)
+    key_prefix = f"tl:{prefix}"
+    topics = Topics(prefix=prefix)
+    await ensure_topics(bootstrap, topics, options.partitions)
     started_at = time.monotonic()
+    logs = Path(tempfile.mkdtemp(prefix="turnledger-demo-"))
     processor = _start_processor(bootstrap, prefix)
+    projector = _start_projector(bootstrap, redis_url, prefix, key_prefix, logs / "projector.log")
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     try:
         plan = _fault_plan(options)
-        async with FakeProvider(
-            seed=options.seed, fault_plan=plan, assume_stream=True, retain_responses=True
-        ) as fp:
+        async with FakeProvider(seed=options.seed, fault_plan=plan) as fp:
             workers: list[DispatchWorker] = []
-            executors: list = []  # type: ignore[type-arg]
+            executors: list[ToolExecutor] = []
             worker_ready = asyncio.Event()
-            journal_dir = Path(tempfile.mkdtemp(prefix="turnledger-demo-journal-"))
             tasks.append(
                 asyncio.create_task(
                     run_worker(
                         bootstrap,
-                        endpoints_for(fp.base_url, retains_responses=True),
+                        endpoints_for(fp.base_url),
                         stop=stop,
                         prefix=prefix,
                         config=WorkerConfig(worker_id="demo-worker"),
-                        journal_dir=journal_dir,
+                        journal_dir=logs / "journal",
                         started=worker_ready,
                         worker_box=workers,
                     )
@@ -108,7 +127,12 @@ async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | No
             )
             async with GatewayClient(bootstrap, topic=topic_name(prefix, "ingress")) as client:
                 driver = Driver(
-                    client, seed=options.seed, turns=options.turns, invalid_rate=options.invalid_rate
+                    client,
+                    seed=options.seed,
+                    turns=options.turns,
+                    invalid_rate=options.invalid_rate,
+                    cancel_rate=options.cancel_rate,
+                    op_timeout_s=options.op_timeout_s,
                 )
                 for stream in ("committed", "manifests"):
                     tasks.append(
@@ -118,7 +142,7 @@ async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | No
                     )
                 await _wait_or_fail(worker_ready, tasks, 60)
                 await _drive(driver, options, progress)
-                await _quiesce(workers, options)
+                await _quiesce(workers)
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             requests = list(fp.requests)
@@ -128,10 +152,20 @@ async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | No
             await _processor_caught_up(bootstrap, prefix)
     finally:
         stop.set()
-        _stop_processor(processor)
+        _stop_process(processor)
+        _stop_process(projector)
     seconds = time.monotonic() - started_at
-    evidence = await read_all(bootstrap, prefix)
-    checks = all_checks(evidence, requests, prefix)
+    redis = aioredis.from_url(redis_url)
+    try:
+        # the live projector was stopped wherever it was; the rest is applied exactly once here
+        await Projector(redis, bootstrap, topics, ProjectionKeys(key_prefix)).run_to_end()
+        evidence = await read_all(bootstrap, prefix)
+        checks = all_checks(evidence, requests)
+        checks += await check_projections(evidence, ProjectionReader(redis, key_prefix))
+    finally:
+        await redis.aclose()
+    report = await audit(bootstrap, topics)
+    checks.append(check_audit(report))
     metrics = compute(evidence, now_ms=int(time.time() * 1000), partial_tool_dispatches=checks[1].violations)
     return DemoResult(
         options=options,
@@ -143,6 +177,8 @@ async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | No
         requests=len(requests),
         checks=checks,
         metrics=metrics,
+        key_prefix=key_prefix,
+        audit_seconds=report.seconds,
         tool_calls_run=executors[0].calls_run if executors else 0,
         evidence=evidence,
     )
@@ -151,10 +187,13 @@ async def run_demo(bootstrap: str, options: DemoOptions, progress: Progress | No
 def _fault_plan(options: DemoOptions) -> FaultPlan:
     rates = FaultPlan.uniform(options.fault_rate).rates if options.fault_rate > 0 else {}
     scripted = {i: (Fault(kind),) for i, kind in enumerate(FaultKind)} if options.every_fault_kind else {}
-    return FaultPlan(rates=rates, by_request=scripted)
+    slow = {SLOW_MARKER: (Fault(FaultKind.SLOW, options.slow_ms),)} if options.cancel_rate > 0 else {}
+    return FaultPlan(rates=rates, by_request=scripted, by_marker=slow)
 
 
 async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None) -> None:
+    """Every conversation, `concurrency` at a time. One still running at the deadline is counted as
+    stalled (and the run goes on to its report) instead of failing the whole run."""
     slots = asyncio.Semaphore(options.concurrency)
     done = 0
 
@@ -166,10 +205,18 @@ async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None
         if progress is not None:
             progress(done, options.conversations)
 
-    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(options.conversations))), options.timeout_s)
+    tasks = [asyncio.create_task(one(i)) for i in range(options.conversations)]
+    _, pending = await asyncio.wait(tasks, timeout=options.timeout_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    driver.stats.stalled += len(pending)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
-async def _quiesce(workers: list[DispatchWorker], options: DemoOptions) -> None:
+async def _quiesce(workers: list[DispatchWorker]) -> None:
     """Let in-flight attempts (e.g. of a conversation that stalled) settle before reading the topics."""
     deadline = time.monotonic() + 30
     while workers and workers[0].busy and time.monotonic() < deadline:
@@ -220,7 +267,23 @@ def _start_processor(bootstrap: str, prefix: str) -> subprocess.Popen[bytes]:
     )
 
 
+def _start_projector(
+    bootstrap: str, redis_url: str, prefix: str, key_prefix: str, log: Path
+) -> subprocess.Popen[bytes]:
+    """`turnledger project` on this run's topics and key prefix (its log goes to `log`)."""
+    cmd = [
+        sys.executable, "-m", "turnledger.cli", "project", "--bootstrap", bootstrap, "--redis-url", redis_url,
+        "--topic-prefix", prefix, "--key-prefix", key_prefix,
+    ]  # fmt: skip
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+
+
 def _stop_processor(proc: subprocess.Popen[bytes]) -> None:
+    _stop_process(proc)
+
+
+def _stop_process(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -62,12 +62,6 @@ def worker(
     provider_url: Annotated[
         str, typer.Option(help="Base URL of the provider (or of the fake provider) for every SSE adapter.")
     ] = "http://127.0.0.1:8790",
-    retains_responses: Annotated[
-        bool,
-        typer.Option(
-            help="The provider keeps streamed Responses by id (background mode): resume instead of retrying."
-        ),
-    ] = False,
     worker_id: Annotated[str, typer.Option(help="Stable id of this worker; recovery uses it.")] = "worker-1",
     journal_dir: Annotated[
         Path | None, typer.Option(help="Directory of the ownership journal (crash recovery needs it).")
@@ -76,10 +70,13 @@ def worker(
     topic_prefix: Prefix = "",
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
-    """Send accepted manifests to the provider and stream the answers back as ingress events."""
+    """Send accepted manifests to the provider and stream the answers back as ingress events.
+
+    Whether a broken stream is resumed follows from the manifest's bytes (OpenAI Responses with
+    background + stream), as with the real APIs."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     servers = _need_bootstrap("worker", bootstrap)
-    endpoints = endpoints_for(provider_url, retains_responses=retains_responses)
+    endpoints = endpoints_for(provider_url)
     config = WorkerConfig(worker_id=worker_id, max_attempts=max_attempts)
     _run_until_signal(
         "worker",

@@ -44,6 +44,21 @@ from turnledger.model.tools import ToolDefinition
 
 DEFAULT_INGRESS_TOPIC = "turnledger.ingress"
 
+_STREAM_POLICIES: dict[str, dict[str, Any]] = {
+    "anthropic-messages": {"stream": True},
+    "openai-chat": {"stream": True, "stream_options": {"include_usage": True}},
+    # background mode is what makes a Responses stream resumable by its id after a disconnect
+    "openai-responses": {"stream": True, "background": True},
+}
+
+
+def stream_policy(adapter: str) -> dict[str, Any]:
+    """The dispatch policy that makes the adapter render a streaming request (the worker only streams).
+
+    The adapters render it into the request bytes (so into the manifest digest); APIs that stream
+    by endpoint (Gemini, Bedrock) need nothing."""
+    return dict(_STREAM_POLICIES.get(adapter.partition("@")[0], {}))
+
 
 class BrokerUnavailable(RuntimeError):
     """Kafka could not be reached or did not acknowledge: says what was tried and how to fix it."""
@@ -233,7 +248,10 @@ class GatewayClient(EventFactory):
         tools: Sequence[ToolDefinition] = (),
         policy: dict[str, Any] | None = None,
         operation_id: str | None = None,
+        stream: bool = True,
     ) -> DispatchRequested:
+        """`stream` adds the adapter's `stream_policy` under `policy` (explicit policy keys win)."""
+        policy = {**(stream_policy(adapter) if stream else {}), **(policy or {})}
         event = DispatchRequested(
             **self.stamp(conversation_id),
             operation_id=operation_id or f"op-{uuid.uuid4().hex[:16]}",
@@ -242,7 +260,7 @@ class GatewayClient(EventFactory):
             model_revision=model_revision,
             tools=tuple(tools),
             max_output_tokens=max_output_tokens,
-            policy=policy or {},
+            policy=policy,
         )
         await self.append(event)
         return event
@@ -345,6 +363,11 @@ class WorkerEvents(EventFactory):
             attempt_generation=generation,
             response_handle=handle,
         )
+        await self.sink.append(event)
+        return event
+
+    async def cancel(self, conversation_id: str, operation_id: str, reason: str) -> CancelRequested:
+        event = CancelRequested(**self.stamp(conversation_id), operation_id=operation_id, reason=reason)
         await self.sink.append(event)
         return event
 

@@ -1,9 +1,11 @@
 """Where each adapter's request bytes go, and what the provider behind it can do after a disconnect.
 
-The manifest fixes the bytes; the endpoint fixes the route, the headers and the
-capabilities the worker may rely on. Resumability is configuration (or the request's
-own `background: true`), never a guess: a worker that resumed a response the provider
-did not keep would wait forever for output that will never come.
+The manifest fixes the bytes, the endpoint fixes the route and the headers. What the
+worker may rely on after a disconnect follows from those bytes alone, as it does in
+the real APIs: only an OpenAI Responses request with `"background": true` and
+`"stream": true` is kept by the provider and can be streamed again by its id; every
+other stream is gone with its connection. A worker that resumed a response the
+provider did not keep would wait for output that will never come.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ class ProviderEndpoint:
     base_url: str
     path: str
     headers: Mapping[str, str] = field(default_factory=dict)
-    #: the provider keeps streamed responses and serves them again by id (Responses background mode)
-    retains_responses: bool = False
 
     @property
     def api(self) -> str:
@@ -43,14 +43,24 @@ class ProviderEndpoint:
             return None
         return f"{self.base_url.rstrip('/')}/v1/responses/{response_handle}?stream=true"
 
+    def streams(self, request_body: str) -> bool:
+        """Does this exact request ask for a stream? (The SSE APIs stream only with `"stream": true`.)"""
+        return _flag(request_body, "stream")
+
     def resumable(self, request_body: str) -> bool:
-        """Can a broken stream of this exact request be read again from its handle?"""
+        """Can a broken stream of this exact request be read again from its handle? Only a Responses
+        request in background mode that streams (the API keeps it and serves it by id)."""
         if self.api != "openai-responses":
             return False
-        if self.retains_responses:
-            return True
+        return _flag(request_body, "stream") and _flag(request_body, "background")
+
+
+def _flag(request_body: str, name: str) -> bool:
+    try:
         body: Any = orjson.loads(request_body)
-        return isinstance(body, dict) and body.get("background") is True and body.get("stream") is True
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(body, dict) and body.get(name) is True
 
 
 _PATHS: Mapping[str, tuple[str, Mapping[str, str]]] = {
@@ -60,17 +70,13 @@ _PATHS: Mapping[str, tuple[str, Mapping[str, str]]] = {
 }
 
 
-def endpoints_for(
-    base_url: str, *, retains_responses: bool = False, versions: tuple[int, ...] = (1,)
-) -> dict[str, ProviderEndpoint]:
+def endpoints_for(base_url: str, *, versions: tuple[int, ...] = (1,)) -> dict[str, ProviderEndpoint]:
     """Endpoints of every SSE adapter behind one base URL (the fake provider, or a compatible proxy)."""
     out: dict[str, ProviderEndpoint] = {}
     for api, (path, headers) in _PATHS.items():
         for version in versions:
             adapter = f"{api}@{version}"
-            out[adapter] = ProviderEndpoint(
-                adapter, base_url, path, headers, retains_responses=retains_responses
-            )
+            out[adapter] = ProviderEndpoint(adapter, base_url, path, headers)
     return out
 
 

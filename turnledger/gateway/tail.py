@@ -72,7 +72,7 @@ async def tail_topic(
                     if message.value is None:
                         continue
                     try:
-                        records.append(decode(message.value))
+                        records.append(decode_record(message.value))
                     except CodecError as exc:
                         log.warning("%s: undecodable record at offset %s: %s", topic, message.offset, exc)
             if records:
@@ -89,6 +89,14 @@ async def tail_topic(
         raise BrokerUnavailable(bootstrap, f"read {topic!r}", exc) from exc
     finally:
         await consumer.stop()
+
+
+def decode_record(data: bytes) -> Frozen:
+    """Decode one record of a turnledger topic (every registered schema maps to a `Frozen` model)."""
+    record = decode(data)
+    if not isinstance(record, Frozen):
+        raise CodecError(f"decoded a {type(record).__name__}, which is not a turnledger record")
+    return record
 
 
 async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> Sequence[TopicPartition]:

@@ -6,16 +6,24 @@ accepted attempt is sent, with the manifest's exact request bytes and the idempo
 key the CAS allocated. Everything the provider says goes back as ingress events; the
 fold decides what becomes canonical.
 
-After a stream ends the worker waits for the fold's verdict on that phase:
+Every read of a stream ends with a StreamEnded (after a provider's final event the
+fold has already settled the attempt and takes it as a no-op). Then the worker waits
+for the fold's verdict on that phase:
 - COMMITTED or CANCELLED: done.
-- UNKNOWN after a disconnect: if the provider keeps the response (endpoint says
-  so), ResumeStarted and read it again from the start under the same generation
-  (the fold's assembler drops deltas it already has, and the pump does not resend
-  them); otherwise AttemptTerminated (the connection is closed and nothing is kept,
-  so the attempt can produce nothing more) and a new DispatchAttempt from the same
-  manifest.
+- UNKNOWN after a disconnect: if the request bytes make the response resumable
+  (OpenAI Responses with `background` and `stream`: the provider keeps it by id),
+  ResumeStarted and read it again from the start under the same generation (the
+  fold's assembler drops deltas it already has, and the pump does not resend them);
+  otherwise AttemptTerminated (the connection is closed and nothing is kept, so the
+  attempt can produce nothing more) and a new DispatchAttempt from the same manifest.
 - UNKNOWN for an incomplete or invalid response (terminated by the fold): a new
   DispatchAttempt, up to `max_attempts` in all.
+
+When it gives up on an operation (attempts exhausted, no verdict in time, a manifest
+it cannot stream) the worker says so in the ledger: a CancelRequested whose reason
+starts with `GIVE_UP_PREFIX` and names the last failure. The operation settles as
+CANCELLED (previews retracted, late blocks quarantined, no commit after it), and
+whoever waits for it learns at once from the decision stream instead of a timeout.
 """
 
 from __future__ import annotations
@@ -44,6 +52,21 @@ log = logging.getLogger(__name__)
 S = DispatchState
 
 NOT_TERMINATED_REASONS = frozenset({ReasonCode.STREAM_DISCONNECTED, ReasonCode.WORKER_RECOVERED})
+GIVE_UP_PREFIX = "worker gave up: "
+"""Start of the reason of the CancelRequested a worker appends when it abandons an operation."""
+
+
+def gave_up(decision: DispatchDecision) -> bool:
+    """Is this the CANCELLED decision of an operation a worker abandoned?"""
+    return decision.state == S.CANCELLED and decision.detail.startswith(GIVE_UP_PREFIX)
+
+
+def describe(decision: DispatchDecision | None) -> str:
+    if decision is None:
+        return "no decision"
+    reason = f" {decision.reason.value}" if decision.reason else ""
+    detail = f" ({decision.detail})" if decision.detail else ""
+    return f"{decision.state.value}{reason}{detail} at generation {decision.attempt_generation}"
 
 
 class Verdict(StrEnum):
@@ -102,6 +125,7 @@ class DispatchWorker:
         self._http = http
         self._own_http = http is None
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._failures: dict[str, DispatchDecision] = {}  # op id → the decision that ended its last attempt
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
         self._live = False
 
@@ -184,6 +208,12 @@ class DispatchWorker:
             self.stats.bump("no_endpoint")
             log.error("%s", exc)
             return
+        if not endpoint.streams(manifest.request_body):
+            # A body without `"stream": true` gets one JSON reply that no stream parser reads.
+            self.stats.bump("not_streaming")
+            await self._give_up(manifest, "the manifest's request does not stream (dispatch policy stream)")
+            self._finish(manifest, Verdict.GIVE_UP)
+            return
         attempts = 0
         if recovering is not None:
             verdict = await self._recover(manifest, endpoint, recovering)
@@ -198,10 +228,17 @@ class DispatchWorker:
                 return
             self.stats.bump("retries")
         self.stats.bump("gave_up")
-        log.warning("%s: giving up after %d attempts", operation_id, attempts)
+        last = describe(self._failures.pop(operation_id, None))
+        log.warning("%s: giving up after %d attempts; last: %s", operation_id, attempts, last)
+        await self._give_up(manifest, f"{attempts} attempts failed; last {last}")
         self._finish(manifest, Verdict.GIVE_UP)
 
+    async def _give_up(self, manifest: DispatchManifest, why: str) -> None:
+        """Abandon the operation in the ledger: it settles as CANCELLED, with why in its detail."""
+        await self.events.cancel(manifest.conversation_id, manifest.operation_id, GIVE_UP_PREFIX + why)
+
     def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
+        self._failures.pop(manifest.operation_id, None)
         self.stats.bump(f"verdict_{verdict.value}")
         entry = self.journal.get(manifest.operation_id)
         if entry is not None:
@@ -222,6 +259,7 @@ class DispatchWorker:
         answer = await self.board.cas_answer(attempt.event_id, self.config.cas_timeout_s)
         if answer is None:
             self.stats.bump("cas_timeouts")
+            await self._give_up(manifest, f"no CAS answer within {self.config.cas_timeout_s}s")
             return Verdict.GIVE_UP
         if not answer.accepted or answer.state != S.DISPATCHING:
             self.stats.bump("cas_conflicts")
@@ -296,10 +334,9 @@ class DispatchWorker:
         phase.outcome = outcome
         phase.handle = pump.response_handle or phase.handle
         if pump.saw_final:
-            # The provider's final event (message stop / error) already made the fold settle this
-            # attempt (COMMITTED or UNKNOWN-terminated); a StreamEnded after it is refused in UNKNOWN.
+            # The provider's final event (message stop / error) already settled the attempt in the
+            # fold; the StreamEnded below is then a no-op there, but every stream still reports its end.
             self.stats.bump("final_in_stream")
-            return
         resumable = (
             outcome == StreamOutcome.DISCONNECTED
             and phase.handle is not None
@@ -322,6 +359,9 @@ class DispatchWorker:
                 log.warning(
                     "%s generation %d: no verdict within %ss", op, generation, self.config.settle_timeout_s
                 )
+                await self._give_up(
+                    manifest, f"no verdict on generation {generation} within {self.config.settle_timeout_s}s"
+                )
                 return Verdict.GIVE_UP
             if decision.state == S.COMMITTED:
                 if resumes:
@@ -329,24 +369,24 @@ class DispatchWorker:
                 return Verdict.COMMITTED
             if decision.state == S.CANCELLED:
                 return Verdict.CANCELLED
+            self._failures[op] = decision
             if decision.reason not in NOT_TERMINATED_REASONS:
                 self.stats.bump("incomplete")
                 return Verdict.RETRY  # the fold terminated the attempt (incomplete, invalid, error)
+            handle = phase.handle
+            url = endpoint.resume_url(handle) if handle is not None else None
             can_resume = (
-                phase.handle is not None
+                handle is not None
+                and url is not None
                 and endpoint.resumable(manifest.request_body)
-                and endpoint.resume_url(phase.handle) is not None
                 and resumes < self.config.max_resumes
             )
-            if not can_resume:
+            if handle is None or url is None or not can_resume:
                 return await self._terminate(manifest, generation)
             resumes += 1
             self.stats.bump("resumes")
-            assert phase.handle is not None
-            resumed = await self.events.resume_started(conv, op, generation, phase.handle)
-            phase = _Phase(sources={resumed.event_id}, handle=phase.handle, acked=phase.acked)
-            url = endpoint.resume_url(phase.handle)
-            assert url is not None
+            resumed = await self.events.resume_started(conv, op, generation, handle)
+            phase = _Phase(sources={resumed.event_id}, handle=handle, acked=phase.acked)
             await self._stream(
                 manifest, endpoint, generation, phase, "GET", url, dict(endpoint.headers), None
             )

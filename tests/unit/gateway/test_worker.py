@@ -10,12 +10,12 @@ import pytest
 
 from tests.unit.gateway.ledger import InMemoryLedger
 from turnledger.dispatch.engine import OutputStream
-from turnledger.gateway.client import EventFactory
+from turnledger.gateway.client import EventFactory, stream_policy
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.fake_provider import FakeProvider, FaultPlan
 from turnledger.gateway.fake_provider.faults import Fault, FaultKind
 from turnledger.gateway.tool_executor import DEMO_TOOLS, ToolExecutor
-from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.gateway.worker import GIVE_UP_PREFIX, DispatchWorker, WorkerConfig, gave_up
 from turnledger.model.events import (
     CommittedTurn,
     DispatchDecision,
@@ -40,10 +40,27 @@ class Harness:
         self.factory = EventFactory()
 
     async def converse(
-        self, conv: str, adapter: str, text: str = "weather in Paris?", op: str = "op-1", tools: bool = True
+        self,
+        conv: str,
+        adapter: str,
+        text: str = "weather in Paris?",
+        op: str = "op-1",
+        tools: bool = True,
+        policy: dict | None = None,  # type: ignore[type-arg]
     ) -> None:
-        provider, model = MODELS[adapter]
         await self.ledger.append(self.factory.user_turn(conv, text))
+        await self.request(conv, adapter, op, tools=tools, policy=policy)
+
+    async def request(
+        self,
+        conv: str,
+        adapter: str,
+        op: str,
+        tools: bool = True,
+        policy: dict | None = None,  # type: ignore[type-arg]
+    ) -> None:
+        """A dispatch request with the adapter's streaming policy unless `policy` is given."""
+        provider, model = MODELS[adapter]
         await self.ledger.append(
             DispatchRequested(
                 **self.factory.stamp(conv),
@@ -53,6 +70,7 @@ class Harness:
                 model_revision=model,
                 tools=DEMO_TOOLS if tools else (),
                 max_output_tokens=512,
+                policy=stream_policy(adapter) if policy is None else policy,
             )
         )
 
@@ -66,11 +84,12 @@ class Harness:
         raise AssertionError(f"{op} not {state}: {self.worker.board.latest.get(op)}")
 
 
-async def _harness(plan: FaultPlan | None = None, **fp_kwargs: object) -> AsyncIterator[Harness]:
+async def _harness(plan: FaultPlan | None = None, max_attempts: int = 4) -> AsyncIterator[Harness]:
     ledger = InMemoryLedger()
-    async with FakeProvider(seed=3, fault_plan=plan, assume_stream=True, **fp_kwargs) as fp:  # type: ignore[arg-type]
-        endpoints = endpoints_for(fp.base_url, retains_responses=bool(fp_kwargs.get("retain_responses")))
-        async with DispatchWorker(ledger, endpoints, config=WorkerConfig(settle_timeout_s=10)) as worker:
+    async with FakeProvider(seed=3, fault_plan=plan) as fp:
+        endpoints = endpoints_for(fp.base_url)
+        config = WorkerConfig(settle_timeout_s=10, max_attempts=max_attempts)
+        async with DispatchWorker(ledger, endpoints, config=config) as worker:
 
             async def observe(records: list) -> None:
                 await worker.observe(
@@ -110,17 +129,7 @@ async def test_tool_loop_second_dispatch_waits_then_answers(h: Harness) -> None:
     h.ledger.subscribe(OutputStream.TOOL_CALLS, run_tools)
     await h.converse("c1", "anthropic-messages@1")
     await h.wait_state("op-1", DispatchState.COMMITTED)
-    await h.ledger.append(
-        DispatchRequested(
-            **h.factory.stamp("c1"),
-            operation_id="op-2",
-            adapter="anthropic-messages@1",
-            provider="anthropic",
-            model_revision=MODELS["anthropic-messages@1"][1],
-            tools=DEMO_TOOLS,
-            max_output_tokens=512,
-        )
-    )
+    await h.request("c1", "anthropic-messages@1", "op-2")
     await h.wait_state("op-2", DispatchState.COMMITTED)
     last = next(t for t in h.ledger.of_type(CommittedTurn) if t.operation_id == "op-2")
     assert [b.kind for b in last.blocks] == ["text"]
@@ -162,13 +171,46 @@ async def test_late_events_are_quarantined_and_answer_commits() -> None:
 
 
 async def test_resumable_responses_stream_recovers_without_new_generation() -> None:
+    """background + stream in the request bytes: the provider keeps the response; same generation."""
     plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 3000),)})
-    async for h in _harness(plan, retain_responses=True):
+    async for h in _harness(plan):
         await h.converse("c1", "openai-responses@1")
         final = await h.wait_state("op-1", DispatchState.COMMITTED)
         assert final.attempt_generation == 1
+        post = h.fp.requests[0].json()
+        assert (post["stream"], post["background"]) == (True, True)
         assert [r.method for r in h.fp.requests] == ["POST", "GET"]
         assert h.worker.stats.counts["resumes"] == 1
+
+
+async def test_responses_stream_without_background_is_not_resumed() -> None:
+    """Without background mode the real API keeps nothing to resume: a new generation instead."""
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 3000),)})
+    async for h in _harness(plan):
+        await h.converse("c1", "openai-responses@1", policy={"stream": True})
+        final = await h.wait_state("op-1", DispatchState.COMMITTED)
+        assert final.attempt_generation == 2
+        assert [r.method for r in h.fp.requests] == ["POST", "POST"]
+        assert h.worker.stats.counts["resumes"] == 0
+
+
+async def test_exhausted_attempts_give_up_as_a_cancel_with_the_last_reason() -> None:
+    plan = FaultPlan(always=(Fault(FaultKind.MISSING_STOP),))
+    async for h in _harness(plan, max_attempts=2):
+        await h.converse("c1", "anthropic-messages@1")
+        final = await h.wait_state("op-1", DispatchState.CANCELLED)
+        assert gave_up(final) and final.detail.startswith(GIVE_UP_PREFIX)
+        assert "2 attempts failed" in final.detail and "UNKNOWN" in final.detail
+        assert len([r for r in h.fp.requests if r.method == "POST"]) == 2
+        assert not [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id]
+        assert h.worker.stats.counts["gave_up"] == 1
+
+
+async def test_a_manifest_that_does_not_stream_is_given_up_without_a_send(h: Harness) -> None:
+    await h.converse("c1", "openai-chat@1", policy={})
+    final = await h.wait_state("op-1", DispatchState.CANCELLED)
+    assert gave_up(final) and "does not stream" in final.detail
+    assert h.fp.requests == []
 
 
 async def test_non_resumable_disconnect_retracts_previews_and_commits_new_generation() -> None:

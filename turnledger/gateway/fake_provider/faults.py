@@ -65,12 +65,15 @@ class FaultPlan:
     `rates`: probability per kind that a generation request gets that fault (independent draws).
     `by_request`: scripted faults for the n-th generation request (0-based arrival order).
     `always`: scripted faults for every generation request.
+    `by_marker`: scripted faults for every generation request whose body contains the marker text (a
+    client can ask for, e.g., a slow stream for some conversations without a header).
     A request with an `x-fake-fault` header uses only the header's faults (`none` for no fault at all).
     """
 
     rates: Mapping[FaultKind, float] = field(default_factory=dict)
     by_request: Mapping[int, tuple[Fault, ...]] = field(default_factory=dict)
     always: tuple[Fault, ...] = ()
+    by_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
 
     @classmethod
     def uniform(cls, rate: float, kinds: Iterable[FaultKind] = tuple(FaultKind)) -> FaultPlan:
@@ -79,8 +82,11 @@ class FaultPlan:
             raise ValueError(f"fault rate must be within [0, 1], got {rate}")
         return cls(rates={k: rate for k in kinds})
 
-    def scripted(self, index: int) -> tuple[Fault, ...]:
-        return tuple(self.always) + tuple(self.by_request.get(index, ()))
+    def scripted(self, index: int, body: bytes = b"") -> tuple[Fault, ...]:
+        marked = tuple(
+            f for marker, faults in self.by_marker.items() if marker.encode() in body for f in faults
+        )
+        return tuple(self.always) + tuple(self.by_request.get(index, ())) + marked
 
     def draw(self, rng: random.Random) -> tuple[Fault, ...]:
         """Random faults, values left open (resolved against the concrete stream)."""

@@ -97,14 +97,9 @@ class FakeProvider:
         fault_plan: FaultPlan | None = None,
         *,
         background_tick_s: float = 0.002,
-        assume_stream: bool = False,
-        retain_responses: bool = False,
     ) -> None:
-        """`assume_stream`: a request body without a `stream` field is answered as a stream (turnledger's
-        adapters render the conversation, not the transport flag, into the manifest bytes).
-        `retain_responses`: every streamed Responses request is kept as a background response, so it can
-        be re-read with `GET /v1/responses/{id}?stream=true` after a disconnect, as `background: true`
-        would allow; the worker is told so by its endpoint configuration, never by guessing."""
+        """As the real APIs: a body without `"stream": true` gets one JSON reply, and only a Responses
+        request with `"background": true` is kept and can be read again by its id."""
         if host != LOOPBACK:
             raise NonLoopbackBindError(host)
         self.host = host
@@ -112,8 +107,6 @@ class FakeProvider:
         self.seed = seed
         self.fault_plan = fault_plan or FaultPlan()
         self.background_tick_s = background_tick_s
-        self.assume_stream = assume_stream
-        self.retain_responses = retain_responses
         self.fault_log: list[FaultRecord] = []
         self.requests: list[ReceivedRequest] = []
         self._server: asyncio.Server | None = None
@@ -240,10 +233,8 @@ class FakeProvider:
             occurrence = self._seen[(api.name, body_hash)]
             self._seen[(api.name, body_hash)] += 1
             basis = f"{api.name}:{body_hash}:{occurrence}"
-        stream = body.get("stream") is True or (self.assume_stream and "stream" not in body)
-        background = api is openai_responses.SPEC and (
-            body.get("background") is True or (self.retain_responses and stream)
-        )
+        stream = body.get("stream") is True
+        background = api is openai_responses.SPEC and body.get("background") is True
         ctx = ScriptContext(
             seed=self.seed,
             basis=basis,
@@ -268,7 +259,7 @@ class FakeProvider:
         requested = (
             parse_fault_header(header)
             if header is not None
-            else (self.fault_plan.scripted(index) + self.fault_plan.draw(fault_rng))
+            else (self.fault_plan.scripted(index, req.body) + self.fault_plan.draw(fault_rng))
         )
         by_kind = {f.kind: f for f in reversed(requested)}  # the first mention of a kind wins
         applied: list[Fault] = []
