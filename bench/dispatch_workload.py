@@ -235,17 +235,30 @@ def conversation_events(conversation_id: str, index: int, mix: Mix) -> _Driver:
     return c
 
 
-def build(conversations: int, mix: Mix = Mix(), *, prefix: str = "conv") -> Workload:
-    """`conversations` conversations of `mix`, interleaved round-robin, encoded."""
+def interleave(streams: list[list[IngressEvent]], concurrency: int) -> list[IngressEvent]:
+    """Merge per-conversation streams keeping each one's order, about `concurrency` of them active at
+    once at staggered phases (conversation i starts when the one before it is 1/concurrency through),
+    so no stretch of the log is all one event type."""
+    if not streams:
+        return []
+    length = max(len(s) for s in streams)
+    stride = length / max(1, min(concurrency, len(streams)))
+    keyed = [(i * stride + j, i, j) for i, s in enumerate(streams) for j in range(len(s))]
+    keyed.sort()
+    return [streams[i][j] for _, i, j in keyed]
+
+
+def build(
+    conversations: int, mix: Mix = Mix(), *, prefix: str = "conv", concurrency: int | None = None
+) -> Workload:
+    """`conversations` conversations of `mix`, interleaved (`concurrency` active at once, default all)."""
     streams: list[list[IngressEvent]] = []
     commits: set[str] = set()
     for i in range(conversations):
         c = conversation_events(f"{prefix}-{i}", i, mix)
         streams.append(c.events)
         commits.update(c.commits)
-    events: list[IngressEvent] = []
-    for i in range(max((len(s) for s in streams), default=0)):
-        events.extend(s[i] for s in streams if i < len(s))
+    events = interleave(streams, concurrency or conversations)
     return Workload(
         events=events,
         values=[encode(e) for e in events],
