@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--conversations", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=Mix.rounds)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=1_000, help="conversations active at once")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git ref of the engine to compare with")
     parser.add_argument("--profile", action="store_true")
@@ -85,9 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="300 conversations, 1 repeat")
     args = parser.parse_args(argv)
     if args.quick:
-        args.conversations, args.repeats = 300, 1
+        args.conversations, args.concurrency, args.repeats = 300, 300, 1
 
-    workload = build(args.conversations, Mix(rounds=args.rounds))
+    workload = build(args.conversations, Mix(rounds=args.rounds), concurrency=args.concurrency)
     rows = [(e.conversation_id.encode(), v) for e, v in zip(workload.events, workload.values, strict=True)]
     if args.profile:
         _profile(rows, args.batch, args.top)
