@@ -64,7 +64,9 @@ def _job(args: argparse.Namespace, kind: str, bootstrap: str, topics: Topics, ra
 
 
 async def _append(bootstrap: str, topic: str, rows: list[tuple[bytes, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
+    )
     await producer.start()
     try:
         futures = [await producer.send(topic, value, key=key) for key, value in rows]
@@ -149,8 +151,14 @@ async def _offered(
 
 
 async def _arrivals(
-    bootstrap: str, topic: str, partitions: int, raw: bool, by_value: dict[bytes, str], expected: int,
-    arrived: dict[str, int], timeout_s: float,
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    raw: bool,
+    by_value: dict[bytes, str],
+    expected: int,
+    arrived: dict[str, int],
+    timeout_s: float,
 ) -> None:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
     await consumer.start()
@@ -176,10 +184,16 @@ async def _arrivals(
 
 
 def latency(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dict[str, Any]:
-    by_value = {v: e.event_id for e, v in zip(workload.events, workload.values, strict=True)
-                if e.event_id in workload.commit_events}
+    by_value = {
+        v: e.event_id
+        for e, v in zip(workload.events, workload.values, strict=True)
+        if e.event_id in workload.commit_events
+    }
     expected = len(workload.commit_events)
-    out: dict[str, dict[str, list[float]]] = {"raw": {"p50": [], "p99": []}, "runtime": {"p50": [], "p99": []}}
+    out: dict[str, dict[str, list[float]]] = {
+        "raw": {"p50": [], "p99": []},
+        "runtime": {"p50": [], "p99": []},
+    }
     for repeat in range(args.repeats):
         kinds = ("raw", "runtime") if repeat % 2 == 0 else ("runtime", "raw")
         for kind in kinds:
@@ -189,11 +203,24 @@ def latency(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dic
             sent_at: dict[str, int] = {}
             arrived: dict[str, int] = {}
 
-            async def measure(topics: Topics = topics, raw_out: str = raw_out, kind: str = kind) -> None:
+            async def measure(
+                topics: Topics = topics,
+                raw_out: str = raw_out,
+                kind: str = kind,
+                sent_at: dict[str, int] = sent_at,
+                arrived: dict[str, int] = arrived,
+            ) -> None:
                 reader = asyncio.create_task(
-                    _arrivals(bootstrap, raw_out if kind == "raw" else topics.committed, args.partitions,
-                              kind == "raw", by_value, expected, arrived,
-                              len(workload.events) / args.rate + 60)
+                    _arrivals(
+                        bootstrap,
+                        raw_out if kind == "raw" else topics.committed,
+                        args.partitions,
+                        kind == "raw",
+                        by_value,
+                        expected,
+                        arrived,
+                        len(workload.events) / args.rate + 60,
+                    )
                 )
                 await _offered(bootstrap, topics.ingress, workload, args.rate, sent_at)
                 await reader
@@ -205,8 +232,11 @@ def latency(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dic
                 print(f"  latency {kind}: only {len(lat)}/{expected} commits arrived", file=sys.stderr)
             out[kind]["p50"].append(statistics.median(lat))
             out[kind]["p99"].append(_pct(lat, 0.99))
-            print(f"  latency repeat {repeat + 1}: {kind} p50 {out[kind]['p50'][-1]:.1f} ms "
-                  f"p99 {out[kind]['p99'][-1]:.1f} ms (n={len(lat)})", file=sys.stderr)
+            print(
+                f"  latency repeat {repeat + 1}: {kind} p50 {out[kind]['p50'][-1]:.1f} ms "
+                f"p99 {out[kind]['p99'][-1]:.1f} ms (n={len(lat)})",
+                file=sys.stderr,
+            )
     return out
 
 
@@ -217,11 +247,24 @@ def light_workload(conversations: int, prefix: str) -> list[tuple[bytes, bytes]]
         cid = f"{prefix}-{i}"
         adapter, provider, model = ADAPTERS[i % len(ADAPTERS)]
         common = {"conversation_id": cid, "occurred_at_ms": 1_700_000_000_000}
-        block = SubmittedBlock(id="u1-b0", role="user", kind="text", trust_label="user",
-                               text=f"question of {cid}: what is the weather in Paris today?")
+        block = SubmittedBlock(
+            id="u1-b0",
+            role="user",
+            kind="text",
+            trust_label="user",
+            text=f"question of {cid}: what is the weather in Paris today?",
+        )
         turn = TurnSubmitted(**common, event_id=f"{cid}/e1", turn_id="u1", blocks=(block,))
-        request = DispatchRequested(**common, event_id=f"{cid}/e2", operation_id="op-1", adapter=adapter,
-                                    provider=provider, model_revision=model, tools=TOOLS, max_output_tokens=1024)
+        request = DispatchRequested(
+            **common,
+            event_id=f"{cid}/e2",
+            operation_id="op-1",
+            adapter=adapter,
+            provider=provider,
+            model_revision=model,
+            tools=TOOLS,
+            max_output_tokens=1024,
+        )
         rows += [(cid.encode(), encode(turn)), (cid.encode(), encode(request))]
     return rows
 
@@ -238,8 +281,15 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
     rows = light_workload(conversations, "rss")
     asyncio.run(_append(bootstrap, topics.ingress, rows))
     with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
-        job = _job(args, "runtime", bootstrap, topics, raw_out, target=len(rows),
-                   state_dir=state_dir if store == "sqlite" else None)
+        job = _job(
+            args,
+            "runtime",
+            bootstrap,
+            topics,
+            raw_out,
+            target=len(rows),
+            state_dir=state_dir if store == "sqlite" else None,
+        )
         contender = Contender(job)
         contender.expect("ready", 120)
         pid = contender.proc.pid
@@ -248,12 +298,21 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
         seconds, n = contender.expect("done", 3600)
         peak, final = _vm(pid, "VmHWM"), _vm(pid, "VmRSS")
         contender.stop()
-    return {"conversations": conversations, "store": store, "events": n, "events_per_s": n / seconds,
-            "rss_ready_mb": at_ready, "rss_end_mb": final, "peak_rss_mb": peak}
+    return {
+        "conversations": conversations,
+        "store": store,
+        "events": n,
+        "events_per_s": n / seconds,
+        "rss_ready_mb": at_ready,
+        "rss_end_mb": final,
+        "peak_rss_mb": peak,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--conversations", type=int, default=1_500, help="throughput workload")
     parser.add_argument("--concurrency", type=int, default=1_000, help="conversations active at once")
     parser.add_argument("--rounds", type=int, default=Mix.rounds)
@@ -263,10 +322,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rate", type=int, default=300, help="events/s offered in the latency phase")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
-    parser.add_argument("--rss", default="10000:memory,10000:sqlite,100000:sqlite",
-                        help="conversations:store list for the RSS phase ('' to skip)")
-    parser.add_argument("--quick", action="store_true",
-                        help="300 conversations, 1 repeat, 8 s of latency, RSS for 2000 only")
+    parser.add_argument(
+        "--rss",
+        default="10000:memory,10000:sqlite,100000:sqlite",
+        help="conversations:store list for the RSS phase ('' to skip)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="300 conversations, 1 repeat, 8 s of latency, RSS for 2000 only"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.conversations, args.concurrency, args.repeats, args.seconds = 300, 300, 1, 8.0
@@ -289,40 +352,59 @@ def main(argv: list[str] | None = None) -> None:
             bootstrap = stack.enter_context(session_endpoints()).bootstrap
         tput = throughput(args, bootstrap, workload)
         lat = latency(args, bootstrap, lat_workload)
-        rss_rows = [rss(args, bootstrap, int(n), store)
-                    for n, store in (item.split(":") for item in args.rss.split(",") if item)]
+        rss_rows = [
+            rss(args, bootstrap, int(n), store)
+            for n, store in (item.split(":") for item in args.rss.split(",") if item)
+        ]
 
     med = statistics.median
-    print(f"\n### Throughput ({len(workload.events):,} ingress events, {args.conversations:,} conversations, "
-          f"{workload.committed_turns:,} committed turns, {args.partitions} partitions, batches ≤ "
-          f"{args.batch_max_records} records / {args.batch_max_ms} ms; median of {args.repeats})\n")
+    print(
+        f"\n### Throughput ({len(workload.events):,} ingress events, {args.conversations:,} conversations, "
+        f"{workload.committed_turns:,} committed turns, {args.partitions} partitions, batches ≤ "
+        f"{args.batch_max_records} records / {args.batch_max_ms} ms; median of {args.repeats})\n"
+    )
     print("| contender | events/s (median) | runs |")
     print("|---|---:|---|")
     for kind in ("raw", "runtime"):
         runs = ", ".join(f"{r:,.0f}" for r in tput["rates"][kind])
-        print(f"| {'raw aiokafka copy loop' if kind == 'raw' else 'runtime + DispatchFold'} "
-              f"| {med(tput['rates'][kind]):,.0f} | {runs} |")
-    print(f"\nruntime / raw throughput: **{tput['ratio']:.3f}** (median of per-repeat ratios "
-          f"{', '.join(f'{r:.3f}' for r in tput['ratios'])}; goal ≥ 0.7)")
-    print(f"check (last repeat): {tput['check']} (expected committed = {workload.committed_turns}, "
-          "rejections = 0, quarantine = 0)")
+        print(
+            f"| {'raw aiokafka copy loop' if kind == 'raw' else 'runtime + DispatchFold'} "
+            f"| {med(tput['rates'][kind]):,.0f} | {runs} |"
+        )
+    print(
+        f"\nruntime / raw throughput: **{tput['ratio']:.3f}** (median of per-repeat ratios "
+        f"{', '.join(f'{r:.3f}' for r in tput['ratios'])}; goal ≥ 0.7)"
+    )
+    print(
+        f"check (last repeat): {tput['check']} (expected committed = {workload.committed_turns}, "
+        "rejections = 0, quarantine = 0)"
+    )
 
-    print(f"\n### Latency, ingress append → committed output ({len(lat_workload.events):,} events at "
-          f"{args.rate}/s, {len(lat_workload.commit_events):,} commits measured; median of {args.repeats})\n")
+    print(
+        f"\n### Latency, ingress append → committed output ({len(lat_workload.events):,} events at "
+        f"{args.rate}/s, {len(lat_workload.commit_events):,} commits measured; median of {args.repeats})\n"
+    )
     print("| contender | p50 ms | p99 ms |")
     print("|---|---:|---:|")
     for kind in ("raw", "runtime"):
         print(f"| {kind} | {med(lat[kind]['p50']):.1f} | {med(lat[kind]['p99']):.1f} |")
-    print(f"| runtime / raw | {med(lat['runtime']['p50']) / med(lat['raw']['p50']):.2f} "
-          f"| {med(lat['runtime']['p99']) / med(lat['raw']['p99']):.2f} |")
+    print(
+        f"| runtime / raw | {med(lat['runtime']['p50']) / med(lat['raw']['p50']):.2f} "
+        f"| {med(lat['runtime']['p99']) / med(lat['raw']['p99']):.2f} |"
+    )
 
     if rss_rows:
-        print("\n### Processor RSS (one process, all partitions; user turn + dispatch request per conversation)\n")
+        print(
+            "\n### Processor RSS (one process, all partitions; "
+            "user turn + dispatch request per conversation)\n"
+        )
         print("| conversations | store | events/s | RSS at ready MB | peak RSS MB | RSS at end MB |")
         print("|---:|---|---:|---:|---:|---:|")
         for r in rss_rows:
-            print(f"| {r['conversations']:,} | {r['store']} | {r['events_per_s']:,.0f} | {r['rss_ready_mb']:.0f} "
-                  f"| {r['peak_rss_mb']:.0f} | {r['rss_end_mb']:.0f} |")
+            print(
+                f"| {r['conversations']:,} | {r['store']} | {r['events_per_s']:,.0f} "
+                f"| {r['rss_ready_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['rss_end_mb']:.0f} |"
+            )
     print(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

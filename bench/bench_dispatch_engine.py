@@ -49,7 +49,11 @@ def _export(ref: str, into: Path) -> Path:
 def _run(tree: Path, records: Path, batch: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [sys.executable, str(RUNNER), str(records), str(batch)], check=True, capture_output=True, env=env, text=True
+        [sys.executable, str(RUNNER), str(records), str(batch)],
+        check=True,
+        capture_output=True,
+        env=env,
+        text=True,
     ).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     if not result["turnledger"].startswith(str(tree)):
@@ -74,7 +78,9 @@ def _profile(rows: list[tuple[bytes, bytes]], batch: int, top: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--conversations", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=Mix.rounds)
     parser.add_argument("--batch", type=int, default=500)

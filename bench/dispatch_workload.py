@@ -66,7 +66,23 @@ SEARCH = ToolDefinition(
     },
 )
 TOOLS = (WEATHER, SEARCH)
-WORDS = "the quick brown fox jumps over a lazy dog while streaming tokens arrive in order".split()
+WORDS = (
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "streaming",
+    "tokens",
+    "arrive",
+    "in",
+    "order",
+)
 
 
 @dataclass(frozen=True)
@@ -177,20 +193,31 @@ class _Driver:
             )
         )
         for i in range(0, len(deltas), mix.deltas_per_event):
-            chunk = tuple(d.model_copy(update={"generation": gen}) for d in deltas[i : i + mix.deltas_per_event])
+            chunk = tuple(
+                d.model_copy(update={"generation": gen}) for d in deltas[i : i + mix.deltas_per_event]
+            )
             self.apply(StreamDeltas(**self._common(), operation_id=op, attempt_generation=gen, deltas=chunk))
         return gen
 
 
 def _text_deltas(handle: str, mix: Mix, salt: int) -> list[NormalizedDelta]:
     d = _Deltas(handle)
-    out = [d(DeltaType.MESSAGE_START, -1, model="m", input_tokens=100), d(DeltaType.BLOCK_START, 0, block_kind="text")]
+    out = [
+        d(DeltaType.MESSAGE_START, -1, model="m", input_tokens=100),
+        d(DeltaType.BLOCK_START, 0, block_kind="text"),
+    ]
     for i in range(mix.text_deltas):
         words = [WORDS[(salt + i * mix.words_per_delta + k) % len(WORDS)] for k in range(mix.words_per_delta)]
         out.append(d(DeltaType.TEXT_DELTA, 0, text=" ".join(words) + " "))
     out.append(d(DeltaType.BLOCK_STOP, 0))
     out.append(
-        d(DeltaType.MESSAGE_STOP, -1, stop_reason=StopReason.END_TURN, raw_stop_reason="end_turn", output_tokens=50)
+        d(
+            DeltaType.MESSAGE_STOP,
+            -1,
+            stop_reason=StopReason.END_TURN,
+            raw_stop_reason="end_turn",
+            output_tokens=50,
+        )
     )
     return out
 
@@ -213,7 +240,12 @@ class _Deltas:
 
     def __call__(self, type_: DeltaType, index: int, **fields: Any) -> NormalizedDelta:
         delta = NormalizedDelta(
-            response_handle=self.handle, generation=1, block_index=index, delta_sequence=self.seq, type=type_, **fields
+            response_handle=self.handle,
+            generation=1,
+            block_index=index,
+            delta_sequence=self.seq,
+            type=type_,
+            **fields,
         )
         self.seq += 1
         return delta
@@ -226,7 +258,11 @@ def conversation_events(conversation_id: str, index: int, mix: Mix) -> _Driver:
         if mix.tool_every and r % mix.tool_every == 0:
             call_id = f"call-{r}"
             tool = TOOLS[r % 2].name
-            args = '{"city": "Paris", "unit": "c"}' if tool == "get_weather" else '{"query": "refunds", "limit": 3}'
+            args = (
+                '{"city": "Paris", "unit": "c"}'
+                if tool == "get_weather"
+                else '{"query": "refunds", "limit": 3}'
+            )
             gen = c.dispatch(_tool_deltas(f"h-{r}a", call_id, tool, args, mix), mix, f"h-{r}a")
             c.tool_result(call_id, tool, args, gen)
             c.dispatch(_text_deltas(f"h-{r}b", mix, r), mix, f"h-{r}b")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,8 +103,15 @@ def _model_json(model: BaseModel) -> bytes:
     if hit is not None and hit[0]() is model:
         return hit[1]
     value = model.__pydantic_serializer__.to_json(model)
-    _json_cache[key] = (weakref.ref(model, lambda _, key=key: _json_cache.pop(key, None)), value)
+    _json_cache[key] = (weakref.ref(model, _forget(key)), value)
     return value
+
+
+def _forget(key: int) -> Callable[[weakref.ref[BaseModel]], None]:
+    def callback(_: weakref.ref[BaseModel]) -> None:
+        _json_cache.pop(key, None)
+
+    return callback
 
 
 def state_json(state: ConversationState) -> bytes:
