@@ -16,7 +16,7 @@ from typing import Protocol
 
 from turnledger.codec import CodecError, decode, encode
 from turnledger.dispatch.fold import fold
-from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, state_json
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     CommittedTurn,
@@ -87,7 +87,7 @@ def encode_state(state: ConversationState) -> bytes:
     snapshot = ConversationSnapshot(
         conversation_id=state.conversation_id,
         format_version=STATE_FORMAT_VERSION,
-        state=state.model_dump_json().encode("utf-8"),
+        state=state_json(state),
     )
     return encode(snapshot)
 

@@ -9,6 +9,7 @@ transitions become STALE_GENERATION rejections.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,8 +121,9 @@ class _Step:
             )
         )
 
-    def put(self, op: OperationState) -> OperationState:
-        op = op.model_copy(update={"updated_at_ms": self.at})
+    def put(self, op: OperationState, **updates: Any) -> OperationState:
+        """Store `op` (with `updates` and this event's time) in the state: one copy of the operation."""
+        op = op.model_copy(update={**updates, "updated_at_ms": self.at})
         self.state = self.state.with_operation(op)
         return op
 
@@ -136,7 +138,7 @@ class _Step:
         **updates: Any,
     ) -> OperationState:
         previous = op.state
-        op = self.put(op.model_copy(update={"state": new_state, **updates}))
+        op = self.put(op, state=new_state, **updates)
         self.decide(op, previous, accepted=accepted, reason=reason, detail=detail)
         return op
 
@@ -193,10 +195,33 @@ def _tools_of(op: OperationState) -> dict[str, Any]:
     return {t.name: t for t in op.request.tools}
 
 
+_LIVE_ASSEMBLERS: OrderedDict[int, tuple[dict[str, Any], BlockAssembler]] = OrderedDict()
+_LIVE_ASSEMBLERS_MAX = 10_000
+
+
 def _restore_assembler(op: OperationState) -> BlockAssembler | None:
+    """The attempt's assembler: the live object its snapshot was taken from if there is one, else
+    a restore from the snapshot (equal by construction: `restore(snapshot())` equals the original).
+
+    Saves a restore and a re-snapshot of every earlier delta per StreamDeltas event. A live
+    assembler is handed out once (popped) since the caller mutates it: any later use of the same
+    snapshot, e.g. a batch re-folded after an aborted transaction, restores from the snapshot.
+    """
     if op.assembler is None:
         return None
+    live = _LIVE_ASSEMBLERS.pop(id(op.assembler), None)
+    if live is not None and live[0] is op.assembler:
+        return live[1]
     return BlockAssembler.restore(op.assembler, _tools_of(op))
+
+
+def _keep_live(assembler: BlockAssembler) -> dict[str, Any]:
+    """Snapshot an assembler that is not touched again, and remember it for `_restore_assembler`."""
+    snapshot = assembler.snapshot()
+    _LIVE_ASSEMBLERS[id(snapshot)] = (snapshot, assembler)
+    while len(_LIVE_ASSEMBLERS) > _LIVE_ASSEMBLERS_MAX:
+        _LIVE_ASSEMBLERS.popitem(last=False)
+    return snapshot
 
 
 # ---------------------------------------------------------------- turns
@@ -333,7 +358,7 @@ def _settle(
     reason: ReasonCode | None,
     detail: str,
 ) -> None:
-    op = step.put(op.model_copy(update={"state": new_state}))
+    op = step.put(op, state=new_state)
     accepted = new_state in (S.PREPARED, S.WAITING)
     step.decide(op, previous, accepted=accepted, reason=reason, detail=detail)
 
@@ -424,7 +449,7 @@ def _on_handle_bound(step: _Step, op: OperationState, event: HandleBound) -> Non
     step.state = step.state.model_copy(
         update={"handles": {**step.state.handles, event.response_handle: op.manifest.manifest_digest}}
     )
-    step.transition(op, S.STREAMING, response_handle=event.response_handle, assembler=assembler.snapshot())
+    step.transition(op, S.STREAMING, response_handle=event.response_handle, assembler=_keep_live(assembler))
 
 
 def _on_deltas(step: _Step, op: OperationState, event: StreamDeltas) -> None:
@@ -463,7 +488,7 @@ def _on_deltas(step: _Step, op: OperationState, event: StreamDeltas) -> None:
                 occurred_at_ms=step.at,
             )
         )
-    step.put(op.model_copy(update={"assembler": assembler.snapshot()}))
+    step.put(op, assembler=_keep_live(assembler))
 
 
 def _finish(step: _Step, op: OperationState, assembler: BlockAssembler) -> None:

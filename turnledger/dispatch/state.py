@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_json
 
 from turnledger.model.events import DispatchRequested, DispatchState
 from turnledger.model.manifest import DispatchManifest
@@ -68,3 +71,74 @@ class ConversationState(_State):
         return [
             op for op in self.operations.values() if op.operation_id != except_id and op.may_produce_output
         ]
+
+
+# ---------------------------------------------------------------- the changelog JSON, incrementally
+
+_STATE_FIELDS = (
+    "conversation_id",
+    "format_version",
+    "graph",
+    "cancel_generation",
+    "turn_ids",
+    "operations",
+    "handles",
+)
+if tuple(ConversationState.model_fields) != _STATE_FIELDS:  # pragma: no cover - guards state_json
+    raise RuntimeError("ConversationState fields changed: update state_json() to match model_dump_json()")
+
+_json_cache: dict[int, tuple[weakref.ref[BaseModel], bytes]] = {}
+
+
+def _model_json(model: BaseModel) -> bytes:
+    """`model.model_dump_json()` of a frozen part of the state, computed once per instance.
+
+    States are never mutated in place (every change is a `model_copy`), so an unchanged
+    graph or operation is the very same object in the next state and its JSON is reused.
+    Keyed by identity and dropped when the instance is collected, so a new object that
+    reuses the id is never served a stale entry.
+    """
+    key = id(model)
+    hit = _json_cache.get(key)
+    if hit is not None and hit[0]() is model:
+        return hit[1]
+    value = model.__pydantic_serializer__.to_json(model)
+    _json_cache[key] = (weakref.ref(model, _forget(key)), value)
+    return value
+
+
+def _forget(key: int) -> Callable[[weakref.ref[BaseModel]], None]:
+    def callback(_: weakref.ref[BaseModel]) -> None:
+        _json_cache.pop(key, None)
+
+    return callback
+
+
+def state_json(state: ConversationState) -> bytes:
+    """Exactly `state.model_dump_json().encode()`, re-serializing only the parts that changed.
+
+    The whole state (all committed blocks, every operation with its request and manifest)
+    is written to the changelog per dirty conversation per batch; most of it is the same
+    objects as in the previous state. The fields are spelled out in declaration order with
+    pydantic's own serializer for every piece, so the bytes are identical (tests compare).
+    """
+    operations = b",".join(to_json(k) + b":" + _model_json(op) for k, op in state.operations.items())
+    return b"".join(
+        (
+            b'{"conversation_id":',
+            to_json(state.conversation_id),
+            b',"format_version":',
+            to_json(state.format_version),
+            b',"graph":',
+            _model_json(state.graph),
+            b',"cancel_generation":',
+            to_json(state.cancel_generation),
+            b',"turn_ids":',
+            to_json(state.turn_ids),
+            b',"operations":{',
+            operations,
+            b'},"handles":',
+            to_json(state.handles),
+            b"}",
+        )
+    )

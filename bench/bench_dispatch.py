@@ -1,0 +1,412 @@
+"""The dispatch processor (ProcessorApp + DispatchFold) vs the raw transactional copy loop, same broker.
+
+    python -m bench.bench_dispatch [--conversations 1500] [--repeats 3] [--rate 300] [--seconds 20]
+        [--rss 10000,100000] [--quick]
+
+Workload: bench/dispatch_workload.py, the realistic mix (user turns, DispatchRequested,
+DispatchAttempt, DispatchSent, HandleBound, StreamDeltas of text and tool-call deltas, tool
+results, several rounds), built with the pure fold so every dispatch streams and commits.
+
+* Throughput: per repeat, fresh topics, the whole workload appended first; then the raw
+  loop (bench_processor's `raw`: consume → produce the same bytes → offsets → commit) and
+  the runtime with the real DispatchFold drain it (order alternating per repeat), each in
+  its own process with the same batching and producer settings. Reported: events/s of each,
+  and the median of the per-repeat ratios runtime / raw (issue 6's goal: ≥ 0.7).
+* Latency: per repeat and contender, fresh topics, the contender running; a second (smaller)
+  workload is appended at `--rate` events/s; for every event that commits a turn, the time
+  from its append (the producer's send) to the read_committed arrival of its CommittedTurn on
+  turnledger.committed (for raw: of its copy). p50/p99, and their ratios to raw.
+* RSS: the runtime alone drains N conversations of a light mix (one user turn and one
+  dispatch request each: a committed block and a PREPARED operation with its manifest); peak
+  RSS (VmHWM of the processor process) and RSS at ready, with the memory or SQLite store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from bench.bench_processor import Contender, Job, _fresh_topics, _pct
+from bench.dispatch_workload import ADAPTERS, TOOLS, Mix, Workload, build
+from turnledger.codec import decode, encode
+from turnledger.model.events import CommittedTurn, DispatchRequested, SubmittedBlock, TurnSubmitted
+from turnledger.processors.topics import Topics
+
+DISPATCH_FOLD = "turnledger.processors.dispatch_fold:DispatchFold"
+
+
+def _job(args: argparse.Namespace, kind: str, bootstrap: str, topics: Topics, raw_out: str, **kw: Any) -> Job:
+    fields: dict[str, Any] = {
+        "kind": kind,
+        "bootstrap": bootstrap,
+        "topics_prefix": topics.prefix,
+        "raw_out": raw_out,
+        "partitions": args.partitions,
+        "app_id": f"{topics.prefix}{kind}",
+        "batch_max_records": args.batch_max_records,
+        "batch_max_ms": args.batch_max_ms,
+        "target": 0,
+        "fold": DISPATCH_FOLD,
+        "state_dir": None,
+    }
+    return Job(**{**fields, **kw})
+
+
+async def _append(bootstrap: str, topic: str, rows: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=512 * 1024
+    )
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key) for key, value in rows]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def _rows(workload: Workload) -> list[tuple[bytes, bytes]]:
+    return [(e.conversation_id.encode(), v) for e, v in zip(workload.events, workload.values, strict=True)]
+
+
+async def _count(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records on `topic` visible to read_committed (transaction markers excluded)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        n = 0
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            batch = await consumer.getmany(*tps, timeout_ms=500)
+            n += sum(len(records) for records in batch.values())
+        return n
+    finally:
+        await consumer.stop()
+
+
+def _drain(job: Job, target: int) -> tuple[float, int, dict[str, Any]]:
+    contender = Contender(Job(**{**job.__dict__, "target": target}))
+    contender.expect("ready", 120)
+    seconds, n = contender.expect("done", 1800)
+    _, _, metrics = contender.stop()
+    return n / seconds, n, metrics
+
+
+def throughput(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dict[str, Any]:
+    rows = _rows(workload)
+    rates: dict[str, list[float]] = {"raw": [], "runtime": []}
+    check: dict[str, int] = {}
+    for repeat in range(args.repeats):
+        topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
+        asyncio.run(_append(bootstrap, topics.ingress, rows))
+        kinds = ("raw", "runtime") if repeat % 2 == 0 else ("runtime", "raw")
+        for kind in kinds:
+            rate, _, _ = _drain(_job(args, kind, bootstrap, topics, raw_out), len(rows))
+            rates[kind].append(rate)
+            print(f"  throughput repeat {repeat + 1}: {kind} {rate:,.0f} events/s", file=sys.stderr)
+        if repeat == args.repeats - 1:
+            check = {
+                "committed": asyncio.run(_count(bootstrap, topics.committed, args.partitions)),
+                "rejections": asyncio.run(_count(bootstrap, topics.rejections, args.partitions)),
+                "quarantine": asyncio.run(_count(bootstrap, topics.quarantine, args.partitions)),
+            }
+    ratios = [rt / raw for rt, raw in zip(rates["runtime"], rates["raw"], strict=True)]
+    return {"rates": rates, "ratio": statistics.median(ratios), "ratios": ratios, "check": check}
+
+
+async def _offered(
+    bootstrap: str, topic: str, workload: Workload, rate: int, sent_at: dict[str, int]
+) -> tuple[int, float]:
+    """Append the workload at `rate` events/s; `sent_at[event_id]` = append time (ns) of commit events."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    await producer.start()
+    sent, start = 0, time.monotonic()
+    try:
+        while sent < len(workload.events):
+            due = min(len(workload.events), int((time.monotonic() - start) * rate) + 1)
+            while sent < due:
+                event, value = workload.events[sent], workload.values[sent]
+                if event.event_id in workload.commit_events:
+                    sent_at[event.event_id] = time.time_ns()
+                await producer.send(topic, value, key=event.conversation_id.encode())
+                sent += 1
+            await asyncio.sleep(0.002)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return sent, time.monotonic() - start
+
+
+async def _arrivals(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    raw: bool,
+    by_value: dict[bytes, str],
+    expected: int,
+    arrived: dict[str, int],
+    timeout_s: float,
+) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await consumer.start()
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(arrived) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(*tps, timeout_ms=100)
+            now = time.time_ns()
+            for records in batch.values():
+                for m in records:
+                    if raw:
+                        event_id = by_value.get(m.value)
+                    else:
+                        turn = decode(m.value)
+                        event_id = turn.source_event_id if isinstance(turn, CommittedTurn) else None
+                    if event_id is not None:
+                        arrived.setdefault(event_id, now)
+    finally:
+        await consumer.stop()
+
+
+def latency(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dict[str, Any]:
+    by_value = {
+        v: e.event_id
+        for e, v in zip(workload.events, workload.values, strict=True)
+        if e.event_id in workload.commit_events
+    }
+    expected = len(workload.commit_events)
+    out: dict[str, dict[str, list[float]]] = {
+        "raw": {"p50": [], "p99": []},
+        "runtime": {"p50": [], "p99": []},
+    }
+    for repeat in range(args.repeats):
+        kinds = ("raw", "runtime") if repeat % 2 == 0 else ("runtime", "raw")
+        for kind in kinds:
+            topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
+            contender = Contender(_job(args, kind, bootstrap, topics, raw_out))
+            contender.expect("ready", 120)
+            sent_at: dict[str, int] = {}
+            arrived: dict[str, int] = {}
+
+            async def measure(
+                topics: Topics = topics,
+                raw_out: str = raw_out,
+                kind: str = kind,
+                sent_at: dict[str, int] = sent_at,
+                arrived: dict[str, int] = arrived,
+            ) -> None:
+                reader = asyncio.create_task(
+                    _arrivals(
+                        bootstrap,
+                        raw_out if kind == "raw" else topics.committed,
+                        args.partitions,
+                        kind == "raw",
+                        by_value,
+                        expected,
+                        arrived,
+                        len(workload.events) / args.rate + 60,
+                    )
+                )
+                await _offered(bootstrap, topics.ingress, workload, args.rate, sent_at)
+                await reader
+
+            asyncio.run(measure())
+            contender.stop()
+            lat = [(arrived[k] - sent_at[k]) / 1e6 for k in arrived if k in sent_at]
+            if len(lat) < expected:
+                print(f"  latency {kind}: only {len(lat)}/{expected} commits arrived", file=sys.stderr)
+            out[kind]["p50"].append(statistics.median(lat))
+            out[kind]["p99"].append(_pct(lat, 0.99))
+            print(
+                f"  latency repeat {repeat + 1}: {kind} p50 {out[kind]['p50'][-1]:.1f} ms "
+                f"p99 {out[kind]['p99'][-1]:.1f} ms (n={len(lat)})",
+                file=sys.stderr,
+            )
+    return out
+
+
+def light_workload(conversations: int, prefix: str) -> list[tuple[bytes, bytes]]:
+    """Per conversation: a user turn and a DispatchRequested (no fold needed to build them)."""
+    rows: list[tuple[bytes, bytes]] = []
+    for i in range(conversations):
+        cid = f"{prefix}-{i}"
+        adapter, provider, model = ADAPTERS[i % len(ADAPTERS)]
+        common = {"conversation_id": cid, "occurred_at_ms": 1_700_000_000_000}
+        block = SubmittedBlock(
+            id="u1-b0",
+            role="user",
+            kind="text",
+            trust_label="user",
+            text=f"question of {cid}: what is the weather in Paris today?",
+        )
+        turn = TurnSubmitted(**common, event_id=f"{cid}/e1", turn_id="u1", blocks=(block,))
+        request = DispatchRequested(
+            **common,
+            event_id=f"{cid}/e2",
+            operation_id="op-1",
+            adapter=adapter,
+            provider=provider,
+            model_revision=model,
+            tools=TOOLS,
+            max_output_tokens=1024,
+        )
+        rows += [(cid.encode(), encode(turn)), (cid.encode(), encode(request))]
+    return rows
+
+
+def _vm(pid: int, field: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str) -> dict[str, Any]:
+    topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
+    rows = light_workload(conversations, "rss")
+    asyncio.run(_append(bootstrap, topics.ingress, rows))
+    with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
+        job = _job(
+            args,
+            "runtime",
+            bootstrap,
+            topics,
+            raw_out,
+            target=len(rows),
+            state_dir=state_dir if store == "sqlite" else None,
+        )
+        contender = Contender(job)
+        contender.expect("ready", 120)
+        pid = contender.proc.pid
+        assert pid is not None
+        at_ready = _vm(pid, "VmRSS")
+        seconds, n = contender.expect("done", 3600)
+        peak, final = _vm(pid, "VmHWM"), _vm(pid, "VmRSS")
+        contender.stop()
+    return {
+        "conversations": conversations,
+        "store": store,
+        "events": n,
+        "events_per_s": n / seconds,
+        "rss_ready_mb": at_ready,
+        "rss_end_mb": final,
+        "peak_rss_mb": peak,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--conversations", type=int, default=1_500, help="throughput workload")
+    parser.add_argument("--concurrency", type=int, default=1_000, help="conversations active at once")
+    parser.add_argument("--rounds", type=int, default=Mix.rounds)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--batch-max-records", type=int, default=500)
+    parser.add_argument("--batch-max-ms", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=300, help="events/s offered in the latency phase")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
+    parser.add_argument(
+        "--rss",
+        default="10000:memory,10000:sqlite,100000:sqlite",
+        help="conversations:store list for the RSS phase ('' to skip)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="300 conversations, 1 repeat, 8 s of latency, RSS for 2000 only"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.conversations, args.concurrency, args.repeats, args.seconds = 300, 300, 1, 8.0
+        args.rss = "2000:memory"
+    logging.basicConfig(level=logging.WARNING)
+
+    started = time.monotonic()
+    mix = Mix(rounds=args.rounds)
+    workload = build(args.conversations, mix, concurrency=args.concurrency)
+    per_conv = len(workload.events) / max(1, args.conversations)
+    lat_convs = max(1, round(args.rate * args.seconds / per_conv))
+    lat_workload = build(lat_convs, mix, prefix="lat", concurrency=max(1, lat_convs // 2))
+    print(f"workloads built in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    with contextlib.ExitStack() as stack:
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        if not bootstrap:
+            from turnledger.devstack.session import session_endpoints
+
+            bootstrap = stack.enter_context(session_endpoints()).bootstrap
+        tput = throughput(args, bootstrap, workload)
+        lat = latency(args, bootstrap, lat_workload)
+        rss_rows = [
+            rss(args, bootstrap, int(n), store)
+            for n, store in (item.split(":") for item in args.rss.split(",") if item)
+        ]
+
+    med = statistics.median
+    print(
+        f"\n### Throughput ({len(workload.events):,} ingress events, {args.conversations:,} conversations, "
+        f"{workload.committed_turns:,} committed turns, {args.partitions} partitions, batches ≤ "
+        f"{args.batch_max_records} records / {args.batch_max_ms} ms; median of {args.repeats})\n"
+    )
+    print("| contender | events/s (median) | runs |")
+    print("|---|---:|---|")
+    for kind in ("raw", "runtime"):
+        runs = ", ".join(f"{r:,.0f}" for r in tput["rates"][kind])
+        print(
+            f"| {'raw aiokafka copy loop' if kind == 'raw' else 'runtime + DispatchFold'} "
+            f"| {med(tput['rates'][kind]):,.0f} | {runs} |"
+        )
+    print(
+        f"\nruntime / raw throughput: **{tput['ratio']:.3f}** (median of per-repeat ratios "
+        f"{', '.join(f'{r:.3f}' for r in tput['ratios'])}; goal ≥ 0.7)"
+    )
+    print(
+        f"check (last repeat): {tput['check']} (expected committed = {workload.committed_turns}, "
+        "rejections = 0, quarantine = 0)"
+    )
+
+    print(
+        f"\n### Latency, ingress append → committed output ({len(lat_workload.events):,} events at "
+        f"{args.rate}/s, {len(lat_workload.commit_events):,} commits measured; median of {args.repeats})\n"
+    )
+    print("| contender | p50 ms | p99 ms |")
+    print("|---|---:|---:|")
+    for kind in ("raw", "runtime"):
+        print(f"| {kind} | {med(lat[kind]['p50']):.1f} | {med(lat[kind]['p99']):.1f} |")
+    print(
+        f"| runtime / raw | {med(lat['runtime']['p50']) / med(lat['raw']['p50']):.2f} "
+        f"| {med(lat['runtime']['p99']) / med(lat['raw']['p99']):.2f} |"
+    )
+
+    if rss_rows:
+        print(
+            "\n### Processor RSS (one process, all partitions; "
+            "user turn + dispatch request per conversation)\n"
+        )
+        print("| conversations | store | events/s | RSS at ready MB | peak RSS MB | RSS at end MB |")
+        print("|---:|---|---:|---:|---:|---:|")
+        for r in rss_rows:
+            print(
+                f"| {r['conversations']:,} | {r['store']} | {r['events_per_s']:,.0f} "
+                f"| {r['rss_ready_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['rss_end_mb']:.0f} |"
+            )
+    print(f"\n(total {time.monotonic() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,139 @@
+"""The pure dispatch engine (`BatchEngine.process_batch`) on the realistic mix, no broker.
+
+    python -m bench.bench_dispatch_engine [--conversations 2000] [--batch 500] [--repeats 3]
+        [--baseline REF] [--profile]
+
+The workload (bench/dispatch_workload.py) is built once, encoded, and folded in batches of
+`--batch` records (interleaved conversations, so a batch dirties up to `--batch`
+conversations, as in the processor). Every repeat runs in a fresh subprocess
+(bench/engine_runner.py). `--baseline REF` exports git REF to a temp dir and alternates
+repeats of the two engines on the same records: the table reports the median events/s (CPU
+time) of each, the ratio, and whether their outputs and final states are byte-identical.
+`--profile` prints the cProfile top functions of one in-process run instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pickle
+import pstats
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.dispatch_workload import Mix, build
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = Path(__file__).resolve().parent / "engine_runner.py"
+
+
+def _export(ref: str, into: Path) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    target = into / "baseline"
+    target.mkdir()
+    with tempfile.TemporaryFile() as f:
+        f.write(archive)
+        f.seek(0)
+        with tarfile.open(fileobj=f) as tar:
+            tar.extractall(target, filter="data")
+    return target
+
+
+def _run(tree: Path, records: Path, batch: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [sys.executable, str(RUNNER), str(records), str(batch)],
+        check=True,
+        capture_output=True,
+        env=env,
+        text=True,
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    if not result["turnledger"].startswith(str(tree)):
+        raise RuntimeError(f"measured {result['turnledger']}, not the tree under {tree}")
+    return result
+
+
+def _profile(rows: list[tuple[bytes, bytes]], batch: int, top: int) -> None:
+    from bench.engine_runner import DictStore
+    from turnledger.dispatch.engine import BatchEngine, SourceRecord
+
+    records = [SourceRecord("turnledger.ingress", 0, i, k, v) for i, (k, v) in enumerate(rows)]
+    engine, store = BatchEngine(), DictStore()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for i in range(0, len(records), batch):
+        engine.process_batch(records[i : i + batch], store)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--conversations", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=Mix.rounds)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=1_000, help="conversations active at once")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", default=None, help="git ref of the engine to compare with")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="300 conversations, 1 repeat")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.conversations, args.concurrency, args.repeats = 300, 300, 1
+
+    workload = build(args.conversations, Mix(rounds=args.rounds), concurrency=args.concurrency)
+    rows = [(e.conversation_id.encode(), v) for e, v in zip(workload.events, workload.values, strict=True)]
+    if args.profile:
+        _profile(rows, args.batch, args.top)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp:
+        records = Path(tmp) / "records.pickle"
+        records.write_bytes(pickle.dumps(rows))
+        trees = {"current": ROOT}
+        if args.baseline:
+            trees = {f"baseline {args.baseline}": _export(args.baseline, Path(tmp)), **trees}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for _ in range(args.repeats):
+            for name, tree in trees.items():
+                runs[name].append(_run(tree, records, args.batch))
+    print(
+        f"\n{len(rows)} ingress events, {args.conversations} conversations, {workload.committed_turns} "
+        f"committed turns, batches of {args.batch}; median of {args.repeats} (CPU time)\n"
+    )
+    print("| engine | events/s (CPU) | events/s (wall) | µs/event | state bytes | output digest |")
+    print("|---|---:|---:|---:|---:|---|")
+    rates: dict[str, float] = {}
+    for name, results in runs.items():
+        cpu = statistics.median(r["cpu_s"] for r in results)
+        wall = statistics.median(r["wall_s"] for r in results)
+        rates[name] = len(rows) / cpu
+        digests = {r["digest"][:12] for r in results}
+        print(
+            f"| {name} | {len(rows) / cpu:,.0f} | {len(rows) / wall:,.0f} | {1e6 * cpu / len(rows):.0f} "
+            f"| {results[0]['state_bytes']:,} | {', '.join(sorted(digests))} |"
+        )
+    if args.baseline:
+        (base, base_runs), (_, cur_runs) = list(runs.items())
+        ratios = [b["cpu_s"] / c["cpu_s"] for b, c in zip(base_runs, cur_runs, strict=True)]
+        same = {r["digest"] for r in base_runs} == {r["digest"] for r in cur_runs}
+        print(
+            f"\nspeed-up current / {base}: {statistics.median(ratios):.2f}x (median of per-repeat ratios); "
+            f"outputs and final state byte-identical: {'yes' if same else 'NO'}"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

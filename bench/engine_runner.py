@@ -1,0 +1,63 @@
+"""Fold pre-encoded ingress records through `BatchEngine` once and report time and an output digest.
+
+Run as a script (`python bench/engine_runner.py RECORDS.pickle BATCH`) so that whichever
+`turnledger` is first on `PYTHONPATH` is the one measured: `bench_dispatch_engine --baseline`
+points it at an exported older tree to compare engines in the same run on the same input.
+Prints one JSON line: cpu and wall seconds, events, and a sha256 over every output
+(stream, key, value) and the final store, to prove the two engines byte-identical.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import pickle
+import sys
+import time
+
+
+class DictStore(dict[str, bytes]):
+    def put(self, key: str, value: bytes) -> None:
+        self[key] = value
+
+
+def main(path: str, batch: int) -> None:
+    import turnledger
+    from turnledger.dispatch.engine import BatchEngine, SourceRecord
+
+    with open(path, "rb") as f:
+        rows = pickle.load(f)
+    records = [SourceRecord("turnledger.ingress", 0, i, key, value) for i, (key, value) in enumerate(rows)]
+    engine, store = BatchEngine(), DictStore()
+    digest = hashlib.sha256()
+    outputs = 0
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    for i in range(0, len(records), batch):
+        for out in engine.process_batch(records[i : i + batch], store):
+            digest.update(out.stream.value.encode())
+            digest.update(out.key or b"")
+            digest.update(out.value)
+            outputs += 1
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    for key in sorted(store):
+        digest.update(key.encode())
+        digest.update(store[key])
+    print(
+        json.dumps(
+            {
+                "turnledger": turnledger.__file__,
+                "events": len(records),
+                "outputs": outputs,
+                "cpu_s": cpu,
+                "wall_s": wall,
+                "state_bytes": sum(len(v) for v in store.values()),
+                "digest": digest.hexdigest(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
