@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
+from turnledger.model.base import FastCopy
 from turnledger.model.events import DispatchRequested, DispatchState
 from turnledger.model.manifest import DispatchManifest
 from turnledger.sequence.graph_state import GraphState
@@ -19,7 +20,7 @@ FINAL_STATES = frozenset({DispatchState.COMMITTED, DispatchState.REJECTED, Dispa
 ACTIVE_STATES = frozenset({DispatchState.DISPATCHING, DispatchState.SENT, DispatchState.STREAMING})
 
 
-class _State(BaseModel):
+class _State(FastCopy):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
