@@ -103,7 +103,10 @@ def _model_json(model: BaseModel) -> bytes:
     hit = _json_cache.get(key)
     if hit is not None and hit[0]() is model:
         return hit[1]
-    value = model.__pydantic_serializer__.to_json(model)
+    if isinstance(model, OperationState):
+        value = _operation_json(model)
+    else:
+        value = model.__pydantic_serializer__.to_json(model)
     _json_cache[key] = (weakref.ref(model, _forget(key)), value)
     return value
 
@@ -113,6 +116,53 @@ def _forget(key: int) -> Callable[[weakref.ref[BaseModel]], None]:
         _json_cache.pop(key, None)
 
     return callback
+
+
+_OPERATION_FIELDS = (
+    "operation_id",
+    "state",
+    "request",
+    "manifest",
+    "prepared_revision",
+    "attempt_generation",
+    "attempt_cancel_generation",
+    "idempotency_key",
+    "response_handle",
+    "attempt_terminated",
+    "assembler",
+    "committed_revision",
+    "updated_at_ms",
+)
+if tuple(OperationState.model_fields) != _OPERATION_FIELDS:  # pragma: no cover - guards _operation_json
+    raise RuntimeError("OperationState fields changed: update _operation_json() to match model_dump_json()")
+
+_OPERATION_KEYS = tuple(f'"{name}":'.encode() for name in _OPERATION_FIELDS)
+
+
+def _operation_json(op: OperationState) -> bytes:
+    """Exactly `op.model_dump_json().encode()`, reusing the JSON of its request and manifest.
+
+    An operation is copied on every event that addresses it, but its request never
+    changes and its manifest only when it is (re)prepared: both stay the same objects,
+    and they hold the largest part of its JSON (the manifest's full request body).
+    """
+    manifest = op.manifest
+    values = (
+        to_json(op.operation_id),
+        to_json(op.state),
+        _model_json(op.request),
+        b"null" if manifest is None else _model_json(manifest),
+        to_json(op.prepared_revision),
+        to_json(op.attempt_generation),
+        to_json(op.attempt_cancel_generation),
+        to_json(op.idempotency_key),
+        to_json(op.response_handle),
+        to_json(op.attempt_terminated),
+        to_json(op.assembler),
+        to_json(op.committed_revision),
+        to_json(op.updated_at_ms),
+    )
+    return b"{" + b",".join(k + v for k, v in zip(_OPERATION_KEYS, values, strict=True)) + b"}"
 
 
 def state_json(state: ConversationState) -> bytes:
