@@ -136,8 +136,6 @@ _OPERATION_FIELDS = (
 if tuple(OperationState.model_fields) != _OPERATION_FIELDS:  # pragma: no cover - guards _operation_json
     raise RuntimeError("OperationState fields changed: update _operation_json() to match model_dump_json()")
 
-_OPERATION_KEYS = tuple(f'"{name}":'.encode() for name in _OPERATION_FIELDS)
-
 
 def _operation_json(op: OperationState) -> bytes:
     """Exactly `op.model_dump_json().encode()`, reusing the JSON of its request and manifest.
@@ -145,24 +143,35 @@ def _operation_json(op: OperationState) -> bytes:
     An operation is copied on every event that addresses it, but its request never
     changes and its manifest only when it is (re)prepared: both stay the same objects,
     and they hold the largest part of its JSON (the manifest's full request body).
+    The scalar fields are serialized as two dicts in declaration order (one call each,
+    the same JSON per value as in the model) and spliced around the cached parts.
     """
     manifest = op.manifest
-    values = (
-        to_json(op.operation_id),
-        to_json(op.state),
-        _model_json(op.request),
-        b"null" if manifest is None else _model_json(manifest),
-        to_json(op.prepared_revision),
-        to_json(op.attempt_generation),
-        to_json(op.attempt_cancel_generation),
-        to_json(op.idempotency_key),
-        to_json(op.response_handle),
-        to_json(op.attempt_terminated),
-        to_json(op.assembler),
-        to_json(op.committed_revision),
-        to_json(op.updated_at_ms),
+    head = to_json({"operation_id": op.operation_id, "state": op.state})
+    tail = to_json(
+        {
+            "prepared_revision": op.prepared_revision,
+            "attempt_generation": op.attempt_generation,
+            "attempt_cancel_generation": op.attempt_cancel_generation,
+            "idempotency_key": op.idempotency_key,
+            "response_handle": op.response_handle,
+            "attempt_terminated": op.attempt_terminated,
+            "assembler": op.assembler,
+            "committed_revision": op.committed_revision,
+            "updated_at_ms": op.updated_at_ms,
+        }
     )
-    return b"{" + b",".join(k + v for k, v in zip(_OPERATION_KEYS, values, strict=True)) + b"}"
+    return b"".join(
+        (
+            head[:-1],
+            b',"request":',
+            _model_json(op.request),
+            b',"manifest":',
+            b"null" if manifest is None else _model_json(manifest),
+            b",",
+            tail[1:],
+        )
+    )
 
 
 def state_json(state: ConversationState) -> bytes:
