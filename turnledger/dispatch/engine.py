@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from turnledger.codec import CodecError, decode, encode
+from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec, encode
+from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, state_json
 from turnledger.model.base import Frozen
@@ -83,13 +84,25 @@ class StateDecodeError(ValueError):
     """A changelog value that is not a ConversationSnapshot of a known format."""
 
 
+_SNAPSHOT_RECORD = f"{NAMESPACE}.{ConversationSnapshot.__name__}"
+
+
 def encode_state(state: ConversationState) -> bytes:
-    snapshot = ConversationSnapshot(
-        conversation_id=state.conversation_id,
-        format_version=STATE_FORMAT_VERSION,
-        state=state_json(state),
-    )
-    return encode(snapshot)
+    """`encode(ConversationSnapshot(...))` without building and dumping the model.
+
+    The fields are already typed (str, int, bytes), so the datum is handed to the
+    codec directly under the schema's field names: the same Avro bytes.
+    """
+    codec = default_codec()
+    entry = codec.registry.reader(_SNAPSHOT_RECORD)
+    if entry is None:  # pragma: no cover - the shipped schemas hold it
+        raise UnencodableRecord(f"no schema for {_SNAPSHOT_RECORD}")
+    datum = {
+        "conversationId": state.conversation_id,
+        "formatVersion": STATE_FORMAT_VERSION,
+        "state": state_json(state),
+    }
+    return codec.encode_datum(entry, datum)
 
 
 def decode_state(value: bytes) -> ConversationState:

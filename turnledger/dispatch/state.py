@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
+from turnledger.model.base import FastCopy
 from turnledger.model.events import DispatchRequested, DispatchState
 from turnledger.model.manifest import DispatchManifest
 from turnledger.sequence.graph_state import GraphState
@@ -19,7 +20,7 @@ FINAL_STATES = frozenset({DispatchState.COMMITTED, DispatchState.REJECTED, Dispa
 ACTIVE_STATES = frozenset({DispatchState.DISPATCHING, DispatchState.SENT, DispatchState.STREAMING})
 
 
-class _State(BaseModel):
+class _State(FastCopy):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -102,7 +103,10 @@ def _model_json(model: BaseModel) -> bytes:
     hit = _json_cache.get(key)
     if hit is not None and hit[0]() is model:
         return hit[1]
-    value = model.__pydantic_serializer__.to_json(model)
+    if isinstance(model, OperationState):
+        value = _operation_json(model)
+    else:
+        value = model.__pydantic_serializer__.to_json(model)
     _json_cache[key] = (weakref.ref(model, _forget(key)), value)
     return value
 
@@ -112,6 +116,62 @@ def _forget(key: int) -> Callable[[weakref.ref[BaseModel]], None]:
         _json_cache.pop(key, None)
 
     return callback
+
+
+_OPERATION_FIELDS = (
+    "operation_id",
+    "state",
+    "request",
+    "manifest",
+    "prepared_revision",
+    "attempt_generation",
+    "attempt_cancel_generation",
+    "idempotency_key",
+    "response_handle",
+    "attempt_terminated",
+    "assembler",
+    "committed_revision",
+    "updated_at_ms",
+)
+if tuple(OperationState.model_fields) != _OPERATION_FIELDS:  # pragma: no cover - guards _operation_json
+    raise RuntimeError("OperationState fields changed: update _operation_json() to match model_dump_json()")
+
+
+def _operation_json(op: OperationState) -> bytes:
+    """Exactly `op.model_dump_json().encode()`, reusing the JSON of its request and manifest.
+
+    An operation is copied on every event that addresses it, but its request never
+    changes and its manifest only when it is (re)prepared: both stay the same objects,
+    and they hold the largest part of its JSON (the manifest's full request body).
+    The scalar fields are serialized as two dicts in declaration order (one call each,
+    the same JSON per value as in the model) and spliced around the cached parts.
+    """
+    manifest = op.manifest
+    head = to_json({"operation_id": op.operation_id, "state": op.state})
+    tail = to_json(
+        {
+            "prepared_revision": op.prepared_revision,
+            "attempt_generation": op.attempt_generation,
+            "attempt_cancel_generation": op.attempt_cancel_generation,
+            "idempotency_key": op.idempotency_key,
+            "response_handle": op.response_handle,
+            "attempt_terminated": op.attempt_terminated,
+            "assembler": op.assembler,
+            "committed_revision": op.committed_revision,
+            "updated_at_ms": op.updated_at_ms,
+        }
+    )
+    return b"".join(
+        (
+            head[:-1],
+            b',"request":',
+            _model_json(op.request),
+            b',"manifest":',
+            b"null" if manifest is None else _model_json(manifest),
+            b",",
+            tail[1:],
+        )
+    )
 
 
 def state_json(state: ConversationState) -> bytes:

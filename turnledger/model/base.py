@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+_set = object.__setattr__
 
-class Frozen(BaseModel):
+
+class FastCopy(BaseModel):
+    """`model_copy(update=...)` without pydantic's generic `__copy__` machinery.
+
+    Same result as `BaseModel.model_copy` for these models (no private attributes, no
+    extras, shallow copy): a new instance whose `__dict__` is the old one with `update`
+    applied, unvalidated, and whose fields-set adds the updated names. Anything else
+    (deep copies, models with private or extra attributes) goes through pydantic.
+    """
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__:
+            return super().model_copy(update=update, deep=deep)
+        cls = type(self)
+        copied = cls.__new__(cls)
+        values = self.__dict__.copy()
+        values.update(update)
+        _set(copied, "__dict__", values)
+        _set(copied, "__pydantic_extra__", self.__pydantic_extra__)
+        _set(copied, "__pydantic_fields_set__", self.__pydantic_fields_set__ | update.keys())
+        _set(copied, "__pydantic_private__", None)
+        return copied
+
+
+class Frozen(FastCopy):
     model_config = ConfigDict(
         frozen=True,
         alias_generator=to_camel,
