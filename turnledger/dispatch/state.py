@@ -105,6 +105,8 @@ def _model_json(model: BaseModel) -> bytes:
         return hit[1]
     if isinstance(model, OperationState):
         value = _operation_json(model)
+    elif isinstance(model, GraphState):
+        value = _graph_json(model)
     else:
         value = model.__pydantic_serializer__.to_json(model)
     _json_cache[key] = (weakref.ref(model, _forget(key)), value)
@@ -170,6 +172,46 @@ def _operation_json(op: OperationState) -> bytes:
             b"null" if manifest is None else _model_json(manifest),
             b",",
             tail[1:],
+        )
+    )
+
+
+_GRAPH_FIELDS = (
+    "conversation_id",
+    "revision",
+    "blocks",
+    "chain_head",
+    "sequence_digest",
+    "block_ids",
+    "calls",
+    "results",
+    "pending_call_ids",
+)
+if tuple(GraphState.model_fields) != _GRAPH_FIELDS:  # pragma: no cover - guards _graph_json
+    raise RuntimeError("GraphState fields changed: update _graph_json() to match model_dump_json()")
+_GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
+
+
+def _graph_json(graph: GraphState) -> bytes:
+    """Exactly `graph.model_dump_json().encode()`, reusing the JSON of every unchanged block.
+
+    Each turn appends blocks to `blocks` (`state.blocks + new`): the earlier blocks are the
+    very same frozen objects in the new state, so only the new ones are serialized; without
+    this every dirty conversation re-serialized its whole history per batch. The fields
+    after `blocks` go through the model's own serializer (with the first three excluded) and
+    are spliced after the block list.
+    """
+    rest = graph.__pydantic_serializer__.to_json(graph, exclude=_GRAPH_HEAD)
+    return b"".join(
+        (
+            b'{"conversation_id":',
+            to_json(graph.conversation_id),
+            b',"revision":',
+            to_json(graph.revision),
+            b',"blocks":[',
+            b",".join([_model_json(block) for block in graph.blocks]),
+            b"],",
+            rest[1:],
         )
     )
 

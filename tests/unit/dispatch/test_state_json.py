@@ -1,0 +1,61 @@
+"""`state_json` (the incremental changelog JSON) is byte-identical to `model_dump_json`."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import pytest
+
+from turnledger.dispatch.state import ConversationState, _model_json, state_json
+from turnledger.model.base import Frozen
+from turnledger.model.events import IngressEvent
+
+from . import test_fold
+from .scenario import Conversation, text_stream
+
+FOLD_SCENARIOS = [
+    fn
+    for name, fn in inspect.getmembers(test_fold, inspect.isfunction)
+    if name.startswith("test_") and not inspect.signature(fn).parameters
+]
+
+
+def _assert_identical(state: ConversationState) -> None:
+    assert state_json(state) == state.model_dump_json().encode()
+    assert _model_json(state.graph) == state.graph.model_dump_json().encode()
+    for block in state.graph.blocks:
+        assert _model_json(block) == block.model_dump_json().encode()
+
+
+@pytest.mark.parametrize("scenario", FOLD_SCENARIOS, ids=lambda fn: fn.__name__)
+def test_every_state_of_every_fold_scenario(
+    scenario: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[ConversationState] = []
+    apply = Conversation.apply
+
+    def checked(self: Conversation, event: IngressEvent) -> list[Frozen]:
+        _assert_identical(self.state)
+        outputs = apply(self, event)
+        _assert_identical(self.state)
+        seen.append(self.state)
+        return outputs
+
+    monkeypatch.setattr(Conversation, "apply", checked)
+    scenario()
+    assert seen
+    # again, now that every part is cached
+    for state in seen:
+        _assert_identical(state)
+
+
+def test_awkward_strings_and_growing_history() -> None:
+    c = Conversation(conversation_id='conv "quoted" \\ ,"chain_head": ünï\u2028')
+    for i in range(5):
+        c.user(f'turn {i}: "quote", \\backslash\\, ,"blocks":[], \u0000 \U0001f600')
+        _assert_identical(c.state)
+    c.dispatch_to_streaming()
+    c.deltas(text_stream(['"a",', "\\"], stop=True))
+    _assert_identical(c.state)
+    assert len(c.state.graph.blocks) > 5
