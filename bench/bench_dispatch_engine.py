@@ -1,7 +1,7 @@
 """The pure dispatch engine (`BatchEngine.process_batch`) on the realistic mix, no broker.
 
     python -m bench.bench_dispatch_engine [--conversations 2000] [--batch 500] [--repeats 3]
-        [--baseline REF] [--profile]
+        [--baseline REF] [--tune-gc] [--profile]
 
 The workload (bench/dispatch_workload.py) is built once, encoded, and folded in batches of
 `--batch` records (interleaved conversations, so a batch dirties up to `--batch`
@@ -9,6 +9,8 @@ conversations, as in the processor). Every repeat runs in a fresh subprocess
 (bench/engine_runner.py). `--baseline REF` exports git REF to a temp dir and alternates
 repeats of the two engines on the same records: the table reports the median events/s (CPU
 time) of each, the ratio, and whether their outputs and final states are byte-identical.
+`--tune-gc` applies the Kafka runtime's GC settings (`tune_gc`: freeze after restore, larger
+gen0 threshold) to the current tree only, e.g. with `--baseline HEAD` to measure just that.
 `--profile` prints the cProfile top functions of one in-process run instead.
 """
 
@@ -46,8 +48,10 @@ def _export(ref: str, into: Path) -> Path:
     return target
 
 
-def _run(tree: Path, records: Path, batch: int) -> dict[str, Any]:
+def _run(tree: Path, records: Path, batch: int, tune_gc: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    if tune_gc:
+        env["TURNLEDGER_BENCH_TUNE_GC"] = "1"
     out = subprocess.run(
         [sys.executable, str(RUNNER), str(records), str(batch)],
         check=True,
@@ -87,6 +91,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=1_000, help="conversations active at once")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git ref of the engine to compare with")
+    parser.add_argument(
+        "--tune-gc",
+        action="store_true",
+        help="apply the Kafka runtime's GC settings (processors/runtime.py tune_gc) to the current tree only",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="300 conversations, 1 repeat")
@@ -102,13 +111,14 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp:
         records = Path(tmp) / "records.pickle"
         records.write_bytes(pickle.dumps(rows))
-        trees = {"current": ROOT}
+        current = "current (tune_gc)" if args.tune_gc else "current"
+        trees = {current: ROOT}
         if args.baseline:
             trees = {f"baseline {args.baseline}": _export(args.baseline, Path(tmp)), **trees}
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(args.repeats):
             for name, tree in trees.items():
-                runs[name].append(_run(tree, records, args.batch))
+                runs[name].append(_run(tree, records, args.batch, args.tune_gc and tree == ROOT))
     print(
         f"\n{len(rows)} ingress events, {args.conversations} conversations, {workload.committed_turns} "
         f"committed turns, batches of {args.batch}; median of {args.repeats} (CPU time)\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
 import pickle
 import sys
 import time
@@ -33,6 +34,11 @@ def main(path: str, batch: int) -> None:
     digest = hashlib.sha256()
     outputs = 0
     gc.collect()
+    if os.environ.get("TURNLEDGER_BENCH_TUNE_GC"):
+        # what the Kafka runtime does once the state is restored (processors/runtime.py)
+        from turnledger.processors.runtime import tune_gc
+
+        tune_gc()
     cpu, wall = time.process_time(), time.perf_counter()
     for i in range(0, len(records), batch):
         for out in engine.process_batch(records[i : i + batch], store):
