@@ -1,0 +1,73 @@
+"""The dispatch CAS, the send acceptance point: (conversationRevision, cancelGeneration, PREPARED)."""
+
+from __future__ import annotations
+
+from turnledger.dispatch.state import ConversationState, OperationState
+from turnledger.dispatch.step import Step
+from turnledger.model.canonical import digest_of
+from turnledger.model.events import (
+    DispatchAttempt,
+    DispatchState,
+)
+from turnledger.model.reasons import ReasonCode
+
+S = DispatchState
+
+
+def on_dispatch_attempt(step: Step, op: OperationState, event: DispatchAttempt) -> None:
+    """The send acceptance point: CAS on (revision, cancelGeneration, PREPARED)."""
+    state = step.state
+    conflict = attempt_conflict(state, op, event)
+    if conflict is not None:
+        reason, detail = conflict
+        step.decide(op, op.state, accepted=False, reason=reason, detail=detail)
+        return
+    assert op.manifest is not None
+    generation = op.attempt_generation + 1
+    key = digest_of({"manifest": op.manifest.manifest_digest, "attemptGeneration": generation})
+    step.transition(
+        op,
+        S.DISPATCHING,
+        attempt_generation=generation,
+        attempt_cancel_generation=state.cancel_generation,
+        idempotency_key=key,
+        response_handle=None,
+        attempt_terminated=False,
+        assembler=None,
+    )
+
+
+def attempt_conflict(
+    state: ConversationState, op: OperationState, event: DispatchAttempt
+) -> tuple[ReasonCode, str] | None:
+    revision = op.manifest.conversation_revision if op.manifest else -1
+    checks: tuple[tuple[bool, ReasonCode, str], ...] = (
+        (
+            op.state not in (S.PREPARED, S.UNKNOWN),
+            ReasonCode.CAS_STATE_MISMATCH,
+            f"operation is {op.state}, not PREPARED",
+        ),
+        (
+            event.expected_revision != revision or state.graph.revision != revision,
+            ReasonCode.CAS_REVISION_MISMATCH,
+            f"attempt expects revision {event.expected_revision}, manifest has {revision}, "
+            f"conversation is at {state.graph.revision}",
+        ),
+        (
+            event.expected_cancel_generation != state.cancel_generation,
+            ReasonCode.CAS_CANCEL_GENERATION_MISMATCH,
+            f"attempt expects cancel generation {event.expected_cancel_generation}, "
+            f"conversation is at {state.cancel_generation}",
+        ),
+        (
+            op.state == S.UNKNOWN and not op.attempt_terminated,
+            ReasonCode.OLD_ATTEMPT_NOT_TERMINATED,
+            f"generation {op.attempt_generation} is not confirmed terminated",
+        ),
+        (
+            bool(state.in_flight(except_id=op.operation_id)),
+            ReasonCode.CAS_STATE_MISMATCH,
+            "another operation of this conversation is in flight",
+        ),
+    )
+    return next(((reason, detail) for failed, reason, detail in checks if failed), None)

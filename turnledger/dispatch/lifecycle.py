@@ -1,0 +1,220 @@
+"""An accepted attempt: sent, bound to its manifest, streamed, then committed through the canonical
+CAS, or settled UNKNOWN (recovery, disconnect, incomplete response) until resumed or terminated."""
+
+from __future__ import annotations
+
+from turnledger.dispatch.assemblers import keep_live, restore_assembler, tools_of
+from turnledger.dispatch.responses import candidate_blocks_to_committed
+from turnledger.dispatch.state import OperationState
+from turnledger.dispatch.step import Step, rejection_detail
+from turnledger.model.deltas import DeltaType
+from turnledger.model.events import (
+    AttemptTerminated,
+    CommittedTurn,
+    DispatchSent,
+    DispatchState,
+    HandleBound,
+    PreviewUpdated,
+    RecoveryReported,
+    ResumeStarted,
+    StreamDeltas,
+    StreamEnded,
+    StreamOutcome,
+    ToolCallReady,
+)
+from turnledger.model.graph import BlockKind
+from turnledger.model.reasons import ReasonCode
+from turnledger.sequence.builder import append
+from turnledger.sequence.outcome import Invalid
+from turnledger.streaming.assembler import BlockAssembler
+from turnledger.streaming.outcomes import Complete, Incomplete
+
+S = DispatchState
+
+
+def on_sent(step: Step, op: OperationState, event: DispatchSent) -> None:
+    step.transition(op, S.SENT)
+
+
+def on_handle_bound(step: Step, op: OperationState, event: HandleBound) -> None:
+    assert op.manifest is not None
+    bound_to = step.state.handles.get(event.response_handle)
+    if event.manifest_digest != op.manifest.manifest_digest or (
+        bound_to is not None and bound_to != op.manifest.manifest_digest
+    ):
+        step.reject(
+            ReasonCode.HANDLE_BOUND_TO_OTHER_MANIFEST,
+            f"handle {event.response_handle} is bound to "
+            f"{bound_to or event.manifest_digest}, not {op.manifest.manifest_digest}",
+            operation_id=op.operation_id,
+        )
+        return
+    assembler = BlockAssembler(tools_of(op))
+    step.state = step.state.model_copy(
+        update={"handles": {**step.state.handles, event.response_handle: op.manifest.manifest_digest}}
+    )
+    step.transition(op, S.STREAMING, response_handle=event.response_handle, assembler=keep_live(assembler))
+
+
+def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
+    """Feed the attempt's assembler; previews are coalesced per event (one per block, the latest).
+
+    Coalescing per ingress event rather than per processor batch keeps the outputs a
+    function of the log alone, so a replay with other batch boundaries is byte-identical.
+    """
+    assembler = restore_assembler(op)
+    assert assembler is not None
+    previews: dict[int, tuple[str, int]] = {}
+    for delta in event.deltas:
+        if delta.response_handle != op.response_handle or delta.generation != op.attempt_generation:
+            step.quarantine(
+                op.operation_id,
+                delta.generation,
+                ReasonCode.FOREIGN_HANDLE,
+                f"delta of handle {delta.response_handle} generation {delta.generation}",
+            )
+            continue
+        fed = assembler.feed(delta)
+        for index, text in fed.preview_updates.items():
+            previews[index] = (text, delta.delta_sequence)
+        if delta.type in (DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR):
+            finish(step, op.model_copy(update={"assembler": assembler.snapshot()}), assembler)
+            return
+    for index, (text, through) in sorted(previews.items()):
+        step.outputs.append(
+            PreviewUpdated(
+                conversation_id=step.state.conversation_id,
+                operation_id=op.operation_id,
+                attempt_generation=op.attempt_generation,
+                block_index=index,
+                text=text,
+                through_sequence=through,
+                occurred_at_ms=step.at,
+            )
+        )
+    step.put(op, assembler=keep_live(assembler))
+
+
+def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:
+    """The provider finished: commit through the canonical CAS, or settle UNKNOWN with why."""
+    outcome = assembler.finish()
+    if isinstance(outcome, Incomplete):
+        op = step.retract(op, outcome.reason)
+        step.transition(op, S.UNKNOWN, reason=outcome.reason, detail=outcome.detail, attempt_terminated=True)
+        return
+    assert isinstance(outcome, Complete)
+    canonical_commit(step, op, outcome)
+
+
+def canonical_commit(step: Step, op: OperationState, outcome: Complete) -> None:
+    """The canonical CAS: only the active generation, at the manifest's revision, uncancelled."""
+    state = step.state
+    assert op.manifest is not None
+    revision = op.manifest.conversation_revision
+    if state.graph.revision != revision or state.cancel_generation != op.attempt_cancel_generation:
+        detail = (
+            f"conversation is at revision {state.graph.revision}, cancel generation {state.cancel_generation}"
+        )
+        refuse_commit(step, op, ReasonCode.CANONICAL_CAS_CONFLICT, detail)
+        return
+    turn_id = f"{op.operation_id}#{op.attempt_generation}"
+    blocks = candidate_blocks_to_committed(state.graph, turn_id, op.attempt_generation, outcome.blocks)
+    appended = append(state.graph, blocks)
+    if isinstance(appended, Invalid):
+        detail = "; ".join(rejection_detail(r) for r in appended.rejections)
+        refuse_commit(step, op, appended.rejections[0].code, detail)
+        return
+    step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, turn_id)})
+    step.outputs.append(
+        CommittedTurn(
+            conversation_id=state.conversation_id,
+            revision=appended.revision,
+            turn_id=turn_id,
+            source_event_id=step.event.event_id,
+            operation_id=op.operation_id,
+            attempt_generation=op.attempt_generation,
+            blocks=blocks,
+            occurred_at_ms=step.at,
+        )
+    )
+    step.transition(
+        op, S.COMMITTED, committed_revision=appended.revision, assembler=None, attempt_terminated=True
+    )
+    for block in blocks:
+        if block.kind == BlockKind.TOOL_CALL:
+            assert block.call_id and block.tool_name and block.arguments is not None and block.argument_digest
+            step.outputs.append(
+                ToolCallReady(
+                    conversation_id=state.conversation_id,
+                    revision=appended.revision,
+                    operation_id=op.operation_id,
+                    attempt_generation=op.attempt_generation,
+                    block_id=block.id,
+                    call_id=block.call_id,
+                    tool_name=block.tool_name,
+                    arguments=block.arguments,
+                    argument_digest=block.argument_digest,
+                    schema_digest=block.schema_digest,
+                    occurred_at_ms=step.at,
+                )
+            )
+
+
+def refuse_commit(step: Step, op: OperationState, reason: ReasonCode, detail: str) -> None:
+    """A complete response that may not become canonical: kept in quarantine, never in history."""
+    step.quarantine(op.operation_id, op.attempt_generation, reason, detail)
+    op = step.retract(op, reason)
+    step.transition(op, S.UNKNOWN, reason=reason, detail=detail, attempt_terminated=True)
+
+
+SETTLED_BEFORE_STREAM_END = frozenset({S.COMMITTED, S.UNKNOWN, S.CANCELLED})
+
+
+def on_stream_ended(step: Step, op: OperationState, event: StreamEnded) -> None:
+    if op.state in SETTLED_BEFORE_STREAM_END:
+        return
+    if event.outcome == StreamOutcome.DISCONNECTED:
+        # The provider may still be generating: UNKNOWN until resumed or confirmed terminated.
+        step.transition(op, S.UNKNOWN, reason=ReasonCode.STREAM_DISCONNECTED, detail=resumable(event))
+        return
+    assembler = restore_assembler(op)
+    if assembler is None:
+        reason = ReasonCode.MISSING_STOP
+        if event.outcome == StreamOutcome.PROVIDER_ERROR:
+            reason = ReasonCode.PROVIDER_ERROR
+        step.transition(
+            op, S.UNKNOWN, reason=reason, detail="stream ended before any delta", attempt_terminated=True
+        )
+        return
+    finish(step, op, assembler)
+
+
+def resumable(event: StreamEnded) -> str:
+    return "resumable" if event.resumable else "not resumable"
+
+
+def on_recovery(step: Step, op: OperationState, event: RecoveryReported) -> None:
+    step.transition(op, S.UNKNOWN, reason=ReasonCode.WORKER_RECOVERED, detail=f"worker {event.worker_id}")
+
+
+def on_resume(step: Step, op: OperationState, event: ResumeStarted) -> None:
+    if op.attempt_terminated:
+        step.reject(
+            ReasonCode.ILLEGAL_TRANSITION,
+            f"generation {op.attempt_generation} is terminated; start a new attempt",
+            operation_id=op.operation_id,
+        )
+        return
+    if op.response_handle is None or event.response_handle != op.response_handle:
+        step.reject(
+            ReasonCode.HANDLE_BOUND_TO_OTHER_MANIFEST,
+            f"resume with handle {event.response_handle}, attempt is bound to {op.response_handle}",
+            operation_id=op.operation_id,
+        )
+        return
+    step.transition(op, S.STREAMING)
+
+
+def on_terminated(step: Step, op: OperationState, event: AttemptTerminated) -> None:
+    op = step.retract(op, ReasonCode.STREAM_DISCONNECTED)
+    step.transition(op, S.UNKNOWN, attempt_terminated=True, reason=ReasonCode.STREAM_DISCONNECTED)

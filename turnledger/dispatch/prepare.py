@@ -1,0 +1,107 @@
+"""DispatchRequested: build, validate, render and admit the sequence; PREPARED with a manifest, or why not."""
+
+from __future__ import annotations
+
+from turnledger.adapters.admission import Admitted, OverBudget, admit
+from turnledger.adapters.base import DispatchParams, UnknownAdapterError, UnsupportedKind
+from turnledger.adapters.registry import get_adapter
+from turnledger.dispatch.state import OperationState
+from turnledger.dispatch.step import Step, rejection_detail
+from turnledger.model.canonical import digest_of
+from turnledger.model.events import (
+    DispatchRequested,
+    DispatchState,
+    ManifestIssued,
+)
+from turnledger.model.manifest import DispatchManifest
+from turnledger.model.reasons import ReasonCode
+from turnledger.sequence.builder import sequence_of
+from turnledger.sequence.outcome import Invalid, Valid, Waiting
+
+S = DispatchState
+
+
+def on_dispatch_requested(step: Step, event: DispatchRequested) -> None:
+    if event.operation_id in step.state.operations:
+        step.reject(
+            ReasonCode.DUPLICATE_OPERATION,
+            f"operation {event.operation_id} already exists",
+            operation_id=event.operation_id,
+        )
+        return
+    op = OperationState(operation_id=event.operation_id, state=S.WAITING, request=event)
+    prepare(step, op, new=True)
+
+
+def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
+    """Build, validate, render and admit the current sequence: PREPARED, or why not."""
+    previous = None if new else op.state
+    request = op.request
+    try:
+        adapter = get_adapter(request.adapter)
+    except UnknownAdapterError as exc:
+        settle(step, op, previous, S.REJECTED, ReasonCode.UNKNOWN_ADAPTER, str(exc))
+        return
+    outcome = sequence_of(step.state.graph)
+    if isinstance(outcome, Waiting):
+        if previous != S.WAITING:
+            detail = f"pending tool calls {list(outcome.pending_call_ids)}"
+            settle(step, op, previous, S.WAITING, None, detail)
+        return
+    if isinstance(outcome, Invalid):  # unreachable while history is validated on append
+        rejection = outcome.rejections[0]
+        settle(step, op, previous, S.REJECTED, rejection.code, rejection_detail(rejection))
+        return
+    assert isinstance(outcome, Valid)
+    sequence = outcome.sequence
+    if not sequence.blocks:
+        settle(step, op, previous, S.REJECTED, ReasonCode.EMPTY_SEQUENCE, "the conversation has no blocks")
+        return
+    params = DispatchParams.of_request(request)
+    rendered = adapter.render(sequence, params)
+    if isinstance(rendered, UnsupportedKind):
+        detail = f"{adapter.adapter_id} does not know kind {rendered.kind!r} (block {rendered.block_id})"
+        settle(step, op, previous, S.PAUSED, ReasonCode.UNSUPPORTED_KIND, detail)
+        return
+    admission = admit(adapter, rendered, params)
+    if isinstance(admission, OverBudget):
+        detail = f"{admission.input_tokens} input tokens exceed the budget of {admission.limit}"
+        settle(step, op, previous, S.REJECTED, ReasonCode.TOKEN_BUDGET_EXCEEDED, detail)
+        return
+    if not isinstance(admission, Admitted):
+        settle(step, op, previous, S.REJECTED, ReasonCode.UNKNOWN_MODEL, f"model {request.model_revision}")
+        return
+    manifest = DispatchManifest(
+        operation_id=op.operation_id,
+        conversation_id=step.state.conversation_id,
+        conversation_revision=sequence.conversation_revision,
+        cancel_generation=step.state.cancel_generation,
+        sequence_digest=sequence.sequence_digest,
+        blocks=sequence.block_refs(),
+        adapter=adapter.adapter_id,
+        adapter_digest=adapter.digest,
+        provider=adapter.provider,
+        model_revision=request.model_revision,
+        toolset_digest=digest_of([t.to_json_dict() for t in request.tools]),
+        max_output_tokens=request.max_output_tokens,
+        policy=dict(request.policy),
+        request_digest=rendered.request_digest,
+        request_body=rendered.body.decode("utf-8"),
+        input_tokens=admission.input_tokens,
+    ).sealed()
+    step.outputs.append(ManifestIssued(manifest=manifest, occurred_at_ms=step.at))
+    op = op.model_copy(update={"manifest": manifest, "prepared_revision": sequence.conversation_revision})
+    settle(step, op, previous, S.PREPARED, None, "")
+
+
+def settle(
+    step: Step,
+    op: OperationState,
+    previous: DispatchState | None,
+    new_state: DispatchState,
+    reason: ReasonCode | None,
+    detail: str,
+) -> None:
+    op = step.put(op, state=new_state)
+    accepted = new_state in (S.PREPARED, S.WAITING)
+    step.decide(op, previous, accepted=accepted, reason=reason, detail=detail)

@@ -1,0 +1,140 @@
+"""The working set of one fold step: the event, the evolving state, the outputs, and how they are written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnledger.dispatch.assemblers import had_previews
+from turnledger.dispatch.state import ConversationState, OperationState
+from turnledger.model.base import Frozen
+from turnledger.model.events import (
+    DispatchDecision,
+    DispatchState,
+    IngressEvent,
+    PreviewRetracted,
+    Quarantined,
+    Rejected,
+)
+from turnledger.model.reasons import ReasonCode
+
+OutputRecord = Frozen
+
+
+@dataclass
+class FoldResult:
+    state: ConversationState
+    outputs: list[OutputRecord] = field(default_factory=list)
+
+
+@dataclass
+class Step:
+    """The working set of one event: the event, the evolving state, the outputs so far."""
+
+    event: IngressEvent
+    state: ConversationState
+    outputs: list[OutputRecord] = field(default_factory=list)
+
+    @property
+    def at(self) -> int:
+        return self.event.occurred_at_ms
+
+    def reject(self, reason: ReasonCode, detail: str, operation_id: str | None = None) -> None:
+        self.outputs.append(
+            Rejected(
+                conversation_id=self.state.conversation_id,
+                operation_id=operation_id,
+                reason=reason,
+                detail=detail,
+                event_type=type(self.event).__name__,
+                event_id=self.event.event_id,
+                occurred_at_ms=self.at,
+            )
+        )
+
+    def quarantine(self, op_id: str, generation: int, reason: ReasonCode, detail: str = "") -> None:
+        self.outputs.append(
+            Quarantined(
+                conversation_id=self.state.conversation_id,
+                operation_id=op_id,
+                attempt_generation=generation,
+                reason=reason,
+                event_type=type(self.event).__name__,
+                event_id=self.event.event_id,
+                detail=detail,
+                occurred_at_ms=self.at,
+            )
+        )
+
+    def put(self, op: OperationState, **updates: Any) -> OperationState:
+        """Store `op` (with `updates` and this event's time) in the state: one copy of the operation."""
+        op = op.model_copy(update={**updates, "updated_at_ms": self.at})
+        self.state = self.state.with_operation(op)
+        return op
+
+    def transition(
+        self,
+        op: OperationState,
+        new_state: DispatchState,
+        *,
+        accepted: bool = True,
+        reason: ReasonCode | None = None,
+        detail: str = "",
+        **updates: Any,
+    ) -> OperationState:
+        previous = op.state
+        op = self.put(op, state=new_state, **updates)
+        self.decide(op, previous, accepted=accepted, reason=reason, detail=detail)
+        return op
+
+    def decide(
+        self,
+        op: OperationState,
+        previous: DispatchState | None,
+        *,
+        accepted: bool = True,
+        reason: ReasonCode | None = None,
+        detail: str = "",
+    ) -> None:
+        self.outputs.append(
+            DispatchDecision(
+                conversation_id=self.state.conversation_id,
+                operation_id=op.operation_id,
+                state=op.state,
+                previous_state=previous,
+                accepted=accepted,
+                reason=reason,
+                detail=detail,
+                conversation_revision=self.state.graph.revision,
+                cancel_generation=self.state.cancel_generation,
+                attempt_generation=op.attempt_generation,
+                idempotency_key=op.idempotency_key,
+                manifest_digest=op.manifest.manifest_digest if op.manifest else None,
+                response_handle=op.response_handle,
+                source_event_id=self.event.event_id,
+                occurred_at_ms=self.at,
+            )
+        )
+
+    def retract(self, op: OperationState, reason: ReasonCode) -> OperationState:
+        """Drop the attempt's candidates; announce the retraction of its previews if it had any."""
+        if op.assembler is not None and had_previews(op):
+            self.outputs.append(
+                PreviewRetracted(
+                    conversation_id=self.state.conversation_id,
+                    operation_id=op.operation_id,
+                    attempt_generation=op.attempt_generation,
+                    reason=reason,
+                    occurred_at_ms=self.at,
+                )
+            )
+        return op.model_copy(update={"assembler": None})
+
+
+def rejection_detail(rejection: Any) -> str:
+    where = " ".join(
+        f"{name}={value}"
+        for name, value in (("block", rejection.block_id), ("call", rejection.call_id))
+        if value
+    )
+    return f"{rejection.detail} ({where})" if where else str(rejection.detail)

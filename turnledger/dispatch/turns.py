@@ -1,0 +1,79 @@
+"""Conversation-level events: submitted turns (validated and committed as revisions) and cancels."""
+
+from __future__ import annotations
+
+from turnledger.dispatch.prepare import prepare
+from turnledger.dispatch.step import Step, rejection_detail
+from turnledger.model.events import (
+    CancelRequested,
+    CommittedTurn,
+    DispatchState,
+    TurnSubmitted,
+)
+from turnledger.model.graph import Role
+from turnledger.model.reasons import ReasonCode
+from turnledger.sequence.builder import append, blocks_from_submission
+from turnledger.sequence.outcome import Invalid
+
+S = DispatchState
+
+
+SUBMITTABLE_ROLES = frozenset({Role.SYSTEM, Role.USER, Role.TOOL})
+"""Assistant blocks enter history only through the canonical CAS of a dispatch."""
+
+
+def on_turn_submitted(step: Step, event: TurnSubmitted) -> None:
+    state = step.state
+    if event.turn_id in state.turn_ids:
+        step.reject(ReasonCode.DUPLICATE_TURN, f"turn {event.turn_id} is already committed")
+        return
+    if event.expected_revision is not None and event.expected_revision != state.graph.revision:
+        step.reject(
+            ReasonCode.CAS_REVISION_MISMATCH,
+            f"expected revision {event.expected_revision}, conversation is at {state.graph.revision}",
+        )
+        return
+    foreign = [b.id for b in event.blocks if b.role not in SUBMITTABLE_ROLES]
+    if foreign or not event.blocks:
+        detail = f"blocks {foreign} are not system/user/tool" if foreign else "a turn needs blocks"
+        step.reject(ReasonCode.INVALID_EVENT, detail)
+        return
+    blocks = blocks_from_submission(state.graph, event.turn_id, event.blocks)
+    appended = append(state.graph, blocks)
+    if isinstance(appended, Invalid):
+        for rejection in appended.rejections:
+            step.reject(rejection.code, rejection_detail(rejection))
+        return
+    step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, event.turn_id)})
+    step.outputs.append(
+        CommittedTurn(
+            conversation_id=state.conversation_id,
+            revision=appended.revision,
+            turn_id=event.turn_id,
+            source_event_id=event.event_id,
+            blocks=blocks,
+            occurred_at_ms=event.occurred_at_ms,
+        )
+    )
+    for op in list(step.state.operations.values()):
+        if op.state == S.WAITING:
+            prepare(step, op)
+
+
+def on_cancel(step: Step, event: CancelRequested) -> None:
+    state = step.state
+    targets = [
+        op
+        for op in state.operations.values()
+        if op.state not in (S.COMMITTED, S.REJECTED, S.CANCELLED)
+        and (event.operation_id is None or op.operation_id == event.operation_id)
+    ]
+    if event.operation_id is not None and not targets:
+        known = event.operation_id in state.operations
+        reason = ReasonCode.ILLEGAL_TRANSITION if known else ReasonCode.UNKNOWN_OPERATION
+        step.reject(reason, f"nothing to cancel for {event.operation_id}", operation_id=event.operation_id)
+        return
+    step.state = state.model_copy(update={"cancel_generation": state.cancel_generation + 1})
+    for op in targets:
+        op = step.retract(op, ReasonCode.AFTER_CANCEL)
+        step.transition(op, S.CANCELLED, detail=event.reason or "cancelled")
