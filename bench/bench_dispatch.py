@@ -1,7 +1,7 @@
 """The dispatch processor (ProcessorApp + DispatchFold) vs the raw transactional copy loop, same broker.
 
     python -m bench.bench_dispatch [--conversations 1500] [--repeats 3] [--rate 300] [--seconds 20]
-        [--rss 10000,100000] [--quick]
+        [--rss 10000:memory,100000:sqlite] [--quick]
 
 Workload: bench/dispatch_workload.py, the realistic mix (user turns, DispatchRequested,
 DispatchAttempt, DispatchSent, HandleBound, StreamDeltas of text and tool-call deltas, tool
@@ -309,6 +309,17 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
     }
 
 
+def _rss_plan(value: str) -> list[tuple[int, str]]:
+    """Parsed before anything runs, so a typo fails in a second, not after the other phases."""
+    plan = []
+    for item in filter(None, value.split(",")):
+        count, _, store = item.partition(":")
+        if not count.isdigit() or store not in ("memory", "sqlite"):
+            raise argparse.ArgumentTypeError(f"expected conversations:memory|sqlite, got {item!r}")
+        plan.append((int(count), store))
+    return plan
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -324,8 +335,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
     parser.add_argument(
         "--rss",
+        type=_rss_plan,
         default="10000:memory,10000:sqlite,100000:sqlite",
-        help="conversations:store list for the RSS phase ('' to skip)",
+        help="conversations:store list for the RSS phase ('' to skip); store is memory or sqlite",
     )
     parser.add_argument(
         "--quick", action="store_true", help="300 conversations, 1 repeat, 8 s of latency, RSS for 2000 only"
@@ -333,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.conversations, args.concurrency, args.repeats, args.seconds = 300, 300, 1, 8.0
-        args.rss = "2000:memory"
+        args.rss = [(2000, "memory")]
     logging.basicConfig(level=logging.WARNING)
 
     started = time.monotonic()
@@ -352,10 +364,7 @@ def main(argv: list[str] | None = None) -> None:
             bootstrap = stack.enter_context(session_endpoints()).bootstrap
         tput = throughput(args, bootstrap, workload)
         lat = latency(args, bootstrap, lat_workload)
-        rss_rows = [
-            rss(args, bootstrap, int(n), store)
-            for n, store in (item.split(":") for item in args.rss.split(",") if item)
-        ]
+        rss_rows = [rss(args, bootstrap, n, store) for n, store in args.rss]
 
     med = statistics.median
     print(
