@@ -4,7 +4,9 @@ The worker never decides anything itself: every step it takes is answered by a
 DispatchDecision of the fold. The CAS answer to a DispatchAttempt is found by the
 attempt's event id (`source_event_id`); the end of a stream by the first decision
 of the attempt's generation, caused by one of the worker's own events of that phase,
-that settles it (COMMITTED or UNKNOWN), or by a cancel from anyone.
+that settles it (COMMITTED or UNKNOWN), or by a cancel from anyone. A stream being
+read watches its operation's cancel signal (`cancel_signal`), set by the first
+CANCELLED decision, to stop reading at once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class DecisionBoard:
         self.latest: dict[str, DispatchDecision] = {}
         self._cas: dict[str, DispatchDecision] = {}  # source event id → CAS answer
         self._settling: dict[str, list[DispatchDecision]] = {}  # op id → COMMITTED/UNKNOWN/CANCELLED
+        self._cancel_signals: dict[str, asyncio.Event] = {}  # op id → set once it is CANCELLED
         self._changed = asyncio.Condition()
 
     async def apply(self, records: Collection[ManifestIssued | DispatchDecision]) -> None:
@@ -44,11 +47,35 @@ class DecisionBoard:
             self._cas[record.source_event_id] = record
         if record.state in (S.COMMITTED, S.UNKNOWN, S.CANCELLED):
             self._settling.setdefault(op, []).append(record)
+        if record.state == S.CANCELLED:
+            signal = self._cancel_signals.get(op)
+            if signal is not None:
+                signal.set()
 
     def forget(self, operation_id: str) -> None:
         """Drop what is kept for a finished operation (its latest decision stays for status)."""
         self.manifests.pop(operation_id, None)
         self._settling.pop(operation_id, None)
+        self._cancel_signals.pop(operation_id, None)
+
+    def cancelled(self, operation_id: str) -> bool:
+        """Has a CANCELLED decision been seen for the operation (CANCELLED is final)?"""
+        latest = self.latest.get(operation_id)
+        if latest is not None and latest.state == S.CANCELLED:
+            return True
+        return any(d.state == S.CANCELLED for d in self._settling.get(operation_id, ()))
+
+    def cancel_signal(self, operation_id: str) -> asyncio.Event:
+        """An event set as soon as the operation is CANCELLED (already set if it is). Release it after use."""
+        signal = self._cancel_signals.get(operation_id)
+        if signal is None:
+            signal = self._cancel_signals[operation_id] = asyncio.Event()
+            if self.cancelled(operation_id):
+                signal.set()
+        return signal
+
+    def release_cancel_signal(self, operation_id: str) -> None:
+        self._cancel_signals.pop(operation_id, None)
 
     async def cas_answer(self, attempt_event_id: str, timeout_s: float) -> DispatchDecision | None:
         def ready() -> bool:

@@ -19,6 +19,11 @@ for the fold's verdict on that phase:
 - UNKNOWN for an incomplete or invalid response (terminated by the fold): a new
   DispatchAttempt, up to `max_attempts` in all.
 
+A stream is not read past a cancel: as soon as the worker sees the operation's
+CANCELLED decision it stops reading and closes the connection (an append in progress
+finishes first), then reports StreamEnded(disconnected, not resumable), a no-op in the
+fold after CANCELLED. Nothing the provider still sends could be kept anyway.
+
 When it gives up on an operation (attempts exhausted, no verdict in time, a manifest
 it cannot stream) the worker says so in the ledger: a CancelRequested whose reason
 starts with `GIVE_UP_PREFIX` and names the last failure. The operation settles as
@@ -32,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -104,6 +109,53 @@ class _Phase:
     handle: str | None = None
     acked: int = -1
     outcome: StreamOutcome = StreamOutcome.COMPLETED
+
+
+class _StopOnCancel:
+    """Stops one read of a stream as soon as its operation is CANCELLED.
+
+    A watcher task waits for the board's cancel signal. When it fires, a reader waiting
+    on the network is interrupted at once (its task is cancelled, and `absorb` turns that
+    cancellation back into a normal end of the read); a reader in the middle of appending
+    events (`feeding`) is left to finish that append and stops right after it (`fired`),
+    so an append to the ledger is never cut in half.
+    """
+
+    def __init__(self, signal: asyncio.Event) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._signal = signal
+        self._feeding = False
+        self._interrupted = False
+        self.fired = False
+        self._watcher = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        await self._signal.wait()
+        self.fired = True
+        if not self._feeding:
+            self._interrupted = True
+            self._task.cancel()
+
+    @contextlib.contextmanager
+    def feeding(self) -> Iterator[None]:
+        self._feeding = True
+        try:
+            yield
+        finally:
+            self._feeding = False
+
+    def absorb(self) -> bool:
+        """On a CancelledError in the reader: was it only ours? (Then the read just ends.)"""
+        if not self._interrupted:
+            return False
+        self._interrupted = False
+        return self._task.uncancel() <= self._cancelling
+
+    def close(self) -> None:
+        self._watcher.cancel()
 
 
 class DispatchWorker:
@@ -313,6 +365,7 @@ class DispatchWorker:
             acked=phase.acked,
         )
         outcome = StreamOutcome.COMPLETED
+        stop = _StopOnCancel(self.board.cancel_signal(op))
         try:
             content = body.encode("utf-8") if body is not None else None
             async with self._http.stream(method, url, content=content, headers=headers) as response:
@@ -322,11 +375,29 @@ class DispatchWorker:
                     outcome = StreamOutcome.PROVIDER_ERROR
                 else:
                     async for chunk in response.aiter_raw():
-                        await pump.feed(chunk)
-                    await pump.close()
+                        with stop.feeding():
+                            await pump.feed(chunk)
+                        if stop.fired:
+                            break  # leaving the block closes the connection
+                    if not stop.fired:
+                        with stop.feeding():
+                            await pump.close()
         except httpx.TransportError as exc:
             self.stats.bump("disconnects")
             log.debug("%s generation %d: transport ended: %r", op, generation, exc)
+            outcome = StreamOutcome.DISCONNECTED
+        except asyncio.CancelledError:
+            if not stop.absorb():
+                raise
+        finally:
+            stop.close()
+            self.board.release_cancel_signal(op)
+        if stop.fired:
+            # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
+            # connection is closed; the StreamEnded below is a no-op in the fold (no AttemptTerminated
+            # is needed: the verdict is CANCELLED).
+            self.stats.bump("cancelled_reads")
+            log.debug("%s generation %d: cancelled, stopped reading", op, generation)
             outcome = StreamOutcome.DISCONNECTED
         self.stats.bump("late_deltas", pump.stats.late_deltas)
         self.stats.bump("wire_duplicates", pump.stats.wire_duplicates)

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from tests.unit.gateway.ledger import InMemoryLedger
@@ -17,6 +18,8 @@ from turnledger.gateway.fake_provider.faults import Fault, FaultKind
 from turnledger.gateway.tool_executor import DEMO_TOOLS, ToolExecutor
 from turnledger.gateway.worker import GIVE_UP_PREFIX, DispatchWorker, WorkerConfig, gave_up
 from turnledger.model.events import (
+    AttemptTerminated,
+    CancelRequested,
     CommittedTurn,
     DispatchDecision,
     DispatchRequested,
@@ -24,8 +27,12 @@ from turnledger.model.events import (
     ManifestIssued,
     PreviewRetracted,
     Quarantined,
+    StreamDeltas,
+    StreamEnded,
+    StreamOutcome,
     ToolCallReady,
 )
+from turnledger.model.reasons import ReasonCode
 
 MODELS = {
     "anthropic-messages@1": ("anthropic", "anthropic/claude-sonnet-4@2025-05"),
@@ -223,3 +230,105 @@ async def test_non_resumable_disconnect_retracts_previews_and_commits_new_genera
         assert [r.attempt_generation for r in retracted] == [1]
         assistant = [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id == "op-1"]
         assert len(assistant) == 1 and assistant[0].attempt_generation == 2
+
+
+class _CountingTransport(httpx.AsyncBaseTransport):
+    """Counts the body bytes the worker reads from each response and whether it closed them."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.reads: list[_CountingStream] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        counted = _CountingStream(response.stream)
+        self.reads.append(counted)
+        response.stream = counted
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _CountingStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self.inner = inner
+        self.bytes_read = 0
+        self.exhausted = False
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            self.bytes_read += len(chunk)
+            yield chunk
+        self.exhausted = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await self.inner.aclose()
+
+
+async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> None:
+    """A CANCELLED operation is not read to the end: the worker closes the stream at once."""
+    slow_ms = 20
+    plan = FaultPlan(always=(Fault(FaultKind.SLOW, slow_ms),))
+    ledger = InMemoryLedger()
+    transport = _CountingTransport()
+    async with (
+        FakeProvider(seed=3, fault_plan=plan) as fp,
+        httpx.AsyncClient(transport=transport, timeout=10.0) as http,
+    ):
+        config = WorkerConfig(settle_timeout_s=10)
+        async with DispatchWorker(ledger, endpoints_for(fp.base_url), config=config, http=http) as worker:
+
+            async def observe(records: list) -> None:
+                await worker.observe(
+                    [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))]
+                )
+
+            ledger.subscribe(OutputStream.MANIFESTS, observe)
+            await worker.go_live()
+            h = Harness(ledger, fp, worker)
+            await h.converse("c1", "anthropic-messages@1", text="tell me something", tools=False)
+
+            def deltas_appended() -> int:
+                return sum(isinstance(e, StreamDeltas) for e in ledger.ingress)
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while deltas_appended() < 3:  # well into the stream
+                assert asyncio.get_running_loop().time() < deadline, "the stream never started"
+                await asyncio.sleep(0.005)
+            before_cancel = deltas_appended()
+            cancel = CancelRequested(**h.factory.stamp("c1"), operation_id="op-1", reason="user")
+            await ledger.append(cancel)
+            final = await h.wait_state("op-1", DispatchState.CANCELLED)
+            assert final.attempt_generation == 1
+
+            # Before the fix every remaining event became a late block (10 here). Now at most one
+            # StreamDeltas can land after the cancel: a chunk whose read completed in the same loop turn
+            # as the CANCELLED decision (an append never suspends in this ledger, so none is cut).
+            late = [q for q in ledger.of_type(Quarantined) if q.reason == ReasonCode.AFTER_CANCEL]
+            assert len(late) <= 1 and all(q.event_type == "StreamDeltas" for q in late)
+            assert deltas_appended() - before_cancel == len(late)
+            await asyncio.sleep(10 * slow_ms / 1000)  # nothing more arrives later either
+            assert deltas_appended() - before_cancel == len(late)
+
+            ended = [e for e in ledger.ingress if isinstance(e, StreamEnded)]
+            assert [(e.outcome, e.resumable) for e in ended] == [(StreamOutcome.DISCONNECTED, False)]
+            assert not [e for e in ledger.ingress if isinstance(e, AttemptTerminated)]
+            assert not [t for t in ledger.of_type(CommittedTurn) if t.operation_id]
+            assert worker.stats.counts["cancelled_reads"] == 1
+            assert worker.stats.counts["verdict_cancelled"] == 1
+
+            # The connection was closed early: the same request read to its end is much longer.
+            [read] = transport.reads
+            assert read.closed and not read.exhausted
+            [post] = [r for r in fp.requests if r.method == "POST"]
+            full = await http.post(
+                f"{fp.base_url}{post.path}",
+                content=post.body,
+                headers={**post.headers, "x-fake-fault": "none"},
+            )
+            assert full.status_code == 200
+            assert 0 < read.bytes_read < len(full.content) / 2
