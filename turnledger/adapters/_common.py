@@ -15,20 +15,8 @@ from typing import Any
 
 import orjson
 
-from turnledger.adapters.base import MalformedSequenceError, UnsupportedKind
+from turnledger.adapters.base import MalformedSequenceError
 from turnledger.model.graph import SCOPED_INPUT_KINDS, Block, BlockKind, ResultStatus, Role
-
-KNOWN_ROLES = frozenset(r.value for r in Role)
-
-
-def first_unsupported(blocks: Iterable[Block], renderers: Mapping[str, str]) -> UnsupportedKind | None:
-    """The first block whose kind the rules table has no renderer for."""
-    for block in blocks:
-        if block.role not in KNOWN_ROLES:
-            raise MalformedSequenceError(f"block {block.id}: unknown role {block.role!r}")
-        if block.kind not in renderers:
-            return UnsupportedKind(kind=block.kind, block_id=block.id, detail="no renderer in rules table")
-    return None
 
 
 def place_results(blocks: Sequence[Block]) -> tuple[Block, ...]:

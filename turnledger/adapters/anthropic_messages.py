@@ -17,7 +17,6 @@ from turnledger.adapters._common import (
     SCOPED_NOTICE,
     call_tool_names,
     delimited_scoped_text,
-    first_unsupported,
     has_scoped,
     has_tool_blocks,
     is_cancel,
@@ -139,17 +138,14 @@ class AnthropicMessagesAdapter(AdapterBase):
     api = "anthropic-messages"
     provider = "anthropic"
 
+    rules: AnthropicRules
+
     def __init__(self, version: int, rules: AnthropicRules) -> None:
-        self.version = version
-        self.rules: AnthropicRules = rules
-        super().__init__(rules)
+        super().__init__(version, rules)
 
     def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
         rules = self.rules
         blocks = sequence.blocks
-        unsupported = first_unsupported(blocks, rules.renderers)
-        if unsupported is not None:
-            return unsupported
 
         def render(block: Block) -> Part | None:
             return _RENDER[rules.renderers[block.kind]](block, rules)

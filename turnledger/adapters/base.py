@@ -15,13 +15,13 @@ An adapter that meets a block kind its rules table does not map returns
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from turnledger.model.canonical import canonical_json, digest_of, sha256_digest
 from turnledger.model.events import DispatchRequested
-from turnledger.model.graph import MessageSequence
+from turnledger.model.graph import Block, MessageSequence, Role
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 
@@ -126,6 +126,19 @@ def parse_model_revision(value: str) -> ModelRevision:
     return ModelRevision(provider=provider, model=model, revision=revision)
 
 
+KNOWN_ROLES = frozenset(r.value for r in Role)
+
+
+def first_unsupported(blocks: Iterable[Block], renderers: Mapping[str, str]) -> UnsupportedKind | None:
+    """The first block whose kind the rules table has no renderer for."""
+    for block in blocks:
+        if block.role not in KNOWN_ROLES:
+            raise MalformedSequenceError(f"block {block.id}: unknown role {block.role!r}")
+        if block.kind not in renderers:
+            return UnsupportedKind(kind=block.kind, block_id=block.id, detail="no renderer in rules table")
+    return None
+
+
 @runtime_checkable
 class Adapter(Protocol):
     adapter_id: str
@@ -142,17 +155,23 @@ class Adapter(Protocol):
 
 
 class RulesTable(Protocol):
+    @property
+    def renderers(self) -> Mapping[str, str]: ...
+
     def as_data(self) -> JsonObject: ...
 
 
 class AdapterBase(ABC):
-    """Identity, digest and `render` = canonical bytes of `build`. Holds no role rules."""
+    """Identity, digest, and `render`: pause on a kind the rules table has no renderer for,
+    else the canonical bytes of `build`. Holds no role rules: those are each subclass's table.
+    """
 
     api: str
     version: int
     provider: str
 
-    def __init__(self, rules: RulesTable) -> None:
+    def __init__(self, version: int, rules: RulesTable) -> None:
+        self.version = version
         self.rules = rules
         self.adapter_id = f"{self.api}@{self.version}"
         self._digest = digest_of({"api": self.api, "version": self.version, "rules": rules.as_data()})
@@ -166,6 +185,9 @@ class AdapterBase(ABC):
         """The request payload as JSON-compatible data (pure)."""
 
     def render(self, sequence: MessageSequence, params: DispatchParams) -> RenderOutcome:
+        unsupported = first_unsupported(sequence.blocks, self.rules.renderers)
+        if unsupported is not None:
+            return unsupported
         payload = self.build(sequence, params)
         if isinstance(payload, UnsupportedKind):
             return payload

@@ -20,7 +20,6 @@ from turnledger.adapters._common import (
     SCOPED_NOTICE,
     call_tool_names,
     delimited_scoped_text,
-    first_unsupported,
     has_scoped,
     has_tool_blocks,
     is_cancel,
@@ -140,17 +139,14 @@ class BedrockConverseAdapter(AdapterBase):
     api = "bedrock-converse"
     provider = "bedrock"
 
+    rules: BedrockRules
+
     def __init__(self, version: int, rules: BedrockRules) -> None:
-        self.version = version
-        self.rules: BedrockRules = rules
-        super().__init__(rules)
+        super().__init__(version, rules)
 
     def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
         rules = self.rules
         blocks = sequence.blocks
-        unsupported = first_unsupported(blocks, rules.renderers)
-        if unsupported is not None:
-            return unsupported
 
         def render(block: Block) -> Part | None:
             return _RENDER[rules.renderers[block.kind]](block, rules)

@@ -18,7 +18,6 @@ from typing import Any
 from turnledger.adapters._common import (
     SCOPED_NOTICE,
     delimited_scoped_text,
-    first_unsupported,
     has_scoped,
     is_cancel,
     is_failure,
@@ -127,17 +126,14 @@ class GeminiAdapter(AdapterBase):
     api = "gemini"
     provider = "google"
 
+    rules: GeminiRules
+
     def __init__(self, version: int, rules: GeminiRules) -> None:
-        self.version = version
-        self.rules: GeminiRules = rules
-        super().__init__(rules)
+        super().__init__(version, rules)
 
     def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
         rules = self.rules
         blocks = sequence.blocks
-        unsupported = first_unsupported(blocks, rules.renderers)
-        if unsupported is not None:
-            return unsupported
 
         def render(block: Block) -> Part | None:
             return _RENDER[rules.renderers[block.kind]](block, rules)

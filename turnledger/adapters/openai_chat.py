@@ -20,7 +20,6 @@ from typing import Any
 from turnledger.adapters._common import (
     SCOPED_NOTICE,
     delimited_scoped_text,
-    first_unsupported,
     has_scoped,
     is_cancel,
     is_failure,
@@ -136,17 +135,14 @@ class OpenAIChatAdapter(AdapterBase):
     api = "openai-chat"
     provider = "openai"
 
+    rules: OpenAIChatRules
+
     def __init__(self, version: int, rules: OpenAIChatRules) -> None:
-        self.version = version
-        self.rules: OpenAIChatRules = rules
-        super().__init__(rules)
+        super().__init__(version, rules)
 
     def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
         rules = self.rules
         blocks = sequence.blocks
-        unsupported = first_unsupported(blocks, rules.renderers)
-        if unsupported is not None:
-            return unsupported
 
         def render(block: Block) -> Part | None:
             return _RENDER[rules.renderers[block.kind]](block, rules)

@@ -23,7 +23,6 @@ from typing import Any
 from turnledger.adapters._common import (
     SCOPED_NOTICE,
     delimited_scoped_text,
-    first_unsupported,
     has_scoped,
     is_cancel,
     is_failure,
@@ -154,17 +153,14 @@ class OpenAIResponsesAdapter(AdapterBase):
     api = "openai-responses"
     provider = "openai"
 
+    rules: OpenAIResponsesRules
+
     def __init__(self, version: int, rules: OpenAIResponsesRules) -> None:
-        self.version = version
-        self.rules: OpenAIResponsesRules = rules
-        super().__init__(rules)
+        super().__init__(version, rules)
 
     def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
         rules = self.rules
         blocks = sequence.blocks
-        unsupported = first_unsupported(blocks, rules.renderers)
-        if unsupported is not None:
-            return unsupported
 
         def render(block: Block) -> Item | None:
             return _RENDER[rules.renderers[block.kind]](block, rules)
