@@ -11,6 +11,10 @@ Contenders, each in its own process with one transactional producer per partitio
 * `raw_batched`: the same loop writing through the runtime's `BatchWriter` (one record batch per
   partition), so `throughput_ratio_vs_raw_batched` isolates what the runtime adds beyond the copy:
   the fold, the batch overlay, one changelog record per dirty key and the bookkeeping;
+* `raw_codec` (used by bench_dispatch, whose records are turnledger events): the `raw` loop that
+  also decodes every value into its validated event model and encodes it again, and produces
+  those bytes. Any processor that validates its input with this codec does at least that much
+  per event, so its throughput bounds what the runtime can reach with the codec stack.
 * `runtime`: `ProcessorApp` with the fold.
 
 Throughput: a backlog of `--records` ingress records is produced first; each contender drains it
@@ -47,6 +51,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from turnledger.codec import decode, encode
 from turnledger.processors.fold import InputRecord, OutputRecord, PartitionFold, StateStore
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, collect_batch
 from turnledger.processors.topics import Topics, ensure_topics
@@ -83,7 +88,7 @@ def counter_fold(topics: Topics, partition: int) -> PartitionFold:
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "runtime" | "raw" | "raw_batched"
+    kind: str  # "runtime" | "raw" | "raw_batched" | "raw_codec"
     bootstrap: str
     topics_prefix: str
     raw_out: str
@@ -99,6 +104,11 @@ class Job:
 def _load_fold(spec: str) -> Callable[[Topics, int], PartitionFold]:
     module, _, attr = spec.partition(":")
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+
+def _recode(value: bytes) -> bytes:
+    """Decode into the validated model and encode again: the codec work any validating processor does."""
+    return encode(decode(value))
 
 
 async def _raw_partition(
@@ -135,6 +145,7 @@ async def _raw_partition(
         return got.get(tp, [])
 
     writer = BatchWriter(producer) if job.kind == "raw_batched" else None
+    recode = _recode if job.kind == "raw_codec" else None
     ready.set()
     try:
         while not stop.is_set():
@@ -144,7 +155,9 @@ async def _raw_partition(
             if not batch:
                 continue
             await producer.begin_transaction()
-            if writer is None:
+            if recode is not None:
+                futures = [await producer.send(job.raw_out, recode(m.value), key=m.key) for m in batch]
+            elif writer is None:
                 futures = [await producer.send(job.raw_out, m.value, key=m.key) for m in batch]
             else:
                 futures = await writer.write((job.raw_out, None, m.key, m.value) for m in batch)
