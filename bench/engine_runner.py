@@ -3,8 +3,9 @@
 Run as a script (`python bench/engine_runner.py RECORDS.pickle BATCH`) so that whichever
 `turnledger` is first on `PYTHONPATH` is the one measured: `bench_dispatch_engine --baseline`
 points it at an exported older tree to compare engines in the same run on the same input.
-Prints one JSON line: cpu and wall seconds, events, and a sha256 over every output
-(stream, key, value) and the final store, to prove the two engines byte-identical.
+Prints one JSON line: cpu and wall seconds, events, a sha256 over every output (stream,
+key, value) and one over the final store, to prove two engines byte-identical (or, for a
+change of the state format, identical in their outputs).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main(path: str, batch: int) -> None:
     records = [SourceRecord("turnledger.ingress", 0, i, key, value) for i, (key, value) in enumerate(rows)]
     engine, store = BatchEngine(), DictStore()
     digest = hashlib.sha256()
+    state_digest = hashlib.sha256()
     outputs = 0
     gc.collect()
     if os.environ.get("TURNLEDGER_BENCH_TUNE_GC"):
@@ -48,8 +50,8 @@ def main(path: str, batch: int) -> None:
             outputs += 1
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     for key in sorted(store):
-        digest.update(key.encode())
-        digest.update(store[key])
+        state_digest.update(key.encode())
+        state_digest.update(store[key])
     print(
         json.dumps(
             {
@@ -60,6 +62,7 @@ def main(path: str, batch: int) -> None:
                 "wall_s": wall,
                 "state_bytes": sum(len(v) for v in store.values()),
                 "digest": digest.hexdigest(),
+                "state_digest": state_digest.hexdigest(),
             }
         )
     )
