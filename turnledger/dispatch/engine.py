@@ -17,6 +17,7 @@ from typing import Protocol
 from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec, encode
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.fold import fold
+from turnledger.dispatch.migrate import UnreadableStateFormat, upgrade_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, state_json
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
@@ -110,9 +111,12 @@ def decode_state(value: bytes) -> ConversationState:
         snapshot = decode(value)
     except CodecError as exc:
         raise StateDecodeError(str(exc)) from exc
-    if not isinstance(snapshot, ConversationSnapshot) or snapshot.format_version != STATE_FORMAT_VERSION:
-        raise StateDecodeError(f"not a ConversationSnapshot v{STATE_FORMAT_VERSION}")
-    return ConversationState.model_validate_json(snapshot.state)
+    if not isinstance(snapshot, ConversationSnapshot):
+        raise StateDecodeError(f"{type(snapshot).__name__} is not a ConversationSnapshot")
+    try:
+        return upgrade_state(snapshot.format_version, snapshot.state)
+    except UnreadableStateFormat as exc:
+        raise StateDecodeError(str(exc)) from exc
 
 
 class BatchEngine:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from turnledger.adapters.admission import Admitted, OverBudget, admit
 from turnledger.adapters.base import DispatchParams, UnknownAdapterError, UnsupportedKind
 from turnledger.adapters.registry import get_adapter
-from turnledger.dispatch.state import OperationState
+from turnledger.dispatch.state import ManifestSeal, OperationState
 from turnledger.dispatch.step import Step, rejection_detail
 from turnledger.model.canonical import digest_of
 from turnledger.model.events import (
@@ -90,7 +90,8 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
         input_tokens=admission.input_tokens,
     ).sealed()
     step.outputs.append(ManifestIssued(manifest=manifest, occurred_at_ms=step.at))
-    op = op.model_copy(update={"manifest": manifest, "prepared_revision": sequence.conversation_revision})
+    seal = ManifestSeal.of(manifest)
+    op = op.model_copy(update={"manifest": seal, "prepared_revision": sequence.conversation_revision})
     settle(step, op, previous, S.PREPARED, None, "")
 
 

@@ -14,7 +14,8 @@ from turnledger.model.events import DispatchRequested, DispatchState
 from turnledger.model.manifest import DispatchManifest
 from turnledger.sequence.graph_state import GraphState
 
-STATE_FORMAT_VERSION = 1
+STATE_FORMAT_VERSION = 2
+"""2: an operation keeps its manifest's seal, not the manifest (format 1 held the whole manifest)."""
 
 FINAL_STATES = frozenset({DispatchState.COMMITTED, DispatchState.REJECTED, DispatchState.CANCELLED})
 ACTIVE_STATES = frozenset({DispatchState.DISPATCHING, DispatchState.SENT, DispatchState.STREAMING})
@@ -24,13 +25,37 @@ class _State(FastCopy):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class ManifestSeal(_State):
+    """What the fold needs of an issued manifest: its digest and the revision it was prepared at.
+
+    The manifest itself, with the request body and the block list, is on the manifests topic;
+    the fold only binds handles and idempotency keys to its digest and checks the CAS against
+    its revision. Keeping the whole manifest made every operation carry a copy of the
+    conversation so far, so a conversation's state grew with the square of its turns.
+    """
+
+    manifest_digest: str
+    conversation_revision: int
+    cancel_generation: int
+    request_digest: str
+
+    @classmethod
+    def of(cls, manifest: DispatchManifest) -> ManifestSeal:
+        return cls(
+            manifest_digest=manifest.manifest_digest,
+            conversation_revision=manifest.conversation_revision,
+            cancel_generation=manifest.cancel_generation,
+            request_digest=manifest.request_digest,
+        )
+
+
 class OperationState(_State):
     """One dispatch operation: its request, its manifest and its active attempt."""
 
     operation_id: str
     state: DispatchState
     request: DispatchRequested
-    manifest: DispatchManifest | None = None
+    manifest: ManifestSeal | None = None
     prepared_revision: int = 0
     attempt_generation: int = 0
     attempt_cancel_generation: int = 0

@@ -1,0 +1,97 @@
+"""Restoring changelog states of format 1 (whole manifests) into format 2 (manifest seals)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from turnledger.codec import decode, encode
+from turnledger.dispatch.engine import BatchEngine, SourceRecord, StateDecodeError, decode_state, encode_state
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ManifestSeal
+from turnledger.model.events import ConversationSnapshot
+
+from .scenario import Conversation, text_stream
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "state" / "changelog_v1.json"
+"""Written by the format-1 engine (commit 6968522) folding the first 187 events of a 6-conversation
+bench workload: states with committed, streaming and prepared operations, tool turns included;
+`later_events` are the rest of that workload."""
+
+
+class _Store(dict[str, bytes]):
+    def put(self, key: str, value: bytes) -> None:
+        self[key] = value
+
+
+def _fixture() -> tuple[list[bytes], dict[str, bytes], list[bytes]]:
+    """Events folded by the format-1 engine, the states it wrote, and the events after them."""
+    raw = json.loads(FIXTURE.read_text())
+    events = [base64.b64decode(v) for v in raw["events"]]
+    later = [base64.b64decode(v) for v in raw["later_events"]]
+    return events, {k: base64.b64decode(v) for k, v in raw["snapshots_v1"].items()}, later
+
+
+def _records(values: list[bytes]) -> list[SourceRecord]:
+    return [SourceRecord("turnledger.ingress", 0, i, _key(v), v) for i, v in enumerate(values)]
+
+
+def test_format_1_states_restore_to_what_the_current_fold_builds() -> None:
+    events, snapshots_v1, _ = _fixture()
+    store = _Store()
+    BatchEngine().process_batch(_records(events), store)
+    assert sorted(store) == sorted(snapshots_v1)
+    for conversation_id, v1 in snapshots_v1.items():
+        snapshot = decode(v1)
+        assert isinstance(snapshot, ConversationSnapshot) and snapshot.format_version == 1
+        restored = decode_state(v1)
+        assert restored == decode_state(store[conversation_id])
+        assert encode_state(restored) == store[conversation_id]
+
+
+def test_a_restored_format_1_state_folds_on_exactly_like_a_current_one() -> None:
+    events, snapshots_v1, later = _fixture()
+    current = _Store()
+    BatchEngine().process_batch(_records(events), current)
+    from_v1 = _Store(snapshots_v1)
+    out_v1 = BatchEngine().process_batch(_records(later), from_v1)
+    out_current = BatchEngine().process_batch(_records(later), current)
+    assert len(out_v1) > len(later)  # the rest of every conversation: commits, manifests, previews
+    assert [(o.stream, o.key, o.value) for o in out_v1] == [(o.stream, o.key, o.value) for o in out_current]
+    touched = {o.key.decode() for o in out_v1 if o.key}
+    assert touched and all(from_v1[k] == current[k] for k in touched)  # rewritten in the current format
+    assert {k: decode_state(v) for k, v in from_v1.items()} == {
+        k: decode_state(v) for k, v in current.items()
+    }
+
+
+def test_an_operation_keeps_a_seal_whatever_the_length_of_the_history() -> None:
+    sizes = []
+    for turns in (1, 12):
+        c = Conversation()
+        for i in range(turns):
+            c.user(f"earlier turn {i} " * 20)
+        c.dispatch_to_streaming()
+        c.deltas(text_stream(["answer"], stop=True))
+        op = c.state.operations["op-1"]
+        assert isinstance(op.manifest, ManifestSeal)
+        sizes.append(len(op.manifest.model_dump_json()))
+    assert sizes[1] - sizes[0] == len(str(12)) - len(str(1))  # only the revision number is longer
+
+
+def test_a_state_of_an_unknown_format_is_a_typed_error() -> None:
+    c = Conversation()
+    c.user("hi")
+    future = ConversationSnapshot(
+        conversation_id=c.state.conversation_id,
+        format_version=STATE_FORMAT_VERSION + 1,
+        state=c.state.model_dump_json(),
+    )
+    with pytest.raises(StateDecodeError, match=f"state format {STATE_FORMAT_VERSION + 1}"):
+        decode_state(encode(future))
+
+
+def _key(value: bytes) -> bytes:
+    return str(decode(value).conversation_id).encode()  # type: ignore[attr-defined]
