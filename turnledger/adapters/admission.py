@@ -42,6 +42,7 @@ from turnledger.adapters.base import (
     parse_model_revision,
 )
 from turnledger.adapters.encodings import load_encoding
+from turnledger.adapters.token_chunks import SPLITTABLE, ChunkCounts, independent_chunks
 from turnledger.model.reasons import ReasonCode
 
 REGISTRY_ENV = "TURNLEDGER_MODEL_REGISTRY"
@@ -124,14 +125,27 @@ class TokenCounter(Protocol):
 
 
 class TiktokenCounter:
-    """Exact BPE count of the body text with an offline encoding (special tokens counted as text)."""
+    """Exact BPE count of the body text with an offline encoding (special tokens counted as text).
+
+    For encodings in `SPLITTABLE` the body is counted as the sum of its neutral
+    chunks (`token_chunks`: the same total, proven there), each looked up in a
+    bounded cache first, so the history a request repeats is not re-encoded.
+    """
 
     def __init__(self, encoding: str) -> None:
         self.name = f"tiktoken:{encoding}"
         self._encoding = load_encoding(encoding)
+        self._chunk_counts = ChunkCounts(self.count_text) if encoding in SPLITTABLE else None
 
     def count(self, body: bytes) -> int:
-        return len(self._encoding.encode_ordinary(body.decode("utf-8")))
+        text = body.decode("utf-8")
+        if self._chunk_counts is None:
+            return self.count_text(text)
+        return sum(map(self._chunk_counts, independent_chunks(text)))
+
+    def count_text(self, text: str) -> int:
+        """The count of `text` as one whole: what `count` must always equal."""
+        return len(self._encoding.encode_ordinary(text))
 
 
 class EstimateCounter:
