@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from turnledger.adapters.admission import preload_counters
 from turnledger.codec import encode
 from turnledger.dispatch.engine import BatchEngine, OutputStream, SourceRecord
 from turnledger.model.events import Rejected
@@ -31,6 +32,7 @@ class DispatchFold:
         self._topics = topics
         self._topic_of = stream_topics(topics)
         self._engine = engine or BatchEngine()
+        preload_counters()
 
     def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]:
         sources = [SourceRecord(r.topic, r.partition, r.offset, r.key, r.value) for r in records]

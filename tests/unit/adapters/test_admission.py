@@ -163,3 +163,34 @@ def test_estimate_is_an_upper_bound_on_json_bodies() -> None:
         rendered = adapter.render(long_history(), params_for(adapter.provider))
         assert isinstance(rendered, Rendered)
         assert estimate.count(rendered.body) >= exact.count(rendered.body)
+
+
+def test_preload_builds_a_counter_for_every_encoding_of_the_registry() -> None:
+    from turnledger.adapters.admission import counter_for, preload_counters
+
+    registry = ModelRegistry.from_data(
+        {
+            "models": {
+                "openai/a": {"context_window": 10, "encoding": "o200k_base"},
+                "openai/b": {"context_window": 10, "encoding": "cl100k_base"},
+                "anthropic/c": {"context_window": 10},
+            }
+        }
+    )
+    assert preload_counters(registry) == ("estimate:utf8/3", "tiktoken:cl100k_base", "tiktoken:o200k_base")
+    before = counter_for.cache_info()
+    for encoding in (None, "cl100k_base", "o200k_base"):
+        counter_for(encoding)
+    assert counter_for.cache_info().hits == before.hits + 3  # nothing left to load at the first dispatch
+
+
+def test_the_dispatch_fold_preloads_the_counters_before_its_first_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from turnledger.processors import dispatch_fold
+    from turnledger.processors.topics import Topics
+
+    calls: list[None] = []
+    monkeypatch.setattr(dispatch_fold, "preload_counters", lambda: calls.append(None) or ())
+    dispatch_fold.DispatchFold(Topics("t."), 0)
+    assert calls == [None]
