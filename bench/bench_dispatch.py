@@ -63,6 +63,7 @@ def _job(args: argparse.Namespace, kind: str, bootstrap: str, topics: Topics, ra
         "target": 0,
         "fold": DISPATCH_FOLD,
         "state_dir": None,
+        "processes": args.processes if kind == "runtime" else 1,
     }
     return Job(**{**fields, **kw})
 
@@ -310,6 +311,7 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
             raw_out,
             target=len(rows),
             state_dir=state_dir if store == "sqlite" else None,
+            processes=1,  # the RSS of one processor process
         )
         contender = Contender(job)
         contender.expect("ready", 120)
@@ -352,6 +354,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-max-records", type=int, default=500)
     parser.add_argument("--batch-max-ms", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="runtime contender: `turnledger process --processes N`"
+    )
     parser.add_argument("--rate", type=int, default=300, help="events/s offered in the latency phase")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
     parser.add_argument(
@@ -390,7 +395,8 @@ def main(argv: list[str] | None = None) -> None:
     med = statistics.median
     print(
         f"\n### Throughput ({len(workload.events):,} ingress events, {args.conversations:,} conversations, "
-        f"{workload.committed_turns:,} committed turns, {args.partitions} partitions, batches ≤ "
+        f"{workload.committed_turns:,} committed turns, {args.partitions} partitions, runtime in "
+        f"{args.processes} process{'es' if args.processes > 1 else ''}, batches ≤ "
         f"{args.batch_max_records} records / {args.batch_max_ms} ms; median of {args.repeats})\n"
     )
     print("| contender | events/s (median) | runs |")

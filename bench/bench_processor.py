@@ -53,6 +53,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from turnledger.codec import decode, encode
 from turnledger.processors.fold import InputRecord, OutputRecord, PartitionFold, StateStore
+from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, collect_batch
 from turnledger.processors.topics import Topics, ensure_topics
 from turnledger.processors.writer import BatchWriter
@@ -99,6 +100,7 @@ class Job:
     target: int  # records to process before reporting; 0 = run until stopped
     fold: str
     state_dir: str | None
+    processes: int = 1  # runtime only: partitions dealt over this many child processes (`--processes`)
 
 
 def _load_fold(spec: str) -> Callable[[Topics, int], PartitionFold]:
@@ -199,6 +201,9 @@ async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
             batch_max_ms=job.batch_max_ms,
             state_dir=None if job.state_dir is None else Path(job.state_dir),
         )
+        if job.processes > 1:
+            await _run_group(job, config, stop_flag, results)
+            return
         app = ProcessorApp(config, lambda p: factory(topics, p))
         tasks = [asyncio.create_task(app.run(handle_signals=False))]
 
@@ -242,6 +247,38 @@ async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
     results.put(("stopped", processed(), rss_mb, metrics))
 
 
+async def _run_group(job: Job, config: ProcessorConfig, stop_flag: MpEvent, results: Any) -> None:
+    """The runtime as `turnledger process --processes N` runs it; progress = the group's committed offsets
+    (polled every 20 ms), as the children's metrics stay in the children."""
+    group = ProcessGroup(config, job.fold, range(job.partitions), job.processes, log_level="WARNING")
+    task = asyncio.create_task(group.run(handle_signals=False))
+    await asyncio.wait([task, asyncio.create_task(group.ready.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=job.bootstrap, group_id=job.app_id, enable_auto_commit=False
+    )
+    await consumer.start()
+    tps = [TopicPartition(config.topics.ingress, p) for p in range(job.partitions)]
+    consumer.assign(tps)
+    started = time.monotonic()
+    results.put(("ready", time.time()))
+    processed, finished = 0, None
+    try:
+        while not stop_flag.is_set() and not task.done():
+            processed = sum([(await consumer.committed(tp)) or 0 for tp in tps])
+            if job.target and finished is None and processed >= job.target:
+                finished = time.monotonic()
+                results.put(("done", finished - started, processed))
+            await asyncio.sleep(0.02)
+    finally:
+        await consumer.stop()
+    group.stop()
+    await task
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    results.put(("stopped", processed, rss_mb, {"processes": len(group.groups)}))
+
+
 def _child(job: Job, stop_flag: MpEvent, results: Any) -> None:
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(_run_job(job, stop_flag, results))
@@ -252,7 +289,9 @@ class Contender:
         ctx = mp.get_context("spawn")
         self.stop_flag = ctx.Event()
         self.results = ctx.Queue()
-        self.proc = ctx.Process(target=_child, args=(job, self.stop_flag, self.results), daemon=True)
+        # A daemonic process may not have children, which the runtime with --processes N needs.
+        daemon = job.processes == 1
+        self.proc = ctx.Process(target=_child, args=(job, self.stop_flag, self.results), daemon=daemon)
         self.proc.start()
 
     def expect(self, kind: str, timeout_s: float) -> tuple[Any, ...]:

@@ -10,20 +10,27 @@ import importlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from turnledger.processors.errors import KafkaUnavailableError, ProcessorError, TopicMismatchError
+from turnledger.processors.errors import (
+    EXIT_FAILED,
+    EXIT_FENCED,
+    EXIT_USAGE,
+    KafkaUnavailableError,
+    ProcessesFailedError,
+    ProcessorError,
+    TopicMismatchError,
+)
 from turnledger.processors.fold import PartitionFold
-from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, ProcessorExit, owned_partitions
 from turnledger.processors.topics import Topics, ensure_topics
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from turnledger.processors.multiproc import ProcessGroup
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_FENCED = 3
+log = logging.getLogger(__name__)
 
 FoldSpecFactory = Callable[[Topics, int], PartitionFold]
 """What `--fold module:attr` names: called once per partition with the physical topic names."""
@@ -94,13 +101,25 @@ def process(
     create_topics: Annotated[
         int, typer.Option(min=0, help="Create missing topics with this many partitions first (0: don't).")
     ] = 0,
+    processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="TURNLEDGER_PROCESSES",
+            help="Child processes to deal the owned partitions over, round-robin, each running their "
+            "processors (same transactional ids, so fencing and exactly-once are unchanged); the fold is "
+            "CPU-bound, so one per core. At most one per partition. 1: everything in this process.",
+        ),
+    ] = 1,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Fold the ingress topic exactly once: one transactional processor per partition.
 
     SIGTERM or Ctrl-C commits the open batches, then exits 0; a second signal stops at once.
+    With --processes N the signals go to every child; a child that fails or dies stops the others.
 
-    Exit codes: 1 a partition failed, 2 bad usage or Kafka unreachable, 3 fenced by another processor.
+    Exit codes: 1 a partition failed (or a child process died), 2 bad usage or Kafka unreachable,
+    3 fenced by another processor; with --processes, the worst of the children's.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not bootstrap:
@@ -120,15 +139,22 @@ def process(
         batch_max_ms=batch_max_ms,
         state_dir=state_dir,
     )
-    app = ProcessorApp(config, lambda p: factory(topics, p), partitions=parse_partitions(partitions))
+    owned = parse_partitions(partitions)
 
     async def main() -> dict[int, ProcessorExit]:
         if create_topics:
             await ensure_topics(bootstrap, topics, create_topics)
-        return await app.run()
+        if processes > 1:
+            group = await _process_group(config, fold, owned, processes, log_level)
+            if group is not None:
+                return await group.run()
+        return await ProcessorApp(config, lambda p: factory(topics, p), partitions=owned).run()
 
     try:
         results = asyncio.run(main())
+    except ProcessesFailedError as exc:
+        typer.echo(f"turnledger process: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from exc
     except (KafkaUnavailableError, TopicMismatchError) as exc:
         typer.echo(f"turnledger process: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from exc
@@ -139,3 +165,26 @@ def process(
     if fenced:
         typer.echo(f"turnledger process: partitions {fenced} were fenced by another processor", err=True)
         raise typer.Exit(EXIT_FENCED)
+
+
+async def _process_group(
+    config: ProcessorConfig, fold: str, requested: list[int] | None, processes: int, log_level: str
+) -> ProcessGroup | None:
+    """The children for `--processes N`, capped to one per owned partition; None when that leaves one."""
+    from turnledger.processors.multiproc import ProcessGroup
+
+    owned = await owned_partitions(config, requested)
+    group = ProcessGroup(config, fold, owned, processes, log_level=log_level)
+    if len(group.groups) < processes:
+        log.warning(
+            "--processes %d capped to %d: %d owned partitions (%s), at most one process each",
+            processes,
+            len(group.groups),
+            len(owned),
+            owned,
+        )
+    if len(group.groups) == 1:
+        log.info("one process: running every partition in this one, as without --processes")
+        return None
+    log.info("partitions %s over %d processes: %s", owned, len(group.groups), group.groups)
+    return group

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_FENCED = 3
+"""Exit statuses of `turnledger process` (and of each of its child processes)."""
+
 
 class ProcessorError(RuntimeError):
     """Base class of every runtime failure."""
@@ -39,3 +44,11 @@ class PoisonHookError(ProcessorError):
 
 class TooManyAbortsError(ProcessorError):
     """The same batch failed to commit too many times in a row; retrying further would loop forever."""
+
+
+class ProcessesFailedError(ProcessorError):
+    """A child process of `turnledger process --processes N` failed or died; the others were stopped."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)

@@ -546,6 +546,19 @@ async def ingress_partitions(bootstrap: str, topic: str) -> list[int]:
     return sorted(parts)
 
 
+async def owned_partitions(config: ProcessorConfig, requested: Sequence[int] | None) -> list[int]:
+    """The ingress partitions to process: `requested`, checked to exist, or all of them when None."""
+    existing = await ingress_partitions(config.bootstrap, config.topics.ingress)
+    partitions = existing if requested is None else list(requested)
+    missing = sorted(set(partitions) - set(existing))
+    if missing:
+        raise ProcessorError(
+            f"partitions {missing} do not exist: {config.topics.ingress!r} has partitions "
+            f"0..{len(existing) - 1}"
+        )
+    return partitions
+
+
 class ProcessorApp:
     """Runs one `PartitionProcessor` per partition as asyncio tasks in this process.
 
@@ -578,16 +591,16 @@ class ProcessorApp:
         for processor in self.processors.values():
             processor.stop()
 
+    def cancel(self) -> None:
+        """Stop at once: cancel every partition's task without committing its open batch (what a second
+        signal does; the open transactions are aborted by the next owner's fencing or the timeout)."""
+        self.stop()
+        for task in self._tasks:
+            task.cancel()
+
     async def run(self, *, handle_signals: bool = True) -> dict[int, ProcessorExit]:
         """Run until every partition has stopped; raises the first non-fencing failure."""
-        existing = await ingress_partitions(self.config.bootstrap, self.config.topics.ingress)
-        partitions = existing if self.partitions is None else self.partitions
-        missing = sorted(set(partitions) - set(existing))
-        if missing:
-            raise ProcessorError(
-                f"partitions {missing} do not exist: {self.config.topics.ingress!r} has partitions "
-                f"0..{len(existing) - 1}"
-            )
+        partitions = await owned_partitions(self.config, self.partitions)
         for p in partitions:
             fold = self.fold_factory(p)
             self.processors[p] = PartitionProcessor(
@@ -643,8 +656,7 @@ class ProcessorApp:
         open transactions are aborted by the next owner's fencing or the transaction timeout)."""
         if self._stop_requested:
             log.warning("received %s again: cancelling without committing open batches", sig.name)
-            for task in self._tasks:
-                task.cancel()
+            self.cancel()
             return
         log.info("received %s: committing open batches and stopping", sig.name)
         self.stop()

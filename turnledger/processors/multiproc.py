@@ -1,0 +1,353 @@
+"""`turnledger process --processes N`: the owned partitions split over N child processes.
+
+The fold is pure Python, so one process, which runs every partition on one asyncio loop,
+uses one core. Partitions are the unit of parallelism: the parent splits its partitions
+round-robin over N children (multiprocessing, spawn) and each child runs the ordinary
+`ProcessorApp` on its share with the same config, hence the same per-partition
+transactional ids, fencing and exactly-once as a single process. Children share nothing.
+
+Control goes over one pipe per child. The parent's first SIGTERM/SIGINT becomes "stop"
+(each child commits its open batches and exits), the second "cancel" (each stops at once).
+A child also stops cleanly on a SIGTERM/SIGINT of its own (Ctrl-C reaches the whole
+foreground process group, systemd signals the whole cgroup), but only the parent escalates
+to "cancel", so a signal delivered both ways still counts once. A child whose parent is gone
+sees EOF on its pipe and stops cleanly.
+
+Failures: a child that fails, or dies (killed, or exits without reporting), makes the parent
+stop the others and raise `ProcessesFailedError` naming the partitions, as one partition's
+failure stops a `ProcessorApp`. A child whose partitions were all fenced ends alone, as fenced
+partitions do in one process; a child that stopped on its own signal stops the others cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing as mp
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from turnledger.processors.errors import (
+    EXIT_FAILED,
+    EXIT_FENCED,
+    EXIT_USAGE,
+    KafkaUnavailableError,
+    ProcessesFailedError,
+    ProcessorError,
+    TopicMismatchError,
+)
+from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+SEVERITY = {EXIT_OK: 0, EXIT_FENCED: 1, EXIT_USAGE: 2, EXIT_FAILED: 3}
+"""Worst first when several children end differently: failed > usage/Kafka unreachable > fenced > ok."""
+
+STOP, CANCEL = "stop", "cancel"
+
+
+def split_round_robin(partitions: Sequence[int], processes: int) -> list[list[int]]:
+    """Partitions dealt in order over min(processes, len(partitions)) groups (at most one process per
+    partition): [0, 1, 2, 3, 4] over 2 → [0, 2, 4], [1, 3]."""
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    n = min(processes, len(partitions))
+    return [list(partitions[i::n]) for i in range(n)]
+
+
+def worst_exit(codes: Sequence[int]) -> int:
+    return max(codes, key=lambda c: SEVERITY.get(c, SEVERITY[EXIT_FAILED]), default=EXIT_OK)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    index: int  # 1-based, for logs
+    count: int
+    config: ProcessorConfig
+    fold: str  # module:attr, loaded in the child
+    partitions: tuple[int, ...]
+    log_level: str
+
+    @property
+    def name(self) -> str:
+        return f"process {self.index}/{self.count}"
+
+
+# ----------------------------------------------------------------------------------------- child side
+
+
+def child_main(spec: ChildSpec, conn: Connection) -> None:
+    """Entry point of a child: run `ProcessorApp` on `spec.partitions`; the exit status is the CLI's."""
+    logging.basicConfig(
+        level=spec.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s [{spec.name}] %(name)s: %(message)s",
+    )
+    code = asyncio.run(_run_child(spec, conn))
+    conn.close()
+    sys.exit(code)
+
+
+def _send(conn: Connection, message: tuple[Any, ...]) -> None:
+    with contextlib.suppress(OSError):
+        conn.send(message)
+
+
+async def _run_child(spec: ChildSpec, conn: Connection) -> int:
+    from turnledger.processors.cli import load_fold_factory
+
+    topics = spec.config.topics
+    factory = load_fold_factory(spec.fold)
+    ready: set[int] = set()
+
+    def on_ready(processor: PartitionProcessor) -> None:
+        ready.add(processor.partition)
+        if ready == set(spec.partitions):
+            _send(conn, ("ready",))
+
+    app = ProcessorApp(
+        spec.config, lambda p: factory(topics, p), partitions=spec.partitions, on_ready=on_ready
+    )
+    stopped_by: list[str] = []
+
+    def stop(reason: str) -> None:
+        if not stopped_by:
+            log.info("%s: committing open batches and stopping", reason)
+            stopped_by.append(reason)
+        app.stop()
+
+    def on_message() -> None:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            stop("the parent process is gone")
+            return
+        if message == CANCEL:
+            log.warning("cancel from the parent: stopping without committing open batches")
+            app.cancel()
+        else:
+            stop("stop from the parent")
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, f"received {sig.name}")
+    loop.add_reader(conn.fileno(), on_message)
+    try:
+        results = await app.run(handle_signals=False)
+    except (KafkaUnavailableError, TopicMismatchError) as exc:
+        _send(conn, ("failed", EXIT_USAGE, str(exc)))
+        return EXIT_USAGE
+    except Exception as exc:
+        if not isinstance(exc, ProcessorError):
+            log.exception("processor failed")
+        _send(conn, ("failed", EXIT_FAILED, str(exc)))
+        return EXIT_FAILED
+    finally:
+        with contextlib.suppress(Exception):
+            loop.remove_reader(conn.fileno())
+    fenced = any(how is ProcessorExit.FENCED for how in results.values())
+    _send(conn, ("result", {p: how.value for p, how in results.items()}))
+    return EXIT_FENCED if fenced else EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------- parent side
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A child inherits ignored signals through exec and Python keeps them ignored, so a Ctrl-C or a
+    group-wide SIGTERM during its start-up cannot kill it before it installed its own handlers (it
+    learns of the stop through its pipe). The parent ignores them only for the spawn itself."""
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = [signal.signal(sig, signal.SIG_IGN) for sig in signals]
+    try:
+        yield
+    finally:
+        for sig, handler in zip(signals, previous, strict=True):
+            signal.signal(sig, handler)
+
+
+@dataclass(slots=True)
+class _Child:
+    spec: ChildSpec
+    process: BaseProcess
+    conn: Connection
+    exited: asyncio.Future[None]
+    messages: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return f"{self.spec.name} (pid {self.process.pid}, partitions {list(self.spec.partitions)})"
+
+    def receive(self) -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while self.conn.poll():
+                self.messages.append(self.conn.recv())
+
+    def tell(self, message: str) -> None:
+        if self.process.exitcode is None:
+            with contextlib.suppress(OSError):
+                self.conn.send(message)
+
+
+class ProcessGroup:
+    """Runs `ProcessorApp`s for `partitions` in `processes` child processes (capped to one per partition)."""
+
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        fold: str,
+        partitions: Sequence[int],
+        processes: int,
+        *,
+        log_level: str = "INFO",
+    ) -> None:
+        self.groups = split_round_robin(partitions, processes)
+        self.config = config
+        self.fold = fold
+        self.log_level = log_level
+        self.ready = asyncio.Event()
+        """Set once every child has restored its partitions' state and is about to process."""
+        self.children: list[_Child] = []
+        self._stopping = False
+        self._cancelled = False
+
+    def stop(self) -> None:
+        """Ask every child to commit its open batches and exit."""
+        self._stopping = True
+        for child in self.children:
+            child.tell(STOP)
+
+    def cancel(self) -> None:
+        """Ask every child to stop at once, without committing."""
+        self._stopping = self._cancelled = True
+        for child in self.children:
+            child.tell(CANCEL)
+
+    async def run(self, *, handle_signals: bool = True) -> dict[int, ProcessorExit]:
+        """Run until every child has exited; the partitions' exits, or `ProcessesFailedError`."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            self._start(loop)
+            return await self._supervise()
+        finally:
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            self._reap_all(loop)
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        ctx = mp.get_context("spawn")
+        count = len(self.groups)
+        for index, partitions in enumerate(self.groups, start=1):
+            spec = ChildSpec(index, count, self.config, self.fold, tuple(partitions), self.log_level)
+            parent_conn, child_conn = ctx.Pipe()
+            process = ctx.Process(target=child_main, args=(spec, child_conn), name=f"turnledger-{spec.name}")
+            with _signals_ignored():
+                process.start()
+            child_conn.close()
+            child = _Child(spec, process, parent_conn, loop.create_future())
+            self.children.append(child)
+            loop.add_reader(process.sentinel, self._on_exit, child)
+            loop.add_reader(parent_conn.fileno(), self._on_message, child)
+            log.info("started %s", child.describe())
+        if self._stopping:
+            (self.cancel if self._cancelled else self.stop)()
+
+    def _on_message(self, child: _Child) -> None:
+        before = len(child.messages)
+        child.receive()
+        if len(child.messages) == before:  # EOF: the child closed its end
+            asyncio.get_running_loop().remove_reader(child.conn.fileno())
+        if all(("ready",) in c.messages for c in self.children) and not self.ready.is_set():
+            log.info("all %d processes ready", len(self.children))
+            self.ready.set()
+
+    def _on_exit(self, child: _Child) -> None:
+        asyncio.get_running_loop().remove_reader(child.process.sentinel)
+        child.process.join()
+        child.receive()
+        if not child.exited.done():
+            child.exited.set_result(None)
+
+    async def _supervise(self) -> dict[int, ProcessorExit]:
+        results: dict[int, ProcessorExit] = {}
+        codes: list[int] = []
+        failures: list[str] = []
+        pending = {child.exited: child for child in self.children}
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for future in done:
+                child = pending.pop(future)
+                code, failure = self._outcome(child, results)
+                codes.append(code)
+                if failure is not None:
+                    failures.append(failure)
+                    log.error("%s", failure)
+                if not pending or self._stopping:
+                    continue
+                if failure is not None:
+                    log.warning("stopping the other processes")
+                    self.stop()
+                elif code == EXIT_OK:
+                    log.warning("%s stopped on its own; stopping the others", child.describe())
+                    self.stop()
+                # else all its partitions were fenced: the others go on, as in one process
+        code = worst_exit(codes)
+        if failures:
+            raise ProcessesFailedError("; ".join(failures), code)
+        return results
+
+    def _outcome(self, child: _Child, results: dict[int, ProcessorExit]) -> tuple[int, str | None]:
+        """(exit status, failure message or None) of an exited child; its partitions' exits into results."""
+        status = child.process.exitcode
+        last = child.messages[-1] if child.messages else ("none",)
+        if last[0] == "result" and status in (EXIT_OK, EXIT_FENCED):
+            results.update({p: ProcessorExit(how) for p, how in last[1].items()})
+            return status, None
+        if last[0] == "failed":
+            return int(last[1]), f"{child.describe()} failed: {last[2]}"
+        if status is not None and status < 0:
+            how = f"was killed by {signal.Signals(-status).name}"
+        else:
+            how = f"exited with status {status} without reporting"
+        partitions = list(child.spec.partitions)
+        return EXIT_FAILED, (
+            f"{child.describe()} died unexpectedly: it {how}; partitions {partitions} are not processed, "
+            "so the other processes were stopped too. Restart `turnledger process` to resume them "
+            "exactly once from their last committed transaction"
+        )
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping:
+            log.warning("received %s again: cancelling the children without committing", sig.name)
+            self.cancel()
+            return
+        log.info("received %s: asking the processes to commit their open batches and stop", sig.name)
+        self.stop()
+
+    def _reap_all(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Nothing outlives `run()`: children still running (run was cancelled or raised) are stopped."""
+        alive = [c for c in self.children if c.process.exitcode is None]
+        for child in alive:
+            child.tell(STOP)
+        for child in alive:
+            child.process.join(30)
+            if child.process.exitcode is None:
+                log.error("%s did not stop within 30 s; killing it", child.describe())
+                child.process.kill()
+                child.process.join()
+        for child in self.children:
+            for fd in (child.process.sentinel, child.conn.fileno()):
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(fd)
+            child.conn.close()
