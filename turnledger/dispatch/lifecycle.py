@@ -56,6 +56,9 @@ def on_handle_bound(step: Step, op: OperationState, event: HandleBound) -> None:
     step.transition(op, S.STREAMING, response_handle=event.response_handle, assembler=keep_live(assembler))
 
 
+_ENDS_STREAM = frozenset({DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR})
+
+
 def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     """Feed the attempt's assembler; previews are coalesced per event (one per block, the latest).
 
@@ -65,6 +68,7 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     assembler = restore_assembler(op)
     assert assembler is not None
     previews: dict[int, tuple[str, int]] = {}
+    updates: dict[int, str] = {}
     for delta in event.deltas:
         if delta.response_handle != op.response_handle or delta.generation != op.attempt_generation:
             step.quarantine(
@@ -74,10 +78,12 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
                 f"delta of handle {delta.response_handle} generation {delta.generation}",
             )
             continue
-        fed = assembler.feed(delta)
-        for index, text in fed.preview_updates.items():
-            previews[index] = (text, delta.delta_sequence)
-        if delta.type in (DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR):
+        assembler.feed_into(delta, updates)
+        if updates:
+            for index, text in updates.items():
+                previews[index] = (text, delta.delta_sequence)
+            updates.clear()
+        if delta.type in _ENDS_STREAM:
             finish(step, op.model_copy(update={"assembler": assembler.snapshot()}), assembler)
             return
     for index, (text, through) in sorted(previews.items()):

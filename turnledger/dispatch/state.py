@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -113,7 +112,21 @@ _STATE_FIELDS = (
 if tuple(ConversationState.model_fields) != _STATE_FIELDS:  # pragma: no cover - guards state_json
     raise RuntimeError("ConversationState fields changed: update state_json() to match model_dump_json()")
 
-_json_cache: dict[int, tuple[weakref.ref[BaseModel], bytes]] = {}
+
+class _CachedJson(weakref.ref[BaseModel]):
+    """A cache entry: a weak reference to the model that carries its key and its JSON.
+
+    One GC-tracked object per cached model, where a (weakref, json) tuple with a per-entry
+    closure callback would be four: every live graph, block, operation, request and
+    manifest has an entry, so these are a large share of the objects a full collection walks.
+    """
+
+    __slots__ = ("json", "key")
+    key: int
+    json: bytes
+
+
+_json_cache: dict[int, _CachedJson] = {}
 
 
 def _model_json(model: BaseModel) -> bytes:
@@ -126,23 +139,25 @@ def _model_json(model: BaseModel) -> bytes:
     """
     key = id(model)
     hit = _json_cache.get(key)
-    if hit is not None and hit[0]() is model:
-        return hit[1]
+    if hit is not None and hit() is model:
+        return hit.json
     if isinstance(model, OperationState):
         value = _operation_json(model)
     elif isinstance(model, GraphState):
         value = _graph_json(model)
     else:
         value = model.__pydantic_serializer__.to_json(model)
-    _json_cache[key] = (weakref.ref(model, _forget(key)), value)
+    entry = _CachedJson(model, _forget)
+    entry.key, entry.json = key, value
+    _json_cache[key] = entry
     return value
 
 
-def _forget(key: int) -> Callable[[weakref.ref[BaseModel]], None]:
-    def callback(_: weakref.ref[BaseModel]) -> None:
-        _json_cache.pop(key, None)
-
-    return callback
+def _forget(entry: weakref.ref[BaseModel]) -> None:
+    """Drop the entry of a collected model, unless its id already holds a newer entry."""
+    assert isinstance(entry, _CachedJson)
+    if _json_cache.get(entry.key) is entry:
+        del _json_cache[entry.key]
 
 
 _OPERATION_FIELDS = (

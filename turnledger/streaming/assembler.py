@@ -132,24 +132,33 @@ class BlockAssembler:
     # -- feeding -----------------------------------------------------------------------
 
     def feed(self, delta: NormalizedDelta) -> FeedResult:
-        if self.response_handle is None or self.generation is None:
+        updates: dict[int, str] = {}
+        status = self.feed_into(delta, updates)
+        return FeedResult(status, updates)
+
+    def feed_into(self, delta: NormalizedDelta, updates: dict[int, str]) -> FeedStatus:
+        """`feed()` that writes the preview updates into the caller's `updates` instead of a new
+        `FeedResult`: the dispatch fold feeds every delta of an event and coalesces the previews,
+        so it needs neither a result object nor a fresh dict per delta. Only an ACCEPTED delta
+        writes into `updates`.
+        """
+        if delta.response_handle != self.response_handle or delta.generation != self.generation:
+            if self.response_handle is not None and self.generation is not None:
+                return FeedStatus.FOREIGN
             self.response_handle, self.generation = delta.response_handle, delta.generation
-        elif delta.response_handle != self.response_handle or delta.generation != self.generation:
-            return FeedResult(FeedStatus.FOREIGN)
         if self._finished or self._closed is not None:
-            return FeedResult(FeedStatus.LATE)
+            return FeedStatus.LATE
         sequence = delta.delta_sequence
         if sequence < self._next or sequence in self._held:
             self.duplicates_dropped += 1
-            return FeedResult(FeedStatus.DUPLICATE)
+            return FeedStatus.DUPLICATE
         if sequence > self._next:
             self._held[sequence] = delta
-            return FeedResult(FeedStatus.HELD)
-        updates: dict[int, str] = {}
+            return FeedStatus.HELD
         self._apply(delta, updates)
         while self._next in self._held:
             self._apply(self._held.pop(self._next), updates)
-        return FeedResult(FeedStatus.ACCEPTED, updates)
+        return FeedStatus.ACCEPTED
 
     def _apply(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
         self._next = delta.delta_sequence + 1
@@ -160,7 +169,11 @@ class BlockAssembler:
             self._violation = (reason, detail)
 
     def _open_block(self, delta: NormalizedDelta, what: str) -> _Block | None:
-        """The started, not yet stopped block a content delta targets (else a violation)."""
+        """The started, not yet stopped block a content delta targets (else a violation).
+
+        `what` may be the delta's `DeltaType`: a StrEnum formats as its value, so the
+        detail is the same text without paying for `.value` on every applied delta.
+        """
         block = self._blocks.get(delta.block_index)
         if block is None or block.stopped or self._stopped:
             state = "never started" if block is None else "stopped" if block.stopped else "after message stop"
@@ -197,7 +210,7 @@ class BlockAssembler:
         self._blocks[index] = _Block(kind, delta.call_id, delta.tool_name)
 
     def _on_content(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
-        block = self._open_block(delta, delta.type.value)
+        block = self._open_block(delta, delta.type)
         if block is None:
             return
         if block.kind != _CONTENT_TYPES[delta.type] and block.kind in KNOWN_KINDS:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 from collections.abc import Callable
 
 import pytest
 
+from turnledger.dispatch import state as state_module
 from turnledger.dispatch.state import ConversationState, _model_json, state_json
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent
@@ -59,3 +61,24 @@ def test_awkward_strings_and_growing_history() -> None:
     c.deltas(text_stream(['"a",', "\\"], stop=True))
     _assert_identical(c.state)
     assert len(c.state.graph.blocks) > 5
+
+
+def test_json_cache_entry_lives_exactly_as_long_as_its_model() -> None:
+    graph = ConversationState.empty("c-cache").graph
+    key = id(graph)
+    assert _model_json(graph) is _model_json(graph)
+    assert state_module._json_cache[key]() is graph
+    del graph
+    gc.collect()
+    assert key not in state_module._json_cache
+
+
+def test_json_cache_callback_of_a_dead_entry_keeps_the_newer_one() -> None:
+    old = ConversationState.empty("c-old").graph
+    new = ConversationState.empty("c-new").graph
+    _model_json(old)
+    stale = state_module._json_cache.pop(id(old))
+    state_module._json_cache[id(old)] = newer = state_module._CachedJson(new, state_module._forget)
+    newer.key, newer.json = id(old), b"newer"
+    state_module._forget(stale)
+    assert state_module._json_cache.pop(id(old)) is newer
