@@ -219,12 +219,12 @@ async def check_projections(evidence: Evidence, reader: ProjectionReader) -> lis
         revision = await reader.revision(conv)
         if revision != committed[-1].revision:
             history.fail(f"{conv}: projected revision {revision}, committed {committed[-1].revision}")
-    last: dict[str, DispatchDecision] = {}
+    last: dict[tuple[str, str], DispatchDecision] = {}
     for d in evidence.of("manifests", DispatchDecision):
-        last[d.operation_id] = d
-    for op, d in last.items():
+        last[(d.conversation_id, d.operation_id)] = d
+    for (conv, op), d in last.items():
         status.checked += 1
-        projected = await reader.operation(op)
+        projected = await reader.operation(conv, op)
         if projected is None:
             status.fail(f"{op}: not projected")
         elif (projected.state, projected.generation) != (d.state.value, d.attempt_generation):
@@ -236,7 +236,7 @@ async def check_projections(evidence: Evidence, reader: ProjectionReader) -> lis
     for conv in sorted(conversations):
         for preview in await reader.previews(conv):
             previews.checked += 1
-            d = last.get(preview.operation_id)
+            d = last.get((conv, preview.operation_id))
             if d is not None and d.state in (S.COMMITTED, S.CANCELLED):
                 previews.fail(f"{preview.operation_id}: preview left after {d.state.value}")
     previews.checked += len(last)

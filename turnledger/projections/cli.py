@@ -182,6 +182,10 @@ def _content(block: Any) -> str:
 
 def status_command(
     operation_id: Annotated[str, typer.Argument(help="Operation id.")],
+    conversation: Annotated[
+        str | None,
+        typer.Option(help="The operation's conversation; needed when several conversations use the id."),
+    ] = None,
     redis_url: RedisUrl = None,
     key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
     as_json: JsonOut = False,
@@ -192,13 +196,14 @@ def status_command(
     async def main() -> Any:
         redis = await connect(url)
         try:
-            return await ProjectionReader(redis, key_prefix).operation(operation_id)
+            return await ProjectionReader(redis, key_prefix).find_operation(operation_id, conversation)
         finally:
             await redis.aclose()
 
     op = run(main)
     if op is None:
-        err.print(f"operation {operation_id!r} is not in the projection (key prefix {key_prefix!r})")
+        where = f" of conversation {conversation!r}" if conversation else ""
+        err.print(f"operation {operation_id!r}{where} is not in the projection (key prefix {key_prefix!r})")
         raise typer.Exit(1)
     if as_json:
         console.print_json(orjson.dumps(op.to_json()).decode())

@@ -35,3 +35,14 @@ class MissingTopicError(ProjectionError):
             f"topic {topic!r} does not exist on {bootstrap!r}. Check --topic-prefix, or start the processor "
             "(it creates the topics) before projecting or replaying."
         )
+
+
+class AmbiguousOperationError(ProjectionError):
+    def __init__(self, operation_id: str, conversations: list[str]) -> None:
+        self.operation_id = operation_id
+        self.conversations = conversations
+        super().__init__(
+            f"operation id {operation_id!r} exists in {len(conversations)} conversations "
+            f"({', '.join(repr(c) for c in conversations)}); operation ids are unique per conversation "
+            "only. Name the conversation (--conversation)."
+        )

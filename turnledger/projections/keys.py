@@ -48,14 +48,28 @@ class ProjectionKeys:
         """Set of the operation ids of a conversation."""
         return f"{self.prefix}ops:{conversation_id}"
 
-    def operation(self, operation_id: str) -> str:
+    def operation(self, conversation_id: str, operation_id: str) -> str:
         """Hash: the operation's status as the last DispatchDecision left it, plus its manifest."""
-        return f"{self.prefix}op:{operation_id}"
+        return f"{self.prefix}op:{_scoped(conversation_id, operation_id)}"
+
+    def operation_conversations(self, operation_id: str) -> str:
+        """Set of the conversations that have an operation of this id, to find it by its id alone."""
+        return f"{self.prefix}op-conversations:{operation_id}"
 
     def quarantine(self, conversation_id: str) -> str:
         """List of Quarantined records as JSON, in topic order."""
         return f"{self.prefix}quarantine:{conversation_id}"
 
-    def previews(self, operation_id: str) -> str:
+    def previews(self, conversation_id: str, operation_id: str) -> str:
         """Hash `generation:block_index` -> preview JSON, plus `~` marker fields (see plan.py)."""
-        return f"{self.prefix}preview:{operation_id}"
+        return f"{self.prefix}preview:{_scoped(conversation_id, operation_id)}"
+
+
+def _scoped(conversation_id: str, operation_id: str) -> str:
+    """`conversation:operation`, unambiguous whatever the ids hold.
+
+    Operation ids are unique within a conversation only (the fold checks nothing wider),
+    so every per-operation key names its conversation too. `%` and `:` in the
+    conversation id are percent-escaped, so the first `:` always ends it.
+    """
+    return conversation_id.replace("%", "%25").replace(":", "%3A") + ":" + operation_id

@@ -122,7 +122,11 @@ class Planner:
             return self._preview(k, record)
         if isinstance(record, PreviewRetracted):
             return [
-                ["pretract", k(self.keys.previews(record.operation_id)), str(record.attempt_generation)],
+                [
+                    "pretract",
+                    k(self.keys.previews(record.conversation_id, record.operation_id)),
+                    str(record.attempt_generation),
+                ],
                 ["hincr", k(self.keys.stats), "preview_retractions", "1"],
             ]
         if isinstance(record, Quarantined):
@@ -158,7 +162,7 @@ class Planner:
         )
         ops.append(["hincr", k(self.keys.conversation(conv)), "turns", "1"])
         if turn.operation_id is not None:
-            ops.append(["pcommit", k(self.keys.previews(turn.operation_id))])
+            ops.append(["pcommit", k(self.keys.previews(conv, turn.operation_id))])
         return ops
 
     def _manifest(self, k: Any, issued: ManifestIssued) -> list[Op]:
@@ -166,7 +170,7 @@ class Planner:
         return [
             [
                 "hset",
-                k(self.keys.operation(m.operation_id)),
+                k(self.keys.operation(m.conversation_id, m.operation_id)),
                 *_pairs(
                     conversation=m.conversation_id,
                     manifest_digest=m.manifest_digest,
@@ -178,12 +182,13 @@ class Planner:
                 ),
             ],
             ["sadd", k(self.keys.operations(m.conversation_id)), m.operation_id],
+            ["sadd", k(self.keys.operation_conversations(m.operation_id)), m.conversation_id],
         ]
 
     def _decision(self, k: Any, d: DispatchDecision) -> list[Op]:
         """Mirror the operation as the decision describes it; a refused CAS leaves `state` unchanged
         because the fold reports the operation's current state in it, and is counted as a conflict."""
-        op_key = k(self.keys.operation(d.operation_id))
+        op_key = k(self.keys.operation(d.conversation_id, d.operation_id))
         present = {
             "conversation": d.conversation_id,
             "state": d.state,
@@ -208,6 +213,7 @@ class Planner:
             ["hsetnx", op_key, "created_at_ms", str(d.occurred_at_ms)],
             ["hincr", op_key, "decisions", "1"],
             ["sadd", k(self.keys.operations(d.conversation_id)), d.operation_id],
+            ["sadd", k(self.keys.operation_conversations(d.operation_id)), d.conversation_id],
         ]
         absent = [name for name, value in optional.items() if value is None]
         if absent:
@@ -228,7 +234,7 @@ class Planner:
         return [
             [
                 "pset",
-                k(self.keys.previews(p.operation_id)),
+                k(self.keys.previews(p.conversation_id, p.operation_id)),
                 str(p.attempt_generation),
                 f"{p.attempt_generation}:{p.block_index}",
                 _json(value),

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
+from turnledger.projections.errors import AmbiguousOperationError
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.plan import COMMITTED_MARKER
 from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, text_or_none
@@ -66,8 +67,27 @@ class ProjectionReader:
     async def revision(self, conversation: str) -> int | None:
         return _int(text_or_none(await self.redis.hget(self.keys.conversation(conversation), "revision")))
 
-    async def operation(self, op_id: str) -> OperationStatus | None:
-        raw = bytes_hash(await self.redis.hgetall(self.keys.operation(op_id)))
+    async def conversations_of_operation(self, op_id: str) -> list[str]:
+        """The conversations that have an operation of this id (usually one)."""
+        members = bytes_set(await self.redis.smembers(self.keys.operation_conversations(op_id)))
+        return sorted(m.decode() for m in members)
+
+    async def find_operation(self, op_id: str, conversation: str | None = None) -> OperationStatus | None:
+        """The operation of this id in `conversation`, or in the only conversation that has one.
+
+        Raises AmbiguousOperationError when no conversation is named and several have the id.
+        """
+        if conversation is None:
+            conversations = await self.conversations_of_operation(op_id)
+            if len(conversations) > 1:
+                raise AmbiguousOperationError(op_id, conversations)
+            if not conversations:
+                return None
+            conversation = conversations[0]
+        return await self.operation(conversation, op_id)
+
+    async def operation(self, conversation: str, op_id: str) -> OperationStatus | None:
+        raw = bytes_hash(await self.redis.hgetall(self.keys.operation(conversation, op_id)))
         if not raw:
             return None
         f = {k.decode(): v.decode() for k, v in raw.items()}
@@ -89,7 +109,7 @@ class ProjectionReader:
         ids = sorted(
             m.decode() for m in bytes_set(await self.redis.smembers(self.keys.operations(conversation)))
         )
-        found = [await self.operation(op_id) for op_id in ids]
+        found = [await self.operation(conversation, op_id) for op_id in ids]
         return [op for op in found if op is not None]
 
     async def quarantine(self, conversation: str) -> list[Quarantined]:
@@ -103,7 +123,7 @@ class ProjectionReader:
             m.decode() for m in bytes_set(await self.redis.smembers(self.keys.operations(conversation)))
         )
         for op_id in ids:
-            raw = bytes_hash(await self.redis.hgetall(self.keys.previews(op_id)))
+            raw = bytes_hash(await self.redis.hgetall(self.keys.previews(conversation, op_id)))
             if COMMITTED_MARKER.encode() in raw:
                 continue
             for name, value in raw.items():

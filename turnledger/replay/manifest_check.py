@@ -105,7 +105,8 @@ def _refs(refs: Sequence[object]) -> str:
 class TopicEvidence:
     manifests: list[DispatchManifest] = field(default_factory=list)
     turns: dict[str, list[CommittedTurn]] = field(default_factory=dict)
-    requests: dict[str, DispatchRequested] = field(default_factory=dict)
+    requests: dict[tuple[str, str], DispatchRequested] = field(default_factory=dict)
+    """(conversation, operation) -> its DispatchRequested: operation ids are unique per conversation only."""
 
 
 async def gather(
@@ -119,7 +120,7 @@ async def gather(
         for topic in (topics.manifests, topics.committed, topics.ingress):
             partitions = await partitions_of(consumer, bootstrap, [topic])
             conversations = {m.conversation_id for m in evidence.manifests}
-            operations = {m.operation_id for m in evidence.manifests}
+            operations = {(m.conversation_id, m.operation_id) for m in evidence.manifests}
             async for batch in read_to_end(consumer, partitions):
                 for r in batch:
                     _collect(evidence, r.value, operation_id, digest, conversations, operations)
@@ -134,7 +135,7 @@ def _collect(
     operation_id: str | None,
     digest: str | None,
     conversations: set[str],
-    operations: set[str],
+    operations: set[tuple[str, str]],
 ) -> None:
     if value is None:
         return
@@ -150,8 +151,10 @@ def _collect(
             evidence.manifests.append(m)
     elif isinstance(record, CommittedTurn) and record.conversation_id in conversations:
         evidence.turns.setdefault(record.conversation_id, []).append(record)
-    elif isinstance(record, DispatchRequested) and record.operation_id in operations:
-        evidence.requests.setdefault(record.operation_id, record)
+    elif isinstance(record, DispatchRequested):
+        key = (record.conversation_id, record.operation_id)
+        if key in operations:
+            evidence.requests.setdefault(key, record)
 
 
 async def reproduce(
@@ -162,7 +165,11 @@ async def reproduce(
         raise ValueError("give an operation id or a manifest digest")
     evidence = await gather(bootstrap, topics, operation_id, digest)
     return [
-        check_manifest(m, evidence.turns.get(m.conversation_id, []), evidence.requests.get(m.operation_id))
+        check_manifest(
+            m,
+            evidence.turns.get(m.conversation_id, []),
+            evidence.requests.get((m.conversation_id, m.operation_id)),
+        )
         for m in evidence.manifests
     ]
 

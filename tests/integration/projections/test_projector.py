@@ -140,7 +140,7 @@ async def test_reader_views(stack) -> None:  # type: ignore[no-untyped-def]
         ("assistant", "Hi there!"),
     ]
     assert await reader.revision("conv-3") == 2
-    op = await reader.operation("conv-3-op1")
+    op = await reader.operation("conv-3", "conv-3-op1")
     assert op is not None and op.state == "COMMITTED" and op.generation == 2
     assert op.manifest_digest == "sha256:m1" and op.created_at_ms == 4001 and op.updated_at_ms == 4011
     assert op.fields["conflicts"] == "1" and op.reason is None
@@ -151,4 +151,42 @@ async def test_reader_views(stack) -> None:  # type: ignore[no-untyped-def]
     rejections = await reader.rejections("conv-3")
     assert len(rejections) == 1 and rejections[0].source_offset == 4000
     assert len(await reader.rejections(limit=5)) == 5
-    assert await reader.operation("nope") is None
+    assert await reader.operation("conv-3", "nope") is None
+
+
+async def test_operations_of_the_same_id_in_two_conversations_stay_apart(  # type: ignore[no-untyped-def]
+    redis_client, redis_prefix
+) -> None:
+    """Operation ids are unique per conversation only; `a:b` / `a` are escaped so keys cannot collide."""
+    from tests.integration.projections.workload import _decision
+    from turnledger.model.events import DispatchState as S
+    from turnledger.projections.errors import AmbiguousOperationError
+
+    records = [
+        ("manifests", _decision("a:b", "op-1", S.PREPARED, None, 10)),
+        ("manifests", _decision("a", "b:op-1", S.REJECTED, None, 11, reason="EMPTY_SEQUENCE")),
+        ("manifests", _decision("conv-2", "op-1", S.PREPARED, None, 12)),
+        ("manifests", _decision("conv-2", "op-1", S.DISPATCHING, S.PREPARED, 13, attempt_generation=1)),
+    ]
+    await project_records(redis_client, ProjectionKeys(redis_prefix), records)
+    reader = ProjectionReader(redis_client, redis_prefix)
+
+    first, second = await reader.operation("a:b", "op-1"), await reader.operation("conv-2", "op-1")
+    assert first is not None and (first.conversation, first.state, first.generation) == ("a:b", "PREPARED", 0)
+    assert second is not None and (second.conversation, second.state, second.generation) == (
+        "conv-2",
+        "DISPATCHING",
+        1,
+    )
+    escaped = await reader.operation("a", "b:op-1")
+    assert escaped is not None and (escaped.state, escaped.reason) == ("REJECTED", "EMPTY_SEQUENCE")
+    assert [op.operation_id for op in await reader.operations("conv-2")] == ["op-1"]
+
+    assert await reader.conversations_of_operation("op-1") == ["a:b", "conv-2"]
+    with pytest.raises(AmbiguousOperationError, match="exists in 2 conversations"):
+        await reader.find_operation("op-1")
+    found = await reader.find_operation("op-1", conversation="conv-2")
+    assert found is not None and found.state == "DISPATCHING"
+    only = await reader.find_operation("b:op-1")
+    assert only is not None and only.conversation == "a"
+    assert await reader.find_operation("op-9") is None

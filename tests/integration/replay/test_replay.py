@@ -115,7 +115,7 @@ async def test_rebuild_equals_a_fresh_fold(
     await Projector(redis_client, kafka_bootstrap, topics, keys).run_to_end()
     before = await snapshot(redis_client, redis_prefix)
     reader = ProjectionReader(redis_client, redis_prefix)
-    op = await reader.operation("conv-0/op-2")
+    op = await reader.operation("conv-0", "conv-0/op-2")
     assert op is not None and op.state == "COMMITTED"
     assert [(b.role, b.kind) for b in await reader.history("conv-0")] == [
         ("user", "text"),

@@ -85,7 +85,7 @@ async def test_rollback_to_a_legacy_adapter_pauses_without_a_manifest(
     history = await reader.history("rollback#0")
     assert [(b.role, b.kind) for b in history] == [("user", "text"), ("user", "retrieved_snippet")]
 
-    legacy = await reader.operation(LEGACY)
+    legacy = await reader.find_operation(LEGACY)
     assert legacy is not None
     assert (legacy.state, legacy.reason, legacy.manifest_digest) == ("PAUSED", "UNSUPPORTED_KIND", None)
     assert legacy.detail == "anthropic-messages@0 does not know kind 'retrieved_snippet' (block s1-b0)"
@@ -102,7 +102,7 @@ async def test_rollback_to_a_legacy_adapter_pauses_without_a_manifest(
     assert "s1-b0" in {b.id for b in manifest.blocks}, "@1 renders the very graph @0 paused on"
     assert "Rome in May" in manifest.request_body
 
-    current = await reader.operation(CURRENT)
+    current = await reader.operation("rollback#0", CURRENT)
     assert current is not None
     assert (current.state, current.reason, current.manifest_digest) == (
         "PREPARED",
@@ -170,7 +170,9 @@ async def test_replay_manifest_reproduces_every_manifest_of_the_workload(process
     assert len(expected) >= 15
     for m in evidence.manifests:
         check = check_manifest(
-            m, evidence.turns.get(m.conversation_id, []), evidence.requests.get(m.operation_id)
+            m,
+            evidence.turns.get(m.conversation_id, []),
+            evidence.requests.get((m.conversation_id, m.operation_id)),
         )
         assert check.ok, (m.operation_id, check.error, [c.name for c in check.checks if not c.ok])
         assert {c.name for c in check.checks} >= {"request bytes", "request digest", "sequence digest"}

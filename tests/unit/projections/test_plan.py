@@ -66,7 +66,7 @@ def test_committed_turn_of_an_operation_drops_its_previews() -> None:
     )
     plan = Planner(KEYS).plan([rec(turn)])
     ops = orjson.loads(plan.argv)[0][2]
-    assert ["pcommit", plan.keys.index("p:preview:op1") + 1] in ops
+    assert ["pcommit", plan.keys.index("p:preview:c:op1") + 1] in ops
 
 
 def test_previews_are_guarded_by_generation() -> None:
@@ -89,7 +89,7 @@ def test_previews_are_guarded_by_generation() -> None:
     plan = Planner(KEYS).plan([rec(upd, 1, "previews"), rec(ret, 2, "previews")])
     (g1, g2) = orjson.loads(plan.argv)
     assert g1[2][0][0] == "pset" and g1[2][0][2:4] == ["2", "2:0"]
-    assert g2[2][0] == ["pretract", plan.keys.index("p:preview:op1") + 1, "2"]
+    assert g2[2][0] == ["pretract", plan.keys.index("p:preview:c:op1") + 1, "2"]
 
 
 def test_decision_mirrors_present_fields_and_deletes_absent_ones() -> None:
@@ -131,3 +131,12 @@ def test_rejections_are_capped_and_scored_by_time() -> None:
 def test_large_offsets_travel_as_exact_strings() -> None:
     plan = Planner(KEYS).plan([DecodedRecord("committed", "t", 0, 2**52 + 1, None)])
     assert orjson.loads(plan.argv)[0][1] == str(2**52 + 1)
+
+
+def test_per_operation_keys_name_the_conversation_unambiguously() -> None:
+    keys = ProjectionKeys("p:")
+    assert keys.operation("conv-1", "op-1") == "p:op:conv-1:op-1"
+    assert keys.previews("conv-1", "op-1") == "p:preview:conv-1:op-1"
+    pairs = [("a:b", "c"), ("a", "b:c"), ("a%3Ab", "c"), ("a%", "3Ab:c"), ("", "a:b:c")]
+    assert len({keys.operation(c, o) for c, o in pairs}) == len(pairs)
+    assert keys.operation("a:b", "c") == "p:op:a%3Ab:c" and keys.operation("a%3Ab", "c") == "p:op:a%253Ab:c"
