@@ -183,7 +183,8 @@ def shadow_diff_command(
 ) -> None:
     """Byte-level and semantic diff of legacy requests against our manifests' request bytes.
 
-    LEGACY is JSON Lines: {"operationId": "...", "request": {...}} per line."""
+    LEGACY is JSON Lines: {"operationId": "...", "request": {...}} per line, with an optional
+    "conversationId" (needed when several conversations use the same operation id)."""
     from turnledger.processors.topics import Topics
     from turnledger.replay.manifest_check import latest_manifests
     from turnledger.replay.shadow import LegacyFormatError, compare_all, read_legacy
@@ -228,5 +229,10 @@ def print_shadow(results: list[ShadowResult], details: bool = True) -> None:
     console.print(" · ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     if details:
         for r in results:
+            if r.ambiguous:
+                console.print(
+                    f"  {r.operation_id}  [bold]ambiguous[/bold]: conversations {', '.join(r.ambiguous)} "
+                    'all have this operation id; add "conversationId" to line ' + str(r.line)
+                )
             for d in r.differences:
                 console.print(f"  {r.operation_id}  [bold]{d.kind}[/bold] {d.path} ({d.side}): {d.detail}")

@@ -176,8 +176,9 @@ async def reproduce(
 
 async def latest_manifests(
     bootstrap: str, topics: Topics, operation_ids: set[str]
-) -> dict[str, DispatchManifest]:
-    """The last manifest issued for each of `operation_ids` (what shadow diff compares against)."""
+) -> dict[tuple[str, str], DispatchManifest]:
+    """The last manifest issued for each operation of `operation_ids`, keyed by (conversation, operation):
+    the same operation id may exist in several conversations (what shadow diff compares against)."""
     evidence = TopicEvidence()
     consumer = await start_consumer(bootstrap)
     try:
@@ -187,4 +188,6 @@ async def latest_manifests(
                 _collect(evidence, r.value, None, None, set(), set())
     finally:
         await consumer.stop()
-    return {m.operation_id: m for m in evidence.manifests if m.operation_id in operation_ids}
+    return {
+        (m.conversation_id, m.operation_id): m for m in evidence.manifests if m.operation_id in operation_ids
+    }

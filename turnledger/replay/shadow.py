@@ -2,11 +2,15 @@
 
 Legacy capture format (JSON Lines, UTF-8): one object per line,
 
-    {"operationId": "<the operation id the gateway used>", "request": {<the JSON body sent>}}
+    {"operationId": "<the operation id the gateway used>", "request": {<the JSON body sent>},
+     "conversationId": "<optional>"}
 
-Optional keys are ignored. Blank lines and lines starting with `#` are skipped. The
-operation id joins a legacy request to the manifest our processor issued for the
-same operation (the last ManifestIssued of that operation on `turnledger.manifests`).
+Other keys are ignored. Blank lines and lines starting with `#` are skipped. The
+operation id (and the conversation id, when given) joins a legacy request to the
+manifest our processor issued for the same operation: the last ManifestIssued of that
+operation on `turnledger.manifests`. Operation ids are unique per conversation only, so
+a line without a conversation id whose operation id several conversations use is
+reported as ambiguous, never matched to one of them at random.
 Byte equality compares the canonical JSON of the legacy body with our request bytes;
 the semantic diff says what differs when they are not equal.
 """
@@ -38,6 +42,7 @@ class LegacyRequest:
     operation_id: str
     request: Any
     line: int
+    conversation_id: str | None = None
 
 
 @dataclass
@@ -48,9 +53,13 @@ class ShadowResult:
     adapter: str | None = None
     bytes_equal: bool = False
     differences: list[Difference] = field(default_factory=list)
+    ambiguous: list[str] = field(default_factory=list)
+    """Conversations that all have a manifest of this operation id (the line named none)."""
 
     @property
     def status(self) -> str:
+        if self.ambiguous:
+            return "ambiguous"
         if self.manifest_digest is None:
             return "no manifest"
         return "equal" if self.bytes_equal else ("differs" if self.differences else "same meaning")
@@ -72,7 +81,10 @@ def read_legacy(path: Path) -> list[LegacyRequest]:
             or "request" not in item
         ):
             raise LegacyFormatError(path, n, "missing operationId (string) or request")
-        out.append(LegacyRequest(item["operationId"], item["request"], n))
+        conversation_id = item.get("conversationId")
+        if conversation_id is not None and not isinstance(conversation_id, str):
+            raise LegacyFormatError(path, n, "conversationId must be a string")
+        out.append(LegacyRequest(item["operationId"], item["request"], n, conversation_id))
     return out
 
 
@@ -88,7 +100,21 @@ def compare(legacy: LegacyRequest, manifest: DispatchManifest | None) -> ShadowR
     return result
 
 
-def compare_all(
-    legacy: Iterable[LegacyRequest], manifests: dict[str, DispatchManifest]
-) -> list[ShadowResult]:
-    return [compare(item, manifests.get(item.operation_id)) for item in legacy]
+ManifestsByOperation = dict[tuple[str, str], DispatchManifest]
+"""(conversation id, operation id) -> the last manifest issued for that operation."""
+
+
+def compare_all(legacy: Iterable[LegacyRequest], manifests: ManifestsByOperation) -> list[ShadowResult]:
+    by_operation: dict[str, dict[str, DispatchManifest]] = {}
+    for (conversation_id, operation_id), manifest in manifests.items():
+        by_operation.setdefault(operation_id, {})[conversation_id] = manifest
+    results = []
+    for item in legacy:
+        candidates = by_operation.get(item.operation_id, {})
+        if item.conversation_id is not None:
+            results.append(compare(item, candidates.get(item.conversation_id)))
+        elif len(candidates) > 1:
+            results.append(ShadowResult(item.operation_id, item.line, ambiguous=sorted(candidates)))
+        else:
+            results.append(compare(item, next(iter(candidates.values()), None)))
+    return results

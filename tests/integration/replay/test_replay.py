@@ -140,7 +140,7 @@ async def test_shadow_diff_flags_legacy_split_of_anthropic_tool_results(
 ) -> None:
     op1, op2 = op_ids("conv-3")
     manifests = await latest_manifests(kafka_bootstrap, topics, {op1, op2})
-    ours = orjson.loads(manifests[op2].request_body)
+    ours = orjson.loads(manifests[("conv-3", op2)].request_body)
     results_message = next(
         m
         for m in ours["messages"]
@@ -157,7 +157,7 @@ async def test_shadow_diff_flags_legacy_split_of_anthropic_tool_results(
         + orjson.dumps(
             {
                 "operationId": op1,
-                "request": orjson.loads(manifests[op1].request_body),
+                "request": orjson.loads(manifests[("conv-3", op1)].request_body),
             }
         )
         + b"\n"
