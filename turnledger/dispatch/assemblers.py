@@ -10,8 +10,7 @@ from turnledger.streaming.assembler import BlockAssembler
 
 
 def had_previews(op: OperationState) -> bool:
-    assembler = restore_assembler(op)
-    return assembler is not None and bool(assembler.previews())
+    return op.assembler is not None and BlockAssembler.snapshot_has_previews(op.assembler)
 
 
 def tools_of(op: OperationState) -> dict[str, Any]:

@@ -287,6 +287,13 @@ class BlockAssembler:
             return {}
         return {i: b.text for i, b in sorted(self._blocks.items()) if b.kind == "text" and b.text}
 
+    @staticmethod
+    def snapshot_has_previews(snapshot: Mapping[str, Any]) -> bool:
+        """`bool(restore(snapshot, tools).previews())`, read off the snapshot without restoring it."""
+        return not snapshot["retracted"] and any(
+            block["kind"] == "text" and block["content"] for block in snapshot["blocks"]
+        )
+
     def finish(self) -> AssemblyOutcome:
         """The outcome of the stream as fed so far; the attempt is over afterwards."""
         self._finished = True

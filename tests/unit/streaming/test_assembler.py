@@ -202,9 +202,11 @@ def test_discard_drops_candidates_and_retracts_previews() -> None:
     assembler = BlockAssembler(TOOLS)
     for delta in stream.deltas[:-1]:
         assembler.feed(delta)
+    assert BlockAssembler.snapshot_has_previews(assembler.snapshot())
     result = assembler.discard()
     assert result == Incomplete(ReasonCode.STREAM_DISCONNECTED, "attempt discarded", retract_previews=True)
     assert assembler.previews_retracted == 2 and assembler.previews() == {}
+    assert not BlockAssembler.snapshot_has_previews(assembler.snapshot())
     assert assembler.feed(stream.deltas[-1]).status is FeedStatus.LATE
     assert assembler.finish() == result
     assert assembler.previews_retracted == 2 and assembler.partial_tool_dispatches == 0

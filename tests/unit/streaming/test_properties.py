@@ -113,9 +113,11 @@ def test_snapshot_restore_at_every_delta_gives_the_same_outcome(name: str) -> No
         first = BlockAssembler(TOOLS)
         for delta in deltas[:cut]:
             first.feed(delta)
-        restored = BlockAssembler.restore(first.snapshot(), TOOLS)
+        snapshot = first.snapshot()
+        restored = BlockAssembler.restore(snapshot, TOOLS)
         assert restored == first
         assert restored.previews() == first.previews()
+        assert BlockAssembler.snapshot_has_previews(snapshot) == bool(first.previews())
         for delta in deltas[cut:]:
             restored.feed(delta)
         assert restored.finish() == clean
