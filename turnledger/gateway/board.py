@@ -7,6 +7,9 @@ of the attempt's generation, caused by one of the worker's own events of that ph
 that settles it (COMMITTED or UNKNOWN), or by a cancel from anyone. A stream being
 read watches its operation's cancel signal (`cancel_signal`), set by the first
 CANCELLED decision, to stop reading at once.
+
+Operation ids are unique within a conversation only, so everything here is keyed by
+`OperationKey` (conversation id, operation id).
 """
 
 from __future__ import annotations
@@ -21,14 +24,21 @@ from turnledger.model.manifest import DispatchManifest
 S = DispatchState
 FINAL = frozenset({S.COMMITTED, S.REJECTED, S.CANCELLED})
 
+OperationKey = tuple[str, str]
+"""(conversation id, operation id): what names one operation."""
+
+
+def key_of(record: DispatchDecision | DispatchManifest) -> OperationKey:
+    return (record.conversation_id, record.operation_id)
+
 
 class DecisionBoard:
     def __init__(self) -> None:
-        self.manifests: dict[str, DispatchManifest] = {}  # operation id → its current manifest
-        self.latest: dict[str, DispatchDecision] = {}
+        self.manifests: dict[OperationKey, DispatchManifest] = {}  # the operation's current manifest
+        self.latest: dict[OperationKey, DispatchDecision] = {}
         self._cas: dict[str, DispatchDecision] = {}  # source event id → CAS answer
-        self._settling: dict[str, list[DispatchDecision]] = {}  # op id → COMMITTED/UNKNOWN/CANCELLED
-        self._cancel_signals: dict[str, asyncio.Event] = {}  # op id → set once it is CANCELLED
+        self._settling: dict[OperationKey, list[DispatchDecision]] = {}  # COMMITTED/UNKNOWN/CANCELLED
+        self._cancel_signals: dict[OperationKey, asyncio.Event] = {}  # set once it is CANCELLED
         self._changed = asyncio.Condition()
 
     async def apply(self, records: Collection[ManifestIssued | DispatchDecision]) -> None:
@@ -39,9 +49,9 @@ class DecisionBoard:
 
     def apply_nowait(self, record: ManifestIssued | DispatchDecision) -> None:
         if isinstance(record, ManifestIssued):
-            self.manifests[record.manifest.operation_id] = record.manifest
+            self.manifests[key_of(record.manifest)] = record.manifest
             return
-        op = record.operation_id
+        op = key_of(record)
         self.latest[op] = record
         if not record.accepted or (record.state == S.DISPATCHING and record.previous_state != S.DISPATCHING):
             self._cas[record.source_event_id] = record
@@ -52,20 +62,20 @@ class DecisionBoard:
             if signal is not None:
                 signal.set()
 
-    def forget(self, operation_id: str) -> None:
+    def forget(self, operation_id: OperationKey) -> None:
         """Drop what is kept for a finished operation (its latest decision stays for status)."""
         self.manifests.pop(operation_id, None)
         self._settling.pop(operation_id, None)
         self._cancel_signals.pop(operation_id, None)
 
-    def cancelled(self, operation_id: str) -> bool:
+    def cancelled(self, operation_id: OperationKey) -> bool:
         """Has a CANCELLED decision been seen for the operation (CANCELLED is final)?"""
         latest = self.latest.get(operation_id)
         if latest is not None and latest.state == S.CANCELLED:
             return True
         return any(d.state == S.CANCELLED for d in self._settling.get(operation_id, ()))
 
-    def cancel_signal(self, operation_id: str) -> asyncio.Event:
+    def cancel_signal(self, operation_id: OperationKey) -> asyncio.Event:
         """An event set as soon as the operation is CANCELLED (already set if it is). Release it after use."""
         signal = self._cancel_signals.get(operation_id)
         if signal is None:
@@ -74,7 +84,7 @@ class DecisionBoard:
                 signal.set()
         return signal
 
-    def release_cancel_signal(self, operation_id: str) -> None:
+    def release_cancel_signal(self, operation_id: OperationKey) -> None:
         self._cancel_signals.pop(operation_id, None)
 
     async def cas_answer(self, attempt_event_id: str, timeout_s: float) -> DispatchDecision | None:
@@ -86,7 +96,7 @@ class DecisionBoard:
         return self._cas.pop(attempt_event_id)
 
     async def settled(
-        self, operation_id: str, generation: int, sources: Collection[str], timeout_s: float
+        self, operation_id: OperationKey, generation: int, sources: Collection[str], timeout_s: float
     ) -> DispatchDecision | None:
         """The decision that ends this phase of the attempt, or None on timeout."""
 
@@ -104,7 +114,7 @@ class DecisionBoard:
             return None
         return found()
 
-    async def state_after(self, operation_id: str, source_event_id: str, timeout_s: float) -> bool:
+    async def state_after(self, operation_id: OperationKey, source_event_id: str, timeout_s: float) -> bool:
         """Wait until some decision caused by `source_event_id` was seen for the operation."""
         return await self._wait(
             lambda: (

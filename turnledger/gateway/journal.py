@@ -17,6 +17,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from turnledger.gateway.board import OperationKey
+
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
@@ -27,11 +29,15 @@ class JournalEntry:
     handle: str | None = None
     done: bool = False
 
+    @property
+    def key(self) -> OperationKey:
+        return (self.conversation_id, self.operation_id)
+
 
 class WorkerJournal:
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._entries: dict[str, JournalEntry] = {}
+        self._entries: dict[OperationKey, JournalEntry] = {}
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._entries = _load(path)
@@ -40,14 +46,14 @@ class WorkerJournal:
     def open_entries(self) -> list[JournalEntry]:
         return [e for e in self._entries.values() if not e.done]
 
-    def get(self, operation_id: str) -> JournalEntry | None:
-        return self._entries.get(operation_id)
+    def get(self, key: OperationKey) -> JournalEntry | None:
+        return self._entries.get(key)
 
     def write(self, entry: JournalEntry) -> None:
-        self._entries[entry.operation_id] = entry
+        self._entries[entry.key] = entry
         if entry.done:
             # keep memory bounded: a done entry is only needed on disk until compaction
-            self._entries.pop(entry.operation_id)
+            self._entries.pop(entry.key)
         if self.path is not None:
             self._file.write(json.dumps(asdict(entry), separators=(",", ":")) + "\n")
             self._file.flush()
@@ -58,8 +64,8 @@ class WorkerJournal:
             self._file.close()
 
 
-def _load(path: Path) -> dict[str, JournalEntry]:
-    entries: dict[str, JournalEntry] = {}
+def _load(path: Path) -> dict[OperationKey, JournalEntry]:
+    entries: dict[OperationKey, JournalEntry] = {}
     if not path.exists():
         return entries
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -68,7 +74,7 @@ def _load(path: Path) -> dict[str, JournalEntry]:
         except (ValueError, TypeError):
             continue  # a line torn by a crash mid-write: the step it announced never happened
         if entry.done:
-            entries.pop(entry.operation_id, None)
+            entries.pop(entry.key, None)
         else:
-            entries[entry.operation_id] = entry
+            entries[entry.key] = entry
     return entries

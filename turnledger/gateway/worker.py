@@ -43,7 +43,7 @@ from enum import StrEnum
 
 import httpx
 
-from turnledger.gateway.board import FINAL, DecisionBoard
+from turnledger.gateway.board import FINAL, DecisionBoard, OperationKey, key_of
 from turnledger.gateway.client import IngressSink, WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint, UnknownEndpointError, endpoint_of
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
@@ -176,8 +176,8 @@ class DispatchWorker:
         self.stats = WorkerStats()
         self._http = http
         self._own_http = http is None
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._failures: dict[str, DispatchDecision] = {}  # op id → the decision that ended its last attempt
+        self._tasks: dict[OperationKey, asyncio.Task[None]] = {}
+        self._failures: dict[OperationKey, DispatchDecision] = {}  # the decision that ended its last attempt
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
         self._live = False
 
@@ -218,41 +218,41 @@ class DispatchWorker:
             return
         for record in records:
             if isinstance(record, DispatchDecision) and record.state == S.PREPARED and record.accepted:
-                self._spawn(record.operation_id)
+                self._spawn(key_of(record))
 
     async def go_live(self) -> None:
         """Catch-up is over: recover what this worker id owned, then attempt every PREPARED operation."""
         self._live = True
         for entry in self.journal.open_entries():
-            self._spawn(entry.operation_id, entry)
-        for op_id, decision in list(self.board.latest.items()):
+            self._spawn(entry.key, entry)
+        for key, decision in list(self.board.latest.items()):
             if decision.state == S.PREPARED and decision.accepted:
-                self._spawn(op_id)
+                self._spawn(key)
 
-    def _spawn(self, operation_id: str, recovering: JournalEntry | None = None) -> None:
-        if operation_id in self._tasks:
+    def _spawn(self, key: OperationKey, recovering: JournalEntry | None = None) -> None:
+        if key in self._tasks:
             return
-        task = asyncio.create_task(self._guarded(operation_id, recovering), name=f"dispatch-{operation_id}")
-        self._tasks[operation_id] = task
+        task = asyncio.create_task(self._guarded(key, recovering), name=f"dispatch-{key[0]}/{key[1]}")
+        self._tasks[key] = task
 
-    async def _guarded(self, operation_id: str, recovering: JournalEntry | None) -> None:
+    async def _guarded(self, key: OperationKey, recovering: JournalEntry | None) -> None:
         try:
             async with self._slots:
-                await self._run(operation_id, recovering)
+                await self._run(key, recovering)
         except asyncio.CancelledError:
             raise
         except Exception:
             self.stats.bump("errors")
-            log.exception("dispatch of %s failed", operation_id)
+            log.exception("dispatch of %s/%s failed", *key)
         finally:
-            self._tasks.pop(operation_id, None)
+            self._tasks.pop(key, None)
 
     # -- one operation -------------------------------------------------------------------
 
-    async def _run(self, operation_id: str, recovering: JournalEntry | None) -> None:
-        manifest = self.board.manifests.get(operation_id)
+    async def _run(self, key: OperationKey, recovering: JournalEntry | None) -> None:
+        manifest = self.board.manifests.get(key)
         if manifest is None:
-            log.warning("no manifest for %s; skipped", operation_id)
+            log.warning("no manifest for %s/%s; skipped", *key)
             return
         try:
             endpoint = endpoint_of(self.endpoints, manifest.adapter)
@@ -280,8 +280,8 @@ class DispatchWorker:
                 return
             self.stats.bump("retries")
         self.stats.bump("gave_up")
-        last = describe(self._failures.pop(operation_id, None))
-        log.warning("%s: giving up after %d attempts; last: %s", operation_id, attempts, last)
+        last = describe(self._failures.pop(key, None))
+        log.warning("%s/%s: giving up after %d attempts; last: %s", *key, attempts, last)
         await self._give_up(manifest, f"{attempts} attempts failed; last {last}")
         self._finish(manifest, Verdict.GIVE_UP)
 
@@ -290,18 +290,19 @@ class DispatchWorker:
         await self.events.cancel(manifest.conversation_id, manifest.operation_id, GIVE_UP_PREFIX + why)
 
     def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
-        self._failures.pop(manifest.operation_id, None)
+        key = key_of(manifest)
+        self._failures.pop(key, None)
         self.stats.bump(f"verdict_{verdict.value}")
-        entry = self.journal.get(manifest.operation_id)
+        entry = self.journal.get(key)
         if entry is not None:
             self.journal.write(replace(entry, done=True))
         if verdict in (Verdict.COMMITTED, Verdict.CANCELLED):
-            self.board.forget(manifest.operation_id)
+            self.board.forget(key)
 
     async def _attempt(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict:
         """One generation: CAS, send, stream, and whatever follows the stream."""
         conv, op = manifest.conversation_id, manifest.operation_id
-        current = self.board.latest.get(op)
+        current = self.board.latest.get(key_of(manifest))
         after = current.attempt_generation if current else 0
         self.journal.write(JournalEntry(op, conv, after))
         attempt = await self.events.attempt(
@@ -318,12 +319,12 @@ class DispatchWorker:
             log.info("%s: CAS conflict %s (%s)", op, answer.reason, answer.detail)
             return Verdict.GIVE_UP
         generation = answer.attempt_generation
-        key = answer.idempotency_key or ""
+        idempotency_key = answer.idempotency_key or ""
         self.journal.write(JournalEntry(op, conv, after, generation))
         phase = _Phase()
         sent = await self.events.sent(conv, op, generation)
         phase.sources.add(sent.event_id)
-        headers = {"content-type": "application/json", "idempotency-key": key, **endpoint.headers}
+        headers = {"content-type": "application/json", "idempotency-key": idempotency_key, **endpoint.headers}
         await self._stream(
             manifest, endpoint, generation, phase, "POST", endpoint.url, headers, manifest.request_body
         )
@@ -341,12 +342,12 @@ class DispatchWorker:
         body: str | None,
     ) -> None:
         """One HTTP read of the stream; appends HandleBound, StreamDeltas and StreamEnded."""
-        conv, op = manifest.conversation_id, manifest.operation_id
+        conv, op = key = key_of(manifest)
         assert self._http is not None
 
         async def on_handle(handle: str) -> None:
             phase.handle = handle
-            entry = self.journal.get(op)
+            entry = self.journal.get(key)
             if entry is not None:
                 self.journal.write(replace(entry, handle=handle))
             bound = await self.events.handle_bound(conv, op, generation, handle, manifest.manifest_digest)
@@ -365,7 +366,7 @@ class DispatchWorker:
             acked=phase.acked,
         )
         outcome = StreamOutcome.COMPLETED
-        stop = _StopOnCancel(self.board.cancel_signal(op))
+        stop = _StopOnCancel(self.board.cancel_signal(key))
         try:
             content = body.encode("utf-8") if body is not None else None
             async with self._http.stream(method, url, content=content, headers=headers) as response:
@@ -391,7 +392,7 @@ class DispatchWorker:
                 raise
         finally:
             stop.close()
-            self.board.release_cancel_signal(op)
+            self.board.release_cancel_signal(key)
         if stop.fired:
             # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
             # connection is closed; the StreamEnded below is a no-op in the fold (no AttemptTerminated
@@ -421,10 +422,10 @@ class DispatchWorker:
     async def _after_stream(
         self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: _Phase
     ) -> Verdict:
-        conv, op = manifest.conversation_id, manifest.operation_id
+        conv, op = key = key_of(manifest)
         resumes = 0
         while True:
-            decision = await self.board.settled(op, generation, phase.sources, self.config.settle_timeout_s)
+            decision = await self.board.settled(key, generation, phase.sources, self.config.settle_timeout_s)
             if decision is None:
                 self.stats.bump("settle_timeouts")
                 log.warning(
@@ -440,7 +441,7 @@ class DispatchWorker:
                 return Verdict.COMMITTED
             if decision.state == S.CANCELLED:
                 return Verdict.CANCELLED
-            self._failures[op] = decision
+            self._failures[key] = decision
             if decision.reason not in NOT_TERMINATED_REASONS:
                 self.stats.bump("incomplete")
                 return Verdict.RETRY  # the fold terminated the attempt (incomplete, invalid, error)
@@ -464,11 +465,11 @@ class DispatchWorker:
 
     async def _terminate(self, manifest: DispatchManifest, generation: int) -> Verdict:
         """Our connection is closed and the provider keeps nothing: the attempt can produce no more."""
-        conv, op = manifest.conversation_id, manifest.operation_id
+        conv, op = key = key_of(manifest)
         event = await self.events.terminated(conv, op, generation)
         self.stats.bump("terminated")
-        await self.board.state_after(op, event.event_id, self.config.settle_timeout_s)
-        latest = self.board.latest.get(op)
+        await self.board.state_after(key, event.event_id, self.config.settle_timeout_s)
+        latest = self.board.latest.get(key)
         if latest is not None and latest.state in FINAL:
             return Verdict.COMMITTED if latest.state == S.COMMITTED else Verdict.CANCELLED
         return Verdict.RETRY
@@ -479,8 +480,8 @@ class DispatchWorker:
         self, manifest: DispatchManifest, endpoint: ProviderEndpoint, entry: JournalEntry
     ) -> Verdict:
         """An operation this worker id owned before a restart: report it, then resume or terminate."""
-        conv, op = manifest.conversation_id, manifest.operation_id
-        latest = self.board.latest.get(op)
+        conv, op = key = key_of(manifest)
+        latest = self.board.latest.get(key)
         if latest is None:
             return Verdict.RETRY
         if latest.state in FINAL:

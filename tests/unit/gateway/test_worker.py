@@ -81,14 +81,17 @@ class Harness:
             )
         )
 
-    async def wait_state(self, op: str, state: DispatchState, timeout: float = 10.0) -> DispatchDecision:
+    async def wait_state(
+        self, op: str, state: DispatchState, timeout: float = 10.0, conversation: str = "c1"
+    ) -> DispatchDecision:
+        key = (conversation, op)
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
-            latest = self.worker.board.latest.get(op)
+            latest = self.worker.board.latest.get(key)
             if latest is not None and latest.state == state and not self.worker.busy:
                 return latest
             await asyncio.sleep(0.02)
-        raise AssertionError(f"{op} not {state}: {self.worker.board.latest.get(op)}")
+        raise AssertionError(f"{key} not {state}: {self.worker.board.latest.get(key)}")
 
 
 async def _harness(plan: FaultPlan | None = None, max_attempts: int = 4) -> AsyncIterator[Harness]:
@@ -332,3 +335,16 @@ async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> No
             )
             assert full.status_code == 200
             assert 0 < read.bytes_read < len(full.content) / 2
+
+
+async def test_same_operation_id_in_two_conversations_dispatches_both(h: Harness) -> None:
+    """Operation ids are unique per conversation only: the worker keys everything by both."""
+    await h.converse("c1", "anthropic-messages@1", text="weather in Paris?", op="op-1")
+    await h.converse("c2", "anthropic-messages@1", text="weather in Oslo?", op="op-1")
+    for conv in ("c1", "c2"):
+        await h.wait_state("op-1", DispatchState.COMMITTED, conversation=conv)
+    manifests = {m.manifest.conversation_id: m.manifest for m in h.ledger.of_type(ManifestIssued)}
+    posts = sorted(r.body for r in h.fp.requests if r.method == "POST")
+    assert posts == sorted(m.request_body.encode() for m in manifests.values())
+    assistant = sorted(t.conversation_id for t in h.ledger.of_type(CommittedTurn) if t.operation_id)
+    assert assistant == ["c1", "c2"]
