@@ -15,7 +15,7 @@ app = typer.Typer(
 def _register() -> None:
     from turnledger.demo.cli import demo
     from turnledger.devstack.cli import dev_app
-    from turnledger.gateway.cli import tool_executor, worker
+    from turnledger.gateway.cli import legacy_app, tool_executor, worker
     from turnledger.gateway.fake_provider.cli import fake_provider
     from turnledger.processors.cli import process
     from turnledger.projections.cli import history_command, project_command, status_command
@@ -31,6 +31,7 @@ def _register() -> None:
     app.add_typer(shadow_app, name="shadow")
     app.command("worker")(worker)
     app.command("tool-executor")(tool_executor)
+    app.add_typer(legacy_app, name="legacy")
     app.command("demo")(demo)
 
 

@@ -1,9 +1,10 @@
-"""`turnledger worker` and `turnledger tool-executor`.
+"""`turnledger worker`, `turnledger tool-executor` and `turnledger legacy record`.
 
 Register in turnledger/cli.py with:
-    from turnledger.gateway.cli import tool_executor, worker
+    from turnledger.gateway.cli import legacy_app, tool_executor, worker
     app.command("worker")(worker)
     app.command("tool-executor")(tool_executor)
+    app.add_typer(legacy_app, name="legacy")
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ import typer
 
 from turnledger.gateway.client import BrokerUnavailable
 from turnledger.gateway.endpoints import endpoints_for
+from turnledger.gateway.legacy import (
+    RECORDER_ID,
+    LegacyExchangeError,
+    RecordResult,
+    read_exchanges,
+    record_legacy,
+)
+from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.worker import WorkerConfig
 
@@ -29,6 +38,14 @@ Bootstrap = Annotated[
     typer.Option(envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers host:port[,host:port]."),
 ]
 Prefix = Annotated[str, typer.Option(help="Prefix of every topic name.")]
+Stage = Annotated[
+    RolloutStage,
+    typer.Option(
+        envvar="TURNLEDGER_ROLLOUT_STAGE",
+        help="Rollout stage: manifests-only (the legacy gateway sends everything), without-tools "
+        "(we send requests without tools), all.",
+    ),
+]
 
 
 def _need_bootstrap(command: str, bootstrap: str | None) -> str:
@@ -68,16 +85,19 @@ def worker(
     ] = Path(".turnledger/worker"),
     max_attempts: Annotated[int, typer.Option(min=1, help="Generations per operation, at most.")] = 4,
     topic_prefix: Prefix = "",
+    rollout_stage: Stage = RolloutStage.ALL,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Send accepted manifests to the provider and stream the answers back as ingress events.
 
     Whether a broken stream is resumed follows from the manifest's bytes (OpenAI Responses with
-    background + stream), as with the real APIs."""
+    background + stream), as with the real APIs. Before the rollout stage `all`, the manifests
+    the stage leaves to the legacy gateway are not sent (record its answers with
+    `turnledger legacy record`)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     servers = _need_bootstrap("worker", bootstrap)
     endpoints = endpoints_for(provider_url)
-    config = WorkerConfig(worker_id=worker_id, max_attempts=max_attempts)
+    config = WorkerConfig(worker_id=worker_id, max_attempts=max_attempts, rollout_stage=rollout_stage)
     _run_until_signal(
         "worker",
         lambda stop: run_worker(
@@ -89,11 +109,84 @@ def worker(
 def tool_executor(
     bootstrap: Bootstrap = None,
     topic_prefix: Prefix = "",
+    rollout_stage: Stage = RolloutStage.ALL,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
-    """Run the demo tools (get_weather, lookup_invoice) for canonical tool calls and submit their results."""
+    """Run the demo tools (get_weather, lookup_invoice) for canonical tool calls and submit their results.
+
+    Before the rollout stage `all`, tool turns belong to the legacy gateway: nothing is run."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     servers = _need_bootstrap("tool-executor", bootstrap)
     _run_until_signal(
-        "tool-executor", lambda stop: run_tool_executor(servers, stop=stop, prefix=topic_prefix)
+        "tool-executor",
+        lambda stop: run_tool_executor(servers, stop=stop, prefix=topic_prefix, rollout_stage=rollout_stage),
     )
+
+
+legacy_app = typer.Typer(
+    help="Rollout: record the answers of requests the legacy gateway sent, through the canonical CAS.",
+    no_args_is_help=True,
+)
+
+
+@legacy_app.command("record")
+def legacy_record(
+    exchanges: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            help='JSON lines: {"conversationId", "operationId", "response": the provider\'s SSE body as '
+            'the legacy gateway received it, "status"?: its HTTP status (default 200)}.',
+        ),
+    ],
+    bootstrap: Bootstrap = None,
+    topic_prefix: Prefix = "",
+    recorder_id: Annotated[
+        str, typer.Option(help="Worker id the DispatchAttempts name as their sender.")
+    ] = RECORDER_ID,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for every verdict.")] = 120.0,
+) -> None:
+    """Commit legacy answers as their operations' canonical responses (each must be PREPARED).
+
+    Each answer goes through the same CAS, parsers and assembler as ours: a truncated or invalid
+    answer commits nothing and cancels the operation. Prints one line per exchange; exits 0 when
+    every answer is committed (or its operation was already final), 1 otherwise, 2 when the file
+    is unusable or Kafka is unreachable."""
+    servers = _need_bootstrap("legacy record", bootstrap)
+    try:
+        loaded = read_exchanges(exchanges)
+    except (LegacyExchangeError, UnicodeDecodeError) as exc:
+        typer.echo(f"turnledger legacy record: {exc}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
+
+    def progress(done: int, total: int) -> None:
+        typer.echo(f"\rrecorded {done}/{total}", err=True, nl=False)
+
+    try:
+        results = asyncio.run(
+            record_legacy(
+                servers,
+                loaded,
+                prefix=topic_prefix,
+                recorder_id=recorder_id,
+                timeout_s=timeout,
+                on_progress=progress,
+            )
+        )
+    except BrokerUnavailable as exc:
+        typer.echo(f"\nturnledger legacy record: {exc}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
+    typer.echo("", err=True)
+    for result in results:
+        typer.echo(_result_line(result))
+    failed = [r for r in results if not r.outcome.ok]
+    typer.echo(f"{len(results) - len(failed)} of {len(results)} recorded or already final")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _result_line(result: RecordResult) -> str:
+    state = result.state or "-"
+    detail = f"  {result.detail}" if result.detail else ""
+    return f"{result.outcome.value:<14} {result.conversation_id}/{result.operation_id}  state {state}{detail}"

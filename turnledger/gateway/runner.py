@@ -9,6 +9,7 @@ from pathlib import Path
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import ProviderEndpoint
 from turnledger.gateway.journal import WorkerJournal
+from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor, ToolFn
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
@@ -72,12 +73,13 @@ async def run_tool_executor(
     tools: Mapping[str, ToolFn] = DEMO_IMPLEMENTATIONS,
     group_id: str = "turnledger-tool-executor",
     executor_box: list[ToolExecutor] | None = None,
+    rollout_stage: RolloutStage = RolloutStage.ALL,
 ) -> None:
     """Consume canonical tool calls (a consumer group: each call is run by one executor)."""
     async with GatewayClient(
         bootstrap, topic=topic_name(prefix, "ingress"), client_id="turnledger-tool-executor"
     ) as client:
-        executor = ToolExecutor(client, tools)
+        executor = ToolExecutor(client, tools, rollout_stage)
         if executor_box is not None:
             executor_box.append(executor)
 

@@ -10,6 +10,10 @@ every call has its result.
 
 The turn id is derived from the call ids, so a redelivered batch is refused as a
 DUPLICATE_TURN instead of adding results twice.
+
+Before the rollout reaches `all` (gateway/rollout.py), tool turns belong to the legacy
+gateway: it runs their calls and submits the results itself, so the executor runs
+nothing and counts what it left (`left_to_legacy`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from turnledger.gateway.client import IngressSink, ToolResult, WorkerEvents
+from turnledger.gateway.rollout import RolloutStage, protocol_runs_tool_calls
 from turnledger.model.events import ToolCallReady
 from turnledger.model.graph import ResultStatus
 from turnledger.model.tools import ToolDefinition
@@ -116,13 +121,23 @@ def run_call(call: ToolCallReady, tools: Mapping[str, ToolFn]) -> ToolResult:
 class ToolExecutor:
     """Answers batches of ToolCallReady records through any ingress sink."""
 
-    def __init__(self, sink: IngressSink, tools: Mapping[str, ToolFn] = DEMO_IMPLEMENTATIONS) -> None:
+    def __init__(
+        self,
+        sink: IngressSink,
+        tools: Mapping[str, ToolFn] = DEMO_IMPLEMENTATIONS,
+        rollout_stage: RolloutStage = RolloutStage.ALL,
+    ) -> None:
         self.events = WorkerEvents(sink, "tool-executor")
         self.tools = tools
+        self.runs_calls = protocol_runs_tool_calls(rollout_stage)
         self.calls_run = 0
         self.errors = 0
+        self.left_to_legacy = 0
 
     async def handle(self, calls: Sequence[ToolCallReady]) -> None:
+        if not self.runs_calls:
+            self.left_to_legacy += len(calls)
+            return
         turns: dict[tuple[str, int], list[ToolCallReady]] = {}
         for call in calls:
             turns.setdefault((call.conversation_id, call.revision), []).append(call)

@@ -19,6 +19,12 @@ for the fold's verdict on that phase:
 - UNKNOWN for an incomplete or invalid response (terminated by the fold): a new
   DispatchAttempt, up to `max_attempts` in all.
 
+Which manifests it takes follows the rollout stage (gateway/rollout.py): at `all`
+every PREPARED operation, at `without-tools` only requests without tools, at
+`manifests-only` none; the rest is left to the legacy gateway (`not_taken` in the
+stats). A `takes` predicate replaces the stage's rule (the legacy recorder takes the
+operations it has responses for).
+
 A stream is not read past a cancel: as soon as the worker sees the operation's
 CANCELLED decision it stops reading and closes the connection (an append in progress
 finishes first), then reports StreamEnded(disconnected, not resumable), a no-op in the
@@ -37,9 +43,10 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import partial
 
 import httpx
 
@@ -48,6 +55,7 @@ from turnledger.gateway.client import IngressSink, WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint, UnknownEndpointError, endpoint_of
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
 from turnledger.gateway.pump import StreamPump
+from turnledger.gateway.rollout import RolloutStage, protocol_sends
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued, StreamOutcome
 from turnledger.model.manifest import DispatchManifest
@@ -57,6 +65,8 @@ log = logging.getLogger(__name__)
 S = DispatchState
 
 NOT_TERMINATED_REASONS = frozenset({ReasonCode.STREAM_DISCONNECTED, ReasonCode.WORKER_RECOVERED})
+OPERATION_EXTENSION = "turnledger.operation"
+"""httpx request extension naming the operation (a transport may read it; it is never sent)."""
 GIVE_UP_PREFIX = "worker gave up: "
 """Start of the reason of the CancelRequested a worker appends when it abandons an operation."""
 
@@ -91,6 +101,7 @@ class WorkerConfig:
     max_concurrency: int = 64
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
+    rollout_stage: RolloutStage = RolloutStage.ALL
 
 
 @dataclass
@@ -167,8 +178,10 @@ class DispatchWorker:
         config: WorkerConfig | None = None,
         journal: WorkerJournal | None = None,
         http: httpx.AsyncClient | None = None,
+        takes: Callable[[DispatchManifest], bool] | None = None,
     ) -> None:
         self.config = config or WorkerConfig()
+        self._takes = takes or partial(protocol_sends, self.config.rollout_stage)
         self.events = WorkerEvents(sink, self.config.worker_id)
         self.endpoints = endpoints
         self.journal = journal or WorkerJournal(None)
@@ -231,6 +244,11 @@ class DispatchWorker:
 
     def _spawn(self, key: OperationKey, recovering: JournalEntry | None = None) -> None:
         if key in self._tasks:
+            return
+        manifest = self.board.manifests.get(key)
+        if recovering is None and manifest is not None and not self._takes(manifest):
+            self.stats.bump("not_taken")
+            log.debug("%s/%s: not taken (rollout stage %s)", *key, self.config.rollout_stage.value)
             return
         task = asyncio.create_task(self._guarded(key, recovering), name=f"dispatch-{key[0]}/{key[1]}")
         self._tasks[key] = task
@@ -369,7 +387,9 @@ class DispatchWorker:
         stop = _StopOnCancel(self.board.cancel_signal(key))
         try:
             content = body.encode("utf-8") if body is not None else None
-            async with self._http.stream(method, url, content=content, headers=headers) as response:
+            async with self._http.stream(
+                method, url, content=content, headers=headers, extensions={OPERATION_EXTENSION: key}
+            ) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     self.stats.bump(f"http_{response.status_code}")
