@@ -13,9 +13,11 @@ results, several rounds), built with the pure fold so every dispatch streams and
   its own process with the same batching and producer settings. A third contender,
   `raw_codec`, is the raw loop that also decodes every event into its validated model and
   encodes it again: the least codec work any validating processor does per event, so
-  raw_codec / raw bounds what the runtime can reach with this codec stack. Reported:
-  events/s of each, and the medians of the per-repeat ratios runtime / raw (issue 6's goal:
-  ≥ 0.7), raw_codec / raw and runtime / raw_codec.
+  raw_codec / raw bounds what the runtime can reach with this codec stack. A fourth,
+  `raw_avro`, does the same with fastavro alone (no pydantic): the bound for any processor of
+  these schemas built on fastavro. Reported: events/s of each, and the medians of the
+  per-repeat ratios runtime / raw (issue 6's goal: ≥ 0.7), raw_codec / raw, raw_avro / raw and
+  runtime / raw_codec.
 * Latency: per repeat and contender, fresh topics, the contender running; a second (smaller)
   workload is appended at `--rate` events/s; for every event that commits a turn, the time
   from its append (the producer's send) to the read_committed arrival of its CommittedTurn on
@@ -110,7 +112,7 @@ def _drain(job: Job, target: int) -> tuple[float, int, dict[str, Any]]:
     return n / seconds, n, metrics
 
 
-CONTENDERS = ("raw", "raw_codec", "runtime")
+CONTENDERS = ("raw", "raw_avro", "raw_codec", "runtime")
 
 
 def throughput(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dict[str, Any]:
@@ -138,6 +140,7 @@ def throughput(args: argparse.Namespace, bootstrap: str, workload: Workload) -> 
     per_repeat = {
         "runtime/raw": ratios("runtime", "raw"),
         "raw_codec/raw": ratios("raw_codec", "raw"),
+        "raw_avro/raw": ratios("raw_avro", "raw"),
         "runtime/raw_codec": ratios("runtime", "raw_codec"),
     }
     return {
@@ -403,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|---|")
     names = {
         "raw": "raw aiokafka copy loop",
+        "raw_avro": "raw loop + fastavro read/write of every event (Avro floor)",
         "raw_codec": "raw loop + decode/encode of every event (codec floor)",
         "runtime": "runtime + DispatchFold",
     }

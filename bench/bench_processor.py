@@ -15,6 +15,9 @@ Contenders, each in its own process with one transactional producer per partitio
   also decodes every value into its validated event model and encodes it again, and produces
   those bytes. Any processor that validates its input with this codec does at least that much
   per event, so its throughput bounds what the runtime can reach with the codec stack.
+* `raw_avro` (bench_dispatch too): the same, with fastavro alone (the Avro body read into a
+  datum and written again, JSON fields converted, no pydantic model). Any processor of these
+  schemas that uses fastavro, validating or not, does at least that much per event.
 * `runtime`: `ProcessorApp` with the fold.
 
 Throughput: a backlog of `--records` ingress records is produced first; each contender drains it
@@ -51,7 +54,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from turnledger.codec import decode, encode
+from turnledger.codec import decode, default_codec, encode
 from turnledger.processors.fold import InputRecord, OutputRecord, PartitionFold, StateStore
 from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, collect_batch
@@ -89,7 +92,7 @@ def counter_fold(topics: Topics, partition: int) -> PartitionFold:
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # "runtime" | "raw" | "raw_batched" | "raw_codec"
+    kind: str  # "runtime" | "raw" | "raw_batched" | "raw_codec" | "raw_avro"
     bootstrap: str
     topics_prefix: str
     raw_out: str
@@ -111,6 +114,15 @@ def _load_fold(spec: str) -> Callable[[Topics, int], PartitionFold]:
 def _recode(value: bytes) -> bytes:
     """Decode into the validated model and encode again: the codec work any validating processor does."""
     return encode(decode(value))
+
+
+def _reavro(value: bytes) -> bytes:
+    """Read the Avro body into a datum and write it again with fastavro alone: no model, no validation."""
+    codec = default_codec()
+    name, datum = codec.decode_datum(value)
+    entry = codec.registry.reader(name)
+    assert entry is not None
+    return codec.encode_datum(entry, datum)
 
 
 async def _raw_partition(
@@ -147,7 +159,7 @@ async def _raw_partition(
         return got.get(tp, [])
 
     writer = BatchWriter(producer) if job.kind == "raw_batched" else None
-    recode = _recode if job.kind == "raw_codec" else None
+    recode = {"raw_codec": _recode, "raw_avro": _reavro}.get(job.kind)
     ready.set()
     try:
         while not stop.is_set():
