@@ -19,7 +19,7 @@ def _register() -> None:
     from turnledger.gateway.fake_provider.cli import fake_provider
     from turnledger.processors.cli import process
     from turnledger.projections.cli import history_command, project_command, status_command
-    from turnledger.replay.cli import replay_app, shadow_app
+    from turnledger.replay.cli import metrics_command, replay_app, shadow_app
 
     app.add_typer(dev_app, name="dev")
     app.command("fake-provider")(fake_provider)
@@ -29,6 +29,7 @@ def _register() -> None:
     app.command("status")(status_command)
     app.add_typer(replay_app, name="replay")
     app.add_typer(shadow_app, name="shadow")
+    app.command("metrics")(metrics_command)
     app.command("worker")(worker)
     app.command("tool-executor")(tool_executor)
     app.add_typer(legacy_app, name="legacy")

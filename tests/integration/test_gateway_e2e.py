@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from turnledger.demo.checks import all_checks
-from turnledger.demo.collect import read_all
 from turnledger.demo.run import DemoOptions, _processor_caught_up, _start_processor, _stop_processor, run_demo
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
@@ -23,6 +22,7 @@ from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.model.base import Frozen
 from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState
 from turnledger.model.reasons import ReasonCode
+from turnledger.replay.evidence import read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -18,7 +18,6 @@ import httpx
 import orjson
 import pytest
 
-from turnledger.demo.collect import read_all
 from turnledger.demo.run import _processor_caught_up, _start_processor, _stop_processor
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
@@ -38,6 +37,7 @@ from turnledger.model.events import (
     ManifestIssued,
     ToolCallReady,
 )
+from turnledger.replay.evidence import read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -146,3 +146,25 @@ async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Pa
     assert assistant == ["plain", "tools"]
     calls = evidence.of("tool-calls", ToolCallReady)
     assert calls and {c.conversation_id for c in calls} == {"tools"}
+
+    # the spec's metrics of this deployment, as an operator reads them
+    code = "from turnledger.cli import main; main()"
+    cmd = [
+        sys.executable,
+        "-c",
+        code,
+        "metrics",
+        "--json",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--topic-prefix",
+        prefix,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    metrics = orjson.loads(out.stdout)
+    assert (metrics["operations"], metrics["committed"]) == (2, 2)
+    assert metrics["finalStates"] == {"COMMITTED": 2} and metrics["committedAtGeneration"] == {"1": 2}
+    assert (metrics["partialToolDispatches"], metrics["canonicalCasConflicts"]) == (0, 0)
+    assert metrics["dispatchCasConflicts"] == {} and metrics["sequenceValidatorRejections"] == {}
+    assert metrics["givenUp"] == {} and metrics["unknownOpen"] == 0

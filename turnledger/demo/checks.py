@@ -12,14 +12,12 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from turnledger.demo.collect import Evidence
+from turnledger.gateway.board import key_of
 from turnledger.gateway.fake_provider import ReceivedRequest
 from turnledger.model.events import (
     CommittedTurn,
     DispatchDecision,
-    DispatchRequested,
     DispatchState,
     ManifestIssued,
     Quarantined,
@@ -30,7 +28,8 @@ from turnledger.model.events import (
 from turnledger.model.reasons import ReasonCode
 from turnledger.projections.reader import ProjectionReader
 from turnledger.replay.audit import AuditReport
-from turnledger.streaming.args import ArgumentError, validate_arguments
+from turnledger.replay.evidence import Evidence
+from turnledger.replay.metrics import partial_tool_calls
 
 S = DispatchState
 SETTLED = frozenset({S.COMMITTED, S.REJECTED, S.PAUSED, S.CANCELLED})
@@ -56,12 +55,12 @@ class Check:
 def check_sends(evidence: Evidence, requests: Sequence[ReceivedRequest]) -> Check:
     """Zero sends for invalid sequences: every POST is the exact manifest bytes of a CAS-accepted attempt."""
     check = Check("every provider request = bytes of a CAS-accepted manifest")
-    manifests = {m.manifest.operation_id: m.manifest for m in evidence.of("manifests", ManifestIssued)}
-    accepted: dict[str, str] = {}
+    manifests = {key_of(m.manifest): m.manifest for m in evidence.of("manifests", ManifestIssued)}
+    accepted: dict[str, tuple[str, str]] = {}
     bound: set[str] = set()
     for d in evidence.of("manifests", DispatchDecision):
         if d.state == S.DISPATCHING and d.accepted and d.idempotency_key:
-            accepted[d.idempotency_key] = d.operation_id
+            accepted[d.idempotency_key] = key_of(d)
         if d.response_handle:
             bound.add(d.response_handle)
     for req in requests:
@@ -73,7 +72,7 @@ def check_sends(evidence: Evidence, requests: Sequence[ReceivedRequest]) -> Chec
             continue
         key = req.headers.get("idempotency-key", "")
         op = accepted.get(key)
-        manifest = manifests.get(op or "")
+        manifest = manifests.get(op) if op is not None else None
         if manifest is None:
             check.fail(f"{req.request_id}: idempotency key {key[:20]}… of no accepted attempt")
         elif req.body != manifest.request_body.encode("utf-8"):
@@ -84,19 +83,9 @@ def check_sends(evidence: Evidence, requests: Sequence[ReceivedRequest]) -> Chec
 def check_tool_dispatches(evidence: Evidence) -> Check:
     """Zero partial tool dispatches: every ToolCallReady parses and validates against its tool's schema."""
     check = Check("every dispatched tool call is complete and schema-valid")
-    tools: dict[str, dict[str, Any]] = {}
-    for req in evidence.of("ingress", DispatchRequested):
-        tools[req.operation_id] = {t.name: t.input_schema for t in req.tools}
-    for call in evidence.of("tool-calls", ToolCallReady):
-        check.checked += 1
-        schema = tools.get(call.operation_id, {}).get(call.tool_name)
-        if schema is None:
-            check.fail(f"{call.call_id}: tool {call.tool_name} was not offered")
-            continue
-        try:
-            validate_arguments(call.arguments, schema)
-        except ArgumentError as exc:
-            check.fail(f"{call.call_id}: {exc}")
+    check.checked = len(evidence.of("tool-calls", ToolCallReady))
+    for found in partial_tool_calls(evidence):
+        check.fail(found)
     return check
 
 
@@ -108,25 +97,25 @@ def check_one_canonical(evidence: Evidence) -> Check:
     """At most one canonical assistant turn per (conversation, revision) and per operation."""
     check = Check("at most one canonical assistant turn per conversation revision")
     revision_of = {
-        m.manifest.operation_id: m.manifest.conversation_revision
-        for m in evidence.of("manifests", ManifestIssued)
+        key_of(m.manifest): m.manifest.conversation_revision for m in evidence.of("manifests", ManifestIssued)
     }
     per_revision: Counter[tuple[str, int]] = Counter()
-    per_op: Counter[str] = Counter()
+    per_op: Counter[tuple[str, str]] = Counter()
     seen_revisions: Counter[tuple[str, int]] = Counter()
     for turn in evidence.of("committed", CommittedTurn):
         seen_revisions[(turn.conversation_id, turn.revision)] += 1
         if turn.operation_id is None:
             continue
         check.checked += 1
-        per_op[turn.operation_id] += 1
-        per_revision[(turn.conversation_id, revision_of.get(turn.operation_id, -1))] += 1
+        key = (turn.conversation_id, turn.operation_id)
+        per_op[key] += 1
+        per_revision[(turn.conversation_id, revision_of.get(key, -1))] += 1
     for (conv, rev), n in per_revision.items():
         if n > 1:
             check.fail(f"{conv} revision {rev}: {n} assistant turns")
-    for op, n in per_op.items():
+    for (conv, op), n in per_op.items():
         if n > 1:
-            check.fail(f"operation {op}: {n} commits")
+            check.fail(f"operation {conv}/{op}: {n} commits")
     for (conv, rev), n in seen_revisions.items():
         if n > 1:
             check.fail(f"{conv}: revision {rev} committed {n} times")
@@ -159,32 +148,32 @@ def check_settled(evidence: Evidence) -> Check:
     """Every dispatch reached an outcome: committed, rejected, paused or cancelled (a worker that gives
     up cancels with its reason), never left open (WAITING, PREPARED, in flight or UNKNOWN)."""
     check = Check("every dispatch settled (committed, rejected or cancelled)")
-    last: dict[str, DispatchDecision] = {}
+    last: dict[tuple[str, str], DispatchDecision] = {}
     for d in evidence.of("manifests", DispatchDecision):
-        last[d.operation_id] = d
-    for op, d in last.items():
+        last[key_of(d)] = d
+    for (conv, op), d in last.items():
         check.checked += 1
         if d.state not in SETTLED:
-            check.fail(f"{op}: left {d.state.value} ({d.reason or ''} {d.detail})")
+            check.fail(f"{conv}/{op}: left {d.state.value} ({d.reason or ''} {d.detail})")
     return check
 
 
 def check_cancel(evidence: Evidence) -> Check:
     """No commit and no tool call after a cancel; blocks after a cancel go to quarantine only."""
     check = Check("no commit or tool call of a cancelled operation")
-    cancelled = {d.operation_id for d in evidence.of("manifests", DispatchDecision) if d.state == S.CANCELLED}
-    committed = {t.operation_id for t in evidence.of("committed", CommittedTurn) if t.operation_id}
-    called = {c.operation_id for c in evidence.of("tool-calls", ToolCallReady)}
-    for op in sorted(cancelled):
+    cancelled = {key_of(d) for d in evidence.of("manifests", DispatchDecision) if d.state == S.CANCELLED}
+    committed = {(t.conversation_id, t.operation_id) for t in evidence.of("committed", CommittedTurn)}
+    called = {(c.conversation_id, c.operation_id) for c in evidence.of("tool-calls", ToolCallReady)}
+    for key in sorted(cancelled):
         check.checked += 1
-        if op in committed:
-            check.fail(f"{op}: committed and cancelled")
-        if op in called:
-            check.fail(f"{op}: tool call of a cancelled operation")
+        if key in committed:
+            check.fail(f"{key[0]}/{key[1]}: committed and cancelled")
+        if key in called:
+            check.fail(f"{key[0]}/{key[1]}: tool call of a cancelled operation")
     for q in evidence.of("quarantine", Quarantined):
         if q.reason == ReasonCode.AFTER_CANCEL:
             check.checked += 1
-            if q.operation_id not in cancelled:
+            if (q.conversation_id, q.operation_id) not in cancelled:
                 check.fail(f"{q.operation_id}: quarantined AFTER_CANCEL but never cancelled")
     return check
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from turnledger.demo.metrics import percentile
 from turnledger.demo.run import DemoResult
-
-
-def _counter(counter: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "-"
+from turnledger.replay.metrics_report import counter_text as _counter
+from turnledger.replay.metrics_report import given_up_table, metrics_table
 
 
 def render(result: DemoResult, console: Console) -> None:
@@ -42,55 +39,9 @@ def render(result: DemoResult, console: Console) -> None:
     for k, v in rows:
         run.add_row(k, v)
     console.print(run)
-    metrics = Table(title="metrics (from the output topics)")
-    metrics.add_column("metric")
-    metrics.add_column("value")
-    ages = m.unknown_ages_ms
-    rate = m.handle_recovery_rate
-    for k, v in [
-        (
-            "sequence-validator rejections",
-            f"{sum(m.validator_rejections.values())} ({_counter(dict(m.validator_rejections))})",
-        ),
-        ("orphaned / duplicate tool results", f"{m.orphaned_results} / {m.duplicate_results}"),
-        (
-            "age of UNKNOWN dispatches (resolved)",
-            f"n={len(ages)} p50={percentile(ages, 0.5)}ms p95={percentile(ages, 0.95)}ms "
-            f"max={max(ages, default=0)}ms",
-        ),
-        ("UNKNOWN dispatches still open", f"{m.unknown_open} (oldest {m.unknown_open_max_age_ms}ms)"),
-        (
-            "handle recovery rate",
-            f"{m.handle_recovered}/{m.handle_episodes}"
-            + (f" = {rate:.0%}" if rate is not None else "")
-            + f" of resumable streams (not resumable: {m.disconnects_not_resumable}, "
-            + f"before a handle: {m.disconnects_without_handle})",
-        ),
-        ("late blocks (quarantine)", f"{sum(m.late_blocks.values())} ({_counter(dict(m.late_blocks))})"),
-        ("preview retractions", str(m.preview_retractions)),
-        ("canonical CAS conflicts", str(m.canonical_cas_conflicts)),
-        (
-            "dispatch CAS conflicts",
-            f"{sum(m.dispatch_cas_conflicts.values())} ({_counter(dict(m.dispatch_cas_conflicts))})",
-        ),
-        ("partial tool dispatches", str(m.partial_tool_dispatches)),
-        (
-            "cancelled by a client (state the cancel found)",
-            f"{m.cancelled} ({_counter(dict(m.cancelled_in_flight))})",
-        ),
-        ("operations the worker gave up", str(len(m.given_up))),
-        ("other rejections", _counter(dict(m.other_rejections))),
-    ]:
-        metrics.add_row(k, v)
-    console.print(metrics)
-    if m.given_up:
-        given = Table(title="given-up operations (the worker's last reason)")
-        given.add_column("operation")
-        given.add_column("reason", overflow="fold")
-        for op, why in sorted(m.given_up.items())[:20]:
-            given.add_row(op, why)
-        if len(m.given_up) > 20:
-            given.add_row("…", f"{len(m.given_up) - 20} more")
+    console.print(metrics_table(m))
+    given = given_up_table(m)
+    if given is not None:
         console.print(given)
     inv = Table(title="invariants")
     inv.add_column("invariant")

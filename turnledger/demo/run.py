@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnledger.demo.checks import Check, all_checks, check_audit, check_projections
-from turnledger.demo.collect import Evidence, read_all
 from turnledger.demo.driver import SLOW_MARKER, Driver, DriverStats
-from turnledger.demo.metrics import Metrics, compute
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
@@ -33,6 +31,8 @@ from turnledger.gateway.runner import run_tool_executor, run_worker, topic_name
 from turnledger.gateway.tail import tail_topic, topic_partitions
 from turnledger.gateway.tool_executor import ToolExecutor
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.replay.evidence import Evidence, read_all
+from turnledger.replay.metrics import Metrics, compute
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""CLI: `turnledger replay audit|manifest|rebuild` and `turnledger shadow diff`.
+"""CLI: `turnledger replay audit|manifest|rebuild`, `turnledger shadow diff` and `turnledger metrics`.
 
 Register in turnledger/cli.py `_register()`:
 
-    from turnledger.replay.cli import replay_app, shadow_app
+    from turnledger.replay.cli import metrics_command, replay_app, shadow_app
     app.add_typer(replay_app, name="replay")
     app.add_typer(shadow_app, name="shadow")
+    app.command("metrics")(metrics_command)
 """
 
 from __future__ import annotations
@@ -236,3 +237,41 @@ def print_shadow(results: list[ShadowResult], details: bool = True) -> None:
                 )
             for d in r.differences:
                 console.print(f"  {r.operation_id}  [bold]{d.kind}[/bold] {d.path} ({d.side}): {d.detail}")
+
+
+def metrics_command(
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+) -> None:
+    """The spec's metrics, computed from the topics: validator rejections, orphaned and duplicate results,
+    age of UNKNOWN dispatches, handle recovery rate, late blocks, preview retractions, CAS conflicts,
+    partial tool dispatches.
+
+    Reads every topic from the beginning into memory."""
+    import time
+
+    import orjson
+    from aiokafka.errors import KafkaError
+
+    from turnledger.gateway.client import BrokerUnavailable
+    from turnledger.replay.evidence import read_all
+    from turnledger.replay.metrics import compute
+    from turnledger.replay.metrics_report import given_up_table, metrics_json, metrics_table
+
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    with err.status("reading the topics"):
+        try:
+            evidence = run(lambda: read_all(servers, topic_prefix))
+        except (BrokerUnavailable, KafkaError) as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from exc
+    metrics = compute(evidence, now_ms=int(time.time() * 1000))
+    if as_json:
+        typer.echo(orjson.dumps(metrics_json(metrics), option=orjson.OPT_SORT_KEYS).decode())
+        return
+    console.print(f"operations {metrics.operations}, committed {metrics.committed}")
+    console.print(metrics_table(metrics))
+    given = given_up_table(metrics)
+    if given is not None:
+        console.print(given)

@@ -1,12 +1,14 @@
-"""Reading every topic of a run to its end: the evidence the report and the invariants use."""
+"""Reading every topic to its end, in memory: the evidence of the metrics and the demo's invariants."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaConnectionError
 
 from turnledger.codec import CodecError
+from turnledger.gateway.client import BrokerUnavailable
 from turnledger.gateway.tail import decode_record, topic_partitions
 from turnledger.model.base import Frozen
 
@@ -41,7 +43,11 @@ async def read_all(bootstrap: str, prefix: str, streams: tuple[str, ...] = STREA
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
         )
-        await consumer.start()
+        try:
+            await consumer.start()
+        except (KafkaConnectionError, OSError) as exc:
+            await consumer.stop()
+            raise BrokerUnavailable(bootstrap, f"read {topic!r}", exc) from exc
         try:
             parts = list(await topic_partitions(consumer, topic))
             consumer.assign(parts)

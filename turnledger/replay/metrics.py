@@ -1,23 +1,31 @@
-"""The spec's metrics, computed from the output topics of a run (never from a service's memory)."""
+"""The spec's metrics, computed from the output topics (never from a service's memory).
+
+`turnledger metrics` prints them for any deployment's topics; `turnledger demo` for its run.
+Operations are named by (conversation id, operation id): ids are unique per conversation only.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
-from turnledger.demo.collect import Evidence
 from turnledger.gateway.worker import gave_up
 from turnledger.model.events import (
     DispatchDecision,
+    DispatchRequested,
     DispatchState,
     ManifestIssued,
     PreviewRetracted,
     Quarantined,
     Rejected,
+    ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
+from turnledger.replay.evidence import Evidence
+from turnledger.streaming.args import ArgumentError, validate_arguments
 
 S = DispatchState
 R = ReasonCode
@@ -66,14 +74,17 @@ class Metrics:
     other_rejections: Counter[str] = field(default_factory=Counter)
     cancelled: int = 0  # cancelled by a client
     cancelled_in_flight: Counter[str] = field(default_factory=Counter)  # state the cancel found
-    given_up: dict[str, str] = field(default_factory=dict)  # operation id → the worker's reason
+    given_up: dict[str, str] = field(default_factory=dict)  # "conversation/operation" → the worker's reason
 
     @property
     def handle_recovery_rate(self) -> float | None:
         return self.handle_recovered / self.handle_episodes if self.handle_episodes else None
 
 
-def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int) -> Metrics:
+def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | None = None) -> Metrics:
+    """`partial_tool_dispatches` defaults to the count of `partial_tool_calls(evidence)`."""
+    if partial_tool_dispatches is None:
+        partial_tool_dispatches = len(partial_tool_calls(evidence))
     m = Metrics(partial_tool_dispatches=partial_tool_dispatches)
     for rej in evidence.of("rejections", Rejected):
         if rej.reason in VALIDATOR_REASONS:
@@ -86,14 +97,14 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int) ->
         m.late_blocks[q.reason.value] += 1
         m.canonical_cas_conflicts += q.reason == R.CANONICAL_CAS_CONFLICT
     m.preview_retractions = len(evidence.of("previews", PreviewRetracted))
-    by_op: dict[str, list[DispatchDecision]] = {}
+    by_op: dict[tuple[str, str], list[DispatchDecision]] = {}
     for d in evidence.of("manifests", DispatchDecision):
-        by_op.setdefault(d.operation_id, []).append(d)
+        by_op.setdefault((d.conversation_id, d.operation_id), []).append(d)
         if not d.accepted and d.reason in CAS_REASONS:
             m.dispatch_cas_conflicts[d.reason.value] += 1
     m.operations = len(by_op)
     resumable = {
-        i.manifest.operation_id
+        (i.manifest.conversation_id, i.manifest.operation_id)
         for i in evidence.of("manifests", ManifestIssued)
         if i.manifest.adapter.startswith("openai-responses@") and _background_stream(i.manifest.request_body)
     }
@@ -105,7 +116,7 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int) ->
         cancel = next((d for d in decisions if d.state == S.CANCELLED and d.accepted), None)
         m.final_states["CANCELLED (worker gave up)" if cancel and gave_up(cancel) else last.state.value] += 1
         if cancel is not None and gave_up(cancel):
-            m.given_up[cancel.operation_id] = cancel.detail
+            m.given_up[f"{cancel.conversation_id}/{cancel.operation_id}"] = cancel.detail
         elif cancel is not None:
             m.cancelled += 1
             m.cancelled_in_flight[(cancel.previous_state or S.CANCELLED).value] += 1
@@ -157,3 +168,24 @@ def _handle_recovery(m: Metrics, decisions: list[DispatchDecision], resumable: b
         )
         if resumed and committed:
             m.handle_recovered += 1
+
+
+def partial_tool_calls(evidence: Evidence) -> list[str]:
+    """Tool calls that reached `turnledger.tool-calls` incomplete: arguments that do not parse or do not
+    validate against the schema of the tool the dispatch request offered (or a tool it did not offer).
+    One line per such call; the spec's "partial tool dispatches" is their number, and must be zero."""
+    tools: dict[tuple[str, str], dict[str, Any]] = {}
+    for req in evidence.of("ingress", DispatchRequested):
+        tools[(req.conversation_id, req.operation_id)] = {t.name: t.input_schema for t in req.tools}
+    found: list[str] = []
+    for call in evidence.of("tool-calls", ToolCallReady):
+        where = f"{call.conversation_id}/{call.operation_id} {call.call_id}"
+        schema = tools.get((call.conversation_id, call.operation_id), {}).get(call.tool_name)
+        if schema is None:
+            found.append(f"{where}: tool {call.tool_name} was not offered")
+            continue
+        try:
+            validate_arguments(call.arguments, schema)
+        except ArgumentError as exc:
+            found.append(f"{where}: {exc}")
+    return found
