@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import KafkaConnectionError
-
 from turnledger.codec import CodecError
-from turnledger.gateway.client import BrokerUnavailable
-from turnledger.gateway.tail import decode_record, topic_partitions
+from turnledger.gateway.tail import decode_record
 from turnledger.model.base import Frozen
+from turnledger.projections.topic_source import RawRecord, partitions_of, read_to_end, start_consumer
 
 STREAMS = ("ingress", "committed", "manifests", "tool-calls", "previews", "quarantine", "rejections")
 
@@ -36,41 +33,28 @@ class Evidence:
 
 
 async def read_all(bootstrap: str, prefix: str, streams: tuple[str, ...] = STREAMS) -> Evidence:
-    """Every committed record of every stream, partition by partition in offset order."""
+    """Every committed record of every stream, partition by partition in offset order.
+
+    Kafka unreachable or a topic missing: the projections' typed errors (`ProjectionError`)."""
     evidence = Evidence()
-    for stream in streams:
-        topic = f"{prefix}turnledger.{stream}"
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
-        )
-        try:
-            await consumer.start()
-        except (KafkaConnectionError, OSError) as exc:
-            await consumer.stop()
-            raise BrokerUnavailable(bootstrap, f"read {topic!r}", exc) from exc
-        try:
-            parts = list(await topic_partitions(consumer, topic))
-            consumer.assign(parts)
-            await consumer.seek_to_beginning(*parts)
-            ends = await consumer.end_offsets(parts)
+    consumer = await start_consumer(bootstrap)
+    try:
+        for stream in streams:
+            parts = await partitions_of(consumer, bootstrap, [f"{prefix}turnledger.{stream}"])
             out: list[Raw] = []
-            remaining = {tp for tp, end in ends.items() if end > 0}
-            while remaining:
-                batches = await consumer.getmany(timeout_ms=500, max_records=5000)
-                for tp, messages in batches.items():
-                    for m in messages:
-                        if m.value is None:
-                            continue
-                        try:
-                            record: Frozen | None = decode_record(m.value)
-                        except CodecError:
-                            record = None
-                        out.append(Raw(tp.partition, m.offset, m.key, m.value, record))
-                for tp in list(remaining):
-                    if await consumer.position(tp) >= ends[tp]:
-                        remaining.discard(tp)
+            async for batch in read_to_end(consumer, parts):
+                out.extend(_raw(r) for r in batch if r.value is not None)
             out.sort(key=lambda r: (r.partition, r.offset))
             evidence.raw[stream] = out
-        finally:
-            await consumer.stop()
+    finally:
+        await consumer.stop()
     return evidence
+
+
+def _raw(record: RawRecord) -> Raw:
+    assert record.value is not None
+    try:
+        decoded: Frozen | None = decode_record(record.value)
+    except CodecError:
+        decoded = None
+    return Raw(record.partition, record.offset, record.key, record.value, decoded)
