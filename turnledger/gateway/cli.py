@@ -151,8 +151,8 @@ def legacy_record(
 
     Each answer goes through the same CAS, parsers and assembler as ours: a truncated or invalid
     answer commits nothing and cancels the operation. Prints one line per exchange; exits 0 when
-    every answer is committed (or its operation was already final), 1 otherwise, 2 when the file
-    is unusable or Kafka is unreachable."""
+    every operation ends with an answer in the history (this one, or one committed before or by another
+    sender), 1 otherwise, 2 when the file is unusable or Kafka is unreachable."""
     servers = _need_bootstrap("legacy record", bootstrap)
     try:
         loaded = read_exchanges(exchanges)
@@ -180,7 +180,7 @@ def legacy_record(
     typer.echo("", err=True)
     for result in results:
         typer.echo(_result_line(result))
-    failed = [r for r in results if not r.outcome.ok]
+    failed = [r for r in results if not r.ok]
     typer.echo(f"{len(results) - len(failed)} of {len(results)} recorded or already final")
     if failed:
         raise typer.Exit(1)

@@ -37,7 +37,7 @@ from turnledger.gateway.client import GatewayClient, IngressSink
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.runner import topic_name
 from turnledger.gateway.tail import tail_topic
-from turnledger.gateway.worker import OPERATION_EXTENSION, DispatchWorker, WorkerConfig
+from turnledger.gateway.worker import OPERATION_EXTENSION, DispatchWorker, Verdict, WorkerConfig
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
@@ -135,14 +135,11 @@ class RecordedProvider(httpx.AsyncBaseTransport):
 class RecordOutcome(StrEnum):
     COMMITTED = "committed"  # the legacy response is the operation's canonical answer
     GAVE_UP = "gave-up"  # incomplete or invalid response (or cancelled meanwhile): nothing committed
+    LOST_CAS = "lost-cas"  # another sender's attempt won the CAS (the legacy gateway sent it twice?)
     ALREADY_FINAL = "already-final"  # settled before: COMMITTED, REJECTED or CANCELLED, left as it was
     NOT_PREPARED = "not-prepared"  # WAITING, PAUSED or in flight with another worker: not recorded
     NOT_FOUND = "not-found"  # the manifests topic has no decision for this operation
     UNSETTLED = "unsettled"  # taken, but no verdict before the time ran out
-
-    @property
-    def ok(self) -> bool:
-        return self in (RecordOutcome.COMMITTED, RecordOutcome.ALREADY_FINAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +149,13 @@ class RecordResult:
     outcome: RecordOutcome
     state: str | None  # the operation's latest dispatch state
     detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Is the operation settled with an answer in the history (ours, or another sender's)?"""
+        if self.outcome in (RecordOutcome.COMMITTED, RecordOutcome.ALREADY_FINAL):
+            return True
+        return self.outcome == RecordOutcome.LOST_CAS and self.state == S.COMMITTED.value
 
 
 class LegacyRecorder:
@@ -167,12 +171,18 @@ class LegacyRecorder:
     ) -> None:
         self.provider = RecordedProvider(exchanges)
         self.taken: set[OperationKey] = set()
+        self.verdicts: dict[OperationKey, Verdict] = {}
         config = WorkerConfig(
             worker_id=recorder_id, max_attempts=1, max_resumes=0, settle_timeout_s=settle_timeout_s
         )
         self._http = httpx.AsyncClient(transport=self.provider)
         self.worker = DispatchWorker(
-            sink, endpoints_for(RECORDED_BASE_URL), config=config, http=self._http, takes=self._takes
+            sink,
+            endpoints_for(RECORDED_BASE_URL),
+            config=config,
+            http=self._http,
+            takes=self._takes,
+            on_verdict=self.verdicts.__setitem__,
         )
 
     def _takes(self, manifest: DispatchManifest) -> bool:
@@ -207,21 +217,25 @@ class LegacyRecorder:
         latest = self.worker.board.latest.get(key)
         state = latest.state.value if latest is not None else None
         detail = latest.detail if latest is not None else ""
-        outcome = _outcome(key in self.taken, latest)
+        outcome = _outcome(key in self.taken, self.verdicts.get(key), latest)
         return RecordResult(key[0], key[1], outcome, state, detail)
 
 
-def _outcome(taken: bool, latest: DispatchDecision | None) -> RecordOutcome:
+VERDICT_OUTCOMES: Mapping[Verdict, RecordOutcome] = {
+    Verdict.COMMITTED: RecordOutcome.COMMITTED,
+    Verdict.CANCELLED: RecordOutcome.GAVE_UP,
+    Verdict.GIVE_UP: RecordOutcome.GAVE_UP,
+    Verdict.RETRY: RecordOutcome.GAVE_UP,
+    Verdict.LOST_CAS: RecordOutcome.LOST_CAS,
+}
+
+
+def _outcome(taken: bool, verdict: Verdict | None, latest: DispatchDecision | None) -> RecordOutcome:
     if latest is None:
         return RecordOutcome.NOT_FOUND
     if not taken:
         return RecordOutcome.ALREADY_FINAL if latest.state in FINAL else RecordOutcome.NOT_PREPARED
-    settled: Mapping[DispatchState, RecordOutcome] = {
-        S.COMMITTED: RecordOutcome.COMMITTED,
-        S.CANCELLED: RecordOutcome.GAVE_UP,
-        S.REJECTED: RecordOutcome.GAVE_UP,
-    }
-    return settled.get(latest.state, RecordOutcome.UNSETTLED)
+    return RecordOutcome.UNSETTLED if verdict is None else VERDICT_OUTCOMES[verdict]
 
 
 async def record_legacy(

@@ -89,6 +89,7 @@ class Verdict(StrEnum):
     CANCELLED = "cancelled"
     RETRY = "retry"  # the attempt is terminated: a new generation may start
     GIVE_UP = "give_up"
+    LOST_CAS = "lost_cas"  # the CAS refused our attempt (another sender's, a newer revision, a cancel)
 
 
 @dataclass(frozen=True)
@@ -179,9 +180,11 @@ class DispatchWorker:
         journal: WorkerJournal | None = None,
         http: httpx.AsyncClient | None = None,
         takes: Callable[[DispatchManifest], bool] | None = None,
+        on_verdict: Callable[[OperationKey, Verdict], None] | None = None,
     ) -> None:
         self.config = config or WorkerConfig()
         self._takes = takes or partial(protocol_sends, self.config.rollout_stage)
+        self._on_verdict = on_verdict
         self.events = WorkerEvents(sink, self.config.worker_id)
         self.endpoints = endpoints
         self.journal = journal or WorkerJournal(None)
@@ -316,6 +319,8 @@ class DispatchWorker:
             self.journal.write(replace(entry, done=True))
         if verdict in (Verdict.COMMITTED, Verdict.CANCELLED):
             self.board.forget(key)
+        if self._on_verdict is not None:
+            self._on_verdict(key, verdict)
 
     async def _attempt(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict:
         """One generation: CAS, send, stream, and whatever follows the stream."""
@@ -335,7 +340,7 @@ class DispatchWorker:
         if not answer.accepted or answer.state != S.DISPATCHING:
             self.stats.bump("cas_conflicts")
             log.info("%s: CAS conflict %s (%s)", op, answer.reason, answer.detail)
-            return Verdict.GIVE_UP
+            return Verdict.LOST_CAS
         generation = answer.attempt_generation
         idempotency_key = answer.idempotency_key or ""
         self.journal.write(JournalEntry(op, conv, after, generation))

@@ -39,6 +39,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.graph import BlockRef
 from turnledger.model.manifest import DispatchManifest
+from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
 ANTHROPIC = "anthropic-messages@1"
@@ -276,3 +277,23 @@ def test_parse_exchanges_refuses_an_operation_named_twice() -> None:
     line = '{"conversationId": "c", "operationId": "o", "response": "x"}'
     with pytest.raises(LegacyExchangeError, match=r"<exchanges>:3: operation 'o' of 'c' twice"):
         parse_exchanges([line, "", line])
+
+
+async def test_recorded_answer_of_a_stale_manifest_loses_the_cas_and_commits_nothing() -> None:
+    """The conversation moved on after the manifest: the revision CAS refuses the legacy attempt."""
+    async for h in _harness(RolloutStage.MANIFESTS_ONLY):
+        await h.converse("c1", ANTHROPIC, text="hello", tools=False)
+        await h.wait_state("op-1", S.PREPARED)
+        answer = await _legacy_send(h, _manifest("c1", h))
+        await h.ledger.append(h.factory.user_turn("c1", "and one more thing"))
+        recorder = await _record(h, [LegacyExchange("c1", "op-1", answer)])
+        await _settle(recorder)
+        try:
+            [result] = recorder.results()
+            assert result.outcome == RecordOutcome.LOST_CAS and not result.ok
+            refused = [d for d in h.ledger.of_type(DispatchDecision) if not d.accepted]
+            assert [d.reason for d in refused] == [ReasonCode.CAS_REVISION_MISMATCH]
+            assert recorder.provider.served == []  # refused before the send
+            assert not [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id]
+        finally:
+            await recorder.__aexit__()
