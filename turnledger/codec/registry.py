@@ -7,13 +7,17 @@ fingerprint), the reader version is what data is resolved into and encoded with.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from turnledger.codec.convert import Convert, compile_converter, from_json_text, to_json_text
+from turnledger.codec.history import fingerprint_hex, load_history
 from turnledger.codec.loader import Schema, expand, full_name, load_schema_files
 
 MAGIC = b"\xc3\x01"
@@ -68,12 +72,20 @@ class SchemaRegistry:
     def names(self) -> tuple[str, ...]:
         return tuple(self._readers)
 
+    def add_writers(self, schemas: Iterable[Schema]) -> None:
+        """Register older versions as writers only (those already known are skipped)."""
+        for schema in schemas:
+            if bytes.fromhex(fingerprint_hex(schema)) not in self._by_fingerprint:
+                self.add(schema, reader=False)
+
     @classmethod
-    def from_files(cls) -> SchemaRegistry:
-        """Every record schema in `schemas/`, each self-contained, as the current readers."""
+    def from_files(cls, history: Traversable | Path | None = None) -> SchemaRegistry:
+        """Every record schema in `schemas/`, each self-contained, as the current readers, and every
+        archived version (`codec.history`, from `history` if given) as a writer."""
         definitions = load_schema_files()
         registry = cls()
         for name, schema in definitions.items():
             if schema["type"] == "record":
                 registry.add(expand(name, definitions))
+        registry.add_writers(load_history(history).values())
         return registry

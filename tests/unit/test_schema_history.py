@@ -1,0 +1,74 @@
+"""The schema history: every shipped version stays readable, and a new version cannot ship unarchived."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from turnledger.codec import Codec, SchemaRegistry, UnknownFingerprint, encode
+from turnledger.codec.history import (
+    archive,
+    canonical_text,
+    current_record_schemas,
+    file_name,
+    fingerprint_hex,
+    load_history,
+    missing,
+)
+from turnledger.model.events import DispatchSent
+
+
+def test_every_current_record_schema_is_archived() -> None:
+    unarchived = [file_name(s) for s in missing(current_record_schemas(), load_history())]
+    assert unarchived == [], (
+        "schema version(s) not in schemas/history: run `python -m turnledger.codec.history` and "
+        f"commit the new files: {unarchived}"
+    )
+
+
+def test_each_archived_file_is_canonical_and_named_by_its_fingerprint() -> None:
+    history = load_history()
+    assert len(history) >= len(current_record_schemas())
+    for name, schema in history.items():
+        assert name == file_name(schema)
+        assert canonical_text(schema) == canonical_text(copy.deepcopy(schema))
+        assert name.endswith(f"@{fingerprint_hex(schema)}.avsc")
+
+
+def _older_dispatch_sent() -> dict[str, Any]:
+    """DispatchSent as if it had once had one more field, since removed."""
+    [current] = [s for s in current_record_schemas() if s["name"].endswith("DispatchSent")]
+    older = copy.deepcopy(current)
+    older["fields"].append({"name": "sentBy", "type": "string"})
+    return older
+
+
+def test_data_written_with_an_archived_version_is_read_into_the_current_model(tmp_path: Path) -> None:
+    older = _older_dispatch_sent()
+    (tmp_path / file_name(older)).write_text(canonical_text(older), encoding="utf-8")
+    with_history = Codec(SchemaRegistry.from_files(history=tmp_path))
+    writer = with_history.registry.writer(bytes.fromhex(fingerprint_hex(older)))
+    assert writer is not None and with_history.registry.reader(writer.name) is not writer
+    datum = {"conversationId": "c", "eventId": "e", "occurredAtMs": 5, "operationId": "o"}
+    data = with_history.encode_datum(writer, {**datum, "attemptGeneration": 2, "sentBy": "w"})
+
+    assert with_history.decode(data) == DispatchSent(
+        conversation_id="c", event_id="e", occurred_at_ms=5, operation_id="o", attempt_generation=2
+    )
+    without = Codec(SchemaRegistry.from_files(history=tmp_path / "none"))
+    with pytest.raises(UnknownFingerprint):
+        without.decode(data)
+    # the current version is still what is written
+    record = DispatchSent(**{"conversation_id": "c", "event_id": "e", "occurred_at_ms": 5,
+                             "operation_id": "o", "attempt_generation": 2})  # fmt: skip
+    assert with_history.encode(record) == encode(record)
+
+
+def test_archive_writes_only_what_is_missing(tmp_path: Path) -> None:
+    first = archive(tmp_path)
+    assert sorted(p.name for p in first) == sorted(file_name(s) for s in current_record_schemas())
+    assert archive(tmp_path) == []
+    assert set(load_history(tmp_path)) <= set(load_history())
