@@ -16,6 +16,7 @@ from typing import Any
 from fastavro import schemaless_reader, schemaless_writer
 from pydantic import BaseModel
 
+from turnledger.codec.compiled import Writer, compile_writer
 from turnledger.codec.errors import (
     CorruptRecord,
     NotSingleObjectEncoded,
@@ -30,13 +31,38 @@ class Codec:
     def __init__(self, registry: SchemaRegistry, models: dict[str, type[BaseModel]] | None = None) -> None:
         self.registry = registry
         self.models = MODELS_BY_NAME if models is None else models
+        self._model_writers: dict[str, tuple[SchemaEntry, Writer | None]] = {}
 
     def encode(self, model: BaseModel) -> bytes:
         name = f"{NAMESPACE}.{type(model).__name__}"
         entry = self.registry.reader(name)
         if entry is None or self.models.get(name) is not type(model):
             raise UnencodableRecord(f"no schema for {type(model).__name__}")
+        writer = self._model_writer(entry)
+        if writer is not None:
+            out = bytearray(entry.header)
+            try:
+                writer(out, model)
+            except Exception:  # outside the compiled writer's narrow path: the dump and encode_datum decide
+                pass
+            else:
+                return bytes(out)
         return self.encode_datum(entry, model.model_dump(by_alias=True))
+
+    def _model_writer(self, entry: SchemaEntry) -> Writer | None:
+        """The entry's schema compiled to write models directly (no `model_dump`), or None.
+
+        Only for schemas without JSON-marked fields (those need the dump and `to_wire`) and
+        only where the datum itself has a compiled writer. Compiled once per schema version.
+        """
+        known = self._model_writers.get(entry.name)
+        if known is not None and known[0] is entry:
+            return known[1]
+        writer = None
+        if entry.to_wire is None and entry.fast_writer is not None:
+            writer = compile_writer(entry.parsed, self.models)
+        self._model_writers[entry.name] = (entry, writer)
+        return writer
 
     def encode_datum(self, entry: SchemaEntry, datum: dict[str, Any]) -> bytes:
         """Encode a plain datum (model field names as in the schema) with a given schema version.

@@ -27,14 +27,16 @@ records of every schema, and on truncated and corrupted bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from pydantic import BaseModel
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 """`reader(data, pos)` -> (datum, position after it)."""
 
 Writer = Callable[[bytearray, Any], None]
-"""`writer(out, datum)` appends the datum's Avro binary encoding to `out`."""
+"""`writer(out, datum)` appends the datum's Avro binary encoding to `out` (a model: `compile_writer`)."""
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "bytes", "string"})
 _UNSUPPORTED = frozenset({"float", "double", "fixed", "error", "error_union", "request"})
@@ -70,15 +72,28 @@ def _read_long(data: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
-def _write_long(out: bytearray, value: int) -> None:
-    """A zig-zag varint of a long, exactly as fastavro's `write_int` writes it."""
-    if value < _LONG_MIN or value > _LONG_MAX:
-        raise Miss("long out of range")
-    n = (value << 1) ^ (value >> 63)
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+_VARINTS: dict[int, bytes] = {}
+_VARINTS_MAX = 4096
+
+
+def _write_long(out: bytearray, value: Any, low: int = _LONG_MIN, high: int = _LONG_MAX) -> None:
+    """A zig-zag varint of a long, exactly as fastavro's `write_int` writes it (the case of a
+    value outside 0..63). Values repeat (times, revisions), so their encodings are memoized."""
+    if type(value) is not int or value < low or value > high:
+        raise Miss("not a long in range")
+    encoded = _VARINTS.get(value)
+    if encoded is None:
+        n = (value << 1) ^ (value >> 63)
+        buffer = bytearray()
+        while n > 0x7F:
+            buffer.append((n & 0x7F) | 0x80)
+            n >>= 7
+        buffer.append(n)
+        encoded = bytes(buffer)
+        if len(_VARINTS) >= _VARINTS_MAX:
+            _VARINTS.clear()
+        _VARINTS[value] = encoded
+    out += encoded
 
 
 _RUNTIME: dict[str, Any] = {
@@ -293,6 +308,12 @@ def compile_reader(parsed: Any) -> Reader | None:
 
 
 class _WriterCompiler(_Compiler):
+    def __init__(
+        self, named: dict[str, Any], prefix: str, models: Mapping[str, type[BaseModel]] | None
+    ) -> None:
+        super().__init__(named, prefix)
+        self.models = models
+
     def record_function(self, schema: dict[str, Any]) -> str:
         name = str(schema["name"])
         existing = self.functions.get(name)
@@ -300,30 +321,45 @@ class _WriterCompiler(_Compiler):
             return existing
         function = f"{self.prefix}{len(self.functions)}"
         self.functions[name] = function
-        lines = [
-            f"def {function}(out, datum):",
-            "    if type(datum) is not dict or '-type' in datum:",
-            "        raise Miss('record value')",
-        ]
+        if self.models is None:
+            lines = [
+                f"def {function}(out, datum):",
+                "    if type(datum) is not dict or '-type' in datum:",
+                "        raise Miss('record value')",
+            ]
+            keys = {field["name"]: field["name"] for field in schema["fields"]}
+        else:
+            model = self.models.get(name)
+            if model is None:
+                raise Unsupported(f"no model for {name}")
+            keys = _dumped_attributes(model)
+            lines = [
+                f"def {function}(out, model):",
+                f"    if type(model) is not {self.constant('MODEL', model)}:",
+                "        raise Miss('model class')",
+                "    datum = model.__dict__",
+            ]
         for field in schema["fields"]:
+            key = keys.get(field["name"])
+            if key is None:
+                raise Unsupported(f"{name}.{field['name']} is not a field of the model")
             value = self.var("v")
-            lines.append(f"    {value} = datum[{field['name']!r}]")
+            lines.append(f"    {value} = datum[{key!r}]")
             lines.extend(self.write(field["type"], value, "    "))
         self.sources.append("\n".join(lines))
         return function
 
     def write_long(self, value: str, ind: str, kind: str = "long") -> list[str]:
-        low, high = ("_INT_MIN", "_INT_MAX") if kind == "int" else ("_LONG_MIN", "_LONG_MAX")
+        bounds = ", _INT_MIN, _INT_MAX" if kind == "int" else ""
         return [
-            f"{ind}if type({value}) is not int or {value} < {low} or {value} > {high}:",
-            f"{ind}    raise Miss('not a {kind}')",
-            f"{ind}if 0 <= {value} < 64:",
+            f"{ind}if type({value}) is int and 0 <= {value} < 64:",
             f"{ind}    out.append({value} << 1)",
             f"{ind}else:",
-            f"{ind}    _write_long(out, {value})",
+            f"{ind}    _write_long(out, {value}{bounds})",
         ]
 
     def write_length(self, length: str, ind: str) -> list[str]:
+        """A length or position: a non-negative int, far below the long range."""
         return [
             f"{ind}if {length} < 64:",
             f"{ind}    out.append({length} << 1)",
@@ -332,12 +368,13 @@ class _WriterCompiler(_Compiler):
         ]
 
     def write_string(self, value: str, ind: str) -> list[str]:
-        encoded = self.var("encoded")
+        encoded, length = self.var("encoded"), self.var("length")
         return [
             f"{ind}if not isinstance({value}, str):",
             f"{ind}    raise Miss('not a string')",
             f"{ind}{encoded} = {value}.encode()",
-            *self.write_length(f"len({encoded})", ind),
+            f"{ind}{length} = len({encoded})",
+            *self.write_length(length, ind),
             f"{ind}out += {encoded}",
         ]
 
@@ -393,6 +430,8 @@ class _WriterCompiler(_Compiler):
                 f"{ind}out.append(0)",
             ]
         if kind == "map":
+            if self.models is not None:
+                raise Unsupported("maps in a model (model_dump copies and converts their values)")
             key, item = self.var("key"), self.var("item")
             return [
                 f"{ind}if type({value}) is not dict:",
@@ -415,21 +454,25 @@ class _WriterCompiler(_Compiler):
         if other_index is None:
             lines.append(f"{ind}    raise Miss('no branch')")
             return lines
-        lines.extend(
-            [
-                f"{ind}    if isinstance({value}, tuple):",
-                f"{ind}        raise Miss('tuple notation')",
-                f"{ind}    out.append({other_index << 1})",
-                *self.write(other, value, ind + "    "),
-            ]
-        )
+        if self.resolve(other)[0] == "array":
+            # fastavro reads a tuple as (branch name, value); every other branch refuses tuples itself
+            lines.append(f"{ind}    if isinstance({value}, tuple):")
+            lines.append(f"{ind}        raise Miss('tuple notation')")
+        lines.extend([f"{ind}    out.append({other_index << 1})", *self.write(other, value, ind + "    ")])
         return lines
 
 
-def compile_writer(parsed: Any) -> Writer | None:
-    """A fast writer of a parsed record schema (fastavro `parse_schema` output), or None."""
+def compile_writer(parsed: Any, models: Mapping[str, type[BaseModel]] | None = None) -> Writer | None:
+    """A fast writer of a parsed record schema (fastavro `parse_schema` output), or None.
+
+    With `models` (record full name -> model class), the writer takes the model instance
+    itself instead of `model.model_dump(by_alias=True)`: it reads each field off the model's
+    `__dict__` (nested models likewise) and writes what the dump would have held. Only for
+    models whose dump is their fields as they are: no serializers, computed or excluded
+    fields, extras or maps, and each record's value must be exactly its model's class.
+    """
     try:
-        compiler = _WriterCompiler(dict(parsed.get("__named_schemas", {})), "_write_")
+        compiler = _WriterCompiler(dict(parsed.get("__named_schemas", {})), "_write_", models)
         kind, schema = compiler.resolve(parsed)
         if kind != "record":
             return None
@@ -439,3 +482,18 @@ def compile_writer(parsed: Any) -> Writer | None:
         return None
     writer: Writer = namespace[top]
     return writer
+
+
+def _dumped_attributes(model: type[BaseModel]) -> dict[str, str]:
+    """Key in `model_dump(by_alias=True)` -> attribute, for a model whose dump is its plain fields."""
+    decorators = model.__pydantic_decorators__
+    if decorators.field_serializers or decorators.model_serializers or model.__pydantic_computed_fields__:
+        raise Unsupported(f"{model.__name__} customizes its serialization")
+    if model.model_config.get("extra") == "allow" or model.__pydantic_root_model__:
+        raise Unsupported(f"{model.__name__} has extras or is a root model")
+    keys: dict[str, str] = {}
+    for attribute, info in model.model_fields.items():
+        if info.exclude:
+            raise Unsupported(f"{model.__name__}.{attribute} is excluded from dumps")
+        keys[info.serialization_alias or info.alias or attribute] = attribute
+    return keys
