@@ -16,6 +16,7 @@ from typing import Any
 from fastavro import schemaless_reader, schemaless_writer
 from pydantic import BaseModel
 
+from turnledger.codec.compiled import Writer, compile_writer
 from turnledger.codec.errors import (
     CorruptRecord,
     NotSingleObjectEncoded,
@@ -30,20 +31,58 @@ class Codec:
     def __init__(self, registry: SchemaRegistry, models: dict[str, type[BaseModel]] | None = None) -> None:
         self.registry = registry
         self.models = MODELS_BY_NAME if models is None else models
+        self._model_writers: dict[str, tuple[SchemaEntry, Writer | None]] = {}
 
     def encode(self, model: BaseModel) -> bytes:
         name = f"{NAMESPACE}.{type(model).__name__}"
         entry = self.registry.reader(name)
         if entry is None or self.models.get(name) is not type(model):
             raise UnencodableRecord(f"no schema for {type(model).__name__}")
+        writer = self._model_writer(entry)
+        if writer is not None:
+            out = bytearray(entry.header)
+            try:
+                writer(out, model)
+            except Exception:  # outside the compiled writer's narrow path: the dump and encode_datum decide
+                pass
+            else:
+                return bytes(out)
         return self.encode_datum(entry, model.model_dump(by_alias=True))
 
+    def _model_writer(self, entry: SchemaEntry) -> Writer | None:
+        """The entry's schema compiled to write models directly (no `model_dump`), or None.
+
+        Only for schemas without JSON-marked fields (those need the dump and `to_wire`) and
+        only where the datum itself has a compiled writer. Compiled once per schema version.
+        """
+        known = self._model_writers.get(entry.name)
+        if known is not None and known[0] is entry:
+            return known[1]
+        writer = None
+        if entry.to_wire is None and entry.fast_writer is not None:
+            writer = compile_writer(entry.parsed, self.models)
+        self._model_writers[entry.name] = (entry, writer)
+        return writer
+
     def encode_datum(self, entry: SchemaEntry, datum: dict[str, Any]) -> bytes:
-        """Encode a plain datum (model field names as in the schema) with a given schema version."""
-        out = BytesIO()
-        out.write(entry.header)
+        """Encode a plain datum (model field names as in the schema) with a given schema version.
+
+        The schema's compiled writer answers when it can; otherwise (or when it gives up on
+        the datum) fastavro writes it, so the bytes and the errors are always fastavro's.
+        """
         try:
-            schemaless_writer(out, entry.parsed, datum if entry.to_wire is None else entry.to_wire(datum))
+            wire = datum if entry.to_wire is None else entry.to_wire(datum)
+            if entry.fast_writer is not None:
+                fast = bytearray(entry.header)
+                try:
+                    entry.fast_writer(fast, wire)
+                except Exception:  # outside the compiled writer's narrow path: fastavro decides
+                    pass
+                else:
+                    return bytes(fast)
+            out = BytesIO()
+            out.write(entry.header)
+            schemaless_writer(out, entry.parsed, wire)
         except Exception as exc:
             raise UnencodableRecord(f"{entry.name}: {exc}") from exc
         return out.getvalue()
@@ -52,6 +91,14 @@ class Codec:
         """The record's full name and its datum, resolved into the current reader schema."""
         writer = self._writer_of(data)
         reader = self.registry.reader(writer.name) or writer
+        if reader is writer and writer.fast_reader is not None and type(data) is bytes:
+            try:
+                fast, end = writer.fast_reader(data, HEADER_SIZE)
+            except Exception:  # outside the compiled reader's narrow path: fastavro decides
+                pass
+            else:
+                if end == len(data):
+                    return self._from_wire(writer.name, writer, fast)
         body = BytesIO(data)
         body.seek(HEADER_SIZE)
         try:
@@ -64,10 +111,14 @@ class Codec:
             raise CorruptRecord(f"{writer.name}: {len(data) - body.tell()} trailing bytes")
         if not isinstance(datum, dict):
             raise CorruptRecord(f"{writer.name}: not a record")
+        return self._from_wire(writer.name, reader, datum)
+
+    @staticmethod
+    def _from_wire(name: str, reader: SchemaEntry, datum: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         try:
-            return writer.name, datum if reader.from_wire is None else reader.from_wire(datum)
+            return name, datum if reader.from_wire is None else reader.from_wire(datum)
         except Exception as exc:
-            raise CorruptRecord(f"{writer.name}: embedded JSON: {exc}") from exc
+            raise CorruptRecord(f"{name}: embedded JSON: {exc}") from exc
 
     def decode(self, data: bytes) -> BaseModel:
         name, datum = self.decode_datum(data)

@@ -16,6 +16,7 @@ from typing import Any
 from fastavro import parse_schema
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from turnledger.codec.compiled import Reader, Writer, compile_reader, compile_writer
 from turnledger.codec.convert import Convert, compile_converter, from_json_text, to_json_text
 from turnledger.codec.history import fingerprint_hex, load_history
 from turnledger.codec.loader import Schema, expand, full_name, load_schema_files
@@ -33,10 +34,17 @@ class SchemaEntry:
     header: bytes
     to_wire: Convert | None
     from_wire: Convert | None
+    fast_reader: Reader | None = None
+    """The schema compiled for reading data written with it (`codec.compiled`), or None."""
+    fast_writer: Writer | None = None
+    """The schema compiled for writing (`codec.compiled`), or None."""
 
 
-def entry_for(schema: Schema) -> SchemaEntry:
-    """Parse and fingerprint a self-contained schema (CRC-64-AVRO of its Parsing Canonical Form)."""
+def entry_for(schema: Schema, *, compiled: bool = True) -> SchemaEntry:
+    """Parse and fingerprint a self-contained schema (CRC-64-AVRO of its Parsing Canonical Form).
+
+    `compiled=False` leaves out the compiled reader and writer: fastavro alone, the reference.
+    """
     parsed = parse_schema(schema, named_schemas={})
     fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
     return SchemaEntry(
@@ -47,17 +55,20 @@ def entry_for(schema: Schema) -> SchemaEntry:
         header=MAGIC + fp,
         to_wire=compile_converter(schema, to_json_text),
         from_wire=compile_converter(schema, from_json_text),
+        fast_reader=compile_reader(parsed) if compiled else None,
+        fast_writer=compile_writer(parsed) if compiled else None,
     )
 
 
 class SchemaRegistry:
-    def __init__(self) -> None:
+    def __init__(self, *, compiled: bool = True) -> None:
+        self.compiled = compiled
         self._by_fingerprint: dict[bytes, SchemaEntry] = {}
         self._readers: dict[str, SchemaEntry] = {}
 
     def add(self, schema: Schema, *, reader: bool = True) -> SchemaEntry:
         """Register a schema version; `reader=False` makes it readable but not the current one."""
-        entry = entry_for(schema)
+        entry = entry_for(schema, compiled=self.compiled)
         self._by_fingerprint[entry.fingerprint] = entry
         if reader:
             self._readers[entry.name] = entry
@@ -79,11 +90,16 @@ class SchemaRegistry:
                 self.add(schema, reader=False)
 
     @classmethod
-    def from_files(cls, history: Traversable | Path | None = None) -> SchemaRegistry:
+    def from_files(
+        cls, history: Traversable | Path | None = None, *, compiled: bool = True
+    ) -> SchemaRegistry:
         """Every record schema in `schemas/`, each self-contained, as the current readers, and every
-        archived version (`codec.history`, from `history` if given) as a writer."""
+        archived version (`codec.history`, from `history` if given) as a writer.
+
+        `compiled=False`: without the compiled readers and writers (fastavro only, the reference).
+        """
         definitions = load_schema_files()
-        registry = cls()
+        registry = cls(compiled=compiled)
         for name, schema in definitions.items():
             if schema["type"] == "record":
                 registry.add(expand(name, definitions))

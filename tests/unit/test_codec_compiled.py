@@ -1,0 +1,380 @@
+"""The compiled Avro readers and writers (codec.compiled) against fastavro alone, the reference.
+
+The codec with compiled schemas must be indistinguishable from the fastavro-only codec: the
+same bytes for every datum it encodes, the same datum (same values of the same types) for
+every body it decodes, and the same exception type and message whenever either fails, on
+valid records, on datums with values of the wrong type or range, and on truncated or
+corrupted bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import random
+import warnings
+from collections.abc import Callable
+from io import BytesIO
+from typing import Any
+
+import pytest
+from fastavro import schemaless_reader
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from tests.strategies import model_strategy
+from turnledger.codec import Codec, SchemaRegistry
+from turnledger.codec.compiled import Miss, compile_reader, compile_writer
+from turnledger.codec.models import NAMESPACE, RECORD_MODELS
+from turnledger.codec.registry import HEADER_SIZE, entry_for
+from turnledger.model.deltas import DeltaType
+
+FAST = Codec(SchemaRegistry.from_files())
+REFERENCE = Codec(SchemaRegistry.from_files(compiled=False))
+
+
+def _name(model: type[BaseModel]) -> str:
+    return f"{NAMESPACE}.{model.__name__}"
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    try:
+        return ("ok", _typed(call()))
+    except Exception as exc:
+        return ("error", type(exc), str(exc))
+
+
+def _typed(value: Any) -> Any:
+    """A value with the type of every part spelled out, so that True != 1 and 'a' != StrEnum('a')."""
+    if isinstance(value, dict):
+        return (dict, [(_typed(k), _typed(v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return (type(value), [_typed(v) for v in value])
+    return (type(value), value)
+
+
+def _encode_both(model: type[BaseModel], datum: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    fast_entry = FAST.registry.reader(_name(model))
+    reference_entry = REFERENCE.registry.reader(_name(model))
+    assert fast_entry is not None and reference_entry is not None
+    fast = _outcome(lambda: FAST.encode_datum(fast_entry, copy.deepcopy(datum)))
+    reference = _outcome(lambda: REFERENCE.encode_datum(reference_entry, copy.deepcopy(datum)))
+    return fast, reference
+
+
+def _decode_both(data: bytes) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    return _outcome(lambda: FAST.decode_datum(data)), _outcome(lambda: REFERENCE.decode_datum(data))
+
+
+def test_every_shipped_schema_is_compiled() -> None:
+    for name in FAST.registry.names():
+        entry = FAST.registry.reader(name)
+        assert entry is not None
+        assert entry.fast_reader is not None, name
+        assert entry.fast_writer is not None, name
+    assert all(REFERENCE.registry.reader(n).fast_writer is None for n in REFERENCE.registry.names())  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("model", RECORD_MODELS, ids=lambda m: m.__name__)
+def test_valid_records_encode_and_decode_exactly_as_fastavro(model: type[BaseModel]) -> None:
+    entry = FAST.registry.reader(_name(model))
+    assert entry is not None and entry.fast_writer is not None and entry.fast_reader is not None
+    fast_writer, fast_reader = entry.fast_writer, entry.fast_reader
+
+    @settings(max_examples=40)
+    @given(model_strategy(model))
+    def same(record: BaseModel) -> None:
+        datum = record.model_dump(by_alias=True)
+        fast, reference = _encode_both(model, datum)
+        assert fast == reference
+        assert fast[0] == "ok"
+        data = REFERENCE.encode(record)
+        # the compiled paths themselves answered (no silent fallback on valid records)
+        wire = copy.deepcopy(datum) if entry.to_wire is None else entry.to_wire(copy.deepcopy(datum))
+        out = bytearray(entry.header)
+        fast_writer(out, wire)
+        assert bytes(out) == data
+        decoded, end = fast_reader(data, HEADER_SIZE)
+        assert end == len(data)
+        assert _typed(decoded) == _typed(schemaless_reader(BytesIO(data[HEADER_SIZE:]), entry.parsed))
+        fast_datum, reference_datum = _decode_both(data)
+        assert fast_datum == reference_datum
+        assert fast_datum[0] == "ok"
+        assert FAST.decode(data) == REFERENCE.decode(data) == record
+
+    same()
+
+
+class _Flavour(enum.StrEnum):
+    A = "a"
+    TEXT_DELTA = "text_delta"
+
+
+class _Int(int):
+    pass
+
+
+ODD_VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    63,
+    64,
+    -65,
+    2**31,
+    2**63 - 1,
+    2**63,
+    -(2**63),
+    -(2**63) - 1,
+    _Int(5),
+    1.5,
+    "",
+    "x",
+    "é\u2603",
+    "\ud800",
+    _Flavour.A,
+    _Flavour.TEXT_DELTA,
+    DeltaType.TEXT_DELTA,
+    "text_delta",
+    "COMMITTED",
+    "FROM_THE_FUTURE",
+    b"",
+    b"x",
+    bytearray(b"x"),
+    (),
+    [],
+    ("a", "b"),
+    ["a"],
+    {},
+    {"a": 1},
+    {"-type": "x"},
+]
+
+
+def _places(datum: dict[str, Any]) -> list[dict[str, Any]]:
+    """The datum and every record inside it (nested records and records in arrays)."""
+    found = [datum]
+    for value in datum.values():
+        if isinstance(value, dict) and value:
+            found.extend(_places(value))
+        elif isinstance(value, list | tuple):
+            found.extend(p for item in value if isinstance(item, dict) for p in _places(item))
+    return found
+
+
+@pytest.mark.parametrize("model", RECORD_MODELS, ids=lambda m: m.__name__)
+def test_datums_off_the_fast_path_get_fastavros_answer(model: type[BaseModel]) -> None:
+    """Every field of every record in the datum replaced by every odd value, deleted, or joined by
+    an unexpected one: the same bytes, or the same error, as fastavro alone."""
+
+    @settings(max_examples=4)
+    @given(model_strategy(model))
+    def same(record: BaseModel) -> None:
+        datum = record.model_dump(by_alias=True)
+        for place_index, place in enumerate(_places(datum)):
+            for key in [*place, None]:
+                for value in [*ODD_VALUES, "delete"]:
+                    changed = copy.deepcopy(datum)
+                    target = _places(changed)[place_index]
+                    if key is None:
+                        target["unexpected"] = value
+                    elif value == "delete":
+                        del target[key]
+                    else:
+                        target[key] = value
+                    fast, reference = _encode_both(model, changed)
+                    assert fast == reference, (key, value)
+
+    same()
+
+
+@pytest.mark.parametrize("model", RECORD_MODELS, ids=lambda m: m.__name__)
+def test_truncated_and_corrupted_bodies_decode_or_fail_exactly_as_fastavro(model: type[BaseModel]) -> None:
+    """Every truncation, every byte of the body replaced by each of a few telling values, and random
+    multi-byte corruptions: the same datum, or the same error, as fastavro alone."""
+
+    @settings(max_examples=5)
+    @given(model_strategy(model), st.randoms(use_true_random=False))
+    def same(record: BaseModel, rng: random.Random) -> None:
+        data = REFERENCE.encode(record)
+        variants = [data[:cut] for cut in range(HEADER_SIZE, len(data))]
+        variants.append(data + b"\x00")
+        for position in range(HEADER_SIZE, len(data)):
+            for byte in (0x00, 0x01, 0x02, 0x03, 0x04, 0x7F, 0x80, 0x81, 0xFF):
+                variants.append(data[:position] + bytes([byte]) + data[position + 1 :])
+        for _ in range(50):
+            raw = bytearray(data)
+            for _ in range(rng.randint(2, 4)):
+                raw[rng.randrange(HEADER_SIZE, len(raw))] = rng.randrange(256)
+            variants.append(bytes(raw))
+        for variant in variants:
+            fast, reference = _decode_both(variant)
+            assert fast == reference, variant
+
+    same()
+
+
+def test_varints_at_the_edges_of_64_bits() -> None:
+    schema = {
+        "type": "record",
+        "name": "Edge",
+        "fields": [{"name": "n", "type": "long"}, {"name": "s", "type": "string"}],
+    }
+    fast = Codec(SchemaRegistry(), models={})
+    reference = Codec(SchemaRegistry(compiled=False), models={})
+    fast_entry = fast.registry.add(schema)
+    reference_entry = reference.registry.add(schema)
+    tails = [b"\x00", b"\x02a", b"\x01", b"\x7f", b"\x80"]
+    bodies = [
+        b"\xff" * 9 + b"\x01",  # the largest zig-zag value
+        b"\xfe" + b"\xff" * 8 + b"\x01",
+        b"\xff" * 9 + b"\x02",  # a bit beyond 64
+        b"\xff" * 9 + b"\x7f",
+        b"\xff" * 10 + b"\x01",  # eleven bytes
+        b"\x80\x00",  # zero, not minimal
+        b"\x80\x80\x80\x00",
+        b"\x81\x01",
+    ]
+    for body in bodies:
+        for tail in tails:
+            data = fast_entry.header + body + tail
+            assert _outcome(lambda d=data: fast.decode_datum(d)) == _outcome(  # type: ignore[misc]
+                lambda d=data: reference.decode_datum(d)
+            )
+    for n in [0, 1, -1, 63, 64, -64, -65, 2**62, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**70]:
+        for s in ["", "x" * 63, "x" * 64, "é" * 40]:
+            datum = {"n": n, "s": s}
+            assert _outcome(lambda d=datum: fast.encode_datum(fast_entry, d)) == _outcome(  # type: ignore[misc]
+                lambda d=datum: reference.encode_datum(reference_entry, d)
+            )
+
+
+def test_the_compiled_paths_give_up_rather_than_guess() -> None:
+    schema = entry_for(
+        {
+            "type": "record",
+            "name": "Edge",
+            "fields": [
+                {"name": "flag", "type": "boolean"},
+                {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+                {"name": "maybe", "type": ["null", "long"]},
+            ],
+        }
+    ).parsed
+    reader, writer = compile_reader(schema), compile_writer(schema)
+    assert reader is not None and writer is not None
+    for body in (b"\x02\x00\x00", b"\x00\x04\x00", b"\x00\x00\x04", b"\x00\x01\x00", b"\x00\x00"):
+        with pytest.raises((Miss, IndexError, KeyError)):
+            reader(body, 0)
+    for datum in (
+        {"flag": 1, "kind": "A", "maybe": None},
+        {"flag": True, "kind": "C", "maybe": None},
+        {"flag": True, "kind": "A", "maybe": True},
+        {"flag": True, "kind": "A", "maybe": (1,)},
+        {"flag": True, "kind": "A"},
+    ):
+        with pytest.raises((Miss, KeyError)):
+            writer(bytearray(), datum)
+
+
+def test_schemas_outside_the_compiled_subset_are_left_to_fastavro() -> None:
+    for field_type in (
+        "double",
+        "float",
+        {"type": "fixed", "name": "F", "size": 4},
+        {"type": "long", "logicalType": "timestamp-millis"},
+    ):
+        schema = {"type": "record", "name": "R", "fields": [{"name": "x", "type": field_type}]}
+        parsed = entry_for(schema).parsed
+        assert compile_reader(parsed) is None
+        assert compile_writer(parsed) is None
+    parsed = entry_for(
+        {"type": "record", "name": "R", "fields": [{"name": "x", "type": ["null", "string", "long"]}]}
+    ).parsed
+    assert compile_reader(parsed) is not None
+    assert compile_writer(parsed) is None
+
+
+# ---------------------------------------------------------------- writing models without model_dump
+
+
+def test_model_writers_are_compiled_for_records_without_json_fields() -> None:
+    compiled = {
+        name
+        for name in FAST.registry.names()
+        if FAST._model_writer(FAST.registry.reader(name)) is not None  # type: ignore[arg-type]
+    }
+    assert f"{NAMESPACE}.DispatchDecision" in compiled
+    assert f"{NAMESPACE}.CommittedTurn" in compiled
+    assert f"{NAMESPACE}.ManifestIssued" not in compiled  # its manifest's policy is a JSON-marked field
+
+
+@pytest.mark.parametrize("model", RECORD_MODELS, ids=lambda m: m.__name__)
+def test_models_encode_exactly_as_their_dump(model: type[BaseModel]) -> None:
+    entry = FAST.registry.reader(_name(model))
+    assert entry is not None
+    writer = FAST._model_writer(entry)
+
+    @settings(max_examples=40)
+    @given(model_strategy(model))
+    def same(record: BaseModel) -> None:
+        expected = REFERENCE.encode(record)
+        assert FAST.encode(record) == expected
+        if writer is not None:  # the compiled path itself answered
+            out = bytearray(entry.header)
+            writer(out, record)
+            assert bytes(out) == expected
+
+    same()
+
+
+def _replaced(record: BaseModel, path: tuple[Any, ...], value: Any) -> BaseModel:
+    """`record` with the attribute at `path` (names, and indexes into tuples) set to `value`,
+    unvalidated (model_copy), so that any value can reach the encoder."""
+    head, rest = path[0], path[1:]
+    if not rest:
+        return record.model_copy(update={head: value})
+    inner = getattr(record, head)
+    if isinstance(rest[0], int):
+        items = list(inner)
+        items[rest[0]] = _replaced(items[rest[0]], rest[1:], value)
+        return record.model_copy(update={head: tuple(items)})
+    return record.model_copy(update={head: _replaced(inner, rest, value)})
+
+
+def _attribute_paths(record: BaseModel) -> list[tuple[Any, ...]]:
+    paths: list[tuple[Any, ...]] = []
+    for name in type(record).model_fields:
+        paths.append((name,))
+        value = getattr(record, name)
+        if isinstance(value, BaseModel):
+            paths.extend((name, *p) for p in _attribute_paths(value))
+        elif isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+            paths.extend((name, 0, *p) for p in _attribute_paths(value[0]))
+    return paths
+
+
+@pytest.mark.parametrize("model", RECORD_MODELS, ids=lambda m: m.__name__)
+def test_models_with_odd_values_encode_or_fail_exactly_as_their_dump(model: type[BaseModel]) -> None:
+    """Every attribute (nested ones too) set, unvalidated, to every odd value, to a model of another
+    class, to a dict or a list: the same bytes, or the same error, as model_dump + fastavro."""
+    strangers: list[Any] = [*ODD_VALUES, DeltaType.TEXT_DELTA, [], ["x"]]
+
+    @settings(max_examples=3)
+    @given(model_strategy(model), st.data())
+    def same(record: BaseModel, data: st.DataObject) -> None:
+        other = data.draw(model_strategy(data.draw(st.sampled_from(RECORD_MODELS))))
+        for path in _attribute_paths(record):
+            for value in [*strangers, other, other.model_dump(by_alias=True)]:
+                changed = _replaced(record, path, value)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fast = _outcome(lambda c=changed: FAST.encode(c))  # type: ignore[misc]
+                    reference = _outcome(lambda c=changed: REFERENCE.encode(c))  # type: ignore[misc]
+                assert fast == reference, (path, value)
+
+    same()
