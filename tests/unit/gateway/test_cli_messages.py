@@ -1,0 +1,64 @@
+"""`turnledger legacy record` and `turnledger metrics` explain bad input and unreachable Kafka, exit 2."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from turnledger.cli import _register, app
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    if not app.registered_groups:
+        _register()
+
+
+def test_legacy_record_names_the_bad_line(tmp_path: Path) -> None:
+    exchanges = tmp_path / "legacy.jsonl"
+    exchanges.write_text('{"conversationId": "c", "operationId": "o", "response": "x"}\n{"oops"\n')
+    result = CliRunner().invoke(app, ["legacy", "record", str(exchanges), "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert f"{exchanges}:2: not JSON" in result.output
+
+
+def test_legacy_record_without_bootstrap_says_how_to_fix(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    exchanges = tmp_path / "legacy.jsonl"
+    exchanges.write_text("")
+    result = CliRunner().invoke(app, ["legacy", "record", str(exchanges)])
+    assert result.exit_code == 2
+    assert "no Kafka bootstrap servers" in result.output and "turnledger dev up" in result.output
+
+
+def test_legacy_record_with_kafka_down_says_what_was_tried(tmp_path: Path) -> None:
+    exchanges = tmp_path / "legacy.jsonl"
+    exchanges.write_text('{"conversationId": "c", "operationId": "o", "response": "x"}\n')
+    bootstrap = f"127.0.0.1:{_closed_port()}"
+    result = CliRunner().invoke(app, ["legacy", "record", str(exchanges), "--bootstrap", bootstrap])
+    assert result.exit_code == 2
+    assert bootstrap in result.output and "turnledger dev up" in result.output
+
+
+def test_metrics_with_kafka_down_says_what_was_tried() -> None:
+    bootstrap = f"127.0.0.1:{_closed_port()}"
+    result = CliRunner().invoke(app, ["metrics", "--bootstrap", bootstrap])
+    assert result.exit_code == 2
+    assert bootstrap in result.output and "turnledger dev up" in result.output
+
+
+@pytest.mark.parametrize("command", [["legacy", "record"], ["metrics"], ["worker"], ["tool-executor"]])
+def test_help(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert result.exit_code == 0 and "Usage" in result.output
+    if command[0] in ("worker", "tool-executor"):
+        assert "--rollout-stage" in result.output and "TURNLEDGER_ROLLOUT_STAGE" in result.output
