@@ -77,6 +77,7 @@ def audit_command(
         ("expected output records", report.expected),
         ("output records on the topics", report.actual),
         ("records checked", report.checked),
+        ("of them written with an older schema version", report.older_versions),
         ("divergences", len(report.divergences)),
         ("seconds", f"{report.seconds:.2f}"),
     ):
