@@ -18,7 +18,7 @@ from turnledger.codec.history import (
     load_history,
     missing,
 )
-from turnledger.model.events import DispatchSent
+from turnledger.model.events import CancelRequested, DispatchSent
 
 
 def test_every_current_record_schema_is_archived() -> None:
@@ -72,3 +72,26 @@ def test_archive_writes_only_what_is_missing(tmp_path: Path) -> None:
     assert sorted(p.name for p in first) == sorted(file_name(s) for s in current_record_schemas())
     assert archive(tmp_path) == []
     assert set(load_history(tmp_path)) <= set(load_history())
+
+
+def test_a_cancel_written_before_the_typed_give_up_is_read_as_a_client_cancel() -> None:
+    """The shipped history in use: CancelRequested gained `workerGaveUp` (default false)."""
+    [older] = [
+        schema
+        for name, schema in load_history().items()
+        if name.startswith("turnledger.v1.CancelRequested@")
+        and "workerGaveUp" not in {f["name"] for f in schema["fields"]}
+    ]
+    codec = Codec(SchemaRegistry.from_files())
+    writer = codec.registry.writer(bytes.fromhex(fingerprint_hex(older)))
+    assert writer is not None
+    datum = {"conversationId": "c", "eventId": "e", "occurredAtMs": 1, "operationId": "o", "reason": "user"}
+    decoded = codec.decode(codec.encode_datum(writer, datum))
+    assert decoded == CancelRequested(
+        conversation_id="c",
+        event_id="e",
+        occurred_at_ms=1,
+        operation_id="o",
+        reason="user",
+        worker_gave_up=False,
+    )

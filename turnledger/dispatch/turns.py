@@ -74,6 +74,7 @@ def on_cancel(step: Step, event: CancelRequested) -> None:
         step.reject(reason, f"nothing to cancel for {event.operation_id}", operation_id=event.operation_id)
         return
     step.state = state.model_copy(update={"cancel_generation": state.cancel_generation + 1})
+    cancel_reason = ReasonCode.WORKER_GAVE_UP if event.worker_gave_up else None
     for op in targets:
         op = step.retract(op, ReasonCode.AFTER_CANCEL)
-        step.transition(op, S.CANCELLED, detail=event.reason or "cancelled")
+        step.transition(op, S.CANCELLED, reason=cancel_reason, detail=event.reason or "cancelled")

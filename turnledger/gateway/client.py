@@ -366,8 +366,11 @@ class WorkerEvents(EventFactory):
         await self.sink.append(event)
         return event
 
-    async def cancel(self, conversation_id: str, operation_id: str, reason: str) -> CancelRequested:
-        event = CancelRequested(**self.stamp(conversation_id), operation_id=operation_id, reason=reason)
+    async def give_up(self, conversation_id: str, operation_id: str, reason: str) -> CancelRequested:
+        """The worker abandons the operation: a cancel marked `workerGaveUp`, with why in its reason."""
+        event = CancelRequested(
+            **self.stamp(conversation_id), operation_id=operation_id, reason=reason, worker_gave_up=True
+        )
         await self.sink.append(event)
         return event
 

@@ -31,10 +31,11 @@ finishes first), then reports StreamEnded(disconnected, not resumable), a no-op 
 fold after CANCELLED. Nothing the provider still sends could be kept anyway.
 
 When it gives up on an operation (attempts exhausted, no verdict in time, a manifest
-it cannot stream) the worker says so in the ledger: a CancelRequested whose reason
-starts with `GIVE_UP_PREFIX` and names the last failure. The operation settles as
-CANCELLED (previews retracted, late blocks quarantined, no commit after it), and
-whoever waits for it learns at once from the decision stream instead of a timeout.
+it cannot stream) the worker says so in the ledger: a CancelRequested marked
+`workerGaveUp`, whose reason starts with `GIVE_UP_PREFIX` and names the last failure.
+The operation settles as CANCELLED with reason WORKER_GAVE_UP (previews retracted, late
+blocks quarantined, no commit after it), and whoever waits for it learns at once from
+the decision stream instead of a timeout.
 """
 
 from __future__ import annotations
@@ -72,8 +73,13 @@ GIVE_UP_PREFIX = "worker gave up: "
 
 
 def gave_up(decision: DispatchDecision) -> bool:
-    """Is this the CANCELLED decision of an operation a worker abandoned?"""
-    return decision.state == S.CANCELLED and decision.detail.startswith(GIVE_UP_PREFIX)
+    """Is this the CANCELLED decision of an operation a worker abandoned? Decisions written before the
+    typed give-up (reason WORKER_GAVE_UP) are recognized by the detail's prefix."""
+    if decision.state != S.CANCELLED:
+        return False
+    return decision.reason == ReasonCode.WORKER_GAVE_UP or (
+        decision.reason is None and decision.detail.startswith(GIVE_UP_PREFIX)
+    )
 
 
 def describe(decision: DispatchDecision | None) -> str:
@@ -308,7 +314,7 @@ class DispatchWorker:
 
     async def _give_up(self, manifest: DispatchManifest, why: str) -> None:
         """Abandon the operation in the ledger: it settles as CANCELLED, with why in its detail."""
-        await self.events.cancel(manifest.conversation_id, manifest.operation_id, GIVE_UP_PREFIX + why)
+        await self.events.give_up(manifest.conversation_id, manifest.operation_id, GIVE_UP_PREFIX + why)
 
     def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
         key = key_of(manifest)

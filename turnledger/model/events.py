@@ -128,6 +128,7 @@ class CancelRequested(IngressEvent):
 
     operation_id: str | None = None
     reason: str = ""
+    worker_gave_up: bool = False
 
 
 class RecoveryReported(IngressEvent):

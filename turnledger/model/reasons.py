@@ -70,3 +70,5 @@ class ReasonCode(StrEnum):
     FOREIGN_HANDLE = "FOREIGN_HANDLE"
     WORKER_RECOVERED = "WORKER_RECOVERED"
     FOLD_FAILED = "FOLD_FAILED"
+    # dispatch worker (added with the typed give-up)
+    WORKER_GAVE_UP = "WORKER_GAVE_UP"

@@ -209,8 +209,11 @@ async def test_exhausted_attempts_give_up_as_a_cancel_with_the_last_reason() -> 
     async for h in _harness(plan, max_attempts=2):
         await h.converse("c1", "anthropic-messages@1")
         final = await h.wait_state("op-1", DispatchState.CANCELLED)
-        assert gave_up(final) and final.detail.startswith(GIVE_UP_PREFIX)
+        assert gave_up(final) and final.reason == ReasonCode.WORKER_GAVE_UP
+        assert final.detail.startswith(GIVE_UP_PREFIX)
         assert "2 attempts failed" in final.detail and "UNKNOWN" in final.detail
+        [cancel] = [e for e in h.ledger.ingress if isinstance(e, CancelRequested)]
+        assert cancel.worker_gave_up and cancel.reason == final.detail
         assert len([r for r in h.fp.requests if r.method == "POST"]) == 2
         assert not [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id]
         assert h.worker.stats.counts["gave_up"] == 1
@@ -307,6 +310,7 @@ async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> No
             await ledger.append(cancel)
             final = await h.wait_state("op-1", DispatchState.CANCELLED)
             assert final.attempt_generation == 1
+            assert (final.reason, final.detail, gave_up(final)) == (None, "user", False)  # a client's cancel
 
             # Before the fix every remaining event became a late block (10 here). Now at most one
             # StreamDeltas can land after the cancel: a chunk whose read completed in the same loop turn
@@ -348,3 +352,15 @@ async def test_same_operation_id_in_two_conversations_dispatches_both(h: Harness
     assert posts == sorted(m.request_body.encode() for m in manifests.values())
     assistant = sorted(t.conversation_id for t in h.ledger.of_type(CommittedTurn) if t.operation_id)
     assert assistant == ["c1", "c2"]
+
+
+def test_gave_up_recognizes_decisions_written_before_the_typed_give_up() -> None:
+    base = DispatchDecision(
+        conversation_id="c", operation_id="o", state=DispatchState.CANCELLED, conversation_revision=1,
+        cancel_generation=1, source_event_id="e", occurred_at_ms=0, detail=GIVE_UP_PREFIX + "2 failed",
+    )  # fmt: skip
+    assert gave_up(base)  # reason None: an old record, told by its detail
+    assert gave_up(base.model_copy(update={"reason": ReasonCode.WORKER_GAVE_UP, "detail": ""}))
+    assert not gave_up(base.model_copy(update={"detail": "user"}))
+    assert not gave_up(base.model_copy(update={"state": DispatchState.COMMITTED}))
+    assert not gave_up(base.model_copy(update={"reason": ReasonCode.AFTER_CANCEL}))
