@@ -1,4 +1,4 @@
-"""The dispatch processor (ProcessorApp + DispatchFold) vs the raw transactional copy loop, same broker.
+"""The dispatch processor (ProcessorApp + DispatchPartitionFold) vs the raw transactional copy loop.
 
     python -m bench.bench_dispatch [--conversations 1500] [--repeats 3] [--rate 300] [--seconds 20]
         [--rss 10000:memory,100000:sqlite] [--quick]
@@ -9,7 +9,7 @@ results, several rounds), built with the pure fold so every dispatch streams and
 
 * Throughput: per repeat, fresh topics, the whole workload appended first; then the raw
   loop (bench_processor's `raw`: consume → produce the same bytes → offsets → commit) and
-  the runtime with the real DispatchFold drain it (order alternating per repeat), each in
+  the runtime with the real DispatchPartitionFold drain it (order alternating per repeat), each in
   its own process with the same batching and producer settings. A third contender,
   `raw_codec`, is the raw loop that also decodes every event into its validated model and
   encodes it again: the least codec work any validating processor does per event, so
@@ -47,9 +47,9 @@ from bench.bench_processor import Contender, Job, _fresh_topics, _pct
 from bench.dispatch_workload import ADAPTERS, TOOLS, Mix, Workload, build
 from turnledger.codec import decode, encode
 from turnledger.model.events import CommittedTurn, DispatchRequested, SubmittedBlock, TurnSubmitted
-from turnledger.processors.topics import Topics
+from turnledger.topology import Topics
 
-DISPATCH_FOLD = "turnledger.processors.dispatch_fold:DispatchFold"
+DISPATCH_FOLD = "turnledger.processors.dispatch_partition:DispatchPartitionFold"
 
 
 def _job(args: argparse.Namespace, kind: str, bootstrap: str, topics: Topics, raw_out: str, **kw: Any) -> Job:
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
         "raw": "raw aiokafka copy loop",
         "raw_avro": "raw loop + fastavro read/write of every event (Avro floor)",
         "raw_codec": "raw loop + decode/encode of every event (codec floor)",
-        "runtime": "runtime + DispatchFold",
+        "runtime": "runtime + DispatchPartitionFold",
     }
     for kind in CONTENDERS:
         runs = ", ".join(f"{r:,.0f}" for r in tput["rates"][kind])

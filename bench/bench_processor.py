@@ -55,11 +55,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from turnledger.codec import decode, default_codec, encode
-from turnledger.processors.fold import InputRecord, OutputRecord, PartitionFold, StateStore
+from turnledger.processors.contract import PartitionFold, StateStore
 from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, collect_batch
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
 from turnledger.processors.writer import BatchWriter
+from turnledger.records import OutputRecord, SourceRecord
+from turnledger.topology import Topics
 
 log = logging.getLogger("bench.processor")
 
@@ -74,7 +76,7 @@ class CounterFold:
     def __init__(self, topics: Topics) -> None:
         self.out = topics.committed
 
-    def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]:
+    def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
         outputs = []
         for record in records:
             key = (record.key or b"").decode()

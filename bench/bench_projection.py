@@ -26,14 +26,14 @@ from aiokafka import AIOKafkaProducer
 from turnledger.codec import encode
 from turnledger.devstack.session import session_endpoints
 from turnledger.model.events import DispatchRequested, IngressEvent, SubmittedBlock, TurnSubmitted
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.snapshot import drop_prefix
-from turnledger.projections.streams import topic_for
 from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.replay.audit import audit
 from turnledger.replay.refold import refold
+from turnledger.topology import Topics
 
 ADAPTER, MODEL = "anthropic-messages@1", "anthropic/claude-sonnet-4@2025-05"
 
@@ -108,7 +108,7 @@ async def prepare(bootstrap: str, topics: Topics, events: list[IngressEvent]) ->
         async for folded in refold(bootstrap, topics):
             async with writer.transaction():
                 for o in folded.outputs:
-                    await writer.send(topic_for(topics, o.stream), o.value, key=o.key)
+                    await writer.send(topics.name(o.stream), o.value, key=o.key)
                     written += 1
     finally:
         await writer.stop()

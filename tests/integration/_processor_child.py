@@ -24,10 +24,10 @@ from pathlib import Path
 
 from tests.integration.test_processor_eos import counter_fold
 from turnledger.processors.cli import EXIT_FAILED, EXIT_FENCED, parse_partitions, process
-from turnledger.processors.dispatch_fold import DispatchFold
-from turnledger.processors.fold import PartitionFold
+from turnledger.processors.contract import PartitionFold
+from turnledger.processors.dispatch_partition import DispatchPartitionFold
 from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
-from turnledger.processors.topics import Topics
+from turnledger.topology import Topics
 
 
 def _dump_ready(directory: Path, processor: PartitionProcessor) -> None:
@@ -86,7 +86,7 @@ def run_app(argv: list[str]) -> int:
 
     def fold_for(partition: int) -> PartitionFold:
         if args.fold == "dispatch":
-            return DispatchFold(topics, partition)
+            return DispatchPartitionFold(topics, partition)
         return counter_fold(topics, partition)
 
     app = ProcessorApp(

@@ -26,7 +26,8 @@ from tests.integration.test_processor_eos import (
 from turnledger.processors import runtime, store
 from turnledger.processors.positions import seek_settled
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
+from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
 

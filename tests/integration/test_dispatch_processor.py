@@ -24,7 +24,7 @@ from tests.integration.test_processor_eos import (
     wait_all_committed,
 )
 from turnledger.codec import decode, encode
-from turnledger.dispatch.engine import BatchEngine, SourceRecord, decode_state
+from turnledger.dispatch.engine import BatchEngine, decode_state
 from turnledger.model.events import (
     CommittedTurn,
     ManifestIssued,
@@ -33,9 +33,11 @@ from turnledger.model.events import (
     ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
-from turnledger.processors.dispatch_fold import DispatchFold, stream_topics
+from turnledger.processors.dispatch_partition import DispatchPartitionFold
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
+from turnledger.records import SourceRecord
+from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
 
@@ -64,10 +66,9 @@ def expected_outputs(workload: Workload, topics: Topics) -> Keyed:
         SourceRecord(topics.ingress, 0, i, e.conversation_id.encode(), encode(e))
         for i, e in enumerate(workload.events)
     ]
-    topic_of = stream_topics(topics)
     expected: Keyed = defaultdict(list)
     for out in engine.process_batch(records, store):
-        expected[(topic_of[out.stream], out.key)].append(out.value)
+        expected[(topics.name(out.stream), out.key)].append(out.value)
     return expected
 
 
@@ -84,7 +85,7 @@ def _without_coordinates(topic: str, value: bytes, topics: Topics) -> bytes:
 
 async def actual_outputs(bootstrap: str, topics: Topics) -> Keyed:
     actual: Keyed = defaultdict(list)
-    for topic in stream_topics(topics).values():
+    for topic in topics.outputs:
         for key, value in await read_committed(bootstrap, topic):
             assert value is not None
             actual[(topic, key)].append(value)
@@ -104,7 +105,7 @@ def assert_same(actual: Keyed, expected: Keyed, topics: Topics) -> None:
 
 def decoded(actual: Keyed, topics: Topics, conversation: str) -> list[object]:
     key = conversation.encode()
-    return [decode(v) for topic in stream_topics(topics).values() for v in actual.get((topic, key), [])]
+    return [decode(v) for topic in topics.outputs for v in actual.get((topic, key), [])]
 
 
 def assert_spec_outcomes(actual: Keyed, topics: Topics) -> None:
@@ -154,7 +155,7 @@ async def test_spec_cases_through_the_processor_exactly_once(kafka_bootstrap: st
     config = ProcessorConfig(
         bootstrap=kafka_bootstrap, app_id=f"{topics.prefix}app", topics=topics, batch_max_records=50
     )
-    app = ProcessorApp(config, lambda p: DispatchFold(topics, p))
+    app = ProcessorApp(config, lambda p: DispatchPartitionFold(topics, p))
     task = asyncio.create_task(app.run(handle_signals=False))
     try:
         await wait_all_committed(kafka_bootstrap, config.offsets_group, topics, sent, timeout_s=120)

@@ -81,7 +81,8 @@ def _worker_cmd(bootstrap: str, prefix: str, url: str, journal: Path) -> list[st
 async def test_worker_sigkill_mid_stream_recovers_through_unknown_to_one_canonical_turn(
     kafka_bootstrap: str, tmp_path: Path, adapter: str, model: str, generation: int
 ) -> None:
-    from turnledger.processors.topics import Topics, ensure_topics
+    from turnledger.processors.topics import ensure_topics
+    from turnledger.topology import Topics
 
     prefix = f"t-crash-{uuid.uuid4().hex[:8]}-"
     await ensure_topics(kafka_bootstrap, Topics(prefix=prefix), 1)

@@ -23,9 +23,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from turnledger.processors.fold import InputRecord, OutputRecord, StateStore
+from turnledger.processors.contract import StateStore
 from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
+from turnledger.records import OutputRecord, SourceRecord
+from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +41,7 @@ class CounterFold:
     def __init__(self, topics: Topics) -> None:
         self.topics = topics
 
-    def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]:
+    def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
         outputs = []
         for record in records:
             if record.value is None or record.value.startswith(POISON):
@@ -52,7 +54,7 @@ class CounterFold:
             )
         return outputs
 
-    def on_poison(self, record: InputRecord, exc: Exception) -> list[OutputRecord]:
+    def on_poison(self, record: SourceRecord, exc: Exception) -> list[OutputRecord]:
         key = (record.key or b"").decode()
         value = f"REJECTED:{key}:{record.offset}:{type(exc).__name__}".encode()
         return [OutputRecord(self.topics.rejections, record.key, value)]

@@ -20,7 +20,8 @@ from tests.integration.test_dispatch_processor import (
 )
 from tests.integration.test_processor_eos import Child, committed_offsets, wait_all_committed, wait_for
 from turnledger.processors.cli import EXIT_FAILED
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
+from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
 

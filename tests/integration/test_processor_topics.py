@@ -9,7 +9,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from turnledger.processors.errors import KafkaUnavailableError, TopicMismatchError
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
+from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
 

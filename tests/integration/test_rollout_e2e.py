@@ -53,7 +53,8 @@ def _legacy_record(bootstrap: str, prefix: str, exchanges: Path) -> subprocess.C
 
 
 async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from turnledger.processors.topics import Topics, ensure_topics
+    from turnledger.processors.topics import ensure_topics
+    from turnledger.topology import Topics
 
     prefix = f"t-rollout-{uuid.uuid4().hex[:8]}-"
     await ensure_topics(kafka_bootstrap, Topics(prefix=prefix), 2)

@@ -9,16 +9,17 @@ import pytest
 import typer
 
 from turnledger.processors.cli import parse_partitions
+from turnledger.processors.contract import StateStore
 from turnledger.processors.errors import PoisonHookError
-from turnledger.processors.fold import InputRecord, OutputRecord, StateStore
 from turnledger.processors.poison import json_poison_hook
 from turnledger.processors.runtime import ProcessorConfig, collect_batch, fold_batch, transactional_id
 from turnledger.processors.store import MemoryStateStore, OverlayStore
-from turnledger.processors.topics import Topics
+from turnledger.records import OutputRecord, SourceRecord
+from turnledger.topology import Topics
 
 
-def rec(offset: int, key: str = "c1", value: bytes = b"v") -> InputRecord:
-    return InputRecord("in", 0, offset, key.encode(), value, 0)
+def rec(offset: int, key: str = "c1", value: bytes = b"v") -> SourceRecord:
+    return SourceRecord("in", 0, offset, key.encode(), value, 0)
 
 
 class FakeClock:
@@ -32,12 +33,12 @@ class FakeClock:
 class ScriptedFetch:
     """Records arrive at scripted times; a fetch waits (on the fake clock) up to its timeout for them."""
 
-    def __init__(self, arrivals: list[tuple[float, InputRecord]], clock: FakeClock) -> None:
+    def __init__(self, arrivals: list[tuple[float, SourceRecord]], clock: FakeClock) -> None:
         self.arrivals = sorted(arrivals, key=lambda a: a[0])
         self.clock = clock
         self.calls: list[tuple[int, int]] = []
 
-    async def __call__(self, timeout_ms: int, max_records: int) -> list[InputRecord]:
+    async def __call__(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
         self.calls.append((timeout_ms, max_records))
         if not any(t <= self.clock.now for t, _ in self.arrivals):
             nxt = self.arrivals[0][0] if self.arrivals else float("inf")
@@ -76,7 +77,7 @@ async def test_stop_returns_the_open_batch_without_waiting() -> None:
     stop = asyncio.Event()
     fetch = ScriptedFetch([(0.0, rec(0)), (0.0, rec(1)), (0.001, rec(2))], clock)
 
-    async def fetch_then_stop(timeout_ms: int, max_records: int) -> list[InputRecord]:
+    async def fetch_then_stop(timeout_ms: int, max_records: int) -> list[SourceRecord]:
         records = await fetch(timeout_ms, max_records)
         stop.set()
         return records
@@ -89,7 +90,7 @@ async def test_stop_returns_the_open_batch_without_waiting() -> None:
 class CounterFold:
     """Counts records per key; raises on values starting with b'boom'."""
 
-    def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]:
+    def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
         out = []
         for r in records:
             if r.value and r.value.startswith(b"boom"):
@@ -126,7 +127,7 @@ def test_fold_batch_isolates_poison_and_keeps_other_records_exact() -> None:
 
 
 def test_fold_batch_hook_failure_is_not_swallowed() -> None:
-    def broken(record: InputRecord, exc: Exception) -> list[OutputRecord]:
+    def broken(record: SourceRecord, exc: Exception) -> list[OutputRecord]:
         raise RuntimeError("hook bug")
 
     with pytest.raises(PoisonHookError):
@@ -135,7 +136,7 @@ def test_fold_batch_hook_failure_is_not_swallowed() -> None:
 
 def test_fold_returning_garbage_counts_as_poison() -> None:
     class Garbage:
-        def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]:
+        def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
             return [OutputRecord("out", None, "text")]  # type: ignore[arg-type]
 
     outcome = fold_batch(Garbage(), [rec(0)], OverlayStore(MemoryStateStore()), json_poison_hook(Topics()))

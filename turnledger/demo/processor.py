@@ -9,20 +9,20 @@ import asyncio
 import logging
 import sys
 
-from turnledger.demo.fold import fold_factory
-
 
 def main(argv: list[str]) -> int:
+    from turnledger.processors.dispatch_partition import DispatchPartitionFold
     from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
-    from turnledger.processors.topics import Topics
+    from turnledger.topology import Topics
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s processor %(levelname)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.ERROR)  # retried NOT_ENOUGH_REPLICAS races are noise here
     bootstrap, prefix = argv[0], argv[1]
+    topics = Topics(prefix=prefix)
     config = ProcessorConfig(
-        bootstrap=bootstrap, app_id=f"{prefix}turnledger", topics=Topics(prefix=prefix), batch_max_ms=20
+        bootstrap=bootstrap, app_id=f"{prefix}turnledger", topics=topics, batch_max_ms=20
     )
-    app = ProcessorApp(config, fold_factory(prefix))
+    app = ProcessorApp(config, lambda partition: DispatchPartitionFold(topics, partition))
     asyncio.run(app.run())
     return 0
 

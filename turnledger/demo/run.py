@@ -84,11 +84,12 @@ async def run_demo(
 ) -> DemoResult:
     import redis.asyncio as aioredis
 
-    from turnledger.processors.topics import Topics, ensure_topics
+    from turnledger.processors.topics import ensure_topics
     from turnledger.projections.keys import ProjectionKeys
     from turnledger.projections.projector import Projector
     from turnledger.projections.reader import ProjectionReader
     from turnledger.replay.audit import audit
+    from turnledger.topology import Topics
 
     prefix = options.prefix or f"demo-{uuid.uuid4().hex[:8]}-"
     key_prefix = f"tl:{prefix}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
 from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec, encode
@@ -33,43 +32,24 @@ from turnledger.model.events import (
     ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
+from turnledger.records import SourceRecord
+from turnledger.topology import Stream
 
-
-class OutputStream(StrEnum):
-    """Logical output streams; the runtime maps them onto topic names."""
-
-    COMMITTED = "committed"
-    MANIFESTS = "manifests"
-    TOOL_CALLS = "tool-calls"
-    PREVIEWS = "previews"
-    QUARANTINE = "quarantine"
-    REJECTIONS = "rejections"
-
-
-STREAM_OF: Mapping[type[Frozen], OutputStream] = {
-    CommittedTurn: OutputStream.COMMITTED,
-    ManifestIssued: OutputStream.MANIFESTS,
-    DispatchDecision: OutputStream.MANIFESTS,
-    ToolCallReady: OutputStream.TOOL_CALLS,
-    PreviewUpdated: OutputStream.PREVIEWS,
-    PreviewRetracted: OutputStream.PREVIEWS,
-    Quarantined: OutputStream.QUARANTINE,
-    Rejected: OutputStream.REJECTIONS,
+STREAM_OF: Mapping[type[Frozen], Stream] = {
+    CommittedTurn: Stream.COMMITTED,
+    ManifestIssued: Stream.MANIFESTS,
+    DispatchDecision: Stream.MANIFESTS,
+    ToolCallReady: Stream.TOOL_CALLS,
+    PreviewUpdated: Stream.PREVIEWS,
+    PreviewRetracted: Stream.PREVIEWS,
+    Quarantined: Stream.QUARANTINE,
+    Rejected: Stream.REJECTIONS,
 }
 
 
 @dataclass(frozen=True, slots=True)
-class SourceRecord:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
 class EncodedOutput:
-    stream: OutputStream
+    stream: Stream
     key: bytes | None
     value: bytes
     record: Frozen

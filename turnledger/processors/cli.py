@@ -6,11 +6,9 @@ Registered by the top-level CLI with `app.command("process")(process)`.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -23,37 +21,13 @@ from turnledger.processors.errors import (
     ProcessorError,
     TopicMismatchError,
 )
-from turnledger.processors.fold import PartitionFold
+from turnledger.processors.fold_spec import DEFAULT_FOLD_SPEC, FoldSpecError, load_fold_factory
+from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, ProcessorExit, owned_partitions
-from turnledger.processors.topics import Topics, ensure_topics
-
-if TYPE_CHECKING:
-    from turnledger.processors.multiproc import ProcessGroup
+from turnledger.processors.topics import ensure_topics
+from turnledger.topology import Topics
 
 log = logging.getLogger(__name__)
-
-FoldSpecFactory = Callable[[Topics, int], PartitionFold]
-"""What `--fold module:attr` names: called once per partition with the physical topic names."""
-
-
-def default_fold_factory(topics: Topics, partition: int) -> PartitionFold:
-    """The dispatch fold: the pure engine of `turnledger.dispatch` on this partition."""
-    from turnledger.processors.dispatch_fold import DispatchFold
-
-    return DispatchFold(topics=topics, partition=partition)
-
-
-def load_fold_factory(spec: str) -> FoldSpecFactory:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise typer.BadParameter(f"expected module:attr, got {spec!r}", param_hint="--fold")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise typer.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--fold") from exc
-    if not callable(factory):
-        raise typer.BadParameter(f"{spec!r} is not callable", param_hint="--fold")
-    return factory  # type: ignore[no-any-return]
 
 
 def parse_partitions(value: str) -> list[int] | None:
@@ -97,7 +71,7 @@ def process(
     ] = "turnledger",
     fold: Annotated[
         str, typer.Option(help="module:attr of the fold factory, called as factory(topics, partition).")
-    ] = "turnledger.processors.cli:default_fold_factory",
+    ] = DEFAULT_FOLD_SPEC,
     create_topics: Annotated[
         int, typer.Option(min=0, help="Create missing topics with this many partitions first (0: don't).")
     ] = 0,
@@ -130,7 +104,10 @@ def process(
         )
         raise typer.Exit(EXIT_USAGE)
     topics = Topics(prefix=topic_prefix)
-    factory = load_fold_factory(fold)
+    try:
+        factory = load_fold_factory(fold)
+    except FoldSpecError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fold") from exc
     config = ProcessorConfig(
         bootstrap=bootstrap,
         app_id=app_id,
@@ -171,7 +148,6 @@ async def _process_group(
     config: ProcessorConfig, fold: str, requested: list[int] | None, processes: int, log_level: str
 ) -> ProcessGroup | None:
     """The children for `--processes N`, capped to one per owned partition; None when that leaves one."""
-    from turnledger.processors.multiproc import ProcessGroup
 
     owned = await owned_partitions(config, requested)
     group = ProcessGroup(config, fold, owned, processes, log_level=log_level)

@@ -42,6 +42,7 @@ from turnledger.processors.errors import (
     ProcessorError,
     TopicMismatchError,
 )
+from turnledger.processors.fold_spec import load_fold_factory
 from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,6 @@ def _send(conn: Connection, message: tuple[Any, ...]) -> None:
 
 
 async def _run_child(spec: ChildSpec, conn: Connection) -> int:
-    from turnledger.processors.cli import load_fold_factory
-
     topics = spec.config.topics
     factory = load_fold_factory(spec.fold)
     ready: set[int] = set()

@@ -11,12 +11,13 @@ from __future__ import annotations
 import orjson
 
 from turnledger.model.reasons import ReasonCode
-from turnledger.processors.fold import InputRecord, OutputRecord, PoisonHook
-from turnledger.processors.topics import Topics
+from turnledger.processors.contract import PoisonHook
+from turnledger.records import OutputRecord, SourceRecord
+from turnledger.topology import Topics
 
 
 def json_poison_hook(topics: Topics) -> PoisonHook:
-    def on_poison(record: InputRecord, exc: Exception) -> list[OutputRecord]:
+    def on_poison(record: SourceRecord, exc: Exception) -> list[OutputRecord]:
         body = {
             "reason": ReasonCode.UNSPECIFIED.value,
             "detail": f"{type(exc).__name__}: {exc}"[:2000],

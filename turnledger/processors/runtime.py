@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
+from turnledger.processors.contract import FoldFactory, PartitionFold, PoisonHook
 from turnledger.processors.errors import (
     KafkaUnavailableError,
     PoisonHookError,
@@ -39,7 +40,6 @@ from turnledger.processors.errors import (
     ProducerFencedError,
     TooManyAbortsError,
 )
-from turnledger.processors.fold import FoldFactory, InputRecord, OutputRecord, PartitionFold, PoisonHook
 from turnledger.processors.poison import json_poison_hook
 from turnledger.processors.positions import seek_settled
 from turnledger.processors.store import (
@@ -48,8 +48,9 @@ from turnledger.processors.store import (
     open_partition_store,
     restore_from_changelog,
 )
-from turnledger.processors.topics import Topics
 from turnledger.processors.writer import BatchWriter
+from turnledger.records import OutputRecord, SourceRecord
+from turnledger.topology import Topics
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class ProcessorExit(enum.Enum):
     FENCED = "fenced"  # another processor took over the partition
 
 
-Fetch = Callable[[int, int], Awaitable[list[InputRecord]]]
+Fetch = Callable[[int, int], Awaitable[list[SourceRecord]]]
 """(timeout_ms, max_records) → the records available now, waiting at most timeout_ms for the first one."""
 
 
@@ -153,14 +154,14 @@ async def collect_batch(
     stop: asyncio.Event,
     idle_poll_ms: int = 100,
     clock: Callable[[], float] = time.monotonic,
-) -> list[InputRecord]:
+) -> list[SourceRecord]:
     """Gather up to `max_records`, for at most `max_ms` counted from the first record's arrival.
 
     Counting from the first record bounds the latency a batch adds to any record without
     committing empty transactions while idle. Returns `[]` after one idle poll so the
     caller can notice `stop`; once `stop` is set it returns what it has at once.
     """
-    batch: list[InputRecord] = []
+    batch: list[SourceRecord] = []
     deadline: float | None = None
     while len(batch) < max_records and not stop.is_set():
         if deadline is None:
@@ -196,7 +197,7 @@ def _validated(outputs: object) -> list[OutputRecord]:
 
 
 def fold_batch(
-    fold: PartitionFold, records: Sequence[InputRecord], overlay: OverlayStore, on_poison: PoisonHook
+    fold: PartitionFold, records: Sequence[SourceRecord], overlay: OverlayStore, on_poison: PoisonHook
 ) -> FoldOutcome:
     """Run the fold over a batch, isolating records on which it raises.
 
@@ -243,8 +244,8 @@ def fold_batch(
     return FoldOutcome(outputs, poisoned)
 
 
-def _to_input(message: object) -> InputRecord:
-    return InputRecord(
+def _to_input(message: object) -> SourceRecord:
+    return SourceRecord(
         topic=message.topic,  # type: ignore[attr-defined]
         partition=message.partition,  # type: ignore[attr-defined]
         offset=message.offset,  # type: ignore[attr-defined]
@@ -401,7 +402,7 @@ class PartitionProcessor:
         assert self._consumer is not None
         await seek_settled(self._consumer, self.tp, self.committed_offset)
 
-    async def _fetch(self, timeout_ms: int, max_records: int) -> list[InputRecord]:
+    async def _fetch(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
         assert self._consumer is not None
         fetched = await self._consumer.getmany(self.tp, timeout_ms=timeout_ms, max_records=max_records)
         return [_to_input(m) for m in fetched.get(self.tp, [])]
@@ -431,7 +432,7 @@ class PartitionProcessor:
                 )
             await asyncio.sleep(min(cfg.retry_backoff_ms * 2 ** (aborts - 1), 5_000) / 1000)
 
-    async def _process(self, batch: list[InputRecord]) -> bool:
+    async def _process(self, batch: list[SourceRecord]) -> bool:
         """Fold and commit one batch; False when the transaction aborted and the batch must be retried."""
         overlay = OverlayStore(self.store)
         outcome = fold_batch(self.fold, batch, overlay, self.on_poison)

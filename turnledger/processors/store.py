@@ -24,7 +24,7 @@ from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from turnledger.processors.fold import StateStore
+from turnledger.processors.contract import StateStore
 from turnledger.processors.positions import seek_settled
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,7 @@
-"""The topics of DESIGN.md ("Data flow") and their idempotent creation.
+"""Idempotent creation of the topics of `turnledger.topology`, and checks of the ones that exist.
 
-Ingress and changelog must have the same partition count: the changelog record for a
-conversation is written to the partition number of the input partition that owns
-it, and restore reads exactly that partition. A mismatch would restore the wrong
-state, so `ensure_topics` refuses to run against one.
+Ingress and changelog must have the same partition count (see `topology`): a mismatch
+would restore the wrong state, so `ensure_topics` refuses to run against one.
 """
 
 from __future__ import annotations
@@ -11,80 +9,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from turnledger.processors.errors import KafkaUnavailableError, TopicMismatchError
+from turnledger.topology import DEFAULT_PREVIEWS_RETENTION_MS, TOPOLOGY, Stream, Topics, topic_settings
 
 log = logging.getLogger(__name__)
 
 TOPIC_ALREADY_EXISTS = 36
-DEFAULT_PREVIEWS_RETENTION_MS = 3_600_000
-
-
-@dataclass(frozen=True, slots=True)
-class Topics:
-    """Physical topic names; `prefix` is prepended verbatim (tests use a unique one per run)."""
-
-    prefix: str = ""
-
-    @property
-    def ingress(self) -> str:
-        return f"{self.prefix}turnledger.ingress"
-
-    @property
-    def committed(self) -> str:
-        return f"{self.prefix}turnledger.committed"
-
-    @property
-    def manifests(self) -> str:
-        return f"{self.prefix}turnledger.manifests"
-
-    @property
-    def tool_calls(self) -> str:
-        return f"{self.prefix}turnledger.tool-calls"
-
-    @property
-    def previews(self) -> str:
-        return f"{self.prefix}turnledger.previews"
-
-    @property
-    def quarantine(self) -> str:
-        return f"{self.prefix}turnledger.quarantine"
-
-    @property
-    def rejections(self) -> str:
-        return f"{self.prefix}turnledger.rejections"
-
-    @property
-    def changelog(self) -> str:
-        return f"{self.prefix}turnledger.changelog"
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return (
-            self.committed,
-            self.manifests,
-            self.tool_calls,
-            self.previews,
-            self.quarantine,
-            self.rejections,
-        )
-
-    @property
-    def all(self) -> tuple[str, ...]:
-        return (self.ingress, *self.outputs, self.changelog)
 
 
 def topic_configs(topics: Topics, previews_retention_ms: int) -> dict[str, dict[str, str]]:
-    """Per-topic configs: a compacted changelog (restore needs only the latest state per key), short-lived
-    previews (they are revocable and never history); the rest take the broker's defaults."""
+    """Per physical topic, the configs of its row in `TOPOLOGY` (with the previews' retention given)."""
+    retention = {Stream.PREVIEWS: previews_retention_ms}
     return {
-        topics.changelog: {"cleanup.policy": "compact"},
-        topics.previews: {"retention.ms": str(previews_retention_ms)},
+        topics.name(spec.stream): settings
+        for spec in TOPOLOGY
+        if (settings := topic_settings(spec, retention))
     }
 
 

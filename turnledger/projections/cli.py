@@ -83,8 +83,8 @@ def project_command(
     until_caught_up: Annotated[bool, typer.Option(help="Stop at the current end of the topics.")] = False,
 ) -> None:
     """Project the output topics into Redis, exactly once per partition offset."""
-    from turnledger.processors.topics import Topics
     from turnledger.projections.projector import Projector, ProjectorStats
+    from turnledger.topology import Topics
 
     url, servers = (
         require(redis_url, "REDIS_URL", "--redis-url"),

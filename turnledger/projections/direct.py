@@ -15,7 +15,7 @@ from turnledger.model.base import Frozen
 from turnledger.projections.applier import ScriptApplier
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import DecodedRecord, Planner
-from turnledger.projections.streams import PROJECTED_STREAMS
+from turnledger.topology import PROJECTED_STREAMS
 
 PROJECTED = frozenset(PROJECTED_STREAMS)
 

@@ -18,21 +18,21 @@ import redis.asyncio as aioredis
 from aiokafka import TopicPartition
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from turnledger.processors.topics import Topics
+from turnledger.codec import CodecError, decode
+from turnledger.model.base import Frozen
 from turnledger.projections.applier import ScriptApplier
-from turnledger.projections.codec import CodecError, decode
 from turnledger.projections.errors import RedisUnavailableError
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
 from turnledger.projections.replies import bytes_hash
-from turnledger.projections.streams import PROJECTED_STREAMS, stream_of_topic
 from turnledger.projections.topic_source import (
-    RawRecord,
     partitions_of,
     read_to_end,
     seek_all,
     start_consumer,
 )
+from turnledger.records import SourceRecord
+from turnledger.topology import PROJECTED_STREAMS, Topics
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ BeforeApply = Callable[[BatchPlan], Awaitable[None]]
 """Test hook run before each script call; raising there simulates a crash before EVALSHA."""
 
 
-def decode_record(stream: str, raw: RawRecord) -> DecodedRecord:
+def decode_record(stream: str, raw: SourceRecord) -> DecodedRecord:
     """Never raises: an undecodable record becomes a DecodedRecord without a record, counted later."""
     if raw.value is None:
         return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, None, "record without a value")
@@ -49,6 +49,9 @@ def decode_record(stream: str, raw: RawRecord) -> DecodedRecord:
     except CodecError as exc:
         log.warning("undecodable record %s:%d@%d: %s", raw.topic, raw.partition, raw.offset, exc)
         return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, None, str(exc))
+    if not isinstance(record, Frozen):
+        detail = f"decoded a {type(record).__name__}, which is not a turnledger record"
+        return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, None, detail)
     return DecodedRecord(stream, raw.topic, raw.partition, raw.offset, record)
 
 
@@ -92,7 +95,7 @@ class Projector:
     ) -> None:
         self.redis = redis
         self.bootstrap = bootstrap
-        self.streams = stream_of_topic(topics, PROJECTED_STREAMS)
+        self.streams = topics.by_topic(PROJECTED_STREAMS)
         self.keys = keys
         self.batch_size = batch_size
         self.before_apply = before_apply
@@ -109,7 +112,7 @@ class Projector:
                 positions[tp] = offset + 1
         return positions
 
-    async def apply(self, raw: Sequence[RawRecord], stats: ProjectorStats) -> None:
+    async def apply(self, raw: Sequence[SourceRecord], stats: ProjectorStats) -> None:
         decoded = [decode_record(self.streams[r.topic], r) for r in raw]
         plan = self.planner.plan(decoded)
         if self.before_apply is not None:
@@ -159,7 +162,7 @@ class Projector:
             while not stop.is_set():
                 fetched = await consumer.getmany(timeout_ms=500, max_records=self.batch_size)
                 raw = [
-                    RawRecord(r.topic, r.partition, r.offset, r.key, r.value)
+                    SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
                     for records in fetched.values()
                     for r in records
                 ]

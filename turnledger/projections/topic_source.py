@@ -7,23 +7,14 @@ the replay tools always start from the beginning), so nothing here commits offse
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from turnledger.projections.errors import KafkaUnreachableError, MissingTopicError
+from turnledger.records import SourceRecord
 
 DEFAULT_BATCH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class RawRecord:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 async def start_consumer(bootstrap: str, *, fetch_max_wait_ms: int = 100) -> AIOKafkaConsumer:
@@ -63,7 +54,7 @@ async def read_to_end(
     partitions: list[TopicPartition],
     start: Mapping[TopicPartition, int] | None = None,
     batch: int = DEFAULT_BATCH,
-) -> AsyncIterator[list[RawRecord]]:
+) -> AsyncIterator[list[SourceRecord]]:
     """Batches (each from one partition, in offset order) from `start` (default: the beginning) up to
     the last stable offset observed when the call began."""
     consumer.assign(partitions)
@@ -74,7 +65,7 @@ async def read_to_end(
         fetched = await consumer.getmany(*remaining, timeout_ms=200, max_records=batch)
         for tp, records in fetched.items():
             batch_records = [
-                RawRecord(r.topic, r.partition, r.offset, r.key, r.value)
+                SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
                 for r in records
                 if r.offset < ends[tp]
             ]

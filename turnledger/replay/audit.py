@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 
 from turnledger.codec import Codec, CodecError, default_codec
 from turnledger.codec.registry import HEADER_SIZE
-from turnledger.processors.topics import Topics
-from turnledger.projections.streams import OUTPUT_STREAMS, stream_of_topic
 from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.replay.refold import refold
+from turnledger.topology import OUTPUT_STREAMS, Topics
 
 Progress = Callable[[str, int], None]
 SequenceKey = tuple[str, bytes]
@@ -71,7 +70,7 @@ class AuditReport:
 async def read_outputs(
     bootstrap: str, topics: Topics, progress: Progress | None = None
 ) -> dict[SequenceKey, list[tuple[bytes | None, Coordinates]]]:
-    streams = stream_of_topic(topics, OUTPUT_STREAMS)
+    streams = topics.by_topic(OUTPUT_STREAMS)
     actual: dict[SequenceKey, list[tuple[bytes | None, Coordinates]]] = defaultdict(list)
     consumer = await start_consumer(bootstrap)
     try:

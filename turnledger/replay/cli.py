@@ -54,8 +54,8 @@ def audit_command(
     limit: Annotated[int, typer.Option(help="Divergences to list (all are counted).")] = 50,
 ) -> None:
     """Fold the ingress log again and compare every output record, byte for byte, with the topics."""
-    from turnledger.processors.topics import Topics
     from turnledger.replay.audit import AuditReport, audit
+    from turnledger.topology import Topics
 
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     with _progress() as progress:
@@ -102,8 +102,8 @@ def manifest_command(
     topic_prefix: TopicPrefix = "",
 ) -> None:
     """Rebuild a manifest's request from the topics and prove bytes and digests are equal."""
-    from turnledger.processors.topics import Topics
     from turnledger.replay.manifest_check import ManifestCheck, reproduce
+    from turnledger.topology import Topics
 
     if operation_id is None and digest is None:
         err.print("give an OPERATION_ID or --digest sha256:...")
@@ -144,8 +144,8 @@ def rebuild_command(
     verify: Annotated[bool, typer.Option(help="Compare with a projection of a fresh fold.")] = True,
 ) -> None:
     """Drop the projection keys (SCAN+DEL by prefix), project the topics again, verify with a fresh fold."""
-    from turnledger.processors.topics import Topics
     from turnledger.replay.rebuild import RebuildReport, rebuild
+    from turnledger.topology import Topics
 
     url = require(redis_url, "REDIS_URL", "--redis-url")
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
@@ -187,9 +187,9 @@ def shadow_diff_command(
 
     LEGACY is JSON Lines: {"operationId": "...", "request": {...}} per line, with an optional
     "conversationId" (needed when several conversations use the same operation id)."""
-    from turnledger.processors.topics import Topics
     from turnledger.replay.manifest_check import latest_manifests
     from turnledger.replay.shadow import LegacyFormatError, compare_all, read_legacy
+    from turnledger.topology import Topics
 
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     try:

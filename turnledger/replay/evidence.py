@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from turnledger.codec import CodecError
 from turnledger.gateway.tail import decode_record
 from turnledger.model.base import Frozen
-from turnledger.projections.topic_source import RawRecord, partitions_of, read_to_end, start_consumer
+from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
+from turnledger.records import SourceRecord
+from turnledger.topology import OUTPUT_STREAMS, Stream, Topics
 
-STREAMS = ("ingress", "committed", "manifests", "tool-calls", "previews", "quarantine", "rejections")
+STREAMS: tuple[Stream, ...] = (Stream.INGRESS, *OUTPUT_STREAMS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +34,16 @@ class Evidence:
         return [r for r in self.records(stream) if isinstance(r, cls)]
 
 
-async def read_all(bootstrap: str, prefix: str, streams: tuple[str, ...] = STREAMS) -> Evidence:
+async def read_all(bootstrap: str, prefix: str, streams: tuple[Stream, ...] = STREAMS) -> Evidence:
     """Every committed record of every stream, partition by partition in offset order.
 
     Kafka unreachable or a topic missing: the projections' typed errors (`ProjectionError`)."""
     evidence = Evidence()
+    topics = Topics(prefix)
     consumer = await start_consumer(bootstrap)
     try:
         for stream in streams:
-            parts = await partitions_of(consumer, bootstrap, [f"{prefix}turnledger.{stream}"])
+            parts = await partitions_of(consumer, bootstrap, [topics.name(stream)])
             out: list[Raw] = []
             async for batch in read_to_end(consumer, parts):
                 out.extend(_raw(r) for r in batch if r.value is not None)
@@ -51,7 +54,7 @@ async def read_all(bootstrap: str, prefix: str, streams: tuple[str, ...] = STREA
     return evidence
 
 
-def _raw(record: RawRecord) -> Raw:
+def _raw(record: SourceRecord) -> Raw:
     assert record.value is not None
     try:
         decoded: Frozen | None = decode_record(record.value)

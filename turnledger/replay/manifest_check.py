@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 
 from turnledger.adapters.base import DispatchParams, Rendered, UnsupportedKind
 from turnledger.adapters.registry import get_adapter
+from turnledger.codec import CodecError, decode
 from turnledger.model.canonical import sha256_digest
 from turnledger.model.events import CommittedTurn, DispatchRequested, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
-from turnledger.processors.topics import Topics
-from turnledger.projections.codec import CodecError, decode
 from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.sequence.builder import append, sequence_of
 from turnledger.sequence.graph_state import GraphState
 from turnledger.sequence.outcome import Invalid, Waiting
+from turnledger.topology import Topics
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from turnledger.processors.topics import Topics
 from turnledger.projections.direct import DirectProjector
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
 from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
 from turnledger.replay.refold import refold
+from turnledger.topology import Topics
 
 VERIFY_PREFIX = "verify:"
 

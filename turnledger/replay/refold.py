@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from turnledger.processors.topics import Topics
-from turnledger.projections.topic_source import RawRecord, partitions_of, read_to_end, start_consumer
+from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
+from turnledger.records import SourceRecord
 from turnledger.replay.memory_store import MemoryStore
+from turnledger.topology import Topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,28 +19,27 @@ class FoldedOutput:
     key: bytes | None
     value: bytes
     record: object
-    source: RawRecord
+    source: SourceRecord
     """The last ingress record of the batch that produced it (outputs do not depend on batching)."""
 
 
 @dataclass(frozen=True, slots=True)
 class FoldedBatch:
-    ingress: list[RawRecord]
+    ingress: list[SourceRecord]
     outputs: list[FoldedOutput]
 
 
 async def refold(bootstrap: str, topics: Topics, batch: int = 1000) -> AsyncIterator[FoldedBatch]:
     """Every output the engine emits for the ingress topic from its beginning to its current end,
     batch by batch, in emission order per ingress partition."""
-    from turnledger.dispatch.engine import BatchEngine, SourceRecord  # the dispatch layer, loaded on use
+    from turnledger.dispatch.engine import BatchEngine  # the dispatch layer, loaded on use
 
     engine, store = BatchEngine(), MemoryStore()
     consumer = await start_consumer(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, [topics.ingress])
         async for records in read_to_end(consumer, partitions, None, batch):
-            sources = [SourceRecord(r.topic, r.partition, r.offset, r.key, r.value) for r in records]
-            outputs = engine.process_batch(sources, store)
+            outputs = engine.process_batch(records, store)
             yield FoldedBatch(
                 records, [FoldedOutput(str(o.stream), o.key, o.value, o.record, records[-1]) for o in outputs]
             )

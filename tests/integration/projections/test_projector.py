@@ -9,13 +9,14 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from tests.integration.projections.workload import produce, settled, workload
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
 from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan
 from turnledger.projections.projector import Projector
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
+from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
 

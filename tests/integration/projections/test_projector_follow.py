@@ -19,14 +19,14 @@ from tests.integration.projections.workload import settled
 from tests.integration.replay.ingress_workload import run_processor
 from tests.integration.test_processor_eos import produce, wait_for
 from turnledger.codec import encode
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.snapshot import diff_snapshots, snapshot
-from turnledger.projections.streams import PROJECTED_STREAMS, stream_of_topic
 from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.replay.rebuild import project_fresh_fold
+from turnledger.topology import PROJECTED_STREAMS, Topics
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ async def test_follow_mode_applies_new_records_and_a_stop_leaves_offsets_consist
 ) -> None:
     topics = Topics(prefix=topic_name("") + ".")
     await ensure_topics(kafka_bootstrap, topics, partitions=3)
-    projected = list(stream_of_topic(topics, PROJECTED_STREAMS))
+    projected = list(topics.by_topic(PROJECTED_STREAMS))
     events = build(copies=1, global_ops=True).events
     half = len(events) // 2
     keys = ProjectionKeys(redis_prefix + "live:")

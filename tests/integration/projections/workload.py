@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from turnledger.codec import encode
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     CommittedTurn,
@@ -22,9 +23,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.graph import Block
 from turnledger.model.reasons import ReasonCode
-from turnledger.processors.topics import Topics
-from turnledger.projections.codec import encode
-from turnledger.projections.streams import topic_for
+from turnledger.topology import Topics
 
 S = DispatchState
 
@@ -246,11 +245,11 @@ async def produce(
             if abort_every and n % abort_every == 0:
                 await producer.begin_transaction()
                 for stream, record in chunk:
-                    await producer.send(topic_for(topics, stream), b"aborted garbage", key=key_of(record))
+                    await producer.send(topics.name(stream), b"aborted garbage", key=key_of(record))
                 await producer.abort_transaction()
             async with producer.transaction():
                 for stream, record in chunk:
-                    await producer.send(topic_for(topics, stream), encode(record), key=key_of(record))
+                    await producer.send(topics.name(stream), encode(record), key=key_of(record))
     finally:
         await producer.stop()
 

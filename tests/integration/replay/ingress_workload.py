@@ -1,6 +1,6 @@
 """A real ingress workload (driven through the dispatch test scenario) and the real processor.
 
-`run_processor` runs `ProcessorApp` with `DispatchFold` (what `turnledger process` runs) over
+`run_processor` runs `ProcessorApp` with `DispatchPartitionFold` (what `turnledger process` runs) over
 the ingress topic until every record is committed, so the output topics hold exactly what
 production would have written, Rejected source coordinates and batching included.
 """
@@ -15,9 +15,9 @@ from tests.integration.test_processor_eos import committed_offsets, wait_for
 from tests.unit.dispatch.scenario import Conversation, text_stream, tool_stream
 from turnledger.codec import encode
 from turnledger.model.events import IngressEvent
-from turnledger.processors.dispatch_fold import DispatchFold
+from turnledger.processors.dispatch_partition import DispatchPartitionFold
 from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
-from turnledger.processors.topics import Topics
+from turnledger.topology import Topics
 
 ARGS_PARIS = '{"city": "Paris"}'
 ARGS_ROME = '{"city": "Rome"}'
@@ -99,14 +99,14 @@ async def ingress_end_offsets(bootstrap: str, topics: Topics) -> dict[int, int]:
 async def run_processor(
     bootstrap: str, topics: Topics, *, batch_max_records: int = 50, timeout_s: float = 60
 ) -> int:
-    """The real partition processor (ProcessorApp + DispatchFold, one EOS transaction per batch) over
+    """The real partition processor (ProcessorApp + DispatchPartitionFold, one EOS transaction per batch) over
     the whole ingress topic: runs until its group committed every ingress offset, then stops it.
     Returns the number of output records it wrote."""
     ends = await ingress_end_offsets(bootstrap, topics)
     config = ProcessorConfig(
         bootstrap=bootstrap, app_id=f"{topics.prefix}app", topics=topics, batch_max_records=batch_max_records
     )
-    app = ProcessorApp(config, lambda p: DispatchFold(topics, p))
+    app = ProcessorApp(config, lambda p: DispatchPartitionFold(topics, p))
     task = asyncio.create_task(app.run(handle_signals=False))
 
     async def caught_up() -> bool:

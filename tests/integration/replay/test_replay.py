@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 
 from tests.integration.projections.workload import settled
 from tests.integration.replay.ingress_workload import ingress_events, op_ids, produce_ingress, run_processor
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.reader import ProjectionReader
@@ -26,6 +26,7 @@ from turnledger.replay.manifest_check import latest_manifests, reproduce
 from turnledger.replay.rebuild import rebuild
 from turnledger.replay.semantic_diff import DiffKind
 from turnledger.replay.shadow import compare_all, read_legacy
+from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Replay and projections over what the REAL processor wrote for the spec's dispatch cases.
 
-`ProcessorApp` + `DispatchFold` (one EOS transaction per batch, three partitions) fold the
+`ProcessorApp` + `DispatchPartitionFold` (one EOS transaction per batch, three partitions) fold the
 dispatch workload of `tests/dispatch_workload.py`: duplicated and reordered deltas, orphaned
 and duplicate results, truncated arguments, stale generations, a legacy adapter that meets a
 kind it does not know. On its output topics: rollback safety seen through the projection,
@@ -28,18 +28,18 @@ from tests.integration.test_processor_eos import Sent, produce, read_committed
 from turnledger.codec import decode, encode
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued, Rejected
 from turnledger.model.reasons import ReasonCode
-from turnledger.processors.topics import Topics, ensure_topics
+from turnledger.processors.topics import ensure_topics
 from turnledger.projections.cli import status_command
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan
 from turnledger.projections.projector import Projector
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.snapshot import diff_snapshots, snapshot
-from turnledger.projections.streams import PROJECTED_STREAMS, stream_of_topic
 from turnledger.replay.audit import audit
 from turnledger.replay.cli import replay_app
 from turnledger.replay.manifest_check import check_manifest, gather
 from turnledger.replay.rebuild import project_fresh_fold, rebuild
+from turnledger.topology import PROJECTED_STREAMS, Topics
 
 pytestmark = pytest.mark.integration
 
@@ -228,7 +228,7 @@ async def test_projection_equals_a_fresh_fold_after_a_crash_mid_batch_and_duplic
     resumed = await Projector(redis_client, p.bootstrap, p.topics, live, batch_size=11).run_to_end()
     assert resumed.skipped == 0 and resumed.applied > 0
 
-    topics = list(stream_of_topic(p.topics, PROJECTED_STREAMS))
+    topics = list(p.topics.by_topic(PROJECTED_STREAMS))
     zero = {TopicPartition(t, part): 0 for t in topics for part in range(3)}
     again = await Projector(redis_client, p.bootstrap, p.topics, live, batch_size=13).run_to_end(start=zero)
     total = sum([len(await read_committed(p.bootstrap, t)) for t in topics])

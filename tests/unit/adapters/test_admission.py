@@ -187,10 +187,10 @@ def test_preload_builds_a_counter_for_every_encoding_of_the_registry() -> None:
 def test_the_dispatch_fold_preloads_the_counters_before_its_first_batch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from turnledger.processors import dispatch_fold
-    from turnledger.processors.topics import Topics
+    from turnledger.processors import dispatch_partition
+    from turnledger.topology import Topics
 
     calls: list[None] = []
-    monkeypatch.setattr(dispatch_fold, "preload_counters", lambda: calls.append(None) or ())
-    dispatch_fold.DispatchFold(Topics("t."), 0)
+    monkeypatch.setattr(dispatch_partition, "preload_counters", lambda: calls.append(None) or ())
+    dispatch_partition.DispatchPartitionFold(Topics("t."), 0)
     assert calls == [None]

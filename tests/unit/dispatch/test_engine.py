@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from turnledger.codec import decode, encode
-from turnledger.dispatch.engine import BatchEngine, OutputStream, SourceRecord, decode_state
+from turnledger.dispatch.engine import BatchEngine, decode_state
 from turnledger.model.events import CommittedTurn, IngressEvent, Rejected
 from turnledger.model.reasons import ReasonCode
+from turnledger.records import SourceRecord
+from turnledger.topology import Stream
 
 from .scenario import Conversation, text_stream
 
@@ -64,8 +66,8 @@ def test_outputs_do_not_depend_on_batch_boundaries() -> None:
         assert outputs == reference
         assert other.data == store.data
     streams = [s for s, _, _ in reference]
-    assert streams.count(OutputStream.COMMITTED.value) == 2
-    assert streams.count(OutputStream.QUARANTINE.value) == 1
+    assert streams.count(Stream.COMMITTED.value) == 2
+    assert streams.count(Stream.QUARANTINE.value) == 1
 
 
 def test_state_survives_a_fresh_engine() -> None:

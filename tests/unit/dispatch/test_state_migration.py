@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from turnledger.codec import decode, encode
-from turnledger.dispatch.engine import BatchEngine, SourceRecord, StateDecodeError, decode_state, encode_state
+from turnledger.dispatch.engine import BatchEngine, StateDecodeError, decode_state, encode_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ManifestSeal
 from turnledger.model.events import ConversationSnapshot
+from turnledger.records import SourceRecord
 
 from .scenario import Conversation, text_stream
 

@@ -11,9 +11,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from turnledger.codec import encode
-from turnledger.dispatch.engine import BatchEngine, EncodedOutput, OutputStream, SourceRecord
+from turnledger.dispatch.engine import BatchEngine, EncodedOutput
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent
+from turnledger.records import SourceRecord
+from turnledger.topology import Stream
 
 Subscriber = Callable[[list[Frozen]], Awaitable[None]]
 
@@ -29,11 +31,11 @@ class InMemoryLedger:
         self.store = DictStore()
         self.ingress: list[IngressEvent] = []
         self.outputs: list[EncodedOutput] = []
-        self.subscribers: dict[OutputStream, list[Subscriber]] = {}
+        self.subscribers: dict[Stream, list[Subscriber]] = {}
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def subscribe(self, stream: OutputStream, fn: Subscriber) -> None:
+    def subscribe(self, stream: Stream, fn: Subscriber) -> None:
         self.subscribers.setdefault(stream, []).append(fn)
 
     async def append(self, event: IngressEvent) -> None:
@@ -43,7 +45,7 @@ class InMemoryLedger:
             record = SourceRecord("ingress", 0, offset, event.conversation_id.encode(), encode(event))
             outs = self.engine.process_batch([record], self.store)
             self.outputs.extend(outs)
-        by_stream: dict[OutputStream, list[Frozen]] = {}
+        by_stream: dict[Stream, list[Frozen]] = {}
         for out in outs:
             by_stream.setdefault(out.stream, []).append(out.record)
         for stream, records in by_stream.items():
@@ -52,7 +54,7 @@ class InMemoryLedger:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    def records(self, stream: OutputStream) -> list[Frozen]:
+    def records(self, stream: Stream) -> list[Frozen]:
         return [o.record for o in self.outputs if o.stream == stream]
 
     def of_type(self, cls: type) -> list:

@@ -15,7 +15,6 @@ import pytest
 
 from tests.unit.gateway.ledger import InMemoryLedger
 from tests.unit.gateway.test_worker import Harness
-from turnledger.dispatch.engine import OutputStream
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.fake_provider import FakeProvider
 from turnledger.gateway.legacy import (
@@ -40,6 +39,7 @@ from turnledger.model.events import (
 from turnledger.model.graph import BlockRef
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
+from turnledger.topology import Stream
 
 S = DispatchState
 ANTHROPIC = "anthropic-messages@1"
@@ -58,7 +58,7 @@ async def _harness(stage: RolloutStage) -> AsyncIterator[Harness]:
             async def observe(records: list) -> None:  # type: ignore[type-arg]
                 await worker.observe(_manifests(records))
 
-            ledger.subscribe(OutputStream.MANIFESTS, observe)
+            ledger.subscribe(Stream.MANIFESTS, observe)
             await worker.go_live()
             yield Harness(ledger, fp, worker)
 
@@ -91,12 +91,12 @@ async def _legacy_send(h: Harness, manifest: DispatchManifest) -> bytes:
 async def _record(h: Harness, exchanges: list[LegacyExchange]) -> LegacyRecorder:
     recorder = LegacyRecorder(h.ledger, exchanges, settle_timeout_s=10)
     await recorder.__aenter__()
-    await recorder.observe(_manifests(h.ledger.records(OutputStream.MANIFESTS)))  # catch up
+    await recorder.observe(_manifests(h.ledger.records(Stream.MANIFESTS)))  # catch up
 
     async def observe(records: list) -> None:  # type: ignore[type-arg]
         await recorder.observe(_manifests(records))
 
-    h.ledger.subscribe(OutputStream.MANIFESTS, observe)
+    h.ledger.subscribe(Stream.MANIFESTS, observe)
     await recorder.go_live()
     return recorder
 
@@ -165,7 +165,7 @@ async def test_legacy_answer_of_a_tool_turn_is_committed_through_the_cas(stage2:
     async def run_tools(records: list) -> None:  # type: ignore[type-arg]
         await executor.handle([r for r in records if isinstance(r, ToolCallReady)])
 
-    h.ledger.subscribe(OutputStream.TOOL_CALLS, run_tools)
+    h.ledger.subscribe(Stream.TOOL_CALLS, run_tools)
     await h.converse("tools", ANTHROPIC, tools=True)
     await h.wait_state("op-1", S.PREPARED, conversation="tools")
     manifest = _manifest("tools", h)

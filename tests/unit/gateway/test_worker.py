@@ -10,7 +10,6 @@ import httpx
 import pytest
 
 from tests.unit.gateway.ledger import InMemoryLedger
-from turnledger.dispatch.engine import OutputStream
 from turnledger.gateway.client import EventFactory, stream_policy
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.fake_provider import FakeProvider, FaultPlan
@@ -33,6 +32,7 @@ from turnledger.model.events import (
     ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
+from turnledger.topology import Stream
 
 MODELS = {
     "anthropic-messages@1": ("anthropic", "anthropic/claude-sonnet-4@2025-05"),
@@ -106,7 +106,7 @@ async def _harness(plan: FaultPlan | None = None, max_attempts: int = 4) -> Asyn
                     [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))]
                 )
 
-            ledger.subscribe(OutputStream.MANIFESTS, observe)
+            ledger.subscribe(Stream.MANIFESTS, observe)
             await worker.go_live()
             yield Harness(ledger, fp, worker)
 
@@ -136,7 +136,7 @@ async def test_tool_loop_second_dispatch_waits_then_answers(h: Harness) -> None:
     async def run_tools(records: list) -> None:
         await executor.handle([r for r in records if isinstance(r, ToolCallReady)])
 
-    h.ledger.subscribe(OutputStream.TOOL_CALLS, run_tools)
+    h.ledger.subscribe(Stream.TOOL_CALLS, run_tools)
     await h.converse("c1", "anthropic-messages@1")
     await h.wait_state("op-1", DispatchState.COMMITTED)
     await h.request("c1", "anthropic-messages@1", "op-2")
@@ -293,7 +293,7 @@ async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> No
                     [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))]
                 )
 
-            ledger.subscribe(OutputStream.MANIFESTS, observe)
+            ledger.subscribe(Stream.MANIFESTS, observe)
             await worker.go_live()
             h = Harness(ledger, fp, worker)
             await h.converse("c1", "anthropic-messages@1", text="tell me something", tools=False)

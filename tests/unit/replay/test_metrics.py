@@ -14,13 +14,13 @@ import pytest
 from tests.unit.gateway.ledger import InMemoryLedger
 from tests.unit.gateway.test_worker import Harness, _harness
 from turnledger.codec import encode
-from turnledger.dispatch.engine import OutputStream
 from turnledger.gateway.fake_provider import FaultPlan
 from turnledger.gateway.fake_provider.faults import Fault, FaultKind
 from turnledger.model.events import DispatchState, ToolCallReady
 from turnledger.replay.evidence import Evidence, Raw
 from turnledger.replay.metrics import compute, partial_tool_calls
 from turnledger.replay.metrics_report import metrics_json, metrics_rows
+from turnledger.topology import OUTPUT_STREAMS
 
 S = DispatchState
 ANTHROPIC = "anthropic-messages@1"
@@ -29,7 +29,7 @@ ANTHROPIC = "anthropic-messages@1"
 def evidence_of(ledger: InMemoryLedger) -> Evidence:
     evidence = Evidence()
     evidence.raw["ingress"] = [Raw(0, i, None, encode(e), e) for i, e in enumerate(ledger.ingress)]
-    for stream in OutputStream:
+    for stream in OUTPUT_STREAMS:
         records = ledger.records(stream)
         evidence.raw[stream.value] = [Raw(0, i, None, encode(r), r) for i, r in enumerate(records)]
     return evidence

@@ -1,4 +1,4 @@
-"""The contract between the Kafka runtime and the pure fold it drives.
+"""The contract between the Kafka runtime and the partition fold it drives.
 
 The runtime knows nothing about conversations, Avro or dispatch: it hands the fold a
 batch of raw input records and a per-partition state store, and writes back whatever
@@ -9,25 +9,9 @@ offsets, in one Kafka transaction. Anything that honours these types can be run.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-
-@dataclass(frozen=True, slots=True)
-class InputRecord:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class OutputRecord:
-    topic: str  # the physical output topic name
-    key: bytes | None
-    value: bytes
+from turnledger.records import OutputRecord, SourceRecord
 
 
 class StateStore(Protocol):  # per partition; keys are conversation ids (str), values opaque bytes
@@ -37,10 +21,10 @@ class StateStore(Protocol):  # per partition; keys are conversation ids (str), v
 
 
 class PartitionFold(Protocol):
-    def process_batch(self, records: Sequence[InputRecord], store: StateStore) -> list[OutputRecord]: ...
+    def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]: ...
 
 
-PoisonHook = Callable[[InputRecord, Exception], list[OutputRecord]]
+PoisonHook = Callable[[SourceRecord, Exception], list[OutputRecord]]
 """Last-resort handler for a record on which `process_batch` raised.
 
 The fold is expected to turn bad input into typed rejection outputs itself. When it

@@ -1,0 +1,126 @@
+"""The root of every exception turnledger raises on purpose, and the infrastructure errors all layers share.
+
+Every typed failure derives from `TurnledgerError`, so a caller that wants "anything
+of ours" catches one class. Bad *input* is not an exception at all in the folds: it
+becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
+
+    TurnledgerError
+    ├── ServiceUnavailable                   retriable: the service may come back
+    │   ├── KafkaUnavailableError            every layer: Kafka unreachable / not acknowledging
+    │   └── RedisUnavailableError            projections, serve: Redis unreachable
+    ├── MissingTopicError                    a topic the command needs does not exist
+    ├── CanonicalJsonError        (model)    a value that has no canonical JSON
+    ├── CodecError                (codec)    NotSingleObjectEncoded, UnknownFingerprint, CorruptRecord,
+    │                                        UnencodableRecord; compiled.Unsupported / Miss stay inside codec
+    ├── AdapterError              (adapters) UnknownAdapterError, MalformedSequenceError,
+    │                                        InvalidModelRevisionError, EncodingUnavailableError,
+    │                                        ModelRegistryError
+    ├── StreamFormatError         (streaming) EventStreamError, ArgumentError
+    ├── StateFormatError          (dispatch) StateDecodeError, UnreadableStateFormat
+    ├── InputFileError            (CLI files) LegacyExchangeError, LegacyFormatError
+    ├── ProcessorError            (processors) TopicMismatchError, ProducerFencedError, PoisonHookError,
+    │                                        TooManyAbortsError, ProcessesFailedError
+    ├── ProjectionError           (projections) AmbiguousOperationError
+    ├── GatewayError              (gateway)  UnknownEndpointError, ToolError
+    └── DevstackError             (devstack) JavaMissing, JavaTooOld, MavenMissing, MavenDownloadFailed,
+                                             RedisServerMissing, PortInUse, ServiceNotReady, DockerUnavailable
+
+The fake provider (`turnledger.fake_provider`) imports nothing of turnledger on purpose
+(it stands in for a third party), so its errors have their own root, `FakeProviderError`.
+
+`retriable` says whether waiting and trying again can help; services that ride out
+outages decide on it. Each message says what was tried and how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+_START_STACK = "Start the local stack with `turnledger dev up`"
+
+
+class TurnledgerError(Exception):
+    """Root of every turnledger exception."""
+
+    retriable: ClassVar[bool] = False
+
+
+class ServiceUnavailable(TurnledgerError):
+    """A service turnledger depends on cannot be reached now."""
+
+    retriable: ClassVar[bool] = True
+
+
+class KafkaUnavailableError(ServiceUnavailable):
+    """Kafka could not be reached, or did not acknowledge, while doing `action`."""
+
+    def __init__(
+        self, bootstrap: str, cause: BaseException | None = None, *, action: str | None = None
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.action = action
+        self.cause = cause
+        doing = f" while trying to {action}" if action else ""
+        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+        super().__init__(
+            f"Kafka is not reachable at {bootstrap!r}{doing}{detail}. {_START_STACK} and export "
+            "KAFKA_BOOTSTRAP_SERVERS, or set KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable "
+            "broker list host:port[,host:port]."
+        )
+
+
+class RedisUnavailableError(ServiceUnavailable):
+    def __init__(self, url: str, cause: BaseException | None = None) -> None:
+        self.url = url
+        self.cause = cause
+        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+        super().__init__(
+            f"Redis is not reachable at {url!r}{detail}. {_START_STACK}, or set REDIS_URL "
+            "(or --redis-url) to a reachable Redis, e.g. redis://127.0.0.1:6379/0."
+        )
+
+
+class MissingTopicError(TurnledgerError):
+    def __init__(self, topic: str, bootstrap: str) -> None:
+        self.topic = topic
+        self.bootstrap = bootstrap
+        super().__init__(
+            f"topic {topic!r} does not exist on {bootstrap!r}. Check --topic-prefix, or start the processor "
+            "(it creates the topics) before projecting or replaying."
+        )
+
+
+class CanonicalJsonError(TurnledgerError, ValueError):
+    """The value cannot be put in canonical JSON (non-string keys, NaN, unknown types)."""
+
+
+class AdapterError(TurnledgerError):
+    """An adapter, its model registry or its token encodings cannot do what was asked."""
+
+
+class StreamFormatError(TurnledgerError, ValueError):
+    """Provider stream bytes or tool-argument text that do not have the required form."""
+
+
+class StateFormatError(TurnledgerError, ValueError):
+    """A stored fold state that this release cannot read."""
+
+
+class InputFileError(TurnledgerError, ValueError):
+    """A file an operator handed to a command is not usable; names the line and what is wrong."""
+
+
+class ProcessorError(TurnledgerError):
+    """A failure of the Kafka partition-processor runtime."""
+
+
+class ProjectionError(TurnledgerError):
+    """A failure of the projections and the replay tools."""
+
+
+class GatewayError(TurnledgerError):
+    """A failure of the producing side: worker, endpoints, tool executor."""
+
+
+class DevstackError(TurnledgerError):
+    """Anything that prevents the local Kafka + Redis stack from coming up or going down."""

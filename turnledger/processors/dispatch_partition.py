@@ -1,0 +1,45 @@
+"""The dispatch engine as the runtime's `PartitionFold`: its logical output streams written to topics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from turnledger.adapters.admission import preload_counters
+from turnledger.codec import encode
+from turnledger.dispatch.engine import BatchEngine
+from turnledger.model.events import Rejected
+from turnledger.model.reasons import ReasonCode
+from turnledger.processors.contract import StateStore
+from turnledger.records import OutputRecord, SourceRecord
+from turnledger.topology import Stream, Topics
+
+
+class DispatchPartitionFold:
+    """One per input partition; the engine's caches live as long as the partition's task."""
+
+    def __init__(self, topics: Topics, partition: int, engine: BatchEngine | None = None) -> None:
+        self.partition = partition
+        self._topics = topics
+        self._topic_of = {stream: topics.name(stream) for stream in Stream}
+        self._engine = engine or BatchEngine()
+        preload_counters()
+
+    def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
+        topic_of = self._topic_of
+        return [
+            OutputRecord(topic=topic_of[out.stream], key=out.key, value=out.value)
+            for out in self._engine.process_batch(records, store)
+        ]
+
+    def on_poison(self, record: SourceRecord, exc: Exception) -> list[OutputRecord]:
+        """Last resort of the runtime: an Avro Rejected with the source coordinates."""
+        rejected = Rejected(
+            conversation_id=record.key.decode("utf-8", errors="replace") if record.key else None,
+            reason=ReasonCode.FOLD_FAILED,
+            detail=f"{type(exc).__name__}: {exc}"[:2000],
+            source_topic=record.topic,
+            source_partition=record.partition,
+            source_offset=record.offset,
+            occurred_at_ms=record.timestamp_ms,
+        )
+        return [OutputRecord(topic=self._topics.rejections, key=record.key, value=encode(rejected))]
