@@ -16,13 +16,13 @@ from turnledger.demo.checks import all_checks
 from turnledger.demo.run import DemoOptions, _processor_caught_up, _start_processor, _stop_processor, run_demo
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
-from turnledger.gateway.runner import topic_name
 from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.model.base import Frozen
 from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState
 from turnledger.model.reasons import ReasonCode
 from turnledger.replay.evidence import read_all
+from turnledger.topology import Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -82,7 +82,6 @@ async def test_worker_sigkill_mid_stream_recovers_through_unknown_to_one_canonic
     kafka_bootstrap: str, tmp_path: Path, adapter: str, model: str, generation: int
 ) -> None:
     from turnledger.processors.topics import ensure_topics
-    from turnledger.topology import Topics
 
     prefix = f"t-crash-{uuid.uuid4().hex[:8]}-"
     await ensure_topics(kafka_bootstrap, Topics(prefix=prefix), 1)
@@ -105,11 +104,11 @@ async def test_worker_sigkill_mid_stream_recovers_through_unknown_to_one_canonic
     try:
         async with FakeProvider(seed=5, fault_plan=plan) as fp:
             tail = asyncio.create_task(
-                tail_topic(kafka_bootstrap, topic_name(prefix, "manifests"), on_batch, stop=stop)
+                tail_topic(kafka_bootstrap, Topics(prefix).manifests, on_batch, stop=stop)
             )
             cmd = _worker_cmd(kafka_bootstrap, prefix, fp.base_url, tmp_path)
             workers.append(subprocess.Popen(cmd, start_new_session=True))
-            async with GatewayClient(kafka_bootstrap, topic=topic_name(prefix, "ingress")) as client:
+            async with GatewayClient(kafka_bootstrap, topic=Topics(prefix).ingress) as client:
                 await client.submit_user_turn("conv-crash", "weather in Oslo?")
                 await client.request_dispatch(
                     "conv-crash", operation_id="op-crash", adapter=adapter, provider=adapter.split("-")[0],

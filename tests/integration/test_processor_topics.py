@@ -8,7 +8,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from turnledger.processors.errors import KafkaUnavailableError, TopicMismatchError
+from turnledger.errors import KafkaUnavailableError
+from turnledger.processors.errors import TopicMismatchError
 from turnledger.processors.topics import ensure_topics
 from turnledger.topology import Topics
 

@@ -24,7 +24,7 @@ from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.fake_provider import FakeProvider
 from turnledger.gateway.legacy import RECORDER_ID
 from turnledger.gateway.rollout import RolloutStage
-from turnledger.gateway.runner import run_worker, topic_name
+from turnledger.gateway.runner import run_worker
 from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
@@ -38,6 +38,7 @@ from turnledger.model.events import (
     ToolCallReady,
 )
 from turnledger.replay.evidence import read_all
+from turnledger.topology import Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -54,7 +55,6 @@ def _legacy_record(bootstrap: str, prefix: str, exchanges: Path) -> subprocess.C
 
 async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None:
     from turnledger.processors.topics import ensure_topics
-    from turnledger.topology import Topics
 
     prefix = f"t-rollout-{uuid.uuid4().hex[:8]}-"
     await ensure_topics(kafka_bootstrap, Topics(prefix=prefix), 2)
@@ -83,7 +83,7 @@ async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Pa
     try:
         async with FakeProvider(seed=11) as fp:
             tail = asyncio.create_task(
-                tail_topic(kafka_bootstrap, topic_name(prefix, "manifests"), on_batch, stop=stop)
+                tail_topic(kafka_bootstrap, Topics(prefix).manifests, on_batch, stop=stop)
             )
             started = asyncio.Event()
             box: list[DispatchWorker] = []
@@ -95,7 +95,7 @@ async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Pa
                 )
             )  # fmt: skip
             await asyncio.wait_for(started.wait(), 60)
-            async with GatewayClient(kafka_bootstrap, topic=topic_name(prefix, "ingress")) as client:
+            async with GatewayClient(kafka_bootstrap, topic=Topics(prefix).ingress) as client:
                 for conv, tools in (("plain", ()), ("tools", DEMO_TOOLS)):
                     await client.submit_user_turn(conv, "weather in Lisbon?")
                     await client.request_dispatch(

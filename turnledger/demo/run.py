@@ -27,12 +27,13 @@ from turnledger.demo.driver import SLOW_MARKER, Driver, DriverStats
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
-from turnledger.gateway.runner import run_tool_executor, run_worker, topic_name
+from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.tail import tail_topic, topic_partitions
 from turnledger.gateway.tool_executor import ToolExecutor
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
 from turnledger.replay.evidence import Evidence, read_all
 from turnledger.replay.metrics import Metrics, compute
+from turnledger.topology import Stream, Topics
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ async def run_demo(
                     run_tool_executor(bootstrap, stop=stop, prefix=prefix, executor_box=executors)
                 )
             )
-            async with GatewayClient(bootstrap, topic=topic_name(prefix, "ingress")) as client:
+            async with GatewayClient(bootstrap, topic=Topics(prefix).ingress) as client:
                 driver = Driver(
                     client,
                     seed=options.seed,
@@ -135,10 +136,10 @@ async def run_demo(
                     cancel_rate=options.cancel_rate,
                     op_timeout_s=options.op_timeout_s,
                 )
-                for stream in ("committed", "manifests"):
+                for stream in (Stream.COMMITTED, Stream.MANIFESTS):
                     tasks.append(
                         asyncio.create_task(
-                            tail_topic(bootstrap, topic_name(prefix, stream), driver.observe, stop=stop)
+                            tail_topic(bootstrap, Topics(prefix).name(stream), driver.observe, stop=stop)
                         )
                     )
                 await _wait_or_fail(worker_ready, tasks, 60)
@@ -230,7 +231,7 @@ async def _processor_caught_up(bootstrap: str, prefix: str, timeout_s: float = 6
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient
 
-    topic = topic_name(prefix, "ingress")
+    topic = Topics(prefix).ingress
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await admin.start()
@@ -255,7 +256,7 @@ async def _wait_or_fail(event: asyncio.Event, tasks: list[asyncio.Task[None]], t
     if waiter not in done:
         waiter.cancel()
         for task in done:
-            task.result()  # re-raise a service's failure (e.g. BrokerUnavailable)
+            task.result()  # re-raise a service's failure (e.g. KafkaUnavailableError)
         raise TimeoutError(f"the worker did not catch up within {timeout_s}s")
 
 

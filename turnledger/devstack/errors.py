@@ -8,9 +8,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from turnledger.errors import DevstackError
 
-class DevstackError(RuntimeError):
-    """Base class: anything that prevents the local Kafka + Redis stack from coming up or going down."""
+__all__ = [
+    "DevstackError",
+    "DockerUnavailable",
+    "JavaMissing",
+    "JavaTooOld",
+    "MavenDownloadFailed",
+    "MavenMissing",
+    "PortInUse",
+    "RedisServerMissing",
+    "ServiceNotReady",
+]
 
 
 class JavaMissing(DevstackError):

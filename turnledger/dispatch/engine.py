@@ -16,8 +16,11 @@ from typing import Protocol
 from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec, encode
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.fold import fold
+from turnledger.dispatch.live_assemblers import LiveAssemblers
 from turnledger.dispatch.migrate import UnreadableStateFormat, upgrade_state
-from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, state_json
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
+from turnledger.dispatch.state_json import StateJson
+from turnledger.errors import StateFormatError
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     CommittedTurn,
@@ -61,14 +64,14 @@ class StateAccess(Protocol):
     def put(self, key: str, value: bytes) -> None: ...
 
 
-class StateDecodeError(ValueError):
+class StateDecodeError(StateFormatError):
     """A changelog value that is not a ConversationSnapshot of a known format."""
 
 
 _SNAPSHOT_RECORD = f"{NAMESPACE}.{ConversationSnapshot.__name__}"
 
 
-def encode_state(state: ConversationState) -> bytes:
+def encode_state(state: ConversationState, json: StateJson | None = None) -> bytes:
     """`encode(ConversationSnapshot(...))` without building and dumping the model.
 
     The fields are already typed (str, int, bytes), so the datum is handed to the
@@ -81,7 +84,7 @@ def encode_state(state: ConversationState) -> bytes:
     datum = {
         "conversationId": state.conversation_id,
         "formatVersion": STATE_FORMAT_VERSION,
-        "state": state_json(state),
+        "state": (json or StateJson()).of(state),
     }
     return codec.encode_datum(entry, datum)
 
@@ -100,15 +103,19 @@ def decode_state(value: bytes) -> ConversationState:
 
 
 class BatchEngine:
-    """Folds batches of ingress records. Keeps a bounded cache of decoded states.
+    """Folds batches of ingress records. Owns the fold's caches; none of them changes an output.
 
-    The cache is keyed by the exact state bytes held by the store, so a store rolled
-    back by an aborted transaction is never shadowed by a stale decoded state.
+    - decoded states, bounded, keyed by the exact state bytes held by the store, so a store
+      rolled back by an aborted transaction is never shadowed by a stale decoded state;
+    - the live assemblers of streaming attempts (`LiveAssemblers`);
+    - the changelog JSON of unchanged parts of the states (`StateJson`).
     """
 
     def __init__(self, cache_size: int = 10_000) -> None:
         self._cache: OrderedDict[str, tuple[bytes, ConversationState]] = OrderedDict()
         self._cache_size = cache_size
+        self._live = LiveAssemblers()
+        self._state_json = StateJson()
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
         states: dict[str, ConversationState] = {}
@@ -117,7 +124,7 @@ class BatchEngine:
         for record in records:
             outputs.extend(self._apply(record, store, states, changed))
         for conversation_id in sorted(changed):
-            value = encode_state(states[conversation_id])
+            value = encode_state(states[conversation_id], self._state_json)
             store.put(conversation_id, value)
             self._remember(conversation_id, value, states[conversation_id])
         return [_encode_output(out) for out in outputs]
@@ -137,7 +144,7 @@ class BatchEngine:
         if state is None:
             state = self._load(conversation_id, store)
         try:
-            result = fold(state, event)
+            result = fold(state, event, self._live)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
             return [_fold_failed(event, record, exc)]
         if result.state is not state:

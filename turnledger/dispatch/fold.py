@@ -22,6 +22,7 @@ from turnledger.dispatch.lifecycle import (
     on_stream_ended,
     on_terminated,
 )
+from turnledger.dispatch.live_assemblers import LiveAssemblers
 from turnledger.dispatch.prepare import on_dispatch_requested
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.dispatch.step import FoldResult, Step
@@ -85,9 +86,11 @@ LATE_BLOCK_REASONS: Mapping[DispatchState, ReasonCode] = {
 }
 
 
-def fold(state: ConversationState, event: IngressEvent) -> FoldResult:
-    """Apply one ingress event. Never raises for a well-typed event: refusals are outputs."""
-    step = Step(event=event, state=state)
+def fold(state: ConversationState, event: IngressEvent, live: LiveAssemblers | None = None) -> FoldResult:
+    """Apply one ingress event. Never raises for a well-typed event: refusals are outputs.
+
+    `live` is the caller's cache of live assemblers; the outputs do not depend on it."""
+    step = Step(event=event, state=state, live=live or LiveAssemblers())
     conversation_handler = CONVERSATION_HANDLERS.get(type(event))
     if conversation_handler is not None:
         conversation_handler(step, event)

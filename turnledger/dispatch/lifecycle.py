@@ -3,7 +3,7 @@ CAS, or settled UNKNOWN (recovery, disconnect, incomplete response) until resume
 
 from __future__ import annotations
 
-from turnledger.dispatch.assemblers import keep_live, restore_assembler, tools_of
+from turnledger.dispatch.live_assemblers import tools_of
 from turnledger.dispatch.responses import candidate_blocks_to_committed
 from turnledger.dispatch.state import OperationState
 from turnledger.dispatch.step import Step, rejection_detail
@@ -53,7 +53,9 @@ def on_handle_bound(step: Step, op: OperationState, event: HandleBound) -> None:
     step.state = step.state.model_copy(
         update={"handles": {**step.state.handles, event.response_handle: op.manifest.manifest_digest}}
     )
-    step.transition(op, S.STREAMING, response_handle=event.response_handle, assembler=keep_live(assembler))
+    step.transition(
+        op, S.STREAMING, response_handle=event.response_handle, assembler=step.live.keep(assembler)
+    )
 
 
 _ENDS_STREAM = frozenset({DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR})
@@ -65,7 +67,7 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     Coalescing per ingress event rather than per processor batch keeps the outputs a
     function of the log alone, so a replay with other batch boundaries is byte-identical.
     """
-    assembler = restore_assembler(op)
+    assembler = step.live.restore(op)
     assert assembler is not None
     previews: dict[int, tuple[str, int]] = {}
     updates: dict[int, str] = {}
@@ -98,7 +100,7 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
                 occurred_at_ms=step.at,
             )
         )
-    step.put(op, assembler=keep_live(assembler))
+    step.put(op, assembler=step.live.keep(assembler))
 
 
 def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:
@@ -183,7 +185,7 @@ def on_stream_ended(step: Step, op: OperationState, event: StreamEnded) -> None:
         # The provider may still be generating: UNKNOWN until resumed or confirmed terminated.
         step.transition(op, S.UNKNOWN, reason=ReasonCode.STREAM_DISCONNECTED, detail=resumable(event))
         return
-    assembler = restore_assembler(op)
+    assembler = step.live.restore(op)
     if assembler is None:
         reason = ReasonCode.MISSING_STOP
         if event.outcome == StreamOutcome.PROVIDER_ERROR:

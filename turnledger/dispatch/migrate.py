@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
+from turnledger.errors import StateFormatError
 
 _SEAL_FIELDS = ("manifest_digest", "conversation_revision", "cancel_generation", "request_digest")
 
@@ -30,7 +31,7 @@ UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 READABLE_FORMATS = frozenset({*UPGRADES, STATE_FORMAT_VERSION})
 
 
-class UnreadableStateFormat(ValueError):
+class UnreadableStateFormat(StateFormatError):
     """A state of a format this release cannot read (newer, or never released)."""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnledger.dispatch.assemblers import had_previews
+from turnledger.dispatch.live_assemblers import LiveAssemblers, had_previews
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
@@ -34,6 +34,8 @@ class Step:
     event: IngressEvent
     state: ConversationState
     outputs: list[OutputRecord] = field(default_factory=list)
+    live: LiveAssemblers = field(default_factory=LiveAssemblers)
+    """The engine's live assemblers (a fresh set restores every assembler from its snapshot)."""
 
     @property
     def at(self) -> int:

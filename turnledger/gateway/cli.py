@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from turnledger.gateway.client import BrokerUnavailable
+from turnledger.errors import KafkaUnavailableError
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.legacy import (
     RECORDER_ID,
@@ -69,7 +69,7 @@ def _run_until_signal(command: str, body: Callable[[asyncio.Event], Awaitable[No
 
     try:
         asyncio.run(main())
-    except BrokerUnavailable as exc:
+    except KafkaUnavailableError as exc:
         typer.echo(f"turnledger {command}: {exc}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
 
@@ -174,7 +174,7 @@ def legacy_record(
                 on_progress=progress,
             )
         )
-    except BrokerUnavailable as exc:
+    except KafkaUnavailableError as exc:
         typer.echo(f"\nturnledger legacy record: {exc}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     typer.echo("", err=True)

@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from turnledger.codec import encode
+from turnledger.errors import KafkaUnavailableError
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
     AttemptTerminated,
@@ -41,8 +42,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.graph import BlockKind, ResultStatus, Role, TrustLabel
 from turnledger.model.tools import ToolDefinition
-
-DEFAULT_INGRESS_TOPIC = "turnledger.ingress"
+from turnledger.topology import Topics
 
 _STREAM_POLICIES: dict[str, dict[str, Any]] = {
     "anthropic-messages": {"stream": True},
@@ -58,20 +58,6 @@ def stream_policy(adapter: str) -> dict[str, Any]:
     The adapters render it into the request bytes (so into the manifest digest); APIs that stream
     by endpoint (Gemini, Bedrock) need nothing."""
     return dict(_STREAM_POLICIES.get(adapter.partition("@")[0], {}))
-
-
-class BrokerUnavailable(RuntimeError):
-    """Kafka could not be reached or did not acknowledge: says what was tried and how to fix it."""
-
-    def __init__(self, bootstrap: str, action: str, cause: BaseException | None = None) -> None:
-        self.bootstrap = bootstrap
-        self.action = action
-        detail = f": {cause}" if cause else ""
-        super().__init__(
-            f"Kafka at {bootstrap!r} is unavailable while trying to {action}{detail}. "
-            "Start the local stack with `turnledger dev up` and export KAFKA_BOOTSTRAP_SERVERS, "
-            "or point --bootstrap / KAFKA_BOOTSTRAP_SERVERS at a reachable broker."
-        )
 
 
 def new_event_id() -> str:
@@ -160,7 +146,7 @@ class GatewayClient(EventFactory):
         self,
         bootstrap: str,
         *,
-        topic: str = DEFAULT_INGRESS_TOPIC,
+        topic: str = Topics().ingress,
         client_id: str = "turnledger-gateway",
         request_timeout_ms: int = 15_000,
         linger_ms: int = 2,
@@ -183,7 +169,7 @@ class GatewayClient(EventFactory):
             await self._producer.start()
         except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
             await self._producer.stop()
-            raise BrokerUnavailable(self.bootstrap, "start the ingress producer", exc) from exc
+            raise KafkaUnavailableError(self.bootstrap, exc, action="start the ingress producer") from exc
         self._started = True
 
     async def stop(self) -> None:
@@ -217,10 +203,10 @@ class GatewayClient(EventFactory):
             for future in futures:
                 await future
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
-            raise BrokerUnavailable(self.bootstrap, f"append to {self.topic!r}", exc) from exc
+            raise KafkaUnavailableError(self.bootstrap, exc, action=f"append to {self.topic!r}") from exc
         except KafkaError as exc:
             if getattr(exc, "retriable", False):
-                raise BrokerUnavailable(self.bootstrap, f"append to {self.topic!r}", exc) from exc
+                raise KafkaUnavailableError(self.bootstrap, exc, action=f"append to {self.topic!r}") from exc
             raise
 
     # -- gateway side ------------------------------------------------------------------

@@ -16,8 +16,10 @@ from typing import Any
 
 import orjson
 
+from turnledger.errors import GatewayError
 
-class UnknownEndpointError(KeyError):
+
+class UnknownEndpointError(GatewayError):
     """No endpoint is configured for the manifest's adapter."""
 
 

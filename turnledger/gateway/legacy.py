@@ -32,15 +32,16 @@ from pathlib import Path
 import httpx
 import orjson
 
+from turnledger.errors import InputFileError
 from turnledger.gateway.board import FINAL, OperationKey, key_of
 from turnledger.gateway.client import GatewayClient, IngressSink
 from turnledger.gateway.endpoints import endpoints_for
-from turnledger.gateway.runner import topic_name
 from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.worker import OPERATION_EXTENSION, DispatchWorker, Verdict, WorkerConfig
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
+from turnledger.topology import Topics
 
 S = DispatchState
 RECORDER_ID = "legacy-recorder"
@@ -48,7 +49,7 @@ RECORDED_BASE_URL = "http://legacy-recorded.invalid"
 """Never contacted: the recorder's transport serves the recorded bytes."""
 
 
-class LegacyExchangeError(ValueError):
+class LegacyExchangeError(InputFileError):
     """A line of an exchanges file that is not a usable exchange; names the line and what is wrong."""
 
     def __init__(self, source: str, line: int, reason: str) -> None:
@@ -250,7 +251,7 @@ async def record_legacy(
     """Read the manifests topic up to its end, record every listed exchange, wait for the verdicts."""
     stop, caught_up = asyncio.Event(), asyncio.Event()
     async with (
-        GatewayClient(bootstrap, topic=topic_name(prefix, "ingress"), client_id=recorder_id) as client,
+        GatewayClient(bootstrap, topic=Topics(prefix).ingress, client_id=recorder_id) as client,
         LegacyRecorder(client, exchanges, recorder_id=recorder_id, settle_timeout_s=timeout_s) as recorder,
     ):
 
@@ -264,7 +265,7 @@ async def record_legacy(
         tail = asyncio.create_task(
             tail_topic(
                 bootstrap,
-                topic_name(prefix, "manifests"),
+                Topics(prefix).manifests,
                 on_batch,
                 stop=stop,
                 on_caught_up=on_caught_up,
@@ -292,7 +293,7 @@ async def _until_done(
     total = len(recorder.provider.exchanges)
     while loop.time() < deadline:
         if tail.done():
-            tail.result()  # raises what stopped the reader (e.g. BrokerUnavailable)
+            tail.result()  # raises what stopped the reader (e.g. KafkaUnavailableError)
             return
         if caught_up.is_set():
             if on_progress is not None:

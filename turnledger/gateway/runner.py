@@ -15,11 +15,7 @@ from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor,
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, ManifestIssued, ToolCallReady
-
-
-def topic_name(prefix: str, name: str) -> str:
-    """Physical topic names: the prefix is prepended verbatim, as the processors' `Topics` does."""
-    return f"{prefix}turnledger.{name}"
+from turnledger.topology import Topics
 
 
 def journal_path(journal_dir: Path | None, worker_id: str) -> Path | None:
@@ -41,7 +37,7 @@ async def run_worker(
     config = config or WorkerConfig()
     journal = WorkerJournal(journal_path(journal_dir, config.worker_id))
     async with (
-        GatewayClient(bootstrap, topic=topic_name(prefix, "ingress"), client_id=config.worker_id) as client,
+        GatewayClient(bootstrap, topic=Topics(prefix).ingress, client_id=config.worker_id) as client,
         DispatchWorker(client, endpoints, config=config, journal=journal) as worker,
     ):
         if worker_box is not None:
@@ -57,7 +53,7 @@ async def run_worker(
 
         await tail_topic(
             bootstrap,
-            topic_name(prefix, "manifests"),
+            Topics(prefix).manifests,
             on_batch,
             stop=stop,
             on_caught_up=on_caught_up,
@@ -77,7 +73,7 @@ async def run_tool_executor(
 ) -> None:
     """Consume canonical tool calls (a consumer group: each call is run by one executor)."""
     async with GatewayClient(
-        bootstrap, topic=topic_name(prefix, "ingress"), client_id="turnledger-tool-executor"
+        bootstrap, topic=Topics(prefix).ingress, client_id="turnledger-tool-executor"
     ) as client:
         executor = ToolExecutor(client, tools, rollout_stage)
         if executor_box is not None:
@@ -88,7 +84,7 @@ async def run_tool_executor(
 
         await tail_topic(
             bootstrap,
-            topic_name(prefix, "tool-calls"),
+            Topics(prefix).tool_calls,
             on_batch,
             stop=stop,
             group_id=f"{prefix}{group_id}",

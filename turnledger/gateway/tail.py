@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from turnledger.codec import CodecError, decode
-from turnledger.gateway.client import BrokerUnavailable
+from turnledger.errors import KafkaUnavailableError
 from turnledger.model.base import Frozen
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ async def tail_topic(
         await consumer.start()
     except (KafkaConnectionError, OSError) as exc:
         await consumer.stop()
-        raise BrokerUnavailable(bootstrap, f"read {topic!r}", exc) from exc
+        raise KafkaUnavailableError(bootstrap, exc, action=f"read {topic!r}") from exc
     try:
         if group_id is None:
             partitions = await topic_partitions(consumer, topic)
@@ -86,7 +86,7 @@ async def tail_topic(
                     assert on_caught_up is not None
                     await on_caught_up()
     except KafkaConnectionError as exc:
-        raise BrokerUnavailable(bootstrap, f"read {topic!r}", exc) from exc
+        raise KafkaUnavailableError(bootstrap, exc, action=f"read {topic!r}") from exc
     finally:
         await consumer.stop()
 

@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from turnledger.errors import GatewayError
 from turnledger.gateway.client import IngressSink, ToolResult, WorkerEvents
 from turnledger.gateway.rollout import RolloutStage, protocol_runs_tool_calls
 from turnledger.model.events import ToolCallReady
@@ -32,7 +33,7 @@ from turnledger.model.tools import ToolDefinition
 ToolFn = Callable[[dict[str, Any]], str]
 
 
-class ToolError(Exception):
+class ToolError(GatewayError):
     """A tool refused its input: becomes an `error` result, never a crash."""
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import orjson
 
+from turnledger.errors import CanonicalJsonError
+
+__all__ = ["CanonicalJsonError", "canonical_json", "digest_of", "sha256_digest"]
+
 _OPTIONS = orjson.OPT_SORT_KEYS
-
-
-class CanonicalJsonError(ValueError):
-    """The value cannot be put in canonical JSON (non-string keys, NaN, unknown types)."""
 
 
 def canonical_json(value: Any) -> bytes:

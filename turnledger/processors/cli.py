@@ -12,11 +12,11 @@ from typing import Annotated
 
 import typer
 
+from turnledger.errors import KafkaUnavailableError
 from turnledger.processors.errors import (
     EXIT_FAILED,
     EXIT_FENCED,
     EXIT_USAGE,
-    KafkaUnavailableError,
     ProcessesFailedError,
     ProcessorError,
     TopicMismatchError,

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
+from turnledger.errors import ProcessorError
+
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_FENCED = 3
 """Exit statuses of `turnledger process` (and of each of its child processes)."""
 
-
-class ProcessorError(RuntimeError):
-    """Base class of every runtime failure."""
-
-
-class KafkaUnavailableError(ProcessorError):
-    def __init__(self, bootstrap: str, cause: BaseException | None = None) -> None:
-        self.bootstrap = bootstrap
-        detail = f" ({cause})" if cause else ""
-        super().__init__(
-            f"Kafka is not reachable at {bootstrap!r}{detail}. Start the local stack with "
-            "`turnledger dev up`, or set KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable "
-            "broker list host:port[,host:port]."
-        )
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_FENCED",
+    "EXIT_USAGE",
+    "PoisonHookError",
+    "ProcessesFailedError",
+    "ProcessorError",
+    "ProducerFencedError",
+    "TooManyAbortsError",
+    "TopicMismatchError",
+]
 
 
 class TopicMismatchError(ProcessorError):

@@ -33,13 +33,12 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from turnledger.errors import KafkaUnavailableError, TurnledgerError
 from turnledger.processors.errors import (
     EXIT_FAILED,
     EXIT_FENCED,
     EXIT_USAGE,
-    KafkaUnavailableError,
     ProcessesFailedError,
-    ProcessorError,
     TopicMismatchError,
 )
 from turnledger.processors.fold_spec import load_fold_factory
@@ -144,7 +143,7 @@ async def _run_child(spec: ChildSpec, conn: Connection) -> int:
         _send(conn, ("failed", EXIT_USAGE, str(exc)))
         return EXIT_USAGE
     except Exception as exc:
-        if not isinstance(exc, ProcessorError):
+        if not isinstance(exc, TurnledgerError):
             log.exception("processor failed")
         _send(conn, ("failed", EXIT_FAILED, str(exc)))
         return EXIT_FAILED

@@ -32,9 +32,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
+from turnledger.errors import KafkaUnavailableError, TurnledgerError
 from turnledger.processors.contract import FoldFactory, PartitionFold, PoisonHook
 from turnledger.processors.errors import (
-    KafkaUnavailableError,
     PoisonHookError,
     ProcessorError,
     ProducerFencedError,
@@ -630,7 +630,7 @@ class ProcessorApp:
                     except asyncio.CancelledError:
                         log.warning("partition %d cancelled", p)
                     except Exception as exc:
-                        trace = None if isinstance(exc, ProcessorError) else exc
+                        trace = None if isinstance(exc, TurnledgerError) else exc
                         log.error("partition %d failed: %s", p, exc, exc_info=trace)
                         if failure is None:
                             failure = exc

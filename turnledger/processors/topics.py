@@ -14,7 +14,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
-from turnledger.processors.errors import KafkaUnavailableError, TopicMismatchError
+from turnledger.errors import KafkaUnavailableError
+from turnledger.processors.errors import TopicMismatchError
 from turnledger.topology import DEFAULT_PREVIEWS_RETENTION_MS, TOPOLOGY, Stream, Topics, topic_settings
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from rich.console import Console
 from rich.table import Table
 
-from turnledger.projections.errors import ProjectionError, RedisUnavailableError
+from turnledger.errors import MissingTopicError, ProjectionError, RedisUnavailableError, ServiceUnavailable
+from turnledger.processors.errors import TopicMismatchError
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 
@@ -54,14 +55,9 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine; typed failures become a clear message and exit code 2, never a traceback."""
     try:
         return asyncio.run(factory())  # type: ignore[arg-type]
-    except ProjectionError as exc:
+    except (ProjectionError, ServiceUnavailable, MissingTopicError, TopicMismatchError) as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    except Exception as exc:
-        if type(exc).__name__ in ("KafkaUnavailableError", "TopicMismatchError"):
-            err.print(f"[red]{exc}[/red]")
-            raise typer.Exit(2) from exc
-        raise
 
 
 async def connect(url: str) -> aioredis.Redis:

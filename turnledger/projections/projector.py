@@ -19,9 +19,9 @@ from aiokafka import TopicPartition
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from turnledger.codec import CodecError, decode
+from turnledger.errors import RedisUnavailableError
 from turnledger.model.base import Frozen
 from turnledger.projections.applier import ScriptApplier
-from turnledger.projections.errors import RedisUnavailableError
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
 from turnledger.projections.replies import bytes_hash

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
-from turnledger.projections.errors import KafkaUnreachableError, MissingTopicError
+from turnledger.errors import KafkaUnavailableError, MissingTopicError
 from turnledger.records import SourceRecord
 
 DEFAULT_BATCH = 1000
@@ -31,7 +31,7 @@ async def start_consumer(bootstrap: str, *, fetch_max_wait_ms: int = 100) -> AIO
         await consumer.start()
     except (KafkaConnectionError, KafkaError, OSError) as exc:
         await consumer.stop()
-        raise KafkaUnreachableError(bootstrap, exc) from exc
+        raise KafkaUnavailableError(bootstrap, exc) from exc
     return consumer
 
 

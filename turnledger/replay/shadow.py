@@ -24,12 +24,13 @@ from typing import Any
 
 import orjson
 
+from turnledger.errors import InputFileError
 from turnledger.model.canonical import canonical_json
 from turnledger.model.manifest import DispatchManifest
 from turnledger.replay.semantic_diff import Difference, semantic_diff
 
 
-class LegacyFormatError(ValueError):
+class LegacyFormatError(InputFileError):
     def __init__(self, path: Path, line: int, problem: str) -> None:
         super().__init__(
             f"{path}:{line}: {problem}. Expected one JSON object per line: "

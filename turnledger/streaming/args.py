@@ -28,11 +28,12 @@ from typing import Any
 from jsonschema import validators
 from jsonschema.protocols import Validator
 
+from turnledger.errors import StreamFormatError
 from turnledger.model.canonical import CanonicalJsonError, canonical_json, digest_of
 from turnledger.model.reasons import ReasonCode
 
 
-class ArgumentError(ValueError):
+class ArgumentError(StreamFormatError):
     def __init__(self, reason: ReasonCode, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason

@@ -17,13 +17,15 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from turnledger.errors import StreamFormatError
+
 _PRELUDE = struct.Struct(">III")
 _FIXED_SIZES = {0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}
 _STRING_TYPES = (6, 7)
 _MIN_MESSAGE = 16
 
 
-class EventStreamError(ValueError):
+class EventStreamError(StreamFormatError):
     """The byte stream is not valid event-stream framing."""
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from turnledger.dispatch import state as state_module
-from turnledger.dispatch.state import ConversationState, _model_json, state_json
+from turnledger.dispatch.state import ConversationState
+from turnledger.dispatch.state_json import CachedJson, StateJson, state_json
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent
 
@@ -25,9 +25,12 @@ FOLD_SCENARIOS = [
 
 def _assert_identical(state: ConversationState) -> None:
     assert state_json(state) == state.model_dump_json().encode()
-    assert _model_json(state.graph) == state.graph.model_dump_json().encode()
+    json = StateJson()
+    assert json.of(state) == state.model_dump_json().encode()
+    assert json.of(state) == state.model_dump_json().encode()
+    assert json.model(state.graph) == state.graph.model_dump_json().encode()
     for block in state.graph.blocks:
-        assert _model_json(block) == block.model_dump_json().encode()
+        assert json.model(block) == block.model_dump_json().encode()
 
 
 @pytest.mark.parametrize("scenario", FOLD_SCENARIOS, ids=lambda fn: fn.__name__)
@@ -64,21 +67,23 @@ def test_awkward_strings_and_growing_history() -> None:
 
 
 def test_json_cache_entry_lives_exactly_as_long_as_its_model() -> None:
+    json = StateJson()
     graph = ConversationState.empty("c-cache").graph
     key = id(graph)
-    assert _model_json(graph) is _model_json(graph)
-    assert state_module._json_cache[key]() is graph
+    assert json.model(graph) is json.model(graph)
+    assert json.entries[key]() is graph
     del graph
     gc.collect()
-    assert key not in state_module._json_cache
+    assert key not in json.entries
 
 
 def test_json_cache_callback_of_a_dead_entry_keeps_the_newer_one() -> None:
+    json = StateJson()
     old = ConversationState.empty("c-old").graph
     new = ConversationState.empty("c-new").graph
-    _model_json(old)
-    stale = state_module._json_cache.pop(id(old))
-    state_module._json_cache[id(old)] = newer = state_module._CachedJson(new, state_module._forget)
+    json.model(old)
+    stale = json.entries.pop(id(old))
+    json.entries[id(old)] = newer = CachedJson(new, json.forget)
     newer.key, newer.json = id(old), b"newer"
-    state_module._forget(stale)
-    assert state_module._json_cache.pop(id(old)) is newer
+    json.forget(stale)
+    assert json.entries.pop(id(old)) is newer

@@ -1,0 +1,204 @@
+"""The changelog JSON of a conversation state, re-serializing only the parts that changed.
+
+`StateJson.of(state)` is exactly `state.model_dump_json().encode()` (tests compare), but
+the whole state (all committed blocks, every operation with its request and manifest)
+is written to the changelog per dirty conversation per batch, and most of it is the very
+same frozen objects as in the previous state: states are never mutated in place (every
+change is a `model_copy`), so an unchanged graph, block or operation is the same object
+in the next state and its JSON is reused. The cache belongs to the instance (the
+engine's), keyed by identity and dropped when the model is collected, so a new object
+that reuses an id is never served a stale entry.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+from pydantic import BaseModel
+from pydantic_core import to_json
+
+from turnledger.dispatch.state import ConversationState, OperationState
+from turnledger.sequence.graph_state import GraphState
+
+_STATE_FIELDS = (
+    "conversation_id",
+    "format_version",
+    "graph",
+    "cancel_generation",
+    "turn_ids",
+    "operations",
+    "handles",
+)
+if tuple(ConversationState.model_fields) != _STATE_FIELDS:  # pragma: no cover - guards StateJson.of
+    raise RuntimeError("ConversationState fields changed: update StateJson.of() to match model_dump_json()")
+
+_OPERATION_FIELDS = (
+    "operation_id",
+    "state",
+    "request",
+    "manifest",
+    "prepared_revision",
+    "attempt_generation",
+    "attempt_cancel_generation",
+    "idempotency_key",
+    "response_handle",
+    "attempt_terminated",
+    "assembler",
+    "committed_revision",
+    "updated_at_ms",
+)
+if tuple(OperationState.model_fields) != _OPERATION_FIELDS:  # pragma: no cover - guards _operation
+    raise RuntimeError(
+        "OperationState fields changed: update StateJson._operation() to match model_dump_json()"
+    )
+
+_GRAPH_FIELDS = (
+    "conversation_id",
+    "revision",
+    "blocks",
+    "chain_head",
+    "sequence_digest",
+    "block_ids",
+    "calls",
+    "results",
+    "pending_call_ids",
+)
+if tuple(GraphState.model_fields) != _GRAPH_FIELDS:  # pragma: no cover - guards _graph
+    raise RuntimeError("GraphState fields changed: update StateJson._graph() to match model_dump_json()")
+_GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
+
+
+class CachedJson(weakref.ref[BaseModel]):
+    """A cache entry: a weak reference to the model that carries its key and its JSON.
+
+    One GC-tracked object per cached model, where a (weakref, json) tuple with a per-entry
+    closure callback would be four: every live graph, block, operation, request and
+    manifest has an entry, so these are a large share of the objects a full collection walks.
+    """
+
+    __slots__ = ("json", "key")
+    key: int
+    json: bytes
+
+
+def _forgetter(entries: dict[int, CachedJson]) -> Callable[[weakref.ref[BaseModel]], None]:
+    def forget(entry: weakref.ref[BaseModel]) -> None:
+        """Drop the entry of a collected model, unless its id already holds a newer entry."""
+        assert isinstance(entry, CachedJson)
+        if entries.get(entry.key) is entry:
+            del entries[entry.key]
+
+    return forget
+
+
+class StateJson:
+    """Serializes states for the changelog; owns the JSON cache of the parts it has serialized."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, CachedJson] = {}
+        self.forget = _forgetter(self.entries)
+
+    def of(self, state: ConversationState) -> bytes:
+        """Exactly `state.model_dump_json().encode()`: the fields in declaration order, pydantic's own
+        serializer for every piece."""
+        operations = b",".join(to_json(k) + b":" + self.model(op) for k, op in state.operations.items())
+        return b"".join(
+            (
+                b'{"conversation_id":',
+                to_json(state.conversation_id),
+                b',"format_version":',
+                to_json(state.format_version),
+                b',"graph":',
+                self.model(state.graph),
+                b',"cancel_generation":',
+                to_json(state.cancel_generation),
+                b',"turn_ids":',
+                to_json(state.turn_ids),
+                b',"operations":{',
+                operations,
+                b'},"handles":',
+                to_json(state.handles),
+                b"}",
+            )
+        )
+
+    def model(self, model: BaseModel) -> bytes:
+        """`model.model_dump_json()` of a frozen part of the state, computed once per instance."""
+        key = id(model)
+        hit = self.entries.get(key)
+        if hit is not None and hit() is model:
+            return hit.json
+        if isinstance(model, OperationState):
+            value = self._operation(model)
+        elif isinstance(model, GraphState):
+            value = self._graph(model)
+        else:
+            value = model.__pydantic_serializer__.to_json(model)
+        entry = CachedJson(model, self.forget)
+        entry.key, entry.json = key, value
+        self.entries[key] = entry
+        return value
+
+    def _operation(self, op: OperationState) -> bytes:
+        """Exactly `op.model_dump_json().encode()`, reusing the JSON of its request and manifest.
+
+        An operation is copied on every event that addresses it, but its request never
+        changes and its manifest only when it is (re)prepared: both stay the same objects,
+        and they hold the largest part of its JSON. The scalar fields are serialized as two
+        dicts in declaration order (one call each, the same JSON per value as in the model)
+        and spliced around the cached parts.
+        """
+        manifest = op.manifest
+        head = to_json({"operation_id": op.operation_id, "state": op.state})
+        tail = to_json(
+            {
+                "prepared_revision": op.prepared_revision,
+                "attempt_generation": op.attempt_generation,
+                "attempt_cancel_generation": op.attempt_cancel_generation,
+                "idempotency_key": op.idempotency_key,
+                "response_handle": op.response_handle,
+                "attempt_terminated": op.attempt_terminated,
+                "assembler": op.assembler,
+                "committed_revision": op.committed_revision,
+                "updated_at_ms": op.updated_at_ms,
+            }
+        )
+        return b"".join(
+            (
+                head[:-1],
+                b',"request":',
+                self.model(op.request),
+                b',"manifest":',
+                b"null" if manifest is None else self.model(manifest),
+                b",",
+                tail[1:],
+            )
+        )
+
+    def _graph(self, graph: GraphState) -> bytes:
+        """Exactly `graph.model_dump_json().encode()`, reusing the JSON of every unchanged block.
+
+        Each turn appends blocks to `blocks` (`state.blocks + new`): the earlier blocks are the
+        very same frozen objects in the new state, so only the new ones are serialized. The
+        fields after `blocks` go through the model's own serializer (with the first three
+        excluded) and are spliced after the block list.
+        """
+        rest = graph.__pydantic_serializer__.to_json(graph, exclude=_GRAPH_HEAD)
+        return b"".join(
+            (
+                b'{"conversation_id":',
+                to_json(graph.conversation_id),
+                b',"revision":',
+                to_json(graph.revision),
+                b',"blocks":[',
+                b",".join([self.model(block) for block in graph.blocks]),
+                b"],",
+                rest[1:],
+            )
+        )
+
+
+def state_json(state: ConversationState) -> bytes:
+    """`StateJson().of(state)` with a cache of its own (nothing reused across calls)."""
+    return StateJson().of(state)
