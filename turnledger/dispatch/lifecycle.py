@@ -25,7 +25,7 @@ from turnledger.model.events import (
 from turnledger.model.graph import BlockKind
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import append
-from turnledger.sequence.outcome import Invalid
+from turnledger.sequence.validation import Invalid
 from turnledger.streaming.assembler import BlockAssembler
 from turnledger.streaming.outcomes import Complete, Incomplete
 

@@ -16,7 +16,7 @@ from turnledger.model.events import (
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import sequence_of
-from turnledger.sequence.outcome import Invalid, Valid, Waiting
+from turnledger.sequence.validation import Invalid, Valid, Waiting
 
 S = DispatchState
 

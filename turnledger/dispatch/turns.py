@@ -13,7 +13,7 @@ from turnledger.model.events import (
 from turnledger.model.graph import Role
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import append, blocks_from_submission
-from turnledger.sequence.outcome import Invalid
+from turnledger.sequence.validation import Invalid
 
 S = DispatchState
 

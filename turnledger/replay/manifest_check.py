@@ -20,7 +20,7 @@ from turnledger.model.manifest import DispatchManifest
 from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.sequence.builder import append, sequence_of
 from turnledger.sequence.graph_state import GraphState
-from turnledger.sequence.outcome import Invalid, Waiting
+from turnledger.sequence.validation import Invalid, Waiting
 from turnledger.topology import Topics
 
 

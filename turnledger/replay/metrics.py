@@ -25,7 +25,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.reasons import ReasonCode
 from turnledger.replay.evidence import Evidence
-from turnledger.streaming.args import ArgumentError, validate_arguments
+from turnledger.streaming.strict_arguments import ArgumentError, validate_arguments
 
 S = DispatchState
 R = ReasonCode

@@ -10,8 +10,8 @@ from turnledger.sequence.builder import (
     validate_blocks,
 )
 from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
-from turnledger.sequence.outcome import Invalid, Rejection, Valid, ValidationOutcome, Waiting
 from turnledger.sequence.rules import RULES, Rule
+from turnledger.sequence.validation import Invalid, Rejection, Valid, ValidationOutcome, Waiting
 
 __all__ = [
     "RULES",

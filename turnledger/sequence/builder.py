@@ -25,9 +25,9 @@ from turnledger.model.graph import (
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.arguments import argument_digest_of
 from turnledger.sequence.graph_state import GraphState
-from turnledger.sequence.outcome import Invalid, Rejection, Valid, ValidationOutcome, Waiting
 from turnledger.sequence.rules import RULES
 from turnledger.sequence.scan import TurnScan
+from turnledger.sequence.validation import Invalid, Rejection, Valid, ValidationOutcome, Waiting
 
 
 def blocks_from_submission(

@@ -16,7 +16,7 @@ from turnledger.streaming.outcomes import (
     Incomplete,
 )
 from turnledger.streaming.parser import StreamParser
-from turnledger.streaming.parsers import PARSERS, parser_for
+from turnledger.streaming.parser_registry import PARSERS, parser_for
 from turnledger.streaming.sse import SseDecoder, SseEvent
 
 __all__ = [

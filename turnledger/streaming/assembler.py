@@ -4,7 +4,7 @@ It is the commit boundary of the spec's "Streaming blocks can be committed only 
 complete": text is a revocable preview until its block stop AND the message stop;
 tool arguments stay in a private buffer until their block stop, and become a
 candidate only if strict JSON parsing, JSON-Schema validation and callId
-validation pass (args.py). `finish()` returns `Complete` with every block, or
+validation pass (strict_arguments.py). `finish()` returns `Complete` with every block, or
 `Incomplete` with none, never a part.
 
 Ordering and deduplication. Deltas are applied strictly in `delta_sequence` order
@@ -40,7 +40,6 @@ from turnledger.model.canonical import digest_of
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
-from turnledger.streaming.args import ArgumentError, parse_strict, validate_arguments
 from turnledger.streaming.outcomes import (
     AssemblyOutcome,
     CandidateBlock,
@@ -49,6 +48,7 @@ from turnledger.streaming.outcomes import (
     FeedStatus,
     Incomplete,
 )
+from turnledger.streaming.strict_arguments import ArgumentError, parse_strict, validate_arguments
 
 SNAPSHOT_VERSION = 1
 KNOWN_KINDS = frozenset({"text", "thinking", "tool_call"})

@@ -9,8 +9,8 @@ import pytest
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
 from turnledger.model.reasons import ReasonCode
 from turnledger.streaming import BlockAssembler
-from turnledger.streaming.args import ArgumentError, parse_strict
 from turnledger.streaming.outcomes import Complete, FeedStatus, Incomplete
+from turnledger.streaming.strict_arguments import ArgumentError, parse_strict
 
 from .support import TOOLS, api_of, assemble, fixture, parse
 
