@@ -18,7 +18,7 @@ from turnledger.adapters._common import (
     SCOPED_NOTICE,
     Run,
     delimited_scoped_text,
-    is_cancel,
+    error_envelope,
     is_failure,
     parse_arguments,
 )
@@ -103,12 +103,9 @@ def _function_call(block: Block, rules: GeminiRules) -> Part | None:
 
 
 def _function_response(block: Block, rules: GeminiRules) -> Part | None:
-    response: JsonObject
-    if is_failure(block):
-        status = rules.cancel_status if is_cancel(block) else "error"
-        response = {"error": {"status": status, "message": block.text or ""}}
-    else:
-        response = {"output": block.text or ""}
+    response = (
+        error_envelope(block, rules.cancel_status) if is_failure(block) else {"output": block.text or ""}
+    )
     return {"functionResponse": {"id": block.call_id, "name": block.tool_name, "response": response}}
 
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, is_cancel, is_failure
+from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
 from turnledger.adapters.base import JsonObject, UnsupportedKind
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, results_carrying_scoped
-from turnledger.model.canonical import canonical_json
 from turnledger.model.graph import Block, BlockKind, Role
 
 Part = dict[str, Any]
@@ -75,14 +74,6 @@ class OpenAIChatRules:
 
 
 RULES_V1 = OpenAIChatRules()
-
-
-def result_text(block: Block, cancel_status: str) -> str:
-    """The tool message text: the payload, or the documented JSON error envelope."""
-    if not is_failure(block):
-        return block.text or ""
-    status = cancel_status if is_cancel(block) else "error"
-    return canonical_json({"error": {"status": status, "message": block.text or ""}}).decode()
 
 
 def _text_part(block: Block, rules: OpenAIChatRules) -> Part | None:

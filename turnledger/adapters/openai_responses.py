@@ -19,12 +19,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, is_cancel, is_failure
+from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
 from turnledger.adapters.base import JsonObject, UnsupportedKind
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, rendered_parts, results_carrying_scoped
-from turnledger.model.canonical import canonical_json
 from turnledger.model.graph import Block, Role
 
 Item = dict[str, Any]
@@ -81,13 +80,6 @@ class OpenAIResponsesRules:
 RULES_V1 = OpenAIResponsesRules()
 
 
-def output_text(block: Block, cancel_status: str) -> str:
-    if not is_failure(block):
-        return block.text or ""
-    status = cancel_status if is_cancel(block) else "error"
-    return canonical_json({"error": {"status": status, "message": block.text or ""}}).decode()
-
-
 def _text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
     if not block.text:
         return None
@@ -123,7 +115,7 @@ def _function_call_output_item(block: Block, rules: OpenAIResponsesRules) -> Ite
     return {
         "type": "function_call_output",
         "call_id": block.call_id,
-        "output": output_text(block, rules.cancel_status),
+        "output": result_text(block, rules.cancel_status),
     }
 
 
