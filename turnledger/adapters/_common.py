@@ -2,9 +2,9 @@
 
 Each adapter decides, from its own rules table, where system text goes, how results
 are grouped and which roles merge; these functions only do API-neutral chores:
-finding the first block a rules table cannot map, placing each call's result right
-after the assistant run that emitted it, cutting runs of one role, delimiting scoped
-input blocks, and parsing argument JSON.
+placing each call's result right after the assistant run that emitted it, cutting
+runs of one role, delimiting scoped input blocks, parsing argument JSON, and the
+JSON error envelope of APIs that have no error flag.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from turnledger.adapters.base import MalformedSequenceError
+from turnledger.model.canonical import canonical_json
 from turnledger.model.graph import SCOPED_INPUT_KINDS, Block, BlockKind, ResultStatus, Role
 
 
@@ -143,6 +144,22 @@ def is_failure(block: Block) -> bool:
 
 def is_cancel(block: Block) -> bool:
     return block.result_status == ResultStatus.CANCEL
+
+
+def error_envelope(block: Block, cancel_status: str) -> dict[str, Any]:
+    """A failed result as `{"error": {"status", "message"}}`, for APIs with no error flag.
+
+    The status is `cancel_status` for a cancelled call, else "error".
+    """
+    status = cancel_status if is_cancel(block) else "error"
+    return {"error": {"status": status, "message": block.text or ""}}
+
+
+def result_text(block: Block, cancel_status: str) -> str:
+    """A result as the text of a tool message: the payload, or the canonical JSON of its error envelope."""
+    if not is_failure(block):
+        return block.text or ""
+    return canonical_json(error_envelope(block, cancel_status)).decode()
 
 
 def nonempty_text(block: Block) -> bool:

@@ -9,31 +9,22 @@ same-role turns, so we merge them ourselves and keep the results first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from turnledger.adapters._common import (
     SCOPED_NOTICE,
-    call_tool_names,
+    Run,
     delimited_scoped_text,
-    has_scoped,
-    has_tool_blocks,
     is_cancel,
     is_failure,
     parse_arguments,
-    pick_policy,
-    place_results,
-    role_runs,
 )
-from turnledger.adapters.base import (
-    AdapterBase,
-    DispatchParams,
-    JsonObject,
-    UnsupportedKind,
-    parse_model_revision,
-)
-from turnledger.model.graph import Block, MessageSequence, Role
+from turnledger.adapters.base import JsonObject
+from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.skeleton import AdapterBase, PartRenderer
+from turnledger.adapters.turns import RenderedTurns, system_aside_turns
+from turnledger.model.graph import Block
 
 Part = dict[str, Any]
 
@@ -125,7 +116,7 @@ def _tool_result(block: Block, rules: AnthropicRules) -> Part | None:
     return part
 
 
-_RENDER: dict[str, Callable[[Block, AnthropicRules], Part | None]] = {
+_RENDER: dict[str, PartRenderer[AnthropicRules]] = {
     "text": _text,
     "thinking": _thinking,
     "scoped_text": _scoped_text,
@@ -134,66 +125,41 @@ _RENDER: dict[str, Callable[[Block, AnthropicRules], Part | None]] = {
 }
 
 
-class AnthropicMessagesAdapter(AdapterBase):
+def _is_tool_result(part: Part) -> bool:
+    return bool(part["type"] == "tool_result")
+
+
+class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
     api = "anthropic-messages"
     provider = "anthropic"
+    part_renderers = _RENDER
 
-    rules: AnthropicRules
+    def body_layout(self, rules: AnthropicRules) -> BodyLayout:
+        return BodyLayout(
+            turns="messages",
+            max_tokens=rules.max_tokens_field,
+            system=("system",),
+            stub_tools=rules.stub_tools_when_history_has_tools,
+        )
 
-    def __init__(self, version: int, rules: AnthropicRules) -> None:
-        super().__init__(version, rules)
-
-    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+    def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns:
         rules = self.rules
-        blocks = sequence.blocks
+        return system_aside_turns(
+            runs,
+            self.render_block,
+            system=[{"type": "text", "text": notice}] if notice else [],
+            content_key="content",
+            assistant_role="assistant",
+            other_role=rules.tool_role_becomes,
+            merge_same_role=rules.merge_same_role,
+            results_first=_is_tool_result if rules.results_before_text else None,
+        )
 
-        def render(block: Block) -> Part | None:
-            return _RENDER[rules.renderers[block.kind]](block, rules)
-
-        system: list[Part] = []
-        if rules.scoped_notice and has_scoped(blocks):
-            system.append({"type": "text", "text": rules.scoped_notice})
-        messages: list[JsonObject] = []
-        for run in role_runs(place_results(blocks)):
-            parts = [p for p in (render(b) for b in run.blocks) if p is not None]
-            if not parts:
-                continue
-            if run.role == Role.SYSTEM:
-                system.extend(parts)
-                continue
-            role = "assistant" if run.role == Role.ASSISTANT else rules.tool_role_becomes
-            if rules.merge_same_role and messages and messages[-1]["role"] == role:
-                messages[-1]["content"].extend(parts)
-            else:
-                messages.append({"role": role, "content": parts})
-        if rules.results_before_text:
-            for message in messages:
-                content = message["content"]
-                message["content"] = [p for p in content if p["type"] == "tool_result"] + [
-                    p for p in content if p["type"] != "tool_result"
-                ]
-
-        payload: JsonObject = {
-            "model": parse_model_revision(params.model_revision).model,
-            rules.max_tokens_field: params.max_output_tokens,
-            "messages": messages,
-        }
-        if system:
-            payload["system"] = system
-        tools = [_tool_def(t.name, t.description, t.input_schema) for t in params.tools]
-        if not tools and rules.stub_tools_when_history_has_tools and has_tool_blocks(blocks):
-            tools = [_tool_def(name, "", {"type": "object"}) for name in call_tool_names(blocks)]
-        if tools:
-            payload["tools"] = tools
-        payload.update(pick_policy(params.policy, rules.policy_fields))
-        return payload
-
-
-def _tool_def(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
-    tool: JsonObject = {"name": name, "input_schema": schema}
-    if description:
-        tool["description"] = description
-    return tool
+    def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
+        tool: JsonObject = {"name": name, "input_schema": schema}
+        if description:
+            tool["description"] = description
+        return tool
 
 
 ANTHROPIC_MESSAGES_V1 = AnthropicMessagesAdapter(1, RULES_V1)

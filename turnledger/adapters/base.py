@@ -14,13 +14,12 @@ An adapter that meets a block kind its rules table does not map returns
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from turnledger.errors import AdapterError
-from turnledger.model.canonical import canonical_json, digest_of, sha256_digest
+from turnledger.model.canonical import canonical_json, sha256_digest
 from turnledger.model.events import DispatchRequested
 from turnledger.model.graph import Block, MessageSequence, Role
 from turnledger.model.reasons import ReasonCode
@@ -156,43 +155,15 @@ class Adapter(Protocol):
 
 
 class RulesTable(Protocol):
+    """What the build skeleton reads from every API's rules table; the rest is the API's own."""
+
     @property
     def renderers(self) -> Mapping[str, str]: ...
 
-    def as_data(self) -> JsonObject: ...
-
-
-class AdapterBase(ABC):
-    """Identity, digest, and `render`: pause on a kind the rules table has no renderer for,
-    else the canonical bytes of `build`. Holds no role rules: those are each subclass's table.
-    """
-
-    api: str
-    version: int
-    provider: str
-
-    def __init__(self, version: int, rules: RulesTable) -> None:
-        self.version = version
-        self.rules = rules
-        self.adapter_id = f"{self.api}@{self.version}"
-        self._digest = digest_of({"api": self.api, "version": self.version, "rules": rules.as_data()})
+    @property
+    def policy_fields(self) -> Mapping[str, str]: ...
 
     @property
-    def digest(self) -> str:
-        return self._digest
+    def scoped_notice(self) -> str | None: ...
 
-    @abstractmethod
-    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
-        """The request payload as JSON-compatible data (pure)."""
-
-    def render(self, sequence: MessageSequence, params: DispatchParams) -> RenderOutcome:
-        unsupported = first_unsupported(sequence.blocks, self.rules.renderers)
-        if unsupported is not None:
-            return unsupported
-        payload = self.build(sequence, params)
-        if isinstance(payload, UnsupportedKind):
-            return payload
-        return Rendered.of(payload)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.adapter_id} {self._digest[:19]}>"
+    def as_data(self) -> JsonObject: ...

@@ -12,25 +12,22 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from turnledger.adapters._common import (
     SCOPED_NOTICE,
-    call_tool_names,
+    Run,
     delimited_scoped_text,
-    has_scoped,
-    has_tool_blocks,
     is_cancel,
     is_failure,
     parse_arguments,
-    pick_policy,
-    place_results,
-    role_runs,
 )
-from turnledger.adapters.base import AdapterBase, DispatchParams, JsonObject, UnsupportedKind
-from turnledger.model.graph import Block, MessageSequence, Role
+from turnledger.adapters.base import JsonObject
+from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.skeleton import AdapterBase, PartRenderer
+from turnledger.adapters.turns import RenderedTurns, system_aside_turns
+from turnledger.model.graph import Block
 
 Part = dict[str, Any]
 
@@ -126,7 +123,7 @@ def _tool_result(block: Block, rules: BedrockRules) -> Part | None:
     return {"toolResult": result}
 
 
-_RENDER: dict[str, Callable[[Block, BedrockRules], Part | None]] = {
+_RENDER: dict[str, PartRenderer[BedrockRules]] = {
     "text": _text,
     "reasoning": _reasoning,
     "scoped_text": _scoped_text,
@@ -135,63 +132,44 @@ _RENDER: dict[str, Callable[[Block, BedrockRules], Part | None]] = {
 }
 
 
-class BedrockConverseAdapter(AdapterBase):
+def _is_tool_result(part: Part) -> bool:
+    return "toolResult" in part
+
+
+class BedrockConverseAdapter(AdapterBase[BedrockRules]):
     api = "bedrock-converse"
     provider = "bedrock"
+    part_renderers = _RENDER
 
-    rules: BedrockRules
+    def body_layout(self, rules: BedrockRules) -> BodyLayout:
+        return BodyLayout(
+            turns="messages",
+            model=None,
+            max_tokens="maxTokens",
+            generation="inferenceConfig",
+            system=("system",),
+            tools=("toolConfig", "tools"),
+            stub_tools=rules.stub_tools_when_history_has_tools,
+        )
 
-    def __init__(self, version: int, rules: BedrockRules) -> None:
-        super().__init__(version, rules)
-
-    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+    def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns:
         rules = self.rules
-        blocks = sequence.blocks
+        return system_aside_turns(
+            runs,
+            self.render_block,
+            system=[{"text": notice}] if notice else [],
+            content_key="content",
+            assistant_role="assistant",
+            other_role=rules.tool_role_becomes,
+            merge_same_role=rules.merge_same_role,
+            results_first=_is_tool_result if rules.results_before_text else None,
+        )
 
-        def render(block: Block) -> Part | None:
-            return _RENDER[rules.renderers[block.kind]](block, rules)
-
-        system: list[Part] = []
-        if rules.scoped_notice and has_scoped(blocks):
-            system.append({"text": rules.scoped_notice})
-        messages: list[JsonObject] = []
-        for run in role_runs(place_results(blocks)):
-            parts = [p for p in (render(b) for b in run.blocks) if p is not None]
-            if not parts:
-                continue
-            if run.role == Role.SYSTEM:
-                system.extend(parts)
-                continue
-            role = "assistant" if run.role == Role.ASSISTANT else rules.tool_role_becomes
-            if rules.merge_same_role and messages and messages[-1]["role"] == role:
-                messages[-1]["content"].extend(parts)
-            else:
-                messages.append({"role": role, "content": parts})
-        if rules.results_before_text:
-            for message in messages:
-                content = message["content"]
-                message["content"] = [p for p in content if "toolResult" in p] + [
-                    p for p in content if "toolResult" not in p
-                ]
-
-        inference: JsonObject = {"maxTokens": params.max_output_tokens}
-        inference.update(pick_policy(params.policy, rules.policy_fields))
-        payload: JsonObject = {"messages": messages, "inferenceConfig": inference}
-        if system:
-            payload["system"] = system
-        specs = [_tool_spec(t.name, t.description, t.input_schema) for t in params.tools]
-        if not specs and rules.stub_tools_when_history_has_tools and has_tool_blocks(blocks):
-            specs = [_tool_spec(name, "", {"type": "object"}) for name in call_tool_names(blocks)]
-        if specs:
-            payload["toolConfig"] = {"tools": specs}
-        return payload
-
-
-def _tool_spec(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
-    spec: JsonObject = {"name": name, "inputSchema": {"json": schema}}
-    if description:
-        spec["description"] = description
-    return {"toolSpec": spec}
+    def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
+        spec: JsonObject = {"name": name, "inputSchema": {"json": schema}}
+        if description:
+            spec["description"] = description
+        return {"toolSpec": spec}
 
 
 BEDROCK_CONVERSE_V1 = BedrockConverseAdapter(1, RULES_V1)

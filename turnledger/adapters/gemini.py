@@ -11,23 +11,22 @@ follows is its own user content, so the response turn stays what Gemini counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from turnledger.adapters._common import (
     SCOPED_NOTICE,
+    Run,
     delimited_scoped_text,
-    has_scoped,
-    is_cancel,
+    error_envelope,
     is_failure,
     parse_arguments,
-    pick_policy,
-    place_results,
-    role_runs,
 )
-from turnledger.adapters.base import AdapterBase, DispatchParams, JsonObject, UnsupportedKind
-from turnledger.model.graph import Block, MessageSequence, Role
+from turnledger.adapters.base import JsonObject
+from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.skeleton import AdapterBase, PartRenderer
+from turnledger.adapters.turns import RenderedTurns, system_aside_turns
+from turnledger.model.graph import Block, Role
 
 Part = dict[str, Any]
 
@@ -104,16 +103,13 @@ def _function_call(block: Block, rules: GeminiRules) -> Part | None:
 
 
 def _function_response(block: Block, rules: GeminiRules) -> Part | None:
-    response: JsonObject
-    if is_failure(block):
-        status = rules.cancel_status if is_cancel(block) else "error"
-        response = {"error": {"status": status, "message": block.text or ""}}
-    else:
-        response = {"output": block.text or ""}
+    response = (
+        error_envelope(block, rules.cancel_status) if is_failure(block) else {"output": block.text or ""}
+    )
     return {"functionResponse": {"id": block.call_id, "name": block.tool_name, "response": response}}
 
 
-_RENDER: dict[str, Callable[[Block, GeminiRules], Part | None]] = {
+_RENDER: dict[str, PartRenderer[GeminiRules]] = {
     "text": _text,
     "thought": _thought,
     "scoped_text": _scoped_text,
@@ -122,68 +118,39 @@ _RENDER: dict[str, Callable[[Block, GeminiRules], Part | None]] = {
 }
 
 
-class GeminiAdapter(AdapterBase):
+class GeminiAdapter(AdapterBase[GeminiRules]):
     api = "gemini"
     provider = "google"
+    part_renderers = _RENDER
 
-    rules: GeminiRules
+    def body_layout(self, rules: GeminiRules) -> BodyLayout:
+        return BodyLayout(
+            turns="contents",
+            model=None,
+            max_tokens="maxOutputTokens",
+            generation="generationConfig",
+            system=("systemInstruction", "parts"),
+            tool_group="functionDeclarations",
+        )
 
-    def __init__(self, version: int, rules: GeminiRules) -> None:
-        super().__init__(version, rules)
-
-    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+    def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns:
         rules = self.rules
-        blocks = sequence.blocks
+        return system_aside_turns(
+            runs,
+            self.render_block,
+            system=[{"text": notice}] if notice else [],
+            content_key="parts",
+            assistant_role=rules.assistant_role,
+            other_role=rules.tool_role_becomes,
+            merge_same_role=rules.merge_same_role,
+            never_merged=frozenset() if rules.merge_function_response_content else frozenset({Role.TOOL}),
+        )
 
-        def render(block: Block) -> Part | None:
-            return _RENDER[rules.renderers[block.kind]](block, rules)
-
-        system: list[Part] = []
-        if rules.scoped_notice and has_scoped(blocks):
-            system.append({"text": rules.scoped_notice})
-        contents: list[JsonObject] = []
-        kinds: list[str] = []  # graph role of each content, to keep response turns unmerged
-        for run in role_runs(place_results(blocks)):
-            parts = [p for p in (render(b) for b in run.blocks) if p is not None]
-            if not parts:
-                continue
-            if run.role == Role.SYSTEM:
-                system.extend(parts)
-                continue
-            role = rules.assistant_role if run.role == Role.ASSISTANT else rules.tool_role_becomes
-            mergeable = (
-                rules.merge_same_role
-                and contents
-                and contents[-1]["role"] == role
-                and (rules.merge_function_response_content or Role.TOOL not in (kinds[-1], run.role))
-            )
-            if mergeable:
-                contents[-1]["parts"].extend(parts)
-            else:
-                contents.append({"role": role, "parts": parts})
-                kinds.append(run.role)
-
-        generation: JsonObject = {"maxOutputTokens": params.max_output_tokens}
-        generation.update(pick_policy(params.policy, rules.policy_fields))
-        payload: JsonObject = {"contents": contents, "generationConfig": generation}
-        if system:
-            payload["systemInstruction"] = {"parts": system}
-        if params.tools:
-            payload["tools"] = [
-                {
-                    "functionDeclarations": [
-                        _declaration(t.name, t.description, t.input_schema) for t in params.tools
-                    ]
-                }
-            ]
-        return payload
-
-
-def _declaration(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
-    decl: JsonObject = {"name": name, "parametersJsonSchema": schema}
-    if description:
-        decl["description"] = description
-    return decl
+    def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
+        decl: JsonObject = {"name": name, "parametersJsonSchema": schema}
+        if description:
+            decl["description"] = description
+        return decl
 
 
 GEMINI_V1 = GeminiAdapter(1, RULES_V1)

@@ -13,29 +13,15 @@ for a cancelled call `"status":"cancelled"`. A success is the payload text as is
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from turnledger.adapters._common import (
-    SCOPED_NOTICE,
-    delimited_scoped_text,
-    has_scoped,
-    is_cancel,
-    is_failure,
-    pick_policy,
-    place_results,
-    role_runs,
-)
-from turnledger.adapters.base import (
-    AdapterBase,
-    DispatchParams,
-    JsonObject,
-    UnsupportedKind,
-    parse_model_revision,
-)
-from turnledger.model.canonical import canonical_json
-from turnledger.model.graph import Block, BlockKind, MessageSequence, Role
+from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
+from turnledger.adapters.base import JsonObject, UnsupportedKind
+from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.skeleton import AdapterBase, PartRenderer
+from turnledger.adapters.turns import RenderedTurns, results_carrying_scoped
+from turnledger.model.graph import Block, BlockKind, Role
 
 Part = dict[str, Any]
 
@@ -90,14 +76,6 @@ class OpenAIChatRules:
 RULES_V1 = OpenAIChatRules()
 
 
-def result_text(block: Block, cancel_status: str) -> str:
-    """The tool message text: the payload, or the documented JSON error envelope."""
-    if not is_failure(block):
-        return block.text or ""
-    status = cancel_status if is_cancel(block) else "error"
-    return canonical_json({"error": {"status": status, "message": block.text or ""}}).decode()
-
-
 def _text_part(block: Block, rules: OpenAIChatRules) -> Part | None:
     return {"type": "text", "text": block.text} if block.text else None
 
@@ -122,7 +100,7 @@ def _tool_message(block: Block, rules: OpenAIChatRules) -> Part | None:
     return {"role": "tool", "tool_call_id": block.call_id, "content": result_text(block, rules.cancel_status)}
 
 
-_RENDER: dict[str, Callable[[Block, OpenAIChatRules], Part | None]] = {
+_RENDER: dict[str, PartRenderer[OpenAIChatRules]] = {
     "text_part": _text_part,
     "scoped_text_part": _scoped_text_part,
     "omit": _omit,
@@ -131,30 +109,32 @@ _RENDER: dict[str, Callable[[Block, OpenAIChatRules], Part | None]] = {
 }
 
 
-class OpenAIChatAdapter(AdapterBase):
+class OpenAIChatAdapter(AdapterBase[OpenAIChatRules]):
     api = "openai-chat"
     provider = "openai"
+    part_renderers = _RENDER
 
-    rules: OpenAIChatRules
+    def body_layout(self, rules: OpenAIChatRules) -> BodyLayout:
+        return BodyLayout(
+            turns="messages",
+            max_tokens=rules.max_tokens_field,
+            parallel_tool_calls="parallel_tool_calls",
+        )
 
-    def __init__(self, version: int, rules: OpenAIChatRules) -> None:
-        super().__init__(version, rules)
-
-    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+    def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns | UnsupportedKind:
         rules = self.rules
-        blocks = sequence.blocks
-
-        def render(block: Block) -> Part | None:
-            return _RENDER[rules.renderers[block.kind]](block, rules)
-
         messages: list[JsonObject] = []
-        if rules.scoped_notice and has_scoped(blocks):
-            messages.append(
-                {"role": rules.system_role, "content": [{"type": "text", "text": rules.scoped_notice}]}
-            )
-        for run in role_runs(place_results(blocks)):
+        if notice:
+            messages.append({"role": rules.system_role, "content": [{"type": "text", "text": notice}]})
+        for run in runs:
             if run.role == Role.TOOL:
-                tool_messages = _tool_run(run.blocks, render)
+                tool_messages = results_carrying_scoped(
+                    run.blocks,
+                    self.render_block,
+                    body_key="content",
+                    text_type="text",
+                    carrier="tool message",
+                )
                 if isinstance(tool_messages, UnsupportedKind):
                     return tool_messages
                 messages.extend(tool_messages)
@@ -162,67 +142,25 @@ class OpenAIChatAdapter(AdapterBase):
             texts: list[Part] = []
             calls: list[Part] = []
             for block in run.blocks:
-                part = render(block)
+                part = self.render_block(block)
                 if part is None:
                     continue
                 (calls if block.kind == BlockKind.TOOL_CALL else texts).append(part)
             if not texts and not calls:
                 continue
-            role = rules.system_role if run.role == Role.SYSTEM else run.role
-            message: JsonObject = {"role": role}
+            message: JsonObject = {"role": rules.system_role if run.role == Role.SYSTEM else run.role}
             if texts:
                 message["content"] = texts
             if calls:
                 message["tool_calls"] = calls
             messages.append(message)
+        return RenderedTurns(turns=messages)
 
-        payload: JsonObject = {
-            "model": parse_model_revision(params.model_revision).model,
-            rules.max_tokens_field: params.max_output_tokens,
-            "messages": messages,
-        }
-        if params.tools:
-            payload["tools"] = [
-                {"type": "function", "function": _function(t.name, t.description, t.input_schema)}
-                for t in params.tools
-            ]
-        policy = pick_policy(params.policy, rules.policy_fields)
-        if params.tools and "parallel_tool_calls" in params.policy:
-            policy["parallel_tool_calls"] = bool(params.policy["parallel_tool_calls"])
-        payload.update(policy)
-        return payload
-
-
-def _tool_run(
-    blocks: tuple[Block, ...], render: Callable[[Block], Part | None]
-) -> list[JsonObject] | UnsupportedKind:
-    """One tool message per result; tool-scoped blocks ride as extra parts of the previous one."""
-    out: list[JsonObject] = []
-    for block in blocks:
-        if block.kind == BlockKind.TOOL_RESULT:
-            message = render(block)
-            if message is not None:
-                out.append(message)
-            continue
-        part = render(block)
-        if part is None:
-            continue
-        if not out:
-            return UnsupportedKind(
-                kind=block.kind, block_id=block.id, detail="tool-role block with no tool message to carry it"
-            )
-        last = out[-1]
-        if isinstance(last["content"], str):
-            last["content"] = [{"type": "text", "text": last["content"]}]
-        last["content"].append(part)
-    return out
-
-
-def _function(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
-    fn: JsonObject = {"name": name, "parameters": schema}
-    if description:
-        fn["description"] = description
-    return fn
+    def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
+        fn: JsonObject = {"name": name, "parameters": schema}
+        if description:
+            fn["description"] = description
+        return {"type": "function", "function": fn}
 
 
 OPENAI_CHAT_V1 = OpenAIChatAdapter(1, RULES_V1)

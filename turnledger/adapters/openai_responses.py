@@ -16,29 +16,15 @@ string). Errors follow the same documented JSON envelope as openai-chat.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from turnledger.adapters._common import (
-    SCOPED_NOTICE,
-    delimited_scoped_text,
-    has_scoped,
-    is_cancel,
-    is_failure,
-    pick_policy,
-    place_results,
-    role_runs,
-)
-from turnledger.adapters.base import (
-    AdapterBase,
-    DispatchParams,
-    JsonObject,
-    UnsupportedKind,
-    parse_model_revision,
-)
-from turnledger.model.canonical import canonical_json
-from turnledger.model.graph import Block, BlockKind, MessageSequence, Role
+from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
+from turnledger.adapters.base import JsonObject, UnsupportedKind
+from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.skeleton import AdapterBase, PartRenderer
+from turnledger.adapters.turns import RenderedTurns, rendered_parts, results_carrying_scoped
+from turnledger.model.graph import Block, Role
 
 Item = dict[str, Any]
 
@@ -94,13 +80,6 @@ class OpenAIResponsesRules:
 RULES_V1 = OpenAIResponsesRules()
 
 
-def output_text(block: Block, cancel_status: str) -> str:
-    if not is_failure(block):
-        return block.text or ""
-    status = cancel_status if is_cancel(block) else "error"
-    return canonical_json({"error": {"status": status, "message": block.text or ""}}).decode()
-
-
 def _text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
     if not block.text:
         return None
@@ -136,11 +115,11 @@ def _function_call_output_item(block: Block, rules: OpenAIResponsesRules) -> Ite
     return {
         "type": "function_call_output",
         "call_id": block.call_id,
-        "output": output_text(block, rules.cancel_status),
+        "output": result_text(block, rules.cancel_status),
     }
 
 
-_RENDER: dict[str, Callable[[Block, OpenAIResponsesRules], Item | None]] = {
+_RENDER: dict[str, PartRenderer[OpenAIResponsesRules]] = {
     "text": _text,
     "scoped_text": _scoped_text,
     "reasoning_item": _reasoning_item,
@@ -149,50 +128,48 @@ _RENDER: dict[str, Callable[[Block, OpenAIResponsesRules], Item | None]] = {
 }
 
 
-class OpenAIResponsesAdapter(AdapterBase):
+class OpenAIResponsesAdapter(AdapterBase[OpenAIResponsesRules]):
     api = "openai-responses"
     provider = "openai"
+    part_renderers = _RENDER
 
-    rules: OpenAIResponsesRules
+    def body_layout(self, rules: OpenAIResponsesRules) -> BodyLayout:
+        return BodyLayout(
+            turns="input",
+            max_tokens=rules.max_tokens_field,
+            parallel_tool_calls="parallel_tool_calls",
+        )
 
-    def __init__(self, version: int, rules: OpenAIResponsesRules) -> None:
-        super().__init__(version, rules)
-
-    def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind:
+    def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns | UnsupportedKind:
         rules = self.rules
-        blocks = sequence.blocks
-
-        def render(block: Block) -> Item | None:
-            return _RENDER[rules.renderers[block.kind]](block, rules)
-
         items: list[Item] = []
-        if rules.scoped_notice and has_scoped(blocks):
-            items.append(_message("system", [{"type": rules.input_text_type, "text": rules.scoped_notice}]))
-        for run in role_runs(place_results(blocks)):
+        if notice:
+            items.append(_message("system", [{"type": rules.input_text_type, "text": notice}]))
+        for run in runs:
             if run.role == Role.TOOL:
-                outputs = _tool_items(run.blocks, render)
+                outputs = results_carrying_scoped(
+                    run.blocks,
+                    self.render_block,
+                    body_key="output",
+                    text_type="input_text",
+                    carrier="tool output",
+                )
                 if isinstance(outputs, UnsupportedKind):
                     return outputs
                 items.extend(outputs)
                 continue
-            rendered = [p for p in (render(b) for b in run.blocks) if p is not None]
+            rendered = rendered_parts(run, self.render_block)
             if run.role == Role.ASSISTANT:
                 items.extend(_assistant_items(rendered, rules))
             elif rendered:
                 items.append(_message(run.role, rendered))
+        return RenderedTurns(turns=items)
 
-        payload: JsonObject = {
-            "model": parse_model_revision(params.model_revision).model,
-            rules.max_tokens_field: params.max_output_tokens,
-            "input": items,
-        }
-        if params.tools:
-            payload["tools"] = [_function_tool(t.name, t.description, t.input_schema) for t in params.tools]
-        policy = pick_policy(params.policy, rules.policy_fields)
-        if params.tools and "parallel_tool_calls" in params.policy:
-            policy["parallel_tool_calls"] = bool(params.policy["parallel_tool_calls"])
-        payload.update(policy)
-        return payload
+    def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
+        tool: JsonObject = {"type": "function", "name": name, "parameters": schema, "strict": False}
+        if description:
+            tool["description"] = description
+        return tool
 
 
 def _message(role: str, content: list[Item]) -> Item:
@@ -207,36 +184,6 @@ def _assistant_items(rendered: list[Item], rules: OpenAIResponsesRules) -> list[
     while out and out[-1]["type"] == "reasoning":
         out.pop()
     return out
-
-
-def _tool_items(
-    blocks: tuple[Block, ...], render: Callable[[Block], Item | None]
-) -> list[Item] | UnsupportedKind:
-    """Outputs in order; tool-scoped parts ride on the previous output as extra input_text parts."""
-    out: list[Item] = []
-    for block in blocks:
-        item = render(block)
-        if item is None:
-            continue
-        if block.kind == BlockKind.TOOL_RESULT:
-            out.append(item)
-            continue
-        if not out:
-            return UnsupportedKind(
-                kind=block.kind, block_id=block.id, detail="tool-role block with no tool output to carry it"
-            )
-        last = out[-1]
-        if isinstance(last["output"], str):
-            last["output"] = [{"type": "input_text", "text": last["output"]}]
-        last["output"].append(item)
-    return out
-
-
-def _function_tool(name: str, description: str, schema: dict[str, Any]) -> JsonObject:
-    tool: JsonObject = {"type": "function", "name": name, "parameters": schema, "strict": False}
-    if description:
-        tool["description"] = description
-    return tool
 
 
 OPENAI_RESPONSES_V1 = OpenAIResponsesAdapter(1, RULES_V1)

@@ -1,0 +1,24 @@
+"""Each shipped adapter's digest, pinned by value.
+
+The digest covers api, version and rules table and is bound into every manifest, so a
+refactor of the adapter code must leave it unchanged; a changed rules table is a new
+adapter version, pinned here when it ships. The goldens' digests.json records the same
+values; this test states them where a reviewer sees them.
+"""
+
+from __future__ import annotations
+
+from turnledger.adapters.registry import ADAPTERS
+
+SHIPPED_DIGESTS = {
+    "anthropic-messages@0": "sha256:bd5aee655938be327b518683e8e3542b22802a3e1322d55bb0fa2028fbb10534",
+    "anthropic-messages@1": "sha256:7a8b1767f22b2302298f0026abfd2f07416a0169eea21c22ff169fecdedc2405",
+    "bedrock-converse@1": "sha256:3780ca26ba6c20e5f1a51a98a5ab5521807214608e0ffe11fb28f13c3229c02a",
+    "gemini@1": "sha256:a9c85358a5c66ef23d711fd4531589498a97732eaade75d6f87b4475c0df1e9e",
+    "openai-chat@1": "sha256:ad710e25e53b2048e4f2d591d09499d502644eaf3af359a5b3b54f8494691722",
+    "openai-responses@1": "sha256:782e58ddfb9eb074c171336e6a63a9096db4a800ea3e52f5039bca1ca5f98dda",
+}
+
+
+def test_every_shipped_adapter_keeps_its_digest() -> None:
+    assert {adapter_id: adapter.digest for adapter_id, adapter in ADAPTERS.items()} == SHIPPED_DIGESTS
