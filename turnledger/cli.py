@@ -15,8 +15,8 @@ app = typer.Typer(
 def _register() -> None:
     from turnledger.demo.cli import demo
     from turnledger.devstack.cli import dev_app
+    from turnledger.fake_provider.cli import fake_provider
     from turnledger.gateway.cli import legacy_app, tool_executor, worker
-    from turnledger.gateway.fake_provider.cli import fake_provider
     from turnledger.processors.cli import process
     from turnledger.projections.cli import history_command, project_command, status_command
     from turnledger.replay.cli import metrics_command, replay_app, shadow_app

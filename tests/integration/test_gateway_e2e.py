@@ -14,8 +14,8 @@ import pytest
 
 from turnledger.demo.checks import all_checks
 from turnledger.demo.run import DemoOptions, _processor_caught_up, _start_processor, _stop_processor, run_demo
+from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.client import GatewayClient
-from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.model.base import Frozen

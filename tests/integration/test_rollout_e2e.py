@@ -19,9 +19,9 @@ import orjson
 import pytest
 
 from turnledger.demo.run import _processor_caught_up, _start_processor, _stop_processor
+from turnledger.fake_provider import FakeProvider
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
-from turnledger.gateway.fake_provider import FakeProvider
 from turnledger.gateway.legacy import RECORDER_ID
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_worker

@@ -13,8 +13,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from turnledger.fake_provider import ReceivedRequest
 from turnledger.gateway.board import key_of
-from turnledger.gateway.fake_provider import ReceivedRequest
 from turnledger.model.events import (
     CommittedTurn,
     DispatchDecision,

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from turnledger.demo.checks import Check, all_checks, check_audit, check_projections
 from turnledger.demo.driver import SLOW_MARKER, Driver, DriverStats
+from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
-from turnledger.gateway.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.tail import tail_topic, topic_partitions
 from turnledger.gateway.tool_executor import ToolExecutor

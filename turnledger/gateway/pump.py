@@ -14,8 +14,11 @@ the connection rather than on the bytes of one response:
   of the same response must produce the same sequence numbers).
 - Wire dedup. OpenAI Responses numbers its events (`sequence_number`); an event at
   or below the last one seen on this connection is a duplicate and is dropped
-  before parsing, since a duplicated event would otherwise produce new deltas with
-  new sequence numbers that the assembler could not recognise.
+  before the parser sees it, since a duplicated event would otherwise produce new
+  deltas with new sequence numbers that the assembler could not recognise.
+
+Each event is decoded from SSE once (here) and its JSON parsed once (`parse_event`);
+the sequence number is read from that parse and the parser is fed the same one.
 
 Deltas at or below `acked` (already appended by an earlier read of the same
 generation) are not appended again.
@@ -23,25 +26,17 @@ generation) are not appended again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from turnledger.model.deltas import DeltaType, NormalizedDelta
-from turnledger.streaming import SseDecoder, SseEvent, StreamParser, parser_for
+from turnledger.streaming import ParsedEvent, SseDecoder, SseEvent, StreamParser, parse_event, parser_for
 
 OnHandle = Callable[[str], Awaitable[None]]
 OnDeltas = Callable[[list[NormalizedDelta]], Awaitable[None]]
 
 FINAL_TYPES = frozenset({DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR})
 SEQUENCED_APIS = frozenset({"openai-responses"})
-
-
-def encode_sse(event: SseEvent) -> bytes:
-    """One decoded SSE event back to its wire form (for the parser, which reads bytes)."""
-    lines = [f"event: {event.event}"] if event.event else []
-    lines.extend(f"data: {line}" for line in event.data.split("\n"))
-    return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
 @dataclass
@@ -97,12 +92,13 @@ class StreamPump:
         batch.extend(self._accept(self._parser.flush()))
         await self._append(batch)
 
-    async def _event(self, event: SseEvent) -> list[NormalizedDelta]:
+    async def _event(self, sse: SseEvent) -> list[NormalizedDelta]:
         self.stats.events += 1
+        event = parse_event(sse)
         if self._is_wire_duplicate(event):
             self.stats.wire_duplicates += 1
             return []
-        deltas = self._parser.feed(encode_sse(event))
+        deltas = self._parser.feed_sse(event)
         if self._bound:
             return self._accept(deltas)
         if self._parser.response_handle is None:
@@ -114,7 +110,7 @@ class StreamPump:
         if self._junk_events:
             # restart numbering at this response's first event
             self._parser = parser_for(self.api, generation=self.generation)
-            deltas = self._parser.feed(encode_sse(event))
+            deltas = self._parser.feed_sse(event)
         self._bound = True
         await self._on_handle(handle)
         if self._junk:
@@ -123,7 +119,7 @@ class StreamPump:
             self._junk = []
         return self._accept(deltas)
 
-    def _is_wire_duplicate(self, event: SseEvent) -> bool:
+    def _is_wire_duplicate(self, event: ParsedEvent) -> bool:
         if self.api not in SEQUENCED_APIS or not self._bound:
             return False
         sequence = _wire_sequence(event)
@@ -148,10 +144,9 @@ class StreamPump:
         self.stats.deltas_appended += len(batch)
 
 
-def _wire_sequence(event: SseEvent) -> int:
+def _wire_sequence(event: ParsedEvent) -> int:
     """The provider's own event number (`sequence_number`), or -1 when the event has none."""
-    try:
-        sequence = json.loads(event.data).get("sequence_number")
-    except (ValueError, AttributeError):
+    if event.payload is None:
         return -1
+    sequence = event.payload.get("sequence_number")
     return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else -1

@@ -3,6 +3,7 @@
 Public API:
 - `SseDecoder`, `SseEvent` (sse.py): incremental WHATWG SSE decoding;
 - `parser_for(api, *, generation, response_handle=None, start_sequence=0)` → `StreamParser`;
+- `parse_event`, `ParsedEvent` (parser.py): one SSE event's JSON, parsed once, for `StreamParser.feed_sse`;
 - `BlockAssembler` (assembler.py) and its results (outcomes.py).
 """
 
@@ -15,7 +16,7 @@ from turnledger.streaming.outcomes import (
     FeedStatus,
     Incomplete,
 )
-from turnledger.streaming.parser import StreamParser
+from turnledger.streaming.parser import ParsedEvent, StreamParser, parse_event
 from turnledger.streaming.parser_registry import PARSERS, parser_for
 from turnledger.streaming.sse import SseDecoder, SseEvent
 
@@ -28,8 +29,10 @@ __all__ = [
     "FeedResult",
     "FeedStatus",
     "Incomplete",
+    "ParsedEvent",
     "SseDecoder",
     "SseEvent",
     "StreamParser",
+    "parse_event",
     "parser_for",
 ]

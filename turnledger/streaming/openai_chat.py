@@ -23,8 +23,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from turnledger.model.deltas import DeltaType, StopReason
-from turnledger.streaming.parser import Handler, StreamParser
-from turnledger.streaming.sse import SseEvent
+from turnledger.streaming.parser import Handler, ParsedEvent, StreamParser
 
 DONE = "[DONE]"
 
@@ -50,8 +49,8 @@ class OpenAIChatParser(StreamParser):
         self._open: list[int] = []
         self._raw_stop: str | None = None
 
-    def _on_sse(self, event: SseEvent) -> None:
-        if event.data.strip() == DONE:
+    def _on_sse(self, event: ParsedEvent) -> None:
+        if event.sse.data.strip() == DONE:
             self._done()
         else:
             super()._on_sse(event)

@@ -12,12 +12,17 @@ is what lets a replayed or re-opened stream be deduplicated downstream.
 
 Malformed JSON in an event is not skipped: we cannot know what it said, so it
 becomes a PROVIDER_ERROR delta and the response can never commit.
+
+A caller that decodes the transport itself (the gateway's stream pump, which reads
+the provider's `sequence_number` before the parser sees an event) parses each event
+once with `parse_event` and hands it to `feed_sse`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from turnledger.model.deltas import MESSAGE_LEVEL_INDEX, DeltaType, NormalizedDelta
@@ -54,6 +59,22 @@ def _construct(fields: dict[str, Any]) -> NormalizedDelta:
     return delta
 
 
+@dataclass(frozen=True, slots=True)
+class ParsedEvent:
+    """An SSE event and its data parsed as JSON; `payload` is None when the data is not a JSON object."""
+
+    sse: SseEvent
+    payload: Mapping[str, Any] | None
+
+
+def parse_event(event: SseEvent) -> ParsedEvent:
+    try:
+        payload = json.loads(event.data)
+    except ValueError:
+        return ParsedEvent(event, None)
+    return ParsedEvent(event, payload if isinstance(payload, dict) else None)
+
+
 class StreamParser:
     """Incremental parser for one provider response stream (one handle, one generation)."""
 
@@ -84,12 +105,17 @@ class StreamParser:
 
     def feed(self, data: bytes) -> list[NormalizedDelta]:
         for event in self._sse.feed(data):
-            self._on_sse(event)
+            self._on_sse(parse_event(event))
         return self._drain()
 
     def flush(self) -> list[NormalizedDelta]:
         for event in self._sse.flush():
-            self._on_sse(event)
+            self._on_sse(parse_event(event))
+        return self._drain()
+
+    def feed_sse(self, event: ParsedEvent) -> list[NormalizedDelta]:
+        """Feed one SSE event the caller decoded from its transport and parsed with `parse_event`."""
+        self._on_sse(event)
         return self._drain()
 
     def feed_event(self, payload: Mapping[str, Any], event: str | None = None) -> list[NormalizedDelta]:
@@ -99,16 +125,11 @@ class StreamParser:
 
     # -- to be used by provider modules -------------------------------------------------
 
-    def _on_sse(self, event: SseEvent) -> None:
-        try:
-            payload = json.loads(event.data)
-        except ValueError:
-            self._emit_undecodable(event.data)
-            return
-        if not isinstance(payload, dict):
-            self._emit_undecodable(event.data)
-            return
-        self._dispatch(event.event, payload)
+    def _on_sse(self, event: ParsedEvent) -> None:
+        if event.payload is None:
+            self._emit_undecodable(event.sse.data)
+        else:
+            self._dispatch(event.sse.event, event.payload)
 
     def _dispatch(self, event: str | None, payload: Mapping[str, Any]) -> None:
         kind = self._event_type(event, payload)

@@ -15,8 +15,8 @@ import pytest
 
 from tests.unit.gateway.ledger import InMemoryLedger
 from tests.unit.gateway.test_worker import Harness
+from turnledger.fake_provider import FakeProvider
 from turnledger.gateway.endpoints import endpoints_for
-from turnledger.gateway.fake_provider import FakeProvider
 from turnledger.gateway.legacy import (
     RECORDER_ID,
     LegacyExchange,

@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from tests.unit.gateway.ledger import InMemoryLedger
+from turnledger.fake_provider import FakeProvider, FaultPlan
+from turnledger.fake_provider.faults import Fault, FaultKind
 from turnledger.gateway.client import EventFactory, stream_policy
 from turnledger.gateway.endpoints import endpoints_for
-from turnledger.gateway.fake_provider import FakeProvider, FaultPlan
-from turnledger.gateway.fake_provider.faults import Fault, FaultKind
 from turnledger.gateway.tool_executor import DEMO_TOOLS, ToolExecutor
 from turnledger.gateway.worker import GIVE_UP_PREFIX, DispatchWorker, WorkerConfig, gave_up
 from turnledger.model.events import (

@@ -14,8 +14,8 @@ import pytest
 from tests.unit.gateway.ledger import InMemoryLedger
 from tests.unit.gateway.test_worker import Harness, _harness
 from turnledger.codec import encode
-from turnledger.gateway.fake_provider import FaultPlan
-from turnledger.gateway.fake_provider.faults import Fault, FaultKind
+from turnledger.fake_provider import FaultPlan
+from turnledger.fake_provider.faults import Fault, FaultKind
 from turnledger.model.events import DispatchState, ToolCallReady
 from turnledger.replay.evidence import Evidence, Raw
 from turnledger.replay.metrics import compute, partial_tool_calls

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnledger.gateway.fake_provider.api import ApiSpec, ScriptContext, output_tokens
-from turnledger.gateway.fake_provider.errors import BadRequestError
-from turnledger.gateway.fake_provider.ids import CREATED_AT
-from turnledger.gateway.fake_provider.model import (
+from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
+from turnledger.fake_provider.errors import BadRequestError
+from turnledger.fake_provider.ids import CREATED_AT
+from turnledger.fake_provider.model import (
     Answer,
     Conversation,
     LastTurn,
@@ -23,7 +23,7 @@ from turnledger.gateway.fake_provider.model import (
     split_json,
     split_text,
 )
-from turnledger.gateway.fake_provider.sse import DONE, SseEvent
+from turnledger.fake_provider.sse import DONE, SseEvent
 
 FINGERPRINT = "fp_fake0001"
 

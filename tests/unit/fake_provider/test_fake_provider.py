@@ -19,7 +19,7 @@ from openai.lib.streaming.responses import ResponseStreamState
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 
-from turnledger.gateway.fake_provider import (
+from turnledger.fake_provider import (
     FakeProvider,
     Fault,
     FaultKind,
@@ -27,7 +27,7 @@ from turnledger.gateway.fake_provider import (
     FaultRecord,
     NonLoopbackBindError,
 )
-from turnledger.gateway.fake_provider.faults import truncate_mid_string
+from turnledger.fake_provider.faults import truncate_mid_string
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -510,15 +510,13 @@ async def test_background_retrieve_cancel_and_idempotent_reattach() -> None:
         assert first["id"] == second["id"] != created["id"]
 
 
-def test_cli_command_registers_and_documents_its_options() -> None:
-    import typer
+def test_turnledger_fake_provider_command_documents_its_options() -> None:
     from typer.testing import CliRunner
 
-    from turnledger.gateway.fake_provider.cli import fake_provider
+    from turnledger.cli import _register, app
 
-    app = typer.Typer()
-    app.command("fake-provider")(fake_provider)
-    app.command("noop")(lambda: None)  # two commands, so the sub-command name is required as in the real CLI
+    if not app.registered_groups:
+        _register()
     result = CliRunner().invoke(app, ["fake-provider", "--help"])
     assert result.exit_code == 0
     for option in ("--port", "--seed", "--fault-rate"):

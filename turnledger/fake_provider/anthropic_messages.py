@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from turnledger.gateway.fake_provider.api import ApiSpec, ScriptContext, output_tokens
-from turnledger.gateway.fake_provider.errors import BadRequestError
-from turnledger.gateway.fake_provider.model import (
+from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
+from turnledger.fake_provider.errors import BadRequestError
+from turnledger.fake_provider.model import (
     Answer,
     Conversation,
     LastTurn,
@@ -22,7 +22,7 @@ from turnledger.gateway.fake_provider.model import (
     split_json,
     split_text,
 )
-from turnledger.gateway.fake_provider.sse import SseEvent
+from turnledger.fake_provider.sse import SseEvent
 
 
 def parse(body: dict[str, Any]) -> Conversation:

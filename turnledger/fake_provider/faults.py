@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from turnledger.gateway.fake_provider.errors import BadRequestError
+from turnledger.fake_provider.errors import BadRequestError
 
 FAULT_HEADER = "x-fake-fault"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from turnledger.gateway.fake_provider.schema_args import generate
+from turnledger.fake_provider.schema_args import generate
 
 
 class LastTurn(Enum):

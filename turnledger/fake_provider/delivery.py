@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from turnledger.gateway.fake_provider.httpio import ResponseWriter
-from turnledger.gateway.fake_provider.sse import SseEvent
+from turnledger.fake_provider.httpio import ResponseWriter
+from turnledger.fake_provider.sse import SseEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,9 @@ scripted or seeded-random faults: disconnect at byte N, duplicated events, missi
 arguments, slow streams, provider error events, late events after a reconnect.
 """
 
-from turnledger.gateway.fake_provider.errors import BadRequestError, FakeProviderError, NonLoopbackBindError
-from turnledger.gateway.fake_provider.faults import FAULT_HEADER, Fault, FaultKind, FaultPlan, FaultRecord
-from turnledger.gateway.fake_provider.server import FakeProvider, ReceivedRequest
+from turnledger.fake_provider.errors import BadRequestError, FakeProviderError, NonLoopbackBindError
+from turnledger.fake_provider.faults import FAULT_HEADER, Fault, FaultKind, FaultPlan, FaultRecord
+from turnledger.fake_provider.server import FakeProvider, ReceivedRequest
 
 __all__ = [
     "FAULT_HEADER",

@@ -1,7 +1,7 @@
 """`turnledger fake-provider`: run the fake provider in the foreground until interrupted.
 
 Register in turnledger/cli.py with:
-    from turnledger.gateway.fake_provider.cli import fake_provider
+    from turnledger.fake_provider.cli import fake_provider
     app.command("fake-provider")(fake_provider)
 """
 
@@ -12,8 +12,8 @@ import contextlib
 
 import typer
 
-from turnledger.gateway.fake_provider.faults import FaultPlan
-from turnledger.gateway.fake_provider.server import FakeProvider
+from turnledger.fake_provider.faults import FaultPlan
+from turnledger.fake_provider.server import FakeProvider
 
 
 def fake_provider(

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnledger.gateway.fake_provider.ids import make_id
-from turnledger.gateway.fake_provider.model import Answer, Conversation
-from turnledger.gateway.fake_provider.sse import SseEvent
+from turnledger.fake_provider.ids import make_id
+from turnledger.fake_provider.model import Answer, Conversation
+from turnledger.fake_provider.sse import SseEvent
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnledger.gateway.fake_provider.sse import SseEvent
+from turnledger.fake_provider.sse import SseEvent
 
 SnapshotFn = Callable[[str, list[dict[str, Any]]], dict[str, Any]]
 

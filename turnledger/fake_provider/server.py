@@ -18,12 +18,12 @@ from typing import Any
 
 import orjson
 
-from turnledger.gateway.fake_provider import anthropic_messages, openai_chat, openai_responses
-from turnledger.gateway.fake_provider.api import ApiSpec, ScriptContext
-from turnledger.gateway.fake_provider.background import BackgroundResponse
-from turnledger.gateway.fake_provider.delivery import Planned, deliver, plan, planned_bytes
-from turnledger.gateway.fake_provider.errors import BadRequestError, NonLoopbackBindError
-from turnledger.gateway.fake_provider.faults import (
+from turnledger.fake_provider import anthropic_messages, openai_chat, openai_responses
+from turnledger.fake_provider.api import ApiSpec, ScriptContext
+from turnledger.fake_provider.background import BackgroundResponse
+from turnledger.fake_provider.delivery import Planned, deliver, plan, planned_bytes
+from turnledger.fake_provider.errors import BadRequestError, NonLoopbackBindError
+from turnledger.fake_provider.faults import (
     CONTENT_FAULTS,
     FAULT_HEADER,
     Fault,
@@ -36,15 +36,15 @@ from turnledger.gateway.fake_provider.faults import (
     resolve_disconnect,
     truncate_mid_string,
 )
-from turnledger.gateway.fake_provider.httpio import (
+from turnledger.fake_provider.httpio import (
     HttpRequest,
     MalformedRequest,
     ResponseWriter,
     read_request,
 )
-from turnledger.gateway.fake_provider.ids import rng_for
-from turnledger.gateway.fake_provider.model import Answer, decide
-from turnledger.gateway.fake_provider.sse import SseEvent
+from turnledger.fake_provider.ids import rng_for
+from turnledger.fake_provider.model import Answer, decide
+from turnledger.fake_provider.sse import SseEvent
 
 LOOPBACK = "127.0.0.1"
 IDEMPOTENCY_HEADER = "idempotency-key"
