@@ -4,7 +4,9 @@ The dispatch state machine is the table `OPERATION_TRANSITIONS`: for each event 
 addresses an operation, the states it may arrive in. An event outside its row is a
 typed rejection (ILLEGAL_TRANSITION) and leaves the state unchanged. Events of a
 non-active attempt never reach a handler: stream deltas become quarantine records,
-transitions become STALE_GENERATION rejections.
+transitions become STALE_GENERATION rejections. Events in `LEASE_HOLDER_EVENTS` must come
+from the worker holding the attempt's lease, or from anyone once it expired
+(LEASE_NOT_HELD otherwise).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from turnledger.dispatch.attempt import on_dispatch_attempt
+from turnledger.dispatch.leases import holds_lease, on_expiry_claimed, on_lease_renewed
 from turnledger.dispatch.lifecycle import (
     on_deltas,
     on_handle_bound,
     on_recovery,
+    on_replay,
     on_resume,
     on_sent,
     on_stream_ended,
@@ -34,9 +38,12 @@ from turnledger.model.events import (
     DispatchRequested,
     DispatchSent,
     DispatchState,
+    ExpiryClaimed,
     HandleBound,
     IngressEvent,
+    LeaseRenewed,
     RecoveryReported,
+    ReplayStarted,
     ResumeStarted,
     StreamDeltas,
     StreamEnded,
@@ -45,6 +52,7 @@ from turnledger.model.events import (
 from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
+_OPEN_ATTEMPT = frozenset({S.DISPATCHING, S.SENT, S.STREAMING, S.UNKNOWN, S.CANCELLED})
 
 OPERATION_TRANSITIONS: Mapping[type[IngressEvent], frozenset[DispatchState]] = {
     # Every state: the CAS itself answers with an accept/conflict decision the worker waits for.
@@ -56,7 +64,12 @@ OPERATION_TRANSITIONS: Mapping[type[IngressEvent], frozenset[DispatchState]] = {
     StreamEnded: frozenset({S.STREAMING, S.SENT, S.COMMITTED, S.UNKNOWN, S.CANCELLED}),
     RecoveryReported: frozenset({S.DISPATCHING, S.SENT, S.STREAMING}),
     ResumeStarted: frozenset({S.UNKNOWN}),
-    AttemptTerminated: frozenset({S.UNKNOWN, S.DISPATCHING, S.SENT, S.STREAMING}),
+    ReplayStarted: frozenset({S.UNKNOWN}),
+    # a cancelled attempt still has to be confirmed terminated before the conversation's next one
+    AttemptTerminated: _OPEN_ATTEMPT,
+    LeaseRenewed: _OPEN_ATTEMPT,
+    # every state a lease or a deadline can still settle
+    ExpiryClaimed: frozenset(DispatchState) - {S.COMMITTED, S.REJECTED},
 }
 """Which states each operation event may arrive in. Everything else is ILLEGAL_TRANSITION."""
 
@@ -71,8 +84,16 @@ OPERATION_HANDLERS: Mapping[type[IngressEvent], OperationHandler] = {
     StreamEnded: on_stream_ended,
     RecoveryReported: on_recovery,
     ResumeStarted: on_resume,
+    ReplayStarted: on_replay,
     AttemptTerminated: on_terminated,
+    LeaseRenewed: on_lease_renewed,
+    ExpiryClaimed: on_expiry_claimed,
 }
+
+LEASE_HOLDER_EVENTS: frozenset[type[IngressEvent]] = frozenset(
+    {RecoveryReported, ResumeStarted, ReplayStarted, AttemptTerminated, LeaseRenewed}
+)
+"""Events only the lease holder may append while its lease holds (their `worker_id` is checked)."""
 
 CONVERSATION_HANDLERS: Mapping[type[IngressEvent], Callable[[Step, Any], None]] = {
     TurnSubmitted: on_turn_submitted,
@@ -117,6 +138,14 @@ def fold(state: ConversationState, event: IngressEvent, live: LiveAssemblers | N
                 f"{type(event).__name__} not allowed in state {op.state}",
                 operation_id=op_id,
             )
+        return FoldResult(step.state, step.outputs)
+    if type(event) in LEASE_HOLDER_EVENTS and not holds_lease(op, event.worker_id):  # type: ignore[attr-defined]
+        step.reject(
+            ReasonCode.LEASE_NOT_HELD,
+            f"{type(event).__name__} from {event.worker_id}; the lease is {op.lease_owner}'s "  # type: ignore[attr-defined]
+            f"until {op.lease_expires_at_ms}",
+            operation_id=op_id,
+        )
         return FoldResult(step.state, step.outputs)
     handler(step, op, event)
     return FoldResult(step.state, step.outputs)

@@ -1,5 +1,6 @@
 """An accepted attempt: sent, bound to its manifest, streamed, then committed through the canonical
-CAS, or settled UNKNOWN (recovery, disconnect, incomplete response) until resumed or terminated."""
+CAS, or settled UNKNOWN (recovery, disconnect, incomplete response) until resumed, replayed or
+terminated. Every event of the attempt is a sign of life of its lease holder (`leases.py`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from turnledger.model.events import (
     HandleBound,
     PreviewUpdated,
     RecoveryReported,
+    ReplayStarted,
     ResumeStarted,
     StreamDeltas,
     StreamEnded,
@@ -33,7 +35,7 @@ S = DispatchState
 
 
 def on_sent(step: Step, op: OperationState, event: DispatchSent) -> None:
-    step.transition(op, S.SENT)
+    step.transition(op, S.SENT, lease_renewed_at_ms=step.at)
 
 
 def on_handle_bound(step: Step, op: OperationState, event: HandleBound) -> None:
@@ -54,7 +56,12 @@ def on_handle_bound(step: Step, op: OperationState, event: HandleBound) -> None:
         update={"handles": {**step.state.handles, event.response_handle: op.manifest.manifest_digest}}
     )
     step.transition(
-        op, S.STREAMING, response_handle=event.response_handle, assembler=step.live.keep(assembler)
+        op,
+        S.STREAMING,
+        response_handle=event.response_handle,
+        assembler=step.live.keep(assembler),
+        resumable=event.resumable,
+        lease_renewed_at_ms=step.at,
     )
 
 
@@ -100,7 +107,7 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
                 occurred_at_ms=step.at,
             )
         )
-    step.put(op, assembler=step.live.keep(assembler))
+    step.put(op, assembler=step.live.keep(assembler), lease_renewed_at_ms=step.at)
 
 
 def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:
@@ -111,6 +118,17 @@ def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:
         step.transition(op, S.UNKNOWN, reason=outcome.reason, detail=outcome.detail, attempt_terminated=True)
         return
     assert isinstance(outcome, Complete)
+    if not outcome.blocks:
+        detail = "the provider's complete answer has no content: nothing enters the history"
+        step.transition(
+            op,
+            S.COMMITTED,
+            reason=ReasonCode.EMPTY_RESPONSE,
+            detail=detail,
+            assembler=None,
+            attempt_terminated=True,
+        )
+        return
     canonical_commit(step, op, outcome)
 
 
@@ -202,7 +220,13 @@ def resumable(event: StreamEnded) -> str:
 
 
 def on_recovery(step: Step, op: OperationState, event: RecoveryReported) -> None:
-    step.transition(op, S.UNKNOWN, reason=ReasonCode.WORKER_RECOVERED, detail=f"worker {event.worker_id}")
+    step.transition(
+        op,
+        S.UNKNOWN,
+        reason=ReasonCode.WORKER_RECOVERED,
+        detail=f"worker {event.worker_id}",
+        lease_renewed_at_ms=step.at,
+    )
 
 
 def on_resume(step: Step, op: OperationState, event: ResumeStarted) -> None:
@@ -220,9 +244,32 @@ def on_resume(step: Step, op: OperationState, event: ResumeStarted) -> None:
             operation_id=op.operation_id,
         )
         return
-    step.transition(op, S.STREAMING)
+    step.transition(
+        op, S.STREAMING, lease_owner=event.worker_id or op.lease_owner, lease_renewed_at_ms=step.at
+    )
+
+
+def on_replay(step: Step, op: OperationState, event: ReplayStarted) -> None:
+    """The same request is sent again with the generation's idempotency key: the provider reattaches
+    to the response it keeps for the key. Its read starts over, so the candidates are dropped."""
+    if op.attempt_terminated or not op.replayable:
+        why = "is terminated" if op.attempt_terminated else "was sent to a provider that keeps no keys"
+        step.reject(
+            ReasonCode.ILLEGAL_TRANSITION,
+            f"generation {op.attempt_generation} {why}; start a new attempt",
+            operation_id=op.operation_id,
+        )
+        return
+    op = step.retract(op, ReasonCode.STREAM_DISCONNECTED)
+    step.transition(op, S.SENT, lease_owner=event.worker_id, lease_renewed_at_ms=step.at)
 
 
 def on_terminated(step: Step, op: OperationState, event: AttemptTerminated) -> None:
+    if op.state == S.CANCELLED:
+        detail = f"cancelled attempt {op.attempt_generation} confirmed terminated"
+        step.transition(
+            op, S.CANCELLED, reason=ReasonCode.ATTEMPT_TERMINATED, detail=detail, attempt_terminated=True
+        )
+        return
     op = step.retract(op, ReasonCode.STREAM_DISCONNECTED)
     step.transition(op, S.UNKNOWN, attempt_terminated=True, reason=ReasonCode.STREAM_DISCONNECTED)

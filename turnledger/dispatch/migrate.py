@@ -12,8 +12,14 @@ from typing import Any
 
 import orjson
 
-from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
+from turnledger.dispatch.state import (
+    LEGACY_LEASE_OWNER,
+    STATE_FORMAT_VERSION,
+    ConversationState,
+    attempt_may_produce_output,
+)
 from turnledger.errors import StateFormatError
+from turnledger.model.events import DEFAULT_LEASE_MS, DispatchState
 
 _SEAL_FIELDS = ("manifest_digest", "conversation_revision", "cancel_generation", "request_digest")
 
@@ -27,7 +33,25 @@ def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "format_version": 2}
 
 
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 3 adds leases, what the provider keeps, and pauses.
+
+    An attempt that was open before leases existed gets one of unknown owner (`LEGACY_LEASE_OWNER`:
+    any worker may act on it) that was last renewed by its last event, so it expires like any
+    other; nothing was known to be kept by the provider, and nothing was paused.
+    """
+    for operation in state["operations"].values():
+        state_of = DispatchState(operation["state"])
+        if attempt_may_produce_output(
+            state_of, operation["attempt_generation"], operation["attempt_terminated"]
+        ):
+            operation["lease_owner"] = LEGACY_LEASE_OWNER
+            operation["lease_ms"] = DEFAULT_LEASE_MS
+            operation["lease_renewed_at_ms"] = operation["updated_at_ms"]
+    return {**state, "format_version": 3}
+
+
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 READABLE_FORMATS = frozenset({*UPGRADES, STATE_FORMAT_VERSION})
 
 

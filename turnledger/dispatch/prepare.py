@@ -1,4 +1,12 @@
-"""DispatchRequested: build, validate, render and admit the sequence; PREPARED with a manifest, or why not."""
+"""DispatchRequested: build, validate, render and admit the sequence; PREPARED with a manifest, or why not.
+
+Pauses are the conversation's, per adapter (the spec: "if the old adapter does not recognize a
+new block kind, pause the conversation instead of degrading to string concatenation"): an
+adapter that cannot render the graph pauses the conversation for itself, and every later
+dispatch with it is refused at once (REJECTED, CONVERSATION_PAUSED) instead of waiting. A
+dispatch with an adapter that renders it (an upgrade) ends the pause: the paused operations
+are cancelled (PAUSE_ENDED). A cancel ends it too (turns.py).
+"""
 
 from __future__ import annotations
 
@@ -42,6 +50,14 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
     except UnknownAdapterError as exc:
         settle(step, op, previous, S.REJECTED, ReasonCode.UNKNOWN_ADAPTER, str(exc))
         return
+    paused_by = step.state.paused.get(adapter.adapter_id)
+    if paused_by is not None and paused_by != op.operation_id:
+        detail = (
+            f"the conversation is paused for {adapter.adapter_id} since operation {paused_by}: "
+            "dispatch with an adapter that renders it, or cancel"
+        )
+        settle(step, op, previous, S.REJECTED, ReasonCode.CONVERSATION_PAUSED, detail)
+        return
     outcome = sequence_of(step.state.graph)
     if isinstance(outcome, Waiting):
         if previous != S.WAITING:
@@ -61,6 +77,8 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
     rendered = adapter.render(sequence, params)
     if isinstance(rendered, UnsupportedKind):
         detail = f"{adapter.adapter_id} does not know kind {rendered.kind!r} (block {rendered.block_id})"
+        paused = {**step.state.paused, adapter.adapter_id: op.operation_id}
+        step.state = step.state.model_copy(update={"paused": paused})
         settle(step, op, previous, S.PAUSED, ReasonCode.UNSUPPORTED_KIND, detail)
         return
     admission = admit(adapter, rendered, params)
@@ -93,6 +111,19 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
     seal = ManifestSeal.of(manifest)
     op = op.model_copy(update={"manifest": seal, "prepared_revision": sequence.conversation_revision})
     settle(step, op, previous, S.PREPARED, None, "")
+    end_pauses(step, f"operation {op.operation_id} renders the conversation with {adapter.adapter_id}")
+
+
+def end_pauses(step: Step, detail: str) -> None:
+    """An adapter rendered the graph: the pauses end and their operations are cancelled."""
+    paused = step.state.paused
+    if not paused:
+        return
+    step.state = step.state.model_copy(update={"paused": {}})
+    for op_id in paused.values():
+        op = step.state.operations.get(op_id)
+        if op is not None and op.state == S.PAUSED:
+            step.cancel(op, ReasonCode.PAUSE_ENDED, detail)
 
 
 def settle(

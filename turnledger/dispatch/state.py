@@ -11,11 +11,26 @@ from turnledger.model.events import DispatchRequested, DispatchState
 from turnledger.model.manifest import DispatchManifest
 from turnledger.sequence.graph_state import GraphState
 
-STATE_FORMAT_VERSION = 2
-"""2: an operation keeps its manifest's seal, not the manifest (format 1 held the whole manifest)."""
+STATE_FORMAT_VERSION = 3
+"""2: an operation keeps its manifest's seal, not the manifest (format 1 held the whole manifest).
+3: leases (owner, length, last sign of life), what the provider keeps of the attempt, and the
+conversation's pauses per adapter."""
+
+LEGACY_LEASE_OWNER = ""
+"""The owner of a lease taken before leases existed (restored from format 2): unknown, so any
+worker may act on the attempt; it expires like any other."""
 
 FINAL_STATES = frozenset({DispatchState.COMMITTED, DispatchState.REJECTED, DispatchState.CANCELLED})
 ACTIVE_STATES = frozenset({DispatchState.DISPATCHING, DispatchState.SENT, DispatchState.STREAMING})
+
+
+def attempt_may_produce_output(state: DispatchState, generation: int, terminated: bool) -> bool:
+    """Can an operation's active attempt still produce output? A cancelled one counts until it is
+    confirmed terminated: the conversation's next attempt waits for that."""
+    if state in ACTIVE_STATES:
+        return True
+    open_states = (DispatchState.UNKNOWN, DispatchState.CANCELLED)
+    return state in open_states and generation > 0 and not terminated
 
 
 class _State(FastCopy):
@@ -64,12 +79,28 @@ class OperationState(_State):
     assembler: dict[str, Any] | None = None
     committed_revision: int | None = None
     updated_at_ms: int = 0
+    lease_owner: str | None = None
+    """The worker the attempt belongs to; None once its lease expired (any worker may take over)."""
+    lease_ms: int = 0
+    lease_renewed_at_ms: int = 0
+    """Event time of the holder's last sign of life: the lease expires `lease_ms` after it."""
+    resumable: bool = False
+    """The provider keeps the response by its bound handle (it can be read again from it)."""
+    replayable: bool = False
+    """The provider keeps the request's idempotency key (the same request reattaches)."""
 
     @property
     def may_produce_output(self) -> bool:
-        if self.state in ACTIVE_STATES:
-            return True
-        return self.state == DispatchState.UNKNOWN and not self.attempt_terminated
+        return attempt_may_produce_output(self.state, self.attempt_generation, self.attempt_terminated)
+
+    @property
+    def lease_expires_at_ms(self) -> int | None:
+        return None if self.lease_owner is None else self.lease_renewed_at_ms + self.lease_ms
+
+    @property
+    def kept_by_provider(self) -> bool:
+        """Could another worker continue this attempt (resume by handle, or replay by key)?"""
+        return (self.resumable and self.response_handle is not None) or self.replayable
 
 
 class ConversationState(_State):
@@ -81,6 +112,9 @@ class ConversationState(_State):
     operations: dict[str, OperationState] = Field(default_factory=dict)
     # response handle -> manifest digest it is bound to
     handles: dict[str, str] = Field(default_factory=dict)
+    paused: dict[str, str] = Field(default_factory=dict)
+    """adapter id -> the operation that found the graph unrenderable for it (the conversation is
+    paused for that adapter until a dispatch with another adapter renders, or a cancel)."""
 
     @classmethod
     def empty(cls, conversation_id: str) -> ConversationState:

@@ -29,6 +29,7 @@ _STATE_FIELDS = (
     "turn_ids",
     "operations",
     "handles",
+    "paused",
 )
 if tuple(ConversationState.model_fields) != _STATE_FIELDS:  # pragma: no cover - guards StateJson.of
     raise RuntimeError("ConversationState fields changed: update StateJson.of() to match model_dump_json()")
@@ -47,6 +48,11 @@ _OPERATION_FIELDS = (
     "assembler",
     "committed_revision",
     "updated_at_ms",
+    "lease_owner",
+    "lease_ms",
+    "lease_renewed_at_ms",
+    "resumable",
+    "replayable",
 )
 if tuple(OperationState.model_fields) != _OPERATION_FIELDS:  # pragma: no cover - guards _operation
     raise RuntimeError(
@@ -119,6 +125,8 @@ class StateJson:
                 operations,
                 b'},"handles":',
                 to_json(state.handles),
+                b',"paused":',
+                to_json(state.paused),
                 b"}",
             )
         )
@@ -162,6 +170,11 @@ class StateJson:
                 "assembler": op.assembler,
                 "committed_revision": op.committed_revision,
                 "updated_at_ms": op.updated_at_ms,
+                "lease_owner": op.lease_owner,
+                "lease_ms": op.lease_ms,
+                "lease_renewed_at_ms": op.lease_renewed_at_ms,
+                "resumable": op.resumable,
+                "replayable": op.replayable,
             }
         )
         return b"".join(

@@ -21,6 +21,9 @@ from turnledger.model.reasons import ReasonCode
 OutputRecord = Frozen
 
 
+_NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_ms": 0, "lease_renewed_at_ms": 0}
+
+
 @dataclass
 class FoldResult:
     state: ConversationState
@@ -69,8 +72,12 @@ class Step:
         )
 
     def put(self, op: OperationState, **updates: Any) -> OperationState:
-        """Store `op` (with `updates` and this event's time) in the state: one copy of the operation."""
+        """Store `op` (with `updates` and this event's time) in the state: one copy of the operation.
+
+        The lease ends with the attempt: once it can produce nothing more, no one holds it."""
         op = op.model_copy(update={**updates, "updated_at_ms": self.at})
+        if op.lease_owner is not None and not op.may_produce_output:
+            op = op.model_copy(update=_NO_LEASE)
         self.state = self.state.with_operation(op)
         return op
 
@@ -115,7 +122,26 @@ class Step:
                 response_handle=op.response_handle,
                 source_event_id=self.event.event_id,
                 occurred_at_ms=self.at,
+                lease_owner=op.lease_owner,
+                lease_expires_at_ms=op.lease_expires_at_ms,
+                deadline_at_ms=op.request.deadline_at_ms,
+                attempt_terminated=op.attempt_terminated,
             )
+        )
+
+    def cancel(
+        self,
+        op: OperationState,
+        reason: ReasonCode | None,
+        detail: str,
+        retract_reason: ReasonCode | None = None,
+    ) -> OperationState:
+        """Final for the client at once: previews retracted (with `retract_reason`, else `reason`),
+        later blocks quarantined. Whether the attempt still has to be confirmed terminated is left
+        as it was (`may_produce_output`)."""
+        retract_reason = retract_reason or reason or ReasonCode.AFTER_CANCEL
+        return self.transition(
+            self.retract(op, retract_reason), DispatchState.CANCELLED, reason=reason, detail=detail
         )
 
     def retract(self, op: OperationState, reason: ReasonCode) -> OperationState:

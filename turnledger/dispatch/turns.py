@@ -1,4 +1,10 @@
-"""Conversation-level events: submitted turns (validated and committed as revisions) and cancels."""
+"""Conversation-level events: submitted turns (validated and committed as revisions) and cancels.
+
+A committed turn moves the revision: no operation prepared for an earlier one can commit any
+more (the canonical CAS checks the revision), so those are superseded at once (CANCELLED,
+SUPERSEDED, previews retracted) and the next DispatchRequested proceeds at the new revision.
+Operations WAITING for tool results are prepared again instead: the turn may be those results.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,9 @@ S = DispatchState
 
 SUBMITTABLE_ROLES = frozenset({Role.SYSTEM, Role.USER, Role.TOOL})
 """Assistant blocks enter history only through the canonical CAS of a dispatch."""
+
+SUPERSEDED_BY_A_TURN = frozenset({S.PREPARED, S.PAUSED, S.DISPATCHING, S.SENT, S.STREAMING, S.UNKNOWN})
+OPEN_STATES = frozenset(S) - {S.COMMITTED, S.REJECTED, S.CANCELLED}
 
 
 def on_turn_submitted(step: Step, event: TurnSubmitted) -> None:
@@ -55,26 +64,35 @@ def on_turn_submitted(step: Step, event: TurnSubmitted) -> None:
             occurred_at_ms=event.occurred_at_ms,
         )
     )
+    detail = f"turn {event.turn_id} moved the conversation to revision {appended.revision}"
     for op in list(step.state.operations.values()):
-        if op.state == S.WAITING:
+        if op.state in SUPERSEDED_BY_A_TURN:
+            step.cancel(op, ReasonCode.SUPERSEDED, detail)
+        elif op.state == S.WAITING:
             prepare(step, op)
 
 
 def on_cancel(step: Step, event: CancelRequested) -> None:
+    """Final for the client at once; a cancel also ends the pauses of what it cancels (all of them
+    without an operation id). The conversation's next attempt still waits until a cancelled attempt
+    is confirmed terminated."""
     state = step.state
     targets = [
         op
         for op in state.operations.values()
-        if op.state not in (S.COMMITTED, S.REJECTED, S.CANCELLED)
-        and (event.operation_id is None or op.operation_id == event.operation_id)
+        if op.state in OPEN_STATES and (event.operation_id is None or op.operation_id == event.operation_id)
     ]
     if event.operation_id is not None and not targets:
         known = event.operation_id in state.operations
         reason = ReasonCode.ILLEGAL_TRANSITION if known else ReasonCode.UNKNOWN_OPERATION
         step.reject(reason, f"nothing to cancel for {event.operation_id}", operation_id=event.operation_id)
         return
-    step.state = state.model_copy(update={"cancel_generation": state.cancel_generation + 1})
-    cancel_reason = ReasonCode.WORKER_GAVE_UP if event.worker_gave_up else None
+    paused = {
+        adapter: op_id
+        for adapter, op_id in state.paused.items()
+        if event.operation_id is not None and op_id != event.operation_id
+    }
+    step.state = state.model_copy(update={"cancel_generation": state.cancel_generation + 1, "paused": paused})
+    cancel_reason = event.reason_code or (ReasonCode.WORKER_GAVE_UP if event.worker_gave_up else None)
     for op in targets:
-        op = step.retract(op, ReasonCode.AFTER_CANCEL)
-        step.transition(op, S.CANCELLED, reason=cancel_reason, detail=event.reason or "cancelled")
+        step.cancel(op, cancel_reason, event.reason or "cancelled", retract_reason=ReasonCode.AFTER_CANCEL)

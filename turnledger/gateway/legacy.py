@@ -154,9 +154,12 @@ class RecordResult:
     @property
     def ok(self) -> bool:
         """Is the operation settled with an answer in the history (ours, or another sender's)?"""
-        if self.outcome in (RecordOutcome.COMMITTED, RecordOutcome.ALREADY_FINAL):
+        if self.outcome == RecordOutcome.COMMITTED:
             return True
-        return self.outcome == RecordOutcome.LOST_CAS and self.state == S.COMMITTED.value
+        return (
+            self.outcome in (RecordOutcome.ALREADY_FINAL, RecordOutcome.LOST_CAS)
+            and self.state == S.COMMITTED.value
+        )
 
 
 class LegacyRecorder:

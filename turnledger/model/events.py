@@ -76,6 +76,12 @@ class TurnSubmitted(IngressEvent):
     expected_revision: int | None = None
 
 
+DEFAULT_SETTLE_WITHIN_MS = 600_000
+"""An operation whose DispatchRequested sets no bound must be final within 10 minutes of it."""
+
+DEFAULT_LEASE_MS = 30_000
+
+
 class DispatchRequested(IngressEvent):
     operation_id: str
     adapter: str
@@ -84,6 +90,14 @@ class DispatchRequested(IngressEvent):
     tools: tuple[ToolDefinition, ...] = ()
     max_output_tokens: int
     policy: dict[str, Any] = Field(default_factory=dict)
+    settle_within_ms: int | None = None
+    """The operator's bound: the operation is final within this long of the request, or an
+    ExpiryClaimed after it cancels it (DEADLINE_EXCEEDED). None: DEFAULT_SETTLE_WITHIN_MS."""
+
+    @property
+    def deadline_at_ms(self) -> int:
+        within = DEFAULT_SETTLE_WITHIN_MS if self.settle_within_ms is None else self.settle_within_ms
+        return self.occurred_at_ms + within
 
 
 class DispatchAttempt(IngressEvent):
@@ -93,6 +107,11 @@ class DispatchAttempt(IngressEvent):
     expected_revision: int
     expected_cancel_generation: int
     worker_id: str
+    lease_ms: int = DEFAULT_LEASE_MS
+    """How long the accepted attempt belongs to this worker without a sign of life from it."""
+    replayable: bool = False
+    """The worker's provider keeps idempotency keys for this request: the same request with the
+    same key reattaches to the same response, so the generation can be replayed (ReplayStarted)."""
 
 
 class DispatchSent(IngressEvent):
@@ -105,6 +124,8 @@ class HandleBound(IngressEvent):
     attempt_generation: int
     response_handle: str
     manifest_digest: str
+    resumable: bool = False
+    """The provider keeps the response by its handle (a broken read can be resumed from it)."""
 
 
 class StreamDeltas(IngressEvent):
@@ -129,6 +150,8 @@ class CancelRequested(IngressEvent):
     operation_id: str | None = None
     reason: str = ""
     worker_gave_up: bool = False
+    reason_code: ReasonCode | None = None
+    """The typed reason the CANCELLED decision carries (else WORKER_GAVE_UP when a worker gave up)."""
 
 
 class RecoveryReported(IngressEvent):
@@ -140,11 +163,20 @@ class RecoveryReported(IngressEvent):
 
 
 class ResumeStarted(IngressEvent):
-    """The same generation continues from its handle (query / resume / replay)."""
+    """The same generation continues from its bound handle; the resuming worker takes the lease."""
 
     operation_id: str
     attempt_generation: int
     response_handle: str
+    worker_id: str = ""
+
+
+class ReplayStarted(IngressEvent):
+    """The same generation is sent again with its idempotency key (the provider reattaches)."""
+
+    operation_id: str
+    attempt_generation: int
+    worker_id: str
 
 
 class AttemptTerminated(IngressEvent):
@@ -152,6 +184,28 @@ class AttemptTerminated(IngressEvent):
 
     operation_id: str
     attempt_generation: int
+    worker_id: str = ""
+    """Empty in events written before leases: accepted from anyone, as they were."""
+
+
+class LeaseRenewed(IngressEvent):
+    """The lease holder is alive (sent when it has appended nothing else for a while)."""
+
+    operation_id: str
+    attempt_generation: int
+    worker_id: str
+
+
+class ExpiryClaimed(IngressEvent):
+    """Someone claims that the attempt's lease, or the operation's deadline, has passed.
+
+    The fold checks the claim against the times it has seen: an expired lease settles
+    the attempt (UNKNOWN, LEASE_EXPIRED), a passed deadline the operation (CANCELLED,
+    DEADLINE_EXCEEDED); otherwise the claim is refused with the times that still hold."""
+
+    operation_id: str
+    attempt_generation: int
+    worker_id: str
 
 
 INGRESS_EVENT_TYPES: tuple[type[IngressEvent], ...] = (
@@ -166,6 +220,9 @@ INGRESS_EVENT_TYPES: tuple[type[IngressEvent], ...] = (
     RecoveryReported,
     ResumeStarted,
     AttemptTerminated,
+    ReplayStarted,
+    LeaseRenewed,
+    ExpiryClaimed,
 )
 
 
@@ -210,6 +267,10 @@ class DispatchDecision(Frozen):
     response_handle: str | None = None
     source_event_id: str
     occurred_at_ms: int
+    lease_owner: str | None = None
+    lease_expires_at_ms: int | None = None
+    deadline_at_ms: int | None = None
+    attempt_terminated: bool = False
 
 
 class ToolCallReady(Frozen):

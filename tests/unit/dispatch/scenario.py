@@ -21,14 +21,17 @@ from turnledger.model.events import (
     DispatchDecision,
     DispatchRequested,
     DispatchSent,
+    ExpiryClaimed,
     HandleBound,
     IngressEvent,
+    LeaseRenewed,
     ManifestIssued,
     PreviewRetracted,
     PreviewUpdated,
     Quarantined,
     RecoveryReported,
     Rejected,
+    ReplayStarted,
     ResumeStarted,
     StreamDeltas,
     StreamEnded,
@@ -61,6 +64,8 @@ class Conversation:
     outputs: list[Frozen] = field(default_factory=list)
     _ids: Iterable[int] = field(default_factory=lambda: itertools.count(1))
     _seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    skew_ms: int = 0
+    """Added to every event time from now on (`advance`): each event is otherwise 1 ms after the last."""
 
     def __post_init__(self) -> None:
         self.state = ConversationState.empty(self.conversation_id)
@@ -68,7 +73,11 @@ class Conversation:
     # ------------------------------------------------------------ plumbing
     def _common(self) -> dict[str, Any]:
         n = next(self._ids)  # type: ignore[call-overload]
-        return {"conversation_id": self.conversation_id, "event_id": f"e{n}", "occurred_at_ms": 1000 + n}
+        at = 1000 + n + self.skew_ms
+        return {"conversation_id": self.conversation_id, "event_id": f"e{n}", "occurred_at_ms": at}
+
+    def advance(self, ms: int) -> None:
+        self.skew_ms += ms
 
     def apply(self, event: IngressEvent) -> list[Frozen]:
         result = fold(self.state, event)
@@ -107,7 +116,13 @@ class Conversation:
         )
         return self.apply(TurnSubmitted(**self._common(), turn_id=turn_id, blocks=blocks))
 
-    def request(self, op: str = "op-1", adapter: str = ADAPTER, max_output_tokens: int = 256) -> list[Frozen]:
+    def request(
+        self,
+        op: str = "op-1",
+        adapter: str = ADAPTER,
+        max_output_tokens: int = 256,
+        settle_within_ms: int | None = None,
+    ) -> list[Frozen]:
         return self.apply(
             DispatchRequested(
                 **self._common(),
@@ -117,11 +132,18 @@ class Conversation:
                 model_revision=MODEL,
                 tools=(WEATHER,),
                 max_output_tokens=max_output_tokens,
+                settle_within_ms=settle_within_ms,
             )
         )
 
     def attempt(
-        self, op: str = "op-1", revision: int | None = None, cancel: int | None = None
+        self,
+        op: str = "op-1",
+        revision: int | None = None,
+        cancel: int | None = None,
+        worker: str = "w1",
+        lease_ms: int = 30_000,
+        replayable: bool = False,
     ) -> list[Frozen]:
         return self.apply(
             DispatchAttempt(
@@ -129,7 +151,9 @@ class Conversation:
                 operation_id=op,
                 expected_revision=self.state.graph.revision if revision is None else revision,
                 expected_cancel_generation=self.state.cancel_generation if cancel is None else cancel,
-                worker_id="w1",
+                worker_id=worker,
+                lease_ms=lease_ms,
+                replayable=replayable,
             )
         )
 
@@ -142,7 +166,12 @@ class Conversation:
         return self.apply(DispatchSent(**self._common(), operation_id=op, attempt_generation=gen))
 
     def bind(
-        self, op: str = "op-1", gen: int = 1, handle: str = "msg_1", digest: str | None = None
+        self,
+        op: str = "op-1",
+        gen: int = 1,
+        handle: str = "msg_1",
+        digest: str | None = None,
+        resumable: bool = False,
     ) -> list[Frozen]:
         return self.apply(
             HandleBound(
@@ -151,6 +180,7 @@ class Conversation:
                 attempt_generation=gen,
                 response_handle=handle,
                 manifest_digest=digest or self.manifest_digest(op),
+                resumable=resumable,
             )
         )
 
@@ -172,18 +202,44 @@ class Conversation:
             )
         )
 
-    def recovered(self, op: str = "op-1", gen: int = 1) -> list[Frozen]:
+    def recovered(self, op: str = "op-1", gen: int = 1, worker: str = "w1") -> list[Frozen]:
         return self.apply(
-            RecoveryReported(**self._common(), operation_id=op, attempt_generation=gen, worker_id="w1")
+            RecoveryReported(**self._common(), operation_id=op, attempt_generation=gen, worker_id=worker)
         )
 
-    def resume(self, op: str = "op-1", gen: int = 1, handle: str = "msg_1") -> list[Frozen]:
+    def resume(
+        self, op: str = "op-1", gen: int = 1, handle: str = "msg_1", worker: str = "w1"
+    ) -> list[Frozen]:
         return self.apply(
-            ResumeStarted(**self._common(), operation_id=op, attempt_generation=gen, response_handle=handle)
+            ResumeStarted(
+                **self._common(),
+                operation_id=op,
+                attempt_generation=gen,
+                response_handle=handle,
+                worker_id=worker,
+            )
         )
 
-    def terminated(self, op: str = "op-1", gen: int = 1) -> list[Frozen]:
-        return self.apply(AttemptTerminated(**self._common(), operation_id=op, attempt_generation=gen))
+    def replay(self, op: str = "op-1", gen: int = 1, worker: str = "w1") -> list[Frozen]:
+        return self.apply(
+            ReplayStarted(**self._common(), operation_id=op, attempt_generation=gen, worker_id=worker)
+        )
+
+    def terminated(self, op: str = "op-1", gen: int = 1, worker: str = "w1") -> list[Frozen]:
+        return self.apply(
+            AttemptTerminated(**self._common(), operation_id=op, attempt_generation=gen, worker_id=worker)
+        )
+
+    def renew(self, op: str = "op-1", gen: int = 1, worker: str = "w1") -> list[Frozen]:
+        return self.apply(
+            LeaseRenewed(**self._common(), operation_id=op, attempt_generation=gen, worker_id=worker)
+        )
+
+    def claim(self, op: str = "op-1", gen: int | None = None, worker: str = "w2") -> list[Frozen]:
+        generation = self.state.operations[op].attempt_generation if gen is None else gen
+        return self.apply(
+            ExpiryClaimed(**self._common(), operation_id=op, attempt_generation=generation, worker_id=worker)
+        )
 
     def cancel(self, op: str | None = None) -> list[Frozen]:
         return self.apply(CancelRequested(**self._common(), operation_id=op, reason="user pressed stop"))

@@ -124,14 +124,20 @@ def test_attempt_with_stale_revision_or_cancel_generation_conflicts() -> None:
     assert c.state.operations["op-1"].state == S.PREPARED
 
 
-def test_prepared_operation_conflicts_after_the_conversation_moved_on() -> None:
+def test_prepared_operation_is_superseded_when_the_conversation_moves_on() -> None:
     c = Conversation()
     c.user("hello")
     c.request()
     c.user("are you there?")
+    superseded = c.of(DispatchDecision)[-1]
+    assert (superseded.state, superseded.reason, superseded.conversation_revision) == (
+        S.CANCELLED,
+        ReasonCode.SUPERSEDED,
+        2,
+    )
     c.attempt(revision=1)
     decision = c.of(DispatchDecision)[-1]
-    assert not decision.accepted and decision.reason == ReasonCode.CAS_REVISION_MISMATCH
+    assert not decision.accepted and decision.reason == ReasonCode.CAS_STATE_MISMATCH
 
 
 def test_handle_bound_to_another_manifest_is_rejected() -> None:

@@ -3,7 +3,10 @@
 Whatever the order, the promises hold: revisions advance one at a time with at most
 one canonical turn each, tool calls reach the ledger only from committed complete
 responses, no manifest is built while a call lacks its result, and the fold never
-raises.
+raises. And every operation settles: after any interleaving (crashes, lease expiries,
+interjections, cancels, replays among them), once its lease and deadline have passed
+one claim per operation makes every operation final with no attempt left open, and the
+conversation's next dispatch is accepted.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnledger.dispatch.state import ConversationState
-from turnledger.model.events import StreamOutcome
+from turnledger.dispatch.state import FINAL_STATES, ConversationState
+from turnledger.model.events import DEFAULT_SETTLE_WITHIN_MS, DispatchState, StreamOutcome
 
 from .scenario import CommittedTurn, Conversation, ManifestIssued, ToolCallReady, text_stream, tool_stream
 
 OPS = ["op-1", "op-2"]
+WORKERS = ["w1", "w2"]
 HANDLES = {1: "h1", 2: "h2", 3: "h3"}
 
 
@@ -54,6 +58,11 @@ action = st.one_of(
     st.tuples(st.just("terminated"), st.sampled_from(OPS), st.integers(1, 3)),
     st.tuples(st.just("cancel"), st.sampled_from([None, *OPS])),
     st.tuples(st.just("results"), st.sampled_from(["c1", "c2", "c9"])),
+    st.tuples(st.just("renew"), st.sampled_from(OPS), st.integers(1, 3), st.sampled_from(WORKERS)),
+    st.tuples(st.just("claim"), st.sampled_from(OPS), st.sampled_from(WORKERS)),
+    st.tuples(st.just("advance"), st.sampled_from([1_000, 29_000, 31_000, 700_000])),
+    st.tuples(st.just("replay"), st.sampled_from(OPS), st.integers(1, 3), st.sampled_from(WORKERS)),
+    st.tuples(st.just("attempt_as"), st.sampled_from(OPS), st.sampled_from(WORKERS), st.booleans()),
 )
 
 
@@ -88,6 +97,19 @@ def _run(c: Conversation, step: tuple[Any, ...]) -> None:
         c.terminated(*args)
     elif kind == "cancel":
         c.cancel(args[0])
+    elif kind == "renew":
+        c.renew(*args)
+    elif kind == "claim":
+        op, worker = args
+        if op in c.state.operations:
+            c.claim(op, worker=worker)
+    elif kind == "advance":
+        c.advance(args[0])
+    elif kind == "replay":
+        c.replay(*args)
+    elif kind == "attempt_as":
+        op, worker, replayable = args
+        c.attempt(op, worker=worker, replayable=replayable)
     elif kind == "results":
         args_json = '{"city": "Paris"}' if args[0] == "c1" else '{"city": "Rome"}'
         gen = next((o.attempt_generation for o in c.of(ToolCallReady) if o.call_id == args[0]), 1)
@@ -149,3 +171,20 @@ def test_promises_hold_under_any_interleaving(steps: list[tuple[Any, ...]]) -> N
         assert calls == results, "a manifest was built with a pending tool call"
 
     assert ConversationState.model_validate_json(c.state.model_dump_json()) == c.state
+
+    _settle(c)
+
+
+def _settle(c: Conversation) -> None:
+    """Past every lease and deadline, one claim per operation settles it, and the conversation moves on."""
+    c.advance(DEFAULT_SETTLE_WITHIN_MS + 60_000)
+    for op_id in list(c.state.operations):
+        c.claim(op_id, worker="sweeper")
+    for op in c.state.operations.values():
+        assert op.state in FINAL_STATES, f"{op.operation_id} is {op.state} after its deadline"
+        assert not op.may_produce_output and op.lease_owner is None
+    c.user("next question")
+    c.request("op-next")
+    if c.state.operations["op-next"].state == DispatchState.PREPARED:
+        c.attempt("op-next")
+        assert c.state.operations["op-next"].state == DispatchState.DISPATCHING

@@ -279,8 +279,8 @@ def test_parse_exchanges_refuses_an_operation_named_twice() -> None:
         parse_exchanges([line, "", line])
 
 
-async def test_recorded_answer_of_a_stale_manifest_loses_the_cas_and_commits_nothing() -> None:
-    """The conversation moved on after the manifest: the revision CAS refuses the legacy attempt."""
+async def test_recorded_answer_of_a_superseded_manifest_commits_nothing() -> None:
+    """The conversation moved on after the manifest: the operation was superseded, the answer is not recorded."""
     async for h in _harness(RolloutStage.MANIFESTS_ONLY):
         await h.converse("c1", ANTHROPIC, text="hello", tools=False)
         await h.wait_state("op-1", S.PREPARED)
@@ -290,9 +290,13 @@ async def test_recorded_answer_of_a_stale_manifest_loses_the_cas_and_commits_not
         await _settle(recorder)
         try:
             [result] = recorder.results()
-            assert result.outcome == RecordOutcome.LOST_CAS and not result.ok
-            refused = [d for d in h.ledger.of_type(DispatchDecision) if not d.accepted]
-            assert [d.reason for d in refused] == [ReasonCode.CAS_REVISION_MISMATCH]
+            assert (result.outcome, result.state, result.ok) == (
+                RecordOutcome.ALREADY_FINAL,
+                "CANCELLED",
+                False,
+            )
+            final = [d for d in h.ledger.of_type(DispatchDecision) if d.operation_id == "op-1"][-1]
+            assert (final.state, final.reason) == (S.CANCELLED, ReasonCode.SUPERSEDED)
             assert recorder.provider.served == []  # refused before the send
             assert not [t for t in h.ledger.of_type(CommittedTurn) if t.operation_id]
         finally:
