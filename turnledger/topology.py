@@ -1,6 +1,6 @@
 """Every topic of turnledger in one table: its logical stream, its physical name, its settings.
 
-DESIGN's data flow, as data. Each layer names streams (`Stream.MANIFESTS`) and asks
+The data flow of docs/architecture.md, as data. Each layer names streams (`Stream.MANIFESTS`) and asks
 `Topics` for the physical name; topic creation reads the settings from `TOPOLOGY`. Pure:
 no Kafka here, so the core (the dispatch engine names its output streams) may import it.
 

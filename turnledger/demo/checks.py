@@ -1,4 +1,5 @@
-"""The invariants of DESIGN.md "The promises", checked against the topics, the projections and a replay audit.
+"""The invariants of docs/architecture.md "The seven promises", checked against the topics, the projections
+and a replay audit.
 
 Each check returns a `Check` with the number of violations and up to a few examples;
 the demo exits non-zero if any check has a violation. They read only the topics, the
