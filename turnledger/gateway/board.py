@@ -8,6 +8,9 @@ that settles it (COMMITTED or UNKNOWN), or by a cancel from anyone. A stream bei
 read watches its operation's cancel signal (`cancel_signal`), set by the first
 CANCELLED decision, to stop reading at once.
 
+A decision of the attempt's generation that says its lease expired ends the phase too:
+another worker may have taken the attempt over, and this one must stop.
+
 Operation ids are unique within a conversation only, so everything here is keyed by
 `OperationKey` (conversation id, operation id).
 """
@@ -16,13 +19,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import Callable, Collection
 
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
+from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
 FINAL = frozenset({S.COMMITTED, S.REJECTED, S.CANCELLED})
+ACTIVE = frozenset({S.DISPATCHING, S.SENT, S.STREAMING})
+CAS_ANSWERS_KEPT = 50_000
+"""Refused decisions are kept by source event id for whoever waits for them; the oldest are dropped."""
+
+
+def may_produce_output(decision: DispatchDecision) -> bool:
+    """What the fold's `OperationState.may_produce_output` was when it made this decision."""
+    if decision.state in ACTIVE:
+        return True
+    open_attempt = decision.attempt_generation > 0 and not decision.attempt_terminated
+    return decision.state in (S.UNKNOWN, S.CANCELLED) and open_attempt
+
 
 OperationKey = tuple[str, str]
 """(conversation id, operation id): what names one operation."""
@@ -36,10 +53,16 @@ class DecisionBoard:
     def __init__(self) -> None:
         self.manifests: dict[OperationKey, DispatchManifest] = {}  # the operation's current manifest
         self.latest: dict[OperationKey, DispatchDecision] = {}
-        self._cas: dict[str, DispatchDecision] = {}  # source event id → CAS answer
+        self._cas: OrderedDict[str, DispatchDecision] = OrderedDict()  # source event id → CAS answer
+        self._conversations: dict[str, set[str]] = {}  # conversation id → operation ids seen
         self._settling: dict[OperationKey, list[DispatchDecision]] = {}  # COMMITTED/UNKNOWN/CANCELLED
         self._cancel_signals: dict[OperationKey, asyncio.Event] = {}  # set once it is CANCELLED
+        self._lease_lost_at: dict[tuple[str, str, int], int] = {}  # (conv, op, generation) → position
         self._changed = asyncio.Condition()
+        self.open: set[OperationKey] = set()
+        """Operations a lease, a deadline or a worker can still move: not final, or an attempt still open."""
+        self.position = 0
+        """How many decisions were applied: a phase that starts now sees only the expiries after it."""
 
     async def apply(self, records: Collection[ManifestIssued | DispatchDecision]) -> None:
         for record in records:
@@ -52,9 +75,19 @@ class DecisionBoard:
             self.manifests[key_of(record.manifest)] = record.manifest
             return
         op = key_of(record)
+        self.position += 1
         self.latest[op] = record
+        if record.state not in FINAL or may_produce_output(record):
+            self.open.add(op)
+        else:
+            self.open.discard(op)
+        if record.reason == ReasonCode.LEASE_EXPIRED and record.accepted:
+            self._lease_lost_at[(*op, record.attempt_generation)] = self.position
+        self._conversations.setdefault(record.conversation_id, set()).add(record.operation_id)
         if not record.accepted or (record.state == S.DISPATCHING and record.previous_state != S.DISPATCHING):
-            self._cas[record.source_event_id] = record
+            self._cas.setdefault(record.source_event_id, record)
+            while len(self._cas) > CAS_ANSWERS_KEPT:
+                self._cas.popitem(last=False)
         if record.state in (S.COMMITTED, S.UNKNOWN, S.CANCELLED):
             self._settling.setdefault(op, []).append(record)
         if record.state == S.CANCELLED:
@@ -66,7 +99,22 @@ class DecisionBoard:
         """Drop what is kept for a finished operation (its latest decision stays for status)."""
         self.manifests.pop(operation_id, None)
         self._settling.pop(operation_id, None)
+        for lost in [k for k in self._lease_lost_at if k[:2] == operation_id]:
+            del self._lease_lost_at[lost]
         self._cancel_signals.pop(operation_id, None)
+
+    def busy_operations(self, conversation_id: str, except_id: str) -> list[str]:
+        """Operations of the conversation whose attempt may still produce output (the CAS refuses the
+        conversation's next attempt with CONVERSATION_BUSY until they are confirmed terminated)."""
+        return sorted(
+            op_id
+            for op_id in self._conversations.get(conversation_id, ())
+            if op_id != except_id and may_produce_output(self.latest[(conversation_id, op_id)])
+        )
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until `predicate()` holds after some applied batch, at most `timeout_s`."""
+        return await self._wait(predicate, timeout_s)
 
     def cancelled(self, operation_id: OperationKey) -> bool:
         """Has a CANCELLED decision been seen for the operation (CANCELLED is final)?"""
@@ -96,9 +144,15 @@ class DecisionBoard:
         return self._cas.pop(attempt_event_id)
 
     async def settled(
-        self, operation_id: OperationKey, generation: int, sources: Collection[str], timeout_s: float
+        self,
+        operation_id: OperationKey,
+        generation: int,
+        sources: Collection[str],
+        timeout_s: float,
+        since: int = 0,
     ) -> DispatchDecision | None:
-        """The decision that ends this phase of the attempt, or None on timeout."""
+        """The decision that ends this phase of the attempt (begun at board position `since`), or None
+        on timeout: one caused by the phase's own events, a commit, a cancel, or its lease expiring."""
 
         def found() -> DispatchDecision | None:
             for d in self._settling.get(operation_id, ()):
@@ -107,6 +161,9 @@ class DecisionBoard:
                 if d.attempt_generation != generation:
                     continue
                 if d.state == S.COMMITTED or d.source_event_id in sources:
+                    return d
+                lost_at = self._lease_lost_at.get((*operation_id, generation), 0)
+                if d.reason == ReasonCode.LEASE_EXPIRED and lost_at > since:
                     return d
             return None
 

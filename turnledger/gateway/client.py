@@ -25,14 +25,18 @@ from turnledger.codec import encode
 from turnledger.errors import KafkaUnavailableError
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
+    DEFAULT_LEASE_MS,
     AttemptTerminated,
     CancelRequested,
     DispatchAttempt,
     DispatchRequested,
     DispatchSent,
+    ExpiryClaimed,
     HandleBound,
     IngressEvent,
+    LeaseRenewed,
     RecoveryReported,
+    ReplayStarted,
     ResumeStarted,
     StreamDeltas,
     StreamEnded,
@@ -41,6 +45,7 @@ from turnledger.model.events import (
     TurnSubmitted,
 )
 from turnledger.model.graph import BlockKind, ResultStatus, Role, TrustLabel
+from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.topology import Topics
 
@@ -235,8 +240,10 @@ class GatewayClient(EventFactory):
         policy: dict[str, Any] | None = None,
         operation_id: str | None = None,
         stream: bool = True,
+        settle_within_ms: int | None = None,
     ) -> DispatchRequested:
-        """`stream` adds the adapter's `stream_policy` under `policy` (explicit policy keys win)."""
+        """`stream` adds the adapter's `stream_policy` under `policy` (explicit policy keys win);
+        `settle_within_ms` bounds how long the operation may stay non-final (the fold's default: 10 min)."""
         policy = {**(stream_policy(adapter) if stream else {}), **(policy or {})}
         event = DispatchRequested(
             **self.stamp(conversation_id),
@@ -247,6 +254,7 @@ class GatewayClient(EventFactory):
             tools=tuple(tools),
             max_output_tokens=max_output_tokens,
             policy=policy,
+            settle_within_ms=settle_within_ms,
         )
         await self.append(event)
         return event
@@ -265,7 +273,14 @@ class WorkerEvents(EventFactory):
         self.worker_id = worker_id
 
     async def attempt(
-        self, conversation_id: str, operation_id: str, expected_revision: int, expected_cancel_generation: int
+        self,
+        conversation_id: str,
+        operation_id: str,
+        expected_revision: int,
+        expected_cancel_generation: int,
+        *,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        replayable: bool = False,
     ) -> DispatchAttempt:
         event = DispatchAttempt(
             **self.stamp(conversation_id),
@@ -273,6 +288,8 @@ class WorkerEvents(EventFactory):
             expected_revision=expected_revision,
             expected_cancel_generation=expected_cancel_generation,
             worker_id=self.worker_id,
+            lease_ms=lease_ms,
+            replayable=replayable,
         )
         await self.sink.append(event)
         return event
@@ -285,7 +302,14 @@ class WorkerEvents(EventFactory):
         return event
 
     async def handle_bound(
-        self, conversation_id: str, operation_id: str, generation: int, handle: str, manifest_digest: str
+        self,
+        conversation_id: str,
+        operation_id: str,
+        generation: int,
+        handle: str,
+        manifest_digest: str,
+        *,
+        resumable: bool = False,
     ) -> HandleBound:
         event = HandleBound(
             **self.stamp(conversation_id),
@@ -293,6 +317,7 @@ class WorkerEvents(EventFactory):
             attempt_generation=generation,
             response_handle=handle,
             manifest_digest=manifest_digest,
+            resumable=resumable,
         )
         await self.sink.append(event)
         return event
@@ -348,21 +373,62 @@ class WorkerEvents(EventFactory):
             operation_id=operation_id,
             attempt_generation=generation,
             response_handle=handle,
+            worker_id=self.worker_id,
         )
         await self.sink.append(event)
         return event
 
-    async def give_up(self, conversation_id: str, operation_id: str, reason: str) -> CancelRequested:
-        """The worker abandons the operation: a cancel marked `workerGaveUp`, with why in its reason."""
+    async def replay_started(self, conversation_id: str, operation_id: str, generation: int) -> ReplayStarted:
+        event = ReplayStarted(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            worker_id=self.worker_id,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def give_up(
+        self, conversation_id: str, operation_id: str, reason: str, reason_code: ReasonCode | None = None
+    ) -> CancelRequested:
+        """The worker abandons the operation: a cancel marked `workerGaveUp`, with why in its reason
+        (and `reason_code` on the CANCELLED decision, WORKER_GAVE_UP without one)."""
         event = CancelRequested(
-            **self.stamp(conversation_id), operation_id=operation_id, reason=reason, worker_gave_up=True
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            reason=reason,
+            worker_gave_up=True,
+            reason_code=reason_code,
         )
         await self.sink.append(event)
         return event
 
     async def terminated(self, conversation_id: str, operation_id: str, generation: int) -> AttemptTerminated:
         event = AttemptTerminated(
-            **self.stamp(conversation_id), operation_id=operation_id, attempt_generation=generation
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            worker_id=self.worker_id,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def renew(self, conversation_id: str, operation_id: str, generation: int) -> LeaseRenewed:
+        event = LeaseRenewed(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            worker_id=self.worker_id,
+        )
+        await self.sink.append(event)
+        return event
+
+    async def claim_expiry(self, conversation_id: str, operation_id: str, generation: int) -> ExpiryClaimed:
+        event = ExpiryClaimed(
+            **self.stamp(conversation_id),
+            operation_id=operation_id,
+            attempt_generation=generation,
+            worker_id=self.worker_id,
         )
         await self.sink.append(event)
         return event
