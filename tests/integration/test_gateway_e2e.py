@@ -107,7 +107,8 @@ async def test_worker_sigkill_mid_stream_recovers_through_unknown_to_one_canonic
                 tail_topic(kafka_bootstrap, Topics(prefix).manifests, on_batch, stop=stop)
             )
             cmd = _worker_cmd(kafka_bootstrap, prefix, fp.base_url, tmp_path)
-            workers.append(subprocess.Popen(cmd, start_new_session=True))
+            env = {**os.environ, **fp.keys.as_env()}  # the worker reads the credentials the fake checks
+            workers.append(subprocess.Popen(cmd, start_new_session=True, env=env))
             async with GatewayClient(kafka_bootstrap, topic=Topics(prefix).ingress) as client:
                 await client.submit_user_turn("conv-crash", "weather in Oslo?")
                 await client.request_dispatch(
@@ -117,7 +118,7 @@ async def test_worker_sigkill_mid_stream_recovers_through_unknown_to_one_canonic
                 await wait_for(lambda: any(d.state == S.STREAMING for d in decisions))
                 os.kill(workers[0].pid, signal.SIGKILL)
                 workers[0].wait()
-                workers.append(subprocess.Popen(cmd, start_new_session=True))
+                workers.append(subprocess.Popen(cmd, start_new_session=True, env=env))
                 await wait_for(lambda: any(d.state == S.COMMITTED for d in decisions), 90)
             await _processor_caught_up(kafka_bootstrap, prefix)
             stop.set()

@@ -23,6 +23,7 @@ from turnledger.fake_provider import FakeProvider
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.legacy import RECORDER_ID
+from turnledger.gateway.provider_request import ProviderRequest, authenticate
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_worker
 from turnledger.gateway.tail import tail_topic
@@ -90,7 +91,7 @@ async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Pa
             config = WorkerConfig(worker_id="stage2-worker", rollout_stage=RolloutStage.WITHOUT_TOOLS)
             worker = asyncio.create_task(
                 run_worker(
-                    kafka_bootstrap, endpoints_for(fp.base_url), stop=stop, prefix=prefix,
+                    kafka_bootstrap, endpoints_for(fp.base_url, fp.keys.as_env()), stop=stop, prefix=prefix,
                     config=config, started=started, worker_box=box,
                 )
             )  # fmt: skip
@@ -106,11 +107,12 @@ async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Pa
             assert box[0].stats.counts["not_taken"] == 1
 
             # the legacy gateway sends the tool turn itself and keeps the raw answer
-            endpoint = endpoints_for(fp.base_url)[ADAPTER]
+            endpoint = endpoints_for(fp.base_url, fp.keys.as_env()).endpoint(ADAPTER, MODEL)
+            request = authenticate(
+                endpoint, ProviderRequest("POST", endpoint.url, endpoint.headers, manifests["tools"].encode())
+            )
             async with httpx.AsyncClient() as http:
-                answer = await http.post(
-                    endpoint.url, content=manifests["tools"].encode(), headers=dict(endpoint.headers)
-                )
+                answer = await http.post(request.url, content=request.content, headers=dict(request.headers))
             line = {"conversationId": "tools", "operationId": "op-1", "response": answer.text}
             exchanges = tmp_path / "legacy.jsonl"
             exchanges.write_bytes(orjson.dumps(line) + b"\n")

@@ -21,7 +21,9 @@ from turnledger.adapters._common import (
     parse_arguments,
 )
 from turnledger.adapters.base import JsonObject
+from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.profiles import ANTHROPIC_IDS
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block
@@ -69,8 +71,24 @@ class AnthropicRules:
     def as_data(self) -> JsonObject:
         return asdict(self)
 
+    def wire_id(self, call_id: str | None) -> str | None:
+        """The call id as sent: versions 0 and 1 send the graph's id as it is."""
+        return call_id
+
+
+@dataclass(frozen=True)
+class AnthropicRulesV2(AnthropicRules):
+    """Version 2: call ids the API would refuse (not `^[a-zA-Z0-9_-]+$`, e.g. another provider's) are
+    sent as stable mapped ids, on the tool_use and on its tool_result alike."""
+
+    call_ids: IdRule = ANTHROPIC_IDS
+
+    def wire_id(self, call_id: str | None) -> str | None:
+        return wire_call_id(self.call_ids, call_id)
+
 
 RULES_V1 = AnthropicRules()
+RULES_V2 = AnthropicRulesV2()
 
 # Version 0: the adapter as it was before thinking blocks and scoped inputs existed.
 # Kept registered so a rollback still reads the same graph; a graph with a newer kind
@@ -97,11 +115,16 @@ def _scoped_text(block: Block, rules: AnthropicRules) -> Part | None:
 
 
 def _tool_use(block: Block, rules: AnthropicRules) -> Part | None:
-    return {"type": "tool_use", "id": block.call_id, "name": block.tool_name, "input": parse_arguments(block)}
+    return {
+        "type": "tool_use",
+        "id": rules.wire_id(block.call_id),
+        "name": block.tool_name,
+        "input": parse_arguments(block),
+    }
 
 
 def _tool_result(block: Block, rules: AnthropicRules) -> Part | None:
-    part: Part = {"type": "tool_result", "tool_use_id": block.call_id}
+    part: Part = {"type": "tool_result", "tool_use_id": rules.wire_id(block.call_id)}
     texts: list[str] = []
     if is_cancel(block):
         texts.append(rules.cancel_text)
@@ -163,4 +186,5 @@ class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
 
 
 ANTHROPIC_MESSAGES_V1 = AnthropicMessagesAdapter(1, RULES_V1)
+ANTHROPIC_MESSAGES_V2 = AnthropicMessagesAdapter(2, RULES_V2)
 ANTHROPIC_MESSAGES_V0 = AnthropicMessagesAdapter(0, RULES_V0)

@@ -23,7 +23,9 @@ from turnledger.adapters._common import (
     parse_arguments,
 )
 from turnledger.adapters.base import JsonObject
+from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.profiles import GEMINI_IDS
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block, Role
@@ -73,8 +75,24 @@ class GeminiRules:
     def as_data(self) -> JsonObject:
         return asdict(self)
 
+    def wire_id(self, call_id: str | None) -> str | None:
+        """The id sent in functionCall/functionResponse: version 1 sends the graph's id as it is."""
+        return call_id
+
+
+@dataclass(frozen=True)
+class GeminiRulesV2(GeminiRules):
+    """Version 2: our synthetic ids (`gemini:<response>:<block>`, for calls Gemini sent without one)
+    are not sent: such a call and its response carry no `id` and pair by position and name."""
+
+    call_ids: IdRule = GEMINI_IDS
+
+    def wire_id(self, call_id: str | None) -> str | None:
+        return wire_call_id(self.call_ids, call_id)
+
 
 RULES_V1 = GeminiRules()
+RULES_V2 = GeminiRulesV2()
 
 
 def _signed(part: Part, block: Block) -> Part:
@@ -98,7 +116,7 @@ def _scoped_text(block: Block, rules: GeminiRules) -> Part | None:
 
 
 def _function_call(block: Block, rules: GeminiRules) -> Part | None:
-    call = {"id": block.call_id, "name": block.tool_name, "args": parse_arguments(block)}
+    call = _with_id({"name": block.tool_name, "args": parse_arguments(block)}, rules.wire_id(block.call_id))
     return _signed({"functionCall": call}, block)
 
 
@@ -106,7 +124,13 @@ def _function_response(block: Block, rules: GeminiRules) -> Part | None:
     response = (
         error_envelope(block, rules.cancel_status) if is_failure(block) else {"output": block.text or ""}
     )
-    return {"functionResponse": {"id": block.call_id, "name": block.tool_name, "response": response}}
+    reply = _with_id({"name": block.tool_name, "response": response}, rules.wire_id(block.call_id))
+    return {"functionResponse": reply}
+
+
+def _with_id(part: Part, call_id: str | None) -> Part:
+    # canonical JSON sorts keys, so where `id` is inserted does not change the bytes
+    return part if call_id is None else {"id": call_id, **part}
 
 
 _RENDER: dict[str, PartRenderer[GeminiRules]] = {
@@ -154,3 +178,4 @@ class GeminiAdapter(AdapterBase[GeminiRules]):
 
 
 GEMINI_V1 = GeminiAdapter(1, RULES_V1)
+GEMINI_V2 = GeminiAdapter(2, RULES_V2)

@@ -18,7 +18,9 @@ from typing import Any
 
 from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
 from turnledger.adapters.base import JsonObject, UnsupportedKind
+from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.profiles import OPENAI_CHAT_IDS
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, results_carrying_scoped
 from turnledger.model.graph import Block, BlockKind, Role
@@ -72,8 +74,24 @@ class OpenAIChatRules:
     def as_data(self) -> JsonObject:
         return asdict(self)
 
+    def wire_id(self, call_id: str | None) -> str | None:
+        """The call id as sent: version 1 sends the graph's id as it is."""
+        return call_id
+
+
+@dataclass(frozen=True)
+class OpenAIChatRulesV2(OpenAIChatRules):
+    """Version 2: call ids over the API's length limit (40) are sent as stable mapped ids, in
+    `tool_calls[].id` and in the tool message's `tool_call_id` alike."""
+
+    call_ids: IdRule = OPENAI_CHAT_IDS
+
+    def wire_id(self, call_id: str | None) -> str | None:
+        return wire_call_id(self.call_ids, call_id)
+
 
 RULES_V1 = OpenAIChatRules()
+RULES_V2 = OpenAIChatRulesV2()
 
 
 def _text_part(block: Block, rules: OpenAIChatRules) -> Part | None:
@@ -90,14 +108,18 @@ def _omit(block: Block, rules: OpenAIChatRules) -> Part | None:
 
 def _tool_call(block: Block, rules: OpenAIChatRules) -> Part | None:
     return {
-        "id": block.call_id,
+        "id": rules.wire_id(block.call_id),
         "type": "function",
         "function": {"name": block.tool_name, "arguments": block.arguments or ""},
     }
 
 
 def _tool_message(block: Block, rules: OpenAIChatRules) -> Part | None:
-    return {"role": "tool", "tool_call_id": block.call_id, "content": result_text(block, rules.cancel_status)}
+    return {
+        "role": "tool",
+        "tool_call_id": rules.wire_id(block.call_id),
+        "content": result_text(block, rules.cancel_status),
+    }
 
 
 _RENDER: dict[str, PartRenderer[OpenAIChatRules]] = {
@@ -164,3 +186,4 @@ class OpenAIChatAdapter(AdapterBase[OpenAIChatRules]):
 
 
 OPENAI_CHAT_V1 = OpenAIChatAdapter(1, RULES_V1)
+OPENAI_CHAT_V2 = OpenAIChatAdapter(2, RULES_V2)

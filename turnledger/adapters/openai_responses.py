@@ -21,7 +21,9 @@ from typing import Any
 
 from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
 from turnledger.adapters.base import JsonObject, UnsupportedKind
+from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.profiles import OPENAI_RESPONSES_IDS
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, rendered_parts, results_carrying_scoped
 from turnledger.model.graph import Block, Role
@@ -76,8 +78,24 @@ class OpenAIResponsesRules:
     def as_data(self) -> JsonObject:
         return asdict(self)
 
+    def wire_id(self, call_id: str | None) -> str | None:
+        """The call id as sent: version 1 sends the graph's id as it is."""
+        return call_id
+
+
+@dataclass(frozen=True)
+class OpenAIResponsesRulesV2(OpenAIResponsesRules):
+    """Version 2: `call_id`s over the API's length limit (64) are sent as stable mapped ids, on the
+    function_call and on its function_call_output alike."""
+
+    call_ids: IdRule = OPENAI_RESPONSES_IDS
+
+    def wire_id(self, call_id: str | None) -> str | None:
+        return wire_call_id(self.call_ids, call_id)
+
 
 RULES_V1 = OpenAIResponsesRules()
+RULES_V2 = OpenAIResponsesRulesV2()
 
 
 def _text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
@@ -105,7 +123,7 @@ def _reasoning_item(block: Block, rules: OpenAIResponsesRules) -> Item | None:
 def _function_call_item(block: Block, rules: OpenAIResponsesRules) -> Item | None:
     return {
         "type": "function_call",
-        "call_id": block.call_id,
+        "call_id": rules.wire_id(block.call_id),
         "name": block.tool_name,
         "arguments": block.arguments or "",
     }
@@ -114,7 +132,7 @@ def _function_call_item(block: Block, rules: OpenAIResponsesRules) -> Item | Non
 def _function_call_output_item(block: Block, rules: OpenAIResponsesRules) -> Item | None:
     return {
         "type": "function_call_output",
-        "call_id": block.call_id,
+        "call_id": rules.wire_id(block.call_id),
         "output": result_text(block, rules.cancel_status),
     }
 
@@ -187,3 +205,4 @@ def _assistant_items(rendered: list[Item], rules: OpenAIResponsesRules) -> list[
 
 
 OPENAI_RESPONSES_V1 = OpenAIResponsesAdapter(1, RULES_V1)
+OPENAI_RESPONSES_V2 = OpenAIResponsesAdapter(2, RULES_V2)

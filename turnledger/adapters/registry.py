@@ -11,12 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from turnledger.adapters.anthropic_messages import ANTHROPIC_MESSAGES_V0, ANTHROPIC_MESSAGES_V1
+from turnledger.adapters.anthropic_messages import (
+    ANTHROPIC_MESSAGES_V0,
+    ANTHROPIC_MESSAGES_V1,
+    ANTHROPIC_MESSAGES_V2,
+)
 from turnledger.adapters.base import Adapter, UnknownAdapterError
 from turnledger.adapters.bedrock_converse import BEDROCK_CONVERSE_V1
-from turnledger.adapters.gemini import GEMINI_V1
-from turnledger.adapters.openai_chat import OPENAI_CHAT_V1
-from turnledger.adapters.openai_responses import OPENAI_RESPONSES_V1
+from turnledger.adapters.gemini import GEMINI_V1, GEMINI_V2
+from turnledger.adapters.openai_chat import OPENAI_CHAT_V1, OPENAI_CHAT_V2
+from turnledger.adapters.openai_responses import OPENAI_RESPONSES_V1, OPENAI_RESPONSES_V2
 
 _ALL: tuple[Adapter, ...] = (
     OPENAI_CHAT_V1,
@@ -25,16 +29,21 @@ _ALL: tuple[Adapter, ...] = (
     GEMINI_V1,
     BEDROCK_CONVERSE_V1,
     ANTHROPIC_MESSAGES_V0,
+    # version 2: call ids each API accepts (adapters/call_ids.py); version 1 renders as it always did
+    OPENAI_CHAT_V2,
+    OPENAI_RESPONSES_V2,
+    ANTHROPIC_MESSAGES_V2,
+    GEMINI_V2,
 )
 
 ADAPTERS: Mapping[str, Adapter] = MappingProxyType({a.adapter_id: a for a in _ALL})
 
 LATEST: Mapping[str, str] = MappingProxyType(
     {
-        "openai-chat": OPENAI_CHAT_V1.adapter_id,
-        "openai-responses": OPENAI_RESPONSES_V1.adapter_id,
-        "anthropic-messages": ANTHROPIC_MESSAGES_V1.adapter_id,
-        "gemini": GEMINI_V1.adapter_id,
+        "openai-chat": OPENAI_CHAT_V2.adapter_id,
+        "openai-responses": OPENAI_RESPONSES_V2.adapter_id,
+        "anthropic-messages": ANTHROPIC_MESSAGES_V2.adapter_id,
+        "gemini": GEMINI_V2.adapter_id,
         "bedrock-converse": BEDROCK_CONVERSE_V1.adapter_id,
     }
 )

@@ -112,7 +112,7 @@ async def run_demo(
                 asyncio.create_task(
                     run_worker(
                         bootstrap,
-                        endpoints_for(fp.base_url),
+                        endpoints_for(fp.base_url, fp.keys.as_env()),
                         stop=stop,
                         prefix=prefix,
                         config=WorkerConfig(worker_id="demo-worker"),

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnledger.fake_provider.eventstream import EventStreamEvent
 from turnledger.fake_provider.ids import make_id
 from turnledger.fake_provider.model import Answer, Conversation
 from turnledger.fake_provider.sse import SseEvent
+
+WireEvent = SseEvent | EventStreamEvent
+"""One event on the wire: an SSE event, or an AWS event-stream message (Bedrock)."""
 
 
 @dataclass
@@ -39,13 +43,15 @@ class ApiSpec:
 
     name: str
     parse: Callable[[dict[str, Any]], Conversation]
-    script: Callable[[Answer, ScriptContext], list[SseEvent]]
+    script: Callable[[Answer, ScriptContext], Sequence[WireEvent]]
     #: the provider error event that replaces script event `index` (error_event fault)
-    error_event: Callable[[ScriptContext, int], SseEvent]
+    error_event: Callable[[ScriptContext, int], WireEvent]
     #: the non-streaming response body
     final_object: Callable[[Answer, ScriptContext], dict[str, Any]]
     #: an HTTP error body in this API's shape: (message, error type, param)
     error_body: Callable[[str, str, str | None], dict[str, Any]]
+    #: can events of an earlier stream be told from this one's? (not on a stream without ids: Bedrock)
+    late_events: bool = True
 
 
 def output_tokens(answer: Answer) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnledger.fake_provider.sse import SseEvent
+from turnledger.fake_provider.delivery import WireEvent
 
 SnapshotFn = Callable[[str, list[dict[str, Any]]], dict[str, Any]]
 
@@ -21,7 +21,7 @@ SnapshotFn = Callable[[str, list[dict[str, Any]]], dict[str, Any]]
 @dataclass
 class BackgroundResponse:
     response_id: str
-    events: list[SseEvent]
+    events: list[WireEvent]
     #: builds a response object from (status, output items so far)
     snapshot_fn: SnapshotFn
     #: a stream can be reopened only for responses created with stream=true (as the real API says)

@@ -9,28 +9,31 @@ the generation has produced it (the `gate`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from turnledger.fake_provider.eventstream import EventStreamEvent
 from turnledger.fake_provider.httpio import ResponseWriter
 from turnledger.fake_provider.sse import SseEvent
+
+WireEvent = SseEvent | EventStreamEvent
 
 
 @dataclass(frozen=True, slots=True)
 class Planned:
     """An event to send; `gate` is the script index that must be generated first (None: no wait)."""
 
-    event: SseEvent
+    event: WireEvent
     gate: int | None = None
 
 
 def plan(
-    events: list[SseEvent],
+    events: Sequence[WireEvent],
     *,
     start: int = 0,
     duplicate: int | None = None,
     drop_terminal: bool = False,
-    late: list[SseEvent] | None = None,
+    late: Sequence[WireEvent] | None = None,
     gated: bool = False,
 ) -> list[Planned]:
     """The events one connection will see: late ones first, then events[start:] with the faults."""

@@ -101,6 +101,7 @@ class ResponseWriter:
     extra_headers: dict[str, str] = field(default_factory=dict)
     body_bytes_sent: int = 0
     started: bool = False
+    stream_content_type: str = "text/event-stream; charset=utf-8"
 
     def _head(self, status: int, headers: dict[str, str]) -> bytes:
         reason = HTTPStatus(status).phrase
@@ -126,7 +127,7 @@ class ResponseWriter:
             self._head(
                 200,
                 {
-                    "content-type": "text/event-stream; charset=utf-8",
+                    "content-type": self.stream_content_type,
                     "cache-control": "no-cache",
                     "transfer-encoding": "chunked",
                 },

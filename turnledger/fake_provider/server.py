@@ -12,14 +12,18 @@ import contextlib
 import hashlib
 import json
 import random
+import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 
-from turnledger.fake_provider import anthropic_messages, openai_chat, openai_responses
-from turnledger.fake_provider.api import ApiSpec, ScriptContext
+from turnledger.fake_provider import anthropic_messages, bedrock, gemini, openai_chat, openai_responses
+from turnledger.fake_provider.api import ApiSpec, ScriptContext, WireEvent
+from turnledger.fake_provider.auth import FakeKeys, check
 from turnledger.fake_provider.background import BackgroundResponse
 from turnledger.fake_provider.delivery import Planned, deliver, plan, planned_bytes
 from turnledger.fake_provider.errors import BadRequestError, NonLoopbackBindError
@@ -44,16 +48,41 @@ from turnledger.fake_provider.httpio import (
 )
 from turnledger.fake_provider.ids import rng_for
 from turnledger.fake_provider.model import Answer, decide
-from turnledger.fake_provider.sse import SseEvent
 
 LOOPBACK = "127.0.0.1"
 IDEMPOTENCY_HEADER = "idempotency-key"
+EVENT_STREAM = "application/vnd.amazon.eventstream"
+BEDROCK_REQUEST_ID = "x-amzn-requestid"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a generation request asks for: the API, whether it streams, the model named in the path."""
+
+    api: ApiSpec
+    stream: bool | None = None  # None: the body's `"stream": true` decides
+    model: str | None = None
+    sse: bool = True  # Gemini's streamGenerateContent without alt=sse answers one JSON array
+
 
 _ROUTES: dict[str, ApiSpec] = {
     "/v1/messages": anthropic_messages.SPEC,
     "/v1/chat/completions": openai_chat.SPEC,
     "/v1/responses": openai_responses.SPEC,
 }
+_GEMINI = re.compile(r"/v1beta/models/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)")
+_BEDROCK = re.compile(r"/model/(?P<model>[^/]+)/(?P<method>converse-stream|converse)")
+
+
+def target_of(path: str, query: dict[str, str]) -> Target | None:
+    if path in _ROUTES:
+        return Target(_ROUTES[path])
+    if m := _GEMINI.fullmatch(path):
+        streams = m["method"] == "streamGenerateContent"
+        return Target(gemini.SPEC, streams, unquote(m["model"]), sse=query.get("alt") == "sse")
+    if m := _BEDROCK.fullmatch(path):
+        return Target(bedrock.SPEC, m["method"] == "converse-stream", unquote(m["model"]))
+    return None
 
 
 @dataclass
@@ -84,7 +113,9 @@ class _Delivery:
 
 
 class FakeProvider:
-    """A loopback HTTP/1.1 server speaking Anthropic Messages, OpenAI Chat and OpenAI Responses SSE.
+    """A loopback HTTP/1.1 server speaking Anthropic Messages, OpenAI Chat, OpenAI Responses and Gemini
+    SSE, and Bedrock ConverseStream's binary event stream. Every request must carry its API's
+    credential (`keys`; `fp.keys.as_env()` names them as the SDKs read them), as with the real APIs.
 
     Usage: `async with FakeProvider(seed=1) as fp: base_url = fp.base_url`.
     """
@@ -97,6 +128,7 @@ class FakeProvider:
         fault_plan: FaultPlan | None = None,
         *,
         background_tick_s: float = 0.002,
+        keys: FakeKeys | None = None,
     ) -> None:
         """As the real APIs: a body without `"stream": true` gets one JSON reply, and only a Responses
         request with `"background": true` is kept and can be read again by its id."""
@@ -107,6 +139,8 @@ class FakeProvider:
         self.seed = seed
         self.fault_plan = fault_plan or FaultPlan()
         self.background_tick_s = background_tick_s
+        self.keys = keys or FakeKeys()
+        self.auth_failures: list[tuple[str, int]] = []  # (request id, status)
         self.fault_log: list[FaultRecord] = []
         self.requests: list[ReceivedRequest] = []
         self._server: asyncio.Server | None = None
@@ -114,7 +148,7 @@ class FakeProvider:
         self._seen: Counter[tuple[str, str]] = Counter()
         self._generations = 0
         self._idempotency: dict[tuple[str, str], str] = {}  # (api, key) → body hash
-        self._previous: dict[tuple[str, str], list[SseEvent]] = {}  # last stream per (api, body hash)
+        self._previous: dict[tuple[str, str], list[WireEvent]] = {}  # last stream per (api, body hash)
         self._background: dict[str, BackgroundResponse] = {}
         self._stored: dict[str, dict[str, Any]] = {}  # finished non-background Responses objects
 
@@ -181,7 +215,8 @@ class FakeProvider:
         received = ReceivedRequest(rid, req.method, req.path, req.headers, req.body)
         self.requests.append(received)
         out = ResponseWriter(writer, extra_headers={"request-id": rid, "x-request-id": rid})
-        api = _api_for(req.path)
+        target = target_of(req.path, req.query)
+        api = target.api if target is not None else _api_for(req.path)
         try:
             await self._route(req, received, out)
         except BadRequestError as exc:
@@ -192,16 +227,21 @@ class FakeProvider:
                 await out.send_json(exc.status, api.error_body(exc.message, kind, exc.param))
 
     async def _route(self, req: HttpRequest, received: ReceivedRequest, out: ResponseWriter) -> None:
-        if req.path in _ROUTES:
-            if req.method != "POST":
-                raise BadRequestError(f"method {req.method} not allowed on {req.path}", status=405)
-            await self._generate(_ROUTES[req.path], req, received, out)
-            return
         if req.path == "/healthz":
             await out.send_json(200, {"ok": True})
             return
+        target = target_of(req.path, req.query)
+        if target is not None:
+            if req.method != "POST":
+                raise BadRequestError(f"method {req.method} not allowed on {req.path}", status=405)
+            if await self._refused(target.api.name, req, received, out):
+                return
+            await self._generate(target, req, received, out)
+            return
         parts = req.path.strip("/").split("/")
         if len(parts) >= 3 and parts[:2] == ["v1", "responses"]:
+            if await self._refused(openai_responses.SPEC.name, req, received, out):
+                return
             if len(parts) == 3 and req.method == "GET":
                 await self._retrieve(parts[2], req, received, out)
                 return
@@ -210,11 +250,24 @@ class FakeProvider:
                 return
         raise BadRequestError(f"no route for {req.method} {req.path}", status=404)
 
+    async def _refused(
+        self, api: str, req: HttpRequest, received: ReceivedRequest, out: ResponseWriter
+    ) -> bool:
+        """Answer a request without the API's valid credential as the API does; True if refused."""
+        failure = check(api, req, self.keys)
+        if failure is None:
+            return False
+        self.auth_failures.append((received.request_id, failure.status))
+        out.extra_headers.update(failure.headers)
+        await out.send_json(failure.status, failure.body)
+        return True
+
     # generation ------------------------------------------------------------------------------------
 
     async def _generate(
-        self, api: ApiSpec, req: HttpRequest, received: ReceivedRequest, out: ResponseWriter
+        self, target: Target, req: HttpRequest, received: ReceivedRequest, out: ResponseWriter
     ) -> None:
+        api = target.api
         try:
             body = req.json()
         except ValueError:
@@ -222,6 +275,8 @@ class FakeProvider:
         if not isinstance(body, dict):
             raise BadRequestError("request body must be a JSON object")
         conv = api.parse(body)
+        if target.model is not None:
+            conv = replace(conv, model=target.model)
         body_hash = hashlib.sha256(req.body).hexdigest()
         key = req.headers.get(IDEMPOTENCY_HEADER)
         if key:
@@ -233,7 +288,7 @@ class FakeProvider:
             occurrence = self._seen[(api.name, body_hash)]
             self._seen[(api.name, body_hash)] += 1
             basis = f"{api.name}:{body_hash}:{occurrence}"
-        stream = body.get("stream") is True
+        stream = body.get("stream") is True if target.stream is None else target.stream
         background = api is openai_responses.SPEC and body.get("background") is True
         ctx = ScriptContext(
             seed=self.seed,
@@ -274,10 +329,18 @@ class FakeProvider:
             assert f.value is not None
             ctx.truncated[f.value] = truncate_mid_string(answer.tool_calls[f.value].arguments_json)
         applied.extend(trunc)
+        if api is bedrock.SPEC:
+            out.extra_headers[BEDROCK_REQUEST_ID] = bedrock.request_id(ctx)
+            out.stream_content_type = EVENT_STREAM
         if not stream and not background:
             await self._answer_plain(api, answer, ctx, by_kind, fault_rng, applied, received, out, body_hash)
             return
-        events = api.script(answer, ctx)
+        events: list[WireEvent] = list(api.script(answer, ctx))
+        if not target.sse:
+            received.response_id = _response_id_of(events)
+            self._log(received, applied)
+            await out.send_json(200, [e.data for e in events])
+            return
         err = resolve(
             [f for f in by_kind.values() if f.kind is FaultKind.ERROR_EVENT],
             StreamShape(len(events), 0, False),
@@ -291,12 +354,12 @@ class FakeProvider:
         delivery = self._delivery(
             [f for f in by_kind.values() if f.kind not in CONTENT_FAULTS],
             events,
-            previous is not None,
+            previous is not None and api.late_events,
             fault_rng,
         )
         late = [e for e in (previous or []) if not e.terminal][-delivery.late :] if delivery.late else []
         if not background:
-            received.response_id = _response_id_of(events)
+            received.response_id = out.extra_headers.get(BEDROCK_REQUEST_ID) or _response_id_of(events)
             self._previous[(api.name, body_hash)] = events
         if background:
             if body.get("store") is False:
@@ -335,7 +398,7 @@ class FakeProvider:
             self._stored[received.response_id or ""] = openai_responses.final_object(answer, ctx)
 
     def _delivery(
-        self, faults: list[Fault], events: list[SseEvent], has_previous: bool, rng: random.Random
+        self, faults: list[Fault], events: Sequence[WireEvent], has_previous: bool, rng: random.Random
     ) -> _Delivery:
         d = _Delivery()
         for f in resolve(faults, StreamShape(len(events), 0, has_previous), rng):
@@ -497,9 +560,11 @@ def _api_for(path: str) -> ApiSpec:
     return openai_responses.SPEC
 
 
-def _response_id_of(events: list[SseEvent]) -> str | None:
+def _response_id_of(events: list[WireEvent]) -> str | None:
     first = events[0].data if events else None
     if isinstance(first, dict):
+        if isinstance(first.get("responseId"), str):
+            return str(first["responseId"])
         if isinstance(first.get("message"), dict):
             return str(first["message"]["id"])
         if isinstance(first.get("response"), dict):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Annotated
 import typer
 
 from turnledger.errors import KafkaUnavailableError
-from turnledger.gateway.endpoints import endpoints_for
+from turnledger.gateway.credentials import CredentialError
 from turnledger.gateway.legacy import (
     RECORDER_ID,
     LegacyExchangeError,
@@ -27,6 +28,8 @@ from turnledger.gateway.legacy import (
     read_exchanges,
     record_legacy,
 )
+from turnledger.gateway.provider_config import PROVIDERS_ENV, ProviderConfigError, load_routes
+from turnledger.gateway.redaction import install_log_redaction
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.worker import WorkerConfig
@@ -76,8 +79,22 @@ def _run_until_signal(command: str, body: Callable[[asyncio.Event], Awaitable[No
 
 def worker(
     bootstrap: Bootstrap = None,
+    providers: Annotated[
+        Path | None,
+        typer.Option(
+            envvar=PROVIDERS_ENV,
+            dir_okay=False,
+            help="Provider routes file (.toml, else JSON): base URL, credential variable or file, "
+            "timeouts and concurrency per adapter or model. Wins over --provider-url.",
+        ),
+    ] = None,
     provider_url: Annotated[
-        str, typer.Option(help="Base URL of the provider (or of the fake provider) for every SSE adapter.")
+        str,
+        typer.Option(
+            envvar="TURNLEDGER_PROVIDER_URL",
+            help="Without --providers: one base URL (the fake provider, or a proxy) for every API, with "
+            "credentials from OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY and AWS_* when set.",
+        ),
     ] = "http://127.0.0.1:8790",
     worker_id: Annotated[str, typer.Option(help="Stable id of this worker; recovery uses it.")] = "worker-1",
     journal_dir: Annotated[
@@ -90,13 +107,22 @@ def worker(
 ) -> None:
     """Send accepted manifests to the provider and stream the answers back as ingress events.
 
+    Routes come from --providers (or TURNLEDGER_PROVIDERS), else every API goes to --provider-url.
+    Credentials are read from the variables or files the routes name and are never printed.
     Whether a broken stream is resumed follows from the manifest's bytes (OpenAI Responses with
     background + stream), as with the real APIs. Before the rollout stage `all`, the manifests
     the stage leaves to the legacy gateway are not sent (record its answers with
     `turnledger legacy record`)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()
     servers = _need_bootstrap("worker", bootstrap)
-    endpoints = endpoints_for(provider_url)
+    try:
+        endpoints = load_routes(providers, provider_url, os.environ)
+    except (ProviderConfigError, CredentialError) as exc:
+        typer.echo(f"turnledger worker: {exc}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
+    for line in endpoints.describe():
+        logging.getLogger("turnledger.worker").info("route %s", line)
     config = WorkerConfig(worker_id=worker_id, max_attempts=max_attempts, rollout_stage=rollout_stage)
     _run_until_signal(
         "worker",

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
+from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import encode
 from turnledger.errors import KafkaUnavailableError
 from turnledger.model.deltas import NormalizedDelta
@@ -49,20 +50,15 @@ from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.topology import Topics
 
-_STREAM_POLICIES: dict[str, dict[str, Any]] = {
-    "anthropic-messages": {"stream": True},
-    "openai-chat": {"stream": True, "stream_options": {"include_usage": True}},
-    # background mode is what makes a Responses stream resumable by its id after a disconnect
-    "openai-responses": {"stream": True, "background": True},
-}
-
 
 def stream_policy(adapter: str) -> dict[str, Any]:
     """The dispatch policy that makes the adapter render a streaming request (the worker only streams).
 
-    The adapters render it into the request bytes (so into the manifest digest); APIs that stream
-    by endpoint (Gemini, Bedrock) need nothing."""
-    return dict(_STREAM_POLICIES.get(adapter.partition("@")[0], {}))
+    The adapters render it into the request bytes (so into the manifest digest); it is the API's
+    profile's (adapters/profiles.py): APIs that stream by endpoint (Gemini, Bedrock) need nothing.
+    An adapter of an unknown API gets none (the fold rejects the adapter)."""
+    profile = PROFILES.get(api_of(adapter))
+    return profile.stream_policy() if profile is not None else {}
 
 
 def new_event_id() -> str:

@@ -1,91 +1,193 @@
-"""Where each adapter's request bytes go, and what the provider behind it can do after a disconnect.
+"""Where each manifest's request bytes go: a route (base URL, credential, timeouts, concurrency)
+chosen by adapter and model, and the API's profile (path, framing, auth, resume).
 
 The manifest fixes the bytes, the endpoint fixes the route and the headers. What the
-worker may rely on after a disconnect follows from those bytes alone, as it does in
-the real APIs: only an OpenAI Responses request with `"background": true` and
-`"stream": true` is kept by the provider and can be streamed again by its id; every
-other stream is gone with its connection. A worker that resumed a response the
-provider did not keep would wait for output that will never come.
+worker may rely on after a disconnect follows from those bytes and the API's profile
+alone (adapters/profiles.py), as it does in the real APIs. A worker that resumed a
+response the provider did not keep would wait for output that will never come.
+
+Routes are configured by a file or the environment (gateway/provider_config.py). For
+a manifest, the most specific route wins: one naming its model revision over one for
+any model, one naming its exact adapter id over one naming the whole API; then the
+first in the configuration's order. No route: `UnknownEndpointError`, and the worker
+settles the operation with a reason naming the adapter instead of leaving it PREPARED.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 
+from turnledger.adapters.base import parse_model_revision
+from turnledger.adapters.profiles import AuthScheme, ProviderProfile, api_of, profile_for
 from turnledger.errors import GatewayError
+from turnledger.gateway.credentials import AwsCredentials, Secret
+from turnledger.model.manifest import DispatchManifest
 
 
 class UnknownEndpointError(GatewayError):
-    """No endpoint is configured for the manifest's adapter."""
+    """No route is configured for the manifest's adapter (and model)."""
+
+
+DEFAULT_AWS_REGION = "us-east-1"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSettings:
+    """One route as configured: no secret values here, only where to read them."""
+
+    name: str
+    base_url: str
+    adapters: tuple[str, ...]  # adapter ids (`api@N`) or whole APIs (`api`)
+    models: tuple[str, ...] = ()  # model revisions; empty: any
+    headers: Mapping[str, str] = field(default_factory=dict)
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+    concurrency: int = 64
+    aws_region: str | None = None
+
+    def specificity(self, adapter: str, model_revision: str) -> tuple[int, int] | None:
+        """How closely this route matches (higher wins), or None when it does not serve them."""
+        if adapter in self.adapters:
+            adapter_score = 2
+        elif api_of(adapter) in self.adapters:
+            adapter_score = 1
+        else:
+            return None
+        if not self.models:
+            return (0, adapter_score)
+        return (1, adapter_score) if model_revision in self.models else None
+
+
+Credential = Secret | AwsCredentials | None
+
+
+class ProviderRoute:
+    """A route with its credential resolved and its concurrency limit; shared by its endpoints."""
+
+    def __init__(self, settings: RouteSettings, credential: Credential) -> None:
+        self.settings = settings
+        self.credential = credential
+        self.slots = asyncio.Semaphore(settings.concurrency)
+        self.timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def __repr__(self) -> str:
+        return f"<ProviderRoute {self.settings.name} {self.settings.base_url} {list(self.settings.adapters)}>"
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderEndpoint:
-    adapter: str  # e.g. "openai-responses@1"
-    base_url: str
-    path: str
-    headers: Mapping[str, str] = field(default_factory=dict)
+    """One manifest's destination: its API's profile, the route that serves it, the model to address."""
+
+    profile: ProviderProfile
+    route: ProviderRoute
+    model: str
 
     @property
     def api(self) -> str:
-        """The stream parser's api name: the adapter id without its version."""
-        return self.adapter.partition("@")[0]
+        """The stream parser's api name."""
+        return self.profile.api
+
+    @property
+    def base_url(self) -> str:
+        return self.route.settings.base_url.rstrip("/")
 
     @property
     def url(self) -> str:
-        return self.base_url.rstrip("/") + self.path
+        return self.base_url + self.profile.path_for(self.model)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The profile's fixed headers (e.g. anthropic-version) under the route's own; no credential."""
+        return {**self.profile.fixed_headers, **self.route.settings.headers}
+
+    @property
+    def auth(self) -> AuthScheme:
+        return self.profile.auth
+
+    @property
+    def region(self) -> str:
+        return self.route.settings.aws_region or DEFAULT_AWS_REGION
 
     def resume_url(self, response_handle: str) -> str | None:
         """The URL that re-reads a kept response from its first event, or None if there is none."""
-        if self.api != "openai-responses":
-            return None
-        return f"{self.base_url.rstrip('/')}/v1/responses/{response_handle}?stream=true"
+        path = self.profile.resume_path(response_handle)
+        return None if path is None else self.base_url + path
 
     def streams(self, request_body: str) -> bool:
-        """Does this exact request ask for a stream? (The SSE APIs stream only with `"stream": true`.)"""
-        return _flag(request_body, "stream")
+        """Does this exact request ask for a stream? (Gemini and Bedrock stream by endpoint.)"""
+        return self.profile.streams(_body(request_body))
 
     def resumable(self, request_body: str) -> bool:
-        """Can a broken stream of this exact request be read again from its handle? Only a Responses
-        request in background mode that streams (the API keeps it and serves it by id)."""
-        if self.api != "openai-responses":
-            return False
-        return _flag(request_body, "stream") and _flag(request_body, "background")
+        """Can a broken stream of this exact request be read again from its handle?"""
+        return self.profile.resumable(_body(request_body))
 
 
-def _flag(request_body: str, name: str) -> bool:
+def _body(request_body: str) -> Mapping[str, Any] | None:
     try:
         body: Any = orjson.loads(request_body)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(body, dict) and body.get(name) is True
+        return None
+    return body if isinstance(body, dict) else None
 
 
-_PATHS: Mapping[str, tuple[str, Mapping[str, str]]] = {
-    "anthropic-messages": ("/v1/messages", {"anthropic-version": "2023-06-01"}),
-    "openai-chat": ("/v1/chat/completions", {}),
-    "openai-responses": ("/v1/responses", {}),
-}
+class ProviderRoutes:
+    """Every configured route; `endpoint_for` picks one per manifest."""
+
+    def __init__(self, routes: Sequence[ProviderRoute]) -> None:
+        self.routes = tuple(routes)
+
+    def endpoint_for(self, manifest: DispatchManifest) -> ProviderEndpoint:
+        return self.endpoint(manifest.adapter, manifest.model_revision)
+
+    def endpoint(self, adapter: str, model_revision: str) -> ProviderEndpoint:
+        best: tuple[tuple[int, int], int] | None = None
+        for position, route in enumerate(self.routes):
+            score = route.settings.specificity(adapter, model_revision)
+            if score is not None and (best is None or score > best[0]):
+                best = (score, position)
+        if best is None:
+            configured = sorted({a for r in self.routes for a in r.settings.adapters})
+            raise UnknownEndpointError(
+                f"no provider endpoint configured for adapter {adapter} (model {model_revision}); "
+                f"configured: {configured}"
+            )
+        profile = profile_for(adapter)
+        model = parse_model_revision(model_revision).model
+        return ProviderEndpoint(profile, self.routes[best[1]], model)
+
+    def describe(self) -> list[str]:
+        """One line per route for start-up logs: names, URLs, adapters; never a credential."""
+        lines = []
+        for route in self.routes:
+            s = route.settings
+            models = f" models {list(s.models)}" if s.models else ""
+            cred = "credential set" if route.credential is not None else "no credential"
+            lines.append(
+                f"{s.name}: {s.base_url} for {list(s.adapters)}{models}; {cred}; "
+                f"concurrency {s.concurrency}; timeouts {s.connect_timeout_s}s/{s.read_timeout_s}s"
+            )
+        return lines
 
 
-def endpoints_for(base_url: str, *, versions: tuple[int, ...] = (1,)) -> dict[str, ProviderEndpoint]:
-    """Endpoints of every SSE adapter behind one base URL (the fake provider, or a compatible proxy)."""
-    out: dict[str, ProviderEndpoint] = {}
-    for api, (path, headers) in _PATHS.items():
-        for version in versions:
-            adapter = f"{api}@{version}"
-            out[adapter] = ProviderEndpoint(adapter, base_url, path, headers)
-    return out
+def endpoints_for(base_url: str, env: Mapping[str, str] | None = None) -> ProviderRoutes:
+    """Every API behind one base URL (the fake provider, or a compatible proxy), with credentials
+    from the variables each API's SDK reads (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY,
+    AWS_*) in `env`; none when `env` is not given."""
+    from turnledger.gateway.provider_config import routes_for_base_url
+
+    return routes_for_base_url(base_url, env if env is not None else {})
 
 
-def endpoint_of(endpoints: Mapping[str, ProviderEndpoint], adapter: str) -> ProviderEndpoint:
-    try:
-        return endpoints[adapter]
-    except KeyError:
-        raise UnknownEndpointError(
-            f"no provider endpoint for adapter {adapter!r}; configured: {sorted(endpoints)}"
-        ) from None
+def process_env() -> Mapping[str, str]:
+    return os.environ

@@ -12,13 +12,18 @@ the connection rather than on the bytes of one response:
   then restarted at sequence 0 on the event that carried the handle, so this
   response's numbering does not depend on how much junk preceded it (a resumed read
   of the same response must produce the same sequence numbers).
-- Wire dedup. OpenAI Responses numbers its events (`sequence_number`); an event at
-  or below the last one seen on this connection is a duplicate and is dropped
-  before the parser sees it, since a duplicated event would otherwise produce new
-  deltas with new sequence numbers that the assembler could not recognise.
+- Wire dedup. An API whose profile names a `wire_sequence_field` (OpenAI Responses:
+  `sequence_number`) numbers its events; an event at or below the last one seen on
+  this connection is a duplicate and is dropped before the parser sees it, since a
+  duplicated event would otherwise produce new deltas with new sequence numbers that
+  the assembler could not recognise.
 
-Each event is decoded from SSE once (here) and its JSON parsed once (`parse_event`);
-the sequence number is read from that parse and the parser is fed the same one.
+Framing comes from the API's profile (adapters/profiles.py). SSE: each event is
+decoded once (here) and its JSON parsed once (`parse_event`); the sequence number is
+read from that parse and the parser is fed the same one. AWS event stream (Bedrock):
+the binary messages go straight to the parser, which frames them itself; such a stream
+names no response, so its handle is a response header (`handle_header`), bound by
+`on_response_headers` before the first byte is read.
 
 Deltas at or below `acked` (already appended by an earlier read of the same
 generation) are not appended again.
@@ -26,9 +31,10 @@ generation) are not appended again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from turnledger.adapters.profiles import PROFILES, Framing
 from turnledger.model.deltas import DeltaType, NormalizedDelta
 from turnledger.streaming import ParsedEvent, SseDecoder, SseEvent, StreamParser, parse_event, parser_for
 
@@ -36,7 +42,6 @@ OnHandle = Callable[[str], Awaitable[None]]
 OnDeltas = Callable[[list[NormalizedDelta]], Awaitable[None]]
 
 FINAL_TYPES = frozenset({DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR})
-SEQUENCED_APIS = frozenset({"openai-responses"})
 
 
 @dataclass
@@ -61,6 +66,8 @@ class StreamPump:
         acked: int = -1,
     ) -> None:
         self.api = api
+        self.profile = PROFILES[api]
+        self._sequence_field = self.profile.wire_sequence_field
         self.generation = generation
         self._on_handle = on_handle
         self._on_deltas = on_deltas
@@ -78,7 +85,21 @@ class StreamPump:
     def response_handle(self) -> str | None:
         return self._parser.response_handle
 
+    async def on_response_headers(self, headers: Mapping[str, str]) -> None:
+        """The response arrived: an API whose stream names no response is bound by its header."""
+        name = self.profile.handle_header
+        if name is None or self._bound:
+            return
+        handle = headers.get(name)
+        if handle:
+            self._parser.response_handle = handle
+            self._bound = True
+            await self._on_handle(handle)
+
     async def feed(self, chunk: bytes) -> None:
+        if self.profile.framing is Framing.AWS_EVENT_STREAM:
+            await self._append(self._binary(chunk))
+            return
         batch: list[NormalizedDelta] = []
         for event in self._sse.feed(chunk):
             batch.extend(await self._event(event))
@@ -91,6 +112,13 @@ class StreamPump:
             batch.extend(await self._event(event))
         batch.extend(self._accept(self._parser.flush()))
         await self._append(batch)
+
+    def _binary(self, chunk: bytes) -> list[NormalizedDelta]:
+        deltas = self._parser.feed(chunk)
+        if self._bound:
+            return self._accept(deltas)
+        self._junk.extend(deltas)  # no handle: nothing of it can be appended
+        return []
 
     async def _event(self, sse: SseEvent) -> list[NormalizedDelta]:
         self.stats.events += 1
@@ -106,7 +134,7 @@ class StreamPump:
             self._junk_events += 1
             return []
         handle = self._parser.response_handle
-        self._last_wire_sequence = _wire_sequence(event) if self.api in SEQUENCED_APIS else -1
+        self._last_wire_sequence = self._wire_sequence(event)
         if self._junk_events:
             # restart numbering at this response's first event
             self._parser = parser_for(self.api, generation=self.generation)
@@ -120,9 +148,9 @@ class StreamPump:
         return self._accept(deltas)
 
     def _is_wire_duplicate(self, event: ParsedEvent) -> bool:
-        if self.api not in SEQUENCED_APIS or not self._bound:
+        if self._sequence_field is None or not self._bound:
             return False
-        sequence = _wire_sequence(event)
+        sequence = self._wire_sequence(event)
         if sequence < 0:
             return False
         if sequence <= self._last_wire_sequence:
@@ -143,10 +171,9 @@ class StreamPump:
         self.acked = batch[-1].delta_sequence
         self.stats.deltas_appended += len(batch)
 
-
-def _wire_sequence(event: ParsedEvent) -> int:
-    """The provider's own event number (`sequence_number`), or -1 when the event has none."""
-    if event.payload is None:
-        return -1
-    sequence = event.payload.get("sequence_number")
-    return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else -1
+    def _wire_sequence(self, event: ParsedEvent) -> int:
+        """The provider's own event number (e.g. `sequence_number`), or -1 when the event has none."""
+        if event.payload is None or self._sequence_field is None:
+            return -1
+        sequence = event.payload.get(self._sequence_field)
+        return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else -1

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from turnledger.gateway.client import GatewayClient
-from turnledger.gateway.endpoints import ProviderEndpoint
+from turnledger.gateway.endpoints import ProviderRoutes
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.tail import tail_topic
@@ -24,7 +24,7 @@ def journal_path(journal_dir: Path | None, worker_id: str) -> Path | None:
 
 async def run_worker(
     bootstrap: str,
-    endpoints: Mapping[str, ProviderEndpoint],
+    endpoints: ProviderRoutes,
     *,
     stop: asyncio.Event,
     prefix: str = "",

@@ -31,11 +31,12 @@ finishes first), then reports StreamEnded(disconnected, not resumable), a no-op 
 fold after CANCELLED. Nothing the provider still sends could be kept anyway.
 
 When it gives up on an operation (attempts exhausted, no verdict in time, a manifest
-it cannot stream) the worker says so in the ledger: a CancelRequested marked
-`workerGaveUp`, whose reason starts with `GIVE_UP_PREFIX` and names the last failure.
-The operation settles as CANCELLED with reason WORKER_GAVE_UP (previews retracted, late
-blocks quarantined, no commit after it), and whoever waits for it learns at once from
-the decision stream instead of a timeout.
+it cannot stream, an adapter no configured route serves) the worker says so in the
+ledger: a CancelRequested marked `workerGaveUp`, whose reason starts with
+`GIVE_UP_PREFIX` and names the last failure. The operation settles as CANCELLED with
+reason WORKER_GAVE_UP (previews retracted, late blocks quarantined, no commit after
+it), and whoever waits for it learns at once from the decision stream instead of a
+timeout.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
@@ -53,9 +54,11 @@ import httpx
 
 from turnledger.gateway.board import FINAL, DecisionBoard, OperationKey, key_of
 from turnledger.gateway.client import IngressSink, WorkerEvents
-from turnledger.gateway.endpoints import ProviderEndpoint, UnknownEndpointError, endpoint_of
+from turnledger.gateway.endpoints import ProviderEndpoint, ProviderRoutes, UnknownEndpointError
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
+from turnledger.gateway.provider_request import ProviderRequest, resume_request, send_request
 from turnledger.gateway.pump import StreamPump
+from turnledger.gateway.redaction import REDACTOR
 from turnledger.gateway.rollout import RolloutStage, protocol_sends
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued, StreamOutcome
@@ -180,7 +183,7 @@ class DispatchWorker:
     def __init__(
         self,
         sink: IngressSink,
-        endpoints: Mapping[str, ProviderEndpoint],
+        endpoints: ProviderRoutes,
         *,
         config: WorkerConfig | None = None,
         journal: WorkerJournal | None = None,
@@ -264,7 +267,7 @@ class DispatchWorker:
 
     async def _guarded(self, key: OperationKey, recovering: JournalEntry | None) -> None:
         try:
-            async with self._slots:
+            async with self._route_slots(key), self._slots:
                 await self._run(key, recovering)
         except asyncio.CancelledError:
             raise
@@ -274,6 +277,17 @@ class DispatchWorker:
         finally:
             self._tasks.pop(key, None)
 
+    def _route_slots(self, key: OperationKey) -> contextlib.AbstractAsyncContextManager[object]:
+        """The concurrency limit of the route that serves the operation (taken before a worker slot,
+        so operations waiting for a busy provider do not hold slots others could use)."""
+        manifest = self.board.manifests.get(key)
+        if manifest is None:
+            return contextlib.nullcontext()
+        try:
+            return self.endpoints.endpoint_for(manifest).route.slots
+        except UnknownEndpointError:
+            return contextlib.nullcontext()
+
     # -- one operation -------------------------------------------------------------------
 
     async def _run(self, key: OperationKey, recovering: JournalEntry | None) -> None:
@@ -282,10 +296,13 @@ class DispatchWorker:
             log.warning("no manifest for %s/%s; skipped", *key)
             return
         try:
-            endpoint = endpoint_of(self.endpoints, manifest.adapter)
+            endpoint = self.endpoints.endpoint_for(manifest)
         except UnknownEndpointError as exc:
+            # never PREPARED for ever: the operation settles as CANCELLED (WORKER_GAVE_UP), naming the adapter
             self.stats.bump("no_endpoint")
-            log.error("%s", exc)
+            log.error("%s/%s: %s", *key, exc)
+            await self._give_up(manifest, f"no provider endpoint configured for adapter {manifest.adapter}")
+            self._finish(manifest, Verdict.GIVE_UP)
             return
         if not endpoint.streams(manifest.request_body):
             # A body without `"stream": true` gets one JSON reply that no stream parser reads.
@@ -314,7 +331,9 @@ class DispatchWorker:
 
     async def _give_up(self, manifest: DispatchManifest, why: str) -> None:
         """Abandon the operation in the ledger: it settles as CANCELLED, with why in its detail."""
-        await self.events.give_up(manifest.conversation_id, manifest.operation_id, GIVE_UP_PREFIX + why)
+        await self.events.give_up(
+            manifest.conversation_id, manifest.operation_id, REDACTOR.scrub(GIVE_UP_PREFIX + why)
+        )
 
     def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
         key = key_of(manifest)
@@ -353,10 +372,8 @@ class DispatchWorker:
         phase = _Phase()
         sent = await self.events.sent(conv, op, generation)
         phase.sources.add(sent.event_id)
-        headers = {"content-type": "application/json", "idempotency-key": idempotency_key, **endpoint.headers}
-        await self._stream(
-            manifest, endpoint, generation, phase, "POST", endpoint.url, headers, manifest.request_body
-        )
+        request = send_request(endpoint, manifest, idempotency_key)
+        await self._stream(manifest, endpoint, generation, phase, request)
         return await self._after_stream(manifest, endpoint, generation, phase)
 
     async def _stream(
@@ -365,10 +382,7 @@ class DispatchWorker:
         endpoint: ProviderEndpoint,
         generation: int,
         phase: _Phase,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: str | None,
+        request: ProviderRequest,
     ) -> None:
         """One HTTP read of the stream; appends HandleBound, StreamDeltas and StreamEnded."""
         conv, op = key = key_of(manifest)
@@ -397,15 +411,21 @@ class DispatchWorker:
         outcome = StreamOutcome.COMPLETED
         stop = _StopOnCancel(self.board.cancel_signal(key))
         try:
-            content = body.encode("utf-8") if body is not None else None
             async with self._http.stream(
-                method, url, content=content, headers=headers, extensions={OPERATION_EXTENSION: key}
+                request.method,
+                request.url,
+                content=request.content,
+                headers=dict(request.headers),
+                timeout=endpoint.route.timeout,
+                extensions={OPERATION_EXTENSION: key},
             ) as response:
                 if response.status_code >= 400:
-                    await response.aread()
+                    await response.aread()  # never kept: an error body may quote the credential
                     self.stats.bump(f"http_{response.status_code}")
                     outcome = StreamOutcome.PROVIDER_ERROR
                 else:
+                    with stop.feeding():
+                        await pump.on_response_headers(response.headers)
                     async for chunk in response.aiter_raw():
                         with stop.feeding():
                             await pump.feed(chunk)
@@ -477,22 +497,20 @@ class DispatchWorker:
                 self.stats.bump("incomplete")
                 return Verdict.RETRY  # the fold terminated the attempt (incomplete, invalid, error)
             handle = phase.handle
-            url = endpoint.resume_url(handle) if handle is not None else None
+            request = resume_request(endpoint, handle) if handle is not None else None
             can_resume = (
                 handle is not None
-                and url is not None
+                and request is not None
                 and endpoint.resumable(manifest.request_body)
                 and resumes < self.config.max_resumes
             )
-            if handle is None or url is None or not can_resume:
+            if handle is None or request is None or not can_resume:
                 return await self._terminate(manifest, generation)
             resumes += 1
             self.stats.bump("resumes")
             resumed = await self.events.resume_started(conv, op, generation, handle)
             phase = _Phase(sources={resumed.event_id}, handle=handle, acked=phase.acked)
-            await self._stream(
-                manifest, endpoint, generation, phase, "GET", url, dict(endpoint.headers), None
-            )
+            await self._stream(manifest, endpoint, generation, phase, request)
 
     async def _terminate(self, manifest: DispatchManifest, generation: int) -> Verdict:
         """Our connection is closed and the provider keeps nothing: the attempt can produce no more."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.gateway.worker import gave_up
 from turnledger.model.events import (
     DispatchDecision,
@@ -106,7 +107,7 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
     resumable = {
         (i.manifest.conversation_id, i.manifest.operation_id)
         for i in evidence.of("manifests", ManifestIssued)
-        if i.manifest.adapter.startswith("openai-responses@") and _background_stream(i.manifest.request_body)
+        if _resumable(i.manifest.adapter, i.manifest.request_body)
     }
     for op, decisions in by_op.items():
         _unknown_ages(m, decisions, now_ms)
@@ -141,9 +142,11 @@ def _unknown_ages(m: Metrics, decisions: list[DispatchDecision], now_ms: int) ->
         m.unknown_open_max_age_ms = max(m.unknown_open_max_age_ms, now_ms - since)
 
 
-def _background_stream(request_body: str) -> bool:
+def _resumable(adapter: str, request_body: str) -> bool:
+    """Does the API keep this exact request's response for a resume (its profile's rule)?"""
+    profile = PROFILES.get(api_of(adapter))
     body = orjson.loads(request_body)
-    return isinstance(body, dict) and body.get("background") is True and body.get("stream") is True
+    return profile is not None and isinstance(body, dict) and profile.resumable(body)
 
 
 def _handle_recovery(m: Metrics, decisions: list[DispatchDecision], resumable: bool) -> None:

@@ -289,6 +289,30 @@ def injection() -> MessageSequence:
     return c.build()
 
 
+FOREIGN_CALL_IDS = (
+    "toolu_01A09q90qw90lq917835lq9",  # Anthropic: fine everywhere
+    "call_" + "x" * 60,  # an OpenAI-style id over Chat's 40 characters
+    "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q.v1:0",  # '.' and ':' that Anthropic and Bedrock refuse
+    "gemini:resp-7f3a:2",  # our synthetic id of a Gemini call that came without one
+)
+
+
+def foreign_call_ids() -> MessageSequence:
+    """A conversation moved between providers: call ids minted elsewhere, results out of order."""
+    c = Conversation("foreign-ids")
+    c.next_turn().user("Weather in four cities.")
+    c.next_turn().assistant("Checking.")
+    calls = [
+        c.call("get_weather", {"city": city}, call_id=call_id)
+        for city, call_id in zip(("Oslo", "Lima", "Kyoto", "Paris"), FOREIGN_CALL_IDS, strict=True)
+    ]
+    c.next_turn()
+    for k, call in enumerate(reversed(calls)):
+        c.result(call, f'{{"temp_c": {10 + k}}}')
+    c.next_turn().user("Which is warmest?")
+    return c.build()
+
+
 GOLDEN_CONVERSATIONS = {
     "plain_text": plain_text,
     "parallel_tools": parallel_tools,
@@ -296,4 +320,5 @@ GOLDEN_CONVERSATIONS = {
     "thinking_with_signature": thinking_with_signature,
     "long_history": long_history,
     "injection": injection,
+    "foreign_call_ids": foreign_call_ids,
 }

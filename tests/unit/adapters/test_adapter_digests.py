@@ -17,6 +17,11 @@ SHIPPED_DIGESTS = {
     "gemini@1": "sha256:a9c85358a5c66ef23d711fd4531589498a97732eaade75d6f87b4475c0df1e9e",
     "openai-chat@1": "sha256:ad710e25e53b2048e4f2d591d09499d502644eaf3af359a5b3b54f8494691722",
     "openai-responses@1": "sha256:782e58ddfb9eb074c171336e6a63a9096db4a800ea3e52f5039bca1ca5f98dda",
+    # version 2: call ids each API accepts (mapped, deterministically, when another provider minted them)
+    "anthropic-messages@2": "sha256:4880948a692d9086af84b21be7fba4ae430494e33e4f8c92764104c3574e596d",
+    "gemini@2": "sha256:322e022b83d5cadc81bb0847ebc78ee61be1cee2c2954af376c87269636da046",
+    "openai-chat@2": "sha256:8d9a704f3eb7bc36be0f7707f0536205768708ea71bb1738de56260f31d4072f",
+    "openai-responses@2": "sha256:790c59f5ff2da467f66b9eb671cdb184922307fbb4021287358706f2483754aa",
 }
 
 

@@ -25,6 +25,7 @@ from turnledger.gateway.legacy import (
     RecordOutcome,
     parse_exchanges,
 )
+from turnledger.gateway.provider_request import send_request
 from turnledger.gateway.rollout import EMPTY_TOOLSET_DIGEST, RolloutStage, protocol_sends, uses_tools
 from turnledger.gateway.tool_executor import ToolExecutor
 from turnledger.gateway.worker import GIVE_UP_PREFIX, DispatchWorker, WorkerConfig
@@ -53,7 +54,8 @@ async def _harness(stage: RolloutStage) -> AsyncIterator[Harness]:
     ledger = InMemoryLedger()
     async with FakeProvider(seed=3) as fp:
         config = WorkerConfig(settle_timeout_s=10, rollout_stage=stage)
-        async with DispatchWorker(ledger, endpoints_for(fp.base_url), config=config) as worker:
+        routes = endpoints_for(fp.base_url, fp.keys.as_env())
+        async with DispatchWorker(ledger, routes, config=config) as worker:
 
             async def observe(records: list) -> None:  # type: ignore[type-arg]
                 await worker.observe(_manifests(records))
@@ -77,13 +79,10 @@ def _manifest(conv: str, h: Harness) -> DispatchManifest:
 
 async def _legacy_send(h: Harness, manifest: DispatchManifest) -> bytes:
     """What the legacy gateway does in stage 2: send a tool request itself and keep the raw answer."""
-    url = endpoints_for(h.fp.base_url)[manifest.adapter].url
+    endpoint = endpoints_for(h.fp.base_url, h.fp.keys.as_env()).endpoint_for(manifest)
+    request = send_request(endpoint, manifest, "")
     async with httpx.AsyncClient() as http:
-        response = await http.post(
-            url,
-            content=manifest.request_body.encode(),
-            headers=dict(endpoints_for(h.fp.base_url)[manifest.adapter].headers),
-        )
+        response = await http.post(request.url, content=request.content, headers=dict(request.headers))
     assert response.status_code == 200
     return response.content
 

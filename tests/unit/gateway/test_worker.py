@@ -97,7 +97,7 @@ class Harness:
 async def _harness(plan: FaultPlan | None = None, max_attempts: int = 4) -> AsyncIterator[Harness]:
     ledger = InMemoryLedger()
     async with FakeProvider(seed=3, fault_plan=plan) as fp:
-        endpoints = endpoints_for(fp.base_url)
+        endpoints = endpoints_for(fp.base_url, fp.keys.as_env())
         config = WorkerConfig(settle_timeout_s=10, max_attempts=max_attempts)
         async with DispatchWorker(ledger, endpoints, config=config) as worker:
 
@@ -286,7 +286,9 @@ async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> No
         httpx.AsyncClient(transport=transport, timeout=10.0) as http,
     ):
         config = WorkerConfig(settle_timeout_s=10)
-        async with DispatchWorker(ledger, endpoints_for(fp.base_url), config=config, http=http) as worker:
+        async with DispatchWorker(
+            ledger, endpoints_for(fp.base_url, fp.keys.as_env()), config=config, http=http
+        ) as worker:
 
             async def observe(records: list) -> None:
                 await worker.observe(

@@ -1,0 +1,165 @@
+"""Bedrock ConverseStream (`POST /model/{modelId}/converse-stream`): request parsing and the
+event script, framed as the binary AWS event stream.
+
+Events: messageStart{role}; per text block contentBlockDelta{delta:{text}}… then
+contentBlockStop (text blocks have no start event); per tool call contentBlockStart{start:
+{toolUse:{toolUseId, name}}}, contentBlockDelta{delta:{toolUse:{input: <JSON text
+fragment>}}}…, contentBlockStop; messageStop{stopReason}; metadata{usage, metrics}. Every
+payload carries the `p` padding field the service adds. Errors mid-stream are exception
+messages (`:message-type: exception`). The stream names no response: the response's
+`x-amzn-RequestId` header is its id. Tool results are `toolResult` blocks of the last user
+message; `toolUseId` must match `[a-zA-Z0-9_-]+` (1-64), as the service validates it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
+from turnledger.fake_provider.errors import BadRequestError
+from turnledger.fake_provider.eventstream import EventStreamEvent
+from turnledger.fake_provider.model import (
+    Answer,
+    Conversation,
+    LastTurn,
+    ToolResult,
+    ToolSpec,
+    content_text,
+    split_json,
+    split_text,
+)
+
+TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def parse(body: dict[str, Any]) -> Conversation:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise BadRequestError(
+            "1 validation error detected: Value null at 'messages' failed to satisfy constraint"
+        )
+    tools = tuple(
+        ToolSpec(spec["name"], (spec.get("inputSchema") or {}).get("json") or {"type": "object"})
+        for tool in (body.get("toolConfig") or {}).get("tools") or []
+        if isinstance(tool, dict) and isinstance(spec := tool.get("toolSpec"), dict) and "name" in spec
+    )
+    names: dict[str, str] = {}
+    for i, m in enumerate(messages):
+        for j, block in enumerate(m.get("content") or []):
+            for kind in ("toolUse", "toolResult"):
+                inner = block.get(kind) if isinstance(block, dict) else None
+                if isinstance(inner, dict):
+                    _check_tool_use_id(
+                        inner.get("toolUseId"), f"messages.{i}.member.content.{j}.member.{kind}"
+                    )
+                    if kind == "toolUse":
+                        names[str(inner["toolUseId"])] = str(inner.get("name"))
+    conv: dict[str, Any] = {"model": str(body.get("model", "bedrock-fake")), "tools": tools}
+    last = messages[-1]
+    if last.get("role") != "user":
+        return Conversation(last=LastTurn.OTHER, **conv)
+    blocks = [b for b in last.get("content") or [] if isinstance(b, dict)]
+    results = tuple(
+        ToolResult(
+            call_id=str(r["toolUseId"]),
+            tool_name=names.get(str(r["toolUseId"])),
+            content=content_text(r.get("content")),
+            is_error=r.get("status") == "error",
+        )
+        for b in blocks
+        if isinstance(r := b.get("toolResult"), dict)
+    )
+    if results:
+        return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
+    return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(blocks), **conv)
+
+
+def _check_tool_use_id(value: Any, where: str) -> None:
+    if not isinstance(value, str) or not TOOL_USE_ID.fullmatch(value):
+        raise BadRequestError(
+            f"1 validation error detected: Value '{value}' at '{where}.toolUseId' failed to satisfy "
+            "constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9_-]+"
+        )
+
+
+def request_id(ctx: ScriptContext) -> str:
+    raw = ctx.id("", "request", 32).lower()
+    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:32]}"
+
+
+def _tool_use_id(ctx: ScriptContext, k: int) -> str:
+    return ctx.id("tooluse_", f"call{k}", 22)
+
+
+def _stop_reason(answer: Answer) -> str:
+    return "tool_use" if answer.is_tool_use else "end_turn"
+
+
+def script(answer: Answer, ctx: ScriptContext) -> list[EventStreamEvent]:
+    rng = ctx.rng
+    pad = iter(range(1_000_000))
+
+    def ev(event: str, data: dict[str, Any], terminal: bool = False) -> EventStreamEvent:
+        return EventStreamEvent(
+            event, {**data, "p": "abcdefghijklmnopqrstuvwxyz"[: next(pad) % 26 + 1]}, terminal
+        )
+
+    events = [ev("messageStart", {"role": "assistant"})]
+    index = 0
+    if answer.text:
+        for piece in split_text(answer.text, rng):
+            events.append(ev("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": piece}}))
+        events.append(ev("contentBlockStop", {"contentBlockIndex": index}))
+        index += 1
+    for k, call in enumerate(answer.tool_calls):
+        start = {"toolUse": {"toolUseId": _tool_use_id(ctx, k), "name": call.name}}
+        events.append(ev("contentBlockStart", {"contentBlockIndex": index, "start": start}))
+        for piece in split_json(ctx.arguments(answer, k), rng):
+            delta = {"toolUse": {"input": piece}}
+            events.append(ev("contentBlockDelta", {"contentBlockIndex": index, "delta": delta}))
+        events.append(ev("contentBlockStop", {"contentBlockIndex": index}))
+        index += 1
+    events.append(ev("messageStop", {"stopReason": _stop_reason(answer)}, terminal=True))
+    out = output_tokens(answer)
+    usage = {"inputTokens": ctx.input_tokens, "outputTokens": out, "totalTokens": ctx.input_tokens + out}
+    events.append(ev("metadata", {"usage": usage, "metrics": {"latencyMs": 42}}))
+    return events
+
+
+def error_event(ctx: ScriptContext, index: int) -> EventStreamEvent:
+    return EventStreamEvent(
+        "internalServerException", {"message": "The server encountered an internal error."}, exception=True
+    )
+
+
+def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    import json
+
+    content: list[dict[str, Any]] = []
+    if answer.text:
+        content.append({"text": answer.text})
+    for k, call in enumerate(answer.tool_calls):
+        try:
+            args = json.loads(ctx.arguments(answer, k))
+        except ValueError:
+            args = {}
+        content.append({"toolUse": {"toolUseId": _tool_use_id(ctx, k), "name": call.name, "input": args}})
+    out = output_tokens(answer)
+    return {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": _stop_reason(answer),
+        "usage": {
+            "inputTokens": ctx.input_tokens,
+            "outputTokens": out,
+            "totalTokens": ctx.input_tokens + out,
+        },
+        "metrics": {"latencyMs": 42},
+    }
+
+
+def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
+    return {"message": message}
+
+
+SPEC = ApiSpec("bedrock-converse", parse, script, error_event, final_object, error_body, late_events=False)

@@ -1,0 +1,188 @@
+"""Gemini (`POST /v1beta/models/{model}:streamGenerateContent?alt=sse`): request parsing and the
+chunk script.
+
+Wire format: data-only SSE, each `data:` a whole GenerateContentResponse (`candidates[0].content`
+with role `model` and `parts`, `responseId`, `modelVersion`); text arrives as `parts[].text`
+fragments; a function call arrives whole in one part (`functionCall{name, args}`, without an
+`id`, as Gemini 2.x sends it); the last chunk carries `finishReason` and `usageMetadata`. Without
+`alt=sse` the same chunks are one JSON array. Tool results are `functionResponse` parts of the last
+user content, one per call of the model content before it (else the API's 400).
+
+Truncated arguments cannot be expressed on this wire (`args` is an object inside a complete
+JSON chunk): the truncate fault becomes what Gemini sends when the model's call is cut or
+malformed, a last chunk with `finishReason: MALFORMED_FUNCTION_CALL` and no call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
+from turnledger.fake_provider.errors import BadRequestError
+from turnledger.fake_provider.model import (
+    Answer,
+    Conversation,
+    LastTurn,
+    ToolResult,
+    ToolSpec,
+    content_text,
+    split_text,
+)
+from turnledger.fake_provider.sse import SseEvent
+
+PARALLEL_MISMATCH = (
+    "Please ensure that the number of function response parts is equal to the number of function call "
+    "parts of the function call turn."
+)
+
+
+def parse(body: dict[str, Any]) -> Conversation:
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents or not all(isinstance(c, dict) for c in contents):
+        raise BadRequestError(
+            "* GenerateContentRequest.contents: contents is not specified", param="contents"
+        )
+    tools = tuple(
+        ToolSpec(d["name"], d.get("parametersJsonSchema") or d.get("parameters") or {"type": "object"})
+        for group in body.get("tools") or []
+        if isinstance(group, dict)
+        for d in group.get("functionDeclarations") or []
+        if isinstance(d, dict) and isinstance(d.get("name"), str)
+    )
+    mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
+    conv: dict[str, Any] = {
+        "model": str(body.get("model", "gemini-fake")),
+        "tools": tools,
+        "allow_tools": mode != "NONE",
+    }
+    last = contents[-1]
+    if last.get("role", "user") != "user":
+        return Conversation(last=LastTurn.OTHER, **conv)
+    parts = [p for p in last.get("parts") or [] if isinstance(p, dict)]
+    responses = [p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), dict)]
+    if responses:
+        calls = _previous_calls(contents)
+        if len(calls) != len(responses):
+            raise BadRequestError(PARALLEL_MISMATCH, param="contents")
+        results = tuple(
+            ToolResult(
+                call_id=str(r.get("id") or call.get("id") or f"{call.get('name')}#{k}"),
+                tool_name=str(r.get("name") or call.get("name")),
+                content=_response_text(r.get("response")),
+                is_error=isinstance(r.get("response"), dict) and "error" in r["response"],
+            )
+            for k, (r, call) in enumerate(zip(responses, calls, strict=True))
+        )
+        return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
+    return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(parts), **conv)
+
+
+def _previous_calls(contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(contents) < 2 or contents[-2].get("role") != "model":
+        raise BadRequestError(
+            "Please ensure that function response turn comes immediately after a function call turn.",
+            param="contents",
+        )
+    parts = contents[-2].get("parts") or []
+    return [
+        p["functionCall"] for p in parts if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)
+    ]
+
+
+def _response_text(response: Any) -> str:
+    if isinstance(response, dict):
+        if "output" in response:
+            return content_text(response["output"])
+        if "error" in response:
+            return json.dumps(response["error"], sort_keys=True)
+    return content_text(response)
+
+
+def response_id(ctx: ScriptContext) -> str:
+    return ctx.id("", "response", 22)
+
+
+def _chunk(
+    ctx: ScriptContext, parts: list[dict[str, Any]], finish: str | None = None, answer: Answer | None = None
+) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    data: dict[str, Any] = {"candidates": [candidate]}
+    if answer is not None:
+        out = output_tokens(answer)
+        data["usageMetadata"] = {
+            "promptTokenCount": ctx.input_tokens,
+            "candidatesTokenCount": out,
+            "totalTokenCount": ctx.input_tokens + out,
+        }
+    data["modelVersion"] = ctx.model
+    data["responseId"] = response_id(ctx)
+    return data
+
+
+def _call_part(answer: Answer, k: int) -> dict[str, Any]:
+    call = answer.tool_calls[k]
+    return {"functionCall": {"name": call.name, "args": call.arguments}}
+
+
+def chunks(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
+    rng = ctx.rng
+    out: list[dict[str, Any]] = []
+    if answer.thinking:
+        out.extend(
+            _chunk(ctx, [{"text": piece, "thought": True}]) for piece in split_text(answer.thinking, rng)
+        )
+    if answer.text:
+        pieces = split_text(answer.text, rng)
+        out.extend(_chunk(ctx, [{"text": piece}]) for piece in pieces[:-1])
+        out.append(_chunk(ctx, [{"text": pieces[-1]}], "STOP", answer))
+        return out
+    if not answer.tool_calls:
+        out.append(_chunk(ctx, [{"text": ""}], "STOP", answer))
+        return out
+    if ctx.truncated:
+        # the first cut call ends the stream: Gemini reports the malformed call, and sends none of it
+        first_cut = min(ctx.truncated)
+        calls = [_call_part(answer, k) for k in range(first_cut)]
+        out.append(_chunk(ctx, calls or [{"text": ""}], "MALFORMED_FUNCTION_CALL", answer))
+        return out
+    out.append(_chunk(ctx, [_call_part(answer, k) for k in range(len(answer.tool_calls))], "STOP", answer))
+    return out
+
+
+def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
+    data = chunks(answer, ctx)
+    return [SseEvent(None, d, terminal=i == len(data) - 1) for i, d in enumerate(data)]
+
+
+def error_event(ctx: ScriptContext, index: int) -> SseEvent:
+    error = {
+        "code": 503,
+        "message": "The model is overloaded. Please try again later.",
+        "status": "UNAVAILABLE",
+    }
+    return SseEvent(None, {"error": error})
+
+
+def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if answer.text:
+        parts.append({"text": answer.text})
+    parts.extend(_call_part(answer, k) for k in range(len(answer.tool_calls)))
+    return _chunk(ctx, parts or [{"text": ""}], "STOP", answer)
+
+
+def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
+    status, code = _GOOGLE_STATUS.get(kind, ("INVALID_ARGUMENT", 400))
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+_GOOGLE_STATUS = {
+    "not_found_error": ("NOT_FOUND", 404),
+    "conflict_error": ("ABORTED", 409),
+    "invalid_request_error": ("INVALID_ARGUMENT", 400),
+}
+
+SPEC = ApiSpec("gemini", parse, script, error_event, final_object, error_body)
