@@ -46,10 +46,12 @@ class AuthScheme(StrEnum):
 
 @dataclass(frozen=True)
 class ResumeRule:
-    """A kept response is read again with GET `path` (`{handle}` filled) when every flag is true."""
+    """A kept response is read again with GET `path` (`{handle}` filled) when every flag is true, and
+    stopped at the provider with POST `cancel_path` (how a cancelled attempt is confirmed terminated)."""
 
     path: str
     requires_flags: tuple[str, ...]
+    cancel_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,11 @@ class ProviderProfile:
 
     def resume_path(self, handle: str) -> str | None:
         return None if self.resume is None else self.resume.path.format(handle=quote(handle, safe=""))
+
+    def cancel_path(self, handle: str) -> str | None:
+        if self.resume is None or self.resume.cancel_path is None:
+            return None
+        return self.resume.cancel_path.format(handle=quote(handle, safe=""))
 
     def streams(self, body: Mapping[str, Any] | None) -> bool:
         """Does this exact request body ask for a stream?"""
@@ -124,7 +131,9 @@ _PROFILES: tuple[ProviderProfile, ...] = (
         id_rule=OPENAI_RESPONSES_IDS,
         # background mode is what makes a Responses stream resumable by its id after a disconnect
         stream_policy_data={"stream": True, "background": True},
-        resume=ResumeRule("/v1/responses/{handle}?stream=true", ("stream", "background")),
+        resume=ResumeRule(
+            "/v1/responses/{handle}?stream=true", ("stream", "background"), "/v1/responses/{handle}/cancel"
+        ),
         wire_sequence_field="sequence_number",
     ),
     ProviderProfile(

@@ -51,6 +51,9 @@ class RouteSettings:
     read_timeout_s: float = 60.0
     concurrency: int = 64
     aws_region: str | None = None
+    keeps_idempotency_keys: bool | None = None
+    """The provider behind this route reattaches a request with the same idempotency key to the same
+    response (a keeping gateway, the fake provider); None: what the API's profile says."""
 
     def specificity(self, adapter: str, model_revision: str) -> tuple[int, int] | None:
         """How closely this route matches (higher wins), or None when it does not serve them."""
@@ -119,6 +122,17 @@ class ProviderEndpoint:
     def region(self) -> str:
         return self.route.settings.aws_region or DEFAULT_AWS_REGION
 
+    @property
+    def replayable(self) -> bool:
+        """May a broken attempt be sent again with its idempotency key, reattaching to the same response?"""
+        keeps = self.route.settings.keeps_idempotency_keys
+        return self.profile.keeps_idempotency_keys if keeps is None else keeps
+
+    def cancel_url(self, response_handle: str) -> str | None:
+        """The URL that stops a kept response at the provider, or None if the API keeps none."""
+        path = self.profile.cancel_path(response_handle)
+        return None if path is None else self.base_url + path
+
     def resume_url(self, response_handle: str) -> str | None:
         """The URL that re-reads a kept response from its first event, or None if there is none."""
         path = self.profile.resume_path(response_handle)
@@ -180,13 +194,17 @@ class ProviderRoutes:
         return lines
 
 
-def endpoints_for(base_url: str, env: Mapping[str, str] | None = None) -> ProviderRoutes:
+def endpoints_for(
+    base_url: str, env: Mapping[str, str] | None = None, *, keeps_idempotency_keys: bool | None = None
+) -> ProviderRoutes:
     """Every API behind one base URL (the fake provider, or a compatible proxy), with credentials
     from the variables each API's SDK reads (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY,
-    AWS_*) in `env`; none when `env` is not given."""
+    AWS_*) in `env`; none when `env` is not given. `keeps_idempotency_keys`: the provider reattaches
+    keyed retries (the fake provider does), so broken attempts are replayed rather than restarted."""
     from turnledger.gateway.provider_config import routes_for_base_url
 
-    return routes_for_base_url(base_url, env if env is not None else {})
+    env = env if env is not None else {}
+    return routes_for_base_url(base_url, env, keeps_idempotency_keys=keeps_idempotency_keys)
 
 
 def process_env() -> Mapping[str, str]:

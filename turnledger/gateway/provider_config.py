@@ -278,11 +278,15 @@ def _read_credential(settings: CredentialSettings, env: Mapping[str, str], route
     return None
 
 
-def routes_for_base_url(base_url: str, env: Mapping[str, str]) -> ProviderRoutes:
+def routes_for_base_url(
+    base_url: str, env: Mapping[str, str], *, keeps_idempotency_keys: bool | None = None
+) -> ProviderRoutes:
     """One route per API behind `base_url`, credentials from the SDKs' variables, optional."""
     configs = []
     for api, profile in PROFILES.items():
-        settings = RouteSettings(name=api, base_url=base_url, adapters=(api,))
+        settings = RouteSettings(
+            name=api, base_url=base_url, adapters=(api,), keeps_idempotency_keys=keeps_idempotency_keys
+        )
         if profile.auth is AuthScheme.AWS_SIGV4:
             credential = CredentialSettings(aws=AwsCredentialSource(), required=False)
         else:

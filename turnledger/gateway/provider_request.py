@@ -50,6 +50,14 @@ def resume_request(endpoint: ProviderEndpoint, response_handle: str) -> Provider
     return authenticate(endpoint, ProviderRequest("GET", url, dict(endpoint.headers), None))
 
 
+def cancel_request(endpoint: ProviderEndpoint, response_handle: str) -> ProviderRequest | None:
+    """POST that stops a kept response at the provider, or None if the API keeps none."""
+    url = endpoint.cancel_url(response_handle)
+    if url is None:
+        return None
+    return authenticate(endpoint, ProviderRequest("POST", url, dict(endpoint.headers), b""))
+
+
 def authenticate(endpoint: ProviderEndpoint, request: ProviderRequest) -> ProviderRequest:
     """The request with the route's credential applied; unchanged when the route has none."""
     credential = endpoint.route.credential

@@ -6,18 +6,33 @@ accepted attempt is sent, with the manifest's exact request bytes and the idempo
 key the CAS allocated. Everything the provider says goes back as ingress events; the
 fold decides what becomes canonical.
 
+An accepted attempt is this worker's for a lease (`lease_s`), renewed by every event it
+appends for it and, when it has appended nothing for a third of the lease, by a
+LeaseRenewed. Every worker runs an `ExpirySweeper`: it claims the expired leases and
+passed deadlines of operations it does not run, and adopts work nobody is doing, so
+an operation whose worker died is continued elsewhere (gateway/sweeper.py).
+
 Every read of a stream ends with a StreamEnded (after a provider's final event the
 fold has already settled the attempt and takes it as a no-op). Then the worker waits
 for the fold's verdict on that phase:
-- COMMITTED or CANCELLED: done.
-- UNKNOWN after a disconnect: if the request bytes make the response resumable
-  (OpenAI Responses with `background` and `stream`: the provider keeps it by id),
-  ResumeStarted and read it again from the start under the same generation (the
-  fold's assembler drops deltas it already has, and the pump does not resend them);
-  otherwise AttemptTerminated (the connection is closed and nothing is kept, so the
-  attempt can produce nothing more) and a new DispatchAttempt from the same manifest.
+- COMMITTED: done. CANCELLED: done, once the attempt is confirmed terminated (a kept
+  response is cancelled at the provider first, then AttemptTerminated).
+- UNKNOWN after a disconnect (or a recovery, or a takeover after a lease expiry): the
+  attempt is continued under the same generation if the provider keeps it — resumed
+  from its bound handle (ResumeStarted, then a GET of the stream from the start; the
+  fold's assembler drops deltas it already has), or replayed with its idempotency key
+  where the route's provider keeps keys (ReplayStarted, then the same POST) — and
+  otherwise confirmed terminated (AttemptTerminated) and followed by a new
+  DispatchAttempt from the same manifest.
 - UNKNOWN for an incomplete or invalid response (terminated by the fold): a new
   DispatchAttempt, up to `max_attempts` in all.
+- its generation's lease expired: another worker continues (LOST_LEASE).
+A request for a handle is only ever sent once the ledger shows the handle bound to the
+operation's manifest: a handle the worker journaled before a crash is bound through the
+ledger first, or never used.
+
+A CAS refused with CONVERSATION_BUSY (another operation of the conversation may still
+produce output) is asked again once the board shows it confirmed terminated.
 
 Which manifests it takes follows the rollout stage (gateway/rollout.py): at `all`
 every PREPARED operation, at `without-tools` only requests without tools, at
@@ -27,16 +42,14 @@ operations it has responses for).
 
 A stream is not read past a cancel: as soon as the worker sees the operation's
 CANCELLED decision it stops reading and closes the connection (an append in progress
-finishes first), then reports StreamEnded(disconnected, not resumable), a no-op in the
-fold after CANCELLED. Nothing the provider still sends could be kept anyway.
+finishes first), reports StreamEnded(disconnected), and confirms the attempt terminated.
 
 When it gives up on an operation (attempts exhausted, no verdict in time, a manifest
 it cannot stream, an adapter no configured route serves) the worker says so in the
 ledger: a CancelRequested marked `workerGaveUp`, whose reason starts with
 `GIVE_UP_PREFIX` and names the last failure. The operation settles as CANCELLED with
-reason WORKER_GAVE_UP (previews retracted, late blocks quarantined, no commit after
-it), and whoever waits for it learns at once from the decision stream instead of a
-timeout.
+reason WORKER_GAVE_UP (or NO_PROVIDER_ENDPOINT), and whoever waits for it learns at
+once from the decision stream instead of a timeout.
 """
 
 from __future__ import annotations
@@ -44,22 +57,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from functools import partial
 
 import httpx
 
-from turnledger.gateway.board import FINAL, DecisionBoard, OperationKey, key_of
+from turnledger.gateway.board import FINAL, DecisionBoard, OperationKey, key_of, may_produce_output
+from turnledger.gateway.cancel_watch import StopOnCancel
 from turnledger.gateway.client import IngressSink, WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint, ProviderRoutes, UnknownEndpointError
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
-from turnledger.gateway.provider_request import ProviderRequest, resume_request, send_request
+from turnledger.gateway.provider_request import (
+    ProviderRequest,
+    cancel_request,
+    resume_request,
+    send_request,
+)
 from turnledger.gateway.pump import StreamPump
 from turnledger.gateway.redaction import REDACTOR
 from turnledger.gateway.rollout import RolloutStage, protocol_sends
+from turnledger.gateway.sweeper import ExpirySweeper
+from turnledger.gateway.verdicts import GIVE_UP_PREFIX, NOT_TERMINATED_REASONS, Verdict, describe, gave_up
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued, StreamOutcome
 from turnledger.model.manifest import DispatchManifest
@@ -68,37 +89,13 @@ from turnledger.model.reasons import ReasonCode
 log = logging.getLogger(__name__)
 S = DispatchState
 
-NOT_TERMINATED_REASONS = frozenset({ReasonCode.STREAM_DISCONNECTED, ReasonCode.WORKER_RECOVERED})
+__all__ = ["GIVE_UP_PREFIX", "OPERATION_EXTENSION", "DispatchWorker", "Verdict", "WorkerConfig", "gave_up"]
+
 OPERATION_EXTENSION = "turnledger.operation"
 """httpx request extension naming the operation (a transport may read it; it is never sent)."""
-GIVE_UP_PREFIX = "worker gave up: "
-"""Start of the reason of the CancelRequested a worker appends when it abandons an operation."""
 
-
-def gave_up(decision: DispatchDecision) -> bool:
-    """Is this the CANCELLED decision of an operation a worker abandoned? Decisions written before the
-    typed give-up (reason WORKER_GAVE_UP) are recognized by the detail's prefix."""
-    if decision.state != S.CANCELLED:
-        return False
-    return decision.reason == ReasonCode.WORKER_GAVE_UP or (
-        decision.reason is None and decision.detail.startswith(GIVE_UP_PREFIX)
-    )
-
-
-def describe(decision: DispatchDecision | None) -> str:
-    if decision is None:
-        return "no decision"
-    reason = f" {decision.reason.value}" if decision.reason else ""
-    detail = f" ({decision.detail})" if decision.detail else ""
-    return f"{decision.state.value}{reason}{detail} at generation {decision.attempt_generation}"
-
-
-class Verdict(StrEnum):
-    COMMITTED = "committed"
-    CANCELLED = "cancelled"
-    RETRY = "retry"  # the attempt is terminated: a new generation may start
-    GIVE_UP = "give_up"
-    LOST_CAS = "lost_cas"  # the CAS refused our attempt (another sender's, a newer revision, a cancel)
+CrashHook = Callable[[str], None]
+"""Test hook: called with a point's name (`journal-handle`: the handle is journaled, not yet bound)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +109,18 @@ class WorkerConfig:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
     rollout_stage: RolloutStage = RolloutStage.ALL
+    lease_s: float = 30.0
+    """How long an accepted attempt stays this worker's without a sign of life from it."""
+    sweep: bool = True
+    """Claim the expired leases and passed deadlines of others and adopt abandoned work."""
+    sweep_tick_s: float = 1.0
+    claim_grace_s: float = 1.0
+    """Claims wait this long past the time the fold would accept them (clock skew between workers)."""
+    crash_hook: CrashHook | None = None
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_s * 1000)
 
 
 @dataclass
@@ -130,53 +139,8 @@ class _Phase:
     handle: str | None = None
     acked: int = -1
     outcome: StreamOutcome = StreamOutcome.COMPLETED
-
-
-class _StopOnCancel:
-    """Stops one read of a stream as soon as its operation is CANCELLED.
-
-    A watcher task waits for the board's cancel signal. When it fires, a reader waiting
-    on the network is interrupted at once (its task is cancelled, and `absorb` turns that
-    cancellation back into a normal end of the read); a reader in the middle of appending
-    events (`feeding`) is left to finish that append and stops right after it (`fired`),
-    so an append to the ledger is never cut in half.
-    """
-
-    def __init__(self, signal: asyncio.Event) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        self._cancelling = task.cancelling()
-        self._signal = signal
-        self._feeding = False
-        self._interrupted = False
-        self.fired = False
-        self._watcher = asyncio.create_task(self._watch())
-
-    async def _watch(self) -> None:
-        await self._signal.wait()
-        self.fired = True
-        if not self._feeding:
-            self._interrupted = True
-            self._task.cancel()
-
-    @contextlib.contextmanager
-    def feeding(self) -> Iterator[None]:
-        self._feeding = True
-        try:
-            yield
-        finally:
-            self._feeding = False
-
-    def absorb(self) -> bool:
-        """On a CancelledError in the reader: was it only ours? (Then the read just ends.)"""
-        if not self._interrupted:
-            return False
-        self._interrupted = False
-        return self._task.uncancel() <= self._cancelling
-
-    def close(self) -> None:
-        self._watcher.cancel()
+    since: int = 0
+    """The board's position when the phase began (expiries after it end the phase)."""
 
 
 class DispatchWorker:
@@ -205,6 +169,19 @@ class DispatchWorker:
         self._failures: dict[OperationKey, DispatchDecision] = {}  # the decision that ended its last attempt
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
         self._live = False
+        self._signs_of_life: dict[OperationKey, float] = {}  # monotonic time of our last event for it
+        self._background: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        lease_ms = self.config.lease_ms
+        self.sweeper = ExpirySweeper(
+            self.board,
+            self.events,
+            running=self._tasks.__contains__,
+            adopt=self._adopt,
+            grace_ms=int(self.config.claim_grace_s * 1000),
+            adopt_after_ms=lease_ms,
+            tick_s=self.config.sweep_tick_s,
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -221,9 +198,10 @@ class DispatchWorker:
         await self.close()
 
     async def close(self) -> None:
-        for task in list(self._tasks.values()):
+        self._stopping.set()
+        for task in [*self._background, *self._tasks.values()]:
             task.cancel()
-        for task in list(self._tasks.values()):
+        for task in [*self._background, *self._tasks.values()]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self._own_http and self._http is not None:
@@ -246,13 +224,17 @@ class DispatchWorker:
                 self._spawn(key_of(record))
 
     async def go_live(self) -> None:
-        """Catch-up is over: recover what this worker id owned, then attempt every PREPARED operation."""
+        """Catch-up is over: recover what this worker id owned, attempt every PREPARED operation, and
+        start keeping leases and sweeping for expired ones."""
         self._live = True
         for entry in self.journal.open_entries():
             self._spawn(entry.key, entry)
         for key, decision in list(self.board.latest.items()):
             if decision.state == S.PREPARED and decision.accepted:
                 self._spawn(key)
+        self._background.append(asyncio.create_task(self._keep_leases(), name="lease-keeper"))
+        if self.config.sweep:
+            self._background.append(asyncio.create_task(self.sweeper.run(self._stopping), name="sweeper"))
 
     def _spawn(self, key: OperationKey, recovering: JournalEntry | None = None) -> None:
         if key in self._tasks:
@@ -265,6 +247,11 @@ class DispatchWorker:
         task = asyncio.create_task(self._guarded(key, recovering), name=f"dispatch-{key[0]}/{key[1]}")
         self._tasks[key] = task
 
+    def _adopt(self, key: OperationKey) -> None:
+        """The sweeper found work nobody does: run it here (the ledger decides who continues)."""
+        self.stats.bump("adopted")
+        self._spawn(key)
+
     async def _guarded(self, key: OperationKey, recovering: JournalEntry | None) -> None:
         try:
             async with self._route_slots(key), self._slots:
@@ -276,6 +263,7 @@ class DispatchWorker:
             log.exception("dispatch of %s/%s failed", *key)
         finally:
             self._tasks.pop(key, None)
+            self._signs_of_life.pop(key, None)
 
     def _route_slots(self, key: OperationKey) -> contextlib.AbstractAsyncContextManager[object]:
         """The concurrency limit of the route that serves the operation (taken before a worker slot,
@@ -288,6 +276,35 @@ class DispatchWorker:
         except UnknownEndpointError:
             return contextlib.nullcontext()
 
+    # -- leases --------------------------------------------------------------------------
+
+    def _alive(self, key: OperationKey) -> None:
+        self._signs_of_life[key] = time.monotonic()
+
+    def _holds_lease(self, decision: DispatchDecision | None) -> bool:
+        return (
+            decision is not None
+            and decision.lease_owner == self.config.worker_id
+            and may_produce_output(decision)
+        )
+
+    async def _keep_leases(self) -> None:
+        """A LeaseRenewed for every attempt this worker runs and holds, when it appended nothing for it
+        for a third of the lease (a provider slow to answer, a long pause in a stream)."""
+        quiet_s = self.config.lease_s / 3
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            for key in list(self._tasks):
+                latest = self.board.latest.get(key)
+                if not self._holds_lease(latest) or now - self._signs_of_life.get(key, 0.0) < quiet_s:
+                    continue
+                assert latest is not None
+                self._alive(key)
+                self.stats.bump("lease_renewals")
+                await self.events.renew(*key, latest.attempt_generation)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), quiet_s / 2)
+
     # -- one operation -------------------------------------------------------------------
 
     async def _run(self, key: OperationKey, recovering: JournalEntry | None) -> None:
@@ -298,10 +315,11 @@ class DispatchWorker:
         try:
             endpoint = self.endpoints.endpoint_for(manifest)
         except UnknownEndpointError as exc:
-            # never PREPARED for ever: the operation settles as CANCELLED (WORKER_GAVE_UP), naming the adapter
+            # never PREPARED for ever: the operation settles as CANCELLED (NO_PROVIDER_ENDPOINT)
             self.stats.bump("no_endpoint")
             log.error("%s/%s: %s", *key, exc)
-            await self._give_up(manifest, f"no provider endpoint configured for adapter {manifest.adapter}")
+            why = f"no provider endpoint configured for adapter {manifest.adapter}"
+            await self._give_up(manifest, why, ReasonCode.NO_PROVIDER_ENDPOINT)
             self._finish(manifest, Verdict.GIVE_UP)
             return
         if not endpoint.streams(manifest.request_body):
@@ -310,12 +328,11 @@ class DispatchWorker:
             await self._give_up(manifest, "the manifest's request does not stream (dispatch policy stream)")
             self._finish(manifest, Verdict.GIVE_UP)
             return
+        verdict = await self._continue(manifest, endpoint, recovering)
+        if verdict is not Verdict.RETRY:
+            self._finish(manifest, verdict)
+            return
         attempts = 0
-        if recovering is not None:
-            verdict = await self._recover(manifest, endpoint, recovering)
-            if verdict is not Verdict.RETRY:
-                self._finish(manifest, verdict)
-                return
         while attempts < self.config.max_attempts:
             attempts += 1
             verdict = await self._attempt(manifest, endpoint)
@@ -329,10 +346,36 @@ class DispatchWorker:
         await self._give_up(manifest, f"{attempts} attempts failed; last {last}")
         self._finish(manifest, Verdict.GIVE_UP)
 
-    async def _give_up(self, manifest: DispatchManifest, why: str) -> None:
+    async def _continue(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, recovering: JournalEntry | None
+    ) -> Verdict:
+        """Before a new generation: what the ledger says of the operation's attempt so far.
+
+        An attempt this worker journaled before a restart is recovered; one still open (UNKNOWN, not
+        terminated) is continued if its lease is free or ours; RETRY means a new generation may start."""
+        key = key_of(manifest)
+        if recovering is not None:
+            return await self._recover(manifest, endpoint, recovering)
+        latest = self.board.latest.get(key)
+        if latest is None or latest.state != S.UNKNOWN or latest.attempt_terminated:
+            return Verdict.RETRY
+        if latest.lease_owner not in (None, "", self.config.worker_id):
+            return Verdict.LOST_LEASE
+        self.stats.bump("takeovers")
+        phase = _Phase(
+            sources={latest.source_event_id}, handle=latest.response_handle, since=self.board.position
+        )
+        return await self._after_stream(manifest, endpoint, latest.attempt_generation, phase)
+
+    async def _give_up(
+        self, manifest: DispatchManifest, why: str, reason_code: ReasonCode | None = None
+    ) -> None:
         """Abandon the operation in the ledger: it settles as CANCELLED, with why in its detail."""
         await self.events.give_up(
-            manifest.conversation_id, manifest.operation_id, REDACTOR.scrub(GIVE_UP_PREFIX + why)
+            manifest.conversation_id,
+            manifest.operation_id,
+            REDACTOR.scrub(GIVE_UP_PREFIX + why),
+            reason_code,
         )
 
     def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
@@ -349,15 +392,11 @@ class DispatchWorker:
 
     async def _attempt(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict:
         """One generation: CAS, send, stream, and whatever follows the stream."""
-        conv, op = manifest.conversation_id, manifest.operation_id
-        current = self.board.latest.get(key_of(manifest))
+        conv, op = key = key_of(manifest)
+        current = self.board.latest.get(key)
         after = current.attempt_generation if current else 0
         self.journal.write(JournalEntry(op, conv, after))
-        attempt = await self.events.attempt(
-            conv, op, manifest.conversation_revision, manifest.cancel_generation
-        )
-        self.stats.bump("attempts")
-        answer = await self.board.cas_answer(attempt.event_id, self.config.cas_timeout_s)
+        answer = await self._cas(manifest, endpoint)
         if answer is None:
             self.stats.bump("cas_timeouts")
             await self._give_up(manifest, f"no CAS answer within {self.config.cas_timeout_s}s")
@@ -369,12 +408,39 @@ class DispatchWorker:
         generation = answer.attempt_generation
         idempotency_key = answer.idempotency_key or ""
         self.journal.write(JournalEntry(op, conv, after, generation))
-        phase = _Phase()
+        phase = _Phase(since=self.board.position)
+        self._alive(key)
         sent = await self.events.sent(conv, op, generation)
         phase.sources.add(sent.event_id)
         request = send_request(endpoint, manifest, idempotency_key)
         await self._stream(manifest, endpoint, generation, phase, request)
         return await self._after_stream(manifest, endpoint, generation, phase)
+
+    async def _cas(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> DispatchDecision | None:
+        """The CAS answer to our DispatchAttempt; asked again while the conversation is busy (another
+        operation's attempt may still produce output) once the board shows it confirmed terminated."""
+        conv, op = key_of(manifest)
+        while True:
+            attempt = await self.events.attempt(
+                conv,
+                op,
+                manifest.conversation_revision,
+                manifest.cancel_generation,
+                lease_ms=self.config.lease_ms,
+                replayable=endpoint.replayable,
+            )
+            self.stats.bump("attempts")
+            answer = await self.board.cas_answer(attempt.event_id, self.config.cas_timeout_s)
+            if answer is None or answer.reason != ReasonCode.CONVERSATION_BUSY:
+                return answer
+            self.stats.bump("conversation_busy")
+            deadline = answer.deadline_at_ms
+            log.info("%s/%s: conversation busy (%s); waiting", conv, op, answer.detail)
+            freed = await self.board.wait_until(
+                lambda: not self.board.busy_operations(conv, op), self.config.settle_timeout_s
+            )
+            if not freed and deadline is not None and time.time() * 1000 >= deadline:
+                return answer  # the next CAS would be refused for the deadline anyway
 
     async def _stream(
         self,
@@ -387,16 +453,23 @@ class DispatchWorker:
         """One HTTP read of the stream; appends HandleBound, StreamDeltas and StreamEnded."""
         conv, op = key = key_of(manifest)
         assert self._http is not None
+        resumable = endpoint.resumable(manifest.request_body)
 
         async def on_handle(handle: str) -> None:
             phase.handle = handle
             entry = self.journal.get(key)
             if entry is not None:
                 self.journal.write(replace(entry, handle=handle))
-            bound = await self.events.handle_bound(conv, op, generation, handle, manifest.manifest_digest)
+            if self.config.crash_hook is not None:
+                self.config.crash_hook("journal-handle")
+            self._alive(key)
+            bound = await self.events.handle_bound(
+                conv, op, generation, handle, manifest.manifest_digest, resumable=resumable
+            )
             phase.sources.add(bound.event_id)
 
         async def on_deltas(deltas: list[NormalizedDelta]) -> None:
+            self._alive(key)
             event = await self.events.deltas(conv, op, generation, deltas)
             phase.sources.add(event.event_id)
 
@@ -409,7 +482,7 @@ class DispatchWorker:
             acked=phase.acked,
         )
         outcome = StreamOutcome.COMPLETED
-        stop = _StopOnCancel(self.board.cancel_signal(key))
+        stop = StopOnCancel(self.board.cancel_signal(key))
         try:
             async with self._http.stream(
                 request.method,
@@ -446,8 +519,7 @@ class DispatchWorker:
             self.board.release_cancel_signal(key)
         if stop.fired:
             # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
-            # connection is closed; the StreamEnded below is a no-op in the fold (no AttemptTerminated
-            # is needed: the verdict is CANCELLED).
+            # connection is closed; the verdict CANCELLED confirms the attempt terminated.
             self.stats.bump("cancelled_reads")
             log.debug("%s generation %d: cancelled, stopped reading", op, generation)
             outcome = StreamOutcome.DISCONNECTED
@@ -460,23 +532,26 @@ class DispatchWorker:
             # The provider's final event (message stop / error) already settled the attempt in the
             # fold; the StreamEnded below is then a no-op there, but every stream still reports its end.
             self.stats.bump("final_in_stream")
-        resumable = (
-            outcome == StreamOutcome.DISCONNECTED
-            and phase.handle is not None
-            and endpoint.resumable(manifest.request_body)
-        )
         ended = await self.events.ended(
-            conv, op, generation, outcome, resumable=resumable, last_delta_sequence=phase.acked
+            conv,
+            op,
+            generation,
+            outcome,
+            resumable=outcome == StreamOutcome.DISCONNECTED and phase.handle is not None and resumable,
+            last_delta_sequence=phase.acked,
         )
         phase.sources.add(ended.event_id)
 
     async def _after_stream(
         self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: _Phase
     ) -> Verdict:
-        conv, op = key = key_of(manifest)
-        resumes = 0
+        key = key_of(manifest)
+        op = key[1]
+        continued = 0
         while True:
-            decision = await self.board.settled(key, generation, phase.sources, self.config.settle_timeout_s)
+            decision = await self.board.settled(
+                key, generation, phase.sources, self.config.settle_timeout_s, since=phase.since
+            )
             if decision is None:
                 self.stats.bump("settle_timeouts")
                 log.warning(
@@ -487,30 +562,63 @@ class DispatchWorker:
                 )
                 return Verdict.GIVE_UP
             if decision.state == S.COMMITTED:
-                if resumes:
+                if continued:
                     self.stats.bump("resumed_commits")
                 return Verdict.COMMITTED
             if decision.state == S.CANCELLED:
+                await self._confirm_cancelled(manifest, endpoint, generation, phase.handle)
                 return Verdict.CANCELLED
             self._failures[key] = decision
-            if decision.reason not in NOT_TERMINATED_REASONS:
+            if decision.reason == ReasonCode.LEASE_EXPIRED and decision.source_event_id not in phase.sources:
+                self.stats.bump("lost_leases")  # another worker's claim: whoever adopts it continues
+                return Verdict.LOST_LEASE
+            if decision.attempt_terminated or decision.reason not in (
+                *NOT_TERMINATED_REASONS,
+                ReasonCode.LEASE_EXPIRED,
+            ):
                 self.stats.bump("incomplete")
                 return Verdict.RETRY  # the fold terminated the attempt (incomplete, invalid, error)
-            handle = phase.handle
-            request = resume_request(endpoint, handle) if handle is not None else None
-            can_resume = (
-                handle is not None
-                and request is not None
-                and endpoint.resumable(manifest.request_body)
-                and resumes < self.config.max_resumes
-            )
-            if handle is None or request is None or not can_resume:
+            if continued >= self.config.max_resumes:
                 return await self._terminate(manifest, generation)
-            resumes += 1
+            continued += 1
+            next_phase = await self._continue_open(manifest, endpoint, generation, phase)
+            if next_phase is None:
+                return await self._terminate(manifest, generation)
+            phase = next_phase
+
+    async def _continue_open(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: _Phase
+    ) -> _Phase | None:
+        """Read an open attempt again under its generation: resumed from its bound handle, or replayed
+        with its idempotency key; None when the provider keeps neither."""
+        conv, op = key = key_of(manifest)
+        bound = self.board.latest[key].response_handle
+        handle = phase.handle if phase.handle is not None and phase.handle == bound else None
+        resume = resume_request(endpoint, handle) if handle is not None else None
+        if handle is not None and resume is not None and endpoint.resumable(manifest.request_body):
             self.stats.bump("resumes")
+            self._alive(key)
             resumed = await self.events.resume_started(conv, op, generation, handle)
-            phase = _Phase(sources={resumed.event_id}, handle=handle, acked=phase.acked)
-            await self._stream(manifest, endpoint, generation, phase, request)
+            next_phase = _Phase(
+                sources={resumed.event_id}, handle=handle, acked=phase.acked, since=self.board.position
+            )
+            await self._stream(manifest, endpoint, generation, next_phase, resume)
+            return next_phase
+        if endpoint.replayable:
+            self.stats.bump("replays")
+            self._alive(key)
+            replayed = await self.events.replay_started(conv, op, generation)
+            await self.board.state_after(key, replayed.event_id, self.config.cas_timeout_s)
+            latest = self.board.latest[key]
+            if latest.source_event_id != replayed.event_id or latest.state != S.SENT:
+                return None  # refused: the attempt was terminated or taken meanwhile
+            key_text = latest.idempotency_key or ""
+            next_phase = _Phase(sources={replayed.event_id}, since=self.board.position)  # read from scratch
+            await self._stream(
+                manifest, endpoint, generation, next_phase, send_request(endpoint, manifest, key_text)
+            )
+            return next_phase
+        return None
 
     async def _terminate(self, manifest: DispatchManifest, generation: int) -> Verdict:
         """Our connection is closed and the provider keeps nothing: the attempt can produce no more."""
@@ -523,28 +631,91 @@ class DispatchWorker:
             return Verdict.COMMITTED if latest.state == S.COMMITTED else Verdict.CANCELLED
         return Verdict.RETRY
 
+    async def _confirm_cancelled(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, handle: str | None
+    ) -> None:
+        """A cancelled attempt of ours holds the conversation until it is confirmed terminated: a kept
+        response is stopped at the provider, then AttemptTerminated (our connection is closed)."""
+        key = key_of(manifest)
+        latest = self.board.latest.get(key)
+        if (
+            latest is None
+            or latest.state != S.CANCELLED
+            or latest.attempt_generation != generation
+            or not may_produce_output(latest)
+            or latest.lease_owner not in (None, "", self.config.worker_id)
+        ):
+            return
+        bound = handle if handle is not None and handle == latest.response_handle else None
+        stop = cancel_request(endpoint, bound) if bound is not None else None
+        if stop is not None and endpoint.resumable(manifest.request_body):
+            assert self._http is not None
+            try:
+                response = await self._http.request(
+                    stop.method,
+                    stop.url,
+                    content=stop.content,
+                    headers=dict(stop.headers),
+                    timeout=endpoint.route.timeout,
+                )
+                self.stats.bump(f"provider_cancel_{response.status_code}")
+            except httpx.HTTPError as exc:
+                # the lease expiry confirms it later; a kept response may run on at the provider meanwhile
+                self.stats.bump("provider_cancel_failed")
+                log.warning("%s/%s: cancelling %s at the provider failed: %r", *key, bound, exc)
+                return
+        self.stats.bump("cancel_confirmed")
+        event = await self.events.terminated(*key, generation)
+        await self.board.state_after(key, event.event_id, self.config.settle_timeout_s)
+
     # -- crash recovery ------------------------------------------------------------------
 
     async def _recover(
         self, manifest: DispatchManifest, endpoint: ProviderEndpoint, entry: JournalEntry
     ) -> Verdict:
-        """An operation this worker id owned before a restart: report it, then resume or terminate."""
+        """An operation this worker id owned before a restart: report it, then resume or terminate.
+
+        A handle journaled but never bound (the crash came between the two) is bound through the
+        ledger first, which checks it against the manifest digest; if the ledger does not bind it,
+        it is never used."""
         conv, op = key = key_of(manifest)
         latest = self.board.latest.get(key)
         if latest is None:
             return Verdict.RETRY
         if latest.state in FINAL:
+            if latest.state == S.CANCELLED:
+                await self._confirm_cancelled(manifest, endpoint, latest.attempt_generation, entry.handle)
             return Verdict.COMMITTED if latest.state == S.COMMITTED else Verdict.CANCELLED
         if latest.state == S.PREPARED or latest.attempt_generation <= entry.after:
             return Verdict.RETRY  # our attempt never got accepted: start one
+        if latest.lease_owner not in (None, "", self.config.worker_id):
+            return Verdict.LOST_LEASE  # another worker continues it
         generation = latest.attempt_generation
         self.stats.bump("recoveries")
-        phase = _Phase(handle=entry.handle if entry.generation == generation else None)
+        handle = entry.handle if entry.generation == generation else None
+        if handle is not None and latest.state == S.SENT and latest.response_handle is None:
+            bound = await self.events.handle_bound(
+                conv,
+                op,
+                generation,
+                handle,
+                manifest.manifest_digest,
+                resumable=endpoint.resumable(manifest.request_body),
+            )
+            self.stats.bump("journaled_handles_bound")
+            await self.board.state_after(key, bound.event_id, self.config.settle_timeout_s)
+            latest = self.board.latest[key]
+        if handle is not None and latest.response_handle != handle:
+            self.stats.bump("unbound_handles_dropped")
+            handle = None
+        phase = _Phase(handle=handle, since=self.board.position)
         if latest.state in (S.DISPATCHING, S.SENT, S.STREAMING):
             event = await self.events.recovered(conv, op, generation)
             phase.sources.add(event.event_id)
-        else:  # UNKNOWN already: the verdict is known
+        elif latest.state == S.UNKNOWN and not latest.attempt_terminated:
             phase.sources.add(latest.source_event_id)
+        else:
+            return Verdict.RETRY  # terminated already: a new generation may start
         # everything is re-read from the start: the fold's assembler drops what it already has
         phase.acked = -1
         return await self._after_stream(manifest, endpoint, generation, phase)

@@ -87,8 +87,9 @@ async def test_rollback_to_a_legacy_adapter_pauses_without_a_manifest(
 
     legacy = await reader.find_operation(LEGACY)
     assert legacy is not None
-    assert (legacy.state, legacy.reason, legacy.manifest_digest) == ("PAUSED", "UNSUPPORTED_KIND", None)
-    assert legacy.detail == "anthropic-messages@0 does not know kind 'retrieved_snippet' (block s1-b0)"
+    # the upgrade to @1 ends the conversation's pause for @0: the paused operation is cancelled
+    assert (legacy.state, legacy.reason, legacy.manifest_digest) == ("CANCELLED", "PAUSE_ENDED", None)
+    assert legacy.detail == f"operation {CURRENT} renders the conversation with anthropic-messages@1"
 
     records = await topic_records(p.bootstrap, p.topics.manifests, "rollback#0")
     issued = [r.manifest for r in records if isinstance(r, ManifestIssued)]
@@ -97,6 +98,7 @@ async def test_rollback_to_a_legacy_adapter_pauses_without_a_manifest(
     assert decisions == [
         (LEGACY, DispatchState.PAUSED, ReasonCode.UNSUPPORTED_KIND),
         (CURRENT, DispatchState.PREPARED, None),
+        (LEGACY, DispatchState.CANCELLED, ReasonCode.PAUSE_ENDED),
     ]
     (manifest,) = issued
     assert "s1-b0" in {b.id for b in manifest.blocks}, "@1 renders the very graph @0 paused on"
@@ -113,7 +115,7 @@ async def test_rollback_to_a_legacy_adapter_pauses_without_a_manifest(
     status = typer.Typer()
     status.command()(status_command)
     shown = await invoke(status, [LEGACY, "--redis-url", redis_url, "--key-prefix", redis_prefix])
-    assert shown.exit_code == 0 and "PAUSED" in shown.output and "UNSUPPORTED_KIND" in shown.output
+    assert shown.exit_code == 0 and "CANCELLED" in shown.output and "PAUSE_ENDED" in shown.output
 
 
 async def test_audit_of_the_real_processor_is_clean_then_reports_a_corrupted_record(

@@ -311,8 +311,20 @@ async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> No
             cancel = CancelRequested(**h.factory.stamp("c1"), operation_id="op-1", reason="user")
             await ledger.append(cancel)
             final = await h.wait_state("op-1", DispatchState.CANCELLED)
-            assert final.attempt_generation == 1
-            assert (final.reason, final.detail, gave_up(final)) == (None, "user", False)  # a client's cancel
+            cancelled, confirmed = [
+                d for d in ledger.of_type(DispatchDecision) if d.state == DispatchState.CANCELLED
+            ]
+            assert cancelled.attempt_generation == 1
+            assert (cancelled.reason, cancelled.detail, gave_up(cancelled)) == (
+                None,
+                "user",
+                False,
+            )  # a client's
+            # the stopped read confirms the cancelled attempt terminated: the conversation may go on
+            assert final == confirmed and (confirmed.reason, confirmed.attempt_terminated) == (
+                ReasonCode.ATTEMPT_TERMINATED,
+                True,
+            )
 
             # Before the fix every remaining event became a late block (10 here). Now at most one
             # StreamDeltas can land after the cancel: a chunk whose read completed in the same loop turn
@@ -325,7 +337,8 @@ async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> No
 
             ended = [e for e in ledger.ingress if isinstance(e, StreamEnded)]
             assert [(e.outcome, e.resumable) for e in ended] == [(StreamOutcome.DISCONNECTED, False)]
-            assert not [e for e in ledger.ingress if isinstance(e, AttemptTerminated)]
+            terminated = [e for e in ledger.ingress if isinstance(e, AttemptTerminated)]
+            assert [(e.attempt_generation, e.worker_id) for e in terminated] == [(1, "worker-1")]
             assert not [t for t in ledger.of_type(CommittedTurn) if t.operation_id]
             assert worker.stats.counts["cancelled_reads"] == 1
             assert worker.stats.counts["verdict_cancelled"] == 1

@@ -1,0 +1,117 @@
+"""The sweeper's rules, one per row of its table, on hand-made decisions (no clock, no ledger)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from turnledger.gateway.board import DecisionBoard
+from turnledger.gateway.client import WorkerEvents
+from turnledger.gateway.sweeper import Adopt, Claim, ExpirySweeper
+from turnledger.model.events import DispatchDecision, DispatchState, IngressEvent
+from turnledger.model.reasons import ReasonCode
+
+S = DispatchState
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.events: list[IngressEvent] = []
+
+    async def append(self, event: IngressEvent) -> None:
+        self.events.append(event)
+
+
+def _decision(op: str, state: DispatchState, **fields: Any) -> DispatchDecision:
+    base: dict[str, Any] = {
+        "conversation_id": "c1",
+        "operation_id": op,
+        "state": state,
+        "conversation_revision": 1,
+        "cancel_generation": 0,
+        "attempt_generation": 1,
+        "source_event_id": f"src-{op}-{state}",
+        "occurred_at_ms": 1_000,
+        "deadline_at_ms": 100_000,
+    }
+    return DispatchDecision(**{**base, **fields})
+
+
+def _sweeper(
+    decisions: Iterable[DispatchDecision], running: set[tuple[str, str]] | None = None
+) -> ExpirySweeper:
+    board = DecisionBoard()
+    for d in decisions:
+        board.apply_nowait(d)
+    adopted: list[tuple[str, str]] = []
+    sweeper = ExpirySweeper(
+        board,
+        WorkerEvents(_Sink(), "sweeper"),
+        running=(running or set()).__contains__,
+        adopt=adopted.append,
+        grace_ms=100,
+        adopt_after_ms=30_000,
+    )
+    return sweeper
+
+
+def test_an_expired_lease_of_an_attempt_run_elsewhere_is_claimed_after_the_grace() -> None:
+    streaming = _decision("op-1", S.STREAMING, lease_owner="w1", lease_expires_at_ms=31_000)
+    sweeper = _sweeper([streaming])
+    assert sweeper.plan(31_050) == []
+    assert sweeper.plan(31_100) == [Claim(("c1", "op-1"), 1)]
+
+
+def test_an_attempt_run_here_is_never_claimed() -> None:
+    streaming = _decision("op-1", S.STREAMING, lease_owner="w1", lease_expires_at_ms=31_000)
+    assert _sweeper([streaming], running={("c1", "op-1")}).plan(99_999_999) == []
+
+
+def test_a_passed_deadline_is_claimed_in_any_non_final_state() -> None:
+    for state in (S.WAITING, S.PREPARED, S.PAUSED):
+        sweeper = _sweeper([_decision("op-1", state, attempt_generation=0, occurred_at_ms=99_000)])
+        assert sweeper.plan(99_000) == []
+        assert sweeper.plan(100_100) == [Claim(("c1", "op-1"), 0)]
+
+
+def test_a_cancelled_attempt_not_yet_terminated_is_claimed_when_its_lease_expires() -> None:
+    cancelled = _decision("op-1", S.CANCELLED, lease_owner="w1", lease_expires_at_ms=5_000)
+    assert _sweeper([cancelled]).plan(5_100) == [Claim(("c1", "op-1"), 1)]
+    done = _decision("op-1", S.CANCELLED, attempt_terminated=True)
+    assert _sweeper([done]).plan(10**9) == []
+
+
+def test_final_operations_are_left_alone() -> None:
+    decisions = [
+        _decision("a", S.COMMITTED, attempt_terminated=True),
+        _decision("b", S.REJECTED, attempt_generation=0),
+    ]
+    assert _sweeper(decisions).plan(10**9) == []
+
+
+def test_a_freed_attempt_after_a_lease_expiry_is_adopted_at_once() -> None:
+    freed = _decision("op-1", S.UNKNOWN, reason=ReasonCode.LEASE_EXPIRED)
+    assert _sweeper([freed]).plan(1_001) == [Adopt(("c1", "op-1"))]
+
+
+def test_quiet_unowned_work_is_adopted_after_a_lease_period() -> None:
+    terminated = _decision("op-1", S.UNKNOWN, attempt_terminated=True, reason=ReasonCode.STREAM_DISCONNECTED)
+    prepared = _decision("op-2", S.PREPARED, attempt_generation=0)
+    sweeper = _sweeper([terminated, prepared])
+    assert sweeper.plan(30_999) == []
+    assert sweeper.plan(31_000) == [Adopt(("c1", "op-1")), Adopt(("c1", "op-2"))]
+
+
+async def test_a_claim_is_made_once_per_decision_and_then_again_only_after_a_while() -> None:
+    streaming = _decision("op-1", S.STREAMING, lease_owner="w1", lease_expires_at_ms=31_000)
+    sweeper = _sweeper([streaming])
+    now = 40_000
+    sweeper._clock = lambda: now
+    assert await sweeper.sweep() == [Claim(("c1", "op-1"), 1)]
+    assert await sweeper.sweep() == []
+    now += 30_000
+    assert await sweeper.sweep() == [Claim(("c1", "op-1"), 1)]
+    claims = sweeper.events.sink.events  # type: ignore[attr-defined]
+    assert [(e.operation_id, e.attempt_generation, e.worker_id) for e in claims] == [
+        ("op-1", 1, "sweeper")
+    ] * 2

@@ -1,0 +1,267 @@
+"""Every operation settles with real workers: a worker lost mid-stream, the journal → bind window, a user
+speaking mid-stream, a busy conversation. The real fold (in-memory ledger) and the fake provider."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.unit.gateway.ledger import InMemoryLedger
+from tests.unit.gateway.test_worker import Harness
+from turnledger.fake_provider import FakeProvider, FaultPlan
+from turnledger.fake_provider.faults import Fault, FaultKind
+from turnledger.gateway.endpoints import ProviderRoutes, endpoints_for
+from turnledger.gateway.journal import WorkerJournal
+from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.model.events import (
+    CommittedTurn,
+    DispatchDecision,
+    DispatchState,
+    ExpiryClaimed,
+    HandleBound,
+    LeaseRenewed,
+    ManifestIssued,
+    Quarantined,
+    ReplayStarted,
+    ResumeStarted,
+)
+from turnledger.model.reasons import ReasonCode
+from turnledger.topology import Stream
+
+S = DispatchState
+LEASE_S = 1.0
+SLOW = FaultPlan(always=(Fault(FaultKind.SLOW, 40),))
+
+
+class Crash(Exception):
+    """Ends a worker's task like a kill would: nothing is appended after it."""
+
+
+@dataclass
+class Node:
+    """One worker attached to the shared ledger, which can be killed (it then observes and sends nothing)."""
+
+    worker: DispatchWorker
+    http: httpx.AsyncClient
+    alive: bool = True
+
+    async def kill(self) -> None:
+        self.alive = False
+        tasks = [*self.worker._tasks.values(), *self.worker._background]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, BaseException):
+                await task
+
+
+@dataclass
+class Cluster:
+    ledger: InMemoryLedger
+    fp: FakeProvider
+    routes: ProviderRoutes
+    nodes: list[Node] = field(default_factory=list)
+
+    async def start(
+        self, worker_id: str, *, journal: Path | None = None, crash_at: str | None = None
+    ) -> Node:
+        def hook(point: str) -> None:
+            if point == crash_at:
+                raise Crash(point)
+
+        config = WorkerConfig(
+            worker_id=worker_id,
+            settle_timeout_s=10,
+            lease_s=LEASE_S,
+            sweep_tick_s=0.05,
+            claim_grace_s=0.05,
+            crash_hook=hook if crash_at else None,
+        )
+        http = httpx.AsyncClient(timeout=10.0)
+        worker = DispatchWorker(
+            self.ledger, self.routes, config=config, journal=WorkerJournal(journal), http=http
+        )
+        node = Node(worker, http)
+        for record in [o.record for o in self.ledger.outputs if o.stream == Stream.MANIFESTS]:
+            await worker.observe([record])  # catch up, as a worker tailing the topic would
+
+        async def observe(records: list) -> None:  # type: ignore[type-arg]
+            if node.alive:
+                await worker.observe(
+                    [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))]
+                )
+
+        self.ledger.subscribe(Stream.MANIFESTS, observe)
+        await worker.go_live()
+        self.nodes.append(node)
+        return node
+
+    def latest(self, op: str = "op-1", conv: str = "c1") -> DispatchDecision:
+        return [
+            d
+            for d in self.ledger.of_type(DispatchDecision)
+            if (d.conversation_id, d.operation_id) == (conv, op)
+        ][-1]
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not predicate():
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"not reached; latest {self.ledger.outputs[-1:]}"
+            )
+            await asyncio.sleep(0.02)
+
+    def harness(self) -> Harness:
+        return Harness(self.ledger, self.fp, self.nodes[0].worker)
+
+
+@contextlib.asynccontextmanager
+async def cluster(plan: FaultPlan | None = SLOW, keeps_keys: bool | None = None) -> AsyncIterator[Cluster]:
+    async with FakeProvider(seed=5, fault_plan=plan) as fp:
+        routes = endpoints_for(fp.base_url, fp.keys.as_env(), keeps_idempotency_keys=keeps_keys)
+        c = Cluster(InMemoryLedger(), fp, routes)
+        try:
+            yield c
+        finally:
+            for node in c.nodes:
+                if node.alive:
+                    await node.worker.close()
+                await node.http.aclose()
+
+
+def _streaming(c: Cluster) -> Callable[[], bool]:
+    return lambda: any(d.state == S.STREAMING for d in c.ledger.of_type(DispatchDecision))
+
+
+def _committed(c: Cluster) -> Callable[[], bool]:
+    return lambda: c.latest().state == S.COMMITTED
+
+
+def _assistant_turns(c: Cluster) -> list[CommittedTurn]:
+    return [t for t in c.ledger.of_type(CommittedTurn) if t.operation_id]
+
+
+async def test_a_worker_lost_mid_stream_is_replaced_and_the_answer_commits_once() -> None:
+    async with cluster() as c:
+        a = await c.start("worker-a")
+        h = c.harness()
+        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await c.until(_streaming(c))
+        await a.kill()
+        b = await c.start("worker-b")
+        await c.until(_committed(c))
+        expired = [d for d in c.ledger.of_type(DispatchDecision) if d.reason == ReasonCode.LEASE_EXPIRED]
+        assert [(d.state, d.attempt_generation, d.attempt_terminated) for d in expired] == [
+            (S.UNKNOWN, 1, True)
+        ]
+        claims = [e for e in c.ledger.ingress if isinstance(e, ExpiryClaimed)]
+        assert claims and all(e.worker_id == "worker-b" for e in claims)
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 2
+        assert c.latest().lease_owner is None and b.worker.stats.counts["adopted"] == 1
+
+
+async def test_a_kept_response_of_a_lost_worker_is_resumed_from_its_handle() -> None:
+    async with cluster() as c:
+        a = await c.start("worker-a")
+        h = c.harness()
+        await h.converse("c1", "openai-responses@1", text="tell me a story", tools=False)
+        await c.until(_streaming(c))
+        await a.kill()
+        await c.start("worker-b")
+        await c.until(_committed(c))
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 1  # the same generation, read again from its handle
+        resumes = [e for e in c.ledger.ingress if isinstance(e, ResumeStarted)]
+        assert [e.worker_id for e in resumes] == ["worker-b"]
+        posts = [r for r in c.fp.requests if r.method == "POST"]
+        assert len(posts) == 1  # no second generation was sent
+
+
+async def test_a_lost_worker_s_attempt_is_replayed_where_the_provider_keeps_keys() -> None:
+    async with cluster(keeps_keys=True) as c:
+        a = await c.start("worker-a")
+        h = c.harness()
+        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await c.until(_streaming(c))
+        await a.kill()
+        await c.start("worker-b")
+        await c.until(_committed(c))
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 1
+        assert [e.worker_id for e in c.ledger.ingress if isinstance(e, ReplayStarted)] == ["worker-b"]
+        posts = [r for r in c.fp.requests if r.method == "POST"]
+        assert len(posts) == 2 and posts[0].headers["idempotency-key"] == posts[1].headers["idempotency-key"]
+
+
+@pytest.mark.parametrize("adapter", ["openai-responses@1", "anthropic-messages@1"])
+async def test_a_handle_journaled_but_not_bound_is_bound_through_the_ledger_before_any_use(
+    tmp_path: Path, adapter: str
+) -> None:
+    async with cluster() as c:
+        journal = tmp_path / "worker-a.jsonl"
+        a = await c.start("worker-a", journal=journal, crash_at="journal-handle")
+        h = c.harness()
+        await h.converse("c1", adapter, text="tell me a story", tools=False)
+        await c.until(lambda: "handle" in journal.read_text())
+        await c.until(lambda: not a.worker._tasks)  # crashed between the journal and the HandleBound
+        await a.kill()
+        assert c.latest().state == S.SENT and not [e for e in c.ledger.ingress if isinstance(e, HandleBound)]
+        requests_before = len(c.fp.requests)
+        await c.start("worker-a", journal=journal)  # the same worker id restarts with its journal
+        await c.until(_committed(c))
+        binds = [e for e in c.ledger.ingress if isinstance(e, HandleBound)]
+        digest = c.ledger.of_type(ManifestIssued)[0].manifest.manifest_digest
+        journaled = [
+            json.loads(line)["handle"] for line in journal.read_text().splitlines() if '"handle":"' in line
+        ]
+        assert binds[0].response_handle == journaled[0] and binds[0].attempt_generation == 1
+        assert all(b.manifest_digest == digest for b in binds)
+        bound = {b.response_handle for b in binds}
+        gets = [r for r in c.fp.requests[requests_before:] if r.method == "GET"]
+        assert all(any(handle in r.path for handle in bound) for r in gets)  # only handles the ledger bound
+        assert len(gets) == (1 if adapter == "openai-responses@1" else 0)
+        assert not [q for q in c.ledger.of_type(Quarantined)]
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == (1 if adapter == "openai-responses@1" else 2)
+
+
+async def test_a_user_turn_mid_stream_supersedes_and_the_next_dispatch_answers() -> None:
+    async with cluster() as c:
+        node = await c.start("worker-a")
+        h = c.harness()
+        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await c.until(_streaming(c))
+        await h.converse("c1", "anthropic-messages@1", text="no, a poem", op="op-2", tools=False)
+        await c.until(lambda: c.latest("op-2").state == S.COMMITTED)
+        superseded = [
+            d
+            for d in c.ledger.of_type(DispatchDecision)
+            if d.operation_id == "op-1" and d.state == S.CANCELLED
+        ]
+        assert [d.reason for d in superseded] == [ReasonCode.SUPERSEDED, ReasonCode.ATTEMPT_TERMINATED]
+        [turn] = _assistant_turns(c)
+        assert turn.operation_id == "op-2"
+        assert node.worker.stats.counts["cancelled_reads"] == 1
+
+
+async def test_a_quiet_attempt_keeps_its_lease_by_heartbeats() -> None:
+    async with cluster(plan=FaultPlan(always=(Fault(FaultKind.SLOW, 400),))) as c:
+        await c.start("worker-a")
+        await c.start("worker-b")
+        h = c.harness()
+        await h.converse("c1", "anthropic-messages@1", text="hi", tools=False)
+        await c.until(_committed(c), timeout=60)
+        renewals = [e for e in c.ledger.ingress if isinstance(e, LeaseRenewed)]
+        [owner] = {d.lease_owner for d in c.ledger.of_type(DispatchDecision) if d.state == S.DISPATCHING}
+        assert renewals and {e.worker_id for e in renewals} == {owner}
+        assert not [d for d in c.ledger.of_type(DispatchDecision) if d.reason == ReasonCode.LEASE_EXPIRED]
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 1
