@@ -66,10 +66,11 @@ def check_sends(evidence: Evidence, requests: Sequence[ReceivedRequest]) -> Chec
             bound.add(d.response_handle)
     for req in requests:
         check.checked += 1
-        if req.method == "GET":
-            handle = req.path.rstrip("/").split("/")[-1]
+        if req.method == "GET" or req.path.endswith("/cancel"):  # a resume, or a cancel of a kept response
+            parts = req.path.split("?")[0].rstrip("/").split("/")
+            handle = parts[-2] if parts[-1] == "cancel" else parts[-1]
             if handle not in bound:
-                check.fail(f"{req.request_id}: resume of unbound handle {handle}")
+                check.fail(f"{req.request_id}: {req.method} {req.path} of unbound handle {handle}")
             continue
         key = req.headers.get("idempotency-key", "")
         op = accepted.get(key)
