@@ -115,16 +115,7 @@ EXCEPTIONS: Mapping[tuple[str, str], str] = {
 }
 """Legitimate exceptions, as narrow as possible: (importing module, imported name) → why."""
 
-KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
-    ("turnledger.adapters.admission", "os"): (
-        "load_model_registry() reads $TURNLEDGER_MODEL_REGISTRY on every admit() the fold makes, so a "
-        "manifest (PREPARED / UNKNOWN_MODEL / TOKEN_BUDGET_EXCEEDED) depends on the process environment, "
-        "not only on the log; reported to the lead (issue 13), not fixed here"
-    ),
-    ("turnledger.adapters.admission", "pathlib.Path"): (
-        "the same override: reads an operator-supplied JSON file from inside the fold"
-    ),
-}
+KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {}
 """Violations found and reported but not fixed yet. Remove an entry when its import goes."""
 
 

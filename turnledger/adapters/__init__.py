@@ -8,7 +8,7 @@ from turnledger.adapters.admission import (
     TokenCounter,
     UnknownModel,
     admit,
-    load_model_registry,
+    builtin_registry,
 )
 from turnledger.adapters.base import (
     Adapter,
@@ -36,6 +36,6 @@ __all__ = [
     "UnknownModel",
     "UnsupportedKind",
     "admit",
+    "builtin_registry",
     "get_adapter",
-    "load_model_registry",
 ]

@@ -15,10 +15,10 @@ and JSON, so bytes/3 over-counts those by 15-50%; it can under-count text made m
 of 4-byte characters (emoji) or rare scripts. It is an estimate, named as such in
 every outcome.
 
-The model registry is data (`models.json` shipped with the package), overridable by
-a JSON file given as a path or in `TURNLEDGER_MODEL_REGISTRY`; override entries are
-merged over the built-in ones. Keys are `provider/model` or an exact
-`provider/model@revision`, which wins.
+The model registry is data (`models.json` shipped with the package); an operator's
+override file (`TURNLEDGER_MODEL_REGISTRY`) is merged over it by the runtime
+(`turnledger.processors.model_registry`), which hands the result to the engine. Keys are
+`provider/model` or an exact `provider/model@revision`, which wins.
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -45,8 +43,6 @@ from turnledger.adapters.encodings import load_encoding
 from turnledger.adapters.token_chunks import SPLITTABLE, ChunkCounts, independent_chunks
 from turnledger.errors import AdapterError
 from turnledger.model.reasons import ReasonCode
-
-REGISTRY_ENV = "TURNLEDGER_MODEL_REGISTRY"
 
 
 class ModelRegistryError(AdapterError, ValueError):
@@ -96,27 +92,13 @@ class ModelRegistry:
         return self.models.get(key)
 
 
-def builtin_registry() -> ModelRegistry:
-    return _load(None)
-
-
 @functools.cache
-def _load(path: str | None) -> ModelRegistry:
+def builtin_registry() -> ModelRegistry:
+    """The registry shipped with turnledger (models.json). An operator's override is merged in by the
+    runtime (`turnledger.processors.model_registry`) and handed to the engine: the fold reads no
+    environment or file, so its outcome depends on the log and its configuration only."""
     builtin_text = resources.files("turnledger.adapters").joinpath("models.json").read_text("utf-8")
-    base = ModelRegistry.from_data(json.loads(builtin_text))
-    if path is None:
-        return base
-    try:
-        override = json.loads(Path(path).read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelRegistryError(f"model registry override {path!r}: {exc}") from exc
-    return ModelRegistry.from_data(override, base=base)
-
-
-def load_model_registry(path: str | os.PathLike[str] | None = None) -> ModelRegistry:
-    """Built-in registry, merged with `path` or else `$TURNLEDGER_MODEL_REGISTRY` (cached per path)."""
-    chosen = os.fspath(path) if path is not None else os.environ.get(REGISTRY_ENV) or None
-    return _load(chosen)
+    return ModelRegistry.from_data(json.loads(builtin_text))
 
 
 class TokenCounter(Protocol):
@@ -174,7 +156,7 @@ def preload_counters(registry: ModelRegistry | None = None) -> tuple[str, ...]:
     Loading a vocabulary takes about 0.4 s. Done lazily, the first dispatch for each
     encoding pays it inside a processor batch, and every event of that batch waits.
     """
-    registry = registry if registry is not None else load_model_registry()
+    registry = registry if registry is not None else builtin_registry()
     encodings = sorted({info.encoding for info in registry.models.values()}, key=lambda e: e or "")
     return tuple(counter_for(encoding).name for encoding in encodings)
 
@@ -220,7 +202,7 @@ def admit(
     A model the registry does not know, or one of another provider than the
     adapter's, is `UnknownModel`: guessing a window would admit blindly.
     """
-    registry = registry if registry is not None else load_model_registry()
+    registry = registry if registry is not None else builtin_registry()
     info = registry.lookup(params.model_revision)
     if info is None:
         return UnknownModel(params.model_revision, detail="not in the model registry")

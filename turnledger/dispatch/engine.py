@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec, encode
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.fold import fold
@@ -111,7 +112,10 @@ class BatchEngine:
     - the changelog JSON of unchanged parts of the states (`StateJson`).
     """
 
-    def __init__(self, cache_size: int = 10_000) -> None:
+    def __init__(self, cache_size: int = 10_000, models: ModelRegistry | None = None) -> None:
+        """`models`: the model registry admission counts against (the built-in one when None); a replay
+        must use the one the processor used."""
+        self._models = models or builtin_registry()
         self._cache: OrderedDict[str, tuple[bytes, ConversationState]] = OrderedDict()
         self._cache_size = cache_size
         self._live = LiveAssemblers()
@@ -144,7 +148,7 @@ class BatchEngine:
         if state is None:
             state = self._load(conversation_id, store)
         try:
-            result = fold(state, event, self._live)
+            result = fold(state, event, self._live, self._models)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
             return [_fold_failed(event, record, exc)]
         if result.state is not state:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.dispatch.attempt import on_dispatch_attempt
 from turnledger.dispatch.leases import holds_lease, on_expiry_claimed, on_lease_renewed
 from turnledger.dispatch.lifecycle import (
@@ -107,11 +108,17 @@ LATE_BLOCK_REASONS: Mapping[DispatchState, ReasonCode] = {
 }
 
 
-def fold(state: ConversationState, event: IngressEvent, live: LiveAssemblers | None = None) -> FoldResult:
+def fold(
+    state: ConversationState,
+    event: IngressEvent,
+    live: LiveAssemblers | None = None,
+    models: ModelRegistry | None = None,
+) -> FoldResult:
     """Apply one ingress event. Never raises for a well-typed event: refusals are outputs.
 
-    `live` is the caller's cache of live assemblers; the outputs do not depend on it."""
-    step = Step(event=event, state=state, live=live or LiveAssemblers())
+    `live` is the caller's cache of live assemblers (the outputs do not depend on it); `models` the
+    registry admission uses (the built-in one when None)."""
+    step = Step(event=event, state=state, live=live or LiveAssemblers(), models=models or builtin_registry())
     conversation_handler = CONVERSATION_HANDLERS.get(type(event))
     if conversation_handler is not None:
         conversation_handler(step, event)

@@ -81,7 +81,7 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
         step.state = step.state.model_copy(update={"paused": paused})
         settle(step, op, previous, S.PAUSED, ReasonCode.UNSUPPORTED_KIND, detail)
         return
-    admission = admit(adapter, rendered, params)
+    admission = admit(adapter, rendered, params, step.models)
     if isinstance(admission, OverBudget):
         detail = f"{admission.input_tokens} input tokens exceed the budget of {admission.limit}"
         settle(step, op, previous, S.REJECTED, ReasonCode.TOKEN_BUDGET_EXCEEDED, detail)

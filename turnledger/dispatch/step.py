@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.dispatch.live_assemblers import LiveAssemblers, had_previews
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.model.base import Frozen
@@ -39,6 +40,8 @@ class Step:
     outputs: list[OutputRecord] = field(default_factory=list)
     live: LiveAssemblers = field(default_factory=LiveAssemblers)
     """The engine's live assemblers (a fresh set restores every assembler from its snapshot)."""
+    models: ModelRegistry = field(default_factory=builtin_registry)
+    """The model registry admission counts against (the engine's configuration, not the log's)."""
 
     @property
     def at(self) -> int:

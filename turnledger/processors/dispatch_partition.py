@@ -10,6 +10,7 @@ from turnledger.dispatch.engine import BatchEngine
 from turnledger.model.events import Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.processors.contract import StateStore
+from turnledger.processors.model_registry import load_model_registry
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Stream, Topics
 
@@ -21,8 +22,9 @@ class DispatchPartitionFold:
         self.partition = partition
         self._topics = topics
         self._topic_of = {stream: topics.name(stream) for stream in Stream}
-        self._engine = engine or BatchEngine()
-        preload_counters()
+        models = load_model_registry()
+        self._engine = engine or BatchEngine(models=models)
+        preload_counters(models)
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
         topic_of = self._topic_of

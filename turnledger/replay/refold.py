@@ -34,7 +34,9 @@ async def refold(bootstrap: str, topics: Topics, batch: int = 1000) -> AsyncIter
     batch by batch, in emission order per ingress partition."""
     from turnledger.dispatch.engine import BatchEngine  # the dispatch layer, loaded on use
 
-    engine, store = BatchEngine(), MemoryStore()
+    from turnledger.processors.model_registry import load_model_registry  # as the processor admits
+
+    engine, store = BatchEngine(models=load_model_registry()), MemoryStore()
     consumer = await start_consumer(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, [topics.ingress])

@@ -18,12 +18,13 @@ from turnledger.adapters.admission import (
     UnknownModel,
     admit,
     counter_for,
-    load_model_registry,
 )
 from turnledger.adapters.base import DispatchParams, Rendered
 from turnledger.adapters.encodings import EncodingUnavailableError, load_encoding
 from turnledger.adapters.registry import get_adapter
 from turnledger.model.reasons import ReasonCode
+from turnledger.processors import model_registry
+from turnledger.processors.model_registry import load_model_registry
 
 
 def _render(adapter_id: str, params: DispatchParams) -> Rendered:
@@ -105,7 +106,7 @@ def test_registry_override_by_path_and_env(tmp_path: Path, monkeypatch: pytest.M
     other = reg.lookup("openai/gpt-4o@2024-11")
     assert other is not None and other.context_window == 1000
     assert reg.lookup("anthropic/claude-sonnet-4@2025-05") is not None  # built-ins kept
-    monkeypatch.setenv(admission.REGISTRY_ENV, str(override))
+    monkeypatch.setenv(model_registry.REGISTRY_ENV, str(override))
     env_info = load_model_registry().lookup("openai/gpt-4o@2024-11")
     assert env_info is not None and env_info.context_window == 1000
 
@@ -191,6 +192,29 @@ def test_the_dispatch_fold_preloads_the_counters_before_its_first_batch(
     from turnledger.topology import Topics
 
     calls: list[None] = []
-    monkeypatch.setattr(dispatch_partition, "preload_counters", lambda: calls.append(None) or ())
+    monkeypatch.setattr(dispatch_partition, "preload_counters", lambda models: calls.append(None) or ())
     dispatch_partition.DispatchPartitionFold(Topics("t."), 0)
     assert calls == [None]
+
+
+def test_the_engine_admits_with_the_registry_it_is_given_not_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The fold reads no environment: only the runtime's loader does, and hands the result over."""
+    from tests.unit.dispatch.scenario import MODEL, Conversation
+    from turnledger.adapters.admission import ModelRegistry, builtin_registry
+    from turnledger.dispatch.engine import BatchEngine
+    from turnledger.model.events import DispatchDecision
+
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text(json.dumps({"models": {MODEL.partition("@")[0]: {"context_window": 50}}}))
+    monkeypatch.setenv(model_registry.REGISTRY_ENV, str(tiny))
+    c = Conversation()
+    c.user("hello " * 40)
+    c.request()  # the scenario folds with the built-in registry whatever the environment says
+    assert c.of(DispatchDecision)[-1].state == "PREPARED"
+    small = ModelRegistry.from_data(
+        {"models": {MODEL.partition("@")[0]: {"context_window": 50}}}, base=builtin_registry()
+    )
+    assert load_model_registry().models == small.models  # what a processor started here would use
+    assert BatchEngine(models=small)._models is small
