@@ -17,11 +17,12 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        ModelRegistryError
     ├── StreamFormatError         (streaming) EventStreamError, ArgumentError
     ├── StateFormatError          (dispatch) StateDecodeError, UnreadableStateFormat
-    ├── InputFileError            (CLI files) LegacyExchangeError, LegacyFormatError
+    ├── InputFileError            (CLI files) LegacyExchangeError, LegacyFormatError, ProviderConfigError
     ├── ProcessorError            (processors) TopicMismatchError, ProducerFencedError, PoisonHookError,
     │                                        TooManyAbortsError, ProcessesFailedError
     ├── ProjectionError           (projections) AmbiguousOperationError
-    ├── GatewayError              (gateway)  UnknownEndpointError, ToolError
+    ├── GatewayError              (gateway)  UnknownEndpointError, ToolError, CredentialError,
+    │                                        ProviderConfigError (also an InputFileError)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, MavenMissing, MavenDownloadFailed,
                                              RedisServerMissing, PortInUse, ServiceNotReady, DockerUnavailable
 

@@ -37,10 +37,16 @@ SLOW_MARKER = "[demo: slow stream]"
 """Text the fake provider is told (FaultPlan.by_marker) to answer slowly: room to cancel mid-stream."""
 
 ADAPTERS: tuple[tuple[str, str, str], ...] = (
+    ("anthropic-messages@2", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
+    ("openai-chat@2", "openai", "openai/gpt-4o@2024-08"),
+    ("openai-responses@2", "openai", "openai/gpt-4.1@2025-04"),
+    ("gemini@2", "google", "google/gemini-2.5-pro@2025-06"),
+    ("bedrock-converse@1", "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05"),
     ("anthropic-messages@1", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
     ("openai-chat@1", "openai", "openai/gpt-4o@2024-08"),
-    ("openai-responses@1", "openai", "openai/gpt-4.1@2025-04"),
 )
+"""Conversations go round these: every API (Bedrock over its binary event stream), current and
+previous adapter versions side by side."""
 QUESTIONS = (
     "What is the weather in Lisbon, and is invoice INV-1042 paid?",
     "Check the weather for Oslo please.",

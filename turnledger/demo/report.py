@@ -29,6 +29,7 @@ def render(result: DemoResult, console: Console) -> None:
         ),
         ("tool calls run", str(result.tool_calls_run)),
         ("provider requests (POST + resume GET)", str(result.requests)),
+        ("provider requests per API", _counter(result.requests_by_api)),
         ("injected provider faults", _counter(result.faults)),
         ("injected invalid submissions", _counter(dict(d.invalid_submitted))),
         ("operations, committed", f"{m.operations}, {m.committed}"),

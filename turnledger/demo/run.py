@@ -18,13 +18,15 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnledger.demo.checks import Check, all_checks, check_audit, check_projections
 from turnledger.demo.driver import SLOW_MARKER, Driver, DriverStats
-from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
+from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan, ReceivedRequest
+from turnledger.fake_provider.server import target_of
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.runner import run_tool_executor, run_worker
@@ -71,6 +73,7 @@ class DemoResult:
     audit_seconds: float = 0.0
     tool_calls_run: int = 0
     evidence: Evidence = field(default_factory=Evidence)
+    requests_by_api: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -177,6 +180,7 @@ async def run_demo(
         worker_counts=dict(workers[0].stats.counts) if workers else {},
         faults=faults,
         requests=len(requests),
+        requests_by_api=_by_api(requests),
         checks=checks,
         metrics=metrics,
         key_prefix=key_prefix,
@@ -184,6 +188,15 @@ async def run_demo(
         tool_calls_run=executors[0].calls_run if executors else 0,
         evidence=evidence,
     )
+
+
+def _by_api(requests: list[ReceivedRequest]) -> dict[str, int]:
+    """How many requests each API received (a resume GET counts for OpenAI Responses)."""
+    counts: Counter[str] = Counter()
+    for r in requests:
+        target = target_of(r.path, {})
+        counts[target.api.name if target is not None else "openai-responses"] += 1
+    return dict(counts)
 
 
 def _fault_plan(options: DemoOptions) -> FaultPlan:

@@ -1,11 +1,14 @@
 """A loopback fake model provider for demos and tests.
 
-Speaks the real SSE wire formats of Anthropic Messages, OpenAI Chat Completions and OpenAI Responses
-(background mode and resume included), answers deterministically from (seed, request bytes), and injects
+Speaks the real wire formats of Anthropic Messages, OpenAI Chat Completions, OpenAI Responses
+(background mode and resume included), Gemini streamGenerateContent (SSE) and Bedrock ConverseStream (the
+binary AWS event stream), checks each API's credential as the real API does (`FakeKeys`), answers
+deterministically from (seed, request bytes), and injects
 scripted or seeded-random faults: disconnect at byte N, duplicated events, missing stop, truncated tool
 arguments, slow streams, provider error events, late events after a reconnect.
 """
 
+from turnledger.fake_provider.auth import FakeKeys
 from turnledger.fake_provider.errors import BadRequestError, FakeProviderError, NonLoopbackBindError
 from turnledger.fake_provider.faults import FAULT_HEADER, Fault, FaultKind, FaultPlan, FaultRecord
 from turnledger.fake_provider.server import FakeProvider, ReceivedRequest
@@ -13,6 +16,7 @@ from turnledger.fake_provider.server import FakeProvider, ReceivedRequest
 __all__ = [
     "FAULT_HEADER",
     "BadRequestError",
+    "FakeKeys",
     "FakeProvider",
     "FakeProviderError",
     "Fault",

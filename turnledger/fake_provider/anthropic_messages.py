@@ -8,6 +8,7 @@ Tool results arrive as `tool_result` blocks inside the last user message.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
@@ -35,10 +36,13 @@ def parse(body: dict[str, Any]) -> Conversation:
         if isinstance(t, dict) and isinstance(t.get("name"), str) and "input_schema" in t
     )
     names: dict[str, str] = {}
-    for m in messages:
-        if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), list):
-            for b in m["content"]:
-                if isinstance(b, dict) and b.get("type") == "tool_use":
+    for i, m in enumerate(messages):
+        if isinstance(m, dict) and isinstance(m.get("content"), list):
+            for j, b in enumerate(m["content"]):
+                if isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result"):
+                    key = "id" if b["type"] == "tool_use" else "tool_use_id"
+                    _check_id(b.get(key), f"messages.{i}.content.{j}.{b['type']}.{key}")
+                if isinstance(b, dict) and b.get("type") == "tool_use" and m.get("role") == "assistant":
                     names[str(b.get("id"))] = str(b.get("name"))
     last = messages[-1]
     if not isinstance(last, dict):
@@ -69,6 +73,15 @@ def parse(body: dict[str, Any]) -> Conversation:
         if results:
             return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
     return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(content), **conv)
+
+
+TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def _check_id(value: Any, where: str) -> None:
+    """Tool use ids are validated by pattern, as the API does (another provider's ids may fail it)."""
+    if not isinstance(value, str) or not TOOL_USE_ID.match(value):
+        raise BadRequestError(f"{where}: String should match pattern '^[a-zA-Z0-9_-]+$'")
 
 
 def _ev(data: dict[str, Any], terminal: bool = False) -> SseEvent:

@@ -2,7 +2,7 @@
 
 | API | credential | missing | wrong |
 |---|---|---|---|
-| Anthropic | `x-api-key` (+ `anthropic-version`) | 401 authentication_error | 401 authentication_error |
+| Anthropic | `x-api-key` or Bearer, `anthropic-version` | 401 authentication_error | 401 (same type) |
 | OpenAI (both) | `Authorization: Bearer` | 401 "You didn't provide an API key" | 401 invalid_api_key |
 | Gemini | `x-goog-api-key` (or `?key=`) | 403 PERMISSION_DENIED | 400 API_KEY_INVALID |
 | Bedrock | SigV4 `Authorization` | 403 MissingAuthenticationToken | 403 UnrecognizedClient, BadSignature |
@@ -56,7 +56,9 @@ def _anthropic(req: HttpRequest, keys: FakeKeys) -> AuthFailure | None:
     def fail(status: int, kind: str, message: str) -> AuthFailure:
         return AuthFailure(status, {"type": "error", "error": {"type": kind, "message": message}}, {})
 
-    key = req.headers.get("x-api-key")
+    # the pinned SDK (anthropic 2.14) sends its API key as a Bearer token; x-api-key is the documented header
+    scheme, _, token = req.headers.get("authorization", "").partition(" ")
+    key = req.headers.get("x-api-key") or (token.strip() if scheme.lower() == "bearer" else "")
     if not key:
         return fail(401, "authentication_error", "x-api-key header is required")
     if not hmac.compare_digest(key, keys.anthropic):

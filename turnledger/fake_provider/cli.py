@@ -23,7 +23,9 @@ def fake_provider(
         0.0, "--fault-rate", min=0.0, max=1.0, help="Probability of each fault kind per request."
     ),
 ) -> None:
-    """Serve Anthropic Messages, OpenAI Chat Completions and OpenAI Responses on loopback, with faults."""
+    """Serve Anthropic Messages, OpenAI Chat and Responses, Gemini and Bedrock ConverseStream on loopback,
+    with faults. Requests need each API's credential: the fake's keys are printed as variables a
+    worker reads (test keys, not secrets)."""
     plan = FaultPlan.uniform(fault_rate) if fault_rate > 0 else FaultPlan()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(port, seed, plan))
@@ -31,5 +33,7 @@ def fake_provider(
 
 async def _serve(port: int, seed: int, plan: FaultPlan) -> None:
     async with FakeProvider(port=port, seed=seed, fault_plan=plan) as fp:
-        typer.echo(f"fake provider listening on {fp.base_url} (seed={seed})", err=True)
+        typer.echo(f"fake provider listening on {fp.base_url} (seed={seed}); its test keys:", err=True)
+        for name, value in fp.keys.as_env().items():
+            typer.echo(f"export {name}={value}", err=True)
         await asyncio.Event().wait()

@@ -44,10 +44,10 @@ def parse(body: dict[str, Any]) -> Conversation:
             "* GenerateContentRequest.contents: contents is not specified", param="contents"
         )
     tools = tuple(
-        ToolSpec(d["name"], d.get("parametersJsonSchema") or d.get("parameters") or {"type": "object"})
+        ToolSpec(d["name"], _schema(d))
         for group in body.get("tools") or []
         if isinstance(group, dict)
-        for d in group.get("functionDeclarations") or []
+        for d in group.get("functionDeclarations") or group.get("function_declarations") or []
         if isinstance(d, dict) and isinstance(d.get("name"), str)
     )
     mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
@@ -76,6 +76,14 @@ def parse(body: dict[str, Any]) -> Conversation:
         )
         return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
     return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(parts), **conv)
+
+
+def _schema(declaration: dict[str, Any]) -> Any:
+    """The declared parameters; the API takes proto JSON names in camelCase or snake_case."""
+    for key in ("parametersJsonSchema", "parameters_json_schema", "parameters"):
+        if isinstance(declaration.get(key), dict):
+            return declaration[key]
+    return {"type": "object"}
 
 
 def _previous_calls(contents: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -38,11 +38,14 @@ def parse(body: dict[str, Any]) -> Conversation:
         if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
     )
     names: dict[str, str] = {}
-    for m in messages:
+    for i, m in enumerate(messages):
         calls = m.get("tool_calls") if m.get("role") == "assistant" else None
-        for tc in calls or []:
+        for j, tc in enumerate(calls or []):
             if isinstance(tc, dict) and isinstance(tc.get("function"), dict):
+                _check_length(tc.get("id"), f"messages[{i}].tool_calls[{j}].id")
                 names[str(tc.get("id"))] = str(tc["function"].get("name"))
+        if m.get("role") == "tool":
+            _check_length(m.get("tool_call_id"), f"messages[{i}].tool_call_id")
     conv: dict[str, Any] = {
         "model": str(body.get("model", "gpt-fake")),
         "tools": tools,
@@ -68,6 +71,18 @@ def parse(body: dict[str, Any]) -> Conversation:
     if last.get("role") == "user":
         return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(last.get("content")), **conv)
     return Conversation(last=LastTurn.OTHER, **conv)
+
+
+MAX_CALL_ID = 40
+
+
+def _check_length(value: Any, where: str) -> None:
+    if isinstance(value, str) and len(value) > MAX_CALL_ID:
+        raise BadRequestError(
+            f"Invalid '{where}': string too long. Expected a string with maximum length {MAX_CALL_ID}, "
+            f"but got a string with length {len(value)} instead.",
+            param=where,
+        )
 
 
 def _include_usage(ctx: ScriptContext) -> bool:

@@ -25,6 +25,7 @@ from turnledger.fake_provider.model import (
 )
 from turnledger.fake_provider.sse import SseEvent
 
+MAX_CALL_ID = 64
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
@@ -41,6 +42,14 @@ def parse(body: dict[str, Any]) -> Conversation:
         for t in body.get("tools") or []
         if isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str)
     )
+    for n, item in enumerate(items):
+        call_id = item.get("call_id")
+        if isinstance(call_id, str) and len(call_id) > MAX_CALL_ID:
+            raise BadRequestError(
+                f"Invalid 'input[{n}].call_id': string too long. Expected a string with maximum length "
+                f"{MAX_CALL_ID}, but got a string with length {len(call_id)} instead.",
+                param=f"input[{n}].call_id",
+            )
     names = {str(i.get("call_id")): str(i.get("name")) for i in items if i.get("type") == "function_call"}
     conv: dict[str, Any] = {
         "model": str(body.get("model", "gpt-fake")),

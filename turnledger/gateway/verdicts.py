@@ -14,12 +14,16 @@ GIVE_UP_PREFIX = "worker gave up: "
 """Start of the reason of the CancelRequested a worker appends when it abandons an operation."""
 
 
+GIVE_UP_REASONS = frozenset({ReasonCode.WORKER_GAVE_UP, ReasonCode.NO_PROVIDER_ENDPOINT})
+"""The reasons of a worker's give-up (a CancelRequested marked `workerGaveUp`)."""
+
+
 def gave_up(decision: DispatchDecision) -> bool:
     """Is this the CANCELLED decision of an operation a worker abandoned? Decisions written before the
     typed give-up (reason WORKER_GAVE_UP) are recognized by the detail's prefix."""
     if decision.state != S.CANCELLED:
         return False
-    return decision.reason == ReasonCode.WORKER_GAVE_UP or (
+    return decision.reason in GIVE_UP_REASONS or (
         decision.reason is None and decision.detail.startswith(GIVE_UP_PREFIX)
     )
 

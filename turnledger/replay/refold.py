@@ -33,7 +33,6 @@ async def refold(bootstrap: str, topics: Topics, batch: int = 1000) -> AsyncIter
     """Every output the engine emits for the ingress topic from its beginning to its current end,
     batch by batch, in emission order per ingress partition."""
     from turnledger.dispatch.engine import BatchEngine  # the dispatch layer, loaded on use
-
     from turnledger.processors.model_registry import load_model_registry  # as the processor admits
 
     engine, store = BatchEngine(models=load_model_registry()), MemoryStore()

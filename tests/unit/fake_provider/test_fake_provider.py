@@ -76,6 +76,10 @@ def fake_headers(fp: FakeProvider) -> dict[str, str]:
     }
 
 
+def client_of(fp: FakeProvider, **options: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=fp.base_url, headers=fake_headers(fp), **options)
+
+
 def parse_sse(raw: bytes) -> list[tuple[str | None, Any]]:
     """(event name, decoded data) per complete SSE event; a trailing partial event is dropped."""
     out: list[tuple[str | None, Any]] = []
@@ -288,7 +292,7 @@ async def test_non_streaming_bodies(client: httpx.AsyncClient) -> None:
 async def test_same_request_and_seed_give_identical_bytes() -> None:
     results: list[list[bytes]] = []
     for seed in (7, 7, 8):
-        async with FakeProvider(seed=seed) as fp, httpx.AsyncClient(base_url=fp.base_url, headers=fake_headers(fp)) as c:
+        async with FakeProvider(seed=seed) as fp, client_of(fp) as c:
             results.append([(await stream_bytes(c, "POST", PATHS[a], REQS[a]))[0] for a in PATHS])
     assert results[0] == results[1]
     assert all(x != y for x, y in zip(results[0], results[2], strict=True))
@@ -330,7 +334,7 @@ async def test_disconnect_at_byte_delivers_exactly_n_bytes(
 async def test_duplicated_event_appears_twice(fp: FakeProvider, client: httpx.AsyncClient, api: str) -> None:
     clean = parse_sse((await stream_bytes(client, "POST", PATHS[api], REQS[api]))[0])
     fp2 = FakeProvider(seed=fp.seed)
-    async with fp2, httpx.AsyncClient(base_url=fp2.base_url, headers=fake_headers(fp2)) as c2:
+    async with fp2, client_of(fp2) as c2:
         raw, _ = await stream_bytes(c2, "POST", PATHS[api], REQS[api], {"x-fake-fault": "duplicate_event=3"})
     dup = parse_sse(raw)
     assert len(dup) == len(clean) + 1
@@ -423,7 +427,7 @@ async def test_random_faults_are_seeded() -> None:
     logs = []
     for _ in range(2):
         plan = FaultPlan.uniform(0.3)
-        async with FakeProvider(seed=11, fault_plan=plan) as fp, httpx.AsyncClient(base_url=fp.base_url, headers=fake_headers(fp)) as c:
+        async with FakeProvider(seed=11, fault_plan=plan) as fp, client_of(fp) as c:
             for i in range(12):
                 req = {**CHAT_REQ, "messages": [{"role": "user", "content": f"q{i}"}]}
                 await stream_bytes(c, "POST", "/v1/chat/completions", req)
@@ -434,7 +438,7 @@ async def test_random_faults_are_seeded() -> None:
 
 async def test_scripted_plan_by_request_index() -> None:
     plan = FaultPlan(by_request={1: (Fault(FaultKind.MISSING_STOP),)})
-    async with FakeProvider(fault_plan=plan) as fp, httpx.AsyncClient(base_url=fp.base_url, headers=fake_headers(fp)) as c:
+    async with FakeProvider(fault_plan=plan) as fp, client_of(fp) as c:
         for _ in range(3):
             await stream_bytes(c, "POST", "/v1/messages", ANTHROPIC_REQ)
     assert fp.fault_log == [FaultRecord("req_000002", Fault(FaultKind.MISSING_STOP))]
@@ -447,11 +451,11 @@ BG_REQ = {**RESP_REQ, "background": True}
 
 
 async def test_background_resume_after_disconnect_equals_uninterrupted_stream() -> None:
-    async with FakeProvider(seed=7) as ref, httpx.AsyncClient(base_url=ref.base_url, headers=fake_headers(ref)) as c:
+    async with FakeProvider(seed=7) as ref, client_of(ref) as c:
         whole = parse_sse((await stream_bytes(c, "POST", "/v1/responses", BG_REQ))[0])
     assert whole[-1][0] == "response.completed"
 
-    async with FakeProvider(seed=7) as fp, httpx.AsyncClient(base_url=fp.base_url, headers=fake_headers(fp)) as c:
+    async with FakeProvider(seed=7) as fp, client_of(fp) as c:
         raw, err = await stream_bytes(
             c, "POST", "/v1/responses", BG_REQ, {"x-fake-fault": "disconnect_at_byte=2500"}
         )
@@ -479,7 +483,7 @@ async def test_background_resume_after_disconnect_equals_uninterrupted_stream() 
 async def test_background_resume_while_still_generating_and_late_events() -> None:
     async with (
         FakeProvider(seed=7, background_tick_s=0.05) as fp,
-        httpx.AsyncClient(base_url=fp.base_url, headers=fake_headers(fp)) as c,
+        client_of(fp) as c,
     ):
         raw, _ = await stream_bytes(
             c, "POST", "/v1/responses", BG_REQ, {"x-fake-fault": "disconnect_at_byte=2000"}
@@ -503,7 +507,7 @@ async def test_background_resume_while_still_generating_and_late_events() -> Non
 async def test_background_retrieve_cancel_and_idempotent_reattach() -> None:
     async with (
         FakeProvider(seed=7, background_tick_s=0.05) as fp,
-        httpx.AsyncClient(base_url=fp.base_url, headers=fake_headers(fp)) as c,
+        client_of(fp) as c,
     ):
         created = (await c.post("/v1/responses", json={**BG_REQ, "stream": False})).json()
         assert created["status"] in ("queued", "in_progress") and created["background"] is True

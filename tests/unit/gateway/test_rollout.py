@@ -279,7 +279,7 @@ def test_parse_exchanges_refuses_an_operation_named_twice() -> None:
 
 
 async def test_recorded_answer_of_a_superseded_manifest_commits_nothing() -> None:
-    """The conversation moved on after the manifest: the operation was superseded, the answer is not recorded."""
+    """The conversation moved on after the manifest: the operation was superseded, nothing is recorded."""
     async for h in _harness(RolloutStage.MANIFESTS_ONLY):
         await h.converse("c1", ANTHROPIC, text="hello", tools=False)
         await h.wait_state("op-1", S.PREPARED)
