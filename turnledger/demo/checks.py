@@ -33,7 +33,7 @@ from turnledger.replay.evidence import Evidence
 from turnledger.replay.metrics import partial_tool_calls
 
 S = DispatchState
-SETTLED = frozenset({S.COMMITTED, S.REJECTED, S.PAUSED, S.CANCELLED})
+SETTLED = frozenset({S.COMMITTED, S.REJECTED, S.CANCELLED})
 
 
 @dataclass
@@ -147,7 +147,7 @@ def check_accounted(evidence: Evidence) -> Check:
 
 
 def check_settled(evidence: Evidence) -> Check:
-    """Every dispatch reached an outcome: committed, rejected, paused or cancelled (a worker that gives
+    """Every dispatch reached a final state: committed, rejected or cancelled (a worker that gives
     up cancels with its reason), never left open (WAITING, PREPARED, in flight or UNKNOWN)."""
     check = Check("every dispatch settled (committed, rejected or cancelled)")
     last: dict[tuple[str, str], DispatchDecision] = {}

@@ -30,6 +30,13 @@ def demo(
     cancel_rate: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of conversations cancelling mid-stream.")
     ] = 0.05,
+    interject_rate: Annotated[
+        float,
+        typer.Option(min=0.0, max=1.0, help="Share of conversations whose user speaks again mid-stream."),
+    ] = 0.05,
+    crash_worker: Annotated[
+        bool, typer.Option(help="Kill one of the two workers a third of the way through.")
+    ] = True,
     seed: Annotated[int, typer.Option(help="Seed of the fake provider and the driver.")] = 7,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of every topic.")] = 4,
     concurrency: Annotated[int, typer.Option(min=1, help="Conversations in flight at once.")] = 48,
@@ -49,6 +56,8 @@ def demo(
         fault_rate=fault_rate,
         invalid_rate=invalid_rate,
         cancel_rate=cancel_rate,
+        interject_rate=interject_rate,
+        crash_worker_at=1 / 3 if crash_worker else None,
         seed=seed,
         partitions=partitions,
         concurrency=concurrency,

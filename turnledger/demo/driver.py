@@ -6,7 +6,9 @@ executor's results commit, then PREPARES it); after a text answer, the next user
 A few conversations also submit invalid tool results at the end (an orphaned result,
 a duplicate result) so the validator's rejections show up in the report, and a few
 cancel their first dispatch mid-stream (they ask for a slow stream with a marker the
-fake provider knows, wait for STREAMING, then cancel). Every dispatch asks for a
+fake provider knows, wait for STREAMING, then cancel), and a few interject: the user
+speaks while the model streams, the operation is superseded (CANCELLED, SUPERSEDED) and
+the conversation dispatches again at the new revision. Every dispatch asks for a
 streaming request (`stream_policy`, rendered into the manifest bytes by the adapter).
 
 The driver learns outcomes only from the output topics: a committed turn, or a
@@ -30,6 +32,7 @@ from turnledger.gateway.worker import gave_up
 from turnledger.model.base import Frozen
 from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState
 from turnledger.model.graph import BlockKind
+from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
 SETTLED_FAILURES = frozenset({S.REJECTED, S.PAUSED, S.CANCELLED})
@@ -68,6 +71,8 @@ class DriverStats:
     tool_rounds: int = 0
     cancels_requested: int = 0
     cancels_too_late: int = 0  # the answer committed before the cancel arrived
+    interjections: int = 0  # the user spoke mid-stream and the operation was superseded
+    interjections_too_late: int = 0  # the answer committed before the user spoke
     invalid_submitted: Counter[str] = field(default_factory=Counter)
     given_up: dict[str, str] = field(default_factory=dict)  # operation id → the worker's reason
 
@@ -85,6 +90,7 @@ class Driver:
         turns: int = 2,
         invalid_rate: float = 0.08,
         cancel_rate: float = 0.0,
+        interject_rate: float = 0.0,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
     ) -> None:
@@ -94,6 +100,7 @@ class Driver:
         self.turns = turns
         self.invalid_rate = invalid_rate
         self.cancel_rate = cancel_rate
+        self.interject_rate = interject_rate
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
         self.stats = DriverStats()
@@ -126,15 +133,29 @@ class Driver:
         adapter, provider, model = ADAPTERS[index % len(ADAPTERS)]
         answered: list[ToolResult] = []
         cancel = random.Random(f"{self.seed}:cancel:{index}").random() < self.cancel_rate
+        interject = (
+            not cancel and random.Random(f"{self.seed}:interject:{index}").random() < self.interject_rate
+        )
         for turn in range(self.turns):
             question = QUESTIONS[(index + turn) % len(QUESTIONS)]
-            await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if cancel else question)
+            slow = cancel or interject
+            await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if slow else question)
             self.stats.user_turns += 1
-            for _round in range(4):
-                outcome = await self._dispatch(conv, adapter, provider, model, cancel=cancel)
+            for _round in range(5):
+                outcome = await self._dispatch(
+                    conv, adapter, provider, model, cancel=cancel, interject=interject
+                )
                 if outcome is None:
                     self.stats.stalled += 1
                     return
+                if (
+                    interject
+                    and isinstance(outcome, DispatchDecision)
+                    and outcome.reason == ReasonCode.SUPERSEDED
+                ):
+                    self.stats.interjections += 1
+                    interject = False
+                    continue  # dispatch again: the interjection is in the history now
                 if isinstance(outcome, DispatchDecision):
                     if gave_up(outcome):
                         self.stats.gave_up += 1
@@ -148,6 +169,9 @@ class Driver:
                 if cancel:
                     self.stats.cancels_too_late += 1
                     cancel = False
+                if interject:
+                    self.stats.interjections_too_late += 1
+                    interject = False
                 calls = [b for b in outcome.blocks if b.kind == BlockKind.TOOL_CALL]
                 if not calls:
                     break
@@ -162,12 +186,19 @@ class Driver:
         self.stats.completed += 1
 
     async def _dispatch(
-        self, conv: str, adapter: str, provider: str, model: str, *, cancel: bool = False
+        self,
+        conv: str,
+        adapter: str,
+        provider: str,
+        model: str,
+        *,
+        cancel: bool = False,
+        interject: bool = False,
     ) -> Frozen | None:
         op = f"op-{uuid.uuid4().hex[:16]}"
         future: asyncio.Future[Frozen] = asyncio.get_running_loop().create_future()
         self._waiting[op] = future
-        if cancel:
+        if cancel or interject:
             self._streaming[op] = asyncio.Event()
         try:
             await self.client.request_dispatch(
@@ -183,6 +214,8 @@ class Driver:
             self.stats.dispatches += 1
             if cancel:
                 await self._cancel_mid_stream(conv, op, future)
+            elif interject:
+                await self._interject_mid_stream(conv, op, future)
             try:
                 return await asyncio.wait_for(future, self.op_timeout_s)
             except TimeoutError:
@@ -200,6 +233,16 @@ class Driver:
         await asyncio.sleep(self.rng.uniform(0.05, 0.25))
         await self.client.cancel(conv, op, reason="demo: the user cancelled mid-stream")
         self.stats.cancels_requested += 1
+
+    async def _interject_mid_stream(self, conv: str, op: str, outcome: asyncio.Future[Frozen]) -> None:
+        """Once the fold says STREAMING, the user speaks again (unless the answer is already settled)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._streaming[op].wait(), self.op_timeout_s)
+        if outcome.done():
+            return
+        await asyncio.sleep(self.rng.uniform(0.05, 0.25))
+        await self.client.submit_user_turn(conv, "Actually, keep it short.")
+        self.stats.user_turns += 1
 
     async def _maybe_invalid(self, conv: str, answered: list[ToolResult]) -> None:
         """Invalid submissions the validator must refuse: they must never reach a provider."""

@@ -27,6 +27,16 @@ def render(result: DemoResult, console: Console) -> None:
             "cancels sent mid-stream (answer committed first)",
             f"{d.cancels_requested} ({d.cancels_too_late})",
         ),
+        (
+            "interjections mid-stream, superseded (answer committed first)",
+            f"{d.interjections} ({d.interjections_too_late})",
+        ),
+        (
+            "worker killed mid-run",
+            "no"
+            if result.worker_crashed_after is None
+            else f"after {result.worker_crashed_after} conversations",
+        ),
         ("tool calls run", str(result.tool_calls_run)),
         ("provider requests (POST + resume GET)", str(result.requests)),
         ("provider requests per API", _counter(result.requests_by_api)),
@@ -54,5 +64,10 @@ def render(result: DemoResult, console: Console) -> None:
         inv.add_row(c.name, str(c.checked), str(c.violations), mark)
     console.print(inv)
     console.print(f"replay audit (turnledger.replay.audit) took {result.audit_seconds:.1f}s")
+    t = result.settle
+    console.print(
+        f"operations not final: {t.not_final} of {t.operations}; "
+        f"longest time to settle: {t.longest_s:.1f}s ({t.longest})"
+    )
     verdict = "[green]all invariants hold[/green]" if result.ok else "[red]invariants violated[/red]"
     console.print(verdict)

@@ -1,5 +1,9 @@
-"""One demo run: topics, processor and projector (own processes), fake provider, worker, tool executor,
+"""One demo run: topics, processor and projector (own processes), fake provider, two workers, tool executor,
 driver; then the invariants against the topics, the Redis projections and a replay audit.
+
+One of the two workers is killed a third of the way through (no goodbye: its tasks are cancelled
+where they stand); the other takes its operations over once their leases expire. Some
+conversations cancel mid-stream, some interject (the user speaks while the model streams).
 
 The worker, the tool executor, the fake provider and the driver run in this process's
 event loop; the processor and the projector run as subprocesses (`turnledger project`),
@@ -25,6 +29,7 @@ from pathlib import Path
 
 from turnledger.demo.checks import Check, all_checks, check_audit, check_projections
 from turnledger.demo.driver import SLOW_MARKER, Driver, DriverStats
+from turnledger.dispatch.state import FINAL_STATES
 from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan, ReceivedRequest
 from turnledger.fake_provider.server import target_of
 from turnledger.gateway.client import GatewayClient
@@ -33,6 +38,7 @@ from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.tail import tail_topic, topic_partitions
 from turnledger.gateway.tool_executor import ToolExecutor
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.model.events import DispatchDecision, DispatchRequested
 from turnledger.replay.evidence import Evidence, read_all
 from turnledger.replay.metrics import Metrics, compute
 from turnledger.topology import Stream, Topics
@@ -46,6 +52,11 @@ class DemoOptions:
     invalid_rate: float = 0.08
     #: share of conversations that cancel their first dispatch mid-stream
     cancel_rate: float = 0.05
+    #: share of conversations whose user speaks again while the model streams its first answer
+    interject_rate: float = 0.05
+    #: kill one of the two workers once this share of the conversations is done (None: never)
+    crash_worker_at: float | None = 1 / 3
+    lease_s: float = 3.0
     #: per-event delay (ms) of the streams the cancelling conversations ask for
     slow_ms: int = 40
     seed: int = 7
@@ -73,6 +84,9 @@ class DemoResult:
     audit_seconds: float = 0.0
     tool_calls_run: int = 0
     evidence: Evidence = field(default_factory=Evidence)
+    worker_crashed_after: int | None = None
+    """Conversations done when the worker was killed."""
+    settle: SettleTimes = field(default_factory=lambda: SettleTimes(0, 0, 0.0, ""))
     requests_by_api: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -110,21 +124,24 @@ async def run_demo(
         async with FakeProvider(seed=options.seed, fault_plan=plan) as fp:
             workers: list[DispatchWorker] = []
             executors: list[ToolExecutor] = []
-            worker_ready = asyncio.Event()
-            tasks.append(
+            ready = [asyncio.Event(), asyncio.Event()]
+            worker_tasks = [
                 asyncio.create_task(
                     run_worker(
                         bootstrap,
-                        endpoints_for(fp.base_url, fp.keys.as_env()),
+                        endpoints_for(fp.base_url, fp.keys.as_env(), keeps_idempotency_keys=True),
                         stop=stop,
                         prefix=prefix,
-                        config=WorkerConfig(worker_id="demo-worker"),
+                        config=WorkerConfig(worker_id=f"demo-worker-{name}", lease_s=options.lease_s),
                         journal_dir=logs / "journal",
-                        started=worker_ready,
+                        started=started,
                         worker_box=workers,
-                    )
+                    ),
+                    name=f"demo-worker-{name}",
                 )
-            )
+                for name, started in zip("ab", ready, strict=True)
+            ]
+            tasks.extend(worker_tasks)
             tasks.append(
                 asyncio.create_task(
                     run_tool_executor(bootstrap, stop=stop, prefix=prefix, executor_box=executors)
@@ -137,6 +154,7 @@ async def run_demo(
                     turns=options.turns,
                     invalid_rate=options.invalid_rate,
                     cancel_rate=options.cancel_rate,
+                    interject_rate=options.interject_rate,
                     op_timeout_s=options.op_timeout_s,
                 )
                 for stream in (Stream.COMMITTED, Stream.MANIFESTS):
@@ -145,8 +163,10 @@ async def run_demo(
                             tail_topic(bootstrap, Topics(prefix).name(stream), driver.observe, stop=stop)
                         )
                     )
-                await _wait_or_fail(worker_ready, tasks, 60)
-                await _drive(driver, options, progress)
+                for started in ready:
+                    await _wait_or_fail(started, tasks, 60)
+                crash = _WorkerCrash(worker_tasks[0], options)
+                await _drive(driver, options, crash.progress(progress))
                 await _quiesce(workers)
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -177,7 +197,7 @@ async def run_demo(
         prefix=prefix,
         seconds=seconds,
         driver=driver.stats,
-        worker_counts=dict(workers[0].stats.counts) if workers else {},
+        worker_counts=dict(sum((Counter(w.stats.counts) for w in workers), Counter())),
         faults=faults,
         requests=len(requests),
         requests_by_api=_by_api(requests),
@@ -187,7 +207,61 @@ async def run_demo(
         audit_seconds=report.seconds,
         tool_calls_run=executors[0].calls_run if executors else 0,
         evidence=evidence,
+        worker_crashed_after=crash.after,
+        settle=settle_times(evidence),
     )
+
+
+@dataclass(frozen=True)
+class SettleTimes:
+    """How long operations took from their DispatchRequested to their first final decision."""
+
+    operations: int
+    not_final: int
+    longest_s: float
+    longest: str  # conversation/operation
+
+
+def settle_times(evidence: Evidence) -> SettleTimes:
+    requested = {
+        (e.conversation_id, e.operation_id): e.occurred_at_ms
+        for e in evidence.of("ingress", DispatchRequested)
+    }
+    final_at: dict[tuple[str, str], int] = {}
+    for d in evidence.of("manifests", DispatchDecision):
+        key = (d.conversation_id, d.operation_id)
+        if d.state in FINAL_STATES and key not in final_at:
+            final_at[key] = d.occurred_at_ms
+    waits = {key: (final_at[key] - at) / 1000 for key, at in requested.items() if key in final_at}
+    longest = max(waits, key=waits.__getitem__, default=None)
+    return SettleTimes(
+        operations=len(requested),
+        not_final=len(requested) - len(waits),
+        longest_s=waits[longest] if longest else 0.0,
+        longest="/".join(longest) if longest else "",
+    )
+
+
+class _WorkerCrash:
+    """Kills the first worker (its task cancelled where it stands: nothing more is appended for its
+    attempts) once the given share of the conversations is done."""
+
+    def __init__(self, task: asyncio.Task[None], options: DemoOptions) -> None:
+        self.task = task
+        self.at = (
+            None if options.crash_worker_at is None else int(options.conversations * options.crash_worker_at)
+        )
+        self.after: int | None = None
+
+    def progress(self, inner: Progress | None) -> Progress:
+        def report(done: int, total: int) -> None:
+            if self.at is not None and self.after is None and done >= self.at:
+                self.after = done
+                self.task.cancel()
+            if inner is not None:
+                inner(done, total)
+
+        return report
 
 
 def _by_api(requests: list[ReceivedRequest]) -> dict[str, int]:
@@ -202,7 +276,11 @@ def _by_api(requests: list[ReceivedRequest]) -> dict[str, int]:
 def _fault_plan(options: DemoOptions) -> FaultPlan:
     rates = FaultPlan.uniform(options.fault_rate).rates if options.fault_rate > 0 else {}
     scripted = {i: (Fault(kind),) for i, kind in enumerate(FaultKind)} if options.every_fault_kind else {}
-    slow = {SLOW_MARKER: (Fault(FaultKind.SLOW, options.slow_ms),)} if options.cancel_rate > 0 else {}
+    slow = (
+        {SLOW_MARKER: (Fault(FaultKind.SLOW, options.slow_ms),)}
+        if options.cancel_rate or options.interject_rate
+        else {}
+    )
     return FaultPlan(rates=rates, by_request=scripted, by_marker=slow)
 
 
@@ -234,7 +312,7 @@ async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None
 async def _quiesce(workers: list[DispatchWorker]) -> None:
     """Let in-flight attempts (e.g. of a conversation that stalled) settle before reading the topics."""
     deadline = time.monotonic() + 30
-    while workers and workers[0].busy and time.monotonic() < deadline:
+    while any(w.busy for w in workers) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.5)  # the processor's last transaction
 
