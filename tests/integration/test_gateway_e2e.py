@@ -53,7 +53,11 @@ async def test_small_demo_with_every_fault_kind_keeps_every_invariant(
     assert d.conversations == options.conversations and d.stalled == 0
     assert d.completed + d.cancelled >= options.conversations - 2
     assert len(result.metrics.given_up) == d.gave_up
-    assert d.cancels_requested > 0 and result.metrics.cancelled == d.cancelled > 0
+    assert d.cancels_requested > 0 and d.cancelled > 0
+    assert result.metrics.cancelled == d.cancelled + d.interjections  # a superseded operation is cancelled
+    # a worker was killed a third of the way through, and still every operation is final
+    assert result.worker_crashed_after == options.conversations // 3
+    assert result.settle.not_final == 0 and result.settle.operations == d.dispatches
     expected = {k.value for k in FaultKind} - {FaultKind.LATE_EVENTS.value}  # needs a retried body
     assert expected <= set(result.faults)
     assert result.metrics.partial_tool_dispatches == 0
