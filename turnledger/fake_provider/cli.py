@@ -8,12 +8,16 @@ Register in turnledger/cli.py with:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from turnledger.fake_provider.faults import FaultPlan
-from turnledger.fake_provider.server import FakeProvider
+from turnledger.fake_provider.server import FakeProvider, ReceivedRequest
 
 
 def fake_provider(
@@ -22,17 +26,35 @@ def fake_provider(
     fault_rate: float = typer.Option(
         0.0, "--fault-rate", min=0.0, max=1.0, help="Probability of each fault kind per request."
     ),
+    request_log: Annotated[
+        Path | None,
+        typer.Option(
+            "--request-log",
+            dir_okay=False,
+            help="Append every request received as a JSON line (id, method, path, headers, body in "
+            "base64), for checkers that compare what was sent with what the ledger accepted.",
+        ),
+    ] = None,
 ) -> None:
     """Serve Anthropic Messages, OpenAI Chat and Responses, Gemini and Bedrock ConverseStream on loopback,
     with faults. Requests need each API's credential: the fake's keys are printed as variables a
     worker reads (test keys, not secrets)."""
     plan = FaultPlan.uniform(fault_rate) if fault_rate > 0 else FaultPlan()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(port, seed, plan))
+        asyncio.run(_serve(port, seed, plan, request_log))
 
 
-async def _serve(port: int, seed: int, plan: FaultPlan) -> None:
-    async with FakeProvider(port=port, seed=seed, fault_plan=plan) as fp:
+async def _serve(port: int, seed: int, plan: FaultPlan, request_log: Path | None) -> None:
+    log = request_log.open("a", encoding="utf-8") if request_log is not None else None
+
+    def on_request(request: ReceivedRequest) -> None:
+        if log is not None:
+            body = base64.b64encode(request.body).decode()
+            line = {"id": request.request_id, "method": request.method, "path": request.path}
+            log.write(json.dumps({**line, "headers": request.headers, "body": body}) + "\n")
+            log.flush()
+
+    async with FakeProvider(port=port, seed=seed, fault_plan=plan, on_request=on_request) as fp:
         typer.echo(f"fake provider listening on {fp.base_url} (seed={seed}); its test keys:", err=True)
         for name, value in fp.keys.as_env().items():
             typer.echo(f"export {name}={value}", err=True)

@@ -14,7 +14,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
@@ -129,6 +129,7 @@ class FakeProvider:
         *,
         background_tick_s: float = 0.002,
         keys: FakeKeys | None = None,
+        on_request: Callable[[ReceivedRequest], None] | None = None,
     ) -> None:
         """As the real APIs: a body without `"stream": true` gets one JSON reply, and only a Responses
         request with `"background": true` is kept and can be read again by its id."""
@@ -140,6 +141,7 @@ class FakeProvider:
         self.fault_plan = fault_plan or FaultPlan()
         self.background_tick_s = background_tick_s
         self.keys = keys or FakeKeys()
+        self._on_request = on_request
         self.auth_failures: list[tuple[str, int]] = []  # (request id, status)
         self.fault_log: list[FaultRecord] = []
         self.requests: list[ReceivedRequest] = []
@@ -214,6 +216,8 @@ class FakeProvider:
         rid = f"req_{len(self.requests) + 1:06d}"
         received = ReceivedRequest(rid, req.method, req.path, req.headers, req.body)
         self.requests.append(received)
+        if self._on_request is not None:
+            self._on_request(received)
         out = ResponseWriter(writer, extra_headers={"request-id": rid, "x-request-id": rid})
         target = target_of(req.path, req.query)
         api = target.api if target is not None else _api_for(req.path)

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from turnledger.errors import KafkaUnavailableError
+from turnledger.gateway.crash_points import crash_hook_from_env
 from turnledger.gateway.credentials import CredentialError
 from turnledger.gateway.legacy import (
     RECORDER_ID,
@@ -101,6 +102,22 @@ def worker(
         Path | None, typer.Option(help="Directory of the ownership journal (crash recovery needs it).")
     ] = Path(".turnledger/worker"),
     max_attempts: Annotated[int, typer.Option(min=1, help="Generations per operation, at most.")] = 4,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0.5,
+            envvar="TURNLEDGER_LEASE_SECONDS",
+            help="How long an accepted attempt stays this worker's without a sign of life; then any "
+            "worker may take it over (this one renews it every third of it while it runs).",
+        ),
+    ] = 30.0,
+    provider_keeps_keys: Annotated[
+        bool,
+        typer.Option(
+            help="With --provider-url: the provider reattaches a request sent again with the same "
+            "idempotency key (a keeping gateway, the fake provider), so broken attempts are replayed."
+        ),
+    ] = False,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
@@ -117,13 +134,20 @@ def worker(
     install_log_redaction()
     servers = _need_bootstrap("worker", bootstrap)
     try:
-        endpoints = load_routes(providers, provider_url, os.environ)
+        keeps = True if provider_keeps_keys else None
+        endpoints = load_routes(providers, provider_url, os.environ, keeps_idempotency_keys=keeps)
     except (ProviderConfigError, CredentialError) as exc:
         typer.echo(f"turnledger worker: {exc}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     for line in endpoints.describe():
         logging.getLogger("turnledger.worker").info("route %s", line)
-    config = WorkerConfig(worker_id=worker_id, max_attempts=max_attempts, rollout_stage=rollout_stage)
+    config = WorkerConfig(
+        worker_id=worker_id,
+        max_attempts=max_attempts,
+        rollout_stage=rollout_stage,
+        lease_s=lease_seconds,
+        crash_hook=crash_hook_from_env(),
+    )
     _run_until_signal(
         "worker",
         lambda stop: run_worker(

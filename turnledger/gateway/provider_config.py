@@ -185,6 +185,8 @@ def _check_settings(s: RouteSettings, where: str) -> None:
             raise ProviderConfigError(f"{where}: {key} must be a positive number")
     if not isinstance(s.concurrency, int) or isinstance(s.concurrency, bool) or s.concurrency < 1:
         raise ProviderConfigError(f"{where}: concurrency must be a positive integer")
+    if s.keeps_idempotency_keys is not None and not isinstance(s.keeps_idempotency_keys, bool):
+        raise ProviderConfigError(f"{where}: keeps_idempotency_keys must be true or false")
     schemes = {profile_for(a).auth for a in s.adapters}
     if len(schemes) > 1:
         raise ProviderConfigError(
@@ -302,13 +304,18 @@ def routes_for_base_url(
 
 
 def load_routes(
-    providers_file: Path | None, provider_url: str | None, env: Mapping[str, str]
+    providers_file: Path | None,
+    provider_url: str | None,
+    env: Mapping[str, str],
+    *,
+    keeps_idempotency_keys: bool | None = None,
 ) -> ProviderRoutes:
-    """The worker's routes: the file when given (flag or TURNLEDGER_PROVIDERS), else the base URL."""
+    """The worker's routes: the file when given (flag or TURNLEDGER_PROVIDERS), else the base URL
+    (`keeps_idempotency_keys` applies to that one; a file says it per route)."""
     if providers_file is not None:
         return resolve_routes(load_provider_file(providers_file), env)
     if provider_url is None:
         raise ProviderConfigError(
             f"no providers configured: pass --providers FILE (or set {PROVIDERS_ENV}) or --provider-url URL"
         )
-    return routes_for_base_url(provider_url, env)
+    return routes_for_base_url(provider_url, env, keeps_idempotency_keys=keeps_idempotency_keys)
