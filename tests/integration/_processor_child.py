@@ -23,10 +23,12 @@ import sys
 from pathlib import Path
 
 from tests.integration.test_processor_eos import counter_fold
+from turnledger.processors.app import ProcessorApp
 from turnledger.processors.cli import EXIT_FAILED, EXIT_FENCED, parse_partitions, process
+from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.contract import PartitionFold
 from turnledger.processors.dispatch_partition import DispatchPartitionFold
-from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.partition import PartitionProcessor
 from turnledger.topology import Topics
 
 

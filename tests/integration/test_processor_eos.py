@@ -23,8 +23,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from turnledger.processors.app import ProcessorApp
+from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.contract import StateStore
-from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.partition import PartitionProcessor
 from turnledger.processors.topics import ensure_topics
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Topics
@@ -126,9 +128,9 @@ async def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None,
 
 
 async def _partitions(bootstrap: str, topic: str) -> set[int]:
-    from turnledger.processors.runtime import ingress_partitions
+    from turnledger.kafka.clients import describe_partitions
 
-    return set(await ingress_partitions(bootstrap, topic))
+    return set(await describe_partitions(bootstrap, topic))
 
 
 async def committed_offsets(

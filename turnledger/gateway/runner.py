@@ -10,9 +10,9 @@ from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import ProviderEndpoint
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.rollout import RolloutStage
-from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor, ToolFn
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, ManifestIssued, ToolCallReady
 from turnledger.topology import Topics
