@@ -97,6 +97,7 @@ class ProcessorMetrics:
     aborted_batches: int = 0
     restored_records: int = 0
     restores: int = 0
+    restore_seconds_last: float = 0.0
     ownerships: int = 0
     """How often the partition was taken (assignment, or starting over after an outage)."""
     txn_commit_seconds_total: float = 0.0

@@ -221,6 +221,7 @@ class PartitionProcessor:
         self._store_current = True
         self.metrics.restored_records = result.records
         self.metrics.restores += 1
+        self.metrics.restore_seconds_last = result.seconds
         if cfg.gc_gen0_threshold is not None:
             tune_gc(cfg.gc_gen0_threshold)
         return result.records
