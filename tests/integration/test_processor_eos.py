@@ -204,13 +204,15 @@ async def topics(kafka_bootstrap: str, topic_name: Callable[[str], str]) -> Topi
 
 
 class Child:
-    """A processor subprocess (see `_processor_child`), logging to a file for post-mortems."""
+    """A subprocess (by default a processor, see `_processor_child`), logging to a file for post-mortems."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], log: Path, module: str = "tests.integration._processor_child"
+    ) -> None:
         self.log = log
         self._fh = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration._processor_child", *args],
+            [sys.executable, "-m", module, *args],
             cwd=REPO,
             stdout=self._fh,
             stderr=subprocess.STDOUT,
