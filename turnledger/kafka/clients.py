@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -20,7 +21,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from turnledger.errors import KafkaUnavailableError, ServiceUnavailable
-from turnledger.retry import NO_WAIT, Backoff, Classify, ride_out
+from turnledger.retry import NO_WAIT, Backoff, Classify, StopRequested, ride_out
+
+log = logging.getLogger(__name__)
 
 READ_COMMITTED: dict[str, Any] = {
     "isolation_level": "read_committed",
@@ -147,3 +150,38 @@ async def describe_partitions(
         backoff=backoff,
         stop=stop,
     )
+
+
+async def wait_for_topics(
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    backoff: Backoff,
+    stop: asyncio.Event | None = None,
+    hint: str = "create them with `turnledger process --create-topics N`",
+) -> None:
+    """Return once every topic exists, logging what is missing while waiting (a service may well start
+    before whoever creates its topics); Kafka outages meanwhile are ridden out as `backoff` says."""
+    delays = Backoff(initial_s=0.5, max_s=5.0).delays()
+    while True:
+        missing = [
+            t for t in topics if not await describe_partitions(bootstrap, t, backoff=backoff, stop=stop)
+        ]
+        if not missing:
+            return
+        delay = next(delays)
+        log.warning(
+            "waiting for topics %s to be created on %s (%s); next look in %.1fs",
+            missing,
+            bootstrap,
+            hint,
+            delay,
+        )
+        if stop is None:
+            await asyncio.sleep(delay)
+            continue
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+        except TimeoutError:
+            continue
+        raise StopRequested("stop requested while waiting for topics")

@@ -62,7 +62,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from turnledger.errors import ProcessorError
-from turnledger.kafka.clients import describe_partitions, kafka_outage, read_committed_consumer
+from turnledger.kafka.clients import (
+    describe_partitions,
+    kafka_outage,
+    read_committed_consumer,
+    wait_for_topics,
+)
 from turnledger.processors.config import ProcessorConfig
 
 log = logging.getLogger(__name__)
@@ -189,6 +194,7 @@ class GroupOwnership:
 
     async def start(self, host: PartitionHost, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> None:
         topic = self._config.topics.ingress
+        await wait_for_topics(self._config.bootstrap, [topic], backoff=self._config.outage, stop=stop)
         consumer.subscribe([topic], listener=_Rebalances(host, topic))
         log.info("joining consumer group %r for %r", self._config.offsets_group, topic)
         self._keepalive = asyncio.create_task(

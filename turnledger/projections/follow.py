@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from turnledger.errors import ServiceUnavailable
-from turnledger.kafka.clients import close_client, kafka_outage, read_committed_consumer, start_client
+from turnledger.kafka.clients import (
+    close_client,
+    kafka_outage,
+    read_committed_consumer,
+    start_client,
+    wait_for_topics,
+)
 from turnledger.kafka.positions import seek_all
 from turnledger.kafka.reading import partitions_of, source_record
 from turnledger.projections.applier import EpochChangedError, ensure_epoch
@@ -126,6 +132,13 @@ class Follower:
     async def _own(self, stop: asyncio.Event) -> None:
         consumer, p = self.consumer, self.projector
         assert consumer is not None
+        await wait_for_topics(
+            p.bootstrap,
+            list(p.streams),
+            backoff=self.settings.outage,
+            stop=stop,
+            hint="the processor creates them: `turnledger process --create-topics N`",
+        )
         if self.settings.group_id is None:
             partitions = await ride_out(
                 lambda: partitions_of(consumer, p.bootstrap, p.streams),
