@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--tune-gc",
         action="store_true",
-        help="apply the Kafka runtime's GC settings (processors/runtime.py tune_gc) to the current tree only",
+        help="apply the Kafka runtime's GC settings (processors/gc_tuning.py) to the current tree only",
     )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)

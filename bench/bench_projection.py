@@ -25,12 +25,12 @@ from aiokafka import AIOKafkaProducer
 
 from turnledger.codec import encode
 from turnledger.devstack.session import session_endpoints
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.events import DispatchRequested, IngressEvent, SubmittedBlock, TurnSubmitted
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.snapshot import drop_prefix
-from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.replay.audit import audit
 from turnledger.replay.refold import refold
 from turnledger.topology import Topics
@@ -117,7 +117,7 @@ async def prepare(bootstrap: str, topics: Topics, events: list[IngressEvent]) ->
 
 async def raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
     began = time.perf_counter()
-    consumer = await start_consumer(bootstrap)
+    consumer = await start_reader(bootstrap)
     n = 0
     try:
         async for batch in read_to_end(consumer, await partitions_of(consumer, bootstrap, [topic])):

@@ -37,8 +37,8 @@ def main(path: str, batch: int) -> None:
     outputs = 0
     gc.collect()
     if os.environ.get("TURNLEDGER_BENCH_TUNE_GC"):
-        # what the Kafka runtime does once the state is restored (processors/runtime.py)
-        from turnledger.processors.runtime import tune_gc
+        # what the Kafka runtime does once the state is restored (processors/partition.py)
+        from turnledger.processors.gc_tuning import tune_gc
 
         tune_gc()
     cpu, wall = time.process_time(), time.perf_counter()

@@ -19,8 +19,10 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── StateFormatError          (dispatch) StateDecodeError, UnreadableStateFormat
     ├── InputFileError            (CLI files) LegacyExchangeError, LegacyFormatError, ProviderConfigError
     ├── ProcessorError            (processors) TopicMismatchError, ProducerFencedError, PoisonHookError,
-    │                                        TooManyAbortsError, ProcessesFailedError
-    ├── ProjectionError           (projections) AmbiguousOperationError
+    │                                        TooManyAbortsError, ProcessesFailedError;
+    │                                        BatchAborted, ProducerBroken stay inside (transaction.py)
+    ├── ProjectionError           (projections) AmbiguousOperationError, EpochChangedError
+    ├── StopRequested             (retry)    asked to stop while waiting out an outage
     ├── GatewayError              (gateway)  UnknownEndpointError, ToolError, CredentialError,
     │                                        ProviderConfigError (also an InputFileError)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, MavenMissing, MavenDownloadFailed,

@@ -4,8 +4,8 @@ aiokafka 0.14 answers a `seek_to_beginning()` issued while assign's reset (strat
 `auto_offset_reset`, "latest" by default) is in flight with the in-flight reset's offset: the
 partition is then read from its end, silently. On this broker a loop of assign +
 seek_to_beginning with a "latest" consumer landed at the end in about one try in five.
-`seek_settled` (runtime `_seek_committed`, changelog restore) waits for the reset, then seeks
-explicitly; these tests hold it to the exact offset against the worst-case reset strategy.
+`seek_settled` (a partition's feed; every static reader through `seek_all`) waits for the
+reset, then seeks explicitly; these tests hold it to the exact offset against the worst-case reset strategy.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from tests.integration.test_processor_eos import (
     produce,
     wait_all_committed,
 )
-from turnledger.processors import runtime, store
-from turnledger.processors.positions import seek_settled
-from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
+from turnledger.kafka import clients
+from turnledger.kafka.positions import seek_settled
+from turnledger.processors.app import ProcessorApp
+from turnledger.processors.config import ProcessorConfig
 from turnledger.processors.topics import ensure_topics
 from turnledger.topology import Topics
 
@@ -83,8 +84,7 @@ async def test_processor_reads_from_the_beginning_whatever_the_reset_strategy(
     def latest(*args: Any, **kwargs: Any) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(*args, **{**kwargs, "auto_offset_reset": "latest"})
 
-    monkeypatch.setattr(runtime, "AIOKafkaConsumer", latest)
-    monkeypatch.setattr(store, "AIOKafkaConsumer", latest)
+    monkeypatch.setattr(clients, "AIOKafkaConsumer", latest)  # every consumer is built there
     topics = Topics(prefix=topic_name("") + ".")
     await ensure_topics(kafka_bootstrap, topics, partitions=2)
     sent = await produce(

@@ -33,8 +33,9 @@ from turnledger.model.events import (
     ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
+from turnledger.processors.app import ProcessorApp
+from turnledger.processors.config import ProcessorConfig
 from turnledger.processors.dispatch_partition import DispatchPartitionFold
-from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
 from turnledger.processors.topics import ensure_topics
 from turnledger.records import SourceRecord
 from turnledger.topology import Topics

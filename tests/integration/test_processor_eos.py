@@ -23,8 +23,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from turnledger.processors.app import ProcessorApp
+from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.contract import StateStore
-from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.partition import PartitionProcessor
 from turnledger.processors.topics import ensure_topics
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Topics
@@ -126,9 +128,9 @@ async def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None,
 
 
 async def _partitions(bootstrap: str, topic: str) -> set[int]:
-    from turnledger.processors.runtime import ingress_partitions
+    from turnledger.kafka.clients import describe_partitions
 
-    return set(await ingress_partitions(bootstrap, topic))
+    return set(await describe_partitions(bootstrap, topic))
 
 
 async def committed_offsets(
@@ -202,13 +204,15 @@ async def topics(kafka_bootstrap: str, topic_name: Callable[[str], str]) -> Topi
 
 
 class Child:
-    """A processor subprocess (see `_processor_child`), logging to a file for post-mortems."""
+    """A subprocess (by default a processor, see `_processor_child`), logging to a file for post-mortems."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], log: Path, module: str = "tests.integration._processor_child"
+    ) -> None:
         self.log = log
         self._fh = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration._processor_child", *args],
+            [sys.executable, "-m", module, *args],
             cwd=REPO,
             stdout=self._fh,
             stderr=subprocess.STDOUT,

@@ -46,6 +46,8 @@ def cli_args(bootstrap: str, topics: Topics, app_id: str, batch_max_records: int
         str(batch_max_records),
         "--processes",
         "2",
+        "--partitions",
+        "all",
     ]
 
 

@@ -26,9 +26,9 @@ from turnledger.fake_provider.auth import FakeKeys
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.runner import run_tool_executor, run_worker
-from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState, ToolCallReady
 from turnledger.model.graph import BlockKind

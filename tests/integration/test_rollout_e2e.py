@@ -26,9 +26,9 @@ from turnledger.gateway.legacy import RECORDER_ID
 from turnledger.gateway.provider_request import ProviderRequest, authenticate
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_worker
-from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     CommittedTurn,

@@ -191,3 +191,23 @@ def test_unknown_reason_code_symbol_falls_back_to_unspecified() -> None:
     decoded = codec.decode(codec.encode_datum(entry, {"reason": "FROM_THE_FUTURE", "detail": "x"}))
     assert isinstance(decoded, Rejected)
     assert decoded.reason == ReasonCode.UNSPECIFIED
+
+
+def test_a_corrupt_record_is_refused_with_the_same_words_every_time() -> None:
+    """The detail ends up in a Rejected record: a replay must produce the same bytes, so no memory
+    address of fastavro's buffer may appear in it."""
+    from turnledger.codec import CorruptRecord, decode, encode
+    from turnledger.model.events import DispatchSent
+
+    data = encode(
+        DispatchSent(
+            conversation_id="c", event_id="e", occurred_at_ms=1, operation_id="o", attempt_generation=1
+        )
+    )
+    details = []
+    for _ in range(2):
+        try:
+            decode(data[:-1])
+        except CorruptRecord as exc:
+            details.append(str(exc))
+    assert len(details) == 2 and details[0] == details[1] and " at 0x" not in details[0]

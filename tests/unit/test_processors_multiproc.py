@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from turnledger.processors.config import ProcessorConfig
 from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED, EXIT_USAGE
 from turnledger.processors.multiproc import ProcessGroup, split_round_robin, worst_exit
-from turnledger.processors.runtime import ProcessorConfig
 
 
 @pytest.mark.parametrize(
@@ -48,6 +48,11 @@ def test_zero_processes_rejected() -> None:
 def test_group_uses_the_capped_split() -> None:
     group = ProcessGroup(ProcessorConfig(bootstrap="x:1"), "m:f", [0, 1, 2], 8)
     assert group.groups == [[0], [1], [2]]
+
+
+def test_group_members_get_no_partition_lists() -> None:
+    group = ProcessGroup(ProcessorConfig(bootstrap="x:1"), "m:f", None, 3)
+    assert group.groups == [None, None, None]
 
 
 def test_worst_exit() -> None:

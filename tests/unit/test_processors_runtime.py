@@ -8,11 +8,13 @@ from collections.abc import Sequence
 import pytest
 import typer
 
+from turnledger.processors.batching import collect_batch
 from turnledger.processors.cli import parse_partitions
+from turnledger.processors.config import ProcessorConfig, transactional_id
 from turnledger.processors.contract import StateStore
 from turnledger.processors.errors import PoisonHookError
+from turnledger.processors.folding import fold_batch
 from turnledger.processors.poison import json_poison_hook
-from turnledger.processors.runtime import ProcessorConfig, collect_batch, fold_batch, transactional_id
 from turnledger.processors.store import MemoryStateStore, OverlayStore
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Topics
@@ -187,13 +189,23 @@ def test_cli_without_bootstrap_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) 
     assert "turnledger dev up" in result.output and "KAFKA_BOOTSTRAP_SERVERS" in result.output
 
 
-def test_cli_unreachable_kafka_is_a_clear_error() -> None:
+@pytest.mark.parametrize("ownership", [[], ["--partitions", "all"]], ids=["group", "static"])
+def test_cli_unreachable_kafka_past_max_outage_is_a_clear_error(ownership: list[str]) -> None:
     from typer.testing import CliRunner
 
-    args = ["--bootstrap", "127.0.0.1:1", "--fold", "tests.unit.test_processors_runtime:_counter_factory"]
+    fold = "tests.unit.test_processors_runtime:_counter_factory"
+    args = ["--bootstrap", "127.0.0.1:1", "--fold", fold, "--max-outage", "0.5", *ownership]
     result = CliRunner().invoke(_cli(), args)
     assert result.exit_code == 2, result.output
     assert "not reachable at '127.0.0.1:1'" in result.output and "turnledger dev up" in result.output
+
+
+def test_cli_rejects_a_heartbeat_not_below_the_session_timeout() -> None:
+    from typer.testing import CliRunner
+
+    args = ["--bootstrap", "127.0.0.1:1", "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "6000"]
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 2 and "heartbeat_interval_ms" in result.output
 
 
 def test_cli_rejects_a_bad_fold_spec() -> None:

@@ -10,6 +10,7 @@ the record's full name. Every failure is a `CodecError`.
 
 from __future__ import annotations
 
+import re
 from io import BytesIO
 from typing import Any
 
@@ -106,7 +107,7 @@ class Codec:
                 body, writer.parsed, None if reader is writer else reader.parsed, return_record_name=False
             )
         except Exception as exc:
-            raise CorruptRecord(f"{writer.name}: {type(exc).__name__}: {exc}") from exc
+            raise CorruptRecord(f"{writer.name}: {type(exc).__name__}: {_without_addresses(exc)}") from exc
         if body.tell() != len(data):
             raise CorruptRecord(f"{writer.name}: {len(data) - body.tell()} trailing bytes")
         if not isinstance(datum, dict):
@@ -140,3 +141,12 @@ class Codec:
         if writer is None:
             raise UnknownFingerprint(f"unknown writer schema fingerprint {fp.hex()}")
         return writer
+
+
+_OBJECT_REPR = re.compile(r"\s*(from\s+)?<[\w.]+ object at 0x[0-9a-f]+>")
+
+
+def _without_addresses(exc: Exception) -> str:
+    """fastavro names the buffer it read from (`<_io.BytesIO object at 0x...>`): a memory address
+    in the detail of a rejection would make a replay of the same record differ byte for byte."""
+    return _OBJECT_REPR.sub("", str(exc))

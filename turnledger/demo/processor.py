@@ -11,8 +11,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
+    from turnledger.processors.app import ProcessorApp
+    from turnledger.processors.config import ProcessorConfig
     from turnledger.processors.dispatch_partition import DispatchPartitionFold
-    from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
     from turnledger.topology import Topics
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s processor %(levelname)s: %(message)s")

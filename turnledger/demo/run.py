@@ -35,9 +35,10 @@ from turnledger.fake_provider.server import target_of
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.runner import run_tool_executor, run_worker
-from turnledger.gateway.tail import tail_topic, topic_partitions
 from turnledger.gateway.tool_executor import ToolExecutor
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.kafka.reading import wait_for_partitions
+from turnledger.kafka.tail import tail_topic
 from turnledger.model.events import DispatchDecision, DispatchRequested
 from turnledger.replay.evidence import Evidence, read_all
 from turnledger.replay.metrics import Metrics, compute
@@ -330,7 +331,7 @@ async def _processor_caught_up(bootstrap: str, prefix: str, timeout_s: float = 6
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            parts = await topic_partitions(consumer, topic)
+            parts = await wait_for_partitions(consumer, bootstrap, topic)
             ends = await consumer.end_offsets(parts)
             committed = await admin.list_consumer_group_offsets(f"{prefix}turnledger")
             if parts and all(tp in committed and committed[tp].offset >= end for tp, end in ends.items()):

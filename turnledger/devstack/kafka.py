@@ -176,7 +176,10 @@ def start_kafka(
     broker, controller = _pick_ports(broker_port, controller_port)
     props = render_config(workdir, broker, controller)
     log = workdir / "kafka.log"
-    format_storage(jvm_args(java, jars, workdir, heap, TOOL_TUNING), props, log)
+    if not (
+        workdir / "data" / "meta.properties"
+    ).exists():  # formatted already: a restart keeps its cluster id
+        format_storage(jvm_args(java, jars, workdir, heap, TOOL_TUNING), props, log)
     broker_argv = [*jvm_args(java, jars, workdir, heap, BROKER_TUNING), "kafka.Kafka", str(props)]
     pid = procs.spawn_detached(broker_argv, log, pidfile, cwd=workdir)
     proc = KafkaProcess(pid, f"127.0.0.1:{broker}", log, str(props), jars.version)

@@ -14,7 +14,11 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Could a server listen on `port` now? With SO_REUSEADDR, as Kafka (the JVM) and redis-server
+    bind: connections of a stopped server lingering in TIME_WAIT do not block its restart on the same
+    port, a socket still listening there does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

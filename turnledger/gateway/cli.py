@@ -34,6 +34,7 @@ from turnledger.gateway.redaction import install_log_redaction
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.worker import WorkerConfig
+from turnledger.retry import Backoff
 
 EXIT_UNAVAILABLE = 2
 
@@ -160,16 +161,28 @@ def tool_executor(
     bootstrap: Bootstrap = None,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
+    max_outage: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Seconds one Kafka outage may last before the executor gives up and exits 2. Unset: ride "
+            "out any outage, retrying with backoff and logging what it waits for.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Run the demo tools (get_weather, lookup_invoice) for canonical tool calls and submit their results.
 
-    Before the rollout stage `all`, tool turns belong to the legacy gateway: nothing is run."""
+    Before the rollout stage `all`, tool turns belong to the legacy gateway: nothing is run.
+    Kafka outages (at start or later) are waited out."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     servers = _need_bootstrap("tool-executor", bootstrap)
+    outage = Backoff(max_outage_s=max_outage)
     _run_until_signal(
         "tool-executor",
-        lambda stop: run_tool_executor(servers, stop=stop, prefix=topic_prefix, rollout_stage=rollout_stage),
+        lambda stop: run_tool_executor(
+            servers, stop=stop, prefix=topic_prefix, rollout_stage=rollout_stage, outage=outage
+        ),
     )
 
 

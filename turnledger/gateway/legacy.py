@@ -36,8 +36,8 @@ from turnledger.errors import InputFileError
 from turnledger.gateway.board import FINAL, OperationKey, key_of
 from turnledger.gateway.client import GatewayClient, IngressSink
 from turnledger.gateway.endpoints import endpoints_for
-from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.worker import OPERATION_EXTENSION, DispatchWorker, Verdict, WorkerConfig
+from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
 from turnledger.model.manifest import DispatchManifest

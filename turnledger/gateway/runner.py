@@ -10,11 +10,13 @@ from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import ProviderRoutes
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.rollout import RolloutStage
-from turnledger.gateway.tail import tail_topic
 from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor, ToolFn
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.kafka.clients import kafka_outage, start_client
+from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, ManifestIssued, ToolCallReady
+from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
 from turnledger.topology import Topics
 
 
@@ -70,23 +72,50 @@ async def run_tool_executor(
     group_id: str = "turnledger-tool-executor",
     executor_box: list[ToolExecutor] | None = None,
     rollout_stage: RolloutStage = RolloutStage.ALL,
+    outage: Backoff = FOREVER,
 ) -> None:
-    """Consume canonical tool calls (a consumer group: each call is run by one executor)."""
-    async with GatewayClient(
-        bootstrap, topic=Topics(prefix).ingress, client_id="turnledger-tool-executor"
-    ) as client:
+    """Consume canonical tool calls (a consumer group: each call is run by one executor).
+
+    Kafka outages are ridden out as `outage` says: at start, while reading, and while appending a
+    batch's results (the batch is answered again once Kafka is back: its turn ids derive from the
+    call ids, so results that did reach the ledger are refused as DUPLICATE_TURN, never added twice)."""
+    topics = Topics(prefix)
+    classify = kafka_outage(bootstrap, "append tool results")
+    try:
+        client = await start_client(
+            lambda: GatewayClient(bootstrap, topic=topics.ingress, client_id="turnledger-tool-executor"),
+            bootstrap=bootstrap,
+            action="start the tool executor's ingress producer",
+            backoff=outage,
+            stop=stop,
+        )
+    except StopRequested:
+        return
+    try:
         executor = ToolExecutor(client, tools, rollout_stage)
         if executor_box is not None:
             executor_box.append(executor)
 
         async def on_batch(records: list[Frozen]) -> None:
-            await executor.handle([r for r in records if isinstance(r, ToolCallReady)])
+            calls = [r for r in records if isinstance(r, ToolCallReady)]
+            await ride_out(
+                lambda: executor.handle(calls),
+                waiting_for=f"Kafka at {bootstrap} to append tool results",
+                classify=classify,
+                backoff=outage,
+                stop=stop,
+            )
 
         await tail_topic(
             bootstrap,
-            Topics(prefix).tool_calls,
+            topics.tool_calls,
             on_batch,
             stop=stop,
             group_id=f"{prefix}{group_id}",
             client_id="turnledger-tool-executor",
+            backoff=outage,
         )
+    except StopRequested:
+        return
+    finally:
+        await client.stop()

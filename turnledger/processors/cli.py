@@ -13,6 +13,9 @@ from typing import Annotated
 import typer
 
 from turnledger.errors import KafkaUnavailableError
+from turnledger.kafka.clients import kafka_outage
+from turnledger.processors.app import ProcessorApp
+from turnledger.processors.config import GroupSettings, ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import (
     EXIT_FAILED,
     EXIT_FENCED,
@@ -23,8 +26,9 @@ from turnledger.processors.errors import (
 )
 from turnledger.processors.fold_spec import DEFAULT_FOLD_SPEC, FoldSpecError, load_fold_factory
 from turnledger.processors.multiproc import ProcessGroup
-from turnledger.processors.runtime import ProcessorApp, ProcessorConfig, ProcessorExit, owned_partitions
+from turnledger.processors.ownership import owned_partitions
 from turnledger.processors.topics import ensure_topics
+from turnledger.retry import Backoff, ride_out
 from turnledger.topology import Topics
 
 log = logging.getLogger(__name__)
@@ -56,8 +60,15 @@ def process(
         typer.Option(envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers host:port[,host:port]."),
     ] = None,
     partitions: Annotated[
-        str, typer.Option(help="Ingress partitions to own: 'all' or e.g. '0,1,2'.")
-    ] = "all",
+        str | None,
+        typer.Option(
+            help="Own these ingress partitions statically ('all', or e.g. '0,1,2' / '0-3') instead of "
+            "joining the processor's consumer group. Static partitions never move: when this process dies "
+            "nobody takes them over until it is restarted. Unset: group ownership (the default), where "
+            "every `turnledger process` with the same --app-id shares the partitions and takes over "
+            "those of a member that dies."
+        ),
+    ] = None,
     topic_prefix: Annotated[str, typer.Option(help="Prefix of every topic name.")] = "",
     batch_max_records: Annotated[int, typer.Option(min=1, help="Records per transaction, at most.")] = 500,
     batch_max_ms: Annotated[
@@ -85,15 +96,44 @@ def process(
             "CPU-bound, so one per core. At most one per partition. 1: everything in this process.",
         ),
     ] = 1,
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Group ownership: a member silent for this long is declared dead and its partitions move "
+            "to the others (the broker allows 6000..1800000 by default).",
+        ),
+    ] = 10_000,
+    heartbeat_interval_ms: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Group ownership: how often a member heartbeats; below a third of the session timeout.",
+        ),
+    ] = 3_000,
+    max_outage: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Seconds one Kafka outage may last before the processor gives up and exits 2. Unset: ride "
+            "out any outage, retrying with backoff and logging what it waits for (what a service under "
+            "no supervisor should do).",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Fold the ingress topic exactly once: one transactional processor per partition.
 
-    SIGTERM or Ctrl-C commits the open batches, then exits 0; a second signal stops at once.
-    With --processes N the signals go to every child; a child that fails or dies stops the others.
+    By default the process joins the consumer group --app-id and processes what the group assigns
+    it; partitions move between processes as they come and go (docs/ownership.md says why that is
+    exactly once). Kafka outages, at start or later, are waited out with backoff.
 
-    Exit codes: 1 a partition failed (or a child process died), 2 bad usage or Kafka unreachable,
-    3 fenced by another processor; with --processes, the worst of the children's.
+    SIGTERM or Ctrl-C commits the open batches, then exits 0; a second signal stops at once.
+    With --processes N the signals go to every child; a child that fails stops the others.
+
+    Exit codes: 1 a partition failed (or a child process died), 2 bad usage or Kafka unreachable
+    for longer than --max-outage, 3 fenced by another processor (static partitions); with
+    --processes, the worst of the children's.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not bootstrap:
@@ -108,24 +148,38 @@ def process(
         factory = load_fold_factory(fold)
     except FoldSpecError as exc:
         raise typer.BadParameter(str(exc), param_hint="--fold") from exc
-    config = ProcessorConfig(
-        bootstrap=bootstrap,
-        app_id=app_id,
-        topics=topics,
-        batch_max_records=batch_max_records,
-        batch_max_ms=batch_max_ms,
-        state_dir=state_dir,
-    )
-    owned = parse_partitions(partitions)
+    try:
+        config = ProcessorConfig(
+            bootstrap=bootstrap,
+            app_id=app_id,
+            topics=topics,
+            batch_max_records=batch_max_records,
+            batch_max_ms=batch_max_ms,
+            state_dir=state_dir,
+            group=GroupSettings(
+                session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms
+            ),
+            outage=Backoff(max_outage_s=max_outage),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    static = partitions is not None
+    owned = parse_partitions(partitions) if partitions is not None else None
 
     async def main() -> dict[int, ProcessorExit]:
         if create_topics:
-            await ensure_topics(bootstrap, topics, create_topics)
+            await ride_out(
+                lambda: ensure_topics(bootstrap, topics, create_topics),
+                waiting_for=f"Kafka at {bootstrap} to create the topics",
+                classify=kafka_outage(bootstrap, "create the topics"),
+                backoff=config.outage,
+            )
         if processes > 1:
-            group = await _process_group(config, fold, owned, processes, log_level)
+            group = await _process_group(config, fold, owned, processes, log_level, static=static)
             if group is not None:
                 return await group.run()
-        return await ProcessorApp(config, lambda p: factory(topics, p), partitions=owned).run()
+        app = ProcessorApp(config, lambda p: factory(topics, p), partitions=owned, group=not static)
+        return await app.run()
 
     try:
         results = asyncio.run(main())
@@ -139,16 +193,25 @@ def process(
         typer.echo(f"turnledger process: {exc}", err=True)
         raise typer.Exit(EXIT_FAILED) from exc
     fenced = sorted(p for p, how in results.items() if how is ProcessorExit.FENCED)
-    if fenced:
+    if fenced and static:
         typer.echo(f"turnledger process: partitions {fenced} were fenced by another processor", err=True)
         raise typer.Exit(EXIT_FENCED)
 
 
 async def _process_group(
-    config: ProcessorConfig, fold: str, requested: list[int] | None, processes: int, log_level: str
+    config: ProcessorConfig,
+    fold: str,
+    requested: list[int] | None,
+    processes: int,
+    log_level: str,
+    *,
+    static: bool,
 ) -> ProcessGroup | None:
-    """The children for `--processes N`, capped to one per owned partition; None when that leaves one."""
-
+    """The children for `--processes N`: group members, or (static) the owned partitions dealt over at
+    most one process per partition; None when that leaves one."""
+    if not static:
+        log.info("%d processes, each a member of consumer group %r", processes, config.offsets_group)
+        return ProcessGroup(config, fold, None, processes, log_level=log_level)
     owned = await owned_partitions(config, requested)
     group = ProcessGroup(config, fold, owned, processes, log_level=log_level)
     if len(group.groups) < processes:

@@ -1,10 +1,12 @@
-"""`turnledger process --processes N`: the owned partitions split over N child processes.
+"""`turnledger process --processes N`: N child processes, as group members or with partitions dealt out.
 
 The fold is pure Python, so one process, which runs every partition on one asyncio loop,
-uses one core. Partitions are the unit of parallelism: the parent splits its partitions
-round-robin over N children (multiprocessing, spawn) and each child runs the ordinary
-`ProcessorApp` on its share with the same config, hence the same per-partition
-transactional ids, fencing and exactly-once as a single process. Children share nothing.
+uses one core. Partitions are the unit of parallelism. With group ownership (the default) each
+of N children (multiprocessing, spawn) runs the ordinary `ProcessorApp` as one more member of
+the processor's consumer group, which spreads the partitions over them. With static partitions
+the parent splits its partitions round-robin over the children. Either way the config is the
+same, hence the same per-partition transactional ids, fencing and exactly-once as a single
+process. Children share nothing.
 
 Control goes over one pipe per child. The parent's first SIGTERM/SIGINT becomes "stop"
 (each child commits its open batches and exits), the second "cancel" (each stops at once).
@@ -34,6 +36,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from turnledger.errors import KafkaUnavailableError, TurnledgerError
+from turnledger.processors.app import ProcessorApp
+from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import (
     EXIT_FAILED,
     EXIT_FENCED,
@@ -42,7 +46,7 @@ from turnledger.processors.errors import (
     TopicMismatchError,
 )
 from turnledger.processors.fold_spec import load_fold_factory
-from turnledger.processors.runtime import PartitionProcessor, ProcessorApp, ProcessorConfig, ProcessorExit
+from turnledger.processors.partition import PartitionProcessor
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,8 @@ class ChildSpec:
     count: int
     config: ProcessorConfig
     fold: str  # module:attr, loaded in the child
-    partitions: tuple[int, ...]
+    partitions: tuple[int, ...] | None
+    """None: a member of the consumer group."""
     log_level: str
 
     @property
@@ -102,15 +107,22 @@ def _send(conn: Connection, message: tuple[Any, ...]) -> None:
 async def _run_child(spec: ChildSpec, conn: Connection) -> int:
     topics = spec.config.topics
     factory = load_fold_factory(spec.fold)
-    ready: set[int] = set()
+    told = [False]
 
     def on_ready(processor: PartitionProcessor) -> None:
-        ready.add(processor.partition)
-        if ready == set(spec.partitions):
+        """ "ready" once every partition the child runs has restored its state (the first time)."""
+        if not told[0] and all(
+            app.processors[p].ready.is_set() or p == processor.partition for p in app.owned
+        ):
+            told[0] = True
             _send(conn, ("ready",))
 
     app = ProcessorApp(
-        spec.config, lambda p: factory(topics, p), partitions=spec.partitions, on_ready=on_ready
+        spec.config,
+        lambda p: factory(topics, p),
+        partitions=spec.partitions,
+        on_ready=on_ready,
+        group=spec.partitions is None,
     )
     stopped_by: list[str] = []
 
@@ -150,7 +162,7 @@ async def _run_child(spec: ChildSpec, conn: Connection) -> int:
     finally:
         with contextlib.suppress(Exception):
             loop.remove_reader(conn.fileno())
-    fenced = any(how is ProcessorExit.FENCED for how in results.values())
+    fenced = spec.partitions is not None and any(how is ProcessorExit.FENCED for how in results.values())
     _send(conn, ("result", {p: how.value for p, how in results.items()}))
     return EXIT_FENCED if fenced else EXIT_OK
 
@@ -181,7 +193,8 @@ class _Child:
     messages: list[tuple[Any, ...]] = field(default_factory=list)
 
     def describe(self) -> str:
-        return f"{self.spec.name} (pid {self.process.pid}, partitions {list(self.spec.partitions)})"
+        owned = "group member" if self.spec.partitions is None else f"partitions {list(self.spec.partitions)}"
+        return f"{self.spec.name} (pid {self.process.pid}, {owned})"
 
     def receive(self) -> None:
         with contextlib.suppress(EOFError, OSError):
@@ -195,18 +208,23 @@ class _Child:
 
 
 class ProcessGroup:
-    """Runs `ProcessorApp`s for `partitions` in `processes` child processes (capped to one per partition)."""
+    """Runs `ProcessorApp`s in `processes` child processes: consumer-group members when `partitions` is
+    None, else each on its round-robin share of `partitions` (capped to one process per partition)."""
 
     def __init__(
         self,
         config: ProcessorConfig,
         fold: str,
-        partitions: Sequence[int],
+        partitions: Sequence[int] | None,
         processes: int,
         *,
         log_level: str = "INFO",
     ) -> None:
-        self.groups = split_round_robin(partitions, processes)
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, got {processes}")
+        self.groups: list[list[int] | None] = (
+            [None] * processes if partitions is None else list(split_round_robin(partitions, processes))
+        )
         self.config = config
         self.fold = fold
         self.log_level = log_level
@@ -247,7 +265,8 @@ class ProcessGroup:
         ctx = mp.get_context("spawn")
         count = len(self.groups)
         for index, partitions in enumerate(self.groups, start=1):
-            spec = ChildSpec(index, count, self.config, self.fold, tuple(partitions), self.log_level)
+            owned = None if partitions is None else tuple(partitions)
+            spec = ChildSpec(index, count, self.config, self.fold, owned, self.log_level)
             parent_conn, child_conn = ctx.Pipe()
             process = ctx.Process(target=child_main, args=(spec, child_conn), name=f"turnledger-{spec.name}")
             with _signals_ignored():
@@ -318,6 +337,12 @@ class ProcessGroup:
             how = f"was killed by {signal.Signals(-status).name}"
         else:
             how = f"exited with status {status} without reporting"
+        if child.spec.partitions is None:
+            return EXIT_FAILED, (
+                f"{child.describe()} died unexpectedly: it {how}; its partitions move to the other members "
+                "of the group after the session timeout, but the process group was stopped so that a "
+                "supervisor restarts it whole"
+            )
         partitions = list(child.spec.partitions)
         return EXIT_FAILED, (
             f"{child.describe()} died unexpectedly: it {how}; partitions {partitions} are not processed, "

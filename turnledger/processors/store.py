@@ -1,33 +1,24 @@
-"""Per-partition state stores, the batch overlay, and restore from the changelog.
+"""Per-partition state stores and the batch overlay.
 
 The changelog topic is the only durable copy of processor state. Local stores are
-caches of it: they are rebuilt from the changelog every time a partition processor
-starts (as Kafka Streams does after an unclean close under exactly-once), so a
-crash at any point can never leave a local store ahead of or behind what Kafka
-committed. `SqliteStateStore` keeps that cache on disk so that conversation state
-need not fit in memory.
+caches of it (`changelog.restore_from_changelog` rebuilds them), so a crash at any
+point can never leave a local store ahead of or behind what Kafka committed.
+`SqliteStateStore` keeps that cache on disk so that conversation state need not fit
+in memory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import sqlite3
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from turnledger.processors.contract import StateStore
-from turnledger.processors.positions import seek_settled
-
-log = logging.getLogger(__name__)
 
 Writes = Mapping[str, bytes | None]
 """Key → latest value, `None` meaning deleted (a tombstone in the changelog)."""
@@ -249,69 +240,3 @@ def open_partition_store(state_dir: Path | None, changelog_topic: str, partition
         if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
             stale.unlink(missing_ok=True)
     return SqliteStateStore(state_dir / f"{stem}.{os.getpid()}.sqlite")
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreResult:
-    records: int
-    end_offset: int
-    seconds: float
-
-
-async def restore_from_changelog(
-    bootstrap: str,
-    changelog_topic: str,
-    partition: int,
-    store: PartitionStore,
-    *,
-    poll_timeout_ms: int = 500,
-    max_records: int = 10_000,
-) -> RestoreResult:
-    """Replay one changelog partition from its beginning into `store`, up to the last stable offset.
-
-    Call it only after this partition's transactional producer has initialised: that
-    fences any predecessor and completes its open transaction, so the stable end read
-    here includes everything that will ever be committed for the old owner. The consumer
-    reads `read_committed` (aborted batches' state never restores) and has no group id.
-    """
-    started = time.monotonic()
-    tp = TopicPartition(changelog_topic, partition)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    records = 0
-    try:
-        consumer.assign([tp])
-        begin = (await consumer.beginning_offsets([tp]))[tp]
-        end = (await consumer.end_offsets([tp]))[tp]
-        await seek_settled(consumer, tp, begin)
-        while begin < end and await consumer.position(tp) < end:
-            fetched = await consumer.getmany(tp, timeout_ms=poll_timeout_ms, max_records=max_records)
-            writes: dict[str, bytes | None] = {}
-            for message in fetched.get(tp, []):
-                if message.offset >= end:
-                    break
-                if message.key is None:
-                    log.warning("changelog %s offset %d has no key; skipped", tp, message.offset)
-                    continue
-                writes[message.key.decode("utf-8")] = message.value
-                records += 1
-            if writes:
-                store.apply(writes)
-    finally:
-        await consumer.stop()
-    result = RestoreResult(records=records, end_offset=end, seconds=time.monotonic() - started)
-    log.info(
-        "restored %s-%d: %d changelog records up to offset %d in %.2fs",
-        changelog_topic,
-        partition,
-        result.records,
-        result.end_offset,
-        result.seconds,
-    )
-    return result

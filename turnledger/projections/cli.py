@@ -76,10 +76,44 @@ def project_command(
     topic_prefix: TopicPrefix = "",
     key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
     batch_size: Annotated[int, typer.Option(help="Records per fetch (one script call each).")] = 1000,
-    until_caught_up: Annotated[bool, typer.Option(help="Stop at the current end of the topics.")] = False,
+    until_caught_up: Annotated[
+        bool, typer.Option(help="Stop at the current end of the topics (reads every partition, alone).")
+    ] = False,
+    group_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Consumer group of the projectors that share the partitions (default: "
+            "'<topic prefix>turnledger-projector'). Every `turnledger project` of the same group takes "
+            "its share, and over the partitions of one that dies; exactly once either way, as the "
+            "applied offsets live in Redis."
+        ),
+    ] = None,
+    static: Annotated[
+        bool, typer.Option("--static", help="Read every partition without a consumer group (one projector).")
+    ] = False,
+    session_timeout_ms: Annotated[
+        int, typer.Option(min=1, help="Group: a projector silent for this long loses its partitions.")
+    ] = 10_000,
+    heartbeat_interval_ms: Annotated[
+        int, typer.Option(min=1, help="Group: heartbeat interval; below a third of the session timeout.")
+    ] = 3_000,
+    max_outage: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Seconds one Kafka or Redis outage may last before the projector gives up and exits 2. "
+            "Unset: ride out any outage, retrying with backoff and logging what it waits for.",
+        ),
+    ] = None,
 ) -> None:
-    """Project the output topics into Redis, exactly once per partition offset."""
+    """Project the output topics into Redis, exactly once per partition offset.
+
+    Follows the topics until SIGTERM/Ctrl-C, as a member of a consumer group unless --static;
+    Kafka and Redis outages (at start or later, restarts included) are waited out.
+    """
     from turnledger.projections.projector import Projector, ProjectorStats
+    from turnledger.projections.settings import FollowSettings
+    from turnledger.retry import Backoff
     from turnledger.topology import Topics
 
     url, servers = (
@@ -87,9 +121,19 @@ def project_command(
         require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap"),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        follow = FollowSettings(
+            group_id=None if static else (group_id or f"{topic_prefix}turnledger-projector"),
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            outage=Backoff(max_outage_s=max_outage),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
     async def main() -> ProjectorStats:
-        redis = await connect(url)
+        # following waits for a Redis that is down; a one-shot run says so at once
+        redis = await connect(url) if until_caught_up else aioredis.from_url(url, socket_connect_timeout=5)
         projector = Projector(
             redis, servers, Topics(topic_prefix), ProjectionKeys(key_prefix), batch_size=batch_size
         )
@@ -100,8 +144,9 @@ def project_command(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
-            err.print(f"projecting {servers} -> {url} (keys {key_prefix!r}); Ctrl-C to stop")
-            return await projector.run_forever(stop)
+            how = "alone" if follow.group_id is None else f"in consumer group {follow.group_id!r}"
+            err.print(f"projecting {servers} -> {url} (keys {key_prefix!r}) {how}; Ctrl-C to stop")
+            return await projector.run_forever(stop, follow=follow)
         finally:
             await redis.aclose()
 

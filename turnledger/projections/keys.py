@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_KEY_PREFIX = "tl:"
+EPOCH_FIELD = "~epoch"
+"""Field of the offsets hash: a token created when the hash is, gone when Redis comes back empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +21,8 @@ class ProjectionKeys:
 
     @property
     def offsets(self) -> str:
-        """Hash `topic:partition` -> last applied offset: the only source of truth for resuming."""
+        """Hash `topic:partition` -> last applied offset: the only source of truth for resuming; its
+        field `EPOCH_FIELD` tells a projector whether the hash is still the one it read."""
         return f"{self.prefix}offsets"
 
     @property

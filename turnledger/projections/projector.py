@@ -16,22 +16,22 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from aiokafka import TopicPartition
+from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from turnledger.codec import CodecError, decode
-from turnledger.errors import RedisUnavailableError
+from turnledger.errors import RedisUnavailableError, ServiceUnavailable
+from turnledger.kafka.clients import close_client
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.base import Frozen
-from turnledger.projections.applier import ScriptApplier
-from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.applier import ScriptApplier, ensure_epoch
+from turnledger.projections.keys import EPOCH_FIELD, ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
 from turnledger.projections.replies import bytes_hash
-from turnledger.projections.topic_source import (
-    partitions_of,
-    read_to_end,
-    seek_all,
-    start_consumer,
-)
+from turnledger.projections.settings import FollowSettings
 from turnledger.records import SourceRecord
+from turnledger.retry import Classify
 from turnledger.topology import PROJECTED_STREAMS, Topics
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,25 @@ class ProjectorStats:
 async def applied_offsets(redis: aioredis.Redis, keys: ProjectionKeys) -> dict[str, int]:
     try:
         raw = bytes_hash(await redis.hgetall(keys.offsets))
-    except (RedisConnectionError, OSError) as exc:
-        raise RedisUnavailableError(_url_of(redis), exc) from exc
-    return {k.decode(): int(v) for k, v in raw.items()}
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise RedisUnavailableError(url_of(redis), exc) from exc
+    return {k.decode(): int(v) for k, v in raw.items() if k.decode() != EPOCH_FIELD}
 
 
-def _url_of(redis: aioredis.Redis) -> str:
+def redis_outage(redis: aioredis.Redis) -> Classify:
+    """Classifier for `ride_out`: a Redis that cannot be reached, times out or is still loading."""
+
+    def classify(exc: BaseException) -> ServiceUnavailable | None:
+        if isinstance(exc, RedisUnavailableError):
+            return exc
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | OSError):
+            return RedisUnavailableError(url_of(redis), exc)
+        return None
+
+    return classify
+
+
+def url_of(redis: aioredis.Redis) -> str:
     kwargs = redis.connection_pool.connection_kwargs
     return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
@@ -101,6 +114,8 @@ class Projector:
         self.before_apply = before_apply
         self.planner = Planner(keys)
         self.applier = ScriptApplier(redis)
+        self.epoch: str | None = None
+        """The offsets hash's epoch token read before positioning (`applier.ensure_epoch`)."""
 
     async def start_positions(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """applied + 1 for every partition Redis knows; the others start at the beginning."""
@@ -113,14 +128,16 @@ class Projector:
         return positions
 
     async def apply(self, raw: Sequence[SourceRecord], stats: ProjectorStats) -> None:
+        """Plan and apply one batch in one script call, guarded by `self.epoch` when set
+        (`ScriptApplier.apply`)."""
         decoded = [decode_record(self.streams[r.topic], r) for r in raw]
         plan = self.planner.plan(decoded)
         if self.before_apply is not None:
             await self.before_apply(plan)
         try:
-            result = await self.applier.apply(plan)
-        except (RedisConnectionError, OSError) as exc:
-            raise RedisUnavailableError(_url_of(self.redis), exc) from exc
+            result = await self.applier.apply(plan, epoch=self.epoch)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise RedisUnavailableError(url_of(self.redis), exc) from exc
         stats.batches += 1
         stats.applied += result.applied
         stats.skipped += result.skipped
@@ -135,42 +152,28 @@ class Projector:
         stats = ProjectorStats()
         began = time.perf_counter()
         await self.applier.load()
-        consumer = await start_consumer(self.bootstrap)
+        self.epoch = await ensure_epoch(self.redis, self.keys.offsets)
+        consumer = await start_reader(self.bootstrap, action="project the output topics")
         try:
             partitions = await partitions_of(consumer, self.bootstrap, self.streams)
             positions = dict(start) if start is not None else await self.start_positions(partitions)
             async for batch in read_to_end(consumer, partitions, positions, self.batch_size):
                 await self.apply(batch, stats)
         finally:
-            await consumer.stop()
+            await close_client(consumer)
         stats.seconds = time.perf_counter() - began
         return stats
 
     async def run_forever(
-        self, stop: asyncio.Event | None = None, report: Callable[[ProjectorStats], None] | None = None
+        self,
+        stop: asyncio.Event | None = None,
+        report: Callable[[ProjectorStats], None] | None = None,
+        *,
+        follow: FollowSettings | None = None,
     ) -> ProjectorStats:
-        """Follow the topics until `stop` is set (or the task is cancelled)."""
-        stats = ProjectorStats()
-        began = time.perf_counter()
-        stop = stop or asyncio.Event()
-        await self.applier.load()
-        consumer = await start_consumer(self.bootstrap, fetch_max_wait_ms=500)
-        try:
-            partitions = await partitions_of(consumer, self.bootstrap, self.streams)
-            consumer.assign(partitions)
-            await seek_all(consumer, partitions, await self.start_positions(partitions))
-            while not stop.is_set():
-                fetched = await consumer.getmany(timeout_ms=500, max_records=self.batch_size)
-                raw = [
-                    SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
-                    for records in fetched.values()
-                    for r in records
-                ]
-                if raw:  # every partition of the fetch in one script call
-                    await self.apply(raw, stats)
-                    if report is not None:
-                        report(stats)
-        finally:
-            await consumer.stop()
-            stats.seconds = time.perf_counter() - began
-        return stats
+        """Follow the topics until `stop` is set (or the task is cancelled): every partition by static
+        assignment, or, with `follow.group_id`, the partitions the consumer group assigns; outages of
+        Kafka and Redis are ridden out as `follow.outage` says (`follow.py`)."""
+        from turnledger.projections.follow import Follower
+
+        return await Follower(self, follow or FollowSettings()).run(stop or asyncio.Event(), report)

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
 from turnledger.projections.errors import AmbiguousOperationError
-from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
+from turnledger.projections.keys import DEFAULT_KEY_PREFIX, EPOCH_FIELD, ProjectionKeys
 from turnledger.projections.plan import COMMITTED_MARKER
 from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, text_or_none
 
@@ -161,4 +161,4 @@ class ProjectionReader:
 
     async def applied_offsets(self) -> dict[str, int]:
         raw = bytes_hash(await self.redis.hgetall(self.keys.offsets))
-        return {k.decode(): int(v) for k, v in sorted(raw.items())}
+        return {k.decode(): int(v) for k, v in sorted(raw.items()) if k.decode() != EPOCH_FIELD}

@@ -2,7 +2,11 @@
 
 Apply one planned batch of output records and the applied offsets, atomically.
 KEYS[1] is the hash "topic:partition" -> applied offset; KEYS[2..] are the keys the
-ops name by index; ARGV[1] is the JSON plan of `plan.py`. A record applies only when
+ops name by index; ARGV[1] is the JSON plan of `plan.py`; ARGV[2], when given, is the epoch
+token the caller read from the offsets hash (field `~epoch`): if the hash no longer carries it
+(Redis came back empty after a restart, or the projection was dropped) nothing is applied and
+the script returns {-1, 0}, so that the caller positions itself again from what Redis holds
+instead of writing a batch onto an empty projection. A record applies only when
 its offset is greater than the partition's applied offset: offsets have gaps
 (transaction markers take offsets), so contiguity is never checked. Offsets travel
 and are stored as strings because Lua would print large numbers in exponent form.
@@ -10,6 +14,9 @@ Returns {applied, skipped}.
 """
 
 APPLY_SCRIPT = """\
+if ARGV[2] and redis.call('HGET', KEYS[1], '~epoch') ~= ARGV[2] then
+  return {-1, 0}
+end
 local groups = cjson.decode(ARGV[1])
 local applied = {}
 local changed = {}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from turnledger.codec import Codec, CodecError, default_codec
 from turnledger.codec.registry import HEADER_SIZE
-from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.replay.refold import refold
 from turnledger.topology import OUTPUT_STREAMS, Topics
 
@@ -72,7 +72,7 @@ async def read_outputs(
 ) -> dict[SequenceKey, list[tuple[bytes | None, Coordinates]]]:
     streams = topics.by_topic(OUTPUT_STREAMS)
     actual: dict[SequenceKey, list[tuple[bytes | None, Coordinates]]] = defaultdict(list)
-    consumer = await start_consumer(bootstrap)
+    consumer = await start_reader(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, streams)
         async for batch in read_to_end(consumer, partitions):

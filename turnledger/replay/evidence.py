@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from turnledger.codec import CodecError
-from turnledger.gateway.tail import decode_record
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
+from turnledger.kafka.tail import decode_record
 from turnledger.model.base import Frozen
-from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.records import SourceRecord
 from turnledger.topology import OUTPUT_STREAMS, Stream, Topics
 
@@ -40,7 +40,7 @@ async def read_all(bootstrap: str, prefix: str, streams: tuple[Stream, ...] = ST
     Kafka unreachable or a topic missing: the projections' typed errors (`ProjectionError`)."""
     evidence = Evidence()
     topics = Topics(prefix)
-    consumer = await start_consumer(bootstrap)
+    consumer = await start_reader(bootstrap)
     try:
         for stream in streams:
             parts = await partitions_of(consumer, bootstrap, [topics.name(stream)])

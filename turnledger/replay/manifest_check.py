@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from turnledger.adapters.base import DispatchParams, Rendered, UnsupportedKind
 from turnledger.adapters.registry import get_adapter
 from turnledger.codec import CodecError, decode
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.canonical import sha256_digest
 from turnledger.model.events import CommittedTurn, DispatchRequested, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
-from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.sequence.builder import append, sequence_of
 from turnledger.sequence.graph_state import GraphState
 from turnledger.sequence.validation import Invalid, Waiting
@@ -114,7 +114,7 @@ async def gather(
 ) -> TopicEvidence:
     """Read the manifests, committed and ingress topics once and keep what the check needs."""
     evidence = TopicEvidence()
-    consumer = await start_consumer(bootstrap)
+    consumer = await start_reader(bootstrap)
     try:
         # manifests first: they say which conversations and operations the other topics must give
         for topic in (topics.manifests, topics.committed, topics.ingress):
@@ -180,7 +180,7 @@ async def latest_manifests(
     """The last manifest issued for each operation of `operation_ids`, keyed by (conversation, operation):
     the same operation id may exist in several conversations (what shadow diff compares against)."""
     evidence = TopicEvidence()
-    consumer = await start_consumer(bootstrap)
+    consumer = await start_reader(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, [topics.manifests])
         async for batch in read_to_end(consumer, partitions):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.records import SourceRecord
 from turnledger.replay.memory_store import MemoryStore
 from turnledger.topology import Topics
@@ -36,7 +36,7 @@ async def refold(bootstrap: str, topics: Topics, batch: int = 1000) -> AsyncIter
     from turnledger.processors.model_registry import load_model_registry  # as the processor admits
 
     engine, store = BatchEngine(models=load_model_registry()), MemoryStore()
-    consumer = await start_consumer(bootstrap)
+    consumer = await start_reader(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, [topics.ingress])
         async for records in read_to_end(consumer, partitions, None, batch):

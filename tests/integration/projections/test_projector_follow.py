@@ -19,12 +19,12 @@ from tests.integration.projections.workload import settled
 from tests.integration.replay.ingress_workload import run_processor
 from tests.integration.test_processor_eos import produce, wait_for
 from turnledger.codec import encode
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.snapshot import diff_snapshots, snapshot
-from turnledger.projections.topic_source import partitions_of, read_to_end, start_consumer
 from turnledger.replay.rebuild import project_fresh_fold
 from turnledger.topology import PROJECTED_STREAMS, Topics
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 async def record_offsets(bootstrap: str, topics: list[str]) -> dict[str, list[int]]:
     """`topic:partition` -> offsets of its committed records (the projector records the last one)."""
-    consumer = await start_consumer(bootstrap)
+    consumer = await start_reader(bootstrap)
     out: dict[str, list[int]] = {}
     try:
         async for batch in read_to_end(consumer, await partitions_of(consumer, bootstrap, topics)):

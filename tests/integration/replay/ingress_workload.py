@@ -15,8 +15,9 @@ from tests.integration.test_processor_eos import committed_offsets, wait_for
 from tests.unit.dispatch.scenario import Conversation, text_stream, tool_stream
 from turnledger.codec import encode
 from turnledger.model.events import IngressEvent
+from turnledger.processors.app import ProcessorApp
+from turnledger.processors.config import ProcessorConfig
 from turnledger.processors.dispatch_partition import DispatchPartitionFold
-from turnledger.processors.runtime import ProcessorApp, ProcessorConfig
 from turnledger.topology import Topics
 
 ARGS_PARIS = '{"city": "Paris"}'

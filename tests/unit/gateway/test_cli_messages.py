@@ -58,7 +58,9 @@ def test_metrics_with_kafka_down_says_what_was_tried() -> None:
 
 @pytest.mark.parametrize("command", [["legacy", "record"], ["metrics"], ["worker"], ["tool-executor"]])
 def test_help(command: list[str]) -> None:
-    result = CliRunner().invoke(app, [*command, "--help"])
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "240"})  # no option name cut
     assert result.exit_code == 0 and "Usage" in result.output
     if command[0] in ("worker", "tool-executor"):
         assert "--rollout-stage" in result.output and "TURNLEDGER_ROLLOUT_STAGE" in result.output
+    if command[0] == "worker":
+        assert "--lease-seconds" in result.output and "TURNLEDGER_LEASE_SECONDS" in result.output

@@ -9,10 +9,11 @@ and the partition is silently read from the wrong place. An explicit `seek()` cl
 flag and wins, but only the reset's own completion makes the position settled for sure.
 
 So: wait for the first position, then seek explicitly to an offset we resolved ourselves.
-The same fix as `turnledger.projections.topic_source.seek_all`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -28,3 +29,16 @@ async def seek_settled(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: i
     await consumer.position(tp)
     consumer.seek(tp, offset)
     return offset
+
+
+async def seek_all(
+    consumer: AIOKafkaConsumer, partitions: Iterable[TopicPartition], start: Mapping[TopicPartition, int]
+) -> None:
+    """`seek_settled` for many partitions: each at `start[tp]`, or at its beginning."""
+    partitions = list(partitions)
+    for tp in partitions:
+        await consumer.position(tp)
+    fresh = [tp for tp in partitions if tp not in start]
+    beginnings = await consumer.beginning_offsets(fresh) if fresh else {}
+    for tp in partitions:
+        consumer.seek(tp, start[tp] if tp in start else beginnings[tp])

@@ -1,0 +1,107 @@
+"""Reading partitions by static assignment: fetched messages as `SourceRecord`s, up to the stable end.
+
+No consumer group here: whoever reads owns its position (the projector keeps it in Redis, the
+replay tools start from the beginning, restore reads a changelog partition whole).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from turnledger.errors import MissingTopicError
+from turnledger.kafka.clients import read_committed_consumer, start_client
+from turnledger.kafka.positions import seek_all
+from turnledger.records import SourceRecord
+from turnledger.retry import NO_WAIT, Backoff
+
+DEFAULT_BATCH = 1000
+
+
+def source_record(message: Any) -> SourceRecord:
+    """An aiokafka `ConsumerRecord` as the plain record every layer passes around."""
+    return SourceRecord(
+        message.topic, message.partition, message.offset, message.key, message.value, message.timestamp
+    )
+
+
+async def start_reader(
+    bootstrap: str,
+    *,
+    fetch_max_wait_ms: int = 100,
+    backoff: Backoff = NO_WAIT,
+    stop: asyncio.Event | None = None,
+    action: str = "read topics",
+) -> AIOKafkaConsumer:
+    """A started read_committed consumer without a group, with room for large fetches."""
+    return await start_client(
+        lambda: read_committed_consumer(
+            bootstrap, fetch_max_wait_ms=fetch_max_wait_ms, max_partition_fetch_bytes=4 * 1024 * 1024
+        ),
+        bootstrap=bootstrap,
+        action=action,
+        backoff=backoff,
+        stop=stop,
+    )
+
+
+async def partitions_of(
+    consumer: AIOKafkaConsumer, bootstrap: str, topics: Iterable[str]
+) -> list[TopicPartition]:
+    """Every partition of `topics`, from fresh cluster metadata; a missing topic is an error, not a wait."""
+    cluster = await consumer._client.fetch_all_metadata()  # the public topics() drops partition counts
+    out: list[TopicPartition] = []
+    for topic in topics:
+        parts = cluster.partitions_for_topic(topic)
+        if not parts:
+            raise MissingTopicError(topic, bootstrap)
+        out.extend(TopicPartition(topic, p) for p in sorted(parts))
+    return out
+
+
+async def wait_for_partitions(
+    consumer: AIOKafkaConsumer, bootstrap: str, topic: str, timeout_s: float = 5.0
+) -> Sequence[TopicPartition]:
+    """The partitions of `topic`, refreshing metadata for up to `timeout_s` while it is not known yet
+    (a topic created a moment ago reaches the client's metadata a little later)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return [TopicPartition(topic, p) for p in sorted(parts)]
+        if asyncio.get_running_loop().time() > deadline:
+            raise MissingTopicError(topic, bootstrap)
+        await consumer._client.force_metadata_update()
+        await asyncio.sleep(0.1)
+
+
+async def read_to_end(
+    consumer: AIOKafkaConsumer,
+    partitions: list[TopicPartition],
+    start: Mapping[TopicPartition, int] | None = None,
+    batch: int = DEFAULT_BATCH,
+) -> AsyncIterator[list[SourceRecord]]:
+    """Batches (each from one partition, in offset order) from `start` (default: the beginning) up to
+    the last stable offset observed when the call began."""
+    consumer.assign(partitions)
+    await seek_all(consumer, partitions, start or {})
+    ends = await consumer.end_offsets(partitions)
+    remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
+    while remaining:
+        fetched = await consumer.getmany(*remaining, timeout_ms=200, max_records=batch)
+        for tp, records in fetched.items():
+            batch_records = [source_record(r) for r in records if r.offset < ends[tp]]
+            if batch_records:
+                yield batch_records
+        for tp in list(remaining):
+            if await consumer.position(tp) >= ends[tp]:
+                remaining.discard(tp)
+
+
+async def end_offsets(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    return dict(await consumer.end_offsets(partitions))

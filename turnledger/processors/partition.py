@@ -1,0 +1,305 @@
+"""The processor of one ingress partition: owning it, folding its batches, committing each exactly once.
+
+A `PartitionProcessor` exists once per partition per process and lives across *terms*: each time
+the process is given the partition (at start with static ownership, on every assignment with group
+ownership) a term runs `run(feed)` until the processor is asked to stop or is fenced. A term:
+
+1. initialises the partition's transactional producer. InitProducerId for the partition's
+   transactional.id fences every earlier producer of the partition — a live zombie, a dead process,
+   our own previous term — and makes the coordinator finish (commit or abort) its open transaction
+   before answering;
+2. only then reads the committed offset: now it is final (aiokafka's OffsetFetch predates
+   RequireStable, KIP-447, so read earlier it could miss a commit still in flight);
+3. restores the state from the changelog, unless the store it kept from its previous term is
+   provably current: the committed offset equals the one its last commit wrote, so nobody has
+   committed anything for the partition since (every commit moves the offset forward);
+4. seeks to the committed offset and processes batch after batch, one transaction each.
+
+A Kafka outage anywhere in a term is ridden out by starting the term over (after a backoff), which
+also settles a transaction whose outcome the outage left unknown (see `transaction.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from turnledger.errors import ServiceUnavailable
+from turnledger.kafka.clients import close_client, kafka_outage, start_client, transactional_producer
+from turnledger.processors.batching import collect_batch
+from turnledger.processors.changelog import restore_from_changelog
+from turnledger.processors.config import ProcessorConfig, ProcessorExit, ProcessorMetrics, transactional_id
+from turnledger.processors.contract import PartitionFold, PoisonHook
+from turnledger.processors.errors import ProducerFencedError, TooManyAbortsError
+from turnledger.processors.feed import PartitionFeed
+from turnledger.processors.folding import fold_batch
+from turnledger.processors.gc_tuning import tune_gc
+from turnledger.processors.store import OverlayStore, PartitionStore, open_partition_store
+from turnledger.processors.transaction import BatchAborted, PartitionTransactions, ProducerBroken
+from turnledger.records import SourceRecord
+from turnledger.retry import StopRequested
+
+log = logging.getLogger(__name__)
+
+ReadyHook = Callable[["PartitionProcessor"], None]
+FoldForPartition = Callable[[int], PartitionFold]
+PoisonHookFor = Callable[[PartitionFold], PoisonHook]
+
+
+class PartitionProcessor:
+    """Folds one ingress partition exactly once, term after term; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ProcessorConfig,
+        partition: int,
+        fold_factory: FoldForPartition,
+        poison_hook_for: PoisonHookFor,
+        *,
+        on_ready: ReadyHook | None = None,
+    ) -> None:
+        """`on_ready(processor)` runs at the start of every term, once the state is restored and the
+        consumer positioned, before the first batch (readiness probes, test hooks)."""
+        self.config = config
+        self.partition = partition
+        self.tp = TopicPartition(config.topics.ingress, partition)
+        self.transactional_id = transactional_id(config.app_id, config.topics.ingress, partition)
+        self.metrics = ProcessorMetrics()
+        self.committed_offset: int | None = None
+        """The offset our last commit wrote (or found at the start of the term): what the store holds."""
+        self.store: PartitionStore | None = None
+        self.fold: PartitionFold | None = None
+        self.on_poison: PoisonHook | None = None
+        self.ready = asyncio.Event()
+        self._fold_factory = fold_factory
+        self._poison_hook_for = poison_hook_for
+        self._on_ready = on_ready
+        self._store_current = False
+        self._stop = asyncio.Event()
+        self._producer: AIOKafkaProducer | None = None
+
+    # ------------------------------------------------------------------------------ term control
+
+    def begin_term(self) -> asyncio.Event:
+        """A fresh stop signal for the term about to run; call it before creating the term's task."""
+        self._stop = asyncio.Event()
+        self.ready.clear()
+        return self._stop
+
+    def stop(self) -> None:
+        """Ask the running term to commit its open batch and return; safe from a signal handler."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def drop_state(self) -> None:
+        """Forget the state: the partition is no longer ours (or the store can no longer be trusted)."""
+        self._store_current = False
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        self.fold = None
+
+    def close(self) -> None:
+        """The process is done with the partition: close the store (still readable if it is in memory)."""
+        self._store_current = False
+        if self.store is not None:
+            self.store.close()
+
+    # ------------------------------------------------------------------------------------ a term
+
+    async def run(self, feed: PartitionFeed) -> ProcessorExit:
+        """One term: own the partition and process it until `stop()` or fenced, starting over after
+        outages; raises only on failures that waiting cannot fix."""
+        stop = self._stop
+        delays = self.config.outage.delays()
+        outage_began: float | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    await self._own(feed)
+                    if stop.is_set():
+                        break
+                    outage_began = None
+                    delays = self.config.outage.delays()
+                    if self._on_ready is not None:
+                        self._on_ready(self)
+                    self.ready.set()
+                    await self._loop(feed)
+                except ProducerFencedError as exc:
+                    log.error("partition %d: %s", self.partition, exc)
+                    self.drop_state()
+                    return ProcessorExit.FENCED
+                except StopRequested:
+                    break
+                except (ServiceUnavailable, ProducerBroken) as exc:
+                    outage_began = outage_began or time.monotonic()
+                    await self._wait_before_starting_over(exc, outage_began, next(delays), stop)
+                except Exception as exc:
+                    outage = kafka_outage(self.config.bootstrap, f"process partition {self.partition}")(exc)
+                    if outage is None:
+                        raise
+                    outage_began = outage_began or time.monotonic()
+                    await self._wait_before_starting_over(outage, outage_began, next(delays), stop)
+                finally:
+                    await self._close_producer()
+                    feed.pause()
+            return ProcessorExit.STOPPED
+        finally:
+            feed.close()
+            self.ready.clear()
+
+    async def _wait_before_starting_over(
+        self, exc: BaseException, began: float, delay: float, stop: asyncio.Event
+    ) -> None:
+        waited = time.monotonic() - began
+        limit = self.config.outage.max_outage_s
+        if limit is not None and waited >= limit:
+            raise exc
+        log.warning(
+            "partition %d: %s; starting the partition over in %.1fs (%.1fs into the outage)",
+            self.partition,
+            exc,
+            delay,
+            waited,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _own(self, feed: PartitionFeed) -> None:
+        """Steps 1-3 of the module docstring, then the seek; the partition stays paused until ready."""
+        cfg = self.config
+        feed.pause()
+        self.metrics.ownerships += 1
+        self._producer = await start_client(
+            lambda: transactional_producer(
+                cfg.bootstrap,
+                self.transactional_id,
+                transaction_timeout_ms=cfg.transaction_timeout_ms,
+                retry_backoff_ms=cfg.producer_retry_backoff_ms,
+                max_batch_size=cfg.producer_max_batch_bytes,
+            ),
+            bootstrap=cfg.bootstrap,
+            action=f"initialise the producer of partition {self.partition}",
+        )
+        log.info(
+            "partition %d: producer %r initialised (predecessors fenced)",
+            self.partition,
+            self.transactional_id,
+        )
+        committed = await feed.committed()
+        if self._store_current and self.store is not None and committed == self.committed_offset:
+            how = f"kept the state of its previous term ({len(self.store)} keys)"  # type: ignore[arg-type]
+        else:
+            restored = await self._restore()
+            how = f"restored {restored} state records"
+        self.committed_offset = committed
+        await feed.seek(committed)
+        feed.resume()
+        log.info(
+            "partition %d: resuming %s at offset %s; %s",
+            self.partition,
+            self.tp.topic,
+            "beginning" if committed is None else committed,
+            how,
+        )
+
+    async def _restore(self) -> int:
+        cfg = self.config
+        self.drop_state()
+        self.store = open_partition_store(cfg.state_dir, cfg.topics.changelog, self.partition)
+        result = await restore_from_changelog(cfg.bootstrap, cfg.topics.changelog, self.partition, self.store)
+        self.fold = self._fold_factory(self.partition)
+        self.on_poison = self._poison_hook_for(self.fold)
+        self._store_current = True
+        self.metrics.restored_records = result.records
+        self.metrics.restores += 1
+        self.metrics.restore_seconds_last = result.seconds
+        if cfg.gc_gen0_threshold is not None:
+            tune_gc(cfg.gc_gen0_threshold)
+        return result.records
+
+    async def _close_producer(self) -> None:
+        if self._producer is not None:
+            await close_client(self._producer)
+            self._producer = None
+
+    # ------------------------------------------------------------------------------- the batches
+
+    async def _loop(self, feed: PartitionFeed) -> None:
+        cfg = self.config
+        assert self._producer is not None
+        transactions = PartitionTransactions(
+            self._producer,
+            transactional_id=self.transactional_id,
+            source=self.tp,
+            changelog_topic=cfg.topics.changelog,
+            offsets_group=cfg.offsets_group,
+        )
+        aborts = 0  # in a row, for reasons other than an outage: these give up eventually
+        failures = 0  # in a row, for any reason: these set the backoff
+        while not self._stop.is_set():
+            batch = await collect_batch(
+                feed.fetch,
+                max_records=cfg.batch_max_records,
+                max_ms=cfg.batch_max_ms,
+                stop=self._stop,
+                idle_poll_ms=cfg.idle_poll_ms,
+            )
+            if not batch:
+                continue
+            try:
+                await self._process(batch, transactions)
+                aborts = failures = 0
+            except BatchAborted as exc:
+                self.metrics.aborted_batches += 1
+                failures += 1
+                log.warning(
+                    "partition %d: offsets %d..%d rolled back (%s); folding them again",
+                    self.partition,
+                    batch[0].offset,
+                    batch[-1].offset,
+                    exc,
+                )
+                await feed.seek(self.committed_offset)
+                if kafka_outage(cfg.bootstrap, "commit")(exc.__cause__ or exc) is None:
+                    aborts += 1
+                    if aborts >= cfg.max_consecutive_aborts:
+                        raise TooManyAbortsError(
+                            f"partition {self.partition}: the batch at offset {batch[0].offset} failed to "
+                            f"commit {aborts} times in a row; giving up (see the errors above)"
+                        ) from exc
+                delay_ms = min(cfg.retry_backoff_ms * 2 ** (failures - 1), 5_000)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=delay_ms / 1000)
+
+    async def _process(self, batch: list[SourceRecord], transactions: PartitionTransactions) -> None:
+        """Fold and commit one batch; the store changes only once the transaction committed."""
+        assert self.store is not None and self.fold is not None and self.on_poison is not None
+        overlay = OverlayStore(self.store)
+        outcome = fold_batch(self.fold, batch, overlay, self.on_poison)
+        next_offset = batch[-1].offset + 1
+        started = time.monotonic()
+        try:
+            await transactions.commit(outcome.outputs, overlay.dirty, next_offset)
+        except BaseException:
+            overlay.discard()
+            raise
+        m = self.metrics
+        m.observe_commit(time.monotonic() - started)
+        m.records_in += len(batch)
+        m.outputs_out += len(outcome.outputs)
+        m.changelog_out += len(overlay.dirty)
+        m.batches += 1
+        m.poison_records += outcome.poisoned
+        self._store_current = False  # until the committed writes are in the store
+        overlay.commit()
+        self._store_current = True
+        self.committed_offset = next_offset

@@ -1,0 +1,228 @@
+"""The projector's follow mode: apply what the topics commit, for ever, through moves and outages.
+
+Exactly once without fencing. The position of every partition lives in Redis, moved by the same
+script call that applies the batch, and the script applies a record only if its offset is above
+the partition's applied offset. So it does not matter who applies a batch, or how often: a
+projector that lost its partitions in a rebalance (or was paused past its session timeout) and
+still applies a late batch finds its offsets already applied and changes nothing; the new owner
+starts at `applied + 1`, read from Redis when the partition is assigned to it. Two projectors that
+briefly share a partition both apply in offset order and each offset takes effect once. This is
+why the projector needs a consumer group only to *spread* the partitions, never to protect them.
+
+Outages. A Kafka outage is waited out by the consumer and, where it surfaces, by retrying. A Redis
+outage makes the failed batch's records be fetched again once Redis answers: every owned
+partition is positioned again from the offsets in Redis. A Redis that comes back empty (no
+persistence) has lost the offsets too, and its projection must be rebuilt from offset 0; the
+offsets hash carries an epoch token (read before positioning, checked by every script call), so
+a batch is never applied onto a hash that is not the one its positions came from — were it simply
+retried, it would land on an empty projection and move the offsets past everything before it. On
+`EpochChangedError` the follower adopts (or creates) the new epoch and positions every partition
+again from what Redis holds now. Recognising the restart by the script vanishing from Redis's
+script cache would not do: another projector may have loaded it again first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from turnledger.errors import ServiceUnavailable
+from turnledger.kafka.clients import (
+    close_client,
+    kafka_outage,
+    read_committed_consumer,
+    start_client,
+    wait_for_topics,
+)
+from turnledger.kafka.positions import seek_all
+from turnledger.kafka.reading import partitions_of, source_record
+from turnledger.projections.applier import EpochChangedError, ensure_epoch
+from turnledger.projections.settings import FollowSettings
+from turnledger.retry import StopRequested, ride_out
+
+if TYPE_CHECKING:
+    from turnledger.projections.projector import Projector, ProjectorStats
+
+log = logging.getLogger(__name__)
+
+
+class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, follower: Follower) -> None:
+        self.follower = follower
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.follower.unpositioned -= revoked
+        if revoked:
+            log.info("rebalance: %d partitions revoked", len(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        log.info("rebalance: %d partitions assigned: %s", len(assigned), _names(assigned))
+        self.follower.to_position(assigned)
+
+
+def _names(tps: set[TopicPartition]) -> str:
+    return ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in tps))
+
+
+class Follower:
+    def __init__(self, projector: Projector, settings: FollowSettings) -> None:
+        self.projector = projector
+        self.settings = settings
+        self.consumer: AIOKafkaConsumer | None = None
+        self.unpositioned: set[TopicPartition] = set()
+        """Owned partitions to seek to `applied + 1` (kept paused until then)."""
+
+    def to_position(self, tps: set[TopicPartition]) -> None:
+        assert self.consumer is not None
+        for tp in tps:
+            self.consumer.pause(tp)
+        self.unpositioned |= tps
+
+    async def run(
+        self, stop: asyncio.Event, report: Callable[[ProjectorStats], None] | None
+    ) -> ProjectorStats:
+        from turnledger.projections.projector import ProjectorStats, redis_outage
+
+        stats = ProjectorStats()
+        began = time.perf_counter()
+        p, s = self.projector, self.settings
+        redis_classify = redis_outage(p.redis)
+        try:
+            await self._load_script(stop)
+            self.consumer = await start_client(
+                self._new_consumer,
+                bootstrap=p.bootstrap,
+                action="project the output topics",
+                backoff=s.outage,
+                stop=stop,
+            )
+            await self._own(stop)
+            await self._follow(stop, report, stats, redis_classify)
+        except StopRequested:
+            pass
+        finally:
+            if self.consumer is not None:
+                await close_client(self.consumer)
+            stats.seconds = time.perf_counter() - began
+        return stats
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        s = self.settings
+        group = {}
+        if s.group_id is not None:
+            group = {
+                "session_timeout_ms": s.session_timeout_ms,
+                "heartbeat_interval_ms": s.heartbeat_interval_ms,
+            }
+        return read_committed_consumer(
+            self.projector.bootstrap,
+            group_id=s.group_id,
+            client_id="turnledger-projector",
+            fetch_max_wait_ms=s.fetch_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+            **group,
+        )
+
+    async def _own(self, stop: asyncio.Event) -> None:
+        consumer, p = self.consumer, self.projector
+        assert consumer is not None
+        await wait_for_topics(
+            p.bootstrap,
+            list(p.streams),
+            backoff=self.settings.outage,
+            stop=stop,
+            hint="the processor creates them: `turnledger process --create-topics N`",
+        )
+        if self.settings.group_id is None:
+            partitions = await ride_out(
+                lambda: partitions_of(consumer, p.bootstrap, p.streams),
+                waiting_for=f"Kafka at {p.bootstrap} to list the projected topics",
+                classify=kafka_outage(p.bootstrap, "list the projected topics"),
+                backoff=self.settings.outage,
+                stop=stop,
+            )
+            consumer.assign(partitions)
+            self.to_position(set(partitions))
+        else:
+            consumer.subscribe(list(p.streams), listener=_Rebalances(self))
+            log.info("joining consumer group %r for %d topics", self.settings.group_id, len(p.streams))
+
+    async def _load_script(self, stop: asyncio.Event) -> None:
+        from turnledger.projections.projector import redis_outage, url_of
+
+        p = self.projector
+        await ride_out(
+            p.applier.load,
+            waiting_for=f"Redis at {url_of(p.redis)} to load the projection script",
+            classify=redis_outage(p.redis),
+            backoff=self.settings.outage,
+            stop=stop,
+        )
+
+    async def _position(self) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        pending = self.unpositioned & consumer.assignment()
+        if not pending:
+            self.unpositioned.clear()
+            return
+        p = self.projector
+        p.epoch = await ensure_epoch(p.redis, p.keys.offsets)  # before the offsets: see the module doc
+        start = await p.start_positions(sorted(pending))
+        await seek_all(consumer, sorted(pending), start)
+        for tp in pending:
+            consumer.resume(tp)
+        self.unpositioned -= pending
+        log.info("positioned %d partitions at their applied offsets + 1 (from Redis)", len(pending))
+
+    async def _follow(
+        self,
+        stop: asyncio.Event,
+        report: Callable[[ProjectorStats], None] | None,
+        stats: ProjectorStats,
+        redis_classify: Callable[[BaseException], ServiceUnavailable | None],
+    ) -> None:
+        consumer, p, s = self.consumer, self.projector, self.settings
+        assert consumer is not None
+        kafka_classify = kafka_outage(p.bootstrap, "fetch the projected topics")
+        delays = s.outage.delays()
+        outage_began: float | None = None
+        while not stop.is_set():
+            try:
+                await self._position()
+                fetched = await consumer.getmany(timeout_ms=s.fetch_ms, max_records=p.batch_size)
+                raw = [source_record(r) for records in fetched.values() for r in records]
+                if raw:  # every partition of the fetch in one script call
+                    await p.apply(raw, stats)
+                    if report is not None:
+                        report(stats)
+                outage_began = None
+                delays = s.outage.delays()
+            except EpochChangedError as exc:
+                log.warning("%s: positioning every partition again", exc)
+                self.to_position(consumer.assignment())
+            except Exception as exc:
+                outage = redis_classify(exc) or kafka_classify(exc)
+                if outage is None:
+                    raise
+                now = time.monotonic()
+                outage_began = outage_began or now
+                limit = s.outage.max_outage_s
+                if limit is not None and now - outage_began >= limit:
+                    raise outage from exc
+                delay = next(delays)
+                log.warning(
+                    "projector: %s; retrying in %.1fs (%.1fs into the outage)",
+                    outage,
+                    delay,
+                    now - outage_began,
+                )
+                self.to_position(consumer.assignment())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)

@@ -1,0 +1,23 @@
+"""How the projector follows the topics (alone, or in a consumer group) and rides out outages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from turnledger.retry import FOREVER, Backoff
+
+
+@dataclass(frozen=True, slots=True)
+class FollowSettings:
+    group_id: str | None = None
+    """None: read every partition of the projected topics (one projector). Else join this consumer
+    group, whose members share the partitions and take over those of a member that dies."""
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    outage: Backoff = FOREVER
+    """How outages of Kafka and of Redis are ridden out; `max_outage_s` bounds one (None: any length)."""
+    fetch_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
