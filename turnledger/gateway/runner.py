@@ -15,13 +15,33 @@ from turnledger.gateway.worker import DispatchWorker, WorkerConfig
 from turnledger.kafka.clients import kafka_outage, start_client
 from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
-from turnledger.model.events import DispatchDecision, ManifestIssued, ToolCallReady
+from turnledger.model.events import DispatchDecision, IngressEvent, ManifestIssued, ToolCallReady
 from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
 from turnledger.topology import Topics
 
 
 def journal_path(journal_dir: Path | None, worker_id: str) -> Path | None:
     return None if journal_dir is None else journal_dir / f"{worker_id}.jsonl"
+
+
+class RidingSink:
+    """The worker's ingress producer, riding out Kafka outages: an append waits (with backoff, logging
+    what it waits for) until Kafka takes it. A retried append may land twice; every worker event is
+    safe to see twice (a second CAS is refused, a repeated delta is dropped by its sequence number)."""
+
+    def __init__(self, client: GatewayClient, bootstrap: str, stop: asyncio.Event, backoff: Backoff) -> None:
+        self.client, self.stop, self.backoff = client, stop, backoff
+        self._classify = kafka_outage(bootstrap, f"append to {client.topic!r}")
+        self._waiting_for = f"Kafka at {bootstrap} to append to {client.topic!r}"
+
+    async def append(self, event: IngressEvent) -> None:
+        await ride_out(
+            lambda: self.client.append(event),
+            waiting_for=self._waiting_for,
+            classify=self._classify,
+            backoff=self.backoff,
+            stop=self.stop,
+        )
 
 
 async def run_worker(
@@ -34,33 +54,52 @@ async def run_worker(
     journal_dir: Path | None = None,
     started: asyncio.Event | None = None,
     worker_box: list[DispatchWorker] | None = None,
+    outage: Backoff = FOREVER,
 ) -> None:
-    """Tail the manifests topic from the beginning; go live (recover, then attempt) once caught up."""
+    """Tail the manifests topic from the beginning; go live (recover, then attempt) once caught up.
+
+    Kafka outages are ridden out as `outage` says: at start, while reading, and while appending
+    (an attempt whose appends wait too long loses its lease, and another worker continues it)."""
     config = config or WorkerConfig()
+    topics = Topics(prefix)
     journal = WorkerJournal(journal_path(journal_dir, config.worker_id))
-    async with (
-        GatewayClient(bootstrap, topic=Topics(prefix).ingress, client_id=config.worker_id) as client,
-        DispatchWorker(client, endpoints, config=config, journal=journal) as worker,
-    ):
-        if worker_box is not None:
-            worker_box.append(worker)
-
-        async def on_batch(records: list[Frozen]) -> None:
-            await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
-
-        async def on_caught_up() -> None:
-            await worker.go_live()
-            if started is not None:
-                started.set()
-
-        await tail_topic(
-            bootstrap,
-            Topics(prefix).manifests,
-            on_batch,
+    try:
+        client = await start_client(
+            lambda: GatewayClient(bootstrap, topic=topics.ingress, client_id=config.worker_id),
+            bootstrap=bootstrap,
+            action="start the worker's ingress producer",
+            backoff=outage,
             stop=stop,
-            on_caught_up=on_caught_up,
-            client_id=config.worker_id,
         )
+    except StopRequested:
+        journal.close()
+        return
+    try:
+        async with DispatchWorker(
+            RidingSink(client, bootstrap, stop, outage), endpoints, config=config, journal=journal
+        ) as worker:
+            if worker_box is not None:
+                worker_box.append(worker)
+
+            async def on_batch(records: list[Frozen]) -> None:
+                await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
+
+            async def on_caught_up() -> None:
+                await worker.go_live()
+                if started is not None:
+                    started.set()
+
+            await tail_topic(
+                bootstrap,
+                topics.manifests,
+                on_batch,
+                stop=stop,
+                on_caught_up=on_caught_up,
+                client_id=config.worker_id,
+                backoff=outage,
+            )
+    finally:
+        await client.stop()
 
 
 async def run_tool_executor(
