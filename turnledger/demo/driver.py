@@ -93,6 +93,7 @@ class Driver:
         interject_rate: float = 0.0,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
+        settle_within_ms: int | None = None,
     ) -> None:
         self.client = client
         self.seed = seed
@@ -103,6 +104,7 @@ class Driver:
         self.interject_rate = interject_rate
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
+        self.settle_within_ms = settle_within_ms
         self.stats = DriverStats()
         self._waiting: dict[str, asyncio.Future[Frozen]] = {}
         self._streaming: dict[str, asyncio.Event] = {}
@@ -210,6 +212,7 @@ class Driver:
                 tools=DEMO_TOOLS,
                 max_output_tokens=self.max_output_tokens,
                 stream=True,
+                settle_within_ms=self.settle_within_ms,
             )
             self.stats.dispatches += 1
             if cancel:

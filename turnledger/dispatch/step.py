@@ -140,9 +140,12 @@ class Step:
         retract_reason: ReasonCode | None = None,
     ) -> OperationState:
         """Final for the client at once: previews retracted (with `retract_reason`, else `reason`),
-        later blocks quarantined. Whether the attempt still has to be confirmed terminated is left
-        as it was (`may_produce_output`)."""
+        later blocks quarantined. An attempt someone holds must still be confirmed terminated by its
+        holder or its lease's expiry; one whose lease already expired (nobody reads it any more,
+        though the provider may keep it) counts as terminated now, or nothing would ever confirm it."""
         retract_reason = retract_reason or reason or ReasonCode.AFTER_CANCEL
+        if op.lease_owner is None and op.may_produce_output:
+            op = op.model_copy(update={"attempt_terminated": True})
         return self.transition(
             self.retract(op, retract_reason), DispatchState.CANCELLED, reason=reason, detail=detail
         )

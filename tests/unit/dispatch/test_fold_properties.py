@@ -41,7 +41,7 @@ action = st.one_of(
     st.tuples(st.just("request"), st.sampled_from(OPS)),
     st.tuples(st.just("attempt"), st.sampled_from(OPS), st.integers(-1, 1)),
     st.tuples(st.just("sent"), st.sampled_from(OPS), st.integers(1, 3)),
-    st.tuples(st.just("bind"), st.sampled_from(OPS), st.integers(1, 3)),
+    st.tuples(st.just("bind"), st.sampled_from(OPS), st.integers(1, 3), st.booleans()),
     st.tuples(
         st.just("deltas"),
         st.sampled_from(OPS),
@@ -78,10 +78,10 @@ def _run(c: Conversation, step: tuple[Any, ...]) -> None:
     elif kind == "sent":
         c.sent(*args)
     elif kind == "bind":
-        op, gen = args
+        op, gen, *kept = args
         operation = c.state.operations.get(op)
         digest = operation.manifest.manifest_digest if operation and operation.manifest else "sha256:x"
-        c.bind(op, gen, HANDLES[gen], digest=digest)
+        c.bind(op, gen, HANDLES[gen], digest=digest, resumable=bool(kept and kept[0]))
     elif kind == "deltas":
         op, gen, which, start, length = args
         c.deltas(_streams(gen)[which][start : start + length], op=op, gen=gen)

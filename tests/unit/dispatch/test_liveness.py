@@ -261,6 +261,26 @@ def test_a_cancelled_attempt_whose_worker_is_gone_is_confirmed_by_its_lease_expi
     assert _last(c, "op-2").state == S.DISPATCHING
 
 
+def test_a_cancel_of_an_attempt_whose_lease_already_expired_confirms_it_at_once() -> None:
+    """A kept response whose worker is gone has no lease left to expire: nothing else would confirm it."""
+    c = Conversation()
+    c.user("hi")
+    _streaming(c, resumable=True)
+    c.advance(LEASE + 1)
+    c.claim(worker="w2")
+    assert (_last(c).state, _last(c).lease_owner, _last(c).attempt_terminated) == (S.UNKNOWN, None, False)
+    c.user("never mind")
+    superseded = _last(c)
+    assert (superseded.state, superseded.reason, superseded.attempt_terminated) == (
+        S.CANCELLED,
+        ReasonCode.SUPERSEDED,
+        True,
+    )
+    c.request("op-2")
+    c.attempt("op-2", worker="w2")
+    assert _last(c, "op-2").state == S.DISPATCHING
+
+
 def test_a_cancel_before_any_attempt_does_not_hold_the_conversation() -> None:
     c = Conversation()
     c.user("hi")
