@@ -321,7 +321,7 @@ async def test_every_operation_settles_under_kills_restarts_and_a_zombie(tmp_pat
             f"operations not final: {times.not_final} of {times.operations}; "
             f"longest time to settle: {times.longest_s:.1f}s ({times.longest})",
             *(
-                f"  {d.state.value} {d.reason.value if d.reason else ''} g{d.attempt_generation} {d.detail[:120]}"
+                f"  {d.state.value} {d.reason or ''} g{d.attempt_generation} {d.detail[:100]}"
                 for d in evidence.of("manifests", DispatchDecision)
                 if f"{d.conversation_id}/{d.operation_id}" == times.longest
             ),
