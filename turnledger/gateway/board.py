@@ -103,6 +103,16 @@ class DecisionBoard:
             del self._lease_lost_at[lost]
         self._cancel_signals.pop(operation_id, None)
 
+    def drop(self, keys: Collection[OperationKey]) -> None:
+        """Forget everything about these operations (their partition moved to another worker)."""
+        for key in keys:
+            self.forget(key)
+            self.latest.pop(key, None)
+            self.open.discard(key)
+            ops = self._conversations.get(key[0])
+            if ops is not None:
+                ops.discard(key[1])
+
     def busy_operations(self, conversation_id: str, except_id: str) -> list[str]:
         """Operations of the conversation whose attempt may still produce output (the CAS refuses the
         conversation's next attempt with CONVERSATION_BUSY until they are confirmed terminated)."""

@@ -119,6 +119,23 @@ def worker(
             "idempotency key (a keeping gateway, the fake provider), so broken attempts are replayed."
         ),
     ] = False,
+    group_id: Annotated[
+        str,
+        typer.Option(
+            help="Consumer group the workers share the manifests topic's partitions in (default "
+            "'<topic prefix>turnledger-workers'); a worker restarts from the oldest open operation of "
+            "its partitions, and a dead worker's partitions move to the others."
+        ),
+    ] = "",
+    static: Annotated[
+        bool, typer.Option(help="Read every manifests partition from the beginning, without a group.")
+    ] = False,
+    session_timeout_ms: Annotated[
+        int,
+        typer.Option(
+            min=6000, help="Group: a worker silent for this long loses its partitions to the others."
+        ),
+    ] = 10_000,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
@@ -152,7 +169,14 @@ def worker(
     _run_until_signal(
         "worker",
         lambda stop: run_worker(
-            servers, endpoints, stop=stop, prefix=topic_prefix, config=config, journal_dir=journal_dir
+            servers,
+            endpoints,
+            stop=stop,
+            prefix=topic_prefix,
+            config=config,
+            journal_dir=journal_dir,
+            group_id=None if static else group_id,
+            session_timeout_ms=session_timeout_ms,
         ),
     )
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import ProviderRoutes
 from turnledger.gateway.journal import WorkerJournal
+from turnledger.gateway.manifest_feed import ManifestFeed
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor, ToolFn
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
@@ -55,8 +56,12 @@ async def run_worker(
     started: asyncio.Event | None = None,
     worker_box: list[DispatchWorker] | None = None,
     outage: Backoff = FOREVER,
+    group_id: str | None = "",
+    session_timeout_ms: int = 10_000,
 ) -> None:
-    """Tail the manifests topic from the beginning; go live (recover, then attempt) once caught up.
+    """Follow this worker's share of the manifests topic (`gateway/manifest_feed.py`: a consumer group,
+    default `<prefix>turnledger-workers`; `group_id=None`: every partition from the beginning, alone);
+    go live (recover, then attempt) once caught up.
 
     Kafka outages are ridden out as `outage` says: at start, while reading, and while appending
     (an attempt whose appends wait too long loses its lease, and another worker continues it)."""
@@ -85,10 +90,26 @@ async def run_worker(
                 await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
 
             async def on_caught_up() -> None:
-                await worker.go_live()
+                if not worker.live:
+                    await worker.go_live()
                 if started is not None:
                     started.set()
 
+            if group_id is not None:
+                group = group_id or f"{prefix}turnledger-workers"
+                feed = ManifestFeed(
+                    worker,
+                    bootstrap,
+                    topics.manifests,
+                    group,
+                    stop=stop,
+                    outage=outage,
+                    session_timeout_ms=session_timeout_ms,
+                    heartbeat_interval_ms=max(500, session_timeout_ms // 4),
+                    on_live=on_caught_up,
+                )
+                await feed.run()
+                return
             await tail_topic(
                 bootstrap,
                 topics.manifests,

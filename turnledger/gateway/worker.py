@@ -223,18 +223,44 @@ class DispatchWorker:
             if isinstance(record, DispatchDecision) and record.state == S.PREPARED and record.accepted:
                 self._spawn(key_of(record))
 
-    async def go_live(self) -> None:
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    async def go_live(self, only: set[OperationKey] | None = None) -> None:
         """Catch-up is over: recover what this worker id owned, attempt every PREPARED operation, and
-        start keeping leases and sweeping for expired ones."""
+        start keeping leases and sweeping for expired ones. `only`: the operations of this worker's
+        partitions (all it has seen when None)."""
         self._live = True
-        for entry in self.journal.open_entries():
-            self._spawn(entry.key, entry)
-        for key, decision in list(self.board.latest.items()):
-            if decision.state == S.PREPARED and decision.accepted:
-                self._spawn(key)
+        self.take(
+            set(self.board.latest) | {e.key for e in self.journal.open_entries()} if only is None else only
+        )
         self._background.append(asyncio.create_task(self._keep_leases(), name="lease-keeper"))
         if self.config.sweep:
             self._background.append(asyncio.create_task(self.sweeper.run(self._stopping), name="sweeper"))
+
+    def take(self, keys: set[OperationKey]) -> None:
+        """Take up the work among `keys` (a partition this worker now owns): recover what its journal
+        says it owned, attempt what is PREPARED; the sweeper finds the rest."""
+        for entry in self.journal.open_entries():
+            if entry.key in keys:
+                self._spawn(entry.key, entry)
+        for key in keys:
+            decision = self.board.latest.get(key)
+            if decision is not None and decision.state == S.PREPARED and decision.accepted:
+                self._spawn(key)
+
+    async def release(self, keys: set[OperationKey]) -> None:
+        """Another worker owns these operations now: their tasks stop where they stand (no event is
+        appended; their leases hand them over) and the board forgets them."""
+        tasks = [self._tasks[k] for k in keys if k in self._tasks]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.board.drop(keys)
+        self.stats.bump("released", len(keys))
 
     def _spawn(self, key: OperationKey, recovering: JournalEntry | None = None) -> None:
         if key in self._tasks:
