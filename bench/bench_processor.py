@@ -55,11 +55,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from turnledger.codec import decode, default_codec, encode
-from turnledger.processors.contract import PartitionFold, StateStore
-from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.batching import collect_batch
 from turnledger.processors.config import ProcessorConfig
+from turnledger.processors.contract import PartitionFold, StateStore
+from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.topics import ensure_topics
 from turnledger.processors.writer import BatchWriter
 from turnledger.records import OutputRecord, SourceRecord

@@ -25,12 +25,12 @@ from aiokafka import AIOKafkaProducer
 
 from turnledger.codec import encode
 from turnledger.devstack.session import session_endpoints
+from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.events import DispatchRequested, IngressEvent, SubmittedBlock, TurnSubmitted
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.snapshot import drop_prefix
-from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.replay.audit import audit
 from turnledger.replay.refold import refold
 from turnledger.topology import Topics
