@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from turnledger.processors.topics import ensure_topics
 from turnledger.processors.writer import BatchWriter
@@ -115,6 +116,17 @@ class Member:
         self._fh.close()
 
 
+async def drop_topics(bootstrap: str, names: Sequence[str]) -> None:
+    """Delete what a measurement created: a long benchmark must not leave the broker thousands of
+    partitions (the devstack broker's 512 MB heap does not survive ~12k)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics(list(names))
+    finally:
+        await admin.close()
+
+
 async def committed_total(consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]) -> int:
     return sum([(await consumer.committed(tp)) or 0 for tp in tps])
 
@@ -163,6 +175,7 @@ async def measure(
         await consumer.stop()
         for m in group:
             m.stop()
+        await drop_topics(bootstrap, topics.all)
     return {"records_per_s": done / (finished - stable_at), "seconds_to_stable": stable_at - started}
 
 
@@ -171,6 +184,7 @@ async def run(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     scratch = Topics(f"bench-scale-{uuid.uuid4().hex[:8]}.")
     await ensure_topics(bootstrap, scratch, args.partitions)
     producer_s = await append(bootstrap, scratch.ingress, pairs)
+    await drop_topics(bootstrap, scratch.all)
     results: dict[int, list[dict[str, float]]] = {k: [] for k in args.members}
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:
         for _ in range(args.repeats):

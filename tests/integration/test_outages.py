@@ -135,6 +135,22 @@ def fold_of(log: Sequence[SourceRecord], topics: Topics) -> Keyed:
     return expected
 
 
+def _explain_difference(actual: Keyed, expected: Keyed, log: Sequence[SourceRecord]) -> None:
+    """Print the decoded outputs of the first key whose outputs differ, and its ingress records."""
+    from turnledger.codec import decode
+
+    for key in sorted(set(actual) | set(expected)):
+        if actual.get(key) != expected.get(key):
+            print("DIFF", key)
+            for name, values in (("actual", actual.get(key, [])), ("expected", expected.get(key, []))):
+                for v in values:
+                    print(" ", name, decode(v))
+            for r in log:
+                if r.key == key[1]:
+                    print("  in", r.partition, r.offset, decode(r.value) if r.value else None)
+            return
+
+
 class _Store:
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
@@ -233,7 +249,9 @@ async def test_processor_and_projector_start_with_kafka_down_and_ride_out_broker
 
             log = await committed_log(kafka.bootstrap, topics.ingress)
             assert len(log) >= len(events)
-            assert_same(await actual_outputs(kafka.bootstrap, topics), fold_of(log, topics), topics)
+            actual, expected = await actual_outputs(kafka.bootstrap, topics), fold_of(log, topics)
+            _explain_difference(actual, expected, log)
+            assert_same(actual, expected, topics)
             fresh = ProjectionKeys("fresh:")
             await project_fresh_fold(redis, kafka.bootstrap, topics, fresh)
             live_snapshot = await snapshot(redis, keys.prefix)

@@ -16,6 +16,7 @@ class HeldConsumer:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.cancelled = 0
+        self._subscription = type("Subscription", (), {"reassignment_in_progress": True})()
 
     async def getmany(self, *tps: TopicPartition, **_: Any) -> dict[TopicPartition, list[object]]:
         try:

@@ -78,7 +78,11 @@ def process(
         Path | None, typer.Option(help="Directory for on-disk (SQLite) state; in memory when unset.")
     ] = None,
     app_id: Annotated[
-        str, typer.Option(help="Prefix of transactional ids; offsets group id.")
+        str,
+        typer.Option(
+            help="Prefix of the per-partition transactional ids, and the consumer group (its members share "
+            "the partitions; its committed offsets are the processor's). Same value = same processor."
+        ),
     ] = "turnledger",
     fold: Annotated[
         str, typer.Option(help="module:attr of the fold factory, called as factory(topics, partition).")
@@ -91,9 +95,10 @@ def process(
         typer.Option(
             min=1,
             envvar="TURNLEDGER_PROCESSES",
-            help="Child processes to deal the owned partitions over, round-robin, each running their "
-            "processors (same transactional ids, so fencing and exactly-once are unchanged); the fold is "
-            "CPU-bound, so one per core. At most one per partition. 1: everything in this process.",
+            help="Child processes to run, one per core (the fold is CPU-bound): with group ownership each "
+            "child is one more member of the group; with --partitions the partitions are dealt over them "
+            "round-robin, at most one process per partition. The transactional ids stay per partition, so "
+            "fencing and exactly-once are unchanged. 1: everything in this process.",
         ),
     ] = 1,
     session_timeout_ms: Annotated[

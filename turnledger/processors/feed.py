@@ -50,6 +50,14 @@ class PartitionFeed:
         `[]` at once when the processor is asked to stop."""
         if self._stop.is_set():
             return []
+        # Fast path, no tasks: what is buffered already (getmany with no timeout never waits on a
+        # fetch, but it can wait out a reassignment, so it is only taken when none is running).
+        if not self.consumer._subscription.reassignment_in_progress:
+            buffered = await self.consumer.getmany(self.tp, timeout_ms=0, max_records=max_records)
+            if buffered:
+                return [source_record(m) for m in buffered.get(self.tp, [])]
+            if timeout_ms <= 0:
+                return []
         if self._stopped is None:
             self._stopped = asyncio.ensure_future(self._stop.wait())
         fetch = asyncio.ensure_future(

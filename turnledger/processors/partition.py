@@ -29,13 +29,13 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from turnledger.errors import ServiceUnavailable
+from turnledger.errors import KafkaUnavailableError, ServiceUnavailable
 from turnledger.kafka.clients import close_client, kafka_outage, start_client, transactional_producer
 from turnledger.processors.batching import collect_batch
 from turnledger.processors.changelog import restore_from_changelog
 from turnledger.processors.config import ProcessorConfig, ProcessorExit, ProcessorMetrics, transactional_id
 from turnledger.processors.contract import PartitionFold, PoisonHook
-from turnledger.processors.errors import ProducerFencedError, TooManyAbortsError
+from turnledger.processors.errors import ProcessorError, ProducerFencedError, TooManyAbortsError
 from turnledger.processors.feed import PartitionFeed
 from turnledger.processors.folding import fold_batch
 from turnledger.processors.gc_tuning import tune_gc
@@ -195,10 +195,16 @@ class PartitionProcessor:
             self.transactional_id,
         )
         committed = await feed.committed()
+        if committed is None and self.committed_offset is not None:
+            self._offsets_not_ready(
+                f"an earlier term of this process committed offset {self.committed_offset}"
+            )
         if self._store_current and self.store is not None and committed == self.committed_offset:
             how = f"kept the state of its previous term ({len(self.store)} keys)"  # type: ignore[arg-type]
         else:
             restored = await self._restore()
+            if committed is None and restored:
+                self._offsets_not_ready(f"its changelog holds {restored} records, written with offsets")
             how = f"restored {restored} state records"
         self.committed_offset = committed
         await feed.seek(committed)
@@ -209,6 +215,21 @@ class PartitionProcessor:
             self.tp.topic,
             "beginning" if committed is None else committed,
             how,
+        )
+
+    def _offsets_not_ready(self, evidence: str) -> None:
+        """No committed offset, though the partition has been committed before: never start over from
+        the log start on that answer (it would process the partition twice). An OffsetFetch can say
+        "none" for a topic the coordinator does not know yet, e.g. just after a broker restart; the term
+        is started over after a backoff. (If the group's offsets really expired, this repeats with this
+        message until an operator restores them.)"""
+        cause = ProcessorError(
+            f"the group {self.config.offsets_group!r} has no committed offset for partition "
+            f"{self.partition}, "
+            f"although {evidence}"
+        )
+        raise KafkaUnavailableError(
+            self.config.bootstrap, cause, action=f"read the committed offset of partition {self.partition}"
         )
 
     async def _restore(self) -> int:

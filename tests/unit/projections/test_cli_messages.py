@@ -34,3 +34,35 @@ def test_missing_redis_url_is_explained(monkeypatch) -> None:  # type: ignore[no
     monkeypatch.delenv("REDIS_URL", raising=False)
     result = CliRunner().invoke(_app(), ["status", "op-1"])
     assert result.exit_code == 2 and "REDIS_URL is not set" in result.output
+
+
+def _project_app() -> typer.Typer:
+    from turnledger.projections.cli import project_command
+
+    app = typer.Typer()
+    app.command("project")(project_command)
+    app.command("noop")(lambda: None)  # two commands, so "project" stays a subcommand
+    return app
+
+
+def test_follow_waits_for_redis_then_gives_up_after_max_outage_with_the_clear_message() -> None:
+    url = f"redis://127.0.0.1:{_closed_port()}/0"
+    bootstrap = f"127.0.0.1:{_closed_port()}"
+    args = ["project", "--redis-url", url, "--bootstrap", bootstrap, "--max-outage", "0.5"]
+    result = CliRunner().invoke(_project_app(), args)
+    assert result.exit_code == 2, result.output
+    assert url in result.output and "turnledger dev up" in result.output
+
+
+def test_follow_rejects_a_heartbeat_not_below_the_session_timeout() -> None:
+    args = [
+        "project",
+        "--redis-url",
+        "redis://x:1/0",
+        "--bootstrap",
+        "x:1",
+        "--heartbeat-interval-ms",
+        "10000",
+    ]
+    result = CliRunner().invoke(_project_app(), args)
+    assert result.exit_code == 2 and "heartbeat_interval_ms" in result.output
