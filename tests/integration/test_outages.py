@@ -91,8 +91,13 @@ class IngressFeeder:
                 chunk = self.events[self.sent : self.sent + self.chunk]
                 try:
                     async with producer.transaction():
-                        for e in chunk:
+                        futures = [
                             await producer.send(self.topic, encode(e), key=e.conversation_id.encode())
+                            for e in chunk
+                        ]
+                        # every record acknowledged before the commit: a batch still in flight across
+                        # the restart could land after the commit marker and open a hanging transaction
+                        await asyncio.gather(*futures)
                 except Exception:
                     self.failures += 1
                     with contextlib.suppress(Exception):

@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from turnledger.processors.app import ProcessorApp
+from turnledger.processors.changelog import POSITION_KEY
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.contract import StateStore
 from turnledger.processors.partition import PartitionProcessor
@@ -187,6 +188,8 @@ async def changelog_state(bootstrap: str, topics: Topics) -> dict[str, str]:
     state: dict[str, str] = {}
     for key, value in await read_committed(bootstrap, topics.changelog):
         assert key is not None
+        if key == POSITION_KEY:
+            continue
         if value is None:
             state.pop(key.decode(), None)
         else:

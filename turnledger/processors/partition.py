@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from turnledger.errors import KafkaUnavailableError, ServiceUnavailable
 from turnledger.kafka.clients import close_client, kafka_outage, start_client, transactional_producer
 from turnledger.processors.batching import collect_batch
-from turnledger.processors.changelog import restore_from_changelog
+from turnledger.processors.changelog import RestoreResult, read_position, restore_from_changelog, settle
 from turnledger.processors.config import ProcessorConfig, ProcessorExit, ProcessorMetrics, transactional_id
 from turnledger.processors.contract import PartitionFold, PoisonHook
 from turnledger.processors.errors import ProcessorError, ProducerFencedError, TooManyAbortsError
@@ -49,6 +49,13 @@ log = logging.getLogger(__name__)
 ReadyHook = Callable[["PartitionProcessor"], None]
 FoldForPartition = Callable[[int], PartitionFold]
 PoisonHookFor = Callable[[PartitionFold], PoisonHook]
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    """The later of two input offsets, None being before any."""
+    if a is None or b is None:
+        return b if a is None else a
+    return max(a, b)
 
 
 class PartitionProcessor:
@@ -194,18 +201,38 @@ class PartitionProcessor:
             self.partition,
             self.transactional_id,
         )
-        committed = await feed.committed()
-        if committed is None and self.committed_offset is not None:
-            self._offsets_not_ready(
-                f"an earlier term of this process committed offset {self.committed_offset}"
-            )
-        if self._store_current and self.store is not None and committed == self.committed_offset:
+        reported = await feed.committed()
+        changelog = TopicPartition(cfg.topics.changelog, self.partition)
+        await settle(cfg.bootstrap, changelog)
+        resume: int | None = None
+        kept = False
+        if self._store_current and self.store is not None:
+            position = await read_position(cfg.bootstrap, changelog)
+            resume = _later(position, reported)
+            kept = position is not None and resume == self.committed_offset
+        if kept:
+            assert self.store is not None
             how = f"kept the state of its previous term ({len(self.store)} keys)"  # type: ignore[arg-type]
         else:
             restored = await self._restore()
-            if committed is None and restored:
-                self._offsets_not_ready(f"its changelog holds {restored} records, written with offsets")
-            how = f"restored {restored} state records"
+            resume = _later(restored.position, reported)
+            if resume is None and restored.records:
+                self._offsets_not_ready(f"its changelog holds {restored.records} state records")
+            how = f"restored {restored.records} state records"
+        if resume is None and self.committed_offset is not None:
+            self._offsets_not_ready(
+                f"an earlier term of this process committed offset {self.committed_offset}"
+            )
+        if reported != resume:
+            log.warning(
+                "partition %d: the group coordinator reported committed offset %s, the changelog's position "
+                "is %s; resuming at %s (the position commits with the state, so it wins)",
+                self.partition,
+                reported,
+                resume,
+                resume,
+            )
+        committed = resume
         self.committed_offset = committed
         await feed.seek(committed)
         feed.resume()
@@ -232,7 +259,7 @@ class PartitionProcessor:
             self.config.bootstrap, cause, action=f"read the committed offset of partition {self.partition}"
         )
 
-    async def _restore(self) -> int:
+    async def _restore(self) -> RestoreResult:
         cfg = self.config
         self.drop_state()
         self.store = open_partition_store(cfg.state_dir, cfg.topics.changelog, self.partition)
@@ -245,7 +272,7 @@ class PartitionProcessor:
         self.metrics.restore_seconds_last = result.seconds
         if cfg.gc_gen0_threshold is not None:
             tune_gc(cfg.gc_gen0_threshold)
-        return result.records
+        return result
 
     async def _close_producer(self) -> None:
         if self._producer is not None:

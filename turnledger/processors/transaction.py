@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
+from turnledger.processors.changelog import position_record
 from turnledger.processors.errors import ProcessorError, ProducerFencedError
 from turnledger.processors.writer import BatchWriter
 from turnledger.records import OutputRecord
@@ -80,18 +81,21 @@ class PartitionTransactions:
     async def commit(
         self, outputs: Sequence[OutputRecord], state_writes: Mapping[str, bytes | None], next_offset: int
     ) -> None:
-        """Write `outputs`, one changelog record per changed state key and `next_offset` as the
-        source partition's committed offset, in one transaction; raises as the module table says."""
+        """Write `outputs`, one changelog record per changed state key, the changelog position record
+        and `next_offset` as the source partition's committed offset, in one transaction; raises as
+        the module table says."""
         producer = self.producer
         partition = self._source.partition
         in_transaction = False
         try:
             await producer.begin_transaction()
             in_transaction = True
+            position_key, position_value = position_record(next_offset)
             futures = await self._writer.write(
                 itertools.chain(
                     ((out.topic, None, out.key, out.value) for out in outputs),
                     ((self._changelog, partition, k.encode("utf-8"), v) for k, v in state_writes.items()),
+                    ((self._changelog, partition, position_key, position_value),),  # last: see changelog.py
                 )
             )
             for future in futures:
