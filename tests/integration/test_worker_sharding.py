@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from turnledger.demo.run import _processor_caught_up, _start_processor, _stop_processor
@@ -79,6 +80,18 @@ async def count_records(bootstrap: str, topic: str, partitions: int) -> int:
         return sum([len(chunk) async for chunk in read_to_end(consumer, tps)])
     finally:
         await close_client(consumer)
+
+
+async def group_members(bootstrap: str, group: str) -> int:
+    """How many members the consumer group has while it is Stable (0 while it rebalances)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([group])
+        _error, _id, state, _protocol_type, _protocol, members, *_ = response.groups[0]
+        return len(members) if state == "Stable" else 0
+    finally:
+        await admin.close()
 
 
 async def dispatch(client: GatewayClient, conversation: str, operation: str) -> None:
@@ -195,6 +208,12 @@ async def test_a_killed_workers_partitions_move_to_the_survivor(kafka_bootstrap:
             for name in ("wa", "wb"):
                 cmd = _worker_cmd(kafka_bootstrap, prefix, fp.base_url, name, tmp_path)
                 workers[name] = subprocess.Popen(cmd, start_new_session=True, env=env)
+            members = 0
+            deadline = asyncio.get_running_loop().time() + 90
+            while members != 2:  # both in the group, the partitions dealt: one each
+                assert asyncio.get_running_loop().time() < deadline, members
+                await asyncio.sleep(0.2)
+                members = await group_members(kafka_bootstrap, f"{prefix}turnledger-workers")
             for i, cid in enumerate(slow):
                 await dispatch(client, cid, f"op-slow{i}")
 

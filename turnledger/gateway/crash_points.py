@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from turnledger.gateway.worker import CrashHook
+from turnledger.gateway.worker_config import CrashHook
 
 CRASH_AT_ENV = "TURNLEDGER_TEST_CRASH_AT"
 CRASH_AFTER_ENV = "TURNLEDGER_TEST_CRASH_AFTER"

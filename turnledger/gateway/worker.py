@@ -50,6 +50,11 @@ ledger: a CancelRequested marked `workerGaveUp`, whose reason starts with
 `GIVE_UP_PREFIX` and names the last failure. The operation settles as CANCELLED with
 reason WORKER_GAVE_UP (or NO_PROVIDER_ENDPOINT), and whoever waits for it learns at
 once from the decision stream instead of a timeout.
+
+This module is the per-operation flow (CAS, stream, verdict, continue or retry, recovery). Its
+parts: `worker_config.py` (settings, counters), `stream_read.py` (one HTTP read of a stream and
+what it appends), `lease_keeper.py`, `sweeper.py` (claims and adoption), `verdicts.py`,
+`board.py` (the view of the manifests topic) and `manifest_feed.py` (this worker's share of it).
 """
 
 from __future__ import annotations
@@ -58,89 +63,45 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 
 import httpx
 
 from turnledger.gateway.board import FINAL, DecisionBoard, OperationKey, key_of, may_produce_output
-from turnledger.gateway.cancel_watch import StopOnCancel
 from turnledger.gateway.client import IngressSink, WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint, ProviderRoutes, UnknownEndpointError
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
+from turnledger.gateway.lease_keeper import LeaseKeeper
 from turnledger.gateway.provider_request import (
-    ProviderRequest,
     cancel_request,
     resume_request,
     send_request,
 )
-from turnledger.gateway.pump import StreamPump
 from turnledger.gateway.redaction import REDACTOR
-from turnledger.gateway.rollout import RolloutStage, protocol_sends
+from turnledger.gateway.rollout import protocol_sends
+from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamReader
 from turnledger.gateway.sweeper import ExpirySweeper
 from turnledger.gateway.verdicts import GIVE_UP_PREFIX, NOT_TERMINATED_REASONS, Verdict, describe, gave_up
-from turnledger.model.deltas import NormalizedDelta
-from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued, StreamOutcome
+from turnledger.gateway.worker_config import CrashHook, WorkerConfig, WorkerStats
+from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
 
 log = logging.getLogger(__name__)
 S = DispatchState
 
-__all__ = ["GIVE_UP_PREFIX", "OPERATION_EXTENSION", "DispatchWorker", "Verdict", "WorkerConfig", "gave_up"]
-
-OPERATION_EXTENSION = "turnledger.operation"
-"""httpx request extension naming the operation (a transport may read it; it is never sent)."""
-
-CrashHook = Callable[[str], None]
-"""Test hook: called with a point's name (`journal-handle`: the handle is journaled, not yet bound)."""
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    worker_id: str = "worker-1"
-    max_attempts: int = 4
-    max_resumes: int = 3
-    cas_timeout_s: float = 30.0
-    settle_timeout_s: float = 60.0
-    max_concurrency: int = 64
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    rollout_stage: RolloutStage = RolloutStage.ALL
-    lease_s: float = 30.0
-    """How long an accepted attempt stays this worker's without a sign of life from it."""
-    sweep: bool = True
-    """Claim the expired leases and passed deadlines of others and adopt abandoned work."""
-    sweep_tick_s: float = 1.0
-    claim_grace_s: float = 1.0
-    """Claims wait this long past the time the fold would accept them (clock skew between workers)."""
-    crash_hook: CrashHook | None = None
-
-    @property
-    def lease_ms(self) -> int:
-        return int(self.lease_s * 1000)
-
-
-@dataclass
-class WorkerStats:
-    counts: Counter[str] = field(default_factory=Counter)
-
-    def bump(self, name: str, n: int = 1) -> None:
-        self.counts[name] += n
-
-
-@dataclass
-class _Phase:
-    """One read of one generation's stream: the events it appended, what it saw."""
-
-    sources: set[str] = field(default_factory=set)
-    handle: str | None = None
-    acked: int = -1
-    outcome: StreamOutcome = StreamOutcome.COMPLETED
-    since: int = 0
-    """The board's position when the phase began (expiries after it end the phase)."""
+__all__ = [
+    "GIVE_UP_PREFIX",
+    "OPERATION_EXTENSION",
+    "CrashHook",
+    "DispatchWorker",
+    "Verdict",
+    "WorkerConfig",
+    "WorkerStats",
+    "gave_up",
+]
 
 
 class DispatchWorker:
@@ -169,7 +130,18 @@ class DispatchWorker:
         self._failures: dict[OperationKey, DispatchDecision] = {}  # the decision that ended its last attempt
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
         self._live = False
-        self._signs_of_life: dict[OperationKey, float] = {}  # monotonic time of our last event for it
+        self.leases = LeaseKeeper(
+            self.config.worker_id, self.config.lease_s, self.board, self.events, self.stats, self._tasks.keys
+        )
+        self.reader = StreamReader(
+            self._client,
+            self.events,
+            self.board,
+            self.journal,
+            self.leases,
+            self.stats,
+            self.config.crash_hook,
+        )
         self._background: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         lease_ms = self.config.lease_ms
@@ -208,6 +180,10 @@ class DispatchWorker:
             await self._http.aclose()
         self.journal.close()
 
+    def _client(self) -> httpx.AsyncClient:
+        assert self._http is not None, "the worker's HTTP client starts with `async with`"
+        return self._http
+
     @property
     def busy(self) -> int:
         return len(self._tasks)
@@ -235,7 +211,7 @@ class DispatchWorker:
         self.take(
             set(self.board.latest) | {e.key for e in self.journal.open_entries()} if only is None else only
         )
-        self._background.append(asyncio.create_task(self._keep_leases(), name="lease-keeper"))
+        self._background.append(asyncio.create_task(self.leases.run(self._stopping), name="lease-keeper"))
         if self.config.sweep:
             self._background.append(asyncio.create_task(self.sweeper.run(self._stopping), name="sweeper"))
 
@@ -289,7 +265,7 @@ class DispatchWorker:
             log.exception("dispatch of %s/%s failed", *key)
         finally:
             self._tasks.pop(key, None)
-            self._signs_of_life.pop(key, None)
+            self.leases.forget(key)
 
     def _route_slots(self, key: OperationKey) -> contextlib.AbstractAsyncContextManager[object]:
         """The concurrency limit of the route that serves the operation (taken before a worker slot,
@@ -301,35 +277,6 @@ class DispatchWorker:
             return self.endpoints.endpoint_for(manifest).route.slots
         except UnknownEndpointError:
             return contextlib.nullcontext()
-
-    # -- leases --------------------------------------------------------------------------
-
-    def _alive(self, key: OperationKey) -> None:
-        self._signs_of_life[key] = time.monotonic()
-
-    def _holds_lease(self, decision: DispatchDecision | None) -> bool:
-        return (
-            decision is not None
-            and decision.lease_owner == self.config.worker_id
-            and may_produce_output(decision)
-        )
-
-    async def _keep_leases(self) -> None:
-        """A LeaseRenewed for every attempt this worker runs and holds, when it appended nothing for it
-        for a third of the lease (a provider slow to answer, a long pause in a stream)."""
-        quiet_s = self.config.lease_s / 3
-        while not self._stopping.is_set():
-            now = time.monotonic()
-            for key in list(self._tasks):
-                latest = self.board.latest.get(key)
-                if not self._holds_lease(latest) or now - self._signs_of_life.get(key, 0.0) < quiet_s:
-                    continue
-                assert latest is not None
-                self._alive(key)
-                self.stats.bump("lease_renewals")
-                await self.events.renew(*key, latest.attempt_generation)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), quiet_s / 2)
 
     # -- one operation -------------------------------------------------------------------
 
@@ -388,7 +335,7 @@ class DispatchWorker:
         if latest.lease_owner not in (None, "", self.config.worker_id):
             return Verdict.LOST_LEASE
         self.stats.bump("takeovers")
-        phase = _Phase(
+        phase = Phase(
             sources={latest.source_event_id}, handle=latest.response_handle, since=self.board.position
         )
         return await self._after_stream(manifest, endpoint, latest.attempt_generation, phase)
@@ -434,12 +381,12 @@ class DispatchWorker:
         generation = answer.attempt_generation
         idempotency_key = answer.idempotency_key or ""
         self.journal.write(JournalEntry(op, conv, after, generation))
-        phase = _Phase(since=self.board.position)
-        self._alive(key)
+        phase = Phase(since=self.board.position)
+        self.leases.alive(key)
         sent = await self.events.sent(conv, op, generation)
         phase.sources.add(sent.event_id)
         request = send_request(endpoint, manifest, idempotency_key)
-        await self._stream(manifest, endpoint, generation, phase, request)
+        await self.reader.read(manifest, endpoint, generation, phase, request)
         return await self._after_stream(manifest, endpoint, generation, phase)
 
     async def _cas(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> DispatchDecision | None:
@@ -468,108 +415,8 @@ class DispatchWorker:
             if not freed and deadline is not None and time.time() * 1000 >= deadline:
                 return answer  # the next CAS would be refused for the deadline anyway
 
-    async def _stream(
-        self,
-        manifest: DispatchManifest,
-        endpoint: ProviderEndpoint,
-        generation: int,
-        phase: _Phase,
-        request: ProviderRequest,
-    ) -> None:
-        """One HTTP read of the stream; appends HandleBound, StreamDeltas and StreamEnded."""
-        conv, op = key = key_of(manifest)
-        assert self._http is not None
-        resumable = endpoint.resumable(manifest.request_body)
-
-        async def on_handle(handle: str) -> None:
-            phase.handle = handle
-            entry = self.journal.get(key)
-            if entry is not None:
-                self.journal.write(replace(entry, handle=handle))
-            if self.config.crash_hook is not None:
-                self.config.crash_hook("journal-handle")
-            self._alive(key)
-            bound = await self.events.handle_bound(
-                conv, op, generation, handle, manifest.manifest_digest, resumable=resumable
-            )
-            phase.sources.add(bound.event_id)
-
-        async def on_deltas(deltas: list[NormalizedDelta]) -> None:
-            self._alive(key)
-            event = await self.events.deltas(conv, op, generation, deltas)
-            phase.sources.add(event.event_id)
-
-        pump = StreamPump(
-            endpoint.api,
-            generation,
-            on_handle=on_handle,
-            on_deltas=on_deltas,
-            response_handle=phase.handle,
-            acked=phase.acked,
-        )
-        outcome = StreamOutcome.COMPLETED
-        stop = StopOnCancel(self.board.cancel_signal(key))
-        try:
-            async with self._http.stream(
-                request.method,
-                request.url,
-                content=request.content,
-                headers=dict(request.headers),
-                timeout=endpoint.route.timeout,
-                extensions={OPERATION_EXTENSION: key},
-            ) as response:
-                if response.status_code >= 400:
-                    await response.aread()  # never kept: an error body may quote the credential
-                    self.stats.bump(f"http_{response.status_code}")
-                    outcome = StreamOutcome.PROVIDER_ERROR
-                else:
-                    with stop.feeding():
-                        await pump.on_response_headers(response.headers)
-                    async for chunk in response.aiter_raw():
-                        with stop.feeding():
-                            await pump.feed(chunk)
-                        if stop.fired:
-                            break  # leaving the block closes the connection
-                    if not stop.fired:
-                        with stop.feeding():
-                            await pump.close()
-        except httpx.TransportError as exc:
-            self.stats.bump("disconnects")
-            log.debug("%s generation %d: transport ended: %r", op, generation, exc)
-            outcome = StreamOutcome.DISCONNECTED
-        except asyncio.CancelledError:
-            if not stop.absorb():
-                raise
-        finally:
-            stop.close()
-            self.board.release_cancel_signal(key)
-        if stop.fired:
-            # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
-            # connection is closed; the verdict CANCELLED confirms the attempt terminated.
-            self.stats.bump("cancelled_reads")
-            log.debug("%s generation %d: cancelled, stopped reading", op, generation)
-            outcome = StreamOutcome.DISCONNECTED
-        self.stats.bump("late_deltas", pump.stats.late_deltas)
-        self.stats.bump("wire_duplicates", pump.stats.wire_duplicates)
-        phase.acked = pump.acked
-        phase.outcome = outcome
-        phase.handle = pump.response_handle or phase.handle
-        if pump.saw_final:
-            # The provider's final event (message stop / error) already settled the attempt in the
-            # fold; the StreamEnded below is then a no-op there, but every stream still reports its end.
-            self.stats.bump("final_in_stream")
-        ended = await self.events.ended(
-            conv,
-            op,
-            generation,
-            outcome,
-            resumable=outcome == StreamOutcome.DISCONNECTED and phase.handle is not None and resumable,
-            last_delta_sequence=phase.acked,
-        )
-        phase.sources.add(ended.event_id)
-
     async def _after_stream(
-        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: _Phase
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: Phase
     ) -> Verdict:
         key = key_of(manifest)
         op = key[1]
@@ -613,8 +460,8 @@ class DispatchWorker:
             phase = next_phase
 
     async def _continue_open(
-        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: _Phase
-    ) -> _Phase | None:
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, generation: int, phase: Phase
+    ) -> Phase | None:
         """Read an open attempt again under its generation: resumed from its bound handle, or replayed
         with its idempotency key; None when the provider keeps neither."""
         conv, op = key = key_of(manifest)
@@ -623,24 +470,24 @@ class DispatchWorker:
         resume = resume_request(endpoint, handle) if handle is not None else None
         if handle is not None and resume is not None and endpoint.resumable(manifest.request_body):
             self.stats.bump("resumes")
-            self._alive(key)
+            self.leases.alive(key)
             resumed = await self.events.resume_started(conv, op, generation, handle)
-            next_phase = _Phase(
+            next_phase = Phase(
                 sources={resumed.event_id}, handle=handle, acked=phase.acked, since=self.board.position
             )
-            await self._stream(manifest, endpoint, generation, next_phase, resume)
+            await self.reader.read(manifest, endpoint, generation, next_phase, resume)
             return next_phase
         if endpoint.replayable:
             self.stats.bump("replays")
-            self._alive(key)
+            self.leases.alive(key)
             replayed = await self.events.replay_started(conv, op, generation)
             await self.board.state_after(key, replayed.event_id, self.config.cas_timeout_s)
             latest = self.board.latest[key]
             if latest.source_event_id != replayed.event_id or latest.state != S.SENT:
                 return None  # refused: the attempt was terminated or taken meanwhile
             key_text = latest.idempotency_key or ""
-            next_phase = _Phase(sources={replayed.event_id}, since=self.board.position)  # read from scratch
-            await self._stream(
+            next_phase = Phase(sources={replayed.event_id}, since=self.board.position)  # read from scratch
+            await self.reader.read(
                 manifest, endpoint, generation, next_phase, send_request(endpoint, manifest, key_text)
             )
             return next_phase
@@ -734,7 +581,7 @@ class DispatchWorker:
         if handle is not None and latest.response_handle != handle:
             self.stats.bump("unbound_handles_dropped")
             handle = None
-        phase = _Phase(handle=handle, since=self.board.position)
+        phase = Phase(handle=handle, since=self.board.position)
         if latest.state in (S.DISPATCHING, S.SENT, S.STREAMING):
             event = await self.events.recovered(conv, op, generation)
             phase.sources.add(event.event_id)

@@ -1,0 +1,163 @@
+"""One read of a provider stream for one attempt: the HTTP request, the pump, and what it appends.
+
+A read appends HandleBound (journaled first: the handle is what a restart resumes by), StreamDeltas
+as the pump normalises them, and always a StreamEnded. It stops at once, between two appends, when
+the board shows the operation CANCELLED, and closes the connection. An error status is a
+PROVIDER_ERROR outcome whose body is never kept (it may quote the credential).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import httpx
+
+from turnledger.gateway.board import DecisionBoard, key_of
+from turnledger.gateway.cancel_watch import StopOnCancel
+from turnledger.gateway.client import WorkerEvents
+from turnledger.gateway.endpoints import ProviderEndpoint
+from turnledger.gateway.journal import WorkerJournal
+from turnledger.gateway.lease_keeper import LeaseKeeper
+from turnledger.gateway.provider_request import ProviderRequest
+from turnledger.gateway.pump import StreamPump
+from turnledger.gateway.worker_config import CrashHook, WorkerStats
+from turnledger.model.deltas import NormalizedDelta
+from turnledger.model.events import StreamOutcome
+from turnledger.model.manifest import DispatchManifest
+
+log = logging.getLogger(__name__)
+
+OPERATION_EXTENSION = "turnledger.operation"
+"""httpx request extension naming the operation (a transport may read it; it is never sent)."""
+
+
+@dataclass
+class Phase:
+    """One read of one generation's stream: the events it appended, what it saw."""
+
+    sources: set[str] = field(default_factory=set)
+    handle: str | None = None
+    acked: int = -1
+    outcome: StreamOutcome = StreamOutcome.COMPLETED
+    since: int = 0
+    """The board's position when the phase began (expiries after it end the phase)."""
+
+
+class StreamReader:
+    """Reads streams for one worker, appending through its events, board, journal and leases."""
+
+    def __init__(
+        self,
+        http: Callable[[], httpx.AsyncClient],
+        events: WorkerEvents,
+        board: DecisionBoard,
+        journal: WorkerJournal,
+        leases: LeaseKeeper,
+        stats: WorkerStats,
+        crash_hook: CrashHook | None,
+    ) -> None:
+        self._http = http
+        self._events, self._board, self._journal = events, board, journal
+        self._leases, self._stats, self._crash_hook = leases, stats, crash_hook
+
+    async def read(
+        self,
+        manifest: DispatchManifest,
+        endpoint: ProviderEndpoint,
+        generation: int,
+        phase: Phase,
+        request: ProviderRequest,
+    ) -> None:
+        """One HTTP read of the stream; appends HandleBound, StreamDeltas and StreamEnded."""
+        conv, op = key = key_of(manifest)
+        resumable = endpoint.resumable(manifest.request_body)
+
+        async def on_handle(handle: str) -> None:
+            phase.handle = handle
+            entry = self._journal.get(key)
+            if entry is not None:
+                self._journal.write(replace(entry, handle=handle))
+            if self._crash_hook is not None:
+                self._crash_hook("journal-handle")
+            self._leases.alive(key)
+            bound = await self._events.handle_bound(
+                conv, op, generation, handle, manifest.manifest_digest, resumable=resumable
+            )
+            phase.sources.add(bound.event_id)
+
+        async def on_deltas(deltas: list[NormalizedDelta]) -> None:
+            self._leases.alive(key)
+            event = await self._events.deltas(conv, op, generation, deltas)
+            phase.sources.add(event.event_id)
+
+        pump = StreamPump(
+            endpoint.api,
+            generation,
+            on_handle=on_handle,
+            on_deltas=on_deltas,
+            response_handle=phase.handle,
+            acked=phase.acked,
+        )
+        outcome = StreamOutcome.COMPLETED
+        stop = StopOnCancel(self._board.cancel_signal(key))
+        try:
+            async with self._http().stream(
+                request.method,
+                request.url,
+                content=request.content,
+                headers=dict(request.headers),
+                timeout=endpoint.route.timeout,
+                extensions={OPERATION_EXTENSION: key},
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()  # never kept: an error body may quote the credential
+                    self._stats.bump(f"http_{response.status_code}")
+                    outcome = StreamOutcome.PROVIDER_ERROR
+                else:
+                    with stop.feeding():
+                        await pump.on_response_headers(response.headers)
+                    async for chunk in response.aiter_raw():
+                        with stop.feeding():
+                            await pump.feed(chunk)
+                        if stop.fired:
+                            break  # leaving the block closes the connection
+                    if not stop.fired:
+                        with stop.feeding():
+                            await pump.close()
+        except httpx.TransportError as exc:
+            self._stats.bump("disconnects")
+            log.debug("%s generation %d: transport ended: %r", op, generation, exc)
+            outcome = StreamOutcome.DISCONNECTED
+        except asyncio.CancelledError:
+            if not stop.absorb():
+                raise
+        finally:
+            stop.close()
+            self._board.release_cancel_signal(key)
+        if stop.fired:
+            # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
+            # connection is closed; the verdict CANCELLED confirms the attempt terminated.
+            self._stats.bump("cancelled_reads")
+            log.debug("%s generation %d: cancelled, stopped reading", op, generation)
+            outcome = StreamOutcome.DISCONNECTED
+        self._stats.bump("late_deltas", pump.stats.late_deltas)
+        self._stats.bump("wire_duplicates", pump.stats.wire_duplicates)
+        phase.acked = pump.acked
+        phase.outcome = outcome
+        phase.handle = pump.response_handle or phase.handle
+        if pump.saw_final:
+            # The provider's final event (message stop / error) already settled the attempt in the
+            # fold; the StreamEnded below is then a no-op there, but every stream still reports its end.
+            self._stats.bump("final_in_stream")
+        ended = await self._events.ended(
+            conv,
+            op,
+            generation,
+            outcome,
+            resumable=outcome == StreamOutcome.DISCONNECTED and phase.handle is not None and resumable,
+            last_delta_sequence=phase.acked,
+        )
+        phase.sources.add(ended.event_id)

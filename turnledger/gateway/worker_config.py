@@ -1,0 +1,45 @@
+"""What a dispatch worker is configured with, and what it counts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from turnledger.gateway.rollout import RolloutStage
+
+CrashHook = Callable[[str], None]
+"""Test hook: called with a point's name (`journal-handle`: the handle is journaled, not yet bound)."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker_id: str = "worker-1"
+    max_attempts: int = 4
+    max_resumes: int = 3
+    cas_timeout_s: float = 30.0
+    settle_timeout_s: float = 60.0
+    max_concurrency: int = 64
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+    rollout_stage: RolloutStage = RolloutStage.ALL
+    lease_s: float = 30.0
+    """How long an accepted attempt stays this worker's without a sign of life from it."""
+    sweep: bool = True
+    """Claim the expired leases and passed deadlines of others and adopt abandoned work."""
+    sweep_tick_s: float = 1.0
+    claim_grace_s: float = 1.0
+    """Claims wait this long past the time the fold would accept them (clock skew between workers)."""
+    crash_hook: CrashHook | None = None
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_s * 1000)
+
+
+@dataclass
+class WorkerStats:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def bump(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
