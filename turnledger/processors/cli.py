@@ -130,8 +130,9 @@ def process(
     """Fold the ingress topic exactly once: one transactional processor per partition.
 
     By default the process joins the consumer group --app-id and processes what the group assigns
-    it; partitions move between processes as they come and go (docs/ownership.md says why that is
-    exactly once). Kafka outages, at start or later, are waited out with backoff.
+    it; partitions move between processes as they come and go (docs/architecture.md, "The exactly-
+    once runtime", says why that is exactly once). Kafka outages, at start or later, are waited out
+    with backoff.
 
     SIGTERM or Ctrl-C commits the open batches, then exits 0; a second signal stops at once.
     With --processes N the signals go to every child; a child that fails stops the others.
