@@ -212,7 +212,13 @@ class LegacyRecorder:
 
     @property
     def busy(self) -> int:
-        return self.worker.busy
+        """Exchanges still being recorded: running, or given up while their cancel has not come back
+        from the ledger yet (so that results never report the state from before the give-up)."""
+        return self.worker.busy + sum(1 for key in self.taken if self._awaiting_cancel(key))
+
+    def _awaiting_cancel(self, key: OperationKey) -> bool:
+        latest = self.worker.board.latest.get(key)
+        return self.verdicts.get(key) is Verdict.GIVE_UP and (latest is None or latest.state not in FINAL)
 
     def results(self) -> list[RecordResult]:
         return [self._result(key) for key in self.provider.exchanges]

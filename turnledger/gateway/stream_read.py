@@ -152,6 +152,7 @@ class StreamReader:
             # The provider's final event (message stop / error) already settled the attempt in the
             # fold; the StreamEnded below is then a no-op there, but every stream still reports its end.
             self._stats.bump("final_in_stream")
+            self._leases.settled(key)
         ended = await self._events.ended(
             conv,
             op,
