@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.unit.test_deploy_monitoring import dashboard_expressions
 from turnledger.demo.driver import Driver
 from turnledger.demo.run import DemoOptions, _fault_plan, _processor_caught_up
 from turnledger.devstack.ports import free_port
@@ -261,6 +262,11 @@ async def test_prometheus_scrapes_the_spec_metrics_equal_to_the_batch_computatio
                 assert counted == {k: v for k, v in written.items() if v}
                 folded = await total(prom, "turnledger_processor_input_records_total", prefix)
                 assert round(folded) == len(evidence.raw["ingress"])
+
+                # every expression of the Grafana dashboard runs on this Prometheus, over these series
+                for expr in dashboard_expressions():
+                    answer = (await prom.get("/api/v1/query", params={"query": expr})).json()
+                    assert answer["status"] == "success", (expr, answer)
             finally:
                 target_file.unlink(missing_ok=True)
 
