@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml
 
 # redis-server (unless REDIS_URL is given) and, for the local broker, Java 17+ and Maven
 # (unless KAFKA_BOOTSTRAP_SERVERS is given). Installed with apt only when missing and running as root.
+# prometheus (the devstack starts it; the live-metrics test scrapes the services with it) the same way,
+# without recommends (they pull in exporters); when it cannot be installed, that test is skipped.
 system-deps:
 	@missing=""; \
 	if [ -z "$${REDIS_URL:-}" ] && ! command -v redis-server >/dev/null; then missing="$$missing redis-server"; fi; \
@@ -37,6 +39,15 @@ system-deps:
 	  else \
 	    echo "Missing system packages:$$missing. Install them (e.g. sudo apt-get install -y$$missing)," \
 	         "or set REDIS_URL / KAFKA_BOOTSTRAP_SERVERS to existing services." >&2; exit 1; \
+	  fi; \
+	fi; \
+	if ! command -v prometheus >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing: prometheus"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+	  else \
+	    echo "prometheus is not installed: the live-metrics integration test will be skipped" \
+	         "(sudo apt-get install -y --no-install-recommends prometheus)." >&2; \
 	  fi; \
 	fi
 

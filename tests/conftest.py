@@ -7,14 +7,18 @@ every later pytest run reuse that stack (no broker start per run).
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from turnledger.devstack.prometheus import private_prometheus, prometheus_binary
 from turnledger.devstack.session import Endpoints, session_endpoints
+from turnledger.devstack.settings import Settings
 
 STACK_FIXTURES = frozenset({"devstack", "kafka_bootstrap", "redis_url", "redis_client", "redis_prefix"})
 
@@ -30,6 +34,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def devstack() -> Iterator[Endpoints]:
     with session_endpoints() as endpoints:
         yield endpoints
+
+
+@pytest.fixture(scope="session")
+def prometheus(devstack: Endpoints) -> Iterator[tuple[str, Path]]:
+    """(URL, file_sd targets directory) of a real Prometheus scraping every second: the stack's, else a
+    private one for the session; skipped when Debian's `prometheus` is not installed (`make` installs it)."""
+    if devstack.prometheus_url and devstack.prometheus_targets:
+        yield devstack.prometheus_url, Path(devstack.prometheus_targets)
+        return
+    if prometheus_binary() is None:
+        pytest.skip(
+            "Debian's prometheus is not installed (apt-get install -y --no-install-recommends prometheus)"
+        )
+    workdir = Settings.from_env().state_dir / f"prometheus-{os.getpid()}"
+    with private_prometheus(workdir) as proc:
+        yield proc.url, proc.targets_dir
 
 
 @pytest.fixture(scope="session")

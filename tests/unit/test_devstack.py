@@ -181,7 +181,12 @@ def test_compose_file_declares_kafka_redis_and_the_turnledger_services() -> None
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert {"redis", "processor", "projector", "worker", "tool-executor", "fake-provider"} <= set(services)
-    commands = {name: services[name]["command"][:2] for name in services if name not in ("kafka", "redis")}
+    monitoring = ("prometheus", "grafana")
+    commands = {
+        name: services[name]["command"][:2]
+        for name in services
+        if name not in ("kafka", "redis", *monitoring)
+    }
     assert commands == {
         "processor": ["turnledger", "process"],
         "projector": ["turnledger", "project"],
@@ -190,6 +195,13 @@ def test_compose_file_declares_kafka_redis_and_the_turnledger_services() -> None
         "fake-provider": ["turnledger", "fake-provider"],
     }
     assert "--create-topics" in services["processor"]["command"]
+    # every turnledger service serves /metrics on 9400; Prometheus scrapes them, Grafana shows the dashboard
+    assert services["processor"]["environment"]["TURNLEDGER_METRICS_PORT"] == "9400"
+    assert services["prometheus"]["volumes"] == ["./deploy/prometheus:/etc/prometheus:ro"]
+    assert (
+        "./deploy/grafana/turnledger.json:/var/lib/grafana/dashboards/turnledger.json:ro"
+        in services["grafana"]["volumes"]
+    )
     # the fake provider binds loopback only: it lives in the worker's network namespace
     assert services["fake-provider"]["network_mode"] == "service:worker"
     docker = shutil.which("docker")

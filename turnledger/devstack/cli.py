@@ -16,7 +16,8 @@ from turnledger.devstack.stack import LocalStack, StackState
 
 dev_app = typer.Typer(
     name="dev",
-    help="Run a real local Kafka broker (KRaft, from Maven Central jars) and Redis in the background.",
+    help="Run a real local Kafka broker (KRaft, from Maven Central jars), Redis and (when Debian's package "
+    "is installed) Prometheus in the background.",
     no_args_is_help=True,
 )
 out = Console()
@@ -32,6 +33,9 @@ def _print_state(state: StackState, settings: Settings) -> None:
         f"[bold]Redis URL[/bold]        {state.redis_url}"
         + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
     )
+    if state.prometheus_url:
+        out.print(f"[bold]Prometheus[/bold]       {state.prometheus_url}  (pid {state.prometheus_pid})")
+        out.print(f"[bold]Scrape targets[/bold]   {state.prometheus_targets}/*.json (file_sd)")
     if state.kafka_log or state.redis_log:
         out.print(f"[bold]Logs[/bold]             {state.kafka_log or '-'}  {state.redis_log or '-'}")
     out.print(f"[bold]State dir[/bold]        {settings.state_dir}")

@@ -68,6 +68,14 @@ class RedisServerMissing(DevstackError):
         )
 
 
+class PrometheusMissing(DevstackError):
+    def __init__(self) -> None:
+        super().__init__(
+            "prometheus is not installed. Install Debian's package (`apt-get install -y "
+            "--no-install-recommends prometheus`; `make` does it when run as root)."
+        )
+
+
 class PortInUse(DevstackError):
     def __init__(self, what: str, port: int) -> None:
         self.port = port

@@ -27,6 +27,9 @@ class Endpoints:
     redis_url: str
     source: str
     """Human-readable origin: "env", "dev up (<dir>)", "local session (<dir>)", "docker" or a mix."""
+    prometheus_url: str | None = None
+    prometheus_targets: str | None = None
+    """The stack's Prometheus and its file_sd targets directory, when the stack started one."""
 
 
 def in_ci() -> bool:
@@ -64,6 +67,8 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
             env_bootstrap or recorded.bootstrap,
             env_redis or recorded.redis_url,
             f"dev up ({settings.state_dir})",
+            recorded.prometheus_url,
+            recorded.prometheus_targets,
         )
         return
     if choose_backend(settings) == "docker":
@@ -74,7 +79,13 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
     stack = LocalStack(settings.state_dir / f"session-{os.getpid()}")
     try:
         state = stack.up(settings, external_bootstrap=env_bootstrap, external_redis=env_redis)
-        yield Endpoints(state.bootstrap, state.redis_url, f"local session ({stack.root})")
+        yield Endpoints(
+            state.bootstrap,
+            state.redis_url,
+            f"local session ({stack.root})",
+            state.prometheus_url,
+            state.prometheus_targets,
+        )
     finally:
         stack.down()
         shutil.rmtree(stack.root, ignore_errors=True)

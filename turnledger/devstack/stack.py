@@ -1,7 +1,8 @@
 """The local stack: one Kafka and one Redis process under a state directory, described by `stack.json`.
 
 Layout of a state directory (default `.devstack/` in the checkout, or TURNLEDGER_DEVSTACK_DIR):
-`stack.json` (endpoints and pids), `kafka.pid`, `redis.pid`, `kafka/` and `redis/` (config, data, logs).
+`stack.json` (endpoints and pids), `kafka.pid`, `redis.pid`, `prometheus.pid`, `kafka/`, `redis/` and
+`prometheus/` (config, data, logs; Prometheus only when Debian's package is installed).
 Pytest sessions use their own `session-<pid>/` subdirectory so they never disturb a `dev up` stack.
 """
 
@@ -18,6 +19,7 @@ from turnledger.devstack import procs
 from turnledger.devstack.errors import PortInUse
 from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import start_kafka
+from turnledger.devstack.prometheus import prometheus_binary, prometheus_wanted, start_prometheus
 from turnledger.devstack.redis_server import start_redis
 from turnledger.devstack.settings import Settings
 
@@ -36,6 +38,11 @@ class StackState:
     redis_marker: str | None
     kafka_log: str | None
     redis_log: str | None
+    prometheus_url: str | None = None
+    prometheus_targets: str | None = None
+    """The directory of its file_sd target files (drop `<name>.json` there to be scraped)."""
+    prometheus_pid: int | None = None
+    prometheus_marker: str | None = None
 
     @property
     def export_line(self) -> str:
@@ -43,7 +50,11 @@ class StackState:
 
     def alive(self) -> bool:
         """Every process this stack started is still running (external endpoints count as alive)."""
-        checks = [(self.kafka_pid, self.kafka_marker), (self.redis_pid, self.redis_marker)]
+        checks = [
+            (self.kafka_pid, self.kafka_marker),
+            (self.redis_pid, self.redis_marker),
+            (self.prometheus_pid, self.prometheus_marker),
+        ]
         return all(pid is None or procs.owns(pid, marker or "") for pid, marker in checks)
 
 
@@ -58,6 +69,10 @@ class LocalStack:
     @property
     def redis_pidfile(self) -> Path:
         return self.root / "redis.pid"
+
+    @property
+    def prometheus_pidfile(self) -> Path:
+        return self.root / "prometheus.pid"
 
     def state(self) -> StackState | None:
         try:
@@ -107,6 +122,13 @@ class LocalStack:
                         broker_port=kafka_port,
                     ),
                 )
+            prometheus = None
+            if prometheus_wanted() and prometheus_binary() is not None:
+                prometheus = _retry_port_race(
+                    True,
+                    self.root / "prometheus",
+                    lambda: start_prometheus(self.root / "prometheus", self.prometheus_pidfile),
+                )
         except BaseException:
             self.stop()  # keep the logs: the error message points at them
             raise
@@ -120,6 +142,10 @@ class LocalStack:
             redis_marker=redis_proc.marker if redis_proc else None,
             kafka_log=str(kafka_proc.log) if kafka_proc else None,
             redis_log=str(redis_proc.log) if redis_proc else None,
+            prometheus_url=prometheus.url if prometheus else None,
+            prometheus_targets=str(prometheus.targets_dir) if prometheus else None,
+            prometheus_pid=prometheus.pid if prometheus else None,
+            prometheus_marker=prometheus.marker if prometheus else None,
         )
         (self.root / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
         return state
@@ -134,13 +160,20 @@ class LocalStack:
             stopped.append("kafka")
         if procs.stop_pidfile(self.redis_pidfile, redis_marker):
             stopped.append("redis")
+        prometheus_marker = (
+            state.prometheus_marker
+            if state and state.prometheus_marker
+            else str(self.root / "prometheus" / "prometheus.yml")
+        )
+        if procs.stop_pidfile(self.prometheus_pidfile, prometheus_marker, grace_s=10):
+            stopped.append("prometheus")
         (self.root / STATE_FILE).unlink(missing_ok=True)
         return stopped
 
     def down(self) -> list[str]:
         """Stop the processes, then remove their data and logs (the next `up` starts from scratch)."""
         stopped = self.stop()
-        for sub in ("kafka", "redis"):
+        for sub in ("kafka", "redis", "prometheus"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
         return stopped
 

@@ -34,6 +34,7 @@ from turnledger.gateway.redaction import install_log_redaction
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.worker import WorkerConfig
+from turnledger.observability.server import MetricsPort
 from turnledger.retry import Backoff
 
 EXIT_UNAVAILABLE = 2
@@ -138,6 +139,7 @@ def worker(
     ] = 10_000,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
+    metrics_port: MetricsPort = 0,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Send accepted manifests to the provider and stream the answers back as ingress events.
@@ -177,6 +179,7 @@ def worker(
             journal_dir=journal_dir,
             group_id=None if static else group_id,
             session_timeout_ms=session_timeout_ms,
+            metrics_port=metrics_port,
         ),
     )
 
@@ -193,6 +196,7 @@ def tool_executor(
             "out any outage, retrying with backoff and logging what it waits for.",
         ),
     ] = None,
+    metrics_port: MetricsPort = 0,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Run the demo tools (get_weather, lookup_invoice) for canonical tool calls and submit their results.
@@ -205,7 +209,12 @@ def tool_executor(
     _run_until_signal(
         "tool-executor",
         lambda stop: run_tool_executor(
-            servers, stop=stop, prefix=topic_prefix, rollout_stage=rollout_stage, outage=outage
+            servers,
+            stop=stop,
+            prefix=topic_prefix,
+            rollout_stage=rollout_stage,
+            outage=outage,
+            metrics_port=metrics_port,
         ),
     )
 

@@ -17,6 +17,7 @@ from turnledger.kafka.clients import kafka_outage, start_client
 from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, IngressEvent, ManifestIssued, ToolCallReady
+from turnledger.observability.server import serving
 from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
 from turnledger.topology import Topics
 
@@ -58,14 +59,43 @@ async def run_worker(
     outage: Backoff = FOREVER,
     group_id: str | None = "",
     session_timeout_ms: int = 10_000,
+    metrics_port: int = 0,
 ) -> None:
-    """Follow this worker's share of the manifests topic (`gateway/manifest_feed.py`: a consumer group,
+    """`metrics_port`: serve /metrics, /healthz and /readyz (ready once caught up and live); 0: off.
+
+    Follow this worker's share of the manifests topic (`gateway/manifest_feed.py`: a consumer group,
     default `<prefix>turnledger-workers`; `group_id=None`: every partition from the beginning, alone);
     go live (recover, then attempt) once caught up.
 
     Kafka outages are ridden out as `outage` says: at start, while reading, and while appending
     (an attempt whose appends wait too long loses its lease, and another worker continues it)."""
-    config = config or WorkerConfig()
+    box: list[DispatchWorker] = worker_box if worker_box is not None else []
+
+    def readiness() -> str | None:
+        if not box:
+            return "waiting for Kafka to start the ingress producer"
+        return None if box[-1].live else "catching up on the manifests topic"
+
+    async with serving(metrics_port, readiness):
+        await _run_worker(
+            bootstrap, endpoints, stop, prefix, config or WorkerConfig(), journal_dir, started, box, outage,
+            group_id, session_timeout_ms,
+        )  # fmt: skip
+
+
+async def _run_worker(
+    bootstrap: str,
+    endpoints: ProviderRoutes,
+    stop: asyncio.Event,
+    prefix: str,
+    config: WorkerConfig,
+    journal_dir: Path | None,
+    started: asyncio.Event | None,
+    worker_box: list[DispatchWorker],
+    outage: Backoff,
+    group_id: str | None,
+    session_timeout_ms: int,
+) -> None:
     topics = Topics(prefix)
     journal = WorkerJournal(journal_path(journal_dir, config.worker_id))
     try:
@@ -83,8 +113,7 @@ async def run_worker(
         async with DispatchWorker(
             RidingSink(client, bootstrap, stop, outage), endpoints, config=config, journal=journal
         ) as worker:
-            if worker_box is not None:
-                worker_box.append(worker)
+            worker_box.append(worker)
 
             async def on_batch(records: list[Frozen]) -> None:
                 await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
@@ -133,14 +162,38 @@ async def run_tool_executor(
     executor_box: list[ToolExecutor] | None = None,
     rollout_stage: RolloutStage = RolloutStage.ALL,
     outage: Backoff = FOREVER,
+    metrics_port: int = 0,
 ) -> None:
     """Consume canonical tool calls (a consumer group: each call is run by one executor).
+    `metrics_port`: serve /metrics, /healthz and /readyz (ready after its first poll); 0: off.
 
     Kafka outages are ridden out as `outage` says: at start, while reading, and while appending a
     batch's results (the batch is answered again once Kafka is back: its turn ids derive from the
     call ids, so results that did reach the ledger are refused as DUPLICATE_TURN, never added twice)."""
+    polled = asyncio.Event()
+    async with serving(metrics_port, lambda: None if polled.is_set() else "waiting for Kafka"):
+        await _run_tool_executor(
+            bootstrap, stop, prefix, tools, group_id, executor_box, rollout_stage, outage, polled
+        )
+
+
+async def _run_tool_executor(
+    bootstrap: str,
+    stop: asyncio.Event,
+    prefix: str,
+    tools: Mapping[str, ToolFn],
+    group_id: str,
+    executor_box: list[ToolExecutor] | None,
+    rollout_stage: RolloutStage,
+    outage: Backoff,
+    polled: asyncio.Event,
+) -> None:
     topics = Topics(prefix)
     classify = kafka_outage(bootstrap, "append tool results")
+
+    async def on_polled() -> None:
+        polled.set()
+
     try:
         client = await start_client(
             lambda: GatewayClient(bootstrap, topic=topics.ingress, client_id="turnledger-tool-executor"),
@@ -174,6 +227,7 @@ async def run_tool_executor(
             group_id=f"{prefix}{group_id}",
             client_id="turnledger-tool-executor",
             backoff=outage,
+            on_caught_up=on_polled,
         )
     except StopRequested:
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -27,6 +28,7 @@ from turnledger.gateway.worker_config import CrashHook, WorkerStats
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import StreamOutcome
 from turnledger.model.manifest import DispatchManifest
+from turnledger.observability import runtime_metrics as live
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,14 @@ class StreamReader:
             )
             phase.sources.add(bound.event_id)
 
+        api = str(endpoint.api)
+        sent_at = time.monotonic()
+        first_delta = [True]
+
         async def on_deltas(deltas: list[NormalizedDelta]) -> None:
+            if first_delta[0] and deltas:
+                first_delta[0] = False
+                live.PROVIDER_FIRST_DELTA_SECONDS.labels(api).observe(time.monotonic() - sent_at)
             self._leases.alive(key)
             event = await self._events.deltas(conv, op, generation, deltas)
             phase.sources.add(event.event_id)
@@ -103,6 +112,7 @@ class StreamReader:
         )
         outcome = StreamOutcome.COMPLETED
         stop = StopOnCancel(self._board.cancel_signal(key))
+        live.PROVIDER_REQUESTS.labels(api, "resume" if request.method == "GET" else "send").inc()
         try:
             async with self._http().stream(
                 request.method,
@@ -112,7 +122,9 @@ class StreamReader:
                 timeout=endpoint.route.timeout,
                 extensions={OPERATION_EXTENSION: key},
             ) as response:
+                live.PROVIDER_REQUEST_SECONDS.labels(api).observe(time.monotonic() - sent_at)
                 if response.status_code >= 400:
+                    live.PROVIDER_ERRORS.labels(api, str(response.status_code)).inc()
                     await response.aread()  # never kept: an error body may quote the credential
                     self._stats.bump(f"http_{response.status_code}")
                     outcome = StreamOutcome.PROVIDER_ERROR
@@ -128,6 +140,7 @@ class StreamReader:
                         with stop.feeding():
                             await pump.close()
         except httpx.TransportError as exc:
+            live.PROVIDER_ERRORS.labels(api, "disconnect").inc()
             self._stats.bump("disconnects")
             log.debug("%s generation %d: transport ended: %r", op, generation, exc)
             outcome = StreamOutcome.DISCONNECTED
@@ -137,6 +150,7 @@ class StreamReader:
         finally:
             stop.close()
             self._board.release_cancel_signal(key)
+        live.PROVIDER_STREAM_SECONDS.labels(api).observe(time.monotonic() - sent_at)
         if stop.fired:
             # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
             # connection is closed; the verdict CANCELLED confirms the attempt terminated.

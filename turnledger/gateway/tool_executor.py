@@ -29,6 +29,8 @@ from turnledger.gateway.rollout import RolloutStage, protocol_runs_tool_calls
 from turnledger.model.events import ToolCallReady
 from turnledger.model.graph import ResultStatus
 from turnledger.model.tools import ToolDefinition
+from turnledger.observability import runtime_metrics as live
+from turnledger.streaming.strict_arguments import ArgumentError, validate_arguments
 
 ToolFn = Callable[[dict[str, Any]], str]
 
@@ -94,6 +96,18 @@ DEMO_TOOLS: tuple[ToolDefinition, ...] = (
 )
 
 DEMO_IMPLEMENTATIONS: Mapping[str, ToolFn] = {"get_weather": get_weather, "lookup_invoice": lookup_invoice}
+DEMO_SCHEMAS: Mapping[str, Mapping[str, Any]] = {t.name: t.input_schema for t in DEMO_TOOLS}
+
+
+def is_partial(call: ToolCallReady, schemas: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Did an incomplete call reach the topic: arguments that are no strict JSON object, or that fail the
+    schema the executor holds for the tool? (A tool it holds no schema for is checked for JSON only.)"""
+    schema = schemas.get(call.tool_name, {"type": "object"})
+    try:
+        validate_arguments(call.arguments, schema)
+    except ArgumentError:
+        return True
+    return False
 
 
 def run_call(call: ToolCallReady, tools: Mapping[str, ToolFn]) -> ToolResult:
@@ -127,15 +141,20 @@ class ToolExecutor:
         sink: IngressSink,
         tools: Mapping[str, ToolFn] = DEMO_IMPLEMENTATIONS,
         rollout_stage: RolloutStage = RolloutStage.ALL,
+        schemas: Mapping[str, Mapping[str, Any]] = DEMO_SCHEMAS,
     ) -> None:
         self.events = WorkerEvents(sink, "tool-executor")
         self.tools = tools
+        self.schemas = schemas
         self.runs_calls = protocol_runs_tool_calls(rollout_stage)
         self.calls_run = 0
         self.errors = 0
         self.left_to_legacy = 0
 
     async def handle(self, calls: Sequence[ToolCallReady]) -> None:
+        for call in calls:
+            if is_partial(call, self.schemas):
+                live.PARTIAL_TOOL_DISPATCHES.inc()
         if not self.runs_calls:
             self.left_to_legacy += len(calls)
             return
@@ -144,6 +163,8 @@ class ToolExecutor:
             turns.setdefault((call.conversation_id, call.revision), []).append(call)
         for (conversation_id, _revision), group in turns.items():
             results = [run_call(call, self.tools) for call in group]
+            for result in results:
+                live.TOOL_CALLS.labels(result.tool_name, str(result.status)).inc()
             self.calls_run += len(results)
             self.errors += sum(1 for r in results if r.status == ResultStatus.ERROR)
             await self.events.sink.append(self.events.tool_results(conversation_id, results))

@@ -64,6 +64,7 @@ class ProcessorApp:
         self._finished = asyncio.Event()
         self._failure: BaseException | None = None
         self._started = False
+        self._assigned = False
 
     # ----------------------------------------------------------------------------------- control
 
@@ -85,6 +86,45 @@ class ProcessorApp:
     def owned(self) -> list[int]:
         """The partitions with a running term."""
         return sorted(self._terms)
+
+    def readiness(self) -> str | None:
+        """None once the consumer is up, an assignment arrived and every owned partition is processing;
+        else what the process still waits for (`/readyz`)."""
+        if not self._started:
+            return "the consumer has not started (waiting for Kafka or its topics)"
+        if not self._assigned:
+            return "no partition assignment from the consumer group yet"
+        starting = [p for p in self.owned if not self.processors[p].ready.is_set()]
+        if starting:
+            return f"partitions {starting} are restoring their state"
+        return None
+
+    def consumer_lag(self) -> dict[int, int]:
+        """Per owned partition: the last stable offset the consumer saw minus the committed offset."""
+        consumer = self._consumer
+        lag: dict[int, int] = {}
+        if consumer is None:
+            return lag
+        for p in self.owned:
+            processor = self.processors[p]
+            try:
+                end = consumer.last_stable_offset(processor.tp) or consumer.highwater(processor.tp)
+            except (AssertionError, KeyError, ValueError):  # not (or no longer) assigned
+                continue
+            if end is not None:
+                lag[p] = max(0, end - (processor.committed_offset or 0))
+        return lag
+
+    def state_sizes(self) -> dict[int, int]:
+        sizes: dict[int, int] = {}
+        for p in self.owned:
+            store = self.processors[p].store
+            if store is not None:
+                try:
+                    sizes[p] = len(store)  # type: ignore[arg-type]
+                except TypeError:
+                    continue
+        return sizes
 
     async def run(self, *, handle_signals: bool = True) -> dict[int, ProcessorExit]:
         """Run until stopped (or, with static ownership, until every partition ended); raises the first
@@ -132,6 +172,7 @@ class ProcessorApp:
     def acquire(self, partitions: Sequence[int]) -> None:
         """Start a term for each partition (no-op for one already running, or while stopping)."""
         assert self._consumer is not None
+        self._assigned = True
         for p in partitions:
             if self._stopping.is_set() or p in self._terms:
                 continue

@@ -14,6 +14,7 @@ import typer
 
 from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka.clients import kafka_outage
+from turnledger.observability.server import MetricsPort
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import GroupSettings, ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import (
@@ -25,6 +26,7 @@ from turnledger.processors.errors import (
     TopicMismatchError,
 )
 from turnledger.processors.fold_spec import DEFAULT_FOLD_SPEC, FoldSpecError, load_fold_factory
+from turnledger.processors.health import serve_processor_metrics
 from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.ownership import owned_partitions
 from turnledger.processors.topics import ensure_topics
@@ -125,6 +127,7 @@ def process(
             "no supervisor should do).",
         ),
     ] = None,
+    metrics_port: MetricsPort = 0,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
 ) -> None:
     """Fold the ingress topic exactly once: one transactional processor per partition.
@@ -136,6 +139,9 @@ def process(
 
     SIGTERM or Ctrl-C commits the open batches, then exits 0; a second signal stops at once.
     With --processes N the signals go to every child; a child that fails stops the others.
+
+    --metrics-port P serves /metrics, /healthz and /readyz (ready: an assignment arrived and every
+    owned partition restored its state); with --processes N, child k serves on P + k instead.
 
     Exit codes: 1 a partition failed (or a child process died), 2 bad usage or Kafka unreachable
     for longer than --max-outage, 3 fenced by another processor (static partitions); with
@@ -181,11 +187,14 @@ def process(
                 backoff=config.outage,
             )
         if processes > 1:
-            group = await _process_group(config, fold, owned, processes, log_level, static=static)
+            group = await _process_group(
+                config, fold, owned, processes, log_level, static=static, metrics_port=metrics_port
+            )
             if group is not None:
                 return await group.run()
         app = ProcessorApp(config, lambda p: factory(topics, p), partitions=owned, group=not static)
-        return await app.run()
+        async with serve_processor_metrics(metrics_port, app):
+            return await app.run()
 
     try:
         results = asyncio.run(main())
@@ -212,14 +221,15 @@ async def _process_group(
     log_level: str,
     *,
     static: bool,
+    metrics_port: int = 0,
 ) -> ProcessGroup | None:
     """The children for `--processes N`: group members, or (static) the owned partitions dealt over at
     most one process per partition; None when that leaves one."""
     if not static:
         log.info("%d processes, each a member of consumer group %r", processes, config.offsets_group)
-        return ProcessGroup(config, fold, None, processes, log_level=log_level)
+        return ProcessGroup(config, fold, None, processes, log_level=log_level, metrics_port=metrics_port)
     owned = await owned_partitions(config, requested)
-    group = ProcessGroup(config, fold, owned, processes, log_level=log_level)
+    group = ProcessGroup(config, fold, owned, processes, log_level=log_level, metrics_port=metrics_port)
     if len(group.groups) < processes:
         log.warning(
             "--processes %d capped to %d: %d owned partitions (%s), at most one process each",

@@ -46,6 +46,7 @@ from turnledger.processors.errors import (
     TopicMismatchError,
 )
 from turnledger.processors.fold_spec import load_fold_factory
+from turnledger.processors.health import serve_processor_metrics
 from turnledger.processors.partition import PartitionProcessor
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class ChildSpec:
     partitions: tuple[int, ...] | None
     """None: a member of the consumer group."""
     log_level: str
+    metrics_port: int = 0
+    """This child's /metrics port (0: off)."""
 
     @property
     def name(self) -> str:
@@ -150,7 +153,8 @@ async def _run_child(spec: ChildSpec, conn: Connection) -> int:
         loop.add_signal_handler(sig, stop, f"received {sig.name}")
     loop.add_reader(conn.fileno(), on_message)
     try:
-        results = await app.run(handle_signals=False)
+        async with serve_processor_metrics(spec.metrics_port, app):
+            results = await app.run(handle_signals=False)
     except (KafkaUnavailableError, TopicMismatchError) as exc:
         _send(conn, ("failed", EXIT_USAGE, str(exc)))
         return EXIT_USAGE
@@ -219,7 +223,9 @@ class ProcessGroup:
         processes: int,
         *,
         log_level: str = "INFO",
+        metrics_port: int = 0,
     ) -> None:
+        """`metrics_port`: child k (1-based) serves its metrics on `metrics_port + k` (0: off)."""
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         self.groups: list[list[int] | None] = (
@@ -228,6 +234,7 @@ class ProcessGroup:
         self.config = config
         self.fold = fold
         self.log_level = log_level
+        self.metrics_port = metrics_port
         self.ready = asyncio.Event()
         """Set once every child has restored its partitions' state and is about to process."""
         self.children: list[_Child] = []
@@ -266,7 +273,8 @@ class ProcessGroup:
         count = len(self.groups)
         for index, partitions in enumerate(self.groups, start=1):
             owned = None if partitions is None else tuple(partitions)
-            spec = ChildSpec(index, count, self.config, self.fold, owned, self.log_level)
+            port = self.metrics_port + index if self.metrics_port else 0
+            spec = ChildSpec(index, count, self.config, self.fold, owned, self.log_level, port)
             parent_conn, child_conn = ctx.Pipe()
             process = ctx.Process(target=child_main, args=(spec, child_conn), name=f"turnledger-{spec.name}")
             with _signals_ignored():

@@ -68,6 +68,7 @@ from turnledger.kafka.clients import (
     read_committed_consumer,
     wait_for_topics,
 )
+from turnledger.observability import runtime_metrics as live
 from turnledger.processors.config import ProcessorConfig
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,7 @@ class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         partitions = self._ours(assigned)
         log.info("rebalance: partitions %s assigned", partitions)
+        live.PROCESSOR_REBALANCES.inc()
         self.host.keep_only(partitions)
         self.host.acquire(partitions)
 

@@ -25,12 +25,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from turnledger.errors import KafkaUnavailableError, ServiceUnavailable
 from turnledger.kafka.clients import close_client, kafka_outage, start_client, transactional_producer
+from turnledger.observability import runtime_metrics as live
 from turnledger.processors.batching import collect_batch
 from turnledger.processors.changelog import RestoreResult, read_position, restore_from_changelog, settle
 from turnledger.processors.config import ProcessorConfig, ProcessorExit, ProcessorMetrics, transactional_id
@@ -41,7 +43,7 @@ from turnledger.processors.folding import fold_batch
 from turnledger.processors.gc_tuning import tune_gc
 from turnledger.processors.store import OverlayStore, PartitionStore, open_partition_store
 from turnledger.processors.transaction import BatchAborted, PartitionTransactions, ProducerBroken
-from turnledger.records import SourceRecord
+from turnledger.records import OutputRecord, SourceRecord
 from turnledger.retry import StopRequested
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,8 @@ class PartitionProcessor:
         self._store_current = False
         self._stop = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
+        self._streams = {topic: str(stream) for topic, stream in config.topics.by_topic().items()}
+        self._partition_label = str(partition)
 
     # ------------------------------------------------------------------------------ term control
 
@@ -141,6 +145,7 @@ class PartitionProcessor:
                     self.ready.set()
                     await self._loop(feed)
                 except ProducerFencedError as exc:
+                    live.PROCESSOR_FENCED.inc()
                     log.error("partition %d: %s", self.partition, exc)
                     self.drop_state()
                     return ProcessorExit.FENCED
@@ -185,6 +190,7 @@ class PartitionProcessor:
         cfg = self.config
         feed.pause()
         self.metrics.ownerships += 1
+        live.PROCESSOR_TERMS.inc()
         self._producer = await start_client(
             lambda: transactional_producer(
                 cfg.bootstrap,
@@ -270,6 +276,7 @@ class PartitionProcessor:
         self.metrics.restored_records = result.records
         self.metrics.restores += 1
         self.metrics.restore_seconds_last = result.seconds
+        live.PROCESSOR_RESTORE_SECONDS.observe(result.seconds)
         if cfg.gc_gen0_threshold is not None:
             tune_gc(cfg.gc_gen0_threshold)
         return result
@@ -308,6 +315,7 @@ class PartitionProcessor:
                 aborts = failures = 0
             except BatchAborted as exc:
                 self.metrics.aborted_batches += 1
+                live.PROCESSOR_ABORTS.inc()
                 failures += 1
                 log.warning(
                     "partition %d: offsets %d..%d rolled back (%s); folding them again",
@@ -341,7 +349,9 @@ class PartitionProcessor:
             overlay.discard()
             raise
         m = self.metrics
-        m.observe_commit(time.monotonic() - started)
+        seconds = time.monotonic() - started
+        m.observe_commit(seconds)
+        self._count_committed(batch, outcome.outputs, len(overlay.dirty), outcome.poisoned, seconds)
         m.records_in += len(batch)
         m.outputs_out += len(outcome.outputs)
         m.changelog_out += len(overlay.dirty)
@@ -351,3 +361,22 @@ class PartitionProcessor:
         overlay.commit()
         self._store_current = True
         self.committed_offset = next_offset
+
+    def _count_committed(
+        self,
+        batch: list[SourceRecord],
+        outputs: list[OutputRecord],
+        changelog: int,
+        poisoned: int,
+        seconds: float,
+    ) -> None:
+        """The live counters, from what the transaction that just committed wrote (and only then: a
+        batch aborted and folded again is counted once, when it commits)."""
+        live.PROCESSOR_BATCH_RECORDS.observe(len(batch))
+        live.PROCESSOR_TRANSACTION_SECONDS.observe(seconds)
+        live.PROCESSOR_RECORDS.labels(self._partition_label).inc(len(batch))
+        for topic, n in Counter(out.topic for out in outputs).items():
+            live.PROCESSOR_OUTPUTS.labels(self._streams.get(topic, topic)).inc(n)
+        live.PROCESSOR_CHANGELOG.inc(changelog)
+        if poisoned:
+            live.PROCESSOR_POISON.inc(poisoned)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
@@ -19,6 +19,11 @@ from turnledger.projections.script import APPLY_SCRIPT
 class ApplyResult:
     applied: int
     skipped: int
+    flags: str = ""
+    """One character per group of the plan: "1" applied by this call, "0" skipped (applied before)."""
+
+    def applied_indexes(self) -> list[int]:
+        return [i for i, flag in enumerate(self.flags) if flag == "1"]
 
 
 class ScriptApplier:
@@ -49,13 +54,16 @@ class ScriptApplier:
             result = await self._call(await self.load(), plan, epoch)
         if int(result[0]) < 0:
             raise EpochChangedError(epoch)
-        return ApplyResult(int(result[0]), int(result[1]))
+        flags = result[2] if len(result) > 2 else b""
+        return ApplyResult(
+            int(result[0]), int(result[1]), flags.decode() if isinstance(flags, bytes) else flags
+        )
 
-    async def _call(self, sha: str, plan: BatchPlan, epoch: str | None) -> list[int]:
-        # The script returns {n_applied, n_skipped}, which redis-py gives as a list of ints.
+    async def _call(self, sha: str, plan: BatchPlan, epoch: str | None) -> list[Any]:
+        # The script returns {n_applied, n_skipped, flags}: redis-py gives [int, int, bytes].
         args = [plan.argv] if epoch is None else [plan.argv, epoch]
         result = await self.redis.evalsha(sha, len(plan.keys), *plan.keys, *args)
-        return cast(list[int], result)
+        return cast(list[Any], result)
 
 
 class EpochChangedError(ProjectionError):

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from turnledger.errors import MissingTopicError, ProjectionError, RedisUnavailableError, ServiceUnavailable
+from turnledger.observability.server import MetricsPort
 from turnledger.processors.errors import TopicMismatchError
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
@@ -105,12 +106,17 @@ def project_command(
             "Unset: ride out any outage, retrying with backoff and logging what it waits for.",
         ),
     ] = None,
+    metrics_port: MetricsPort = 0,
 ) -> None:
     """Project the output topics into Redis, exactly once per partition offset.
 
     Follows the topics until SIGTERM/Ctrl-C, as a member of a consumer group unless --static;
     Kafka and Redis outages (at start or later, restarts included) are waited out.
+
+    --metrics-port P serves /metrics (the spec's metrics, counted from the records this projector
+    applied, and its own), /healthz and /readyz (ready: partitions assigned and positioned, no outage).
     """
+    from turnledger.observability.spec_metrics import SpecMetrics, serve_spec_metrics
     from turnledger.projections.projector import Projector, ProjectorStats
     from turnledger.projections.settings import FollowSettings
     from turnledger.retry import Backoff
@@ -134,8 +140,14 @@ def project_command(
     async def main() -> ProjectorStats:
         # following waits for a Redis that is down; a one-shot run says so at once
         redis = await connect(url) if until_caught_up else aioredis.from_url(url, socket_connect_timeout=5)
+        spec = SpecMetrics()
         projector = Projector(
-            redis, servers, Topics(topic_prefix), ProjectionKeys(key_prefix), batch_size=batch_size
+            redis,
+            servers,
+            Topics(topic_prefix),
+            ProjectionKeys(key_prefix),
+            batch_size=batch_size,
+            on_applied=lambda applied: spec.observe(d.record for d in applied if d.record is not None),
         )
         try:
             if until_caught_up:
@@ -146,7 +158,8 @@ def project_command(
                 loop.add_signal_handler(sig, stop.set)
             how = "alone" if follow.group_id is None else f"in consumer group {follow.group_id!r}"
             err.print(f"projecting {servers} -> {url} (keys {key_prefix!r}) {how}; Ctrl-C to stop")
-            return await projector.run_forever(stop, follow=follow)
+            async with serve_spec_metrics(metrics_port, spec, projector.readiness):
+                return await projector.run_forever(stop, follow=follow)
         finally:
             await redis.aclose()
 

@@ -42,6 +42,7 @@ from turnledger.kafka.clients import (
 )
 from turnledger.kafka.positions import seek_all
 from turnledger.kafka.reading import partitions_of, source_record
+from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import EpochChangedError, ensure_epoch
 from turnledger.projections.settings import FollowSettings
 from turnledger.retry import StopRequested, ride_out
@@ -63,6 +64,8 @@ class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         log.info("rebalance: %d partitions assigned: %s", len(assigned), _names(assigned))
+        live.PROJECTOR_REBALANCES.inc()
+        self.follower.assigned = True
         self.follower.to_position(assigned)
 
 
@@ -77,6 +80,22 @@ class Follower:
         self.consumer: AIOKafkaConsumer | None = None
         self.unpositioned: set[TopicPartition] = set()
         """Owned partitions to seek to `applied + 1` (kept paused until then)."""
+        self.assigned = False
+        """An assignment arrived (static: the partitions were listed)."""
+        self.outage: str | None = None
+        """What the follower is waiting out now (Kafka or Redis), None when its last round went through."""
+
+    def readiness(self) -> str | None:
+        """None once following: the consumer started, partitions assigned and positioned, no outage."""
+        if self.consumer is None:
+            return "the consumer has not started (waiting for Kafka or Redis)"
+        if not self.assigned:
+            return "no partition assignment yet"
+        if self.outage is not None:
+            return self.outage
+        if self.unpositioned:
+            return f"{len(self.unpositioned)} partitions not positioned at their applied offsets yet"
+        return None
 
     def to_position(self, tps: set[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -149,6 +168,7 @@ class Follower:
             )
             consumer.assign(partitions)
             self.to_position(set(partitions))
+            self.assigned = True
         else:
             consumer.subscribe(list(p.streams), listener=_Rebalances(self))
             log.info("joining consumer group %r for %d topics", self.settings.group_id, len(p.streams))
@@ -203,6 +223,7 @@ class Follower:
                     if report is not None:
                         report(stats)
                 outage_began = None
+                self.outage = None
                 delays = s.outage.delays()
             except EpochChangedError as exc:
                 log.warning("%s: positioning every partition again", exc)
@@ -213,6 +234,7 @@ class Follower:
                     raise
                 now = time.monotonic()
                 outage_began = outage_began or now
+                self.outage = str(outage)
                 limit = s.outage.max_outage_s
                 if limit is not None and now - outage_began >= limit:
                     raise outage from exc

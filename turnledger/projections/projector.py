@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from aiokafka import TopicPartition
@@ -25,6 +27,7 @@ from turnledger.errors import RedisUnavailableError, ServiceUnavailable
 from turnledger.kafka.clients import close_client
 from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.base import Frozen
+from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import ScriptApplier, ensure_epoch
 from turnledger.projections.keys import EPOCH_FIELD, ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
@@ -34,8 +37,12 @@ from turnledger.records import SourceRecord
 from turnledger.retry import Classify
 from turnledger.topology import PROJECTED_STREAMS, Topics
 
+if TYPE_CHECKING:
+    from turnledger.projections.follow import Follower
+
 log = logging.getLogger(__name__)
 
+OnApplied = Callable[[list[DecodedRecord]], None]
 BeforeApply = Callable[[BatchPlan], Awaitable[None]]
 """Test hook run before each script call; raising there simulates a crash before EVALSHA."""
 
@@ -77,6 +84,19 @@ async def applied_offsets(redis: aioredis.Redis, keys: ProjectionKeys) -> dict[s
     return {k.decode(): int(v) for k, v in raw.items() if k.decode() != EPOCH_FIELD}
 
 
+def _count(decoded: Sequence[DecodedRecord], applied: Sequence[DecodedRecord]) -> None:
+    applied_by_stream = Counter(d.stream for d in applied)
+    for stream, n in Counter(d.stream for d in decoded).items():
+        done = applied_by_stream.get(stream, 0)
+        if done:
+            live.PROJECTOR_RECORDS.labels(stream, "applied").inc(done)
+        if n - done:
+            live.PROJECTOR_RECORDS.labels(stream, "skipped").inc(n - done)
+    undecodable = sum(1 for d in applied if d.record is None)
+    if undecodable:
+        live.PROJECTOR_UNDECODABLE.inc(undecodable)
+
+
 def redis_outage(redis: aioredis.Redis) -> Classify:
     """Classifier for `ride_out`: a Redis that cannot be reached, times out or is still loading."""
 
@@ -105,15 +125,21 @@ class Projector:
         *,
         batch_size: int = 1000,
         before_apply: BeforeApply | None = None,
+        on_applied: OnApplied | None = None,
     ) -> None:
+        """`on_applied(records)` runs after every script call with the decoded records that call
+        applied (never those it skipped as applied before): what the live metrics count."""
         self.redis = redis
         self.bootstrap = bootstrap
         self.streams = topics.by_topic(PROJECTED_STREAMS)
         self.keys = keys
         self.batch_size = batch_size
         self.before_apply = before_apply
+        self.on_applied = on_applied
         self.planner = Planner(keys)
         self.applier = ScriptApplier(redis)
+        self.follower: Follower | None = None
+        """The follow mode's state while `run_forever` runs (readiness)."""
         self.epoch: str | None = None
         """The offsets hash's epoch token read before positioning (`applier.ensure_epoch`)."""
 
@@ -134,10 +160,16 @@ class Projector:
         plan = self.planner.plan(decoded)
         if self.before_apply is not None:
             await self.before_apply(plan)
+        began = time.perf_counter()
         try:
             result = await self.applier.apply(plan, epoch=self.epoch)
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise RedisUnavailableError(url_of(self.redis), exc) from exc
+        live.PROJECTOR_APPLY_SECONDS.observe(time.perf_counter() - began)
+        applied = [decoded[i] for i in result.applied_indexes()]
+        _count(decoded, applied)
+        if self.on_applied is not None:
+            self.on_applied(applied)
         stats.batches += 1
         stats.applied += result.applied
         stats.skipped += result.skipped
@@ -176,4 +208,11 @@ class Projector:
         Kafka and Redis are ridden out as `follow.outage` says (`follow.py`)."""
         from turnledger.projections.follow import Follower
 
-        return await Follower(self, follow or FollowSettings()).run(stop or asyncio.Event(), report)
+        self.follower = Follower(self, follow or FollowSettings())
+        return await self.follower.run(stop or asyncio.Event(), report)
+
+    def readiness(self) -> str | None:
+        """`/readyz`: None while following with every owned partition positioned and no outage."""
+        if self.follower is None:
+            return "not following the topics"
+        return self.follower.readiness()

@@ -10,7 +10,8 @@ instead of writing a batch onto an empty projection. A record applies only when
 its offset is greater than the partition's applied offset: offsets have gaps
 (transaction markers take offsets), so contiguity is never checked. Offsets travel
 and are stored as strings because Lua would print large numbers in exponent form.
-Returns {applied, skipped}.
+Returns {applied, skipped, flags}: flags has one character per group, "1" where the group was
+applied, "0" where it was skipped (the projector counts the live metrics from exactly the applied ones).
 """
 
 APPLY_SCRIPT = """\
@@ -67,6 +68,7 @@ local function run(op)
 end
 
 local n_applied, n_skipped = 0, 0
+local flags = {}
 for _, group in ipairs(groups) do
   local source, offset = group[1], tonumber(group[2])
   local current = applied[source]
@@ -82,12 +84,14 @@ for _, group in ipairs(groups) do
     applied[source] = offset
     changed[source] = group[2]
     n_applied = n_applied + 1
+    flags[#flags + 1] = '1'
   else
     n_skipped = n_skipped + 1
+    flags[#flags + 1] = '0'
   end
 end
 for source, offset in pairs(changed) do
   redis.call('HSET', KEYS[1], source, offset)
 end
-return {n_applied, n_skipped}
+return {n_applied, n_skipped, table.concat(flags)}
 """

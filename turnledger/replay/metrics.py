@@ -107,7 +107,7 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
     resumable = {
         (i.manifest.conversation_id, i.manifest.operation_id)
         for i in evidence.of("manifests", ManifestIssued)
-        if _resumable(i.manifest.adapter, i.manifest.request_body)
+        if resumable_request(i.manifest.adapter, i.manifest.request_body)
     }
     for op, decisions in by_op.items():
         _unknown_ages(m, decisions, now_ms)
@@ -142,7 +142,7 @@ def _unknown_ages(m: Metrics, decisions: list[DispatchDecision], now_ms: int) ->
         m.unknown_open_max_age_ms = max(m.unknown_open_max_age_ms, now_ms - since)
 
 
-def _resumable(adapter: str, request_body: str) -> bool:
+def resumable_request(adapter: str, request_body: str) -> bool:
     """Does the API keep this exact request's response for a resume (its profile's rule)?"""
     profile = PROFILES.get(api_of(adapter))
     body = orjson.loads(request_body)

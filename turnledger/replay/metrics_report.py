@@ -91,6 +91,7 @@ def metrics_json(m: Metrics) -> dict[str, Any]:
             "p50": percentile(ages, 0.5),
             "p95": percentile(ages, 0.95),
             "max": max(ages, default=0),
+            "sum": sum(ages),
         },
         "unknownOpen": m.unknown_open,
         "unknownOpenMaxAgeMs": m.unknown_open_max_age_ms,

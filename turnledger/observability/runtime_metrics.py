@@ -1,0 +1,96 @@
+"""The services' own metric families (module-level, in prometheus-client's default registry).
+
+Processor counters are incremented only after the batch's transaction committed, from what that
+transaction wrote: an aborted batch (retried, then committed once) is counted once, at its commit.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+RECORD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# ------------------------------------------------------------------------------------------ processor
+PROCESSOR_BATCH_RECORDS = Histogram(
+    "turnledger_processor_batch_records", "Input records per committed batch.", buckets=RECORD_BUCKETS
+)
+PROCESSOR_TRANSACTION_SECONDS = Histogram(
+    "turnledger_processor_transaction_seconds",
+    "Time to write and commit one batch's transaction (outputs, changelog, offsets).",
+    buckets=LATENCY_BUCKETS,
+)
+PROCESSOR_RECORDS = Counter(
+    "turnledger_processor_input_records", "Ingress records folded by committed transactions.", ["partition"]
+)
+PROCESSOR_OUTPUTS = Counter(
+    "turnledger_processor_output_records", "Output records written by committed transactions.", ["stream"]
+)
+PROCESSOR_CHANGELOG = Counter(
+    "turnledger_processor_changelog_records", "State records written by committed transactions."
+)
+PROCESSOR_POISON = Counter(
+    "turnledger_processor_poison_records", "Records that raised in the fold, replaced by a rejection."
+)
+PROCESSOR_ABORTS = Counter("turnledger_processor_aborted_transactions", "Batches rolled back (then retried).")
+PROCESSOR_FENCED = Counter(
+    "turnledger_processor_fenced", "Partition terms ended because another owner initialised the producer."
+)
+PROCESSOR_TERMS = Counter(
+    "turnledger_processor_terms", "Partition terms started (assignments, and starting over after outages)."
+)
+PROCESSOR_REBALANCES = Counter(
+    "turnledger_processor_rebalances", "Partition assignments received from the consumer group."
+)
+PROCESSOR_RESTORE_SECONDS = Histogram(
+    "turnledger_processor_restore_seconds", "Time to restore a partition's state from its changelog.",
+    buckets=LATENCY_BUCKETS,
+)  # fmt: skip
+
+# ------------------------------------------------------------------------------------------ projector
+PROJECTOR_RECORDS = Counter(
+    "turnledger_projector_records",
+    "Output records the projector read, by stream and outcome (applied, skipped: applied before).",
+    ["stream", "outcome"],
+)
+PROJECTOR_UNDECODABLE = Counter("turnledger_projector_undecodable_records", "Records that did not decode.")
+PROJECTOR_APPLY_SECONDS = Histogram(
+    "turnledger_projector_apply_seconds", "Time of one batch's script call.", buckets=LATENCY_BUCKETS
+)
+PROJECTOR_REBALANCES = Counter("turnledger_projector_rebalances", "Partition assignments received.")
+
+# --------------------------------------------------------------------------------------------- worker
+PROVIDER_REQUESTS = Counter(
+    "turnledger_provider_requests", "HTTP requests sent to providers.", ["api", "kind"]
+)
+PROVIDER_REQUEST_SECONDS = Histogram(
+    "turnledger_provider_request_seconds",
+    "From sending a provider request to its response headers.",
+    ["api"],
+    buckets=LATENCY_BUCKETS,
+)
+PROVIDER_STREAM_SECONDS = Histogram(
+    "turnledger_provider_stream_seconds",
+    "From sending a provider request to the end of its stream.",
+    ["api"],
+    buckets=LATENCY_BUCKETS,
+)
+PROVIDER_FIRST_DELTA_SECONDS = Histogram(
+    "turnledger_provider_time_to_first_delta_seconds",
+    "From sending a provider request to the first normalized delta it yielded.",
+    ["api"],
+    buckets=LATENCY_BUCKETS,
+)
+PROVIDER_ERRORS = Counter(
+    "turnledger_provider_errors",
+    "Provider requests that failed: an HTTP error status (status=4xx/5xx code) or a disconnect.",
+    ["api", "error"],
+)
+
+# ------------------------------------------------------------------------------------- tool executor
+TOOL_CALLS = Counter("turnledger_tool_calls", "Tool calls run by the tool executor.", ["tool", "status"])
+PARTIAL_TOOL_DISPATCHES = Counter(
+    "turnledger_partial_tool_dispatches",
+    "Tool calls that reached turnledger.tool-calls with arguments that do not parse or do not validate "
+    "against the tool's schema, or for a tool the executor does not have. Must stay 0: alert on it.",
+)
