@@ -38,7 +38,8 @@ from turnledger.model.graph import (
     block_digest,
 )
 from turnledger.model.reasons import ReasonCode
-from turnledger.sequence.arguments import argument_digest_of, parse_arguments
+from turnledger.model.strict_json import JsonRefusal
+from turnledger.sequence.arguments import argument_digest_of, argument_verdict
 from turnledger.sequence.graph_state import CallRecord
 from turnledger.sequence.scan import TurnScan
 
@@ -179,14 +180,32 @@ def _scoped_input_boundary(block: Block, scan: TurnScan) -> str | None:
     return None
 
 
+def _argument_refusal(block: Block) -> JsonRefusal | None:
+    if block.kind != BlockKind.TOOL_CALL or block.arguments is None:
+        return None
+    verdict = argument_verdict(block.arguments)
+    return verdict if isinstance(verdict, JsonRefusal) else None
+
+
 def incomplete_arguments(block: Block, scan: TurnScan) -> str | None:
+    """Arguments cut short (a proper prefix of some JSON text), or declared incomplete."""
     if block.kind != BlockKind.TOOL_CALL:
         return None
+    refusal = _argument_refusal(block)
+    if refusal is not None:
+        truncated = refusal.reason == ReasonCode.TRUNCATED_ARGUMENTS
+        return f"arguments are truncated: {refusal.detail}" if truncated else None
     if block.argument_state != ArgumentState.COMPLETE:
         return f"argument state is {block.argument_state!r}"
-    if parse_arguments(block.arguments) is None:
-        return "arguments are not a complete JSON object"
     return None
+
+
+def invalid_arguments(block: Block, scan: TurnScan) -> str | None:
+    """Arguments that no continuation makes valid: the strict parse the stream path uses refuses them."""
+    refusal = _argument_refusal(block)
+    if refusal is None or refusal.reason == ReasonCode.TRUNCATED_ARGUMENTS:
+        return None
+    return f"arguments are not strict JSON: {refusal.detail}"
 
 
 def non_terminal_result(block: Block, scan: TurnScan) -> str | None:
@@ -254,6 +273,7 @@ RULES: tuple[Rule, ...] = (
     Rule(ReasonCode.DUPLICATE_BLOCK_ID, duplicate_block_id),
     Rule(ReasonCode.SCOPE_BOUNDARY_CROSSED, scope_boundary),
     Rule(ReasonCode.INCOMPLETE_ARGUMENTS, incomplete_arguments),
+    Rule(ReasonCode.INVALID_ARGUMENTS_JSON, invalid_arguments),
     Rule(ReasonCode.NON_TERMINAL_RESULT, non_terminal_result),
     Rule(ReasonCode.DUPLICATE_CALL_ID, duplicate_call_id),
     Rule(ReasonCode.ORPHANED_RESULT, orphaned_result),
