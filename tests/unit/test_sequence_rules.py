@@ -9,6 +9,7 @@ import pytest
 
 from turnledger.model.events import SubmittedBlock
 from turnledger.model.graph import Block
+from turnledger.model.limits import DEFAULT_LIMITS
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence import (
     RULES,
@@ -146,6 +147,18 @@ CASES: dict[str, tuple[ReasonCode, Callable[[], ValidationOutcome]]] = {
     "invalid_arguments": (
         ReasonCode.INVALID_ARGUMENTS_JSON,
         lambda: run(with_turn(1, [call("c1", "call-1", args='{"q": "x", "q": "y"}')])),
+    ),
+    "unencodable_text": (
+        ReasonCode.UNENCODABLE_TEXT,
+        lambda: run(with_turn(3, [text("u2", body="a \ud800")])),
+    ),
+    "block_too_large": (
+        ReasonCode.BLOCK_TOO_LARGE,
+        lambda: run(with_turn(3, [text("u2", body="x" * (DEFAULT_LIMITS.max_block_bytes + 1))])),
+    ),
+    "too_many_blocks": (
+        ReasonCode.TOO_MANY_BLOCKS,
+        lambda: run(with_turn(3, [text(f"u2-{i}") for i in range(DEFAULT_LIMITS.max_blocks_per_turn + 1)])),
     ),
     "non_terminal_result": (
         ReasonCode.NON_TERMINAL_RESULT,

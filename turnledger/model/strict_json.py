@@ -48,18 +48,14 @@ class JsonRefusal:
     detail: str
 
 
-class _Refused(ValueError):
-    pass
-
-
 def _refuse_constant(name: str) -> Any:
-    raise _Refused(f"{name} is not JSON")
+    raise ValueError(f"{name} is not JSON")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused(f"number {text[:40]} overflows a double")
+        raise ValueError(f"number {text[:40]} overflows a double")
     return value
 
 
@@ -69,7 +65,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _Refused(f"duplicate key {key!r}")
+                raise ValueError(f"duplicate key {key!r}")
             seen.add(key)
     return result
 
