@@ -24,7 +24,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── ProjectionError           (projections) AmbiguousOperationError, EpochChangedError
     ├── StopRequested             (retry)    asked to stop while waiting out an outage
     ├── GatewayError              (gateway)  UnknownEndpointError, ToolError, CredentialError,
-    │                                        ProviderConfigError (also an InputFileError)
+    │                                        ProviderConfigError (also an InputFileError),
+    │                                        RefusedEventError (what the ledger would refuse, not sent)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, MavenMissing, MavenDownloadFailed,
                                              RedisServerMissing, PortInUse, ServiceNotReady, DockerUnavailable
 

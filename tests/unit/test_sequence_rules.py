@@ -9,6 +9,7 @@ import pytest
 
 from turnledger.model.events import SubmittedBlock
 from turnledger.model.graph import Block
+from turnledger.model.limits import DEFAULT_LIMITS
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence import (
     RULES,
@@ -143,6 +144,22 @@ CASES: dict[str, tuple[ReasonCode, Callable[[], ValidationOutcome]]] = {
         ReasonCode.INCOMPLETE_ARGUMENTS,
         lambda: run(with_turn(1, [call("c1", "call-1", args='{"q": "x"')])),
     ),
+    "invalid_arguments": (
+        ReasonCode.INVALID_ARGUMENTS_JSON,
+        lambda: run(with_turn(1, [call("c1", "call-1", args='{"q": "x", "q": "y"}')])),
+    ),
+    "unencodable_text": (
+        ReasonCode.UNENCODABLE_TEXT,
+        lambda: run(with_turn(3, [text("u2", body="a \ud800")])),
+    ),
+    "block_too_large": (
+        ReasonCode.BLOCK_TOO_LARGE,
+        lambda: run(with_turn(3, [text("u2", body="x" * (DEFAULT_LIMITS.max_block_bytes + 1))])),
+    ),
+    "too_many_blocks": (
+        ReasonCode.TOO_MANY_BLOCKS,
+        lambda: run(with_turn(3, [text(f"u2-{i}") for i in range(DEFAULT_LIMITS.max_blocks_per_turn + 1)])),
+    ),
     "non_terminal_result": (
         ReasonCode.NON_TERMINAL_RESULT,
         lambda: run(
@@ -239,8 +256,43 @@ def test_truncated_arguments_from_the_builder_are_incomplete() -> None:
     assert ReasonCode.INCOMPLETE_ARGUMENTS in codes(run(turns))
 
 
-def test_arguments_that_are_not_an_object_are_incomplete() -> None:
-    assert ReasonCode.INCOMPLETE_ARGUMENTS in codes(run(with_turn(1, [call("c1", "call-1", args="[1]")])))
+def test_arguments_that_are_not_an_object_are_invalid_not_incomplete() -> None:
+    """Complete JSON that is not an object: what the stream path says too (INVALID_ARGUMENTS_JSON)."""
+    outcome = run(with_turn(1, [call("c1", "call-1", args="[1]")]))
+    assert isinstance(outcome, Invalid)
+    assert [(r.code, r.block_id) for r in outcome.rejections] == [(ReasonCode.INVALID_ARGUMENTS_JSON, "c1")]
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ('{"q": nu', ReasonCode.INCOMPLETE_ARGUMENTS),
+        ('{"q": tr', ReasonCode.INCOMPLETE_ARGUMENTS),
+        ('{"q": 1.', ReasonCode.INCOMPLETE_ARGUMENTS),
+        ('{"q": "abc', ReasonCode.INCOMPLETE_ARGUMENTS),
+        ("", ReasonCode.INCOMPLETE_ARGUMENTS),
+        ('{"q": 1, "q": 2}', ReasonCode.INVALID_ARGUMENTS_JSON),
+        ('{"q": {"a": 1, "a": 1}}', ReasonCode.INVALID_ARGUMENTS_JSON),
+        ('{"q": 18446744073709551616}', ReasonCode.INVALID_ARGUMENTS_JSON),
+        ('{"q": 1e400}', ReasonCode.INVALID_ARGUMENTS_JSON),
+        ('{"q": NaN}', ReasonCode.INVALID_ARGUMENTS_JSON),
+        ('{"q": "\\ud800"}', ReasonCode.INVALID_ARGUMENTS_JSON),
+        ('{"q": 1} x', ReasonCode.INVALID_ARGUMENTS_JSON),
+    ],
+)
+def test_call_arguments_get_exactly_one_code(args: str, code: ReasonCode) -> None:
+    outcome = run(with_turn(1, [call("c1", "call-1", args=args)]))
+    assert isinstance(outcome, Invalid)
+    assert [(r.code, r.block_id) for r in outcome.rejections] == [(code, "c1")]
+
+
+def test_integers_beyond_64_bits_no_longer_share_a_digest() -> None:
+    """orjson read both as the same float; the strict parse refuses both."""
+    assert argument_digest_of('{"n": 18446744073709551616}') is None
+    assert argument_digest_of('{"n": 18446744073709551617}') is None
+    assert argument_digest_of('{"n": 18446744073709551615}') != argument_digest_of(
+        '{"n": 18446744073709551614}'
+    )
 
 
 @pytest.mark.parametrize(

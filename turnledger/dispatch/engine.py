@@ -35,6 +35,7 @@ from turnledger.model.events import (
     Rejected,
     ToolCallReady,
 )
+from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.reasons import ReasonCode
 from turnledger.records import SourceRecord
 from turnledger.topology import Stream
@@ -112,10 +113,13 @@ class BatchEngine:
     - the changelog JSON of unchanged parts of the states (`StateJson`).
     """
 
-    def __init__(self, cache_size: int = 10_000, models: ModelRegistry | None = None) -> None:
-        """`models`: the model registry admission counts against (the built-in one when None); a replay
-        must use the one the processor used."""
+    def __init__(
+        self, cache_size: int = 10_000, models: ModelRegistry | None = None, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
+        """`models`: the model registry admission counts against (the built-in one when None); `limits`:
+        the size limits (model/limits.py). A replay must use the ones the processor used."""
         self._models = models or builtin_registry()
+        self._limits = limits
         self._cache: OrderedDict[str, tuple[bytes, ConversationState]] = OrderedDict()
         self._cache_size = cache_size
         self._live = LiveAssemblers()
@@ -140,7 +144,7 @@ class BatchEngine:
         states: dict[str, ConversationState],
         changed: set[str],
     ) -> list[Frozen]:
-        event = _decode_event(record)
+        event = _decode_event(record, self._limits)
         if isinstance(event, Rejected):
             return [event]
         conversation_id = event.conversation_id
@@ -148,7 +152,7 @@ class BatchEngine:
         if state is None:
             state = self._load(conversation_id, store)
         try:
-            result = fold(state, event, self._live, self._models)
+            result = fold(state, event, self._live, self._models, self._limits)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
             return [_fold_failed(event, record, exc)]
         if result.state is not state:
@@ -177,7 +181,7 @@ class BatchEngine:
             self._cache.popitem(last=False)
 
 
-def _decode_event(record: SourceRecord) -> IngressEvent | Rejected:
+def _decode_event(record: SourceRecord, limits: Limits) -> IngressEvent | Rejected:
     def rejected(reason: ReasonCode, detail: str, event: IngressEvent | None = None) -> Rejected:
         return Rejected(
             conversation_id=event.conversation_id if event else _key_text(record.key),
@@ -193,6 +197,9 @@ def _decode_event(record: SourceRecord) -> IngressEvent | Rejected:
 
     if record.value is None:
         return rejected(ReasonCode.UNDECODABLE_RECORD, "record without a value")
+    if len(record.value) > limits.max_record_bytes:
+        detail = f"record of {len(record.value)} bytes, at most {limits.max_record_bytes}"
+        return rejected(ReasonCode.RECORD_TOO_LARGE, detail)
     try:
         event = decode(record.value)
     except CodecError as exc:

@@ -50,6 +50,7 @@ from turnledger.model.events import (
     StreamEnded,
     TurnSubmitted,
 )
+from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
@@ -113,12 +114,19 @@ def fold(
     event: IngressEvent,
     live: LiveAssemblers | None = None,
     models: ModelRegistry | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> FoldResult:
     """Apply one ingress event. Never raises for a well-typed event: refusals are outputs.
 
     `live` is the caller's cache of live assemblers (the outputs do not depend on it); `models` the
-    registry admission uses (the built-in one when None)."""
-    step = Step(event=event, state=state, live=live or LiveAssemblers(), models=models or builtin_registry())
+    registry admission uses (the built-in one when None); `limits` the size limits (model/limits.py)."""
+    step = Step(
+        event=event,
+        state=state,
+        live=live or LiveAssemblers(),
+        models=models or builtin_registry(),
+        limits=limits,
+    )
     conversation_handler = CONVERSATION_HANDLERS.get(type(event))
     if conversation_handler is not None:
         conversation_handler(step, event)

@@ -51,7 +51,7 @@ def on_handle_bound(step: Step, op: OperationState, event: HandleBound) -> None:
             operation_id=op.operation_id,
         )
         return
-    assembler = BlockAssembler(tools_of(op))
+    assembler = BlockAssembler(tools_of(op), limits=step.limits)
     step.state = step.state.model_copy(
         update={"handles": {**step.state.handles, event.response_handle: op.manifest.manifest_digest}}
     )
@@ -74,7 +74,7 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     Coalescing per ingress event rather than per processor batch keeps the outputs a
     function of the log alone, so a replay with other batch boundaries is byte-identical.
     """
-    assembler = step.live.restore(op)
+    assembler = step.live.restore(op, step.limits)
     assert assembler is not None
     previews: dict[int, tuple[str, int]] = {}
     updates: dict[int, str] = {}
@@ -145,7 +145,7 @@ def canonical_commit(step: Step, op: OperationState, outcome: Complete) -> None:
         return
     turn_id = f"{op.operation_id}#{op.attempt_generation}"
     blocks = candidate_blocks_to_committed(state.graph, turn_id, op.attempt_generation, outcome.blocks)
-    appended = append(state.graph, blocks)
+    appended = append(state.graph, blocks, step.limits)
     if isinstance(appended, Invalid):
         detail = "; ".join(rejection_detail(r) for r in appended.rejections)
         refuse_commit(step, op, appended.rejections[0].code, detail)
@@ -203,7 +203,7 @@ def on_stream_ended(step: Step, op: OperationState, event: StreamEnded) -> None:
         # The provider may still be generating: UNKNOWN until resumed or confirmed terminated.
         step.transition(op, S.UNKNOWN, reason=ReasonCode.STREAM_DISCONNECTED, detail=resumable(event))
         return
-    assembler = step.live.restore(op)
+    assembler = step.live.restore(op, step.limits)
     if assembler is None:
         reason = ReasonCode.MISSING_STOP
         if event.outcome == StreamOutcome.PROVIDER_ERROR:

@@ -6,6 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 from turnledger.dispatch.state import OperationState
+from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.streaming.assembler import BlockAssembler
 
 LIVE_ASSEMBLERS_MAX = 10_000
@@ -31,7 +32,7 @@ class LiveAssemblers:
         self._live: OrderedDict[int, tuple[dict[str, Any], BlockAssembler]] = OrderedDict()
         self._max_size = max_size
 
-    def restore(self, op: OperationState) -> BlockAssembler | None:
+    def restore(self, op: OperationState, limits: Limits = DEFAULT_LIMITS) -> BlockAssembler | None:
         """The attempt's assembler: the live object its snapshot was taken from if there is one, else
         a restore from the snapshot (equal by construction: `restore(snapshot())` equals the original).
 
@@ -43,7 +44,7 @@ class LiveAssemblers:
         live = self._live.pop(id(op.assembler), None)
         if live is not None and live[0] is op.assembler:
             return live[1]
-        return BlockAssembler.restore(op.assembler, tools_of(op))
+        return BlockAssembler.restore(op.assembler, tools_of(op), limits)
 
     def keep(self, assembler: BlockAssembler) -> dict[str, Any]:
         """Snapshot an assembler that is not touched again, and remember it for `restore`."""

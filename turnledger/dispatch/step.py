@@ -17,6 +17,7 @@ from turnledger.model.events import (
     Quarantined,
     Rejected,
 )
+from turnledger.model.limits import DEFAULT_LIMITS, Limits, printable
 from turnledger.model.reasons import ReasonCode
 
 OutputRecord = Frozen
@@ -42,6 +43,8 @@ class Step:
     """The engine's live assemblers (a fresh set restores every assembler from its snapshot)."""
     models: ModelRegistry = field(default_factory=builtin_registry)
     """The model registry admission counts against (the engine's configuration, not the log's)."""
+    limits: Limits = DEFAULT_LIMITS
+    """The size limits (the engine's configuration; a replay must fold under the same ones)."""
 
     @property
     def at(self) -> int:
@@ -171,4 +174,5 @@ def rejection_detail(rejection: Any) -> str:
         for name, value in (("block", rejection.block_id), ("call", rejection.call_id))
         if value
     )
-    return f"{rejection.detail} ({where})" if where else str(rejection.detail)
+    detail = f"{rejection.detail} ({where})" if where else str(rejection.detail)
+    return printable(detail)  # a lone surrogate in an id must not make the Rejected unencodable

@@ -48,7 +48,7 @@ def on_turn_submitted(step: Step, event: TurnSubmitted) -> None:
         step.reject(ReasonCode.INVALID_EVENT, detail)
         return
     blocks = blocks_from_submission(state.graph, event.turn_id, event.blocks)
-    appended = append(state.graph, blocks)
+    appended = append(state.graph, blocks, step.limits)
     if isinstance(appended, Invalid):
         for rejection in appended.rejections:
             step.reject(rejection.code, rejection_detail(rejection))

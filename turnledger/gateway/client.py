@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,8 +22,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from turnledger.adapters.profiles import PROFILES, api_of
-from turnledger.codec import encode
-from turnledger.errors import KafkaUnavailableError
+from turnledger.codec import UnencodableRecord, encode
+from turnledger.errors import GatewayError, KafkaUnavailableError
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
     DEFAULT_LEASE_MS,
@@ -46,6 +46,7 @@ from turnledger.model.events import (
     TurnSubmitted,
 )
 from turnledger.model.graph import BlockKind, ResultStatus, Role, TrustLabel
+from turnledger.model.limits import DEFAULT_LIMITS, Limits, has_utf8_form, printable, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.topology import Topics
@@ -67,6 +68,81 @@ def new_event_id() -> str:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class RefusedEventError(GatewayError, ValueError):
+    """The client refuses to send an event the ledger would refuse: `reason` is the code the
+    processor would give it (UNENCODABLE_TEXT, BLOCK_TOO_LARGE, TOO_MANY_BLOCKS, RECORD_TOO_LARGE).
+    Nothing of the batch it was in has been sent."""
+
+    def __init__(self, event: IngressEvent, reason: ReasonCode, detail: str) -> None:
+        self.event_type = type(event).__name__
+        self.event_id = printable(event.event_id)
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{self.event_type} {self.event_id} not sent: {reason}: {detail}")
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key, f"{path}/<key>")
+            yield from _strings(item, f"{path}/{printable(str(key))}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{path}/{index}")
+
+
+def _unencodable_text(event: IngressEvent, limits: Limits) -> str | None:
+    bad = [path for path, text in _strings(event.model_dump(), "") if not has_utf8_form(text)]
+    return f"{', '.join(bad[:5])} holds a lone surrogate (text with no UTF-8 form)" if bad else None
+
+
+def _too_many_blocks(event: IngressEvent, limits: Limits) -> str | None:
+    if not isinstance(event, TurnSubmitted) or len(event.blocks) <= limits.max_blocks_per_turn:
+        return None
+    return f"the turn has {len(event.blocks)} blocks, at most {limits.max_blocks_per_turn}"
+
+
+def _block_too_large(event: IngressEvent, limits: Limits) -> str | None:
+    if not isinstance(event, TurnSubmitted):
+        return None
+    for block in event.blocks:
+        size = utf8_size((block.text, block.arguments, block.signature))
+        if size > limits.max_block_bytes:
+            return f"block {printable(block.id)} is {size} bytes, at most {limits.max_block_bytes}"
+    return None
+
+
+SEND_CHECKS: tuple[tuple[ReasonCode, Callable[[IngressEvent, Limits], str | None]], ...] = (
+    (ReasonCode.TOO_MANY_BLOCKS, _too_many_blocks),
+    (ReasonCode.BLOCK_TOO_LARGE, _block_too_large),
+)
+"""What the client checks before encoding, with the code the processor's validator would give
+(`sequence/rules.py`, on the same `model/limits.py` primitives). Text with no UTF-8 form is found
+when the encoding fails (UNENCODABLE_TEXT, so valid events pay no extra walk), and the record size
+on the encoded bytes (RECORD_TOO_LARGE)."""
+
+
+def encode_for_sending(event: IngressEvent, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """The event's Avro bytes, or RefusedEventError with the reason the ledger would refuse it for."""
+    for reason, check in SEND_CHECKS:
+        detail = check(event, limits)
+        if detail is not None:
+            raise RefusedEventError(event, reason, detail)
+    try:
+        value = encode(event)
+    except UnencodableRecord:
+        detail = _unencodable_text(event, limits)
+        if detail is None:
+            raise
+        raise RefusedEventError(event, ReasonCode.UNENCODABLE_TEXT, detail) from None
+    if len(value) > limits.max_record_bytes:
+        detail = f"record of {len(value)} bytes, at most {limits.max_record_bytes}"
+        raise RefusedEventError(event, ReasonCode.RECORD_TOO_LARGE, detail)
+    return value
 
 
 class IngressSink(Protocol):
@@ -151,9 +227,12 @@ class GatewayClient(EventFactory):
         client_id: str = "turnledger-gateway",
         request_timeout_ms: int = 15_000,
         linger_ms: int = 2,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
+        """`limits`: the processor's size limits, so that the client refuses what the ledger would."""
         self.bootstrap = bootstrap
         self.topic = topic
+        self.limits = limits
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
             client_id=client_id,
@@ -192,13 +271,16 @@ class GatewayClient(EventFactory):
         await self.append_many((event,))
 
     async def append_many(self, events: Iterable[IngressEvent]) -> None:
-        """Send in order and wait for all acknowledgements; per-conversation order is kept by the key."""
+        """Send in order and wait for all acknowledgements; per-conversation order is kept by the key.
+
+        Every event is checked and encoded before the first is sent: RefusedEventError sends none."""
+        encoded = [(event, encode_for_sending(event, self.limits)) for event in events]
         futures = []
         try:
-            for event in events:
+            for event, value in encoded:
                 futures.append(
                     await self._producer.send(
-                        self.topic, value=encode(event), key=event.conversation_id.encode("utf-8")
+                        self.topic, value=value, key=event.conversation_id.encode("utf-8")
                     )
                 )
             for future in futures:

@@ -84,3 +84,9 @@ class ReasonCode(StrEnum):
     NO_PROVIDER_ENDPOINT = "NO_PROVIDER_ENDPOINT"
     PAUSE_ENDED = "PAUSE_ENDED"
     ATTEMPT_TERMINATED = "ATTEMPT_TERMINATED"
+    # edges and size limits (added with typed rejections at the remaining edges, model/limits.py)
+    UNENCODABLE_TEXT = "UNENCODABLE_TEXT"
+    BLOCK_TOO_LARGE = "BLOCK_TOO_LARGE"
+    TOO_MANY_DELTAS = "TOO_MANY_DELTAS"
+    TOO_MANY_BLOCKS = "TOO_MANY_BLOCKS"
+    RECORD_TOO_LARGE = "RECORD_TOO_LARGE"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from itertools import groupby
 
+from turnledger.model.canonical import CanonicalJsonError
 from turnledger.model.events import SubmittedBlock
 from turnledger.model.graph import (
     ArgumentState,
@@ -22,6 +23,7 @@ from turnledger.model.graph import (
     seal_sequence_digest,
     sequence_chain,
 )
+from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.arguments import argument_digest_of
 from turnledger.sequence.graph_state import GraphState
@@ -52,14 +54,19 @@ def _block(sb: SubmittedBlock, turn_id: str, revision: int, ordering: int) -> Bl
         fields["argument_digest"] = digest
         fields["argument_state"] = ArgumentState.INCOMPLETE if digest is None else ArgumentState.COMPLETE
     block = Block(turn_id=turn_id, revision=revision, ordering=ordering, **fields)
-    return block.with_digest()
+    try:
+        return block.with_digest()
+    except CanonicalJsonError:
+        return block  # no digest for text with no UTF-8 form: the validator rejects it (UNENCODABLE_TEXT)
 
 
-def append(state: GraphState, blocks: Sequence[Block]) -> GraphState | Invalid:
-    """Validate one turn against the state's indexes and apply it, all or nothing."""
+def append(
+    state: GraphState, blocks: Sequence[Block], limits: Limits = DEFAULT_LIMITS
+) -> GraphState | Invalid:
+    """Validate one turn against the state's indexes (and `limits`) and apply it, all or nothing."""
     if not blocks:
         return Invalid((Rejection(ReasonCode.MALFORMED_BLOCK, "a turn needs at least one block"),))
-    scan = TurnScan.start(state, blocks)
+    scan = TurnScan.start(state, blocks, limits)
     rejections = list(_rejections(scan))
     if rejections:
         return Invalid(tuple(rejections))
@@ -96,9 +103,14 @@ def _advance(state: GraphState, scan: TurnScan) -> GraphState:
     )
 
 
-def submit(state: GraphState, turn_id: str, submitted: Sequence[SubmittedBlock]) -> GraphState | Invalid:
+def submit(
+    state: GraphState,
+    turn_id: str,
+    submitted: Sequence[SubmittedBlock],
+    limits: Limits = DEFAULT_LIMITS,
+) -> GraphState | Invalid:
     """`blocks_from_submission` then `append`: what the fold does with a TurnSubmitted."""
-    return append(state, blocks_from_submission(state, turn_id, submitted))
+    return append(state, blocks_from_submission(state, turn_id, submitted), limits)
 
 
 def sequence_of(state: GraphState) -> Valid | Waiting:

@@ -19,6 +19,9 @@ Decisions the spec leaves open:
   `system` is only operator-labelled text, and the `operator` label only system.
 - A turn has at least one block, all with the next revision, one turn id, and
   orderings that continue the history without gaps.
+- Every string of a block has a UTF-8 form (no lone surrogates: Avro and canonical JSON
+  cannot carry them); a block's content and a turn's block count stay within the
+  `Limits` the scan carries (model/limits.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from turnledger.model.canonical import CanonicalJsonError
 from turnledger.model.graph import (
     SCOPED_INPUT_KINDS,
     TERMINAL_RESULT_STATUSES,
@@ -37,8 +41,10 @@ from turnledger.model.graph import (
     TrustLabel,
     block_digest,
 )
+from turnledger.model.limits import has_utf8_form, utf8_size
 from turnledger.model.reasons import ReasonCode
-from turnledger.sequence.arguments import argument_digest_of, parse_arguments
+from turnledger.model.strict_json import JsonRefusal
+from turnledger.sequence.arguments import argument_digest_of, argument_verdict
 from turnledger.sequence.graph_state import CallRecord
 from turnledger.sequence.scan import TurnScan
 
@@ -130,7 +136,34 @@ def out_of_sequence(block: Block, scan: TurnScan) -> str | None:
 
 
 def digest_mismatch(block: Block, scan: TurnScan) -> str | None:
-    return None if block.digest == block_digest(block) else "content digest does not match the block"
+    try:
+        actual = block_digest(block)
+    except CanonicalJsonError:
+        return None  # no canonical JSON, so no digest: unencodable_text names the field
+    return None if block.digest == actual else "content digest does not match the block"
+
+
+_STRING_FIELDS = (
+    "id", "role", "kind", "turn_id", "trust_label", "status", "digest", "text", "call_id", "tool_name",
+    "arguments", "argument_state", "argument_digest", "schema_digest", "result_status", "signature",
+)  # fmt: skip
+
+
+def unencodable_text(block: Block, scan: TurnScan) -> str | None:
+    bad = [name for name in _STRING_FIELDS if not has_utf8_form(getattr(block, name) or "")]
+    return f"{', '.join(bad)} holds a lone surrogate (text with no UTF-8 form)" if bad else None
+
+
+def block_too_large(block: Block, scan: TurnScan) -> str | None:
+    size = utf8_size((block.text, block.arguments, block.signature))
+    limit = scan.limits.max_block_bytes
+    return f"content is {size} bytes, at most {limit}" if size > limit else None
+
+
+def too_many_blocks(block: Block, scan: TurnScan) -> str | None:
+    """Reported once, on the first block past the limit."""
+    limit = scan.limits.max_blocks_per_turn
+    return f"the turn has {len(scan.blocks)} blocks, at most {limit}" if scan.index == limit else None
 
 
 def call_argument_digest_mismatch(block: Block, scan: TurnScan) -> str | None:
@@ -179,14 +212,32 @@ def _scoped_input_boundary(block: Block, scan: TurnScan) -> str | None:
     return None
 
 
+def _argument_refusal(block: Block) -> JsonRefusal | None:
+    if block.kind != BlockKind.TOOL_CALL or block.arguments is None:
+        return None
+    verdict = argument_verdict(block.arguments)
+    return verdict if isinstance(verdict, JsonRefusal) else None
+
+
 def incomplete_arguments(block: Block, scan: TurnScan) -> str | None:
+    """Arguments cut short (a proper prefix of some JSON text), or declared incomplete."""
     if block.kind != BlockKind.TOOL_CALL:
         return None
+    refusal = _argument_refusal(block)
+    if refusal is not None:
+        truncated = refusal.reason == ReasonCode.TRUNCATED_ARGUMENTS
+        return f"arguments are truncated: {refusal.detail}" if truncated else None
     if block.argument_state != ArgumentState.COMPLETE:
         return f"argument state is {block.argument_state!r}"
-    if parse_arguments(block.arguments) is None:
-        return "arguments are not a complete JSON object"
     return None
+
+
+def invalid_arguments(block: Block, scan: TurnScan) -> str | None:
+    """Arguments that no continuation makes valid: the strict parse the stream path uses refuses them."""
+    refusal = _argument_refusal(block)
+    if refusal is None or refusal.reason == ReasonCode.TRUNCATED_ARGUMENTS:
+        return None
+    return f"arguments are not strict JSON: {refusal.detail}"
 
 
 def non_terminal_result(block: Block, scan: TurnScan) -> str | None:
@@ -254,6 +305,7 @@ RULES: tuple[Rule, ...] = (
     Rule(ReasonCode.DUPLICATE_BLOCK_ID, duplicate_block_id),
     Rule(ReasonCode.SCOPE_BOUNDARY_CROSSED, scope_boundary),
     Rule(ReasonCode.INCOMPLETE_ARGUMENTS, incomplete_arguments),
+    Rule(ReasonCode.INVALID_ARGUMENTS_JSON, invalid_arguments),
     Rule(ReasonCode.NON_TERMINAL_RESULT, non_terminal_result),
     Rule(ReasonCode.DUPLICATE_CALL_ID, duplicate_call_id),
     Rule(ReasonCode.ORPHANED_RESULT, orphaned_result),
@@ -261,4 +313,7 @@ RULES: tuple[Rule, ...] = (
     Rule(ReasonCode.RESULT_TOOL_MISMATCH, result_tool_mismatch),
     Rule(ReasonCode.RESULT_ARGUMENT_DIGEST_MISMATCH, result_argument_digest_mismatch),
     Rule(ReasonCode.RESULT_GENERATION_MISMATCH, result_generation_mismatch),
+    Rule(ReasonCode.UNENCODABLE_TEXT, unencodable_text),
+    Rule(ReasonCode.BLOCK_TOO_LARGE, block_too_large),
+    Rule(ReasonCode.TOO_MANY_BLOCKS, too_many_blocks),
 )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from turnledger.model.graph import SCOPED_INPUT_KINDS, ArgumentState, Block, BlockKind
+from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
 
 
@@ -16,15 +17,16 @@ class TurnScan:
     blocks: Sequence[Block]
     turn_roles: frozenset[str]
     """Roles of the turn's own (non-scoped) blocks; what scoped inputs may attach to."""
+    limits: Limits = DEFAULT_LIMITS
     index: int = 0
     block_ids: set[str] = field(default_factory=set)
     calls: dict[str, CallRecord] = field(default_factory=dict)
     results: dict[str, ResultRecord] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, state: GraphState, blocks: Sequence[Block]) -> TurnScan:
+    def start(cls, state: GraphState, blocks: Sequence[Block], limits: Limits = DEFAULT_LIMITS) -> TurnScan:
         roles = frozenset(b.role for b in blocks if b.kind not in SCOPED_INPUT_KINDS)
-        return cls(state=state, blocks=blocks, turn_roles=roles)
+        return cls(state=state, blocks=blocks, turn_roles=roles, limits=limits)
 
     @property
     def revision(self) -> int:

@@ -23,6 +23,12 @@ after the message stop, a second block start, a block kind we do not model) are
 recorded, first one wins, and make the outcome Incomplete; the fold never raises
 on input, since it runs inside the partition processor.
 
+Size limits (`model/limits.py`, given to the constructor): a block past `max_blocks_per_turn`
+is TOO_MANY_BLOCKS and never opened; a content delta past `max_deltas_per_block` is
+TOO_MANY_DELTAS, and one that would take the block's content past `max_block_bytes` is
+BLOCK_TOO_LARGE; either is a violation and its content is dropped, so a runaway stream holds
+at most the limits in memory.
+
 Counters for metrics: `duplicates_dropped`, `previews_retracted` (text blocks whose
 preview was retracted), `unknown_events` (unknown block kinds), and
 `partial_tool_dispatches`: a final guard re-checks every tool call of a Complete
@@ -38,6 +44,7 @@ from typing import Any
 
 from turnledger.model.canonical import digest_of
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
+from turnledger.model.limits import DEFAULT_LIMITS, Limits, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.streaming.outcomes import (
@@ -68,6 +75,8 @@ class _Block:
     text: str = ""  # the preview of a text block (kept whole: previews carry the full text)
     signature: str | None = None
     stopped: bool = False
+    deltas: int = 0  # content deltas received (text, thinking, argument fragments, signatures)
+    size: int = 0  # UTF-8 bytes of the content and signature (recomputed on restore)
 
     def content(self) -> str:
         return self.text if self.kind == "text" else "".join(self.parts)
@@ -81,6 +90,7 @@ class _Block:
             "content": self.content(),
             "signature": self.signature,
             "stopped": self.stopped,
+            "deltas": self.deltas,
         }
 
     @classmethod
@@ -94,6 +104,8 @@ class _Block:
             block.text = content
         elif content:
             block.parts.append(content)
+        block.deltas = int(data.get("deltas", 0))  # snapshots before size limits did not count them
+        block.size = utf8_size((content, block.signature))
         return block
 
 
@@ -105,8 +117,10 @@ class BlockAssembler:
         response_handle: str | None = None,
         generation: int | None = None,
         start_sequence: int = 0,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._tools = tools
+        self._limits = limits
         self.response_handle = response_handle
         self.generation = generation
         self._next = start_sequence
@@ -207,7 +221,32 @@ class BlockAssembler:
         if kind not in KNOWN_KINDS:
             self.unknown_events += 1
             self._violate(ReasonCode.UNKNOWN_KIND, f"block {index} has kind {kind!r}")
+        limit = self._limits.max_blocks_per_turn
+        if len(self._blocks) >= limit:
+            self._violate(
+                ReasonCode.TOO_MANY_BLOCKS, f"block {index} is block {len(self._blocks) + 1}, at most {limit}"
+            )
+            return
         self._blocks[index] = _Block(kind, delta.call_id, delta.tool_name)
+
+    def _within_limits(self, block: _Block, index: int, fragment: str | None) -> bool:
+        """Count one content delta of the block; False (and a violation, the content dropped) past a limit."""
+        block.deltas += 1
+        if block.deltas > self._limits.max_deltas_per_block:
+            self._violate(
+                ReasonCode.TOO_MANY_DELTAS,
+                f"block {index} received {block.deltas} deltas, at most {self._limits.max_deltas_per_block}",
+            )
+            return False
+        size = block.size + utf8_size((fragment,))
+        if size > self._limits.max_block_bytes:
+            self._violate(
+                ReasonCode.BLOCK_TOO_LARGE,
+                f"block {index} reached {size} bytes, at most {self._limits.max_block_bytes}",
+            )
+            return False
+        block.size = size
+        return True
 
     def _on_content(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
         block = self._open_block(delta, delta.type)
@@ -219,6 +258,8 @@ class BlockAssembler:
             )
             return
         fragment = delta.text or ""
+        if not self._within_limits(block, delta.block_index, fragment):
+            return
         if block.kind == "text":
             block.text += fragment
             updates[delta.block_index] = block.text
@@ -227,8 +268,14 @@ class BlockAssembler:
 
     def _on_signature(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
         block = self._open_block(delta, "signature")
-        if block is not None:
+        if block is None:
+            return
+        previous = utf8_size((block.signature,))
+        block.size -= previous
+        if self._within_limits(block, delta.block_index, delta.text):
             block.signature = delta.text  # a signature is whole: the last one wins, as in the SDKs
+        else:
+            block.size += previous
 
     def _on_block_stop(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
         block = self._open_block(delta, "block stop")
@@ -456,7 +503,12 @@ class BlockAssembler:
         }
 
     @classmethod
-    def restore(cls, snapshot: Mapping[str, Any], tools: Mapping[str, ToolDefinition]) -> BlockAssembler:
+    def restore(
+        cls,
+        snapshot: Mapping[str, Any],
+        tools: Mapping[str, ToolDefinition],
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> BlockAssembler:
         if snapshot.get("v") != SNAPSHOT_VERSION:
             raise ValueError(f"unsupported assembler snapshot version {snapshot.get('v')!r}")
         self = cls(
@@ -464,6 +516,7 @@ class BlockAssembler:
             response_handle=snapshot["response_handle"],
             generation=snapshot["generation"],
             start_sequence=snapshot["next_sequence"],
+            limits=limits,
         )
         for data in snapshot["held"]:
             delta = NormalizedDelta.model_validate(data)

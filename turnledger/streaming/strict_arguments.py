@@ -1,16 +1,11 @@
 """Tool-argument validation: the gate between a private buffer and a committable call.
 
-Strict JSON, stricter than `json.loads`:
-- NaN, Infinity and -Infinity are refused (not JSON; canonical JSON cannot hold them);
-- duplicate object keys are refused, at any depth: parsers disagree on which value
-  wins (Python keeps the last, others the first), so the tool could execute other
-  arguments than the ones we digested;
-- the document must be an object (every provider's tool input is an object);
-- it must be representable in canonical JSON (orjson: no lone surrogates, integers
-  within 64 bits), because its digest is what the result is later matched against.
-
-A document that fails to parse *at its end* is reported as truncated (a prefix of
-some JSON text: a cut stream or an output limit), anything else as invalid JSON.
+Strict JSON is the one parse the message-graph validator uses too (`model/strict_json.py`):
+no NaN or infinities, no duplicate keys at any depth, an object, representable in canonical
+JSON (no lone surrogates, integers within 64 bits), because its digest is what the result is
+later matched against. A text that is a proper prefix of some JSON text (a cut stream or an
+output limit, even inside a literal such as `nu`) is TRUNCATED_ARGUMENTS, anything else that
+fails is INVALID_ARGUMENTS_JSON.
 
 Schema validation uses `jsonschema` with the validator class the schema declares
 (Draft 2020-12 by default); validators are cached per canonical schema, since one
@@ -29,8 +24,9 @@ from jsonschema import validators
 from jsonschema.protocols import Validator
 
 from turnledger.errors import StreamFormatError
-from turnledger.model.canonical import CanonicalJsonError, canonical_json, digest_of
+from turnledger.model.canonical import canonical_json
 from turnledger.model.reasons import ReasonCode
+from turnledger.model.strict_json import JsonObject, JsonRefusal, parse_json_object
 
 
 class ArgumentError(StreamFormatError):
@@ -46,37 +42,17 @@ class ValidArguments:
     digest: str
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
-        raise ValueError(f"duplicate key {duplicate!r}")
-    return result
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys, parse_constant=_refuse_constant)
-
-
 def parse_strict(raw: str) -> dict[str, Any]:
-    """Parse tool arguments strictly; ArgumentError says why not."""
-    try:
-        value = _DECODER.decode(raw)
-    except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(raw.rstrip()) or exc.msg.startswith("Unterminated string")
-        reason = ReasonCode.TRUNCATED_ARGUMENTS if truncated else ReasonCode.INVALID_ARGUMENTS_JSON
-        raise ArgumentError(reason, f"{exc.msg} at {exc.pos} of {len(raw)}") from None
-    except (ValueError, RecursionError) as exc:
-        raise ArgumentError(ReasonCode.INVALID_ARGUMENTS_JSON, str(exc)) from None
-    if not isinstance(value, dict):
-        raise ArgumentError(
-            ReasonCode.INVALID_ARGUMENTS_JSON, f"arguments are a {type(value).__name__}, not an object"
-        )
-    return value
+    """Parse tool arguments strictly (`model/strict_json.py`); ArgumentError says why not."""
+    parsed = _parsed(raw)
+    return parsed.value
+
+
+def _parsed(raw: str) -> JsonObject:
+    parsed = parse_json_object(raw)
+    if isinstance(parsed, JsonRefusal):
+        raise ArgumentError(parsed.reason, parsed.detail)
+    return parsed
 
 
 @lru_cache(maxsize=1024)
@@ -90,11 +66,8 @@ def _validator(schema_json: bytes) -> Validator:
 
 def validate_arguments(raw: str, schema: Mapping[str, Any]) -> ValidArguments:
     """Strict parse, canonical digest, then JSON-Schema validation against `schema`."""
-    value = parse_strict(raw)
-    try:
-        digest = digest_of(value)
-    except CanonicalJsonError as exc:
-        raise ArgumentError(ReasonCode.INVALID_ARGUMENTS_JSON, f"not canonicalizable: {exc}") from None
+    parsed = _parsed(raw)
+    value, digest = parsed.value, parsed.digest
     error = next(iter(_validator(canonical_json(dict(schema))).iter_errors(value)), None)
     if error is not None:
         path = "/".join(str(p) for p in error.absolute_path)

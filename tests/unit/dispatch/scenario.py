@@ -40,6 +40,7 @@ from turnledger.model.events import (
     ToolCallReady,
     TurnSubmitted,
 )
+from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.tools import ToolDefinition
 
 ADAPTER = "anthropic-messages@1"
@@ -66,6 +67,8 @@ class Conversation:
     _seq: dict[tuple[str, int], int] = field(default_factory=dict)
     skew_ms: int = 0
     """Added to every event time from now on (`advance`): each event is otherwise 1 ms after the last."""
+    limits: Limits = DEFAULT_LIMITS
+    """The size limits the fold runs under."""
 
     def __post_init__(self) -> None:
         self.state = ConversationState.empty(self.conversation_id)
@@ -80,7 +83,7 @@ class Conversation:
         self.skew_ms += ms
 
     def apply(self, event: IngressEvent) -> list[Frozen]:
-        result = fold(self.state, event)
+        result = fold(self.state, event, limits=self.limits)
         self.state = result.state
         self.outputs.extend(result.outputs)
         return result.outputs

@@ -1,0 +1,60 @@
+"""Size limits of the ledger, and the text checks the validator and the producing side share.
+
+`Limits` is handed to the pure core (the fold, the validator, the assembler, the batch
+engine); nothing reads it from the environment, so a replay folds under the limits it is
+given. Crossing one is a typed rejection, never an exception:
+
+- `max_block_bytes`, default 256 KiB: UTF-8 bytes of one block's content (text, arguments,
+  signature), checked by the validator on submitted and assistant turns and by the assembler
+  as deltas arrive. `BLOCK_TOO_LARGE`.
+- `max_deltas_per_block`, default 65,536: content deltas (text, thinking, argument fragments,
+  signatures) one streamed block may receive. `TOO_MANY_DELTAS`.
+- `max_blocks_per_turn`, default 256: blocks of one submitted turn (validator) or of one
+  response (assembler). `TOO_MANY_BLOCKS`.
+- `max_record_bytes`, default 1 MiB: bytes of one encoded ingress record; the engine refuses
+  a larger one before decoding it, the gateway client before sending it. `RECORD_TOO_LARGE`.
+
+A value is at the limit when equal to it (accepted); one past it is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_LIMITS", "Limits", "has_utf8_form", "printable", "utf8_size"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_block_bytes: int = 256 * 1024
+    max_deltas_per_block: int = 65_536
+    max_blocks_per_turn: int = 256
+    max_record_bytes: int = 1024 * 1024
+    """Kafka's default `max.request.size` of a producer; its broker default `message.max.bytes` is a
+    little more (1,048,588), so a record the client accepts fits a default broker."""
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def has_utf8_form(text: str) -> bool:
+    """False for text holding a lone surrogate (e.g. "\\ud800"): it has no UTF-8 form, so neither
+    Avro nor canonical JSON can carry it."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def utf8_size(parts: Iterable[str | None]) -> int:
+    """UTF-8 bytes of the parts (surrogates counted as 3 bytes each, as if they had a form)."""
+    return sum(len(p) if p.isascii() else len(p.encode("utf-8", "surrogatepass")) for p in parts if p)
+
+
+def printable(text: str) -> str:
+    """The text itself when it has a UTF-8 form, else with its lone surrogates escaped (for details)."""
+    return text if has_utf8_form(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
