@@ -13,9 +13,10 @@ first delta of an unseen index starts its block. `metadata` (usage) follows
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
+
+import orjson
 
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
 from turnledger.streaming.eventstream import EventStreamDecoder, EventStreamError
@@ -55,7 +56,7 @@ class BedrockConverseParser(StreamParser):
                 )
                 continue
             try:
-                payload = json.loads(message.payload)
+                payload = orjson.loads(message.payload)  # as `parse_event`: no lone surrogates
             except ValueError:
                 self._emit_undecodable(message.payload.decode("utf-8", "replace"))
                 continue

@@ -20,10 +20,11 @@ once with `parse_event` and hands it to `feed_sse`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import orjson
 
 from turnledger.model.deltas import MESSAGE_LEVEL_INDEX, DeltaType, NormalizedDelta
 from turnledger.streaming.sse import SseDecoder, SseEvent
@@ -68,8 +69,11 @@ class ParsedEvent:
 
 
 def parse_event(event: SseEvent) -> ParsedEvent:
+    """orjson, not `json`: it refuses what has no canonical form downstream (a lone surrogate such as
+    "\\ud800", NaN), so such an event is malformed here — a PROVIDER_ERROR
+    delta — instead of a delta the ledger would refuse to record."""
     try:
-        payload = json.loads(event.data)
+        payload = orjson.loads(event.data)
     except ValueError:
         return ParsedEvent(event, None)
     return ParsedEvent(event, payload if isinstance(payload, dict) else None)

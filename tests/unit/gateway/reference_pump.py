@@ -5,14 +5,17 @@ to the parser, which decoded SSE again and parsed the JSON; for OpenAI Responses
 `_wire_sequence` parsed each event's JSON once more. Below: `turnledger.gateway.pump`
 verbatim, except that it calls `parser_feed` / `parser_flush` (the 1088e6f
 `StreamParser.feed` / `flush`, at the end of this module) instead of the parser's methods,
-so that neither side of the comparison runs the new input path.
+so that neither side of the comparison runs the new input path. One deliberate change since: JSON
+is parsed with orjson, as `streaming.parser.parse_event` now does (a lone surrogate or NaN makes an
+event malformed), so that the comparison is about decoding once, not about the JSON rule.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+import orjson
 
 from turnledger.model.deltas import DeltaType, NormalizedDelta
 from turnledger.streaming import SseDecoder, SseEvent, StreamParser, parser_for
@@ -139,7 +142,7 @@ class StreamPump:
 def _wire_sequence(event: SseEvent) -> int:
     """The provider's own event number (`sequence_number`), or -1 when the event has none."""
     try:
-        sequence = json.loads(event.data).get("sequence_number")
+        sequence = orjson.loads(event.data).get("sequence_number")
     except (ValueError, AttributeError):
         return -1
     return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else -1
@@ -165,7 +168,7 @@ def _on_sse(parser: StreamParser, event: SseEvent) -> None:
         parser._done()
         return
     try:
-        payload = json.loads(event.data)
+        payload = orjson.loads(event.data)
     except ValueError:
         parser._emit_undecodable(event.data)
         return

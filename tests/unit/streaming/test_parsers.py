@@ -60,6 +60,27 @@ def test_garbage_json_and_malformed_events_are_provider_errors() -> None:
         assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.PROVIDER_ERROR
 
 
+def test_text_without_a_utf8_form_is_a_provider_error_never_a_delta() -> None:
+    """A lone surrogate escape has no UTF-8 form: the ledger could not record such a delta, so the
+    event is malformed (PROVIDER_ERROR), in the SSE parsers and in Bedrock's event stream alike."""
+    lone = '"\\ud800"'
+    chunk = (
+        '{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":' + lone + "}}]}"
+    ).encode()
+    raw = fixture("openai_chat_text.sse")
+    boundary = raw.index(b"\n\n", 400) + 2
+    deltas = parse("openai-chat", [raw[:boundary], b"data: " + chunk + b"\n\n"])
+    assert [d.type for d in deltas][-1] is DeltaType.PROVIDER_ERROR
+    assert not [d for d in deltas if d.text is not None and "\ud800" in d.text]
+    framed = encode_message(
+        {":message-type": "event", ":event-type": "contentBlockDelta"},
+        ('{"contentBlockIndex":0,"delta":{"text":' + lone + "}}").encode(),
+    )
+    bedrock = parse("bedrock-converse", [bedrock_bytes(BEDROCK_EVENTS[:3]) + framed])
+    assert bedrock[-1].type is DeltaType.PROVIDER_ERROR
+    assert not [d for d in bedrock if d.text is not None and "\ud800" in d.text]
+
+
 def test_openai_chat_error_chunk_and_finish_without_done() -> None:
     err = b'data: {"error":{"message":"server overloaded","type":"server_error"}}\n\n'
     deltas = parse("openai-chat", [err])
