@@ -32,7 +32,15 @@ XSS = '<b id="bold">not bold</b><img src=x onerror="document.title=\'pwned\'">'
 
 
 @pytest.fixture
+def fault_plan(request: pytest.FixtureRequest) -> FaultPlan:
+    """The fake provider's faults: a slow stream for every message that asks for one (parametrize
+    indirectly for others)."""
+    return getattr(request, "param", None) or FaultPlan(by_marker={SLOW: (Fault(FaultKind.SLOW, 150),)})
+
+
+@pytest.fixture
 async def pipeline(
+    fault_plan: FaultPlan,
     kafka_bootstrap: str,
     redis_url: str,
     redis_client: aioredis.Redis,
@@ -48,7 +56,7 @@ async def pipeline(
     processor = _start_processor(kafka_bootstrap, prefix)
     projector = _start_projector(kafka_bootstrap, redis_url, prefix, redis_prefix, tmp_path / "projector.log")
     stop = asyncio.Event()
-    plan = FaultPlan(by_marker={SLOW: (Fault(FaultKind.SLOW, 150),)})
+    plan = fault_plan
     redis = aioredis.from_url(redis_url)
     try:
         async with FakeProvider(seed=3, fault_plan=plan) as fp:
@@ -132,3 +140,48 @@ async def test_a_streaming_answer_is_shown_revocable_then_committed(pipeline: st
             await browser.close()
     assert (tmp_path / "preview.png").stat().st_size > 0
     print(f"screenshots in {tmp_path}", file=sys.stderr)
+
+
+CUT_FIRST = FaultPlan(
+    by_request={0: (Fault(FaultKind.SLOW, 150), Fault(FaultKind.DISCONNECT, 900))},
+    by_marker={SLOW: (Fault(FaultKind.SLOW, 100),)},
+)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault_plan", [CUT_FIRST], indirect=True, ids=["cut-first-stream"])
+async def test_a_cut_stream_shows_its_preview_retracted_and_the_new_attempt_replaces_it(
+    pipeline: str, tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            await page.goto(pipeline + "/#/c/conv-cut")
+            await expect(page.locator("#live")).to_have_text("live", timeout=20_000)
+            await page.fill("#composer-text", f"{SLOW} tell me something long")
+            await page.click("#send-dispatch")
+
+            retracted = page.locator('#messages li[data-state="retracted"]')
+            await expect(retracted.first).to_be_visible(timeout=90_000)
+            label = await retracted.first.get_attribute("aria-label")
+            assert label is not None and "Retracted" in label and "withdrawn" in label
+            assert await retracted.first.locator("del").count() == 1
+            await page.screenshot(path=str(tmp_path / "retracted.png"), full_page=True)
+
+            answer = page.locator('#messages li[data-state="committed"].role-assistant')
+            await expect(answer.first).to_be_visible(timeout=90_000)
+            await expect(page.locator('#messages li[data-state="preview"]')).to_have_count(0)
+            op = page.locator("#operations article.operation").first
+            await expect(op).to_have_attribute("data-op-state", "COMMITTED", timeout=30_000)
+            timeline = await op.locator(".timeline li").all_text_contents()
+            assert any("STREAM_DISCONNECTED" in step for step in timeline), timeline
+            assert "COMMITTED" in timeline[-1], timeline
+            # the withdrawn text stays visible as withdrawn, before the answer that replaced it
+            assert await retracted.count() >= 1
+            await page.screenshot(path=str(tmp_path / "replaced.png"), full_page=True)
+        finally:
+            await browser.close()
