@@ -20,6 +20,7 @@ def _register() -> None:
     from turnledger.processors.cli import process
     from turnledger.projections.cli import history_command, project_command, status_command
     from turnledger.replay.cli import metrics_command, replay_app, shadow_app
+    from turnledger.serve.cli import serve_command
 
     app.add_typer(dev_app, name="dev")
     app.command("fake-provider")(fake_provider)
@@ -34,6 +35,7 @@ def _register() -> None:
     app.command("tool-executor")(tool_executor)
     app.add_typer(legacy_app, name="legacy")
     app.command("demo")(demo)
+    app.command("serve")(serve_command)
 
 
 def main() -> None:

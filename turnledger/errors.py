@@ -128,3 +128,18 @@ class GatewayError(TurnledgerError):
 
 class DevstackError(TurnledgerError):
     """Anything that prevents the local Kafka + Redis stack from coming up or going down."""
+
+
+class ServeError(TurnledgerError):
+    """A failure of `turnledger serve`, the client API and web page."""
+
+
+class TokenRequiredError(ServeError, ValueError):
+    """`turnledger serve` was asked to bind a non-loopback address without a bearer token."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(
+            f"binding {host!r} (not a loopback address) requires a bearer token: pass --token or set "
+            "TURNLEDGER_SERVE_TOKEN"
+        )
+        self.host = host

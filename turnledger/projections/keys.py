@@ -35,6 +35,17 @@ class ProjectionKeys:
         """Sorted set (score = occurred_at_ms) of Rejected records as JSON, capped."""
         return f"{self.prefix}rejections"
 
+    @property
+    def conversations(self) -> str:
+        """Sorted set conversation id scored by its last committed turn or decision time (the listing)."""
+        return f"{self.prefix}conversations"
+
+    def events(self, conversation_id: str) -> str:
+        """Capped Redis Stream of the conversation's live events (committed, preview, retracted, status,
+        quarantined, rejected), appended by the script only for records it applies: `turnledger serve`
+        reads it with XREAD BLOCK and uses its entry ids as SSE ids."""
+        return f"{self.prefix}events:{conversation_id}"
+
     def conversation(self, conversation_id: str) -> str:
         """Hash: latest revision, turn count, last update time."""
         return f"{self.prefix}conversation:{conversation_id}"

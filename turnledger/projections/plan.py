@@ -35,6 +35,9 @@ from turnledger.model.events import (
 from turnledger.projections.keys import ProjectionKeys
 
 DEFAULT_REJECTIONS_CAP = 10_000
+DEFAULT_EVENTS_CAP = 5_000
+"""Approximate length (XADD MAXLEN ~) of each conversation's live event stream."""
+EVENT_TYPES = ("committed", "preview", "retracted", "status", "quarantined", "rejected")
 COMMITTED_MARKER = "~committed"
 RETRACTED_MARKER = "~retracted:"
 
@@ -98,9 +101,31 @@ class BatchPlan:
 class Planner:
     """Maps output records onto operations; one instance per projection (key prefix)."""
 
-    def __init__(self, keys: ProjectionKeys, rejections_cap: int = DEFAULT_REJECTIONS_CAP) -> None:
+    def __init__(
+        self,
+        keys: ProjectionKeys,
+        rejections_cap: int = DEFAULT_REJECTIONS_CAP,
+        events_cap: int = DEFAULT_EVENTS_CAP,
+    ) -> None:
         self.keys = keys
         self.rejections_cap = rejections_cap
+        self.events_cap = events_cap
+
+    def _event(
+        self, k: Any, conversation: str, kind: str, payload: dict[str, Any], *, if_pset: bool = False
+    ) -> Op:
+        """Append a typed live event to the conversation's stream (only if the group applies; with
+        `if_pset`, only if the preceding `pset` wrote)."""
+        return [
+            "xadd",
+            k(self.keys.events(conversation)),
+            str(self.events_cap),
+            "1" if if_pset else "0",
+            "type",
+            kind,
+            "data",
+            _json(payload),
+        ]
 
     def plan(self, records: Iterable[DecodedRecord]) -> BatchPlan:
         plan = BatchPlan.start(self.keys)
@@ -121,6 +146,12 @@ class Planner:
         if isinstance(record, PreviewUpdated):
             return self._preview(k, record)
         if isinstance(record, PreviewRetracted):
+            retracted = {
+                "operationId": record.operation_id,
+                "attemptGeneration": record.attempt_generation,
+                "reason": record.reason,
+                "occurredAtMs": record.occurred_at_ms,
+            }
             return [
                 [
                     "pretract",
@@ -128,18 +159,25 @@ class Planner:
                     str(record.attempt_generation),
                 ],
                 ["hincr", k(self.keys.stats), "preview_retractions", "1"],
+                self._event(k, record.conversation_id, "retracted", retracted),
             ]
         if isinstance(record, Quarantined):
+            body = record.to_json_dict()
             return [
-                ["rpush", k(self.keys.quarantine(record.conversation_id)), _json(record.to_json_dict())],
+                ["rpush", k(self.keys.quarantine(record.conversation_id)), _json(body)],
                 ["hincr", k(self.keys.stats), f"quarantined:{record.reason}", "1"],
+                self._event(k, record.conversation_id, "quarantined", body),
             ]
         if isinstance(record, Rejected):
-            return [
-                ["zadd", k(self.keys.rejections), str(record.occurred_at_ms), _json(record.to_json_dict())],
+            body = record.to_json_dict()
+            ops = [
+                ["zadd", k(self.keys.rejections), str(record.occurred_at_ms), _json(body)],
                 ["ztrim", k(self.keys.rejections), str(self.rejections_cap)],
                 ["hincr", k(self.keys.stats), f"rejected:{record.reason}", "1"],
             ]
+            if record.conversation_id is not None:
+                ops.append(self._event(k, record.conversation_id, "rejected", body))
+            return ops
         # A record type this stream does not project (e.g. a newer output type): counted, skipped.
         return [["hincr", k(self.keys.stats), f"ignored:{type(record).__name__}", "1"]]
 
@@ -163,6 +201,16 @@ class Planner:
         ops.append(["hincr", k(self.keys.conversation(conv)), "turns", "1"])
         if turn.operation_id is not None:
             ops.append(["pcommit", k(self.keys.previews(conv, turn.operation_id))])
+        ops.append(["zmax", k(self.keys.conversations), str(turn.occurred_at_ms), conv])
+        committed = {
+            "revision": turn.revision,
+            "turnId": turn.turn_id,
+            "operationId": turn.operation_id,
+            "attemptGeneration": turn.attempt_generation,
+            "blocks": [block.to_json_dict() for block in turn.blocks],
+            "occurredAtMs": turn.occurred_at_ms,
+        }
+        ops.append(self._event(k, conv, "committed", committed))
         return ops
 
     def _manifest(self, k: Any, issued: ManifestIssued) -> list[Op]:
@@ -221,6 +269,18 @@ class Planner:
         if not d.accepted:
             ops.append(["hincr", op_key, "conflicts", "1"])
             ops.append(["hincr", k(self.keys.stats), f"conflicts:{d.reason}", "1"])
+        ops.append(["zmax", k(self.keys.conversations), str(d.occurred_at_ms), d.conversation_id])
+        status = {
+            "operationId": d.operation_id,
+            "state": d.state,
+            "previousState": d.previous_state,
+            "accepted": d.accepted,
+            "reason": d.reason,
+            "detail": d.detail,
+            "attemptGeneration": d.attempt_generation,
+            "occurredAtMs": d.occurred_at_ms,
+        }
+        ops.append(self._event(k, d.conversation_id, "status", status))
         return ops
 
     def _preview(self, k: Any, p: PreviewUpdated) -> list[Op]:
@@ -231,6 +291,7 @@ class Planner:
             "throughSequence": p.through_sequence,
             "occurredAtMs": p.occurred_at_ms,
         }
+        live = {"operationId": p.operation_id, "revocable": True, **value}
         return [
             [
                 "pset",
@@ -239,6 +300,7 @@ class Planner:
                 f"{p.attempt_generation}:{p.block_index}",
                 _json(value),
             ],
+            self._event(k, p.conversation_id, "preview", live, if_pset=True),
             ["sadd", k(self.keys.operations(p.conversation_id)), p.operation_id],
         ]
 

@@ -10,6 +10,10 @@ instead of writing a batch onto an empty projection. A record applies only when
 its offset is greater than the partition's applied offset: offsets have gaps
 (transaction markers take offsets), so contiguity is never checked. Offsets travel
 and are stored as strings because Lua would print large numbers in exponent form.
+The op `xadd` appends one typed event to a conversation's capped stream (`XADD key MAXLEN ~ cap *`); as
+every op, it runs only inside an applied group, so a replay or a second projector appends nothing. Its
+third argument "1" makes it conditional on the group's last `pset` having written (a stale preview is
+neither stored nor announced).
 Returns {applied, skipped, flags}: flags has one character per group, "1" where the group was
 applied, "0" where it was skipped (the projector counts the live metrics from exactly the applied ones).
 """
@@ -29,6 +33,8 @@ local function drop_fields(key, keep)
   end
 end
 
+local last_pset = true
+
 local function run(op)
   local name, key = op[1], KEYS[op[2]]
   if name == 'hset' then
@@ -43,6 +49,9 @@ local function run(op)
     redis.call('HINCRBY', key, op[3], op[4])
   elseif name == 'zadd' then
     redis.call('ZADD', key, op[3], op[4])
+  elseif name == 'zmax' then
+    -- the greatest score wins whatever order the topics interleave in
+    redis.call('ZADD', key, 'GT', op[3], op[4])
   elseif name == 'ztrim' then
     redis.call('ZREMRANGEBYRANK', key, 0, -(tonumber(op[3]) + 1))
   elseif name == 'rpush' then
@@ -51,9 +60,17 @@ local function run(op)
     redis.call('SADD', key, op[3])
   elseif name == 'pset' then
     -- a preview of a committed operation or of a retracted generation is stale: ignore it
+    last_pset = false
     if redis.call('HEXISTS', key, '~committed') == 0
         and redis.call('HEXISTS', key, '~retracted:' .. op[3]) == 0 then
       redis.call('HSET', key, op[4], op[5])
+      last_pset = true
+    end
+  elseif name == 'xadd' then
+    if op[4] ~= '1' or last_pset then
+      local args = {}
+      for i = 5, #op do args[#args + 1] = op[i] end
+      redis.call('XADD', key, 'MAXLEN', '~', op[3], '*', unpack(args))
     end
   elseif name == 'pretract' then
     local prefix = op[3] .. ':'

@@ -101,6 +101,9 @@ async def test_zombie_projectors_in_parallel_converge(stack) -> None:  # type: i
     sa, sb = await asyncio.gather(a.run_to_end(), b.run_to_end())
     assert sa.applied + sb.applied == len(workload(CONVERSATIONS))
     await assert_equals_reference(redis, prefix)
+    events = await live_events(redis, prefix + "live:")
+    kinds = [fields[b"type"] for entries in events.values() for _, fields in entries]
+    assert kinds.count(b"committed") == sum(1 for r in workload(CONVERSATIONS) if r[0] == "committed")
 
 
 async def test_drop_prefix_then_rebuild_is_identical(stack) -> None:  # type: ignore[no-untyped-def]
@@ -191,3 +194,31 @@ async def test_operations_of_the_same_id_in_two_conversations_stay_apart(  # typ
     only = await reader.find_operation("b:op-1")
     assert only is not None and only.conversation == "a"
     assert await reader.find_operation("op-9") is None
+
+
+async def live_events(
+    redis: aioredis.Redis, prefix: str
+) -> dict[str, list[tuple[bytes, dict[bytes, bytes]]]]:
+    """Every conversation's live event stream (entry ids included)."""
+    out = {}
+    async for key in redis.scan_iter(match=prefix + "events:*"):
+        out[key.decode()] = await redis.xrange(key)
+    return out
+
+
+async def test_live_events_are_appended_once_and_never_by_a_replay(stack) -> None:  # type: ignore[no-untyped-def]
+    _, topics, redis, prefix = stack
+    await projector(stack, batch_size=5).run_to_end()
+    events = await live_events(redis, prefix + "live:")
+    assert len(events) == CONVERSATIONS
+    committed = [r for r in workload(CONVERSATIONS) if r[0] == "committed"]
+    kinds = [fields[b"type"] for entries in events.values() for _, fields in entries]
+    assert kinds.count(b"committed") == len(committed)
+    assert set(kinds) <= {b"committed", b"preview", b"retracted", b"status", b"quarantined", b"rejected"}
+    zero = {
+        TopicPartition(t, p): 0
+        for t in (topics.committed, topics.manifests, topics.previews, topics.quarantine, topics.rejections)
+        for p in range(3)
+    }
+    await projector(stack, batch_size=3).run_to_end(start=zero)
+    assert await live_events(redis, prefix + "live:") == events

@@ -46,7 +46,14 @@ def test_keys_index_is_one_based_offsets_first_and_deduplicated() -> None:
     )
     plan = Planner(KEYS).plan([rec(turn, 5), rec(turn, 6)])
     assert plan.keys[0] == "p:offsets"
-    assert plan.keys == ["p:offsets", "p:history:c", "p:history-order:c", "p:conversation:c"]
+    assert plan.keys == [
+        "p:offsets",
+        "p:history:c",
+        "p:history-order:c",
+        "p:conversation:c",
+        "p:conversations",
+        "p:events:c",
+    ]
     groups = orjson.loads(plan.argv)
     assert [g[:2] for g in groups] == [["x.committed:0", "5"], ["x.committed:0", "6"]]
     ops = groups[0][2]
@@ -140,3 +147,20 @@ def test_per_operation_keys_name_the_conversation_unambiguously() -> None:
     pairs = [("a:b", "c"), ("a", "b:c"), ("a%3Ab", "c"), ("a%", "3Ab:c"), ("", "a:b:c")]
     assert len({keys.operation(c, o) for c, o in pairs}) == len(pairs)
     assert keys.operation("a:b", "c") == "p:op:a%3Ab:c" and keys.operation("a%3Ab", "c") == "p:op:a%253Ab:c"
+
+
+def test_every_projected_record_of_a_conversation_appends_one_live_event() -> None:
+    turn = CommittedTurn(
+        conversation_id="c",
+        revision=1,
+        turn_id="t1",
+        source_event_id="e",
+        blocks=(block(0),),
+        occurred_at_ms=7,
+    )
+    plan = Planner(KEYS, events_cap=50).plan([rec(turn, 5)])
+    xadds = [op for op in orjson.loads(plan.argv)[0][2] if op[0] == "xadd"]
+    assert len(xadds) == 1
+    _, key, cap, conditional, _, kind, _, data = xadds[0]
+    assert (plan.keys[key - 1], cap, conditional, kind) == ("p:events:c", "50", "0", "committed")
+    assert orjson.loads(data)["blocks"][0]["id"] == "b0"

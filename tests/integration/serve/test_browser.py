@@ -1,0 +1,187 @@
+"""The page in a real browser (Debian's chromium through Playwright, no browser download): a conversation
+driven through the whole pipeline — processor, projector, worker, fake provider with a slow stream — shows
+the model's answer as a revocable preview while it streams, then as committed; text is never markup."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from tests.integration.serve.conftest import serving
+from turnledger.demo.run import _start_processor, _start_projector, _stop_process
+from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
+from turnledger.gateway.endpoints import endpoints_for
+from turnledger.gateway.runner import run_worker
+from turnledger.gateway.worker import WorkerConfig
+from turnledger.processors.topics import ensure_topics
+from turnledger.serve.app import ServeConfig
+from turnledger.topology import Topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium")
+SLOW = "[slow stream]"
+XSS = '<b id="bold">not bold</b><img src=x onerror="document.title=\'pwned\'">'
+
+
+@pytest.fixture
+def fault_plan(request: pytest.FixtureRequest) -> FaultPlan:
+    """The fake provider's faults: a slow stream for every message that asks for one (parametrize
+    indirectly for others)."""
+    return getattr(request, "param", None) or FaultPlan(by_marker={SLOW: (Fault(FaultKind.SLOW, 150),)})
+
+
+@pytest.fixture
+async def pipeline(
+    fault_plan: FaultPlan,
+    kafka_bootstrap: str,
+    redis_url: str,
+    redis_client: aioredis.Redis,
+    redis_prefix: str,
+    topic_name: Callable[[str], str],
+    tmp_path: Path,
+) -> AsyncIterator[str]:
+    """processor + projector (their own processes), one worker and the fake provider (here), then serve;
+    yields the page URL."""
+    prefix = topic_name("") + "."
+    topics = Topics(prefix=prefix)
+    await ensure_topics(kafka_bootstrap, topics, partitions=1)
+    processor = _start_processor(kafka_bootstrap, prefix)
+    projector = _start_projector(kafka_bootstrap, redis_url, prefix, redis_prefix, tmp_path / "projector.log")
+    stop = asyncio.Event()
+    plan = fault_plan
+    redis = aioredis.from_url(redis_url)
+    try:
+        async with FakeProvider(seed=3, fault_plan=plan) as fp:
+            started = asyncio.Event()
+            worker = asyncio.create_task(
+                run_worker(
+                    kafka_bootstrap,
+                    endpoints_for(fp.base_url, fp.keys.as_env(), keeps_idempotency_keys=True),
+                    stop=stop,
+                    prefix=prefix,
+                    config=WorkerConfig(worker_id="browser-test-worker", lease_s=3.0),
+                    journal_dir=tmp_path / "journal",
+                    started=started,
+                )
+            )
+            async with asyncio.timeout(60):
+                await started.wait()
+            try:
+                config = ServeConfig(key_prefix=redis_prefix, block_ms=1000)
+                async with serving(redis, kafka_bootstrap, topics, config) as url:
+                    yield url
+            finally:
+                stop.set()
+                await asyncio.gather(worker, return_exceptions=True)
+    finally:
+        await redis.aclose()
+        _stop_process(processor)
+        _stop_process(projector)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+@pytest.mark.timeout(240)
+async def test_a_streaming_answer_is_shown_revocable_then_committed(pipeline: str, tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            errors: list[Any] = []
+            page.on("pageerror", lambda error: errors.append(error))
+            await page.goto(pipeline + "/#/c/conv-browser")
+            await expect(page.locator("#live")).to_have_text("live", timeout=20_000)
+
+            await page.fill("#composer-text", f"{SLOW} {XSS}")
+            await page.click("#send-dispatch")
+
+            user = page.locator('#messages li[data-state="committed"].role-user')
+            await expect(user).to_have_count(1, timeout=60_000)
+            await expect(user.locator(".text")).to_have_text(f"{SLOW} {XSS}")
+            assert await page.locator("#messages #bold, #messages img").count() == 0
+            assert await page.title() != "pwned"
+
+            preview = page.locator('#messages li[data-state="preview"]')
+            await expect(preview.first).to_be_visible(timeout=60_000)
+            label = await preview.first.get_attribute("aria-label")
+            assert label is not None and "provisional" in label and "may be retracted" in label
+            await expect(preview.first.locator(".badge")).to_have_text("preview — may be retracted")
+            await expect(preview.first.locator(".text")).not_to_have_text("")
+            await page.screenshot(path=str(tmp_path / "preview.png"), full_page=True)
+
+            answer = page.locator('#messages li[data-state="committed"].role-assistant')
+            await expect(answer.first).to_be_visible(timeout=90_000)
+            await expect(page.locator('#messages li[data-state="preview"]')).to_have_count(0)
+            label = await answer.first.get_attribute("aria-label")
+            assert label is not None and "Committed" in label and "final" in label
+            op = page.locator("#operations article.operation")
+            await expect(op.first).to_have_attribute("data-op-state", "COMMITTED", timeout=30_000)
+            timeline = await op.first.locator(".timeline li").all_text_contents()
+            assert any("STREAMING" in step for step in timeline) and "COMMITTED" in timeline[-1]
+            await page.screenshot(path=str(tmp_path / "committed.png"), full_page=True)
+
+            # a reload shows the same truth from the projection (and the timeline from the stream)
+            await page.reload()
+            await expect(
+                page.locator('#messages li[data-state="committed"].role-assistant').first
+            ).to_be_visible(timeout=20_000)
+            await expect(page.locator('#messages li[data-state="preview"]')).to_have_count(0)
+            assert not errors, errors
+        finally:
+            await browser.close()
+    assert (tmp_path / "preview.png").stat().st_size > 0
+    print(f"screenshots in {tmp_path}", file=sys.stderr)
+
+
+CUT_FIRST = FaultPlan(
+    by_request={0: (Fault(FaultKind.SLOW, 150), Fault(FaultKind.DISCONNECT, 900))},
+    by_marker={SLOW: (Fault(FaultKind.SLOW, 100),)},
+)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault_plan", [CUT_FIRST], indirect=True, ids=["cut-first-stream"])
+async def test_a_cut_stream_shows_its_preview_retracted_and_the_new_attempt_replaces_it(
+    pipeline: str, tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            await page.goto(pipeline + "/#/c/conv-cut")
+            await expect(page.locator("#live")).to_have_text("live", timeout=20_000)
+            await page.fill("#composer-text", f"{SLOW} tell me something long")
+            await page.click("#send-dispatch")
+
+            retracted = page.locator('#messages li[data-state="retracted"]')
+            await expect(retracted.first).to_be_visible(timeout=90_000)
+            label = await retracted.first.get_attribute("aria-label")
+            assert label is not None and "Retracted" in label and "withdrawn" in label
+            assert await retracted.first.locator("del").count() == 1
+            await page.screenshot(path=str(tmp_path / "retracted.png"), full_page=True)
+
+            answer = page.locator('#messages li[data-state="committed"].role-assistant')
+            await expect(answer.first).to_be_visible(timeout=90_000)
+            await expect(page.locator('#messages li[data-state="preview"]')).to_have_count(0)
+            op = page.locator("#operations article.operation").first
+            await expect(op).to_have_attribute("data-op-state", "COMMITTED", timeout=30_000)
+            timeline = await op.locator(".timeline li").all_text_contents()
+            assert any("STREAM_DISCONNECTED" in step for step in timeline), timeline
+            assert "COMMITTED" in timeline[-1], timeline
+            # the withdrawn text stays visible as withdrawn, before the answer that replaced it
+            assert await retracted.count() >= 1
+            await page.screenshot(path=str(tmp_path / "replaced.png"), full_page=True)
+        finally:
+            await browser.close()

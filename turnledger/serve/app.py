@@ -1,0 +1,285 @@
+"""The ASGI app of `turnledger serve` (Starlette).
+
+Reads come from the projections (`ProjectionReader`) and from each conversation's live event stream, the
+capped Redis Stream the projector's script appends to in the same call that applies a batch
+(`projections/script.py`): exactly once, whatever the number of projectors or `serve` instances. The SSE
+ids are the stream's entry ids, so a client that reconnects with `Last-Event-ID` (EventSource does it on
+its own) resumes right after the last event it saw: nothing lost, nothing repeated. The only writes are a
+user turn, a dispatch request and a cancel, all through the `GatewayClient` (ingress), never to Redis.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, cast
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from turnledger.errors import KafkaUnavailableError
+from turnledger.gateway.client import GatewayClient, RefusedEventError
+from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
+from turnledger.projections.reader import ProjectionReader
+from turnledger.projections.replies import bytes_hash, scored_list
+
+StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
+
+_STREAM_ID = re.compile(r"^\d+-\d+$")
+STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
+
+
+@dataclass(frozen=True)
+class DispatchDefaults:
+    adapter: str = "anthropic-messages@2"
+    provider: str = "anthropic"
+    model_revision: str = "anthropic/claude-sonnet-4@2025-05"
+    max_output_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    token: str | None = None
+    block_ms: int = 15_000
+    """XREAD BLOCK timeout; an SSE comment is sent when it passes, to keep proxies from closing."""
+    batch: int = 200
+    dispatch: DispatchDefaults = DispatchDefaults()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(value), status_code=status, media_type="application/json")
+
+
+class BearerToken:
+    """Every request carries `Authorization: Bearer <token>` (or `?token=`, for EventSource and the page
+    link, which cannot set headers); compared in constant time. Without a token, everything is open
+    (loopback only: the CLI refuses another address without one)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.token:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        given = request.query_params.get("token", "")
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            given = header[7:].strip()
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            response = JSONResponse(
+                {"error": "unauthorized"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    redis: aioredis.Redis, gateway: GatewayClient, config: ServeConfig = ServeConfig()
+) -> Starlette:
+    reader = ProjectionReader(redis, config.key_prefix)
+    keys = ProjectionKeys(config.key_prefix)
+
+    async def index(request: Request) -> Response:
+        html = resources.files("turnledger.serve").joinpath("static/index.html").read_text("utf-8")
+        return Response(html, media_type="text/html", headers=_page_headers())
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC_FILES:
+            return _json({"error": "not found"}, 404)
+        body = resources.files("turnledger.serve").joinpath(f"static/{name}").read_text("utf-8")
+        return Response(body, media_type=STATIC_FILES[name], headers=_page_headers())
+
+    async def conversations(request: Request) -> Response:
+        limit = min(int(request.query_params.get("limit", "200")), 1000)
+        rows = scored_list(await redis.zrevrange(keys.conversations, 0, limit - 1, withscores=True))
+        out = []
+        for member, score in rows:
+            conv = member.decode()
+            raw = bytes_hash(await redis.hgetall(keys.conversation(conv)))
+            info = {k.decode(): v.decode() for k, v in raw.items()}
+            out.append(
+                {
+                    "conversationId": conv,
+                    "updatedAtMs": int(score),
+                    "revision": int(info["revision"]) if "revision" in info else None,
+                    "turns": int(info.get("turns", "0")),
+                }
+            )
+        return _json({"conversations": out})
+
+    async def conversation(request: Request) -> Response:
+        conv = request.path_params["conversation"]
+        # the stream position first: whatever the snapshot holds beyond it comes again as events, which
+        # the page applies idempotently (by block id, by operation and generation); nothing is missed
+        last = cast(StreamEntries, await redis.xrevrange(keys.events(conv), count=1))
+        last_id = last[0][0].decode() if last else "0-0"
+        previews = await reader.previews(conv)
+        return _json(
+            {
+                "conversationId": conv,
+                "revision": await reader.revision(conv),
+                "lastEventId": last_id,
+                "history": [b.to_json_dict() for b in await reader.history(conv)],
+                "operations": [op.to_json() for op in await reader.operations(conv)],
+                "previews": [
+                    {
+                        "operationId": p.operation_id,
+                        "attemptGeneration": p.attempt_generation,
+                        "blockIndex": p.block_index,
+                        "text": p.text,
+                        "throughSequence": p.through_sequence,
+                        "revocable": True,
+                    }
+                    for p in previews
+                ],
+                "quarantine": [q.to_json_dict() for q in await reader.quarantine(conv)],
+                "rejections": [r.to_json_dict() for r in await reader.rejections(conv)],
+            }
+        )
+
+    async def events(request: Request) -> Response:
+        conv = request.path_params["conversation"]
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or "0-0"
+        if not _STREAM_ID.match(after):
+            return _json({"error": f"not a stream id: {after!r}"}, 400)
+        return StreamingResponse(
+            _sse(redis, keys.events(conv), after, config),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw:
+            return {}
+        value = orjson.loads(raw)
+        if not isinstance(value, dict):
+            raise ValueError("the body must be a JSON object")
+        return value
+
+    async def post_turn(request: Request) -> Response:
+        conv = request.path_params["conversation"]
+        body = await body_of(request)
+        text = body.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return _json({"error": "a non-empty 'text' is required"}, 400)
+        expected = body.get("expectedRevision")
+        event = await gateway.submit_user_turn(
+            conv, text, expected_revision=expected if isinstance(expected, int) else None
+        )
+        return _json({"turnId": event.turn_id, "eventId": event.event_id}, 202)
+
+    async def post_dispatch(request: Request) -> Response:
+        conv = request.path_params["conversation"]
+        body = await body_of(request)
+        d = config.dispatch
+        event = await gateway.request_dispatch(
+            conv,
+            adapter=str(body.get("adapter") or d.adapter),
+            provider=str(body.get("provider") or d.provider),
+            model_revision=str(body.get("modelRevision") or d.model_revision),
+            max_output_tokens=int(body.get("maxOutputTokens") or d.max_output_tokens),
+            operation_id=str(body["operationId"]) if body.get("operationId") else None,
+        )
+        return _json({"operationId": event.operation_id, "eventId": event.event_id}, 202)
+
+    async def post_cancel(request: Request) -> Response:
+        conv = request.path_params["conversation"]
+        body = await body_of(request)
+        op = body.get("operationId")
+        await gateway.cancel(conv, str(op) if op else None, str(body.get("reason") or "cancelled from serve"))
+        return _json({"cancelled": op}, 202)
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        return _json({"error": str(exc)}, 422)
+
+    async def bad_body(request: Request, exc: Exception) -> Response:
+        return _json({"error": f"bad request: {exc}"}, 400)
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        return _json({"error": str(exc)}, 503)
+
+    c = "/api/conversations/{conversation:str}"
+    routes = [
+        Route("/", index),
+        Route("/static/{name:str}", static),
+        Route("/api/conversations", conversations),
+        Route(c, conversation),
+        Route(c + "/events", events),
+        Route(c + "/turns", post_turn, methods=["POST"]),
+        Route(c + "/dispatch", post_dispatch, methods=["POST"]),
+        Route(c + "/cancel", post_cancel, methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(BearerToken, token=config.token)],
+        exception_handlers={
+            RefusedEventError: refused,
+            orjson.JSONDecodeError: bad_body,
+            ValueError: bad_body,
+            KafkaUnavailableError: unavailable,
+            RedisConnectionError: unavailable,
+            RedisTimeoutError: unavailable,
+        },
+    )
+
+
+def _page_headers() -> dict[str, str]:
+    """No inline script or style may run (the page inserts every text with textContent anyway)."""
+    return {
+        "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-cache",
+    }
+
+
+def sse_frame(entry_id: str, kind: str, data: str) -> bytes:
+    # data is one line of JSON (orjson never emits a raw newline), so one `data:` field suffices
+    return f"id: {entry_id}\nevent: {kind}\ndata: {data}\n\n".encode()
+
+
+async def _sse(redis: aioredis.Redis, key: str, after: str, config: ServeConfig) -> AsyncIterator[bytes]:
+    yield b"retry: 1000\n\n"
+    last = after
+    while True:
+        reply = cast(
+            list[tuple[bytes, StreamEntries]],
+            await redis.xread({key: last}, count=config.batch, block=config.block_ms),
+        )
+        if not reply:
+            yield b": keepalive\n\n"
+            continue
+        for _stream, entries in reply:
+            for entry_id, fields in entries:
+                last = entry_id.decode()
+                kind = fields.get(b"type", b"unknown").decode()
+                data = fields.get(b"data", b"{}").decode()
+                yield sse_frame(last, kind, data)

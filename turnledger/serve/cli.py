@@ -1,0 +1,96 @@
+"""`turnledger serve`: the client API, the resumable SSE stream and the web page (uvicorn)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Annotated
+
+import typer
+import uvicorn
+from rich.console import Console
+
+from turnledger.errors import ServiceUnavailable, TokenRequiredError
+from turnledger.gateway.client import GatewayClient
+from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, connect, require
+from turnledger.projections.keys import DEFAULT_KEY_PREFIX
+from turnledger.serve.app import DispatchDefaults, ServeConfig, create_app, is_loopback
+from turnledger.topology import Topics
+
+err = Console(stderr=True)
+TOKEN_ENV = "TURNLEDGER_SERVE_TOKEN"
+
+
+def serve_command(
+    redis_url: RedisUrl = None,
+    bootstrap: Bootstrap = None,
+    topic_prefix: TopicPrefix = "",
+    key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
+    host: Annotated[
+        str, typer.Option(help="Address to bind. Anything but loopback requires a bearer token.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to bind (0: any free port).")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar=TOKEN_ENV,
+            help="Bearer token every endpoint requires (header `Authorization: Bearer`, or `?token=` for the "
+            "page and its event stream). Required to bind a non-loopback address.",
+        ),
+    ] = None,
+    adapter: Annotated[str, typer.Option(help="Adapter of the dispatches the page requests.")] = (
+        DispatchDefaults.adapter
+    ),
+    provider: Annotated[str, typer.Option(help="Provider of the dispatches the page requests.")] = (
+        DispatchDefaults.provider
+    ),
+    model_revision: Annotated[str, typer.Option(help="Model of the dispatches the page requests.")] = (
+        DispatchDefaults.model_revision
+    ),
+) -> None:
+    """Serve the client API (a conversation's committed history; POST a user turn, a dispatch request or a
+    cancel), a resumable SSE stream per conversation (Last-Event-ID) and the web page, at http://HOST:PORT/."""
+    url = require(redis_url, "REDIS_URL", "--redis-url")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    if not is_loopback(host) and not token:
+        err.print(f"[red]{TokenRequiredError(host)}[/red]")
+        raise typer.Exit(2)
+    config = ServeConfig(
+        key_prefix=key_prefix,
+        token=token or None,
+        dispatch=DispatchDefaults(adapter=adapter, provider=provider, model_revision=model_revision),
+    )
+    try:
+        asyncio.run(_serve(url, servers, Topics(prefix=topic_prefix).ingress, host, port, config))
+    except ServiceUnavailable as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+
+
+async def _serve(
+    redis_url: str, bootstrap: str, ingress: str, host: str, port: int, config: ServeConfig
+) -> None:
+    redis = await connect(redis_url)
+    try:
+        async with GatewayClient(bootstrap, topic=ingress, client_id="turnledger-serve") as gateway:
+            app = create_app(redis, gateway, config)
+            level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
+            server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=level))
+            task = asyncio.create_task(server.serve())
+            while not server.started and not task.done():
+                await asyncio.sleep(0.05)
+            if server.started:
+                print(f"serving {page_url(server, host, config.token)}", flush=True)
+            await task
+    finally:
+        await redis.aclose()
+
+
+def bound_port(server: uvicorn.Server) -> int:
+    """The port uvicorn bound (the one asked for, or the free one it picked for 0)."""
+    return int(server.servers[0].sockets[0].getsockname()[1])
+
+
+def page_url(server: uvicorn.Server, host: str, token: str | None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{bound_port(server)}/" + (f"?token={token}" if token else "")

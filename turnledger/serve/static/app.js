@@ -1,0 +1,295 @@
+// turnledger serve: the conversation page. No build step, no dependency.
+// Every text from the ledger is inserted with textContent (never as markup), so user, model or tool text
+// that looks like HTML renders as text. The page's CSP forbids inline scripts anyway.
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const token = params.get("token") || "";
+
+function api(path, options) {
+  const headers = Object.assign({ "Content-Type": "application/json" }, (options || {}).headers || {});
+  if (token) headers.Authorization = "Bearer " + token;
+  return fetch(path, Object.assign({}, options || {}, { headers }));
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null) continue;
+    if (name === "text") node.textContent = String(value);
+    else node.setAttribute(name, String(value));
+  }
+  for (const child of children) if (child) node.appendChild(child);
+  return node;
+}
+
+function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+}
+
+function time(ms) {
+  return ms ? new Date(ms).toLocaleTimeString() : "";
+}
+
+const app = document.getElementById("app");
+
+function route() {
+  const match = location.hash.match(/^#\/c\/(.+)$/);
+  if (current) current.close();
+  current = null;
+  if (match) current = new ConversationView(decodeURIComponent(match[1]));
+  else showList();
+}
+
+async function showList() {
+  clear(app);
+  const list = el("ul", { id: "conversations", "aria-label": "Conversations" });
+  const form = el("form", { id: "open-form" },
+    el("label", { for: "open-id", text: "Conversation id " }),
+    el("input", { id: "open-id", name: "id", required: "required" }),
+    el("button", { type: "submit", text: "Open" }));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    location.hash = "#/c/" + encodeURIComponent(form.elements.id.value);
+  });
+  app.append(el("h1", { text: "turnledger — conversations" }), form, list);
+  const response = await api("api/conversations");
+  const body = await response.json();
+  for (const c of body.conversations) {
+    const link = el("a", { href: "#/c/" + encodeURIComponent(c.conversationId), text: c.conversationId });
+    list.appendChild(el("li", { "data-conversation": c.conversationId }, link,
+      el("span", { class: "meta", text: ` revision ${c.revision ?? "–"}, ${c.turns} turns, ${time(c.updatedAtMs)}` })));
+  }
+  if (!body.conversations.length) list.appendChild(el("li", { text: "No conversation yet." }));
+}
+
+class ConversationView {
+  constructor(id) {
+    this.id = id;
+    this.blocks = new Map();      // block id -> committed block
+    this.previews = new Map();    // "op/gen/index" -> {operationId, attemptGeneration, blockIndex, text, state}
+    this.ops = new Map();         // operation id -> {current, timeline: [status...]}
+    this.seen = new Set();        // SSE ids already applied
+    this.quarantine = [];
+    this.rejections = [];
+    this.source = null;
+    this.closed = false;
+    this.build();
+    this.load();
+  }
+
+  close() {
+    this.closed = true;
+    if (this.source) this.source.close();
+  }
+
+  build() {
+    clear(app);
+    const base = "api/conversations/" + encodeURIComponent(this.id);
+    this.base = base;
+    this.status = el("p", { id: "live", role: "status", "aria-live": "polite", text: "connecting…" });
+    this.messages = el("ol", { id: "messages", "aria-label": "Messages" });
+    this.timeline = el("div", { id: "operations" });
+    this.quarantineList = el("ul", { id: "quarantine", "aria-label": "Quarantined events" });
+    this.rejectionList = el("ul", { id: "rejections", "aria-label": "Rejections" });
+    const text = el("textarea", { id: "composer-text", name: "text", rows: "3", "aria-label": "Message" });
+    const send = el("button", { type: "submit", id: "send", text: "Send" });
+    const sendDispatch = el("button", { type: "button", id: "send-dispatch", text: "Send and ask the model" });
+    const dispatch = el("button", { type: "button", id: "dispatch", text: "Ask the model" });
+    const form = el("form", { id: "composer" }, text, el("div", {}, send, sendDispatch, dispatch));
+    const submit = async (andDispatch) => {
+      const value = text.value;
+      if (value.trim()) {
+        const r = await api(base + "/turns", { method: "POST", body: JSON.stringify({ text: value }) });
+        if (!r.ok) return this.say("the turn was refused: " + (await r.text()));
+        text.value = "";
+      }
+      if (andDispatch) await this.dispatch();
+    };
+    form.addEventListener("submit", (e) => { e.preventDefault(); submit(false); });
+    sendDispatch.addEventListener("click", () => submit(true));
+    dispatch.addEventListener("click", () => this.dispatch());
+    app.append(
+      el("p", {}, el("a", { href: "#/", text: "← conversations" })),
+      el("h1", { id: "title", text: "Conversation " + this.id }),
+      this.status,
+      el("section", { "aria-labelledby": "h-messages" }, el("h2", { id: "h-messages", text: "Messages" }),
+        el("p", { class: "legend", text: "Committed messages are final. Previews (dashed, marked “preview”) " +
+          "are provisional and may be retracted." }), this.messages, form),
+      el("section", { "aria-labelledby": "h-ops" }, el("h2", { id: "h-ops", text: "Operations" }), this.timeline),
+      el("section", { "aria-labelledby": "h-q" }, el("h2", { id: "h-q", text: "Quarantine" }), this.quarantineList),
+      el("section", { "aria-labelledby": "h-r" }, el("h2", { id: "h-r", text: "Rejections" }), this.rejectionList),
+    );
+  }
+
+  say(text) { this.status.textContent = text; }
+
+  async dispatch() {
+    const r = await api(this.base + "/dispatch", { method: "POST", body: "{}" });
+    if (!r.ok) this.say("the dispatch was refused: " + (await r.text()));
+  }
+
+  async cancel(operationId) {
+    await api(this.base + "/cancel", { method: "POST", body: JSON.stringify({ operationId }) });
+  }
+
+  async load() {
+    const response = await api(this.base);
+    if (!response.ok) return this.say("could not load: " + response.status);
+    const snap = await response.json();
+    for (const b of snap.history) this.blocks.set(b.id, b);
+    for (const p of snap.previews) this.setPreview(p);
+    for (const op of snap.operations) this.op(op.operationId).current = op;
+    this.quarantine = snap.quarantine;
+    this.rejections = snap.rejections;
+    this.render();
+    if (this.closed) return;
+    // the whole live stream (capped) gives the operations' timelines; every event applies idempotently,
+    // and EventSource resumes with Last-Event-ID after a disconnect, so none is lost or seen twice
+    const query = "?after=0-0" + (token ? "&token=" + encodeURIComponent(token) : "");
+    this.source = new EventSource(this.base + "/events" + query);
+    this.source.onopen = () => this.say("live");
+    this.source.onerror = () => this.say("reconnecting…");
+    for (const kind of ["committed", "preview", "retracted", "status", "quarantined", "rejected"]) {
+      this.source.addEventListener(kind, (e) => {
+        if (this.seen.has(e.lastEventId)) return;
+        this.seen.add(e.lastEventId);
+        this.apply(kind, JSON.parse(e.data), e.lastEventId);
+        this.render();
+      });
+    }
+  }
+
+  op(id) {
+    if (!this.ops.has(id)) this.ops.set(id, { current: null, timeline: [] });
+    return this.ops.get(id);
+  }
+
+  setPreview(p) {
+    const key = `${p.operationId}/${p.attemptGeneration}/${p.blockIndex}`;
+    const known = this.previews.get(key);
+    if (known && (known.state === "retracted" || known.throughSequence >= p.throughSequence)) return;
+    this.previews.set(key, Object.assign({}, p, { state: "preview" }));
+  }
+
+  apply(kind, data) {
+    if (kind === "committed") {
+      for (const b of data.blocks) this.blocks.set(b.id, b);
+      if (data.operationId) {
+        for (const [key, p] of this.previews) {
+          if (p.operationId === data.operationId && p.state === "preview") this.previews.delete(key);
+        }
+      }
+    } else if (kind === "preview") {
+      this.setPreview(data);
+    } else if (kind === "retracted") {
+      for (const p of this.previews.values()) {
+        if (p.operationId === data.operationId && p.attemptGeneration === data.attemptGeneration) {
+          p.state = "retracted";
+          p.reason = data.reason;
+        }
+      }
+    } else if (kind === "status") {
+      const op = this.op(data.operationId);
+      op.timeline.push(data);
+      if (data.accepted) op.current = Object.assign({}, op.current || {}, data);
+    } else if (kind === "quarantined") {
+      this.quarantine.push(data);
+    } else if (kind === "rejected") {
+      this.rejections.unshift(data);
+    }
+  }
+
+  render() {
+    this.renderMessages();
+    this.renderOperations();
+    this.renderList(this.quarantineList, this.quarantine, (q) =>
+      `${q.reason}: ${q.eventType} ${q.eventId} of ${q.operationId} generation ${q.attemptGeneration}` +
+      (q.detail ? ` — ${q.detail}` : ""));
+    this.renderList(this.rejectionList, this.rejections, (r) =>
+      `${r.reason}: ${r.eventType || "event"} ${r.eventId || ""}` + (r.detail ? ` — ${r.detail}` : ""));
+  }
+
+  renderList(list, items, describe) {
+    clear(list);
+    for (const item of items) list.appendChild(el("li", { text: describe(item) }));
+    if (!items.length) list.appendChild(el("li", { class: "none", text: "none" }));
+  }
+
+  renderMessages() {
+    clear(this.messages);
+    const blocks = [...this.blocks.values()].sort((a, b) => a.ordering - b.ordering);
+    const results = new Map(blocks.filter((b) => b.kind === "tool_result").map((b) => [b.callId, b]));
+    for (const b of blocks) {
+      if (b.kind === "tool_result" && blocks.some((c) => c.kind === "tool_call" && c.callId === b.callId)) continue;
+      this.messages.appendChild(this.committedItem(b, results));
+    }
+    const previews = [...this.previews.values()].sort((a, b) =>
+      a.operationId.localeCompare(b.operationId) || a.attemptGeneration - b.attemptGeneration ||
+      a.blockIndex - b.blockIndex);
+    for (const p of previews) this.messages.appendChild(this.previewItem(p));
+  }
+
+  committedItem(b, results) {
+    const who = b.role === "user" ? "you" : b.role;
+    const item = el("li", {
+      class: `message committed role-${b.role} kind-${b.kind}`, "data-state": "committed",
+      "data-block-id": b.id, "aria-label": `Committed ${b.kind.replace("_", " ")} from ${who}, final`,
+    }, el("span", { class: "badge", text: "committed" }), el("span", { class: "who", text: who }));
+    if (b.kind === "tool_call") {
+      item.appendChild(el("div", { class: "tool" },
+        el("span", { class: "tool-name", text: `calls ${b.toolName}` }),
+        el("code", { class: "arguments", text: b.arguments || "" })));
+      const result = results.get(b.callId);
+      item.appendChild(result
+        ? el("div", { class: "tool-result", "data-call-id": b.callId, "aria-label": "Tool result" },
+          el("span", { class: "badge", text: `result ${result.resultStatus || ""}` }),
+          el("span", { class: "text", text: result.text || "" }))
+        : el("div", { class: "tool-result pending", text: "no result yet" }));
+    } else {
+      item.appendChild(el("span", { class: "text", text: b.text || "" }));
+    }
+    return item;
+  }
+
+  previewItem(p) {
+    const retracted = p.state === "retracted";
+    const label = retracted
+      ? `Retracted preview of generation ${p.attemptGeneration}: this text was withdrawn` +
+        (p.reason ? ` (${p.reason})` : "")
+      : `Preview of generation ${p.attemptGeneration}, provisional: still streaming and may be retracted`;
+    return el("li", {
+      class: `message preview ${retracted ? "retracted" : "provisional"}`, "data-state": p.state,
+      "data-operation-id": p.operationId, "data-generation": p.attemptGeneration, "aria-label": label,
+    },
+    el("span", { class: "badge", text: retracted ? `retracted${p.reason ? ": " + p.reason : ""}` : "preview — may be retracted" }),
+    el(retracted ? "del" : "span", { class: "text", text: p.text }));
+  }
+
+  renderOperations() {
+    clear(this.timeline);
+    for (const [id, op] of [...this.ops.entries()].sort()) {
+      const state = (op.current && op.current.state) || "?";
+      const steps = el("ol", { class: "timeline", "aria-label": `Timeline of ${id}` });
+      for (const s of op.timeline) {
+        const text = `${time(s.occurredAtMs)} ${s.previousState ? s.previousState + " → " : ""}${s.state}` +
+          ` (generation ${s.attemptGeneration})` + (s.reason ? ` ${s.reason}` : "") +
+          (s.detail ? ` — ${s.detail}` : "") + (s.accepted ? "" : " [refused]");
+        steps.appendChild(el("li", { "data-state": s.state, class: s.accepted ? "" : "refused", text }));
+      }
+      const box = el("article", { class: "operation", "data-operation-id": id, "data-op-state": state },
+        el("h3", { text: `${id}: ${state}` }), steps);
+      if (!["COMMITTED", "CANCELLED", "REJECTED", "PAUSED"].includes(state)) {
+        const cancel = el("button", { type: "button", class: "cancel", text: "Cancel" });
+        cancel.addEventListener("click", () => this.cancel(id));
+        box.appendChild(cancel);
+      }
+      this.timeline.appendChild(box);
+    }
+    if (!this.ops.size) this.timeline.appendChild(el("p", { class: "none", text: "no operation yet" }));
+  }
+}
+
+let current = null;
+window.addEventListener("hashchange", route);
+route();
