@@ -42,7 +42,9 @@ async def test_small_demo_with_every_fault_kind_keeps_every_invariant(
         every_fault_kind=True,
         timeout_s=150,
     )
-    result = await run_demo(kafka_bootstrap, redis_url, options)
+    said: list[str] = []
+    result = await run_demo(kafka_bootstrap, redis_url, options, announce=said.append)
+    assert len(said) == 1 and said[0].startswith("web page (while the demo runs): http://127.0.0.1:"), said
     failed = [(c.name, c.examples) for c in result.checks if not c.ok]
     assert not failed
     names = " ".join(c.name for c in result.checks)

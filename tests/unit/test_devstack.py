@@ -193,8 +193,12 @@ def test_compose_file_declares_kafka_redis_and_the_turnledger_services() -> None
         "worker": ["turnledger", "worker"],
         "tool-executor": ["turnledger", "tool-executor"],
         "fake-provider": ["turnledger", "fake-provider"],
+        "serve": ["turnledger", "serve"],
     }
     assert "--create-topics" in services["processor"]["command"]
+    # serve binds 0.0.0.0 in its container, so it needs the token; its page is published on loopback only
+    assert services["serve"]["environment"]["TURNLEDGER_SERVE_TOKEN"] == "${TURNLEDGER_SERVE_TOKEN:-}"
+    assert services["serve"]["ports"] == ["127.0.0.1:8765:8765"]
     # every turnledger service serves /metrics on 9400; Prometheus scrapes them, Grafana shows the dashboard
     assert services["processor"]["environment"]["TURNLEDGER_METRICS_PORT"] == "9400"
     assert services["prometheus"]["volumes"] == ["./deploy/prometheus:/etc/prometheus:ro"]

@@ -40,6 +40,9 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the fake provider and the driver.")] = 7,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of every topic.")] = 4,
     concurrency: Annotated[int, typer.Option(min=1, help="Conversations in flight at once.")] = 48,
+    serve: Annotated[
+        bool, typer.Option(help="Run `turnledger serve` on the run's projection and print the page's URL.")
+    ] = True,
 ) -> None:
     """Run the whole system on the local stack (started if none is configured) and check its promises."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -61,6 +64,7 @@ def demo(
         seed=seed,
         partitions=partitions,
         concurrency=concurrency,
+        serve=serve,
     )
     try:
         with session_endpoints() as endpoints:
@@ -81,6 +85,7 @@ def demo(
                         endpoints.redis_url,
                         options,
                         lambda done, total: bar.update(task, completed=done),
+                        announce=console.print,
                     )
                 )
     except KafkaUnavailableError as exc:

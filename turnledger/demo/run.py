@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,8 @@ class DemoOptions:
     prefix: str = ""
     #: one scripted fault of each kind on the first requests (besides the random ones)
     every_fault_kind: bool = False
+    #: run `turnledger serve` (the web page) on this run's projection while the demo runs
+    serve: bool = True
 
 
 @dataclass
@@ -99,8 +102,13 @@ Progress = Callable[[int, int], None]
 
 
 async def run_demo(
-    bootstrap: str, redis_url: str, options: DemoOptions, progress: Progress | None = None
+    bootstrap: str,
+    redis_url: str,
+    options: DemoOptions,
+    progress: Progress | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> DemoResult:
+    """`announce` is told the web page's URL once `turnledger serve` answers (with `options.serve`)."""
     import redis.asyncio as aioredis
 
     from turnledger.processors.topics import ensure_topics
@@ -118,6 +126,14 @@ async def run_demo(
     logs = Path(tempfile.mkdtemp(prefix="turnledger-demo-"))
     processor = _start_processor(bootstrap, prefix)
     projector = _start_projector(bootstrap, redis_url, prefix, key_prefix, logs / "projector.log")
+    server = (
+        _start_serve(bootstrap, redis_url, prefix, key_prefix, logs / "serve.log") if options.serve else None
+    )
+    if server is not None and announce is not None:
+        if await _answers(server, timeout_s=30):
+            announce(f"web page (while the demo runs): {server.url}")
+        else:
+            announce(f"turnledger serve did not answer at {server.url}; its log: {logs / 'serve.log'}")
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -180,6 +196,8 @@ async def run_demo(
         stop.set()
         _stop_process(processor)
         _stop_process(projector)
+        if server is not None:
+            _stop_process(server.proc)
     seconds = time.monotonic() - started_at
     redis = aioredis.from_url(redis_url)
     try:
@@ -371,6 +389,40 @@ def _start_projector(
     ]  # fmt: skip
     with log.open("ab") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+
+
+@dataclass(frozen=True)
+class _Serve:
+    proc: subprocess.Popen[bytes]
+    url: str
+
+
+def _start_serve(bootstrap: str, redis_url: str, prefix: str, key_prefix: str, log: Path) -> _Serve:
+    """`turnledger serve` on a free loopback port, on this run's topics and projection."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cmd = [
+        sys.executable, "-m", "turnledger.cli", "serve", "--bootstrap", bootstrap, "--redis-url", redis_url,
+        "--topic-prefix", prefix, "--key-prefix", key_prefix, "--port", str(port),
+    ]  # fmt: skip
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+    return _Serve(proc, f"http://127.0.0.1:{port}/")
+
+
+async def _answers(server: _Serve, timeout_s: float) -> bool:
+    """Until the page's API answers, the process exits, or `timeout_s` passes."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=2) as http:
+        while time.monotonic() < deadline and server.proc.poll() is None:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(server.url + "api/conversations")).status_code == 200:
+                    return True
+            await asyncio.sleep(0.2)
+    return False
 
 
 def _stop_processor(proc: subprocess.Popen[bytes]) -> None:

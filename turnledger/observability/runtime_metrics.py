@@ -6,7 +6,7 @@ transaction wrote: an aborted batch (retried, then committed once) is counted on
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 RECORD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -93,4 +93,15 @@ PARTIAL_TOOL_DISPATCHES = Counter(
     "turnledger_partial_tool_dispatches",
     "Tool calls that reached turnledger.tool-calls with arguments that do not parse or do not validate "
     "against the tool's schema, or for a tool the executor does not have. Must stay 0: alert on it.",
+)
+
+# --------------------------------------------------------------------------------------------- serve
+SERVE_REQUESTS = Counter(
+    "turnledger_serve_requests",
+    "HTTP requests answered by `turnledger serve`, by route template and status code.",
+    ["route", "status"],
+)
+SERVE_STREAMS = Gauge("turnledger_serve_event_streams", "Clients connected to a conversation's event stream.")
+SERVE_EVENTS = Counter(
+    "turnledger_serve_events_sent", "Events sent on conversations' event streams, by type.", ["type"]
 )

@@ -26,11 +26,12 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from turnledger.errors import KafkaUnavailableError
 from turnledger.gateway.client import GatewayClient, RefusedEventError
+from turnledger.observability.runtime_metrics import SERVE_EVENTS, SERVE_REQUESTS, SERVE_STREAMS
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
@@ -97,6 +98,43 @@ class BearerToken:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+class RequestCounter:
+    """Counts every HTTP answer by its route template (never the raw path: conversation ids would make
+    one series each) and status code."""
+
+    def __init__(self, app: ASGIApp, routes: list[Route]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting)
+        finally:
+            SERVE_REQUESTS.labels(self._template(scope), str(status["code"])).inc()
+
+    def _template(self, scope: Scope) -> str:
+        """The route the router chose, or (a request refused before routing, e.g. without its token)
+        the one it would have chosen."""
+        chosen = scope.get("route")
+        if isinstance(chosen, Route):
+            return chosen.path
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match is not Match.NONE:
+                return route.path
+        return "unmatched"
 
 
 def create_app(
@@ -239,7 +277,7 @@ def create_app(
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(BearerToken, token=config.token)],
+        middleware=[Middleware(RequestCounter, routes=routes), Middleware(BearerToken, token=config.token)],
         exception_handlers={
             RefusedEventError: refused,
             orjson.JSONDecodeError: bad_body,
@@ -269,6 +307,15 @@ def sse_frame(entry_id: str, kind: str, data: str) -> bytes:
 async def _sse(redis: aioredis.Redis, key: str, after: str, config: ServeConfig) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
     last = after
+    SERVE_STREAMS.inc()
+    try:
+        async for frame in _entries(redis, key, last, config):
+            yield frame
+    finally:
+        SERVE_STREAMS.dec()
+
+
+async def _entries(redis: aioredis.Redis, key: str, last: str, config: ServeConfig) -> AsyncIterator[bytes]:
     while True:
         reply = cast(
             list[tuple[bytes, StreamEntries]],
@@ -282,4 +329,5 @@ async def _sse(redis: aioredis.Redis, key: str, after: str, config: ServeConfig)
                 last = entry_id.decode()
                 kind = fields.get(b"type", b"unknown").decode()
                 data = fields.get(b"data", b"{}").decode()
+                SERVE_EVENTS.labels(kind).inc()
                 yield sse_frame(last, kind, data)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from turnledger.errors import ServiceUnavailable, TokenRequiredError
 from turnledger.gateway.client import GatewayClient
+from turnledger.observability.server import MetricsPort, serving
 from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, connect, require
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX
 from turnledger.serve.app import DispatchDefaults, ServeConfig, create_app, is_loopback
@@ -47,6 +48,7 @@ def serve_command(
     model_revision: Annotated[str, typer.Option(help="Model of the dispatches the page requests.")] = (
         DispatchDefaults.model_revision
     ),
+    metrics_port: MetricsPort = 0,
 ) -> None:
     """Serve the client API (a conversation's committed history; POST a user turn, a dispatch request or a
     cancel), a resumable SSE stream per conversation (Last-Event-ID) and the web page, at http://HOST:PORT/."""
@@ -61,18 +63,34 @@ def serve_command(
         dispatch=DispatchDefaults(adapter=adapter, provider=provider, model_revision=model_revision),
     )
     try:
-        asyncio.run(_serve(url, servers, Topics(prefix=topic_prefix).ingress, host, port, config))
+        asyncio.run(
+            _serve(url, servers, Topics(prefix=topic_prefix).ingress, host, port, config, metrics_port)
+        )
     except ServiceUnavailable as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
 
 
 async def _serve(
-    redis_url: str, bootstrap: str, ingress: str, host: str, port: int, config: ServeConfig
+    redis_url: str,
+    bootstrap: str,
+    ingress: str,
+    host: str,
+    port: int,
+    config: ServeConfig,
+    metrics_port: int = 0,
 ) -> None:
     redis = await connect(redis_url)
+    server: uvicorn.Server | None = None
+
+    def ready() -> str | None:
+        return None if server is not None and server.started else "the HTTP server is starting"
+
     try:
-        async with GatewayClient(bootstrap, topic=ingress, client_id="turnledger-serve") as gateway:
+        async with (
+            serving(metrics_port, ready),
+            GatewayClient(bootstrap, topic=ingress, client_id="turnledger-serve") as gateway,
+        ):
             app = create_app(redis, gateway, config)
             level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
             server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=level))

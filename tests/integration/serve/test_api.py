@@ -11,6 +11,7 @@ import httpx
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
+from prometheus_client import REGISTRY
 
 from tests.integration.projections.workload import conversation
 from tests.integration.serve.sse import read_frames
@@ -90,7 +91,13 @@ async def test_sse_delivers_in_stream_order_live_and_resumes_without_loss_or_rep
             assert (await http.get(url, headers={"Last-Event-ID": "<x>"})).status_code == 400
 
 
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_every_endpoint_requires_the_token_when_one_is_set(serve_factory: Callable[..., Any]) -> None:
+    refused_before = _sample("turnledger_serve_requests_total", route="/api/conversations", status="401")
+    listed_before = _sample("turnledger_serve_requests_total", route="/api/conversations", status="200")
     async with serve_factory(token="s3cret") as served:
         await project_records(served.redis, ProjectionKeys(served.key_prefix), conversation("c-3"))
         async with httpx.AsyncClient(base_url=served.url) as http:
@@ -113,6 +120,13 @@ async def test_every_endpoint_requires_the_token_when_one_is_set(serve_factory: 
             assert (await http.get("/?token=s3cret")).status_code == 200
             frames = await read_frames(http, "/api/conversations/c-3/events?token=s3cret", 1)
             assert frames and frames[0].event
+    # the requests counter, by route template and status: the two refusals and the one answer above
+    assert _sample("turnledger_serve_requests_total", route="/api/conversations", status="401") == (
+        refused_before + 2
+    )
+    assert _sample("turnledger_serve_requests_total", route="/api/conversations", status="200") == (
+        listed_before + 1
+    )
 
 
 async def test_only_turns_dispatches_and_cancels_are_writable_and_text_is_data(
