@@ -307,12 +307,34 @@ def sse_frame(entry_id: str, kind: str, data: str) -> bytes:
 async def _sse(redis: aioredis.Redis, key: str, after: str, config: ServeConfig) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
     last = after
+    trimmed = await _trimmed_past(redis, key, after)
+    if trimmed is not None:
+        SERVE_EVENTS.labels("reset").inc()
+        yield sse_frame(after, "reset", orjson.dumps({"firstId": trimmed}).decode())
     SERVE_STREAMS.inc()
     try:
         async for frame in _entries(redis, key, last, config):
             yield frame
     finally:
         SERVE_STREAMS.dec()
+
+
+def _stream_id(text: str) -> tuple[int, int]:
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq)
+
+
+async def _trimmed_past(redis: aioredis.Redis, key: str, after: str) -> str | None:
+    """The stream's first id when the client's last event is older than the oldest entry kept: the cap
+    may have trimmed entries it has not seen, so it must load the snapshot again (a `reset` event).
+    None when nothing it has not seen can be gone."""
+    if after == "0-0":
+        return None
+    first = cast(list[tuple[bytes, object]], await redis.xrange(key, count=1))
+    if not first:
+        return None
+    first_id = first[0][0].decode()
+    return first_id if _stream_id(first_id) > _stream_id(after) else None
 
 
 async def _entries(redis: aioredis.Redis, key: str, last: str, config: ServeConfig) -> AsyncIterator[bytes]:

@@ -91,6 +91,31 @@ async def test_sse_delivers_in_stream_order_live_and_resumes_without_loss_or_rep
             assert (await http.get(url, headers={"Last-Event-ID": "<x>"})).status_code == 400
 
 
+async def test_a_resume_past_what_the_cap_trimmed_gets_a_reset(serve_factory: Callable[..., Any]) -> None:
+    async with serve_factory() as served:
+        keys = ProjectionKeys(served.key_prefix)
+        await project_records(served.redis, keys, conversation("c-trim"))
+        everything = await stream_entries(served, "c-trim")
+        assert len(everything) >= 4
+        url = "/api/conversations/c-trim/events"
+        async with httpx.AsyncClient(base_url=served.url) as http:
+            # nothing trimmed: a resume goes on with the next event, no reset
+            [nxt] = await read_frames(http, url, 1, headers={"Last-Event-ID": everything[0][0]})
+            assert (nxt.id, nxt.event) == everything[1]
+            await served.redis.xtrim(keys.events("c-trim"), maxlen=2, approximate=False)
+            kept = everything[-2:]
+            frames = await read_frames(http, url, 3, headers={"Last-Event-ID": everything[0][0]})
+            assert (frames[0].id, frames[0].event, frames[0].data) == (
+                everything[0][0],
+                "reset",
+                {"firstId": kept[0][0]},
+            )
+            assert [(f.id, f.event) for f in frames[1:]] == kept
+            # from the start (a fresh page), or from a kept id: no reset
+            fresh = await read_frames(http, url, 2)
+            assert [(f.id, f.event) for f in fresh] == kept
+
+
 def _sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 

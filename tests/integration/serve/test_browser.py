@@ -35,7 +35,7 @@ XSS = '<b id="bold">not bold</b><img src=x onerror="document.title=\'pwned\'">'
 def fault_plan(request: pytest.FixtureRequest) -> FaultPlan:
     """The fake provider's faults: a slow stream for every message that asks for one (parametrize
     indirectly for others)."""
-    return getattr(request, "param", None) or FaultPlan(by_marker={SLOW: (Fault(FaultKind.SLOW, 150),)})
+    return getattr(request, "param", None) or FaultPlan(by_marker={SLOW: (Fault(FaultKind.SLOW, 300),)})
 
 
 @pytest.fixture
@@ -117,6 +117,29 @@ async def test_a_streaming_answer_is_shown_revocable_then_committed(pipeline: st
             await expect(preview.first.locator(".badge")).to_have_text("preview — may be retracted")
             await expect(preview.first.locator(".text")).not_to_have_text("")
             await page.screenshot(path=str(tmp_path / "preview.png"), full_page=True)
+
+            # a reload mid-stream: the page comes back with the preview so far, still revocable, and
+            # follows the stream on from there (its text grows) until the commit
+            before_reload = await preview.first.locator(".text").text_content() or ""
+            await page.reload()
+            await expect(page.locator("#live")).to_have_text("live", timeout=20_000)
+            resumed = page.locator('#messages li[data-state="preview"]')
+            await expect(resumed.first).to_be_visible(timeout=20_000)
+            await expect(resumed.first.locator(".badge")).to_have_text("preview — may be retracted")
+
+            async def text_now() -> str | None:
+                """The resumed preview's text, or None once it is gone (committed)."""
+                if not await resumed.count():
+                    return None
+                return await resumed.first.locator(".text").text_content() or ""
+
+            deadline = asyncio.get_running_loop().time() + 60
+            grown = await text_now()
+            while grown is not None and len(grown) <= len(before_reload):
+                assert asyncio.get_running_loop().time() < deadline, (before_reload, grown)
+                await asyncio.sleep(0.1)
+                grown = await text_now()
+            await page.screenshot(path=str(tmp_path / "reloaded.png"), full_page=True)
 
             answer = page.locator('#messages li[data-state="committed"].role-assistant')
             await expect(answer.first).to_be_visible(timeout=90_000)

@@ -150,6 +150,8 @@ class ConversationView {
     this.source = new EventSource(this.base + "/events" + query);
     this.source.onopen = () => this.say("live");
     this.source.onerror = () => this.say("reconnecting…");
+    // the stream's cap trimmed events this page had not seen: start again from the snapshot
+    this.source.addEventListener("reset", () => this.reload());
     for (const kind of ["committed", "preview", "retracted", "status", "quarantined", "rejected"]) {
       this.source.addEventListener(kind, (e) => {
         if (this.seen.has(e.lastEventId)) return;
@@ -158,6 +160,16 @@ class ConversationView {
         this.render();
       });
     }
+  }
+
+  reload() {
+    if (this.source) this.source.close();
+    this.blocks.clear();
+    this.previews.clear();
+    this.ops.clear();
+    this.seen.clear();
+    this.say("reloading (missed events)…");
+    this.load();
   }
 
   op(id) {
