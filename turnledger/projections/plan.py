@@ -9,9 +9,11 @@ without Redis and keeps the script a small, generic interpreter.
 
 Previews need care because `turnledger.previews` and `turnledger.committed` are
 separate topics consumed independently: a PreviewUpdated can be projected *after*
-the CommittedTurn of its operation. The preview hash therefore keeps markers
-(`~committed`, `~retracted:<generation>`) and the script refuses updates they cover,
-so the final projection does not depend on how the topics interleave.
+the CommittedTurn of its operation. The preview hash therefore keeps a marker
+(`~committed`) and the script refuses the updates it covers, so the final projection
+does not depend on how the topics interleave. A retraction travels on the previews
+topic itself, in order with the previews: it drops its generation's previews, and a
+preview after it is a new read of that generation (a replay under the same key).
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ DEFAULT_EVENTS_CAP = 5_000
 """Approximate length (XADD MAXLEN ~) of each conversation's live event stream."""
 EVENT_TYPES = ("committed", "preview", "retracted", "status", "quarantined", "rejected")
 COMMITTED_MARKER = "~committed"
-RETRACTED_MARKER = "~retracted:"
 
 Op = list[Any]
 """[name, key_index, *string args]; names are the ones `apply.lua` interprets."""

@@ -59,10 +59,10 @@ local function run(op)
   elseif name == 'sadd' then
     redis.call('SADD', key, op[3])
   elseif name == 'pset' then
-    -- a preview of a committed operation or of a retracted generation is stale: ignore it
+    -- a preview of a committed operation is stale: ignore it (a retraction is on the same topic,
+    -- so a preview after it in offset order is a new read of the generation, e.g. after a replay)
     last_pset = false
-    if redis.call('HEXISTS', key, '~committed') == 0
-        and redis.call('HEXISTS', key, '~retracted:' .. op[3]) == 0 then
+    if redis.call('HEXISTS', key, '~committed') == 0 then
       redis.call('HSET', key, op[4], op[5])
       last_pset = true
     end
@@ -75,7 +75,6 @@ local function run(op)
   elseif name == 'pretract' then
     local prefix = op[3] .. ':'
     drop_fields(key, function(f) return string.sub(f, 1, #prefix) ~= prefix end)
-    redis.call('HSET', key, '~retracted:' .. op[3], '1')
   elseif name == 'pcommit' then
     drop_fields(key, function(f) return string.sub(f, 1, 1) == '~' end)
     redis.call('HSET', key, '~committed', '1')

@@ -8,7 +8,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from tests.integration.projections.workload import produce, settled, workload
+from tests.integration.projections.workload import conversation, produce, settled, workload
+from turnledger.model.events import PreviewRetracted, PreviewUpdated
+from turnledger.model.reasons import ReasonCode
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
@@ -222,3 +224,27 @@ async def test_live_events_are_appended_once_and_never_by_a_replay(stack) -> Non
     }
     await projector(stack, batch_size=3).run_to_end(start=zero)
     assert await live_events(redis, prefix + "live:") == events
+
+
+async def test_a_generation_read_again_after_its_retraction_shows_its_new_preview(
+    redis_client: aioredis.Redis, redis_prefix: str
+) -> None:
+    """A replay under the same idempotency key retracts the generation's previews and streams it anew:
+    the retraction drops the old text, the previews after it (same topic, in order) are shown."""
+    conv, op = "conv-replay", "conv-replay-op2"
+    records = conversation(conv)
+    retract = PreviewRetracted(
+        conversation_id=conv, operation_id=op, attempt_generation=1, reason=ReasonCode.STREAM_DISCONNECTED,
+        occurred_at_ms=90_000,
+    )  # fmt: skip
+    again = PreviewUpdated(
+        conversation_id=conv, operation_id=op, attempt_generation=1, block_index=0, text="Again",
+        through_sequence=0, occurred_at_ms=90_001,
+    )  # fmt: skip
+    keys = ProjectionKeys(redis_prefix)
+    reader = ProjectionReader(redis_client, redis_prefix)
+    await project_records(redis_client, keys, [*records, ("previews", retract)])
+    assert await reader.previews(conv) == []
+    await drop_prefix(redis_client, redis_prefix)
+    await project_records(redis_client, keys, [*records, ("previews", retract), ("previews", again)])
+    assert [(p.operation_id, p.text) for p in await reader.previews(conv)] == [(op, "Again")]

@@ -180,7 +180,15 @@ class ConversationView {
   setPreview(p) {
     const key = `${p.operationId}/${p.attemptGeneration}/${p.blockIndex}`;
     const known = this.previews.get(key);
-    if (known && (known.state === "retracted" || known.throughSequence >= p.throughSequence)) return;
+    if (known && known.state === "retracted") {
+      // a new read of the generation after its retraction (a replay): the withdrawn text stays shown
+      // as withdrawn, under its own key, and the new text is a preview again
+      this.withdrawn = (this.withdrawn || 0) + 1;
+      this.previews.set(`${key}#withdrawn-${this.withdrawn}`, known);
+      this.previews.delete(key);
+    } else if (known && known.throughSequence >= p.throughSequence) {
+      return;
+    }
     this.previews.set(key, Object.assign({}, p, { state: "preview" }));
   }
 
