@@ -28,7 +28,9 @@ def main(root: Path = Path("mutants")) -> int:
         module = str(meta.relative_to(root))[: -len(".meta")]
         other = ", ".join(f"{s} {n}" for s, n in sorted(statuses.items()) if s not in ("killed", "timeout"))
         print(f"{module:45} {killed:6} {tested:6} {100 * killed / tested:6.1f}%  {other}")
-        survivors += [name for name, code in codes.items() if status_by_exit_code[code] in ("survived", "no tests")]
+        survivors += [
+            name for name, code in codes.items() if status_by_exit_code[code] in ("survived", "no tests")
+        ]
     print("\nsurvived / no tests:")
     for name in sorted(survivors):
         print(" ", name)
