@@ -4,10 +4,12 @@ the wire dedup of numbered events and the stats. Each test fails when its guard 
 from __future__ import annotations
 
 import asyncio
+import json
 
 from tests.unit.streaming.support import fixture
 from turnledger.gateway.pump import StreamPump
 from turnledger.model.deltas import DeltaType, NormalizedDelta
+from turnledger.streaming.eventstream import encode_message
 
 
 class Sink:
@@ -116,3 +118,89 @@ def test_numbered_events_seen_again_are_dropped_before_the_parser() -> None:
         d.model_dump() for b in clean_sink.batches for d in b
     ]
     assert sink.handles == clean_sink.handles and len(sink.handles) == 1
+
+
+BEDROCK_EVENTS = [
+    ("messageStart", {"role": "assistant"}),
+    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hi"}}),
+    ("contentBlockStop", {"contentBlockIndex": 0}),
+    ("messageStop", {"stopReason": "end_turn"}),
+]
+
+
+def _bedrock_bytes() -> bytes:
+    headers = {":message-type": "event", ":content-type": "application/json"}
+    return b"".join(
+        encode_message({**headers, ":event-type": name}, json.dumps(payload).encode())
+        for name, payload in BEDROCK_EVENTS
+    )
+
+
+def _bedrock(headers: dict[str, str], *, handle: str | None = None, acked: int = -1) -> tuple:
+    sink = Sink()
+    pump = StreamPump(
+        "bedrock-converse",
+        2,
+        on_handle=sink.on_handle,
+        on_deltas=sink.on_deltas,
+        response_handle=handle,
+        acked=acked,
+    )
+    data = _bedrock_bytes()
+
+    async def go() -> None:
+        await pump.on_response_headers(headers)
+        await pump.on_response_headers({"x-amzn-requestid": "req-later"})
+        for start in range(0, len(data), 40):
+            await pump.feed(data[start : start + 40])
+        await pump.close()
+
+    asyncio.run(go())
+    return pump, sink
+
+
+def test_a_bedrock_stream_is_bound_by_its_request_id_header_once() -> None:
+    pump, sink = _bedrock({"x-amzn-requestid": "req-1", "other": "x"})
+    assert sink.handles == ["req-1"]
+    assert pump.response_handle == "req-1"
+    deltas = [d for batch in sink.batches for d in batch]
+    assert [d.type for d in deltas] == [
+        DeltaType.MESSAGE_START,
+        DeltaType.BLOCK_START,
+        DeltaType.TEXT_DELTA,
+        DeltaType.BLOCK_STOP,
+        DeltaType.MESSAGE_STOP,
+    ]
+    assert {(d.response_handle, d.generation) for d in deltas} == {("req-1", 2)}
+    assert [d.delta_sequence for d in deltas] == [0, 1, 2, 3, 4]
+    assert pump.saw_final is True and pump.stats.deltas_appended == 5
+
+
+def test_a_bedrock_stream_without_the_header_appends_nothing() -> None:
+    """No handle, nothing can be bound to the manifest: the bytes are read but never appended.
+    (The second header set arrives too late here: on_response_headers is once per response.)"""
+    sink = Sink()
+    pump = StreamPump("bedrock-converse", 2, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
+
+    async def go() -> None:
+        await pump.on_response_headers({"x-other": "req-1", "x-amzn-requestid": ""})
+        await pump.feed(_bedrock_bytes())
+        await pump.close()
+
+    asyncio.run(go())
+    assert sink.handles == [] and sink.batches == []
+    assert pump.response_handle is None and pump.stats.deltas_appended == 0
+
+
+def test_a_resumed_bedrock_read_with_its_handle_binds_nothing_again_and_skips_acked() -> None:
+    pump, sink = _bedrock({"x-amzn-requestid": "req-9"}, handle="req-1", acked=2)
+    assert sink.handles == []
+    assert pump.response_handle == "req-1"
+    assert sink.sequences == [3, 4]
+
+
+def test_headers_do_not_bind_an_api_whose_stream_names_its_response() -> None:
+    sink = Sink()
+    pump = StreamPump("anthropic-messages", 1, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
+    asyncio.run(pump.on_response_headers({"x-amzn-requestid": "req-1"}))
+    assert sink.handles == [] and pump.response_handle is None
