@@ -273,3 +273,106 @@ def test_a_disconnected_attempt_keeps_the_conversation_busy() -> None:
     c.request("op-2")
     c.attempt("op-2")
     assert _last_decision(c, "op-2").reason == ReasonCode.CONVERSATION_BUSY
+
+
+# ---------------------------------------------------------------- what each refusal and resumption records
+
+
+def _rejected(out: list) -> Rejected:
+    assert [type(o).__name__ for o in out] == ["Rejected"]
+    return out[0]
+
+
+def test_resume_and_replay_refusals_name_the_operation_and_why() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.recovered()
+    c.terminated()
+    resumed = _rejected(c.resume())
+    assert (resumed.operation_id, resumed.reason, resumed.event_type) == (
+        "op-1",
+        ReasonCode.ILLEGAL_TRANSITION,
+        "ResumeStarted",
+    )
+    replayed = _rejected(c.replay())
+    assert (replayed.operation_id, replayed.reason, replayed.detail) == (
+        "op-1",
+        ReasonCode.ILLEGAL_TRANSITION,
+        "generation 1 is terminated; start a new attempt",
+    )
+    other = Conversation()
+    other.user("hello")
+    other.dispatch_to_streaming()
+    other.recovered()
+    wrong = _rejected(other.resume(handle="msg_9"))
+    assert wrong.operation_id == "op-1"
+    unkeyed = _rejected(other.replay())
+    assert (unkeyed.operation_id, unkeyed.reason, unkeyed.detail) == (
+        "op-1",
+        ReasonCode.ILLEGAL_TRANSITION,
+        "generation 1 was sent to a provider that keeps no keys; start a new attempt",
+    )
+
+
+def test_resume_and_replay_renew_the_lease_for_the_worker_that_takes_over() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.recovered()
+    c.advance(10_000)
+    c.resume(worker="w1")  # only the lease holder may resume while its lease runs (leases.py)
+    op = c.state.operations["op-1"]
+    decision = _last_decision(c)
+    assert decision.state == S.STREAMING and decision.occurred_at_ms > 11_000
+    assert (op.lease_owner, op.lease_renewed_at_ms) == ("w1", decision.occurred_at_ms)
+    assert decision.lease_expires_at_ms == decision.occurred_at_ms + 30_000
+
+    r = Conversation()
+    r.user("hello")
+    r.request()
+    r.attempt(replayable=True)
+    r.sent()
+    r.bind()
+    r.recovered()
+    r.advance(10_000)
+    r.replay(worker="w1")
+    op = r.state.operations["op-1"]
+    decision = _last_decision(r)
+    assert decision.occurred_at_ms > 11_000
+    assert (decision.state, op.lease_owner, op.lease_renewed_at_ms) == (S.SENT, "w1", decision.occurred_at_ms)
+
+
+def test_resume_without_a_worker_keeps_the_lease_holder() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.recovered()
+    c.resume(worker="")
+    assert c.state.operations["op-1"].lease_owner == "w1"
+
+
+def test_a_disconnect_records_whether_the_stream_is_resumable() -> None:
+    for resumable, detail in ((True, "resumable"), (False, "not resumable")):
+        c = Conversation()
+        c.user("hello")
+        c.dispatch_to_streaming()
+        c.ended(StreamOutcome.DISCONNECTED, resumable=resumable)
+        decision = _last_decision(c)
+        assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+            S.UNKNOWN,
+            ReasonCode.STREAM_DISCONNECTED,
+            detail,
+            False,
+        )
+
+
+def test_a_refused_commit_records_why_on_the_decision() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.request("op-2")
+    c.cancel("op-2")
+    c.deltas(text_stream(["answer"]))
+    decision = _last_decision(c)
+    assert decision.detail == "conversation is at revision 1, cancel generation 1"
