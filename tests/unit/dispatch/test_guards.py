@@ -9,9 +9,11 @@ operation of this conversation is in flight".
 from __future__ import annotations
 
 from turnledger.dispatch.state import ConversationState
-from turnledger.model.events import DispatchState, StreamOutcome, SubmittedBlock
+from turnledger.dispatch.step import rejection_detail
+from turnledger.model.events import DispatchState, StreamOutcome, SubmittedBlock, TurnSubmitted
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import append, blocks_from_submission
+from turnledger.sequence.validation import Rejection
 
 from .scenario import (
     CommittedTurn,
@@ -22,6 +24,7 @@ from .scenario import (
     Quarantined,
     Rejected,
     text_stream,
+    tool_stream,
 )
 
 S = DispatchState
@@ -376,3 +379,86 @@ def test_a_refused_commit_records_why_on_the_decision() -> None:
     c.deltas(text_stream(["answer"]))
     decision = _last_decision(c)
     assert decision.detail == "conversation is at revision 1, cancel generation 1"
+
+
+def test_a_stream_that_ends_before_its_handle_is_terminated_unknown_with_why() -> None:
+    for outcome, reason in (
+        (StreamOutcome.COMPLETED, ReasonCode.MISSING_STOP),
+        (StreamOutcome.PROVIDER_ERROR, ReasonCode.PROVIDER_ERROR),
+    ):
+        c = Conversation()
+        c.user("hello")
+        c.request()
+        c.attempt()
+        c.sent()
+        out = c.ended(outcome)
+        assert [type(o).__name__ for o in out] == ["DispatchDecision"]
+        decision = out[0]
+        assert (decision.previous_state, decision.state, decision.reason, decision.detail) == (
+            S.SENT,
+            S.UNKNOWN,
+            reason,
+            "stream ended before any delta",
+        )
+        assert decision.attempt_terminated is True and decision.lease_owner is None
+        assert c.state.operations["op-1"].attempt_terminated is True
+
+
+def test_a_recovery_names_the_worker_and_renews_its_lease() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.advance(5_000)
+    c.recovered(worker="w1")
+    decision = _last_decision(c)
+    assert (decision.state, decision.reason, decision.detail) == (
+        S.UNKNOWN,
+        ReasonCode.WORKER_RECOVERED,
+        "worker w1",
+    )
+    assert c.state.operations["op-1"].lease_renewed_at_ms == decision.occurred_at_ms > 6_000
+
+
+def test_terminations_record_what_they_confirm() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.cancel()
+    c.terminated()
+    decision = _last_decision(c)
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        S.CANCELLED,
+        ReasonCode.ATTEMPT_TERMINATED,
+        "cancelled attempt 1 confirmed terminated",
+        True,
+    )
+    u = Conversation()
+    u.user("hello")
+    u.dispatch_to_streaming()
+    u.recovered()
+    u.terminated()
+    decision = _last_decision(u)
+    assert (decision.state, decision.reason, decision.attempt_terminated) == (
+        S.UNKNOWN,
+        ReasonCode.STREAM_DISCONNECTED,
+        True,
+    )
+
+
+def test_rejections_of_the_validator_name_the_block_and_the_call() -> None:
+    c = Conversation()
+    c.user("weather?")
+    c.dispatch_to_streaming()
+    args = '{"city": "Paris"}'
+    c.deltas(tool_stream([("call_1", "get_weather", [args])]))
+    orphan = _rejected(c.tool_results(("call_9", "get_weather", args)))
+    assert (orphan.reason, orphan.detail) == (
+        ReasonCode.ORPHANED_RESULT,
+        "no earlier call 'call_9' (block=t3-r0 call=call_9)",
+    )
+    block = SubmittedBlock(id="u1-b0", role="user", kind="text", trust_label="user", text="again")
+    reused = _rejected(c.apply(TurnSubmitted(**c._common(), turn_id="x", blocks=(block,))))
+    assert reused.detail == "block id 'u1-b0' already used (block=u1-b0)"
+    assert rejection_detail(Rejection(ReasonCode.MALFORMED_BLOCK, "a turn needs at least one block")) == (
+        "a turn needs at least one block"
+    )
