@@ -462,3 +462,46 @@ def test_rejections_of_the_validator_name_the_block_and_the_call() -> None:
     assert rejection_detail(Rejection(ReasonCode.MALFORMED_BLOCK, "a turn needs at least one block")) == (
         "a turn needs at least one block"
     )
+
+
+# ---------------------------------------------------------------- every field of the records a step writes
+
+
+def test_a_rejection_quarantine_and_retraction_carry_the_conversation_event_and_time() -> None:
+    c = Conversation("conv-9")
+    c.user("hello")
+    c.dispatch_to_streaming()
+    stream = text_stream(["part"])
+    c.deltas(stream[:3])
+    out = c.cancel("op-404")  # event e7
+    assert out == [
+        Rejected(
+            conversation_id="conv-9",
+            operation_id="op-404",
+            reason=ReasonCode.UNKNOWN_OPERATION,
+            detail="nothing to cancel for op-404",
+            event_type="CancelRequested",
+            event_id="e7",
+            occurred_at_ms=1007,
+        )
+    ]
+    retracted = c.cancel()[0]  # e8
+    assert retracted == PreviewRetracted(
+        conversation_id="conv-9",
+        operation_id="op-1",
+        attempt_generation=1,
+        reason=ReasonCode.AFTER_CANCEL,
+        occurred_at_ms=1008,
+    )
+    assert c.deltas(stream[3:]) == [  # e9
+        Quarantined(
+            conversation_id="conv-9",
+            operation_id="op-1",
+            attempt_generation=1,
+            reason=ReasonCode.AFTER_CANCEL,
+            event_type="StreamDeltas",
+            event_id="e9",
+            detail="2 deltas while CANCELLED",
+            occurred_at_ms=1009,
+        )
+    ]
