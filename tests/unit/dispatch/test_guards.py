@@ -505,3 +505,76 @@ def test_a_rejection_quarantine_and_retraction_carry_the_conversation_event_and_
             occurred_at_ms=1009,
         )
     ]
+
+
+# ------------------------------------------------ the send CAS: what an accepted attempt resets
+
+
+def test_a_refused_attempt_records_the_state_it_found() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.request()
+    out = c.attempt(revision=0)
+    assert [type(o).__name__ for o in out] == ["DispatchDecision"]
+    assert (out[0].previous_state, out[0].state, out[0].accepted) == (S.PREPARED, S.PREPARED, False)
+
+
+def test_an_attempt_exactly_at_the_deadline_is_too_late() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.request(settle_within_ms=1_000)
+    deadline = c.state.operations["op-1"].request.deadline_at_ms
+    c.advance(deadline - c.state.operations["op-1"].request.occurred_at_ms - 1)
+    out = c.attempt()
+    assert out[0].occurred_at_ms == deadline
+    assert (out[0].accepted, out[0].reason) == (False, ReasonCode.DEADLINE_EXCEEDED)
+    assert c.state.operations["op-1"].state == S.CANCELLED
+
+    early = Conversation()
+    early.user("hello")
+    early.request(settle_within_ms=1_000)
+    deadline = early.state.operations["op-1"].request.deadline_at_ms
+    early.advance(deadline - early.state.operations["op-1"].request.occurred_at_ms - 2)
+    out = early.attempt()
+    assert out[0].occurred_at_ms == deadline - 1 and out[0].state == S.DISPATCHING
+
+
+def test_a_new_generation_starts_clean() -> None:
+    """Generation 2 of an operation whose generation 1 was bound, resumable and terminated: no handle,
+    not terminated, not resumable, the lease renewed now, and the cancel generation of the conversation."""
+    c = Conversation()
+    c.user("hello")
+    c.request()
+    c.attempt()
+    c.sent()
+    c.bind(handle="msg_1", resumable=True)
+    c.recovered()
+    c.terminated()
+    c.advance(1_000)
+    out = c.attempt(worker="w2", lease_ms=20_000)
+    decision = out[-1]
+    op = c.state.operations["op-1"]
+    assert (decision.state, decision.attempt_generation, decision.response_handle) == (S.DISPATCHING, 2, None)
+    assert (decision.attempt_terminated, op.attempt_terminated, op.resumable, op.assembler) == (
+        False,
+        False,
+        False,
+        None,
+    )
+    assert (op.lease_owner, op.lease_ms, op.lease_renewed_at_ms) == ("w2", 20_000, decision.occurred_at_ms)
+    assert decision.lease_expires_at_ms == decision.occurred_at_ms + 20_000
+
+
+def test_an_attempt_after_a_cancel_carries_the_new_cancel_generation_and_can_commit() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.cancel()
+    c.terminated()
+    c.request("op-2")
+    c.attempt("op-2")
+    assert c.state.operations["op-2"].attempt_cancel_generation == 1 == c.state.cancel_generation
+    c.sent("op-2")
+    c.bind("op-2", handle="msg_2")
+    c.deltas(text_stream(["answer"], handle="msg_2"), op="op-2")
+    assert [t.turn_id for t in c.of(CommittedTurn)] == ["u1", "op-2#1"]
