@@ -578,3 +578,32 @@ def test_an_attempt_after_a_cancel_carries_the_new_cancel_generation_and_can_com
     c.bind("op-2", handle="msg_2")
     c.deltas(text_stream(["answer"], handle="msg_2"), op="op-2")
     assert [t.turn_id for t in c.of(CommittedTurn)] == ["u1", "op-2#1"]
+
+
+def test_the_validator_refuses_an_answer_that_reuses_a_call_id_of_the_history() -> None:
+    """The canonical CAS's second half: the answer at the right revision must still extend a valid graph."""
+    c = Conversation()
+    c.user("weather?")
+    c.dispatch_to_streaming()
+    args = '{"city": "Paris"}'
+    c.deltas(tool_stream([("call_1", "get_weather", [args])]))
+    c.tool_results(("call_1", "get_weather", args))
+    c.request("op-2")
+    c.attempt("op-2")
+    c.sent("op-2")
+    c.bind("op-2", handle="msg_2")
+    out = c.deltas(tool_stream([("call_1", "get_weather", [args])], handle="msg_2"), op="op-2")
+    assert [type(o).__name__ for o in out] == ["Quarantined", "DispatchDecision"]
+    quarantined, decision = out
+    assert (quarantined.operation_id, quarantined.reason, quarantined.detail) == (
+        "op-2",
+        ReasonCode.DUPLICATE_CALL_ID,
+        "call id 'call_1' already emitted (block=op-2#1/b0 call=call_1)",
+    )
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        S.UNKNOWN,
+        ReasonCode.DUPLICATE_CALL_ID,
+        quarantined.detail,
+        True,
+    )
+    assert [t.turn_id for t in c.of(CommittedTurn)] == ["u1", "op-1#1", "t3"]
