@@ -9,7 +9,7 @@ import itertools
 import struct
 import zlib
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.support import seen
@@ -74,6 +74,7 @@ SSE_BYTES = st.lists(SSE_LINE | NEWLINES | st.binary(max_size=6), max_size=30).m
 
 
 @given(SSE_BYTES, st.lists(st.integers(0, 400), max_size=8))
+@example(b'event: a\r\ndata: {"x": 1}\r\n\r\ndata: two\ndata: lines\n\n: ping\n\ndata: cut', [9, 10, 30])
 def test_sse_decoder_never_raises_and_ignores_chunk_boundaries(data: bytes, cuts: list[int]) -> None:
     whole = SseDecoder()
     expected = [*whole.feed(data), *whole.flush()]
