@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.step import rejection_detail
+from turnledger.model.deltas import DeltaType, StopReason
 from turnledger.model.events import DispatchState, StreamOutcome, SubmittedBlock, TurnSubmitted
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import append, blocks_from_submission
@@ -23,6 +24,7 @@ from .scenario import (
     PreviewUpdated,
     Quarantined,
     Rejected,
+    ToolCallReady,
     text_stream,
     tool_stream,
 )
@@ -607,3 +609,78 @@ def test_the_validator_refuses_an_answer_that_reuses_a_call_id_of_the_history() 
         True,
     )
     assert [t.turn_id for t in c.of(CommittedTurn)] == ["u1", "op-1#1", "t3"]
+
+
+def test_every_validator_rejection_of_a_refused_answer_is_in_its_detail() -> None:
+    c = Conversation()
+    c.user("weather?")
+    c.dispatch_to_streaming()
+    paris, rome = '{"city": "Paris"}', '{"city": "Rome"}'
+    c.deltas(tool_stream([("call_1", "get_weather", [paris]), ("call_2", "get_weather", [rome])]))
+    c.tool_results(("call_1", "get_weather", paris), ("call_2", "get_weather", rome))
+    c.request("op-2")
+    c.attempt("op-2")
+    c.sent("op-2")
+    c.bind("op-2", handle="msg_2")
+    stream = tool_stream(
+        [("call_1", "get_weather", [paris]), ("call_2", "get_weather", [rome])], handle="msg_2"
+    )
+    quarantined = c.deltas(stream, op="op-2")[0]
+    assert quarantined.detail == (
+        "call id 'call_1' already emitted (block=op-2#1/b0 call=call_1); "
+        "call id 'call_2' already emitted (block=op-2#1/b1 call=call_2)"
+    )
+
+
+def test_a_ready_tool_call_carries_the_committed_block_exactly() -> None:
+    c = Conversation()
+    c.user("weather?")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call_1", "get_weather", ['{"city":', ' "Paris"}'])]))
+    (turn,) = [t for t in c.of(CommittedTurn) if t.operation_id == "op-1"]
+    (block,) = turn.blocks
+    (ready,) = c.of(ToolCallReady)
+    assert block.schema_digest is not None and block.argument_digest is not None
+    assert (ready.block_id, ready.call_id, ready.tool_name, ready.arguments) == (
+        block.id,
+        "call_1",
+        "get_weather",
+        '{"city": "Paris"}',
+    )
+    assert (ready.argument_digest, ready.schema_digest, ready.revision) == (
+        block.argument_digest,
+        block.schema_digest,
+        turn.revision,
+    )
+
+
+def test_an_incomplete_answer_records_the_assembler_reason_and_detail() -> None:
+    c = Conversation()
+    c.user("weather?")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call_1", "get_weather", ['{"city": "Par'])], stop_reason=StopReason.MAX_TOKENS))
+    decision = _last_decision(c)
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        S.UNKNOWN,
+        ReasonCode.TRUNCATED_ARGUMENTS,
+        "tool block 0 at max_tokens: Unterminated string starting at at 9 of 13",
+        True,
+    )
+
+
+def test_an_empty_complete_answer_commits_nothing_and_says_so() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    start, *_, stop = text_stream([])
+    c.deltas([start, stop.model_copy(update={"delta_sequence": 1})])
+    assert stop.type is DeltaType.MESSAGE_STOP
+    decision = _last_decision(c)
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        S.COMMITTED,
+        ReasonCode.EMPTY_RESPONSE,
+        "the provider's complete answer has no content: nothing enters the history",
+        True,
+    )
+    assert c.state.operations["op-1"].assembler is None
+    assert [t.turn_id for t in c.of(CommittedTurn)] == ["u1"]
