@@ -190,8 +190,9 @@ def _ingress(c: Conversation) -> list[DispatchRequested]:
     return [op.request for op in c.state.operations.values()]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def metrics() -> Metrics:
+    """Per test, not per module: mutmut maps each test to the functions it calls."""
     return compute(workload()[0], now_ms=NOW)
 
 
