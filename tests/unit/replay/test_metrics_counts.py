@@ -17,19 +17,28 @@ conversation per situation, so each count is known by construction:
 - `resp-cancelled`: the same, resumed, then cancelled by the client before it commits: not recovered.
 - `lost`: an Anthropic stream (not resumable) recovered after its handle: UNKNOWN still open at the end.
 - `early`: recovered while SENT (no handle yet): a disconnect without handle, still UNKNOWN.
+- `dispatching`: recovered while DISPATCHING (no handle): a disconnect without handle, still UNKNOWN.
 - `conflict`: the canonical CAS refuses an answer after a cancel of another operation moved the cancel
-  generation; a delta of a foreign handle is quarantined first.
+  generation; a delta of a foreign handle is quarantined first; op-2's attempt while op-1 streams is
+  refused CONVERSATION_BUSY (a refusal that is not a send-CAS conflict).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from tests.unit.dispatch.scenario import WEATHER, Conversation, text_stream, tool_stream
 from turnledger.dispatch.engine import STREAM_OF
-from turnledger.model.events import CancelRequested, DispatchRequested, StreamOutcome, ToolCallReady
+from turnledger.model.events import (
+    CancelRequested,
+    DispatchRequested,
+    ManifestIssued,
+    StreamOutcome,
+    ToolCallReady,
+)
 from turnledger.replay.evidence import Evidence, Raw
 from turnledger.replay.metrics import Metrics, compute, percentile
 
@@ -156,11 +165,21 @@ def _early() -> Conversation:
     return c
 
 
+def _dispatching() -> Conversation:
+    c = Conversation("dispatching")
+    c.user("hello")
+    c.request()
+    c.attempt()
+    c.recovered()  # while DISPATCHING: no handle either
+    return c
+
+
 def _conflict() -> Conversation:
     c = Conversation("conflict")
     c.user("hello")
     c.dispatch_to_streaming()
     c.request("op-2")
+    c.attempt("op-2")  # CONVERSATION_BUSY: refused, but not a CAS conflict
     stream = text_stream(["answer"])
     c.deltas([*text_stream(["junk"], handle="msg_other")[:1], *stream[:3]])  # FOREIGN_HANDLE
     c.cancel("op-2")
@@ -168,7 +187,19 @@ def _conflict() -> Conversation:
     return c
 
 
-CONVERSATIONS = (_ok, _stale, _orphan, _cancel, _gone, _resp, _resp_cancelled, _lost, _early, _conflict)
+CONVERSATIONS = (
+    _ok,
+    _stale,
+    _orphan,
+    _cancel,
+    _gone,
+    _resp,
+    _resp_cancelled,
+    _lost,
+    _early,
+    _dispatching,
+    _conflict,
+)
 
 
 def workload() -> tuple[Evidence, dict[str, Conversation]]:
@@ -231,11 +262,13 @@ def test_unknown_ages_and_open_unknowns(metrics: Metrics) -> None:
     c = workload()[1]
     # stale: disconnect to generation 2; resp and resp-cancelled: recovery to resume
     assert sorted(metrics.unknown_ages_ms) == [503, 2001, 2001]
-    assert metrics.unknown_open == 3  # lost, early, and conflict (refused commit: UNKNOWN, terminated)
+    assert (
+        metrics.unknown_open == 4
+    )  # lost, early, dispatching, conflict (refused commit: UNKNOWN, terminated)
     opened = {
         cid: next(d.occurred_at_ms for d in conv.outputs if getattr(d, "state", None) == "UNKNOWN")
         for cid, conv in c.items()
-        if cid in ("lost", "early", "conflict")
+        if cid in ("lost", "early", "dispatching", "conflict")
     }
     assert metrics.unknown_open_max_age_ms == NOW - min(opened.values()) > 0
 
@@ -243,19 +276,19 @@ def test_unknown_ages_and_open_unknowns(metrics: Metrics) -> None:
 def test_handle_recovery(metrics: Metrics) -> None:
     assert (metrics.handle_episodes, metrics.handle_recovered) == (2, 1)
     assert metrics.handle_recovery_rate == 0.5
-    assert metrics.disconnects_without_handle == 1  # early
+    assert metrics.disconnects_without_handle == 2  # early (SENT) and dispatching
     assert metrics.disconnects_not_resumable == 2  # stale (disconnected) and lost (recovered)
 
 
 def test_operations_final_states_and_generations(metrics: Metrics) -> None:
-    assert metrics.operations == 11  # one per conversation, two in conflict
+    assert metrics.operations == 12  # one per conversation, two in conflict
     assert metrics.committed == 4  # ok, stale, orphan, resp
     assert dict(metrics.generations) == {1: 3, 2: 1}
     assert dict(metrics.final_states) == {
         "COMMITTED": 4,
         "CANCELLED": 3,
         "CANCELLED (worker gave up)": 1,
-        "UNKNOWN": 3,
+        "UNKNOWN": 4,
     }
 
 
@@ -292,3 +325,38 @@ def test_every_count_is_exercised(metrics: Metrics) -> None:
     unset = [name for name in Metrics.__dataclass_fields__ if getattr(metrics, name) == getattr(empty, name)]
     assert unset == ["partial_tool_dispatches"]  # zero by the promise; counted in its own test
     assert Counter(type(r).__name__ for r in workload()[0].records("rejections")) == {"Rejected": 3}
+
+
+def _renamed(record: Any, suffix: str) -> Any:
+    if isinstance(record, ManifestIssued):
+        manifest = record.manifest
+        return record.model_copy(
+            update={
+                "manifest": manifest.model_copy(update={"conversation_id": manifest.conversation_id + suffix})
+            }
+        )
+    return record.model_copy(update={"conversation_id": record.conversation_id + suffix})
+
+
+def test_every_count_adds_up_over_two_copies_of_the_workload(metrics: Metrics) -> None:
+    """The same workload under other conversation ids, twice: every count doubles, nothing is overwritten."""
+    evidence = workload()[0]
+    for stream, raws in evidence.raw.items():
+        raws += [
+            Raw(0, len(raws) + i, None, b"", _renamed(r.record, "-copy")) for i, r in enumerate(list(raws))
+        ]
+        evidence.raw[stream] = raws
+    twice = compute(evidence, now_ms=NOW)
+    for name in Metrics.__dataclass_fields__:
+        once, both = getattr(metrics, name), getattr(twice, name)
+        if isinstance(once, Counter):
+            assert both == Counter({k: 2 * v for k, v in once.items()}), name
+        elif isinstance(once, list):
+            assert sorted(both) == sorted(once * 2), name
+        elif isinstance(once, dict):
+            assert both == {**once, **{k.replace("/", "-copy/", 1): v for k, v in once.items()}}, name
+        elif name == "unknown_open_max_age_ms":
+            assert both == once, name
+        else:
+            assert both == 2 * once, name
+    assert twice.handle_recovery_rate == metrics.handle_recovery_rate
