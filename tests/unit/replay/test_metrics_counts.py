@@ -306,7 +306,7 @@ def test_partial_tool_dispatches_count_only_incomplete_calls() -> None:
     assert [(c.conversation_id, c.call_id) for c in calls] == [("orphan", "call_1")]
     cut = calls[0].model_copy(update={"arguments": calls[0].arguments[:5]})
     unoffered = calls[0].model_copy(update={"tool_name": "get_time"})
-    evidence.raw["tool-calls"] += [Raw(0, 1, None, b"", cut), Raw(0, 2, None, b"", unoffered)]
+    evidence.raw["tool-calls"] += [Raw(0, 1, None, b"", unoffered), Raw(0, 2, None, b"", cut)]
     assert compute(evidence, now_ms=NOW).partial_tool_dispatches == 2
     assert compute(evidence, now_ms=NOW, partial_tool_dispatches=7).partial_tool_dispatches == 7
 
@@ -360,3 +360,54 @@ def test_every_count_adds_up_over_two_copies_of_the_workload(metrics: Metrics) -
         else:
             assert both == 2 * once, name
     assert twice.handle_recovery_rate == metrics.handle_recovery_rate
+
+
+def _evidence(*conversations: Conversation) -> Evidence:
+    evidence = Evidence()
+    for c in conversations:
+        evidence.raw.setdefault("ingress", []).extend(Raw(0, 0, None, b"", e) for e in _ingress(c))
+        for record in c.outputs:
+            evidence.raw.setdefault(STREAM_OF[type(record)].value, []).append(Raw(0, 0, None, b"", record))
+    return evidence
+
+
+def test_every_disconnect_of_an_operation_counts_not_only_its_first() -> None:
+    """One operation, two generations: each generation's disconnect is counted on its own."""
+    lost = Conversation("lost-twice")  # Anthropic: not resumable, twice
+    lost.user("hello")
+    lost.dispatch_to_streaming()
+    lost.recovered()
+    lost.terminated()
+    lost.attempt()
+    lost.sent(gen=2)
+    lost.bind(gen=2, handle="msg_2")
+    lost.recovered(gen=2)
+    m = compute(_evidence(lost), now_ms=NOW)
+    assert (m.disconnects_not_resumable, m.disconnects_without_handle, m.handle_episodes) == (2, 0, 0)
+
+    early = Conversation("early-then-bound")  # no handle in generation 1, then an episode in generation 2
+    early.user("hello")
+    adapter, provider, model = RESPONSES
+    early.apply(
+        DispatchRequested(
+            **early._common(),
+            operation_id="op-1",
+            adapter=adapter,
+            provider=provider,
+            model_revision=model,
+            max_output_tokens=256,
+            policy={"stream": True, "background": True},
+        )
+    )
+    early.attempt()
+    early.sent()
+    early.recovered()
+    early.terminated()
+    early.attempt()
+    early.sent(gen=2)
+    early.bind(gen=2, handle="resp_2", resumable=True)
+    early.recovered(gen=2)
+    early.resume(gen=2, handle="resp_2")
+    early.deltas(text_stream(["ok"], handle="resp_2", gen=2), gen=2)
+    m = compute(_evidence(early), now_ms=NOW)
+    assert (m.disconnects_without_handle, m.handle_episodes, m.handle_recovered) == (1, 1, 1)
