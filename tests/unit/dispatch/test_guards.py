@@ -684,3 +684,39 @@ def test_an_empty_complete_answer_commits_nothing_and_says_so() -> None:
     )
     assert c.state.operations["op-1"].assembler is None
     assert [t.turn_id for t in c.of(CommittedTurn)] == ["u1"]
+
+
+def test_sent_renews_the_lease() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.request()
+    c.attempt()
+    c.advance(7_000)
+    c.sent()
+    decision = _last_decision(c)
+    assert decision.state == S.SENT and decision.occurred_at_ms > 8_000
+    assert c.state.operations["op-1"].lease_renewed_at_ms == decision.occurred_at_ms
+    assert decision.lease_expires_at_ms == decision.occurred_at_ms + 30_000
+
+
+def test_a_delta_of_another_handle_is_quarantined_with_its_handle_and_generation() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    out = c.deltas(text_stream(["x"], handle="msg_other", gen=1)[:1])
+    assert [(type(o).__name__, o.reason, o.detail) for o in out] == [
+        ("Quarantined", ReasonCode.FOREIGN_HANDLE, "delta of handle msg_other generation 1")
+    ]
+
+
+def test_an_answer_that_ends_incomplete_in_the_event_of_its_text_still_retracts_its_previews() -> None:
+    """The previews of that event are never published (the attempt finished first), but the retraction is
+    decided on the assembler as it stands at the end, text included: conservative, never a stale preview."""
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    stream = text_stream(["cut"])
+    out = c.deltas([*stream[:3], stream[-1].model_copy(update={"delta_sequence": 3})])  # no block stop
+    assert [type(o).__name__ for o in out] == ["PreviewRetracted", "DispatchDecision"]
+    assert c.of(PreviewUpdated) == []
+    assert (out[1].state, out[1].attempt_terminated) == (S.UNKNOWN, True)
