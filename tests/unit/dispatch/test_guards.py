@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.step import rejection_detail
+from turnledger.model.canonical import digest_of
 from turnledger.model.deltas import DeltaType, StopReason
 from turnledger.model.events import DispatchState, StreamOutcome, SubmittedBlock, TurnSubmitted
 from turnledger.model.reasons import ReasonCode
@@ -720,3 +721,20 @@ def test_an_answer_that_ends_incomplete_in_the_event_of_its_text_still_retracts_
     assert [type(o).__name__ for o in out] == ["PreviewRetracted", "DispatchDecision"]
     assert c.of(PreviewUpdated) == []
     assert (out[1].state, out[1].attempt_terminated) == (S.UNKNOWN, True)
+
+
+def test_a_decision_carries_the_attempt_key_and_the_manifest_digest() -> None:
+    """What the worker reads off the manifests topic: the idempotency key it sends with, the manifest."""
+    c = Conversation()
+    c.user("hello")
+    c.request()
+    prepared = _last_decision(c)
+    digest = c.manifest_digest()
+    assert (prepared.manifest_digest, prepared.idempotency_key, prepared.detail) == (digest, None, "")
+    c.attempt()
+    accepted = _last_decision(c)
+    key = digest_of({"manifest": digest, "attemptGeneration": 1})
+    assert (accepted.manifest_digest, accepted.idempotency_key, accepted.detail) == (digest, key, "")
+    c.sent()
+    sent = _last_decision(c)
+    assert (sent.state, sent.manifest_digest, sent.idempotency_key, sent.detail) == (S.SENT, digest, key, "")
