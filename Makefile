@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.turnledger-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup venv system-deps kafka-jars test demo lint bench dev-up dev-down clean
+.PHONY: setup venv system-deps kafka-jars test demo lint bench dev-up dev-down clean mutation fuzz
 
 setup: venv system-deps kafka-jars
 
@@ -66,6 +66,25 @@ demo: setup
 lint: venv
 	$(BIN)/ruff check turnledger tests
 	$(BIN)/mypy turnledger
+
+# Mutation testing of the guard modules ([tool.mutmut] in pyproject.toml; docs/mutation-report.md).
+# Slow, so not in CI. MUTANTS selects mutants by name glob, e.g. MUTANTS='turnledger.dispatch.attempt.*';
+# MUTATION_JOBS children (default 1: the machine is shared), under nice. Works in ./mutants/ (gitignored);
+# the tests are copied afresh each run so a new killing test counts.
+MUTANTS ?=
+MUTATION_JOBS ?= 1
+mutation: venv
+	rm -rf mutants/tests
+	nice -n 10 env -u PYTHONPATH $(abspath $(BIN))/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
+	$(abspath $(BIN))/mutmut export-cicd-stats
+	$(BIN)/python tests/mutation_summary.py
+
+# Fuzzing at scale: the fuzz profile (tests/strategies.py) sends FUZZ_EXAMPLES inputs into each decoder,
+# parser, the assembler and the fold's interleavings (tests/fuzz). CI runs the same tests in its fast profile.
+FUZZ_EXAMPLES ?= 100000
+fuzz: venv
+	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  -p no:timeout tests/fuzz
 
 bench: setup
 	$(BIN)/python -m bench

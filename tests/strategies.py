@@ -31,6 +31,14 @@ _FAST = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("ci", max_examples=25, derandomize=True, **_FAST)
 settings.register_profile("dev", max_examples=25, **_FAST)
 settings.register_profile("thorough", max_examples=1000, **_FAST)
+# `make fuzz`: FUZZ_EXAMPLES inputs (default 100,000) into each fuzz target (tests/fuzz); the tests that
+# pin their own max_examples keep it. Huge generated inputs and filtering are fine for a fuzzer.
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "100000")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 Turn = tuple[str, tuple[SubmittedBlock, ...]]

@@ -63,31 +63,48 @@ class EventStreamDecoder:
             if zlib.crc32(frame[:-4]) != message_crc:
                 self.poisoned = True
                 raise EventStreamError("event-stream message CRC mismatch")
-            headers = _headers(frame[12 : 12 + headers_length])
+            try:
+                headers = _headers(frame[12 : 12 + headers_length])
+            except EventStreamError:
+                self.poisoned = True
+                raise
             messages.append(EventStreamMessage(headers, frame[12 + headers_length : total - 4]))
         return messages
 
 
 def _headers(raw: bytes) -> dict[str, str]:
+    """The string headers of one message. A header cut short, past the headers' length, or a name or
+    string value that is not UTF-8 is an EventStreamError (found by fuzzing: the CRCs only say the
+    bytes arrived as sent, not that the sender framed them right)."""
     headers: dict[str, str] = {}
     pos = 0
-    while pos < len(raw):
-        name_length = raw[pos]
-        name = raw[pos + 1 : pos + 1 + name_length].decode("utf-8")
-        pos += 1 + name_length
-        value_type = raw[pos]
-        pos += 1
-        if value_type in _STRING_TYPES:
-            (length,) = struct.unpack_from(">H", raw, pos)
-            value = raw[pos + 2 : pos + 2 + length]
-            pos += 2 + length
-            if value_type == 7:
-                headers[name] = value.decode("utf-8")
-        elif value_type in _FIXED_SIZES:
-            pos += _FIXED_SIZES[value_type]
-        else:
-            raise EventStreamError(f"unknown header value type {value_type}")
+    try:
+        while pos < len(raw):
+            name_length = raw[pos]
+            name = _take(raw, pos + 1, name_length).decode("utf-8")
+            pos += 1 + name_length
+            value_type = _take(raw, pos, 1)[0]
+            pos += 1
+            if value_type in _STRING_TYPES:
+                (length,) = struct.unpack(">H", _take(raw, pos, 2))
+                value = _take(raw, pos + 2, length)
+                pos += 2 + length
+                if value_type == 7:
+                    headers[name] = value.decode("utf-8")
+            elif value_type in _FIXED_SIZES:
+                _take(raw, pos, _FIXED_SIZES[value_type])
+                pos += _FIXED_SIZES[value_type]
+            else:
+                raise EventStreamError(f"unknown header value type {value_type}")
+    except UnicodeDecodeError as exc:
+        raise EventStreamError(f"event-stream header is not UTF-8: {exc.reason}") from None
     return headers
+
+
+def _take(raw: bytes, pos: int, length: int) -> bytes:
+    if pos + length > len(raw):
+        raise EventStreamError(f"event-stream header cut short at byte {pos} of {len(raw)}")
+    return raw[pos : pos + length]
 
 
 def encode_message(headers: dict[str, str], payload: bytes) -> bytes:

@@ -1,0 +1,206 @@
+"""The pump's guards, each pinned by an exact outcome: the resend filter (`acked`), the final flag,
+the wire dedup of numbered events and the stats. Each test fails when its guard is removed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.unit.streaming.support import fixture
+from turnledger.gateway.pump import StreamPump
+from turnledger.model.deltas import DeltaType, NormalizedDelta
+from turnledger.streaming.eventstream import encode_message
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.handles: list[str] = []
+        self.batches: list[list[NormalizedDelta]] = []
+
+    async def on_handle(self, handle: str) -> None:
+        self.handles.append(handle)
+
+    async def on_deltas(self, batch: list[NormalizedDelta]) -> None:
+        self.batches.append(list(batch))
+
+    @property
+    def sequences(self) -> list[int]:
+        return [d.delta_sequence for batch in self.batches for d in batch]
+
+
+def pump_all(name: str, api: str, *, acked: int = -1, handle: str | None = None, chunks: int = 1) -> tuple:
+    sink = Sink()
+    pump = StreamPump(
+        api, 3, on_handle=sink.on_handle, on_deltas=sink.on_deltas, response_handle=handle, acked=acked
+    )
+    data = fixture(name)
+    size = max(1, len(data) // chunks)
+
+    async def go() -> None:
+        for start in range(0, len(data), size):
+            await pump.feed(data[start : start + size])
+        await pump.close()
+
+    asyncio.run(go())
+    return pump, sink
+
+
+def test_a_fresh_read_appends_every_delta_from_zero() -> None:
+    pump, sink = pump_all("anthropic_text.sse", "anthropic-messages")
+    total = len(sink.sequences)
+    assert total > 3
+    assert sink.sequences == list(range(total))
+    assert pump.acked == total - 1
+    assert pump.stats.deltas_appended == total
+    assert pump.saw_final is True
+
+
+def test_a_resumed_read_appends_only_past_acked() -> None:
+    """The resend filter: a second read of the same generation re-parses the response from its start;
+    what the first read already appended (<= acked) is not appended again."""
+    _, first = pump_all("anthropic_text.sse", "anthropic-messages")
+    total = len(first.sequences)
+    acked = total // 2
+    pump, sink = pump_all("anthropic_text.sse", "anthropic-messages", acked=acked, chunks=4)
+    assert sink.sequences == list(range(acked + 1, total))
+    assert pump.stats.deltas_appended == total - acked - 1
+    assert pump.acked == total - 1
+    assert pump.saw_final is True
+
+
+def test_a_resumed_read_past_the_end_appends_nothing_but_still_sees_the_final_event() -> None:
+    _, first = pump_all("anthropic_text.sse", "anthropic-messages")
+    last = first.sequences[-1]
+    pump, sink = pump_all("anthropic_text.sse", "anthropic-messages", acked=last)
+    assert sink.batches == []
+    assert pump.stats.deltas_appended == 0
+    assert pump.acked == last
+    assert pump.saw_final is True
+
+
+def test_a_stream_without_its_stop_is_not_final() -> None:
+    pump, sink = pump_all("anthropic_missing_stop.sse", "anthropic-messages")
+    assert sink.sequences
+    assert all(d.type is not DeltaType.MESSAGE_STOP for batch in sink.batches for d in batch)
+    assert pump.saw_final is False
+
+
+def test_a_provider_error_is_final() -> None:
+    pump, sink = pump_all("anthropic_error.sse", "anthropic-messages")
+    assert sink.batches[-1][-1].type is DeltaType.PROVIDER_ERROR
+    assert pump.saw_final is True
+
+
+def test_numbered_events_seen_again_are_dropped_before_the_parser() -> None:
+    """OpenAI Responses numbers its events: a resent event (same or lower number) is a wire duplicate."""
+    data = fixture("openai_responses_text.sse")
+    events = [e + b"\r\n\r\n" for e in data.split(b"\r\n\r\n") if e.strip()]
+    assert len(events) > 4
+    clean_sink = Sink()
+    clean = StreamPump("openai-responses", 1, on_handle=clean_sink.on_handle, on_deltas=clean_sink.on_deltas)
+    sink = Sink()
+    pump = StreamPump("openai-responses", 1, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
+    resent = [*events[:3], events[1], events[2], *events[3:4], events[3], *events[4:]]
+
+    async def go() -> None:
+        for event in events:
+            await clean.feed(event)
+        await clean.close()
+        for event in resent:
+            await pump.feed(event)
+        await pump.close()
+
+    asyncio.run(go())
+    assert pump.stats.wire_duplicates == 3
+    assert clean.stats.wire_duplicates == 0
+    assert pump.stats.events == len(resent)
+    assert [d.model_dump() for b in sink.batches for d in b] == [
+        d.model_dump() for b in clean_sink.batches for d in b
+    ]
+    assert sink.handles == clean_sink.handles and len(sink.handles) == 1
+
+
+BEDROCK_EVENTS = [
+    ("messageStart", {"role": "assistant"}),
+    ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hi"}}),
+    ("contentBlockStop", {"contentBlockIndex": 0}),
+    ("messageStop", {"stopReason": "end_turn"}),
+]
+
+
+def _bedrock_bytes() -> bytes:
+    headers = {":message-type": "event", ":content-type": "application/json"}
+    return b"".join(
+        encode_message({**headers, ":event-type": name}, json.dumps(payload).encode())
+        for name, payload in BEDROCK_EVENTS
+    )
+
+
+def _bedrock(headers: dict[str, str], *, handle: str | None = None, acked: int = -1) -> tuple:
+    sink = Sink()
+    pump = StreamPump(
+        "bedrock-converse",
+        2,
+        on_handle=sink.on_handle,
+        on_deltas=sink.on_deltas,
+        response_handle=handle,
+        acked=acked,
+    )
+    data = _bedrock_bytes()
+
+    async def go() -> None:
+        await pump.on_response_headers(headers)
+        await pump.on_response_headers({"x-amzn-requestid": "req-later"})
+        for start in range(0, len(data), 40):
+            await pump.feed(data[start : start + 40])
+        await pump.close()
+
+    asyncio.run(go())
+    return pump, sink
+
+
+def test_a_bedrock_stream_is_bound_by_its_request_id_header_once() -> None:
+    pump, sink = _bedrock({"x-amzn-requestid": "req-1", "other": "x"})
+    assert sink.handles == ["req-1"]
+    assert pump.response_handle == "req-1"
+    deltas = [d for batch in sink.batches for d in batch]
+    assert [d.type for d in deltas] == [
+        DeltaType.MESSAGE_START,
+        DeltaType.BLOCK_START,
+        DeltaType.TEXT_DELTA,
+        DeltaType.BLOCK_STOP,
+        DeltaType.MESSAGE_STOP,
+    ]
+    assert {(d.response_handle, d.generation) for d in deltas} == {("req-1", 2)}
+    assert [d.delta_sequence for d in deltas] == [0, 1, 2, 3, 4]
+    assert pump.saw_final is True and pump.stats.deltas_appended == 5
+
+
+def test_a_bedrock_stream_without_the_header_appends_nothing() -> None:
+    """No handle, nothing can be bound to the manifest: the bytes are read but never appended.
+    (The second header set arrives too late here: on_response_headers is once per response.)"""
+    sink = Sink()
+    pump = StreamPump("bedrock-converse", 2, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
+
+    async def go() -> None:
+        await pump.on_response_headers({"x-other": "req-1", "x-amzn-requestid": ""})
+        await pump.feed(_bedrock_bytes())
+        await pump.close()
+
+    asyncio.run(go())
+    assert sink.handles == [] and sink.batches == []
+    assert pump.response_handle is None and pump.stats.deltas_appended == 0
+
+
+def test_a_resumed_bedrock_read_with_its_handle_binds_nothing_again_and_skips_acked() -> None:
+    pump, sink = _bedrock({"x-amzn-requestid": "req-9"}, handle="req-1", acked=2)
+    assert sink.handles == []
+    assert pump.response_handle == "req-1"
+    assert sink.sequences == [3, 4]
+
+
+def test_headers_do_not_bind_an_api_whose_stream_names_its_response() -> None:
+    sink = Sink()
+    pump = StreamPump("anthropic-messages", 1, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
+    asyncio.run(pump.on_response_headers({"x-amzn-requestid": "req-1"}))
+    assert sink.handles == [] and pump.response_handle is None

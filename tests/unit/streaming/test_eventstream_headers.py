@@ -1,0 +1,78 @@
+"""Malformed event-stream headers under valid CRCs (found by `make fuzz`): a typed EventStreamError from
+the decoder, a MALFORMED_EVENT provider error from the Bedrock parser, never a UnicodeDecodeError or an
+IndexError."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+
+from turnledger.model.deltas import DeltaType
+from turnledger.streaming import parser_for
+from turnledger.streaming.eventstream import EventStreamDecoder, EventStreamError, encode_message
+
+
+def framed(raw_headers: bytes, payload: bytes = b"{}") -> bytes:
+    """One message with these header bytes and correct CRCs."""
+    total = 16 + len(raw_headers) + len(payload)
+    prelude = struct.pack(">II", total, len(raw_headers))
+    body = prelude + struct.pack(">I", zlib.crc32(prelude)) + raw_headers + payload
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+NOT_UTF8_NAME = b"\x0b\x80event-type\x07\x00\x00"
+NOT_UTF8_VALUE = b"\x0b:event-type\x07\x00\x02\xc0\x80"
+NAME_LONGER_THAN_HEADERS = b"\x0c:event-type"
+NAME_WITHOUT_TYPE = b"\x0b:event-type"
+VALUE_CUT_SHORT = b"\x0b:event-type\x07\x00\x09abc"
+LENGTH_CUT_SHORT = b"\x0b:event-type\x07\x00"
+FIXED_CUT_SHORT = b"\x01x\x05\x00\x00"
+UNKNOWN_TYPE = b"\x01x\x0e"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (NOT_UTF8_NAME, "event-stream header is not UTF-8: invalid start byte"),
+        (NOT_UTF8_VALUE, "event-stream header is not UTF-8: invalid start byte"),
+        (NAME_LONGER_THAN_HEADERS, "event-stream header cut short at byte 1 of 12"),
+        (NAME_WITHOUT_TYPE, "event-stream header cut short at byte 12 of 12"),
+        (VALUE_CUT_SHORT, "event-stream header cut short at byte 15 of 18"),
+        (LENGTH_CUT_SHORT, "event-stream header cut short at byte 13 of 14"),
+        (FIXED_CUT_SHORT, "event-stream header cut short at byte 3 of 5"),
+        (UNKNOWN_TYPE, "unknown header value type 14"),
+    ],
+)
+def test_malformed_headers_are_a_typed_error_and_poison_the_decoder(raw: bytes, message: str) -> None:
+    decoder = EventStreamDecoder()
+    with pytest.raises(EventStreamError) as caught:
+        decoder.feed(framed(raw))
+    assert str(caught.value) == message
+    assert decoder.poisoned is True
+    assert decoder.feed(encode_message({":event-type": "messageStart"}, b"{}")) == []
+
+
+def test_the_bedrock_parser_reports_a_malformed_header_as_a_provider_error() -> None:
+    parser = parser_for("bedrock-converse", generation=1)
+    deltas = parser.feed(framed(NOT_UTF8_VALUE))
+    assert [(d.type, d.error_type, d.error_message, d.delta_sequence) for d in deltas] == [
+        (
+            DeltaType.PROVIDER_ERROR,
+            "malformed_event",
+            "event-stream header is not UTF-8: invalid start byte",
+            0,
+        )
+    ]
+
+
+def test_well_formed_headers_of_every_fixed_type_still_decode() -> None:
+    raw = b"".join(
+        bytes([1, ord("a") + t, t]) + b"\x00" * size
+        for t, size in ((0, 0), (1, 0), (2, 1), (3, 2), (4, 4), (5, 8))
+    )
+    raw += b"\x0b:event-type\x07\x00\x02hi" + b"\x01z\x06\x00\x01\xff"
+    (message,) = EventStreamDecoder().feed(framed(raw, b'{"a": 1}'))
+    assert message.headers == {":event-type": "hi"}
+    assert message.payload == b'{"a": 1}'
