@@ -664,7 +664,7 @@ def test_an_incomplete_answer_records_the_assembler_reason_and_detail() -> None:
     assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
         S.UNKNOWN,
         ReasonCode.TRUNCATED_ARGUMENTS,
-        "tool block 0 at max_tokens: Unterminated string starting at at 9 of 13",
+        "tool block 0 at max_tokens: cut at 13: Unterminated string starting at at 9",
         True,
     )
 
