@@ -484,3 +484,99 @@ def test_an_attempt_without_kept_keys_cannot_be_replayed() -> None:
         (ReasonCode.ILLEGAL_TRANSITION, "ReplayStarted")
     ]
     assert c.state.operations["op-1"].state == S.UNKNOWN
+
+
+# ------------------------------------------------------------------ the boundaries, to the millisecond
+
+
+def _next_event_at(c: Conversation, at_ms: int) -> None:
+    """Make the next event's time exactly `at_ms` (each event is 1 ms after the last decision here)."""
+    c.advance(at_ms - (c.of(DispatchDecision)[-1].occurred_at_ms + 1))
+
+
+def test_a_lease_expires_at_its_expiry_time_not_a_millisecond_earlier() -> None:
+    c = Conversation()
+    c.user("hi")
+    _streaming(c)
+    expires = c.state.operations["op-1"].lease_expires_at_ms
+    deadline = c.state.operations["op-1"].request.deadline_at_ms
+    assert expires is not None
+    _next_event_at(c, expires - 1)
+    c.claim(worker="w2")
+    early = _last(c)
+    assert (early.accepted, early.previous_state, early.state, early.reason, early.detail) == (
+        False,
+        S.STREAMING,
+        S.STREAMING,
+        ReasonCode.LEASE_NOT_EXPIRED,
+        f"lease of w1 until {expires}; deadline {deadline}; claim at {expires - 1} by w2",
+    )
+    c.claim(worker="w2")  # one millisecond later: at the expiry time itself
+    expired = _last(c)
+    assert (expired.occurred_at_ms, expired.accepted, expired.state, expired.reason) == (
+        expires,
+        True,
+        S.UNKNOWN,
+        ReasonCode.LEASE_EXPIRED,
+    )
+    assert (expired.detail, expired.attempt_terminated, expired.lease_owner) == (
+        "lease of w1 expired",
+        True,
+        None,
+    )
+
+
+def test_an_expired_lease_of_a_kept_response_says_the_provider_keeps_it() -> None:
+    c = Conversation()
+    c.user("hi")
+    _streaming(c, resumable=True)
+    c.advance(LEASE)
+    c.claim(worker="w2")
+    expired = _last(c)
+    assert (expired.state, expired.reason, expired.detail, expired.attempt_terminated) == (
+        S.UNKNOWN,
+        ReasonCode.LEASE_EXPIRED,
+        "lease of w1 expired; the provider keeps the response",
+        False,
+    )
+
+
+def test_a_cancelled_attempt_confirmed_by_its_lease_expiry_says_so() -> None:
+    c = Conversation()
+    c.user("hi")
+    _streaming(c, resumable=True)
+    c.cancel("op-1")
+    c.advance(LEASE)
+    c.claim("op-1", worker="w2")
+    confirmed = _last(c)
+    assert (confirmed.state, confirmed.reason, confirmed.detail, confirmed.lease_owner) == (
+        S.CANCELLED,
+        ReasonCode.LEASE_EXPIRED,
+        "lease of w1 expired: attempt 1 counts as terminated",
+        None,  # freed: by the handler, and by Step.put once the attempt cannot produce output
+    )
+
+
+def test_a_deadline_passes_at_its_time_not_a_millisecond_earlier() -> None:
+    c = Conversation()
+    c.user("hi")
+    c.request(settle_within_ms=5_000)
+    deadline = _last(c).deadline_at_ms
+    assert deadline is not None
+    _next_event_at(c, deadline - 1)
+    c.claim(worker="sweeper")
+    early = _last(c)
+    assert (early.accepted, early.state, early.reason, early.detail) == (
+        False,
+        S.PREPARED,
+        ReasonCode.LEASE_NOT_EXPIRED,
+        f"deadline {deadline}; claim at {deadline - 1} by sweeper",  # no lease: nothing holds one
+    )
+    c.claim(worker="sweeper")
+    late = _last(c)
+    assert (late.occurred_at_ms, late.state, late.reason, late.detail) == (
+        deadline,
+        S.CANCELLED,
+        ReasonCode.DEADLINE_EXCEEDED,
+        f"not final by its deadline {deadline}",
+    )

@@ -1,0 +1,89 @@
+"""Guards of `dispatch/turns.py` that mutation testing found undefended: the turn CAS on
+expectedRevision, duplicate turns, submittable roles, and what a cancel refuses or records."""
+
+from __future__ import annotations
+
+from turnledger.model.events import CancelRequested, SubmittedBlock, TurnSubmitted
+from turnledger.model.reasons import ReasonCode
+
+from .scenario import CommittedTurn, Conversation, DispatchDecision, PreviewRetracted, Rejected, text_stream
+
+
+def _turn(c: Conversation, turn_id: str, *blocks: SubmittedBlock, expected: int | None = None) -> None:
+    c.apply(TurnSubmitted(**c._common(), turn_id=turn_id, blocks=blocks, expected_revision=expected))
+
+
+def _user(block_id: str, role: str = "user") -> SubmittedBlock:
+    return SubmittedBlock(id=block_id, role=role, kind="text", trust_label="user", text="hi")
+
+
+def _rejection(c: Conversation) -> tuple[ReasonCode, str, str]:
+    last = c.of(Rejected)[-1]
+    return last.reason, last.detail, last.event_type
+
+
+def test_a_turn_expecting_another_revision_is_refused_and_the_right_one_commits() -> None:
+    c = Conversation()
+    c.user("first")
+    _turn(c, "t2", _user("t2-b0"), expected=0)
+    assert _rejection(c) == (
+        ReasonCode.CAS_REVISION_MISMATCH,
+        "expected revision 0, conversation is at 1",
+        "TurnSubmitted",
+    )
+    assert [t.revision for t in c.of(CommittedTurn)] == [1]
+    _turn(c, "t2", _user("t2-b0"), expected=1)
+    assert [t.revision for t in c.of(CommittedTurn)] == [1, 2]
+    assert len(c.of(Rejected)) == 1
+
+
+def test_a_turn_id_already_committed_is_refused_as_a_duplicate() -> None:
+    c = Conversation()
+    c.user("first", turn_id="t1")
+    c.user("again", turn_id="t1")
+    assert _rejection(c) == (ReasonCode.DUPLICATE_TURN, "turn t1 is already committed", "TurnSubmitted")
+    assert [t.turn_id for t in c.of(CommittedTurn)] == ["t1"]
+
+
+def test_only_system_user_and_tool_blocks_may_be_submitted_and_a_turn_needs_blocks() -> None:
+    c = Conversation()
+    _turn(c, "t1", _user("t1-b0"), _user("t1-b1", role="assistant"))
+    assert _rejection(c) == (
+        ReasonCode.INVALID_EVENT,
+        "blocks ['t1-b1'] are not system/user/tool",
+        "TurnSubmitted",
+    )
+    _turn(c, "t2")
+    assert _rejection(c) == (ReasonCode.INVALID_EVENT, "a turn needs blocks", "TurnSubmitted")
+    assert c.of(CommittedTurn) == []
+
+
+def test_a_cancel_with_nothing_to_cancel_says_whether_the_operation_exists() -> None:
+    c = Conversation()
+    c.user("hi")
+    c.request("op-1")
+    c.cancel("op-1")
+    c.cancel("op-1")  # already final
+    assert _rejection(c) == (ReasonCode.ILLEGAL_TRANSITION, "nothing to cancel for op-1", "CancelRequested")
+    assert c.of(Rejected)[-1].operation_id == "op-1"
+    c.cancel("op-9")
+    assert _rejection(c) == (ReasonCode.UNKNOWN_OPERATION, "nothing to cancel for op-9", "CancelRequested")
+
+
+def test_a_cancel_without_a_reason_says_cancelled_and_a_give_up_retracts_as_after_cancel() -> None:
+    c = Conversation()
+    c.user("hi")
+    c.request("op-1")
+    c.apply(CancelRequested(**c._common(), operation_id="op-1", reason=""))
+    cancelled = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
+    assert (cancelled.reason, cancelled.detail) == (None, "cancelled")
+
+    c.request("op-2")
+    c.dispatch_to_streaming("op-2")
+    c.deltas(text_stream(["It is ", "sunny"])[:3], op="op-2")
+    c.apply(
+        CancelRequested(**c._common(), operation_id="op-2", reason="worker gave up: x", worker_gave_up=True)
+    )
+    gave_up = [d for d in c.of(DispatchDecision) if d.operation_id == "op-2"][-1]
+    assert (gave_up.reason, gave_up.detail) == (ReasonCode.WORKER_GAVE_UP, "worker gave up: x")
+    assert [(r.operation_id, r.reason) for r in c.of(PreviewRetracted)] == [("op-2", ReasonCode.AFTER_CANCEL)]
