@@ -113,6 +113,15 @@ def worker(
             "worker may take it over (this one renews it every third of it while it runs).",
         ),
     ] = 30.0,
+    flush_ms: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="TURNLEDGER_FLUSH_MS",
+            help="Append a stream's deltas at most this often (one StreamDeltas record per interval, "
+            "a final delta at once); 0 appends one record per network chunk.",
+        ),
+    ] = 100,
     provider_keeps_keys: Annotated[
         bool,
         typer.Option(
@@ -166,6 +175,7 @@ def worker(
         max_attempts=max_attempts,
         rollout_stage=rollout_stage,
         lease_s=lease_seconds,
+        flush_s=flush_ms / 1000,
         crash_hook=crash_hook_from_env(),
     )
     _run_until_signal(

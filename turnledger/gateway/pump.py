@@ -27,10 +27,27 @@ names no response, so its handle is a response header (`handle_header`), bound b
 
 Deltas at or below `acked` (already appended by an earlier read of the same
 generation) are not appended again.
+
+Coalescing (`flush_interval_s` > 0, the worker's `--flush-ms`): a provider sends one event per
+token or two, and one StreamDeltas record per network chunk would make every token a ledger
+record. The pump appends at most once per interval per stream instead: deltas that arrive within
+`flush_interval_s` of the last append wait in `pending` and go out together, by the next chunk
+past the interval or by the reader's idle flush (`flush_wait` says when one is due). Rules:
+
+- a final delta (message stop, provider error) is appended at once, with everything pending, so
+  an attempt settles without waiting for the interval;
+- `acked` moves only when deltas are appended: what is pending is not acknowledged, so a read
+  that ends (close, disconnect) appends it first, and a resumed read starts after what the
+  ledger has;
+- at most `MAX_PENDING_DELTAS` wait, whatever the interval (a record stays far below the
+  ledger's record size limit);
+- a delta arriving after an idle interval (the last append at least `flush_interval_s` ago) is
+  appended at once: coalescing bounds the record rate, it never delays a sparse stream.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -42,6 +59,7 @@ OnHandle = Callable[[str], Awaitable[None]]
 OnDeltas = Callable[[list[NormalizedDelta]], Awaitable[None]]
 
 FINAL_TYPES = frozenset({DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR})
+MAX_PENDING_DELTAS = 512
 
 
 @dataclass
@@ -64,6 +82,8 @@ class StreamPump:
         on_deltas: OnDeltas,
         response_handle: str | None = None,
         acked: int = -1,
+        flush_interval_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.profile = PROFILES[api]
@@ -80,6 +100,10 @@ class StreamPump:
         self.acked = acked
         self.saw_final = False
         self.stats = PumpStats()
+        self._interval = flush_interval_s
+        self._clock = clock
+        self._pending: list[NormalizedDelta] = []
+        self._last_append = float("-inf")
 
     @property
     def response_handle(self) -> str | None:
@@ -112,6 +136,23 @@ class StreamPump:
             batch.extend(await self._event(event))
         batch.extend(self._accept(self._parser.flush()))
         await self._append(batch)
+        await self.flush()
+
+    def flush_wait(self) -> float | None:
+        """Seconds until the pending deltas are due (0: now); None when nothing is pending."""
+        if not self._pending:
+            return None
+        return max(0.0, self._last_append + self._interval - self._clock())
+
+    async def flush(self) -> None:
+        """Append whatever is pending now (the reader's idle flush, and the end of a read)."""
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        self._last_append = self._clock()
+        await self._on_deltas(batch)
+        self.acked = batch[-1].delta_sequence
+        self.stats.deltas_appended += len(batch)
 
     def _binary(self, chunk: bytes) -> list[NormalizedDelta]:
         deltas = self._parser.feed(chunk)
@@ -159,7 +200,8 @@ class StreamPump:
         return False
 
     def _accept(self, deltas: list[NormalizedDelta]) -> list[NormalizedDelta]:
-        fresh = [d for d in deltas if d.delta_sequence > self.acked]
+        seen = self._pending[-1].delta_sequence if self._pending else self.acked
+        fresh = [d for d in deltas if d.delta_sequence > seen]
         if any(d.type in FINAL_TYPES for d in deltas):
             self.saw_final = True
         return fresh
@@ -167,9 +209,13 @@ class StreamPump:
     async def _append(self, batch: list[NormalizedDelta]) -> None:
         if not batch:
             return
-        await self._on_deltas(batch)
-        self.acked = batch[-1].delta_sequence
-        self.stats.deltas_appended += len(batch)
+        self._pending.extend(batch)
+        if (
+            self.flush_wait() == 0.0
+            or len(self._pending) >= MAX_PENDING_DELTAS
+            or any(d.type in FINAL_TYPES for d in batch)
+        ):
+            await self.flush()
 
     def _wire_sequence(self, event: ParsedEvent) -> int:
         """The provider's own event number (e.g. `sequence_number`), or -1 when the event has none."""

@@ -18,6 +18,7 @@ import httpx
 
 from turnledger.gateway.board import DecisionBoard, key_of
 from turnledger.gateway.cancel_watch import StopOnCancel
+from turnledger.gateway.chunks import IdleTick, TimedChunks
 from turnledger.gateway.client import WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint
 from turnledger.gateway.journal import WorkerJournal
@@ -60,8 +61,10 @@ class StreamReader:
         leases: LeaseKeeper,
         stats: WorkerStats,
         crash_hook: CrashHook | None,
+        flush_interval_s: float = 0.0,
     ) -> None:
         self._http = http
+        self._flush_interval_s = flush_interval_s
         self._events, self._board, self._journal = events, board, journal
         self._leases, self._stats, self._crash_hook = leases, stats, crash_hook
 
@@ -109,6 +112,7 @@ class StreamReader:
             on_deltas=on_deltas,
             response_handle=phase.handle,
             acked=phase.acked,
+            flush_interval_s=self._flush_interval_s,
         )
         outcome = StreamOutcome.COMPLETED
         stop = StopOnCancel(self._board.cancel_signal(key))
@@ -131,15 +135,25 @@ class StreamReader:
                 else:
                     with stop.feeding():
                         await pump.on_response_headers(response.headers)
-                    async for chunk in response.aiter_raw():
-                        with stop.feeding():
-                            await pump.feed(chunk)
-                        if stop.fired:
-                            break  # leaving the block closes the connection
+                    chunks = TimedChunks(response.aiter_raw())
+                    try:
+                        while (chunk := await chunks.next(pump.flush_wait())) is not None:
+                            with stop.feeding():
+                                if isinstance(chunk, IdleTick):
+                                    await pump.flush()
+                                else:
+                                    await pump.feed(chunk)
+                            if stop.fired:
+                                break  # leaving the block closes the connection
+                    finally:
+                        chunks.close()
                     if not stop.fired:
                         with stop.feeding():
                             await pump.close()
         except httpx.TransportError as exc:
+            if not stop.fired:
+                with stop.feeding():
+                    await pump.flush()  # what arrived before the cut is kept; a resume starts after it
             live.PROVIDER_ERRORS.labels(api, "disconnect").inc()
             self._stats.bump("disconnects")
             log.debug("%s generation %d: transport ended: %r", op, generation, exc)

@@ -141,6 +141,7 @@ class DispatchWorker:
             self.leases,
             self.stats,
             self.config.crash_hook,
+            flush_interval_s=self.config.flush_s,
         )
         self._background: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()

@@ -25,6 +25,8 @@ class WorkerConfig:
     rollout_stage: RolloutStage = RolloutStage.ALL
     lease_s: float = 30.0
     """How long an accepted attempt stays this worker's without a sign of life from it."""
+    flush_s: float = 0.1
+    """A stream's deltas are appended at most this often (gateway/pump.py "Coalescing"); 0: per chunk."""
     sweep: bool = True
     """Claim the expired leases and passed deadlines of others and adopt abandoned work."""
     sweep_tick_s: float = 1.0

@@ -285,7 +285,8 @@ async def test_cancel_mid_stream_stops_reading_and_closes_the_connection() -> No
         FakeProvider(seed=3, fault_plan=plan) as fp,
         httpx.AsyncClient(transport=transport, timeout=10.0) as http,
     ):
-        config = WorkerConfig(settle_timeout_s=10)
+        # one record per chunk, so three records are three chunks into the stream
+        config = WorkerConfig(settle_timeout_s=10, flush_s=0.0)
         async with DispatchWorker(
             ledger, endpoints_for(fp.base_url, fp.keys.as_env()), config=config, http=http
         ) as worker:
@@ -379,3 +380,49 @@ def test_gave_up_recognizes_decisions_written_before_the_typed_give_up() -> None
     assert not gave_up(base.model_copy(update={"detail": "user"}))
     assert not gave_up(base.model_copy(update={"state": DispatchState.COMMITTED}))
     assert not gave_up(base.model_copy(update={"reason": ReasonCode.AFTER_CANCEL}))
+
+
+@pytest.mark.parametrize("flush_s", [0.0, 0.1])
+async def test_a_slow_stream_is_appended_at_most_once_per_flush_interval(flush_s: float) -> None:
+    """The worker coalesces a stream's deltas (`flush_s`, the CLI's --flush-ms): at most one StreamDeltas
+    record per interval, the final delta at once, every delta once and in order, the same committed
+    turn as the per-chunk worker (flush_s=0, one record per chunk)."""
+    plan = FaultPlan(always=(Fault(FaultKind.SLOW, 20),))
+    ledger = InMemoryLedger()
+    async with FakeProvider(seed=5, fault_plan=plan) as fp:
+        config = WorkerConfig(settle_timeout_s=20, flush_s=flush_s)
+        async with DispatchWorker(ledger, endpoints_for(fp.base_url, fp.keys.as_env()), config=config) as worker:
+            appended_at: list[float] = []
+
+            async def observe(records: list) -> None:  # type: ignore[type-arg]
+                await worker.observe([r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))])
+
+            ledger.subscribe(Stream.MANIFESTS, observe)
+            original = ledger.append
+
+            async def stamped(event):  # type: ignore[no-untyped-def]
+                if isinstance(event, StreamDeltas):
+                    appended_at.append(asyncio.get_running_loop().time())
+                return await original(event)
+
+            ledger.append = stamped  # type: ignore[method-assign]
+            await worker.go_live()
+            h = Harness(ledger, fp, worker)
+            await h.converse("c1", "anthropic-messages@1", text="tell me something", tools=False)
+            await h.wait_state("op-1", DispatchState.COMMITTED)
+
+    records = [e for e in ledger.ingress if isinstance(e, StreamDeltas)]
+    sequences = [d.delta_sequence for e in records for d in e.deltas]
+    assert sequences == list(range(len(sequences)))
+    [turn] = [t for t in ledger.of_type(CommittedTurn) if t.operation_id]
+    text = "".join(b.text or "" for b in turn.blocks)
+    assert text  # the fake's answer, whole
+    chunks = sum(1 for r in fp.requests if r.method == "POST")
+    assert chunks == 1
+    gaps = [b - a for a, b in zip(appended_at, appended_at[1:], strict=False)]
+    if flush_s:
+        # every gap but the last (the final delta goes at once) is at least the interval
+        assert all(g >= flush_s - 0.005 for g in gaps[:-1]), gaps
+        assert len(records) <= len(sequences) / 2, [len(e.deltas) for e in records]
+    else:
+        assert len(records) > len(sequences) / 2, [len(e.deltas) for e in records]
