@@ -1,25 +1,64 @@
-"""Run every `bench/bench_*.py` module's `main()`; with none yet, say so and succeed."""
+"""Run every `bench/bench_*.py` module's `main()`.
+
+    python -m bench            # every benchmark at its own default size (minutes to an hour)
+    python -m bench --quick    # every benchmark at a reduced size, as CI runs it: the benchmarks
+                               # keep running end to end; their speeds mean nothing at this size
+
+`QUICK` holds each module's reduced-size arguments; a new benchmark must add its row (the quick run
+fails on a module without one, so none is forgotten).
+"""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 import sys
+import time
 
 import bench
 
+QUICK: dict[str, list[str]] = {
+    "bench_adapters": ["--repeats", "3"],
+    "bench_capacity": ["--quick"],
+    "bench_dispatch": [
+        "--conversations",
+        "60",
+        "--concurrency",
+        "60",
+        "--repeats",
+        "1",
+        "--seconds",
+        "3",
+        "--rate",
+        "100",
+        "--rss",
+        "200:memory",
+    ],
+    "bench_dispatch_engine": ["--conversations", "100", "--concurrency", "100", "--repeats", "1"],
+    "bench_processor": ["--records", "2000", "--keys", "100", "--seconds", "2", "--rate", "500"],
+    "bench_projection": ["--conversations", "100"],
+    "bench_scaling": ["--records", "3000", "--repeats", "1", "--members", "1", "2", "--partitions", "2"],
+    "bench_sequence": ["--repeats", "1"],
+    "bench_streaming": ["--repeats", "1", "--text-deltas", "400", "--calls", "2"],
+}
 
-def main() -> int:
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
     names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_"))
-    if not names:
-        print("No benchmarks yet (add bench/bench_<name>.py with a main()).")
-        return 0
+    if quick and (missing := [n for n in names if n not in QUICK]):
+        print(f"no reduced-size arguments for {', '.join(missing)}: add them to QUICK", file=sys.stderr)
+        return 2
     for name in names:
-        print(f"== {name}")
+        args = QUICK[name] if quick else []
+        print(f"== {name} {' '.join(args)}".rstrip(), flush=True)
+        started = time.monotonic()
         module = importlib.import_module(f"bench.{name}")
+        sys.argv = [f"bench/{name}.py", *args]  # the modules whose main() reads sys.argv
         module.main()
+        print(f"== {name}: {time.monotonic() - started:.1f} s", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

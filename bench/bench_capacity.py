@@ -174,8 +174,11 @@ async def _watch(
     await consumer.seek_to_end(*tps)
     arrivals: dict[str, list[tuple[int, int]]] = {}
     commits = 0
+    ends: dict[TopicPartition, int] | None = None
     try:
-        while not (stop.is_set() and commits >= expected_commits):
+        while ends is None or [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            if ends is None and stop.is_set() and commits >= expected_commits:
+                ends = await consumer.end_offsets(tps)  # then read what was committed with the last turns
             batch = await consumer.getmany(*tps, timeout_ms=50)
             now = time.time_ns()
             for records in batch.values():

@@ -6,6 +6,7 @@ median of several repeats of a timed loop (time.perf_counter).
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -195,6 +196,10 @@ def codec_rows() -> list[tuple[str, str, str, str, str, str]]:
 
 
 def main() -> None:
+    global REPEATS
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed runs per row (median)")
+    REPEATS = parser.parse_args().repeats
     print("| operation | median | note |")
     print("|---|---:|---|")
     for label, seconds, note in sequence_rows():
