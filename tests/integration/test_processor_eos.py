@@ -416,15 +416,26 @@ async def test_second_processor_fences_the_first(
     await assert_exactly_once(kafka_bootstrap, topics, inputs)
 
 
-async def test_failed_transaction_rolls_back_state_and_position(kafka_bootstrap: str, topics: Topics) -> None:
+@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "one-at-a-time"])
+async def test_failed_transaction_rolls_back_state_and_position(
+    kafka_bootstrap: str, topics: Topics, pipelined: bool
+) -> None:
     """The 3rd commit fails after its records reached the broker: the runtime aborts, drops the batch's
-    state writes, seeks back and folds the batch again. A leaked write would double the counts."""
+    state writes, seeks back and folds the batch again. A leaked write would double the counts.
+    Pipelined, the 4th batch was already folded on top of the 3rd's uncommitted writes when that
+    commit failed: its fold is thrown away too and both are folded again."""
     await ensure_topics(kafka_bootstrap, topics, partitions=1)
     inputs = await produce(kafka_bootstrap, topics.ingress, workload(300, keys=6))
     app_id = f"{topics.prefix}app"
     config = ProcessorConfig(
-        bootstrap=kafka_bootstrap, app_id=app_id, topics=topics, batch_max_records=50, retry_backoff_ms=10
+        bootstrap=kafka_bootstrap,
+        app_id=app_id,
+        topics=topics,
+        batch_max_records=50,
+        retry_backoff_ms=10,
+        pipelined_commits=pipelined,
     )
+    folded: list[int] = []
 
     def inject_failure(processor: PartitionProcessor) -> None:
         producer = processor._producer
@@ -441,7 +452,18 @@ async def test_failed_transaction_rolls_back_state_and_position(kafka_bootstrap:
 
         producer.commit_transaction = flaky_commit  # type: ignore[method-assign]
 
-    app = ProcessorApp(config, lambda p: counter_fold(topics, p), on_ready=inject_failure)
+    def counting_fold(p: int):  # type: ignore[no-untyped-def]
+        fold = counter_fold(topics, p)
+        process = fold.process_batch
+
+        def counted(records, store):  # type: ignore[no-untyped-def]
+            folded.append(len(records))
+            return process(records, store)
+
+        fold.process_batch = counted  # type: ignore[method-assign]
+        return fold
+
+    app = ProcessorApp(config, counting_fold, on_ready=inject_failure)
     task = asyncio.create_task(app.run(handle_signals=False))
     try:
         await wait_all_committed(kafka_bootstrap, app_id, topics, inputs, timeout_s=30)
@@ -450,6 +472,9 @@ async def test_failed_transaction_rolls_back_state_and_position(kafka_bootstrap:
     assert await asyncio.wait_for(task, 15) == {0: ProcessorExit.STOPPED}
     metrics = app.processors[0].metrics
     assert (metrics.aborted_batches, metrics.records_in) == (1, 300)
+    # folded again: the failed batch, and pipelined also the one folded on top of it
+    refolded = sum(folded) - 300
+    assert refolded == (sum(folded[2:4]) if pipelined else folded[2]), folded
     await assert_exactly_once(kafka_bootstrap, topics, inputs)
     assert dict(app.processors[0].store.items()) == {  # type: ignore[attr-defined]
         k: str(n).encode() for k, n in Counter(s.key for s in inputs).items()

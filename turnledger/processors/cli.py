@@ -76,6 +76,13 @@ def process(
     batch_max_ms: Annotated[
         int, typer.Option(min=1, help="Milliseconds a batch stays open after its first record.")
     ] = 100,
+    pipelined_commits: Annotated[
+        bool,
+        typer.Option(
+            help="Fold the next batch while the previous one's transaction commits (its transaction "
+            "begins only after that commit; a failed commit folds both again)."
+        ),
+    ] = True,
     state_dir: Annotated[
         Path | None, typer.Option(help="Directory for on-disk (SQLite) state; in memory when unset.")
     ] = None,
@@ -167,6 +174,7 @@ def process(
             topics=topics,
             batch_max_records=batch_max_records,
             batch_max_ms=batch_max_ms,
+            pipelined_commits=pipelined_commits,
             state_dir=state_dir,
             group=GroupSettings(
                 session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms

@@ -61,6 +61,8 @@ class ProcessorConfig:
     that dies mid-transaction holds read_committed readers back (the LSO) only until its successor's
     InitProducerId aborts the transaction: at once on restart, after the session timeout in a group."""
     idle_poll_ms: int = 100
+    pipelined_commits: bool = True
+    """Fold the next batch while the previous one's transaction commits (processors/partition.py)."""
     producer_retry_backoff_ms: int = 20
     """aiokafka's default is 100 ms. A Kafka 4.x broker answers a produce that races the previous
     transaction's markers with a retriable NOT_ENOUGH_REPLICAS (KIP-890 verification, as old produce

@@ -27,6 +27,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
@@ -39,7 +40,7 @@ from turnledger.processors.config import ProcessorConfig, ProcessorExit, Process
 from turnledger.processors.contract import PartitionFold, PoisonHook
 from turnledger.processors.errors import ProcessorError, ProducerFencedError, TooManyAbortsError
 from turnledger.processors.feed import PartitionFeed
-from turnledger.processors.folding import fold_batch
+from turnledger.processors.folding import FoldOutcome, fold_batch
 from turnledger.processors.gc_tuning import tune_gc
 from turnledger.processors.store import OverlayStore, PartitionStore, open_partition_store
 from turnledger.processors.transaction import BatchAborted, PartitionTransactions, ProducerBroken
@@ -58,6 +59,26 @@ def _later(a: int | None, b: int | None) -> int | None:
     if a is None or b is None:
         return b if a is None else a
     return max(a, b)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A folded batch whose transaction is being committed."""
+
+    batch: list[SourceRecord]
+    overlay: OverlayStore
+    outcome: FoldOutcome
+    next_offset: int
+    started: float
+    task: asyncio.Future[None]
+
+
+class _CommitAborted(BatchAborted):
+    """The commit of `batch` (the one in flight, not the one just folded) was aborted."""
+
+    def __init__(self, batch: list[SourceRecord]) -> None:
+        super().__init__(f"the commit of offsets {batch[0].offset}..{batch[-1].offset} was aborted")
+        self.batch = batch
 
 
 class PartitionProcessor:
@@ -289,6 +310,11 @@ class PartitionProcessor:
     # ------------------------------------------------------------------------------- the batches
 
     async def _loop(self, feed: PartitionFeed) -> None:
+        """Batch after batch, one transaction each, with one commit in flight while the next batch is
+        collected and folded ("Pipelined commits" in docs/architecture.md): batch k+1 folds on top of
+        batch k's uncommitted writes, and its transaction begins only once k's committed. If k's
+        commit fails, k+1's fold is thrown away with it and both are folded again from the committed
+        offset."""
         cfg = self.config
         assert self._producer is not None
         transactions = PartitionTransactions(
@@ -300,56 +326,98 @@ class PartitionProcessor:
         )
         aborts = 0  # in a row, for reasons other than an outage: these give up eventually
         failures = 0  # in a row, for any reason: these set the backoff
-        while not self._stop.is_set():
-            batch = await collect_batch(
-                feed.fetch,
-                max_records=cfg.batch_max_records,
-                max_ms=cfg.batch_max_ms,
-                stop=self._stop,
-                idle_poll_ms=cfg.idle_poll_ms,
-            )
-            if not batch:
-                continue
-            try:
-                await self._process(batch, transactions)
-                aborts = failures = 0
-            except BatchAborted as exc:
-                self.metrics.aborted_batches += 1
-                live.PROCESSOR_ABORTS.inc()
-                failures += 1
-                log.warning(
-                    "partition %d: offsets %d..%d rolled back (%s); folding them again",
-                    self.partition,
-                    batch[0].offset,
-                    batch[-1].offset,
-                    exc,
-                )
-                await feed.seek(self.committed_offset)
-                if kafka_outage(cfg.bootstrap, "commit")(exc.__cause__ or exc) is None:
-                    aborts += 1
-                    if aborts >= cfg.max_consecutive_aborts:
-                        raise TooManyAbortsError(
-                            f"partition {self.partition}: the batch at offset {batch[0].offset} failed to "
-                            f"commit {aborts} times in a row; giving up (see the errors above)"
-                        ) from exc
-                delay_ms = min(cfg.retry_backoff_ms * 2 ** (failures - 1), 5_000)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=delay_ms / 1000)
-
-    async def _process(self, batch: list[SourceRecord], transactions: PartitionTransactions) -> None:
-        """Fold and commit one batch; the store changes only once the transaction committed."""
-        assert self.store is not None and self.fold is not None and self.on_poison is not None
-        overlay = OverlayStore(self.store)
-        outcome = fold_batch(self.fold, batch, overlay, self.on_poison)
-        next_offset = batch[-1].offset + 1
-        started = time.monotonic()
+        inflight: _InFlight | None = None
         try:
-            await transactions.commit(outcome.outputs, overlay.dirty, next_offset)
+            while True:
+                batch: list[SourceRecord] = []
+                if not self._stop.is_set():
+                    batch = await collect_batch(
+                        feed.fetch,
+                        max_records=cfg.batch_max_records,
+                        max_ms=cfg.batch_max_ms,
+                        stop=self._stop,
+                        idle_poll_ms=cfg.idle_poll_ms,
+                    )
+                if not batch and inflight is None:
+                    if self._stop.is_set():
+                        return
+                    continue
+                try:
+                    overlay, outcome = None, None
+                    if batch:
+                        assert self.store is not None and self.fold is not None and self.on_poison is not None
+                        overlay = OverlayStore(inflight.overlay if inflight is not None else self.store)
+                        outcome = fold_batch(self.fold, batch, overlay, self.on_poison)
+                    if inflight is not None:
+                        done, inflight = inflight, None
+                        await self._finish(done)
+                        aborts = failures = 0
+                    if overlay is not None and outcome is not None:
+                        assert self.store is not None
+                        overlay.rebase(self.store)
+                        inflight = self._begin(batch, overlay, outcome, transactions)
+                        if not cfg.pipelined_commits:
+                            done, inflight = inflight, None
+                            await self._finish(done)
+                            aborts = failures = 0
+                except BatchAborted as exc:
+                    failed = exc.batch if isinstance(exc, _CommitAborted) else batch
+                    cause = exc.__cause__ if isinstance(exc, _CommitAborted) else exc
+                    self.metrics.aborted_batches += 1
+                    live.PROCESSOR_ABORTS.inc()
+                    failures += 1
+                    log.warning(
+                        "partition %d: offsets %d..%d rolled back (%s); folding them again",
+                        self.partition,
+                        failed[0].offset,
+                        batch[-1].offset if batch else failed[-1].offset,
+                        cause,
+                    )
+                    await feed.seek(self.committed_offset)
+                    root = cause.__cause__ if cause is not None and cause.__cause__ is not None else cause
+                    if kafka_outage(cfg.bootstrap, "commit")(root or exc) is None:
+                        aborts += 1
+                        if aborts >= cfg.max_consecutive_aborts:
+                            raise TooManyAbortsError(
+                                f"partition {self.partition}: the batch at offset {failed[0].offset} failed "
+                                f"to commit {aborts} times in a row; giving up (see the errors above)"
+                            ) from exc
+                    delay_ms = min(cfg.retry_backoff_ms * 2 ** (failures - 1), 5_000)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), timeout=delay_ms / 1000)
+        finally:
+            if inflight is not None:
+                # leaving with a commit in flight (cancelled, fenced, an outage): its outcome is unknown
+                # here, so the store is not trusted; the next term settles it (InitProducerId)
+                inflight.task.cancel()
+                with contextlib.suppress(BaseException):
+                    await inflight.task
+                self._store_current = False
+
+    def _begin(
+        self,
+        batch: list[SourceRecord],
+        overlay: OverlayStore,
+        outcome: FoldOutcome,
+        transactions: PartitionTransactions,
+    ) -> _InFlight:
+        next_offset = batch[-1].offset + 1
+        task = asyncio.ensure_future(transactions.commit(outcome.outputs, overlay.dirty, next_offset))
+        return _InFlight(batch, overlay, outcome, next_offset, time.monotonic(), task)
+
+    async def _finish(self, inflight: _InFlight) -> None:
+        """Wait for a batch's commit; then, and only then, its writes reach the store."""
+        try:
+            await inflight.task
+        except BatchAborted as exc:
+            inflight.overlay.discard()
+            raise _CommitAborted(inflight.batch) from exc
         except BaseException:
-            overlay.discard()
+            inflight.overlay.discard()
             raise
+        batch, outcome, overlay = inflight.batch, inflight.outcome, inflight.overlay
         m = self.metrics
-        seconds = time.monotonic() - started
+        seconds = time.monotonic() - inflight.started
         m.observe_commit(seconds)
         self._count_committed(batch, outcome.outputs, len(overlay.dirty), outcome.poisoned, seconds)
         m.records_in += len(batch)
@@ -360,7 +428,7 @@ class PartitionProcessor:
         self._store_current = False  # until the committed writes are in the store
         overlay.commit()
         self._store_current = True
-        self.committed_offset = next_offset
+        self.committed_offset = inflight.next_offset
 
     def _count_committed(
         self,

@@ -210,6 +210,11 @@ class OverlayStore:
     def discard(self) -> None:
         self._writes = {}
 
+    def rebase(self, base: StateStore) -> None:
+        """Read through and commit into `base` from now on: the overlay this one was stacked on has
+        committed into `base` (pipelined commits, processors/partition.py)."""
+        self._base = base
+
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -6,6 +6,7 @@ the reader for the idle flush without losing the chunk it is reading."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 
 from hypothesis import given, settings
@@ -83,7 +84,7 @@ def test_deltas_within_the_interval_wait_and_go_out_together() -> None:
 
 
 def test_a_final_delta_goes_out_at_once_with_everything_pending() -> None:
-    pump, sink, clock = coalescing_pump(interval=60.0)
+    pump, sink, _clock = coalescing_pump(interval=60.0)
 
     async def go() -> None:
         for chunk in events(TEXT):
@@ -97,7 +98,7 @@ def test_a_final_delta_goes_out_at_once_with_everything_pending() -> None:
 
 
 def test_close_appends_what_is_pending() -> None:
-    pump, sink, clock = coalescing_pump(interval=60.0)
+    pump, sink, _clock = coalescing_pump(interval=60.0)
     cut = events(TEXT)[:-2]
 
     async def go() -> None:
@@ -112,7 +113,7 @@ def test_close_appends_what_is_pending() -> None:
 
 
 def test_at_most_max_pending_deltas_wait() -> None:
-    pump, sink, clock = coalescing_pump(interval=60.0)
+    pump, sink, _clock = coalescing_pump(interval=60.0)
     head, body = events(TEXT)[:3], events(TEXT)[3]
     assert b"text_delta" in body
 
@@ -130,7 +131,7 @@ def test_at_most_max_pending_deltas_wait() -> None:
 
 
 def test_an_interval_of_zero_appends_every_chunk() -> None:
-    pump, sink, clock = coalescing_pump(interval=0.0)
+    pump, sink, _clock = coalescing_pump(interval=0.0)
     chunks = events(TEXT)
 
     async def go() -> None:
@@ -172,8 +173,10 @@ def test_coalescing_keeps_every_delta_in_order(gaps: list[float]) -> None:
         await pump.close()
 
     asyncio.run(go())
-    assert [d.model_dump() for b in sink.batches for d in b] == [d.model_dump() for b in ref_sink.batches for d in b]
-    for (earlier, later), batch in zip(zip(stamps, stamps[1:], strict=False), sink.batches[1:], strict=False):
+    assert [d.model_dump() for b in sink.batches for d in b] == [
+        d.model_dump() for b in ref_sink.batches for d in b
+    ]
+    for (earlier, later), batch in zip(itertools.pairwise(stamps), sink.batches[1:], strict=False):
         assert later - earlier >= 0.1 - 1e-9 or batch[-1].type is DeltaType.MESSAGE_STOP
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator
 
@@ -391,11 +392,15 @@ async def test_a_slow_stream_is_appended_at_most_once_per_flush_interval(flush_s
     ledger = InMemoryLedger()
     async with FakeProvider(seed=5, fault_plan=plan) as fp:
         config = WorkerConfig(settle_timeout_s=20, flush_s=flush_s)
-        async with DispatchWorker(ledger, endpoints_for(fp.base_url, fp.keys.as_env()), config=config) as worker:
+        async with DispatchWorker(
+            ledger, endpoints_for(fp.base_url, fp.keys.as_env()), config=config
+        ) as worker:
             appended_at: list[float] = []
 
             async def observe(records: list) -> None:  # type: ignore[type-arg]
-                await worker.observe([r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))])
+                await worker.observe(
+                    [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))]
+                )
 
             ledger.subscribe(Stream.MANIFESTS, observe)
             original = ledger.append
@@ -419,7 +424,7 @@ async def test_a_slow_stream_is_appended_at_most_once_per_flush_interval(flush_s
     assert text  # the fake's answer, whole
     chunks = sum(1 for r in fp.requests if r.method == "POST")
     assert chunks == 1
-    gaps = [b - a for a, b in zip(appended_at, appended_at[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(appended_at)]
     if flush_s:
         # every gap but the last (the final delta goes at once) is at least the interval
         assert all(g >= flush_s - 0.005 for g in gaps[:-1]), gaps
