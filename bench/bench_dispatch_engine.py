@@ -140,9 +140,11 @@ def main(argv: list[str] | None = None) -> None:
         ratios = [b["cpu_s"] / c["cpu_s"] for b, c in zip(base_runs, cur_runs, strict=True)]
         same_outputs = {r["digest"] for r in base_runs} == {r["digest"] for r in cur_runs}
         same_state = {r["state_digest"] for r in base_runs} == {r["state_digest"] for r in cur_runs}
+        same_decoded = {r["decoded_digest"] for r in base_runs} == {r["decoded_digest"] for r in cur_runs}
         print(
             f"\nspeed-up current / {base}: {statistics.median(ratios):.2f}x (median of per-repeat ratios); "
             f"outputs byte-identical: {'yes' if same_outputs else 'NO'}; "
+            f"decoded-equal (previews as whole texts): {'yes' if same_decoded else 'NO'}; "
             f"final state byte-identical: {'yes' if same_state else 'NO'}"
         )
 

@@ -5,7 +5,10 @@ Run as a script (`python bench/engine_runner.py RECORDS.pickle BATCH`) so that w
 points it at an exported older tree to compare engines in the same run on the same input.
 Prints one JSON line: cpu and wall seconds, events, a sha256 over every output (stream,
 key, value) and one over the final store, to prove two engines byte-identical (or, for a
-change of the state format, identical in their outputs).
+change of the state format, identical in their outputs). `decoded_digest` is over the outputs
+decoded (their JSON, sorted keys) with every preview in its whole-text form (the text accumulated
+per block, no `textOffset`): equal across a deliberate schema change that keeps what the records
+say, e.g. previews as appended text at an offset (2221c272a5cd9382) against whole-text previews.
 """
 
 from __future__ import annotations
@@ -17,6 +20,30 @@ import os
 import pickle
 import sys
 import time
+
+
+def decoded_digest(values: list[bytes]) -> str:
+    """sha256 over the decoded outputs, previews as whole texts (works with any tree's codec)."""
+    import orjson
+
+    from turnledger.codec import decode
+
+    digest = hashlib.sha256()
+    texts: dict[tuple[str, str, int, int], str] = {}
+    for value in values:
+        record = decode(value)
+        data = record.model_dump(mode="json", by_alias=True)
+        if type(record).__name__ == "PreviewUpdated":
+            block = (
+                data["conversationId"],
+                data["operationId"],
+                data["attemptGeneration"],
+                data["blockIndex"],
+            )
+            offset = data.pop("textOffset", 0)
+            data["text"] = texts[block] = texts.get(block, "")[:offset] + data["text"]
+        digest.update(orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()
 
 
 class DictStore(dict[str, bytes]):
@@ -35,6 +62,7 @@ def main(path: str, batch: int) -> None:
     digest = hashlib.sha256()
     state_digest = hashlib.sha256()
     outputs = 0
+    values: list[bytes] = []
     gc.collect()
     if os.environ.get("TURNLEDGER_BENCH_TUNE_GC"):
         # what the Kafka runtime does once the state is restored (processors/partition.py)
@@ -47,6 +75,7 @@ def main(path: str, batch: int) -> None:
             digest.update(out.stream.value.encode())
             digest.update(out.key or b"")
             digest.update(out.value)
+            values.append(out.value)
             outputs += 1
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     for key in sorted(store):
@@ -63,6 +92,7 @@ def main(path: str, batch: int) -> None:
                 "state_bytes": sum(len(v) for v in store.values()),
                 "digest": digest.hexdigest(),
                 "state_digest": state_digest.hexdigest(),
+                "decoded_digest": decoded_digest(values),
             }
         )
     )

@@ -73,10 +73,12 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
 
     Coalescing per ingress event rather than per processor batch keeps the outputs a
     function of the log alone, so a replay with other batch boundaries is byte-identical.
+    A preview carries only the text appended since the block's previous preview, at its offset
+    (`BlockAssembler.take_preview`), so an answer's preview bytes grow with its length.
     """
     assembler = step.live.restore(op, step.limits)
     assert assembler is not None
-    previews: dict[int, tuple[str, int]] = {}
+    through: dict[int, int] = {}
     updates: dict[int, str] = {}
     for delta in event.deltas:
         if delta.response_handle != op.response_handle or delta.generation != op.attempt_generation:
@@ -89,13 +91,14 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
             continue
         assembler.feed_into(delta, updates)
         if updates:
-            for index, text in updates.items():
-                previews[index] = (text, delta.delta_sequence)
+            for index in updates:
+                through[index] = delta.delta_sequence
             updates.clear()
         if delta.type in _ENDS_STREAM:
             finish(step, op.model_copy(update={"assembler": assembler.snapshot()}), assembler)
             return
-    for index, (text, through) in sorted(previews.items()):
+    for index, sequence in sorted(through.items()):
+        offset, text = assembler.take_preview(index)
         step.outputs.append(
             PreviewUpdated(
                 conversation_id=step.state.conversation_id,
@@ -103,8 +106,9 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
                 attempt_generation=op.attempt_generation,
                 block_index=index,
                 text=text,
-                through_sequence=through,
+                through_sequence=sequence,
                 occurred_at_ms=step.at,
+                text_offset=offset,
             )
         )
     step.put(op, assembler=step.live.keep(assembler), lease_renewed_at_ms=step.at)

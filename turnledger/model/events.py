@@ -290,7 +290,15 @@ class ToolCallReady(Frozen):
 
 
 class PreviewUpdated(Frozen):
-    """Topic `turnledger.previews`: revocable text so far (coalesced per batch)."""
+    """Topic `turnledger.previews`: revocable text appended to a block's preview (one per block per
+    ingress event).
+
+    `text` is what the event added, at `text_offset` (Unicode code points) of the block's text so far,
+    so an answer's preview bytes grow with its length, not with its square. Offset 0 carries the whole
+    text so far (the first preview of a read, and every record of the schema's earlier version). A
+    reader appends `text` only when what it holds has exactly `text_offset` code points: a record that
+    ends at or before it is one it has applied, one that starts beyond it means it missed one (a gap).
+    """
 
     conversation_id: str
     operation_id: str
@@ -299,6 +307,12 @@ class PreviewUpdated(Frozen):
     text: str
     through_sequence: int
     occurred_at_ms: int
+    text_offset: int = 0
+
+    @property
+    def text_end(self) -> int:
+        """The length (code points) of the block's preview text once this record is applied."""
+        return self.text_offset + len(self.text)
 
 
 class PreviewRetracted(Frozen):

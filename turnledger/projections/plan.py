@@ -14,6 +14,14 @@ the CommittedTurn of its operation. The preview hash therefore keeps a marker
 does not depend on how the topics interleave. A retraction travels on the previews
 topic itself, in order with the previews: it drops its generation's previews, and a
 preview after it is a new read of that generation (a replay under the same key).
+
+A preview record carries only the text appended at its offset (`PreviewUpdated.text_offset`);
+the projection keeps the whole text of each block (`pappend`): field `<generation>:<block>` holds
+the preview's JSON without its text (`length`: code points held), field `<generation>:<block>:text`
+the text. A record appends only at exactly the length held; one that ends at or before it was
+applied already, one at offset 0 replaces the text, and one beyond it follows a record this
+projection never saw (a gap: topic retention, a projection started mid-stream): it is counted
+(`preview_gaps`) and neither stored nor announced, so what is shown is always a true prefix.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ DEFAULT_EVENTS_CAP = 5_000
 """Approximate length (XADD MAXLEN ~) of each conversation's live event stream."""
 EVENT_TYPES = ("committed", "preview", "retracted", "status", "quarantined", "rejected")
 COMMITTED_MARKER = "~committed"
+PREVIEW_TEXT_SUFFIX = ":text"
+"""A preview's text field is its `<generation>:<block>` field with this suffix."""
 
 Op = list[Any]
 """[name, key_index, *string args]; names are the ones `apply.lua` interprets."""
@@ -116,7 +126,7 @@ class Planner:
         self, k: Any, conversation: str, kind: str, payload: dict[str, Any], *, if_pset: bool = False
     ) -> Op:
         """Append a typed live event to the conversation's stream (only if the group applies; with
-        `if_pset`, only if the preceding `pset` wrote)."""
+        `if_pset`, only if the preceding `pappend` wrote)."""
         return [
             "xadd",
             k(self.keys.events(conversation)),
@@ -285,23 +295,27 @@ class Planner:
         return ops
 
     def _preview(self, k: Any, p: PreviewUpdated) -> list[Op]:
-        value = {
+        end = p.text_end
+        meta = {
             "attemptGeneration": p.attempt_generation,
             "blockIndex": p.block_index,
-            "text": p.text,
+            "length": end,
             "throughSequence": p.through_sequence,
             "occurredAtMs": p.occurred_at_ms,
         }
-        live = {"operationId": p.operation_id, "revocable": True, **value}
+        live = {"operationId": p.operation_id, "revocable": True, "text": p.text, "textOffset": p.text_offset}
         return [
             [
-                "pset",
+                "pappend",
                 k(self.keys.previews(p.conversation_id, p.operation_id)),
-                str(p.attempt_generation),
                 f"{p.attempt_generation}:{p.block_index}",
-                _json(value),
+                str(p.text_offset),
+                str(end),
+                p.text,
+                _json(meta),
+                k(self.keys.stats),
             ],
-            self._event(k, p.conversation_id, "preview", live, if_pset=True),
+            self._event(k, p.conversation_id, "preview", {**live, **meta}, if_pset=True),
             ["sadd", k(self.keys.operations(p.conversation_id)), p.operation_id],
         ]
 

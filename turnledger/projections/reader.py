@@ -12,7 +12,7 @@ from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
 from turnledger.projections.errors import AmbiguousOperationError
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, EPOCH_FIELD, ProjectionKeys
-from turnledger.projections.plan import COMMITTED_MARKER
+from turnledger.projections.plan import COMMITTED_MARKER, PREVIEW_TEXT_SUFFIX
 from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, text_or_none
 
 
@@ -45,6 +45,14 @@ class Preview:
     through_sequence: int
     occurred_at_ms: int
     committed: bool = False
+
+    @property
+    def length(self) -> int:
+        """Code points of the text: the offset at which the next preview record of the block appends."""
+        return len(self.text)
+
+
+_TEXT_SUFFIX = PREVIEW_TEXT_SUFFIX.encode()
 
 
 def _int(value: str | None) -> int | None:
@@ -127,16 +135,18 @@ class ProjectionReader:
             if COMMITTED_MARKER.encode() in raw:
                 continue
             for name, value in raw.items():
-                if name.startswith(b"~"):
+                if name.startswith(b"~") or name.endswith(_TEXT_SUFFIX):
                     continue
                 data = orjson.loads(value)
+                # the text in its own field (appended to in place); in the value itself before that
+                text = raw.get(name + _TEXT_SUFFIX)
                 out.append(
                     Preview(
                         conversation_id=conversation,
                         operation_id=op_id,
                         attempt_generation=data["attemptGeneration"],
                         block_index=data["blockIndex"],
-                        text=data["text"],
+                        text=data.get("text", "") if text is None else text.decode("utf-8"),
                         through_sequence=data["throughSequence"],
                         occurred_at_ms=data["occurredAtMs"],
                     )

@@ -12,8 +12,12 @@ its offset is greater than the partition's applied offset: offsets have gaps
 and are stored as strings because Lua would print large numbers in exponent form.
 The op `xadd` appends one typed event to a conversation's capped stream (`XADD key MAXLEN ~ cap *`); as
 every op, it runs only inside an applied group, so a replay or a second projector appends nothing. Its
-third argument "1" makes it conditional on the group's last `pset` having written (a stale preview is
+third argument "1" makes it conditional on the group's last `pappend` having written (a stale preview is
 neither stored nor announced).
+The op `pappend` applies a preview that carries the text appended at an offset (code points) of the
+block's text: it appends only at exactly the length the projection holds (field `length` of the
+preview's JSON), skips a record that ends at or before it (applied already), lets offset 0 replace
+the text, and counts anything else as a gap (`preview_gaps`) without storing or announcing it.
 Returns {applied, skipped, flags}: flags has one character per group, "1" where the group was
 applied, "0" where it was skipped (the projector counts the live metrics from exactly the applied ones).
 """
@@ -33,7 +37,7 @@ local function drop_fields(key, keep)
   end
 end
 
-local last_pset = true
+local last_preview = true
 
 local function run(op)
   local name, key = op[1], KEYS[op[2]]
@@ -58,16 +62,31 @@ local function run(op)
     redis.call('RPUSH', key, op[3])
   elseif name == 'sadd' then
     redis.call('SADD', key, op[3])
-  elseif name == 'pset' then
+  elseif name == 'pappend' then
     -- a preview of a committed operation is stale: ignore it (a retraction is on the same topic,
     -- so a preview after it in offset order is a new read of the generation, e.g. after a replay)
-    last_pset = false
+    last_preview = false
     if redis.call('HEXISTS', key, '~committed') == 0 then
-      redis.call('HSET', key, op[4], op[5])
-      last_pset = true
+      local field, offset, stop = op[3], tonumber(op[4]), tonumber(op[5])
+      local text_field = field .. ':text'
+      local meta = redis.call('HGET', key, field)
+      local held = meta and cjson.decode(meta)['length']
+      if held and stop <= held then
+        -- applied already: nothing to add
+      elseif offset == 0 then
+        redis.call('HSET', key, field, op[7], text_field, op[6])
+        last_preview = true
+      elseif held == offset then
+        local text = redis.call('HGET', key, text_field) or ''
+        redis.call('HSET', key, field, op[7], text_field, text .. op[6])
+        last_preview = true
+      else
+        -- a record this projection never saw: what it holds stays a true prefix
+        redis.call('HINCRBY', KEYS[op[8]], 'preview_gaps', 1)
+      end
     end
   elseif name == 'xadd' then
-    if op[4] ~= '1' or last_pset then
+    if op[4] ~= '1' or last_preview then
       local args = {}
       for i = 5, #op do args[#args + 1] = op[i] end
       redis.call('XADD', key, 'MAXLEN', '~', op[3], '*', unpack(args))

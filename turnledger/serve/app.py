@@ -192,6 +192,8 @@ def create_app(
                         "attemptGeneration": p.attempt_generation,
                         "blockIndex": p.block_index,
                         "text": p.text,
+                        "textOffset": 0,
+                        "length": p.length,
                         "throughSequence": p.through_sequence,
                         "revocable": True,
                     }

@@ -72,7 +72,8 @@ class _Block:
     call_id: str | None = None
     tool_name: str | None = None
     parts: list[str] = field(default_factory=list)  # text, thinking, or private argument buffer
-    text: str = ""  # the preview of a text block (kept whole: previews carry the full text)
+    text: str = ""  # the preview of a text block (kept whole: the final content, and previews' suffixes)
+    shown: int = 0  # code points of `text` already previewed (a snapshot omits it when all of it)
     signature: str | None = None
     stopped: bool = False
     deltas: int = 0  # content deltas received (text, thinking, argument fragments, signatures)
@@ -82,7 +83,7 @@ class _Block:
         return self.text if self.kind == "text" else "".join(self.parts)
 
     def to_json(self, index: int) -> dict[str, Any]:
-        return {
+        data = {
             "index": index,
             "kind": self.kind,
             "call_id": self.call_id,
@@ -92,6 +93,9 @@ class _Block:
             "stopped": self.stopped,
             "deltas": self.deltas,
         }
+        if self.shown != len(self.text):
+            data["shown"] = self.shown  # only when not all of it: the usual snapshot is unchanged
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> _Block:
@@ -102,6 +106,7 @@ class _Block:
         )
         if kind == "text":
             block.text = content
+            block.shown = int(data.get("shown", len(content)))  # absent: all of it (every earlier snapshot)
         elif content:
             block.parts.append(content)
         block.deltas = int(data.get("deltas", 0))  # snapshots before size limits did not count them
@@ -327,6 +332,14 @@ class BlockAssembler:
         if self._closed is None and not self._finished:
             self._closed = (reason, detail or "attempt discarded")
         return self._incomplete(*(self._closed or (reason, detail)))
+
+    def take_preview(self, index: int) -> tuple[int, str]:
+        """The text block's preview not yet shown, as (offset in code points, appended text); what it
+        returns counts as shown from then on, so the next one starts where this one ends."""
+        block = self._blocks[index]
+        offset = block.shown
+        block.shown = len(block.text)
+        return offset, block.text[offset:]
 
     def previews(self) -> dict[int, str]:
         """Text shown so far, revocable; empty once retracted."""

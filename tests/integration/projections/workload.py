@@ -94,7 +94,7 @@ def conversation(conv: str, t0: int = 1_000) -> list[tuple[str, Frozen]]:
             ),
         ),
     ]
-    for seq, text in enumerate(("He", "Hell", "Hello")):
+    for seq, (offset, text) in enumerate(((0, "He"), (2, "ll"), (4, "o"))):  # appended: "Hello"
         out.append(
             (
                 "previews",
@@ -106,6 +106,7 @@ def conversation(conv: str, t0: int = 1_000) -> list[tuple[str, Frozen]]:
                     text=text,
                     through_sequence=seq,
                     occurred_at_ms=t0 + 4 + seq,
+                    text_offset=offset,
                 ),
             )
         )

@@ -135,10 +135,12 @@ async def test_a_streaming_answer_is_shown_revocable_then_committed(pipeline: st
 
             deadline = asyncio.get_running_loop().time() + 60
             grown = await text_now()
+            seen = [before_reload]  # every text the preview showed: each must be a prefix of the answer
             while grown is not None and len(grown) <= len(before_reload):
                 assert asyncio.get_running_loop().time() < deadline, (before_reload, grown)
                 await asyncio.sleep(0.1)
                 grown = await text_now()
+            seen.append(grown or "")
             await page.screenshot(path=str(tmp_path / "reloaded.png"), full_page=True)
 
             answer = page.locator('#messages li[data-state="committed"].role-assistant')
@@ -146,6 +148,11 @@ async def test_a_streaming_answer_is_shown_revocable_then_committed(pipeline: st
             await expect(page.locator('#messages li[data-state="preview"]')).to_have_count(0)
             label = await answer.first.get_attribute("aria-label")
             assert label is not None and "Committed" in label and "final" in label
+            # the previews are appended text at offsets: what the page built, before and after the
+            # reload, is the committed answer's beginning, with no hole and nothing twice
+            final = await answer.first.locator(".text").text_content() or ""
+            assert len(final) > len(before_reload) > 0
+            assert [final.startswith(text) for text in seen] == [True, True], (seen, final)
             op = page.locator("#operations article.operation")
             await expect(op.first).to_have_attribute("data-op-state", "COMMITTED", timeout=30_000)
             timeline = await op.first.locator(".timeline li").all_text_contents()

@@ -95,8 +95,36 @@ def test_previews_are_guarded_by_generation() -> None:
     )
     plan = Planner(KEYS).plan([rec(upd, 1, "previews"), rec(ret, 2, "previews")])
     (g1, g2) = orjson.loads(plan.argv)
-    assert g1[2][0][0] == "pset" and g1[2][0][2:4] == ["2", "2:0"]
+    assert g1[2][0][0] == "pappend" and g1[2][0][2] == "2:0"
     assert g2[2][0] == ["pretract", plan.keys.index("p:preview:c:op1") + 1, "2"]
+
+
+def test_a_preview_appends_its_text_at_its_offset_and_announces_only_the_appended_text() -> None:
+    """The op carries the offset and the end in code points (the emoji is one), the appended text,
+    the preview's JSON without its text (`length`: the end), and the stats key for a gap."""
+    upd = PreviewUpdated(
+        conversation_id="c", operation_id="op1", attempt_generation=2, block_index=1, text="lo 🎉",
+        through_sequence=7, occurred_at_ms=9, text_offset=3,
+    )  # fmt: skip
+    plan = Planner(KEYS).plan([rec(upd, 1, "previews")])
+    [group] = orjson.loads(plan.argv)
+    index = plan.keys.index
+    meta = {"attemptGeneration": 2, "blockIndex": 1, "length": 7, "throughSequence": 7, "occurredAtMs": 9}
+    assert group[2][0] == [
+        "pappend",
+        index("p:preview:c:op1") + 1,
+        "2:1",
+        "3",
+        "7",
+        "lo 🎉",
+        orjson.dumps(meta, option=orjson.OPT_SORT_KEYS).decode(),
+        index("p:stats") + 1,
+    ]
+    xadd = group[2][1]
+    assert xadd[:6] == ["xadd", index("p:events:c") + 1, "5000", "1", "type", "preview"]
+    assert orjson.loads(xadd[7]) == {
+        **meta, "operationId": "op1", "revocable": True, "text": "lo 🎉", "textOffset": 3,
+    }  # fmt: skip
 
 
 def test_decision_mirrors_present_fields_and_deletes_absent_ones() -> None:

@@ -177,19 +177,31 @@ class ConversationView {
     return this.ops.get(id);
   }
 
+  // A preview event carries the text appended at `textOffset` (code points) of the block's text, and
+  // `length`, the text's length once appended; the snapshot carries the whole text (offset 0). The page
+  // appends only at exactly the length it holds: an event ending at or before it is one already
+  // applied (the stream is followed from its start after the snapshot), offset 0 replaces the text,
+  // and one beyond it means an event was missed, so the snapshot is loaded again rather than
+  // showing a text with a hole in it.
   setPreview(p) {
     const key = `${p.operationId}/${p.attemptGeneration}/${p.blockIndex}`;
-    const known = this.previews.get(key);
+    let known = this.previews.get(key);
     if (known && known.state === "retracted") {
       // a new read of the generation after its retraction (a replay): the withdrawn text stays shown
       // as withdrawn, under its own key, and the new text is a preview again
       this.withdrawn = (this.withdrawn || 0) + 1;
       this.previews.set(`${key}#withdrawn-${this.withdrawn}`, known);
       this.previews.delete(key);
-    } else if (known && known.throughSequence >= p.throughSequence) {
-      return;
+      known = undefined;
     }
-    this.previews.set(key, Object.assign({}, p, { state: "preview" }));
+    if (known && p.length <= known.length) return;
+    const offset = p.textOffset || 0;
+    let text;
+    if (offset === 0) text = p.text;
+    else if (known && known.length === offset) text = known.text + p.text;
+    else if (known) return this.reload();
+    else return; // its start is older than this page's snapshot: the preview ended before it was loaded
+    this.previews.set(key, Object.assign({}, p, { text, textOffset: 0, state: "preview" }));
   }
 
   apply(kind, data) {
