@@ -35,6 +35,7 @@ QUICK: dict[str, list[str]] = {
         "200:memory",
     ],
     "bench_dispatch_engine": ["--conversations", "100", "--concurrency", "100", "--repeats", "1"],
+    "bench_previews": ["--deltas", "50,100"],
     "bench_processor": ["--records", "2000", "--keys", "100", "--seconds", "2", "--rate", "500"],
     "bench_projection": ["--conversations", "100"],
     "bench_scaling": ["--records", "3000", "--repeats", "1", "--members", "1", "2", "--partitions", "2"],
