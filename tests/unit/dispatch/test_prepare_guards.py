@@ -221,3 +221,21 @@ def test_a_pause_that_outlived_its_operation_ends_without_cancelling_it_again() 
     assert _decisions(c, "op-2") == [(None, S.PREPARED, True, None, "")]
     assert len(_decisions(c, "op-1")) == decided
     assert c.state.paused == {}
+
+
+def test_an_operation_waiting_for_an_adapter_this_build_no_longer_has_is_refused_when_prepared_again() -> (
+    None
+):
+    """A rollback: the state was written by a build that registered an adapter this one does not.
+    The adapter registry is immutable within a build, so only a restored state reaches this."""
+    c = Conversation()
+    c.user("hi")
+    _two_pending_calls(c)
+    _request(c, "op-w")
+    op = c.state.operations["op-w"]
+    retired = op.model_copy(update={"request": op.request.model_copy(update={"adapter": "retired@9"})})
+    c.state = c.state.with_operation(retired)
+    c.tool_results(("call-1", "get_weather", ARGS), ("call-2", "get_weather", ARGS))
+    assert _decisions(c, "op-w")[1:] == [
+        (S.WAITING, S.REJECTED, False, ReasonCode.UNKNOWN_ADAPTER, "unknown adapter 'retired@9'")
+    ]
