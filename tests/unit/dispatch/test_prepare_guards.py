@@ -83,13 +83,14 @@ def test_a_request_while_results_are_pending_waits_once_and_every_outcome_is_dec
     c.user("hi")
     _snippet(c)
     _two_pending_calls(c)
-    for op, fields in [
+    requests: list[tuple[str, dict[str, Any]]] = [
         ("op-p1", {"adapter": LEGACY}),
         ("op-p2", {"adapter": LEGACY}),
         ("op-big", {"max_output_tokens": 10_000_000}),
         ("op-model", {"model": "anthropic/no-such-model@1"}),
         ("op-w", {}),
-    ]:
+    ]
+    for op, fields in requests:
         _request(c, op, **fields)
     waiting = (None, S.WAITING, True, None, "pending tool calls ['call-1', 'call-2']")
     for op in ["op-p1", "op-p2", "op-big", "op-model", "op-w"]:
@@ -165,7 +166,8 @@ def test_a_request_with_an_operation_id_already_used_is_refused_and_changes_noth
     c.request("op-1")
     before = c.state
     out = c.request("op-1")
-    assert [(r.operation_id, r.reason, r.detail, r.event_type) for r in out] == [
+    assert out == c.of(Rejected)
+    assert [(r.operation_id, r.reason, r.detail, r.event_type) for r in c.of(Rejected)] == [
         ("op-1", ReasonCode.DUPLICATE_OPERATION, "operation op-1 already exists", "DispatchRequested")
     ]
     assert c.state == before
