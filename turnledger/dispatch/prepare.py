@@ -14,7 +14,7 @@ from turnledger.adapters.admission import Admitted, OverBudget, admit
 from turnledger.adapters.base import DispatchParams, UnknownAdapterError, UnsupportedKind
 from turnledger.adapters.registry import get_adapter
 from turnledger.dispatch.state import ManifestSeal, OperationState
-from turnledger.dispatch.step import Step, rejection_detail
+from turnledger.dispatch.step import Step
 from turnledger.model.canonical import digest_of
 from turnledger.model.events import (
     DispatchRequested,
@@ -24,7 +24,7 @@ from turnledger.model.events import (
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import sequence_of
-from turnledger.sequence.validation import Invalid, Valid, Waiting
+from turnledger.sequence.validation import Valid, Waiting
 
 S = DispatchState
 
@@ -64,10 +64,8 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
             detail = f"pending tool calls {list(outcome.pending_call_ids)}"
             settle(step, op, previous, S.WAITING, None, detail)
         return
-    if isinstance(outcome, Invalid):  # unreachable while history is validated on append
-        rejection = outcome.rejections[0]
-        settle(step, op, previous, S.REJECTED, rejection.code, rejection_detail(rejection))
-        return
+    # `sequence_of` returns Valid or Waiting only: history is validated when it is appended
+    # (turns.py, the canonical CAS), so an invalid graph never reaches a dispatch.
     assert isinstance(outcome, Valid)
     sequence = outcome.sequence
     if not sequence.blocks:

@@ -3,10 +3,12 @@ expectedRevision, duplicate turns, submittable roles, and what a cancel refuses 
 
 from __future__ import annotations
 
-from turnledger.model.events import CancelRequested, SubmittedBlock, TurnSubmitted
+from turnledger.model.events import CancelRequested, DispatchState, SubmittedBlock, TurnSubmitted
 from turnledger.model.reasons import ReasonCode
 
 from .scenario import CommittedTurn, Conversation, DispatchDecision, PreviewRetracted, Rejected, text_stream
+
+S = DispatchState
 
 
 def _turn(c: Conversation, turn_id: str, *blocks: SubmittedBlock, expected: int | None = None) -> None:
@@ -87,3 +89,31 @@ def test_a_cancel_without_a_reason_says_cancelled_and_a_give_up_retracts_as_afte
     gave_up = [d for d in c.of(DispatchDecision) if d.operation_id == "op-2"][-1]
     assert (gave_up.reason, gave_up.detail) == (ReasonCode.WORKER_GAVE_UP, "worker gave up: x")
     assert [(r.operation_id, r.reason) for r in c.of(PreviewRetracted)] == [("op-2", ReasonCode.AFTER_CANCEL)]
+
+
+def _snippet(c: Conversation) -> None:
+    """A block kind the legacy adapter `anthropic-messages@0` cannot render: its dispatches pause."""
+    block = SubmittedBlock(
+        id="s1-b0", role="user", kind="retrieved_snippet", trust_label="retrieved", text="doc"
+    )
+    c.apply(TurnSubmitted(**c._common(), turn_id="s1", blocks=(block,)))
+
+
+def test_a_cancel_of_another_operation_leaves_the_pause_and_a_cancel_of_all_ends_it() -> None:
+    c = Conversation()
+    c.user("hello")
+    _snippet(c)
+    c.request("op-1")  # the current adapter renders the graph: PREPARED
+    c.request("op-2", adapter="anthropic-messages@0")  # paused, while op-1 stays PREPARED
+    assert c.state.paused == {"anthropic-messages@0": "op-2"}
+    c.cancel("op-1")
+    assert c.state.operations["op-2"].state == S.PAUSED
+    assert c.state.paused == {"anthropic-messages@0": "op-2"}
+    c.request("op-3", adapter="anthropic-messages@0")
+    refused = [d for d in c.of(DispatchDecision) if d.operation_id == "op-3"]
+    assert [(d.state, d.reason) for d in refused] == [(S.REJECTED, ReasonCode.CONVERSATION_PAUSED)]
+
+    c.cancel()  # every open operation: the pause ends with the one it holds
+    assert (c.state.operations["op-2"].state, c.state.paused) == (S.CANCELLED, {})
+    c.request("op-4", adapter="anthropic-messages@0")  # nothing holds the conversation: it pauses anew
+    assert (c.state.operations["op-4"].state, c.state.paused) == (S.PAUSED, {"anthropic-messages@0": "op-4"})
