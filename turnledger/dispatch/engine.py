@@ -9,7 +9,7 @@ Replay uses the same engine, which is why folding the log again is byte-identica
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -124,7 +124,7 @@ class BatchEngine:
             outputs.extend(self._apply(record, store, states, stored, changed))
         for conversation_id in sorted(changed):
             state = states[conversation_id]
-            now = write_state(state, stored[conversation_id], self._state_json, store.put, store.delete)
+            now = write_state(state, stored[conversation_id], self._state_json, store.put, _deleter(store))
             self._remember(conversation_id, now, state)
         return [_encode_output(out) for out in outputs]
 
@@ -171,6 +171,16 @@ class BatchEngine:
         self._cache.move_to_end(conversation_id)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
+
+
+def _deleter(store: StateAccess) -> Callable[[str], None]:
+    """`store.delete`, looked up only when a key is deleted: a state never drops a part in the fold
+    as it is (operations and blocks stay), and a get/put store keeps working."""
+
+    def delete(key: str) -> None:
+        store.delete(key)
+
+    return delete
 
 
 def _decode_event(record: SourceRecord, limits: Limits) -> IngressEvent | Rejected:

@@ -36,7 +36,7 @@ from pydantic_core import to_json
 
 from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec
 from turnledger.codec.models import NAMESPACE
-from turnledger.dispatch.migrate import UnreadableStateFormat, upgrade_state
+from turnledger.dispatch.migrate import READABLE_FORMATS, UnreadableStateFormat, upgrade_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
 from turnledger.dispatch.state_json import GRAPH_HEAD, StateJson, splice_request
 from turnledger.errors import StateFormatError
@@ -260,7 +260,9 @@ def decode_whole(snapshot: ConversationSnapshot) -> ConversationState:
     try:
         return upgrade_state(snapshot.format_version, snapshot.state)
     except UnreadableStateFormat as exc:
-        raise StateDecodeError(str(exc)) from exc
+        whole = sorted(READABLE_FORMATS)
+        detail = f"this release reads {whole} whole, {SPLIT_FORMAT} split"
+        raise StateDecodeError(f"state format {snapshot.format_version} ({detail})") from exc
 
 
 Get = Callable[[str], bytes | None]
