@@ -111,9 +111,9 @@ class StateJson:
         self.forget_apart = _forgetter(self.apart)
 
     def head(self, state: ConversationState, graph: bytes) -> bytes:
-        """`model_dump_json()` of the state with no operations and `graph` for its graph: the head
-        record of a state split over keys (`state_layout.py`)."""
-        return self._of(state, b"", graph)
+        """`model_dump_json()` of the state with `graph` for its graph, and no operations, turn ids or
+        handles: the head record of a state split over keys (`state_layout.py`)."""
+        return self._of(state, b"", graph, b"[]", b"{}")
 
     def operation_apart(self, op: OperationState) -> bytes:
         """The operation's JSON without its request, in two lines: what comes before the request and
@@ -124,9 +124,13 @@ class StateJson:
         """Exactly `state.model_dump_json().encode()`: the fields in declaration order, pydantic's own
         serializer for every piece."""
         operations = b",".join(to_json(k) + b":" + self.model(op) for k, op in state.operations.items())
-        return self._of(state, operations, self.model(state.graph))
+        return self._of(
+            state, operations, self.model(state.graph), to_json(state.turn_ids), to_json(state.handles)
+        )
 
-    def _of(self, state: ConversationState, operations: bytes, graph: bytes) -> bytes:
+    def _of(
+        self, state: ConversationState, operations: bytes, graph: bytes, turn_ids: bytes, handles: bytes
+    ) -> bytes:
         return b"".join(
             (
                 b'{"conversation_id":',
@@ -138,11 +142,11 @@ class StateJson:
                 b',"cancel_generation":',
                 to_json(state.cancel_generation),
                 b',"turn_ids":',
-                to_json(state.turn_ids),
+                turn_ids,
                 b',"operations":{',
                 operations,
                 b'},"handles":',
-                to_json(state.handles),
+                handles,
                 b',"paused":',
                 to_json(state.paused),
                 b"}",

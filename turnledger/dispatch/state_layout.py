@@ -51,12 +51,18 @@ SEPARATOR = "\x1f"
 OPERATION_TAG = "o"
 REQUEST_TAG = "r"
 BLOCKS_TAG = "b"
+TURNS_TAG = "t"
+HANDLES_TAG = "h"
+CHUNK = 16
+"""Turn ids and handles per chunk: they only grow, so every chunk but the last is written once."""
 
 _BLOCKS = TypeAdapter(tuple[Block, ...])
 _BLOCK_IDS = TypeAdapter(dict[str, int])
 _CALLS = TypeAdapter(dict[str, CallRecord])
 _RESULTS = TypeAdapter(dict[str, ResultRecord])
-_META = TypeAdapter(tuple[list[str], list[int]])
+_META = TypeAdapter(tuple[list[str], list[int], int, int])
+_TURN_IDS = TypeAdapter(tuple[str, ...])
+_HANDLES = TypeAdapter(dict[str, str])
 _SNAPSHOT_RECORD = f"{NAMESPACE}.{ConversationSnapshot.__name__}"
 
 
@@ -78,6 +84,10 @@ def request_key(conversation_id: str, operation_id: str) -> str:
 
 def blocks_key(conversation_id: str, ordering: int) -> str:
     return f"{conversation_id}{SEPARATOR}{BLOCKS_TAG}{SEPARATOR}{ordering}"
+
+
+def chunk_key(conversation_id: str, tag: str, index: int) -> str:
+    return f"{conversation_id}{SEPARATOR}{tag}{SEPARATOR}{index}"
 
 
 def is_split(conversation_id: str) -> bool:
@@ -215,8 +225,14 @@ def state_parts(
         return {conversation_id: json.of(state)}, None
     if graph is None or graph.graph is not state.graph:
         graph = graph_parts(state.graph, json)
-    meta = to_json((list(state.operations), list(graph.runs)))
+    turn_ids, handles = state.turn_ids, list(state.handles.items())
+    turn_chunks = [to_json(turn_ids[i : i + CHUNK]) for i in range(0, len(turn_ids), CHUNK)]
+    handle_chunks = [to_json(dict(handles[i : i + CHUNK])) for i in range(0, len(handles), CHUNK)]
+    meta = to_json((list(state.operations), list(graph.runs), len(turn_chunks), len(handle_chunks)))
     parts = {conversation_id: meta + b"\n" + json.head(state, graph.head)}
+    for tag, chunks in ((TURNS_TAG, turn_chunks), (HANDLES_TAG, handle_chunks)):
+        for index, chunk in enumerate(chunks):
+            parts[chunk_key(conversation_id, tag, index)] = chunk
     apart, model = json.operation_apart, json.model
     for operation_id, op in state.operations.items():
         parts[operation_key(conversation_id, operation_id)] = apart(op)
@@ -279,8 +295,20 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
     if snapshot.format_version != SPLIT_FORMAT:
         return decode_whole(snapshot), stored
     meta, state_json = snapshot.state.split(b"\n", 1)
-    operation_ids, starts = _META.validate_json(meta)
+    operation_ids, starts, turn_chunks, handle_chunks = _META.validate_json(meta)
     state = ConversationState.model_validate_json(state_json)
+    turn_ids: list[str] = []
+    for index in range(turn_chunks):
+        turn_ids += _TURN_IDS.validate_json(
+            _part(get, chunk_key(conversation_id, TURNS_TAG, index), conversation_id, stored)
+        )
+    handles: dict[str, str] = {}
+    for index in range(handle_chunks):
+        handles.update(
+            _HANDLES.validate_json(
+                _part(get, chunk_key(conversation_id, HANDLES_TAG, index), conversation_id, stored)
+            )
+        )
     operations: dict[str, OperationState] = {}
     for operation_id in operation_ids:
         before, after = _part(
@@ -301,7 +329,8 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
     graph = graph.model_copy(
         update={"blocks": tuple(blocks), "block_ids": block_ids, "calls": calls, "results": results}
     )
-    return state.model_copy(update={"graph": graph, "operations": operations}), stored
+    update = {"graph": graph, "operations": operations, "turn_ids": tuple(turn_ids), "handles": handles}
+    return state.model_copy(update=update), stored
 
 
 def write_state(

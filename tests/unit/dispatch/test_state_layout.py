@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import orjson
 import pytest
 
 from turnledger.codec import decode, encode
@@ -18,10 +19,15 @@ from turnledger.dispatch.engine import BatchEngine, encode_state, read_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
 from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_layout import (
+    CHUNK,
+    HANDLES_TAG,
+    SEPARATOR,
     SPLIT_FORMAT,
+    TURNS_TAG,
     StateLayoutError,
     Stored,
     blocks_key,
+    chunk_key,
     encode_part,
     operation_key,
     request_key,
@@ -120,14 +126,15 @@ def test_an_event_writes_the_keys_of_what_it_changed() -> None:
     engine, store = BatchEngine(), Store()
     written = [_written(engine, store, event, i) for i, event in enumerate(c.events)]
     conv, op, op2 = "conv-1", operation_key("conv-1", "op-1"), operation_key("conv-1", "op-2")
+    turns, handles = chunk_key(conv, TURNS_TAG, 0), chunk_key(conv, HANDLES_TAG, 0)
     assert written == [
-        [conv, blocks_key(conv, 0)],  # the user turn: the head, its revision's blocks
+        [conv, turns, blocks_key(conv, 0)],  # the user turn: the head, its turn id, its revision's blocks
         [conv, op, request_key(conv, "op-1")],  # DispatchRequested: the head names a new operation
         [op],  # DispatchAttempt
         [op],  # DispatchSent
-        [conv, op],  # HandleBound: the head binds the handle
-        [conv, op, blocks_key(conv, 1)],  # the tool call commits a turn
-        [conv, blocks_key(conv, 2)],  # the tool result
+        [conv, handles, op],  # HandleBound: the first handle (a chunk the head counts)
+        [conv, turns, op, blocks_key(conv, 1)],  # the tool call commits a turn
+        [conv, turns, blocks_key(conv, 2)],  # the tool result
         [conv, op2, request_key(conv, "op-2")],
     ]
     state = read_state(store, conv)
@@ -266,3 +273,24 @@ def test_a_part_no_longer_in_the_state_is_deleted() -> None:
         (request_key("conv-1", "op-1"), None),
     ]
     assert read_state(store, "conv-1") == fewer
+
+
+def test_turn_ids_and_handles_past_a_chunk_write_only_the_last_chunk() -> None:
+    c = Recording()
+    for turn in range(CHUNK + 1):
+        c.user(f"turn {turn}")
+    engine, store = BatchEngine(), Store()
+    written = [_written(engine, store, event, i) for i, event in enumerate(c.events)]
+    conv = "conv-1"
+    assert written[CHUNK - 1] == [conv, chunk_key(conv, TURNS_TAG, 0), blocks_key(conv, CHUNK - 1)]
+    assert written[CHUNK] == [conv, chunk_key(conv, TURNS_TAG, 1), blocks_key(conv, CHUNK)]
+    first = decode(store[chunk_key(conv, TURNS_TAG, 0)])
+    assert isinstance(first, ConversationSnapshot)
+    assert first.state == orjson.dumps([f"u{i + 1}" for i in range(CHUNK)])
+    handles = {f"h{i}": f"sha256:{i}" for i in range(CHUNK + 3)}
+    state = c.state.model_copy(update={"handles": handles})
+    stored = _round_trip(state)
+    assert sorted(k for k in stored.parts if f"{SEPARATOR}{HANDLES_TAG}{SEPARATOR}" in k) == [
+        chunk_key(conv, HANDLES_TAG, 0),
+        chunk_key(conv, HANDLES_TAG, 1),
+    ]
