@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -108,6 +109,8 @@ class GraphParts:
     """The graph's JSON with no blocks (and no indexes when the runs hold them)."""
     runs: dict[int, bytes]
     """Start of each run → its part: the run's blocks, and its entries of the indexes."""
+    split: bool
+    """The runs hold the indexes (the head does not)."""
 
 
 @dataclass(slots=True)
@@ -142,30 +145,43 @@ def block_runs(blocks: tuple[Block, ...]) -> list[tuple[int, int]]:
 Index = dict[str, Any]
 
 
-def _split_indexes(graph: GraphState, runs: list[tuple[int, int]]) -> list[tuple[Index, Index, Index]] | None:
+def _split_indexes(
+    graph: GraphState, runs: list[tuple[int, int]], skip: tuple[int, int, int] = (0, 0, 0)
+) -> list[tuple[Index, Index, Index]] | None:
     """Each run's entries of `block_ids`, `calls` and `results` (its blocks' ids, the calls and results
     of its revision), if concatenating them in run order gives the indexes back exactly, in order;
-    else None (the head keeps them)."""
+    else None (the head keeps them). `skip`: the entries of each index already split (those of the
+    runs before `runs`)."""
     run_of_revision: dict[int, int] = {}
     for i, (start, _) in enumerate(runs):
         if run_of_revision.setdefault(graph.blocks[start].revision, i) != i:
             return None
+    first = runs[0][0] if runs else 0
     run_of_ordering = [i for i, (start, end) in enumerate(runs) for _ in range(start, end)]
     split: list[tuple[Index, Index, Index]] = [({}, {}, {}) for _ in runs]
     columns: tuple[tuple[int, Mapping[str, Any], Callable[[Any], int | None]], ...] = (
-        (0, graph.block_ids, lambda o: run_of_ordering[o] if 0 <= o < len(run_of_ordering) else None),
+        (
+            0,
+            graph.block_ids,
+            lambda o: run_of_ordering[o - first] if first <= o < first + len(run_of_ordering) else None,
+        ),
         (1, graph.calls, lambda c: run_of_revision.get(c.revision)),
         (2, graph.results, lambda r: run_of_revision.get(r.revision)),
     )
     for column, index, run_of in columns:
         last = 0
-        for key, value in index.items():
+        for key, value in islice(index.items(), skip[column], None):
             run = run_of(value)
             if run is None or run < last:
                 return None
             split[run][column][key] = value
             last = run
     return split
+
+
+def _extends(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Does `new` hold `old`'s entries first, in order (what `{**old, **more}` builds)?"""
+    return len(new) >= len(old) and list(islice(new.items(), len(old))) == list(old.items())
 
 
 def _graph_head(graph: GraphState, indexes: bool) -> bytes:
@@ -196,11 +212,49 @@ def _graph_head(graph: GraphState, indexes: bool) -> bytes:
     )
 
 
-def graph_parts(graph: GraphState, json: StateJson) -> GraphParts:
-    blocks = graph.blocks
-    runs = block_runs(blocks)
+def graph_parts(graph: GraphState, json: StateJson, previous: GraphParts | None = None) -> GraphParts:
+    """The head's graph JSON and the run parts of `graph`; from `previous` (the parts of the graph
+    it was appended to) only the new runs are built, when the old runs and their index entries are
+    provably unchanged, else all of them."""
+    if previous is not None and previous.split:
+        grown = _grown(graph, previous, json)
+        if grown is not None:
+            return grown
+    runs = block_runs(graph.blocks)
     split = _split_indexes(graph, runs)
-    model = json.model
+    return GraphParts(
+        graph,
+        _graph_head(graph, indexes=split is None),
+        _run_parts(graph, runs, split, json),
+        split is not None,
+    )
+
+
+def _grown(graph: GraphState, previous: GraphParts, json: StateJson) -> GraphParts | None:
+    old, blocks = previous.graph, graph.blocks
+    n = len(old.blocks)
+    if len(blocks) < n or blocks[:n] != old.blocks:
+        return None
+    if 0 < n < len(blocks) and blocks[n].revision == old.blocks[-1].revision:
+        return None  # the last old run grows (a revision is appended once: not in the fold)
+    pairs = ((graph.block_ids, old.block_ids), (graph.calls, old.calls), (graph.results, old.results))
+    if not all(_extends(new, before) for new, before in pairs):
+        return None
+    runs = [(start + n, end + n) for start, end in block_runs(blocks[n:])]
+    split = _split_indexes(graph, runs, (len(old.block_ids), len(old.calls), len(old.results)))
+    if split is None:
+        return None
+    parts = {**previous.runs, **_run_parts(graph, runs, split, json)}
+    return GraphParts(graph, _graph_head(graph, indexes=False), parts, True)
+
+
+def _run_parts(
+    graph: GraphState,
+    runs: list[tuple[int, int]],
+    split: list[tuple[Index, Index, Index]] | None,
+    json: StateJson,
+) -> dict[int, bytes]:
+    blocks, model = graph.blocks, json.model
     parts: dict[int, bytes] = {}
     for i, (start, end) in enumerate(runs):
         lines = [b"[" + b",".join(map(model, blocks[start:end])) + b"]"]
@@ -208,7 +262,7 @@ def graph_parts(graph: GraphState, json: StateJson) -> GraphParts:
             block_ids, calls, results = split[i]
             lines += [to_json(block_ids), _models_json(calls, model), _models_json(results, model)]
         parts[start] = b"\n".join(lines)
-    return GraphParts(graph, _graph_head(graph, indexes=split is None), parts)
+    return parts
 
 
 def _models_json(models: Index, model: Callable[[BaseModel], bytes]) -> bytes:
@@ -224,7 +278,7 @@ def state_parts(
     if not is_split(conversation_id):
         return {conversation_id: json.of(state)}, None
     if graph is None or graph.graph is not state.graph:
-        graph = graph_parts(state.graph, json)
+        graph = graph_parts(state.graph, json, graph)
     turn_ids, handles = state.turn_ids, list(state.handles.items())
     turn_chunks = [to_json(turn_ids[i : i + CHUNK]) for i in range(0, len(turn_ids), CHUNK)]
     handle_chunks = [to_json(dict(handles[i : i + CHUNK])) for i in range(0, len(handles), CHUNK)]

@@ -29,6 +29,7 @@ from turnledger.dispatch.state_layout import (
     blocks_key,
     chunk_key,
     encode_part,
+    graph_parts,
     operation_key,
     request_key,
     state_parts,
@@ -83,11 +84,15 @@ def test_every_state_of_every_fold_scenario_reads_back_equal(
 ) -> None:
     seen: list[ConversationState] = []
     apply = Conversation.apply
+    json, previous = StateJson(), [None]
 
     def checked(self: Conversation, event: IngressEvent) -> list[Frozen]:
         outputs = apply(self, event)
         _round_trip(self.state)
         seen.append(self.state)
+        grown = graph_parts(self.state.graph, json, previous[0])  # built from the last graph's parts
+        assert grown == graph_parts(self.state.graph, StateJson())
+        previous[0] = grown  # type: ignore[call-overload]
         return outputs
 
     monkeypatch.setattr(Conversation, "apply", checked)
