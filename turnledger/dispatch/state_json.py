@@ -1,8 +1,9 @@
 """The changelog JSON of a conversation state, re-serializing only the parts that changed.
 
-`StateJson.of(state)` is exactly `state.model_dump_json().encode()` (tests compare), but
-the whole state (all committed blocks, every operation with its request and manifest)
-is written to the changelog per dirty conversation per batch, and most of it is the very
+`StateJson.of(state)` is exactly `state.model_dump_json().encode()` (tests compare), and the
+parts of a state split over changelog keys (`state_layout.py`: the head, each operation apart
+from its request, each revision's blocks) are pieces of that same JSON. Every changed state's
+parts are serialized per batch to find the ones that changed, and most of a state is the very
 same frozen objects as in the previous state: states are never mutated in place (every
 change is a `model_copy`), so an unchanged graph, block or operation is the same object
 in the next state and its JSON is reused. The cache belongs to the instance (the
