@@ -3,12 +3,17 @@
 Format 3 wrote the whole state (every committed block, every operation with its request) under
 the conversation id on every change: ~8 KB to change a ~1.3 KB operation. Format 4 splits it:
 
-- `<conversation>`: the *head*, written on a turn, a new operation, a bound handle, a pause or a
-  cancel: the operation ids and the starts of the block runs, in order, then the state JSON with
-  no operations and no blocks (conversation fields, graph indexes and digests);
-- `<conversation>\x1fo\x1f<operation id>`: one operation as in the state JSON, written when it changes;
+- `<conversation>`: the *head*, written on a turn, a new operation, a new chunk, a pause or a
+  cancel: the operation ids, the starts of the block runs and the chunk counts, then the state JSON
+  with no operations, blocks, turn ids or handles (conversation fields, graph digests and pending
+  calls; the graph's indexes too when they do not split by revision, `_split_indexes`);
+- `<conversation>\x1fo\x1f<operation id>`: one operation without its request (the JSON before and
+  after it, two lines), written when it changes;
+- `<conversation>\x1fr\x1f<operation id>`: its request, written once;
 - `<conversation>\x1fb\x1f<ordering>`: the blocks one revision appended (a run from that ordering
-  on), a JSON list, written once, when the revision commits.
+  on) and that revision's entries of `block_ids`, `calls` and `results`, written once;
+- `<conversation>\x1ft\x1f<n>`, `<conversation>\x1fh\x1f<n>`: turn ids and handles, `CHUNK` per
+  chunk, the last chunk rewritten as it grows.
 
 Every value is a `ConversationSnapshot` of format 4. The head sits under the conversation id,
 where a format-3 state was: a state restored from an older changelog is rewritten in place, and a
