@@ -3,12 +3,14 @@
 Run as a script (`python bench/engine_runner.py RECORDS.pickle BATCH`) so that whichever
 `turnledger` is first on `PYTHONPATH` is the one measured: `bench_dispatch_engine --baseline`
 points it at an exported older tree to compare engines in the same run on the same input.
-Prints one JSON line: cpu and wall seconds, events, a sha256 over every output (stream,
-key, value) and one over the final store, to prove two engines byte-identical (or, for a
-change of the state format, identical in their outputs). `decoded_digest` is over the outputs
-decoded (their JSON, sorted keys) with every preview in its whole-text form (the text accumulated
-per block, no `textOffset`): equal across a deliberate schema change that keeps what the records
-say, e.g. previews as appended text at an offset (2221c272a5cd9382) against whole-text previews.
+Prints one JSON line: cpu and wall seconds, events, the bytes and records the batches wrote to
+the store (what a processor writes to the changelog), a sha256 over every output (stream, key,
+value) and one over every conversation's final state as the engine reads it back (its JSON), to
+prove two engines byte-identical in their outputs and equal in their state, whatever the layout
+of that state on the changelog. `decoded_digest` is over the outputs decoded (their JSON, sorted
+keys) with every preview in its whole-text form (the text accumulated per block, no `textOffset`):
+equal across a deliberate schema change that keeps what the records say, e.g. previews as appended
+text at an offset (2221c272a5cd9382) against whole-text previews.
 """
 
 from __future__ import annotations
@@ -47,8 +49,39 @@ def decoded_digest(values: list[bytes]) -> str:
 
 
 class DictStore(dict[str, bytes]):
+    """The engine's store, counting what a processor would write to the changelog: one record per
+    key written (key and value bytes), a tombstone (key bytes) per key deleted."""
+
+    changelog_bytes = 0
+    changelog_records = 0
+
     def put(self, key: str, value: bytes) -> None:
         self[key] = value
+        self.changelog_bytes += len(key.encode()) + len(value)
+        self.changelog_records += 1
+
+    def delete(self, key: str) -> None:
+        self.pop(key, None)
+        self.changelog_bytes += len(key.encode())
+        self.changelog_records += 1
+
+
+def decoded_state_digest(store: DictStore, conversation_ids: list[str]) -> str:
+    """sha256 over every conversation's state JSON as the engine reads it back from the store, so
+    that two layouts of the same state on the changelog compare equal."""
+    from turnledger.dispatch import engine
+
+    digest = hashlib.sha256()
+    read_state = getattr(engine, "read_state", None)  # format 4; a baseline before it reads one key
+    for conversation_id in conversation_ids:
+        if read_state is not None:
+            state = read_state(store, conversation_id)
+        else:
+            value = store.get(conversation_id)
+            state = None if value is None else engine.decode_state(value)
+        digest.update(conversation_id.encode())
+        digest.update(b"-" if state is None else state.model_dump_json().encode())
+    return digest.hexdigest()
 
 
 def main(path: str, batch: int) -> None:
@@ -60,7 +93,6 @@ def main(path: str, batch: int) -> None:
     records = [SourceRecord("turnledger.ingress", 0, i, key, value) for i, (key, value) in enumerate(rows)]
     engine, store = BatchEngine(), DictStore()
     digest = hashlib.sha256()
-    state_digest = hashlib.sha256()
     outputs = 0
     values: list[bytes] = []
     gc.collect()
@@ -78,9 +110,7 @@ def main(path: str, batch: int) -> None:
             values.append(out.value)
             outputs += 1
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    for key in sorted(store):
-        state_digest.update(key.encode())
-        state_digest.update(store[key])
+    conversation_ids = sorted({key.decode() for key, _ in rows})
     print(
         json.dumps(
             {
@@ -90,8 +120,10 @@ def main(path: str, batch: int) -> None:
                 "cpu_s": cpu,
                 "wall_s": wall,
                 "state_bytes": sum(len(v) for v in store.values()),
+                "changelog_bytes": store.changelog_bytes,
+                "changelog_records": store.changelog_records,
                 "digest": digest.hexdigest(),
-                "state_digest": state_digest.hexdigest(),
+                "state_digest": decoded_state_digest(store, conversation_ids),
                 "decoded_digest": decoded_digest(values),
             }
         )

@@ -9,23 +9,29 @@ Replay uses the same engine, which is why folding the log again is byte-identica
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
-from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec, encode
-from turnledger.codec.models import NAMESPACE
+from turnledger.codec import CodecError, decode, encode
+from turnledger.dispatch import state_layout
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.live_assemblers import LiveAssemblers
-from turnledger.dispatch.migrate import UnreadableStateFormat, upgrade_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
 from turnledger.dispatch.state_json import StateJson
-from turnledger.errors import StateFormatError
+from turnledger.dispatch.state_layout import (
+    SPLIT_FORMAT,
+    StateDecodeError,
+    Stored,
+    decode_snapshot,
+    decode_whole,
+    encode_part,
+    write_state,
+)
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     CommittedTurn,
-    ConversationSnapshot,
     DispatchDecision,
     IngressEvent,
     ManifestIssued,
@@ -65,50 +71,34 @@ class StateAccess(Protocol):
 
     def put(self, key: str, value: bytes) -> None: ...
 
-
-class StateDecodeError(StateFormatError):
-    """A changelog value that is not a ConversationSnapshot of a known format."""
-
-
-_SNAPSHOT_RECORD = f"{NAMESPACE}.{ConversationSnapshot.__name__}"
+    def delete(self, key: str) -> None: ...
 
 
 def encode_state(state: ConversationState, json: StateJson | None = None) -> bytes:
-    """`encode(ConversationSnapshot(...))` without building and dumping the model.
-
-    The fields are already typed (str, int, bytes), so the datum is handed to the
-    codec directly under the schema's field names: the same Avro bytes.
-    """
-    codec = default_codec()
-    entry = codec.registry.reader(_SNAPSHOT_RECORD)
-    if entry is None:  # pragma: no cover - the shipped schemas hold it
-        raise UnencodableRecord(f"no schema for {_SNAPSHOT_RECORD}")
-    datum = {
-        "conversationId": state.conversation_id,
-        "formatVersion": STATE_FORMAT_VERSION,
-        "state": (json or StateJson()).of(state),
-    }
-    return codec.encode_datum(entry, datum)
+    """The whole state as one format-3 snapshot (how a state was written before format 4 split it)."""
+    return encode_part(state.conversation_id, STATE_FORMAT_VERSION, (json or StateJson()).of(state))
 
 
 def decode_state(value: bytes) -> ConversationState:
-    try:
-        snapshot = decode(value)
-    except CodecError as exc:
-        raise StateDecodeError(str(exc)) from exc
-    if not isinstance(snapshot, ConversationSnapshot):
-        raise StateDecodeError(f"{type(snapshot).__name__} is not a ConversationSnapshot")
-    try:
-        return upgrade_state(snapshot.format_version, snapshot.state)
-    except UnreadableStateFormat as exc:
-        raise StateDecodeError(str(exc)) from exc
+    """A state written whole (formats 1 to 3); a format-4 head needs its parts (`read_state`)."""
+    snapshot = decode_snapshot(value)
+    if snapshot.format_version == SPLIT_FORMAT:
+        raise StateDecodeError("a format-4 head: its state is split over keys (read it with read_state)")
+    return decode_whole(snapshot)
+
+
+def read_state(store: StateAccess, conversation_id: str) -> ConversationState | None:
+    """The conversation's state as the store holds it, in either layout (None: no state yet)."""
+    found = state_layout.read_state(store.get, conversation_id)
+    return None if found is None else found[0]
 
 
 class BatchEngine:
     """Folds batches of ingress records. Owns the fold's caches; none of them changes an output.
 
-    - decoded states, bounded, keyed by the exact state bytes held by the store, so a store
-      rolled back by an aborted transaction is never shadowed by a stale decoded state;
+    - decoded states, bounded, with the exact bytes of every key they were read from or written to
+      (`Stored`), so a store rolled back by an aborted transaction is never shadowed by a stale
+      decoded state, and a change writes only the parts whose JSON differs (`state_layout.py`);
     - the live assemblers of streaming attempts (`LiveAssemblers`);
     - the changelog JSON of unchanged parts of the states (`StateJson`).
     """
@@ -120,21 +110,22 @@ class BatchEngine:
         the size limits (model/limits.py). A replay must use the ones the processor used."""
         self._models = models or builtin_registry()
         self._limits = limits
-        self._cache: OrderedDict[str, tuple[bytes, ConversationState]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Stored, ConversationState]] = OrderedDict()
         self._cache_size = cache_size
         self._live = LiveAssemblers()
         self._state_json = StateJson()
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
         states: dict[str, ConversationState] = {}
+        stored: dict[str, Stored] = {}
         changed: set[str] = set()
         outputs: list[Frozen] = []
         for record in records:
-            outputs.extend(self._apply(record, store, states, changed))
+            outputs.extend(self._apply(record, store, states, stored, changed))
         for conversation_id in sorted(changed):
-            value = encode_state(states[conversation_id], self._state_json)
-            store.put(conversation_id, value)
-            self._remember(conversation_id, value, states[conversation_id])
+            state = states[conversation_id]
+            now = write_state(state, stored[conversation_id], self._state_json, store.put, _deleter(store))
+            self._remember(conversation_id, now, state)
         return [_encode_output(out) for out in outputs]
 
     def _apply(
@@ -142,6 +133,7 @@ class BatchEngine:
         record: SourceRecord,
         store: StateAccess,
         states: dict[str, ConversationState],
+        stored: dict[str, Stored],
         changed: set[str],
     ) -> list[Frozen]:
         event = _decode_event(record, self._limits)
@@ -150,7 +142,7 @@ class BatchEngine:
         conversation_id = event.conversation_id
         state = states.get(conversation_id)
         if state is None:
-            state = self._load(conversation_id, store)
+            state, stored[conversation_id] = self._load(conversation_id, store)
         try:
             result = fold(state, event, self._live, self._models, self._limits)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
@@ -162,23 +154,33 @@ class BatchEngine:
             states.setdefault(conversation_id, state)
         return [_with_source(out, record) for out in result.outputs]
 
-    def _load(self, conversation_id: str, store: StateAccess) -> ConversationState:
-        value = store.get(conversation_id)
-        if value is None:
-            return ConversationState.empty(conversation_id)
+    def _load(self, conversation_id: str, store: StateAccess) -> tuple[ConversationState, Stored]:
         cached = self._cache.get(conversation_id)
-        if cached is not None and (cached[0] is value or cached[0] == value):
+        if cached is not None and cached[0].current(store.get):
             self._cache.move_to_end(conversation_id)
-            return cached[1]
-        state = decode_state(value)
-        self._remember(conversation_id, value, state)
-        return state
+            return cached[1], cached[0]
+        found = state_layout.read_state(store.get, conversation_id)
+        if found is None:
+            return ConversationState.empty(conversation_id), Stored()
+        state, stored = found
+        self._remember(conversation_id, stored, state)
+        return state, stored
 
-    def _remember(self, conversation_id: str, value: bytes, state: ConversationState) -> None:
-        self._cache[conversation_id] = (value, state)
+    def _remember(self, conversation_id: str, stored: Stored, state: ConversationState) -> None:
+        self._cache[conversation_id] = (stored, state)
         self._cache.move_to_end(conversation_id)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
+
+
+def _deleter(store: StateAccess) -> Callable[[str], None]:
+    """`store.delete`, looked up only when a key is deleted: a state never drops a part in the fold
+    as it is (operations and blocks stay), and a get/put store keeps working."""
+
+    def delete(key: str) -> None:
+        store.delete(key)
+
+    return delete
 
 
 def _decode_event(record: SourceRecord, limits: Limits) -> IngressEvent | Rejected:

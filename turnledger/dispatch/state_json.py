@@ -1,8 +1,9 @@
 """The changelog JSON of a conversation state, re-serializing only the parts that changed.
 
-`StateJson.of(state)` is exactly `state.model_dump_json().encode()` (tests compare), but
-the whole state (all committed blocks, every operation with its request and manifest)
-is written to the changelog per dirty conversation per batch, and most of it is the very
+`StateJson.of(state)` is exactly `state.model_dump_json().encode()` (tests compare), and the
+parts of a state split over changelog keys (`state_layout.py`: the head, each operation apart
+from its request, each revision's blocks) are pieces of that same JSON. Every changed state's
+parts are serialized per batch to find the ones that changed, and most of a state is the very
 same frozen objects as in the previous state: states are never mutated in place (every
 change is a `model_copy`), so an unchanged graph, block or operation is the same object
 in the next state and its JSON is reused. The cache belongs to the instance (the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -72,7 +74,8 @@ _GRAPH_FIELDS = (
 )
 if tuple(GraphState.model_fields) != _GRAPH_FIELDS:  # pragma: no cover - guards _graph
     raise RuntimeError("GraphState fields changed: update StateJson._graph() to match model_dump_json()")
-_GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
+GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
+M = TypeVar("M", bound=BaseModel)
 
 
 class CachedJson(weakref.ref[BaseModel]):
@@ -104,11 +107,31 @@ class StateJson:
     def __init__(self) -> None:
         self.entries: dict[int, CachedJson] = {}
         self.forget = _forgetter(self.entries)
+        self.apart: dict[int, CachedJson] = {}
+        """Operations without their request, per operation (`operation_apart`)."""
+        self.forget_apart = _forgetter(self.apart)
+
+    def head(self, state: ConversationState, graph: bytes) -> bytes:
+        """`model_dump_json()` of the state with `graph` for its graph, and no operations, turn ids or
+        handles: the head record of a state split over keys (`state_layout.py`)."""
+        return self._of(state, b"", graph, b"[]", b"{}")
+
+    def operation_apart(self, op: OperationState) -> bytes:
+        """The operation's JSON without its request, in two lines: what comes before the request and
+        what comes after it (`splice_request` puts it back)."""
+        return self._cached(self.apart, op, self._apart)
 
     def of(self, state: ConversationState) -> bytes:
         """Exactly `state.model_dump_json().encode()`: the fields in declaration order, pydantic's own
         serializer for every piece."""
         operations = b",".join(to_json(k) + b":" + self.model(op) for k, op in state.operations.items())
+        return self._of(
+            state, operations, self.model(state.graph), to_json(state.turn_ids), to_json(state.handles)
+        )
+
+    def _of(
+        self, state: ConversationState, operations: bytes, graph: bytes, turn_ids: bytes, handles: bytes
+    ) -> bytes:
         return b"".join(
             (
                 b'{"conversation_id":',
@@ -116,15 +139,15 @@ class StateJson:
                 b',"format_version":',
                 to_json(state.format_version),
                 b',"graph":',
-                self.model(state.graph),
+                graph,
                 b',"cancel_generation":',
                 to_json(state.cancel_generation),
                 b',"turn_ids":',
-                to_json(state.turn_ids),
+                turn_ids,
                 b',"operations":{',
                 operations,
                 b'},"handles":',
-                to_json(state.handles),
+                handles,
                 b',"paused":',
                 to_json(state.paused),
                 b"}",
@@ -133,19 +156,24 @@ class StateJson:
 
     def model(self, model: BaseModel) -> bytes:
         """`model.model_dump_json()` of a frozen part of the state, computed once per instance."""
+        return self._cached(self.entries, model, self._dump)
+
+    def _dump(self, model: BaseModel) -> bytes:
+        if isinstance(model, OperationState):
+            return self._operation(model)
+        if isinstance(model, GraphState):
+            return self._graph(model)
+        return model.__pydantic_serializer__.to_json(model)
+
+    def _cached(self, entries: dict[int, CachedJson], model: M, dump: Callable[[M], bytes]) -> bytes:
         key = id(model)
-        hit = self.entries.get(key)
+        hit = entries.get(key)
         if hit is not None and hit() is model:
             return hit.json
-        if isinstance(model, OperationState):
-            value = self._operation(model)
-        elif isinstance(model, GraphState):
-            value = self._graph(model)
-        else:
-            value = model.__pydantic_serializer__.to_json(model)
-        entry = CachedJson(model, self.forget)
+        value = dump(model)
+        entry = CachedJson(model, self.forget if entries is self.entries else self.forget_apart)
         entry.key, entry.json = key, value
-        self.entries[key] = entry
+        entries[key] = entry
         return value
 
     def _operation(self, op: OperationState) -> bytes:
@@ -157,6 +185,14 @@ class StateJson:
         dicts in declaration order (one call each, the same JSON per value as in the model)
         and spliced around the cached parts.
         """
+        before, after = self._operation_pieces(op)
+        return splice_request(before, self.model(op.request), after)
+
+    def _apart(self, op: OperationState) -> bytes:
+        before, after = self._operation_pieces(op)
+        return before + b"\n" + after
+
+    def _operation_pieces(self, op: OperationState) -> tuple[bytes, bytes]:
         manifest = op.manifest
         head = to_json({"operation_id": op.operation_id, "state": op.state})
         tail = to_json(
@@ -177,17 +213,10 @@ class StateJson:
                 "replayable": op.replayable,
             }
         )
-        return b"".join(
-            (
-                head[:-1],
-                b',"request":',
-                self.model(op.request),
-                b',"manifest":',
-                b"null" if manifest is None else self.model(manifest),
-                b",",
-                tail[1:],
-            )
+        after = b"".join(
+            (b'"manifest":', b"null" if manifest is None else self.model(manifest), b",", tail[1:])
         )
+        return head[:-1], after
 
     def _graph(self, graph: GraphState) -> bytes:
         """Exactly `graph.model_dump_json().encode()`, reusing the JSON of every unchanged block.
@@ -197,7 +226,7 @@ class StateJson:
         fields after `blocks` go through the model's own serializer (with the first three
         excluded) and are spliced after the block list.
         """
-        rest = graph.__pydantic_serializer__.to_json(graph, exclude=_GRAPH_HEAD)
+        rest = graph.__pydantic_serializer__.to_json(graph, exclude=GRAPH_HEAD)
         return b"".join(
             (
                 b'{"conversation_id":',
@@ -210,6 +239,11 @@ class StateJson:
                 rest[1:],
             )
         )
+
+
+def splice_request(before: bytes, request: bytes, after: bytes) -> bytes:
+    """An operation's JSON from the pieces before and after its request (`operation_apart`)."""
+    return b"".join((before, b',"request":', request, b",", after))
 
 
 def state_json(state: ConversationState) -> bytes:

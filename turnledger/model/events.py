@@ -352,7 +352,8 @@ class Rejected(Frozen):
 
 
 class ConversationSnapshot(Frozen):
-    """Topic `turnledger.changelog` (compacted, key = conversation id): the fold's state."""
+    """Topic `turnledger.changelog` (compacted): the fold's state, or from format 4 one part of it (the key
+    names the part, `dispatch/state_layout.py`; the head's key is the conversation id)."""
 
     conversation_id: str
     format_version: int

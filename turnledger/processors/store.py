@@ -34,7 +34,7 @@ class PartitionStore(StateStore, Protocol):
 
 def _check(key: str, value: bytes | None = None) -> None:
     if not isinstance(key, str):
-        raise TypeError(f"state keys are conversation ids (str), got {type(key).__name__}")
+        raise TypeError(f"state keys are str (the fold's, e.g. conversation ids), got {type(key).__name__}")
     if value is not None and not isinstance(value, bytes):
         raise TypeError(f"state values are bytes, got {type(value).__name__}")
 

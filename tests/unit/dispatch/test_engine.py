@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from turnledger.codec import decode, encode
-from turnledger.dispatch.engine import BatchEngine, decode_state
+from turnledger.dispatch.engine import BatchEngine, read_state
 from turnledger.model.events import CommittedTurn, IngressEvent, Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.records import SourceRecord
@@ -77,7 +77,8 @@ def test_state_survives_a_fresh_engine() -> None:
     rest = [(o.stream.value, o.value) for o in engine.process_batch(records[5:], store)]
     whole, _ = _run(records, len(records))
     assert rest == [(s, v) for s, _, v in whole][-len(rest) :]
-    assert decode_state(store.data["conv-1"]).graph.revision == 2
+    state = read_state(store, "conv-1")
+    assert state is not None and state.graph.revision == 2
 
 
 def test_garbage_and_key_mismatch_become_rejections_with_coordinates() -> None:

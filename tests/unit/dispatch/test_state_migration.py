@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from turnledger.codec import decode, encode
-from turnledger.dispatch.engine import BatchEngine, StateDecodeError, decode_state, encode_state
+from turnledger.dispatch.engine import BatchEngine, StateDecodeError, decode_state, encode_state, read_state
 from turnledger.dispatch.state import (
     LEGACY_LEASE_OWNER,
-    STATE_FORMAT_VERSION,
     ConversationState,
     ManifestSeal,
 )
+from turnledger.dispatch.state_layout import SEPARATOR, SPLIT_FORMAT
 from turnledger.model.events import DEFAULT_LEASE_MS, ConversationSnapshot, DispatchDecision
 from turnledger.records import SourceRecord
 
@@ -37,6 +37,18 @@ bench workload: states with committed, streaming and prepared operations, tool t
 class _Store(dict[str, bytes]):
     def put(self, key: str, value: bytes) -> None:
         self[key] = value
+
+    def delete(self, key: str) -> None:
+        del self[key]
+
+    def conversations(self) -> list[str]:
+        """The conversations it holds a state of: their heads' keys (format 4 splits a state)."""
+        return sorted(key for key in self if SEPARATOR not in key)
+
+    def state(self, conversation_id: str) -> ConversationState:
+        state = read_state(self, conversation_id)
+        assert state is not None, conversation_id
+        return state
 
 
 def _fixture() -> tuple[list[bytes], dict[str, bytes], list[bytes]]:
@@ -55,12 +67,12 @@ def test_format_1_states_restore_to_what_the_current_fold_builds() -> None:
     events, snapshots_v1, _ = _fixture()
     store = _Store()
     BatchEngine().process_batch(_records(events), store)
-    assert sorted(store) == sorted(snapshots_v1)
+    assert store.conversations() == sorted(snapshots_v1)
     for conversation_id, v1 in snapshots_v1.items():
         snapshot = decode(v1)
         assert isinstance(snapshot, ConversationSnapshot) and snapshot.format_version == 1
         restored = decode_state(v1)
-        current = _without_delta_counts(decode_state(store[conversation_id]))
+        current = _without_delta_counts(store.state(conversation_id))
         assert restored == _unknown_owners(current, restored)
         open_before_leases = [
             op for op in restored.operations.values() if op.lease_owner == LEGACY_LEASE_OWNER
@@ -84,8 +96,8 @@ def test_a_restored_format_1_state_folds_on_exactly_like_a_current_one() -> None
         assert restored_out.lease_owner == LEGACY_LEASE_OWNER
         assert restored_out == current_out.model_copy(update={"lease_owner": LEGACY_LEASE_OWNER})
     assert len(differing) < len(out_v1) // 2
-    restored_states = {k: _without_delta_counts(decode_state(v)) for k, v in from_v1.items()}
-    current_states = {k: _without_delta_counts(decode_state(v)) for k, v in current.items()}
+    restored_states = {k: _without_delta_counts(from_v1.state(k)) for k in from_v1.conversations()}
+    current_states = {k: _without_delta_counts(current.state(k)) for k in current.conversations()}
     assert sorted(restored_states) == sorted(current_states)
     for key, restored in restored_states.items():
         assert restored == _unknown_owners(current_states[key], restored)
@@ -139,11 +151,13 @@ def test_a_state_of_an_unknown_format_is_a_typed_error() -> None:
     c.user("hi")
     future = ConversationSnapshot(
         conversation_id=c.state.conversation_id,
-        format_version=STATE_FORMAT_VERSION + 1,
+        format_version=SPLIT_FORMAT + 1,
         state=c.state.model_dump_json(),
     )
-    with pytest.raises(StateDecodeError, match=f"state format {STATE_FORMAT_VERSION + 1}"):
+    with pytest.raises(StateDecodeError, match=f"state format {SPLIT_FORMAT + 1}"):
         decode_state(encode(future))
+    with pytest.raises(StateDecodeError, match=f"state format {SPLIT_FORMAT + 1}"):
+        read_state(_Store({c.state.conversation_id: encode(future)}), c.state.conversation_id)
 
 
 def _key(value: bytes) -> bytes:

@@ -1,0 +1,301 @@
+"""Format 4: a conversation's state split over keys, only the parts that changed written.
+
+Read back, the parts give an equal state whose JSON is the format-3 JSON byte for byte; an event
+writes the keys of what it changed and nothing else; a format-3 changelog folds on exactly like
+one written in format 4; an aborted batch's parts never shadow what the store holds.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+import pytest
+
+from turnledger.codec import decode, encode
+from turnledger.dispatch.engine import BatchEngine, encode_state, read_state
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
+from turnledger.dispatch.state_json import StateJson
+from turnledger.dispatch.state_layout import (
+    CHUNK,
+    HANDLES_TAG,
+    SEPARATOR,
+    SPLIT_FORMAT,
+    TURNS_TAG,
+    StateLayoutError,
+    Stored,
+    blocks_key,
+    chunk_key,
+    encode_part,
+    graph_parts,
+    operation_key,
+    request_key,
+    state_parts,
+    write_state,
+)
+from turnledger.model.base import Frozen
+from turnledger.model.events import ConversationSnapshot, IngressEvent
+from turnledger.processors.store import OverlayStore
+from turnledger.records import SourceRecord
+from turnledger.sequence.graph_state import CallRecord
+
+from . import test_fold
+from .scenario import Conversation, text_stream, tool_stream
+
+PARIS = '{"city": "Paris"}'
+FOLD_SCENARIOS = [
+    fn
+    for name, fn in inspect.getmembers(test_fold, inspect.isfunction)
+    if name.startswith("test_") and not inspect.signature(fn).parameters
+]
+
+
+class Store(dict[str, bytes]):
+    """A store that logs every write: (key, value or None for a delete)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.log: list[tuple[str, bytes | None]] = []
+
+    def put(self, key: str, value: bytes) -> None:
+        self[key] = value
+        self.log.append((key, value))
+
+    def delete(self, key: str) -> None:
+        del self[key]
+        self.log.append((key, None))
+
+
+def _round_trip(state: ConversationState, old: Stored | None = None) -> Stored:
+    store = Store()
+    stored = write_state(state, old or Stored(), StateJson(), store.put, store.delete)
+    found = read_state(store, state.conversation_id)
+    assert found is not None
+    assert found == state
+    assert found.model_dump_json() == state.model_dump_json()
+    return stored
+
+
+@pytest.mark.parametrize("scenario", FOLD_SCENARIOS, ids=lambda fn: fn.__name__)
+def test_every_state_of_every_fold_scenario_reads_back_equal(
+    scenario: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[ConversationState] = []
+    apply = Conversation.apply
+    json, previous = StateJson(), [None]
+
+    def checked(self: Conversation, event: IngressEvent) -> list[Frozen]:
+        outputs = apply(self, event)
+        _round_trip(self.state)
+        seen.append(self.state)
+        grown = graph_parts(self.state.graph, json, previous[0])  # built from the last graph's parts
+        assert grown == graph_parts(self.state.graph, StateJson())
+        previous[0] = grown  # type: ignore[call-overload]
+        return outputs
+
+    monkeypatch.setattr(Conversation, "apply", checked)
+    scenario()
+    assert seen
+
+
+@dataclass
+class Recording(Conversation):
+    """A conversation whose events are kept, to be folded again by the engine."""
+
+    events: list[IngressEvent] = field(default_factory=list)
+
+    def apply(self, event: IngressEvent) -> list[Frozen]:
+        self.events.append(event)
+        return super().apply(event)
+
+
+def _record(event: IngressEvent, offset: int) -> SourceRecord:
+    return SourceRecord("turnledger.ingress", 0, offset, event.conversation_id.encode(), encode(event))
+
+
+def _written(engine: BatchEngine, store: Store, event: IngressEvent, offset: int) -> list[str]:
+    store.log.clear()
+    engine.process_batch([_record(event, offset)], store)
+    return [key for key, _ in store.log]
+
+
+def test_an_event_writes_the_keys_of_what_it_changed() -> None:
+    c = Recording()
+    c.user("weather in Paris?")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
+    c.tool_results(("call-1", "get_weather", PARIS))
+    c.request("op-2")
+    engine, store = BatchEngine(), Store()
+    written = [_written(engine, store, event, i) for i, event in enumerate(c.events)]
+    conv, op, op2 = "conv-1", operation_key("conv-1", "op-1"), operation_key("conv-1", "op-2")
+    turns, handles = chunk_key(conv, TURNS_TAG, 0), chunk_key(conv, HANDLES_TAG, 0)
+    assert written == [
+        [conv, turns, blocks_key(conv, 0)],  # the user turn: the head, its turn id, its revision's blocks
+        [conv, op, request_key(conv, "op-1")],  # DispatchRequested: the head names a new operation
+        [op],  # DispatchAttempt
+        [op],  # DispatchSent
+        [conv, handles, op],  # HandleBound: the first handle (a chunk the head counts)
+        [conv, turns, op, blocks_key(conv, 1)],  # the tool call commits a turn
+        [conv, turns, blocks_key(conv, 2)],  # the tool result
+        [conv, op2, request_key(conv, "op-2")],
+    ]
+    state = read_state(store, conv)
+    assert state == c.state
+
+
+def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> None:
+    c = Recording()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.deltas(text_stream(["Hel"], stop=False)[:3])
+    engine, store = BatchEngine(), Store()
+    for i, event in enumerate(c.events[:-1]):
+        engine.process_batch([_record(event, i)], store)
+    keys = _written(engine, store, c.events[-1], len(c.events))
+    assert keys == [operation_key("conv-1", "op-1")]
+    part = decode(store[keys[0]])
+    assert isinstance(part, ConversationSnapshot) and part.format_version == SPLIT_FORMAT
+    assert b'"request"' not in part.state and b'"Hel"' in part.state
+    op = c.state.operations["op-1"]
+    request = op.request.model_dump_json()
+    assert len(part.state) == len(op.model_dump_json()) - len(',"request":') - len(request)
+
+
+def test_a_format_3_changelog_folds_on_exactly_like_a_format_4_one() -> None:
+    c = Recording()
+    c.user("weather in Paris?")
+    c.dispatch_to_streaming()
+    half = len(c.events)
+    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": "Paris"}'])]))
+    c.tool_results(("call-1", "get_weather", PARIS))
+    c.request("op-2")
+    c.attempt("op-2")
+    records = [_record(e, i) for i, e in enumerate(c.events)]
+    split = Store()
+    BatchEngine().process_batch(records[:half], split)
+    state = read_state(split, "conv-1")
+    assert state is not None
+    old = Store({"conv-1": encode_state(state)})  # what a format-3 engine wrote
+    assert decode(old["conv-1"]).format_version == STATE_FORMAT_VERSION  # type: ignore[attr-defined]
+    out_old = BatchEngine().process_batch(records[half:], old)
+    out_split = BatchEngine().process_batch(records[half:], split)
+    assert [(o.stream, o.key, o.value) for o in out_old] == [(o.stream, o.key, o.value) for o in out_split]
+    assert len(out_old) > 3
+    assert dict(old) == dict(split)  # the head rewritten in place, in format 4, with every part
+    assert decode(old["conv-1"]).format_version == SPLIT_FORMAT  # type: ignore[attr-defined]
+    assert read_state(old, "conv-1") == c.state
+
+
+def test_an_aborted_batch_never_shadows_the_store() -> None:
+    c = Recording()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.deltas(text_stream(["one"], stop=False))
+    c.deltas(text_stream(["two"], stop=True)[4:])
+    records = [_record(e, i) for i, e in enumerate(c.events)]
+    engine, base = BatchEngine(), Store()
+    engine.process_batch(records[:-2], base)
+    aborted = OverlayStore(base)
+    engine.process_batch(records[-2:-1], aborted)
+    assert list(aborted.dirty) == [operation_key("conv-1", "op-1")]
+    aborted.discard()  # the transaction aborted: the operation's key is back to what it was
+    retried = OverlayStore(base)
+    outputs = engine.process_batch(records[-2:], retried)
+    fresh = BatchEngine().process_batch(records[-2:], OverlayStore(base))
+    assert [o.value for o in outputs] == [o.value for o in fresh]
+    retried.commit()
+    assert read_state(base, "conv-1") == c.state
+
+
+def test_indexes_that_do_not_split_by_revision_stay_in_the_head() -> None:
+    c = Conversation()
+    c.user("one")
+    c.user("two")
+    stray = CallRecord(block_id="u1-b0", tool_name="t", argument_state="complete", revision=99)
+    graph = c.state.graph.model_copy(update={"calls": {"stray": stray}})
+    state = c.state.model_copy(update={"graph": graph})
+    parts, _ = state_parts(state, StateJson())
+    assert b'"stray"' in parts["conv-1"]
+    assert all(b'"stray"' not in part for key, part in parts.items() if key != "conv-1")
+    _round_trip(state)
+    late, early = (stray.model_copy(update={"revision": r}) for r in (2, 1))
+    graph = c.state.graph.model_copy(update={"calls": {"late": late, "early": early}})  # out of order
+    state = c.state.model_copy(update={"graph": graph})
+    parts, _ = state_parts(state, StateJson())
+    assert b'"late"' in parts["conv-1"] and b'"early"' in parts["conv-1"]
+    _round_trip(state)
+    parts, _ = state_parts(c.state, StateJson())
+    assert b'"u1-b0":0' not in parts["conv-1"] and b'"u1-b0":0' in parts[blocks_key("conv-1", 0)]
+    _round_trip(c.state)
+
+
+def test_a_conversation_id_holding_the_separator_keeps_its_state_whole() -> None:
+    c = Conversation(conversation_id="odd\x1fo\x1fid")
+    c.user("hello")
+    c.dispatch_to_streaming()
+    stored = _round_trip(c.state)
+    assert list(stored.values) == ["odd\x1fo\x1fid"]
+    snapshot = decode(stored.values["odd\x1fo\x1fid"])
+    assert isinstance(snapshot, ConversationSnapshot) and snapshot.format_version == STATE_FORMAT_VERSION
+
+
+def test_a_missing_part_or_a_part_of_another_conversation_is_a_typed_error() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    store = Store()
+    write_state(c.state, Stored(), StateJson(), store.put, store.delete)
+    missing = Store(store)
+    del missing[request_key("conv-1", "op-1")]
+    with pytest.raises(StateLayoutError, match="does not hold"):
+        read_state(missing, "conv-1")
+    foreign = Store(store)
+    foreign[operation_key("conv-1", "op-1")] = encode_part("conv-2", SPLIT_FORMAT, b"{}\n{}")
+    with pytest.raises(StateLayoutError, match="a part of 'conv-2'"):
+        read_state(foreign, "conv-1")
+    whole = Store(store)
+    whole[blocks_key("conv-1", 0)] = encode_state(c.state)
+    with pytest.raises(StateLayoutError, match="not a part"):
+        read_state(whole, "conv-1")
+
+
+def test_a_part_no_longer_in_the_state_is_deleted() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.request("op-1")
+    c.request("op-2")
+    store = Store()
+    stored = write_state(c.state, Stored(), StateJson(), store.put, store.delete)
+    fewer = c.state.model_copy(update={"operations": {"op-2": c.state.operations["op-2"]}})
+    store.log.clear()
+    write_state(fewer, stored, StateJson(), store.put, store.delete)
+    assert sorted(store.log, key=lambda kv: kv[0]) == [
+        ("conv-1", store["conv-1"]),
+        (operation_key("conv-1", "op-1"), None),
+        (request_key("conv-1", "op-1"), None),
+    ]
+    assert read_state(store, "conv-1") == fewer
+
+
+def test_turn_ids_and_handles_past_a_chunk_write_only_the_last_chunk() -> None:
+    c = Recording()
+    for turn in range(CHUNK + 1):
+        c.user(f"turn {turn}")
+    engine, store = BatchEngine(), Store()
+    written = [_written(engine, store, event, i) for i, event in enumerate(c.events)]
+    conv = "conv-1"
+    assert written[CHUNK - 1] == [conv, chunk_key(conv, TURNS_TAG, 0), blocks_key(conv, CHUNK - 1)]
+    assert written[CHUNK] == [conv, chunk_key(conv, TURNS_TAG, 1), blocks_key(conv, CHUNK)]
+    first = decode(store[chunk_key(conv, TURNS_TAG, 0)])
+    assert isinstance(first, ConversationSnapshot)
+    assert first.state == orjson.dumps([f"u{i + 1}" for i in range(CHUNK)])
+    handles = {f"h{i}": f"sha256:{i}" for i in range(CHUNK + 3)}
+    state = c.state.model_copy(update={"handles": handles})
+    stored = _round_trip(state)
+    assert sorted(k for k in stored.parts if f"{SEPARATOR}{HANDLES_TAG}{SEPARATOR}" in k) == [
+        chunk_key(conv, HANDLES_TAG, 0),
+        chunk_key(conv, HANDLES_TAG, 1),
+    ]

@@ -1,0 +1,438 @@
+"""A conversation's state on the changelog, split over keys so that a change writes only what changed.
+
+Format 3 wrote the whole state (every committed block, every operation with its request) under
+the conversation id on every change: ~8 KB to change a ~1.3 KB operation. Format 4 splits it:
+
+- `<conversation>`: the *head*, written on a turn, a new operation, a new chunk, a pause or a
+  cancel: the operation ids, the starts of the block runs and the chunk counts, then the state JSON
+  with no operations, blocks, turn ids or handles (conversation fields, graph digests and pending
+  calls; the graph's indexes too when they do not split by revision, `_split_indexes`);
+- `<conversation>\x1fo\x1f<operation id>`: one operation without its request (the JSON before and
+  after it, two lines), written when it changes;
+- `<conversation>\x1fr\x1f<operation id>`: its request, written once;
+- `<conversation>\x1fb\x1f<ordering>`: the blocks one revision appended (a run from that ordering
+  on) and that revision's entries of `block_ids`, `calls` and `results`, written once;
+- `<conversation>\x1ft\x1f<n>`, `<conversation>\x1fh\x1f<n>`: turn ids and handles, `CHUNK` per
+  chunk, the last chunk rewritten as it grows.
+
+Every value is a `ConversationSnapshot` of format 4. The head sits under the conversation id,
+where a format-3 state was: a state restored from an older changelog is rewritten in place, and a
+key holds one format at a time. Every part carries the conversation id, so a value read under
+another conversation's key is refused. The fold's state is the same model as in format 3
+(`ConversationState`, `STATE_FORMAT_VERSION`): only the layout on the changelog changed, and
+reading the parts back gives an equal state, whose JSON is byte for byte the one format 3 wrote.
+
+A conversation id that contains the separator (U+001F) keeps the whole state under its id, in
+format 3, so that its head is never taken for another conversation's part (the reverse — such an id
+equal to another conversation's part key — is not ruled out: the value under it then belongs to
+the wrong conversation and is refused on read, `StateLayoutError`).
+
+Pure: it reads and writes through the `get`/`put`/`delete` the engine is handed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_json
+
+from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec
+from turnledger.codec.models import NAMESPACE
+from turnledger.dispatch.migrate import READABLE_FORMATS, UnreadableStateFormat, upgrade_state
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
+from turnledger.dispatch.state_json import GRAPH_HEAD, StateJson, splice_request
+from turnledger.errors import StateFormatError
+from turnledger.model.events import ConversationSnapshot
+from turnledger.model.graph import Block
+from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
+
+SPLIT_FORMAT = 4
+"""The snapshot format of a head and of its parts (their content is the format-3 state's)."""
+
+SEPARATOR = "\x1f"
+OPERATION_TAG = "o"
+REQUEST_TAG = "r"
+BLOCKS_TAG = "b"
+TURNS_TAG = "t"
+HANDLES_TAG = "h"
+CHUNK = 16
+"""Turn ids and handles per chunk: they only grow, so every chunk but the last is written once."""
+
+_BLOCKS = TypeAdapter(tuple[Block, ...])
+_BLOCK_IDS = TypeAdapter(dict[str, int])
+_CALLS = TypeAdapter(dict[str, CallRecord])
+_RESULTS = TypeAdapter(dict[str, ResultRecord])
+_META = TypeAdapter(tuple[list[str], list[int], int, int])
+_TURN_IDS = TypeAdapter(tuple[str, ...])
+_HANDLES = TypeAdapter(dict[str, str])
+_SNAPSHOT_RECORD = f"{NAMESPACE}.{ConversationSnapshot.__name__}"
+
+
+class StateDecodeError(StateFormatError):
+    """A changelog value that is not a ConversationSnapshot of a known format."""
+
+
+class StateLayoutError(StateDecodeError):
+    """A head whose parts are missing, or a part under a key of another conversation."""
+
+
+def operation_key(conversation_id: str, operation_id: str) -> str:
+    return f"{conversation_id}{SEPARATOR}{OPERATION_TAG}{SEPARATOR}{operation_id}"
+
+
+def request_key(conversation_id: str, operation_id: str) -> str:
+    return f"{conversation_id}{SEPARATOR}{REQUEST_TAG}{SEPARATOR}{operation_id}"
+
+
+def blocks_key(conversation_id: str, ordering: int) -> str:
+    return f"{conversation_id}{SEPARATOR}{BLOCKS_TAG}{SEPARATOR}{ordering}"
+
+
+def chunk_key(conversation_id: str, tag: str, index: int) -> str:
+    return f"{conversation_id}{SEPARATOR}{tag}{SEPARATOR}{index}"
+
+
+def is_split(conversation_id: str) -> bool:
+    return SEPARATOR not in conversation_id
+
+
+def format_of(conversation_id: str) -> int:
+    """The snapshot format every key of this conversation is written in."""
+    return SPLIT_FORMAT if is_split(conversation_id) else STATE_FORMAT_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class GraphParts:
+    """A graph as the head and its runs hold it: computed once per graph (a turn), reused after."""
+
+    graph: GraphState
+    head: bytes
+    """The graph's JSON with no blocks (and no indexes when the runs hold them)."""
+    runs: dict[int, bytes]
+    """Start of each run → its part: the run's blocks, and its entries of the indexes."""
+    split: bool
+    """The runs hold the indexes (the head does not)."""
+
+
+@dataclass(slots=True)
+class Stored:
+    """What the store holds of one conversation, as read or last written: each key's value
+    (to tell whether the store still holds it) and the JSON in it (to tell what changed)."""
+
+    values: dict[str, bytes] = field(default_factory=dict)
+    parts: dict[str, bytes] = field(default_factory=dict)
+    graph: GraphParts | None = None
+
+    def current(self, get: Callable[[str], bytes | None]) -> bool:
+        """Does the store still hold exactly these values (no aborted batch's state in between)?"""
+        for key, value in self.values.items():
+            held = get(key)
+            if held is not value and held != value:
+                return False
+        return True
+
+
+def block_runs(blocks: tuple[Block, ...]) -> list[tuple[int, int]]:
+    """(start, end) of each run of consecutive blocks of one revision: the blocks one turn appended."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(blocks) + 1):
+        if i == len(blocks) or blocks[i].revision != blocks[start].revision:
+            runs.append((start, i))
+            start = i
+    return runs
+
+
+Index = dict[str, Any]
+
+
+def _split_indexes(
+    graph: GraphState, runs: list[tuple[int, int]], skip: tuple[int, int, int] = (0, 0, 0)
+) -> list[tuple[Index, Index, Index]] | None:
+    """Each run's entries of `block_ids`, `calls` and `results` (its blocks' ids, the calls and results
+    of its revision), if concatenating them in run order gives the indexes back exactly, in order;
+    else None (the head keeps them). `skip`: the entries of each index already split (those of the
+    runs before `runs`)."""
+    run_of_revision: dict[int, int] = {}
+    for i, (start, _) in enumerate(runs):
+        if run_of_revision.setdefault(graph.blocks[start].revision, i) != i:
+            return None
+    first = runs[0][0] if runs else 0
+    run_of_ordering = [i for i, (start, end) in enumerate(runs) for _ in range(start, end)]
+    split: list[tuple[Index, Index, Index]] = [({}, {}, {}) for _ in runs]
+    columns: tuple[tuple[int, Mapping[str, Any], Callable[[Any], int | None]], ...] = (
+        (
+            0,
+            graph.block_ids,
+            lambda o: run_of_ordering[o - first] if first <= o < first + len(run_of_ordering) else None,
+        ),
+        (1, graph.calls, lambda c: run_of_revision.get(c.revision)),
+        (2, graph.results, lambda r: run_of_revision.get(r.revision)),
+    )
+    for column, index, run_of in columns:
+        last = 0
+        for key, value in islice(index.items(), skip[column], None):
+            run = run_of(value)
+            if run is None or run < last:
+                return None
+            split[run][column][key] = value
+            last = run
+    return split
+
+
+def _extends(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Does `new` hold `old`'s entries first, in order (what `{**old, **more}` builds)?"""
+    return len(new) >= len(old) and list(islice(new.items(), len(old))) == list(old.items())
+
+
+def _graph_head(graph: GraphState, indexes: bool) -> bytes:
+    """The graph's JSON with `"blocks":[]`, and with empty indexes unless `indexes`."""
+    if indexes:
+        rest = graph.__pydantic_serializer__.to_json(graph, exclude=GRAPH_HEAD)
+    else:
+        rest = b"".join(
+            (
+                b'{"chain_head":',
+                to_json(graph.chain_head),
+                b',"sequence_digest":',
+                to_json(graph.sequence_digest),
+                b',"block_ids":{},"calls":{},"results":{},"pending_call_ids":',
+                to_json(graph.pending_call_ids),
+                b"}",
+            )
+        )
+    return b"".join(
+        (
+            b'{"conversation_id":',
+            to_json(graph.conversation_id),
+            b',"revision":',
+            to_json(graph.revision),
+            b',"blocks":[],',
+            rest[1:],
+        )
+    )
+
+
+def graph_parts(graph: GraphState, json: StateJson, previous: GraphParts | None = None) -> GraphParts:
+    """The head's graph JSON and the run parts of `graph`; from `previous` (the parts of the graph
+    it was appended to) only the new runs are built, when the old runs and their index entries are
+    provably unchanged, else all of them."""
+    if previous is not None and previous.split:
+        grown = _grown(graph, previous, json)
+        if grown is not None:
+            return grown
+    runs = block_runs(graph.blocks)
+    split = _split_indexes(graph, runs)
+    return GraphParts(
+        graph,
+        _graph_head(graph, indexes=split is None),
+        _run_parts(graph, runs, split, json),
+        split is not None,
+    )
+
+
+def _grown(graph: GraphState, previous: GraphParts, json: StateJson) -> GraphParts | None:
+    old, blocks = previous.graph, graph.blocks
+    n = len(old.blocks)
+    if len(blocks) < n or blocks[:n] != old.blocks:
+        return None
+    if 0 < n < len(blocks) and blocks[n].revision == old.blocks[-1].revision:
+        return None  # the last old run grows (a revision is appended once: not in the fold)
+    pairs = ((graph.block_ids, old.block_ids), (graph.calls, old.calls), (graph.results, old.results))
+    if not all(_extends(new, before) for new, before in pairs):
+        return None
+    runs = [(start + n, end + n) for start, end in block_runs(blocks[n:])]
+    split = _split_indexes(graph, runs, (len(old.block_ids), len(old.calls), len(old.results)))
+    if split is None:
+        return None
+    parts = {**previous.runs, **_run_parts(graph, runs, split, json)}
+    return GraphParts(graph, _graph_head(graph, indexes=False), parts, True)
+
+
+def _run_parts(
+    graph: GraphState,
+    runs: list[tuple[int, int]],
+    split: list[tuple[Index, Index, Index]] | None,
+    json: StateJson,
+) -> dict[int, bytes]:
+    blocks, model = graph.blocks, json.model
+    parts: dict[int, bytes] = {}
+    for i, (start, end) in enumerate(runs):
+        lines = [b"[" + b",".join(map(model, blocks[start:end])) + b"]"]
+        if split is not None:
+            block_ids, calls, results = split[i]
+            lines += [to_json(block_ids), _models_json(calls, model), _models_json(results, model)]
+        parts[start] = b"\n".join(lines)
+    return parts
+
+
+def _models_json(models: Index, model: Callable[[BaseModel], bytes]) -> bytes:
+    return b"{" + b",".join(to_json(key) + b":" + model(value) for key, value in models.items()) + b"}"
+
+
+def state_parts(
+    state: ConversationState, json: StateJson, graph: GraphParts | None = None
+) -> tuple[dict[str, bytes], GraphParts | None]:
+    """Key → JSON of every part of the state (one part, the whole state, for an unsplittable id), and
+    the graph's parts (`graph`: those of the previous state, reused if its graph is the same)."""
+    conversation_id = state.conversation_id
+    if not is_split(conversation_id):
+        return {conversation_id: json.of(state)}, None
+    if graph is None or graph.graph is not state.graph:
+        graph = graph_parts(state.graph, json, graph)
+    turn_ids, handles = state.turn_ids, list(state.handles.items())
+    turn_chunks = [to_json(turn_ids[i : i + CHUNK]) for i in range(0, len(turn_ids), CHUNK)]
+    handle_chunks = [to_json(dict(handles[i : i + CHUNK])) for i in range(0, len(handles), CHUNK)]
+    meta = to_json((list(state.operations), list(graph.runs), len(turn_chunks), len(handle_chunks)))
+    parts = {conversation_id: meta + b"\n" + json.head(state, graph.head)}
+    for tag, chunks in ((TURNS_TAG, turn_chunks), (HANDLES_TAG, handle_chunks)):
+        for index, chunk in enumerate(chunks):
+            parts[chunk_key(conversation_id, tag, index)] = chunk
+    apart, model = json.operation_apart, json.model
+    for operation_id, op in state.operations.items():
+        parts[operation_key(conversation_id, operation_id)] = apart(op)
+        parts[request_key(conversation_id, operation_id)] = model(op.request)
+    for start, run in graph.runs.items():
+        parts[blocks_key(conversation_id, start)] = run
+    return parts, graph
+
+
+def changed_parts(old: Stored, new: dict[str, bytes]) -> tuple[list[str], list[str]]:
+    """The keys to write (new or different JSON) and the keys to delete (no longer parts)."""
+    before = old.parts
+    writes = [key for key, part in new.items() if (prior := before.get(key)) is not part and prior != part]
+    deletes = [key for key in before if key not in new]
+    return writes, deletes
+
+
+def encode_part(conversation_id: str, format_version: int, part: bytes) -> bytes:
+    """`encode(ConversationSnapshot(...))` without building and dumping the model: the fields are
+    already typed, so the datum goes to the codec under the schema's names (the same Avro bytes)."""
+    codec = default_codec()
+    entry = codec.registry.reader(_SNAPSHOT_RECORD)
+    if entry is None:  # pragma: no cover - the shipped schemas hold it
+        raise UnencodableRecord(f"no schema for {_SNAPSHOT_RECORD}")
+    datum = {"conversationId": conversation_id, "formatVersion": format_version, "state": part}
+    return codec.encode_datum(entry, datum)
+
+
+def decode_snapshot(value: bytes) -> ConversationSnapshot:
+    try:
+        snapshot = decode(value)
+    except CodecError as exc:
+        raise StateDecodeError(str(exc)) from exc
+    if not isinstance(snapshot, ConversationSnapshot):
+        raise StateDecodeError(f"{type(snapshot).__name__} is not a ConversationSnapshot")
+    return snapshot
+
+
+def decode_whole(snapshot: ConversationSnapshot) -> ConversationState:
+    """A state written whole (formats 1 to 3), brought to the current format."""
+    try:
+        return upgrade_state(snapshot.format_version, snapshot.state)
+    except UnreadableStateFormat as exc:
+        whole = sorted(READABLE_FORMATS)
+        detail = f"this release reads {whole} whole, {SPLIT_FORMAT} split"
+        raise StateDecodeError(f"state format {snapshot.format_version} ({detail})") from exc
+
+
+Get = Callable[[str], bytes | None]
+
+
+def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
+    """The conversation's state as the store holds it (None: no state yet), in either layout, and
+    what was read."""
+    value = get(conversation_id)
+    if value is None:
+        return None
+    snapshot = _snapshot_of(value, conversation_id, conversation_id)
+    stored = Stored({conversation_id: value}, {conversation_id: snapshot.state})
+    if snapshot.format_version != SPLIT_FORMAT:
+        return decode_whole(snapshot), stored
+    meta, state_json = snapshot.state.split(b"\n", 1)
+    operation_ids, starts, turn_chunks, handle_chunks = _META.validate_json(meta)
+    state = ConversationState.model_validate_json(state_json)
+    turn_ids: list[str] = []
+    for index in range(turn_chunks):
+        turn_ids += _TURN_IDS.validate_json(
+            _part(get, chunk_key(conversation_id, TURNS_TAG, index), conversation_id, stored)
+        )
+    handles: dict[str, str] = {}
+    for index in range(handle_chunks):
+        handles.update(
+            _HANDLES.validate_json(
+                _part(get, chunk_key(conversation_id, HANDLES_TAG, index), conversation_id, stored)
+            )
+        )
+    operations: dict[str, OperationState] = {}
+    for operation_id in operation_ids:
+        before, after = _part(
+            get, operation_key(conversation_id, operation_id), conversation_id, stored
+        ).split(b"\n", 1)
+        request = _part(get, request_key(conversation_id, operation_id), conversation_id, stored)
+        operations[operation_id] = OperationState.model_validate_json(splice_request(before, request, after))
+    graph = state.graph
+    blocks: list[Block] = []
+    block_ids, calls, results = dict(graph.block_ids), dict(graph.calls), dict(graph.results)
+    for start in starts:
+        lines = _part(get, blocks_key(conversation_id, start), conversation_id, stored).split(b"\n")
+        blocks.extend(_BLOCKS.validate_json(lines[0]))
+        if len(lines) == 4:
+            block_ids.update(_BLOCK_IDS.validate_json(lines[1]))
+            calls.update(_CALLS.validate_json(lines[2]))
+            results.update(_RESULTS.validate_json(lines[3]))
+    graph = graph.model_copy(
+        update={"blocks": tuple(blocks), "block_ids": block_ids, "calls": calls, "results": results}
+    )
+    update = {"graph": graph, "operations": operations, "turn_ids": tuple(turn_ids), "handles": handles}
+    return state.model_copy(update=update), stored
+
+
+def write_state(
+    state: ConversationState,
+    old: Stored,
+    json: StateJson,
+    put: Callable[[str, bytes], None],
+    delete: Callable[[str], None],
+) -> Stored:
+    """Write the parts of `state` that differ from `old` (what the store holds), delete the keys that
+    are no longer parts; returns what the store holds now."""
+    conversation_id = state.conversation_id
+    format_version = format_of(conversation_id)
+    parts, graph = state_parts(state, json, old.graph)
+    writes, deletes = changed_parts(old, parts)
+    values = {key: old.values[key] for key in parts if key in old.values}
+    for key in writes:
+        value = encode_part(conversation_id, format_version, parts[key])
+        put(key, value)
+        values[key] = value
+    for key in deletes:
+        delete(key)
+    return Stored(values, parts, graph)
+
+
+def _snapshot_of(value: bytes, key: str, conversation_id: str) -> ConversationSnapshot:
+    snapshot = decode_snapshot(value)
+    if snapshot.conversation_id != conversation_id:
+        raise StateLayoutError(
+            f"{key!r} holds a part of {snapshot.conversation_id!r}, not of {conversation_id!r}"
+        )
+    return snapshot
+
+
+def _part(get: Get, key: str, conversation_id: str, stored: Stored) -> bytes:
+    value = get(key)
+    if value is None:
+        raise StateLayoutError(
+            f"the head of {conversation_id!r} names {key!r}, which the store does not hold"
+        )
+    snapshot = _snapshot_of(value, key, conversation_id)
+    if snapshot.format_version != SPLIT_FORMAT:
+        raise StateLayoutError(f"{key!r} holds a format-{snapshot.format_version} snapshot, not a part")
+    stored.values[key] = value
+    stored.parts[key] = snapshot.state
+    return snapshot.state
