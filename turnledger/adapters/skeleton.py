@@ -18,9 +18,12 @@ canonical bytes of `build` and their digest.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import orjson
 
 from turnledger.adapters._common import (
     Run,
@@ -40,9 +43,13 @@ from turnledger.adapters.base import (
     first_unsupported,
 )
 from turnledger.adapters.layout import BodyLayout, request_body
+from turnledger.adapters.prefix import EMPTY, RenderCache, RenderedPrefix, call_keys, results_are_tool_role
 from turnledger.adapters.turns import RenderedTurns
-from turnledger.model.canonical import digest_of
-from turnledger.model.graph import Block, MessageSequence
+from turnledger.model.canonical import canonical_json, digest_of
+from turnledger.model.graph import Block, MessageSequence, Role
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 R = TypeVar("R", bound=RulesTable)
 
@@ -98,14 +105,114 @@ class AdapterBase(ABC, Generic[R]):
             tools = [self.tool_definition(name, "", {"type": "object"}) for name in call_tool_names(blocks)]
         return request_body(self.layout, params, rendered, tools, self.rules.policy_fields)
 
-    def render(self, sequence: MessageSequence, params: DispatchParams) -> RenderOutcome:
-        unsupported = first_unsupported(sequence.blocks, self.rules.renderers)
+    def render(
+        self, sequence: MessageSequence, params: DispatchParams, cache: RenderCache | None = None
+    ) -> RenderOutcome:
+        """The canonical bytes of `build` and their digest, or the kind the rules table cannot render.
+
+        With `cache`, the conversation's last render with this adapter is continued where it may be
+        (adapters/prefix.py): only the new blocks are rendered and only the new bytes hashed.
+        """
+        key = (self.adapter_id, sequence.conversation_id)
+        blocks = sequence.blocks
+        prefix = (cache.get(key) if cache is not None else None) or EMPTY
+        if len(prefix.blocks) > len(blocks) or blocks[: len(prefix.blocks)] != prefix.blocks:
+            prefix = EMPTY
+        new = blocks[len(prefix.blocks) :]
+        unsupported = first_unsupported(new, self.rules.renderers)  # the prefix rendered already
         if unsupported is not None:
             return unsupported
-        payload = self.build(sequence, params)
-        if isinstance(payload, UnsupportedKind):
-            return payload
-        return Rendered.of(payload)
+        if prefix.blocks and new and not self._continues(prefix, new):
+            prefix, new = EMPTY, blocks
+        outcome = self._render_after(prefix, new, params)
+        if isinstance(outcome, UnsupportedKind):
+            return outcome
+        rendered, next_prefix = outcome
+        if cache is not None:
+            cache.put(key, next_prefix)
+        return rendered
+
+    def _continues(self, prefix: RenderedPrefix, new: tuple[Block, ...]) -> bool:
+        """May `new` be rendered after `prefix` on its own? (prefix.py says why these conditions.)"""
+        first = new[0]
+        return (
+            prefix.open_end
+            and first.role == Role.ASSISTANT
+            and self.render_block(first) is not None
+            and prefix.call_ids.isdisjoint(call_keys(new))
+        )
+
+    def _render_after(
+        self, prefix: RenderedPrefix, new: tuple[Block, ...], params: DispatchParams
+    ) -> tuple[Rendered, RenderedPrefix] | UnsupportedKind:
+        """`render` of the prefix's blocks then `new`, given the prefix; and the prefix it leaves."""
+        placed = place_results(new)
+        rendered = self.turns(role_runs(placed), None)
+        if isinstance(rendered, UnsupportedKind):
+            return rendered
+        scoped = prefix.scoped or has_scoped(new)
+        tool_blocks = prefix.tool_blocks or has_tool_blocks(new)
+        tool_names = prefix.tool_names + tuple(n for n in call_tool_names(new) if n not in prefix.tool_names)
+        notice = self.rules.scoped_notice
+        lead = self.turns([], notice) if notice and scoped else RenderedTurns(turns=[])
+        assert not isinstance(lead, UnsupportedKind)  # no runs: nothing to refuse
+        turns = _joined(prefix.turns, canonical_json(rendered.turns)[1:-1])
+        inner = _joined(canonical_json(lead.turns)[1:-1], turns)
+        system = [*lead.system, *prefix.system, *rendered.system]
+        tools = [self.tool_definition(t.name, t.description, t.input_schema) for t in params.tools]
+        if not tools and self.layout.stub_tools and tool_blocks:
+            tools = [self.tool_definition(name, "", {"type": "object"}) for name in tool_names]
+        body = request_body(self.layout, params, RenderedTurns([], system), tools, self.rules.policy_fields)
+        body[self.layout.turns] = _HOLE
+        head, tail = canonical_json(body).split(_HOLE_BYTES)  # the one raw NUL is the hole
+        hashed = b"".join((head, b"[", inner))
+        digest = _continued_sha256(prefix, hashed)
+        state = digest.copy()
+        closing = b"]" + tail
+        digest.update(closing)
+        last = placed[-1] if placed else None
+        next_prefix = RenderedPrefix(
+            blocks=prefix.blocks + new,
+            open_end=prefix.open_end
+            if last is None
+            else (
+                prefix.open_end
+                and new[-1].role != Role.ASSISTANT
+                and last.role in _OPEN_END_ROLES
+                and results_are_tool_role(new)
+                and self.render_block(last) is not None
+            ),
+            call_ids=prefix.call_ids | call_keys(new) if new else prefix.call_ids,
+            hashed=hashed,
+            turns_at=len(hashed) - len(turns),
+            hash_state=state,
+            system=(*prefix.system, *rendered.system),
+            scoped=scoped,
+            tool_blocks=tool_blocks,
+            tool_names=tool_names,
+        )
+        return Rendered(body=hashed + closing, request_digest="sha256:" + digest.hexdigest()), next_prefix
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.adapter_id} {self._digest[:19]}>"
+
+
+_HOLE_BYTES = b"\x00"
+_HOLE = orjson.Fragment(_HOLE_BYTES)
+"""Where the turns go: canonical JSON never holds a raw NUL (orjson writes it as \\u0000 in strings)."""
+
+_OPEN_END_ROLES = frozenset({Role.USER, Role.TOOL})
+
+
+def _joined(first: bytes, second: bytes) -> bytes:
+    """Two comma-joined JSON array bodies as one (either may be empty)."""
+    return first + b"," + second if first and second else first or second
+
+
+def _continued_sha256(prefix: RenderedPrefix, hashed: bytes) -> _Hash:
+    """SHA-256 over `hashed`, continued from the prefix's state when `hashed` starts with its bytes."""
+    if prefix.hash_state is not None and hashed.startswith(prefix.hashed):
+        state = prefix.hash_state.copy()
+        state.update(memoryview(hashed)[len(prefix.hashed) :])
+        return state
+    return hashlib.sha256(hashed)
