@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
+from turnledger.adapters.prefix import RenderCache
 from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec, encode
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.fold import fold
@@ -110,7 +111,8 @@ class BatchEngine:
     - decoded states, bounded, keyed by the exact state bytes held by the store, so a store
       rolled back by an aborted transaction is never shadowed by a stale decoded state;
     - the live assemblers of streaming attempts (`LiveAssemblers`);
-    - the changelog JSON of unchanged parts of the states (`StateJson`).
+    - the changelog JSON of unchanged parts of the states (`StateJson`);
+    - the rendered prefix of each conversation's last request per adapter (`RenderCache`).
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class BatchEngine:
         self._cache_size = cache_size
         self._live = LiveAssemblers()
         self._state_json = StateJson()
+        self._renders = RenderCache()
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
         states: dict[str, ConversationState] = {}
@@ -152,7 +155,7 @@ class BatchEngine:
         if state is None:
             state = self._load(conversation_id, store)
         try:
-            result = fold(state, event, self._live, self._models, self._limits)
+            result = fold(state, event, self._live, self._models, self._limits, self._renders)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
             return [_fold_failed(event, record, exc)]
         if result.state is not state:
