@@ -32,7 +32,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from turnledger.model.graph import Block, BlockKind, Role
+from turnledger.adapters.kinds import TOOL, TOOL_CALL, TOOL_RESULT
+from turnledger.model.graph import SCOPED_INPUT_KINDS, Block
 
 if TYPE_CHECKING:
     from hashlib import _Hash
@@ -43,18 +44,36 @@ _ENTRY_BYTES = 512
 """What one cached prefix costs beyond its bytes (the entry, its tuples and set), roughly."""
 
 
-def call_keys(blocks: tuple[Block, ...]) -> frozenset[str]:
+@dataclass(frozen=True, slots=True)
+class BlockFacts:
+    """What a render needs to know about blocks besides their parts, found in one pass."""
+
+    call_ids: frozenset[str]
     """The call ids the blocks' calls and results are placed by (`place_results`)."""
-    return frozenset(
-        b.call_id or ""
-        for b in blocks
-        if b.kind == BlockKind.TOOL_CALL or (b.kind == BlockKind.TOOL_RESULT and b.call_id is not None)
-    )
+    tool_role_results: bool
+    """Every result has the tool role (the validator's rule; only tool-role blocks are ever placed
+    out of order, which the cut conditions rely on)."""
+    scoped: bool
+    tool_blocks: bool
 
 
-def results_are_tool_role(blocks: tuple[Block, ...]) -> bool:
-    """Only tool-role blocks are ever placed out of order (the validator's rule, checked here)."""
-    return all(b.role == Role.TOOL for b in blocks if b.kind == BlockKind.TOOL_RESULT)
+def facts_of(blocks: tuple[Block, ...]) -> BlockFacts:
+    call_ids: set[str] = set()
+    tool_role_results = True
+    scoped = tool_blocks = False
+    for b in blocks:
+        kind = b.kind
+        if kind == TOOL_CALL:
+            call_ids.add(b.call_id or "")
+            tool_blocks = True
+        elif kind == TOOL_RESULT:
+            if b.call_id is not None:
+                call_ids.add(b.call_id)
+            tool_role_results = tool_role_results and b.role == TOOL
+            tool_blocks = True
+        elif kind in SCOPED_INPUT_KINDS:
+            scoped = True
+    return BlockFacts(frozenset(call_ids), tool_role_results, scoped, tool_blocks)
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,7 @@ class RenderedPrefix:
     scoped: bool = False
     tool_blocks: bool = False
     tool_names: tuple[str, ...] = ()
-    """Tool names of the calls and results, first-seen order (stub tools)."""
+    """Tool names of the calls and results, first-seen order (kept for layouts with stub tools only)."""
 
     @property
     def turns(self) -> bytes:

@@ -42,11 +42,12 @@ from turnledger.adapters.base import (
     UnsupportedKind,
     first_unsupported,
 )
+from turnledger.adapters.kinds import ASSISTANT, TOOL, USER
 from turnledger.adapters.layout import BodyLayout, request_body
-from turnledger.adapters.prefix import EMPTY, RenderCache, RenderedPrefix, call_keys, results_are_tool_role
+from turnledger.adapters.prefix import EMPTY, BlockFacts, RenderCache, RenderedPrefix, facts_of
 from turnledger.adapters.turns import RenderedTurns
 from turnledger.model.canonical import canonical_json, digest_of
-from turnledger.model.graph import Block, MessageSequence, Role
+from turnledger.model.graph import Block, MessageSequence
 
 if TYPE_CHECKING:
     from hashlib import _Hash
@@ -122,9 +123,10 @@ class AdapterBase(ABC, Generic[R]):
         unsupported = first_unsupported(new, self.rules.renderers)  # the prefix rendered already
         if unsupported is not None:
             return unsupported
-        if prefix.blocks and new and not self._continues(prefix, new):
-            prefix, new = EMPTY, blocks
-        outcome = self._render_after(prefix, new, params)
+        facts = facts_of(new)
+        if prefix.blocks and new and not self._continues(prefix, new, facts.call_ids):
+            prefix, new, facts = EMPTY, blocks, facts_of(blocks)
+        outcome = self._render_after(prefix, new, facts, params)
         if isinstance(outcome, UnsupportedKind):
             return outcome
         rendered, next_prefix = outcome
@@ -132,27 +134,29 @@ class AdapterBase(ABC, Generic[R]):
             cache.put(key, next_prefix)
         return rendered
 
-    def _continues(self, prefix: RenderedPrefix, new: tuple[Block, ...]) -> bool:
+    def _continues(self, prefix: RenderedPrefix, new: tuple[Block, ...], call_ids: frozenset[str]) -> bool:
         """May `new` be rendered after `prefix` on its own? (prefix.py says why these conditions.)"""
         first = new[0]
         return (
             prefix.open_end
-            and first.role == Role.ASSISTANT
+            and first.role == ASSISTANT
             and self.render_block(first) is not None
-            and prefix.call_ids.isdisjoint(call_keys(new))
+            and prefix.call_ids.isdisjoint(call_ids)
         )
 
     def _render_after(
-        self, prefix: RenderedPrefix, new: tuple[Block, ...], params: DispatchParams
+        self, prefix: RenderedPrefix, new: tuple[Block, ...], facts: BlockFacts, params: DispatchParams
     ) -> tuple[Rendered, RenderedPrefix] | UnsupportedKind:
         """`render` of the prefix's blocks then `new`, given the prefix; and the prefix it leaves."""
         placed = place_results(new)
         rendered = self.turns(role_runs(placed), None)
         if isinstance(rendered, UnsupportedKind):
             return rendered
-        scoped = prefix.scoped or has_scoped(new)
-        tool_blocks = prefix.tool_blocks or has_tool_blocks(new)
-        tool_names = prefix.tool_names + tuple(n for n in call_tool_names(new) if n not in prefix.tool_names)
+        scoped = prefix.scoped or facts.scoped
+        tool_blocks = prefix.tool_blocks or facts.tool_blocks
+        tool_names = prefix.tool_names
+        if self.layout.stub_tools and facts.tool_blocks:
+            tool_names += tuple(n for n in call_tool_names(new) if n not in prefix.tool_names)
         notice = self.rules.scoped_notice
         lead = self.turns([], notice) if notice and scoped else RenderedTurns(turns=[])
         assert not isinstance(lead, UnsupportedKind)  # no runs: nothing to refuse
@@ -177,12 +181,12 @@ class AdapterBase(ABC, Generic[R]):
             if last is None
             else (
                 prefix.open_end
-                and new[-1].role != Role.ASSISTANT
+                and new[-1].role != ASSISTANT
                 and last.role in _OPEN_END_ROLES
-                and results_are_tool_role(new)
+                and facts.tool_role_results
                 and self.render_block(last) is not None
             ),
-            call_ids=prefix.call_ids | call_keys(new) if new else prefix.call_ids,
+            call_ids=prefix.call_ids | facts.call_ids if facts.call_ids else prefix.call_ids,
             hashed=hashed,
             turns_at=len(hashed) - len(turns),
             hash_state=state,
@@ -201,7 +205,7 @@ _HOLE_BYTES = b"\x00"
 _HOLE = orjson.Fragment(_HOLE_BYTES)
 """Where the turns go: canonical JSON never holds a raw NUL (orjson writes it as \\u0000 in strings)."""
 
-_OPEN_END_ROLES = frozenset({Role.USER, Role.TOOL})
+_OPEN_END_ROLES = frozenset({USER, TOOL})
 
 
 def _joined(first: bytes, second: bytes) -> bytes:
