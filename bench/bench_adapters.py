@@ -13,6 +13,7 @@ in the same run:
   the last 6 of 1,002 blocks are new): the case of a dispatch late in a long conversation. The
   cache is seeded outside the timed call, afresh for every repeat.
 
+Times are CPU (thread) time, the four cases taking turns in every round.
 Ratios are to `dumps`. Token counting: ms per 100k tokens for the tiktoken (offline o200k)
 counter and the bytes/3 estimate, on a rendered body.
 
@@ -26,8 +27,8 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import TypeVar
 
 import orjson
 
@@ -40,27 +41,31 @@ from turnledger.adapters.prefix import RenderCache, RenderedPrefix
 from turnledger.adapters.registry import ADAPTERS, LATEST
 from turnledger.model.graph import MessageSequence, Role
 
-T = TypeVar("T")
-
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median CPU time of `fn()` (thread time: wall time on a shared machine counts the preemptions)."""
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         fn()
-        samples.append(time.perf_counter() - t0)
+        samples.append(time.thread_time() - t0)
     return statistics.median(samples)
 
 
-def median_seconds_after(setup: Callable[[], T], fn: Callable[[T], object], repeats: int) -> float:
-    """Median wall time of `fn(setup())`, `setup()` untimed."""
-    samples = []
+def interleaved_medians(
+    cases: dict[str, Callable[[], Callable[[], object]]], repeats: int
+) -> dict[str, float]:
+    """Median CPU time of each case, the cases taking turns in every round so that a busy spell of
+    the machine falls on all of them; each case builds its call untimed (the seeded cache), then
+    only the call is timed."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
-        arg = setup()
-        t0 = time.perf_counter()
-        fn(arg)
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+        for name, prepare in cases.items():
+            call = prepare()
+            t0 = time.thread_time()
+            call()
+            samples[name].append(time.thread_time() - t0)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def previous_dispatch_point(sequence: MessageSequence) -> int:
@@ -106,17 +111,18 @@ def main() -> None:
             assert adapter.render(sequence, params) == expected
             assert adapter.render(sequence, params, seeded(key, entry)) == expected
             repeats = args.repeats if size < 1000 else max(5, args.repeats // 3)
-            t_dumps = median_seconds(lambda p=payload: orjson.dumps(p), repeats)
-            t_before = median_seconds(
-                lambda a=adapter, p=params, s=sequence: Rendered.of(a.build(s, p)),
+            t = interleaved_medians(
+                {
+                    "dumps": lambda p=payload: lambda: orjson.dumps(p),
+                    "before": lambda a=adapter, p=params, s=sequence: lambda: Rendered.of(a.build(s, p)),
+                    "fresh": lambda a=adapter, p=params, s=sequence: lambda: a.render(s, p),
+                    "continued": lambda a=adapter, p=params, s=sequence, k=key, e=entry: partial(
+                        a.render, s, p, seeded(k, e)
+                    ),
+                },
                 repeats,
             )
-            t_fresh = median_seconds(lambda a=adapter, p=params, s=sequence: a.render(s, p), repeats)
-            t_continued = median_seconds_after(
-                lambda k=key, e=entry: seeded(k, e),
-                lambda c, a=adapter, p=params, s=sequence: a.render(s, p, c),
-                repeats,
-            )
+            t_dumps, t_before, t_fresh, t_continued = t["dumps"], t["before"], t["fresh"], t["continued"]
             print(
                 f"| {adapter_id} | {len(sequence.blocks)} ({len(sequence.blocks) - cut}) "
                 f"| {t_dumps * 1e3:.3f} "

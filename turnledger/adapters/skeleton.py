@@ -126,11 +126,11 @@ class AdapterBase(ABC, Generic[R]):
         facts = facts_of(new)
         if prefix.blocks and new and not self._continues(prefix, new, facts.call_ids):
             prefix, new, facts = EMPTY, blocks, facts_of(blocks)
-        outcome = self._render_after(prefix, new, facts, params)
+        outcome = self._render_after(prefix, new, facts, params, keep=cache is not None)
         if isinstance(outcome, UnsupportedKind):
             return outcome
         rendered, next_prefix = outcome
-        if cache is not None:
+        if cache is not None and next_prefix is not None:
             cache.put(key, next_prefix)
         return rendered
 
@@ -145,9 +145,16 @@ class AdapterBase(ABC, Generic[R]):
         )
 
     def _render_after(
-        self, prefix: RenderedPrefix, new: tuple[Block, ...], facts: BlockFacts, params: DispatchParams
-    ) -> tuple[Rendered, RenderedPrefix] | UnsupportedKind:
-        """`render` of the prefix's blocks then `new`, given the prefix; and the prefix it leaves."""
+        self,
+        prefix: RenderedPrefix,
+        new: tuple[Block, ...],
+        facts: BlockFacts,
+        params: DispatchParams,
+        *,
+        keep: bool,
+    ) -> tuple[Rendered, RenderedPrefix | None] | UnsupportedKind:
+        """`render` of the prefix's blocks then `new`, given the prefix; and, if `keep`, the prefix it
+        leaves."""
         placed = place_results(new)
         rendered = self.turns(role_runs(placed), None)
         if isinstance(rendered, UnsupportedKind):
@@ -171,9 +178,12 @@ class AdapterBase(ABC, Generic[R]):
         head, tail = canonical_json(body).split(_HOLE_BYTES)  # the one raw NUL is the hole
         hashed = b"".join((head, b"[", inner))
         digest = _continued_sha256(prefix, hashed)
-        state = digest.copy()
+        state = digest.copy() if keep else None
         closing = b"]" + tail
         digest.update(closing)
+        rendered_body = Rendered(body=hashed + closing, request_digest="sha256:" + digest.hexdigest())
+        if not keep:
+            return rendered_body, None
         last = placed[-1] if placed else None
         next_prefix = RenderedPrefix(
             blocks=prefix.blocks + new,
@@ -195,7 +205,7 @@ class AdapterBase(ABC, Generic[R]):
             tool_blocks=tool_blocks,
             tool_names=tool_names,
         )
-        return Rendered(body=hashed + closing, request_digest="sha256:" + digest.hexdigest()), next_prefix
+        return rendered_body, next_prefix
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.adapter_id} {self._digest[:19]}>"
