@@ -103,7 +103,8 @@ class RenderedPrefix:
 
     @property
     def held_bytes(self) -> int:
-        return len(self.hashed) + _ENTRY_BYTES
+        """The bytes and the tuple this entry holds; the blocks are the conversation state's own."""
+        return len(self.hashed) + 8 * len(self.blocks) + _ENTRY_BYTES
 
 
 EMPTY = RenderedPrefix(
@@ -114,11 +115,13 @@ EMPTY = RenderedPrefix(
 class RenderCache:
     """The last rendered prefix per (adapter id, conversation id), bounded in bytes, LRU first out.
 
-    A lock keeps the bookkeeping whole if processors share it across threads. Entries are
-    immutable: a render reads one and puts a new one.
+    The bound counts the body bytes and the block tuple of each entry, not the blocks: those are
+    the conversation state's, which the engine holds anyway while the conversation is active (an
+    entry outlives its state only until it is evicted). A lock keeps the bookkeeping whole if
+    processors share it across threads. Entries are immutable: a render reads one, puts a new one.
     """
 
-    def __init__(self, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
         self._max_bytes = max_bytes
         self._bytes = 0
         self._entries: OrderedDict[tuple[str, str], RenderedPrefix] = OrderedDict()
