@@ -97,9 +97,9 @@ class RenderedPrefix:
     """Tool names of the calls and results, first-seen order (kept for layouts with stub tools only)."""
 
     @property
-    def turns(self) -> bytes:
-        """The canonical JSON of the turns, comma-joined, without brackets."""
-        return self.hashed[self.turns_at :]
+    def turns(self) -> memoryview:
+        """The canonical JSON of the turns, comma-joined, without brackets (a view: no copy)."""
+        return memoryview(self.hashed)[self.turns_at :]
 
     @property
     def held_bytes(self) -> int:

@@ -167,8 +167,9 @@ class AdapterBase(ABC, Generic[R]):
         notice = self.rules.scoped_notice
         lead = self.turns([], notice) if notice and scoped else RenderedTurns(turns=[])
         assert not isinstance(lead, UnsupportedKind)  # no runs: nothing to refuse
-        turns = _joined(prefix.turns, canonical_json(rendered.turns)[1:-1])
-        inner = _joined(canonical_json(lead.turns)[1:-1], turns)
+        turns = _comma_joined((prefix.turns, canonical_json(rendered.turns)[1:-1]))
+        notice_turns = canonical_json(lead.turns)[1:-1]
+        inner = (notice_turns, b",", *turns) if notice_turns and turns else (notice_turns, *turns)
         system = [*lead.system, *prefix.system, *rendered.system]
         tools = [self.tool_definition(t.name, t.description, t.input_schema) for t in params.tools]
         if not tools and self.layout.stub_tools and tool_blocks:
@@ -176,7 +177,7 @@ class AdapterBase(ABC, Generic[R]):
         body = request_body(self.layout, params, RenderedTurns([], system), tools, self.rules.policy_fields)
         body[self.layout.turns] = _HOLE
         head, tail = canonical_json(body).split(_HOLE_BYTES)  # the one raw NUL is the hole
-        hashed = b"".join((head, b"[", inner))
+        hashed = b"".join((head, b"[", *inner))  # the one copy of the history's bytes
         digest = _continued_sha256(prefix, hashed)
         state = digest.copy() if keep else None
         closing = b"]" + tail
@@ -198,7 +199,7 @@ class AdapterBase(ABC, Generic[R]):
             ),
             call_ids=prefix.call_ids | facts.call_ids if facts.call_ids else prefix.call_ids,
             hashed=hashed,
-            turns_at=len(hashed) - len(turns),
+            turns_at=len(hashed) - sum(len(piece) for piece in turns),
             hash_state=state,
             system=(*prefix.system, *rendered.system),
             scoped=scoped,
@@ -218,9 +219,10 @@ _HOLE = orjson.Fragment(_HOLE_BYTES)
 _OPEN_END_ROLES = frozenset({USER, TOOL})
 
 
-def _joined(first: bytes, second: bytes) -> bytes:
-    """Two comma-joined JSON array bodies as one (either may be empty)."""
-    return first + b"," + second if first and second else first or second
+def _comma_joined(pieces: tuple[bytes | memoryview, ...]) -> tuple[bytes | memoryview, ...]:
+    """JSON array bodies (each maybe empty) as the pieces of one, commas between: joined later, once."""
+    kept = [piece for piece in pieces if len(piece)]
+    return tuple(part for i, piece in enumerate(kept) for part in ((b",", piece) if i else (piece,)))
 
 
 def _continued_sha256(prefix: RenderedPrefix, hashed: bytes) -> _Hash:
