@@ -1,10 +1,21 @@
 """Adapter render + digest cost, as a ratio to orjson.dumps of the same payload; token counting cost.
 
-For each current adapter and conversations of 10 / 100 / 1,000 blocks: median time of
-`adapter.render()` (graph → payload → canonical bytes → sha256) over repeats, and the
-median of `orjson.dumps(payload)` of the very payload it rendered, in the same run.
-The ratio is what our rules, canonical sorting and digest cost on top of a bare
-serialization. Token counting: ms per 100k tokens for the tiktoken (offline o200k)
+For each current adapter and conversations of 10 / 100 / 1,000 blocks, medians over repeats,
+in the same run:
+
+- `dumps`: `orjson.dumps(payload)` of the very payload the adapter renders (the yardstick);
+- `before`: `Rendered.of(adapter.build(...))`, the render as it was up to 96a8cce (graph →
+  payload → canonical bytes → sha256, the whole history every time);
+- `fresh`: `adapter.render(sequence, params)` with no cache: a render from nothing (a
+  conversation's first dispatch in this process);
+- `continued`: `adapter.render(sequence, params, cache)` with the cache holding the render of
+  the same conversation at its previous dispatch point (just before its last assistant turn:
+  the last 6 of 1,002 blocks are new): the case of a dispatch late in a long conversation. The
+  cache is seeded outside the timed call, afresh for every repeat.
+
+Times are CPU (thread) time; the three renders take turns in every round, `dumps` runs on its
+own, back to back (warm caches: the smallest time, so the hardest yardstick).
+Ratios are to `dumps`. Token counting: ms per 100k tokens for the tiktoken (offline o200k)
 counter and the bytes/3 estimate, on a rendered body.
 
 Run: .venv/bin/python bench/bench_adapters.py [--repeats N]
@@ -17,25 +28,61 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.unit.adapters.conversations import long_history, params_for
+from tests.unit.adapters.conversations import long_history, params_for, sequence_of
 from turnledger.adapters.admission import EstimateCounter, counter_for
 from turnledger.adapters.base import Rendered
+from turnledger.adapters.prefix import RenderCache, RenderedPrefix
 from turnledger.adapters.registry import ADAPTERS, LATEST
+from turnledger.model.graph import MessageSequence, Role
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median CPU time of `fn()` (thread time: wall time on a shared machine counts the preemptions)."""
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         fn()
-        samples.append(time.perf_counter() - t0)
+        samples.append(time.thread_time() - t0)
     return statistics.median(samples)
+
+
+def interleaved_medians(
+    cases: dict[str, Callable[[], Callable[[], object]]], repeats: int
+) -> dict[str, float]:
+    """Median CPU time of each case, the cases taking turns in every round so that a busy spell of
+    the machine falls on all of them; each case builds its call untimed (the seeded cache), then
+    only the call is timed."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, prepare in cases.items():
+            call = prepare()
+            t0 = time.thread_time()
+            call()
+            samples[name].append(time.thread_time() - t0)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def previous_dispatch_point(sequence: MessageSequence) -> int:
+    """Where the conversation's previous dispatch rendered it: just before its last assistant turn."""
+    blocks = sequence.blocks
+    return max(
+        i
+        for i in range(1, len(blocks))
+        if blocks[i].role == Role.ASSISTANT and blocks[i - 1].role != Role.ASSISTANT
+    )
+
+
+def seeded(key: tuple[str, str], entry: RenderedPrefix) -> RenderCache:
+    cache = RenderCache()
+    cache.put(key, entry)
+    return cache
 
 
 def main() -> None:
@@ -43,21 +90,48 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=25)
     args = parser.parse_args()
 
-    print("| adapter | blocks | render+digest (ms, median) | orjson.dumps (ms, median) | ratio |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| adapter | blocks (new) | dumps ms | before ms (ratio) | fresh ms (ratio) | continued ms (ratio) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for size in (10, 100, 1000):
         sequence = long_history(size)
+        cut = previous_dispatch_point(sequence)
+        earlier = sequence_of(sequence.conversation_id, sequence.blocks[:cut], revision=cut)
         for adapter_id in sorted(LATEST.values()):
             adapter = ADAPTERS[adapter_id]
             params = params_for(adapter.provider)
             payload = adapter.build(sequence, params)
             assert isinstance(payload, dict)
+            seeding = RenderCache()
+            adapter.render(earlier, params, seeding)
+            key = (adapter.adapter_id, sequence.conversation_id)
+            entry = seeding.get(key)
+            assert entry is not None
+            expected = Rendered.of(payload)
+            assert adapter.render(sequence, params) == expected
+            assert adapter.render(sequence, params, seeded(key, entry)) == expected
             repeats = args.repeats if size < 1000 else max(5, args.repeats // 3)
-            t_render = median_seconds(lambda a=adapter, p=params, s=sequence: a.render(s, p), repeats)
-            t_dumps = median_seconds(lambda p=payload: orjson.dumps(p), repeats)
+            t = interleaved_medians(
+                {
+                    "before": lambda a=adapter, p=params, s=sequence: lambda: Rendered.of(a.build(s, p)),
+                    "fresh": lambda a=adapter, p=params, s=sequence: lambda: a.render(s, p),
+                    "continued": lambda a=adapter, p=params, s=sequence, k=key, e=entry: partial(
+                        a.render, s, p, seeded(k, e)
+                    ),
+                },
+                repeats,
+            )
+            t_dumps = median_seconds(
+                lambda p=payload: orjson.dumps(p), 4 * repeats
+            )  # warm: the hardest yardstick
+            t_before, t_fresh, t_continued = t["before"], t["fresh"], t["continued"]
             print(
-                f"| {adapter_id} | {len(sequence.blocks)} | {t_render * 1e3:.3f} | {t_dumps * 1e3:.4f} "
-                f"| {t_render / t_dumps:.0f}x |"
+                f"| {adapter_id} | {len(sequence.blocks)} ({len(sequence.blocks) - cut}) "
+                f"| {t_dumps * 1e3:.3f} "
+                f"| {t_before * 1e3:.3f} ({t_before / t_dumps:.0f}x) "
+                f"| {t_fresh * 1e3:.3f} ({t_fresh / t_dumps:.0f}x) "
+                f"| {t_continued * 1e3:.3f} ({t_continued / t_dumps:.1f}x) |"
             )
 
     rendered = ADAPTERS["openai-chat@1"].render(long_history(1000), params_for("openai"))

@@ -16,8 +16,9 @@ from typing import Any
 import orjson
 
 from turnledger.adapters.base import MalformedSequenceError
+from turnledger.adapters.kinds import ASSISTANT, CALL_OR_RESULT, CANCEL, FAILED, TOOL, TOOL_CALL, TOOL_RESULT
 from turnledger.model.canonical import canonical_json
-from turnledger.model.graph import SCOPED_INPUT_KINDS, Block, BlockKind, ResultStatus, Role
+from turnledger.model.graph import SCOPED_INPUT_KINDS, Block, BlockKind
 
 
 def place_results(blocks: Sequence[Block]) -> tuple[Block, ...]:
@@ -32,7 +33,7 @@ def place_results(blocks: Sequence[Block]) -> tuple[Block, ...]:
     """
     result_index: dict[str, int] = {}
     for i, b in enumerate(blocks):
-        if b.kind == BlockKind.TOOL_RESULT and b.call_id is not None:
+        if b.kind == TOOL_RESULT and b.call_id is not None:
             result_index.setdefault(b.call_id, i)
     out: list[Block] = []
     placed: set[int] = set()
@@ -43,9 +44,9 @@ def place_results(blocks: Sequence[Block]) -> tuple[Block, ...]:
             continue
         out.append(b)
         placed.add(i)
-        if b.role == Role.ASSISTANT and b.kind == BlockKind.TOOL_CALL:
+        if b.role == ASSISTANT and b.kind == TOOL_CALL:
             run_calls.append(b)
-        run_ends = b.role == Role.ASSISTANT and (i + 1 == n or blocks[i + 1].role != Role.ASSISTANT)
+        run_ends = b.role == ASSISTANT and (i + 1 == n or blocks[i + 1].role != ASSISTANT)
         if run_ends and run_calls:
             for call in run_calls:
                 j = result_index.get(call.call_id or "")
@@ -54,17 +55,12 @@ def place_results(blocks: Sequence[Block]) -> tuple[Block, ...]:
                 out.append(blocks[j])
                 placed.add(j)
                 k = j + 1
-                while (
-                    k < n
-                    and k not in placed
-                    and blocks[k].role == Role.TOOL
-                    and blocks[k].kind != BlockKind.TOOL_RESULT
-                ):
+                while k < n and k not in placed and blocks[k].role == TOOL and blocks[k].kind != TOOL_RESULT:
                     out.append(blocks[k])
                     placed.add(k)
                     k += 1
             run_calls = []
-        elif b.role != Role.ASSISTANT:
+        elif b.role != ASSISTANT:
             run_calls = []
     return tuple(out)
 
@@ -124,7 +120,7 @@ def has_scoped(blocks: Iterable[Block]) -> bool:
 
 
 def has_tool_blocks(blocks: Iterable[Block]) -> bool:
-    return any(b.kind in (BlockKind.TOOL_CALL, BlockKind.TOOL_RESULT) for b in blocks)
+    return any(b.kind in CALL_OR_RESULT for b in blocks)
 
 
 def parse_arguments(block: Block) -> dict[str, Any]:
@@ -139,11 +135,11 @@ def parse_arguments(block: Block) -> dict[str, Any]:
 
 
 def is_failure(block: Block) -> bool:
-    return block.result_status in (ResultStatus.ERROR, ResultStatus.CANCEL)
+    return block.result_status in FAILED
 
 
 def is_cancel(block: Block) -> bool:
-    return block.result_status == ResultStatus.CANCEL
+    return block.result_status == CANCEL
 
 
 def error_envelope(block: Block, cancel_status: str) -> dict[str, Any]:
@@ -175,6 +171,6 @@ def call_tool_names(blocks: Iterable[Block]) -> list[str]:
     """Tool names that appear in the history, first-seen order."""
     seen: dict[str, None] = {}
     for b in blocks:
-        if b.kind in (BlockKind.TOOL_CALL, BlockKind.TOOL_RESULT) and b.tool_name:
+        if b.kind in CALL_OR_RESULT and b.tool_name:
             seen.setdefault(b.tool_name, None)
     return list(seen)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from turnledger.errors import AdapterError
 from turnledger.model.canonical import canonical_json, sha256_digest
@@ -24,6 +24,9 @@ from turnledger.model.events import DispatchRequested
 from turnledger.model.graph import Block, MessageSequence, Role
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
+
+if TYPE_CHECKING:
+    from turnledger.adapters.prefix import RenderCache
 
 JsonObject = dict[str, Any]
 
@@ -151,7 +154,9 @@ class Adapter(Protocol):
 
     def build(self, sequence: MessageSequence, params: DispatchParams) -> JsonObject | UnsupportedKind: ...
 
-    def render(self, sequence: MessageSequence, params: DispatchParams) -> RenderOutcome: ...
+    def render(
+        self, sequence: MessageSequence, params: DispatchParams, cache: RenderCache | None = None
+    ) -> RenderOutcome: ...
 
 
 class RulesTable(Protocol):

@@ -19,11 +19,12 @@ from typing import Any
 from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
 from turnledger.adapters.base import JsonObject, UnsupportedKind
 from turnledger.adapters.call_ids import IdRule, wire_call_id
+from turnledger.adapters.kinds import SYSTEM, TOOL, TOOL_CALL
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.profiles import OPENAI_CHAT_IDS
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, results_carrying_scoped
-from turnledger.model.graph import Block, BlockKind, Role
+from turnledger.model.graph import Block
 
 Part = dict[str, Any]
 
@@ -149,7 +150,7 @@ class OpenAIChatAdapter(AdapterBase[OpenAIChatRules]):
         if notice:
             messages.append({"role": rules.system_role, "content": [{"type": "text", "text": notice}]})
         for run in runs:
-            if run.role == Role.TOOL:
+            if run.role == TOOL:
                 tool_messages = results_carrying_scoped(
                     run.blocks,
                     self.render_block,
@@ -167,10 +168,10 @@ class OpenAIChatAdapter(AdapterBase[OpenAIChatRules]):
                 part = self.render_block(block)
                 if part is None:
                     continue
-                (calls if block.kind == BlockKind.TOOL_CALL else texts).append(part)
+                (calls if block.kind == TOOL_CALL else texts).append(part)
             if not texts and not calls:
                 continue
-            message: JsonObject = {"role": rules.system_role if run.role == Role.SYSTEM else run.role}
+            message: JsonObject = {"role": rules.system_role if run.role == SYSTEM else run.role}
             if texts:
                 message["content"] = texts
             if calls:

@@ -22,11 +22,12 @@ from typing import Any
 from turnledger.adapters._common import SCOPED_NOTICE, Run, delimited_scoped_text, result_text
 from turnledger.adapters.base import JsonObject, UnsupportedKind
 from turnledger.adapters.call_ids import IdRule, wire_call_id
+from turnledger.adapters.kinds import ASSISTANT, TOOL
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.profiles import OPENAI_RESPONSES_IDS
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, rendered_parts, results_carrying_scoped
-from turnledger.model.graph import Block, Role
+from turnledger.model.graph import Block
 
 Item = dict[str, Any]
 
@@ -101,14 +102,14 @@ RULES_V2 = OpenAIResponsesRulesV2()
 def _text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
     if not block.text:
         return None
-    if block.role == Role.ASSISTANT:
+    if block.role == ASSISTANT:
         return {"type": "message", "role": "assistant", "content": block.text}
     return {"type": rules.input_text_type, "text": block.text}
 
 
 def _scoped_text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
     text = delimited_scoped_text(block)
-    if block.role == Role.ASSISTANT:
+    if block.role == ASSISTANT:
         return {"type": "message", "role": "assistant", "content": text}
     return {"type": rules.input_text_type, "text": text}
 
@@ -164,7 +165,7 @@ class OpenAIResponsesAdapter(AdapterBase[OpenAIResponsesRules]):
         if notice:
             items.append(_message("system", [{"type": rules.input_text_type, "text": notice}]))
         for run in runs:
-            if run.role == Role.TOOL:
+            if run.role == TOOL:
                 outputs = results_carrying_scoped(
                     run.blocks,
                     self.render_block,
@@ -177,7 +178,7 @@ class OpenAIResponsesAdapter(AdapterBase[OpenAIResponsesRules]):
                 items.extend(outputs)
                 continue
             rendered = rendered_parts(run, self.render_block)
-            if run.role == Role.ASSISTANT:
+            if run.role == ASSISTANT:
                 items.extend(_assistant_items(rendered, rules))
             elif rendered:
                 items.append(_message(run.role, rendered))

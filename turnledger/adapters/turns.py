@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from turnledger.adapters._common import Run
 from turnledger.adapters.base import JsonObject, UnsupportedKind
-from turnledger.model.graph import Block, BlockKind, Role
+from turnledger.adapters.kinds import ASSISTANT, SYSTEM, TOOL_RESULT
+from turnledger.model.graph import Block
 
 Part = JsonObject
 RenderBlock = Callable[[Block], Part | None]
@@ -61,10 +62,10 @@ def system_aside_turns(
         parts = rendered_parts(run, render)
         if not parts:
             continue
-        if run.role == Role.SYSTEM:
+        if run.role == SYSTEM:
             aside.extend(parts)
             continue
-        role = assistant_role if run.role == Role.ASSISTANT else other_role
+        role = assistant_role if run.role == ASSISTANT else other_role
         if (
             merge_same_role
             and turns
@@ -97,7 +98,7 @@ def results_carrying_scoped(
         rendered = render(block)
         if rendered is None:
             continue
-        if block.kind == BlockKind.TOOL_RESULT:
+        if block.kind == TOOL_RESULT:
             out.append(rendered)
             continue
         if not out:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
+from turnledger.adapters.prefix import RenderCache
 from turnledger.codec import CodecError, decode, encode
 from turnledger.dispatch import state_layout
 from turnledger.dispatch.fold import fold
@@ -100,7 +101,8 @@ class BatchEngine:
       (`Stored`), so a store rolled back by an aborted transaction is never shadowed by a stale
       decoded state, and a change writes only the parts whose JSON differs (`state_layout.py`);
     - the live assemblers of streaming attempts (`LiveAssemblers`);
-    - the changelog JSON of unchanged parts of the states (`StateJson`).
+    - the changelog JSON of unchanged parts of the states (`StateJson`);
+    - the rendered prefix of each conversation's last request per adapter (`RenderCache`).
     """
 
     def __init__(
@@ -114,6 +116,7 @@ class BatchEngine:
         self._cache_size = cache_size
         self._live = LiveAssemblers()
         self._state_json = StateJson()
+        self._renders = RenderCache()
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
         states: dict[str, ConversationState] = {}
@@ -144,7 +147,7 @@ class BatchEngine:
         if state is None:
             state, stored[conversation_id] = self._load(conversation_id, store)
         try:
-            result = fold(state, event, self._live, self._models, self._limits)
+            result = fold(state, event, self._live, self._models, self._limits, self._renders)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
             return [_fold_failed(event, record, exc)]
         if result.state is not state:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
+from turnledger.adapters.prefix import RenderCache
 from turnledger.dispatch.attempt import on_dispatch_attempt
 from turnledger.dispatch.leases import holds_lease, on_expiry_claimed, on_lease_renewed
 from turnledger.dispatch.lifecycle import (
@@ -115,17 +116,20 @@ def fold(
     live: LiveAssemblers | None = None,
     models: ModelRegistry | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    renders: RenderCache | None = None,
 ) -> FoldResult:
     """Apply one ingress event. Never raises for a well-typed event: refusals are outputs.
 
     `live` is the caller's cache of live assemblers (the outputs do not depend on it); `models` the
-    registry admission uses (the built-in one when None); `limits` the size limits (model/limits.py)."""
+    registry admission uses (the built-in one when None); `limits` the size limits (model/limits.py);
+    `renders` the caller's cache of rendered prefixes (adapters/prefix.py; no output depends on it)."""
     step = Step(
         event=event,
         state=state,
         live=live or LiveAssemblers(),
         models=models or builtin_registry(),
         limits=limits,
+        renders=renders,
     )
     conversation_handler = CONVERSATION_HANDLERS.get(type(event))
     if conversation_handler is not None:

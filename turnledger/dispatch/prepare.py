@@ -72,7 +72,7 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
         settle(step, op, previous, S.REJECTED, ReasonCode.EMPTY_SEQUENCE, "the conversation has no blocks")
         return
     params = DispatchParams.of_request(request)
-    rendered = adapter.render(sequence, params)
+    rendered = adapter.render(sequence, params, step.renders)
     if isinstance(rendered, UnsupportedKind):
         detail = f"{adapter.adapter_id} does not know kind {rendered.kind!r} (block {rendered.block_id})"
         paused = {**step.state.paused, adapter.adapter_id: op.operation_id}

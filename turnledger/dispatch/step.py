@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
+from turnledger.adapters.prefix import RenderCache
 from turnledger.dispatch.live_assemblers import LiveAssemblers, had_previews
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.model.base import Frozen
@@ -45,6 +46,9 @@ class Step:
     """The model registry admission counts against (the engine's configuration, not the log's)."""
     limits: Limits = DEFAULT_LIMITS
     """The size limits (the engine's configuration; a replay must fold under the same ones)."""
+    renders: RenderCache | None = None
+    """The engine's rendered prefixes: a dispatch renders only what is new since the last (no output
+    depends on it)."""
 
     @property
     def at(self) -> int:

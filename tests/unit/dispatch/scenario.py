@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from turnledger.adapters.prefix import RenderCache
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.state import ConversationState
 from turnledger.model.base import Frozen
@@ -69,6 +70,8 @@ class Conversation:
     """Added to every event time from now on (`advance`): each event is otherwise 1 ms after the last."""
     limits: Limits = DEFAULT_LIMITS
     """The size limits the fold runs under."""
+    renders: RenderCache | None = None
+    """The rendered-prefix cache the fold renders through (the engine's; none by default)."""
 
     def __post_init__(self) -> None:
         self.state = ConversationState.empty(self.conversation_id)
@@ -83,7 +86,7 @@ class Conversation:
         self.skew_ms += ms
 
     def apply(self, event: IngressEvent) -> list[Frozen]:
-        result = fold(self.state, event, limits=self.limits)
+        result = fold(self.state, event, limits=self.limits, renders=self.renders)
         self.state = result.state
         self.outputs.extend(result.outputs)
         return result.outputs

@@ -1,0 +1,205 @@
+"""A render continued from the conversation's last render (adapters/prefix.py) gives the same bytes.
+
+Every prefix of generated conversations is rendered in order with one cache, then the whole
+conversation after every prefix; each must equal the render from nothing, which must equal the
+canonical JSON of `build` (what the goldens pin). The conversations put system text, whitespace
+text, unsigned thinking, scoped input and late results at the cut points, where a continued
+render could merge, drop or move what it should not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.adapters.conversations import Conversation, long_history, params_for, sequence_of
+from tests.unit.adapters.strategies import content, conversations
+from turnledger.adapters.base import Adapter, DispatchParams, Rendered, RenderOutcome, UnsupportedKind
+from turnledger.adapters.prefix import RenderCache
+from turnledger.adapters.registry import ADAPTERS
+from turnledger.adapters.skeleton import AdapterBase
+from turnledger.model.graph import Block, MessageSequence, Role
+
+ADAPTER_IDS = sorted(ADAPTERS)
+
+
+def _prefix(sequence: MessageSequence, m: int) -> MessageSequence:
+    return sequence_of(sequence.conversation_id, sequence.blocks[:m], revision=m)
+
+
+def _fresh(adapter: Adapter, sequence: MessageSequence, params: DispatchParams) -> RenderOutcome:
+    outcome = adapter.render(sequence, params)
+    if not isinstance(outcome, UnsupportedKind):
+        payload = adapter.build(sequence, params)
+        assert not isinstance(payload, UnsupportedKind)
+        assert outcome == Rendered.of(payload)
+    return outcome
+
+
+def check_every_cut(sequence: MessageSequence, params_of: dict[str, DispatchParams]) -> None:
+    n = len(sequence.blocks)
+    for adapter in ADAPTERS.values():
+        params = params_of[adapter.provider]
+        fresh = [_fresh(adapter, _prefix(sequence, m), params) for m in range(n + 1)]
+        chained = RenderCache()
+        for m in range(n + 1):
+            assert adapter.render(_prefix(sequence, m), params, chained) == fresh[m], (adapter, m)
+        for m in range(n):
+            cache = RenderCache()
+            adapter.render(_prefix(sequence, m), params, cache)
+            assert adapter.render(sequence, params, cache) == fresh[n], (adapter, m)
+
+
+@st.composite
+def long_conversations(draw: st.DrawFn) -> MessageSequence:
+    """Steps in any order, valid or not at every cut: the render must not care."""
+    c = Conversation("cuts")
+    pending: list[Block] = []
+    for _ in range(draw(st.integers(2, 12))):
+        step = draw(
+            st.sampled_from(
+                ("user", "user", "blank", "system", "snippet", "assistant", "thinking", "calls", "results")
+            )
+        )
+        c.next_turn()
+        if step == "user":
+            c.user(draw(content))
+        elif step == "blank":
+            c.user(" ")  # some APIs leave whitespace text out: a run with no parts
+        elif step == "system":
+            c.system(draw(content))
+        elif step == "snippet":
+            c.snippet(draw(content), role=draw(st.sampled_from((Role.USER, Role.TOOL))))
+        elif step == "assistant":
+            c.assistant(draw(content))
+        elif step == "thinking":
+            signed = draw(st.booleans())
+            c.thinking(draw(content), signature="c2ln" if signed else None, block_id=f"rs_{c.turn}")
+        elif step == "calls":
+            pending += [c.call("search_docs", {"q": draw(content)}) for _ in range(draw(st.integers(1, 2)))]
+        elif pending:
+            for call in draw(st.permutations(pending)):
+                c.result(call, draw(content), status=draw(st.sampled_from(("success", "error", "cancel"))))
+            pending = []
+    return c.build()
+
+
+PARAMS = {p: params_for(p) for p in ("openai", "anthropic", "google", "bedrock")}
+NO_TOOLS = {p: params_for(p, tools=()) for p in PARAMS}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations())
+def test_valid_conversations_render_the_same_from_any_prefix(sequence: MessageSequence) -> None:
+    check_every_cut(sequence, PARAMS)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_conversations(), st.booleans())
+def test_any_block_order_renders_the_same_from_any_prefix(sequence: MessageSequence, tools: bool) -> None:
+    check_every_cut(sequence, PARAMS if tools else NO_TOOLS)
+
+
+def test_an_assistant_turn_after_a_blank_user_run_is_not_merged_across_the_cut() -> None:
+    """Anthropic leaves whitespace text out, so `A | U(" ") A` merges both assistant runs: no reuse."""
+    c = Conversation("blank")
+    c.next_turn().user("hi")
+    c.next_turn().assistant("one")
+    c.next_turn().user(" ")
+    c.next_turn().assistant("two")
+    c.next_turn().user("ok")
+    check_every_cut(c.build(), PARAMS)
+
+
+class _Counting(AdapterBase):  # type: ignore[type-arg]
+    """The adapter, counting the blocks it renders."""
+
+    def __init__(self, inner: AdapterBase) -> None:  # type: ignore[type-arg]
+        self.__dict__.update(inner.__dict__)
+        self._inner = inner
+        self.api, self.provider = inner.api, inner.provider
+        self.part_renderers = inner.part_renderers
+        self.rendered = 0
+
+    def body_layout(self, rules):  # type: ignore[no-untyped-def]
+        return self._inner.body_layout(rules)
+
+    def turns(self, runs, notice):  # type: ignore[no-untyped-def]
+        return type(self._inner).turns(self, runs, notice)
+
+    def tool_definition(self, name, description, schema):  # type: ignore[no-untyped-def]
+        return self._inner.tool_definition(name, description, schema)
+
+    def render_block(self, block):  # type: ignore[no-untyped-def]
+        self.rendered += 1
+        return super().render_block(block)
+
+
+def test_a_dispatch_late_in_a_long_conversation_renders_only_the_new_blocks() -> None:
+    """1,002 blocks, the last render before the last assistant turn: only the 6 new blocks are rendered
+    (the first and the last once more, to check the cut), the bytes those of a render from nothing."""
+    sequence = long_history(1000)
+    previous = max(
+        i
+        for i, b in enumerate(sequence.blocks)
+        if b.role == Role.ASSISTANT and i and sequence.blocks[i - 1].role == Role.USER
+    )
+    assert len(sequence.blocks) - previous == 6
+    for adapter_id in ADAPTER_IDS:
+        adapter = ADAPTERS[adapter_id]
+        assert isinstance(adapter, AdapterBase)
+        counting = _Counting(adapter)
+        params = params_for(adapter.provider)
+        cache = RenderCache()
+        counting.render(_prefix(sequence, previous), params, cache)
+        counting.rendered = 0
+        assert counting.render(sequence, params, cache) == adapter.render(sequence, params)
+        assert counting.rendered == 6 + 2, adapter_id
+        assert cache.get((adapter_id, sequence.conversation_id)) is not None
+
+
+def test_another_conversation_or_a_changed_history_renders_from_nothing() -> None:
+    sequence = long_history(40)
+    adapter = ADAPTERS["anthropic-messages@2"]
+    params = params_for("anthropic")
+    cache = RenderCache()
+    adapter.render(sequence, params, cache)
+    edited = replace_block_text(sequence, 5, "edited")
+    assert adapter.render(edited, params, cache) == adapter.render(edited, params)
+    other = sequence.model_copy(update={"conversation_id": "other"})
+    assert adapter.render(other, params, cache) == adapter.render(other, params)
+    assert len(cache) == 2
+
+
+def replace_block_text(sequence: MessageSequence, index: int, text: str) -> MessageSequence:
+    blocks = list(sequence.blocks)
+    blocks[index] = blocks[index].model_copy(update={"text": text}).with_digest()
+    return sequence_of(sequence.conversation_id, blocks, revision=sequence.conversation_revision)
+
+
+def test_the_cache_is_bounded_in_bytes() -> None:
+    adapter = ADAPTERS["openai-chat@2"]
+    params = params_for("openai")
+    sizing = RenderCache()
+    adapter.render(long_history(60), params, sizing)
+    entry = sizing.held_bytes  # every conversation below renders to the same size
+    cache = RenderCache(max_bytes=2 * entry + entry // 2)
+    for i in range(5):
+        adapter.render(long_history(60).model_copy(update={"conversation_id": f"c{i}"}), params, cache)
+    assert (len(cache), cache.held_bytes) == (2, 2 * entry)
+    assert [cache.get(("openai-chat@2", f"c{i}")) is not None for i in range(5)] == [False] * 3 + [True] * 2
+    too_small = RenderCache(max_bytes=entry - 1)
+    adapter.render(long_history(60), params, too_small)
+    assert (len(too_small), too_small.held_bytes) == (0, 0)
+
+
+def test_changed_params_with_the_same_history_still_render_their_own_bytes() -> None:
+    sequence = long_history(30)
+    for adapter in ADAPTERS.values():
+        params = params_for(adapter.provider)
+        cache = RenderCache()
+        adapter.render(sequence, params, cache)
+        other = replace(params, max_output_tokens=7, tools=())
+        assert adapter.render(sequence, other, cache) == adapter.render(sequence, other)
