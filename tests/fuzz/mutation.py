@@ -67,6 +67,10 @@ class Result:
     target: str
     inputs: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    """CPU time of this process for the target: on a shared machine, what the run cost (wall time
+    also counts the other processes' turns)."""
+    interrupted: bool = False
     outcomes: Counter[str] = field(default_factory=Counter)
     failures: list[Failure] = field(default_factory=list)
 
@@ -96,26 +100,36 @@ def run_target(
 ) -> Result:
     corpus = target.corpus()
     result = Result(target.name)
-    began = time.monotonic()
-    for index in range(start, start + inputs):
-        rng = input_rng(seed, target.name, index)
-        item = make_input(target, corpus, rng)
-        try:
-            outcome = target.check(rng, item)
-        except AssertionError as exc:
-            outcome = "FAILED assertion"
-            result.failures.append(Failure(target.name, seed, index, "assertion", _error(exc), repr(item)))
-        except Exception as exc:  # a crash is what we are looking for
-            outcome = "FAILED crash"
-            result.failures.append(Failure(target.name, seed, index, "crash", _error(exc), repr(item)))
-        result.inputs += 1
-        result.outcomes[outcome] += 1
-        if progress is not None and result.inputs % 10_000 == 0:
-            result.seconds = time.monotonic() - began
-            progress(result)
-        if len(result.failures) >= max_failures:
-            break
-    result.seconds = time.monotonic() - began
+    began, began_cpu = time.monotonic(), time.process_time()
+
+    def clock() -> None:
+        result.seconds = time.monotonic() - began
+        result.cpu_seconds = time.process_time() - began_cpu
+
+    try:
+        for index in range(start, start + inputs):
+            rng = input_rng(seed, target.name, index)
+            item = make_input(target, corpus, rng)
+            try:
+                outcome = target.check(rng, item)
+            except AssertionError as exc:
+                outcome = "FAILED assertion"
+                result.failures.append(
+                    Failure(target.name, seed, index, "assertion", _error(exc), repr(item))
+                )
+            except Exception as exc:  # a crash is what we are looking for
+                outcome = "FAILED crash"
+                result.failures.append(Failure(target.name, seed, index, "crash", _error(exc), repr(item)))
+            result.inputs += 1
+            result.outcomes[outcome] += 1
+            if progress is not None and result.inputs % 10_000 == 0:
+                clock()
+                progress(result)
+            if len(result.failures) >= max_failures:
+                break
+    except KeyboardInterrupt:  # SIGINT/SIGTERM (tests/fuzz/run.py): keep the counts of what ran
+        result.interrupted = True
+    clock()
     return result
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -31,8 +32,11 @@ def _commit() -> str:
 
 def _line(result: Result) -> str:
     outcomes = ", ".join(f"{o} {c}" for o, c in sorted(result.outcomes.items(), key=lambda kv: -kv[1]))
+    cpu_rate = result.inputs / result.cpu_seconds if result.cpu_seconds else 0.0
+    stopped = " (interrupted)" if result.interrupted else ""
     return (
-        f"{result.target}: {result.inputs} inputs in {result.seconds:.1f} s ({result.rate:.0f}/s), "
+        f"{result.target}: {result.inputs} inputs{stopped} in {result.seconds:.1f} s wall "
+        f"({result.rate:.0f}/s), {result.cpu_seconds:.1f} s CPU ({cpu_rate:.0f}/s), "
         f"{len(result.failures)} failures; {outcomes}"
     )
 
@@ -49,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, help="replay the one input of this index (with --target)")
     parser.add_argument("--start", type=int, default=0, help="index of the first input")
     parser.add_argument("--report", help="write the results as JSON here")
+    parser.add_argument("--commit", help="the commit to record (default: git rev-parse HEAD of the cwd)")
     args = parser.parse_args(argv)
 
     names = args.target or list(TARGETS)
@@ -67,10 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         print(_line(result), flush=True)
         for failure in result.failures:
             print(failure, flush=True)
+        if result.interrupted:
+            break
     if args.report:
         report = {
             "date": began.isoformat(timespec="seconds"),
-            "commit": _commit(),
+            "commit": args.commit or _commit(),
             "python": platform.python_version(),
             "seed": args.seed,
             "start": start,
@@ -80,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                 r.target: {
                     "inputs": r.inputs,
                     "also_counts_for": list(TARGETS[r.target].also_counts_for),
+                    "interrupted": r.interrupted,
                     "seconds": round(r.seconds, 1),
+                    "cpu_seconds": round(r.cpu_seconds, 1),
                     "per_second": round(r.rate, 1),
+                    "per_cpu_second": round(r.inputs / r.cpu_seconds, 1) if r.cpu_seconds else 0.0,
                     "outcomes": dict(sorted(r.outcomes.items())),
                     "failures": [vars(f) for f in r.failures],
                 }
@@ -93,7 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r.failures for r in results) else 0
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)  # stop early, still report what ran
     started = time.monotonic()
     code = main()
     print(f"total {time.monotonic() - started:.1f} s", flush=True)
