@@ -21,13 +21,14 @@ from typing import Annotated, Any
 
 import typer
 
+from turnledger.errors import ProcessorError
 from turnledger.model.limits import DEFAULT_LIMITS, Limits
 
 LIMIT_ENV: Mapping[str, str] = {f.name: f"TURNLEDGER_{f.name.upper()}" for f in fields(Limits)}
 """Limits field -> its environment variable: TURNLEDGER_MAX_BLOCK_BYTES, TURNLEDGER_MAX_TURN_BYTES, ..."""
 
 
-class LimitsConfigError(ValueError):
+class LimitsConfigError(ProcessorError, ValueError):
     """A size-limit variable that is not a positive integer."""
 
 
