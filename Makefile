@@ -79,10 +79,18 @@ mutation: venv
 	$(abspath $(BIN))/mutmut export-cicd-stats
 	$(BIN)/python tests/mutation_summary.py
 
-# Fuzzing at scale: the fuzz profile (tests/strategies.py) sends FUZZ_EXAMPLES inputs into each decoder,
-# parser, the assembler and the fold's interleavings (tests/fuzz). CI runs the same tests in its fast profile.
-FUZZ_EXAMPLES ?= 100000
+# Fuzzing at scale, in two parts. The seeded mutation fuzzer (tests/fuzz/mutation.py, targets.py) sends
+# FUZZ_INPUTS mutated real inputs (default 100,000) into each decoder, parser, the assembler and the fold's
+# interleavings, under nice; FUZZ_SEED picks the run, FUZZ_MUTATION_REPORT gets the counts (JSON).
+# Then the hypothesis profile `fuzz` sends FUZZ_EXAMPLES structured inputs (default 2,000: hypothesis costs
+# 15-50 ms per example here) into the same targets (tests/fuzz). CI runs both in their fast profiles.
+FUZZ_INPUTS ?= 100000
+FUZZ_SEED ?= 1
+FUZZ_MUTATION_REPORT ?= fuzz-mutation-report.json
+FUZZ_EXAMPLES ?= 2000
 fuzz: venv
+	env -u PYTHONPATH PYTHONPATH=. nice -n 10 $(BIN)/python -m tests.fuzz.run --inputs $(FUZZ_INPUTS) \
+	  --seed $(FUZZ_SEED) --report $(FUZZ_MUTATION_REPORT)
 	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) nice -n 10 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  -p no:timeout tests/fuzz
 

@@ -19,7 +19,7 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── StateFormatError          (dispatch) StateDecodeError, UnreadableStateFormat
     ├── InputFileError            (CLI files) LegacyExchangeError, LegacyFormatError, ProviderConfigError
     ├── ProcessorError            (processors) TopicMismatchError, ProducerFencedError, PoisonHookError,
-    │                                        TooManyAbortsError, ProcessesFailedError;
+    │                                        TooManyAbortsError, ProcessesFailedError, LimitsConfigError;
     │                                        BatchAborted, ProducerBroken stay inside (transaction.py)
     ├── ProjectionError           (projections) AmbiguousOperationError, EpochChangedError
     ├── StopRequested             (retry)    asked to stop while waiting out an outage

@@ -8,6 +8,7 @@ from turnledger.dispatch.live_assemblers import tools_of
 from turnledger.dispatch.responses import candidate_blocks_to_committed
 from turnledger.dispatch.state import OperationState
 from turnledger.dispatch.step import Step, rejection_detail
+from turnledger.dispatch.turn_size import turn_too_large
 from turnledger.model.deltas import DeltaType
 from turnledger.model.events import (
     AttemptTerminated,
@@ -154,19 +155,22 @@ def canonical_commit(step: Step, op: OperationState, outcome: Complete) -> None:
         detail = "; ".join(rejection_detail(r) for r in appended.rejections)
         refuse_commit(step, op, appended.rejections[0].code, detail)
         return
-    step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, turn_id)})
-    step.outputs.append(
-        CommittedTurn(
-            conversation_id=state.conversation_id,
-            revision=appended.revision,
-            turn_id=turn_id,
-            source_event_id=step.event.event_id,
-            operation_id=op.operation_id,
-            attempt_generation=op.attempt_generation,
-            blocks=blocks,
-            occurred_at_ms=step.at,
-        )
+    turn = CommittedTurn(
+        conversation_id=state.conversation_id,
+        revision=appended.revision,
+        turn_id=turn_id,
+        source_event_id=step.event.event_id,
+        operation_id=op.operation_id,
+        attempt_generation=op.attempt_generation,
+        blocks=blocks,
+        occurred_at_ms=step.at,
     )
+    too_large = turn_too_large(turn, step.limits)
+    if too_large is not None:
+        refuse_commit(step, op, ReasonCode.TURN_TOO_LARGE, too_large)
+        return
+    step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, turn_id)})
+    step.outputs.append(turn)
     step.transition(
         op, S.COMMITTED, committed_revision=appended.revision, assembler=None, attempt_terminated=True
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from turnledger.dispatch.prepare import prepare
 from turnledger.dispatch.step import Step, rejection_detail
+from turnledger.dispatch.turn_size import turn_too_large
 from turnledger.model.events import (
     CancelRequested,
     CommittedTurn,
@@ -53,17 +54,20 @@ def on_turn_submitted(step: Step, event: TurnSubmitted) -> None:
         for rejection in appended.rejections:
             step.reject(rejection.code, rejection_detail(rejection))
         return
-    step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, event.turn_id)})
-    step.outputs.append(
-        CommittedTurn(
-            conversation_id=state.conversation_id,
-            revision=appended.revision,
-            turn_id=event.turn_id,
-            source_event_id=event.event_id,
-            blocks=blocks,
-            occurred_at_ms=event.occurred_at_ms,
-        )
+    turn = CommittedTurn(
+        conversation_id=state.conversation_id,
+        revision=appended.revision,
+        turn_id=event.turn_id,
+        source_event_id=event.event_id,
+        blocks=blocks,
+        occurred_at_ms=event.occurred_at_ms,
     )
+    too_large = turn_too_large(turn, step.limits)
+    if too_large is not None:
+        step.reject(ReasonCode.TURN_TOO_LARGE, too_large)
+        return
+    step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, event.turn_id)})
+    step.outputs.append(turn)
     detail = f"turn {event.turn_id} moved the conversation to revision {appended.revision}"
     for op in list(step.state.operations.values()):
         if op.state in SUPERSEDED_BY_A_TURN:

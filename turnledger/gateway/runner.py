@@ -18,6 +18,7 @@ from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, IngressEvent, ManifestIssued, ToolCallReady
 from turnledger.observability.server import serving
+from turnledger.processors.limits_config import load_limits  # the processor's TURNLEDGER_MAX_*
 from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
 from turnledger.topology import Topics
 
@@ -100,7 +101,9 @@ async def _run_worker(
     journal = WorkerJournal(journal_path(journal_dir, config.worker_id))
     try:
         client = await start_client(
-            lambda: GatewayClient(bootstrap, topic=topics.ingress, client_id=config.worker_id),
+            lambda: GatewayClient(
+                bootstrap, topic=topics.ingress, client_id=config.worker_id, limits=load_limits()
+            ),
             bootstrap=bootstrap,
             action="start the worker's ingress producer",
             backoff=outage,
@@ -196,7 +199,9 @@ async def _run_tool_executor(
 
     try:
         client = await start_client(
-            lambda: GatewayClient(bootstrap, topic=topics.ingress, client_id="turnledger-tool-executor"),
+            lambda: GatewayClient(
+                bootstrap, topic=topics.ingress, client_id="turnledger-tool-executor", limits=load_limits()
+            ),
             bootstrap=bootstrap,
             action="start the tool executor's ingress producer",
             backoff=outage,

@@ -13,6 +13,14 @@ given. Crossing one is a typed rejection, never an exception:
   response (assembler). `TOO_MANY_BLOCKS`.
 - `max_record_bytes`, default 1 MiB: bytes of one encoded ingress record; the engine refuses
   a larger one before decoding it, the gateway client before sending it. `RECORD_TOO_LARGE`.
+- `max_turn_bytes`, default 1 MiB: bytes of the encoded `CommittedTurn` record a turn would be
+  written as (256 blocks of 256 KiB would be 64 MiB, past any broker's message size). The fold
+  measures the record before it commits the turn: a submitted turn is rejected, an assistant
+  turn refused (quarantined, the attempt UNKNOWN), nothing written. `TURN_TOO_LARGE`.
+- `max_held_deltas`, default 4,096: deltas the assembler holds ahead of a sequence gap. One more
+  is a violation (the attempt can no longer complete): the held deltas are dropped and so is every
+  later delta ahead of the gap, so a stream that never fills its gap holds at most this many.
+  `TOO_MANY_HELD_DELTAS`.
 
 A value is at the limit when equal to it (accepted); one past it is refused.
 """
@@ -33,6 +41,9 @@ class Limits:
     max_record_bytes: int = 1024 * 1024
     """Kafka's default `max.request.size` of a producer; its broker default `message.max.bytes` is a
     little more (1,048,588), so a record the client accepts fits a default broker."""
+    max_turn_bytes: int = 1024 * 1024
+    """The same bound on the ledger's own CommittedTurn records (the output topics' brokers)."""
+    max_held_deltas: int = 4_096
 
 
 DEFAULT_LIMITS = Limits()

@@ -90,3 +90,6 @@ class ReasonCode(StrEnum):
     TOO_MANY_DELTAS = "TOO_MANY_DELTAS"
     TOO_MANY_BLOCKS = "TOO_MANY_BLOCKS"
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
+    # bounds on the out-of-order buffer and the committed-turn record (model/limits.py)
+    TOO_MANY_HELD_DELTAS = "TOO_MANY_HELD_DELTAS"
+    TURN_TOO_LARGE = "TURN_TOO_LARGE"

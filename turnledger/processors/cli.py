@@ -27,6 +27,17 @@ from turnledger.processors.errors import (
 )
 from turnledger.processors.fold_spec import DEFAULT_FOLD_SPEC, FoldSpecError, load_fold_factory
 from turnledger.processors.health import serve_processor_metrics
+from turnledger.processors.limits_config import (
+    MaxBlockBytes,
+    MaxBlocksPerTurn,
+    MaxDeltasPerBlock,
+    MaxHeldDeltas,
+    MaxRecordBytes,
+    MaxTurnBytes,
+    describe,
+    export_limits,
+    limits_of,
+)
 from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.ownership import owned_partitions
 from turnledger.processors.topics import ensure_topics
@@ -136,6 +147,12 @@ def process(
     ] = None,
     metrics_port: MetricsPort = 0,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+    max_block_bytes: MaxBlockBytes = None,
+    max_deltas_per_block: MaxDeltasPerBlock = None,
+    max_blocks_per_turn: MaxBlocksPerTurn = None,
+    max_record_bytes: MaxRecordBytes = None,
+    max_turn_bytes: MaxTurnBytes = None,
+    max_held_deltas: MaxHeldDeltas = None,
 ) -> None:
     """Fold the ingress topic exactly once: one transactional processor per partition.
 
@@ -150,6 +167,10 @@ def process(
     --metrics-port P serves /metrics, /healthz and /readyz (ready: an assignment arrived and every
     owned partition restored its state); with --processes N, child k serves on P + k instead.
 
+    The size limits (--max-block-bytes ..., or their TURNLEDGER_MAX_* variables) are what the fold
+    refuses past; the processor logs them at start. `turnledger replay audit` must be given the same
+    (docs/architecture.md, "Size limits").
+
     Exit codes: 1 a partition failed (or a child process died), 2 bad usage or Kafka unreachable
     for longer than --max-outage, 3 fenced by another processor (static partitions); with
     --processes, the worst of the children's.
@@ -162,6 +183,16 @@ def process(
             err=True,
         )
         raise typer.Exit(EXIT_USAGE)
+    limits = limits_of(
+        max_block_bytes,
+        max_deltas_per_block,
+        max_blocks_per_turn,
+        max_record_bytes,
+        max_turn_bytes,
+        max_held_deltas,
+    )
+    export_limits(limits)  # the default fold and the children of --processes read them from there
+    log.info("size limits: %s", describe(limits))
     topics = Topics(prefix=topic_prefix)
     try:
         factory = load_fold_factory(fold)

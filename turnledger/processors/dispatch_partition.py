@@ -10,6 +10,7 @@ from turnledger.dispatch.engine import BatchEngine
 from turnledger.model.events import Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.processors.contract import StateStore
+from turnledger.processors.limits_config import load_limits
 from turnledger.processors.model_registry import load_model_registry
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Stream, Topics
@@ -23,7 +24,7 @@ class DispatchPartitionFold:
         self._topics = topics
         self._topic_of = {stream: topics.name(stream) for stream in Stream}
         models = load_model_registry()
-        self._engine = engine or BatchEngine(models=models)
+        self._engine = engine or BatchEngine(models=models, limits=load_limits())
         preload_counters(models)
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:

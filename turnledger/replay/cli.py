@@ -18,6 +18,17 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from turnledger.processors.limits_config import (
+    MaxBlockBytes,
+    MaxBlocksPerTurn,
+    MaxDeltasPerBlock,
+    MaxHeldDeltas,
+    MaxRecordBytes,
+    MaxTurnBytes,
+    describe,
+    export_limits,
+    limits_of,
+)
 from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, connect, require, run
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.replay.shadow import ShadowResult
@@ -52,10 +63,30 @@ def audit_command(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = "",
     limit: Annotated[int, typer.Option(help="Divergences to list (all are counted).")] = 50,
+    max_block_bytes: MaxBlockBytes = None,
+    max_deltas_per_block: MaxDeltasPerBlock = None,
+    max_blocks_per_turn: MaxBlocksPerTurn = None,
+    max_record_bytes: MaxRecordBytes = None,
+    max_turn_bytes: MaxTurnBytes = None,
+    max_held_deltas: MaxHeldDeltas = None,
 ) -> None:
-    """Fold the ingress log again and compare every output record, byte for byte, with the topics."""
+    """Fold the ingress log again and compare every output record, byte for byte, with the topics.
+
+    The fold runs under the size limits given (--max-block-bytes ..., or the TURNLEDGER_MAX_*
+    variables): give the processor's, or turns it accepted may be refused here (or the reverse), and
+    those show up as divergences. The limits used are printed with the report."""
     from turnledger.replay.audit import AuditReport, audit
     from turnledger.topology import Topics
+
+    limits = limits_of(
+        max_block_bytes,
+        max_deltas_per_block,
+        max_blocks_per_turn,
+        max_record_bytes,
+        max_turn_bytes,
+        max_held_deltas,
+    )
+    export_limits(limits)  # the refold reads them, as the processor's fold does
 
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     with _progress() as progress:
@@ -80,6 +111,7 @@ def audit_command(
         ("of them written with an older schema version", report.older_versions),
         ("divergences", len(report.divergences)),
         ("seconds", f"{report.seconds:.2f}"),
+        ("size limits", describe(limits)),
     ):
         summary.add_row(name, str(value))
     console.print(summary)
@@ -100,10 +132,29 @@ def manifest_command(
     digest: Annotated[str | None, typer.Option("--digest", help="A manifest digest (sha256:...).")] = None,
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = "",
+    max_block_bytes: MaxBlockBytes = None,
+    max_deltas_per_block: MaxDeltasPerBlock = None,
+    max_blocks_per_turn: MaxBlocksPerTurn = None,
+    max_record_bytes: MaxRecordBytes = None,
+    max_turn_bytes: MaxTurnBytes = None,
+    max_held_deltas: MaxHeldDeltas = None,
 ) -> None:
-    """Rebuild a manifest's request from the topics and prove bytes and digests are equal."""
+    """Rebuild a manifest's request from the topics and prove bytes and digests are equal.
+
+    The committed turns are validated again under the size limits given (the processor's)."""
     from turnledger.replay.manifest_check import ManifestCheck, reproduce
     from turnledger.topology import Topics
+
+    limits = limits_of(
+        max_block_bytes,
+        max_deltas_per_block,
+        max_blocks_per_turn,
+        max_record_bytes,
+        max_turn_bytes,
+        max_held_deltas,
+    )
+    export_limits(limits)
+    err.print(f"size limits: {describe(limits)}")
 
     if operation_id is None and digest is None:
         err.print("give an OPERATION_ID or --digest sha256:...")
@@ -142,10 +193,30 @@ def rebuild_command(
     topic_prefix: TopicPrefix = "",
     key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
     verify: Annotated[bool, typer.Option(help="Compare with a projection of a fresh fold.")] = True,
+    max_block_bytes: MaxBlockBytes = None,
+    max_deltas_per_block: MaxDeltasPerBlock = None,
+    max_blocks_per_turn: MaxBlocksPerTurn = None,
+    max_record_bytes: MaxRecordBytes = None,
+    max_turn_bytes: MaxTurnBytes = None,
+    max_held_deltas: MaxHeldDeltas = None,
 ) -> None:
-    """Drop the projection keys (SCAN+DEL by prefix), project the topics again, verify with a fresh fold."""
+    """Drop the projection keys (SCAN+DEL by prefix), project the topics again, verify with a fresh fold.
+
+    The fresh fold runs under the size limits given (the processor's)."""
     from turnledger.replay.rebuild import RebuildReport, rebuild
     from turnledger.topology import Topics
+
+    limits = limits_of(
+        max_block_bytes,
+        max_deltas_per_block,
+        max_blocks_per_turn,
+        max_record_bytes,
+        max_turn_bytes,
+        max_held_deltas,
+    )
+    export_limits(limits)
+    if verify:
+        err.print(f"size limits of the fresh fold: {describe(limits)}")
 
     url = require(redis_url, "REDIS_URL", "--redis-url")
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")

@@ -17,6 +17,7 @@ from turnledger.codec import CodecError, decode
 from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.canonical import sha256_digest
 from turnledger.model.events import CommittedTurn, DispatchRequested, ManifestIssued
+from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.manifest import DispatchManifest
 from turnledger.sequence.builder import append, sequence_of
 from turnledger.sequence.graph_state import GraphState
@@ -50,9 +51,13 @@ class ManifestCheck:
 
 
 def check_manifest(
-    manifest: DispatchManifest, turns: Sequence[CommittedTurn], request: DispatchRequested | None
+    manifest: DispatchManifest,
+    turns: Sequence[CommittedTurn],
+    request: DispatchRequested | None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> ManifestCheck:
-    """Pure: re-derive every binding of `manifest` from committed turns and its dispatch request."""
+    """Pure: re-derive every binding of `manifest` from committed turns and its dispatch request
+    (the turns validated again under `limits`: the processor's, or a committed turn may not re-apply)."""
     result = ManifestCheck(
         manifest.operation_id, manifest.manifest_digest, manifest.adapter, manifest.conversation_revision
     )
@@ -66,7 +71,7 @@ def check_manifest(
     for turn in sorted(turns, key=lambda t: t.revision):
         if turn.revision > manifest.conversation_revision:
             break
-        advanced = append(state, turn.blocks)
+        advanced = append(state, turn.blocks, limits)
         if isinstance(advanced, Invalid):
             result.error = f"committed revision {turn.revision} does not validate: {sorted(advanced.codes)}"
             return result
@@ -163,12 +168,16 @@ async def reproduce(
     """One check per matching manifest (an operation re-prepared after WAITING has several)."""
     if operation_id is None and digest is None:
         raise ValueError("give an operation id or a manifest digest")
+    from turnledger.processors.limits_config import load_limits  # as the processor: TURNLEDGER_MAX_*
+
     evidence = await gather(bootstrap, topics, operation_id, digest)
+    limits = load_limits()
     return [
         check_manifest(
             m,
             evidence.turns.get(m.conversation_id, []),
             evidence.requests.get((m.conversation_id, m.operation_id)),
+            limits,
         )
         for m in evidence.manifests
     ]

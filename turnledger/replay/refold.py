@@ -33,9 +33,10 @@ async def refold(bootstrap: str, topics: Topics, batch: int = 1000) -> AsyncIter
     """Every output the engine emits for the ingress topic from its beginning to its current end,
     batch by batch, in emission order per ingress partition."""
     from turnledger.dispatch.engine import BatchEngine  # the dispatch layer, loaded on use
+    from turnledger.processors.limits_config import load_limits  # as the processor: TURNLEDGER_MAX_*
     from turnledger.processors.model_registry import load_model_registry  # as the processor admits
 
-    engine, store = BatchEngine(models=load_model_registry()), MemoryStore()
+    engine, store = BatchEngine(models=load_model_registry(), limits=load_limits()), MemoryStore()
     consumer = await start_reader(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, [topics.ingress])

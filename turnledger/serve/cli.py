@@ -13,6 +13,7 @@ from rich.console import Console
 from turnledger.errors import ServiceUnavailable, TokenRequiredError
 from turnledger.gateway.client import GatewayClient
 from turnledger.observability.server import MetricsPort, serving
+from turnledger.processors.limits_config import load_limits  # the processor's TURNLEDGER_MAX_*
 from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, connect, require
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX
 from turnledger.serve.app import DispatchDefaults, ServeConfig, create_app, is_loopback
@@ -89,7 +90,9 @@ async def _serve(
     try:
         async with (
             serving(metrics_port, ready),
-            GatewayClient(bootstrap, topic=ingress, client_id="turnledger-serve") as gateway,
+            GatewayClient(
+                bootstrap, topic=ingress, client_id="turnledger-serve", limits=load_limits()
+            ) as gateway,
         ):
             app = create_app(redis, gateway, config)
             level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")

@@ -27,7 +27,8 @@ Size limits (`model/limits.py`, given to the constructor): a block past `max_blo
 is TOO_MANY_BLOCKS and never opened; a content delta past `max_deltas_per_block` is
 TOO_MANY_DELTAS, and one that would take the block's content past `max_block_bytes` is
 BLOCK_TOO_LARGE; either is a violation and its content is dropped, so a runaway stream holds
-at most the limits in memory.
+at most the limits in memory. A delta that would be held past `max_held_deltas` ahead of a gap is
+TOO_MANY_HELD_DELTAS (REFUSED): the held deltas are dropped, and every later one ahead of the gap.
 
 Counters for metrics: `duplicates_dropped`, `previews_retracted` (text blocks whose
 preview was retracted), `unknown_events` (unknown block kinds), and
@@ -172,12 +173,29 @@ class BlockAssembler:
             self.duplicates_dropped += 1
             return FeedStatus.DUPLICATE
         if sequence > self._next:
-            self._held[sequence] = delta
-            return FeedStatus.HELD
+            return self._hold(delta)
         self._apply(delta, updates)
         while self._next in self._held:
             self._apply(self._held.pop(self._next), updates)
         return FeedStatus.ACCEPTED
+
+    def _hold(self, delta: NormalizedDelta) -> FeedStatus:
+        """Keep a delta ahead of the gap, up to `max_held_deltas`. Past it the attempt cannot complete
+        (TOO_MANY_HELD_DELTAS): what is held is dropped, and so is every later delta ahead of the gap."""
+        limit = self._limits.max_held_deltas
+        if self._violation is not None and self._violation[0] is ReasonCode.TOO_MANY_HELD_DELTAS:
+            return FeedStatus.REFUSED
+        if len(self._held) >= limit:
+            self._violate(
+                ReasonCode.TOO_MANY_HELD_DELTAS,
+                f"delta {delta.delta_sequence} would be held delta {len(self._held) + 1} "
+                f"ahead of the gap at {self._next}, at most {limit}",
+            )
+            if self._violation is not None and self._violation[0] is ReasonCode.TOO_MANY_HELD_DELTAS:
+                self._held.clear()
+            return FeedStatus.REFUSED
+        self._held[delta.delta_sequence] = delta
+        return FeedStatus.HELD
 
     def _apply(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
         self._next = delta.delta_sequence + 1

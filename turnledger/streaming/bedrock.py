@@ -13,13 +13,13 @@ first delta of an unseen index starts its block. `metadata` (usage) follows
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import orjson
 
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
-from turnledger.streaming.eventstream import EventStreamDecoder, EventStreamError
+from turnledger.streaming.eventstream import EventStreamDecoder, EventStreamError, EventStreamMessage
 from turnledger.streaming.parser import MALFORMED_EVENT, Handler, StreamParser
 
 STOP_REASONS: Mapping[str, StopReason] = {
@@ -42,11 +42,11 @@ class BedrockConverseParser(StreamParser):
         self._blocks: set[int] = set()
 
     def feed(self, data: bytes) -> list[NormalizedDelta]:
+        error: EventStreamError | None = None
         try:
-            messages = self._frames.feed(data)
+            messages: Sequence[EventStreamMessage] = self._frames.feed(data)
         except EventStreamError as exc:
-            self._emit_error(MALFORMED_EVENT, str(exc))
-            return self._drain()
+            messages, error = exc.decoded, exc  # the messages before the bad bytes count, however cut
         for message in messages:
             event = message.headers.get(":event-type") or message.headers.get(":exception-type")
             if message.headers.get(":message-type") == "exception":
@@ -61,6 +61,8 @@ class BedrockConverseParser(StreamParser):
                 self._emit_undecodable(message.payload.decode("utf-8", "replace"))
                 continue
             self._dispatch(event, payload)
+        if error is not None:
+            self._emit_error(MALFORMED_EVENT, str(error))
         return self._drain()
 
     def _dispatch(self, event: str | None, payload: Mapping[str, Any]) -> None:

@@ -26,7 +26,13 @@ _MIN_MESSAGE = 16
 
 
 class EventStreamError(StreamFormatError):
-    """The byte stream is not valid event-stream framing."""
+    """The byte stream is not valid event-stream framing.
+
+    `decoded` holds the whole messages that came before the bad bytes in the same `feed`: a reader
+    gets them either way, so what it sees does not depend on how the network cut the bytes.
+    """
+
+    decoded: tuple[EventStreamMessage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,26 +56,32 @@ class EventStreamDecoder:
             return []
         self._buffer += data
         messages: list[EventStreamMessage] = []
-        while len(self._buffer) >= _PRELUDE.size:
-            total, headers_length, prelude_crc = _PRELUDE.unpack_from(self._buffer)
-            if zlib.crc32(self._buffer[:8]) != prelude_crc or total < _MIN_MESSAGE + headers_length:
-                self.poisoned = True
-                raise EventStreamError("event-stream prelude CRC mismatch or bad lengths")
-            if len(self._buffer) < total:
-                break
-            frame = bytes(self._buffer[:total])
-            del self._buffer[:total]
-            (message_crc,) = struct.unpack_from(">I", frame, total - 4)
-            if zlib.crc32(frame[:-4]) != message_crc:
-                self.poisoned = True
-                raise EventStreamError("event-stream message CRC mismatch")
-            try:
-                headers = _headers(frame[12 : 12 + headers_length])
-            except EventStreamError:
-                self.poisoned = True
-                raise
-            messages.append(EventStreamMessage(headers, frame[12 + headers_length : total - 4]))
+        try:
+            while (message := self._next_message()) is not None:
+                messages.append(message)
+        except EventStreamError as exc:
+            self.poisoned = True
+            exc.decoded = tuple(messages)
+            raise
         return messages
+
+    def _next_message(self) -> EventStreamMessage | None:
+        """The next whole message off the buffer, None while it is unfinished."""
+        if len(self._buffer) < _PRELUDE.size:
+            return None
+        total, headers_length, prelude_crc = _PRELUDE.unpack_from(self._buffer)
+        if zlib.crc32(self._buffer[:8]) != prelude_crc or total < _MIN_MESSAGE + headers_length:
+            raise EventStreamError("event-stream prelude CRC mismatch or bad lengths")
+        if len(self._buffer) < total:
+            return None
+        frame = bytes(self._buffer[:total])
+        del self._buffer[:total]
+        (message_crc,) = struct.unpack_from(">I", frame, total - 4)
+        if zlib.crc32(frame[:-4]) != message_crc:
+            raise EventStreamError("event-stream message CRC mismatch")
+        return EventStreamMessage(
+            _headers(frame[12 : 12 + headers_length]), frame[12 + headers_length : total - 4]
+        )
 
 
 def _headers(raw: bytes) -> dict[str, str]:

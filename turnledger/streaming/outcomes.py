@@ -20,6 +20,7 @@ class FeedStatus(StrEnum):
     DUPLICATE = "duplicate"  # at or before the applied/acknowledged sequence, or already held: dropped
     FOREIGN = "foreign"  # another (handle, generation): not ours, the caller quarantines it
     LATE = "late"  # after finish() or discard(): the attempt is over, the caller quarantines it
+    REFUSED = "refused"  # ahead of the gap with the held buffer full (TOO_MANY_HELD_DELTAS): dropped
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from turnledger.model.events import (
     DispatchDecision,
     DispatchState,
     PreviewRetracted,
+    Quarantined,
     Rejected,
     SubmittedBlock,
     ToolCallReady,
@@ -25,6 +26,7 @@ from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.reasons import ReasonCode
 from turnledger.records import SourceRecord
 from turnledger.streaming.assembler import BlockAssembler
+from turnledger.streaming.outcomes import FeedStatus, Incomplete
 
 from .scenario import WEATHER, Conversation, text_stream, tool_stream
 
@@ -54,6 +56,8 @@ def test_the_defaults_are_the_documented_ones() -> None:
             max_deltas_per_block=65_536,
             max_blocks_per_turn=256,
             max_record_bytes=1_048_576,
+            max_turn_bytes=1_048_576,
+            max_held_deltas=4_096,
         )
         == DEFAULT_LIMITS
     )
@@ -229,3 +233,116 @@ def test_record_bytes_at_the_limit_and_one_past() -> None:
     )
     assert (rejected.conversation_id, rejected.source_partition, rejected.source_offset) == ("conv-1", 0, 7)
     assert store == {}
+
+
+# -- the committed-turn record: its encoded bytes, before it is written --------------------------
+
+
+def _committed_size(*blocks: SubmittedBlock) -> int:
+    c = Conversation()
+    [turn] = c.apply(_turn(c, *blocks))
+    assert isinstance(turn, CommittedTurn)
+    return len(encode(turn))
+
+
+def test_a_submitted_turn_record_at_the_limit_and_one_past() -> None:
+    blocks = (_block(0, "hello"), _block(1, "world"))
+    size = _committed_size(*blocks)
+    at = Conversation(limits=Limits(max_turn_bytes=size))
+    [turn] = at.apply(_turn(at, *blocks))
+    assert isinstance(turn, CommittedTurn) and len(encode(turn)) == size
+    past = Conversation(limits=Limits(max_turn_bytes=size - 1))
+    out = past.apply(_turn(past, *blocks))
+    assert _rejections(out) == [
+        (R.TURN_TOO_LARGE, f"committed turn record of {size} bytes, at most {size - 1}")
+    ]
+    assert past.state.graph.revision == 0 and past.state.turn_ids == ()
+    assert [type(o) for o in past.user("short")] == [CommittedTurn]  # and the conversation goes on
+
+
+def test_the_default_limits_refuse_a_turn_whose_blocks_fit_but_whose_record_does_not() -> None:
+    """Five blocks of 256 KiB each pass the block limits, but their record would be 1.25 MiB."""
+    c = Conversation()
+    blocks = [_block(i, "x" * DEFAULT_LIMITS.max_block_bytes) for i in range(5)]
+    [rejected] = c.apply(_turn(c, *blocks))
+    assert isinstance(rejected, Rejected) and rejected.reason is R.TURN_TOO_LARGE
+    assert rejected.detail.endswith(f"bytes, at most {DEFAULT_LIMITS.max_turn_bytes}")
+    assert c.state.graph.revision == 0
+
+
+def _streamed_turn_size(parts: list[str]) -> int:
+    c = _stream_text(DEFAULT_LIMITS, parts)
+    return len(encode(c.of(CommittedTurn)[-1]))
+
+
+def test_an_assistant_turn_record_at_the_limit_and_one_past() -> None:
+    parts = ["Hello", " there"]
+    size = _streamed_turn_size(parts)
+    at = _stream_text(Limits(max_turn_bytes=size), parts)
+    assert at.state.operations["op-1"].state == S.COMMITTED
+    assert len(encode(at.of(CommittedTurn)[-1])) == size
+    # the user's turn (revision 1) is smaller than the answer, so only the answer is refused
+    past = _stream_text(Limits(max_turn_bytes=size - 1), parts)
+    detail = f"committed turn record of {size} bytes, at most {size - 1}"
+    assert _last_decision(past) == (S.UNKNOWN, R.TURN_TOO_LARGE, detail)
+    assert [t.revision for t in past.of(CommittedTurn)] == [1]
+    assert [(q.reason, q.detail) for q in past.of(Quarantined)] == [(R.TURN_TOO_LARGE, detail)]
+    assert past.of(ToolCallReady) == [] and past.state.graph.revision == 1
+
+
+# -- the assembler's out-of-order buffer ---------------------------------------------------------
+
+
+def _held_order(stream: list[object]) -> list[object]:
+    """The deltas of a text stream of three parts with 1 (the block start) delayed after the text."""
+    return [stream[0], stream[2], stream[3], stream[4], stream[1], stream[5], stream[6]]
+
+
+def test_held_deltas_at_the_limit_and_one_past() -> None:
+    stream = text_stream(["a", "b", "c"])  # 0 start, 1 block start, 2-4 text, 5 block stop, 6 stop
+    tools = {"get_weather": WEATHER}
+    at = BlockAssembler(tools, limits=Limits(max_held_deltas=3))
+    statuses = [at.feed(d).status for d in _held_order(stream)]  # type: ignore[arg-type]
+    assert statuses == [FeedStatus.ACCEPTED, *[FeedStatus.HELD] * 3, *[FeedStatus.ACCEPTED] * 3]
+    assert [b.text for b in at.finish().blocks] == ["abc"]  # type: ignore[union-attr]
+
+    past = BlockAssembler(tools, limits=Limits(max_held_deltas=2))
+    statuses = [past.feed(d).status for d in _held_order(stream)]  # type: ignore[arg-type]
+    assert statuses == [
+        FeedStatus.ACCEPTED, FeedStatus.HELD, FeedStatus.HELD, FeedStatus.REFUSED,  # the 3rd held: refused
+        FeedStatus.ACCEPTED,  # the block start fills the gap, but what was held is gone
+        FeedStatus.REFUSED, FeedStatus.REFUSED,  # and every later delta ahead of the gap is refused
+    ]  # fmt: skip
+    assert past.snapshot()["held"] == []
+    assert past.finish() == Incomplete(
+        R.TOO_MANY_HELD_DELTAS,
+        "delta 4 would be held delta 3 ahead of the gap at 1, at most 2",
+        retract_previews=False,
+    )
+
+
+def test_a_restored_assembler_keeps_refusing_past_the_held_limit() -> None:
+    stream = text_stream(["a", "b", "c"])
+    tools = {"get_weather": WEATHER}
+    live = BlockAssembler(tools, limits=Limits(max_held_deltas=2))
+    for delta in _held_order(stream)[:4]:
+        live.feed(delta)  # type: ignore[arg-type]
+    restored = BlockAssembler.restore(live.snapshot(), tools, Limits(max_held_deltas=2))
+    assert restored == live
+    assert restored.feed(stream[6]).status is FeedStatus.REFUSED
+    assert restored.snapshot()["held"] == []
+
+
+def test_held_deltas_through_the_fold_at_the_limit_and_one_past() -> None:
+    for limit, state in ((3, S.COMMITTED), (2, S.UNKNOWN)):
+        c = Conversation(limits=Limits(max_held_deltas=limit))
+        c.user("hello")
+        c.dispatch_to_streaming()
+        c.deltas(_held_order(text_stream(["a", "b", "c"])))  # type: ignore[arg-type]
+        if state is S.UNKNOWN:  # the attempt can no longer complete: settled at once
+            detail = "delta 4 would be held delta 3 ahead of the gap at 1, at most 2"
+            assert _last_decision(c) == (S.UNKNOWN, R.TOO_MANY_HELD_DELTAS, detail)
+            assert [t.revision for t in c.of(CommittedTurn)] == [1]
+        else:
+            assert c.state.operations["op-1"].state == state
+            assert [b.text for b in c.of(CommittedTurn)[-1].blocks] == ["abc"]

@@ -76,3 +76,36 @@ def test_well_formed_headers_of_every_fixed_type_still_decode() -> None:
     (message,) = EventStreamDecoder().feed(framed(raw, b'{"a": 1}'))
     assert message.headers == {":event-type": "hi"}
     assert message.payload == b'{"a": 1}'
+
+
+def _bedrock(*chunks: bytes) -> list[tuple[DeltaType, int, str | None]]:
+    parser = parser_for("bedrock-converse", generation=1)
+    deltas = [d for chunk in chunks for d in parser.feed(chunk)] + parser.flush()
+    return [(d.type, d.delta_sequence, d.text or d.error_type) for d in deltas]
+
+
+def test_messages_before_a_bad_frame_count_however_the_bytes_were_cut() -> None:
+    """Found by the mutation fuzzer: the messages decoded in the same read as a corrupt frame were
+    dropped, so a stream read whole lost deltas that the same stream read frame by frame kept."""
+    headers = {":message-type": "event", ":content-type": "application/json"}
+    start = encode_message({**headers, ":event-type": "messageStart"}, b'{"role": "assistant"}')
+    text = encode_message(
+        {**headers, ":event-type": "contentBlockDelta"}, b'{"contentBlockIndex": 0, "delta": {"text": "hi"}}'
+    )
+    bad = bytearray(encode_message({**headers, ":event-type": "contentBlockStop"}, b"{}"))
+    bad[-1] ^= 0xFF  # message CRC wrong
+
+    decoder = EventStreamDecoder()
+    with pytest.raises(EventStreamError) as caught:
+        decoder.feed(start + text + bytes(bad))
+    assert str(caught.value) == "event-stream message CRC mismatch"
+    assert [m.headers[":event-type"] for m in caught.value.decoded] == ["messageStart", "contentBlockDelta"]
+
+    expected = [
+        (DeltaType.MESSAGE_START, 0, None),
+        (DeltaType.BLOCK_START, 1, None),
+        (DeltaType.TEXT_DELTA, 2, "hi"),
+        (DeltaType.PROVIDER_ERROR, 3, "malformed_event"),
+    ]
+    assert _bedrock(start + text + bytes(bad)) == expected
+    assert _bedrock(start, text, bytes(bad)) == expected
