@@ -114,3 +114,15 @@ def test_a_block_of_exactly_the_byte_limit_is_valid() -> None:
     assert rejections(outcome) == [
         (R.BLOCK_TOO_LARGE, "u2", f"content is {limit + 1} bytes, at most {limit}")
     ]
+
+
+def test_a_reused_call_id_on_another_tool_is_not_checked_as_a_result() -> None:
+    outcome = run([*base(), [call("c9", "call-1", tool="read", args='{"q": "z"}', gen=2)]])
+    assert rejections(outcome) == [(R.DUPLICATE_CALL_ID, "c9", "call id 'call-1' already emitted")]
+
+
+def test_a_result_argument_digest_mismatch_has_its_detail() -> None:
+    turn = [result("r2", "call-2", "read"), result("r1", "call-1", args='{"q": "y"}')]
+    assert rejections(run(with_turn(2, turn))) == [
+        (R.RESULT_ARGUMENT_DIGEST_MISMATCH, "r1", "result's argument digest differs from the call's")
+    ]

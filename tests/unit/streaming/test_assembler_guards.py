@@ -699,3 +699,32 @@ def test_an_assembler_is_unhashable_and_unequal_to_other_types() -> None:
     assert BlockAssembler(TOOLS) == BlockAssembler(TOOLS)
     with pytest.raises(TypeError):
         hash(BlockAssembler(TOOLS))
+
+
+def test_a_fresh_assembler_has_the_empty_snapshot() -> None:
+    assert BlockAssembler(TOOLS, response_handle="h", generation=2, start_sequence=5).snapshot() == {
+        "v": 1,
+        "response_handle": "h",
+        "generation": 2,
+        "next_sequence": 5,
+        "held": [],
+        "blocks": [],
+        "started": False,
+        "stopped": False,
+        "stop_reason": None,
+        "raw_stop_reason": None,
+        "model": None,
+        "input_tokens": None,
+        "output_tokens": None,
+        "error": None,
+        "violation": None,
+        "closed": None,
+        "finished": False,
+        "retracted": False,
+        "counters": {
+            "duplicates_dropped": 0,
+            "previews_retracted": 0,
+            "partial_tool_dispatches": 0,
+            "unknown_events": 0,
+        },
+    }
