@@ -728,3 +728,40 @@ def test_a_fresh_assembler_has_the_empty_snapshot() -> None:
             "unknown_events": 0,
         },
     }
+
+
+def test_resume_at_exactly_the_next_sequence_acknowledges_a_delta_never_applied() -> None:
+    deltas = Stream().start().text(0, "a").stop(StopReason.END_TURN).deltas
+    assembler = BlockAssembler(TOOLS)
+    for delta in deltas[:2]:
+        assembler.feed(delta)
+    assembler.resume(2)
+    for delta in deltas[3:]:
+        assembler.feed(delta)
+    assert assembler.finish() == Incomplete(
+        R.STREAM_INCOMPLETE, "acknowledged sequence 2 beyond applied 1", retract_previews=False
+    )
+
+
+def test_resume_past_the_applied_sequence_applies_the_held_run_after_the_ack() -> None:
+    deltas = Stream().start().text(0, "a", "b", "c").stop(StopReason.END_TURN).deltas
+    assembler = BlockAssembler(TOOLS)
+    for delta in [deltas[0], deltas[1], deltas[4], deltas[5]]:
+        assembler.feed(delta)
+    assembler.resume(3)
+    snapshot = assembler.snapshot()
+    assert (snapshot["next_sequence"], snapshot["held"]) == (6, [])
+    assert assembler.previews() == {0: "c"}
+    assert [b["deltas"] for b in snapshot["blocks"]] == [1]
+
+
+def test_a_call_without_a_tool_name_is_an_unknown_tool_even_if_the_toolset_names_a_tool_empty() -> None:
+    tools = {name: TOOLS["get_time"].model_copy(update={"name": name}) for name in ("", "XXXX")}
+    assembler = BlockAssembler(tools)
+    for delta in Stream().start().call(0, "c1", "x", '{"timezone": "UTC"}').stop().deltas:
+        if delta.type is DeltaType.BLOCK_START:
+            delta = delta.model_copy(update={"tool_name": None})
+        assembler.feed(delta)
+    assert assembler.finish() == Incomplete(
+        R.UNKNOWN_TOOL, "tool block 0: tool None is not in the toolset", retract_previews=False
+    )
