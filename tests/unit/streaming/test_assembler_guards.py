@@ -765,3 +765,30 @@ def test_a_call_without_a_tool_name_is_an_unknown_tool_even_if_the_toolset_names
     assert assembler.finish() == Incomplete(
         R.UNKNOWN_TOOL, "tool block 0: tool None is not in the toolset", retract_previews=False
     )
+
+
+def plain_json(value: object) -> bool:
+    """Only JSON's own types (no enum members, even str-valued ones)."""
+    if isinstance(value, dict):
+        return all(type(k) is str and plain_json(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(plain_json(v) for v in value)
+    return value is None or type(value) in (str, int, bool, float)
+
+
+def test_a_snapshot_with_held_deltas_is_plain_json() -> None:
+    deltas = Stream().start().text(0, "a").stop(StopReason.END_TURN).deltas
+    assembler = BlockAssembler(TOOLS)
+    for delta in [deltas[0], deltas[3], deltas[4]]:
+        assembler.feed(delta)
+    snapshot = assembler.snapshot()
+    assert [h["type"] for h in snapshot["held"]] == ["block_stop", "message_stop"]
+    assert plain_json({k: v for k, v in snapshot.items() if k != "stop_reason"})
+
+
+def test_a_tool_call_keeps_its_signature() -> None:
+    stream = Stream().start().call(0, "c1", "get_weather", WEATHER, stop=False)
+    stream.add(DeltaType.SIGNATURE, 0, text="sig").add(DeltaType.BLOCK_STOP, 0).stop()
+    outcome, _ = finish(stream)
+    assert isinstance(outcome, Complete)
+    assert outcome.blocks[0].signature == "sig"
