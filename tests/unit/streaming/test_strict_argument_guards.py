@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from turnledger.model.reasons import ReasonCode
-from turnledger.streaming.strict_arguments import ArgumentError, validate_arguments
+from turnledger.model.strict_json import JsonRefusal, parse_json_object
+from turnledger.streaming.strict_arguments import ArgumentError, parse_strict, validate_arguments
 
 SCHEMA = {
     "type": "object",
@@ -53,3 +54,16 @@ def test_a_long_detail_is_cut_at_300_characters() -> None:
 def test_valid_arguments_carry_their_value() -> None:
     valid = validate_arguments('{"count": 2, "tags": ["a"]}', SCHEMA)
     assert valid.value == {"count": 2, "tags": ["a"]}
+
+
+@pytest.mark.parametrize("raw", ['{"a": 1, "a": 2}', '{"a": tr', "[1]"])
+def test_a_parse_refusal_passes_on_the_strict_parsers_reason_and_detail(raw: str) -> None:
+    refusal = parse_json_object(raw)
+    assert isinstance(refusal, JsonRefusal) and refusal.detail
+    with pytest.raises(ArgumentError) as caught:
+        parse_strict(raw)
+    assert (caught.value.reason, caught.value.detail, str(caught.value)) == (
+        refusal.reason,
+        refusal.detail,
+        refusal.detail,
+    )
