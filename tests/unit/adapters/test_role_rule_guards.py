@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.unit.adapters.conversations import Conversation
 from turnledger.adapters._common import (
     Run,
@@ -13,8 +15,10 @@ from turnledger.adapters._common import (
     error_envelope,
     escape_attribute,
     has_tool_blocks,
+    parse_arguments,
+    place_results,
 )
-from turnledger.adapters.base import UnsupportedKind
+from turnledger.adapters.base import MalformedSequenceError, UnsupportedKind
 from turnledger.adapters.turns import (
     RenderedTurns,
     rendered_parts,
@@ -215,3 +219,58 @@ def test_a_tool_block_before_any_result_has_nothing_to_ride_on() -> None:
     assert carry([skipped, t1]) == UnsupportedKind(
         kind=BlockKind.RETRIEVED_SNIPPET, block_id=t1.id, detail="tool-role block with no message to carry it"
     )
+
+
+# -- place_results: each call's result (and the tool blocks riding on it) after its run ----
+
+
+def test_results_follow_their_run_in_call_order_with_the_tool_blocks_after_them() -> None:
+    c = Conversation()
+    u0 = c.next_turn().user("go")
+    text = c.next_turn().assistant("calling")
+    pending = c.call("send_email", {"to": "x"})
+    call_a = c.call("get_weather", {"city": "Oslo"})
+    call_b = c.call("search_docs", {"query": "q"})
+    between = c.next_turn().user("hurry")
+    result_b = c.next_turn().result(call_b, "found")
+    t1 = c.snippet("doc 1", role=Role.TOOL)
+    t2 = c.snippet("doc 2", role=Role.TOOL)
+    result_a = c.result(call_a, "4C")
+    t3 = c.snippet("doc 3", role=Role.TOOL)
+    later = c.next_turn().user("and?")
+    second = c.next_turn().call("get_weather", {"city": "Rome"})
+    result_c = c.next_turn().result(second, "20C")
+    last = c.next_turn().assistant("done")
+    blocks = (
+        u0,
+        text,
+        pending,
+        call_a,
+        call_b,
+        between,
+        result_b,
+        t1,
+        t2,
+        result_a,
+        t3,
+        later,
+        second,
+        result_c,
+        last,
+    )
+    assert place_results(blocks) == (
+        u0, text, pending, call_a, call_b, result_a, t3, result_b, t1, t2,
+        between, later, second, result_c, last,
+    )  # fmt: skip
+
+
+def test_parse_arguments_says_why_it_refuses() -> None:
+    c = Conversation()
+    bad = c.next_turn().call("get_weather", "not json")
+    with pytest.raises(MalformedSequenceError, match=rf"^block {bad.id}: arguments are not JSON$"):
+        parse_arguments(bad)
+    listed = c.call("get_weather", "[1]")
+    with pytest.raises(
+        MalformedSequenceError, match=rf"^block {listed.id}: arguments are not a JSON object$"
+    ):
+        parse_arguments(listed)
