@@ -17,6 +17,7 @@ from turnledger.adapters._common import (
     has_tool_blocks,
     parse_arguments,
     place_results,
+    result_text,
 )
 from turnledger.adapters.base import MalformedSequenceError, UnsupportedKind
 from turnledger.adapters.turns import (
@@ -274,3 +275,19 @@ def test_parse_arguments_says_why_it_refuses() -> None:
         MalformedSequenceError, match=rf"^block {listed.id}: arguments are not a JSON object$"
     ):
         parse_arguments(listed)
+
+
+def test_runs_that_open_the_history_or_follow_only_placed_results_still_collect_their_calls() -> None:
+    c = Conversation()
+    first = c.next_turn().call("get_weather", {"city": "Oslo"})
+    first_result = c.next_turn().result(first, "4C")
+    second = c.next_turn().call("get_weather", {"city": "Rome"})
+    second_result = c.next_turn().result(second, "20C")
+    blocks = (first, first_result, second, second_result)
+    assert place_results(blocks) == blocks
+
+
+def test_an_empty_successful_result_is_empty_text() -> None:
+    c = Conversation()
+    call = c.next_turn().call("get_weather", {"city": "Oslo"})
+    assert result_text(c.next_turn().result(call, ""), "cancelled") == ""
