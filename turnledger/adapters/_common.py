@@ -158,10 +158,6 @@ def result_text(block: Block, cancel_status: str) -> str:
     return canonical_json(error_envelope(block, cancel_status)).decode()
 
 
-def nonempty_text(block: Block) -> bool:
-    return bool(block.text)
-
-
 def pick_policy(policy: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
     """Whitelisted policy keys, renamed to the API's field names; others are dropped."""
     return {mapping[k]: policy[k] for k in sorted(policy) if k in mapping and policy[k] is not None}

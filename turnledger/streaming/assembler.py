@@ -448,7 +448,8 @@ class BlockAssembler:
         return tuple(candidates)
 
     def _tool_call(self, index: int, block: _Block, call_ids: set[str]) -> CandidateBlock:
-        tool = self._tools.get(block.tool_name or "")
+        # a call without a name is no call of any tool, even of one a toolset names ""
+        tool = self._tools.get(block.tool_name) if block.tool_name else None
         if tool is None:
             raise ArgumentError(ReasonCode.UNKNOWN_TOOL, f"tool {block.tool_name!r} is not in the toolset")
         if not block.call_id:
