@@ -610,7 +610,7 @@ def test_a_snapshot_holds_every_field_and_restores_an_equal_assembler() -> None:
             {"index": 0, "kind": "thinking", "call_id": None, "tool_name": None, "content": "th",
              "signature": "s", "stopped": True, "deltas": 2},
             {"index": 1, "kind": "text", "call_id": None, "tool_name": None, "content": "hi",
-             "signature": None, "stopped": True, "deltas": 1},
+             "signature": None, "stopped": True, "deltas": 1, "shown": 0},  # fed, never previewed
             {"index": 2, "kind": "tool_call", "call_id": "c1", "tool_name": "get_weather", "content": WEATHER,
              "signature": None, "stopped": True, "deltas": 1},
         ],
