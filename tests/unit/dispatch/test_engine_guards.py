@@ -506,3 +506,17 @@ def test_the_engine_keeps_its_live_assemblers_and_render_cache_across_batches() 
     engine.process_batch(records[:6], DictStore())
     assert len(engine._live._live) == 1
     assert len(engine._renders._entries) == 1
+
+
+def test_the_cache_keeps_the_most_recent_states_up_to_its_size() -> None:
+    """Oldest out first, and exactly `cache_size` kept (no output depends on it: a miss reads the store)."""
+    engine, store = BatchEngine(cache_size=1), DictStore()
+    for cid in ("conv-a", "conv-b"):
+        event = EVENTS[0].model_copy(update={"conversation_id": cid})
+        engine.process_batch([SourceRecord("t", 0, 0, cid.encode(), encode(event))], store)
+    assert list(engine._cache) == ["conv-b"]
+    engine, store = BatchEngine(cache_size=2), DictStore()
+    for cid in ("conv-a", "conv-b", "conv-a", "conv-c"):  # touching conv-a again makes conv-b the oldest
+        event = EVENTS[0].model_copy(update={"conversation_id": cid})
+        engine.process_batch([SourceRecord("t", 0, 0, cid.encode(), encode(event))], store)
+    assert list(engine._cache) == ["conv-a", "conv-c"]
