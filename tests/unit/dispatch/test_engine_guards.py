@@ -520,3 +520,23 @@ def test_the_cache_keeps_the_most_recent_states_up_to_its_size() -> None:
         event = EVENTS[0].model_copy(update={"conversation_id": cid})
         engine.process_batch([SourceRecord("t", 0, 0, cid.encode(), encode(event))], store)
     assert list(engine._cache) == ["conv-a", "conv-c"]
+
+
+def test_a_state_read_and_left_unchanged_is_cached_whole() -> None:
+    """A state read from the store by an event that leaves it (no write follows to refresh the cache)
+    is cached with what was read: the next batch is served from the cache and folds the same."""
+    records = _records(EVENTS)
+    store = FullStore()
+    BatchEngine().process_batch(records[:-1], store)
+    store.log.clear()
+    late = records[-1]
+    again = SourceRecord(late.topic, late.partition, 99, late.key, late.value)
+    engine = BatchEngine()
+    first = engine.process_batch([late], store)
+    assert [o.stream for o in first] == [Stream.QUARANTINE] and store.log == []
+    stored, state = engine._cache["conv-1"]
+    assert stored.current(store.get) and state == read_state(store, "conv-1")
+    second = engine.process_batch([again], store)
+    fresh = BatchEngine().process_batch([again], store)
+    assert [o.value for o in second] == [o.value for o in fresh]
+    assert [o.stream for o in second] == [Stream.QUARANTINE]
