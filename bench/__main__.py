@@ -18,29 +18,28 @@ import time
 import bench
 
 QUICK: dict[str, list[str]] = {
-    "bench_adapters": ["--repeats", "3"],
+    "bench_adapters": ["--repeats", "1"],
     "bench_capacity": ["--quick"],
     "bench_dispatch": [
         "--conversations",
-        "60",
+        "30",
         "--concurrency",
-        "60",
+        "30",
         "--repeats",
         "1",
         "--seconds",
-        "3",
+        "2",
         "--rate",
         "100",
-        "--rss",
-        "200:memory",
+        "--rss=",
     ],
-    "bench_dispatch_engine": ["--conversations", "100", "--concurrency", "100", "--repeats", "1"],
+    "bench_dispatch_engine": ["--conversations", "50", "--concurrency", "50", "--repeats", "1"],
     "bench_previews": ["--deltas", "50,100"],
-    "bench_processor": ["--records", "2000", "--keys", "100", "--seconds", "2", "--rate", "500"],
-    "bench_projection": ["--conversations", "100"],
-    "bench_scaling": ["--records", "3000", "--repeats", "1", "--members", "1", "2", "--partitions", "2"],
+    "bench_processor": ["--records", "1000", "--keys", "50", "--seconds", "1", "--rate", "500"],
+    "bench_projection": ["--conversations", "50"],
+    "bench_scaling": ["--records", "2000", "--repeats", "1", "--members", "1", "--partitions", "2"],
     "bench_sequence": ["--repeats", "1"],
-    "bench_streaming": ["--repeats", "1", "--text-deltas", "400", "--calls", "2"],
+    "bench_streaming": ["--repeats", "1", "--text-deltas", "100", "--calls", "1"],
 }
 
 

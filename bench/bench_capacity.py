@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.streams, args.seconds = "20", 2.0
+        args.streams, args.seconds = "10", 1.0
     logging.basicConfig(level=logging.WARNING)
     with contextlib.ExitStack() as stack:
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")

@@ -112,7 +112,7 @@ def _drain(job: Job, target: int) -> tuple[float, int, dict[str, Any]]:
     return n / seconds, n, metrics
 
 
-CONTENDERS = ("raw", "raw_avro", "raw_codec", "runtime", "runtime_serial")
+CONTENDERS = ("raw", "raw_avro", "raw_codec", "runtime")
 
 
 def throughput(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dict[str, Any]:
@@ -142,7 +142,6 @@ def throughput(args: argparse.Namespace, bootstrap: str, workload: Workload) -> 
         "raw_codec/raw": ratios("raw_codec", "raw"),
         "raw_avro/raw": ratios("raw_avro", "raw"),
         "runtime/raw_codec": ratios("runtime", "raw_codec"),
-        "runtime/runtime_serial": ratios("runtime", "runtime_serial"),
     }
     return {
         "rates": rates,
@@ -410,7 +409,6 @@ def main(argv: list[str] | None = None) -> None:
         "raw_avro": "raw loop + fastavro read/write of every event (Avro floor)",
         "raw_codec": "raw loop + decode/encode of every event (codec floor)",
         "runtime": "runtime + DispatchPartitionFold",
-        "runtime_serial": "the same, one commit at a time (--no-pipelined-commits)",
     }
     for kind in CONTENDERS:
         runs = ", ".join(f"{r:,.0f}" for r in tput["rates"][kind])

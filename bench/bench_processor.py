@@ -96,7 +96,7 @@ def counter_fold(topics: Topics, partition: int) -> PartitionFold:
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # runtime, runtime_serial (one commit at a time), raw, raw_batched, raw_codec, raw_avro
+    kind: str  # "runtime" | "raw" | "raw_batched" | "raw_codec" | "raw_avro"
     bootstrap: str
     topics_prefix: str
     raw_out: str
@@ -216,7 +216,6 @@ async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
             batch_max_records=job.batch_max_records,
             batch_max_ms=job.batch_max_ms,
             state_dir=None if job.state_dir is None else Path(job.state_dir),
-            pipelined_commits=job.kind != "runtime_serial",
         )
         if job.processes > 1:
             await _run_group(job, config, stop_flag, results)
@@ -250,7 +249,7 @@ async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
     request_stop()
     await asyncio.gather(*tasks)
     metrics: dict[str, Any] = {}
-    if job.kind.startswith("runtime"):
+    if job.kind == "runtime":
         ms = [proc.metrics for proc in app.processors.values()]
         batches = sum(m.batches for m in ms)
         metrics = {

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_every_benchmark_runs_at_a_reduced_size(devstack: Endpoints) -> None:
     env = {
         **os.environ,
@@ -42,5 +43,5 @@ def test_every_benchmark_runs_at_a_reduced_size(devstack: Endpoints) -> None:
     capacity = done.stdout.split("== bench_capacity --quick\n", 1)[1].split("\n== bench_capacity:", 1)[0]
     [level] = json.loads(capacity)["levels"]
     for kind in ("raw", "runtime"):
-        assert level[kind]["answered"] == "400/400", level[kind]  # 20 streams x 20 text records, all seen
-        assert level[kind]["finished"] == "20/20", level[kind]
+        assert level[kind]["answered"] == "100/100", level[kind]  # 10 streams x 10 text records, all seen
+        assert level[kind]["finished"] == "10/10", level[kind]
