@@ -17,7 +17,7 @@ class TimedChunks:
     """`next(timeout)` gives the next chunk, `IDLE` after `timeout` seconds without one (the read of
     that chunk goes on: nothing is lost), or None at the end of the body.
 
-    One reader task, one read outstanding at a time; `close` cancels an outstanding read, which
+    One reader task, one read outstanding at a time; `aclose` cancels an outstanding read, which
     is what a cancelled or abandoned read of the stream needs.
     """
 
@@ -40,7 +40,10 @@ class TimedChunks:
     async def _read(self) -> bytes:
         return await anext(self._body)
 
-    def close(self) -> None:
-        if self._next is not None:
-            self._next.cancel()
-            self._next = None
+    async def aclose(self) -> None:
+        """Cancel an outstanding read and wait until it has unwound, so the body's generator is no
+        longer running when the response is closed after this."""
+        task, self._next = self._next, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})

@@ -146,7 +146,7 @@ class StreamReader:
                             if stop.fired:
                                 break  # leaving the block closes the connection
                     finally:
-                        chunks.close()
+                        await chunks.aclose()
                     if not stop.fired:
                         with stop.feeding():
                             await pump.close()

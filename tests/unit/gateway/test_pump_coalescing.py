@@ -203,15 +203,14 @@ def test_timed_chunks_ticks_idle_and_keeps_the_chunk_it_reads() -> None:
     assert asyncio.run(go()) == [IDLE, b"a", IDLE, b"b", None]
 
 
-def test_timed_chunks_close_cancels_the_outstanding_read() -> None:
+def test_timed_chunks_aclose_cancels_the_outstanding_read_and_waits_for_it() -> None:
     async def go() -> bool:
         gate = asyncio.Event()
         chunks = TimedChunks(_gated(gate, [b"a"]))
         assert await chunks.next(0.0) is IDLE
         task = chunks._next
         assert task is not None
-        chunks.close()
-        await asyncio.sleep(0)
-        return task.cancelled() or task.done()
+        await chunks.aclose()
+        return task.cancelled() and chunks._next is None
 
     assert asyncio.run(go()) is True
