@@ -1,7 +1,8 @@
 """Capacity: how many concurrent provider streams one processor process guards in time.
 
     python -m bench.bench_capacity [--streams 100,250,500] [--seconds 20] [--tokens-per-s 60]
-        [--flush-ms 100] [--partitions 2] [--quick]
+        [--flush-ms 100] [--partitions 2] [--contenders raw,runtime,runtime_window] [--repeats 1]
+        [--quick]
 
 Issue 20, goal 6: streams of 60 tokens/s each, the worker flushing deltas at most every 100 ms, at
 least 500 streams per processor core with p99 append → preview at most 250 ms.
@@ -19,6 +20,12 @@ with the real DispatchPartitionFold, one process, so at most one core of fold):
 3. Latency of a record: from its append (the producer's send call) to the read_committed arrival of
    the first PreviewUpdated of its conversation whose throughSequence covers the record's last delta
    (previews are coalesced per batch, so one preview can answer several records).
+
+Contenders, one after another per level (their order alternating from level to level): `raw` (the
+copy loop), `runtime` (the processor as it runs by default: pipelined commits with group commit, a
+batch closing as soon as the commit before it has ended) and `runtime_window` (the same processor
+with group commit off, every batch open `--batch-max-ms`), so the two batching policies are compared
+in the same run.
 
 Reported per level: records/s and tokens/s offered, the share of records answered by a preview,
 p50/p99/max latency, the processor's CPU (user + system seconds per wall second, from /proc; 1.0 is
@@ -220,8 +227,14 @@ def _latencies(
     return out
 
 
-def level(args: argparse.Namespace, bootstrap: str, n: int, kind: str) -> dict[str, Any]:
-    """One level of `n` streams against one contender: `runtime` (the processor) or `raw` (the copy loop)."""
+CONTENDERS = ("raw", "runtime", "runtime_window")
+"""`runtime_window`: the processor with group commit off (every batch stays open `--batch-max-ms`)."""
+
+
+def level(args: argparse.Namespace, bootstrap: str, n: int, contender_name: str) -> dict[str, Any]:
+    """One level of `n` streams against one contender: `runtime` (the processor), `runtime_window` (the
+    processor without group commit) or `raw` (the copy loop)."""
+    kind = "raw" if contender_name == "raw" else "runtime"
     topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
     rows, streams = _setup(n, f"cap{n}")
     tokens_per_record = max(1, round(args.tokens_per_s * args.flush_ms / 1000))
@@ -232,12 +245,13 @@ def level(args: argparse.Namespace, bootstrap: str, n: int, kind: str) -> dict[s
         topics_prefix=topics.prefix,
         raw_out=raw_out,
         partitions=args.partitions,
-        app_id=f"{topics.prefix}{kind}",
+        app_id=f"{topics.prefix}{contender_name}",
         batch_max_records=args.batch_max_records,
         batch_max_ms=args.batch_max_ms,
         target=len(rows),
         fold=DISPATCH_FOLD,
         state_dir=None,
+        group_commit=contender_name != "runtime_window",
     )
     watched = (topics.previews, topics.committed) if kind == "runtime" else (raw_out,)
     contender = Contender(job)
@@ -265,7 +279,7 @@ def level(args: argparse.Namespace, bootstrap: str, n: int, kind: str) -> dict[s
     lat = _latencies(records, sent_ns, arrivals)
     content_records = [r for r in records if r.text]
     return {
-        "contender": kind,
+        "contender": contender_name,
         "streams": n,
         "records_per_s": round(len(records) / args.seconds),
         "tokens_per_s": round(n * args.tokens_per_s),
@@ -295,11 +309,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-max-records", type=int, default=500)
     parser.add_argument("--batch-max-ms", type=int, default=100)
     parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of every contender per level, the order alternating"
+    )
+    parser.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"comma-separated, of {', '.join(CONTENDERS)} (raw is always run: the ratios are to it)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="one small level (CI: the bench runs, no speed read)"
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.streams, args.seconds = "10", 1.0
+        args.streams, args.seconds, args.contenders = "10", 1.0, "raw,runtime"
     logging.basicConfig(level=logging.WARNING)
     with contextlib.ExitStack() as stack:
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
@@ -308,14 +330,41 @@ def main(argv: list[str] | None = None) -> None:
 
             bootstrap = stack.enter_context(session_endpoints()).bootstrap
         report = []
-        for i, n in enumerate(int(s) for s in args.streams.split(",")):
-            pair = {}
-            for kind in ("raw", "runtime")[:: 1 if i % 2 == 0 else -1]:
-                pair[kind] = level(args, bootstrap, n, kind)
-                print(json.dumps(pair[kind]), file=sys.stderr)
-            pair["p99_ratio"] = round(pair["runtime"]["p99_ms"] / pair["raw"]["p99_ms"], 2)
-            report.append(pair)
+        names = ["raw", *(c for c in args.contenders.split(",") if c in CONTENDERS and c != "raw")]
+        for n in (int(s) for s in args.streams.split(",")):
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+            for repeat in range(args.repeats):
+                for name in names[:: 1 if repeat % 2 == 0 else -1]:
+                    runs[name].append(level(args, bootstrap, n, name))
+                    print(json.dumps(runs[name][-1]), file=sys.stderr)
+            report.append(_summary(n, runs))
+            print(_table(report[-1]), file=sys.stderr)
     print(json.dumps({"levels": report, "args": vars(args)}, indent=2))
+    print("\n".join(_table(level) for level in report), file=sys.stderr)
+
+
+def _summary(n: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per contender the median p50/p99/CPU over the repeats (each repeat runs every contender, the
+    order alternating), and the median of the per-repeat ratios of each p99 to raw's."""
+    summary: dict[str, Any] = {"streams": n, "runs": runs}
+    for name, results in runs.items():
+        summary[name] = {
+            key: statistics.median(r[key] for r in results) for key in ("p50_ms", "p99_ms", "cpu")
+        }
+        ratios = [r["p99_ms"] / raw["p99_ms"] for r, raw in zip(results, runs["raw"], strict=True)]
+        summary[name]["p99_ratio"] = round(statistics.median(ratios), 2)
+    return summary
+
+
+def _table(level: dict[str, Any]) -> str:
+    rows = [f"\n{level['streams']} streams, median of {len(level['runs']['raw'])} repeat(s)"]
+    rows.append("| contender | p50 ms | p99 ms | p99 / raw | processor CPU |")
+    rows.append("|---|---:|---:|---:|---:|")
+    for name in level["runs"]:
+        m = level[name]
+        cells = f"{m['p50_ms']:.0f} | {m['p99_ms']:.0f} | {m['p99_ratio']:.2f} | {m['cpu']:.2f}"
+        rows.append(f"| {name} | {cells} |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

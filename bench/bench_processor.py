@@ -108,6 +108,7 @@ class Job:
     fold: str
     state_dir: str | None
     processes: int = 1  # runtime only: partitions dealt over this many child processes (`--processes`)
+    group_commit: bool = True  # runtime only: ProcessorConfig.group_commit
 
 
 def _load_fold(spec: str) -> Callable[[Topics, int], PartitionFold]:
@@ -216,6 +217,7 @@ async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
             batch_max_records=job.batch_max_records,
             batch_max_ms=job.batch_max_ms,
             state_dir=None if job.state_dir is None else Path(job.state_dir),
+            group_commit=job.group_commit,
         )
         if job.processes > 1:
             await _run_group(job, config, stop_flag, results)

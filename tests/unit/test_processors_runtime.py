@@ -67,6 +67,46 @@ async def test_batch_closes_at_max_ms_after_first_record() -> None:
     assert clock.now == pytest.approx(0.13, abs=0.002)
 
 
+async def test_group_commit_closes_the_batch_once_the_previous_commit_has_ended() -> None:
+    clock = FakeClock()
+    fetch = ScriptedFetch([(0.01 * (i + 1), rec(i)) for i in range(100)], clock)
+    commit_ends_at = 0.034
+    batch = await collect_batch(
+        fetch,
+        max_records=500,
+        max_ms=100,
+        stop=asyncio.Event(),
+        clock=clock,
+        close_when=lambda: clock.now >= commit_ends_at,
+        close_poll_ms=5,
+    )
+    # opened at t=0.01 by record 0; polled every 5 ms, the batch sees the commit (ended at 0.034) at t=0.035
+    # and closes with what arrived until then, long before its 100 ms window
+    assert [r.offset for r in batch] == [0, 1, 2]
+    assert clock.now == pytest.approx(0.035, abs=0.001)
+    assert all(timeout <= 5 for timeout, _ in fetch.calls[1:])
+
+
+async def test_group_commit_with_nothing_in_flight_takes_what_the_first_fetch_brings() -> None:
+    clock = FakeClock()
+    fetch = ScriptedFetch([(0.0, rec(0)), (0.0, rec(1)), (0.001, rec(2))], clock)
+    batch = await collect_batch(
+        fetch, max_records=10, max_ms=100, stop=asyncio.Event(), clock=clock, close_when=lambda: True
+    )
+    assert [r.offset for r in batch] == [0, 1]
+    assert len(fetch.calls) == 1
+
+
+async def test_group_commit_still_closes_at_max_ms_when_the_commit_never_ends() -> None:
+    clock = FakeClock()
+    fetch = ScriptedFetch([(0.03 * (i + 1), rec(i)) for i in range(100)], clock)
+    batch = await collect_batch(
+        fetch, max_records=500, max_ms=100, stop=asyncio.Event(), clock=clock, close_when=lambda: False
+    )
+    assert [r.offset for r in batch] == [0, 1, 2, 3]
+    assert clock.now == pytest.approx(0.13, abs=0.002)
+
+
 async def test_idle_poll_returns_empty_so_caller_can_check_stop() -> None:
     clock = FakeClock()
     fetch = ScriptedFetch([], clock)

@@ -22,10 +22,12 @@ another conversation's key is refused. The fold's state is the same model as in 
 (`ConversationState`, `STATE_FORMAT_VERSION`): only the layout on the changelog changed, and
 reading the parts back gives an equal state, whose JSON is byte for byte the one format 3 wrote.
 
-A conversation id that contains the separator (U+001F) keeps the whole state under its id, in
-format 3, so that its head is never taken for another conversation's part (the reverse — such an id
-equal to another conversation's part key — is not ruled out: the value under it then belongs to
-the wrong conversation and is refused on read, `StateLayoutError`).
+A conversation id that contains the separator (U+001F) keeps the whole state in format 3 under the
+id after two separators (`head_key`): no part key starts so (a part key's first separator is
+followed by its tag), and no head holds a separator, so such a conversation and any other can never
+write the same key, whatever their ids. Format 3 kept it under the bare id, which could be another
+conversation's part key: such a value is read back only if it is this conversation's own whole
+state (then moved to its key on the next write), and never deleted otherwise.
 
 Pure: it reads and writes through the `get`/`put`/`delete` the engine is handed.
 """
@@ -98,6 +100,14 @@ def chunk_key(conversation_id: str, tag: str, index: int) -> str:
 
 def is_split(conversation_id: str) -> bool:
     return SEPARATOR not in conversation_id
+
+
+WHOLE_PREFIX = SEPARATOR * 2
+
+
+def head_key(conversation_id: str) -> str:
+    """The key of the conversation's first record: its head, or its whole state (module docstring)."""
+    return conversation_id if is_split(conversation_id) else WHOLE_PREFIX + conversation_id
 
 
 def format_of(conversation_id: str) -> int:
@@ -281,7 +291,7 @@ def state_parts(
     the graph's parts (`graph`: those of the previous state, reused if its graph is the same)."""
     conversation_id = state.conversation_id
     if not is_split(conversation_id):
-        return {conversation_id: json.of(state)}, None
+        return {head_key(conversation_id): json.of(state)}, None
     if graph is None or graph.graph is not state.graph:
         graph = graph_parts(state.graph, json, graph)
     turn_ids, handles = state.turn_ids, list(state.handles.items())
@@ -346,11 +356,12 @@ Get = Callable[[str], bytes | None]
 def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
     """The conversation's state as the store holds it (None: no state yet), in either layout, and
     what was read."""
-    value = get(conversation_id)
+    key = head_key(conversation_id)
+    value = get(key)
     if value is None:
-        return None
-    snapshot = _snapshot_of(value, conversation_id, conversation_id)
-    stored = Stored({conversation_id: value}, {conversation_id: snapshot.state})
+        return None if key == conversation_id else _whole_under_bare_id(get, conversation_id)
+    snapshot = _snapshot_of(value, key, conversation_id)
+    stored = Stored({key: value}, {key: snapshot.state})
     if snapshot.format_version != SPLIT_FORMAT:
         return decode_whole(snapshot), stored
     meta, state_json = snapshot.state.split(b"\n", 1)
@@ -390,6 +401,19 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
     )
     update = {"graph": graph, "operations": operations, "turn_ids": tuple(turn_ids), "handles": handles}
     return state.model_copy(update=update), stored
+
+
+def _whole_under_bare_id(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
+    """A whole state format 3 kept under the bare id of a conversation holding the separator. The key
+    may be another conversation's part: that value is not this conversation's (None, and since it is
+    not in what was read, the next write leaves it alone); ours is deleted by the next write."""
+    value = get(conversation_id)
+    if value is None:
+        return None
+    snapshot = decode_snapshot(value)
+    if snapshot.conversation_id != conversation_id or snapshot.format_version == SPLIT_FORMAT:
+        return None
+    return decode_whole(snapshot), Stored({conversation_id: value}, {conversation_id: snapshot.state})
 
 
 def write_state(

@@ -94,6 +94,14 @@ def process(
             "begins only after that commit; a failed commit folds both again)."
         ),
     ] = True,
+    group_commit: Annotated[
+        bool,
+        typer.Option(
+            help="With pipelined commits, close a batch as soon as the previous commit has ended "
+            "(at the latest --batch-max-ms after its first record) instead of always waiting "
+            "--batch-max-ms: lower latency under light load, larger batches under heavy load."
+        ),
+    ] = True,
     state_dir: Annotated[
         Path | None, typer.Option(help="Directory for on-disk (SQLite) state; in memory when unset.")
     ] = None,
@@ -206,6 +214,7 @@ def process(
             batch_max_records=batch_max_records,
             batch_max_ms=batch_max_ms,
             pipelined_commits=pipelined_commits,
+            group_commit=group_commit,
             state_dir=state_dir,
             group=GroupSettings(
                 session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms

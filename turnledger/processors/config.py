@@ -63,6 +63,10 @@ class ProcessorConfig:
     idle_poll_ms: int = 100
     pipelined_commits: bool = True
     """Fold the next batch while the previous one's transaction commits (processors/partition.py)."""
+    group_commit: bool = True
+    """With pipelined commits, a batch closes as soon as the commit before it has ended (at the latest
+    `batch_max_ms` after its first record): a batch is what arrived during one commit. Off, every
+    batch stays open `batch_max_ms` (or until `batch_max_records`)."""
     producer_retry_backoff_ms: int = 20
     """aiokafka's default is 100 ms. A Kafka 4.x broker answers a produce that races the previous
     transaction's markers with a retriable NOT_ENOUGH_REPLICAS (KIP-890 verification, as old produce

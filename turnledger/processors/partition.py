@@ -27,7 +27,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
@@ -59,6 +59,33 @@ def _later(a: int | None, b: int | None) -> int | None:
     if a is None or b is None:
         return b if a is None else a
     return max(a, b)
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(slots=True)
+class _Segments:
+    """A batch folded while it is gathered (group commit): the records of each fetch on a layer of the
+    batch's overlay, so a poisoned record's isolation (`fold_batch`) never throws away the segments
+    before it."""
+
+    fold: PartitionFold
+    on_poison: PoisonHook
+    overlay: OverlayStore
+    outputs: list[OutputRecord] = field(default_factory=list)
+    poisoned: int = 0
+
+    def fold_records(self, records: list[SourceRecord]) -> None:
+        layer = OverlayStore(self.overlay)
+        outcome = fold_batch(self.fold, records, layer, self.on_poison)
+        layer.commit()
+        self.outputs += outcome.outputs
+        self.poisoned += outcome.poisoned
+
+    def outcome(self) -> FoldOutcome:
+        return FoldOutcome(self.outputs, self.poisoned)
 
 
 @dataclass(slots=True)
@@ -330,13 +357,21 @@ class PartitionProcessor:
         try:
             while True:
                 batch: list[SourceRecord] = []
+                segments: _Segments | None = None
                 if not self._stop.is_set():
+                    close_when = self._batch_closes(inflight)
+                    if close_when is not None:
+                        assert self.store is not None and self.fold is not None and self.on_poison is not None
+                        base = inflight.overlay if inflight is not None else self.store
+                        segments = _Segments(self.fold, self.on_poison, OverlayStore(base))
                     batch = await collect_batch(
                         feed.fetch,
                         max_records=cfg.batch_max_records,
                         max_ms=cfg.batch_max_ms,
                         stop=self._stop,
                         idle_poll_ms=cfg.idle_poll_ms,
+                        close_when=close_when,
+                        on_records=None if segments is None else segments.fold_records,
                     )
                 if not batch and inflight is None:
                     if self._stop.is_set():
@@ -344,7 +379,9 @@ class PartitionProcessor:
                     continue
                 try:
                     overlay, outcome = None, None
-                    if batch:
+                    if batch and segments is not None:
+                        overlay, outcome = segments.overlay, segments.outcome()
+                    elif batch:
                         assert self.store is not None and self.fold is not None and self.on_poison is not None
                         overlay = OverlayStore(inflight.overlay if inflight is not None else self.store)
                         outcome = fold_batch(self.fold, batch, overlay, self.on_poison)
@@ -393,6 +430,16 @@ class PartitionProcessor:
                 with contextlib.suppress(BaseException):
                     await inflight.task
                 self._store_current = False
+
+    def _batch_closes(self, inflight: _InFlight | None) -> Callable[[], bool] | None:
+        """Group commit: a batch closes once the commit before it has ended (at once when none is in
+        flight), since the next transaction can begin and waiting longer only adds latency; its
+        records are folded as they arrive (`_Segments`), so the fold overlaps that commit."""
+        if not (self.config.pipelined_commits and self.config.group_commit):
+            return None
+        if inflight is None:
+            return _always
+        return inflight.task.done
 
     def _begin(
         self,

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from turnledger.codec import decode, encode
+from turnledger.dispatch import state_layout
 from turnledger.dispatch.engine import BatchEngine, encode_state, read_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
 from turnledger.dispatch.state_json import StateJson
@@ -30,6 +31,7 @@ from turnledger.dispatch.state_layout import (
     chunk_key,
     encode_part,
     graph_parts,
+    head_key,
     operation_key,
     request_key,
     state_parts,
@@ -237,9 +239,54 @@ def test_a_conversation_id_holding_the_separator_keeps_its_state_whole() -> None
     c.user("hello")
     c.dispatch_to_streaming()
     stored = _round_trip(c.state)
-    assert list(stored.values) == ["odd\x1fo\x1fid"]
-    snapshot = decode(stored.values["odd\x1fo\x1fid"])
+    assert list(stored.values) == ["\x1f\x1fodd\x1fo\x1fid"] == [head_key("odd\x1fo\x1fid")]
+    snapshot = decode(stored.values["\x1f\x1fodd\x1fo\x1fid"])
     assert isinstance(snapshot, ConversationSnapshot) and snapshot.format_version == STATE_FORMAT_VERSION
+
+
+def test_an_id_equal_to_another_conversations_part_key_never_writes_over_that_part() -> None:
+    victim = Conversation(conversation_id="odd")
+    victim.user("hello")
+    victim.dispatch_to_streaming()
+    odd = Conversation(conversation_id=operation_key("odd", "op-1"))
+    odd.user("hello")
+    odd.dispatch_to_streaming()
+    store = Store()
+    write_state(victim.state, Stored(), StateJson(), store.put, store.delete)
+    write_state(odd.state, Stored(), StateJson(), store.put, store.delete)
+    assert read_state(store, "odd") == victim.state
+    assert read_state(store, operation_key("odd", "op-1")) == odd.state
+    assert len(store) == len(state_parts(victim.state, StateJson())[0]) + 1
+
+
+def test_a_format_3_state_under_the_bare_id_is_read_and_moved_to_its_key() -> None:
+    odd = Conversation(conversation_id="odd\x1fo\x1fid")
+    odd.user("hello")
+    store = Store({"odd\x1fo\x1fid": encode_state(odd.state)})
+    found = state_layout.read_state(store.get, "odd\x1fo\x1fid")
+    assert found is not None and found[0] == odd.state
+    write_state(odd.state, found[1], StateJson(), store.put, store.delete)
+    assert sorted(store) == [head_key("odd\x1fo\x1fid")]
+    assert store.log == [
+        (head_key("odd\x1fo\x1fid"), store[head_key("odd\x1fo\x1fid")]),
+        ("odd\x1fo\x1fid", None),
+    ]
+
+
+def test_another_conversations_part_under_the_bare_id_is_neither_read_nor_deleted() -> None:
+    victim = Conversation(conversation_id="odd")
+    victim.user("hello")
+    victim.dispatch_to_streaming()
+    store = Store()
+    write_state(victim.state, Stored(), StateJson(), store.put, store.delete)
+    odd_id = operation_key("odd", "op-1")
+    assert odd_id in store
+    assert state_layout.read_state(store.get, odd_id) is None
+    odd = Conversation(conversation_id=odd_id)
+    odd.user("hello")
+    write_state(odd.state, Stored(), StateJson(), store.put, store.delete)
+    assert read_state(store, "odd") == victim.state
+    assert read_state(store, odd_id) == odd.state
 
 
 def test_a_missing_part_or_a_part_of_another_conversation_is_a_typed_error() -> None:
