@@ -14,6 +14,7 @@ from turnledger.processors.config import ProcessorConfig, transactional_id
 from turnledger.processors.contract import StateStore
 from turnledger.processors.errors import PoisonHookError
 from turnledger.processors.folding import fold_batch
+from turnledger.processors.partition import _Segments
 from turnledger.processors.poison import json_poison_hook
 from turnledger.processors.store import MemoryStateStore, OverlayStore
 from turnledger.records import OutputRecord, SourceRecord
@@ -166,6 +167,30 @@ def test_fold_batch_isolates_poison_and_keeps_other_records_exact() -> None:
     assert outcome.outputs[3].value == b"c1:7"
     assert dict(overlay.dirty) == {"c1": b"7", "c2": b"1"}
     assert base.get("c1") == b"5"
+
+
+def test_a_batch_folded_as_it_arrives_keeps_the_segments_before_a_poisoned_record() -> None:
+    base = MemoryStateStore()
+    base.put("c1", b"5")
+    segments = _Segments(CounterFold(), json_poison_hook(Topics("t.")), OverlayStore(base))
+    segments.fold_records([rec(0), rec(1, "c2")])
+    segments.fold_records([rec(2, value=b"boom"), rec(3)])
+    segments.fold_records([rec(4, "c2")])
+    outcome = segments.outcome()
+    assert outcome.poisoned == 1
+    values = [o.value for o in outcome.outputs]
+    assert values[:2] == [b"c1:6", b"c2:1"] and values[3:] == [b"c1:7", b"c2:2"]
+    assert b'"offset":2' in values[2]
+    assert dict(segments.overlay.dirty) == {"c1": b"7", "c2": b"2"}
+    assert base.get("c1") == b"5"
+    whole = OverlayStore(base)  # the same records folded as one batch: the same outputs and writes
+    at_once = fold_batch(
+        CounterFold(),
+        [rec(0), rec(1, "c2"), rec(2, value=b"boom"), rec(3), rec(4, "c2")],
+        whole,
+        json_poison_hook(Topics("t.")),
+    )
+    assert [o.value for o in at_once.outputs] == values and dict(whole.dirty) == dict(segments.overlay.dirty)
 
 
 def test_fold_batch_hook_failure_is_not_swallowed() -> None:
