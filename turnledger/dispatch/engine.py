@@ -102,7 +102,8 @@ class BatchEngine:
       decoded state, and a change writes only the parts whose JSON differs (`state_layout.py`);
     - the live assemblers of streaming attempts (`LiveAssemblers`);
     - the changelog JSON of unchanged parts of the states (`StateJson`);
-    - the rendered prefix of each conversation's last request per adapter (`RenderCache`).
+    - the rendered prefix of each conversation's last request per adapter (`RenderCache`), at most
+      as many as states (an entry keeps its blocks alive after its state is evicted).
     """
 
     def __init__(
@@ -116,7 +117,7 @@ class BatchEngine:
         self._cache_size = cache_size
         self._live = LiveAssemblers()
         self._state_json = StateJson()
-        self._renders = RenderCache()
+        self._renders = RenderCache(max_entries=cache_size)  # no prefix long outlives its state
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
         states: dict[str, ConversationState] = {}
