@@ -31,7 +31,9 @@ results, several rounds), built with the pure fold so every dispatch streams and
   turnledger.committed (for raw: of its copy). p50/p99, and their ratios to raw.
 * RSS: the runtime alone drains N conversations of a light mix (one user turn and one
   dispatch request each: a committed block and a PREPARED operation with its manifest); peak
-  RSS (VmHWM of the processor process) and RSS at ready, with the memory or SQLite store.
+  RSS (VmHWM of the processor process) and RSS at ready, with the memory or SQLite store, and
+  the engine's state cache at its default size or at the size an item's third field gives
+  (`100000:sqlite:2000`: 2,000 decoded states per partition).
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ from bench import cputime
 from bench.bench_processor import Contender, Job, _fresh_topics, _pct
 from bench.dispatch_workload import ADAPTERS, TOOLS, Mix, Workload, build
 from turnledger.codec import decode, encode
+from turnledger.dispatch.engine import BatchEngine
 from turnledger.model.events import CommittedTurn, DispatchRequested, SubmittedBlock, TurnSubmitted
+from turnledger.processors.dispatch_partition import DispatchPartitionFold
+from turnledger.processors.limits_config import load_limits
+from turnledger.processors.model_registry import load_model_registry
 from turnledger.topology import Topics
 
 DISPATCH_FOLD = "turnledger.processors.dispatch_partition:DispatchPartitionFold"
@@ -344,10 +350,27 @@ def _vm(pid: int, field: str) -> float:
     return float("nan")
 
 
-def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str) -> dict[str, Any]:
+STATE_CACHE_ENV = "BENCH_DISPATCH_STATE_CACHE"
+
+
+def sized_fold(topics: Topics, partition: int) -> DispatchPartitionFold:
+    """The dispatch fold with an engine whose state cache holds $BENCH_DISPATCH_STATE_CACHE states per
+    partition (the RSS phase's third field; the processor itself keeps BatchEngine's default)."""
+    models = load_model_registry()
+    engine = BatchEngine(cache_size=int(os.environ[STATE_CACHE_ENV]), models=models, limits=load_limits())
+    return DispatchPartitionFold(topics, partition, engine)
+
+
+def rss(
+    args: argparse.Namespace, bootstrap: str, conversations: int, store: str, state_cache: int | None
+) -> dict[str, Any]:
     topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
     rows = light_workload(conversations, "rss")
     asyncio.run(_append(bootstrap, topics.ingress, rows))
+    fold = DISPATCH_FOLD
+    if state_cache is not None:
+        os.environ[STATE_CACHE_ENV] = str(state_cache)  # the spawned child inherits it
+        fold = "bench.bench_dispatch:sized_fold"
     with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
         job = _job(
             args,
@@ -358,6 +381,7 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
             target=len(rows),
             state_dir=state_dir if store == "sqlite" else None,
             processes=1,  # the RSS of one processor process
+            fold=fold,
         )
         contender = Contender(job)
         contender.expect("ready", 120)
@@ -370,6 +394,7 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
     return {
         "conversations": conversations,
         "store": store,
+        "state_cache": "default" if state_cache is None else f"{state_cache:,}",
         "events": n,
         "events_per_s": n / seconds,
         "rss_ready_mb": at_ready,
@@ -378,14 +403,18 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
     }
 
 
-def _rss_plan(value: str) -> list[tuple[int, str]]:
-    """Parsed before anything runs, so a typo fails in a second, not after the other phases."""
+def _rss_plan(value: str) -> list[tuple[int, str, int | None]]:
+    """conversations:store[:state cache size per partition], comma-separated. Parsed before anything
+    runs, so a typo fails in a second, not after the other phases."""
     plan = []
     for item in filter(None, value.split(",")):
-        count, _, store = item.partition(":")
-        if not count.isdigit() or store not in ("memory", "sqlite"):
-            raise argparse.ArgumentTypeError(f"expected conversations:memory|sqlite, got {item!r}")
-        plan.append((int(count), store))
+        count, _, rest = item.partition(":")
+        store, _, cache = rest.partition(":")
+        if not count.isdigit() or store not in ("memory", "sqlite") or not (cache == "" or cache.isdigit()):
+            raise argparse.ArgumentTypeError(
+                f"expected conversations:memory|sqlite[:state cache], got {item!r}"
+            )
+        plan.append((int(count), store, int(cache) if cache else None))
     return plan
 
 
@@ -460,7 +489,8 @@ def main(argv: list[str] | None = None) -> None:
         "--rss",
         type=_rss_plan,
         default="10000:memory,10000:sqlite,100000:sqlite",
-        help="conversations:store list for the RSS phase ('' to skip); store is memory or sqlite",
+        help="conversations:store[:state cache] list for the RSS phase ('' to skip); store is memory or "
+        "sqlite; state cache: the engine's decoded states kept per partition (default BatchEngine's)",
     )
     parser.add_argument(
         "--quick",
@@ -470,7 +500,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.conversations, args.concurrency, args.repeats, args.seconds = 300, 300, 1, 8.0
-        args.rss = [(2000, "memory")]
+        args.rss = [(2000, "memory", None)]
         args.contenders = tuple(k for k in args.contenders if k != "runtime_x2")
     if "runtime_x2" in args.contenders and 2 * args.processes > args.partitions:
         parser.error(f"runtime_x2 runs {2 * args.processes} processes: needs --partitions ≥ that")
@@ -502,7 +532,7 @@ def main(argv: list[str] | None = None) -> None:
             bootstrap = stack.enter_context(session_endpoints()).bootstrap
         tput = None if workload is None else throughput(args, bootstrap, workload, broker_pid)
         lat = None if lat_workload is None else latency(args, bootstrap, lat_workload)
-        rss_rows = [rss(args, bootstrap, n, store) for n, store in args.rss]
+        rss_rows = [rss(args, bootstrap, n, store, cache) for n, store, cache in args.rss]
 
     if workload is not None and tput is not None:
         _print_throughput(args, workload, tput, broker_pid)
@@ -574,11 +604,13 @@ def _print_rss(rss_rows: list[dict[str, Any]]) -> None:
     print(
         "\n### Processor RSS (one process, all partitions; user turn + dispatch request per conversation)\n"
     )
-    print("| conversations | store | events/s | RSS at ready MB | peak RSS MB | RSS at end MB |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print(
+        "| conversations | store | state cache | events/s | RSS at ready MB | peak RSS MB | RSS at end MB |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for r in rss_rows:
         print(
-            f"| {r['conversations']:,} | {r['store']} | {r['events_per_s']:,.0f} "
+            f"| {r['conversations']:,} | {r['store']} | {r['state_cache']} | {r['events_per_s']:,.0f} "
             f"| {r['rss_ready_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['rss_end_mb']:.0f} |"
         )
 

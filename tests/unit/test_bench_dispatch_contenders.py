@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench import cputime
-from bench.bench_dispatch import CONTENDERS, OWN_TOPICS, PHASES, RATIOS, _job_of, _names
+from bench.bench_dispatch import CONTENDERS, OWN_TOPICS, PHASES, RATIOS, _job_of, _names, _rss_plan
 from turnledger.topology import Topics
 
 
@@ -76,3 +76,11 @@ def test_cores_divide_cpu_by_wall_time() -> None:
     start = cputime.CpuSample(at_s=10.0, contender_s=1.0, broker_s=2.0, machine_s=100.0)
     end = cputime.CpuSample(at_s=14.0, contender_s=3.0, broker_s=3.0, machine_s=106.0)
     assert cputime.cores(start, end) == {"contender": 0.5, "broker": 0.25, "machine": 1.5}
+
+
+def test_the_rss_plan_takes_an_optional_state_cache_size() -> None:
+    assert _rss_plan("100000:sqlite,2000:memory:500") == [(100_000, "sqlite", None), (2_000, "memory", 500)]
+    assert _rss_plan("") == []
+    for bad in ("100000", "100000:disk", "x:sqlite", "10:sqlite:big"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected conversations"):
+            _rss_plan(bad)
