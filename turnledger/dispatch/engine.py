@@ -94,6 +94,15 @@ def read_state(store: StateAccess, conversation_id: str) -> ConversationState | 
     return None if found is None else found[0]
 
 
+STATE_CACHE_SIZE = 2_000
+"""Decoded states an engine keeps (one engine per partition). The cache only has to hold the
+conversations active between two of their events: a miss reads the state back from the store and
+decodes it, with the same outputs. Each cached conversation costs ~20 KB even when small (the
+decoded models, the bytes read or written, their JSON): at 10,000 per partition a processor with
+100k conversations on two partitions peaked at 649 MB, at 5,000 at 446 MB, at 2,000 at 326 MB
+(`bench_dispatch --rss 100000:sqlite:N`; issue 20's goal: at most 400 MB)."""
+
+
 class BatchEngine:
     """Folds batches of ingress records. Owns the fold's caches; none of them changes an output.
 
@@ -107,7 +116,10 @@ class BatchEngine:
     """
 
     def __init__(
-        self, cache_size: int = 10_000, models: ModelRegistry | None = None, limits: Limits = DEFAULT_LIMITS
+        self,
+        cache_size: int = STATE_CACHE_SIZE,
+        models: ModelRegistry | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         """`models`: the model registry admission counts against (the built-in one when None); `limits`:
         the size limits (model/limits.py). A replay must use the ones the processor used."""
