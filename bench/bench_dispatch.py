@@ -561,17 +561,23 @@ def _print_throughput(
         f"median of {args.repeats})\n"
     )
     broker = "broker cores" if broker_pid else "broker cores (pid unknown)"
-    print(f"| contender | events/s (median) | runs | contender cores | {broker} | machine busy cores |")
-    print("|---|---:|---|---:|---:|---:|")
+    print(
+        f"| contender | events/s (median) | runs | contender cores | contender CPU µs/event "
+        f"| {broker} | machine busy cores |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|")
     for kind in args.contenders:
-        runs = ", ".join(f"{r:,.0f}" for r in tput["rates"][kind])
-        used = {k: med(c[k] for c in tput["cpu"][kind]) for k in ("contender", "broker", "machine")}
+        rates, cpu = tput["rates"][kind], tput["cpu"][kind]
+        runs = ", ".join(f"{r:,.0f}" for r in rates)
+        used = {k: med(c[k] for c in cpu) for k in ("contender", "broker", "machine")}
+        per_event = med(1e6 * c["contender"] / r for c, r in zip(cpu, rates, strict=True))
         print(
-            f"| {NAMES[kind]} | {med(tput['rates'][kind]):,.0f} | {runs} | {used['contender']:.2f} "
+            f"| {NAMES[kind]} | {med(rates):,.0f} | {runs} | {used['contender']:.2f} | {per_event:,.0f} "
             f"| {used['broker']:.2f} | {used['machine']:.2f} |"
         )
     print(
-        f"\n(cores: CPU seconds / wall seconds from ready to done, medians; the machine has {os.cpu_count()})"
+        "\n(cores: CPU seconds / wall seconds from ready to done; µs/event: CPU of the contender's "
+        f"processes per event; medians over the repeats; the machine has {os.cpu_count()} cores, shared)"
     )
     for name, values in tput["per_repeat"].items():
         print(
