@@ -32,6 +32,10 @@ QUICK: dict[str, list[str]] = {
         "--rate",
         "100",
         "--rss=",
+        # runtime_x2 (two more processes, topics of their own) would add about 3 s to a run kept
+        # under a minute; its plumbing has unit tests (tests/unit/test_bench_dispatch_contenders.py)
+        "--contenders",
+        "raw,raw_avro,raw_codec,runtime",
     ],
     "bench_dispatch_engine": ["--conversations", "50", "--concurrency", "50", "--repeats", "1"],
     "bench_previews": ["--deltas", "50,100"],

@@ -1,7 +1,8 @@
 """The dispatch processor (ProcessorApp + DispatchPartitionFold) vs the raw transactional copy loop.
 
     python -m bench.bench_dispatch [--conversations 1500] [--repeats 3] [--rate 300] [--seconds 20]
-        [--rss 10000:memory,100000:sqlite] [--quick]
+        [--rss 10000:memory,100000:sqlite] [--contenders raw,...,runtime_x2]
+        [--phases throughput,latency,rss] [--broker-pid PID] [--quick]
 
 Workload: bench/dispatch_workload.py, the realistic mix (user turns, DispatchRequested,
 DispatchAttempt, DispatchSent, HandleBound, StreamDeltas of text and tool-call deltas, tool
@@ -16,15 +17,23 @@ results, several rounds), built with the pure fold so every dispatch streams and
   raw_codec / raw bounds what the runtime can reach with this codec stack. A fourth,
   `raw_avro`, does the same with fastavro alone (no pydantic): the bound for any processor of
   these schemas built on fastavro. Reported: events/s of each, and the medians of the
-  per-repeat ratios runtime / raw (issue 6's goal: ≥ 0.7), raw_codec / raw, raw_avro / raw and
-  runtime / raw_codec.
+  per-repeat ratios runtime / raw (issue 6's goal: ≥ 0.7, issue 20's: ≥ 0.25), raw_codec / raw,
+  raw_avro / raw and runtime / raw_codec. A fifth, `runtime_x2`, is the same runtime in twice the
+  processes (`--processes`, as `turnledger process --processes N` runs it, the partitions dealt
+  over them), same batching and producer settings, draining a copy of the workload appended to
+  topics of its own (a runtime resumes from its changelog, so it cannot share the runtime's
+  topics): runtime_x2 / runtime is issue 20's scaling goal (≥ 1.7 from one process to two). For
+  each drain the cores used are sampled from /proc (the contender with its children, the broker,
+  the whole machine), so a run shows whether the box had a core to give.
 * Latency: per repeat and contender, fresh topics, the contender running; a second (smaller)
   workload is appended at `--rate` events/s; for every event that commits a turn, the time
   from its append (the producer's send) to the read_committed arrival of its CommittedTurn on
   turnledger.committed (for raw: of its copy). p50/p99, and their ratios to raw.
 * RSS: the runtime alone drains N conversations of a light mix (one user turn and one
   dispatch request each: a committed block and a PREPARED operation with its manifest); peak
-  RSS (VmHWM of the processor process) and RSS at ready, with the memory or SQLite store.
+  RSS (VmHWM of the processor process) and RSS at ready, with the memory or SQLite store, and
+  the engine's state cache at its default size or at the size an item's third field gives
+  (`100000:sqlite:2000`: TURNLEDGER_STATE_CACHE_SIZE=2000, decoded states per partition).
 """
 
 from __future__ import annotations
@@ -43,10 +52,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from bench import cputime
 from bench.bench_processor import Contender, Job, _fresh_topics, _pct
 from bench.dispatch_workload import ADAPTERS, TOOLS, Mix, Workload, build
 from turnledger.codec import decode, encode
 from turnledger.model.events import CommittedTurn, DispatchRequested, SubmittedBlock, TurnSubmitted
+from turnledger.processors.dispatch_partition import STATE_CACHE_ENV
 from turnledger.topology import Topics
 
 DISPATCH_FOLD = "turnledger.processors.dispatch_partition:DispatchPartitionFold"
@@ -104,52 +115,87 @@ async def _count(bootstrap: str, topic: str, partitions: int) -> int:
         await consumer.stop()
 
 
-def _drain(job: Job, target: int) -> tuple[float, int, dict[str, Any]]:
+def _drain(job: Job, target: int, broker_pid: int | None) -> tuple[float, dict[str, float]]:
+    """events/s from ready to done, and the cores used meanwhile (contender tree, broker, machine)."""
     contender = Contender(Job(**{**job.__dict__, "target": target}))
     contender.expect("ready", 120)
+    pid = contender.proc.pid
+    assert pid is not None
+    start = cputime.sample(time.monotonic(), pid, broker_pid)
     seconds, n = contender.expect("done", 1800)
-    _, _, metrics = contender.stop()
-    return n / seconds, n, metrics
+    end = cputime.sample(time.monotonic(), pid, broker_pid)
+    contender.stop()
+    return n / seconds, cputime.cores(start, end)
 
 
-CONTENDERS = ("raw", "raw_avro", "raw_codec", "runtime")
+CONTENDERS = ("raw", "raw_avro", "raw_codec", "runtime", "runtime_x2")
+OWN_TOPICS = ("runtime_x2",)
+"""Contenders that drain a copy of the workload on topics of their own. A runtime restores its state,
+and with it its input positions, from the changelog: a second runtime on the first one's topics
+would resume where the first one ended and never reach its target."""
+RATIOS = (
+    ("runtime", "raw"),
+    ("raw_codec", "raw"),
+    ("raw_avro", "raw"),
+    ("runtime", "raw_codec"),
+    ("runtime_x2", "runtime"),
+    ("runtime_x2", "raw"),
+)
+GOALS = {"runtime/raw": " (issue 20 goal ≥ 0.25)", "runtime_x2/runtime": " (issue 20 goal ≥ 1.7)"}
 
 
-def throughput(args: argparse.Namespace, bootstrap: str, workload: Workload) -> dict[str, Any]:
+def _job_of(args: argparse.Namespace, kind: str, bootstrap: str, topics: Topics, raw_out: str) -> Job:
+    """runtime_x2 is the runtime contender with twice its processes (`--processes`), else the same."""
+    if kind == "runtime_x2":
+        return _job(args, "runtime", bootstrap, topics, raw_out, processes=2 * args.processes)
+    return _job(args, kind, bootstrap, topics, raw_out)
+
+
+def _checks(bootstrap: str, topics: Topics, partitions: int) -> dict[str, int]:
+    return {
+        name: asyncio.run(_count(bootstrap, getattr(topics, name), partitions))
+        for name in ("committed", "rejections", "quarantine")
+    }
+
+
+def throughput(
+    args: argparse.Namespace, bootstrap: str, workload: Workload, broker_pid: int | None
+) -> dict[str, Any]:
     rows = _rows(workload)
-    rates: dict[str, list[float]] = {kind: [] for kind in CONTENDERS}
-    check: dict[str, int] = {}
+    kinds = args.contenders
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    cpu: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    check: dict[str, dict[str, int]] = {}
     for repeat in range(args.repeats):
-        topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
-        asyncio.run(_append(bootstrap, topics.ingress, rows))
-        shift = repeat % len(CONTENDERS)
-        for kind in CONTENDERS[shift:] + CONTENDERS[:shift]:
-            rate, _, _ = _drain(_job(args, kind, bootstrap, topics, raw_out), len(rows))
+        shared = asyncio.run(_fresh_topics(bootstrap, args.partitions))
+        asyncio.run(_append(bootstrap, shared[0].ingress, rows))
+        own = {}
+        for kind in (k for k in kinds if k in OWN_TOPICS):
+            own[kind] = asyncio.run(_fresh_topics(bootstrap, args.partitions))
+            asyncio.run(_append(bootstrap, own[kind][0].ingress, rows))
+        shift = repeat % len(kinds)
+        for kind in kinds[shift:] + kinds[:shift]:
+            topics, raw_out = own.get(kind, shared)
+            rate, used = _drain(_job_of(args, kind, bootstrap, topics, raw_out), len(rows), broker_pid)
             rates[kind].append(rate)
-            print(f"  throughput repeat {repeat + 1}: {kind} {rate:,.0f} events/s", file=sys.stderr)
+            cpu[kind].append(used)
+            print(
+                f"  throughput repeat {repeat + 1}: {kind} {rate:,.0f} events/s, cores: contender "
+                f"{used['contender']:.2f} broker {used['broker']:.2f} machine {used['machine']:.2f}",
+                file=sys.stderr,
+            )
         if repeat == args.repeats - 1:
-            check = {
-                "committed": asyncio.run(_count(bootstrap, topics.committed, args.partitions)),
-                "rejections": asyncio.run(_count(bootstrap, topics.rejections, args.partitions)),
-                "quarantine": asyncio.run(_count(bootstrap, topics.quarantine, args.partitions)),
-            }
-
-    def ratios(kind: str, base: str) -> list[float]:
-        return [k / b for k, b in zip(rates[kind], rates[base], strict=True)]
+            if "runtime" in kinds:
+                check["runtime"] = _checks(bootstrap, shared[0], args.partitions)
+            for kind, (topics, _) in own.items():
+                check[kind] = _checks(bootstrap, topics, args.partitions)
 
     per_repeat = {
-        "runtime/raw": ratios("runtime", "raw"),
-        "raw_codec/raw": ratios("raw_codec", "raw"),
-        "raw_avro/raw": ratios("raw_avro", "raw"),
-        "runtime/raw_codec": ratios("runtime", "raw_codec"),
+        f"{kind}/{base}": [k / b for k, b in zip(rates[kind], rates[base], strict=True)]
+        for kind, base in RATIOS
+        if kind in rates and base in rates
     }
-    return {
-        "rates": rates,
-        "ratio": statistics.median(per_repeat["runtime/raw"]),
-        "ratios": per_repeat["runtime/raw"],
-        "per_repeat": per_repeat,
-        "check": check,
-    }
+    return {"rates": rates, "cpu": cpu, "per_repeat": per_repeat, "check": check}
 
 
 async def _offered(
@@ -301,10 +347,17 @@ def _vm(pid: int, field: str) -> float:
     return float("nan")
 
 
-def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str) -> dict[str, Any]:
+def rss(
+    args: argparse.Namespace, bootstrap: str, conversations: int, store: str, state_cache: int | None
+) -> dict[str, Any]:
     topics, raw_out = asyncio.run(_fresh_topics(bootstrap, args.partitions))
     rows = light_workload(conversations, "rss")
     asyncio.run(_append(bootstrap, topics.ingress, rows))
+    # The processor's own knob, inherited by the spawned child; unset: the engine's default.
+    if state_cache is None:
+        os.environ.pop(STATE_CACHE_ENV, None)
+    else:
+        os.environ[STATE_CACHE_ENV] = str(state_cache)
     with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
         job = _job(
             args,
@@ -327,6 +380,7 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
     return {
         "conversations": conversations,
         "store": store,
+        "state_cache": "default" if state_cache is None else f"{state_cache:,}",
         "events": n,
         "events_per_s": n / seconds,
         "rss_ready_mb": at_ready,
@@ -335,15 +389,49 @@ def rss(args: argparse.Namespace, bootstrap: str, conversations: int, store: str
     }
 
 
-def _rss_plan(value: str) -> list[tuple[int, str]]:
-    """Parsed before anything runs, so a typo fails in a second, not after the other phases."""
+def _rss_plan(value: str) -> list[tuple[int, str, int | None]]:
+    """conversations:store[:state cache size per partition], comma-separated. Parsed before anything
+    runs, so a typo fails in a second, not after the other phases."""
     plan = []
     for item in filter(None, value.split(",")):
-        count, _, store = item.partition(":")
-        if not count.isdigit() or store not in ("memory", "sqlite"):
-            raise argparse.ArgumentTypeError(f"expected conversations:memory|sqlite, got {item!r}")
-        plan.append((int(count), store))
+        count, _, rest = item.partition(":")
+        store, _, cache = rest.partition(":")
+        if not count.isdigit() or store not in ("memory", "sqlite") or not (cache == "" or cache.isdigit()):
+            raise argparse.ArgumentTypeError(
+                f"expected conversations:memory|sqlite[:state cache], got {item!r}"
+            )
+        plan.append((int(count), store, int(cache) if cache else None))
     return plan
+
+
+def _names(value: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated subset of `allowed`, kept in `allowed`'s order; checked before anything runs."""
+    names = tuple(filter(None, value.split(",")))
+    if unknown := [n for n in names if n not in allowed]:
+        raise argparse.ArgumentTypeError(
+            f"unknown {', '.join(unknown)}; expected some of {', '.join(allowed)}"
+        )
+    return tuple(n for n in allowed if n in names)
+
+
+def _broker_pid(value: int | None) -> int | None:
+    """--broker-pid, else the devstack's kafka.pid under $TURNLEDGER_DEVSTACK_DIR (for its CPU only)."""
+    if value is not None:
+        return value
+    pidfile = Path(os.environ.get("TURNLEDGER_DEVSTACK_DIR", "/nonexistent")) / "kafka.pid"
+    with contextlib.suppress(OSError, ValueError):
+        return int(pidfile.read_text().split()[0])
+    return None
+
+
+PHASES = ("throughput", "latency", "rss")
+NAMES = {
+    "raw": "raw aiokafka copy loop",
+    "raw_avro": "raw loop + fastavro read/write of every event (Avro floor)",
+    "raw_codec": "raw loop + decode/encode of every event (codec floor)",
+    "runtime": "runtime + DispatchPartitionFold",
+    "runtime_x2": "the same runtime in twice the processes, on topics of its own",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -358,7 +446,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-max-ms", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--processes", type=int, default=1, help="runtime contender: `turnledger process --processes N`"
+        "--processes",
+        type=int,
+        default=1,
+        help="runtime contender: `turnledger process --processes N` (runtime_x2: 2N; needs 2N ≤ partitions)",
+    )
+    parser.add_argument(
+        "--contenders",
+        type=lambda v: _names(v, CONTENDERS),
+        default=CONTENDERS,
+        help=f"throughput contenders, comma-separated (default: {','.join(CONTENDERS)})",
+    )
+    parser.add_argument(
+        "--phases",
+        type=lambda v: _names(v, PHASES),
+        default=PHASES,
+        help=f"phases to run, comma-separated (default: {','.join(PHASES)})",
+    )
+    parser.add_argument(
+        "--broker-pid",
+        type=int,
+        default=None,
+        help="the broker's pid, for its CPU (default: $TURNLEDGER_DEVSTACK_DIR/kafka.pid if there)",
     )
     parser.add_argument("--rate", type=int, default=300, help="events/s offered in the latency phase")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
@@ -366,23 +475,39 @@ def main(argv: list[str] | None = None) -> None:
         "--rss",
         type=_rss_plan,
         default="10000:memory,10000:sqlite,100000:sqlite",
-        help="conversations:store list for the RSS phase ('' to skip); store is memory or sqlite",
+        help="conversations:store[:state cache] list for the RSS phase ('' to skip); store is memory or "
+        "sqlite; state cache: the engine's decoded states kept per partition (default BatchEngine's)",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="300 conversations, 1 repeat, 8 s of latency, RSS for 2000 only"
+        "--quick",
+        action="store_true",
+        help="300 conversations, 1 repeat, 8 s of latency, RSS for 2000 only, no runtime_x2",
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.conversations, args.concurrency, args.repeats, args.seconds = 300, 300, 1, 8.0
-        args.rss = [(2000, "memory")]
+        args.rss = [(2000, "memory", None)]
+        args.contenders = tuple(k for k in args.contenders if k != "runtime_x2")
+    if "runtime_x2" in args.contenders and 2 * args.processes > args.partitions:
+        parser.error(f"runtime_x2 runs {2 * args.processes} processes: needs --partitions ≥ that")
+    if "rss" not in args.phases:
+        args.rss = []
     logging.basicConfig(level=logging.WARNING)
+    broker_pid = _broker_pid(args.broker_pid)
 
     started = time.monotonic()
     mix = Mix(rounds=args.rounds)
-    workload = build(args.conversations, mix, concurrency=args.concurrency)
-    per_conv = len(workload.events) / max(1, args.conversations)
-    lat_convs = max(1, round(args.rate * args.seconds / per_conv))
-    lat_workload = build(lat_convs, mix, prefix="lat", concurrency=max(1, lat_convs // 2))
+    workload = lat_workload = None
+    if "throughput" in args.phases:
+        workload = build(args.conversations, mix, concurrency=args.concurrency)
+    if "latency" in args.phases:
+        per_conv = (
+            len(workload.events) / max(1, args.conversations)
+            if workload is not None
+            else mix_events_per_conversation(mix)
+        )
+        lat_convs = max(1, round(args.rate * args.seconds / per_conv))
+        lat_workload = build(lat_convs, mix, prefix="lat", concurrency=max(1, lat_convs // 2))
     print(f"workloads built in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     with contextlib.ExitStack() as stack:
@@ -391,33 +516,58 @@ def main(argv: list[str] | None = None) -> None:
             from turnledger.devstack.session import session_endpoints
 
             bootstrap = stack.enter_context(session_endpoints()).bootstrap
-        tput = throughput(args, bootstrap, workload)
-        lat = latency(args, bootstrap, lat_workload)
-        rss_rows = [rss(args, bootstrap, n, store) for n, store in args.rss]
+        tput = None if workload is None else throughput(args, bootstrap, workload, broker_pid)
+        lat = None if lat_workload is None else latency(args, bootstrap, lat_workload)
+        rss_rows = [rss(args, bootstrap, n, store, cache) for n, store, cache in args.rss]
 
+    if workload is not None and tput is not None:
+        _print_throughput(args, workload, tput, broker_pid)
+    if lat_workload is not None and lat is not None:
+        _print_latency(args, lat_workload, lat)
+    if rss_rows:
+        _print_rss(rss_rows)
+    print(f"\n(total {time.monotonic() - started:.0f} s)")
+
+
+def mix_events_per_conversation(mix: Mix) -> float:
+    """Ingress events per conversation of `mix`, from a small sample (sizes the latency workload)."""
+    sample = build(20, mix, prefix="size", concurrency=20)
+    return len(sample.events) / 20
+
+
+def _print_throughput(
+    args: argparse.Namespace, workload: Workload, tput: dict[str, Any], broker_pid: int | None
+) -> None:
     med = statistics.median
+    procs = f"{args.processes} process{'es' if args.processes > 1 else ''}"
     print(
         f"\n### Throughput ({len(workload.events):,} ingress events, {args.conversations:,} conversations, "
         f"{workload.committed_turns:,} committed turns, {args.partitions} partitions, runtime in "
-        f"{args.processes} process{'es' if args.processes > 1 else ''}, batches ≤ "
-        f"{args.batch_max_records} records / {args.batch_max_ms} ms; median of {args.repeats})\n"
+        f"{procs}, batches ≤ {args.batch_max_records} records / {args.batch_max_ms} ms; "
+        f"median of {args.repeats})\n"
     )
-    print("| contender | events/s (median) | runs |")
-    print("|---|---:|---|")
-    names = {
-        "raw": "raw aiokafka copy loop",
-        "raw_avro": "raw loop + fastavro read/write of every event (Avro floor)",
-        "raw_codec": "raw loop + decode/encode of every event (codec floor)",
-        "runtime": "runtime + DispatchPartitionFold",
-    }
-    for kind in CONTENDERS:
-        runs = ", ".join(f"{r:,.0f}" for r in tput["rates"][kind])
-        print(f"| {names[kind]} | {med(tput['rates'][kind]):,.0f} | {runs} |")
-    print()
-    for name, values in tput["per_repeat"].items():
-        goal = " (issue 20 goal ≥ 0.25)" if name == "runtime/raw" else ""
+    broker = "broker cores" if broker_pid else "broker cores (pid unknown)"
+    print(
+        f"| contender | events/s (median) | runs | contender cores | contender CPU µs/event "
+        f"| {broker} | machine busy cores |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|")
+    for kind in args.contenders:
+        rates, cpu = tput["rates"][kind], tput["cpu"][kind]
+        runs = ", ".join(f"{r:,.0f}" for r in rates)
+        used = {k: med(c[k] for c in cpu) for k in ("contender", "broker", "machine")}
+        per_event = med(1e6 * c["contender"] / r for c, r in zip(cpu, rates, strict=True))
         print(
-            f"- {name}: **{med(values):.3f}**{goal} (median of per-repeat ratios "
+            f"| {NAMES[kind]} | {med(rates):,.0f} | {runs} | {used['contender']:.2f} | {per_event:,.0f} "
+            f"| {used['broker']:.2f} | {used['machine']:.2f} |"
+        )
+    print(
+        "\n(cores: CPU seconds / wall seconds from ready to done; µs/event: CPU of the contender's "
+        f"processes per event; medians over the repeats; the machine has {os.cpu_count()} cores, shared)"
+    )
+    for name, values in tput["per_repeat"].items():
+        print(
+            f"- {name}: **{med(values):.3f}**{GOALS.get(name, '')} (median of per-repeat ratios "
             f"{', '.join(f'{r:.3f}' for r in values)})"
         )
     print(
@@ -425,6 +575,9 @@ def main(argv: list[str] | None = None) -> None:
         "rejections = 0, quarantine = 0)"
     )
 
+
+def _print_latency(args: argparse.Namespace, lat_workload: Workload, lat: dict[str, Any]) -> None:
+    med = statistics.median
     print(
         f"\n### Latency, ingress append → committed output ({len(lat_workload.events):,} events at "
         f"{args.rate}/s, {len(lat_workload.commit_events):,} commits measured; median of {args.repeats})\n"
@@ -438,19 +591,20 @@ def main(argv: list[str] | None = None) -> None:
         f"| {med(lat['runtime']['p99']) / med(lat['raw']['p99']):.2f} |"
     )
 
-    if rss_rows:
+
+def _print_rss(rss_rows: list[dict[str, Any]]) -> None:
+    print(
+        "\n### Processor RSS (one process, all partitions; user turn + dispatch request per conversation)\n"
+    )
+    print(
+        "| conversations | store | state cache | events/s | RSS at ready MB | peak RSS MB | RSS at end MB |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for r in rss_rows:
         print(
-            "\n### Processor RSS (one process, all partitions; "
-            "user turn + dispatch request per conversation)\n"
+            f"| {r['conversations']:,} | {r['store']} | {r['state_cache']} | {r['events_per_s']:,.0f} "
+            f"| {r['rss_ready_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['rss_end_mb']:.0f} |"
         )
-        print("| conversations | store | events/s | RSS at ready MB | peak RSS MB | RSS at end MB |")
-        print("|---:|---|---:|---:|---:|---:|")
-        for r in rss_rows:
-            print(
-                f"| {r['conversations']:,} | {r['store']} | {r['events_per_s']:,.0f} "
-                f"| {r['rss_ready_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['rss_end_mb']:.0f} |"
-            )
-    print(f"\n(total {time.monotonic() - started:.0f} s)")
 
 
 if __name__ == "__main__":

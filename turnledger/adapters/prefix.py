@@ -113,16 +113,22 @@ EMPTY = RenderedPrefix(
 
 
 class RenderCache:
-    """The last rendered prefix per (adapter id, conversation id), bounded in bytes, LRU first out.
+    """The last rendered prefix per (adapter id, conversation id), bounded in bytes and in entries,
+    LRU first out.
 
-    The bound counts the body bytes and the block tuple of each entry, not the blocks: those are
-    the conversation state's, which the engine holds anyway while the conversation is active (an
-    entry outlives its state only until it is evicted). A lock keeps the bookkeeping whole if
+    The byte bound counts the body bytes and the block tuple of each entry, not the blocks: those
+    are the conversation state's, which the engine holds while the conversation is in its state
+    cache. An entry that outlives its state keeps the blocks (and the hash state) alive on its own,
+    a few KB each, which the byte bound does not see: with many small conversations the byte bound
+    alone let ~50k entries per engine stay (issue 20: 100k conversations, about 180 MB of entries
+    whose states were long evicted). `max_entries` bounds that: the engine passes the size of its
+    state cache, so an entry outlives its state only briefly. A lock keeps the bookkeeping whole if
     processors share it across threads. Entries are immutable: a render reads one, puts a new one.
     """
 
-    def __init__(self, max_bytes: int = 32 << 20) -> None:
+    def __init__(self, max_bytes: int = 32 << 20, max_entries: int | None = None) -> None:
         self._max_bytes = max_bytes
+        self._max_entries = max_entries
         self._bytes = 0
         self._entries: OrderedDict[tuple[str, str], RenderedPrefix] = OrderedDict()
         self._lock = threading.Lock()
@@ -143,9 +149,12 @@ class RenderCache:
                 return
             self._entries[key] = entry
             self._bytes += entry.held_bytes
-            while self._bytes > self._max_bytes:
+            while self._bytes > self._max_bytes or self._over_count():
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.held_bytes
+
+    def _over_count(self) -> bool:
+        return self._max_entries is not None and len(self._entries) > self._max_entries
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -94,6 +94,18 @@ def read_state(store: StateAccess, conversation_id: str) -> ConversationState | 
     return None if found is None else found[0]
 
 
+STATE_CACHE_SIZE = 10_000
+"""Decoded states an engine keeps (one engine per partition); `turnledger process` reads
+TURNLEDGER_STATE_CACHE_SIZE (processors/dispatch_partition.py). A miss reads the state back from the
+store and decodes it, with the same outputs. The size trades memory for CPU (issue 20, measured):
+each cached conversation costs ~20 KB even when small (the decoded models, the bytes read or
+written, their JSON), so 100k conversations on two partitions peak at 649 MB with 10,000 per
+engine, 446 MB with 5,000 and 326 MB with 2,000 (`bench_dispatch --rss 100000:sqlite:N`); but an
+engine whose active conversations outnumber its cache re-decodes nearly every event: 5,000
+conversations interleaved in one engine cost 1,875 µs/event with 2,000 against 577 with 10,000
+(`bench_dispatch_engine --conversations 5000 --concurrency 5000`)."""
+
+
 class BatchEngine:
     """Folds batches of ingress records. Owns the fold's caches; none of them changes an output.
 
@@ -102,11 +114,15 @@ class BatchEngine:
       decoded state, and a change writes only the parts whose JSON differs (`state_layout.py`);
     - the live assemblers of streaming attempts (`LiveAssemblers`);
     - the changelog JSON of unchanged parts of the states (`StateJson`);
-    - the rendered prefix of each conversation's last request per adapter (`RenderCache`).
+    - the rendered prefix of each conversation's last request per adapter (`RenderCache`), at most
+      as many as states (an entry keeps its blocks alive after its state is evicted).
     """
 
     def __init__(
-        self, cache_size: int = 10_000, models: ModelRegistry | None = None, limits: Limits = DEFAULT_LIMITS
+        self,
+        cache_size: int = STATE_CACHE_SIZE,
+        models: ModelRegistry | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         """`models`: the model registry admission counts against (the built-in one when None); `limits`:
         the size limits (model/limits.py). A replay must use the ones the processor used."""
@@ -116,7 +132,7 @@ class BatchEngine:
         self._cache_size = cache_size
         self._live = LiveAssemblers()
         self._state_json = StateJson()
-        self._renders = RenderCache()
+        self._renders = RenderCache(max_entries=cache_size)  # no prefix long outlives its state
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
         states: dict[str, ConversationState] = {}

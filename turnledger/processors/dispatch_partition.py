@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 from turnledger.adapters.admission import preload_counters
 from turnledger.codec import encode
-from turnledger.dispatch.engine import BatchEngine
+from turnledger.dispatch.engine import STATE_CACHE_SIZE, BatchEngine
+from turnledger.errors import ProcessorError
 from turnledger.model.events import Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.processors.contract import StateStore
@@ -14,6 +16,28 @@ from turnledger.processors.limits_config import load_limits
 from turnledger.processors.model_registry import load_model_registry
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Stream, Topics
+
+STATE_CACHE_ENV = "TURNLEDGER_STATE_CACHE_SIZE"
+
+
+class StateCacheConfigError(ProcessorError, ValueError):
+    """TURNLEDGER_STATE_CACHE_SIZE that is not a non-negative integer."""
+
+
+def load_state_cache_size(environ: Mapping[str, str] | None = None) -> int:
+    """Decoded states each partition's engine keeps: $TURNLEDGER_STATE_CACHE_SIZE, else the engine's
+    default (`STATE_CACHE_SIZE`, where the memory/CPU trade-off is measured). No output depends on
+    it, so a replay need not use the processor's."""
+    raw = (os.environ if environ is None else environ).get(STATE_CACHE_ENV, "").strip()
+    if not raw:
+        return STATE_CACHE_SIZE
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        raise StateCacheConfigError(f"{STATE_CACHE_ENV}={raw!r} is not an integer") from None
+    if value < 0:
+        raise StateCacheConfigError(f"{STATE_CACHE_ENV}={raw!r} must be at least 0")
+    return value
 
 
 class DispatchPartitionFold:
@@ -24,7 +48,9 @@ class DispatchPartitionFold:
         self._topics = topics
         self._topic_of = {stream: topics.name(stream) for stream in Stream}
         models = load_model_registry()
-        self._engine = engine or BatchEngine(models=models, limits=load_limits())
+        self._engine = engine or BatchEngine(
+            cache_size=load_state_cache_size(), models=models, limits=load_limits()
+        )
         preload_counters(models)
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:

@@ -203,3 +203,19 @@ def test_changed_params_with_the_same_history_still_render_their_own_bytes() -> 
         adapter.render(sequence, params, cache)
         other = replace(params, max_output_tokens=7, tools=())
         assert adapter.render(sequence, other, cache) == adapter.render(sequence, other)
+
+
+def test_the_cache_is_bounded_in_entries_too() -> None:
+    """`max_entries`: the most recent entries kept however few bytes each holds."""
+    adapter = ADAPTERS["openai-chat@2"]
+    params = params_for("openai")
+    cache = RenderCache(max_entries=2)
+    for i in range(5):
+        adapter.render(long_history(10).model_copy(update={"conversation_id": f"c{i}"}), params, cache)
+    assert len(cache) == 2
+    assert [cache.get(("openai-chat@2", f"c{i}")) is not None for i in range(5)] == [False] * 3 + [True] * 2
+    unbounded = RenderCache()
+    for i in range(5):
+        adapter.render(long_history(10).model_copy(update={"conversation_id": f"c{i}"}), params, unbounded)
+    assert len(unbounded) == 5
+    assert unbounded.held_bytes == 5 * cache.held_bytes // 2

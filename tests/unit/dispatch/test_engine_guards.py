@@ -540,3 +540,32 @@ def test_a_state_read_and_left_unchanged_is_cached_whole() -> None:
     fresh = BatchEngine().process_batch([again], store)
     assert [o.value for o in second] == [o.value for o in fresh]
     assert [o.stream for o in second] == [Stream.QUARANTINE]
+
+
+def test_the_render_cache_keeps_no_more_prefixes_than_the_state_cache_keeps_states() -> None:
+    """A prefix holds its blocks alive after its state left the state cache, which the render cache's
+    byte bound does not count (issue 20: 100k small conversations kept ~50k prefixes per engine):
+    the engine bounds it to `cache_size` entries, most recent kept. The outputs are those of an
+    engine with the default caches."""
+    upto = next(i for i, e in enumerate(EVENTS) if type(e).__name__ == "DispatchRequested") + 1
+    batches = [
+        _records([e.model_copy(update={"conversation_id": cid}) for e in EVENTS[:upto]])
+        for cid in ("conv-a", "conv-b", "conv-c", "conv-d")
+    ]
+    outputs = {}
+    for size in (2, 10_000):
+        engine, store = BatchEngine(cache_size=size), DictStore()
+        outputs[size] = [(o.stream, o.value) for batch in batches for o in engine.process_batch(batch, store)]
+        kept = [cid for _, cid in engine._renders._entries]
+        assert kept == ["conv-a", "conv-b", "conv-c", "conv-d"][-size:]
+    assert outputs[2] == outputs[10_000]
+    manifests = [value for stream, value in outputs[2] if stream is Stream.MANIFESTS]
+    assert (
+        len(manifests) == 8
+    )  # per conversation its request rendered: a ManifestIssued and a DispatchDecision
+
+
+def test_the_default_engine_bounds_its_states_and_prefixes_by_state_cache_size() -> None:
+    engine = BatchEngine()
+    assert engine._cache_size == engine_module.STATE_CACHE_SIZE
+    assert engine._renders._max_entries == engine_module.STATE_CACHE_SIZE
