@@ -38,3 +38,24 @@ def test_the_dispatch_fold_builds_its_engine_with_it(monkeypatch: pytest.MonkeyP
     assert fold._engine._renders._max_entries == 1234
     monkeypatch.delenv(STATE_CACHE_ENV)
     assert DispatchPartitionFold(Topics(), 1)._engine._cache_size == STATE_CACHE_SIZE
+
+
+def test_process_hands_its_state_cache_size_to_its_fold_and_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--state-cache-size` is written into the environment, where the default fold (and every child of
+    `--processes`) reads it; Kafka is unreachable here, so the command exits 2 after that."""
+    import os
+
+    import typer
+    from typer.testing import CliRunner
+
+    from turnledger.processors.cli import process
+
+    app = typer.Typer()
+    app.command()(process)
+    monkeypatch.setenv(STATE_CACHE_ENV, "7")  # the flag wins over the variable; undone at teardown
+    fold = "tests.unit.test_processors_runtime:_counter_factory"
+    args = ["--bootstrap", "127.0.0.1:1", "--fold", fold, "--max-outage", "0.2", "--state-cache-size", "321"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert os.environ[STATE_CACHE_ENV] == "321"
+    assert DispatchPartitionFold(Topics(), 0)._engine._cache_size == 321

@@ -17,6 +17,7 @@ from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.adapters.prefix import RenderCache
 from turnledger.codec import CodecError, decode, encode
 from turnledger.dispatch import state_layout
+from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.live_assemblers import LiveAssemblers
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
@@ -92,18 +93,6 @@ def read_state(store: StateAccess, conversation_id: str) -> ConversationState | 
     """The conversation's state as the store holds it, in either layout (None: no state yet)."""
     found = state_layout.read_state(store.get, conversation_id)
     return None if found is None else found[0]
-
-
-STATE_CACHE_SIZE = 10_000
-"""Decoded states an engine keeps (one engine per partition); `turnledger process` reads
-TURNLEDGER_STATE_CACHE_SIZE (processors/dispatch_partition.py). A miss reads the state back from the
-store and decodes it, with the same outputs. The size trades memory for CPU (issue 20, measured):
-each cached conversation costs ~20 KB even when small (the decoded models, the bytes read or
-written, their JSON), so 100k conversations on two partitions peak at 649 MB with 10,000 per
-engine, 446 MB with 5,000 and 326 MB with 2,000 (`bench_dispatch --rss 100000:sqlite:N`); but an
-engine whose active conversations outnumber its cache re-decodes nearly every event: 5,000
-conversations interleaved in one engine cost 1,875 µs/event with 2,000 against 577 with 10,000
-(`bench_dispatch_engine --conversations 5000 --concurrency 5000`)."""
 
 
 class BatchEngine:

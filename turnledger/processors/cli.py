@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka.clients import kafka_outage
 from turnledger.observability.server import MetricsPort
@@ -40,6 +42,7 @@ from turnledger.processors.limits_config import (
 )
 from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.ownership import owned_partitions
+from turnledger.processors.state_cache_config import STATE_CACHE_ENV
 from turnledger.processors.topics import ensure_topics
 from turnledger.retry import Backoff, ride_out
 from turnledger.topology import Topics
@@ -104,6 +107,17 @@ def process(
     ] = True,
     state_dir: Annotated[
         Path | None, typer.Option(help="Directory for on-disk (SQLite) state; in memory when unset.")
+    ] = None,
+    state_cache_size: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            envvar=STATE_CACHE_ENV,
+            help="Decoded conversation states each partition keeps in memory (default "
+            f"{STATE_CACHE_SIZE:,}; each costs ~20 KB). Fewer: less memory, but a partition with more "
+            "conversations active at once decodes their states again on every event. No output depends "
+            "on it.",
+        ),
     ] = None,
     app_id: Annotated[
         str,
@@ -200,6 +214,8 @@ def process(
         max_held_deltas,
     )
     export_limits(limits)  # the default fold and the children of --processes read them from there
+    if state_cache_size is not None:
+        os.environ[STATE_CACHE_ENV] = str(state_cache_size)  # read by the default fold, as the limits
     log.info("size limits: %s", describe(limits))
     topics = Topics(prefix=topic_prefix)
     try:

@@ -2,42 +2,23 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from turnledger.adapters.admission import preload_counters
 from turnledger.codec import encode
-from turnledger.dispatch.engine import STATE_CACHE_SIZE, BatchEngine
-from turnledger.errors import ProcessorError
+from turnledger.dispatch.engine import BatchEngine
 from turnledger.model.events import Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.processors.contract import StateStore
 from turnledger.processors.limits_config import load_limits
 from turnledger.processors.model_registry import load_model_registry
+from turnledger.processors.state_cache_config import (  # noqa: F401  (re-exported)
+    STATE_CACHE_ENV,
+    StateCacheConfigError,
+    load_state_cache_size,
+)
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Stream, Topics
-
-STATE_CACHE_ENV = "TURNLEDGER_STATE_CACHE_SIZE"
-
-
-class StateCacheConfigError(ProcessorError, ValueError):
-    """TURNLEDGER_STATE_CACHE_SIZE that is not a non-negative integer."""
-
-
-def load_state_cache_size(environ: Mapping[str, str] | None = None) -> int:
-    """Decoded states each partition's engine keeps: $TURNLEDGER_STATE_CACHE_SIZE, else the engine's
-    default (`STATE_CACHE_SIZE`, where the memory/CPU trade-off is measured). No output depends on
-    it, so a replay need not use the processor's."""
-    raw = (os.environ if environ is None else environ).get(STATE_CACHE_ENV, "").strip()
-    if not raw:
-        return STATE_CACHE_SIZE
-    try:
-        value = int(raw.replace("_", ""))
-    except ValueError:
-        raise StateCacheConfigError(f"{STATE_CACHE_ENV}={raw!r} is not an integer") from None
-    if value < 0:
-        raise StateCacheConfigError(f"{STATE_CACHE_ENV}={raw!r} must be at least 0")
-    return value
 
 
 class DispatchPartitionFold:
