@@ -56,7 +56,7 @@ kafka-jars: venv system-deps
 
 # pytest exit 5 means "no tests collected": that is a broken suite, not a pass.
 test: setup
-	@rc=0; $(BIN)/python -m pytest $(PYTEST_ARGS) tests || rc=$$?; \
+	@rc=0; $(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS) tests || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing." >&2; fi; \
 	exit $$rc
 
