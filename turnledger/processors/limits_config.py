@@ -23,6 +23,7 @@ import typer
 
 from turnledger.errors import ProcessorError
 from turnledger.model.limits import DEFAULT_LIMITS, Limits
+from turnledger.processors.env_int import parse_env_int
 
 LIMIT_ENV: Mapping[str, str] = {f.name: f"TURNLEDGER_{f.name.upper()}" for f in fields(Limits)}
 """Limits field -> its environment variable: TURNLEDGER_MAX_BLOCK_BYTES, TURNLEDGER_MAX_TURN_BYTES, ..."""
@@ -40,13 +41,7 @@ def load_limits(environ: Mapping[str, str] | None = None) -> Limits:
         raw = env.get(var, "").strip()
         if not raw:
             continue
-        try:
-            value = int(raw.replace("_", ""))
-        except ValueError:
-            raise LimitsConfigError(f"{var}={raw!r} is not an integer") from None
-        if value < 1:
-            raise LimitsConfigError(f"{var}={raw!r} must be at least 1")
-        values[name] = value
+        values[name] = parse_env_int(var, raw, 1, LimitsConfigError)
     return Limits(**values)
 
 

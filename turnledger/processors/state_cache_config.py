@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.errors import ProcessorError
+from turnledger.processors.env_int import parse_env_int
 
 STATE_CACHE_ENV = "TURNLEDGER_STATE_CACHE_SIZE"
 
@@ -24,10 +25,4 @@ def load_state_cache_size(environ: Mapping[str, str] | None = None) -> int:
     raw = (os.environ if environ is None else environ).get(STATE_CACHE_ENV, "").strip()
     if not raw:
         return STATE_CACHE_SIZE
-    try:
-        value = int(raw.replace("_", ""))
-    except ValueError:
-        raise StateCacheConfigError(f"{STATE_CACHE_ENV}={raw!r} is not an integer") from None
-    if value < 0:
-        raise StateCacheConfigError(f"{STATE_CACHE_ENV}={raw!r} must be at least 0")
-    return value
+    return parse_env_int(STATE_CACHE_ENV, raw, 0, StateCacheConfigError)
