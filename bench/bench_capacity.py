@@ -22,10 +22,9 @@ with the real DispatchPartitionFold, one process, so at most one core of fold):
    (previews are coalesced per batch, so one preview can answer several records).
 
 Contenders, one after another per level (their order alternating from level to level): `raw` (the
-copy loop), `runtime` (the processor as it runs by default: pipelined commits with group commit, a
-batch closing as soon as the commit before it has ended) and `runtime_window` (the same processor
-with group commit off, every batch open `--batch-max-ms`), so the two batching policies are compared
-in the same run.
+copy loop), `runtime` (the processor with `--group-commit`: pipelined commits, a batch closing as
+soon as the commit before it has ended) and `runtime_window` (the processor's default, group commit
+off, every batch open `--batch-max-ms`), so the two batching policies are compared in the same run.
 
 Reported per level: records/s and tokens/s offered, the share of records answered by a preview,
 p50/p99/max latency, the processor's CPU (user + system seconds per wall second, from /proc; 1.0 is
@@ -251,7 +250,7 @@ def level(args: argparse.Namespace, bootstrap: str, n: int, contender_name: str)
         target=len(rows),
         fold=DISPATCH_FOLD,
         state_dir=None,
-        group_commit=contender_name != "runtime_window",
+        group_commit=contender_name == "runtime",
     )
     watched = (topics.previews, topics.committed) if kind == "runtime" else (raw_out,)
     contender = Contender(job)

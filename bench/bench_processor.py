@@ -108,7 +108,7 @@ class Job:
     fold: str
     state_dir: str | None
     processes: int = 1  # runtime only: partitions dealt over this many child processes (`--processes`)
-    group_commit: bool = True  # runtime only: ProcessorConfig.group_commit
+    group_commit: bool = False  # runtime only: ProcessorConfig.group_commit
 
 
 def _load_fold(spec: str) -> Callable[[Topics, int], PartitionFold]:

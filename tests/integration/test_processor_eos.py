@@ -526,7 +526,7 @@ async def test_sigterm_commits_the_open_batch(kafka_bootstrap: str, topics: Topi
         "60000",
         "--batch-max-records",
         "100000",
-        "--no-group-commit",  # else the batch closes at once: no commit is in flight
+        "--no-group-commit",  # with group commit the batch would close at once: no commit is in flight
         "--fold",
         "tests.integration.test_processor_eos:counter_fold",
     ]

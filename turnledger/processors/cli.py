@@ -102,9 +102,10 @@ def process(
         typer.Option(
             help="With pipelined commits, close a batch as soon as the previous commit has ended "
             "(at the latest --batch-max-ms after its first record) instead of always waiting "
-            "--batch-max-ms: lower latency under light load, larger batches under heavy load."
+            "--batch-max-ms: lower latency under light load, larger batches under heavy load. Opt-in "
+            'while a chaos finding is open (docs/architecture.md, "Group commit").'
         ),
-    ] = True,
+    ] = False,
     state_dir: Annotated[
         Path | None, typer.Option(help="Directory for on-disk (SQLite) state; in memory when unset.")
     ] = None,
