@@ -13,7 +13,9 @@ before a transaction whose outputs were already visible, and folded its input a 
 
 Before reading, a new owner waits until changelog partition p is *settled* (last stable offset
 = high watermark): only p's own transactional.id writes there, and it has just been initialised,
-so an open transaction there is the fenced predecessor's, whose markers are still being written.
+so an open transaction there is the fenced predecessor's, whose markers are still being written
+-- or a hanging transaction, which no marker will ever end (see `hanging.py`): while it waits,
+`settle` calls its `sweep` every few seconds, which aborts our own and reports anyone else's.
 
 Local stores are caches of the changelog: rebuilt from it whenever a partition's processor starts
 owning the partition and cannot prove that the store it holds is current.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -61,14 +64,27 @@ class RestoreResult:
     seconds: float
 
 
-async def settle(bootstrap: str, tp: TopicPartition, *, timeout_s: float = 120.0) -> None:
-    """Wait until `tp` has no open transaction (LSO = high watermark); raise `KafkaUnavailableError`
-    after `timeout_s`, so that the caller starts over."""
+SWEEP_EVERY_S = 5.0
+
+
+async def settle(
+    bootstrap: str,
+    tp: TopicPartition,
+    *,
+    timeout_s: float = 120.0,
+    sweep: Callable[[], Awaitable[object]] | None = None,
+    sweep_every_s: float = SWEEP_EVERY_S,
+) -> None:
+    """Wait until `tp` has no open transaction (LSO = high watermark), calling `sweep()` every
+    `sweep_every_s` while it waits; raise `KafkaUnavailableError` after `timeout_s`, so that the
+    caller starts over."""
     committed = await start_reader(bootstrap, action=f"settle {tp.topic}-{tp.partition}")
     uncommitted = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     try:
         await uncommitted.start()
-        deadline = time.monotonic() + timeout_s
+        began = time.monotonic()
+        deadline = began + timeout_s
+        next_sweep = began + sweep_every_s
         waited = False
         while True:
             stable = (await committed.end_offsets([tp]))[tp]
@@ -95,6 +111,9 @@ async def settle(bootstrap: str, tp: TopicPartition, *, timeout_s: float = 120.0
                     ),
                     action=f"settle {tp.topic}-{tp.partition}",
                 )
+            if sweep is not None and time.monotonic() >= next_sweep:
+                await sweep()
+                next_sweep = time.monotonic() + sweep_every_s
             await asyncio.sleep(0.02)
     finally:
         await close_client(committed)
