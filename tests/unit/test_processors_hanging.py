@@ -6,6 +6,7 @@ tests/integration/test_hanging_transactions.py."""
 
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from aiokafka import TopicPartition
 
 from turnledger.kafka import producer_states
 from turnledger.kafka.producer_states import ProducerState, abort_transaction, describe_producers
-from turnledger.processors.hanging import Verdict, verdict
+from turnledger.processors.hanging import Verdict, abort_own_hanging, verdict
 
 TP = TopicPartition("t", 3)
 OURS = (7, 5)  # producer id, epoch
@@ -146,3 +147,41 @@ async def test_write_txn_markers_request_bytes_and_a_partition_error() -> None:
         producer_states.ProducerStatesError, match="t-3 \\(producer 7\\): InvalidProducerEpoch"
     ):
         await abort_transaction(client, state(7, 4, 120))  # type: ignore[arg-type]
+
+
+@dataclass
+class FakeTxnManager:
+    producer_id: int
+    producer_epoch: int
+
+    def has_pid(self) -> bool:
+        return True
+
+
+@dataclass
+class FakeProducer:
+    client: FakeClient
+    _txn_manager: FakeTxnManager
+
+
+def markers_answer(error_code: int) -> bytes:
+    body = struct.pack(">q", 7) + compact_len(1) + compact_string("t") + compact_len(1)
+    return compact_len(1) + body + struct.pack(">ih", 3, error_code) + NO_TAGS + NO_TAGS + NO_TAGS + NO_TAGS
+
+
+async def test_only_hanging_ones_are_aborted_and_a_refused_abort_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    states = [state(7, 4, 120), state(7, 5, 130), state(8, 1, 90), state(7, 3, None)]
+    producer = FakeProducer(FakeClient(Cluster({TP: 1}), markers_answer(0)), FakeTxnManager(*OURS))
+    assert await abort_own_hanging(producer, states) == [states[0]]  # type: ignore[arg-type]
+    assert len(producer.client.sent) == 1
+
+    caplog.clear()
+    refused = FakeProducer(FakeClient(Cluster({TP: 1}), markers_answer(47)), FakeTxnManager(*OURS))
+    with caplog.at_level(logging.ERROR, logger="turnledger.processors.hanging"):
+        assert await abort_own_hanging(refused, states) == []  # type: ignore[arg-type]
+    assert [r.getMessage() for r in caplog.records] == [
+        "t-3: could not abort the hanging transaction of our producer id 7 (epoch 4) open since offset 120: "
+        "WriteTxnMarkers t-3 (producer 7): InvalidProducerEpoch"
+    ]

@@ -78,11 +78,33 @@ async def written_partitions(producer: AIOKafkaProducer, topics: Iterable[str]) 
 async def abort_own_hanging(
     producer: AIOKafkaProducer, states: Iterable[ProducerState]
 ) -> list[ProducerState]:
-    """Abort every open transaction of `producer`'s id with an older epoch among `states`; returns them."""
+    """Abort every open transaction of `producer`'s id with an older epoch among `states`; returns the
+    ones aborted. One the leader refuses is logged and left (`settle` then times out and the term
+    starts over, which tries again)."""
     producer_id, producer_epoch = producer_identity(producer)
     hanging = [s for s in states if verdict(s, producer_id, producer_epoch) is Verdict.HANGING]
+    aborted: list[ProducerState] = []
     for state in hanging:
-        await abort_transaction(producer.client, state)
+        try:
+            await abort_transaction(producer.client, state)
+        except (
+            ProducerStatesError,
+            IncompatibleBrokerVersion,
+            UnsupportedVersionError,
+            NotImplementedError,
+        ) as exc:
+            log.error(
+                "%s-%d: could not abort the hanging transaction of our producer id %d (epoch %d) open since "
+                "offset %d: %s",
+                state.tp.topic,
+                state.tp.partition,
+                state.producer_id,
+                state.producer_epoch,
+                state.open_transaction_start,
+                exc,
+            )
+            continue
+        aborted.append(state)
         live.PROCESSOR_HANGING_ABORTED.inc()
         log.warning(
             "%s-%d: aborted a hanging transaction of our producer id %d (epoch %d, ours is %d) open "
@@ -94,7 +116,7 @@ async def abort_own_hanging(
             producer_epoch,
             state.open_transaction_start,
         )
-    return hanging
+    return aborted
 
 
 class HangingSweep:
@@ -141,7 +163,12 @@ class HangingSweep:
     async def _describe(self, tps: list[TopicPartition]) -> list[ProducerState]:
         try:
             described = await describe_producers(self._producer.client, tps)
-        except (ProducerStatesError, IncompatibleBrokerVersion, UnsupportedVersionError) as exc:
+        except (
+            ProducerStatesError,
+            IncompatibleBrokerVersion,
+            UnsupportedVersionError,
+            NotImplementedError,
+        ) as exc:
             log.warning("could not look for hanging transactions on %d partitions: %s", len(tps), exc)
             return []
         for tp, error in described.errors.items():
