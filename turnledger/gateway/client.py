@@ -12,6 +12,8 @@ termination) go through the same client: they are ingress events like any other.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from aiokafka.errors import (
+    InvalidProducerIdMapping,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+)
 
 from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import UnencodableRecord, encode
@@ -50,6 +59,8 @@ from turnledger.model.limits import DEFAULT_LIMITS, Limits, has_utf8_form, print
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.topology import Topics
+
+log = logging.getLogger(__name__)
 
 
 def stream_policy(adapter: str) -> dict[str, Any]:
@@ -216,8 +227,24 @@ class EventFactory:
         )
 
 
+SESSION_BROKEN: tuple[type[KafkaError], ...] = (
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+    InvalidProducerIdMapping,
+)
+"""Errors after which an idempotent producer's session is unusable: aiokafka neither resets the
+partition's sequence nor bumps the epoch (KIP-360), so every later send to that partition fails
+the same way. Seen after a broker restart under load (the chaos test's worker and driver)."""
+
+
 class GatewayClient(EventFactory):
-    """Async producer of ingress events. Use as `async with GatewayClient(bootstrap) as client:`."""
+    """Async producer of ingress events. Use as `async with GatewayClient(bootstrap) as client:`.
+
+    Kafka outages surface as `KafkaUnavailableError`, which callers retry (`retry.ride_out`); a
+    broken idempotent session (`SESSION_BROKEN`) does too, after the client has replaced its
+    producer with a new one, so a retry runs on a new producer id instead of failing for ever. A
+    retried append may have been written the first time as well: appends are at least once, as with
+    any retry after an outage, and the fold refuses a repeated turn id, dispatch request or delta."""
 
     def __init__(
         self,
@@ -233,16 +260,20 @@ class GatewayClient(EventFactory):
         self.bootstrap = bootstrap
         self.topic = topic
         self.limits = limits
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            client_id=client_id,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=linger_ms,
-            request_timeout_ms=request_timeout_ms,
-            max_batch_size=256 * 1024,
-        )
+        self._options: dict[str, Any] = {
+            "bootstrap_servers": bootstrap,
+            "client_id": client_id,
+            "enable_idempotence": True,
+            "acks": "all",
+            "linger_ms": linger_ms,
+            "request_timeout_ms": request_timeout_ms,
+            "max_batch_size": 256 * 1024,
+        }
+        self._producer = AIOKafkaProducer(**self._options)
         self._started = False
+        self._replacement_pending = False
+        self.sessions_replaced = 0
+        """How many times a broken idempotent session made the client start a new producer."""
 
     async def start(self) -> None:
         try:
@@ -275,22 +306,53 @@ class GatewayClient(EventFactory):
 
         Every event is checked and encoded before the first is sent: RefusedEventError sends none."""
         encoded = [(event, encode_for_sending(event, self.limits)) for event in events]
+        action = f"append to {self.topic!r}"
+        if self._replacement_pending:
+            await self._start_replacement(action)
+        producer = self._producer
         futures = []
         try:
             for event, value in encoded:
                 futures.append(
-                    await self._producer.send(
-                        self.topic, value=value, key=event.conversation_id.encode("utf-8")
-                    )
+                    await producer.send(self.topic, value=value, key=event.conversation_id.encode("utf-8"))
                 )
             for future in futures:
                 await future
         except (KafkaConnectionError, KafkaTimeoutError) as exc:
-            raise KafkaUnavailableError(self.bootstrap, exc, action=f"append to {self.topic!r}") from exc
+            raise KafkaUnavailableError(self.bootstrap, exc, action=action) from exc
+        except SESSION_BROKEN as exc:
+            await self._replace(producer)
+            raise KafkaUnavailableError(
+                self.bootstrap, exc, action=f"{action} (the producer's session broke; it was replaced)"
+            ) from exc
         except KafkaError as exc:
             if getattr(exc, "retriable", False):
-                raise KafkaUnavailableError(self.bootstrap, exc, action=f"append to {self.topic!r}") from exc
+                raise KafkaUnavailableError(self.bootstrap, exc, action=action) from exc
             raise
+
+    async def _replace(self, broken: AIOKafkaProducer) -> None:
+        """A new producer for the broken one, once however many appends saw it break; if Kafka is
+        away it is started by the next append."""
+        if broken is not self._producer:
+            return
+        self._producer = AIOKafkaProducer(**self._options)
+        self._replacement_pending = True
+        self.sessions_replaced += 1
+        log.warning("the ingress producer's idempotent session broke; replacing it with a new producer")
+        with contextlib.suppress(Exception):
+            await broken.stop()
+        with contextlib.suppress(KafkaUnavailableError):
+            await self._start_replacement("start the replacement ingress producer")
+
+    async def _start_replacement(self, action: str) -> None:
+        try:
+            await self._producer.start()
+        except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+            self._producer = AIOKafkaProducer(**self._options)
+            raise KafkaUnavailableError(self.bootstrap, exc, action=action) from exc
+        self._replacement_pending = False
 
     # -- gateway side ------------------------------------------------------------------
 
