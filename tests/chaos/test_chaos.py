@@ -1,7 +1,8 @@
 """The real services as separate OS processes, under faults, kills and restarts: every operation settles.
 
 A private broker and Redis (restartable, never the shared dev stack); the fake provider with
-random faults; two processors in one consumer group; a projector; two workers (lease 3 s);
+random faults; two processors in one consumer group (one with group commit, one with the default
+batch window); a projector; two workers (lease 3 s);
 a tool executor; and a driver of 200 conversations with tool rounds, cancels and interjections,
 each dispatch bound to settle within 90 s. During the run, in this order of kinds but at random
 moments: SIGKILLs of a processor (5, each restarted), SIGKILLs of a worker (5, restarted with
@@ -92,7 +93,7 @@ class Stack:
         self.services[name] = service
         return service
 
-    def processor(self, name: str) -> Service:
+    def processor(self, name: str, *batching: str) -> Service:
         return self.add(
             name,
             "process",
@@ -101,6 +102,7 @@ class Stack:
             "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
             "--heartbeat-interval-ms", "1000",
             "--log-level", "WARNING",
+            *batching,
         )  # fmt: skip
 
     def worker(self, name: str) -> Service:
@@ -272,8 +274,9 @@ async def test_every_operation_settles_under_kills_restarts_and_a_zombie(tmp_pat
             "fake-provider", "--port", str(stack.fake_port), "--seed", "3",
             "--fault-rate", "0.02", "--request-log", str(stack.request_log),
         ).start()  # fmt: skip
-        for name in ("processor-1", "processor-2"):
-            stack.processor(name).start()
+        # both batching policies, so that partitions move between them: group commit and the window
+        stack.processor("processor-1", "--group-commit").start()
+        stack.processor("processor-2", "--no-group-commit").start()
         stack.add(
             "projector", "project", "--topic-prefix", stack.prefix, "--key-prefix", stack.key_prefix
         ).start()
