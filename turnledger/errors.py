@@ -56,16 +56,26 @@ class ServiceUnavailable(TurnledgerError):
 
 
 class KafkaUnavailableError(ServiceUnavailable):
-    """Kafka could not be reached, or did not acknowledge, while doing `action`."""
+    """Kafka could not be reached, or did not acknowledge, while doing `action`. `reachable_but`:
+    Kafka answered, and this says why the action must still be retried (then the message does not
+    send the reader to check the broker list)."""
 
     def __init__(
-        self, bootstrap: str, cause: BaseException | None = None, *, action: str | None = None
+        self,
+        bootstrap: str,
+        cause: BaseException | None = None,
+        *,
+        action: str | None = None,
+        reachable_but: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.action = action
         self.cause = cause
         doing = f" while trying to {action}" if action else ""
         detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+        if reachable_but is not None:
+            super().__init__(f"Kafka at {bootstrap!r} answered{doing}{detail}, but {reachable_but}.")
+            return
         super().__init__(
             f"Kafka is not reachable at {bootstrap!r}{doing}{detail}. {_START_STACK} and export "
             "KAFKA_BOOTSTRAP_SERVERS, or set KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable "

@@ -308,7 +308,7 @@ class GatewayClient(EventFactory):
         encoded = [(event, encode_for_sending(event, self.limits)) for event in events]
         action = f"append to {self.topic!r}"
         if self._replacement_pending:
-            await self._start_replacement(action)
+            await self._start_replacement(f"start the replacement ingress producer to {action}")
         producer = self._producer
         futures = []
         try:
@@ -323,7 +323,11 @@ class GatewayClient(EventFactory):
         except SESSION_BROKEN as exc:
             await self._replace(producer)
             raise KafkaUnavailableError(
-                self.bootstrap, exc, action=f"{action} (the producer's session broke; it was replaced)"
+                self.bootstrap,
+                exc,
+                action=action,
+                reachable_but="the producer's idempotent session broke (a broker restart can do that); a new "
+                "producer replaced it, retry the append",
             ) from exc
         except KafkaError as exc:
             if getattr(exc, "retriable", False):
