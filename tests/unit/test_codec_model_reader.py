@@ -298,3 +298,59 @@ def test_models_with_validators_or_constraints_are_left_to_model_validate(model:
         fast.decode(data)
     expected = {_FieldValidated: "empty operation id", _ModelValidated: "generation below 1"}
     assert expected.get(model, "at most 3 characters") in str(refused.value)
+
+
+def test_frozen_records_share_a_fields_set_that_nothing_changes_in_place() -> None:
+    """Built instances of a frozen model share one fields-set, and so do their copies that add no
+    name to it (`FastCopy`): assignment is refused before pydantic would add to it, and pydantic's
+    own copies (shallow and deep) take a set of their own, so the shared set never changes."""
+    entry = _entry(FAST, "DispatchSent")
+    wire = {
+        "conversationId": "c",
+        "eventId": "e",
+        "occurredAtMs": 1,
+        "operationId": "o",
+        "attemptGeneration": 1,
+    }
+    first, second = FAST.decode(_wire_bytes(entry, wire)), FAST.decode(_wire_bytes(entry, wire))
+    shared = first.__pydantic_fields_set__
+    assert second.__pydantic_fields_set__ is shared
+    expected = set(shared)
+    with pytest.raises(ValueError, match="frozen"):
+        first.operation_id = "x"  # type: ignore[misc]
+    ours = first.model_copy(update={"operation_id": "x"})  # FastCopy: adds no name, shares the set
+    assert ours.__pydantic_fields_set__ is shared and ours.operation_id == "x"
+    pydantics = [
+        BaseModel.model_copy(first, update={"operation_id": "x"}),
+        BaseModel.model_copy(first, update={"operation_id": "x"}, deep=True),
+    ]
+    assert all(c.__pydantic_fields_set__ is not shared for c in pydantics)
+    assert shared == expected == set(type(first).model_fields)
+
+
+class _Mutable(BaseModel):
+    """Not frozen: assignment adds to the fields-set, so each instance has its own."""
+
+    conversationId: str  # the schema's names (no alias generator)
+    eventId: str
+    occurredAtMs: int
+    operationId: str
+    attemptGeneration: int
+
+
+def test_records_of_a_mutable_model_each_get_their_own_fields_set() -> None:
+    codec = Codec(
+        SchemaRegistry.from_files(), models={**MODELS_BY_NAME, f"{NAMESPACE}.DispatchSent": _Mutable}
+    )
+    entry = _entry(codec, "DispatchSent")
+    assert codec._compile_model_reader(entry.fingerprint) is not None
+    wire = {
+        "conversationId": "c",
+        "eventId": "e",
+        "occurredAtMs": 1,
+        "operationId": "o",
+        "attemptGeneration": 1,
+    }
+    first, second = codec.decode(_wire_bytes(entry, wire)), codec.decode(_wire_bytes(entry, wire))
+    assert first.__pydantic_fields_set__ is not second.__pydantic_fields_set__
+    assert _typed(first) == _typed(_Mutable.model_validate(wire))
