@@ -214,10 +214,12 @@ class _ModelReaderCompiler(_ReaderCompiler):
             or kinds.count("null") != 1
         ):
             raise Unsupported("a union other than null and one type")
+        # the branch index is one byte, 0x00 or 0x02 (zig-zag 0 and 1); any other encoding of it is a
+        # miss (the general path reads what fastavro reads)
         index = self.var("index")
-        lines = self.read_long(index, ind)
+        lines = [f"{ind}{index} = data[pos]"]
         for i, branch in enumerate(branches):
-            lines.append(f"{ind}{'if' if i == 0 else 'elif'} {index} == {i}:")
+            lines.extend([f"{ind}{'if' if i == 0 else 'elif'} {index} == {i << 1}:", f"{ind}    pos += 1"])
             if kinds[i] == "null":
                 lines.append(f"{ind}    {target} = None")
             else:
