@@ -24,6 +24,7 @@ from turnledger.codec.errors import (
     UnencodableRecord,
     UnknownFingerprint,
 )
+from turnledger.codec.model_reader import ModelReader, compile_model_reader
 from turnledger.codec.models import MODELS_BY_NAME, NAMESPACE
 from turnledger.codec.registry import HEADER_SIZE, MAGIC, SchemaEntry, SchemaRegistry
 
@@ -33,6 +34,7 @@ class Codec:
         self.registry = registry
         self.models = MODELS_BY_NAME if models is None else models
         self._model_writers: dict[str, tuple[SchemaEntry, Writer | None]] = {}
+        self._model_readers: dict[bytes, ModelReader | None] = {}
 
     def encode(self, model: BaseModel) -> bytes:
         name = f"{NAMESPACE}.{type(model).__name__}"
@@ -122,6 +124,9 @@ class Codec:
             raise CorruptRecord(f"{name}: embedded JSON: {exc}") from exc
 
     def decode(self, data: bytes) -> BaseModel:
+        built = self._decode_model(data)
+        if built is not None:
+            return built
         name, datum = self.decode_datum(data)
         model = self.models.get(name)
         if model is None:
@@ -130,6 +135,33 @@ class Codec:
             return model.model_validate(datum)
         except Exception as exc:
             raise CorruptRecord(f"{name}: {exc}") from exc
+
+    def _decode_model(self, data: bytes) -> BaseModel | None:
+        """The model itself, read by the schema's compiled model reader (`codec.model_reader`), or
+        None: not written with a current reader schema, no such reader, or any miss. The general
+        path then decodes the same bytes, so every refusal keeps its type and message."""
+        if type(data) is not bytes or data[:2] != MAGIC:
+            return None
+        fp = data[2:HEADER_SIZE]
+        try:
+            reader = self._model_readers[fp]
+        except KeyError:
+            reader = self._model_readers[fp] = self._compile_model_reader(fp)
+        if reader is None:
+            return None
+        try:
+            model, end = reader(data, HEADER_SIZE)
+        except Exception:  # off the model reader's path: the general path decides
+            return None
+        return model if end == len(data) else None
+
+    def _compile_model_reader(self, fp: bytes) -> ModelReader | None:
+        """Only for a fingerprint of a current reader schema that has a compiled reader (a registry
+        built with `compiled=False`, the reference, has none) and a model of its name."""
+        writer = self.registry.writer(fp)
+        if writer is None or writer.fast_reader is None or self.registry.reader(writer.name) is not writer:
+            return None
+        return compile_model_reader(writer.parsed, self.models)
 
     def _writer_of(self, data: bytes) -> SchemaEntry:
         if not isinstance(data, bytes | bytearray | memoryview):

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.adapters.prefix import RenderCache
-from turnledger.codec import CodecError, decode, encode
+from turnledger.codec import CodecError, decode
 from turnledger.dispatch import state_layout
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.dispatch.fold import fold
@@ -31,6 +31,7 @@ from turnledger.dispatch.state_layout import (
     encode_part,
     write_state,
 )
+from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     CommittedTurn,
@@ -128,13 +129,14 @@ class BatchEngine:
         stored: dict[str, Stored] = {}
         changed: set[str] = set()
         outputs: list[Frozen] = []
+        encoded = EncodedRecords()
         for record in records:
-            outputs.extend(self._apply(record, store, states, stored, changed))
+            outputs.extend(self._apply(record, store, states, stored, changed, encoded))
         for conversation_id in sorted(changed):
             state = states[conversation_id]
             now = write_state(state, stored[conversation_id], self._state_json, store.put, _deleter(store))
             self._remember(conversation_id, now, state)
-        return [_encode_output(out) for out in outputs]
+        return [_encode_output(out, encoded) for out in outputs]
 
     def _apply(
         self,
@@ -143,6 +145,7 @@ class BatchEngine:
         states: dict[str, ConversationState],
         stored: dict[str, Stored],
         changed: set[str],
+        encoded: EncodedRecords,
     ) -> list[Frozen]:
         event = _decode_event(record, self._limits)
         if isinstance(event, Rejected):
@@ -152,7 +155,7 @@ class BatchEngine:
         if state is None:
             state, stored[conversation_id] = self._load(conversation_id, store)
         try:
-            result = fold(state, event, self._live, self._models, self._limits, self._renders)
+            result = fold(state, event, self._live, self._models, self._limits, self._renders, encoded)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
             return [_fold_failed(event, record, exc)]
         if result.state is not state:
@@ -260,9 +263,9 @@ def _with_source(out: Frozen, record: SourceRecord) -> Frozen:
     return out
 
 
-def _encode_output(out: Frozen) -> EncodedOutput:
+def _encode_output(out: Frozen, encoded: EncodedRecords) -> EncodedOutput:
     key = _conversation_of(out).encode("utf-8")
-    return EncodedOutput(stream=STREAM_OF[type(out)], key=key, value=encode(out), record=out)
+    return EncodedOutput(stream=STREAM_OF[type(out)], key=key, value=encoded.take(out), record=out)
 
 
 def _conversation_of(out: Frozen) -> str:

@@ -32,6 +32,7 @@ from turnledger.dispatch.live_assemblers import LiveAssemblers
 from turnledger.dispatch.prepare import on_dispatch_requested
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.dispatch.step import FoldResult, Step
+from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.dispatch.turns import on_cancel, on_turn_submitted
 from turnledger.model.events import (
     AttemptTerminated,
@@ -117,12 +118,14 @@ def fold(
     models: ModelRegistry | None = None,
     limits: Limits = DEFAULT_LIMITS,
     renders: RenderCache | None = None,
+    encoded: EncodedRecords | None = None,
 ) -> FoldResult:
     """Apply one ingress event. Never raises for a well-typed event: refusals are outputs.
 
     `live` is the caller's cache of live assemblers (the outputs do not depend on it); `models` the
     registry admission uses (the built-in one when None); `limits` the size limits (model/limits.py);
-    `renders` the caller's cache of rendered prefixes (adapters/prefix.py; no output depends on it)."""
+    `renders` the caller's cache of rendered prefixes (adapters/prefix.py; no output depends on it);
+    `encoded` keeps the bytes of records the fold encodes (a turn's size check) for the caller."""
     step = Step(
         event=event,
         state=state,
@@ -130,6 +133,7 @@ def fold(
         models=models or builtin_registry(),
         limits=limits,
         renders=renders,
+        encoded=encoded,
     )
     conversation_handler = CONVERSATION_HANDLERS.get(type(event))
     if conversation_handler is not None:

@@ -165,7 +165,7 @@ def canonical_commit(step: Step, op: OperationState, outcome: Complete) -> None:
         blocks=blocks,
         occurred_at_ms=step.at,
     )
-    too_large = turn_too_large(turn, step.limits)
+    too_large = turn_too_large(turn, step.limits, step.encoded)
     if too_large is not None:
         refuse_commit(step, op, ReasonCode.TURN_TOO_LARGE, too_large)
         return

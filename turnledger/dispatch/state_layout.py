@@ -136,6 +136,9 @@ class Stored:
     values: dict[str, bytes] = field(default_factory=dict)
     parts: dict[str, bytes] = field(default_factory=dict)
     graph: GraphParts | None = None
+    source: ConversationState | None = None
+    """The state `parts` were computed from by `write_state` (None when they were read): its parts are
+    exactly `state_parts(source)`, so the next state's are those with only what changed redone."""
 
     def current(self, get: Callable[[str], bytes | None]) -> bool:
         """Does the store still hold exactly these values (no aborted batch's state in between)?"""
@@ -297,8 +300,7 @@ def state_parts(
     turn_ids, handles = state.turn_ids, list(state.handles.items())
     turn_chunks = [to_json(turn_ids[i : i + CHUNK]) for i in range(0, len(turn_ids), CHUNK)]
     handle_chunks = [to_json(dict(handles[i : i + CHUNK])) for i in range(0, len(handles), CHUNK)]
-    meta = to_json((list(state.operations), list(graph.runs), len(turn_chunks), len(handle_chunks)))
-    parts = {conversation_id: meta + b"\n" + json.head(state, graph.head)}
+    parts = {conversation_id: _head_part(state, graph, json)}
     for tag, chunks in ((TURNS_TAG, turn_chunks), (HANDLES_TAG, handle_chunks)):
         for index, chunk in enumerate(chunks):
             parts[chunk_key(conversation_id, tag, index)] = chunk
@@ -309,6 +311,55 @@ def state_parts(
     for start, run in graph.runs.items():
         parts[blocks_key(conversation_id, start)] = run
     return parts, graph
+
+
+def _chunks(items: int) -> int:
+    return -(-items // CHUNK)
+
+
+def _head_part(state: ConversationState, graph: GraphParts, json: StateJson) -> bytes:
+    """The head: the operation ids, the starts of the block runs, the chunk counts, then the state JSON
+    with no operations, blocks, turn ids or handles."""
+    chunks = (_chunks(len(state.turn_ids)), _chunks(len(state.handles)))
+    meta = to_json((list(state.operations), list(graph.runs), *chunks))
+    return meta + b"\n" + json.head(state, graph.head)
+
+
+def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[str, bytes] | None:
+    """`state_parts(state, json, old.graph)[0]`, the same keys in the same order with the same JSON,
+    from the parts of the state `old` was written from: only the parts of what differs from it are
+    serialized again (an event changes one operation, e.g. a delta, or the cancel generation). None
+    when the graph, the turn ids, the handles or the operation ids differ (a turn, a new operation,
+    a new handle: `state_parts` then builds them all), or `old` was read rather than written.
+
+    Every state is a new frozen object, and an unchanged part of it the same object as before, so
+    "unchanged" is identity (or equality of the head's few scalar fields)."""
+    previous = old.source
+    if (
+        previous is None
+        or old.graph is None
+        or previous.graph is not state.graph
+        or old.graph.graph is not state.graph
+        or previous.turn_ids is not state.turn_ids
+        or previous.handles is not state.handles
+        or previous.conversation_id != state.conversation_id
+        or not is_split(state.conversation_id)
+        or list(previous.operations) != list(state.operations)
+    ):
+        return None
+    parts = dict(old.parts)
+    conversation_id = state.conversation_id
+    head = (state.format_version, state.cancel_generation, state.paused)
+    if head != (previous.format_version, previous.cancel_generation, previous.paused):
+        parts[conversation_id] = _head_part(state, old.graph, json)
+    before = previous.operations
+    for operation_id, op in state.operations.items():
+        prior = before[operation_id]
+        if op is not prior:
+            parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
+            if op.request is not prior.request:
+                parts[request_key(conversation_id, operation_id)] = json.model(op.request)
+    return parts
 
 
 def changed_parts(old: Stored, new: dict[str, bytes]) -> tuple[list[str], list[str]]:
@@ -427,7 +478,8 @@ def write_state(
     are no longer parts; returns what the store holds now."""
     conversation_id = state.conversation_id
     format_version = format_of(conversation_id)
-    parts, graph = state_parts(state, json, old.graph)
+    since = parts_since(state, json, old)
+    parts, graph = (since, old.graph) if since is not None else state_parts(state, json, old.graph)
     writes, deletes = changed_parts(old, parts)
     values = {key: old.values[key] for key in parts if key in old.values}
     for key in writes:
@@ -436,7 +488,7 @@ def write_state(
         values[key] = value
     for key in deletes:
         delete(key)
-    return Stored(values, parts, graph)
+    return Stored(values, parts, graph, state)
 
 
 def _snapshot_of(value: bytes, key: str, conversation_id: str) -> ConversationSnapshot:

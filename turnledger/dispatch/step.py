@@ -9,6 +9,7 @@ from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.adapters.prefix import RenderCache
 from turnledger.dispatch.live_assemblers import LiveAssemblers, had_previews
 from turnledger.dispatch.state import ConversationState, OperationState
+from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     DispatchDecision,
@@ -49,6 +50,8 @@ class Step:
     renders: RenderCache | None = None
     """The engine's rendered prefixes: a dispatch renders only what is new since the last (no output
     depends on it)."""
+    encoded: EncodedRecords | None = None
+    """The engine's records encoded by the fold (a turn's size check), so it does not encode them again."""
 
     @property
     def at(self) -> int:

@@ -62,7 +62,7 @@ def on_turn_submitted(step: Step, event: TurnSubmitted) -> None:
         blocks=blocks,
         occurred_at_ms=event.occurred_at_ms,
     )
-    too_large = turn_too_large(turn, step.limits)
+    too_large = turn_too_large(turn, step.limits, step.encoded)
     if too_large is not None:
         step.reject(ReasonCode.TURN_TOO_LARGE, too_large)
         return

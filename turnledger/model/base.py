@@ -18,6 +18,11 @@ class FastCopy(BaseModel):
     extras, shallow copy): a new instance whose `__dict__` is the old one with `update`
     applied, unvalidated, and whose fields-set adds the updated names. Anything else
     (deep copies, models with private or extra attributes) goes through pydantic.
+
+    A frozen model's copy shares the original's fields-set when the update adds no name to it
+    (the usual case: every field is set): a frozen model's fields-set is never changed in place
+    (pydantic refuses an assignment before it would add to it, and every copy that adds names
+    makes a new set), and this saves one GC-tracked object per copy, ~40k per bench run.
     """
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
@@ -29,7 +34,10 @@ class FastCopy(BaseModel):
         values.update(update)
         _set(copied, "__dict__", values)
         _set(copied, "__pydantic_extra__", self.__pydantic_extra__)
-        _set(copied, "__pydantic_fields_set__", self.__pydantic_fields_set__ | update.keys())
+        fields_set = self.__pydantic_fields_set__
+        if not (update.keys() <= fields_set and self.model_config.get("frozen")):
+            fields_set = fields_set | update.keys()
+        _set(copied, "__pydantic_fields_set__", fields_set)
         _set(copied, "__pydantic_private__", None)
         return copied
 

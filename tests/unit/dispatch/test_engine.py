@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from turnledger.codec import decode, encode
 from turnledger.dispatch.engine import BatchEngine, read_state
 from turnledger.model.events import CommittedTurn, IngressEvent, Rejected
@@ -98,3 +102,43 @@ def test_garbage_and_key_mismatch_become_rejections_with_coordinates() -> None:
         (ReasonCode.KEY_MISMATCH, 3, 12),
     ]
     assert [type(r) for r in decoded[3:]] == [CommittedTurn]
+
+
+def test_a_committed_turn_is_encoded_once_and_written_as_its_size_check_measured_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fold encodes every CommittedTurn to check its size; the engine writes those very bytes (the
+    same as `encode(turn)`) instead of encoding the turn again."""
+    import turnledger.dispatch.turn_size as turn_size
+
+    records = _records(_events())
+    reference, _ = _run(records, len(records))
+    encoded: list[str] = []
+
+    def counting(record: Any) -> bytes:
+        encoded.append(type(record).__name__)
+        return encode(record)
+
+    monkeypatch.setattr(turn_size, "encode", counting)
+    engine, store = BatchEngine(), DictStore()
+    outputs = engine.process_batch(records, store)
+    assert [(o.stream.value, o.key, o.value) for o in outputs] == reference
+    turns = [o for o in outputs if isinstance(o.record, CommittedTurn)]
+    assert len(turns) == 2 and all(o.value == encode(o.record) for o in turns)
+    assert encoded.count("CommittedTurn") == 2  # once each, by the size check
+    assert len(encoded) == len(outputs)  # and every other output once, by the engine
+
+
+def test_encoded_records_hand_back_what_they_encoded_once_then_encode_again() -> None:
+    from turnledger.dispatch.turn_size import EncodedRecords
+
+    turn = CommittedTurn(
+        conversation_id="c", revision=1, turn_id="t", source_event_id="e", blocks=(), occurred_at_ms=1
+    )
+    other = turn.model_copy(update={"revision": 2})
+    memo = EncodedRecords()
+    data = memo.encode(turn)
+    assert data == encode(turn)
+    assert memo.take(other) == encode(other)  # never encoded here: encoded now
+    assert memo.take(turn) is data  # the very bytes, once
+    assert memo.take(turn) == data and memo.take(turn) is not data  # then encoded again

@@ -22,6 +22,7 @@ from turnledger.dispatch.engine import (
 )
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.state_layout import StateDecodeError
+from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.model.events import IngressEvent, Rejected
 from turnledger.model.limits import DEFAULT_LIMITS
 from turnledger.model.reasons import ReasonCode
@@ -301,7 +302,7 @@ def test_the_manifest_is_keyed_by_its_conversation() -> None:
     manifest = outputs[1]
     assert type(manifest.record).__name__ == "ManifestIssued"
     assert manifest.key == b"conv-1"
-    assert _encode_output(manifest.record).key == b"conv-1"
+    assert _encode_output(manifest.record, EncodedRecords()).key == b"conv-1"
 
 
 # ------------------------------------------------------------------ state read and write

@@ -346,3 +346,66 @@ def test_turn_ids_and_handles_past_a_chunk_write_only_the_last_chunk() -> None:
         chunk_key(conv, HANDLES_TAG, 0),
         chunk_key(conv, HANDLES_TAG, 1),
     ]
+
+
+def _checking_parts_since(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make every `parts_since` answer checked against `state_parts` (same keys, order and JSON);
+    returns the count of (answered, declined) calls, filled as the engine writes."""
+    counts = [0, 0]
+    original = state_layout.parts_since
+
+    def checked(state: ConversationState, json: StateJson, old: Stored) -> dict[str, bytes] | None:
+        since = original(state, json, old)
+        counts[since is None] += 1
+        if since is not None:
+            full, _ = state_parts(state, StateJson(), old.graph)
+            assert list(since.items()) == list(full.items())
+        return since
+
+    monkeypatch.setattr(state_layout, "parts_since", checked)
+    return counts
+
+
+@pytest.mark.parametrize("scenario", FOLD_SCENARIOS, ids=lambda fn: fn.__name__)
+def test_the_parts_of_only_what_changed_are_the_parts_of_the_whole_state(
+    scenario: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fold scenario's events folded by the engine one batch per event: wherever `write_state`
+    redoes only the parts of what changed, they are exactly the parts of the whole state."""
+    recorded: list[IngressEvent] = []
+    apply = Conversation.apply
+
+    def recording(self: Conversation, event: IngressEvent) -> list[Frozen]:
+        recorded.append(event)
+        return apply(self, event)
+
+    monkeypatch.setattr(Conversation, "apply", recording)
+    scenario()
+    counts = _checking_parts_since(monkeypatch)
+    engine, store = BatchEngine(), Store()
+    for offset, event in enumerate(recorded):
+        engine.process_batch([_record(event, offset)], store)
+    assert recorded and counts[0] >= 0  # a scenario of refusals alone writes nothing
+
+
+def test_the_bench_workload_redoes_only_what_changed_and_reads_back_the_same_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench.dispatch_workload import Mix, build
+
+    workload = build(12, Mix(rounds=3), concurrency=12)
+    records = [
+        SourceRecord("turnledger.ingress", 0, i, e.conversation_id.encode(), v)
+        for i, (e, v) in enumerate(zip(workload.events, workload.values, strict=True))
+    ]
+    reference_engine, reference = BatchEngine(), Store()
+    monkeypatch.setattr(state_layout, "parts_since", lambda *_: None)  # every part, every time
+    for i in range(0, len(records), 7):
+        reference_engine.process_batch(records[i : i + 7], reference)
+    monkeypatch.undo()
+    counts = _checking_parts_since(monkeypatch)
+    engine, store = BatchEngine(), Store()
+    for i in range(0, len(records), 7):
+        engine.process_batch(records[i : i + 7], store)
+    assert counts[0] > 0 and counts[1] > 0  # answered (deltas, attempts), declined (turns, new operations)
+    assert store.log == reference.log  # the same writes, in the same order

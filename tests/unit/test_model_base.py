@@ -1,0 +1,44 @@
+"""`FastCopy.model_copy` against pydantic's own `BaseModel.model_copy`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from turnledger.dispatch.state import ManifestSeal
+from turnledger.model.events import DispatchSent
+
+
+def _full() -> DispatchSent:
+    return DispatchSent.model_validate(
+        {"conversationId": "c", "eventId": "e", "occurredAtMs": 1, "operationId": "o", "attemptGeneration": 1}
+    )
+
+
+def test_a_copy_is_pydantics_copy() -> None:
+    for record in (
+        _full(),
+        ManifestSeal(manifest_digest="d", conversation_revision=1, cancel_generation=0, request_digest="r"),
+    ):
+        update = (
+            {"conversation_id": "x"} if isinstance(record, DispatchSent) else {"conversation_revision": 2}
+        )
+        ours, theirs = record.model_copy(update=update), BaseModel.model_copy(record, update=update)
+        assert type(ours) is type(theirs)
+        assert ours.__dict__ == theirs.__dict__ and list(ours.__dict__) == list(theirs.__dict__)
+        assert ours.__pydantic_fields_set__ == theirs.__pydantic_fields_set__
+        assert (ours.__pydantic_extra__, ours.__pydantic_private__) == (None, None)
+        assert record.__dict__ != ours.__dict__  # the original is unchanged
+
+
+def test_a_frozen_copy_shares_the_fields_set_only_when_it_adds_no_name() -> None:
+    full = _full()
+    same_names = full.model_copy(update={"operation_id": "x"})
+    assert same_names.__pydantic_fields_set__ is full.__pydantic_fields_set__
+    partial = DispatchSent(
+        conversation_id="c", event_id="e", occurred_at_ms=1, operation_id="o", attempt_generation=1
+    )
+    assert partial.__pydantic_fields_set__ == set(DispatchSent.model_fields)  # all given: all set
+    fewer = DispatchSent.model_construct(_fields_set={"conversation_id"}, **full.__dict__)
+    grown = fewer.model_copy(update={"operation_id": "x"})
+    assert grown.__pydantic_fields_set__ == {"conversation_id", "operation_id"}
+    assert fewer.__pydantic_fields_set__ == {"conversation_id"}  # a new set: the original unchanged
