@@ -10,15 +10,43 @@ from pydantic.alias_generators import to_camel
 
 _set = object.__setattr__
 
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+MAX_FIELDS_SETS = 4096
+"""Distinct fields-sets shared (`shared_fields_set`); past this many a new one is left unshared."""
+
+
+def shared_fields_set(fields: set[str]) -> set[str]:
+    """The one `set` object kept for this set of names (`fields` itself when none is kept yet).
+
+    pydantic gives every instance its own `__pydantic_fields_set__` (216 to 2,264 bytes), though a
+    model class has only a handful of distinct ones: a block, a graph and a request each paid ~730
+    bytes for theirs, ~3.5 KB of every cached conversation (issue 20). These models are frozen, so
+    nothing adds to an instance's set in place (pydantic's own copies copy it first, `model_copy`
+    here builds a new one); sharing it changes nothing but the memory. Bounded, so that models
+    built with arbitrary subsets of their fields cannot grow the table without end.
+    """
+    key = frozenset(fields)
+    shared = _FIELDS_SETS.get(key)
+    if shared is not None:
+        return shared
+    if len(_FIELDS_SETS) < MAX_FIELDS_SETS:
+        _FIELDS_SETS[key] = fields
+    return fields
+
 
 class FastCopy(BaseModel):
     """`model_copy(update=...)` without pydantic's generic `__copy__` machinery.
 
     Same result as `BaseModel.model_copy` for these models (no private attributes, no
     extras, shallow copy): a new instance whose `__dict__` is the old one with `update`
-    applied, unvalidated, and whose fields-set adds the updated names. Anything else
+    applied, unvalidated, and whose fields-set adds the updated names (a shared set,
+    `shared_fields_set`). Anything else
     (deep copies, models with private or extra attributes) goes through pydantic.
     """
+
+    def model_post_init(self, context: Any, /) -> None:
+        """After validation: the instance's fields-set is the shared one (`shared_fields_set`)."""
+        _set(self, "__pydantic_fields_set__", shared_fields_set(self.__pydantic_fields_set__))
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__:
@@ -29,7 +57,10 @@ class FastCopy(BaseModel):
         values.update(update)
         _set(copied, "__dict__", values)
         _set(copied, "__pydantic_extra__", self.__pydantic_extra__)
-        _set(copied, "__pydantic_fields_set__", self.__pydantic_fields_set__ | update.keys())
+        fields = self.__pydantic_fields_set__
+        if not update.keys() <= fields:  # else the copy shares the original's set
+            fields = shared_fields_set(fields | update.keys())
+        _set(copied, "__pydantic_fields_set__", fields)
         _set(copied, "__pydantic_private__", None)
         return copied
 
