@@ -322,7 +322,7 @@ def _run_parts(
     split: list[tuple[Index, Index, Index]] | None,
     json: StateJson,
 ) -> dict[int, bytes]:
-    blocks, model = graph.blocks, json.model
+    blocks, model = graph.blocks, json.once
     parts: dict[int, bytes] = {}
     for i, (start, end) in enumerate(runs):
         lines = [b"[" + b",".join(map(model, blocks[start:end])) + b"]"]
