@@ -100,3 +100,26 @@ def test_a_definition_no_request_names_any_more_is_not_kept() -> None:
     assert key not in tools._LIVE
     kept = _request("e2", description="held only here")
     assert tools._LIVE[key] is kept.tools[0]
+
+
+def _fresh(text: str) -> str:
+    """An equal string that is not the same object (as decoding gives one per record)."""
+    return "".join(list(text))
+
+
+def test_a_blocks_and_a_requests_few_valued_names_are_one_string_each() -> None:
+    names = {"role": "user", "kind": "text", "trust_label": "user", "status": "committed"}
+    a, b = (_block("x", **{k: _fresh(v) for k, v in names.items()}) for _ in range(2))
+    for name in names:
+        assert getattr(a, name) is getattr(b, name), name
+    assert a == b and a.model_dump_json() == _block("x", **names).model_dump_json()
+    fields = {"adapter": "openai-chat@1", "provider": "openai", "model_revision": "m"}
+    first, second = (
+        DispatchRequested.model_validate(
+            {**_request("e").model_dump(), **{k: _fresh(v) for k, v in fields.items()}}
+        )
+        for _ in range(2)
+    )
+    for name in ("adapter", "provider", "model_revision"):
+        assert getattr(first, name) is getattr(second, name), name
+    assert first == second == _request("e")

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from turnledger.model.base import Frozen
+from turnledger.model.base import Frozen, shared_name
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.graph import Block, BlockStatus
 from turnledger.model.manifest import DispatchManifest
@@ -93,6 +93,8 @@ class DispatchRequested(IngressEvent):
     settle_within_ms: int | None = None
     """The operator's bound: the operation is final within this long of the request, or an
     ExpiryClaimed after it cancels it (DEADLINE_EXCEEDED). None: DEFAULT_SETTLE_WITHIN_MS."""
+
+    _shared_names = field_validator("adapter", "provider", "model_revision")(shared_name)
 
     @field_validator("tools")
     @classmethod
