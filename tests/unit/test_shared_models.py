@@ -123,3 +123,10 @@ def test_a_blocks_and_a_requests_few_valued_names_are_one_string_each() -> None:
     for name in ("adapter", "provider", "model_revision"):
         assert getattr(first, name) is getattr(second, name), name
     assert first == second == _request("e")
+
+
+def test_a_model_read_back_with_every_field_shares_the_classs_every_field_set() -> None:
+    one, two = (Block.model_validate_json(_block(text).model_dump_json()) for text in ("one", "two"))
+    assert one.model_fields_set == set(Block.model_fields)
+    assert one.__pydantic_fields_set__ is two.__pydantic_fields_set__
+    assert one.__pydantic_fields_set__ is not _block("three").__pydantic_fields_set__

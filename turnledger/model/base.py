@@ -16,6 +16,10 @@ MAX_FIELDS_SETS = 4096
 """Distinct fields-sets shared (`shared_fields_set`); past this many a new one is left unshared."""
 
 
+_EVERY_FIELD: dict[type[BaseModel], set[str]] = {}
+"""Per model class, the shared set of all its field names (a fields-set is a subset of them)."""
+
+
 def shared_fields_set(fields: set[str]) -> set[str]:
     """The one `set` object kept for this set of names (`fields` itself when none is kept yet).
 
@@ -54,8 +58,15 @@ class FastCopy(BaseModel):
     """
 
     def model_post_init(self, context: Any, /) -> None:
-        """After validation: the instance's fields-set is the shared one (`shared_fields_set`)."""
-        _set(self, "__pydantic_fields_set__", shared_fields_set(self.__pydantic_fields_set__))
+        """After validation: the instance's fields-set is the shared one (`shared_fields_set`); a
+        record decoded or read back sets every field, so that one is found without hashing."""
+        fields = self.__pydantic_fields_set__
+        every = _EVERY_FIELD.get(type(self))
+        if every is None:
+            every = _EVERY_FIELD[type(self)] = shared_fields_set(set(type(self).model_fields))
+        _set(
+            self, "__pydantic_fields_set__", every if len(fields) == len(every) else shared_fields_set(fields)
+        )
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__:
