@@ -130,3 +130,12 @@ def test_a_model_read_back_with_every_field_shares_the_classs_every_field_set() 
     assert one.model_fields_set == set(Block.model_fields)
     assert one.__pydantic_fields_set__ is two.__pydantic_fields_set__
     assert one.__pydantic_fields_set__ is not _block("three").__pydantic_fields_set__
+
+
+def test_past_the_bound_a_new_name_is_left_unshared(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "_NAMES", {})
+    monkeypatch.setattr(base, "MAX_NAMES", 1)
+    assert base.shared_name(_fresh("user")) is base.shared_name(_fresh("user"))
+    other = _fresh("assistant")
+    assert base.shared_name(other) is other and base.shared_name(_fresh("assistant")) is not other
+    assert base._NAMES == {"user": "user"}

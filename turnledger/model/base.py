@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any, Self
 
@@ -39,12 +38,22 @@ def shared_fields_set(fields: set[str]) -> set[str]:
     return fields
 
 
+_NAMES: dict[str, str] = {}
+MAX_NAMES = 4096
+"""Distinct names shared (`shared_name`); past this many a new one is left unshared."""
+
+
 def shared_name(value: str) -> str:
-    """The one live `str` equal to `value` (`sys.intern`): for fields that take a few distinct
-    values over and over (a block's role, kind, trust label and status, a request's adapter,
-    provider and model), which decoding gives a string of its own per record, ~55 bytes each
-    per cached block or request (issue 20). Interned strings die with their last reference."""
-    return sys.intern(value)
+    """The one kept `str` equal to `value`: for fields that take a few distinct values over and
+    over (a block's role, kind, trust label and status, a request's adapter, provider and model),
+    which decoding gives a string of its own per record, ~55 bytes each per cached block or
+    request (issue 20). Bounded, so that arbitrary values cannot grow the table without end."""
+    kept = _NAMES.get(value)
+    if kept is not None:
+        return kept
+    if len(_NAMES) < MAX_NAMES:
+        _NAMES[value] = value
+    return value
 
 
 class FastCopy(BaseModel):
