@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import islice
 from typing import Any
 
@@ -130,23 +131,75 @@ class GraphParts:
 
 @dataclass(slots=True)
 class Stored:
-    """What the store holds of one conversation, as read or last written: each key's value
-    (to tell whether the store still holds it) and the JSON in it (to tell what changed)."""
+    """What the store holds of one conversation, as read or last written: the JSON in each key's
+    value (to tell what changed), not the value itself (to tell whether the store still holds it).
 
-    values: dict[str, bytes] = field(default_factory=dict)
+    A value is the snapshot encoding of (conversation id, format, JSON), the JSON last, so it is
+    `snapshot_prefix(...) + JSON` (`holds`): keeping both the values and their JSON kept every
+    cached state's changelog twice (~3.3 KB of a small conversation, issue 20). A value read that
+    is not that encoding of its JSON (another writer's bytes) is kept as read in `raw`, and
+    compared whole."""
+
+    conversation_id: str = ""
+    format_version: int = SPLIT_FORMAT
+    """Every key of one conversation holds one format (a split state's, or one whole state)."""
     parts: dict[str, bytes] = field(default_factory=dict)
     graph: GraphParts | None = None
+    raw: dict[str, bytes] | None = None
     source: ConversationState | None = None
     """The state `parts` were computed from by `write_state` (None when they were read): its parts are
     exactly `state_parts(source)`, so the next state's are those with only what changed redone."""
 
     def current(self, get: Callable[[str], bytes | None]) -> bool:
         """Does the store still hold exactly these values (no aborted batch's state in between)?"""
-        for key, value in self.values.items():
+        base = snapshot_base(self.conversation_id, self.format_version) if self.parts else b""
+        raw = self.raw
+        for key, part in self.parts.items():
             held = get(key)
-            if held is not value and held != value:
+            if held is None:
+                return False
+            expected = None if raw is None else raw.get(key)
+            if not (holds(held, base, part) if expected is None else held == expected):
                 return False
         return True
+
+
+def _avro_long(n: int) -> bytes:
+    """Avro's encoding of a long: zigzag, then 7 bits a byte, low bits first."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+@cache
+def _snapshot_header() -> bytes:
+    entry = default_codec().registry.reader(_SNAPSHOT_RECORD)
+    if entry is None:  # pragma: no cover - the shipped schemas hold it
+        raise UnencodableRecord(f"no schema for {_SNAPSHOT_RECORD}")
+    return bytes(entry.header)
+
+
+def snapshot_base(conversation_id: str, format_version: int) -> bytes:
+    """What every snapshot of this conversation and format starts with: the single-object header,
+    the conversation id and the format (the schema's first two fields)."""
+    cid = conversation_id.encode("utf-8")
+    return b"".join((_snapshot_header(), _avro_long(len(cid)), cid, _avro_long(format_version)))
+
+
+def holds(value: bytes, base: bytes, part: bytes) -> bool:
+    """Is `value` exactly `encode_part(...)` of `part` (`base`: `snapshot_base` of its conversation
+    and format)? The bytes field, last, is its length then `part`: compared in place, unbuilt."""
+    length = _avro_long(len(part))
+    return (
+        len(value) == len(base) + len(length) + len(part)
+        and value.startswith(base)
+        and value.endswith(part)
+        and value[len(base) : len(base) + len(length)] == length
+    )
 
 
 def block_runs(blocks: tuple[Block, ...]) -> list[tuple[int, int]]:
@@ -272,7 +325,7 @@ def _run_parts(
     split: list[tuple[Index, Index, Index]] | None,
     json: StateJson,
 ) -> dict[int, bytes]:
-    blocks, model = graph.blocks, json.model
+    blocks, model = graph.blocks, json.once
     parts: dict[int, bytes] = {}
     for i, (start, end) in enumerate(runs):
         lines = [b"[" + b",".join(map(model, blocks[start:end])) + b"]"]
@@ -412,7 +465,7 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
     if value is None:
         return None if key == conversation_id else _whole_under_bare_id(get, conversation_id)
     snapshot = _snapshot_of(value, key, conversation_id)
-    stored = Stored({key: value}, {key: snapshot.state})
+    stored = _read(conversation_id, snapshot.format_version, key, value, snapshot.state)
     if snapshot.format_version != SPLIT_FORMAT:
         return decode_whole(snapshot), stored
     meta, state_json = snapshot.state.split(b"\n", 1)
@@ -464,7 +517,23 @@ def _whole_under_bare_id(get: Get, conversation_id: str) -> tuple[ConversationSt
     snapshot = decode_snapshot(value)
     if snapshot.conversation_id != conversation_id or snapshot.format_version == SPLIT_FORMAT:
         return None
-    return decode_whole(snapshot), Stored({conversation_id: value}, {conversation_id: snapshot.state})
+    state = decode_whole(snapshot)
+    return state, _read(conversation_id, snapshot.format_version, conversation_id, value, snapshot.state)
+
+
+def _read(conversation_id: str, format_version: int, key: str, value: bytes, part: bytes) -> Stored:
+    stored = Stored(conversation_id, format_version)
+    _remember_read(stored, key, value, part)
+    return stored
+
+
+def _remember_read(stored: Stored, key: str, value: bytes, part: bytes) -> None:
+    """Keep the JSON a key was read with; the value too if it is not the encoding of that JSON."""
+    stored.parts[key] = part
+    if not holds(value, snapshot_base(stored.conversation_id, stored.format_version), part):
+        if stored.raw is None:
+            stored.raw = {}
+        stored.raw[key] = value
 
 
 def write_state(
@@ -481,14 +550,36 @@ def write_state(
     since = parts_since(state, json, old)
     parts, graph = (since, old.graph) if since is not None else state_parts(state, json, old.graph)
     writes, deletes = changed_parts(old, parts)
-    values = {key: old.values[key] for key in parts if key in old.values}
     for key in writes:
-        value = encode_part(conversation_id, format_version, parts[key])
-        put(key, value)
-        values[key] = value
+        put(key, encode_part(conversation_id, format_version, parts[key]))
     for key in deletes:
         delete(key)
-    return Stored(values, parts, graph, state)
+    return Stored(
+        conversation_id, format_version, parts, graph, _kept_raw(old, parts, writes, format_version), state
+    )
+
+
+def _kept_raw(
+    old: Stored, parts: dict[str, bytes], writes: list[str], format_version: int
+) -> dict[str, bytes] | None:
+    """The values of `old` still in the store that are not the encoding of their JSON in
+    `format_version`: those read as other bytes, and those of another format left unwritten
+    (their JSON did not change), rebuilt as read."""
+    if old.raw is None and old.format_version == format_version:
+        return None
+    written = set(writes)
+    base = snapshot_base(old.conversation_id, old.format_version) if old.parts else b""
+    raw: dict[str, bytes] = {}
+    for key in parts:
+        if key in written or key not in old.parts:
+            continue
+        value = None if old.raw is None else old.raw.get(key)
+        if value is None and old.format_version != format_version:
+            part = old.parts[key]
+            value = base + _avro_long(len(part)) + part
+        if value is not None:
+            raw[key] = value
+    return raw or None
 
 
 def _snapshot_of(value: bytes, key: str, conversation_id: str) -> ConversationSnapshot:
@@ -509,6 +600,5 @@ def _part(get: Get, key: str, conversation_id: str, stored: Stored) -> bytes:
     snapshot = _snapshot_of(value, key, conversation_id)
     if snapshot.format_version != SPLIT_FORMAT:
         raise StateLayoutError(f"{key!r} holds a format-{snapshot.format_version} snapshot, not a part")
-    stored.values[key] = value
-    stored.parts[key] = snapshot.state
+    _remember_read(stored, key, value, snapshot.state)
     return snapshot.state

@@ -10,13 +10,59 @@ from pydantic.alias_generators import to_camel
 
 _set = object.__setattr__
 
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+MAX_FIELDS_SETS = 4096
+"""Distinct fields-sets shared (`shared_fields_set`); past this many a new one is left unshared."""
+
+
+_EVERY_FIELD: dict[type[BaseModel], set[str]] = {}
+"""Per model class, the shared set of all its field names (a fields-set is a subset of them)."""
+
+
+def shared_fields_set(fields: set[str]) -> set[str]:
+    """The one `set` object kept for this set of names (`fields` itself when none is kept yet).
+
+    pydantic gives every instance its own `__pydantic_fields_set__` (216 to 2,264 bytes), though a
+    model class has only a handful of distinct ones: a block, a graph and a request each paid ~730
+    bytes for theirs, ~3.5 KB of every cached conversation (issue 20). These models are frozen, so
+    nothing adds to an instance's set in place (pydantic's own copies copy it first, `model_copy`
+    here builds a new one); sharing it changes nothing but the memory. Bounded, so that models
+    built with arbitrary subsets of their fields cannot grow the table without end.
+    """
+    key = frozenset(fields)
+    shared = _FIELDS_SETS.get(key)
+    if shared is not None:
+        return shared
+    if len(_FIELDS_SETS) < MAX_FIELDS_SETS:
+        _FIELDS_SETS[key] = fields
+    return fields
+
+
+_NAMES: dict[str, str] = {}
+MAX_NAMES = 4096
+"""Distinct names shared (`shared_name`); past this many a new one is left unshared."""
+
+
+def shared_name(value: str) -> str:
+    """The one kept `str` equal to `value`: for fields that take a few distinct values over and
+    over (a block's role, kind, trust label and status, a request's adapter, provider and model),
+    which decoding gives a string of its own per record, ~55 bytes each per cached block or
+    request (issue 20). Bounded, so that arbitrary values cannot grow the table without end."""
+    kept = _NAMES.get(value)
+    if kept is not None:
+        return kept
+    if len(_NAMES) < MAX_NAMES:
+        _NAMES[value] = value
+    return value
+
 
 class FastCopy(BaseModel):
     """`model_copy(update=...)` without pydantic's generic `__copy__` machinery.
 
     Same result as `BaseModel.model_copy` for these models (no private attributes, no
     extras, shallow copy): a new instance whose `__dict__` is the old one with `update`
-    applied, unvalidated, and whose fields-set adds the updated names. Anything else
+    applied, unvalidated, and whose fields-set adds the updated names (a shared set,
+    `shared_fields_set`). Anything else
     (deep copies, models with private or extra attributes) goes through pydantic.
 
     A frozen model's copy shares the original's fields-set when the update adds no name to it
@@ -24,6 +70,17 @@ class FastCopy(BaseModel):
     (pydantic refuses an assignment before it would add to it, and every copy that adds names
     makes a new set), and this saves one GC-tracked object per copy, ~40k per bench run.
     """
+
+    def model_post_init(self, context: Any, /) -> None:
+        """After validation: the instance's fields-set is the shared one (`shared_fields_set`); a
+        record decoded or read back sets every field, so that one is found without hashing."""
+        fields = self.__pydantic_fields_set__
+        every = _EVERY_FIELD.get(type(self))
+        if every is None:
+            every = _EVERY_FIELD[type(self)] = shared_fields_set(set(type(self).model_fields))
+        _set(
+            self, "__pydantic_fields_set__", every if len(fields) == len(every) else shared_fields_set(fields)
+        )
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__:
@@ -34,10 +91,10 @@ class FastCopy(BaseModel):
         values.update(update)
         _set(copied, "__dict__", values)
         _set(copied, "__pydantic_extra__", self.__pydantic_extra__)
-        fields_set = self.__pydantic_fields_set__
-        if not (update.keys() <= fields_set and self.model_config.get("frozen")):
-            fields_set = fields_set | update.keys()
-        _set(copied, "__pydantic_fields_set__", fields_set)
+        fields = self.__pydantic_fields_set__
+        if not update.keys() <= fields:  # else the copy shares the original's set
+            fields = shared_fields_set(fields | update.keys())
+        _set(copied, "__pydantic_fields_set__", fields)
         _set(copied, "__pydantic_private__", None)
         return copied
 

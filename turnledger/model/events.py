@@ -12,14 +12,14 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from turnledger.model.base import Frozen
+from turnledger.model.base import Frozen, shared_name
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.graph import Block, BlockStatus
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
-from turnledger.model.tools import ToolDefinition
+from turnledger.model.tools import ToolDefinition, shared_tools
 
 
 class DispatchState(StrEnum):
@@ -93,6 +93,14 @@ class DispatchRequested(IngressEvent):
     settle_within_ms: int | None = None
     """The operator's bound: the operation is final within this long of the request, or an
     ExpiryClaimed after it cancels it (DEADLINE_EXCEEDED). None: DEFAULT_SETTLE_WITHIN_MS."""
+
+    _shared_names = field_validator("adapter", "provider", "model_revision")(shared_name)
+
+    @field_validator("tools")
+    @classmethod
+    def _share_tools(cls, tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
+        """Equal definitions across requests are one object (`shared_tools`: memory only)."""
+        return shared_tools(tools) if tools else tools
 
     @property
     def deadline_at_ms(self) -> int:

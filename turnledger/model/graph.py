@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from turnledger.model.base import Frozen
+from pydantic import field_validator
+
+from turnledger.model.base import Frozen, shared_name
 from turnledger.model.canonical import digest_of
 
 
@@ -95,6 +97,8 @@ class Block(Frozen):
     generation: int | None = None
     result_status: str | None = None
     signature: str | None = None
+
+    _shared_names = field_validator("role", "kind", "trust_label", "status")(shared_name)
 
     def content_fields(self) -> dict[str, Any]:
         """What the content digest covers: everything that a provider would see."""

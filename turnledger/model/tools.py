@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from pydantic import Field
@@ -18,6 +19,21 @@ class ToolDefinition(Frozen):
     @property
     def schema_digest(self) -> str:
         return digest_of(self.input_schema)
+
+
+_LIVE: weakref.WeakValueDictionary[bytes, ToolDefinition] = weakref.WeakValueDictionary()
+
+
+def shared_tools(tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
+    """`tools` with each definition replaced by the live one of the same JSON, if any.
+
+    Every DispatchRequested carries its tool definitions, and an operation keeps its request for
+    as long as its conversation's state is cached: ~1.8 KB per definition (its schema is nested
+    dicts), the same few definitions over and over across conversations (issue 20). Definitions
+    are frozen and equal JSON means equal fields, so one object serves them all; the table holds
+    them weakly, so a definition no live request names is not kept.
+    """
+    return tuple(_LIVE.setdefault(tool.__pydantic_serializer__.to_json(tool), tool) for tool in tools)
 
 
 class Toolset(Frozen):

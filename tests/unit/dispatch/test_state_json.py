@@ -10,11 +10,12 @@ import pytest
 
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.state_json import CachedJson, StateJson, state_json
+from turnledger.dispatch.state_layout import blocks_key, state_parts
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent
 
 from . import test_fold
-from .scenario import Conversation, text_stream
+from .scenario import Conversation, text_stream, tool_stream
 
 FOLD_SCENARIOS = [
     fn
@@ -87,3 +88,18 @@ def test_json_cache_callback_of_a_dead_entry_keeps_the_newer_one() -> None:
     newer.key, newer.json = id(old), b"newer"
     json.forget(stale)
     assert json.entries.pop(id(old)) is newer
+
+
+def test_the_runs_of_a_split_state_leave_no_block_json_in_the_cache() -> None:
+    """A run's JSON is kept by its run (GraphParts); its blocks' JSON is not kept a second time."""
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": "Paris"}'])]))
+    json = StateJson()
+    parts, graph = state_parts(c.state, json)
+    assert graph is not None and len(c.state.graph.blocks) >= 2 and c.state.graph.calls
+    cached = {type(entry()).__name__ for entry in json.entries.values()}
+    assert cached == {"DispatchRequested", "ManifestSeal"}
+    run = b"[" + b",".join(b.model_dump_json().encode() for b in c.state.graph.blocks[:1]) + b"]"
+    assert parts[blocks_key("conv-1", 0)].split(b"\n")[0] == run

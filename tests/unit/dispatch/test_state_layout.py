@@ -238,9 +238,12 @@ def test_a_conversation_id_holding_the_separator_keeps_its_state_whole() -> None
     c = Conversation(conversation_id="odd\x1fo\x1fid")
     c.user("hello")
     c.dispatch_to_streaming()
-    stored = _round_trip(c.state)
-    assert list(stored.values) == ["\x1f\x1fodd\x1fo\x1fid"] == [head_key("odd\x1fo\x1fid")]
-    snapshot = decode(stored.values["\x1f\x1fodd\x1fo\x1fid"])
+    _round_trip(c.state)
+    store = Store()
+    stored = write_state(c.state, Stored(), StateJson(), store.put, store.delete)
+    assert list(stored.parts) == list(store) == ["\x1f\x1fodd\x1fo\x1fid"] == [head_key("odd\x1fo\x1fid")]
+    assert stored.current(store.get) and stored.format_version == STATE_FORMAT_VERSION
+    snapshot = decode(store["\x1f\x1fodd\x1fo\x1fid"])
     assert isinstance(snapshot, ConversationSnapshot) and snapshot.format_version == STATE_FORMAT_VERSION
 
 
