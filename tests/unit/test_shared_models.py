@@ -139,3 +139,14 @@ def test_past_the_bound_a_new_name_is_left_unshared(monkeypatch: pytest.MonkeyPa
     other = _fresh("assistant")
     assert base.shared_name(other) is other and base.shared_name(_fresh("assistant")) is not other
     assert base._NAMES == {"user": "user"}
+
+
+def test_records_decoded_by_the_model_reader_share_names_and_tools_too() -> None:
+    """The compiled model reader skips validation, so it applies the sharing validators itself
+    (test_codec_model_reader: every shipped record has a model reader)."""
+    first, second = _request("e1"), _request("e2")
+    a, b = decode(encode(first)), decode(encode(second))
+    assert isinstance(a, DispatchRequested) and isinstance(b, DispatchRequested)
+    for name in ("adapter", "provider", "model_revision"):
+        assert getattr(a, name) is getattr(b, name), name
+    assert a.tools[0] is b.tools[0]

@@ -43,6 +43,7 @@ from pydantic import BaseModel
 
 from turnledger.codec.compiled import Unsupported, _ReaderCompiler
 from turnledger.codec.convert import JSON_ATTRIBUTE
+from turnledger.model.base import SHARING, FastCopy, shared_fields_set
 
 ModelReader = Callable[[bytes, int], tuple[BaseModel, int]]
 """`reader(data, pos)` -> (model instance, position after it); raises on anything off its path."""
@@ -59,26 +60,36 @@ _PYTHON_TYPE_OF: Mapping[str, type] = {
 _set = object.__setattr__
 """A record's instance is built as `model_validate` leaves it: `object.__new__(model)`, the values
 as its `__dict__`, a fields-set of every field, no extras, no private state. The instances of a
-frozen model share one fields-set (one GC-tracked object fewer per record)."""
+frozen model share one fields-set (one GC-tracked object fewer per record): the one
+`FastCopy.model_post_init` would give it (`shared_fields_set`), which is all that hook does, so a
+model whose only post-init hook is that one is still built directly."""
 
 
-def _check_model(model: type[BaseModel]) -> None:
-    """Unsupported unless validating the model is only its fields' types (nothing of its own)."""
+def _check_model(model: type[BaseModel]) -> dict[str, list[Callable[[Any], Any]]]:
+    """Unsupported unless validating the model is only its fields' types (nothing of its own) and
+    its sharing validators (`model.base.SHARING`: after-validators that swap a value for an equal
+    one), which are returned per field for the reader to apply itself."""
     decorators = model.__pydantic_decorators__
-    if (
-        decorators.validators
-        or decorators.field_validators
-        or decorators.root_validators
-        or decorators.model_validators
-    ):
+    if decorators.validators or decorators.root_validators or decorators.model_validators:
         raise Unsupported(f"{model.__name__} has validators")
-    if model.__pydantic_post_init__ is not None or model.__private_attributes__:
+    shares: dict[str, list[Callable[[Any], Any]]] = {}
+    for decorator in decorators.field_validators.values():
+        function = getattr(decorator.func, "__func__", decorator.func)
+        if decorator.info.mode != "after" or function not in SHARING:
+            raise Unsupported(f"{model.__name__} has validators")
+        for name in decorator.info.fields:
+            shares.setdefault(name, []).append(decorator.func)
+    own_post_init = (
+        model.__pydantic_post_init__ is not None and model.model_post_init is not FastCopy.model_post_init
+    )
+    if own_post_init or model.__private_attributes__:
         raise Unsupported(f"{model.__name__} has a post-init hook or private attributes")
     if model.__pydantic_root_model__ or model.model_config.get("extra") == "allow":
         raise Unsupported(f"{model.__name__} is a root model or allows extras")
     for name, info in model.model_fields.items():
         if info.metadata or not isinstance(info.validation_alias or info.alias or name, str):
             raise Unsupported(f"{model.__name__}.{name} has constraints or an alias path")
+    return shares
 
 
 class _ModelReaderCompiler(_ReaderCompiler):
@@ -97,7 +108,7 @@ class _ModelReaderCompiler(_ReaderCompiler):
         model = self.models.get(name)
         if model is None:
             raise Unsupported(f"no model for {name}")
-        _check_model(model)
+        shares = _check_model(model)
         function = f"{self.prefix}{len(self.functions)}"
         self.functions[name] = function
         by_alias = {
@@ -116,10 +127,12 @@ class _ModelReaderCompiler(_ReaderCompiler):
                 lines.extend(self.read_json(field["type"], annotation, target, "    "))
             else:
                 lines.extend(self.read_as(field["type"], annotation, target, "    "))
+            for share in shares.get(attribute, ()):
+                lines.append(f"    {target} = {self.constant('SHARE', share)}({target})")
             targets[attribute] = target
         values = ", ".join(f"{attribute!r}: {targets[attribute]}" for attribute in model.model_fields)
         model_name = self.constant("MODEL", model)
-        fields = self.constant("FIELDS", set(model.model_fields))
+        fields = self.constant("FIELDS", shared_fields_set(set(model.model_fields)))
         # a frozen model's fields-set is never changed in place (pydantic's `__setattr__` refuses
         # before it would add to it; every copy makes its own set): its instances share one
         fields_set = fields if model.model_config.get("frozen") else f"{fields}.copy()"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
@@ -43,6 +43,19 @@ MAX_NAMES = 4096
 """Distinct names shared (`shared_name`); past this many a new one is left unshared."""
 
 
+SHARING: set[Callable[..., Any]] = set()
+"""Validators that only swap a value for an equal, shared one (memory only): they can refuse and
+change nothing, so a reader that builds models without validation applies them itself
+(`codec/model_reader.py`) instead of falling back to `model_validate`."""
+
+
+def sharing(validator: Callable[..., Any]) -> Callable[..., Any]:
+    """Register `validator` in `SHARING`; returns it unchanged."""
+    SHARING.add(validator)
+    return validator
+
+
+@sharing
 def shared_name(value: str) -> str:
     """The one kept `str` equal to `value`: for fields that take a few distinct values over and
     over (a block's role, kind, trust label and status, a request's adapter, provider and model),

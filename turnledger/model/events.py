@@ -96,11 +96,7 @@ class DispatchRequested(IngressEvent):
 
     _shared_names = field_validator("adapter", "provider", "model_revision")(shared_name)
 
-    @field_validator("tools")
-    @classmethod
-    def _share_tools(cls, tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
-        """Equal definitions across requests are one object (`shared_tools`: memory only)."""
-        return shared_tools(tools) if tools else tools
+    _share_tools = field_validator("tools")(shared_tools)
 
     @property
     def deadline_at_ms(self) -> int:

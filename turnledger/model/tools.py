@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from turnledger.model.base import Frozen
+from turnledger.model.base import Frozen, sharing
 from turnledger.model.canonical import digest_of
 
 
@@ -24,6 +24,7 @@ class ToolDefinition(Frozen):
 _LIVE: weakref.WeakValueDictionary[bytes, ToolDefinition] = weakref.WeakValueDictionary()
 
 
+@sharing
 def shared_tools(tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
     """`tools` with each definition replaced by the live one of the same JSON, if any.
 
@@ -33,6 +34,8 @@ def shared_tools(tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...
     are frozen and equal JSON means equal fields, so one object serves them all; the table holds
     them weakly, so a definition no live request names is not kept.
     """
+    if not tools:
+        return tools
     return tuple(_LIVE.setdefault(tool.__pydantic_serializer__.to_json(tool), tool) for tool in tools)
 
 
