@@ -1,12 +1,13 @@
 """A hanging transaction of a partition's own producer, on its changelog and on an output partition,
-no longer stops the partition: the next term aborts it (processors/hanging.py) and resumes.
+is reported by the next term (processors/hanging.py: ERROR log and metric, never ended by the term,
+since whether it should commit or abort is not known there); once the operator ends it, the
+partition resumes exactly where it was.
 
 The broker's produce verification (KIP-890) is what normally keeps such data out, so the test
 switches it off for the moment it writes the hanging batches, then restores it: a transactional
 batch with the producer's id and epoch, sent straight to the leader after its transaction ended.
-Without the sweep, partition 0 never settles (`settle` waits, starts the term over, waits again),
-so nothing after the hanging batch is processed, and read_committed readers of both partitions
-stay behind it.
+Until it is ended, partition 0 cannot settle (`settle` waits, starts the term over, waits again),
+and read_committed readers of both partitions stay behind it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tests.integration.test_processor_eos import (
     wait_for,
     workload,
 )
-from turnledger.kafka.producer_states import describe_producers
+from turnledger.kafka.producer_states import abort_transaction, describe_producers
 from turnledger.observability import runtime_metrics as live
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import ProcessorConfig, ProcessorExit, transactional_id
@@ -118,7 +119,7 @@ async def run_until_committed(
     assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
 
 
-async def test_a_hanging_transaction_of_our_producer_is_aborted_and_the_partition_resumes(
+async def test_a_hanging_transaction_of_our_producer_is_reported_and_once_ended_the_partition_resumes(
     kafka_bootstrap: str, topics: Topics, tmp_path: Path
 ) -> None:
     await ensure_topics(kafka_bootstrap, topics, partitions=2)
@@ -137,20 +138,35 @@ async def test_a_hanging_transaction_of_our_producer_is_aborted_and_the_partitio
         stable, high = await stable_and_high(kafka_bootstrap, tp)
         assert stable == high - 1, f"{tp}: the hanging batch must hold the stable offset ({stable} vs {high})"
 
-    aborted_before = live.PROCESSOR_HANGING_ABORTED._value.get()
+    found_before = live.PROCESSOR_HANGING_FOUND._value.get()
     second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
-    await run_until_committed(config, topics, first + second, timeout_s=90)
-
-    assert live.PROCESSOR_HANGING_ABORTED._value.get() - aborted_before == 2
-    for tp in (changelog_0, committed_1):
-        stable, high = await stable_and_high(kafka_bootstrap, tp)
-        assert stable == high, f"{tp} still has an open transaction"
+    app = ProcessorApp(config, lambda p: counter_fold(topics, p))
+    task = asyncio.create_task(app.run(handle_signals=False))
     probe = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
     await probe.start()
     try:
+
+        async def both_reported() -> bool:
+            return live.PROCESSOR_HANGING_FOUND._value.get() - found_before >= 2
+
+        await wait_for(both_reported, 60, "the term to report both hanging transactions")
+        described = await describe_producers(probe.client, [changelog_0, committed_1])
+        hanging = [s for s in described.states if s.producer_id == producer_id and s.open_transaction_start]
+        assert {s.tp for s in hanging} == {changelog_0, committed_1}  # reported, never ended by the term
+        # the operator's decision: this data is a produce that landed after its transaction ended
+        for state in hanging:
+            await abort_transaction(probe.client, state)
+        await wait_all_committed(kafka_bootstrap, app_id, topics, first + second, timeout_s=90)
         described = await describe_producers(probe.client, [changelog_0, committed_1])
     finally:
+        app.stop()
         await probe.stop()
+    assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
+
+    assert live.PROCESSOR_HANGING_FOUND._value.get() - found_before == 2  # once per transaction
+    for tp in (changelog_0, committed_1):
+        stable, high = await stable_and_high(kafka_bootstrap, tp)
+        assert stable == high, f"{tp} still has an open transaction"
     assert described.errors == {}
     ours = {s.tp: s.open_transaction_start for s in described.states if s.producer_id == producer_id}
     assert ours == {changelog_0: None, committed_1: None}

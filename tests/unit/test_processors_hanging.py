@@ -15,8 +15,14 @@ import pytest
 from aiokafka import TopicPartition
 
 from turnledger.kafka import producer_states
-from turnledger.kafka.producer_states import ProducerState, abort_transaction, describe_producers
-from turnledger.processors.hanging import Verdict, abort_own_hanging, verdict
+from turnledger.kafka.producer_states import (
+    ProducerState,
+    abort_transaction,
+    describe_producers,
+    write_marker,
+)
+from turnledger.observability import runtime_metrics as live
+from turnledger.processors.hanging import Verdict, report_own_hanging, verdict
 
 TP = TopicPartition("t", 3)
 OURS = (7, 5)  # producer id, epoch
@@ -164,24 +170,32 @@ class FakeProducer:
     _txn_manager: FakeTxnManager
 
 
+async def test_a_commit_marker_carries_the_commit_flag() -> None:
+    client = FakeClient(Cluster({TP: 2}), markers_answer(0))
+    await write_marker(client, state(7, 4, 120), commit=True)  # type: ignore[arg-type]
+    marker = struct.pack(">qh?", 7, 4, True) + compact_len(1) + compact_string("t") + compact_len(1)
+    marker += struct.pack(">i", 3) + NO_TAGS + struct.pack(">i", 2) + NO_TAGS
+    assert client.sent == [(2, compact_len(1) + marker + NO_TAGS)]
+
+
 def markers_answer(error_code: int) -> bytes:
     body = struct.pack(">q", 7) + compact_len(1) + compact_string("t") + compact_len(1)
     return compact_len(1) + body + struct.pack(">ih", 3, error_code) + NO_TAGS + NO_TAGS + NO_TAGS + NO_TAGS
 
 
-async def test_only_hanging_ones_are_aborted_and_a_refused_abort_is_logged_not_raised(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_only_our_older_epochs_are_reported_never_ended(caplog: pytest.LogCaptureFixture) -> None:
+    """Reported, with the command; nothing is sent (whether to commit or abort is not known here)."""
     states = [state(7, 4, 120), state(7, 5, 130), state(8, 1, 90), state(7, 3, None)]
-    producer = FakeProducer(FakeClient(Cluster({TP: 1}), markers_answer(0)), FakeTxnManager(*OURS))
-    assert await abort_own_hanging(producer, states) == [states[0]]  # type: ignore[arg-type]
-    assert len(producer.client.sent) == 1
-
-    caplog.clear()
-    refused = FakeProducer(FakeClient(Cluster({TP: 1}), markers_answer(47)), FakeTxnManager(*OURS))
+    producer = FakeProducer(FakeClient(Cluster({TP: 1}), b""), FakeTxnManager(*OURS))
+    before = live.PROCESSOR_HANGING_FOUND._value.get()
     with caplog.at_level(logging.ERROR, logger="turnledger.processors.hanging"):
-        assert await abort_own_hanging(refused, states) == []  # type: ignore[arg-type]
-    assert [r.getMessage() for r in caplog.records] == [
-        "t-3: could not abort the hanging transaction of our producer id 7 (epoch 4) open since offset 120: "
-        "WriteTxnMarkers t-3 (producer 7): InvalidProducerEpoch"
-    ]
+        assert report_own_hanging(producer, states) == [states[0]]  # type: ignore[arg-type]
+    assert producer.client.sent == []
+    assert live.PROCESSOR_HANGING_FOUND._value.get() - before == 1
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message.startswith(
+        "t-3: a hanging transaction of our producer id 7 (epoch 4, ours is 5) is open since offset 120"
+    )
+    assert message.endswith(
+        "kafka-transactions.sh abort --topic t --partition 3 --start-offset 120, or with a commit marker"
+    )

@@ -1,7 +1,7 @@
 """Two admin requests aiokafka lacks: DescribeProducers (KIP-664) and WriteTxnMarkers, to find and
 abort a *hanging transaction*: data of a transactional producer on a partition that its transaction
 coordinator no longer tracks, so no marker will ever end it and read_committed readers of the
-partition (the last stable offset) never pass it. Kafka's own remedy is `kafka-transactions.sh
+partition (the last stable offset) never pass it. Kafka's own tooling is `kafka-transactions.sh
 find-hanging` / `abort`; these are the same two requests, sent to the partition's leader.
 
 Wire formats (flexible versions: compact strings and arrays, tagged fields on every struct), as in
@@ -243,14 +243,15 @@ async def describe_producers(client: AIOKafkaClient, tps: Iterable[TopicPartitio
     return described
 
 
-async def abort_transaction(client: AIOKafkaClient, state: ProducerState) -> None:
-    """Write an abort marker for `state`'s open transaction on its partition (what the coordinator
-    would have written, had it still known the transaction)."""
+async def write_marker(client: AIOKafkaClient, state: ProducerState, *, commit: bool) -> None:
+    """End `state`'s open transaction on its partition with a commit or an abort marker (what the
+    coordinator would have written, had it still known the transaction). Which one is right is the
+    caller's to know: see `processors/hanging.py`."""
     [(node, _)] = (await _leaders(client, [state.tp])).items()
     marker = (
         state.producer_id,
         state.producer_epoch,
-        False,
+        commit,
         [(state.tp.topic, [state.tp.partition], NO_TAGS)],
         state.coordinator_epoch,
         NO_TAGS,
@@ -264,3 +265,8 @@ async def abort_transaction(client: AIOKafkaClient, state: ProducerState) -> Non
                         f"WriteTxnMarkers {name}-{index} (producer {state.producer_id}): "
                         f"{for_code(error_code).__name__}"
                     )
+
+
+async def abort_transaction(client: AIOKafkaClient, state: ProducerState) -> None:
+    """`write_marker(..., commit=False)`: what `kafka-transactions.sh abort` does."""
+    await write_marker(client, state, commit=False)

@@ -39,9 +39,9 @@ PROCESSOR_FENCED = Counter(
 PROCESSOR_TERMS = Counter(
     "turnledger_processor_terms", "Partition terms started (assignments, and starting over after outages)."
 )
-PROCESSOR_HANGING_ABORTED = Counter(
-    "turnledger_processor_hanging_transactions_aborted",
-    "Hanging transactions of a partition's own producer id (older epoch) aborted at the start of a term.",
+PROCESSOR_HANGING_FOUND = Counter(
+    "turnledger_processor_hanging_transactions",
+    "Hanging transactions of a partition's own producer id (older epoch) found by a term (reported only).",
 )
 PROCESSOR_REBALANCES = Counter(
     "turnledger_processor_rebalances", "Partition assignments received from the consumer group."

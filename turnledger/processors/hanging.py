@@ -1,23 +1,30 @@
-"""Our own hanging transactions, found and aborted at the start of every term.
+"""Our own hanging transactions, found and reported at the start of every term (never ended here).
 
-A hanging transaction is data of a transactional producer on a partition that its coordinator no
-longer tracks: no marker will ever end it, and the partition's last stable offset stays before it
-for ever. Every read_committed reader of the partition waits: the projector, the workers, and our
-own restore (`changelog.settle`). Kafka's produce verification (KIP-890 part 1) makes this rare, but
-a retried or delayed produce can still land after its transaction has ended, and the only remedy is
-an abort marker written by someone else (`kafka-transactions.sh abort`).
+A hanging transaction is data of a transactional producer on a partition whose transaction the
+coordinator no longer tracks: no marker will ever end it, and the partition's last stable offset
+stays before it for ever. Every read_committed reader of the partition waits: the projector, the
+workers, and our own restore (`changelog.settle`).
 
 The term's producer can tell its own for certain. Once its InitProducerId has returned, the
-coordinator has ended every earlier transaction of our transactional.id and written all of their
-markers; our producer id then carries a newer epoch, and the term has not begun a transaction yet.
-So an open transaction of our producer id with an older epoch, on any partition we write, is
-hanging, and aborting it is what the coordinator would have done:
+coordinator has ended every earlier transaction of our transactional.id; our producer id then
+carries a newer epoch, and the term has not begun a transaction yet. So an open transaction of our
+producer id with an older epoch, on any partition we write, is hanging:
 
-| open transaction on a partition we write         | verdict                                  |
-|--------------------------------------------------|------------------------------------------|
-| our producer id, an epoch before ours            | hanging: abort it                        |
-| our producer id, our epoch                       | ours, begun this term: never at the start |
+| open transaction on a partition we write         | verdict                                    |
+|--------------------------------------------------|--------------------------------------------|
+| our producer id, an epoch before ours            | hanging: reported (ERROR, metric, alert)   |
+| our producer id, our epoch                       | ours, begun this term: never at the start  |
 | another producer id                              | not ours to judge: left to its coordinator |
+
+**Why it is not aborted.** Whether the right marker is an abort or a commit is not known here. A
+chaos run showed both kinds are real: the hanging data there belonged to a transaction its
+coordinator had *committed* (CompleteCommit in `__transaction_state`), whose commit markers were
+missing on three output partitions after a broker restart, while the changelog's marker was there.
+An automatic abort (this module's first version) discarded those committed outputs, and three
+operations never became final. A late produce after its transaction ended would need the abort
+instead. Until the outcome can be read from the changelog (every transaction writes to it, and its
+marker there says how the transaction ended), an operator decides, with
+`kafka-transactions.sh abort` or a commit marker (`kafka/producer_states.write_marker`).
 
 A transaction begun by a producer id we no longer have (its epochs exhausted, or the transactional.id
 expired) is not recognised; `settle` then reports the producer that holds the changelog.
@@ -32,12 +39,7 @@ from enum import StrEnum
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IncompatibleBrokerVersion, UnsupportedVersionError
 
-from turnledger.kafka.producer_states import (
-    ProducerState,
-    ProducerStatesError,
-    abort_transaction,
-    describe_producers,
-)
+from turnledger.kafka.producer_states import ProducerState, ProducerStatesError, describe_producers
 from turnledger.observability import runtime_metrics as live
 
 log = logging.getLogger(__name__)
@@ -75,78 +77,64 @@ async def written_partitions(producer: AIOKafkaProducer, topics: Iterable[str]) 
     return tps
 
 
-async def abort_own_hanging(
-    producer: AIOKafkaProducer, states: Iterable[ProducerState]
-) -> list[ProducerState]:
-    """Abort every open transaction of `producer`'s id with an older epoch among `states`; returns the
-    ones aborted. One the leader refuses is logged and left (`settle` then times out and the term
-    starts over, which tries again)."""
+def report_own_hanging(producer: AIOKafkaProducer, states: Iterable[ProducerState]) -> list[ProducerState]:
+    """Log (ERROR, once per term and transaction) and count every open transaction of `producer`'s id
+    with an older epoch among `states`; returns them."""
     producer_id, producer_epoch = producer_identity(producer)
     hanging = [s for s in states if verdict(s, producer_id, producer_epoch) is Verdict.HANGING]
-    aborted: list[ProducerState] = []
     for state in hanging:
-        try:
-            await abort_transaction(producer.client, state)
-        except (
-            ProducerStatesError,
-            IncompatibleBrokerVersion,
-            UnsupportedVersionError,
-            NotImplementedError,
-        ) as exc:
-            log.error(
-                "%s-%d: could not abort the hanging transaction of our producer id %d (epoch %d) open since "
-                "offset %d: %s",
-                state.tp.topic,
-                state.tp.partition,
-                state.producer_id,
-                state.producer_epoch,
-                state.open_transaction_start,
-                exc,
-            )
-            continue
-        aborted.append(state)
-        live.PROCESSOR_HANGING_ABORTED.inc()
-        log.warning(
-            "%s-%d: aborted a hanging transaction of our producer id %d (epoch %d, ours is %d) open "
-            "since offset %d: its coordinator had already ended it, so no marker would ever have",
+        live.PROCESSOR_HANGING_FOUND.inc()
+        log.error(
+            "%s-%d: a hanging transaction of our producer id %d (epoch %d, ours is %d) is open since offset "
+            "%d: its coordinator has ended it, so no marker will end it here, and read_committed readers of "
+            "this partition wait until one does. Whether it committed or aborted is not known here; check "
+            "the transaction's marker on the changelog, then end it with kafka-transactions.sh abort "
+            "--topic %s --partition %d --start-offset %d, or with a commit marker",
             state.tp.topic,
             state.tp.partition,
             state.producer_id,
             state.producer_epoch,
             producer_epoch,
             state.open_transaction_start,
+            state.tp.topic,
+            state.tp.partition,
+            state.open_transaction_start,
         )
-    return aborted
+    return hanging
 
 
 class HangingSweep:
     """The sweeps of one term: once over every partition it writes before it restores, then over its
-    changelog partition whenever `settle` has waited a while, reporting (once) an open transaction
-    there that is not ours to abort. Connection errors propagate (the term starts over); a broker
-    that cannot describe producers (before Kafka 2.8) or a partition error only skip the sweep."""
+    changelog partition whenever `settle` has waited a while, reporting each open transaction once:
+    ours (hanging), and on the changelog another producer's. Connection errors propagate (the term
+    starts over); a broker that cannot describe producers (before Kafka 2.8) or a partition error
+    only skip the sweep."""
 
     def __init__(self, producer: AIOKafkaProducer, changelog: TopicPartition, outputs: Sequence[str]) -> None:
         self._producer = producer
         self._changelog = changelog
         self._outputs = outputs
-        self._reported: set[tuple[int, int, int | None]] = set()
+        self._reported: set[tuple[str, int, int, int, int]] = set()
 
     async def sweep_written(self) -> list[ProducerState]:
         tps = [self._changelog, *await written_partitions(self._producer, self._outputs)]
-        return await abort_own_hanging(self._producer, await self._describe(tps))
+        return self._report(await self._describe(tps))
 
     async def sweep_changelog(self) -> list[ProducerState]:
-        states = await self._describe([self._changelog])
-        aborted = await abort_own_hanging(self._producer, states)
+        return self._report(await self._describe([self._changelog]), foreign=True)
+
+    def _report(self, states: list[ProducerState], *, foreign: bool = False) -> list[ProducerState]:
+        """Our hanging transactions among `states`, each reported once per term; with `foreign`, also
+        (once) an open transaction of another producer id."""
+        fresh = [s for s in states if self._first_time(s)]
+        hanging = report_own_hanging(self._producer, fresh)
         producer_id, producer_epoch = producer_identity(self._producer)
-        for state in states:
-            key = (state.producer_id, state.producer_epoch, state.open_transaction_start)
-            if verdict(state, producer_id, producer_epoch) is Verdict.FOREIGN and key not in self._reported:
-                self._reported.add(key)
+        for state in fresh if foreign else ():
+            if verdict(state, producer_id, producer_epoch) is Verdict.FOREIGN:
                 log.error(
                     "%s-%d is held by an open transaction of producer id %d (epoch %d) since offset %s, "
                     "not this partition's producer (id %d): only this partition's transactional.id should "
-                    "write here. If no such producer is alive, abort it with kafka-transactions.sh abort "
+                    "write here. If no such producer is alive, end it with kafka-transactions.sh abort "
                     "--topic %s --partition %d --start-offset %s",
                     state.tp.topic,
                     state.tp.partition,
@@ -158,7 +146,22 @@ class HangingSweep:
                     state.tp.partition,
                     state.open_transaction_start,
                 )
-        return aborted
+        return hanging
+
+    def _first_time(self, state: ProducerState) -> bool:
+        if state.open_transaction_start is None:
+            return False
+        key = (
+            state.tp.topic,
+            state.tp.partition,
+            state.producer_id,
+            state.producer_epoch,
+            state.open_transaction_start,
+        )
+        if key in self._reported:
+            return False
+        self._reported.add(key)
+        return True
 
     async def _describe(self, tps: list[TopicPartition]) -> list[ProducerState]:
         try:
