@@ -293,8 +293,16 @@ class _ReaderCompiler(_Compiler):
 
 def compile_reader(parsed: Any) -> Reader | None:
     """A fast reader of a parsed record schema (fastavro `parse_schema` output), or None."""
+    reader: Reader | None = compile_record(
+        _ReaderCompiler(dict(parsed.get("__named_schemas", {})), "_read_"), parsed
+    )
+    return reader
+
+
+def compile_record(compiler: _ReaderCompiler, parsed: Any) -> Any:
+    """`compiler`'s function for the top record of `parsed`, or None when it is not a record or the
+    compiler does not support something in it."""
     try:
-        compiler = _ReaderCompiler(dict(parsed.get("__named_schemas", {})), "_read_")
         kind, schema = compiler.resolve(parsed)
         if kind != "record":
             return None
@@ -302,8 +310,7 @@ def compile_reader(parsed: Any) -> Reader | None:
         namespace = compiler.build()
     except Unsupported:
         return None
-    reader: Reader = namespace[top]
-    return reader
+    return namespace[top]
 
 
 # ---------------------------------------------------------------- writing

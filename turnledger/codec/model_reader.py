@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from turnledger.codec.compiled import Unsupported, _ReaderCompiler
+from turnledger.codec.compiled import Unsupported, _ReaderCompiler, compile_record
 from turnledger.codec.convert import JSON_ATTRIBUTE
 from turnledger.model.base import SHARING, FastCopy, shared_fields_set
 
@@ -243,14 +243,7 @@ class _ModelReaderCompiler(_ReaderCompiler):
 
 def compile_model_reader(parsed: Any, models: Mapping[str, type[BaseModel]]) -> ModelReader | None:
     """A reader of a parsed record schema that returns its model instance, or None (module docstring)."""
-    try:
-        compiler = _ModelReaderCompiler(dict(parsed.get("__named_schemas", {})), models)
-        kind, schema = compiler.resolve(parsed)
-        if kind != "record":
-            return None
-        top = compiler.record_function(schema)
-        namespace = compiler.build()
-    except Unsupported:
-        return None
-    reader: ModelReader = namespace[top]
+    reader: ModelReader | None = compile_record(
+        _ModelReaderCompiler(dict(parsed.get("__named_schemas", {})), models), parsed
+    )
     return reader

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 _set = object.__setattr__
+K = TypeVar("K")
+V = TypeVar("V")
 
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
 MAX_FIELDS_SETS = 4096
@@ -17,6 +19,17 @@ MAX_FIELDS_SETS = 4096
 
 _EVERY_FIELD: dict[type[BaseModel], set[str]] = {}
 """Per model class, the shared set of all its field names (a fields-set is a subset of them)."""
+
+
+def _kept(table: dict[K, V], key: K, value: V, bound: int) -> V:
+    """The value kept in `table` under `key`, keeping `value` there first if there is none yet and
+    the table holds fewer than `bound`."""
+    kept = table.get(key)
+    if kept is not None:
+        return kept
+    if len(table) < bound:
+        table[key] = value
+    return value
 
 
 def shared_fields_set(fields: set[str]) -> set[str]:
@@ -29,13 +42,7 @@ def shared_fields_set(fields: set[str]) -> set[str]:
     here builds a new one); sharing it changes nothing but the memory. Bounded, so that models
     built with arbitrary subsets of their fields cannot grow the table without end.
     """
-    key = frozenset(fields)
-    shared = _FIELDS_SETS.get(key)
-    if shared is not None:
-        return shared
-    if len(_FIELDS_SETS) < MAX_FIELDS_SETS:
-        _FIELDS_SETS[key] = fields
-    return fields
+    return _kept(_FIELDS_SETS, frozenset(fields), fields, MAX_FIELDS_SETS)
 
 
 _NAMES: dict[str, str] = {}
@@ -61,12 +68,7 @@ def shared_name(value: str) -> str:
     over (a block's role, kind, trust label and status, a request's adapter, provider and model),
     which decoding gives a string of its own per record, ~55 bytes each per cached block or
     request (issue 20). Bounded, so that arbitrary values cannot grow the table without end."""
-    kept = _NAMES.get(value)
-    if kept is not None:
-        return kept
-    if len(_NAMES) < MAX_NAMES:
-        _NAMES[value] = value
-    return value
+    return _kept(_NAMES, value, value, MAX_NAMES)
 
 
 class FastCopy(BaseModel):
