@@ -189,7 +189,32 @@ async def _raw_partition(
         await producer.stop()
 
 
+TRACEMALLOC_ENV = "TURNLEDGER_BENCH_TRACEMALLOC"
+"""A file name: the job traces allocations from its start and writes the 40 largest live allocation
+sites there when it is done (a memory profile of the contender; slows it down several times).
+`TURNLEDGER_BENCH_TRACEMALLOC_FRAMES=N` groups them by their N innermost frames instead of one line."""
+
+
+def _write_allocation_sites(path: str, top: int = 40) -> None:
+    import tracemalloc
+
+    frames = tracemalloc.get_traceback_limit()
+    stats = tracemalloc.take_snapshot().statistics("lineno" if frames == 1 else "traceback")
+    total = sum(s.size for s in stats)
+    lines = [f"traced {total / 2**20:.1f} MiB live in {len(stats)} sites"]
+    for s in stats[:top]:
+        lines.append(f"{s.size / 2**20:8.1f} MiB {s.count:9d} blocks  {s.traceback}")
+        callers = s.traceback.format()[2::2][: frames - 1] if frames > 1 else []
+        lines += [f"{'':30}{frame}" for frame in callers]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
 async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
+    trace_to = os.environ.get(TRACEMALLOC_ENV)
+    if trace_to:
+        import tracemalloc
+
+        tracemalloc.start(int(os.environ.get(TRACEMALLOC_ENV + "_FRAMES", "1")))
     stop = asyncio.Event()
     counter = [0]
     topics = Topics(job.topics_prefix)
@@ -243,6 +268,8 @@ async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
     while not stop_flag.is_set():
         if job.target and finished is None and processed() >= job.target:
             finished = time.monotonic()
+            if trace_to:
+                _write_allocation_sites(trace_to)
             results.put(("done", finished - started, processed()))
         for task in tasks:
             if task.done():
