@@ -119,14 +119,16 @@ class ChangelogEvidence:
             action="read the outcome of hanging transactions",
         )
         try:
-            return [await self._one(uncommitted, committed, state) for state in states]
+            return [await self.read(uncommitted, committed, state) for state in states]
         finally:
             await close_client(uncommitted)
             await close_client(committed)
 
-    async def _one(
+    async def read(
         self, uncommitted: AIOKafkaConsumer, committed: AIOKafkaConsumer, state: ProducerState
     ) -> Evidence:
+        """The evidence of one state, steps 1-4 of the module docstring, read with two started
+        consumers: `uncommitted` (read_uncommitted) and `committed` (read_committed)."""
         start = state.open_transaction_start
         assert start is not None
         first = await self._record_at(uncommitted, state.tp, start)
@@ -184,11 +186,13 @@ class ChangelogEvidence:
         read = 0
         deadline = asyncio.get_running_loop().time() + self._timeout_s
         while await consumer.position(tp) < end:
-            if read >= self._budget or asyncio.get_running_loop().time() > deadline:
+            if asyncio.get_running_loop().time() > deadline:
                 return _Scan(None, complete=False)
             for record in await self._fetch(consumer, tp):
                 if record.offset >= end:
                     return _Scan(None, complete=True)
+                if read >= self._budget:
+                    return _Scan(None, complete=False)
                 if tag_of(record.headers) == tag:
                     return _Scan(record.offset, complete=True)
                 if before is None and record.timestamp > latest:
