@@ -106,6 +106,7 @@ class ChangelogEvidence:
         """One `Evidence` per state, in order; a connection failure raises (the term starts over)."""
         if not states:
             return []
+        # read_uncommitted: the hanging batch (and a record still undecided) is never committed
         uncommitted = await start_client(
             lambda: AIOKafkaConsumer(
                 bootstrap_servers=self._bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
