@@ -13,8 +13,10 @@ and read_committed readers of both partitions stay behind it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,10 +27,12 @@ from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from tests.integration.test_processor_eos import (
+    Sent,
     assert_exactly_once,
     changelog_state,
     counter_fold,
     produce,
+    read_committed,
     wait_all_committed,
     wait_for,
     workload,
@@ -37,7 +41,10 @@ from turnledger.kafka.producer_states import abort_transaction, describe_produce
 from turnledger.observability import runtime_metrics as live
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import ProcessorConfig, ProcessorExit, transactional_id
+from turnledger.processors.hanging_evidence import Finding
 from turnledger.processors.topics import ensure_topics
+from turnledger.processors.txn_tag import TxnTag, producer_identity, tag_of
+from turnledger.processors.writer import BatchWriter
 from turnledger.topology import Topics
 
 pytestmark = pytest.mark.integration
@@ -70,34 +77,93 @@ async def broker_verification(admin: AIOKafkaAdminClient) -> str:
     return next(str(entry[1]) for entry in entries if entry[0] == VERIFICATION)
 
 
-async def hang(bootstrap: str, txn_id: str, tps: list[TopicPartition]) -> tuple[int, int]:
-    """Leave a hanging transaction of `txn_id`'s producer on each of `tps`; returns (id, epoch)."""
+@dataclass(frozen=True)
+class Late:
+    """A transactional batch of one record, sent straight to `tp`'s leader as producer id/epoch."""
+
+    tp: TopicPartition
+    value: bytes
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    base_sequence: int = 0
+    timestamp: int | None = None
+    key: bytes = b"conv-0"
+
+
+async def send_late(bootstrap: str, txn_id: str, producer_id: int, epoch: int, batches: list[Late]) -> None:
+    """Send `batches` with produce verification switched off for the moment: the broker appends them
+    although no transaction of the coordinator includes their partitions (a late produce, or data
+    whose marker was lost); each one leaves a hanging transaction."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id)
+    client = AIOKafkaProducer(bootstrap_servers=bootstrap)
     try:
         await admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", {VERIFICATION: "false"})])
         await wait_for(verification_is(admin, "false"), 30, "verification off")
-        await producer.start()
-        txn = producer._txn_manager
-        for tp in tps:
-            await producer.partitions_for(tp.topic)  # the leader's metadata
+        await client.start()
+        for late in batches:
+            tp = late.tp
+            await client.partitions_for(tp.topic)  # the leader's metadata
             batch = DefaultRecordBatchBuilder(
-                2, 0, is_transactional=1, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
-                base_sequence=0, batch_size=16_384,
+                2, 0, is_transactional=1, producer_id=producer_id, producer_epoch=epoch,
+                base_sequence=late.base_sequence, batch_size=16_384,
             )  # fmt: skip
-            batch.append(0, timestamp=None, key=b"conv-0", value=b"HANGING", headers=[])
-            leader = producer.client.cluster.leader_for_partition(tp)
+            batch.append(0, timestamp=late.timestamp, key=late.key, value=late.value, headers=late.headers)
+            leader = client.client.cluster.leader_for_partition(tp)
             request = ProduceRequest(txn_id, -1, 10_000, [(tp.topic, [(tp.partition, bytes(batch.build()))])])
-            response = await producer.client.send(leader, request)
+            response = await client.client.send(leader, request)
             [(_topic, [(_p, error_code, *_rest)])] = response.topics
             assert error_code == 0, response
-        return int(txn.producer_id), int(txn.producer_epoch)
     finally:
-        await producer.stop()
+        await client.stop()
         await admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", {})])
         await wait_for(verification_is(admin, "true"), 30, "verification back on")
         await admin.close()
+
+
+async def new_epoch(bootstrap: str, txn_id: str) -> AIOKafkaProducer:
+    """A started producer of `txn_id` (InitProducerId: a new epoch), as a later term would have."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id)
+    await producer.start()
+    return producer
+
+
+async def hang(bootstrap: str, txn_id: str, batches: list[Late]) -> tuple[int, int]:
+    """Leave `batches` hanging as `txn_id`'s producer with a new epoch; returns (id, epoch)."""
+    producer = await new_epoch(bootstrap, txn_id)
+    producer_id, epoch = producer_identity(producer)
+    await producer.stop()
+    await send_late(bootstrap, txn_id, producer_id, epoch, batches)
+    return producer_id, epoch
+
+
+@dataclass(frozen=True)
+class Tagged:
+    offset: int
+    timestamp: int
+    tag: TxnTag
+    key: bytes
+    value: bytes
+
+
+async def tagged_records(bootstrap: str, tp: TopicPartition) -> list[Tagged]:
+    """Every tagged record of `tp` visible to read_committed."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        out = []
+        while await consumer.position(tp) < end:
+            for r in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
+                tag = tag_of(r.headers)
+                if tag is not None and r.offset < end:
+                    out.append(Tagged(r.offset, r.timestamp, tag, r.key, r.value))
+        return out
+    finally:
+        await consumer.stop()
 
 
 def verification_is(admin: AIOKafkaAdminClient, expected: str) -> Callable[[], Awaitable[bool]]:
@@ -119,26 +185,77 @@ async def run_until_committed(
     assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
 
 
-async def test_a_hanging_transaction_of_our_producer_is_reported_and_once_ended_the_partition_resumes(
+async def first_term(bootstrap: str, topics: Topics, tmp_path: Path) -> tuple[ProcessorConfig, list[Sent]]:
+    """Two partitions processed to their end once; returns the config and the inputs."""
+    await ensure_topics(bootstrap, topics, partitions=2)
+    config = ProcessorConfig(
+        bootstrap=bootstrap, app_id=f"{topics.prefix}app", topics=topics, state_dir=tmp_path / "s"
+    )
+    first = await produce(bootstrap, topics.ingress, workload(200, keys=10, tag="a"))
+    await run_until_committed(config, topics, first, timeout_s=60)
+    return config, first
+
+
+def counts() -> tuple[float, float, float]:
+    """(reported, ended with a commit marker, ended with an abort marker) so far."""
+    return (
+        live.PROCESSOR_HANGING_FOUND._value.get(),
+        live.PROCESSOR_HANGING_RESOLVED.labels("commit")._value.get(),
+        live.PROCESSOR_HANGING_RESOLVED.labels("abort")._value.get(),
+    )
+
+
+def since(before: tuple[float, float, float]) -> tuple[float, ...]:
+    return tuple(now - then for now, then in zip(counts(), before, strict=True))
+
+
+async def assert_settled(bootstrap: str, producer_id: int, tps: list[TopicPartition]) -> None:
+    """No open transaction of `producer_id` on `tps`, and each partition's LSO at its high watermark."""
+    for tp in tps:
+        stable, high = await stable_and_high(bootstrap, tp)
+        assert stable == high, f"{tp} still has an open transaction"
+    probe = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await probe.start()
+    try:
+        described = await describe_producers(probe.client, tps)
+    finally:
+        await probe.stop()
+    assert described.errors == {}
+    ours = {s.tp: s.open_transaction_start for s in described.states if s.producer_id == producer_id}
+    assert ours == dict.fromkeys(tps)
+
+
+def ended(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "turnledger.processors.hanging" and r.levelno == logging.WARNING
+    ]
+
+
+async def test_untagged_or_unknown_tags_are_reported_only_and_once_ended_the_partition_resumes(
     kafka_bootstrap: str, topics: Topics, tmp_path: Path
 ) -> None:
-    await ensure_topics(kafka_bootstrap, topics, partitions=2)
-    app_id = f"{topics.prefix}app"
-    config = ProcessorConfig(
-        bootstrap=kafka_bootstrap, app_id=app_id, topics=topics, state_dir=tmp_path / "s"
-    )
-    first = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="a"))
-    await run_until_committed(config, topics, first, timeout_s=60)
-
+    config, first = await first_term(kafka_bootstrap, topics, tmp_path)
     changelog_0 = TopicPartition(topics.changelog, 0)
     committed_1 = TopicPartition(topics.committed, 1)
-    txn_id = transactional_id(app_id, topics.ingress, 0)
-    producer_id, _epoch = await hang(kafka_bootstrap, txn_id, [changelog_0, committed_1])
+    txn_id = transactional_id(config.app_id, topics.ingress, 0)
+    producer = await new_epoch(kafka_bootstrap, txn_id)
+    producer_id, epoch = producer_identity(producer)
+    await producer.stop()
+    unknown = TxnTag(producer_id, epoch, 99)  # no transaction of this epoch ever ran
+    await send_late(
+        kafka_bootstrap,
+        txn_id,
+        producer_id,
+        epoch,
+        [Late(changelog_0, b"HANGING"), Late(committed_1, b"HANGING", unknown.header())],
+    )
     for tp in (changelog_0, committed_1):
         stable, high = await stable_and_high(kafka_bootstrap, tp)
         assert stable == high - 1, f"{tp}: the hanging batch must hold the stable offset ({stable} vs {high})"
 
-    found_before = live.PROCESSOR_HANGING_FOUND._value.get()
+    before = counts()
     second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
     app = ProcessorApp(config, lambda p: counter_fold(topics, p))
     task = asyncio.create_task(app.run(handle_signals=False))
@@ -147,7 +264,7 @@ async def test_a_hanging_transaction_of_our_producer_is_reported_and_once_ended_
     try:
 
         async def both_reported() -> bool:
-            return live.PROCESSOR_HANGING_FOUND._value.get() - found_before >= 2
+            return since(before)[0] >= 2
 
         await wait_for(both_reported, 60, "the term to report both hanging transactions")
         described = await describe_producers(probe.client, [changelog_0, committed_1])
@@ -156,21 +273,132 @@ async def test_a_hanging_transaction_of_our_producer_is_reported_and_once_ended_
         # the operator's decision: this data is a produce that landed after its transaction ended
         for state in hanging:
             await abort_transaction(probe.client, state)
-        await wait_all_committed(kafka_bootstrap, app_id, topics, first + second, timeout_s=90)
-        described = await describe_producers(probe.client, [changelog_0, committed_1])
+        await wait_all_committed(kafka_bootstrap, config.app_id, topics, first + second, timeout_s=90)
     finally:
         app.stop()
         await probe.stop()
     assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
 
-    assert live.PROCESSOR_HANGING_FOUND._value.get() - found_before == 2  # once per transaction
-    for tp in (changelog_0, committed_1):
-        stable, high = await stable_and_high(kafka_bootstrap, tp)
-        assert stable == high, f"{tp} still has an open transaction"
-    assert described.errors == {}
-    ours = {s.tp: s.open_transaction_start for s in described.states if s.producer_id == producer_id}
-    assert ours == {changelog_0: None, committed_1: None}
+    assert since(before) == (2, 0, 0)  # once per transaction, nothing written by the term
+    await assert_settled(kafka_bootstrap, producer_id, [changelog_0, committed_1])
     await assert_exactly_once(kafka_bootstrap, topics, first + second)
     assert await changelog_state(kafka_bootstrap, topics) == {
         k: str(n) for k, n in Counter(s.key for s in first + second).items()
     }
+
+
+async def test_a_late_produce_of_an_aborted_transaction_is_aborted_by_the_term(
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The partition's producer (a new epoch) begins a transaction, writes its changelog record and
+    aborts; then copies of its batches land after the abort, on the changelog and on an output
+    partition. The next term finds the aborted changelog record by the tag and aborts both."""
+    config, first = await first_term(kafka_bootstrap, topics, tmp_path)
+    changelog_0 = TopicPartition(topics.changelog, 0)
+    committed_1 = TopicPartition(topics.committed, 1)
+    txn_id = transactional_id(config.app_id, topics.ingress, 0)
+    producer = await new_epoch(kafka_bootstrap, txn_id)
+    producer_id, epoch = producer_identity(producer)
+    tag = TxnTag(producer_id, epoch, 0)
+    _stable, aborted_at = await stable_and_high(kafka_bootstrap, changelog_0)
+    try:
+        await producer.begin_transaction()
+        await asyncio.gather(
+            *await BatchWriter(producer).write([(topics.changelog, 0, b"conv-0", b"X")], tag)
+        )
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    late = [
+        Late(changelog_0, b"HANGING", tag.header(), base_sequence=1),
+        Late(committed_1, b"HANGING", tag.header()),
+    ]
+    await send_late(kafka_bootstrap, txn_id, producer_id, epoch, late)
+    hanging_at = {}
+    for tp in (changelog_0, committed_1):
+        stable, high = await stable_and_high(kafka_bootstrap, tp)
+        assert stable == high - 1, f"{tp}: the hanging batch must hold the stable offset ({stable} vs {high})"
+        hanging_at[tp] = stable
+
+    before = counts()
+    second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        await run_until_committed(config, topics, first + second, timeout_s=90)
+
+    await assert_settled(kafka_bootstrap, producer_id, [changelog_0, committed_1])
+    await assert_exactly_once(kafka_bootstrap, topics, first + second)  # no HANGING output
+    assert await changelog_state(kafka_bootstrap, topics) == {
+        k: str(n) for k, n in Counter(s.key for s in first + second).items()
+    }
+    assert since(before) == (0, 0, 2)
+    assert ended(caplog) == [
+        f"{tp.topic}-{tp.partition}: ended the hanging transaction of our producer id {producer_id} (epoch "
+        f"{epoch}, ours is {epoch + 1}) open since offset {hanging_at[tp]} with an abort marker: its tag "
+        f"{tag} is on {topics.changelog}-0 at offset {aborted_at}, and the tag's changelog record was aborted"
+        for tp in (changelog_0, committed_1)  # the changelog's first
+    ]
+
+
+async def last_sequence(bootstrap: str, tp: TopicPartition, tag: TxnTag) -> int:
+    """The last sequence number of `tag`'s producer id and epoch on `tp`."""
+    probe = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await probe.start()
+    try:
+        described = await describe_producers(probe.client, [tp])
+    finally:
+        await probe.stop()
+    [writer] = described.states
+    assert (writer.producer_id, writer.producer_epoch) == (tag.producer_id, tag.producer_epoch)
+    return writer.last_sequence
+
+
+async def test_committed_data_whose_marker_was_lost_is_committed_by_the_term(
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first term's last transaction of partition 0 committed (its changelog record is
+    committed). A batch of it whose commit marker never came (as after the chaos run's broker
+    restart) is simulated on rejections-0, which the first term never wrote: same producer id,
+    epoch, tag and timestamp. The next term proves the commit and commits it: visible once.
+
+    A copy of the same transaction's output batch lands late, after that transaction's marker on
+    its output partition: committed on the changelog too, but already ended on that partition, so
+    the term aborts the copy (committing it would show that output twice)."""
+    config, first = await first_term(kafka_bootstrap, topics, tmp_path)
+    changelog_0 = TopicPartition(topics.changelog, 0)
+    rejections_0 = TopicPartition(topics.rejections, 0)
+    txn_id = transactional_id(config.app_id, topics.ingress, 0)
+    *_, proof = await tagged_records(kafka_bootstrap, changelog_0)
+    tag = proof.tag
+    outputs = {p: await tagged_records(kafka_bootstrap, TopicPartition(topics.committed, p)) for p in (0, 1)}
+    # the first record of one of the transaction's output batches
+    ours = [(p, r) for p, records in outputs.items() for r in records if r.tag == tag]
+    partition, output = min(ours, key=lambda pr: (pr[0], pr[1].offset))
+    output_tp = TopicPartition(topics.committed, partition)
+    sequence = await last_sequence(kafka_bootstrap, output_tp, tag) + 1
+    copy_at = (await stable_and_high(kafka_bootstrap, output_tp))[1]
+    late = [
+        Late(output_tp, output.value, tag.header(), sequence, output.timestamp, output.key),
+        Late(rejections_0, b"LOST-MARKER", tag.header(), timestamp=proof.timestamp),
+    ]
+    await send_late(kafka_bootstrap, txn_id, tag.producer_id, tag.producer_epoch, late)
+    assert await stable_and_high(kafka_bootstrap, rejections_0) == (0, 1)
+    assert await stable_and_high(kafka_bootstrap, output_tp) == (copy_at, copy_at + 1)
+
+    before = counts()
+    second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        await run_until_committed(config, topics, first + second, timeout_s=90)
+
+    await assert_settled(kafka_bootstrap, tag.producer_id, [output_tp, rejections_0])
+    assert await read_committed(kafka_bootstrap, topics.rejections) == [(b"conv-0", b"LOST-MARKER")]
+    await assert_exactly_once(kafka_bootstrap, topics, first + second)  # the copy is not visible
+    assert since(before) == (0, 1, 1)
+    head = f"ended the hanging transaction of our producer id {tag.producer_id} (epoch {tag.producer_epoch}, "
+    head += f"ours is {tag.producer_epoch + 1}) open since offset"
+    proven = f"its tag {tag} is on {topics.changelog}-0 at offset {proof.offset}, and"
+    late_copy, lost_marker = Finding.COMMITTED_LATE.value, Finding.COMMITTED.value
+    copy_tp = f"{output_tp.topic}-{output_tp.partition}"
+    assert sorted(ended(caplog)) == [
+        f"{copy_tp}: {head} {copy_at} with an abort marker: {proven} {late_copy}",
+        f"{topics.rejections}-0: {head} 0 with a commit marker: {proven} {lost_marker}",
+    ]  # sorted: the committed topic's name sorts before the rejections'

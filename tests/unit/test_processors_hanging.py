@@ -1,4 +1,5 @@
-"""Hanging transactions: the verdict table of processors/hanging.py, and the two admin requests of
+"""Hanging transactions: the verdict and resolution tables of processors/hanging.py, the transaction
+tag's bytes (processors/txn_tag.py), and the two admin requests of
 kafka/producer_states.py byte for byte against Kafka's message specs (flexible versions: compact
 arrays and strings are length + 1 as an unsigned varint, and every struct ends with its tagged
 fields, here none: one 0 byte). The broker itself answers them in
@@ -22,15 +23,18 @@ from turnledger.kafka.producer_states import (
     write_marker,
 )
 from turnledger.observability import runtime_metrics as live
-from turnledger.processors.hanging import Verdict, report_own_hanging, verdict
+from turnledger.processors import hanging
+from turnledger.processors.hanging import RESOLUTION, Action, HangingSweep, Verdict, verdict
+from turnledger.processors.hanging_evidence import Evidence, Finding
+from turnledger.processors.txn_tag import HEADER, TxnTag, decode, tag_of
 
 TP = TopicPartition("t", 3)
 OURS = (7, 5)  # producer id, epoch
 
 
-def state(producer_id: int, epoch: int, open_at: int | None) -> ProducerState:
+def state(producer_id: int, epoch: int, open_at: int | None, tp: TopicPartition = TP) -> ProducerState:
     return ProducerState(
-        TP, producer_id, epoch, coordinator_epoch=2, last_timestamp_ms=0, open_transaction_start=open_at
+        tp, producer_id, epoch, coordinator_epoch=2, last_timestamp_ms=0, open_transaction_start=open_at
     )
 
 
@@ -127,7 +131,7 @@ async def test_describe_producers_request_and_response_bytes() -> None:
             + NO_TAGS,
         )
     ]
-    assert described.states == [ProducerState(TP, 7, 4, 2, 1_700_000_000_000, 120)]
+    assert described.states == [ProducerState(TP, 7, 4, 2, 1_700_000_000_000, 120, last_sequence=11)]
     assert described.errors == {other: "NotLeaderForPartitionError not here"}
 
 
@@ -183,19 +187,187 @@ def markers_answer(error_code: int) -> bytes:
     return compact_len(1) + body + struct.pack(">ih", 3, error_code) + NO_TAGS + NO_TAGS + NO_TAGS + NO_TAGS
 
 
-def test_only_our_older_epochs_are_reported_never_ended(caplog: pytest.LogCaptureFixture) -> None:
-    """Reported, with the command; nothing is sent (whether to commit or abort is not known here)."""
-    states = [state(7, 4, 120), state(7, 5, 130), state(8, 1, 90), state(7, 3, None)]
-    producer = FakeProducer(FakeClient(Cluster({TP: 1}), b""), FakeTxnManager(*OURS))
-    before = live.PROCESSOR_HANGING_FOUND._value.get()
-    with caplog.at_level(logging.ERROR, logger="turnledger.processors.hanging"):
-        assert report_own_hanging(producer, states) == [states[0]]  # type: ignore[arg-type]
+def test_a_tag_is_19_bytes_version_producer_epoch_n() -> None:
+    tag = TxnTag(producer_id=7, producer_epoch=4, n=258)
+    encoded = tag.encode()
+    assert encoded == b"\x01" + struct.pack(">q", 7) + struct.pack(">h", 4) + struct.pack(">Q", 258)
+    assert encoded.hex() == "01000000000000000700040000000000000102"
+    assert decode(encoded) == tag
+    assert tag.header() == [("turnledger-txn", encoded)] and HEADER == "turnledger-txn"
+    assert str(tag) == "7/4/258"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, b"", b"\x02" + bytes(18), bytes(18), bytes(20), b"\x01" + bytes(17)],
+)
+def test_anything_but_a_version_1_tag_decodes_to_none(value: bytes | None) -> None:
+    assert decode(value) is None
+
+
+def test_the_tag_among_headers() -> None:
+    tag = TxnTag(1, 2, 3)
+    assert tag_of([("x", b"1"), *tag.header()]) == tag
+    assert tag_of([("x", b"1")]) is None
+    assert tag_of([]) is None and tag_of(None) is None
+    assert tag_of([(HEADER, b"garbage")]) is None
+
+
+@pytest.mark.parametrize(
+    ("finding", "action"),
+    [
+        (Finding.COMMITTED, Action.COMMIT),
+        (Finding.COMMITTED_LATE, Action.ABORT),
+        (Finding.ABORTED, Action.ABORT),
+        (Finding.COMMITTED_UNCHECKED, Action.REPORT),
+        (Finding.UNDECIDED, Action.REPORT),
+        (Finding.NOT_FOUND, Action.REPORT),
+        (Finding.UNTAGGED, Action.REPORT),
+        (Finding.NOT_ITS_TAG, Action.REPORT),
+        (Finding.UNREADABLE, Action.REPORT),
+    ],
+)
+def test_the_resolution_table_row_by_row(finding: Finding, action: Action) -> None:
+    assert RESOLUTION[finding] is action
+
+
+def test_every_finding_has_a_row_and_only_a_proven_outcome_writes_a_marker() -> None:
+    assert set(RESOLUTION) == set(Finding)
+    writes = {f for f, a in RESOLUTION.items() if a is not Action.REPORT}
+    assert writes == {Finding.COMMITTED, Finding.COMMITTED_LATE, Finding.ABORTED}
+
+
+CHANGELOG = TopicPartition("log", 3)
+OUTPUT = TopicPartition("t", 3)
+
+
+@dataclass
+class FakeEvidence:
+    """Answers each state's evidence from `by_tp`, and records the order it was asked in."""
+
+    by_tp: dict[TopicPartition, Evidence]
+    asked: list[TopicPartition] = field(default_factory=list)
+
+    async def evidence(self, states: Any) -> list[Evidence]:
+        self.asked += [s.tp for s in states]
+        return [self.by_tp[s.tp] for s in states]
+
+
+@dataclass
+class SweepProducer:
+    client: FakeClient
+    _txn_manager: FakeTxnManager
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {3}
+
+
+def marker_of(sent: bytes) -> tuple[int, int, bool, str, int]:
+    """(producer id, epoch, commit, topic, partition) of a WriteTxnMarkers v1 request's one marker."""
+    producer_id, epoch, commit = struct.unpack_from(">qh?", sent, 1)
+    name_len = sent[1 + 11 + 1] - 1
+    topic = sent[14 : 14 + name_len].decode()
+    (partition,) = struct.unpack_from(">i", sent, 14 + name_len + 1)
+    return producer_id, epoch, commit, topic, partition
+
+
+async def sweep_with(
+    monkeypatch: pytest.MonkeyPatch, states: list[ProducerState], evidence: FakeEvidence
+) -> tuple[SweepProducer, list[ProducerState]]:
+    async def described(_client: Any, tps: Any) -> producer_states.Described:
+        return producer_states.Described([s for s in states if s.tp in tps], {})
+
+    monkeypatch.setattr(hanging, "describe_producers", described)
+    producer = SweepProducer(
+        FakeClient(Cluster({OUTPUT: 2, CHANGELOG: 2}), markers_answer(0)), FakeTxnManager(*OURS)
+    )
+    sweep = HangingSweep(producer, CHANGELOG, ["t"], evidence)  # type: ignore[arg-type]
+    left = await sweep.sweep_written()
+    assert await sweep.sweep_written() == []  # each state once per term
+    return producer, left
+
+
+def counts() -> tuple[float, float, float]:
+    return (
+        live.PROCESSOR_HANGING_FOUND._value.get(),
+        live.PROCESSOR_HANGING_RESOLVED.labels("commit")._value.get(),
+        live.PROCESSOR_HANGING_RESOLVED.labels("abort")._value.get(),
+    )
+
+
+async def test_the_sweep_writes_the_proven_marker_changelog_first(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    tag = TxnTag(7, 4, 9)
+    states = [state(7, 4, 120, OUTPUT), state(7, 4, 40, CHANGELOG), state(7, 5, 130), state(8, 1, 90)]
+    evidence = FakeEvidence(
+        {OUTPUT: Evidence(Finding.COMMITTED, tag, 38), CHANGELOG: Evidence(Finding.COMMITTED_LATE, tag, 38)}
+    )
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        producer, left = await sweep_with(monkeypatch, states, evidence)
+
+    assert left == []
+    assert evidence.asked == [CHANGELOG, OUTPUT]  # the changelog's first
+    assert [marker_of(sent) for _node, sent in producer.client.sent] == [
+        (7, 4, False, "log", 3),
+        (7, 4, True, "t", 3),
+    ]
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (0, 1, 1)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "WARNING",
+            "log-3: ended the hanging transaction of our producer id 7 (epoch 4, ours is 5) open since "
+            "offset 40 with an abort marker: its tag 7/4/9 is on log-3 at offset 38, and "
+            + Finding.COMMITTED_LATE.value,
+        ),
+        (
+            "WARNING",
+            "t-3: ended the hanging transaction of our producer id 7 (epoch 4, ours is 5) open since "
+            "offset 120 with a commit marker: its tag 7/4/9 is on log-3 at offset 38, and "
+            + Finding.COMMITTED.value,
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    "finding", [f for f, action in RESOLUTION.items() if action is Action.REPORT], ids=lambda f: f.name
+)
+async def test_an_unproven_outcome_is_reported_and_nothing_is_written(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, finding: Finding
+) -> None:
+    states = [state(7, 4, 120, OUTPUT), state(7, 5, 130), state(8, 1, 90), state(7, 3, None)]
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        producer, left = await sweep_with(monkeypatch, states, FakeEvidence({OUTPUT: Evidence(finding)}))
+
+    assert left == [states[0]]
     assert producer.client.sent == []
-    assert live.PROCESSOR_HANGING_FOUND._value.get() - before == 1
-    [message] = [r.getMessage() for r in caplog.records]
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (1, 0, 0)
+    [(level, message)] = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert level == "ERROR"
     assert message.startswith(
         "t-3: a hanging transaction of our producer id 7 (epoch 4, ours is 5) is open since offset 120"
     )
+    assert f"could not be proved from the changelog ({finding.value})" in message
     assert message.endswith(
         "kafka-transactions.sh abort --topic t --partition 3 --start-offset 120, or with a commit marker"
     )
+
+
+async def test_a_refused_marker_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    states = [state(7, 4, 120, OUTPUT)]
+
+    async def described(_client: Any, tps: Any) -> producer_states.Described:
+        return producer_states.Described([s for s in states if s.tp in tps], {})
+
+    monkeypatch.setattr(hanging, "describe_producers", described)
+    producer = SweepProducer(FakeClient(Cluster({OUTPUT: 2}), markers_answer(47)), FakeTxnManager(*OURS))
+    evidence = FakeEvidence({OUTPUT: Evidence(Finding.ABORTED, TxnTag(7, 4, 1), 5)})
+    before = counts()
+    sweep = HangingSweep(producer, CHANGELOG, ["t"], evidence)  # type: ignore[arg-type]
+    assert await sweep.sweep_written() == states
+    after = counts()
+    assert (after[0] - before[0], after[2] - before[2]) == (1, 0)

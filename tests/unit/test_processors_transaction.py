@@ -11,12 +11,27 @@ from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
 from turnledger.processors.errors import ProducerFencedError
 from turnledger.processors.transaction import BatchAborted, PartitionTransactions, ProducerBroken
+from turnledger.processors.txn_tag import TxnTag, tag_of
 from turnledger.records import OutputRecord
 
 
 class _Batch:
-    def append(self, **_: Any) -> object:
+    def __init__(self) -> None:
+        self.headers: list[Any] = []
+
+    def append(self, **fields: Any) -> object:
+        self.headers.append(fields.get("headers", []))
         return object()
+
+
+class _TxnManager:
+    producer_id, producer_epoch = 7, 3
+
+    def has_pid(self) -> bool:
+        return True
+
+    def is_fatal_error(self) -> bool:
+        return False
 
 
 class FakeProducer:
@@ -25,6 +40,8 @@ class FakeProducer:
     ):
         self.fail_at, self.error, self.abort_error = fail_at, error, abort_error
         self.calls: list[str] = []
+        self.sent: list[tuple[str, int, _Batch]] = []
+        self._txn_manager = _TxnManager()
 
     def _step(self, name: str) -> None:
         self.calls.append(name)
@@ -43,6 +60,7 @@ class FakeProducer:
 
     async def send_batch(self, batch: _Batch, topic: str, partition: int) -> asyncio.Future[object]:
         self._step("send")
+        self.sent.append((topic, partition, batch))
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future
@@ -103,3 +121,18 @@ async def test_an_abort_that_fails_leaves_the_outcome_to_the_next_init() -> None
     producer = FakeProducer("commit", KafkaConnectionError("gone"), abort_error=RuntimeError("stuck"))
     with pytest.raises(ProducerBroken, match="settled by the next InitProducerId"):
         await _transactions(producer).commit(OUT, {}, 5)
+
+
+async def test_every_transaction_is_tagged_on_each_partition_batch_with_its_own_n() -> None:
+    producer = FakeProducer()
+    transactions = _transactions(producer)
+    await transactions.commit(OUT, {"k": b"1", "j": b"2"}, 5)
+    await transactions.commit(OUT, {}, 6)
+    tags = [(topic, [tag_of(h) for h in batch.headers]) for topic, _p, batch in producer.sent]
+    first, second = TxnTag(7, 3, 0), TxnTag(7, 3, 1)
+    assert tags == [
+        ("out", [first]),
+        ("changelog", [first, None, None]),  # two state records, then the position record
+        ("out", [second]),
+        ("changelog", [second]),
+    ]

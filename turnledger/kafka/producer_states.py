@@ -184,6 +184,8 @@ class ProducerState:
     last_timestamp_ms: int
     open_transaction_start: int | None
     """The offset of this producer's open transaction's first record on the partition, else None."""
+    last_sequence: int = -1
+    """The sequence number of this producer's last record on the partition (-1: none)."""
 
 
 class ProducerStatesError(TurnledgerError):
@@ -234,11 +236,10 @@ async def describe_producers(client: AIOKafkaClient, tps: Iterable[TopicPartitio
                 if error_code:
                     described.errors[tp] = f"{for_code(error_code).__name__} {error_message or ''}".strip()
                     continue
-                for pid, epoch, _seq, last_ts, coordinator_epoch, txn_start, _t in producers:
+                for pid, epoch, last_seq, last_ts, coordinator_epoch, txn_start, _t in producers:
+                    open_at = None if txn_start < 0 else txn_start
                     described.states.append(
-                        ProducerState(
-                            tp, pid, epoch, coordinator_epoch, last_ts, None if txn_start < 0 else txn_start
-                        )
+                        ProducerState(tp, pid, epoch, coordinator_epoch, last_ts, open_at, last_seq)
                     )
     return described
 

@@ -41,7 +41,14 @@ PROCESSOR_TERMS = Counter(
 )
 PROCESSOR_HANGING_FOUND = Counter(
     "turnledger_processor_hanging_transactions",
-    "Hanging transactions of a partition's own producer id (older epoch) found by a term (reported only).",
+    "Hanging transactions of a partition's own producer id (older epoch) a term found and could not end "
+    "(reported for an operator).",
+)
+PROCESSOR_HANGING_RESOLVED = Counter(
+    "turnledger_processor_hanging_transactions_resolved",
+    "Hanging transactions of a partition's own producer id a term ended with the marker its changelog "
+    "proved, by marker (commit, abort).",
+    ["marker"],
 )
 PROCESSOR_REBALANCES = Counter(
     "turnledger_processor_rebalances", "Partition assignments received from the consumer group."

@@ -15,7 +15,8 @@ Before reading, a new owner waits until changelog partition p is *settled* (last
 = high watermark): only p's own transactional.id writes there, and it has just been initialised,
 so an open transaction there is the fenced predecessor's, whose markers are still being written
 -- or a hanging transaction, which no marker will ever end (see `hanging.py`): while it waits,
-`settle` calls its `sweep` every few seconds, which aborts our own and reports anyone else's.
+`settle` calls its `sweep` every few seconds, which ends our own (with the marker the changelog
+proves, else reports it) and reports anyone else's.
 
 Local stores are caches of the changelog: rebuilt from it whenever a partition's processor starts
 owning the partition and cannot prove that the store it holds is current.

@@ -1,4 +1,4 @@
-"""Our own hanging transactions, found and reported at the start of every term (never ended here).
+"""Our own hanging transactions, found at the start of every term and ended with the right marker.
 
 A hanging transaction is data of a transactional producer on a partition whose transaction the
 coordinator no longer tracks: no marker will ever end it, and the partition's last stable offset
@@ -12,19 +12,45 @@ producer id with an older epoch, on any partition we write, is hanging:
 
 | open transaction on a partition we write         | verdict                                    |
 |--------------------------------------------------|--------------------------------------------|
-| our producer id, an epoch before ours            | hanging: reported (ERROR, metric, alert)   |
+| our producer id, an epoch before ours            | hanging: ended or reported, as below       |
 | our producer id, our epoch                       | ours, begun this term: never at the start  |
 | another producer id                              | not ours to judge: left to its coordinator |
 
-**Why it is not aborted.** Whether the right marker is an abort or a commit is not known here. A
-chaos run showed both kinds are real: the hanging data there belonged to a transaction its
-coordinator had *committed* (CompleteCommit in `__transaction_state`), whose commit markers were
-missing on three output partitions after a broker restart, while the changelog's marker was there.
-An automatic abort (this module's first version) discarded those committed outputs, and three
-operations never became final. A late produce after its transaction ended would need the abort
-instead. Until the outcome can be read from the changelog (every transaction writes to it, and its
-marker there says how the transaction ended), an operator decides, with
-`kafka-transactions.sh abort` or a commit marker (`kafka/producer_states.write_marker`).
+**The marker is the one the changelog proves, never a guess.** Both kinds are real: a chaos run
+showed a transaction its coordinator had *committed* (CompleteCommit in `__transaction_state`)
+whose commit markers were missing on three output partitions after a broker restart, while the
+changelog's marker was there; aborting it (this module's first version) discarded committed
+outputs. A produce landing after its transaction ended needs the abort instead. Every transaction
+is tagged (`txn_tag.py`) on the first record of each of its batches, the changelog's included, and
+cannot commit before its changelog record landed; so the hanging batch's tag leads to the
+changelog record that says how the transaction ended (`hanging_evidence.py` reads it). For a
+hanging batch on partition X:
+
+| what the records say (`Finding`)                                    | action                |
+|---------------------------------------------------------------------|-----------------------|
+| the tag's changelog record was committed, none of it earlier on X   | commit marker         |
+| committed, but the tag is already on X before the hanging batch     | abort marker (late)   |
+| the tag's changelog record was aborted                              | abort marker          |
+| committed, X before the hanging batch unreadable within bounds      | report                |
+| the changelog's last stable offset is not past the tagged record    | report                |
+| (the changelog hangs with that very transaction)                    |                       |
+| no changelog record carries the tag (compacted, or never written)   | report                |
+| no tag, a tag of another producer or epoch, the record unreadable   | report                |
+
+"Not found" never means abort: compaction can remove a committed changelog record later. The tag
+earlier on X means the transaction's batch there was already ended by a marker (an open
+transaction starts at its first batch), so the hanging one is a copy that came after: committing
+it would show its records twice. An ended
+transaction is logged at WARNING (partition, producer, epoch, offset, tag, marker, and the changelog
+offset that proved it) and counted in `turnledger_processor_hanging_transactions_resolved_total`;
+what stays is reported as before (ERROR with the operator's command,
+`turnledger_processor_hanging_transactions_total`, the paging alert), for an operator to end with
+`kafka-transactions.sh abort` or a commit marker (`kafka/producer_states.write_marker`). Writing
+the marker the coordinator would have written is safe even if it raced one: a second marker of
+the same outcome ends nothing more.
+
+The changelog's own hanging states are settled first: ending one there moves the changelog's last
+stable offset, which can decide the outputs' states.
 
 A transaction begun by a producer id we no longer have (its epochs exhausted, or the transactional.id
 expired) is not recognised; `settle` then reports the producer that holds the changelog.
@@ -33,14 +59,21 @@ expired) is not recognised; `settle` then reports the producer that holds the ch
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IncompatibleBrokerVersion, UnsupportedVersionError
 
-from turnledger.kafka.producer_states import ProducerState, ProducerStatesError, describe_producers
+from turnledger.kafka.producer_states import (
+    ProducerState,
+    ProducerStatesError,
+    describe_producers,
+    write_marker,
+)
 from turnledger.observability import runtime_metrics as live
+from turnledger.processors.hanging_evidence import Evidence, EvidenceSource, Finding
+from turnledger.processors.txn_tag import producer_identity
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +86,7 @@ class Verdict(StrEnum):
 
 
 def verdict(state: ProducerState, producer_id: int, producer_epoch: int) -> Verdict:
-    """The table of the module docstring, for one partition's producer."""
+    """The first table of the module docstring, for one partition's producer."""
     if state.open_transaction_start is None:
         return Verdict.NO_TRANSACTION
     if state.producer_id != producer_id:
@@ -61,12 +94,24 @@ def verdict(state: ProducerState, producer_id: int, producer_epoch: int) -> Verd
     return Verdict.HANGING if state.producer_epoch < producer_epoch else Verdict.OURS
 
 
-def producer_identity(producer: AIOKafkaProducer) -> tuple[int, int]:
-    """(producer id, epoch) of an initialised transactional producer. aiokafka has no public
-    accessor; its transaction manager holds both."""
-    txn_manager = producer._txn_manager
-    assert txn_manager is not None and txn_manager.has_pid(), "the producer is not initialised"
-    return int(txn_manager.producer_id), int(txn_manager.producer_epoch)
+class Action(StrEnum):
+    COMMIT = "commit"
+    ABORT = "abort"
+    REPORT = "report"
+
+
+RESOLUTION: Mapping[Finding, Action] = {
+    Finding.COMMITTED: Action.COMMIT,
+    Finding.COMMITTED_LATE: Action.ABORT,
+    Finding.ABORTED: Action.ABORT,
+    Finding.COMMITTED_UNCHECKED: Action.REPORT,
+    Finding.UNDECIDED: Action.REPORT,
+    Finding.NOT_FOUND: Action.REPORT,
+    Finding.UNTAGGED: Action.REPORT,
+    Finding.NOT_ITS_TAG: Action.REPORT,
+    Finding.UNREADABLE: Action.REPORT,
+}
+"""The second table of the module docstring: every finding has exactly one action."""
 
 
 async def written_partitions(producer: AIOKafkaProducer, topics: Iterable[str]) -> list[TopicPartition]:
@@ -77,57 +122,91 @@ async def written_partitions(producer: AIOKafkaProducer, topics: Iterable[str]) 
     return tps
 
 
-def report_own_hanging(producer: AIOKafkaProducer, states: Iterable[ProducerState]) -> list[ProducerState]:
-    """Log (ERROR, once per term and transaction) and count every open transaction of `producer`'s id
-    with an older epoch among `states`; returns them."""
+def own_hanging(producer: AIOKafkaProducer, states: Iterable[ProducerState]) -> list[ProducerState]:
+    """The open transactions of `producer`'s id with an older epoch among `states`."""
     producer_id, producer_epoch = producer_identity(producer)
-    hanging = [s for s in states if verdict(s, producer_id, producer_epoch) is Verdict.HANGING]
-    for state in hanging:
-        live.PROCESSOR_HANGING_FOUND.inc()
-        log.error(
-            "%s-%d: a hanging transaction of our producer id %d (epoch %d, ours is %d) is open since offset "
-            "%d: its coordinator has ended it, so no marker will end it here, and read_committed readers of "
-            "this partition wait until one does. Whether it committed or aborted is not known here; check "
-            "the transaction's marker on the changelog, then end it with kafka-transactions.sh abort "
-            "--topic %s --partition %d --start-offset %d, or with a commit marker",
-            state.tp.topic,
-            state.tp.partition,
-            state.producer_id,
-            state.producer_epoch,
-            producer_epoch,
-            state.open_transaction_start,
-            state.tp.topic,
-            state.tp.partition,
-            state.open_transaction_start,
-        )
-    return hanging
+    return [s for s in states if verdict(s, producer_id, producer_epoch) is Verdict.HANGING]
+
+
+def report_unresolved(producer_epoch: int, state: ProducerState, why: str) -> None:
+    """The ERROR and the metric (and so the alert) of a hanging transaction the term leaves open."""
+    live.PROCESSOR_HANGING_FOUND.inc()
+    log.error(
+        "%s-%d: a hanging transaction of our producer id %d (epoch %d, ours is %d) is open since offset "
+        "%d: its coordinator has ended it, so no marker will end it here, and read_committed readers of "
+        "this partition wait until one does. Its outcome could not be proved from the changelog (%s); "
+        "check the transaction's marker on the changelog, then end it with kafka-transactions.sh abort "
+        "--topic %s --partition %d --start-offset %d, or with a commit marker",
+        state.tp.topic,
+        state.tp.partition,
+        state.producer_id,
+        state.producer_epoch,
+        producer_epoch,
+        state.open_transaction_start,
+        why,
+        state.tp.topic,
+        state.tp.partition,
+        state.open_transaction_start,
+    )
+
+
+def report_resolved(
+    producer_epoch: int, state: ProducerState, evidence: Evidence, action: Action, changelog: TopicPartition
+) -> None:
+    live.PROCESSOR_HANGING_RESOLVED.labels(action.value).inc()
+    log.warning(
+        "%s-%d: ended the hanging transaction of our producer id %d (epoch %d, ours is %d) open since "
+        "offset %d with %s marker: its tag %s is on %s-%d at offset %s, and %s",
+        state.tp.topic,
+        state.tp.partition,
+        state.producer_id,
+        state.producer_epoch,
+        producer_epoch,
+        state.open_transaction_start,
+        "a commit" if action is Action.COMMIT else "an abort",
+        evidence.tag,
+        changelog.topic,
+        changelog.partition,
+        evidence.changelog_offset,
+        evidence.finding.value,
+    )
 
 
 class HangingSweep:
     """The sweeps of one term: once over every partition it writes before it restores, then over its
-    changelog partition whenever `settle` has waited a while, reporting each open transaction once:
-    ours (hanging), and on the changelog another producer's. Connection errors propagate (the term
-    starts over); a broker that cannot describe producers (before Kafka 2.8) or a partition error
-    only skip the sweep."""
+    changelog partition whenever `settle` has waited a while. Each open transaction is handled once
+    per term: ours (hanging) ended by the module's table or reported, and on the changelog another
+    producer's reported. Connection errors propagate (the term starts over); a broker that cannot
+    describe producers (before Kafka 2.8) or a partition error only skip the sweep."""
 
-    def __init__(self, producer: AIOKafkaProducer, changelog: TopicPartition, outputs: Sequence[str]) -> None:
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        changelog: TopicPartition,
+        outputs: Sequence[str],
+        evidence: EvidenceSource,
+    ) -> None:
         self._producer = producer
         self._changelog = changelog
         self._outputs = outputs
-        self._reported: set[tuple[str, int, int, int, int]] = set()
+        self._evidence = evidence
+        self._seen: set[tuple[str, int, int, int, int]] = set()
 
     async def sweep_written(self) -> list[ProducerState]:
+        """Our hanging transactions on the changelog and every output partition; returns those
+        left open (reported)."""
         tps = [self._changelog, *await written_partitions(self._producer, self._outputs)]
-        return self._report(await self._describe(tps))
+        return await self._handle(await self._describe(tps))
 
     async def sweep_changelog(self) -> list[ProducerState]:
-        return self._report(await self._describe([self._changelog]), foreign=True)
+        return await self._handle(await self._describe([self._changelog]), foreign=True)
 
-    def _report(self, states: list[ProducerState], *, foreign: bool = False) -> list[ProducerState]:
-        """Our hanging transactions among `states`, each reported once per term; with `foreign`, also
-        (once) an open transaction of another producer id."""
+    async def _handle(self, states: list[ProducerState], *, foreign: bool = False) -> list[ProducerState]:
+        """End or report our hanging transactions among `states`, each once per term (the changelog's
+        first); with `foreign`, also report (once) an open transaction of another producer id."""
         fresh = [s for s in states if self._first_time(s)]
-        hanging = report_own_hanging(self._producer, fresh)
+        hanging = sorted(own_hanging(self._producer, fresh), key=lambda s: s.tp != self._changelog)
+        left = await self._end(hanging)
         producer_id, producer_epoch = producer_identity(self._producer)
         for state in fresh if foreign else ():
             if verdict(state, producer_id, producer_epoch) is Verdict.FOREIGN:
@@ -146,7 +225,29 @@ class HangingSweep:
                     state.tp.partition,
                     state.open_transaction_start,
                 )
-        return hanging
+        return left
+
+    async def _end(self, hanging: list[ProducerState]) -> list[ProducerState]:
+        """Each state's evidence, then its action (the module's table); returns those reported.
+        One at a time, so that ending the changelog's can decide the outputs'."""
+        _producer_id, producer_epoch = producer_identity(self._producer)
+        left: list[ProducerState] = []
+        for state in hanging:
+            [evidence] = await self._evidence.evidence([state])
+            action = RESOLUTION[evidence.finding]
+            if action is Action.REPORT:
+                report_unresolved(producer_epoch, state, evidence.finding.value)
+                left.append(state)
+                continue
+            try:
+                await write_marker(self._producer.client, state, commit=action is Action.COMMIT)
+            except ProducerStatesError as exc:  # the leader refused it; a lost connection propagates
+                why = f"{evidence.finding.value}; its {action} marker: {exc}"
+                report_unresolved(producer_epoch, state, why)
+                left.append(state)
+                continue
+            report_resolved(producer_epoch, state, evidence, action, self._changelog)
+        return left
 
     def _first_time(self, state: ProducerState) -> bool:
         if state.open_transaction_start is None:
@@ -158,9 +259,9 @@ class HangingSweep:
             state.producer_epoch,
             state.open_transaction_start,
         )
-        if key in self._reported:
+        if key in self._seen:
             return False
-        self._reported.add(key)
+        self._seen.add(key)
         return True
 
     async def _describe(self, tps: list[TopicPartition]) -> list[ProducerState]:

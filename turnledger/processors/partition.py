@@ -10,8 +10,8 @@ ownership) a term runs `run(feed)` until the processor is asked to stop or is fe
    before answering;
 2. only then reads the committed offset: now it is final (aiokafka's OffsetFetch predates
    RequireStable, KIP-447, so read earlier it could miss a commit still in flight);
-   aborts its own hanging transactions, which no coordinator will end (`hanging.py`), on its
-   changelog partition and every output partition;
+   ends its own hanging transactions, which no coordinator will end, with the marker its changelog
+   proves, or reports them (`hanging.py`), on its changelog partition and every output partition;
 3. restores the state from the changelog, unless the store it kept from its previous term is
    provably current: the committed offset equals the one its last commit wrote, so nobody has
    committed anything for the partition since (every commit moves the offset forward);
@@ -45,6 +45,7 @@ from turnledger.processors.feed import PartitionFeed
 from turnledger.processors.folding import FoldOutcome, fold_batch
 from turnledger.processors.gc_tuning import tune_gc
 from turnledger.processors.hanging import HangingSweep
+from turnledger.processors.hanging_evidence import CLOCK_SLACK_MS, ChangelogEvidence
 from turnledger.processors.store import OverlayStore, PartitionStore, open_partition_store
 from turnledger.processors.transaction import BatchAborted, PartitionTransactions, ProducerBroken
 from turnledger.records import OutputRecord, SourceRecord
@@ -260,7 +261,10 @@ class PartitionProcessor:
         )
         reported = await feed.committed()
         changelog = TopicPartition(cfg.topics.changelog, self.partition)
-        hanging = HangingSweep(self._producer, changelog, cfg.topics.outputs)
+        evidence = ChangelogEvidence(
+            cfg.bootstrap, changelog, margin_ms=cfg.transaction_timeout_ms + CLOCK_SLACK_MS
+        )
+        hanging = HangingSweep(self._producer, changelog, cfg.topics.outputs, evidence)
         await hanging.sweep_written()
         await settle(cfg.bootstrap, changelog, sweep=hanging.sweep_changelog)
         resume: int | None = None

@@ -12,6 +12,10 @@ How a failed transaction ends decides what the partition does next, so failures 
 A broken producer is never patched up: starting over runs InitProducerId, which settles the
 unknown transaction (commits it if its EndTxn got through, aborts it otherwise), after which the
 committed offset says which of the two happened.
+
+Each transaction is tagged `(producer id, epoch, n)`, n counting this producer's transactions, on
+the first record of every batch it writes (`txn_tag.py`): the changelog's copy of the tag is how a
+later term learns the outcome of a transaction it finds hanging (`hanging.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from aiokafka.errors import ProducerFenced
 
 from turnledger.processors.changelog import position_record
 from turnledger.processors.errors import ProcessorError, ProducerFencedError
+from turnledger.processors.txn_tag import TxnTag, producer_identity
 from turnledger.processors.writer import BatchWriter
 from turnledger.records import OutputRecord
 
@@ -77,6 +82,14 @@ class PartitionTransactions:
         self._source = source
         self._changelog = changelog_topic
         self._group = offsets_group
+        self._transactions = 0
+
+    def _next_tag(self) -> TxnTag:
+        """The tag of the transaction being begun; the identity is read each time, so a tag always
+        names the epoch its records are written with."""
+        tag = TxnTag(*producer_identity(self.producer), self._transactions)
+        self._transactions += 1
+        return tag
 
     async def commit(
         self, outputs: Sequence[OutputRecord], state_writes: Mapping[str, bytes | None], next_offset: int
@@ -96,7 +109,8 @@ class PartitionTransactions:
                     ((out.topic, None, out.key, out.value) for out in outputs),
                     ((self._changelog, partition, k.encode("utf-8"), v) for k, v in state_writes.items()),
                     ((self._changelog, partition, position_key, position_value),),  # last: see changelog.py
-                )
+                ),
+                self._next_tag(),
             )
             for future in futures:
                 future.add_done_callback(_retrieve_exception)

@@ -5,6 +5,9 @@ dominated the runtime's CPU profile. Building one `BatchBuilder` per target part
 and submitting it with `send_batch()` leaves one future per partition per transaction.
 Partitioning is aiokafka's own default (murmur2 of the key, as the Java client), so a
 conversation's outputs land where a plain `send()` would put them.
+
+The first record of every record batch carries the transaction's tag (`txn_tag.py`) as a header:
+whichever of its batches a partition holds, it names its transaction (one header per batch).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from turnledger.processors.errors import ProcessorError
+from turnledger.processors.txn_tag import TxnTag
 
 Record = tuple[str, int | None, bytes | None, bytes | None]
 """(topic, partition or None to partition by key, key, value)."""
@@ -45,9 +49,11 @@ class BatchWriter:
                 raise ProcessorError(f"topic {topic!r} reports partitions {sorted(parts)}")
         return count
 
-    async def write(self, records: Iterable[Record]) -> list[asyncio.Future[object]]:
-        """Queue every record into the current transaction; returns the delivery futures to await."""
+    async def write(self, records: Iterable[Record], tag: TxnTag) -> list[asyncio.Future[object]]:
+        """Queue every record into the current transaction, `tag` on the first record of every
+        batch; returns the delivery futures to await."""
         producer = self._producer
+        first = tag.header()
         open_batches: dict[tuple[str, int], Any] = {}
         futures: list[asyncio.Future[object]] = []
         for topic, partition, key, value in records:
@@ -58,10 +64,11 @@ class BatchWriter:
             batch = open_batches.get(target)
             if batch is None:
                 batch = open_batches[target] = producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=None) is None:
+                batch.append(key=key, value=value, timestamp=None, headers=first)
+            elif batch.append(key=key, value=value, timestamp=None) is None:
                 futures.append(await producer.send_batch(batch, topic, partition=partition))
                 batch = open_batches[target] = producer.create_batch()
-                batch.append(key=key, value=value, timestamp=None)
+                batch.append(key=key, value=value, timestamp=None, headers=first)
         for (topic, partition), batch in open_batches.items():
             futures.append(await producer.send_batch(batch, topic, partition=partition))
         return futures
