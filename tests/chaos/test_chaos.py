@@ -1,8 +1,8 @@
 """The real services as separate OS processes, under faults, kills and restarts: every operation settles.
 
 A private broker and Redis (restartable, never the shared dev stack); the fake provider with
-random faults; two processors in one consumer group (with TURNLEDGER_CHAOS_GROUP_COMMIT=1 one of
-them with group commit); a projector; two workers (lease 3 s);
+random faults; two processors in one consumer group, one of them with group commit (both with the
+default window when TURNLEDGER_CHAOS_GROUP_COMMIT=0); a projector; two workers (lease 3 s);
 a tool executor; and a driver of 200 conversations with tool rounds, cancels and interjections,
 each dispatch bound to settle within 90 s. During the run, in this order of kinds but at random
 moments: SIGKILLs of a processor (5, each restarted), SIGKILLs of a worker (5, restarted with
@@ -275,9 +275,9 @@ async def test_every_operation_settles_under_kills_restarts_and_a_zombie(tmp_pat
             "fake-provider", "--port", str(stack.fake_port), "--seed", "3",
             "--fault-rate", "0.02", "--request-log", str(stack.request_log),
         ).start()  # fmt: skip
-        # the default batching (the window); TURNLEDGER_CHAOS_GROUP_COMMIT=1 runs processor-1 (also the
-        # zombie) with group commit, so that partitions move between the two policies
-        group_commit = os.environ.get("TURNLEDGER_CHAOS_GROUP_COMMIT") == "1"
+        # processor-1 (also the zombie) with group commit, processor-2 with the default window, so that
+        # partitions move between the two policies; TURNLEDGER_CHAOS_GROUP_COMMIT=0: both with the window
+        group_commit = os.environ.get("TURNLEDGER_CHAOS_GROUP_COMMIT", "1") != "0"
         stack.processor("processor-1", *(["--group-commit"] if group_commit else [])).start()
         stack.processor("processor-2").start()
         stack.add(
