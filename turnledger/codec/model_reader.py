@@ -43,7 +43,15 @@ from pydantic import BaseModel
 
 from turnledger.codec.compiled import Unsupported, _ReaderCompiler, compile_record
 from turnledger.codec.convert import JSON_ATTRIBUTE
-from turnledger.model.base import SHARING, FastCopy, shared_fields_set
+from turnledger.model.base import (
+    SET_DICT,
+    SET_EXTRA,
+    SET_FIELDS,
+    SET_PRIVATE,
+    SHARING,
+    FastCopy,
+    shared_fields_set,
+)
 
 ModelReader = Callable[[bytes, int], tuple[BaseModel, int]]
 """`reader(data, pos)` -> (model instance, position after it); raises on anything off its path."""
@@ -57,12 +65,12 @@ _PYTHON_TYPE_OF: Mapping[str, type] = {
 }
 
 
-_set = object.__setattr__
-"""A record's instance is built as `model_validate` leaves it: `object.__new__(model)`, the values
-as its `__dict__`, a fields-set of every field, no extras, no private state. The instances of a
-frozen model share one fields-set (one GC-tracked object fewer per record): the one
-`FastCopy.model_post_init` would give it (`shared_fields_set`), which is all that hook does, so a
-model whose only post-init hook is that one is still built directly."""
+# A record's instance is built as `model_validate` leaves it: `object.__new__(model)`, the values
+# as its `__dict__`, a fields-set of every field, no extras, no private state (each slot set through
+# its descriptor, `model.base.SET_DICT` and the others). The instances of a frozen model share one
+# fields-set (one GC-tracked object fewer per record): the one `FastCopy.model_post_init` would give
+# it (`shared_fields_set`), which is all that hook does, so a model whose only post-init hook is
+# that one is still built directly.
 
 
 def _check_model(model: type[BaseModel]) -> dict[str, list[Callable[[Any], Any]]]:
@@ -97,7 +105,10 @@ class _ModelReaderCompiler(_ReaderCompiler):
         super().__init__(named, "_build_")
         self.models = models
         self.constants["_new"] = object.__new__
-        self.constants["_set"] = _set
+        self.constants["_set_dict"] = SET_DICT
+        self.constants["_set_fields"] = SET_FIELDS
+        self.constants["_set_extra"] = SET_EXTRA
+        self.constants["_set_private"] = SET_PRIVATE
         self.constants["_loads"] = orjson.loads
 
     def record_function(self, schema: dict[str, Any]) -> str:
@@ -140,10 +151,10 @@ class _ModelReaderCompiler(_ReaderCompiler):
         lines.extend(
             [
                 f"    {instance} = _new({model_name})",
-                f"    _set({instance}, '__dict__', {{{values}}})",
-                f"    _set({instance}, '__pydantic_fields_set__', {fields_set})",
-                f"    _set({instance}, '__pydantic_extra__', None)",
-                f"    _set({instance}, '__pydantic_private__', None)",
+                f"    _set_dict({instance}, {{{values}}})",
+                f"    _set_fields({instance}, {fields_set})",
+                f"    _set_extra({instance}, None)",
+                f"    _set_private({instance}, None)",
                 f"    return {instance}, pos",
             ]
         )

@@ -8,7 +8,14 @@ from typing import Any, Self, TypeVar
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-_set = object.__setattr__
+_new = object.__new__
+SET_DICT = BaseModel.__dict__["__dict__"].__set__
+SET_FIELDS = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
+SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
+"""The slots of a model instance, set through their descriptors: what `object.__setattr__` ends up
+calling, without looking the name up on the class each time (`FastCopy.model_copy`, ~37k copies a
+bench run)."""
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -93,24 +100,21 @@ class FastCopy(BaseModel):
         every = _EVERY_FIELD.get(type(self))
         if every is None:
             every = _EVERY_FIELD[type(self)] = shared_fields_set(set(type(self).model_fields))
-        _set(
-            self, "__pydantic_fields_set__", every if len(fields) == len(every) else shared_fields_set(fields)
-        )
+        SET_FIELDS(self, every if len(fields) == len(every) else shared_fields_set(fields))
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__:
             return super().model_copy(update=update, deep=deep)
-        cls = type(self)
-        copied = cls.__new__(cls)
+        copied = _new(type(self))
         values = self.__dict__.copy()
         values.update(update)
-        _set(copied, "__dict__", values)
-        _set(copied, "__pydantic_extra__", self.__pydantic_extra__)
+        SET_DICT(copied, values)
+        SET_EXTRA(copied, self.__pydantic_extra__)
         fields = self.__pydantic_fields_set__
         if not update.keys() <= fields:  # else the copy shares the original's set
             fields = shared_fields_set(fields | update.keys())
-        _set(copied, "__pydantic_fields_set__", fields)
-        _set(copied, "__pydantic_private__", None)
+        SET_FIELDS(copied, fields)
+        SET_PRIVATE(copied, None)
         return copied
 
 
