@@ -151,28 +151,57 @@ class Stored:
     exactly `state_parts(source)`, so the next state's are those with only what changed redone."""
 
     def current(self, get: Callable[[str], bytes | None]) -> bool:
-        """Does the store still hold exactly these values (no aborted batch's state in between)?"""
-        base = snapshot_base(self.conversation_id, self.format_version) if self.parts else b""
+        """Does the store still hold exactly these values (no aborted batch's state in between)?
+
+        `holds` inlined, with the base's length computed once: a cached state's every key is checked
+        on every batch that loads it (~14 keys a conversation, ~3% of the engine's CPU, issue 20)."""
+        if not self.parts:
+            return True
+        base = snapshot_base(self.conversation_id, self.format_version)
+        size = len(base)
         raw = self.raw
         for key, part in self.parts.items():
             held = get(key)
             if held is None:
                 return False
             expected = None if raw is None else raw.get(key)
-            if not (holds(held, base, part) if expected is None else held == expected):
+            if expected is not None:
+                if held != expected:
+                    return False
+                continue
+            length = _avro_long(len(part))
+            if not (
+                len(held) == size + len(length) + len(part)
+                and held.startswith(base)
+                and held.startswith(length, size)
+                and held.endswith(part)
+            ):
                 return False
         return True
 
 
+_LONGS: dict[int, bytes] = {}
+_LONGS_MAX = 4096
+"""`_avro_long` of the lengths of parts seen last: a part's length is encoded again on every check
+of its key (`Stored.current`), the same few thousand lengths over and over."""
+
+
 def _avro_long(n: int) -> bytes:
     """Avro's encoding of a long: zigzag, then 7 bits a byte, low bits first."""
+    known = _LONGS.get(n)
+    if known is not None:
+        return known
     z = (n << 1) ^ (n >> 63)
     out = bytearray()
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
         z >>= 7
     out.append(z)
-    return bytes(out)
+    encoded = bytes(out)
+    if len(_LONGS) >= _LONGS_MAX:
+        _LONGS.clear()
+    _LONGS[n] = encoded
+    return encoded
 
 
 @cache
@@ -197,8 +226,8 @@ def holds(value: bytes, base: bytes, part: bytes) -> bool:
     return (
         len(value) == len(base) + len(length) + len(part)
         and value.startswith(base)
+        and value.startswith(length, len(base))
         and value.endswith(part)
-        and value[len(base) : len(base) + len(length)] == length
     )
 
 
