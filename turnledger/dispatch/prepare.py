@@ -15,7 +15,6 @@ from turnledger.adapters.base import DispatchParams, UnknownAdapterError, Unsupp
 from turnledger.adapters.registry import get_adapter
 from turnledger.dispatch.state import ManifestSeal, OperationState
 from turnledger.dispatch.step import Step
-from turnledger.model.canonical import digest_of
 from turnledger.model.events import (
     DispatchRequested,
     DispatchState,
@@ -23,6 +22,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
+from turnledger.model.tools import toolset_digest
 from turnledger.sequence.builder import sequence_of
 from turnledger.sequence.validation import Valid, Waiting
 
@@ -98,7 +98,7 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
         adapter_digest=adapter.digest,
         provider=adapter.provider,
         model_revision=request.model_revision,
-        toolset_digest=digest_of([t.to_json_dict() for t in request.tools]),
+        toolset_digest=toolset_digest(request.tools),
         max_output_tokens=request.max_output_tokens,
         policy=dict(request.policy),
         request_digest=rendered.request_digest,

@@ -39,12 +39,34 @@ def shared_tools(tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...
     return tuple(_LIVE.setdefault(tool.__pydantic_serializer__.to_json(tool), tool) for tool in tools)
 
 
+_TOOLSET_DIGESTS: dict[tuple[int, ...], tuple[tuple[ToolDefinition, ...], str]] = {}
+MAX_TOOLSET_DIGESTS = 256
+"""Toolsets whose digest is kept (`toolset_digest`); past this many the table starts over."""
+
+
+def toolset_digest(tools: tuple[ToolDefinition, ...]) -> str:
+    """The digest of the toolset's JSON (`digest_of` of each definition's `to_json_dict()`), kept per
+    sequence of definition objects: a request's definitions are the shared live ones
+    (`shared_tools`), so every dispatch of a toolset asks about the same objects, and dumping them
+    was ~1% of the engine's CPU (issue 20). An entry holds its definitions, so the ids in its key
+    are theirs for as long as it is kept: a key found is those very objects (frozen: the same JSON)."""
+    key = tuple(map(id, tools))
+    kept = _TOOLSET_DIGESTS.get(key)
+    if kept is not None:
+        return kept[1]
+    digest = digest_of([t.to_json_dict() for t in tools])
+    if len(_TOOLSET_DIGESTS) >= MAX_TOOLSET_DIGESTS:
+        _TOOLSET_DIGESTS.clear()
+    _TOOLSET_DIGESTS[key] = (tools, digest)
+    return digest
+
+
 class Toolset(Frozen):
     tools: tuple[ToolDefinition, ...] = ()
 
     @property
     def digest(self) -> str:
-        return digest_of([t.to_json_dict() for t in self.tools])
+        return toolset_digest(self.tools)
 
     def get(self, name: str) -> ToolDefinition | None:
         return next((t for t in self.tools if t.name == name), None)
