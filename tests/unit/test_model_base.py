@@ -42,3 +42,41 @@ def test_a_frozen_copy_shares_the_fields_set_only_when_it_adds_no_name() -> None
     grown = fewer.model_copy(update={"operation_id": "x"})
     assert grown.__pydantic_fields_set__ == {"conversation_id", "operation_id"}
     assert fewer.__pydantic_fields_set__ == {"conversation_id"}  # a new set: the original unchanged
+
+
+def test_a_block_ref_is_built_as_validation_builds_it() -> None:
+    """`BlockRef.of` skips validation: the instance must be the one `BlockRef(...)` builds."""
+    from turnledger.model.graph import Block, BlockRef
+
+    for call_id in (None, "call-1"):
+        block = Block(
+            id="t/b0",
+            role="assistant",
+            kind="tool_call" if call_id else "text",
+            turn_id="t",
+            revision=1,
+            ordering=0,
+            trust_label="model",
+            digest="d" * 64,
+            call_id=call_id,
+        )
+        ours = BlockRef.of(block)
+        theirs = BlockRef(id=block.id, role=block.role, kind=block.kind, digest=block.digest, call_id=call_id)
+        assert type(ours) is BlockRef
+        assert list(ours.__dict__.items()) == list(theirs.__dict__.items())
+        assert [type(v) for v in ours.__dict__.values()] == [type(v) for v in theirs.__dict__.values()]
+        assert ours.__pydantic_fields_set__ is theirs.__pydantic_fields_set__  # the shared one
+        assert (ours.__pydantic_extra__, ours.__pydantic_private__) == (None, None)
+        assert ours == theirs and ours.model_dump_json() == theirs.model_dump_json()
+
+
+def test_of_validated_is_only_for_models_validation_cannot_change() -> None:
+    """BlockRef has no validators and no constraints: validating a field of a validated Block again
+    can change or refuse nothing (what `of_validated` relies on)."""
+    from turnledger.model.graph import Block, BlockRef
+
+    decorators = BlockRef.__pydantic_decorators__
+    assert not (decorators.validators or decorators.field_validators or decorators.model_validators)
+    for name, info in BlockRef.model_fields.items():
+        assert not info.metadata, name
+        assert info.annotation == Block.model_fields[name].annotation, name

@@ -78,6 +78,14 @@ def shared_name(value: str) -> str:
     return _kept(_NAMES, value, value, MAX_NAMES)
 
 
+def every_field(cls: type[BaseModel]) -> set[str]:
+    """The shared set of all the field names of `cls` (`_EVERY_FIELD`)."""
+    every = _EVERY_FIELD.get(cls)
+    if every is None:
+        every = _EVERY_FIELD[cls] = shared_fields_set(set(cls.model_fields))
+    return every
+
+
 class FastCopy(BaseModel):
     """`model_copy(update=...)` without pydantic's generic `__copy__` machinery.
 
@@ -97,10 +105,21 @@ class FastCopy(BaseModel):
         """After validation: the instance's fields-set is the shared one (`shared_fields_set`); a
         record decoded or read back sets every field, so that one is found without hashing."""
         fields = self.__pydantic_fields_set__
-        every = _EVERY_FIELD.get(type(self))
-        if every is None:
-            every = _EVERY_FIELD[type(self)] = shared_fields_set(set(type(self).model_fields))
+        every = every_field(type(self))
         SET_FIELDS(self, every if len(fields) == len(every) else shared_fields_set(fields))
+
+    @classmethod
+    def of_validated(cls, values: dict[str, Any]) -> Self:
+        """`cls(**values)` without validating again: for `values` that are every field of `cls`, in
+        declaration order, each taken from a field of a validated model with the same annotation
+        (so validation could neither refuse nor change one). The instance is the one `cls(**values)`
+        builds: that `__dict__`, the shared fields-set of every field, no extras, no private state."""
+        instance = _new(cls)
+        SET_DICT(instance, values)
+        SET_FIELDS(instance, every_field(cls))
+        SET_EXTRA(instance, None)
+        SET_PRIVATE(instance, None)
+        return instance
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__:

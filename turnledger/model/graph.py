@@ -146,6 +146,22 @@ class BlockRef(Frozen):
     digest: str
     call_id: str | None = None
 
+    @classmethod
+    def of(cls, block: Block) -> BlockRef:
+        """`BlockRef(id=block.id, role=..., kind=..., digest=..., call_id=...)`: each field is the
+        block's field of the same name and annotation, already validated, so it is built without
+        validating again (`of_validated`): a manifest lists every block of the conversation, ~22k
+        refs a 300-conversation bench run (issue 20)."""
+        return cls.of_validated(
+            {
+                "id": block.id,
+                "role": block.role,
+                "kind": block.kind,
+                "digest": block.digest,
+                "call_id": block.call_id,
+            }
+        )
+
 
 class MessageSequence(Frozen):
     """MessageSequence.v1: the validated graph of one conversation at one revision."""
@@ -157,10 +173,7 @@ class MessageSequence(Frozen):
     tool_edges: tuple[ToolEdge, ...] = ()
 
     def block_refs(self) -> tuple[BlockRef, ...]:
-        return tuple(
-            BlockRef(id=b.id, role=b.role, kind=b.kind, digest=b.digest, call_id=b.call_id)
-            for b in self.blocks
-        )
+        return tuple(map(BlockRef.of, self.blocks))
 
 
 SEQUENCE_DIGEST_VERSION = "turnledger.sequence.v1"
