@@ -302,7 +302,7 @@ def test_schemas_outside_the_compiled_subset_are_left_to_fastavro() -> None:
 # ---------------------------------------------------------------- writing models without model_dump
 
 
-def test_model_writers_are_compiled_for_records_without_json_fields() -> None:
+def test_model_writers_are_compiled_for_records_with_and_without_json_fields() -> None:
     compiled = {
         name
         for name in FAST.registry.names()
@@ -310,7 +310,8 @@ def test_model_writers_are_compiled_for_records_without_json_fields() -> None:
     }
     assert f"{NAMESPACE}.DispatchDecision" in compiled
     assert f"{NAMESPACE}.CommittedTurn" in compiled
-    assert f"{NAMESPACE}.ManifestIssued" not in compiled  # its manifest's policy is a JSON-marked field
+    assert f"{NAMESPACE}.ManifestIssued" in compiled  # its manifest's policy is a JSON-marked field
+    assert f"{NAMESPACE}.DispatchRequested" in compiled  # its policy, its tools' input schemas
 
 
 @pytest.mark.parametrize("model", RECORD_MODELS, ids=lambda m: m.__name__)

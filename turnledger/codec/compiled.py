@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from turnledger.codec.convert import JSON_ATTRIBUTE, to_json_text
 from turnledger.errors import TurnledgerError
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
@@ -354,6 +355,10 @@ class _WriterCompiler(_Compiler):
                 raise Unsupported(f"{name}.{field['name']} is not a field of the model")
             value = self.var("v")
             lines.append(f"    {value} = datum[{key!r}]")
+            if self.models is not None and field.get(JSON_ATTRIBUTE):
+                # what `to_wire` makes of the dumped value: its canonical JSON text (a value whose
+                # text could differ from its dump's, e.g. a model inside, makes orjson raise: a miss)
+                lines.append(f"    {value} = {self.constant('JSON_TEXT', to_json_text)}({value})")
             lines.extend(self.write(field["type"], value, "    "))
         self.sources.append("\n".join(lines))
         return function
