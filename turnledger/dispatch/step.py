@@ -28,15 +28,18 @@ OutputRecord = Frozen
 _NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_ms": 0, "lease_renewed_at_ms": 0}
 
 
-@dataclass
+@dataclass(slots=True)
 class FoldResult:
     state: ConversationState
     outputs: list[OutputRecord] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
-    """The working set of one event: the event, the evolving state, the outputs so far."""
+    """The working set of one event: the event, the evolving state, the outputs so far.
+
+    Slotted (as is `FoldResult`): one of each per ingress event, and a `__dict__` each was two more
+    GC-tracked objects per event."""
 
     event: IngressEvent
     state: ConversationState
