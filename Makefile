@@ -24,7 +24,8 @@ $(STAMP): pyproject.toml
 # redis-server (unless REDIS_URL is given) and, for the local broker, Java 17+ and Maven
 # (unless KAFKA_BOOTSTRAP_SERVERS is given). Installed with apt only when missing and running as root.
 # prometheus (the devstack starts it; the live-metrics test scrapes the services with it) the same way,
-# without recommends (they pull in exporters); when it cannot be installed, that test is skipped.
+# without recommends (they pull in exporters), and chromium (the browser tests drive it through Playwright,
+# which cannot download a browser here); when one cannot be installed, the tests that need it are skipped.
 system-deps:
 	@missing=""; \
 	if [ -z "$${REDIS_URL:-}" ] && ! command -v redis-server >/dev/null; then missing="$$missing redis-server"; fi; \
@@ -48,6 +49,15 @@ system-deps:
 	  else \
 	    echo "prometheus is not installed: the live-metrics integration test will be skipped" \
 	         "(sudo apt-get install -y --no-install-recommends prometheus)." >&2; \
+	  fi; \
+	fi; \
+	if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing: chromium"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
+	  else \
+	    echo "chromium is not installed: the browser integration tests will be skipped" \
+	         "(sudo apt-get install -y --no-install-recommends chromium)." >&2; \
 	  fi; \
 	fi
 
