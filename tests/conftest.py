@@ -23,6 +23,15 @@ from turnledger.devstack.settings import Settings
 STACK_FIXTURES = frozenset({"devstack", "kafka_bootstrap", "redis_url", "redis_client", "redis_prefix"})
 
 
+def skip_unless_installed(what: str, how: str) -> None:
+    """Skip a test whose real part (a browser, Prometheus) is not installed; in CI (`CI=true`, set by
+    `.ci/run`) fail instead, since `make test` installs them there and a skip would hide the test."""
+    message = f"{what} is not installed ({how}; `make setup` installs it as root)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Any test that touches the real stack is an integration test, whether or not it says so."""
     for item in items:
@@ -44,9 +53,7 @@ def prometheus(devstack: Endpoints) -> Iterator[tuple[str, Path]]:
         yield devstack.prometheus_url, Path(devstack.prometheus_targets)
         return
     if prometheus_binary() is None:
-        pytest.skip(
-            "Debian's prometheus is not installed (apt-get install -y --no-install-recommends prometheus)"
-        )
+        skip_unless_installed("Debian's prometheus", "apt-get install -y --no-install-recommends prometheus")
     workdir = Settings.from_env().state_dir / f"prometheus-{os.getpid()}"
     with private_prometheus(workdir) as proc:
         yield proc.url, proc.targets_dir

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from tests.conftest import skip_unless_installed
 from tests.integration.serve.conftest import serving
 from turnledger.demo.run import _start_processor, _start_projector, _stop_process
 from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
@@ -27,6 +28,17 @@ from turnledger.topology import Topics
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CHROMIUM = shutil.which("chromium")
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Debian's chromium (Playwright cannot download a browser on these machines)."""
+    if CHROMIUM is None:
+        skip_unless_installed("Debian's chromium", "apt-get install -y --no-install-recommends chromium")
+    assert CHROMIUM is not None
+    return CHROMIUM
+
+
 SLOW = "[slow stream]"
 XSS = '<b id="bold">not bold</b><img src=x onerror="document.title=\'pwned\'">'
 
@@ -87,13 +99,14 @@ async def pipeline(
         _stop_process(projector)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
 @pytest.mark.timeout(240)
-async def test_a_streaming_answer_is_shown_revocable_then_committed(pipeline: str, tmp_path: Path) -> None:
+async def test_a_streaming_answer_is_shown_revocable_then_committed(
+    chromium: str, pipeline: str, tmp_path: Path
+) -> None:
     from playwright.async_api import async_playwright, expect
 
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
             page = await browser.new_page()
             errors: list[Any] = []
@@ -178,16 +191,15 @@ CUT_FIRST = FaultPlan(
 )
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fault_plan", [CUT_FIRST], indirect=True, ids=["cut-first-stream"])
 async def test_a_cut_stream_shows_its_preview_retracted_and_the_new_attempt_replaces_it(
-    pipeline: str, tmp_path: Path
+    chromium: str, pipeline: str, tmp_path: Path
 ) -> None:
     from playwright.async_api import async_playwright, expect
 
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
             page = await browser.new_page()
             await page.goto(pipeline + "/#/c/conv-cut")
