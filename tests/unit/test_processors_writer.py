@@ -64,3 +64,16 @@ async def test_exactly_one_header_per_batch_on_its_first_record() -> None:
         ("log", 1, [(b"b", b"2", tagged)]),
     ]
     assert all(r["timestamp"] is None for _t, _p, b in producer.sent for r in b.records)
+
+
+async def test_without_a_tag_no_record_carries_a_header() -> None:
+    """The benchmarks' raw copy loops write with no transaction tag (bench_processor, bench_scaling)."""
+    producer = _Producer(capacity=2)
+    records = [("out", 0, b"a", b"1"), ("out", 0, b"b", b"2"), ("out", 0, b"c", b"3")]
+    futures = await BatchWriter(producer).write(records)  # type: ignore[arg-type]
+
+    assert len(futures) == 2
+    assert [[r.get("headers") for r in batch.records] for _t, _p, batch in producer.sent] == [
+        [None, None],
+        [None],
+    ]

@@ -49,11 +49,14 @@ class BatchWriter:
                 raise ProcessorError(f"topic {topic!r} reports partitions {sorted(parts)}")
         return count
 
-    async def write(self, records: Iterable[Record], tag: TxnTag) -> list[asyncio.Future[object]]:
+    async def write(
+        self, records: Iterable[Record], tag: TxnTag | None = None
+    ) -> list[asyncio.Future[object]]:
         """Queue every record into the current transaction, `tag` on the first record of every
-        batch; returns the delivery futures to await."""
+        batch (None: no headers, for a writer outside a processor's transactions, such as the
+        benchmarks' copy loops); returns the delivery futures to await."""
         producer = self._producer
-        first = tag.header()
+        first = None if tag is None else tag.header()
         open_batches: dict[tuple[str, int], Any] = {}
         futures: list[asyncio.Future[object]] = []
         for topic, partition, key, value in records:
