@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from tests.dispatch_workload import build
 from tests.integration.projections.test_projector_follow import last_record_offsets
@@ -33,6 +33,7 @@ from turnledger.codec import encode
 from turnledger.devstack.restartable import RestartableKafka, RestartableRedis
 from turnledger.dispatch.engine import BatchEngine
 from turnledger.kafka.clients import wait_for_topics
+from turnledger.kafka.producer_states import describe_producers
 from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.events import IngressEvent
 from turnledger.projections.keys import ProjectionKeys
@@ -304,7 +305,8 @@ async def settled_everywhere(
         offsets = await committed_offsets(bootstrap, app_id, topics.ingress, sorted(ends))
         return all(offsets[p] >= end for p, end in ends.items())
 
-    await wait_for(processed, 120, f"the processor to commit {ends}")
+    async with post_mortem(bootstrap, topics, app_id, ends, children):
+        await wait_for(processed, 120, f"the processor to commit {ends}")
     projected = list(topics.by_topic(PROJECTED_STREAMS))
     reader = ProjectionReader(redis, keys.prefix)
 
@@ -316,4 +318,43 @@ async def settled_everywhere(
             return await reader.applied_offsets() == expected
         return False
 
-    await wait_for(projected_all, 120, "the projector to apply every output record")
+    async with post_mortem(bootstrap, topics, app_id, ends, children):
+        await wait_for(projected_all, 120, "the projector to apply every output record")
+
+
+@contextlib.asynccontextmanager
+async def post_mortem(
+    bootstrap: str, topics: Topics, app_id: str, ends: dict[int, int], children: Sequence[Child]
+) -> AsyncIterator[None]:
+    """A wait that times out says where things stand: the group's committed offsets, every open
+    transaction on the topics (a hanging one holds every read_committed reader), and what each
+    service logged last. A timeout here once failed CI with nothing else to go on."""
+    try:
+        yield
+    except AssertionError as exc:
+        facts = [str(exc), f"ingress ends {ends}"]
+        with contextlib.suppress(Exception):
+            offsets = await committed_offsets(bootstrap, app_id, topics.ingress, sorted(ends))
+            facts.append(f"committed offsets of {app_id}: {offsets}")
+        with contextlib.suppress(Exception):
+            facts.append(await open_transactions(bootstrap, topics))
+        for child in children:
+            facts.append(f"--- {child.log.name}, its own last lines:\n{child.own_lines()}")
+        raise AssertionError("\n".join(facts)) from exc
+
+
+async def open_transactions(bootstrap: str, topics: Topics) -> str:
+    probe = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await probe.start()
+    try:
+        tps = [TopicPartition(topic, p) for topic in topics.all for p in range(PARTITIONS)]
+        described = await describe_producers(probe.client, tps)
+    finally:
+        await probe.stop()
+    open_ = [
+        f"{s.tp.topic}-{s.tp.partition}: producer {s.producer_id} epoch {s.producer_epoch} "
+        f"since offset {s.open_transaction_start}"
+        for s in described.states
+        if s.open_transaction_start is not None
+    ]
+    return "open transactions: " + ("; ".join(open_) or "none") + f" (errors: {described.errors or 'none'})"

@@ -225,6 +225,12 @@ class Child:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def own_lines(self, last: int = 40, width: int = 400) -> str:
+        """The child's last `last` lines logged by turnledger itself (aiokafka's connection noise left
+        out), each cut to `width`, for a post-mortem of a wait that timed out."""
+        lines = [line[:width] for line in self.output().splitlines() if " turnledger." in line[:80]]
+        return "\n".join(lines[-last:]) or "(no turnledger lines)"
+
     async def wait(self, timeout_s: float) -> int:
         deadline = time.monotonic() + timeout_s
         while self.proc.poll() is None:
