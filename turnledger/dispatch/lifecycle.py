@@ -75,7 +75,9 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     Coalescing per ingress event rather than per processor batch keeps the outputs a
     function of the log alone, so a replay with other batch boundaries is byte-identical.
     A preview carries only the text appended since the block's previous preview, at its offset
-    (`BlockAssembler.take_preview`), so an answer's preview bytes grow with its length.
+    (`BlockAssembler.take_preview`), so an answer's preview bytes grow with its length. Each of its
+    fields comes from a validated model with the same annotation (the state, the operation, the
+    deltas' `int`s, the assembler's `str`), so it is built without validating again (`of_validated`).
     """
     assembler = step.live.restore(op, step.limits)
     assert assembler is not None
@@ -101,15 +103,17 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     for index, sequence in sorted(through.items()):
         offset, text = assembler.take_preview(index)
         step.outputs.append(
-            PreviewUpdated(
-                conversation_id=step.state.conversation_id,
-                operation_id=op.operation_id,
-                attempt_generation=op.attempt_generation,
-                block_index=index,
-                text=text,
-                through_sequence=sequence,
-                occurred_at_ms=step.at,
-                text_offset=offset,
+            PreviewUpdated.of_validated(
+                {
+                    "conversation_id": step.state.conversation_id,
+                    "operation_id": op.operation_id,
+                    "attempt_generation": op.attempt_generation,
+                    "block_index": index,
+                    "text": text,
+                    "through_sequence": sequence,
+                    "occurred_at_ms": step.at,
+                    "text_offset": offset,
+                }
             )
         )
     step.put(op, assembler=step.live.keep(assembler), lease_renewed_at_ms=step.at)

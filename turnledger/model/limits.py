@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "has_utf8_form", "printable", "utf8_size"]
+__all__ = ["DEFAULT_LIMITS", "Limits", "has_utf8_form", "printable", "utf8_length", "utf8_size"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,14 @@ def has_utf8_form(text: str) -> bool:
 
 def utf8_size(parts: Iterable[str | None]) -> int:
     """UTF-8 bytes of the parts (surrogates counted as 3 bytes each, as if they had a form)."""
-    return sum(len(p) if p.isascii() else len(p.encode("utf-8", "surrogatepass")) for p in parts if p)
+    return sum(utf8_length(p) for p in parts if p)
+
+
+def utf8_length(text: str | None) -> int:
+    """`utf8_size((text,))` without the generator: the assembler counts every streamed fragment."""
+    if not text:
+        return 0
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def printable(text: str) -> str:

@@ -45,7 +45,7 @@ from typing import Any
 
 from turnledger.model.canonical import digest_of
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
-from turnledger.model.limits import DEFAULT_LIMITS, Limits, utf8_size
+from turnledger.model.limits import DEFAULT_LIMITS, Limits, utf8_length, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.streaming.outcomes import (
@@ -261,7 +261,7 @@ class BlockAssembler:
                 f"block {index} received {block.deltas} deltas, at most {self._limits.max_deltas_per_block}",
             )
             return False
-        size = block.size + utf8_size((fragment,))
+        size = block.size + utf8_length(fragment)
         if size > self._limits.max_block_bytes:
             self._violate(
                 ReasonCode.BLOCK_TOO_LARGE,
@@ -293,7 +293,7 @@ class BlockAssembler:
         block = self._open_block(delta, "signature")
         if block is None:
             return
-        previous = utf8_size((block.signature,))
+        previous = utf8_length(block.signature)
         block.size -= previous
         if self._within_limits(block, delta.block_index, delta.text):
             block.signature = delta.text  # a signature is whole: the last one wins, as in the SDKs
