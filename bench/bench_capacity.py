@@ -14,7 +14,8 @@ with the real DispatchPartitionFold, one process, so at most one core of fold):
    HandleBound (built with the pure fold, so HandleBound carries the digest the processor computes),
    appended and drained before the clock starts.
 2. Load: every stream appends, every `--flush-ms`, one StreamDeltas record as the worker writes it
-   (`tokens-per-s * flush-ms / 1000` TEXT_DELTAs, the first record with MESSAGE_START and BLOCK_START),
+   (`tokens-per-s * flush-ms / 1000` TEXT_DELTAs as one run, `streaming/runs.py`, the first record
+   with MESSAGE_START and BLOCK_START),
    the streams staggered evenly over the interval, for `--seconds`; then BLOCK_STOP and MESSAGE_STOP,
    so every operation commits. Records are encoded before the clock starts.
 3. Latency of a record: from its append (the producer's send call) to the read_committed arrival of
@@ -54,6 +55,7 @@ from bench.dispatch_workload import ADAPTERS, WORDS, Mix, _Deltas, _Driver
 from turnledger.codec import decode, encode
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
 from turnledger.model.events import CommittedTurn, PreviewUpdated, StreamDeltas
+from turnledger.streaming.runs import merge_runs
 
 log = logging.getLogger("bench.capacity")
 
@@ -117,7 +119,7 @@ def _load(
                         output_tokens=tokens_per_record * per_stream,
                     )
                 )
-            batch = [d.model_copy(update={"generation": generation}) for d in batch]
+            batch = list(merge_runs(d.model_copy(update={"generation": generation}) for d in batch))
             event = StreamDeltas(
                 conversation_id=conv,
                 event_id=f"{conv}/load-{k}",
@@ -126,7 +128,7 @@ def _load(
                 attempt_generation=generation,
                 deltas=tuple(batch),
             )
-            through = max(d.delta_sequence for d in batch if d.block_index == 0)
+            through = max(d.last_sequence for d in batch if d.block_index == 0)
             records.append(
                 Record(offset + k * flush_s, conv.encode(), encode(event), conv, through, k < per_stream)
             )
@@ -198,7 +200,7 @@ async def _watch(
                         if any(d.type is DeltaType.MESSAGE_STOP for d in out.deltas):
                             commits += 1
                         else:
-                            through = max(d.delta_sequence for d in out.deltas)
+                            through = max(d.last_sequence for d in out.deltas)
                             arrivals.setdefault(out.conversation_id, []).append((through, now))
     finally:
         await consumer.stop()

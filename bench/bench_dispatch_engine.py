@@ -12,6 +12,9 @@ time) of each, the ratio, the bytes written to the changelog per ingress event (
 every state record the batches wrote), and whether their outputs are byte-identical and their
 final states identical (each conversation's state JSON as the engine reads it back, so a change
 of the layout on the changelog compares the states, not the records).
+The StreamDeltas events carry their text deltas as runs, as the worker appends them
+(`streaming/runs.py`); a baseline tree without runs folds the same deltas expanded, encoded by its
+own codec (`encode_runner.py`), and its outputs and final state are compared as they are.
 `--tune-gc` applies the Kafka runtime's GC settings (`tune_gc`: freeze after restore, larger
 gen0 threshold) to the current tree only, e.g. with `--baseline HEAD` to measure just that.
 Both engines load the token counters' vocabularies before the clock starts, as the runtime does
@@ -37,10 +40,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.dispatch_workload import Mix, build
+from bench.dispatch_workload import Mix, Workload, build
+from turnledger.model.events import StreamDeltas
+from turnledger.streaming.runs import expand
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = Path(__file__).resolve().parent / "engine_runner.py"
+ENCODER = Path(__file__).resolve().parent / "encode_runner.py"
 
 
 def _export(ref: str, into: Path) -> Path:
@@ -74,6 +80,28 @@ def _run(
     if not result["turnledger"].startswith(str(tree)):
         raise RuntimeError(f"measured {result['turnledger']}, not the tree under {tree}")
     return result
+
+
+def _has_runs(tree: Path) -> bool:
+    return (tree / "turnledger" / "streaming" / "runs.py").exists()
+
+
+def _expanded_for(tree: Path, workload: Workload, tmp: Path) -> Path:
+    """The workload for a tree without delta runs: every run expanded into the deltas it stands for,
+    encoded by that tree's own codec (`encode_runner.py`), so it reads them in its schema versions;
+    its outputs and state are then compared with the current tree's as they are."""
+    events = []
+    for event in workload.events:
+        data = event.model_dump(mode="json")
+        if isinstance(event, StreamDeltas):
+            deltas = [p.model_dump(mode="json") for d in event.deltas for p in expand(d)]
+            data["deltas"] = [{k: v for k, v in d.items() if k != "following_texts"} for d in deltas]
+        events.append((event.conversation_id.encode(), type(event).__name__, data))
+    source, target = tmp / "events-expanded.pickle", tmp / "records-expanded.pickle"
+    source.write_bytes(pickle.dumps(events))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    subprocess.run([sys.executable, str(ENCODER), str(source), str(target)], check=True, env=env)
+    return target
 
 
 def _profile(rows: list[tuple[bytes, bytes]], batch: int, top: int) -> None:
@@ -131,13 +159,18 @@ def main(argv: list[str] | None = None) -> None:
         records.write_bytes(pickle.dumps(rows))
         current = "current (tune_gc)" if args.tune_gc else "current"
         trees = {current: ROOT}
+        inputs = {ROOT: records}
         if args.baseline:
-            trees = {f"baseline {args.baseline}": _export(args.baseline, Path(tmp)), **trees}
+            baseline = _export(args.baseline, Path(tmp))
+            trees = {f"baseline {args.baseline}": baseline, **trees}
+            inputs[baseline] = (
+                records if _has_runs(baseline) else _expanded_for(baseline, workload, Path(tmp))
+            )
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(args.repeats):
             for name, tree in trees.items():
                 runs[name].append(
-                    _run(tree, records, args.batch, args.tune_gc and tree == ROOT, args.lazy_counters)
+                    _run(tree, inputs[tree], args.batch, args.tune_gc and tree == ROOT, args.lazy_counters)
                 )
     print(
         f"\n{len(rows)} ingress events, {args.conversations} conversations, {workload.committed_turns} "

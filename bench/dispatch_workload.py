@@ -39,6 +39,7 @@ from turnledger.model.events import (
     TurnSubmitted,
 )
 from turnledger.model.tools import ToolDefinition
+from turnledger.streaming.runs import merge_runs
 
 ADAPTERS = (
     ("anthropic-messages@1", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
@@ -92,6 +93,7 @@ class Mix:
     text_deltas: int = 24  # text deltas per streamed text answer
     arg_fragments: int = 4  # argument fragments per tool call
     deltas_per_event: int = 8  # normalized deltas per StreamDeltas ingress event
+    runs: bool = True  # consecutive content deltas of a block as one run, as the worker appends them
     words_per_delta: int = 2
 
 
@@ -196,6 +198,8 @@ class _Driver:
             chunk = tuple(
                 d.model_copy(update={"generation": gen}) for d in deltas[i : i + mix.deltas_per_event]
             )
+            if mix.runs:  # as the worker appends them (GatewayClient.deltas)
+                chunk = merge_runs(chunk)
             self.apply(StreamDeltas(**self._common(), operation_id=op, attempt_generation=gen, deltas=chunk))
         return gen
 

@@ -248,6 +248,8 @@ def _annotation_strategy(annotation: Any) -> st.SearchStrategy[Any]:
         return st.none() | _annotation_strategy(inner[0])
     if origin is tuple:
         return st.lists(_annotation_strategy(get_args(annotation)[0]), max_size=3).map(tuple)
+    if origin is list:
+        return st.lists(_annotation_strategy(get_args(annotation)[0]), max_size=3)
     if origin is dict:
         return json_objects
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):

@@ -75,7 +75,7 @@ def expected_type(annotation: Any) -> Any:
     if origin in (types.UnionType, typing.Union):
         (inner,) = (a for a in get_args(annotation) if a is not type(None))
         return ["null", expected_type(inner)]
-    if origin is tuple:
+    if origin in (tuple, list):
         return {"type": "array", "items": expected_type(get_args(annotation)[0])}
     if origin is dict:
         return "string"

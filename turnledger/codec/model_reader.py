@@ -8,7 +8,7 @@ by the schema, field by field, except where this module keeps a check of its own
 - types: each Avro type has exactly one Python type as the compiled reader returns it (string →
   str, long → int, boolean → bool, bytes → bytes, array → list, record → dict), and a field is
   compiled only when its model annotation is that type (or a StrEnum for an Avro enum, a tuple
-  for an array, the record's model for a record, `X | None` for a union of null and X), so the
+  or a list for an array, the record's model for a record, `X | None` for a union of null and X), so the
   value is one pydantic passes through unchanged, or converts exactly as done here (list →
   tuple, symbol → enum member);
 - enum membership: a symbol of the schema that is not a value of the model's StrEnum is a miss
@@ -187,7 +187,9 @@ class _ModelReaderCompiler(_ReaderCompiler):
             return [f"{ind}{target}, pos = {self.record_function(schema)}(data, pos)"]
         if kind == "array":
             args = typing.get_args(annotation)
-            if typing.get_origin(annotation) is not tuple or len(args) != 2 or args[1] is not Ellipsis:
+            origin = typing.get_origin(annotation)
+            as_tuple = origin is tuple and len(args) == 2 and args[1] is Ellipsis
+            if not (as_tuple or (origin is list and len(args) == 1)):
                 raise Unsupported(f"array as {annotation!r}")
             item = self.var("item")
 
@@ -200,7 +202,7 @@ class _ModelReaderCompiler(_ReaderCompiler):
             return [
                 f"{ind}{target} = []",
                 *self.read_blocks(target, ind, array_item),
-                f"{ind}{target} = tuple({target})",
+                *([f"{ind}{target} = tuple({target})"] if as_tuple else []),
             ]
         if kind == "union":
             return self.read_optional(list(schema), annotation, target, ind)

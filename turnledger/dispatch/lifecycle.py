@@ -73,7 +73,10 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     """Feed the attempt's assembler; previews are coalesced per event (one per block, the latest).
 
     Coalescing per ingress event rather than per processor batch keeps the outputs a
-    function of the log alone, so a replay with other batch boundaries is byte-identical.
+    function of the log alone, so a replay with other batch boundaries is byte-identical. A run
+    (`streaming/runs.py`) is fed piece by piece, each as the delta it stands for, so an event with
+    runs has the outputs of the same event with its runs expanded; a run of another handle or
+    generation is quarantined as one record, as it arrived.
     A preview carries only the text appended since the block's previous preview, at its offset
     (`BlockAssembler.take_preview`), so an answer's preview bytes grow with its length. Each of its
     fields comes from a validated model with the same annotation (the state, the operation, the
@@ -91,6 +94,16 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
                 ReasonCode.FOREIGN_HANDLE,
                 f"delta of handle {delta.response_handle} generation {delta.generation}",
             )
+            continue
+        if delta.following_texts:  # a run: each piece as the delta it stands for
+            for sequence, _status in assembler.feed_pieces(delta, updates):
+                if updates:
+                    for index in updates:
+                        through[index] = sequence
+                    updates.clear()
+                if delta.type in _ENDS_STREAM:
+                    finish(step, op.model_copy(update={"assembler": assembler.snapshot()}), assembler)
+                    return
             continue
         assembler.feed_into(delta, updates)
         if updates:

@@ -59,7 +59,18 @@ class NormalizedDelta(Frozen):
     error_type: str | None = None
     error_message: str | None = None
     model: str | None = None
+    following_texts: list[str] | None = None
+    """A run (`streaming/runs.py`): the texts of the deltas after this one, at the next sequences, of
+    the same type and block. None or empty: this delta alone. A list, not a tuple: a dump of it is
+    an Avro datum as it is (fastavro reads a tuple in a union as its branch notation); never
+    changed in place."""
 
     @property
     def dedup_key(self) -> tuple[str, int, int, int]:
         return (self.response_handle, self.generation, self.block_index, self.delta_sequence)
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the last delta this one stands for (itself, or the end of its run)."""
+        following = self.following_texts
+        return self.delta_sequence + len(following) if following else self.delta_sequence

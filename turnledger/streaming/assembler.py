@@ -14,6 +14,12 @@ fills; a gap still open at `finish()` is STREAM_INCOMPLETE. Because application 
 contiguous, the sequence alone identifies an applied delta within the bound
 (handle, generation), so no set of seen keys has to be kept (and snapshotted).
 
+Runs. A delta with `following_texts` stands for itself and the content deltas after it
+(`streaming/runs.py`): `feed_pieces` applies them one by one, each as if fed alone, without
+building a delta for those that apply in order. A delta with `following_texts` that is not a valid
+run head (a text, thinking or argument fragment with a text and no other field) is a violation
+(MALFORMED_BLOCK), and its pieces are fed as the deltas they spell.
+
 Binding. The assembler belongs to one (response handle, generation): given to the
 constructor, or taken from the first delta fed. Deltas of any other pair are
 FOREIGN and not applied: the dispatch layer quarantines them.
@@ -39,7 +45,7 @@ against the rules above and counts (and refuses) any that slipped through. It is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +62,7 @@ from turnledger.streaming.outcomes import (
     FeedStatus,
     Incomplete,
 )
+from turnledger.streaming.runs import expand_piece, is_run_head
 from turnledger.streaming.strict_arguments import ArgumentError, parse_strict, validate_arguments
 
 SNAPSHOT_VERSION = 1
@@ -160,8 +167,15 @@ class BlockAssembler:
         """`feed()` that writes the preview updates into the caller's `updates` instead of a new
         `FeedResult`: the dispatch fold feeds every delta of an event and coalesces the previews,
         so it needs neither a result object nor a fresh dict per delta. Only an ACCEPTED delta
-        writes into `updates`.
+        writes into `updates`. A run is fed piece by piece (`feed_pieces`): ACCEPTED if a piece
+        was, else HELD if a piece was, else the last piece's status.
         """
+        if delta.following_texts:
+            statuses = [status for _, status in self.feed_pieces(delta, updates)]
+            for status in (FeedStatus.ACCEPTED, FeedStatus.HELD):
+                if status in statuses:
+                    return status
+            return statuses[-1]
         if delta.response_handle != self.response_handle or delta.generation != self.generation:
             if self.response_handle is not None and self.generation is not None:
                 return FeedStatus.FOREIGN
@@ -178,6 +192,77 @@ class BlockAssembler:
         while self._next in self._held:
             self._apply(self._held.pop(self._next), updates)
         return FeedStatus.ACCEPTED
+
+    def feed_pieces(self, run: NormalizedDelta, updates: dict[int, str]) -> Iterator[tuple[int, FeedStatus]]:
+        """Feed the deltas `run` stands for one after another, as `feed_into` of each would, and
+        yield after one or more of them (sequence of the last one, status): every piece fed since
+        the previous yield had that status, and `updates` holds what they wrote. The caller does
+        per yield what it does per delta.
+
+        The usual run, in order with nothing held, on an open block of its kind and within the
+        limits as a whole, is applied at once (`_apply_run`: one yield). Otherwise each piece in
+        order with nothing held is applied from the run's fields without building its delta (the
+        same checks, in the same order, as `feed_into` of it), and any other piece is built
+        (`expand_piece`) and fed."""
+        head = is_run_head(run)
+        if not head and self._may_apply(run):
+            self._violate(
+                ReasonCode.MALFORMED_BLOCK,
+                f"a run of {len(run.following_texts or ()) + 1} {run.type} deltas from {run.delta_sequence}",
+            )
+        index, kind, first = run.block_index, run.type, run.delta_sequence
+        texts = (run.text or "", *(run.following_texts or ()))
+        if head and self._in_order(run, first) and self._apply_run(index, kind, texts, updates):
+            yield first + len(texts) - 1, FeedStatus.ACCEPTED
+            return
+        for offset, text in enumerate(texts):
+            sequence = first + offset
+            if head and self._in_order(run, sequence):
+                self._next = sequence + 1
+                self._content(index, kind, text, updates)
+                yield sequence, FeedStatus.ACCEPTED
+            else:
+                yield sequence, self.feed_into(expand_piece(run, offset), updates)
+
+    def _in_order(self, run: NormalizedDelta, sequence: int) -> bool:
+        """Would `feed_into` apply the piece at `sequence` at once: the next one, nothing held, of this
+        stream, which still takes deltas?"""
+        return (
+            sequence == self._next
+            and not self._held
+            and run.response_handle == self.response_handle
+            and run.generation == self.generation
+            and not self._finished
+            and self._closed is None
+        )
+
+    def _apply_run(
+        self, index: int, kind: DeltaType, texts: tuple[str, ...], updates: dict[int, str]
+    ) -> bool:
+        """Apply every piece of a run at once, if each would be applied whole one by one: the block is
+        open and of the run's kind, and the run as a whole stays within the limits (so does each
+        piece before it); else change nothing and return False (the caller goes piece by piece)."""
+        block = self._blocks.get(index)
+        if block is None or block.stopped or self._stopped or block.kind != _CONTENT_TYPES[kind]:
+            return False
+        size = block.size + sum(map(utf8_length, texts))
+        deltas = block.deltas + len(texts)
+        if deltas > self._limits.max_deltas_per_block or size > self._limits.max_block_bytes:
+            return False
+        self._next += len(texts)
+        block.deltas, block.size = deltas, size
+        if block.kind == "text":
+            block.text += "".join(texts)
+            updates[index] = block.text
+        else:
+            block.parts.extend(texts)
+        return True
+
+    def _may_apply(self, delta: NormalizedDelta) -> bool:
+        """Is `delta` of this assembler's stream (or the one to bind it), while it takes deltas?"""
+        unbound = self.response_handle is None or self.generation is None
+        ours = unbound or (delta.response_handle, delta.generation) == (self.response_handle, self.generation)
+        return ours and not self._finished and self._closed is None
 
     def _hold(self, delta: NormalizedDelta) -> FeedStatus:
         """Keep a delta ahead of the gap, up to `max_held_deltas`. Past it the attempt cannot complete
@@ -206,15 +291,18 @@ class BlockAssembler:
             self._violation = (reason, detail)
 
     def _open_block(self, delta: NormalizedDelta, what: str) -> _Block | None:
+        return self._open_block_at(delta.block_index, what)
+
+    def _open_block_at(self, index: int, what: str) -> _Block | None:
         """The started, not yet stopped block a content delta targets (else a violation).
 
         `what` may be the delta's `DeltaType`: a StrEnum formats as its value, so the
         detail is the same text without paying for `.value` on every applied delta.
         """
-        block = self._blocks.get(delta.block_index)
+        block = self._blocks.get(index)
         if block is None or block.stopped or self._stopped:
             state = "never started" if block is None else "stopped" if block.stopped else "after message stop"
-            self._violate(ReasonCode.MALFORMED_BLOCK, f"{what} for block {delta.block_index}: {state}")
+            self._violate(ReasonCode.MALFORMED_BLOCK, f"{what} for block {index}: {state}")
             return None
         return block
 
@@ -272,20 +360,21 @@ class BlockAssembler:
         return True
 
     def _on_content(self, delta: NormalizedDelta, updates: dict[int, str]) -> None:
-        block = self._open_block(delta, delta.type)
+        self._content(delta.block_index, delta.type, delta.text or "", updates)
+
+    def _content(self, index: int, kind: DeltaType, fragment: str, updates: dict[int, str]) -> None:
+        """A content delta's fragment for block `index` (text, thinking or argument, by `kind`)."""
+        block = self._open_block_at(index, kind)
         if block is None:
             return
-        if block.kind != _CONTENT_TYPES[delta.type] and block.kind in KNOWN_KINDS:
-            self._violate(
-                ReasonCode.MALFORMED_BLOCK, f"{delta.type.value} for {block.kind} block {delta.block_index}"
-            )
+        if block.kind != _CONTENT_TYPES[kind] and block.kind in KNOWN_KINDS:
+            self._violate(ReasonCode.MALFORMED_BLOCK, f"{kind.value} for {block.kind} block {index}")
             return
-        fragment = delta.text or ""
-        if not self._within_limits(block, delta.block_index, fragment):
+        if not self._within_limits(block, index, fragment):
             return
         if block.kind == "text":
             block.text += fragment
-            updates[delta.block_index] = block.text
+            updates[index] = block.text
         else:
             block.parts.append(fragment)
 

@@ -33,6 +33,7 @@ from turnledger.model.events import (
     ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
+from turnledger.streaming.runs import expand
 from turnledger.topology import Stream
 
 MODELS = {
@@ -417,8 +418,10 @@ async def test_a_slow_stream_is_appended_at_most_once_per_flush_interval(flush_s
             await h.wait_state("op-1", DispatchState.COMMITTED)
 
     records = [e for e in ledger.ingress if isinstance(e, StreamDeltas)]
-    sequences = [d.delta_sequence for e in records for d in e.deltas]
+    sequences = [p.delta_sequence for e in records for d in e.deltas for p in expand(d)]
     assert sequences == list(range(len(sequences)))
+    runs = any(d.following_texts for e in records for d in e.deltas)
+    assert runs is (flush_s > 0), "the text deltas of one flush are a run"
     [turn] = [t for t in ledger.of_type(CommittedTurn) if t.operation_id]
     text = "".join(b.text or "" for b in turn.blocks)
     assert text  # the fake's answer, whole
