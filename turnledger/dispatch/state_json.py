@@ -2,20 +2,20 @@
 
 `StateJson.of(state)` is exactly `state.model_dump_json().encode()` (tests compare), and the
 parts of a state split over changelog keys (`state_layout.py`: the head, each operation apart
-from its request, each revision's blocks) are pieces of that same JSON. Every changed state's
-parts are serialized per batch to find the ones that changed, and most of a state is the very
-same frozen objects as in the previous state: states are never mutated in place (every
-change is a `model_copy`), so an unchanged graph, block or operation is the same object
-in the next state and its JSON is reused. The cache belongs to the instance (the
-engine's), keyed by identity and dropped when the model is collected, so a new object
-that reuses an id is never served a stale entry.
+from its request and from the contents of its assembler's blocks, each revision's blocks) are
+pieces of that same JSON. Every changed state's parts are serialized per batch to find the ones
+that changed, and most of a state is the very same frozen objects as in the previous state:
+states are never mutated in place (every change is a `model_copy`), so an unchanged graph, block
+or operation is the same object in the next state and its JSON is reused. The cache belongs to
+the instance (the engine's), keyed by identity and dropped when the model is collected, so a new
+object that reuses an id is never served a stale entry.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -76,6 +76,8 @@ if tuple(GraphState.model_fields) != _GRAPH_FIELDS:  # pragma: no cover - guards
     raise RuntimeError("GraphState fields changed: update StateJson._graph() to match model_dump_json()")
 GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
 M = TypeVar("M", bound=BaseModel)
+Content = tuple[int, str]
+"""A block of an assembler snapshot whose content is kept apart: its index, its content."""
 
 
 class CachedJson(weakref.ref[BaseModel]):
@@ -91,7 +93,17 @@ class CachedJson(weakref.ref[BaseModel]):
     json: bytes
 
 
-def _forgetter(entries: dict[int, CachedJson]) -> Callable[[weakref.ref[BaseModel]], None]:
+class CachedApart(CachedJson):
+    """An operation's JSON apart (`operation_apart`), with the contents it was elided of."""
+
+    __slots__ = ("contents",)
+    contents: list[Content | None]
+
+
+E = TypeVar("E", bound=CachedJson)
+
+
+def _forgetter(entries: dict[int, E]) -> Callable[[weakref.ref[BaseModel]], None]:
     def forget(entry: weakref.ref[BaseModel]) -> None:
         """Drop the entry of a collected model, unless its id already holds a newer entry."""
         assert isinstance(entry, CachedJson)
@@ -107,8 +119,8 @@ class StateJson:
     def __init__(self) -> None:
         self.entries: dict[int, CachedJson] = {}
         self.forget = _forgetter(self.entries)
-        self.apart: dict[int, CachedJson] = {}
-        """Operations without their request, per operation (`operation_apart`)."""
+        self.apart: dict[int, CachedApart] = {}
+        """Operations without their request and contents, per operation (`operation_apart`)."""
         self.forget_apart = _forgetter(self.apart)
 
     def head(self, state: ConversationState, graph: bytes) -> bytes:
@@ -118,8 +130,15 @@ class StateJson:
 
     def operation_apart(self, op: OperationState) -> bytes:
         """The operation's JSON without its request, in two lines: what comes before the request and
-        what comes after it (`splice_request` puts it back)."""
-        return self._cached(self.apart, op, self._apart)
+        what comes after it (`splice_request` puts it back); in the assembler's snapshot the content of
+        every block `assembler_contents` names is empty (`elide_contents`: the changelog keeps it in
+        chunks of its own, so a streamed delta does not write the whole answer again)."""
+        return self._apart(op).json
+
+    def contents(self, op: OperationState) -> list[Content | None]:
+        """`assembler_contents(op.assembler)`: what `operation_apart` elided, computed once per operation
+        (a delta's write compares the operation's contents with those of the one it replaces)."""
+        return self._apart(op).contents
 
     def of(self, state: ConversationState) -> bytes:
         """Exactly `state.model_dump_json().encode()`: the fields in declaration order, pydantic's own
@@ -156,7 +175,7 @@ class StateJson:
 
     def model(self, model: BaseModel) -> bytes:
         """`model.model_dump_json()` of a frozen part of the state, computed once per instance."""
-        return self._cached(self.entries, model, self._dump)
+        return self._cached(model, self._dump)
 
     @staticmethod
     def once(model: BaseModel) -> bytes:
@@ -172,13 +191,13 @@ class StateJson:
             return self._graph(model)
         return model.__pydantic_serializer__.to_json(model)
 
-    def _cached(self, entries: dict[int, CachedJson], model: M, dump: Callable[[M], bytes]) -> bytes:
-        key = id(model)
+    def _cached(self, model: M, dump: Callable[[M], bytes]) -> bytes:
+        key, entries = id(model), self.entries
         hit = entries.get(key)
         if hit is not None and hit() is model:
             return hit.json
         value = dump(model)
-        entry = CachedJson(model, self.forget if entries is self.entries else self.forget_apart)
+        entry = CachedJson(model, self.forget)
         entry.key, entry.json = key, value
         entries[key] = entry
         return value
@@ -192,14 +211,24 @@ class StateJson:
         dicts in declaration order (one call each, the same JSON per value as in the model)
         and spliced around the cached parts.
         """
-        before, after = self._operation_pieces(op)
+        before, after = self._operation_pieces(op, op.assembler)
         return splice_request(before, self.model(op.request), after)
 
-    def _apart(self, op: OperationState) -> bytes:
-        before, after = self._operation_pieces(op)
-        return before + b"\n" + after
+    def _apart(self, op: OperationState) -> CachedApart:
+        """The operation's entry in the `apart` cache (as `_cached`, with its contents)."""
+        key = id(op)
+        hit = self.apart.get(key)
+        if hit is not None and hit() is op:
+            return hit
+        contents = assembler_contents(op.assembler)
+        before, after = self._operation_pieces(op, elide_contents(op.assembler, contents))
+        entry = CachedApart(op, self.forget_apart)
+        entry.key, entry.json, entry.contents = key, before + b"\n" + after, contents
+        self.apart[key] = entry
+        return entry
 
-    def _operation_pieces(self, op: OperationState) -> tuple[bytes, bytes]:
+    def _operation_pieces(self, op: OperationState, assembler: dict[str, Any] | None) -> tuple[bytes, bytes]:
+        """The JSON before and after the request, with `assembler` for the assembler's snapshot."""
         manifest = op.manifest
         head = to_json({"operation_id": op.operation_id, "state": op.state})
         tail = to_json(
@@ -210,7 +239,7 @@ class StateJson:
                 "idempotency_key": op.idempotency_key,
                 "response_handle": op.response_handle,
                 "attempt_terminated": op.attempt_terminated,
-                "assembler": op.assembler,
+                "assembler": assembler,
                 "committed_revision": op.committed_revision,
                 "updated_at_ms": op.updated_at_ms,
                 "lease_owner": op.lease_owner,
@@ -246,6 +275,39 @@ class StateJson:
                 rest[1:],
             )
         )
+
+
+def assembler_contents(assembler: dict[str, Any] | None) -> list[Content | None]:
+    """Per block of an assembler snapshot, in its order: (index, content) when the content is kept
+    apart, None when it stays inline. The assembler snapshots every block with an int index and a str
+    content, each index once (`_Block.to_json`); a block of any other shape, or a second block of an
+    index (none is written), stays as it is, so no two blocks name the same chunks."""
+    blocks = None if assembler is None else assembler.get("blocks")
+    if type(blocks) is not list:
+        return []
+    seen: set[int] = set()
+    contents: list[Content | None] = []
+    for block in blocks:
+        content = None
+        if type(block) is dict:
+            index, text = block.get("index"), block.get("content")
+            if type(index) is int and type(text) is str and index not in seen:
+                seen.add(index)
+                content = (index, text)
+        contents.append(content)
+    return contents
+
+
+def elide_contents(assembler: dict[str, Any] | None, contents: list[Content | None]) -> dict[str, Any] | None:
+    """The snapshot with the content of every block of `contents` (its `assembler_contents`) emptied
+    where it stands (the keys keep their order, so putting the contents back gives the same JSON)."""
+    if assembler is None or not any(contents):
+        return assembler
+    blocks = [
+        block if content is None else {**block, "content": ""}
+        for block, content in zip(assembler["blocks"], contents, strict=True)
+    ]
+    return {**assembler, "blocks": blocks}
 
 
 def splice_request(before: bytes, request: bytes, after: bytes) -> bytes:

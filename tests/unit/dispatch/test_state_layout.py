@@ -1,8 +1,9 @@
-"""Format 4: a conversation's state split over keys, only the parts that changed written.
+"""A conversation's state split over keys (format 5), only the parts that changed written.
 
 Read back, the parts give an equal state whose JSON is the format-3 JSON byte for byte; an event
 writes the keys of what it changed and nothing else; a format-3 changelog folds on exactly like
-one written in format 4; an aborted batch's parts never shadow what the store holds.
+one written split; an aborted batch's parts never shadow what the store holds. (The chunks of
+a streaming answer's contents: test_state_chunks.py.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from turnledger.dispatch.state_layout import (
     Stored,
     blocks_key,
     chunk_key,
+    content_key,
     encode_part,
     graph_parts,
     head_key,
@@ -148,7 +150,7 @@ def test_an_event_writes_the_keys_of_what_it_changed() -> None:
     assert state == c.state
 
 
-def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> None:
+def test_a_streamed_delta_writes_only_its_operation_and_its_content_not_its_request() -> None:
     c = Recording()
     c.user("hello")
     c.dispatch_to_streaming()
@@ -157,16 +159,18 @@ def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> Non
     for i, event in enumerate(c.events[:-1]):
         engine.process_batch([_record(event, i)], store)
     keys = _written(engine, store, c.events[-1], len(c.events))
-    assert keys == [operation_key("conv-1", "op-1")]
-    part = decode(store[keys[0]])
+    assert keys == [operation_key("conv-1", "op-1"), content_key("conv-1", "op-1", 0, 0)]
+    part, chunk = decode(store[keys[0]]), decode(store[keys[1]])
     assert isinstance(part, ConversationSnapshot) and part.format_version == SPLIT_FORMAT
-    assert b'"request"' not in part.state and b'"Hel"' in part.state
+    assert isinstance(chunk, ConversationSnapshot) and chunk.format_version == SPLIT_FORMAT
+    assert b'"request"' not in part.state and b"Hel" not in part.state and chunk.state == b'"Hel"'
     op = c.state.operations["op-1"]
     request = op.request.model_dump_json()
-    assert len(part.state) == len(op.model_dump_json()) - len(',"request":') - len(request)
+    apart = len(op.model_dump_json()) - len(',"request":') - len(request) - len("Hel")
+    assert part.state.endswith(b"\n[1]") and len(part.state) == apart + len("\n[1]")
 
 
-def test_a_format_3_changelog_folds_on_exactly_like_a_format_4_one() -> None:
+def test_a_format_3_changelog_folds_on_exactly_like_a_split_one() -> None:
     c = Recording()
     c.user("weather in Paris?")
     c.dispatch_to_streaming()
@@ -186,7 +190,7 @@ def test_a_format_3_changelog_folds_on_exactly_like_a_format_4_one() -> None:
     out_split = BatchEngine().process_batch(records[half:], split)
     assert [(o.stream, o.key, o.value) for o in out_old] == [(o.stream, o.key, o.value) for o in out_split]
     assert len(out_old) > 3
-    assert dict(old) == dict(split)  # the head rewritten in place, in format 4, with every part
+    assert dict(old) == dict(split)  # the head rewritten in place, split, with every part
     assert decode(old["conv-1"]).format_version == SPLIT_FORMAT  # type: ignore[attr-defined]
     assert read_state(old, "conv-1") == c.state
 
@@ -202,7 +206,7 @@ def test_an_aborted_batch_never_shadows_the_store() -> None:
     engine.process_batch(records[:-2], base)
     aborted = OverlayStore(base)
     engine.process_batch(records[-2:-1], aborted)
-    assert list(aborted.dirty) == [operation_key("conv-1", "op-1")]
+    assert list(aborted.dirty) == [operation_key("conv-1", "op-1"), content_key("conv-1", "op-1", 0, 0)]
     aborted.discard()  # the transaction aborted: the operation's key is back to what it was
     retried = OverlayStore(base)
     outputs = engine.process_batch(records[-2:], retried)
