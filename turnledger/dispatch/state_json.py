@@ -76,8 +76,17 @@ if tuple(GraphState.model_fields) != _GRAPH_FIELDS:  # pragma: no cover - guards
     raise RuntimeError("GraphState fields changed: update StateJson._graph() to match model_dump_json()")
 GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
 M = TypeVar("M", bound=BaseModel)
-Content = tuple[int, str]
-"""A block of an assembler snapshot whose content is kept apart: its index, its content."""
+Content = tuple[int, str, int]
+"""A block of an assembler snapshot whose content is kept in chunks: its index, its content, and how
+many chunks of `CONTENT_CHUNK` code points of it are kept apart (the rest stays inline)."""
+Contents = tuple[Content | None, ...]
+"""Per block of an assembler snapshot, its `Content`, or None for a block kept inline."""
+CONTENT_CHUNK = 256
+"""Code points of an assembler block's content per chunk kept apart (`state_layout.py`). A chunk is
+a str slice, so a character is never cut (neither a UTF-8 sequence nor a surrogate pair). A delta
+rewrites what the last block holds past its full chunks, ~half a chunk on average, instead of the
+whole answer: a larger chunk writes more per delta, a smaller one makes more keys to check
+(`Stored.current`: every key of a cached state, every batch) and to delete at the end."""
 
 
 class CachedJson(weakref.ref[BaseModel]):
@@ -97,7 +106,7 @@ class CachedApart(CachedJson):
     """An operation's JSON apart (`operation_apart`), with the contents it was elided of."""
 
     __slots__ = ("contents",)
-    contents: list[Content | None]
+    contents: Contents
 
 
 E = TypeVar("E", bound=CachedJson)
@@ -120,7 +129,7 @@ class StateJson:
         self.entries: dict[int, CachedJson] = {}
         self.forget = _forgetter(self.entries)
         self.apart: dict[int, CachedApart] = {}
-        """Operations without their request and contents, per operation (`operation_apart`)."""
+        """Operations' parts (without request and chunks), per operation (`operation_apart`)."""
         self.forget_apart = _forgetter(self.apart)
 
     def head(self, state: ConversationState, graph: bytes) -> bytes:
@@ -129,13 +138,14 @@ class StateJson:
         return self._of(state, b"", graph, b"[]", b"{}")
 
     def operation_apart(self, op: OperationState) -> bytes:
-        """The operation's JSON without its request, in two lines: what comes before the request and
-        what comes after it (`splice_request` puts it back); in the assembler's snapshot the content of
-        every block `assembler_contents` names is empty (`elide_contents`: the changelog keeps it in
-        chunks of its own, so a streamed delta does not write the whole answer again)."""
+        """The operation's part on the changelog (`state_layout.py`), in three lines: its JSON before
+        the request, its JSON after the request (`splice_request` puts it back) with each block of
+        its assembler's snapshot holding only what its chunks do not (`elide_contents`: the changelog
+        keeps them under keys of their own, so a streamed delta does not write the whole answer), and
+        each block's count of chunks (`assembler_contents`; null: inline)."""
         return self._apart(op).json
 
-    def contents(self, op: OperationState) -> list[Content | None]:
+    def contents(self, op: OperationState) -> Contents:
         """`assembler_contents(op.assembler)`: what `operation_apart` elided, computed once per operation
         (a delta's write compares the operation's contents with those of the one it replaces)."""
         return self._apart(op).contents
@@ -222,8 +232,9 @@ class StateJson:
             return hit
         contents = assembler_contents(op.assembler)
         before, after = self._operation_pieces(op, elide_contents(op.assembler, contents))
+        counts = to_json([content and content[2] for content in contents])
         entry = CachedApart(op, self.forget_apart)
-        entry.key, entry.json, entry.contents = key, before + b"\n" + after, contents
+        entry.key, entry.json, entry.contents = key, b"\n".join((before, after, counts)), contents
         self.apart[key] = entry
         return entry
 
@@ -277,37 +288,46 @@ class StateJson:
         )
 
 
-def assembler_contents(assembler: dict[str, Any] | None) -> list[Content | None]:
-    """Per block of an assembler snapshot, in its order: (index, content) when the content is kept
-    apart, None when it stays inline. The assembler snapshots every block with an int index and a str
-    content, each index once (`_Block.to_json`); a block of any other shape, or a second block of an
-    index (none is written), stays as it is, so no two blocks name the same chunks."""
+def assembler_contents(assembler: dict[str, Any] | None) -> Contents:
+    """Per block of an assembler snapshot, in its order: (index, content, chunks kept apart), or None
+    for a block kept inline. The chunks of a block are all of its content but for the last such block
+    (the one that grows, most often): its full chunks, the rest (less than a chunk) inline, so that a
+    delta rewrites that rest in the operation's part rather than a chunk under a key of its own. The
+    assembler snapshots every block with an int index and a str content, each index once
+    (`_Block.to_json`); a block of any other shape, or a second block of an index (none is
+    written), stays inline, so no two blocks name the same chunks."""
     blocks = None if assembler is None else assembler.get("blocks")
     if type(blocks) is not list:
-        return []
+        return ()
     seen: set[int] = set()
     contents: list[Content | None] = []
+    last: int | None = None
     for block in blocks:
         content = None
         if type(block) is dict:
             index, text = block.get("index"), block.get("content")
             if type(index) is int and type(text) is str and index not in seen:
                 seen.add(index)
-                content = (index, text)
+                content, last = (index, text, -(-len(text) // CONTENT_CHUNK)), len(contents)
         contents.append(content)
-    return contents
+    if last is not None:
+        index, text, _ = contents[last] or (0, "", 0)
+        contents[last] = (index, text, len(text) // CONTENT_CHUNK)
+    return tuple(contents)
 
 
-def elide_contents(assembler: dict[str, Any] | None, contents: list[Content | None]) -> dict[str, Any] | None:
-    """The snapshot with the content of every block of `contents` (its `assembler_contents`) emptied
-    where it stands (the keys keep their order, so putting the contents back gives the same JSON)."""
-    if assembler is None or not any(contents):
-        return assembler
-    blocks = [
-        block if content is None else {**block, "content": ""}
-        for block, content in zip(assembler["blocks"], contents, strict=True)
-    ]
-    return {**assembler, "blocks": blocks}
+def elide_contents(assembler: dict[str, Any] | None, contents: Contents) -> dict[str, Any] | None:
+    """The snapshot with each block of `contents` (its `assembler_contents`) holding only the content
+    its chunks do not, where it stands (the keys keep their order, so putting the chunks back gives
+    the same JSON)."""
+    if assembler is None:
+        return None
+    blocks: list[Any] | None = None
+    for position, content in enumerate(contents):
+        if content is not None and content[2]:
+            blocks = blocks or list(assembler["blocks"])
+            blocks[position] = {**blocks[position], "content": content[1][content[2] * CONTENT_CHUNK :]}
+    return assembler if blocks is None else {**assembler, "blocks": blocks}
 
 
 def splice_request(before: bytes, request: bytes, after: bytes) -> bytes:

@@ -12,16 +12,19 @@ apart too:
   graph digests and pending calls; the graph's indexes too when they do not split by revision,
   `_split_indexes`);
 - `<conversation>\x1fo\x1f<operation id>`: one operation without its request and without the
-  contents of its assembler's blocks, written when it changes, in three lines: the JSON before the
-  request, the JSON after it with each block's content empty (`elide_contents`), and each block's
-  count of content chunks (null for a block kept inline, `assembler_contents`);
+  chunks of its assembler's contents, written when it changes, in three lines: the JSON before the
+  request, the JSON after it with each block's content cut to what its chunks do not hold
+  (`elide_contents`), and each block's count of chunks (null for a block kept inline);
 - `<conversation>\x1fr\x1f<operation id>`: its request, written once;
 - `<conversation>\x1fx\x1f<block index>\x1f<n>\x1f<operation id>`: chunk n of the content of the
-  operation's assembler block, `CONTENT_CHUNK` code points as a JSON string. The content only
-  grows within an attempt, so every chunk but the last is written once and the last as it grows
-  (a delta writes the operation's part and a chunk or two, whatever the answer's length); the
-  chunks are deleted when the assembler goes (a commit, a retraction) or its content shrinks (a
-  new attempt);
+  operation's assembler block, `CONTENT_CHUNK` code points as a JSON string. The chunks hold all of
+  each block's content but the last block's rest past its full chunks (less than a chunk), which
+  stays in the operation's part (`assembler_contents`). The content only grows within an attempt
+  and the last block is the one that grows, so a chunk is written once, when it fills: a delta
+  writes the operation's part (a chunk's worth of the answer at most) and, when one fills, that
+  chunk, whatever the answer's length; an answer shorter than a chunk writes format 4's part and a
+  count. The chunks are deleted when the assembler goes (a commit, a retraction) or its content
+  shrinks (a new attempt);
 - `<conversation>\x1fb\x1f<ordering>`: the blocks one revision appended (a run from that ordering
   on) and that revision's entries of `block_ids`, `calls` and `results`, written once;
 - `<conversation>\x1ft\x1f<n>`, `<conversation>\x1fh\x1f<n>`: turn ids and handles, `CHUNK` per
@@ -75,7 +78,7 @@ from turnledger.codec import CodecError, UnencodableRecord, decode, default_code
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.migrate import READABLE_FORMATS, UnreadableStateFormat, upgrade_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
-from turnledger.dispatch.state_json import GRAPH_HEAD, Content, StateJson, splice_request
+from turnledger.dispatch.state_json import CONTENT_CHUNK, GRAPH_HEAD, Contents, StateJson, splice_request
 from turnledger.errors import StateFormatError
 from turnledger.model.events import ConversationSnapshot
 from turnledger.model.graph import Block
@@ -97,11 +100,6 @@ CONTENTS_TAG = "x"
 _CONTENTS = f"{SEPARATOR}{CONTENTS_TAG}{SEPARATOR}"
 CHUNK = 16
 """Turn ids and handles per chunk: they only grow, so every chunk but the last is written once."""
-CONTENT_CHUNK = 256
-"""Code points of an assembler block's content per chunk (a str slice: a character is never cut,
-neither a UTF-8 sequence nor a surrogate pair). A delta rewrites the last chunk, ~half of this on
-average, instead of the whole answer; a larger chunk writes more per delta, a smaller one has
-more keys to check (`Stored.current`) and to delete at the commit."""
 
 _BLOCKS = TypeAdapter(tuple[Block, ...])
 _BLOCK_IDS = TypeAdapter(dict[str, int])
@@ -443,41 +441,36 @@ def state_parts(
         for index, chunk in enumerate(chunks):
             parts[chunk_key(conversation_id, tag, index)] = chunk
     for operation_id, op in state.operations.items():
-        parts[operation_key(conversation_id, operation_id)] = _operation_part(op, json.contents(op), json)
+        parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
         parts[request_key(conversation_id, operation_id)] = json.model(op.request)
     for start, run in graph.runs.items():
         parts[blocks_key(conversation_id, start)] = run
     for operation_id, op in state.operations.items():  # last: a delta's new chunk is the last key
-        parts.update(_content_parts(conversation_id, operation_id, json.contents(op)))
+        if contents := json.contents(op):
+            parts.update(_content_parts(conversation_id, operation_id, contents))
     return parts, graph
 
 
-def _chunks(items: int, size: int = CHUNK) -> int:
-    return -(-items // size)
-
-
-def _operation_part(op: OperationState, contents: list[Content | None], json: StateJson) -> bytes:
-    """The operation without its request and its contents, then the chunk count of each block."""
-    counts = [None if content is None else _chunks(len(content[1]), CONTENT_CHUNK) for content in contents]
-    return json.operation_apart(op) + b"\n" + to_json(counts)
+def _chunks(items: int) -> int:
+    return -(-items // CHUNK)
 
 
 def _content_parts(
     conversation_id: str,
     operation_id: str,
-    contents: list[Content | None],
-    before: tuple[list[Content | None], Mapping[str, bytes]] | None = None,
+    contents: Contents,
+    before: tuple[Contents, Mapping[str, bytes]] | None = None,
 ) -> dict[str, bytes]:
     """Key → JSON of the content chunks of the operation's blocks, in block then chunk order. `before`:
     the contents the operation had and the parts written of them; a block whose content starts with
     what it was reuses the JSON of those full chunks (the content only grows within an attempt)."""
-    earlier: dict[int, str] = {} if before is None else dict(filter(None, before[0]))
+    earlier = {} if before is None else {index: text for index, text, _ in filter(None, before[0])}
     known: Mapping[str, bytes] = {} if before is None else before[1]
     parts: dict[str, bytes] = {}
-    for index, text in filter(None, contents):
+    for index, text, count in filter(None, contents):
         old = earlier.get(index)
         kept = 0 if old is None or not text.startswith(old) else len(old) // CONTENT_CHUNK
-        for chunk in range(_chunks(len(text), CONTENT_CHUNK)):
+        for chunk in range(count):
             key = content_key(conversation_id, operation_id, index, chunk)
             parts[key] = known[key] if chunk < kept else _chunk(text, chunk)
     return parts
@@ -498,10 +491,10 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
     when the graph, the turn ids, the handles or the operation ids differ (a turn, a new operation,
     a new handle: `state_parts` then builds them all), or `old` was read rather than written.
 
-    A streamed delta changes its operation's part and the last chunk of what it appended to, and may
-    add chunks: the chunks are the last keys, so a new chunk of the last streaming operation is
-    appended; when keys go (a commit, a retraction, a new attempt) or a new one does not go last,
-    every chunk is put in order again (`_with_chunks_again`), still reusing the full ones.
+    A streamed delta changes its operation's part and, when a chunk fills, adds it: the chunks are
+    the last keys, so a new chunk of the last streaming operation is appended; when keys go (a
+    commit, a retraction, a new attempt) or a new one does not go last, every chunk is put in order
+    again (`_with_chunks_again`), still reusing the full ones.
 
     Every state is a new frozen object, and an unchanged part of it the same object as before, so
     "unchanged" is identity (or equality of the head's few scalar fields)."""
@@ -529,12 +522,11 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
         prior = before[operation_id]
         if op is prior:
             continue
-        contents = json.contents(op)
-        parts[operation_key(conversation_id, operation_id)] = _operation_part(op, contents, json)
+        parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
         if op.request is not prior.request:
             parts[request_key(conversation_id, operation_id)] = json.model(op.request)
         if op.assembler is not prior.assembler and not regroup:
-            was = json.contents(prior)
+            contents, was = json.contents(op), json.contents(prior)
             grown = _grown_chunks(conversation_id, operation_id, contents, was)
             if grown is None or (grown[1] and not _chunks_last(parts, conversation_id, operation_id, was)):
                 regroup = True  # keys gone, or new ones that do not go last: every chunk in order again
@@ -545,7 +537,7 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
 
 
 def _grown_chunks(
-    conversation_id: str, operation_id: str, contents: list[Content | None], was: list[Content | None]
+    conversation_id: str, operation_id: str, contents: Contents, was: Contents
 ) -> tuple[dict[str, bytes], dict[str, bytes]] | None:
     """The chunks that changed from `was` to `contents`, those of keys it had and those of new keys
     in order, when its keys stay and the new ones follow them (the same blocks and maybe more, only
@@ -557,14 +549,13 @@ def _grown_chunks(
         return None
     changed: dict[str, bytes] = {}
     added: dict[str, bytes] = {}
-    for position, (index, text) in enumerate(now):
-        count, had, first = _chunks(len(text), CONTENT_CHUNK), 0, 0
+    for position, (index, text, count) in enumerate(now):
+        had, first = 0, 0
         if position < len(before):
-            index_before, old = before[position]
-            had = _chunks(len(old), CONTENT_CHUNK)
+            index_before, old, had = before[position]
             if index != index_before or count < had or (count > had and position < len(before) - 1):
                 return None
-            if text == old:
+            if count == had and text == old:
                 continue
             first = len(old) // CONTENT_CHUNK if text.startswith(old) else 0
         for chunk in range(first, count):
@@ -577,16 +568,14 @@ def _chunk(text: str, chunk: int) -> bytes:
     return to_json(text[chunk * CONTENT_CHUNK : (chunk + 1) * CONTENT_CHUNK])
 
 
-def _chunks_last(
-    parts: dict[str, bytes], conversation_id: str, operation_id: str, was: list[Content | None]
-) -> bool:
-    """Is the last chunk of `was` (the operation's contents) the last key of `parts`? Then its new
-    chunks go last too, where `state_parts` puts them."""
-    for index, text in reversed([c for c in was if c is not None]):
-        if text:
-            last = content_key(conversation_id, operation_id, index, _chunks(len(text), CONTENT_CHUNK) - 1)
-            return next(reversed(parts), None) == last
-    return False
+def _chunks_last(parts: dict[str, bytes], conversation_id: str, operation_id: str, was: Contents) -> bool:
+    """May new chunks of the operation go last in `parts`, where `state_parts` puts them: is its last
+    key the operation's last chunk (of `was`), or no chunk at all (the chunks are the last keys)?"""
+    tail = next(reversed(parts), "")
+    for index, _, count in reversed([c for c in was if c is not None]):
+        if count:
+            return tail == content_key(conversation_id, operation_id, index, count - 1)
+    return not tail.startswith(conversation_id + _CONTENTS)
 
 
 def _with_chunks_again(
@@ -711,7 +700,8 @@ def _read_operation(get: Get, operation_id: str, stored: Stored) -> OperationSta
 
 def _read_contents(get: Get, op: OperationState, counts: list[int | None], stored: Stored) -> None:
     """Put the content chunks back into the blocks of the operation's assembler snapshot (a dict just
-    read, no one else's): `counts`, each block's chunk count (None: its content is inline)."""
+    read, no one else's), before the rest of each content, inline: `counts`, each block's chunk count
+    (None: its content is all inline)."""
     blocks = [] if op.assembler is None else op.assembler.get("blocks")
     if not isinstance(blocks, list) or len(blocks) != len(counts):
         raise StateLayoutError(f"operation {op.operation_id!r} counts the chunks of {len(counts)} blocks")
@@ -719,13 +709,12 @@ def _read_contents(get: Get, op: OperationState, counts: list[int | None], store
     for block, count in zip(blocks, counts, strict=True):
         if count is None:
             continue
-        index = block.get("index") if isinstance(block, dict) else None
-        if type(index) is not int:
+        index, rest = (block.get("index"), block.get("content")) if isinstance(block, dict) else (None, None)
+        if type(index) is not int or type(rest) is not str:
             raise StateLayoutError(f"operation {op.operation_id!r} counts chunks of a block with no index")
         keys = (content_key(conversation_id, op.operation_id, index, n) for n in range(count))
-        block["content"] = "".join(
-            _TEXT.validate_json(_part(get, key, conversation_id, stored)) for key in keys
-        )
+        chunks = [_TEXT.validate_json(_part(get, key, conversation_id, stored)) for key in keys]
+        block["content"] = "".join(chunks) + rest
 
 
 def _whole_under_bare_id(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:

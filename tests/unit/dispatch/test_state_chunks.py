@@ -1,12 +1,12 @@
 """Format 5: the contents of a streaming operation's assembler blocks in chunks of their own.
 
-A streamed delta writes the operation's part and the last chunk or two, however long the answer;
-what was written reads back as the state (any content: empty, a multiple of the chunk, characters
-outside the BMP across a chunk's edge, thinking and tool-argument blocks); the chunk keys of two
-operations never collide whatever their ids hold; the chunks go when the assembler does or
-shrinks; the parts of what changed are the parts of the whole state at every step; a changelog
-written in format 4 (contents inline) before the upgrade is read, and folded on exactly like one
-written in format 5.
+A streamed delta writes the operation's part, which holds less than a chunk of the answer, and a
+chunk when one fills, however long the answer; what was written reads back as the state (any
+content: empty, a multiple of the chunk, characters outside the BMP across a chunk's edge,
+thinking and tool-argument blocks); the chunk keys of two operations never collide whatever their
+ids hold; the chunks go when the assembler does or shrinks; the parts of what changed are the
+parts of the whole state at every step; a changelog written in format 4 (contents inline) before
+the upgrade is read, and folded on exactly like one written in format 5.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def _engine_writes(c: Recording, store: Store, engine: BatchEngine) -> list[list
 
 def _answer(records: int) -> list[tuple[int, int, int]]:
     """Each StreamDeltas record's writes in an answer of `records` records of six text deltas: the
-    bytes of the operation's part, the code points of the chunks, the changelog bytes in all
-    (keys and values)."""
+    bytes of the operation's part, the code points of the chunks it wrote (full ones, each written
+    once), the changelog bytes in all (keys and values)."""
     d = _DeltaMaker("msg_1", 1)
     c = _streaming(d(DeltaType.MESSAGE_START, -1), d(DeltaType.BLOCK_START, 0, block_kind="text"))
     for k in range(records):
@@ -96,29 +96,32 @@ def _answer(records: int) -> list[tuple[int, int, int]]:
         c.deltas([d(DeltaType.TEXT_DELTA, 0, text=word) for word in words])
     writes = _engine_writes(c, Store(), BatchEngine())[-records:]
     chunks = {content_key("conv-1", "op-1", 0, n) for n in range(records)}
-    sizes = []
-    for written in writes:  # the operation's part, then the chunks the delta changed: one or two
+    sizes, filled = [], []
+    for written in writes:  # the operation's part, then the chunk the delta filled, if it did
         keys = [key for key, _ in written]
-        assert keys[0] == operation_key("conv-1", "op-1") and 2 <= len(keys) <= 3
+        assert keys[0] == operation_key("conv-1", "op-1") and len(keys) <= 2
         assert set(keys[1:]) <= chunks
+        filled += keys[1:]
         values = [decode(value) for _, value in written]  # type: ignore[arg-type]
         assert all(isinstance(v, ConversationSnapshot) for v in values)
-        code_points = sum(len(orjson.loads(v.state)) for v in values[1:])  # type: ignore[attr-defined]
+        code_points = [len(orjson.loads(v.state)) for v in values[1:]]  # type: ignore[attr-defined]
+        assert code_points in ([], [C])
         total = sum(len(key.encode()) + len(value or b"") for key, value in written)
-        sizes.append((len(values[0].state), code_points, total))  # type: ignore[attr-defined]
+        sizes.append((len(values[0].state), sum(code_points), total))  # type: ignore[attr-defined]
+    assert filled == sorted(set(filled), key=filled.index)  # each chunk written once
+    assert len(filled) >= records * 6 * 3 // C  # words of 3 code points or more
     return sizes
 
 
 def test_a_streamed_answer_writes_the_same_bytes_per_record_however_long_it_is() -> None:
     short, long = _answer(20), _answer(200)
-    appended = 6 * (max(map(len, WORDS)) + 1)
     for sizes in (short, long):
-        assert all(code_points <= C + appended for _, code_points, _ in sizes)  # the last chunk or two
         assert max(total for _, _, total in sizes) < 2_000  # the part, a chunk of 256, keys: at most
-    # the part grows only by the digits of numbers (next sequence, delta count, chunk count)
-    assert max(part for part, _, _ in long) <= max(part for part, _, _ in short) + 3
+    # the part holds less than a chunk of the answer: the sizes of the short one's, but for a digit
+    # more in three numbers (next sequence, delta count, chunk count) and where the words fall
+    assert max(part for part, _, _ in long) <= max(part for part, _, _ in short) + 3 + 8
     mean = [sum(total for _, _, total in sizes) / len(sizes) for sizes in (short, long)]
-    assert mean[1] <= mean[0] + C / 2  # a short answer's last chunk is fuller on average, no more
+    assert mean[1] <= mean[0] + 16
 
 
 def _text(length: int, outside_bmp_at: tuple[int, ...] = ()) -> str:
@@ -134,7 +137,8 @@ def _text(length: int, outside_bmp_at: tuple[int, ...] = ()) -> str:
 def _special_blocks() -> list[NormalizedDelta]:
     """A thinking block exactly two chunks long, a text block one code point past a chunk with
     characters outside the BMP on both sides of the edge, a tool call's arguments so far, an empty
-    text block: the answer, unfinished."""
+    text block, a last text block five code points past a chunk (those five stay in the operation's
+    part): the answer, unfinished."""
     d = _DeltaMaker("msg_1", 1)
     thinking, text = _text(2 * C), _text(C + 1, (C - 1, C))
     return [
@@ -147,6 +151,8 @@ def _special_blocks() -> list[NormalizedDelta]:
         d(DeltaType.BLOCK_START, 2, block_kind="tool_call", call_id="call-1", tool_name="get_weather"),
         d(DeltaType.ARGUMENT_FRAGMENT, 2, text='{"city": "Zürich 🙂'),
         d(DeltaType.BLOCK_START, 3, block_kind="text"),
+        d(DeltaType.BLOCK_START, 4, block_kind="text"),
+        d(DeltaType.TEXT_DELTA, 4, text=_text(C) + "Ωμέγα"),
     ]
 
 
@@ -155,17 +161,19 @@ def test_a_state_with_contents_in_chunks_reads_back_equal() -> None:
     assembler = c.state.operations["op-1"].assembler
     assert assembler is not None
     contents = [block["content"] for block in assembler["blocks"]]
-    assert [len(content) for content in contents] == [2 * C, C + 1, 18, 0]
+    assert [len(content) for content in contents] == [2 * C, C + 1, 18, 0, C + 5]
     stored = _round_trip(c.state)  # read back: an equal state, the same JSON
-    for index, content in enumerate(contents):
-        chunks = [stored.parts[content_key("conv-1", "op-1", index, n)] for n in range(-(-len(content) // C))]
-        assert content_key("conv-1", "op-1", index, len(chunks)) not in stored.parts
-        assert "".join(orjson.loads(chunk) for chunk in chunks) == content
+    counts = [2, 2, 1, 0, 1]  # every block's content in chunks, but the last's past its full ones
+    for index, (content, count) in enumerate(zip(contents, counts, strict=True)):
+        chunks = [stored.parts[content_key("conv-1", "op-1", index, n)] for n in range(count)]
+        assert content_key("conv-1", "op-1", index, count) not in stored.parts
+        assert "".join(orjson.loads(chunk) for chunk in chunks) == content[: C * 4 if index < 4 else C]
         assert [len(orjson.loads(chunk)) for chunk in chunks[:-1]] == [C] * (len(chunks) - 1)
         assert all(chunk.decode("utf-8") for chunk in chunks)  # whole UTF-8 sequences in each
     assert orjson.loads(stored.parts[content_key("conv-1", "op-1", 1, 1)]) == "🙂"
     part = stored.parts[operation_key("conv-1", "op-1")]
-    assert part.endswith(b"\n[2,2,1,0]") and b"ab \xc3\xa9" not in part and b"Z\xc3\xbcrich" not in part
+    assert part.endswith(b"\n[2,2,1,0,1]") and '"content":"Ωμέγα"'.encode() in part
+    assert b"ab \xc3\xa9" not in part and b"Z\xc3\xbcrich" not in part
 
 
 @pytest.mark.parametrize("length", [0, 1, C - 1, C, C + 1, 2 * C, 3 * C + 5])
@@ -178,7 +186,9 @@ def test_a_content_of_any_length_reads_back_equal(length: int) -> None:
     )
     stored = _round_trip(c.state)
     keys = [key for key in stored.parts if key.startswith(CHUNKS)]
-    assert keys == [content_key("conv-1", "op-1", 0, n) for n in range(-(-length // C))]
+    assert keys == [content_key("conv-1", "op-1", 0, n) for n in range(length // C)]  # the full ones
+    rest = orjson.dumps(_text(length, tuple(range(C - 1, length, C)))[length // C * C :])
+    assert b'"content":' + rest in stored.parts[operation_key("conv-1", "op-1")]
 
 
 COLLIDING_IDS = ["a", "a\x1f0", "0\x1fa", "0\x1f0\x1fa", "a\x1f0\x1f1", "1\x1f0\x1fa", "x\x1f0\x1f0\x1fa", ""]
@@ -233,7 +243,7 @@ def test_the_chunks_go_when_the_answer_commits_or_is_retracted_and_every_write_i
     c.bind(gen=2, handle="msg_2")
     new = _DeltaMaker("msg_2", 2)
     c.deltas([new(DeltaType.MESSAGE_START, -1), new(DeltaType.BLOCK_START, 0, block_kind="text")], gen=2)
-    for k in range(12):
+    for k in range(50):
         c.deltas([new(DeltaType.TEXT_DELTA, 0, text=f"{WORDS[k % len(WORDS)]}🙂 ")], gen=2)
     stop = [new(DeltaType.BLOCK_STOP, 0), new(DeltaType.MESSAGE_STOP, -1, stop_reason=StopReason.END_TURN)]
     c.deltas(stop, gen=2)

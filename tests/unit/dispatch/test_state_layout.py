@@ -30,7 +30,6 @@ from turnledger.dispatch.state_layout import (
     Stored,
     blocks_key,
     chunk_key,
-    content_key,
     encode_part,
     graph_parts,
     head_key,
@@ -150,7 +149,7 @@ def test_an_event_writes_the_keys_of_what_it_changed() -> None:
     assert state == c.state
 
 
-def test_a_streamed_delta_writes_only_its_operation_and_its_content_not_its_request() -> None:
+def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> None:
     c = Recording()
     c.user("hello")
     c.dispatch_to_streaming()
@@ -159,15 +158,14 @@ def test_a_streamed_delta_writes_only_its_operation_and_its_content_not_its_requ
     for i, event in enumerate(c.events[:-1]):
         engine.process_batch([_record(event, i)], store)
     keys = _written(engine, store, c.events[-1], len(c.events))
-    assert keys == [operation_key("conv-1", "op-1"), content_key("conv-1", "op-1", 0, 0)]
-    part, chunk = decode(store[keys[0]]), decode(store[keys[1]])
+    assert keys == [operation_key("conv-1", "op-1")]  # less than a chunk of content: in its part
+    part = decode(store[keys[0]])
     assert isinstance(part, ConversationSnapshot) and part.format_version == SPLIT_FORMAT
-    assert isinstance(chunk, ConversationSnapshot) and chunk.format_version == SPLIT_FORMAT
-    assert b'"request"' not in part.state and b"Hel" not in part.state and chunk.state == b'"Hel"'
+    assert b'"request"' not in part.state and b'"Hel"' in part.state
     op = c.state.operations["op-1"]
     request = op.request.model_dump_json()
-    apart = len(op.model_dump_json()) - len(',"request":') - len(request) - len("Hel")
-    assert part.state.endswith(b"\n[1]") and len(part.state) == apart + len("\n[1]")
+    apart = len(op.model_dump_json()) - len(',"request":') - len(request)
+    assert part.state.endswith(b"\n[0]") and len(part.state) == apart + len("\n[0]")
 
 
 def test_a_format_3_changelog_folds_on_exactly_like_a_split_one() -> None:
@@ -206,7 +204,7 @@ def test_an_aborted_batch_never_shadows_the_store() -> None:
     engine.process_batch(records[:-2], base)
     aborted = OverlayStore(base)
     engine.process_batch(records[-2:-1], aborted)
-    assert list(aborted.dirty) == [operation_key("conv-1", "op-1"), content_key("conv-1", "op-1", 0, 0)]
+    assert list(aborted.dirty) == [operation_key("conv-1", "op-1")]
     aborted.discard()  # the transaction aborted: the operation's key is back to what it was
     retried = OverlayStore(base)
     outputs = engine.process_batch(records[-2:], retried)
