@@ -202,7 +202,7 @@ async def test_sigkill_mid_transaction_then_restart_keeps_outputs_exactly_once(
             continue
         assert key is not None and value is not None
         changelog.put(key.decode(), value)
-    heads = [key for key in changelog.data if SEPARATOR not in key]  # format 4: a head per conversation
+    heads = [key for key in changelog.data if SEPARATOR not in key]  # split: a head per conversation
     assert sorted(heads) == sorted(workload.conversations)
     for conversation_id, c in workload.conversations.items():
         assert read_state(changelog, conversation_id) == c.state, conversation_id

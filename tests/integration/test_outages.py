@@ -167,6 +167,9 @@ class _Store:
     def put(self, key: str, value: bytes) -> None:
         self.data[key] = value
 
+    def delete(self, key: str) -> None:
+        del self.data[key]
+
 
 @contextlib.asynccontextmanager
 async def running(feeder: IngressFeeder) -> AsyncIterator[asyncio.Task[None]]:

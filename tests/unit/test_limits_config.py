@@ -109,6 +109,9 @@ class _Store(dict[str, bytes]):
     def put(self, key: str, value: bytes) -> None:
         self[key] = value
 
+    def delete(self, key: str) -> None:
+        del self[key]
+
 
 def test_the_default_fold_runs_under_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     value = encode(_turn("hello"))

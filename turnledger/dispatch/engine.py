@@ -23,7 +23,7 @@ from turnledger.dispatch.live_assemblers import LiveAssemblers
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
 from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_layout import (
-    SPLIT_FORMAT,
+    SPLIT_FORMATS,
     StateDecodeError,
     Stored,
     decode_snapshot,
@@ -83,10 +83,12 @@ def encode_state(state: ConversationState, json: StateJson | None = None) -> byt
 
 
 def decode_state(value: bytes) -> ConversationState:
-    """A state written whole (formats 1 to 3); a format-4 head needs its parts (`read_state`)."""
+    """A state written whole (formats 1 to 3); a split head (format 4 or 5) needs its parts (`read_state`)."""
     snapshot = decode_snapshot(value)
-    if snapshot.format_version == SPLIT_FORMAT:
-        raise StateDecodeError("a format-4 head: its state is split over keys (read it with read_state)")
+    if snapshot.format_version in SPLIT_FORMATS:
+        raise StateDecodeError(
+            f"a format-{snapshot.format_version} head: its state is split over keys (read it with read_state)"
+        )
     return decode_whole(snapshot)
 
 
@@ -185,8 +187,9 @@ class BatchEngine:
 
 
 def _deleter(store: StateAccess) -> Callable[[str], None]:
-    """`store.delete`, looked up only when a key is deleted: a state never drops a part in the fold
-    as it is (operations and blocks stay), and a get/put store keeps working."""
+    """`store.delete`, looked up only when a key is deleted. Operations and blocks stay in the state;
+    what the fold drops is the content chunks of an assembler (at a commit, a retraction, a new
+    attempt), so a store of `get` and `put` alone works until an answer it streamed ends."""
 
     def delete(key: str) -> None:
         store.delete(key)

@@ -2,20 +2,20 @@
 
 `StateJson.of(state)` is exactly `state.model_dump_json().encode()` (tests compare), and the
 parts of a state split over changelog keys (`state_layout.py`: the head, each operation apart
-from its request, each revision's blocks) are pieces of that same JSON. Every changed state's
-parts are serialized per batch to find the ones that changed, and most of a state is the very
-same frozen objects as in the previous state: states are never mutated in place (every
-change is a `model_copy`), so an unchanged graph, block or operation is the same object
-in the next state and its JSON is reused. The cache belongs to the instance (the
-engine's), keyed by identity and dropped when the model is collected, so a new object
-that reuses an id is never served a stale entry.
+from its request and from the contents of its assembler's blocks, each revision's blocks) are
+pieces of that same JSON. Every changed state's parts are serialized per batch to find the ones
+that changed, and most of a state is the very same frozen objects as in the previous state:
+states are never mutated in place (every change is a `model_copy`), so an unchanged graph, block
+or operation is the same object in the next state and its JSON is reused. The cache belongs to
+the instance (the engine's), keyed by identity and dropped when the model is collected, so a new
+object that reuses an id is never served a stale entry.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import to_json
@@ -76,6 +76,17 @@ if tuple(GraphState.model_fields) != _GRAPH_FIELDS:  # pragma: no cover - guards
     raise RuntimeError("GraphState fields changed: update StateJson._graph() to match model_dump_json()")
 GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
 M = TypeVar("M", bound=BaseModel)
+Content = tuple[int, str, int]
+"""A block of an assembler snapshot whose content is kept in chunks: its index, its content, and how
+many chunks of `CONTENT_CHUNK` code points of it are kept apart (the rest stays inline)."""
+Contents = tuple[Content | None, ...]
+"""Per block of an assembler snapshot, its `Content`, or None for a block kept inline."""
+CONTENT_CHUNK = 256
+"""Code points of an assembler block's content per chunk kept apart (`state_layout.py`). A chunk is
+a str slice, so a character is never cut (neither a UTF-8 sequence nor a surrogate pair). A delta
+rewrites what the last block holds past its full chunks, ~half a chunk on average, instead of the
+whole answer: a larger chunk writes more per delta, a smaller one makes more keys to check
+(`Stored.current`: every key of a cached state, every batch) and to delete at the end."""
 
 
 class CachedJson(weakref.ref[BaseModel]):
@@ -91,7 +102,17 @@ class CachedJson(weakref.ref[BaseModel]):
     json: bytes
 
 
-def _forgetter(entries: dict[int, CachedJson]) -> Callable[[weakref.ref[BaseModel]], None]:
+class CachedApart(CachedJson):
+    """An operation's JSON apart (`operation_apart`), with the contents it was elided of."""
+
+    __slots__ = ("contents",)
+    contents: Contents
+
+
+E = TypeVar("E", bound=CachedJson)
+
+
+def _forgetter(entries: dict[int, E]) -> Callable[[weakref.ref[BaseModel]], None]:
     def forget(entry: weakref.ref[BaseModel]) -> None:
         """Drop the entry of a collected model, unless its id already holds a newer entry."""
         assert isinstance(entry, CachedJson)
@@ -107,8 +128,8 @@ class StateJson:
     def __init__(self) -> None:
         self.entries: dict[int, CachedJson] = {}
         self.forget = _forgetter(self.entries)
-        self.apart: dict[int, CachedJson] = {}
-        """Operations without their request, per operation (`operation_apart`)."""
+        self.apart: dict[int, CachedApart] = {}
+        """Operations' parts (without request and chunks), per operation (`operation_apart`)."""
         self.forget_apart = _forgetter(self.apart)
 
     def head(self, state: ConversationState, graph: bytes) -> bytes:
@@ -117,9 +138,17 @@ class StateJson:
         return self._of(state, b"", graph, b"[]", b"{}")
 
     def operation_apart(self, op: OperationState) -> bytes:
-        """The operation's JSON without its request, in two lines: what comes before the request and
-        what comes after it (`splice_request` puts it back)."""
-        return self._cached(self.apart, op, self._apart)
+        """The operation's part on the changelog (`state_layout.py`), in three lines: its JSON before
+        the request, its JSON after the request (`splice_request` puts it back) with each block of
+        its assembler's snapshot holding only what its chunks do not (`elide_contents`: the changelog
+        keeps them under keys of their own, so a streamed delta does not write the whole answer), and
+        each block's count of chunks (`assembler_contents`; null: inline)."""
+        return self._apart(op).json
+
+    def contents(self, op: OperationState) -> Contents:
+        """`assembler_contents(op.assembler)`: what `operation_apart` elided, computed once per operation
+        (a delta's write compares the operation's contents with those of the one it replaces)."""
+        return self._apart(op).contents
 
     def of(self, state: ConversationState) -> bytes:
         """Exactly `state.model_dump_json().encode()`: the fields in declaration order, pydantic's own
@@ -156,7 +185,7 @@ class StateJson:
 
     def model(self, model: BaseModel) -> bytes:
         """`model.model_dump_json()` of a frozen part of the state, computed once per instance."""
-        return self._cached(self.entries, model, self._dump)
+        return self._cached(model, self._dump)
 
     @staticmethod
     def once(model: BaseModel) -> bytes:
@@ -172,13 +201,13 @@ class StateJson:
             return self._graph(model)
         return model.__pydantic_serializer__.to_json(model)
 
-    def _cached(self, entries: dict[int, CachedJson], model: M, dump: Callable[[M], bytes]) -> bytes:
-        key = id(model)
+    def _cached(self, model: M, dump: Callable[[M], bytes]) -> bytes:
+        key, entries = id(model), self.entries
         hit = entries.get(key)
         if hit is not None and hit() is model:
             return hit.json
         value = dump(model)
-        entry = CachedJson(model, self.forget if entries is self.entries else self.forget_apart)
+        entry = CachedJson(model, self.forget)
         entry.key, entry.json = key, value
         entries[key] = entry
         return value
@@ -192,14 +221,25 @@ class StateJson:
         dicts in declaration order (one call each, the same JSON per value as in the model)
         and spliced around the cached parts.
         """
-        before, after = self._operation_pieces(op)
+        before, after = self._operation_pieces(op, op.assembler)
         return splice_request(before, self.model(op.request), after)
 
-    def _apart(self, op: OperationState) -> bytes:
-        before, after = self._operation_pieces(op)
-        return before + b"\n" + after
+    def _apart(self, op: OperationState) -> CachedApart:
+        """The operation's entry in the `apart` cache (as `_cached`, with its contents)."""
+        key = id(op)
+        hit = self.apart.get(key)
+        if hit is not None and hit() is op:
+            return hit
+        contents = assembler_contents(op.assembler)
+        before, after = self._operation_pieces(op, elide_contents(op.assembler, contents))
+        counts = to_json([content and content[2] for content in contents])
+        entry = CachedApart(op, self.forget_apart)
+        entry.key, entry.json, entry.contents = key, b"\n".join((before, after, counts)), contents
+        self.apart[key] = entry
+        return entry
 
-    def _operation_pieces(self, op: OperationState) -> tuple[bytes, bytes]:
+    def _operation_pieces(self, op: OperationState, assembler: dict[str, Any] | None) -> tuple[bytes, bytes]:
+        """The JSON before and after the request, with `assembler` for the assembler's snapshot."""
         manifest = op.manifest
         head = to_json({"operation_id": op.operation_id, "state": op.state})
         tail = to_json(
@@ -210,7 +250,7 @@ class StateJson:
                 "idempotency_key": op.idempotency_key,
                 "response_handle": op.response_handle,
                 "attempt_terminated": op.attempt_terminated,
-                "assembler": op.assembler,
+                "assembler": assembler,
                 "committed_revision": op.committed_revision,
                 "updated_at_ms": op.updated_at_ms,
                 "lease_owner": op.lease_owner,
@@ -246,6 +286,48 @@ class StateJson:
                 rest[1:],
             )
         )
+
+
+def assembler_contents(assembler: dict[str, Any] | None) -> Contents:
+    """Per block of an assembler snapshot, in its order: (index, content, chunks kept apart), or None
+    for a block kept inline. The chunks of a block are all of its content but for the last such block
+    (the one that grows, most often): its full chunks, the rest (less than a chunk) inline, so that a
+    delta rewrites that rest in the operation's part rather than a chunk under a key of its own. The
+    assembler snapshots every block with an int index and a str content, each index once
+    (`_Block.to_json`); a block of any other shape, or a second block of an index (none is
+    written), stays inline, so no two blocks name the same chunks."""
+    blocks = None if assembler is None else assembler.get("blocks")
+    if type(blocks) is not list:
+        return ()
+    seen: set[int] = set()
+    contents: list[Content | None] = []
+    last: int | None = None
+    for block in blocks:
+        content = None
+        if type(block) is dict:
+            index, text = block.get("index"), block.get("content")
+            if type(index) is int and type(text) is str and index not in seen:
+                seen.add(index)
+                content, last = (index, text, -(-len(text) // CONTENT_CHUNK)), len(contents)
+        contents.append(content)
+    if last is not None:
+        index, text, _ = contents[last] or (0, "", 0)
+        contents[last] = (index, text, len(text) // CONTENT_CHUNK)
+    return tuple(contents)
+
+
+def elide_contents(assembler: dict[str, Any] | None, contents: Contents) -> dict[str, Any] | None:
+    """The snapshot with each block of `contents` (its `assembler_contents`) holding only the content
+    its chunks do not, where it stands (the keys keep their order, so putting the chunks back gives
+    the same JSON)."""
+    if assembler is None:
+        return None
+    blocks: list[Any] | None = None
+    for position, content in enumerate(contents):
+        if content is not None and content[2]:
+            blocks = blocks or list(assembler["blocks"])
+            blocks[position] = {**blocks[position], "content": content[1][content[2] * CONTENT_CHUNK :]}
+    return assembler if blocks is None else {**assembler, "blocks": blocks}
 
 
 def splice_request(before: bytes, request: bytes, after: bytes) -> bytes:

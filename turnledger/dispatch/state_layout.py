@@ -1,26 +1,57 @@
 """A conversation's state on the changelog, split over keys so that a change writes only what changed.
 
 Format 3 wrote the whole state (every committed block, every operation with its request) under
-the conversation id on every change: ~8 KB to change a ~1.3 KB operation. Format 4 splits it:
+the conversation id on every change: ~8 KB to change a ~1.3 KB operation. Format 4 split it, but
+kept a streaming operation's answer so far in its part, so every delta wrote the whole answer
+again (bytes per delta linear in the answer's length, issue 20). Format 5 keeps those contents
+apart too:
 
-- `<conversation>`: the *head*, written on a turn, a new operation, a new chunk, a pause or a
-  cancel: the operation ids, the starts of the block runs and the chunk counts, then the state JSON
-  with no operations, blocks, turn ids or handles (conversation fields, graph digests and pending
-  calls; the graph's indexes too when they do not split by revision, `_split_indexes`);
-- `<conversation>\x1fo\x1f<operation id>`: one operation without its request (the JSON before and
-  after it, two lines), written when it changes;
+- `<conversation>`: the *head*, written on a turn, a new operation, a new chunk of turn ids or
+  handles, a pause or a cancel: the operation ids, the starts of the block runs and the chunk
+  counts, then the state JSON with no operations, blocks, turn ids or handles (conversation fields,
+  graph digests and pending calls; the graph's indexes too when they do not split by revision,
+  `_split_indexes`);
+- `<conversation>\x1fo\x1f<operation id>`: one operation without its request and without the
+  chunks of its assembler's contents, written when it changes, in three lines: the JSON before the
+  request, the JSON after it with each block's content cut to what its chunks do not hold
+  (`elide_contents`), and each block's count of chunks (null for a block kept inline);
 - `<conversation>\x1fr\x1f<operation id>`: its request, written once;
+- `<conversation>\x1fx\x1f<block index>\x1f<n>\x1f<operation id>`: chunk n of the content of the
+  operation's assembler block, `CONTENT_CHUNK` code points as a JSON string. The chunks hold all of
+  each block's content but the last block's rest past its full chunks (less than a chunk), which
+  stays in the operation's part (`assembler_contents`). The content only grows within an attempt
+  and the last block is the one that grows, so a chunk is written once, when it fills: a delta
+  writes the operation's part (a chunk's worth of the answer at most) and, when one fills, that
+  chunk, whatever the answer's length; an answer shorter than a chunk writes format 4's part and a
+  count. The chunks are deleted when the assembler goes (a commit, a retraction) or its content
+  shrinks (a new attempt);
 - `<conversation>\x1fb\x1f<ordering>`: the blocks one revision appended (a run from that ordering
   on) and that revision's entries of `block_ids`, `calls` and `results`, written once;
 - `<conversation>\x1ft\x1f<n>`, `<conversation>\x1fh\x1f<n>`: turn ids and handles, `CHUNK` per
   chunk, the last chunk rewritten as it grows.
 
-Every value is a `ConversationSnapshot` of format 4. The head sits under the conversation id,
+Every value is a `ConversationSnapshot` of format 5. The head sits under the conversation id,
 where a format-3 state was: a state restored from an older changelog is rewritten in place, and a
 key holds one format at a time. Every part carries the conversation id, so a value read under
 another conversation's key is refused. The fold's state is the same model as in format 3
 (`ConversationState`, `STATE_FORMAT_VERSION`): only the layout on the changelog changed, and
 reading the parts back gives an equal state, whose JSON is byte for byte the one format 3 wrote.
+
+Keys never collide. A split conversation id holds no separator, so a key's first separator ends the
+conversation id and the tag after it says which kind of part it is. A content chunk's key has its
+two integers (no separator in them) before the operation id: its fourth separator ends them, and
+the rest is the operation id whatever separators it holds, so the key names one (conversation,
+operation, block, chunk) and no part of another kind. (An operation or request key ends with the
+operation id after its tag in the same way.)
+
+Format 5 is a new number, not an extension of format 4, because a format-4 reader must not read
+it: an operation part without its contents would read as an answer cut to nothing (or fail with an
+untyped error on the third line), where a release that knows only format 4 refuses a format-5 head
+with its typed `StateDecodeError` ("state format 5"). This release reads format 4 (a changelog
+written before the upgrade: each operation part in two lines, the contents inline) and writes such
+a state again whole in format 5 the first time it changes, every key of it: the head's format says
+how each part is read, so a conversation's keys must not mix the two. That costs one write of the
+state per conversation after the upgrade.
 
 A conversation id that contains the separator (U+001F) keeps the whole state in format 3 under the
 id after two separators (`head_key`): no part key starts so (a part key's first separator is
@@ -47,14 +78,17 @@ from turnledger.codec import CodecError, UnencodableRecord, decode, default_code
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.migrate import READABLE_FORMATS, UnreadableStateFormat, upgrade_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
-from turnledger.dispatch.state_json import GRAPH_HEAD, StateJson, splice_request
+from turnledger.dispatch.state_json import CONTENT_CHUNK, GRAPH_HEAD, Contents, StateJson, splice_request
 from turnledger.errors import StateFormatError
 from turnledger.model.events import ConversationSnapshot
 from turnledger.model.graph import Block
 from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
 
-SPLIT_FORMAT = 4
+SPLIT_FORMAT = 5
 """The snapshot format of a head and of its parts (their content is the format-3 state's)."""
+INLINE_CONTENTS_FORMAT = 4
+"""The split format before the assembler's contents were kept apart: read, never written."""
+SPLIT_FORMATS = frozenset({INLINE_CONTENTS_FORMAT, SPLIT_FORMAT})
 
 SEPARATOR = "\x1f"
 OPERATION_TAG = "o"
@@ -62,6 +96,8 @@ REQUEST_TAG = "r"
 BLOCKS_TAG = "b"
 TURNS_TAG = "t"
 HANDLES_TAG = "h"
+CONTENTS_TAG = "x"
+_CONTENTS = f"{SEPARATOR}{CONTENTS_TAG}{SEPARATOR}"
 CHUNK = 16
 """Turn ids and handles per chunk: they only grow, so every chunk but the last is written once."""
 
@@ -72,6 +108,8 @@ _RESULTS = TypeAdapter(dict[str, ResultRecord])
 _META = TypeAdapter(tuple[list[str], list[int], int, int])
 _TURN_IDS = TypeAdapter(tuple[str, ...])
 _HANDLES = TypeAdapter(dict[str, str])
+_COUNTS = TypeAdapter(list[int | None])
+_TEXT = TypeAdapter(str)
 _SNAPSHOT_RECORD = f"{NAMESPACE}.{ConversationSnapshot.__name__}"
 
 
@@ -97,6 +135,12 @@ def blocks_key(conversation_id: str, ordering: int) -> str:
 
 def chunk_key(conversation_id: str, tag: str, index: int) -> str:
     return f"{conversation_id}{SEPARATOR}{tag}{SEPARATOR}{index}"
+
+
+def content_key(conversation_id: str, operation_id: str, block_index: int, chunk: int) -> str:
+    """Chunk `chunk` of the content of the operation's assembler block: the integers before the
+    operation id, which may hold separators (module docstring)."""
+    return f"{conversation_id}{_CONTENTS}{block_index}{SEPARATOR}{chunk}{SEPARATOR}{operation_id}"
 
 
 def is_split(conversation_id: str) -> bool:
@@ -154,7 +198,16 @@ class Stored:
         """Does the store still hold exactly these values (no aborted batch's state in between)?
 
         `holds` inlined, with the base's length computed once: a cached state's every key is checked
-        on every batch that loads it (~14 keys a conversation, ~4% of the engine's CPU, issue 20)."""
+        on every batch that loads it (~14 keys a conversation, ~4% of the engine's CPU, issue 20).
+
+        Content chunks are not checked: their operation's part is, and it decides them. A chunk is
+        written or deleted only by a write that also writes its operation's part with other chunk
+        counts (a chunk is written when it fills, every chunk is rebuilt or deleted with a change of
+        the counts), in the same batch; so a batch whose writes the store lost left that part other
+        than these bytes. And equal bytes of the part (its chunk counts, the rest of the content,
+        the assembler's next sequence) come from the same log, whose fold gave the same content.
+        Checking them cost one read per chunk per record of a streaming answer (+12% of the
+        engine's instructions at 20 s answers)."""
         parts = self.parts
         if not parts:
             return True
@@ -162,7 +215,10 @@ class Stored:
         if self.raw is not None:
             return self._current_with_raw(get, base, self.raw)
         size, longs = len(base), _LONGS
+        chunks = self.conversation_id + _CONTENTS
         for key, part in parts.items():
+            if key.startswith(chunks):
+                continue
             held = get(key)
             n = len(part)
             length = longs.get(n) or _avro_long(n)
@@ -396,17 +452,40 @@ def state_parts(
     for tag, chunks in ((TURNS_TAG, turn_chunks), (HANDLES_TAG, handle_chunks)):
         for index, chunk in enumerate(chunks):
             parts[chunk_key(conversation_id, tag, index)] = chunk
-    apart, model = json.operation_apart, json.model
     for operation_id, op in state.operations.items():
-        parts[operation_key(conversation_id, operation_id)] = apart(op)
-        parts[request_key(conversation_id, operation_id)] = model(op.request)
+        parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
+        parts[request_key(conversation_id, operation_id)] = json.model(op.request)
     for start, run in graph.runs.items():
         parts[blocks_key(conversation_id, start)] = run
+    for operation_id, op in state.operations.items():  # last: a delta's new chunk is the last key
+        if contents := json.contents(op):
+            parts.update(_content_parts(conversation_id, operation_id, contents))
     return parts, graph
 
 
 def _chunks(items: int) -> int:
     return -(-items // CHUNK)
+
+
+def _content_parts(
+    conversation_id: str,
+    operation_id: str,
+    contents: Contents,
+    before: tuple[Contents, Mapping[str, bytes]] | None = None,
+) -> dict[str, bytes]:
+    """Key → JSON of the content chunks of the operation's blocks, in block then chunk order. `before`:
+    the contents the operation had and the parts written of them; a block whose content starts with
+    what it was reuses the JSON of those full chunks (the content only grows within an attempt)."""
+    earlier = {} if before is None else {index: text for index, text, _ in filter(None, before[0])}
+    known: Mapping[str, bytes] = {} if before is None else before[1]
+    parts: dict[str, bytes] = {}
+    for index, text, count in filter(None, contents):
+        old = earlier.get(index)
+        kept = 0 if old is None or not text.startswith(old) else len(old) // CONTENT_CHUNK
+        for chunk in range(count):
+            key = content_key(conversation_id, operation_id, index, chunk)
+            parts[key] = known[key] if chunk < kept else _chunk(text, chunk)
+    return parts
 
 
 def _head_part(state: ConversationState, graph: GraphParts, json: StateJson) -> bytes:
@@ -423,6 +502,11 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
     serialized again (an event changes one operation, e.g. a delta, or the cancel generation). None
     when the graph, the turn ids, the handles or the operation ids differ (a turn, a new operation,
     a new handle: `state_parts` then builds them all), or `old` was read rather than written.
+
+    A streamed delta changes its operation's part and, when a chunk fills, adds it: the chunks are
+    the last keys, so a new chunk of the last streaming operation is appended; when keys go (a
+    commit, a retraction, a new attempt) or a new one does not go last, every chunk is put in order
+    again (`_with_chunks_again`), still reusing the full ones.
 
     Every state is a new frozen object, and an unchanged part of it the same object as before, so
     "unchanged" is identity (or equality of the head's few scalar fields)."""
@@ -445,13 +529,84 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
     if head != (previous.format_version, previous.cancel_generation, previous.paused):
         parts[conversation_id] = _head_part(state, old.graph, json)
     before = previous.operations
+    regroup = False
     for operation_id, op in state.operations.items():
         prior = before[operation_id]
-        if op is not prior:
-            parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
-            if op.request is not prior.request:
-                parts[request_key(conversation_id, operation_id)] = json.model(op.request)
-    return parts
+        if op is prior:
+            continue
+        parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
+        if op.request is not prior.request:
+            parts[request_key(conversation_id, operation_id)] = json.model(op.request)
+        if op.assembler is not prior.assembler and not regroup:
+            contents, was = json.contents(op), json.contents(prior)
+            grown = _grown_chunks(conversation_id, operation_id, contents, was)
+            if grown is None or (grown[1] and not _chunks_last(parts, conversation_id, operation_id, was)):
+                regroup = True  # keys gone, or new ones that do not go last: every chunk in order again
+            else:
+                parts.update(grown[0])
+                parts.update(grown[1])
+    return _with_chunks_again(parts, state, previous, json, old.parts) if regroup else parts
+
+
+def _grown_chunks(
+    conversation_id: str, operation_id: str, contents: Contents, was: Contents
+) -> tuple[dict[str, bytes], dict[str, bytes]] | None:
+    """The chunks that changed from `was` to `contents`, those of keys it had and those of new keys
+    in order, when its keys stay and the new ones follow them (the same blocks and maybe more, only
+    the last one of them with more chunks); else None. A block's chunks change from its last full
+    chunk on when its content grew (the earlier ones are the same), all of them when it changed
+    otherwise, none when it did not."""
+    now, before = [c for c in contents if c is not None], [c for c in was if c is not None]
+    if len(now) < len(before):
+        return None
+    changed: dict[str, bytes] = {}
+    added: dict[str, bytes] = {}
+    for position, (index, text, count) in enumerate(now):
+        had, first = 0, 0
+        if position < len(before):
+            index_before, old, had = before[position]
+            if index != index_before or count < had or (count > had and position < len(before) - 1):
+                return None
+            if count == had and text == old:
+                continue
+            first = len(old) // CONTENT_CHUNK if text.startswith(old) else 0
+        for chunk in range(first, count):
+            key = content_key(conversation_id, operation_id, index, chunk)
+            (changed if chunk < had else added)[key] = _chunk(text, chunk)
+    return changed, added
+
+
+def _chunk(text: str, chunk: int) -> bytes:
+    return to_json(text[chunk * CONTENT_CHUNK : (chunk + 1) * CONTENT_CHUNK])
+
+
+def _chunks_last(parts: dict[str, bytes], conversation_id: str, operation_id: str, was: Contents) -> bool:
+    """May new chunks of the operation go last in `parts`, where `state_parts` puts them: is its last
+    key the operation's last chunk (of `was`), or no chunk at all (the chunks are the last keys)?"""
+    tail = next(reversed(parts), "")
+    for index, _, count in reversed([c for c in was if c is not None]):
+        if count:
+            return tail == content_key(conversation_id, operation_id, index, count - 1)
+    return not tail.startswith(conversation_id + _CONTENTS)
+
+
+def _with_chunks_again(
+    parts: dict[str, bytes],
+    state: ConversationState,
+    previous: ConversationState,
+    json: StateJson,
+    known: Mapping[str, bytes],
+) -> dict[str, bytes]:
+    """`parts` with the content chunks of every operation built again, last and in the order
+    `state_parts` puts them; `known`: the parts of `previous`, whose JSON of the full chunks that
+    stay the same is reused."""
+    conversation_id = state.conversation_id
+    prefix = conversation_id + _CONTENTS
+    again = {key: part for key, part in parts.items() if not key.startswith(prefix)}
+    for operation_id, op in state.operations.items():
+        was = json.contents(previous.operations[operation_id])
+        again.update(_content_parts(conversation_id, operation_id, json.contents(op), (was, known)))
+    return again
 
 
 def changed_parts(old: Stored, new: dict[str, bytes]) -> tuple[list[str], list[str]]:
@@ -489,7 +644,7 @@ def decode_whole(snapshot: ConversationSnapshot) -> ConversationState:
         return upgrade_state(snapshot.format_version, snapshot.state)
     except UnreadableStateFormat as exc:
         whole = sorted(READABLE_FORMATS)
-        detail = f"this release reads {whole} whole, {SPLIT_FORMAT} split"
+        detail = f"this release reads {whole} whole, {sorted(SPLIT_FORMATS)} split"
         raise StateDecodeError(f"state format {snapshot.format_version} ({detail})") from exc
 
 
@@ -505,7 +660,7 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
         return None if key == conversation_id else _whole_under_bare_id(get, conversation_id)
     snapshot = _snapshot_of(value, key, conversation_id)
     stored = _read(conversation_id, snapshot.format_version, key, value, snapshot.state)
-    if snapshot.format_version != SPLIT_FORMAT:
+    if snapshot.format_version not in SPLIT_FORMATS:
         return decode_whole(snapshot), stored
     meta, state_json = snapshot.state.split(b"\n", 1)
     operation_ids, starts, turn_chunks, handle_chunks = _META.validate_json(meta)
@@ -522,13 +677,7 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
                 _part(get, chunk_key(conversation_id, HANDLES_TAG, index), conversation_id, stored)
             )
         )
-    operations: dict[str, OperationState] = {}
-    for operation_id in operation_ids:
-        before, after = _part(
-            get, operation_key(conversation_id, operation_id), conversation_id, stored
-        ).split(b"\n", 1)
-        request = _part(get, request_key(conversation_id, operation_id), conversation_id, stored)
-        operations[operation_id] = OperationState.model_validate_json(splice_request(before, request, after))
+    operations = {operation_id: _read_operation(get, operation_id, stored) for operation_id in operation_ids}
     graph = state.graph
     blocks: list[Block] = []
     block_ids, calls, results = dict(graph.block_ids), dict(graph.calls), dict(graph.results)
@@ -546,6 +695,40 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
     return state.model_copy(update=update), stored
 
 
+def _read_operation(get: Get, operation_id: str, stored: Stored) -> OperationState:
+    """An operation from its part, its request and (format 5) its content chunks."""
+    conversation_id = stored.conversation_id
+    part = _part(get, operation_key(conversation_id, operation_id), conversation_id, stored)
+    inline = stored.format_version == INLINE_CONTENTS_FORMAT
+    lines = part.split(b"\n", 1 if inline else 2)
+    if len(lines) != (2 if inline else 3):
+        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
+    request = _part(get, request_key(conversation_id, operation_id), conversation_id, stored)
+    op = OperationState.model_validate_json(splice_request(lines[0], request, lines[1]))
+    if not inline:
+        _read_contents(get, op, _COUNTS.validate_json(lines[2]), stored)
+    return op
+
+
+def _read_contents(get: Get, op: OperationState, counts: list[int | None], stored: Stored) -> None:
+    """Put the content chunks back into the blocks of the operation's assembler snapshot (a dict just
+    read, no one else's), before the rest of each content, inline: `counts`, each block's chunk count
+    (None: its content is all inline)."""
+    blocks = [] if op.assembler is None else op.assembler.get("blocks")
+    if not isinstance(blocks, list) or len(blocks) != len(counts):
+        raise StateLayoutError(f"operation {op.operation_id!r} counts the chunks of {len(counts)} blocks")
+    conversation_id = stored.conversation_id
+    for block, count in zip(blocks, counts, strict=True):
+        if count is None:
+            continue
+        index, rest = (block.get("index"), block.get("content")) if isinstance(block, dict) else (None, None)
+        if type(index) is not int or type(rest) is not str:
+            raise StateLayoutError(f"operation {op.operation_id!r} counts chunks of a block with no index")
+        keys = (content_key(conversation_id, op.operation_id, index, n) for n in range(count))
+        chunks = [_TEXT.validate_json(_part(get, key, conversation_id, stored)) for key in keys]
+        block["content"] = "".join(chunks) + rest
+
+
 def _whole_under_bare_id(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
     """A whole state format 3 kept under the bare id of a conversation holding the separator. The key
     may be another conversation's part: that value is not this conversation's (None, and since it is
@@ -554,7 +737,7 @@ def _whole_under_bare_id(get: Get, conversation_id: str) -> tuple[ConversationSt
     if value is None:
         return None
     snapshot = decode_snapshot(value)
-    if snapshot.conversation_id != conversation_id or snapshot.format_version == SPLIT_FORMAT:
+    if snapshot.conversation_id != conversation_id or snapshot.format_version in SPLIT_FORMATS:
         return None
     state = decode_whole(snapshot)
     return state, _read(conversation_id, snapshot.format_version, conversation_id, value, snapshot.state)
@@ -589,6 +772,8 @@ def write_state(
     since = parts_since(state, json, old)
     parts, graph = (since, old.graph) if since is not None else state_parts(state, json, old.graph)
     writes, deletes = changed_parts(old, parts)
+    if old.format_version != format_version and old.format_version in SPLIT_FORMATS:
+        writes = list(parts)  # a split state read in format 4: every key again (module docstring)
     for key in writes:
         put(key, encode_part(conversation_id, format_version, parts[key]))
     for key in deletes:
@@ -637,7 +822,10 @@ def _part(get: Get, key: str, conversation_id: str, stored: Stored) -> bytes:
             f"the head of {conversation_id!r} names {key!r}, which the store does not hold"
         )
     snapshot = _snapshot_of(value, key, conversation_id)
-    if snapshot.format_version != SPLIT_FORMAT:
-        raise StateLayoutError(f"{key!r} holds a format-{snapshot.format_version} snapshot, not a part")
+    if snapshot.format_version != stored.format_version:
+        raise StateLayoutError(
+            f"{key!r} holds a format-{snapshot.format_version} snapshot, not a part of the "
+            f"format-{stored.format_version} head"
+        )
     _remember_read(stored, key, value, snapshot.state)
     return snapshot.state

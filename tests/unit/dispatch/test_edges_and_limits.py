@@ -216,6 +216,9 @@ class _Store(dict[str, bytes]):
     def put(self, key: str, value: bytes) -> None:
         self[key] = value
 
+    def delete(self, key: str) -> None:
+        del self[key]
+
 
 def test_record_bytes_at_the_limit_and_one_past() -> None:
     c = Conversation()

@@ -26,6 +26,9 @@ class DictStore:
     def put(self, key: str, value: bytes) -> None:
         self.data[key] = value
 
+    def delete(self, key: str) -> None:
+        del self.data[key]
+
 
 def _events() -> list[IngressEvent]:
     """Every event of a full dispatch, captured by driving the scenario."""

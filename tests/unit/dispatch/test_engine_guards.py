@@ -21,9 +21,9 @@ from turnledger.dispatch.engine import (
     read_state,
 )
 from turnledger.dispatch.state import ConversationState
-from turnledger.dispatch.state_layout import StateDecodeError
+from turnledger.dispatch.state_layout import StateDecodeError, encode_part
 from turnledger.dispatch.turn_size import EncodedRecords
-from turnledger.model.events import IngressEvent, Rejected
+from turnledger.model.events import ConversationSnapshot, IngressEvent, Rejected
 from turnledger.model.limits import DEFAULT_LIMITS
 from turnledger.model.reasons import ReasonCode
 from turnledger.records import SourceRecord
@@ -316,7 +316,11 @@ def test_decode_state_reads_a_whole_state_and_refuses_a_split_head() -> None:
     assert decode_state(encode_state(state)) == state
     with pytest.raises(StateDecodeError) as caught:
         decode_state(store.data["conv-1"])
-    assert str(caught.value) == "a format-4 head: its state is split over keys (read it with read_state)"
+    assert str(caught.value) == "a format-5 head: its state is split over keys (read it with read_state)"
+    head = decode(store.data["conv-1"])
+    assert isinstance(head, ConversationSnapshot)
+    with pytest.raises(StateDecodeError, match="a format-4 head"):  # written before contents were chunked
+        decode_state(encode_part("conv-1", 4, head.state))
 
 
 def test_read_state_of_a_conversation_without_state_is_none() -> None:
@@ -455,8 +459,8 @@ def test_the_engine_uses_the_registry_it_is_given() -> None:
 
 
 def test_a_state_that_drops_a_part_deletes_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fold as it is never drops a part (operations and blocks stay); a state that does, here
-    injected, has its stale keys deleted through the store's `delete`, and reads back as written."""
+    """The fold never drops an operation (nor a block); a state that does, here injected, has its
+    stale keys deleted through the store's `delete`, and reads back as written."""
     records = _records(EVENTS)
     store = FullStore()
     BatchEngine().process_batch(records[:1], store)

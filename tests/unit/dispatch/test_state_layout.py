@@ -1,8 +1,9 @@
-"""Format 4: a conversation's state split over keys, only the parts that changed written.
+"""A conversation's state split over keys (format 5), only the parts that changed written.
 
 Read back, the parts give an equal state whose JSON is the format-3 JSON byte for byte; an event
 writes the keys of what it changed and nothing else; a format-3 changelog folds on exactly like
-one written in format 4; an aborted batch's parts never shadow what the store holds.
+one written split; an aborted batch's parts never shadow what the store holds. (The chunks of
+a streaming answer's contents: test_state_chunks.py.)
 """
 
 from __future__ import annotations
@@ -157,16 +158,17 @@ def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> Non
     for i, event in enumerate(c.events[:-1]):
         engine.process_batch([_record(event, i)], store)
     keys = _written(engine, store, c.events[-1], len(c.events))
-    assert keys == [operation_key("conv-1", "op-1")]
+    assert keys == [operation_key("conv-1", "op-1")]  # less than a chunk of content: in its part
     part = decode(store[keys[0]])
     assert isinstance(part, ConversationSnapshot) and part.format_version == SPLIT_FORMAT
     assert b'"request"' not in part.state and b'"Hel"' in part.state
     op = c.state.operations["op-1"]
     request = op.request.model_dump_json()
-    assert len(part.state) == len(op.model_dump_json()) - len(',"request":') - len(request)
+    apart = len(op.model_dump_json()) - len(',"request":') - len(request)
+    assert part.state.endswith(b"\n[0]") and len(part.state) == apart + len("\n[0]")
 
 
-def test_a_format_3_changelog_folds_on_exactly_like_a_format_4_one() -> None:
+def test_a_format_3_changelog_folds_on_exactly_like_a_split_one() -> None:
     c = Recording()
     c.user("weather in Paris?")
     c.dispatch_to_streaming()
@@ -186,7 +188,7 @@ def test_a_format_3_changelog_folds_on_exactly_like_a_format_4_one() -> None:
     out_split = BatchEngine().process_batch(records[half:], split)
     assert [(o.stream, o.key, o.value) for o in out_old] == [(o.stream, o.key, o.value) for o in out_split]
     assert len(out_old) > 3
-    assert dict(old) == dict(split)  # the head rewritten in place, in format 4, with every part
+    assert dict(old) == dict(split)  # the head rewritten in place, split, with every part
     assert decode(old["conv-1"]).format_version == SPLIT_FORMAT  # type: ignore[attr-defined]
     assert read_state(old, "conv-1") == c.state
 

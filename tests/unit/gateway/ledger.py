@@ -24,6 +24,9 @@ class DictStore(dict[str, bytes]):
     def put(self, key: str, value: bytes) -> None:
         self[key] = value
 
+    def delete(self, key: str) -> None:
+        del self[key]
+
 
 class InMemoryLedger:
     def __init__(self) -> None:
