@@ -287,6 +287,7 @@ async def _run_job(job: Job, stop_flag: MpEvent, results: Any) -> None:
             "txn_commit_ms_mean": round(
                 1000 * sum(m.txn_commit_seconds_total for m in ms) / max(batches, 1), 2
             ),
+            "txn_commit_ms_max": round(1000 * max((m.txn_commit_seconds_max for m in ms), default=0.0), 1),
         }
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     results.put(("stopped", processed(), rss_mb, metrics))
