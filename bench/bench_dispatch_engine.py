@@ -2,6 +2,12 @@
 
     python -m bench.bench_dispatch_engine [--conversations 2000] [--batch 500] [--repeats 3]
         [--baseline REF] [--tune-gc] [--lazy-counters] [--profile]
+    python -m bench.bench_dispatch_engine --mix capacity [--streams 300] [--seconds 10] [--batch 100] ...
+
+`--mix capacity` folds bench_capacity's workload instead: `--streams` conversations up to their
+HandleBound, then each stream's StreamDeltas records (six text deltas as one run, every 100 ms, for
+`--seconds`) in due order, to the commit: the streaming hot path alone, and the changelog bytes a
+streamed record writes.
 
 The workload (bench/dispatch_workload.py) is built once, encoded, and folded in batches of
 `--batch` records (interleaved conversations, so a batch dirties up to `--batch`
@@ -37,11 +43,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.dispatch_workload import Mix, Workload, build
-from turnledger.model.events import StreamDeltas
+from bench.dispatch_workload import Mix, build
+from turnledger.codec import encode
+from turnledger.model.events import IngressEvent, StreamDeltas
 from turnledger.streaming.runs import expand
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,12 +94,12 @@ def _has_runs(tree: Path) -> bool:
     return (tree / "turnledger" / "streaming" / "runs.py").exists()
 
 
-def _expanded_for(tree: Path, workload: Workload, tmp: Path) -> Path:
+def _expanded_for(tree: Path, workload: Sequence[IngressEvent], tmp: Path) -> Path:
     """The workload for a tree without delta runs: every run expanded into the deltas it stands for,
     encoded by that tree's own codec (`encode_runner.py`), so it reads them in its schema versions;
     its outputs and state are then compared with the current tree's as they are."""
     events = []
-    for event in workload.events:
+    for event in workload:
         data = event.model_dump(mode="json")
         if isinstance(event, StreamDeltas):
             deltas = [p.model_dump(mode="json") for d in event.deltas for p in expand(d)]
@@ -102,6 +110,17 @@ def _expanded_for(tree: Path, workload: Workload, tmp: Path) -> Path:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     subprocess.run([sys.executable, str(ENCODER), str(source), str(target)], check=True, env=env)
     return target
+
+
+def capacity_events(streams: int, seconds: float) -> list[IngressEvent]:
+    """bench_capacity's workload as ingress events: each stream's conversation up to HandleBound, then
+    its StreamDeltas records (one of 6 text deltas, a run, every 100 ms) in due order, to the commit."""
+    from bench.bench_capacity import _load, _setup
+    from turnledger.codec import decode
+
+    rows, opened = _setup(streams, "cap")
+    load = _load(opened, seconds, 6, 0.1)
+    return [decode(value) for _, value in rows] + [decode(record.value) for record in load]  # type: ignore[misc]
 
 
 def _profile(rows: list[tuple[bytes, bytes]], batch: int, top: int) -> None:
@@ -142,6 +161,14 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="time the token counters' loading by the first dispatches (both trees), as before",
     )
+    parser.add_argument(
+        "--mix",
+        choices=("bench", "capacity"),
+        default="bench",
+        help="bench: the realistic mix (bench/dispatch_workload.py); capacity: bench_capacity's streams",
+    )
+    parser.add_argument("--streams", type=int, default=300, help="--mix capacity: concurrent streams")
+    parser.add_argument("--seconds", type=float, default=10.0, help="--mix capacity: each answer's length")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="300 conversations, 1 repeat")
@@ -149,8 +176,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.conversations, args.concurrency, args.repeats = 300, 300, 1
 
-    workload = build(args.conversations, Mix(rounds=args.rounds), concurrency=args.concurrency)
-    rows = [(e.conversation_id.encode(), v) for e, v in zip(workload.events, workload.values, strict=True)]
+    if args.mix == "capacity":
+        events = capacity_events(args.streams, args.seconds)
+        what = f"{args.streams} streams of {args.seconds:g} s at 60 tokens/s, a record every 100 ms"
+    else:
+        workload = build(args.conversations, Mix(rounds=args.rounds), concurrency=args.concurrency)
+        events = workload.events
+        what = f"{args.conversations} conversations, {workload.committed_turns} committed turns"
+    rows = [(e.conversation_id.encode(), encode(e)) for e in events]
     if args.profile:
         _profile(rows, args.batch, args.top)
         return
@@ -163,9 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.baseline:
             baseline = _export(args.baseline, Path(tmp))
             trees = {f"baseline {args.baseline}": baseline, **trees}
-            inputs[baseline] = (
-                records if _has_runs(baseline) else _expanded_for(baseline, workload, Path(tmp))
-            )
+            inputs[baseline] = records if _has_runs(baseline) else _expanded_for(baseline, events, Path(tmp))
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(args.repeats):
             for name, tree in trees.items():
@@ -173,8 +204,8 @@ def main(argv: list[str] | None = None) -> None:
                     _run(tree, inputs[tree], args.batch, args.tune_gc and tree == ROOT, args.lazy_counters)
                 )
     print(
-        f"\n{len(rows)} ingress events, {args.conversations} conversations, {workload.committed_turns} "
-        f"committed turns, batches of {args.batch}; median of {args.repeats} (CPU time); token counters "
+        f"\n{len(rows)} ingress events, {what}, batches of {args.batch}; median of {args.repeats} "
+        "(CPU time); token counters "
         f"{'loaded by the first dispatches (timed)' if args.lazy_counters else 'preloaded (untimed)'}\n"
     )
     print(
