@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 
 from tests.chaos.services import Service, fake_keys_env, read_request_log
 from turnledger.demo.checks import all_checks, check_audit, check_projections
-from turnledger.demo.driver import Driver
+from turnledger.demo.driver import OBSERVED_STREAMS, Driver
 from turnledger.demo.run import settle_times
 from turnledger.devstack.ports import free_port
 from turnledger.devstack.restartable import RestartableKafka, RestartableRedis
@@ -227,7 +227,7 @@ async def _drive(stack: Stack, stop: asyncio.Event) -> Driver:
                     backoff=FOREVER,
                 )
             )
-            for stream in (Stream.COMMITTED, Stream.MANIFESTS)
+            for stream in OBSERVED_STREAMS
         ]
         slots = asyncio.Semaphore(24)
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.unit.test_deploy_monitoring import dashboard_expressions
-from turnledger.demo.driver import Driver
+from turnledger.demo.driver import OBSERVED_STREAMS, Driver
 from turnledger.demo.run import DemoOptions, _fault_plan, _processor_caught_up
 from turnledger.devstack.ports import free_port
 from turnledger.devstack.prometheus import write_targets
@@ -30,7 +30,7 @@ from turnledger.gateway.client import GatewayClient
 from turnledger.kafka.tail import tail_topic
 from turnledger.processors.topics import ensure_topics
 from turnledger.replay.evidence import read_all
-from turnledger.topology import OUTPUT_STREAMS, Stream, Topics
+from turnledger.topology import OUTPUT_STREAMS, Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -214,7 +214,7 @@ async def test_prometheus_scrapes_the_spec_metrics_equal_to_the_batch_computatio
                         asyncio.create_task(
                             tail_topic(kafka_bootstrap, topics.name(s), driver.observe, stop=stop)
                         )
-                        for s in (Stream.COMMITTED, Stream.MANIFESTS)
+                        for s in OBSERVED_STREAMS
                     ]
                     try:
                         slots = asyncio.Semaphore(options.concurrency)
@@ -251,7 +251,7 @@ async def test_prometheus_scrapes_the_spec_metrics_equal_to_the_batch_computatio
                 assert sum(expected["sequenceValidatorRejections"].values()) > 0
                 assert expected["orphanedResults"] + expected["duplicateResults"] > 0
                 assert sum(expected["lateBlocks"].values()) > 0
-                assert expected["previewRetractions"] > 0
+                assert expected["previewRetractions"] > 0  # a cancel after a preview: `Driver` docstring
                 assert expected["unknownAgesN"] > 0
                 assert expected["partialToolDispatches"] == 0 and expected["unknownOpen"] == 0
 

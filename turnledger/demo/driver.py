@@ -6,15 +6,19 @@ executor's results commit, then PREPARES it); after a text answer, the next user
 A few conversations also submit invalid tool results at the end (an orphaned result,
 a duplicate result) so the validator's rejections show up in the report, and a few
 cancel their first dispatch mid-stream (they ask for a slow stream with a marker the
-fake provider knows, wait for STREAMING, then cancel), and a few interject: the user
+fake provider knows, wait for STREAMING and its first preview, then cancel), and a few interject: the user
 speaks while the model streams, the operation is superseded (CANCELLED, SUPERSEDED) and
 the conversation dispatches again at the new revision. Every dispatch asks for a
 streaming request (`stream_policy`, rendered into the manifest bytes by the adapter).
 
-The driver learns outcomes only from the output topics: a committed turn, or a
-REJECTED / PAUSED / CANCELLED decision. A worker that gives up on an operation cancels
-it with its reason (`gateway.worker.GIVE_UP_PREFIX`), so the driver hears of it at once
-instead of waiting out its timeout. "Stalled" is only what got no outcome at all.
+The driver learns outcomes only from the output topics (`OBSERVED_STREAMS`): a committed turn, or a
+REJECTED / PAUSED / CANCELLED decision; and that an answer is mid-stream from the STREAMING decision
+and, for a text answer, its first preview (`PREVIEW_WAIT_S`). (It waited for STREAMING alone before:
+whether text had been shown when its cancel landed then depended on how fast the processor answered,
+so a text answer cancelled "mid-stream" retracted a preview or not by timing, and a faster processor
+made a run with no retraction at all.) A worker
+that gives up on an operation cancels it with its reason (`gateway.worker.GIVE_UP_PREFIX`), so the
+driver hears of it at once instead of waiting out its timeout. "Stalled" is only what got no outcome at all.
 """
 
 from __future__ import annotations
@@ -30,12 +34,20 @@ from turnledger.gateway.client import GatewayClient, ToolResult
 from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.gateway.worker import gave_up
 from turnledger.model.base import Frozen
-from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState
+from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState, PreviewUpdated
 from turnledger.model.graph import BlockKind
 from turnledger.model.reasons import ReasonCode
+from turnledger.topology import Stream
 
 S = DispatchState
 SETTLED_FAILURES = frozenset({S.REJECTED, S.PAUSED, S.CANCELLED})
+OBSERVED_STREAMS = (Stream.COMMITTED, Stream.MANIFESTS, Stream.PREVIEWS)
+"""The output topics `Driver.observe` must be fed from (every caller tails these)."""
+
+PREVIEW_WAIT_S = 0.3
+"""How long a cancel or an interjection waits, once STREAMING, for the answer's first preview: a text
+answer shows one within it, and an answer that is a tool call (no preview) is still streaming."""
+
 SLOW_MARKER = "[demo: slow stream]"
 """Text the fake provider is told (FaultPlan.by_marker) to answer slowly: room to cancel mid-stream."""
 
@@ -108,6 +120,8 @@ class Driver:
         self.stats = DriverStats()
         self._waiting: dict[str, asyncio.Future[Frozen]] = {}
         self._streaming: dict[str, asyncio.Event] = {}
+        self._shown: dict[str, asyncio.Event] = {}
+        """Per operation the driver will cancel or interject: set at its first preview (or outcome)."""
 
     # -- outputs -------------------------------------------------------------------------
 
@@ -120,13 +134,16 @@ class Driver:
                     self._resolve(record.operation_id, record)
                 elif record.state == S.STREAMING and record.operation_id in self._streaming:
                     self._streaming[record.operation_id].set()
+            elif isinstance(record, PreviewUpdated) and record.operation_id in self._shown:
+                self._shown[record.operation_id].set()
 
     def _resolve(self, operation_id: str, record: Frozen) -> None:
         future = self._waiting.get(operation_id)
         if future is not None and not future.done():
             future.set_result(record)
-        if operation_id in self._streaming:
-            self._streaming[operation_id].set()
+        for events in (self._streaming, self._shown):
+            if operation_id in events:
+                events[operation_id].set()
 
     # -- one conversation -----------------------------------------------------------------
 
@@ -201,7 +218,7 @@ class Driver:
         future: asyncio.Future[Frozen] = asyncio.get_running_loop().create_future()
         self._waiting[op] = future
         if cancel or interject:
-            self._streaming[op] = asyncio.Event()
+            self._streaming[op], self._shown[op] = asyncio.Event(), asyncio.Event()
         try:
             await self.client.request_dispatch(
                 conv,
@@ -226,26 +243,33 @@ class Driver:
         finally:
             self._waiting.pop(op, None)
             self._streaming.pop(op, None)
+            self._shown.pop(op, None)
 
     async def _cancel_mid_stream(self, conv: str, op: str, outcome: asyncio.Future[Frozen]) -> None:
-        """Once the fold says STREAMING, wait a little, then cancel (unless it is already settled)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._streaming[op].wait(), self.op_timeout_s)  # set by an outcome too
-        if outcome.done():
+        """Once the answer is mid-stream (`_mid_stream`), wait a little, then cancel (unless it is
+        already settled)."""
+        if not await self._mid_stream(op, outcome):
             return
         await asyncio.sleep(self.rng.uniform(0.05, 0.25))
         await self.client.cancel(conv, op, reason="demo: the user cancelled mid-stream")
         self.stats.cancels_requested += 1
 
     async def _interject_mid_stream(self, conv: str, op: str, outcome: asyncio.Future[Frozen]) -> None:
-        """Once the fold says STREAMING, the user speaks again (unless the answer is already settled)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._streaming[op].wait(), self.op_timeout_s)
-        if outcome.done():
+        """Once the answer is mid-stream (`_mid_stream`), the user speaks again (unless the answer is
+        already settled)."""
+        if not await self._mid_stream(op, outcome):
             return
         await asyncio.sleep(self.rng.uniform(0.05, 0.25))
         await self.client.submit_user_turn(conv, "Actually, keep it short.")
         self.stats.user_turns += 1
+
+    async def _mid_stream(self, op: str, outcome: asyncio.Future[Frozen]) -> bool:
+        """Wait for STREAMING, then up to `PREVIEW_WAIT_S` for the first preview; False once settled."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._streaming[op].wait(), self.op_timeout_s)  # set by an outcome too
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._shown[op].wait(), PREVIEW_WAIT_S)
+        return not outcome.done()
 
     async def _maybe_invalid(self, conv: str, answered: list[ToolResult]) -> None:
         """Invalid submissions the validator must refuse: they must never reach a provider."""

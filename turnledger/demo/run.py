@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnledger.demo.checks import Check, all_checks, check_audit, check_projections
-from turnledger.demo.driver import SLOW_MARKER, Driver, DriverStats
+from turnledger.demo.driver import OBSERVED_STREAMS, SLOW_MARKER, Driver, DriverStats
 from turnledger.dispatch.state import FINAL_STATES
 from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan, ReceivedRequest
 from turnledger.fake_provider.server import target_of
@@ -43,7 +43,7 @@ from turnledger.kafka.tail import tail_topic
 from turnledger.model.events import DispatchDecision, DispatchRequested
 from turnledger.replay.evidence import Evidence, read_all
 from turnledger.replay.metrics import Metrics, compute
-from turnledger.topology import Stream, Topics
+from turnledger.topology import Topics
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ async def run_demo(
                     interject_rate=options.interject_rate,
                     op_timeout_s=options.op_timeout_s,
                 )
-                for stream in (Stream.COMMITTED, Stream.MANIFESTS):
+                for stream in OBSERVED_STREAMS:
                     tasks.append(
                         asyncio.create_task(
                             tail_topic(bootstrap, Topics(prefix).name(stream), driver.observe, stop=stop)
