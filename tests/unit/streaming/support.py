@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from hypothesis import strategies as st
+
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.tools import ToolDefinition
 from turnledger.streaming import BlockAssembler, parser_for
@@ -80,3 +82,19 @@ def sse_json_events(data: bytes) -> list[dict[str, Any]]:
     decoder = SseDecoder()
     events = decoder.feed(data) + decoder.flush()
     return [json.loads(e.data) for e in events if e.data.strip() != "[DONE]"]
+
+
+def delivery(
+    deltas: list[NormalizedDelta], data: st.DataObject, repeatable: list[NormalizedDelta] | None = None
+) -> list[NormalizedDelta]:
+    """`deltas` reordered, with repeats (of `repeatable`, by default `deltas`) and copies of some as
+    deltas of another stream (another generation, another handle) mixed in."""
+    order = data.draw(st.permutations(deltas)) if deltas else []
+    pool = deltas if repeatable is None else repeatable
+    repeats = data.draw(st.lists(st.sampled_from(pool), max_size=6)) if pool else []
+    foreign = [
+        d.model_copy(update={"generation": d.generation + 1} if i % 2 else {"response_handle": "other"})
+        for i, d in enumerate(repeats[:3])
+    ]
+    mixed = order + repeats + foreign
+    return data.draw(st.permutations(mixed)) if data.draw(st.booleans()) else mixed

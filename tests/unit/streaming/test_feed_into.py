@@ -15,7 +15,7 @@ from turnledger.model.deltas import NormalizedDelta
 from turnledger.streaming import BlockAssembler
 from turnledger.streaming.outcomes import FeedResult, FeedStatus
 
-from .support import TOOLS, api_of, fixture, fixture_names, parse
+from .support import TOOLS, api_of, delivery, fixture, fixture_names, parse
 
 PROPERTY = settings(max_examples=25, derandomize=True, deadline=None)
 
@@ -42,24 +42,12 @@ class _Oracle(BlockAssembler):
         return FeedResult(FeedStatus.ACCEPTED, updates)
 
 
-def _delivery(deltas: list[NormalizedDelta], data: st.DataObject) -> list[NormalizedDelta]:
-    """The stream reordered, with repeats and deltas of another handle and generation mixed in."""
-    order = data.draw(st.permutations(deltas)) if deltas else []
-    repeats = data.draw(st.lists(st.sampled_from(deltas), max_size=6)) if deltas else []
-    foreign = [
-        d.model_copy(update={"generation": d.generation + 1} if i % 2 else {"response_handle": "other"})
-        for i, d in enumerate(repeats[:3])
-    ]
-    mixed = order + repeats + foreign
-    return data.draw(st.permutations(mixed)) if data.draw(st.booleans()) else mixed
-
-
 @pytest.mark.parametrize("name", fixture_names())
 @PROPERTY
 @given(data=st.data())
 def test_feed_into_equals_the_original_feed(name: str, data: st.DataObject) -> None:
     deltas = parse(api_of(name), [fixture(name)])
-    delivery = _delivery(deltas, data)
+    delivered = delivery(deltas, data)
     handle = deltas[0].response_handle if deltas else "h"
     bindings = [
         {},
@@ -69,9 +57,9 @@ def test_feed_into_equals_the_original_feed(name: str, data: st.DataObject) -> N
     ]
     binding = data.draw(st.sampled_from([*bindings, {"response_handle": "other", "generation": 1}]))
     oracle, fast = _Oracle(TOOLS, **binding), BlockAssembler(TOOLS, **binding)
-    finish_at = data.draw(st.integers(0, len(delivery) + 1))
+    finish_at = data.draw(st.integers(0, len(delivered) + 1))
     updates: dict[int, str] = {}
-    for position, delta in enumerate(delivery):
+    for position, delta in enumerate(delivered):
         if position == finish_at:
             assert fast.finish() == oracle.finish()
         expected = oracle.feed(delta)

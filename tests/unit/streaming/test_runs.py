@@ -19,9 +19,19 @@ from turnledger.streaming import BlockAssembler
 from turnledger.streaming.outcomes import Complete, FeedResult, FeedStatus, Incomplete
 from turnledger.streaming.runs import expand, is_run_head, merge_runs
 
-from .support import TOOLS, api_of, fixture, fixture_names, parse
+from .support import TOOLS, api_of, delivery, fixture, fixture_names, parse
 
 PROPERTY = settings(max_examples=25, derandomize=True, deadline=None)
+
+
+_START = NormalizedDelta(
+    response_handle="h",
+    generation=1,
+    block_index=0,
+    delta_sequence=0,
+    type=DeltaType.BLOCK_START,
+    block_kind="text",
+)
 
 
 def _text(sequence: int, text: str = "w", block: int = 0, **update: object) -> NormalizedDelta:
@@ -81,25 +91,13 @@ def _cut_into_runs(draw: st.DrawFn, deltas: list[NormalizedDelta]) -> list[Norma
     return out
 
 
-def _delivery(runs: list[NormalizedDelta], data: st.DataObject) -> list[NormalizedDelta]:
-    """Runs reordered, with repeats (whole runs, or single pieces of them) and foreign ones mixed in."""
-    order = data.draw(st.permutations(runs)) if runs else []
-    pieces = [p for r in runs for p in expand(r)]
-    repeats = data.draw(st.lists(st.sampled_from(runs + pieces), max_size=6)) if runs else []
-    foreign = [
-        d.model_copy(update={"generation": d.generation + 1} if i % 2 else {"response_handle": "other"})
-        for i, d in enumerate(repeats[:3])
-    ]
-    mixed = order + repeats + foreign
-    return data.draw(st.permutations(mixed)) if data.draw(st.booleans()) else mixed
-
-
 @pytest.mark.parametrize("name", fixture_names())
 @PROPERTY
 @given(data=st.data())
 def test_feeding_runs_equals_feeding_what_they_stand_for(name: str, data: st.DataObject) -> None:
     deltas = parse(api_of(name), [fixture(name)])
-    delivery = _delivery(data.draw(_cut_into_runs(deltas)), data)
+    runs_of = data.draw(_cut_into_runs(deltas))
+    delivered = delivery(runs_of, data, runs_of + [p for r in runs_of for p in expand(r)])
     binding = data.draw(st.sampled_from([{}, {"generation": 1}]))
     limits = data.draw(
         st.sampled_from([DEFAULT_LIMITS, Limits(max_deltas_per_block=5), Limits(max_block_bytes=40)])
@@ -108,9 +106,9 @@ def test_feeding_runs_equals_feeding_what_they_stand_for(name: str, data: st.Dat
         BlockAssembler(TOOLS, **binding, limits=limits),
         BlockAssembler(TOOLS, **binding, limits=limits),
     )
-    finish_at = data.draw(st.integers(0, len(delivery) + 1))
+    finish_at = data.draw(st.integers(0, len(delivered) + 1))
     got: dict[int, str] = {}
-    for position, delta in enumerate(delivery):
+    for position, delta in enumerate(delivered):
         if position == finish_at:
             assert runs.finish() == oracle.finish()
         expected = [(p.delta_sequence, oracle.feed(p)) for p in expand(delta)]
@@ -151,30 +149,22 @@ def _grouped(
 
 
 def test_a_usual_run_is_applied_at_once_and_one_off_the_usual_piece_by_piece() -> None:
-    start = NormalizedDelta(
-        response_handle="h",
-        generation=1,
-        block_index=0,
-        delta_sequence=0,
-        type=DeltaType.BLOCK_START,
-        block_kind="text",
-    )
     whole = BlockAssembler(TOOLS, response_handle="h", generation=1)
-    whole.feed(start)
+    whole.feed(_START)
     updates: dict[int, str] = {}
     assert list(whole.feed_pieces(_text(1, "a", following_texts=["b", "c"]), updates)) == [
         (3, FeedStatus.ACCEPTED)
     ]
     assert updates == {0: "abc"}
     tight = BlockAssembler(TOOLS, response_handle="h", generation=1, limits=Limits(max_deltas_per_block=2))
-    tight.feed(start)
+    tight.feed(_START)
     yields = list(tight.feed_pieces(_text(1, "a", following_texts=["b", "c"]), updates))
     assert yields == [(1, FeedStatus.ACCEPTED), (2, FeedStatus.ACCEPTED), (3, FeedStatus.ACCEPTED)]
     assert tight.previews() == {0: "ab"}
     outcome = tight.finish()
     assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.TOO_MANY_DELTAS
     small = BlockAssembler(TOOLS, response_handle="h", generation=1, limits=Limits(max_block_bytes=5))
-    small.feed(start)
+    small.feed(_START)
     yields = list(small.feed_pieces(_text(1, "ab", following_texts=["cd", "ef"]), updates))
     assert [status for _, status in yields] == [FeedStatus.ACCEPTED] * 3 and small.previews() == {0: "abcd"}
     outcome = small.finish()
@@ -183,16 +173,8 @@ def test_a_usual_run_is_applied_at_once_and_one_off_the_usual_piece_by_piece() -
 
 def test_feed_into_of_a_run_answers_for_the_run() -> None:
     assembler = BlockAssembler(TOOLS, response_handle="h", generation=1)
-    start = NormalizedDelta(
-        response_handle="h",
-        generation=1,
-        block_index=0,
-        delta_sequence=0,
-        type=DeltaType.BLOCK_START,
-        block_kind="text",
-    )
     updates: dict[int, str] = {}
-    assert assembler.feed_into(start, updates) is FeedStatus.ACCEPTED
+    assert assembler.feed_into(_START, updates) is FeedStatus.ACCEPTED
     run = _text(1, "a", following_texts=["b", "c"])
     assert assembler.feed_into(run, updates) is FeedStatus.ACCEPTED and updates == {0: "abc"}
     assert assembler.feed_into(run, updates) is FeedStatus.DUPLICATE
