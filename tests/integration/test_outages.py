@@ -2,8 +2,8 @@
 
 `turnledger process` and `turnledger project`, as separate OS processes, are started while Kafka is
 down; they wait, logging what they wait for, and come up when it does. Then, with ingress traffic
-running, the broker is restarted and later Redis (which comes back empty, as the devstack's has no
-persistence). Afterwards:
+running, the broker is killed and started again and later Redis is restarted (which comes back
+empty, as the devstack's has no persistence). Afterwards:
 
 * the processor's outputs are exactly the pure fold of the committed ingress log, key by key —
   nothing lost, nothing twice, though transactions were cut by the restart. The ingress producer
@@ -247,7 +247,11 @@ async def test_processor_and_projector_start_with_kafka_down_and_ride_out_broker
                 await settled_everywhere(kafka.bootstrap, topics, app_id, keys, redis, (processor, projector))
                 feeder.release()
                 await wait_for(_at(feeder, third + 40), 60, "traffic before the broker restart")
-                await asyncio.to_thread(kafka.restart)  # a clean broker shutdown mid-traffic, and back
+                # the broker killed mid-traffic, and back. Not a clean shutdown: Kafka 4.4.0's can drop the
+                # markers of a transaction that commits while it shuts down (__transaction_state says
+                # CompleteCommit, the partitions hold no marker), which only the operator can end today (the
+                # processor reports it: ERROR, metric, alert); the chaos test keeps the clean restart
+                await asyncio.to_thread(kafka.crash_restart)
                 feeder.hold(2 * third)
                 await wait_for(_at(feeder, 2 * third), 180, "the second third, across the broker restart")
                 await settled_everywhere(kafka.bootstrap, topics, app_id, keys, redis, (processor, projector))

@@ -30,6 +30,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from turnledger.dispatch.state import FINAL_STATES
 from turnledger.gateway.client import GatewayClient, ToolResult
 from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.gateway.worker import gave_up
@@ -122,6 +123,8 @@ class Driver:
         self._streaming: dict[str, asyncio.Event] = {}
         self._shown: dict[str, asyncio.Event] = {}
         """Per operation the driver will cancel or interject: set at its first preview (or outcome)."""
+        self._last_state: dict[tuple[str, str], DispatchState] = {}
+        """Every operation's state as its last decision on the manifests topic says."""
 
     # -- outputs -------------------------------------------------------------------------
 
@@ -130,12 +133,17 @@ class Driver:
             if isinstance(record, CommittedTurn) and record.operation_id is not None:
                 self._resolve(record.operation_id, record)
             elif isinstance(record, DispatchDecision):
+                self._last_state[(record.conversation_id, record.operation_id)] = record.state
                 if record.state in SETTLED_FAILURES:
                     self._resolve(record.operation_id, record)
                 elif record.state == S.STREAMING and record.operation_id in self._streaming:
                     self._streaming[record.operation_id].set()
             elif isinstance(record, PreviewUpdated) and record.operation_id in self._shown:
                 self._shown[record.operation_id].set()
+
+    def open_operations(self) -> list[tuple[str, str]]:
+        """The operations whose last decision seen is not final (COMMITTED, REJECTED, CANCELLED)."""
+        return sorted(key for key, state in self._last_state.items() if state not in FINAL_STATES)
 
     def _resolve(self, operation_id: str, record: Frozen) -> None:
         future = self._waiting.get(operation_id)

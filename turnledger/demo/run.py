@@ -184,7 +184,7 @@ async def run_demo(
                     await _wait_or_fail(started, tasks, 60)
                 crash = _WorkerCrash(worker_tasks[0], options)
                 await _drive(driver, options, crash.progress(progress))
-                await _quiesce(workers)
+                await _quiesce(workers, driver)
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             requests = list(fp.requests)
@@ -328,10 +328,15 @@ async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None
             raise task.exception()  # type: ignore[misc]
 
 
-async def _quiesce(workers: list[DispatchWorker]) -> None:
-    """Let in-flight attempts (e.g. of a conversation that stalled) settle before reading the topics."""
-    deadline = time.monotonic() + 30
-    while any(w.busy for w in workers) and time.monotonic() < deadline:
+async def _quiesce(workers: list[DispatchWorker], driver: Driver, timeout_s: float = 60) -> None:
+    """Let in-flight attempts (e.g. of a conversation that stalled) settle before reading the topics:
+    until no worker is busy and every operation the manifests topic has decided on is final, at most
+    `timeout_s` (what is still open then is what the checks report). An operation can be open with
+    no worker busy: e.g. the next dispatch of a conversation whose cancelled attempt is not yet
+    confirmed terminated (CONVERSATION_BUSY), which a worker takes again once it is; on a slow machine
+    that took longer than the half second this waited before (a CI run's demo left one PREPARED)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (any(w.busy for w in workers) or driver.open_operations()):
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.5)  # the processor's last transaction
 

@@ -100,6 +100,21 @@ def stop_pid(pid: int, marker: str, grace_s: float = 20.0) -> bool:
     return True
 
 
+def kill_pidfile(pidfile: Path, marker: str) -> bool:
+    """SIGKILL the service's process group at once (a crash: no shutdown sequence runs) and wait for it
+    to be gone; True if the pid was ours to kill."""
+    pid = read_pid(pidfile)
+    if pid is None or not owns(pid, marker):
+        pidfile.unlink(missing_ok=True)
+        return False
+    _signal_group(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pidfile.unlink(missing_ok=True)
+    return True
+
+
 def stop_pidfile(pidfile: Path, marker: str, grace_s: float = 20.0) -> bool:
     pid = read_pid(pidfile)
     stopped = pid is not None and stop_pid(pid, marker, grace_s)

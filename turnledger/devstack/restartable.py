@@ -64,6 +64,13 @@ class RestartableKafka:
         self.stop()
         self.start()
 
+    def crash_restart(self) -> None:
+        """SIGKILL the broker (no shutdown sequence) and start it again; the data stays."""
+        if self._process is not None:
+            procs.kill_pidfile(self.pidfile, self._process.marker)
+            self._process = None
+        self.start()
+
     def __enter__(self) -> RestartableKafka:
         return self
 
