@@ -234,8 +234,9 @@ def ended(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_untagged_or_unknown_tags_are_reported_only_and_once_ended_the_partition_resumes(
-    kafka_bootstrap: str, topics: Topics, tmp_path: Path
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.ERROR, logger="turnledger.processors.hanging")
     config, first = await first_term(kafka_bootstrap, topics, tmp_path)
     changelog_0 = TopicPartition(topics.changelog, 0)
     committed_1 = TopicPartition(topics.committed, 1)
@@ -280,6 +281,17 @@ async def test_untagged_or_unknown_tags_are_reported_only_and_once_ended_the_par
     assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
 
     assert since(before) == (2, 0, 0)  # once per transaction, nothing written by the term
+    # each report says what the coordinator recorded of that producer id and epoch, read from
+    # __transaction_state: only its InitProducerId (no transaction of that epoch ever ran)
+    reports = [r.getMessage() for r in caplog.records if r.name == "turnledger.processors.hanging"]
+    for tp in (changelog_0, committed_1):
+        [report] = [m for m in reports if m.startswith(f"{tp.topic}-{tp.partition}: a hanging transaction")]
+        assert (
+            "the coordinator's log (offset " in report
+            and f"records EMPTY for that producer id and epoch, and its transaction does not list "
+            f"{tp.topic}-{tp.partition}"
+            in report
+        ), report
     await assert_settled(kafka_bootstrap, producer_id, [changelog_0, committed_1])
     await assert_exactly_once(kafka_bootstrap, topics, first + second)
     assert await changelog_state(kafka_bootstrap, topics) == {

@@ -54,13 +54,21 @@ stable offset, which can decide the outputs' states.
 
 A transaction begun by a producer id we no longer have (its epochs exhausted, or the transactional.id
 expired) is not recognised; `settle` then reports the producer that holds the changelog.
+
+A report also says what the coordinator recorded of that producer id and epoch
+(`kafka/transaction_log.py`: the last status in `__transaction_state`, and whether that transaction
+lists the partition), which is the one place the outcome of a transaction whose markers the broker
+lost is kept when the changelog hangs with it (Kafka 4.4.0's clean shutdown, docs/architecture.md,
+Outages). The term writes no marker on that word: it is what the operator needs to choose one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
+from typing import Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IncompatibleBrokerVersion, UnsupportedVersionError
@@ -71,6 +79,7 @@ from turnledger.kafka.producer_states import (
     describe_producers,
     write_marker,
 )
+from turnledger.kafka.transaction_log import Recorded, TxnLogEntry, read_transaction_log, recorded
 from turnledger.observability import runtime_metrics as live
 from turnledger.processors.hanging_evidence import Evidence, EvidenceSource, Finding
 from turnledger.processors.txn_tag import producer_identity
@@ -128,13 +137,14 @@ def own_hanging(producer: AIOKafkaProducer, states: Iterable[ProducerState]) -> 
     return [s for s in states if verdict(s, producer_id, producer_epoch) is Verdict.HANGING]
 
 
-def report_unresolved(producer_epoch: int, state: ProducerState, why: str) -> None:
-    """The ERROR and the metric (and so the alert) of a hanging transaction the term leaves open."""
+def report_unresolved(producer_epoch: int, state: ProducerState, why: str, coordinator: str = "") -> None:
+    """The ERROR and the metric (and so the alert) of a hanging transaction the term leaves open;
+    `coordinator`: what the coordinator's log says of it (`CoordinatorLog`)."""
     live.PROCESSOR_HANGING_FOUND.inc()
     log.error(
         "%s-%d: a hanging transaction of our producer id %d (epoch %d, ours is %d) is open since offset "
         "%d: its coordinator has ended it, so no marker will end it here, and read_committed readers of "
-        "this partition wait until one does. Its outcome could not be proved from the changelog (%s); "
+        "this partition wait until one does. Its outcome could not be proved from the changelog (%s)%s; "
         "check the transaction's marker on the changelog, then end it with kafka-transactions.sh abort "
         "--topic %s --partition %d --start-offset %d, or with a commit marker",
         state.tp.topic,
@@ -144,6 +154,7 @@ def report_unresolved(producer_epoch: int, state: ProducerState, why: str) -> No
         producer_epoch,
         state.open_transaction_start,
         why,
+        f"; {coordinator}" if coordinator else "",
         state.tp.topic,
         state.tp.partition,
         state.open_transaction_start,
@@ -172,6 +183,37 @@ def report_resolved(
     )
 
 
+class CoordinatorLog(Protocol):
+    async def recorded(self, producer_id: int, producer_epoch: int) -> Recorded: ...
+
+
+class TransactionLogReader:
+    """`CoordinatorLog` of one transactional id, read from `__transaction_state` once per term."""
+
+    def __init__(self, bootstrap: str, transactional_id: str) -> None:
+        self._bootstrap = bootstrap
+        self._transactional_id = transactional_id
+        self._entries: list[TxnLogEntry] | None = None
+
+    async def recorded(self, producer_id: int, producer_epoch: int) -> Recorded:
+        if self._entries is None:
+            self._entries = await read_transaction_log(self._bootstrap, self._transactional_id)
+        return recorded(self._entries, producer_id, producer_epoch)
+
+
+async def coordinator_says(coordinator: CoordinatorLog | None, state: ProducerState) -> str:
+    """A report's words on what the coordinator recorded (empty without a log to ask); a log that
+    cannot be read says so, and never stops the sweep."""
+    if coordinator is None:
+        return ""
+    try:
+        return (await coordinator.recorded(state.producer_id, state.producer_epoch)).describe(state.tp)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a report is written whatever this read meets
+        return f"the coordinator's log could not be read ({exc!r})"
+
+
 class HangingSweep:
     """The sweeps of one term: once over every partition it writes before it restores, then over its
     changelog partition whenever `settle` has waited a while. Each open transaction is handled once
@@ -185,11 +227,13 @@ class HangingSweep:
         changelog: TopicPartition,
         outputs: Sequence[str],
         evidence: EvidenceSource,
+        coordinator: CoordinatorLog | None = None,
     ) -> None:
         self._producer = producer
         self._changelog = changelog
         self._outputs = outputs
         self._evidence = evidence
+        self._coordinator = coordinator
         self._seen: set[tuple[str, int, int, int, int]] = set()
 
     async def sweep_written(self) -> list[ProducerState]:
@@ -236,7 +280,8 @@ class HangingSweep:
             [evidence] = await self._evidence.evidence([state])
             action = RESOLUTION[evidence.finding]
             if action is Action.REPORT:
-                report_unresolved(producer_epoch, state, evidence.finding.value)
+                said = await coordinator_says(self._coordinator, state)
+                report_unresolved(producer_epoch, state, evidence.finding.value, said)
                 left.append(state)
                 continue
             try:

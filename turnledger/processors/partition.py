@@ -44,7 +44,7 @@ from turnledger.processors.errors import ProcessorError, ProducerFencedError, To
 from turnledger.processors.feed import PartitionFeed
 from turnledger.processors.folding import FoldOutcome, fold_batch
 from turnledger.processors.gc_tuning import tune_gc
-from turnledger.processors.hanging import HangingSweep
+from turnledger.processors.hanging import HangingSweep, TransactionLogReader
 from turnledger.processors.hanging_evidence import CLOCK_SLACK_MS, ChangelogEvidence
 from turnledger.processors.store import OverlayStore, PartitionStore, open_partition_store
 from turnledger.processors.transaction import BatchAborted, PartitionTransactions, ProducerBroken
@@ -264,7 +264,8 @@ class PartitionProcessor:
         evidence = ChangelogEvidence(
             cfg.bootstrap, changelog, margin_ms=cfg.transaction_timeout_ms + CLOCK_SLACK_MS
         )
-        hanging = HangingSweep(self._producer, changelog, cfg.topics.outputs, evidence)
+        coordinator = TransactionLogReader(cfg.bootstrap, self.transactional_id)
+        hanging = HangingSweep(self._producer, changelog, cfg.topics.outputs, evidence, coordinator)
         await hanging.sweep_written()
         await settle(cfg.bootstrap, changelog, sweep=hanging.sweep_changelog)
         resume: int | None = None

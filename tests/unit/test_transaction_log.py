@@ -1,0 +1,171 @@
+"""`kafka/transaction_log.py`: the coordinator's records read byte for byte as Kafka's specs lay them
+out, the partition of a transactional id as Kafka computes it, and what a report says of them."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+
+from turnledger.kafka.producer_states import ProducerState
+from turnledger.kafka.transaction_log import (
+    TransactionLogError,
+    TxnLogEntry,
+    TxnStatus,
+    entries_of,
+    java_string_hash,
+    parse_key,
+    parse_value,
+    partition_for,
+    recorded,
+)
+from turnledger.processors.hanging import coordinator_says
+
+PARTS = [("t.changelog", [0]), ("t.manifests", [0, 2])]
+
+
+def key(transactional_id: str, version: int = 0) -> bytes:
+    raw = transactional_id.encode()
+    return struct.pack(">hh", version, len(raw)) + raw
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def value_v0(pid: int, epoch: int, status: int, parts: list[tuple[str, list[int]]] | None) -> bytes:
+    out = struct.pack(">hqhib", 0, pid, epoch, 60_000, status)
+    if parts is None:
+        out += struct.pack(">i", -1)
+    else:
+        out += struct.pack(">i", len(parts))
+        for topic, ids in parts:
+            out += struct.pack(">h", len(topic)) + topic.encode() + struct.pack(">i", len(ids))
+            out += b"".join(struct.pack(">i", i) for i in ids)
+    return out + struct.pack(">qq", 1_000, 900)
+
+
+def value_v1(pid: int, epoch: int, status: int, parts: list[tuple[str, list[int]]] | None) -> bytes:
+    """Version 1 as Kafka writes it, tagged fields included (previous producer id, tag 0, at the end;
+    an empty tag section after each partition entry, one with an unknown tag after the first)."""
+    out = struct.pack(">hqhib", 1, pid, epoch, 60_000, status)
+    if parts is None:
+        out += uvarint(0)
+    else:
+        out += uvarint(len(parts) + 1)
+        for n, (topic, ids) in enumerate(parts):
+            out += uvarint(len(topic) + 1) + topic.encode() + uvarint(len(ids) + 1)
+            out += b"".join(struct.pack(">i", i) for i in ids)
+            out += uvarint(0) if n else uvarint(1) + uvarint(9) + uvarint(2) + b"\x01\x02"
+    out += struct.pack(">qq", 1_000, 900)
+    return out + uvarint(1) + uvarint(0) + uvarint(8) + struct.pack(">q", pid)
+
+
+@pytest.mark.parametrize("encode", [value_v0, value_v1], ids=["v0", "v1"])
+def test_a_value_of_either_version_reads_as_written(encode: Any) -> None:
+    entry = parse_value(encode(2, 0, 2, PARTS), offset=320)
+    assert entry == TxnLogEntry(
+        320,
+        2,
+        0,
+        TxnStatus.PREPARE_COMMIT,
+        frozenset({("t.changelog", 0), ("t.manifests", 0), ("t.manifests", 2)}),
+    )
+    assert parse_value(encode(2, 1, 0, None)).partitions == frozenset()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        struct.pack(">h", 2) + value_v0(2, 0, 4, [])[2:],  # a version this module does not know
+        value_v0(2, 0, 9, []),  # no such status
+        value_v0(2, 0, 4, PARTS)[:-3],  # cut short
+        value_v1(2, 0, 4, PARTS)[:20],
+    ],
+    ids=["version", "status", "cut v0", "cut v1"],
+)
+def test_a_value_off_the_specs_is_refused_with_a_typed_error(value: bytes) -> None:
+    with pytest.raises(TransactionLogError):
+        parse_value(value)
+
+
+def test_only_keys_of_version_0_name_a_transactional_id() -> None:
+    assert parse_key(key("app-ingress-0")) == "app-ingress-0"
+    assert parse_key(key("app-ingress-0", version=1)) is None
+    assert parse_key(None) is None and parse_key(b"\x00") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", 0), ("a", 97), ("Aa", 2112), ("BB", 2112), ("hello", 99162322), ("polygenelubricants", -(2**31))],
+)
+def test_the_hash_is_javas_string_hashcode(text: str, expected: int) -> None:
+    assert java_string_hash(text) == expected
+
+
+def test_the_partition_is_kafkas_abs_of_the_hash_modulo_the_count() -> None:
+    assert partition_for("hello", 50) == 99162322 % 50
+    assert partition_for("polygenelubricants", 50) == 0  # Utils.abs(Integer.MIN_VALUE) is 0
+    assert partition_for("😀", 7) == abs(java_string_hash("😀")) % 7  # UTF-16 code units, not code points
+    assert java_string_hash("😀") == (31 * 0xD83D + 0xDE00)
+
+
+def log(
+    *entries: tuple[int, int, int, list[tuple[str, list[int]]] | None], name: str = "tx"
+) -> list[TxnLogEntry]:
+    records = [(i, key(name), value_v1(*e)) for i, e in enumerate(entries)]
+    records += [
+        (99, key("another"), value_v1(2, 0, 5, PARTS)),
+        (100, key(name), None),
+        (101, b"junk", b"junk"),
+    ]
+    return entries_of(records, name)
+
+
+def test_what_was_recorded_last_for_the_producer_id_and_epoch() -> None:
+    entries = log((2, 0, 1, PARTS), (2, 0, 2, PARTS), (2, 0, 4, []), (2, 1, 0, None))
+    done = recorded(entries, 2, 0)
+    assert (done.status, done.committed, done.aborted, done.offset) == (
+        TxnStatus.COMPLETE_COMMIT,
+        True,
+        False,
+        2,
+    )
+    assert ("t.manifests", 2) in done.partitions  # from the Prepare entry: the Complete one lists none
+    assert recorded(entries, 2, 1).status is TxnStatus.EMPTY
+    assert recorded(entries, 3, 0).status is None
+    aborted = recorded(log((2, 0, 1, PARTS), (2, 0, 3, PARTS)), 2, 0)
+    assert aborted.aborted and not aborted.committed
+
+
+def state(topic: str = "t.changelog", partition: int = 0) -> ProducerState:
+    return ProducerState(TopicPartition(topic, partition), 2, 0, 0, 0, 301)
+
+
+async def test_a_report_says_what_the_coordinator_recorded_or_why_it_cannot() -> None:
+    class Log:
+        def __init__(self, entries: list[TxnLogEntry] | Exception) -> None:
+            self.entries = entries
+
+        async def recorded(self, producer_id: int, producer_epoch: int) -> Any:
+            if isinstance(self.entries, Exception):
+                raise self.entries
+            return recorded(self.entries, producer_id, producer_epoch)
+
+    entries = log((2, 0, 2, PARTS), (2, 0, 4, []))
+    said = await coordinator_says(Log(entries), state())
+    assert said == (
+        "the coordinator's log (offset 1) records COMPLETE_COMMIT for that producer id and epoch, and its "
+        "transaction lists t.changelog-0"
+    )
+    assert "does not list t.changelog-1" in await coordinator_says(Log(entries), state(partition=1))
+    assert "holds no record" in await coordinator_says(Log([]), state())
+    assert "could not be read (OSError('down'))" in await coordinator_says(Log(OSError("down")), state())
+    assert await coordinator_says(None, state()) == ""
