@@ -56,6 +56,8 @@ class DictStore(dict[str, bytes]):
 
     changelog_bytes = 0
     changelog_records = 0
+    rollback_stamp = object()
+    """As the runtime's stores have (processors/store.py, `Lineage`): nothing is rolled back here."""
 
     def put(self, key: str, value: bytes) -> None:
         self[key] = value

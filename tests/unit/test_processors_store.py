@@ -77,6 +77,63 @@ def test_stacked_overlay_commits_into_parent_only(base: MemoryStateStore | Sqlit
     assert dict(base.items()) == {"a": b"1", "b": b"2"}
 
 
+def test_overlays_share_their_base_lineage_and_only_a_rollback_replaces_its_stamp(
+    base: MemoryStateStore | SqliteStateStore,
+) -> None:
+    """The stamp the engine trusts its cached states by (dispatch/engine.py): the same object through
+    every layer while writes are only committed, a new one once any may have been dropped."""
+    start = base.rollback_stamp
+    batch = OverlayStore(base)
+    layer = OverlayStore(batch)
+    assert batch.lineage is layer.lineage is base.lineage
+    assert layer.rollback_stamp is batch.rollback_stamp is start
+    layer.put("a", b"1")
+    layer.commit()
+    batch.put("b", b"2")
+    batch.commit()
+    base.put("c", b"3")
+    base.delete("c")
+    base.apply({"d": b"4"})
+    assert base.rollback_stamp is start  # commits and the fold's own writes keep it
+    poisoned = OverlayStore(batch)
+    poisoned.discard()
+    after_discard = base.rollback_stamp
+    assert after_discard is not start
+    assert batch.rollback_stamp is layer.rollback_stamp is after_discard
+    base.clear()
+    assert base.rollback_stamp is not after_discard
+    base.lineage.rolled_back()  # what a term that keeps the store does (processors/partition.py)
+    assert len({id(start), id(after_discard), id(base.rollback_stamp)}) == 3
+
+
+def test_an_overlay_on_a_store_without_lineage_offers_no_stamp() -> None:
+    class Plain:
+        def __init__(self) -> None:
+            self.data: dict[str, bytes] = {}
+
+        def get(self, key: str) -> bytes | None:
+            return self.data.get(key)
+
+        def put(self, key: str, value: bytes) -> None:
+            self.data[key] = value
+
+        def delete(self, key: str) -> None:
+            self.data.pop(key, None)
+
+    overlay = OverlayStore(Plain())
+    assert overlay.lineage is None and overlay.rollback_stamp is None
+    overlay.discard()
+    assert overlay.rollback_stamp is None
+
+
+def test_a_rebased_overlay_takes_its_new_base_lineage() -> None:
+    old, new = MemoryStateStore(), MemoryStateStore()
+    overlay = OverlayStore(old)
+    overlay.rebase(new)
+    assert overlay.lineage is new.lineage
+    assert overlay.rollback_stamp is new.rollback_stamp is not old.rollback_stamp
+
+
 def test_overlay_rejects_wrong_types() -> None:
     overlay = OverlayStore(MemoryStateStore())
     with pytest.raises(TypeError):

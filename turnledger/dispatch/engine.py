@@ -70,6 +70,12 @@ class EncodedOutput:
 
 
 class StateAccess(Protocol):
+    """The store a batch reads and writes through. It may also have a `rollback_stamp`: an object
+    that stays the same (by identity) for as long as no write made through the store can have been
+    dropped (an aborted transaction's), and is replaced when one may have been
+    (processors/store.py, `Lineage`). Without one, every cached state is checked against the store
+    before it is used (`Stored.current`)."""
+
     def get(self, key: str) -> bytes | None: ...
 
     def put(self, key: str, value: bytes) -> None: ...
@@ -120,7 +126,7 @@ class BatchEngine:
         the size limits (model/limits.py). A replay must use the ones the processor used."""
         self._models = models or builtin_registry()
         self._limits = limits
-        self._cache: OrderedDict[str, tuple[Stored, ConversationState]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Stored, ConversationState, object | None]] = OrderedDict()
         self._cache_size = cache_size
         self._live = LiveAssemblers()
         self._state_json = StateJson()
@@ -132,18 +138,20 @@ class BatchEngine:
         changed: set[str] = set()
         outputs: list[Frozen] = []
         encoded = EncodedRecords()
+        stamp = getattr(store, "rollback_stamp", None)
         for record in records:
-            outputs.extend(self._apply(record, store, states, stored, changed, encoded))
+            outputs.extend(self._apply(record, store, stamp, states, stored, changed, encoded))
         for conversation_id in sorted(changed):
             state = states[conversation_id]
             now = write_state(state, stored[conversation_id], self._state_json, store.put, _deleter(store))
-            self._remember(conversation_id, now, state)
+            self._remember(conversation_id, now, state, stamp)
         return [_encode_output(out, encoded) for out in outputs]
 
     def _apply(
         self,
         record: SourceRecord,
         store: StateAccess,
+        stamp: object | None,
         states: dict[str, ConversationState],
         stored: dict[str, Stored],
         changed: set[str],
@@ -155,7 +163,7 @@ class BatchEngine:
         conversation_id = event.conversation_id
         state = states.get(conversation_id)
         if state is None:
-            state, stored[conversation_id] = self._load(conversation_id, store)
+            state, stored[conversation_id] = self._load(conversation_id, store, stamp)
         try:
             result = fold(state, event, self._live, self._models, self._limits, self._renders, encoded)
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
@@ -167,20 +175,32 @@ class BatchEngine:
             states.setdefault(conversation_id, state)
         return [_with_source(out, record) for out in result.outputs]
 
-    def _load(self, conversation_id: str, store: StateAccess) -> tuple[ConversationState, Stored]:
+    def _load(
+        self, conversation_id: str, store: StateAccess, stamp: object | None
+    ) -> tuple[ConversationState, Stored]:
+        """The cached state when the store still holds what it was read from or written as: known
+        when the store's rollback stamp is the one it was cached under (`StateAccess`), else checked
+        key by key; otherwise the state read from the store."""
         cached = self._cache.get(conversation_id)
-        if cached is not None and cached[0].current(store.get):
-            self._cache.move_to_end(conversation_id)
-            return cached[1], cached[0]
+        if cached is not None:
+            stored, state, cached_under = cached
+            if stamp is not None and cached_under is stamp:
+                self._cache.move_to_end(conversation_id)
+                return state, stored
+            if stored.current(store.get):
+                self._remember(conversation_id, stored, state, stamp)
+                return state, stored
         found = state_layout.read_state(store.get, conversation_id)
         if found is None:
             return ConversationState.empty(conversation_id), Stored()
         state, stored = found
-        self._remember(conversation_id, stored, state)
+        self._remember(conversation_id, stored, state, stamp)
         return state, stored
 
-    def _remember(self, conversation_id: str, stored: Stored, state: ConversationState) -> None:
-        self._cache[conversation_id] = (stored, state)
+    def _remember(
+        self, conversation_id: str, stored: Stored, state: ConversationState, stamp: object | None
+    ) -> None:
+        self._cache[conversation_id] = (stored, state, stamp)
         self._cache.move_to_end(conversation_id)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

@@ -276,6 +276,8 @@ class PartitionProcessor:
             kept = position is not None and resume == self.committed_offset
         if kept:
             assert self.store is not None
+            # the fold's cache may hold states the last term wrote into overlays it left behind
+            self.store.lineage.rolled_back()
             how = f"kept the state of its previous term ({len(self.store)} keys)"  # type: ignore[arg-type]
         else:
             restored = await self._restore()

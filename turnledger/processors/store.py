@@ -24,8 +24,31 @@ Writes = Mapping[str, bytes | None]
 """Key → latest value, `None` meaning deleted (a tombstone in the changelog)."""
 
 
+class Lineage:
+    """What a base store and every overlay stacked on it share: a stamp that is replaced whenever
+    writes made through them may have been dropped (an overlay discarded, the base cleared, a term
+    that left its overlays behind).
+
+    The engine caches the states it wrote, and before it trusts one it checked that the store still
+    holds every key's bytes (`Stored.current`): ~8 reads through the overlays a record, ~10% of the
+    engine's CPU on streamed records (issue 20). While the stamp is the one it wrote under, nothing
+    it wrote was dropped, so it skips that check (`rollback_stamp`, dispatch/engine.py). A fresh
+    `object()` per rollback: compared by identity, and never equal to a stamp still held."""
+
+    __slots__ = ("stamp",)
+
+    def __init__(self) -> None:
+        self.stamp = object()
+
+    def rolled_back(self) -> None:
+        self.stamp = object()
+
+
 class PartitionStore(StateStore, Protocol):
-    """What the runtime needs beyond `StateStore`: bulk application of a committed batch."""
+    """What the runtime needs beyond `StateStore`: bulk application of a committed batch, and the
+    lineage its overlays share (`Lineage`)."""
+
+    lineage: Lineage
 
     def apply(self, writes: Writes) -> None: ...
     def clear(self) -> None: ...
@@ -44,6 +67,11 @@ class MemoryStateStore:
 
     def __init__(self) -> None:
         self._data: dict[str, bytes] = {}
+        self.lineage = Lineage()
+
+    @property
+    def rollback_stamp(self) -> object:
+        return self.lineage.stamp
 
     def get(self, key: str) -> bytes | None:
         return self._data.get(key)
@@ -65,6 +93,7 @@ class MemoryStateStore:
 
     def clear(self) -> None:
         self._data.clear()
+        self.lineage.rolled_back()
 
     def close(self) -> None:
         pass
@@ -95,6 +124,7 @@ class SqliteStateStore:
         self.path = path
         self._cache: OrderedDict[str, bytes | None] = OrderedDict()
         self._cache_entries = cache_entries
+        self.lineage = Lineage()
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         page_cache = f"cache_size=-{PAGE_CACHE_KIB}"
         for pragma in ("journal_mode=WAL", "synchronous=OFF", "temp_store=MEMORY", page_cache):
@@ -110,6 +140,10 @@ class SqliteStateStore:
         self._cache.move_to_end(key)
         while len(self._cache) > self._cache_entries:
             self._cache.popitem(last=False)
+
+    @property
+    def rollback_stamp(self) -> object:
+        return self.lineage.stamp
 
     def get(self, key: str) -> bytes | None:
         if key in self._cache:
@@ -156,6 +190,7 @@ class SqliteStateStore:
     def clear(self) -> None:
         self._conn.execute("DELETE FROM kv")
         self._cache.clear()
+        self.lineage.rolled_back()
 
     def close(self) -> None:
         self._conn.close()
@@ -176,11 +211,20 @@ class OverlayStore:
     transaction committed, so an aborted transaction leaves the base store exactly at
     the last committed state (`discard()`). Overlays stack: the per-record retry of a
     poisoned batch puts one overlay per record on top of the batch overlay.
+
+    Every overlay shares its base's `Lineage` (none when the base has none: then it offers no
+    stamp, and the engine checks every cached state against the store), and a discard rolls it back.
     """
 
     def __init__(self, base: StateStore) -> None:
         self._base = base
         self._writes: dict[str, bytes | None] = {}
+        self.lineage: Lineage | None = getattr(base, "lineage", None)
+
+    @property
+    def rollback_stamp(self) -> object | None:
+        """The lineage's stamp (`Lineage`), None without one."""
+        return None if self.lineage is None else self.lineage.stamp
 
     def get(self, key: str) -> bytes | None:
         if key in self._writes:
@@ -218,11 +262,14 @@ class OverlayStore:
 
     def discard(self) -> None:
         self._writes = {}
+        if self.lineage is not None:
+            self.lineage.rolled_back()
 
     def rebase(self, base: StateStore) -> None:
         """Read through and commit into `base` from now on: the overlay this one was stacked on has
         committed into `base` (pipelined commits, processors/partition.py)."""
         self._base = base
+        self.lineage = getattr(base, "lineage", None)
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")

@@ -26,6 +26,7 @@ from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.model.events import ConversationSnapshot, IngressEvent, Rejected
 from turnledger.model.limits import DEFAULT_LIMITS
 from turnledger.model.reasons import ReasonCode
+from turnledger.processors.store import MemoryStateStore, OverlayStore
 from turnledger.records import SourceRecord
 from turnledger.topology import Stream
 
@@ -416,6 +417,58 @@ def test_the_cached_state_is_used_while_the_store_holds_what_was_written() -> No
     assert cached == fresh
 
 
+class StampedStore(FullStore):
+    """A store with a rollback stamp (processors/store.py) that counts its reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[str] = []
+        self.rollback_stamp = object()
+
+    def get(self, key: str) -> bytes | None:
+        self.gets.append(key)
+        return super().get(key)
+
+
+def test_while_the_stamp_stays_a_cached_state_is_used_without_reading_the_store() -> None:
+    records = _records(EVENTS)
+    store = StampedStore()
+    engine = BatchEngine()
+    engine.process_batch(records[:2], store)
+    store.gets.clear()
+    cached = [o.value for o in engine.process_batch(records[2:3], store)]
+    assert store.gets == []
+    store.rollback_stamp = object()  # a rollback somewhere: every cached state is checked again
+    engine.process_batch(records[3:4], store)
+    checked = list(store.gets)
+    assert checked and len(checked) == len(set(checked)) and set(checked) <= set(store.data)
+    store.gets.clear()
+    engine.process_batch(records[4:5], store)  # checked once, then trusted under the new stamp
+    assert store.gets == []
+    fresh = StampedStore()
+    BatchEngine().process_batch(records[:2], fresh)
+    assert cached == [o.value for o in BatchEngine().process_batch(records[2:3], fresh)]
+
+
+def test_a_discarded_overlay_is_not_shadowed_by_the_state_the_engine_wrote_into_it() -> None:
+    """The runtime's stores: the state a batch wrote into an overlay its transaction then lost is not
+    trusted by stamp (the discard replaced it), so the batch folds again to the same outputs."""
+    records = _records(EVENTS)
+    base = MemoryStateStore()
+    engine = BatchEngine()
+    batch = OverlayStore(base)
+    engine.process_batch(records[:2], batch)
+    batch.commit()
+    aborted = OverlayStore(base)
+    first = [o.value for o in engine.process_batch(records[2:4], aborted)]
+    written = dict(aborted.dirty)
+    aborted.discard()
+    retry = OverlayStore(base)
+    again = [o.value for o in engine.process_batch(records[2:4], retry)]
+    assert again == first
+    assert dict(retry.dirty) == written
+
+
 def test_a_state_read_from_the_store_is_cached() -> None:
     records = _records(EVENTS)
     store = FullStore()
@@ -423,7 +476,7 @@ def test_a_state_read_from_the_store_is_cached() -> None:
     engine = BatchEngine()
     engine.process_batch(records[2:3], store)  # reads the store, folds, writes
     assert list(engine._cache) == ["conv-1"]
-    stored, state = engine._cache["conv-1"]
+    stored, state, _ = engine._cache["conv-1"]
     assert state == read_state(store, "conv-1")
     assert stored.current(store.get)
 
@@ -490,15 +543,15 @@ def test_a_cache_hit_returns_the_cached_state_itself() -> None:
     store = FullStore()
     engine = BatchEngine()
     engine.process_batch(records[:2], store)
-    stored, cached = engine._cache["conv-1"]
-    state, again = engine._load("conv-1", store)
+    stored, cached, _ = engine._cache["conv-1"]
+    state, again = engine._load("conv-1", store, None)
     assert state is cached and again is stored
     store.data["conv-1"] = store.data["conv-1"] + b""  # equal bytes: still current
-    assert engine._load("conv-1", store)[0] is cached
+    assert engine._load("conv-1", store, None)[0] is cached
     other = FullStore()
     other.data = {k: v for k, v in store.data.items()}
     BatchEngine().process_batch(records[2:3], other)  # another writer moved the store on
-    fresh, _ = engine._load("conv-1", other)
+    fresh, _ = engine._load("conv-1", other, None)
     assert fresh is not cached and fresh == read_state(other, "conv-1")
 
 
@@ -539,7 +592,7 @@ def test_a_state_read_and_left_unchanged_is_cached_whole() -> None:
     engine = BatchEngine()
     first = engine.process_batch([late], store)
     assert [o.stream for o in first] == [Stream.QUARANTINE] and store.log == []
-    stored, state = engine._cache["conv-1"]
+    stored, state, _ = engine._cache["conv-1"]
     assert stored.current(store.get) and state == read_state(store, "conv-1")
     second = engine.process_batch([again], store)
     fresh = BatchEngine().process_batch([again], store)
