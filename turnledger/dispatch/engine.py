@@ -89,7 +89,7 @@ def encode_state(state: ConversationState, json: StateJson | None = None) -> byt
 
 
 def decode_state(value: bytes) -> ConversationState:
-    """A state written whole (formats 1 to 3); a split head (format 4 or 5) needs its parts (`read_state`)."""
+    """A state written whole (formats 1 to 3); a split head (format 4 to 6) needs its parts (`read_state`)."""
     snapshot = decode_snapshot(value)
     if snapshot.format_version in SPLIT_FORMATS:
         raise StateDecodeError(

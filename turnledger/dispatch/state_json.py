@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -75,6 +76,14 @@ _GRAPH_FIELDS = (
 if tuple(GraphState.model_fields) != _GRAPH_FIELDS:  # pragma: no cover - guards _graph
     raise RuntimeError("GraphState fields changed: update StateJson._graph() to match model_dump_json()")
 GRAPH_HEAD: set[str] = set(_GRAPH_FIELDS[:3])
+PROGRESS_FIELDS = ("assembler", "updated_at_ms", "lease_renewed_at_ms")
+"""The fields of an operation a streamed delta changes: its progress part on the changelog
+(`state_layout.py`), written apart from the rest so that a delta does not write the manifest, the
+keys and the lease again."""
+STATIC_FIELDS = tuple(f for f in _OPERATION_FIELDS if f not in {"request", *PROGRESS_FIELDS})
+"""The fields of an operation's own part: all but its request and its progress."""
+static_fields = attrgetter(*STATIC_FIELDS)
+"""An operation's static fields as a tuple: equal tuples, equal part (`state_layout.parts_since`)."""
 M = TypeVar("M", bound=BaseModel)
 Content = tuple[int, str, int]
 """A block of an assembler snapshot whose content is kept in chunks: its index, its content, and how
@@ -103,10 +112,13 @@ class CachedJson(weakref.ref[BaseModel]):
 
 
 class CachedApart(CachedJson):
-    """An operation's JSON apart (`operation_apart`), with the contents it was elided of."""
+    """An operation's parts (`operation_apart`, `operation_progress`), with the contents its
+    progress was elided of; `json`, the operation's own part, is computed when first asked for (a
+    streamed delta changes only the progress)."""
 
-    __slots__ = ("contents",)
+    __slots__ = ("contents", "progress")
     contents: Contents
+    progress: bytes
 
 
 E = TypeVar("E", bound=CachedJson)
@@ -138,16 +150,25 @@ class StateJson:
         return self._of(state, b"", graph, b"[]", b"{}")
 
     def operation_apart(self, op: OperationState) -> bytes:
-        """The operation's part on the changelog (`state_layout.py`), in three lines: its JSON before
-        the request, its JSON after the request (`splice_request` puts it back) with each block of
-        its assembler's snapshot holding only what its chunks do not (`elide_contents`: the changelog
-        keeps them under keys of their own, so a streamed delta does not write the whole answer), and
-        each block's count of chunks (`assembler_contents`; null: inline)."""
-        return self._apart(op).json
+        """The operation's own part on the changelog (`state_layout.py`), in two lines: its JSON before
+        the request, and its JSON after the request without its progress (`PROGRESS_FIELDS`).
+        `splice_operation` puts the request and the progress back."""
+        entry = self._apart(op)
+        if not entry.json:
+            entry.json = self._static_part(op)
+        return entry.json
+
+    def operation_progress(self, op: OperationState) -> bytes:
+        """The operation's progress part, in two lines: a JSON object of its `PROGRESS_FIELDS`, with
+        each block of its assembler's snapshot holding only what its chunks do not (`elide_contents`:
+        the changelog keeps them under keys of their own, so a streamed delta does not write the
+        whole answer), and each block's count of chunks (`assembler_contents`; null: inline)."""
+        return self._apart(op).progress
 
     def contents(self, op: OperationState) -> Contents:
-        """`assembler_contents(op.assembler)`: what `operation_apart` elided, computed once per operation
-        (a delta's write compares the operation's contents with those of the one it replaces)."""
+        """`assembler_contents(op.assembler)`: what `operation_progress` elided, computed once per
+        operation (a delta's write compares the operation's contents with those of the one it
+        replaces)."""
         return self._apart(op).contents
 
     def of(self, state: ConversationState) -> bytes:
@@ -225,18 +246,54 @@ class StateJson:
         return splice_request(before, self.model(op.request), after)
 
     def _apart(self, op: OperationState) -> CachedApart:
-        """The operation's entry in the `apart` cache (as `_cached`, with its contents)."""
+        """The operation's entry in the `apart` cache (as `_cached`, with its progress and contents)."""
         key = id(op)
         hit = self.apart.get(key)
         if hit is not None and hit() is op:
             return hit
         contents = assembler_contents(op.assembler)
-        before, after = self._operation_pieces(op, elide_contents(op.assembler, contents))
+        progress = to_json(
+            {
+                "assembler": elide_contents(op.assembler, contents),
+                "updated_at_ms": op.updated_at_ms,
+                "lease_renewed_at_ms": op.lease_renewed_at_ms,
+            }
+        )
         counts = to_json([content and content[2] for content in contents])
         entry = CachedApart(op, self.forget_apart)
-        entry.key, entry.json, entry.contents = key, b"\n".join((before, after, counts)), contents
+        entry.key, entry.json, entry.contents = key, b"", contents
+        entry.progress = progress + b"\n" + counts
         self.apart[key] = entry
         return entry
+
+    def _static_part(self, op: OperationState) -> bytes:
+        """The two lines of `operation_apart`."""
+        manifest = op.manifest
+        head = to_json({"operation_id": op.operation_id, "state": op.state})
+        tail = to_json(
+            {
+                "prepared_revision": op.prepared_revision,
+                "attempt_generation": op.attempt_generation,
+                "attempt_cancel_generation": op.attempt_cancel_generation,
+                "idempotency_key": op.idempotency_key,
+                "response_handle": op.response_handle,
+                "attempt_terminated": op.attempt_terminated,
+                "committed_revision": op.committed_revision,
+                "lease_owner": op.lease_owner,
+                "lease_ms": op.lease_ms,
+                "resumable": op.resumable,
+                "replayable": op.replayable,
+            }
+        )
+        return b"".join(
+            (
+                head[:-1],
+                b'\n"manifest":',
+                b"null" if manifest is None else self.model(manifest),
+                b",",
+                tail[1:],
+            )
+        )
 
     def _operation_pieces(self, op: OperationState, assembler: dict[str, Any] | None) -> tuple[bytes, bytes]:
         """The JSON before and after the request, with `assembler` for the assembler's snapshot."""
@@ -292,7 +349,7 @@ def assembler_contents(assembler: dict[str, Any] | None) -> Contents:
     """Per block of an assembler snapshot, in its order: (index, content, chunks kept apart), or None
     for a block kept inline. The chunks of a block are all of its content but for the last such block
     (the one that grows, most often): its full chunks, the rest (less than a chunk) inline, so that a
-    delta rewrites that rest in the operation's part rather than a chunk under a key of its own. The
+    delta rewrites that rest in the operation's progress rather than a chunk under a key of its own. The
     assembler snapshots every block with an int index and a str content, each index once
     (`_Block.to_json`); a block of any other shape, or a second block of an index (none is
     written), stays inline, so no two blocks name the same chunks."""
@@ -331,8 +388,18 @@ def elide_contents(assembler: dict[str, Any] | None, contents: Contents) -> dict
 
 
 def splice_request(before: bytes, request: bytes, after: bytes) -> bytes:
-    """An operation's JSON from the pieces before and after its request (`operation_apart`)."""
+    """An operation's JSON from the pieces before and after its request."""
     return b"".join((before, b',"request":', request, b",", after))
+
+
+def splice_operation(static: bytes, request: bytes, progress: bytes) -> bytes | None:
+    """An operation's JSON (its fields in another order than the model's) from its own part
+    (`operation_apart`), its request and the first line of its progress part: None when the part
+    is not two lines or either piece is not a JSON object's text."""
+    lines = static.split(b"\n", 1)
+    if len(lines) != 2 or not lines[1].endswith(b"}") or not progress.startswith(b"{"):
+        return None
+    return b"".join((lines[0], b',"request":', request, b",", lines[1][:-1], b",", progress[1:]))
 
 
 def state_json(state: ConversationState) -> bytes:

@@ -3,34 +3,39 @@
 Format 3 wrote the whole state (every committed block, every operation with its request) under
 the conversation id on every change: ~8 KB to change a ~1.3 KB operation. Format 4 split it, but
 kept a streaming operation's answer so far in its part, so every delta wrote the whole answer
-again (bytes per delta linear in the answer's length, issue 20). Format 5 keeps those contents
-apart too:
+again (bytes per delta linear in the answer's length, issue 20). Format 5 kept those contents
+apart, but every delta still wrote the whole operation: its manifest, keys and lease (~550 of the
+~1,400 bytes a streamed record wrote). Format 6 keeps the operation's progress apart too:
 
 - `<conversation>`: the *head*, written on a turn, a new operation, a new chunk of turn ids or
   handles, a pause or a cancel: the operation ids, the starts of the block runs and the chunk
   counts, then the state JSON with no operations, blocks, turn ids or handles (conversation fields,
   graph digests and pending calls; the graph's indexes too when they do not split by revision,
   `_split_indexes`);
-- `<conversation>\x1fo\x1f<operation id>`: one operation without its request and without the
-  chunks of its assembler's contents, written when it changes, in three lines: the JSON before the
-  request, the JSON after it with each block's content cut to what its chunks do not hold
-  (`elide_contents`), and each block's count of chunks (null for a block kept inline);
+- `<conversation>\x1fo\x1f<operation id>`: one operation's own part, written when one of its
+  `STATIC_FIELDS` changes (a new state, manifest, lease holder, ...), in two lines: the JSON before
+  the request, and the JSON after it without its progress;
+- `<conversation>\x1fp\x1f<operation id>`: its *progress* (`PROGRESS_FIELDS`: the assembler's
+  snapshot, the event time, the lease's last renewal), the part a streamed delta writes, in two
+  lines: a JSON object of those fields, with each block's content cut to what its chunks do not
+  hold (`elide_contents`), and each block's count of chunks (null for a block kept inline). The
+  two parts and the request spliced together (`splice_operation`) are the operation's JSON with
+  its fields in another order, so they read back as an equal operation;
 - `<conversation>\x1fr\x1f<operation id>`: its request, written once;
 - `<conversation>\x1fx\x1f<block index>\x1f<n>\x1f<operation id>`: chunk n of the content of the
   operation's assembler block, `CONTENT_CHUNK` code points as a JSON string. The chunks hold all of
   each block's content but the last block's rest past its full chunks (less than a chunk), which
-  stays in the operation's part (`assembler_contents`). The content only grows within an attempt
+  stays in the operation's progress (`assembler_contents`). The content only grows within an attempt
   and the last block is the one that grows, so a chunk is written once, when it fills: a delta
-  writes the operation's part (a chunk's worth of the answer at most) and, when one fills, that
-  chunk, whatever the answer's length; an answer shorter than a chunk writes format 4's part and a
-  count. The chunks are deleted when the assembler goes (a commit, a retraction) or its content
-  shrinks (a new attempt);
+  writes the operation's progress (a chunk's worth of the answer at most) and, when one fills, that
+  chunk, whatever the answer's length. The chunks are deleted when the assembler goes (a commit, a
+  retraction) or its content shrinks (a new attempt);
 - `<conversation>\x1fb\x1f<ordering>`: the blocks one revision appended (a run from that ordering
   on) and that revision's entries of `block_ids`, `calls` and `results`, written once;
 - `<conversation>\x1ft\x1f<n>`, `<conversation>\x1fh\x1f<n>`: turn ids and handles, `CHUNK` per
   chunk, the last chunk rewritten as it grows.
 
-Every value is a `ConversationSnapshot` of format 5. The head sits under the conversation id,
+Every value is a `ConversationSnapshot` of format 6. The head sits under the conversation id,
 where a format-3 state was: a state restored from an older changelog is rewritten in place, and a
 key holds one format at a time. Every part carries the conversation id, so a value read under
 another conversation's key is refused. The fold's state is the same model as in format 3
@@ -44,14 +49,16 @@ the rest is the operation id whatever separators it holds, so the key names one 
 operation, block, chunk) and no part of another kind. (An operation or request key ends with the
 operation id after its tag in the same way.)
 
-Format 5 is a new number, not an extension of format 4, because a format-4 reader must not read
-it: an operation part without its contents would read as an answer cut to nothing (or fail with an
-untyped error on the third line), where a release that knows only format 4 refuses a format-5 head
-with its typed `StateDecodeError` ("state format 5"). This release reads format 4 (a changelog
-written before the upgrade: each operation part in two lines, the contents inline) and writes such
-a state again whole in format 5 the first time it changes, every key of it: the head's format says
-how each part is read, so a conversation's keys must not mix the two. That costs one write of the
-state per conversation after the upgrade.
+Each format is a new number, not an extension of the one before, because an older reader must not
+read it: a format-5 reader would take a format-6 operation part (two lines, no assembler) for one
+without its chunk counts, and a format-4 reader a format-5 part for an answer cut to nothing, where
+a release refuses a head of a format it does not know with its typed `StateDecodeError` ("state
+format 6"). This release reads formats 4 and 5 (a changelog written before the upgrade: each
+operation in one part of two lines with its contents inline, or of three lines with its progress
+inline and its contents in chunks: `_OPERATION_READERS`) and writes such a state again whole in
+format 6 the first time it changes, every key of it: the head's format says how each part is read,
+so a conversation's keys must not mix formats. That costs one write of the state per conversation
+after the upgrade.
 
 A conversation id that contains the separator (U+001F) keeps the whole state in format 3 under the
 id after two separators (`head_key`): no part key starts so (a part key's first separator is
@@ -78,20 +85,31 @@ from turnledger.codec import CodecError, UnencodableRecord, decode, default_code
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.migrate import READABLE_FORMATS, UnreadableStateFormat, upgrade_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
-from turnledger.dispatch.state_json import CONTENT_CHUNK, GRAPH_HEAD, Contents, StateJson, splice_request
+from turnledger.dispatch.state_json import (
+    CONTENT_CHUNK,
+    GRAPH_HEAD,
+    Contents,
+    StateJson,
+    splice_operation,
+    splice_request,
+    static_fields,
+)
 from turnledger.errors import StateFormatError
 from turnledger.model.events import ConversationSnapshot
 from turnledger.model.graph import Block
 from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
 
-SPLIT_FORMAT = 5
+SPLIT_FORMAT = 6
 """The snapshot format of a head and of its parts (their content is the format-3 state's)."""
+PROGRESS_INLINE_FORMAT = 5
+"""The split format before an operation's progress was kept apart: read, never written."""
 INLINE_CONTENTS_FORMAT = 4
 """The split format before the assembler's contents were kept apart: read, never written."""
-SPLIT_FORMATS = frozenset({INLINE_CONTENTS_FORMAT, SPLIT_FORMAT})
+SPLIT_FORMATS = frozenset({INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT, SPLIT_FORMAT})
 
 SEPARATOR = "\x1f"
 OPERATION_TAG = "o"
+PROGRESS_TAG = "p"
 REQUEST_TAG = "r"
 BLOCKS_TAG = "b"
 TURNS_TAG = "t"
@@ -123,6 +141,10 @@ class StateLayoutError(StateDecodeError):
 
 def operation_key(conversation_id: str, operation_id: str) -> str:
     return f"{conversation_id}{SEPARATOR}{OPERATION_TAG}{SEPARATOR}{operation_id}"
+
+
+def progress_key(conversation_id: str, operation_id: str) -> str:
+    return f"{conversation_id}{SEPARATOR}{PROGRESS_TAG}{SEPARATOR}{operation_id}"
 
 
 def request_key(conversation_id: str, operation_id: str) -> str:
@@ -200,12 +222,13 @@ class Stored:
         `holds` inlined, with the base's length computed once: a cached state's every key is checked
         on every batch that loads it (~14 keys a conversation, ~4% of the engine's CPU, issue 20).
 
-        Content chunks are not checked: their operation's part is, and it decides them. A chunk is
-        written or deleted only by a write that also writes its operation's part with other chunk
-        counts (a chunk is written when it fills, every chunk is rebuilt or deleted with a change of
-        the counts), in the same batch; so a batch whose writes the store lost left that part other
-        than these bytes. And equal bytes of the part (its chunk counts, the rest of the content,
-        the assembler's next sequence) come from the same log, whose fold gave the same content.
+        Content chunks are not checked: the part that counts them is (the operation's progress; its
+        own part in format 5), and it decides them. A chunk is written or deleted only by a write
+        that also writes that part with other chunk counts (a chunk is written when it fills, every
+        chunk is rebuilt or deleted with a change of the counts), in the same batch; so a batch whose
+        writes the store lost left that part other than these bytes. And equal bytes of the part
+        (its chunk counts, the rest of the content, the assembler's next sequence) come from the
+        same log, whose fold gave the same content.
         Checking them cost one read per chunk per record of a streaming answer (+12% of the
         engine's instructions at 20 s answers)."""
         parts = self.parts
@@ -454,6 +477,7 @@ def state_parts(
             parts[chunk_key(conversation_id, tag, index)] = chunk
     for operation_id, op in state.operations.items():
         parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
+        parts[progress_key(conversation_id, operation_id)] = json.operation_progress(op)
         parts[request_key(conversation_id, operation_id)] = json.model(op.request)
     for start, run in graph.runs.items():
         parts[blocks_key(conversation_id, start)] = run
@@ -503,7 +527,8 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
     when the graph, the turn ids, the handles or the operation ids differ (a turn, a new operation,
     a new handle: `state_parts` then builds them all), or `old` was read rather than written.
 
-    A streamed delta changes its operation's part and, when a chunk fills, adds it: the chunks are
+    A streamed delta changes its operation's progress (its own part only when a static field
+    changes, compared as a tuple: `static_fields`) and, when a chunk fills, adds it: the chunks are
     the last keys, so a new chunk of the last streaming operation is appended; when keys go (a
     commit, a retraction, a new attempt) or a new one does not go last, every chunk is put in order
     again (`_with_chunks_again`), still reusing the full ones.
@@ -534,7 +559,9 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
         prior = before[operation_id]
         if op is prior:
             continue
-        parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
+        if static_fields(op) != static_fields(prior):
+            parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
+        parts[progress_key(conversation_id, operation_id)] = json.operation_progress(op)
         if op.request is not prior.request:
             parts[request_key(conversation_id, operation_id)] = json.model(op.request)
         if op.assembler is not prior.assembler and not regroup:
@@ -696,18 +723,56 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
 
 
 def _read_operation(get: Get, operation_id: str, stored: Stored) -> OperationState:
-    """An operation from its part, its request and (format 5) its content chunks."""
+    """An operation from its parts, in the head's format (`_OPERATION_READERS`)."""
     conversation_id = stored.conversation_id
     part = _part(get, operation_key(conversation_id, operation_id), conversation_id, stored)
-    inline = stored.format_version == INLINE_CONTENTS_FORMAT
-    lines = part.split(b"\n", 1 if inline else 2)
-    if len(lines) != (2 if inline else 3):
-        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
     request = _part(get, request_key(conversation_id, operation_id), conversation_id, stored)
+    return _OPERATION_READERS[stored.format_version](get, operation_id, part, request, stored)
+
+
+def _operation_inline(
+    get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
+) -> OperationState:
+    """Format 4: the JSON before and after the request, the assembler's contents inline."""
+    lines = part.split(b"\n", 1)
+    if len(lines) != 2:
+        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
+    return OperationState.model_validate_json(splice_request(lines[0], request, lines[1]))
+
+
+def _operation_progress_inline(
+    get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
+) -> OperationState:
+    """Format 5: the JSON before and after the request, the progress inline, then the chunk counts."""
+    lines = part.split(b"\n", 2)
+    if len(lines) != 3:
+        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
     op = OperationState.model_validate_json(splice_request(lines[0], request, lines[1]))
-    if not inline:
-        _read_contents(get, op, _COUNTS.validate_json(lines[2]), stored)
+    _read_contents(get, op, _COUNTS.validate_json(lines[2]), stored)
     return op
+
+
+def _operation_apart(
+    get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
+) -> OperationState:
+    """Format 6: the operation's own part, its request, then its progress part and chunk counts."""
+    conversation_id = stored.conversation_id
+    progress = _part(get, progress_key(conversation_id, operation_id), conversation_id, stored)
+    lines = progress.split(b"\n", 1)
+    whole = splice_operation(part, request, lines[0]) if len(lines) == 2 else None
+    if whole is None:
+        raise StateLayoutError(f"the parts of operation {operation_id!r} are not its two lines each")
+    op = OperationState.model_validate_json(whole)
+    _read_contents(get, op, _COUNTS.validate_json(lines[1]), stored)
+    return op
+
+
+_OPERATION_READERS: dict[int, Callable[[Get, str, bytes, bytes, Stored], OperationState]] = {
+    INLINE_CONTENTS_FORMAT: _operation_inline,
+    PROGRESS_INLINE_FORMAT: _operation_progress_inline,
+    SPLIT_FORMAT: _operation_apart,
+}
+"""How each split format keeps an operation (`SPLIT_FORMATS`)."""
 
 
 def _read_contents(get: Get, op: OperationState, counts: list[int | None], stored: Stored) -> None:

@@ -1,12 +1,13 @@
-"""Format 5: the contents of a streaming operation's assembler blocks in chunks of their own.
+"""Formats 5 and 6: the contents of a streaming operation's assembler blocks in chunks of their own.
 
-A streamed delta writes the operation's part, which holds less than a chunk of the answer, and a
-chunk when one fills, however long the answer; what was written reads back as the state (any
+A streamed delta writes the operation's progress, which holds less than a chunk of the answer,
+and a chunk when one fills, however long the answer; what was written reads back as the state (any
 content: empty, a multiple of the chunk, characters outside the BMP across a chunk's edge,
 thinking and tool-argument blocks); the chunk keys of two operations never collide whatever their
 ids hold; the chunks go when the assembler does or shrinks; the parts of what changed are the
-parts of the whole state at every step; a changelog written in format 4 (contents inline) before
-the upgrade is read, and folded on exactly like one written in format 5.
+parts of the whole state at every step; a changelog written in format 4 (contents inline) or in
+format 5 (progress inline) before the upgrade is read, and folded on exactly like one written in
+format 6.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from turnledger.dispatch.state_layout import (
     CONTENT_CHUNK,
     CONTENTS_TAG,
     INLINE_CONTENTS_FORMAT,
+    PROGRESS_INLINE_FORMAT,
     SEPARATOR,
     SPLIT_FORMAT,
     Stored,
     content_key,
     operation_key,
     parts_since,
+    progress_key,
     request_key,
     state_parts,
     write_state,
@@ -57,6 +60,11 @@ characters outside the BMP, a tool call's first argument fragment and an empty t
 `later_events` are the rest of that answer, to its commit. The script (the deltas are in the
 events): the `Conversation` driver with `_DeltaMaker("msg_1", 1)`, `BatchEngine().process_batch`
 of each event into a dict store, the store's values in base64."""
+
+
+FIXTURE_V5 = FIXTURE.with_name("changelog_v5.json")
+"""The same `events` folded by the format-5 engine (commit 5c5fd67): the operation's progress inline
+in its part, its contents in chunks (the same keys as format 6's)."""
 
 
 def _chunk_keys(store: dict[str, bytes]) -> list[str]:
@@ -97,9 +105,9 @@ def _answer(records: int) -> list[tuple[int, int, int]]:
     writes = _engine_writes(c, Store(), BatchEngine())[-records:]
     chunks = {content_key("conv-1", "op-1", 0, n) for n in range(records)}
     sizes, filled = [], []
-    for written in writes:  # the operation's part, then the chunk the delta filled, if it did
+    for written in writes:  # the operation's progress, then the chunk the delta filled, if it did
         keys = [key for key, _ in written]
-        assert keys[0] == operation_key("conv-1", "op-1") and len(keys) <= 2
+        assert keys[0] == progress_key("conv-1", "op-1") and len(keys) <= 2
         assert set(keys[1:]) <= chunks
         filled += keys[1:]
         values = [decode(value) for _, value in written]  # type: ignore[arg-type]
@@ -171,9 +179,10 @@ def test_a_state_with_contents_in_chunks_reads_back_equal() -> None:
         assert [len(orjson.loads(chunk)) for chunk in chunks[:-1]] == [C] * (len(chunks) - 1)
         assert all(chunk.decode("utf-8") for chunk in chunks)  # whole UTF-8 sequences in each
     assert orjson.loads(stored.parts[content_key("conv-1", "op-1", 1, 1)]) == "🙂"
-    part = stored.parts[operation_key("conv-1", "op-1")]
+    part = stored.parts[progress_key("conv-1", "op-1")]
     assert part.endswith(b"\n[2,2,1,0,1]") and '"content":"Ωμέγα"'.encode() in part
     assert b"ab \xc3\xa9" not in part and b"Z\xc3\xbcrich" not in part
+    assert b'"assembler"' not in stored.parts[operation_key("conv-1", "op-1")]
 
 
 @pytest.mark.parametrize("length", [0, 1, C - 1, C, C + 1, 2 * C, 3 * C + 5])
@@ -188,7 +197,7 @@ def test_a_content_of_any_length_reads_back_equal(length: int) -> None:
     keys = [key for key in stored.parts if key.startswith(CHUNKS)]
     assert keys == [content_key("conv-1", "op-1", 0, n) for n in range(length // C)]  # the full ones
     rest = orjson.dumps(_text(length, tuple(range(C - 1, length, C)))[length // C * C :])
-    assert b'"content":' + rest in stored.parts[operation_key("conv-1", "op-1")]
+    assert b'"content":' + rest in stored.parts[progress_key("conv-1", "op-1")]
 
 
 COLLIDING_IDS = ["a", "a\x1f0", "0\x1fa", "0\x1f0\x1fa", "a\x1f0\x1f1", "1\x1f0\x1fa", "x\x1f0\x1f0\x1fa", ""]
@@ -218,13 +227,11 @@ def test_the_chunk_keys_of_operations_whose_ids_hold_the_separator_never_collide
     parts, _ = state_parts(state, StateJson())
     chunks = [key for key in parts if key.startswith(CHUNKS)]
     assert len(chunks) == 2 * 2 * len(COLLIDING_IDS)
-    assert len(parts) == 3 + (2 + 2 * 2) * len(COLLIDING_IDS) + 1  # head, turns, handles, ops, blocks
+    assert len(parts) == 3 + (3 + 2 * 2) * len(COLLIDING_IDS) + 1  # head, turns, handles, ops, blocks
     for key in chunks:  # each key names one (operation, block, chunk): read from the left
         conversation, tag, block, chunk, operation = key.split(SEPARATOR, 4)
         assert key == content_key(conversation, operation, int(block), int(chunk)) and tag == CONTENTS_TAG
-    others = {operation_key("conv-1", op) for op in COLLIDING_IDS} | {
-        request_key("conv-1", op) for op in COLLIDING_IDS
-    }
+    others = {key("conv-1", op) for op in COLLIDING_IDS for key in (operation_key, progress_key, request_key)}
     assert not others & set(chunks)
     _round_trip(state)
 
@@ -335,14 +342,25 @@ def _records(values: list[bytes], first: int = 0) -> list[SourceRecord]:
     return [SourceRecord("turnledger.ingress", 0, first + i, b"conv-1", v) for i, v in enumerate(values)]
 
 
-def test_a_format_4_changelog_with_contents_inline_is_read_and_folded_on_like_a_format_5_one() -> None:
+@pytest.mark.parametrize("written_in", [INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT])
+def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_format_6_one(
+    written_in: int,
+) -> None:
+    """Format 4 (contents inline in the operation's part) and format 5 (contents in chunks, progress
+    inline): read back equal, every key rewritten in format 6 on the first change, and folded on to
+    the same outputs and the same store as a changelog written in format 6 from the start."""
     events, later, changelog_v4 = _fixture()
-    old = Store(changelog_v4)
+    if written_in == INLINE_CONTENTS_FORMAT:
+        old = Store(changelog_v4)
+        assert "é🙂a".encode() in old[operation_key("conv-1", "op-1")]  # the contents inline
+    else:
+        raw = json.loads(FIXTURE_V5.read_text())
+        assert raw["events"] == [base64.b64encode(e).decode() for e in events]
+        old = Store({k: base64.b64decode(v) for k, v in raw["changelog_v5"].items()})
+        assert _chunk_keys(old) and progress_key("conv-1", "op-1") not in old
+        assert b'"assembler"' in old[operation_key("conv-1", "op-1")]  # the progress inline
     snapshots = [decode(value) for value in old.values()]
-    assert all(
-        isinstance(s, ConversationSnapshot) and s.format_version == INLINE_CONTENTS_FORMAT for s in snapshots
-    )
-    assert "é🙂a".encode() in old[operation_key("conv-1", "op-1")]  # the contents inline
+    assert all(isinstance(s, ConversationSnapshot) and s.format_version == written_in for s in snapshots)
     fresh, fresh_engine = Store(), BatchEngine()
     for record in _records(events):
         fresh_engine.process_batch([record], fresh)
@@ -356,7 +374,7 @@ def test_a_format_4_changelog_with_contents_inline_is_read_and_folded_on_like_a_
         outputs = engine.process_batch([record], old)
         expected = fresh_engine.process_batch([record], fresh)
         assert [(o.stream, o.key, o.value) for o in outputs] == [(o.stream, o.key, o.value) for o in expected]
-        assert dict(old) == dict(fresh)  # every key in format 5, as if written so from the start
+        assert dict(old) == dict(fresh)  # every key in format 6, as if written so from the start
         if record.offset == len(events):  # the first write after the upgrade: every key again
             assert sorted(key for key, _ in old.log) == sorted(old)
     assert all(decode(value).format_version == SPLIT_FORMAT for value in old.values())  # type: ignore[attr-defined]

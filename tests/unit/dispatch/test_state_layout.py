@@ -1,4 +1,4 @@
-"""A conversation's state split over keys (format 5), only the parts that changed written.
+"""A conversation's state split over keys (format 6), only the parts that changed written.
 
 Read back, the parts give an equal state whose JSON is the format-3 JSON byte for byte; an event
 writes the keys of what it changed and nothing else; a format-3 changelog folds on exactly like
@@ -19,7 +19,7 @@ from turnledger.codec import decode, encode
 from turnledger.dispatch import state_layout
 from turnledger.dispatch.engine import BatchEngine, encode_state, read_state
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
-from turnledger.dispatch.state_json import StateJson
+from turnledger.dispatch.state_json import StateJson, splice_operation
 from turnledger.dispatch.state_layout import (
     CHUNK,
     HANDLES_TAG,
@@ -34,6 +34,7 @@ from turnledger.dispatch.state_layout import (
     graph_parts,
     head_key,
     operation_key,
+    progress_key,
     request_key,
     state_parts,
     write_state,
@@ -134,16 +135,17 @@ def test_an_event_writes_the_keys_of_what_it_changed() -> None:
     engine, store = BatchEngine(), Store()
     written = [_written(engine, store, event, i) for i, event in enumerate(c.events)]
     conv, op, op2 = "conv-1", operation_key("conv-1", "op-1"), operation_key("conv-1", "op-2")
+    progress, progress2 = progress_key(conv, "op-1"), progress_key(conv, "op-2")
     turns, handles = chunk_key(conv, TURNS_TAG, 0), chunk_key(conv, HANDLES_TAG, 0)
     assert written == [
         [conv, turns, blocks_key(conv, 0)],  # the user turn: the head, its turn id, its revision's blocks
-        [conv, op, request_key(conv, "op-1")],  # DispatchRequested: the head names a new operation
-        [op],  # DispatchAttempt
-        [op],  # DispatchSent
-        [conv, handles, op],  # HandleBound: the first handle (a chunk the head counts)
-        [conv, turns, op, blocks_key(conv, 1)],  # the tool call commits a turn
+        [conv, op, progress, request_key(conv, "op-1")],  # DispatchRequested: the head names a new operation
+        [op, progress],  # DispatchAttempt: a new state, and its time
+        [op, progress],  # DispatchSent
+        [conv, handles, op, progress],  # HandleBound: the first handle (a chunk the head counts)
+        [conv, turns, op, progress, blocks_key(conv, 1)],  # the tool call commits a turn
         [conv, turns, blocks_key(conv, 2)],  # the tool result
-        [conv, op2, request_key(conv, "op-2")],
+        [conv, op2, progress2, request_key(conv, "op-2")],
     ]
     state = read_state(store, conv)
     assert state == c.state
@@ -158,14 +160,19 @@ def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> Non
     for i, event in enumerate(c.events[:-1]):
         engine.process_batch([_record(event, i)], store)
     keys = _written(engine, store, c.events[-1], len(c.events))
-    assert keys == [operation_key("conv-1", "op-1")]  # less than a chunk of content: in its part
+    assert keys == [progress_key("conv-1", "op-1")]  # less than a chunk of content: in its progress
     part = decode(store[keys[0]])
     assert isinstance(part, ConversationSnapshot) and part.format_version == SPLIT_FORMAT
-    assert b'"request"' not in part.state and b'"Hel"' in part.state
+    assert b'"request"' not in part.state and b'"manifest"' not in part.state and b'"Hel"' in part.state
+    own = decode(store[operation_key("conv-1", "op-1")])
+    assert isinstance(own, ConversationSnapshot) and b'"assembler"' not in own.state
     op = c.state.operations["op-1"]
-    request = op.request.model_dump_json()
-    apart = len(op.model_dump_json()) - len(',"request":') - len(request)
-    assert part.state.endswith(b"\n[0]") and len(part.state) == apart + len("\n[0]")
+    request = op.request.model_dump_json().encode()
+    progress, counts = part.state.split(b"\n")
+    assert counts == b"[0]"
+    whole = splice_operation(own.state, request, progress)
+    assert whole is not None and orjson.loads(whole) == orjson.loads(op.model_dump_json())
+    assert len(whole) == len(op.model_dump_json())  # every field once, only their order differs
 
 
 def test_a_format_3_changelog_folds_on_exactly_like_a_split_one() -> None:
@@ -204,8 +211,8 @@ def test_an_aborted_batch_never_shadows_the_store() -> None:
     engine.process_batch(records[:-2], base)
     aborted = OverlayStore(base)
     engine.process_batch(records[-2:-1], aborted)
-    assert list(aborted.dirty) == [operation_key("conv-1", "op-1")]
-    aborted.discard()  # the transaction aborted: the operation's key is back to what it was
+    assert list(aborted.dirty) == [progress_key("conv-1", "op-1")]
+    aborted.discard()  # the transaction aborted: the operation's progress is back to what it was
     retried = OverlayStore(base)
     outputs = engine.process_batch(records[-2:], retried)
     fresh = BatchEngine().process_batch(records[-2:], OverlayStore(base))
@@ -314,6 +321,33 @@ def test_a_missing_part_or_a_part_of_another_conversation_is_a_typed_error() -> 
         read_state(whole, "conv-1")
 
 
+def test_an_operation_whose_parts_are_not_two_lines_each_is_a_typed_error() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    store = Store()
+    write_state(c.state, Stored(), StateJson(), store.put, store.delete)
+    own, progress = operation_key("conv-1", "op-1"), progress_key("conv-1", "op-1")
+    own_json, progress_json = decode(store[own]).state, decode(store[progress]).state  # type: ignore[attr-defined]
+    without_progress = Store(store)
+    del without_progress[progress]
+    with pytest.raises(StateLayoutError, match="does not hold"):
+        read_state(without_progress, "conv-1")
+    broken = {
+        own: [own_json.replace(b"\n", b""), own_json[:-1], own_json + b"\n[0]"],
+        progress: [progress_json.split(b"\n")[0], b"[" + progress_json[1:]],
+    }
+    for key, values in broken.items():
+        for value in values:
+            bad = Store(store)
+            bad[key] = encode_part("conv-1", SPLIT_FORMAT, value)
+            with pytest.raises(StateLayoutError, match="are not its two lines each"):
+                read_state(bad, "conv-1")
+    format_5 = Store({k: encode_part("conv-1", 5, decode(v).state) for k, v in store.items()})  # type: ignore[attr-defined]
+    with pytest.raises(StateLayoutError, match="the part of operation 'op-1' has 2 lines"):
+        read_state(format_5, "conv-1")  # a format-6 part under a format-5 head
+
+
 def test_a_part_no_longer_in_the_state_is_deleted() -> None:
     c = Conversation()
     c.user("hello")
@@ -327,6 +361,7 @@ def test_a_part_no_longer_in_the_state_is_deleted() -> None:
     assert sorted(store.log, key=lambda kv: kv[0]) == [
         ("conv-1", store["conv-1"]),
         (operation_key("conv-1", "op-1"), None),
+        (progress_key("conv-1", "op-1"), None),
         (request_key("conv-1", "op-1"), None),
     ]
     assert read_state(store, "conv-1") == fewer
