@@ -14,6 +14,7 @@ from turnledger.processors.store import (
     SqliteStateStore,
     open_partition_store,
 )
+from turnledger.replay.memory_store import MemoryStore
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -107,20 +108,7 @@ def test_overlays_share_their_base_lineage_and_only_a_rollback_replaces_its_stam
 
 
 def test_an_overlay_on_a_store_without_lineage_offers_no_stamp() -> None:
-    class Plain:
-        def __init__(self) -> None:
-            self.data: dict[str, bytes] = {}
-
-        def get(self, key: str) -> bytes | None:
-            return self.data.get(key)
-
-        def put(self, key: str, value: bytes) -> None:
-            self.data[key] = value
-
-        def delete(self, key: str) -> None:
-            self.data.pop(key, None)
-
-    overlay = OverlayStore(Plain())
+    overlay = OverlayStore(MemoryStore())  # the replay's store: no lineage
     assert overlay.lineage is None and overlay.rollback_stamp is None
     overlay.discard()
     assert overlay.rollback_stamp is None

@@ -84,6 +84,11 @@ STATIC_FIELDS = tuple(f for f in _OPERATION_FIELDS if f not in {"request", *PROG
 """The fields of an operation's own part: all but its request and its progress."""
 static_fields = attrgetter(*STATIC_FIELDS)
 """An operation's static fields as a tuple: equal tuples, equal part (`state_layout.parts_since`)."""
+_TAIL = _OPERATION_FIELDS[4:]
+"""The fields after the manifest, in the model's order (its JSON's)."""
+_tail = attrgetter(*_TAIL)
+_STATIC_TAIL = tuple(f for f in _TAIL if f not in PROGRESS_FIELDS)
+_static_tail = attrgetter(*_STATIC_TAIL)
 M = TypeVar("M", bound=BaseModel)
 Content = tuple[int, str, int]
 """A block of an assembler snapshot whose content is kept in chunks: its index, its content, and how
@@ -268,57 +273,26 @@ class StateJson:
 
     def _static_part(self, op: OperationState) -> bytes:
         """The two lines of `operation_apart`."""
-        manifest = op.manifest
-        head = to_json({"operation_id": op.operation_id, "state": op.state})
-        tail = to_json(
-            {
-                "prepared_revision": op.prepared_revision,
-                "attempt_generation": op.attempt_generation,
-                "attempt_cancel_generation": op.attempt_cancel_generation,
-                "idempotency_key": op.idempotency_key,
-                "response_handle": op.response_handle,
-                "attempt_terminated": op.attempt_terminated,
-                "committed_revision": op.committed_revision,
-                "lease_owner": op.lease_owner,
-                "lease_ms": op.lease_ms,
-                "resumable": op.resumable,
-                "replayable": op.replayable,
-            }
-        )
-        return b"".join(
-            (
-                head[:-1],
-                b'\n"manifest":',
-                b"null" if manifest is None else self.model(manifest),
-                b",",
-                tail[1:],
-            )
-        )
+        head, after = self._pieces(op, dict(zip(_STATIC_TAIL, _static_tail(op), strict=True)))
+        return head + b"\n" + after
 
     def _operation_pieces(self, op: OperationState, assembler: dict[str, Any] | None) -> tuple[bytes, bytes]:
         """The JSON before and after the request, with `assembler` for the assembler's snapshot."""
+        tail = dict(zip(_TAIL, _tail(op), strict=True))
+        tail["assembler"] = assembler
+        return self._pieces(op, tail)
+
+    def _pieces(self, op: OperationState, tail: dict[str, Any]) -> tuple[bytes, bytes]:
+        """The JSON before the request, and after it with the fields of `tail` after the manifest."""
         manifest = op.manifest
         head = to_json({"operation_id": op.operation_id, "state": op.state})
-        tail = to_json(
-            {
-                "prepared_revision": op.prepared_revision,
-                "attempt_generation": op.attempt_generation,
-                "attempt_cancel_generation": op.attempt_cancel_generation,
-                "idempotency_key": op.idempotency_key,
-                "response_handle": op.response_handle,
-                "attempt_terminated": op.attempt_terminated,
-                "assembler": assembler,
-                "committed_revision": op.committed_revision,
-                "updated_at_ms": op.updated_at_ms,
-                "lease_owner": op.lease_owner,
-                "lease_ms": op.lease_ms,
-                "lease_renewed_at_ms": op.lease_renewed_at_ms,
-                "resumable": op.resumable,
-                "replayable": op.replayable,
-            }
-        )
         after = b"".join(
-            (b'"manifest":', b"null" if manifest is None else self.model(manifest), b",", tail[1:])
+            (
+                b'"manifest":',
+                b"null" if manifest is None else self.model(manifest),
+                b",",
+                to_json(tail)[1:],
+            )
         )
         return head[:-1], after
 

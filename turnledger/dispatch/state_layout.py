@@ -730,25 +730,28 @@ def _read_operation(get: Get, operation_id: str, stored: Stored) -> OperationSta
     return _OPERATION_READERS[stored.format_version](get, operation_id, part, request, stored)
 
 
+def _lines(part: bytes, count: int, operation_id: str) -> list[bytes]:
+    lines = part.split(b"\n", count - 1)
+    if len(lines) != count:
+        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
+    return lines
+
+
 def _operation_inline(
     get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
 ) -> OperationState:
     """Format 4: the JSON before and after the request, the assembler's contents inline."""
-    lines = part.split(b"\n", 1)
-    if len(lines) != 2:
-        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
-    return OperationState.model_validate_json(splice_request(lines[0], request, lines[1]))
+    before, after = _lines(part, 2, operation_id)
+    return OperationState.model_validate_json(splice_request(before, request, after))
 
 
 def _operation_progress_inline(
     get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
 ) -> OperationState:
     """Format 5: the JSON before and after the request, the progress inline, then the chunk counts."""
-    lines = part.split(b"\n", 2)
-    if len(lines) != 3:
-        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
-    op = OperationState.model_validate_json(splice_request(lines[0], request, lines[1]))
-    _read_contents(get, op, _COUNTS.validate_json(lines[2]), stored)
+    before, after, counts = _lines(part, 3, operation_id)
+    op = OperationState.model_validate_json(splice_request(before, request, after))
+    _read_contents(get, op, _COUNTS.validate_json(counts), stored)
     return op
 
 
