@@ -45,9 +45,11 @@ SETTLED_FAILURES = frozenset({S.REJECTED, S.PAUSED, S.CANCELLED})
 OBSERVED_STREAMS = (Stream.COMMITTED, Stream.MANIFESTS, Stream.PREVIEWS)
 """The output topics `Driver.observe` must be fed from (every caller tails these)."""
 
-PREVIEW_WAIT_S = 0.3
+PREVIEW_WAIT_S = 1.0
 """How long a cancel or an interjection waits, once STREAMING, for the answer's first preview: a text
-answer shows one within it, and an answer that is a tool call (no preview) is still streaming."""
+answer shows one within it, and an answer that is a tool call (no preview) is still streaming. (0.3 s
+was too short on a slower machine under CI's load: a run cancelled every text answer before its first
+preview, and so retracted none.)"""
 
 SLOW_MARKER = "[demo: slow stream]"
 """Text the fake provider is told (FaultPlan.by_marker) to answer slowly: room to cancel mid-stream."""
