@@ -293,3 +293,21 @@ def test_key_partition_matches_aiokafkas_default_partitioner() -> None:
         key = f"conv-{i}".encode()
         for n in (1, 2, 3, 12):
             assert key_partition(key, n) == DefaultPartitioner()(key, list(range(n)), list(range(n)))
+
+
+def test_a_kept_store_is_rolled_back_for_the_folds_cache() -> None:
+    """A term that keeps its store replaces the rollback stamp: the overlays the last term left behind
+    may hold states the engine cached (processors/store.py, `Lineage`)."""
+    from turnledger.processors.partition import PartitionProcessor
+
+    processor = PartitionProcessor(
+        ProcessorConfig(bootstrap="x:1"), 0, lambda _: CounterFold(), lambda _: json_poison_hook
+    )
+    store = processor.store = MemoryStateStore()
+    store.put("a", b"1")
+    before = store.rollback_stamp
+    left_behind = OverlayStore(store)
+    left_behind.put("a", b"2")  # folded, never committed nor discarded
+    assert left_behind.rollback_stamp is before
+    assert processor._keep_store() == "kept the state of its previous term (1 keys)"
+    assert store.rollback_stamp is not before

@@ -275,10 +275,7 @@ class PartitionProcessor:
             resume = _later(position, reported)
             kept = position is not None and resume == self.committed_offset
         if kept:
-            assert self.store is not None
-            # the fold's cache may hold states the last term wrote into overlays it left behind
-            self.store.lineage.rolled_back()
-            how = f"kept the state of its previous term ({len(self.store)} keys)"  # type: ignore[arg-type]
+            how = self._keep_store()
         else:
             restored = await self._restore()
             resume = _later(restored.position, reported)
@@ -309,6 +306,14 @@ class PartitionProcessor:
             "beginning" if committed is None else committed,
             how,
         )
+
+    def _keep_store(self) -> str:
+        """The store of the previous term is current, and kept with its fold. The fold's cache may hold
+        states the last term wrote into overlays it left behind (a batch folded, never committed nor
+        discarded): the store's rollback stamp is replaced, so the engine checks them before use."""
+        assert self.store is not None
+        self.store.lineage.rolled_back()
+        return f"kept the state of its previous term ({len(self.store)} keys)"  # type: ignore[arg-type]
 
     def _offsets_not_ready(self, evidence: str) -> None:
         """No committed offset, though the partition has been committed before: never start over from
