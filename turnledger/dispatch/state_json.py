@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from pydantic_core import to_json
 
+from turnledger.dispatch.part_rows import operation_row, progress_row
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.sequence.graph_state import GraphState
 
@@ -87,8 +88,6 @@ static_fields = attrgetter(*STATIC_FIELDS)
 _TAIL = _OPERATION_FIELDS[4:]
 """The fields after the manifest, in the model's order (its JSON's)."""
 _tail = attrgetter(*_TAIL)
-_STATIC_TAIL = tuple(f for f in _TAIL if f not in PROGRESS_FIELDS)
-_static_tail = attrgetter(*_STATIC_TAIL)
 M = TypeVar("M", bound=BaseModel)
 Content = tuple[int, str, int]
 """A block of an assembler snapshot whose content is kept in chunks: its index, its content, and how
@@ -155,16 +154,15 @@ class StateJson:
         return self._of(state, b"", graph, b"[]", b"{}")
 
     def operation_apart(self, op: OperationState) -> bytes:
-        """The operation's own part on the changelog (`state_layout.py`), in two lines: its JSON before
-        the request, and its JSON after the request without its progress (`PROGRESS_FIELDS`).
-        `splice_operation` puts the request and the progress back."""
+        """The operation's own part on the changelog (`state_layout.py`): a row of its fields but its
+        request and its progress (`part_rows.operation_row`)."""
         entry = self._apart(op)
         if not entry.json:
-            entry.json = self._static_part(op)
+            entry.json = operation_row(op)
         return entry.json
 
     def operation_progress(self, op: OperationState) -> bytes:
-        """The operation's progress part, in two lines: a JSON object of its `PROGRESS_FIELDS`, with
+        """The operation's progress part, in two lines: a row of its `PROGRESS_FIELDS`, with
         each block of its assembler's snapshot holding only what its chunks do not (`elide_contents`:
         the changelog keeps them under keys of their own, so a streamed delta does not write the
         whole answer), and each block's count of chunks (`assembler_contents`; null: inline)."""
@@ -257,12 +255,8 @@ class StateJson:
         if hit is not None and hit() is op:
             return hit
         contents = assembler_contents(op.assembler)
-        progress = to_json(
-            {
-                "assembler": elide_contents(op.assembler, contents),
-                "updated_at_ms": op.updated_at_ms,
-                "lease_renewed_at_ms": op.lease_renewed_at_ms,
-            }
+        progress = progress_row(
+            elide_contents(op.assembler, contents), op.updated_at_ms, op.lease_renewed_at_ms
         )
         counts = to_json([content and content[2] for content in contents])
         entry = CachedApart(op, self.forget_apart)
@@ -270,11 +264,6 @@ class StateJson:
         entry.progress = progress + b"\n" + counts
         self.apart[key] = entry
         return entry
-
-    def _static_part(self, op: OperationState) -> bytes:
-        """The two lines of `operation_apart`."""
-        head, after = self._pieces(op, dict(zip(_STATIC_TAIL, _static_tail(op), strict=True)))
-        return head + b"\n" + after
 
     def _operation_pieces(self, op: OperationState, assembler: dict[str, Any] | None) -> tuple[bytes, bytes]:
         """The JSON before and after the request, with `assembler` for the assembler's snapshot."""
@@ -367,8 +356,9 @@ def splice_request(before: bytes, request: bytes, after: bytes) -> bytes:
 
 
 def splice_operation(static: bytes, request: bytes, progress: bytes) -> bytes | None:
-    """An operation's JSON (its fields in another order than the model's) from its own part
-    (`operation_apart`), its request and the first line of its progress part: None when the part
+    """An operation's JSON (its fields in another order than the model's) from its parts in
+    changelog format 6 (JSON objects, before rows): its own part (two lines, the JSON before and
+    after its request), its request and the first line of its progress part. None when the part
     is not two lines or either piece is not a JSON object's text."""
     lines = static.split(b"\n", 1)
     if len(lines) != 2 or not lines[1].endswith(b"}") or not progress.startswith(b"{"):

@@ -317,7 +317,7 @@ def test_decode_state_reads_a_whole_state_and_refuses_a_split_head() -> None:
     assert decode_state(encode_state(state)) == state
     with pytest.raises(StateDecodeError) as caught:
         decode_state(store.data["conv-1"])
-    assert str(caught.value) == "a format-6 head: its state is split over keys (read it with read_state)"
+    assert str(caught.value) == "a format-7 head: its state is split over keys (read it with read_state)"
     head = decode(store.data["conv-1"])
     assert isinstance(head, ConversationSnapshot)
     with pytest.raises(StateDecodeError, match="a format-4 head"):  # written before contents were chunked

@@ -24,12 +24,14 @@ import pytest
 
 from turnledger.codec import decode
 from turnledger.dispatch.engine import BatchEngine, read_state
+from turnledger.dispatch.part_rows import progress_fields
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_layout import (
     CONTENT_CHUNK,
     CONTENTS_TAG,
     INLINE_CONTENTS_FORMAT,
+    OBJECT_PARTS_FORMAT,
     PROGRESS_INLINE_FORMAT,
     SEPARATOR,
     SPLIT_FORMAT,
@@ -65,6 +67,9 @@ of each event into a dict store, the store's values in base64."""
 FIXTURE_V5 = FIXTURE.with_name("changelog_v5.json")
 """The same `events` folded by the format-5 engine (commit 5c5fd67): the operation's progress inline
 in its part, its contents in chunks (the same keys as format 6's)."""
+FIXTURE_V6 = FIXTURE.with_name("changelog_v6.json")
+"""The same `events` folded by the format-6 engine (commit 234745e): the operation's progress apart,
+its parts JSON objects (the same keys as format 7's)."""
 
 
 def _chunk_keys(store: dict[str, bytes]) -> list[str]:
@@ -180,7 +185,7 @@ def test_a_state_with_contents_in_chunks_reads_back_equal() -> None:
         assert all(chunk.decode("utf-8") for chunk in chunks)  # whole UTF-8 sequences in each
     assert orjson.loads(stored.parts[content_key("conv-1", "op-1", 1, 1)]) == "🙂"
     part = stored.parts[progress_key("conv-1", "op-1")]
-    assert part.endswith(b"\n[2,2,1,0,1]") and '"content":"Ωμέγα"'.encode() in part
+    assert part.endswith(b"\n[2,2,1,0,1]") and _inline_contents(part) == ["", "", "", "", "Ωμέγα"]
     assert b"ab \xc3\xa9" not in part and b"Z\xc3\xbcrich" not in part
     assert b'"assembler"' not in stored.parts[operation_key("conv-1", "op-1")]
 
@@ -196,8 +201,14 @@ def test_a_content_of_any_length_reads_back_equal(length: int) -> None:
     stored = _round_trip(c.state)
     keys = [key for key in stored.parts if key.startswith(CHUNKS)]
     assert keys == [content_key("conv-1", "op-1", 0, n) for n in range(length // C)]  # the full ones
-    rest = orjson.dumps(_text(length, tuple(range(C - 1, length, C)))[length // C * C :])
-    assert b'"content":' + rest in stored.parts[progress_key("conv-1", "op-1")]
+    rest = _text(length, tuple(range(C - 1, length, C)))[length // C * C :]
+    assert _inline_contents(stored.parts[progress_key("conv-1", "op-1")]) == [rest]
+
+
+def _inline_contents(progress: bytes) -> list[str]:
+    """What each block's content in an operation's progress part holds (the rest past its chunks)."""
+    snapshot = progress_fields(orjson.loads(progress.split(b"\n")[0]))["assembler"]
+    return [block["content"] for block in snapshot["blocks"]]
 
 
 COLLIDING_IDS = ["a", "a\x1f0", "0\x1fa", "0\x1f0\x1fa", "a\x1f0\x1f1", "1\x1f0\x1fa", "x\x1f0\x1f0\x1fa", ""]
@@ -342,23 +353,29 @@ def _records(values: list[bytes], first: int = 0) -> list[SourceRecord]:
     return [SourceRecord("turnledger.ingress", 0, first + i, b"conv-1", v) for i, v in enumerate(values)]
 
 
-@pytest.mark.parametrize("written_in", [INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT])
-def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_format_6_one(
+@pytest.mark.parametrize("written_in", [INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT, OBJECT_PARTS_FORMAT])
+def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_format_7_one(
     written_in: int,
 ) -> None:
-    """Format 4 (contents inline in the operation's part) and format 5 (contents in chunks, progress
-    inline): read back equal, every key rewritten in format 6 on the first change, and folded on to
-    the same outputs and the same store as a changelog written in format 6 from the start."""
+    """Format 4 (contents inline in the operation's part), format 5 (contents in chunks, progress
+    inline) and format 6 (progress apart, parts as JSON objects): read back equal, every key
+    rewritten in format 7 on the first change, and folded on to the same outputs and the same store
+    as a changelog written in format 7 from the start."""
     events, later, changelog_v4 = _fixture()
     if written_in == INLINE_CONTENTS_FORMAT:
         old = Store(changelog_v4)
         assert "é🙂a".encode() in old[operation_key("conv-1", "op-1")]  # the contents inline
     else:
-        raw = json.loads(FIXTURE_V5.read_text())
+        fixture = FIXTURE_V5 if written_in == PROGRESS_INLINE_FORMAT else FIXTURE_V6
+        raw = json.loads(fixture.read_text())
         assert raw["events"] == [base64.b64encode(e).decode() for e in events]
-        old = Store({k: base64.b64decode(v) for k, v in raw["changelog_v5"].items()})
-        assert _chunk_keys(old) and progress_key("conv-1", "op-1") not in old
-        assert b'"assembler"' in old[operation_key("conv-1", "op-1")]  # the progress inline
+        old = Store({k: base64.b64decode(v) for k, v in raw[f"changelog_v{written_in}"].items()})
+        assert _chunk_keys(old)
+        if written_in == PROGRESS_INLINE_FORMAT:
+            assert progress_key("conv-1", "op-1") not in old
+            assert b'"assembler"' in old[operation_key("conv-1", "op-1")]  # the progress inline
+        else:
+            assert b'"assembler":{"v":1,' in old[progress_key("conv-1", "op-1")]  # JSON objects
     snapshots = [decode(value) for value in old.values()]
     assert all(isinstance(s, ConversationSnapshot) and s.format_version == written_in for s in snapshots)
     fresh, fresh_engine = Store(), BatchEngine()
@@ -374,7 +391,7 @@ def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_for
         outputs = engine.process_batch([record], old)
         expected = fresh_engine.process_batch([record], fresh)
         assert [(o.stream, o.key, o.value) for o in outputs] == [(o.stream, o.key, o.value) for o in expected]
-        assert dict(old) == dict(fresh)  # every key in format 6, as if written so from the start
+        assert dict(old) == dict(fresh)  # every key in format 7, as if written so from the start
         if record.offset == len(events):  # the first write after the upgrade: every key again
             assert sorted(key for key, _ in old.log) == sorted(old)
     assert all(decode(value).format_version == SPLIT_FORMAT for value in old.values())  # type: ignore[attr-defined]

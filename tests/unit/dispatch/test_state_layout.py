@@ -18,8 +18,9 @@ import pytest
 from turnledger.codec import decode, encode
 from turnledger.dispatch import state_layout
 from turnledger.dispatch.engine import BatchEngine, encode_state, read_state
-from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
-from turnledger.dispatch.state_json import StateJson, splice_operation
+from turnledger.dispatch.part_rows import operation_fields, progress_fields
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
+from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_layout import (
     CHUNK,
     HANDLES_TAG,
@@ -163,16 +164,17 @@ def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> Non
     assert keys == [progress_key("conv-1", "op-1")]  # less than a chunk of content: in its progress
     part = decode(store[keys[0]])
     assert isinstance(part, ConversationSnapshot) and part.format_version == SPLIT_FORMAT
-    assert b'"request"' not in part.state and b'"manifest"' not in part.state and b'"Hel"' in part.state
-    own = decode(store[operation_key("conv-1", "op-1")])
-    assert isinstance(own, ConversationSnapshot) and b'"assembler"' not in own.state
     op = c.state.operations["op-1"]
-    request = op.request.model_dump_json().encode()
+    assert op.manifest is not None and op.request.model_dump_json().encode() not in part.state
+    assert op.manifest.manifest_digest.encode() not in part.state and b'"Hel"' in part.state
+    own = decode(store[operation_key("conv-1", "op-1")])
+    assert isinstance(own, ConversationSnapshot) and b'"Hel"' not in own.state
     progress, counts = part.state.split(b"\n")
     assert counts == b"[0]"
-    whole = splice_operation(own.state, request, progress)
-    assert whole is not None and orjson.loads(whole) == orjson.loads(op.model_dump_json())
-    assert len(whole) == len(op.model_dump_json())  # every field once, only their order differs
+    fields = operation_fields(orjson.loads(own.state)) | progress_fields(orjson.loads(progress))
+    assert sorted(fields) == sorted(set(OperationState.model_fields) - {"request"})  # every field once
+    whole = {**fields, "request": op.request.model_dump(mode="json")}
+    assert whole == orjson.loads(op.model_dump_json())
 
 
 def test_a_format_3_changelog_folds_on_exactly_like_a_split_one() -> None:
@@ -321,10 +323,11 @@ def test_a_missing_part_or_a_part_of_another_conversation_is_a_typed_error() -> 
         read_state(whole, "conv-1")
 
 
-def test_an_operation_whose_parts_are_not_two_lines_each_is_a_typed_error() -> None:
+def test_an_operation_whose_parts_are_not_its_rows_is_a_typed_error() -> None:
     c = Conversation()
     c.user("hello")
     c.dispatch_to_streaming()
+    c.deltas(text_stream(["Hel"], stop=False)[:3])
     store = Store()
     write_state(c.state, Stored(), StateJson(), store.put, store.delete)
     own, progress = operation_key("conv-1", "op-1"), progress_key("conv-1", "op-1")
@@ -333,19 +336,48 @@ def test_an_operation_whose_parts_are_not_two_lines_each_is_a_typed_error() -> N
     del without_progress[progress]
     with pytest.raises(StateLayoutError, match="does not hold"):
         read_state(without_progress, "conv-1")
+    row = orjson.loads(own_json)
+    line, counts = progress_json.split(b"\n")
+    snapshot = orjson.loads(line)[0]
+    assert len(row) == 14 and len(row[2]) == 4 and len(snapshot) == 19 and snapshot[5][0][:2] == [0, "text"]
+
+    def progress_with(index: int, value: object) -> bytes:
+        changed = list(snapshot)
+        changed[index] = value
+        return orjson.dumps([changed, 1, 1]) + b"\n" + counts
+
     broken = {
-        own: [own_json.replace(b"\n", b""), own_json[:-1], own_json + b"\n[0]"],
-        progress: [progress_json.split(b"\n")[0], b"[" + progress_json[1:]],
+        own: [
+            own_json[:-1],  # not JSON
+            own_json + b"\n[0]",  # two lines
+            own_json[:-1] + b",0]",  # a value too many
+            b"{}",
+            orjson.dumps([*row[:2], row[2][:3], *row[3:]]),  # the manifest's row short of a value
+        ],
+        progress: [
+            b"[1,2]\n" + counts,
+            b"[7,1,1]\n" + counts,  # a snapshot neither a row nor an object
+            orjson.dumps([snapshot[:-1], 1, 1]) + b"\n" + counts,
+            progress_with(5, {"0": 1}),  # its blocks not a list
+            progress_with(5, [snapshot[5][0][:7]]),  # a block short of a value
+            progress_with(18, [0, 0, 0]),  # the counters short of one
+        ],
     }
     for key, values in broken.items():
         for value in values:
             bad = Store(store)
             bad[key] = encode_part("conv-1", SPLIT_FORMAT, value)
-            with pytest.raises(StateLayoutError, match="are not its two lines each"):
+            with pytest.raises(StateLayoutError, match="the parts of operation 'op-1' are not its rows"):
                 read_state(bad, "conv-1")
+    one_line = Store({**store, progress: encode_part("conv-1", SPLIT_FORMAT, line)})
+    with pytest.raises(StateLayoutError, match="the part of operation 'op-1' has 1 lines"):
+        read_state(one_line, "conv-1")
+    format_6 = Store({k: encode_part("conv-1", 6, decode(v).state) for k, v in store.items()})  # type: ignore[attr-defined]
+    with pytest.raises(StateLayoutError, match="the parts of operation 'op-1' are not its two lines each"):
+        read_state(format_6, "conv-1")  # format-7 rows under a format-6 head
     format_5 = Store({k: encode_part("conv-1", 5, decode(v).state) for k, v in store.items()})  # type: ignore[attr-defined]
-    with pytest.raises(StateLayoutError, match="the part of operation 'op-1' has 2 lines"):
-        read_state(format_5, "conv-1")  # a format-6 part under a format-5 head
+    with pytest.raises(StateLayoutError, match="the part of operation 'op-1' has 1 lines"):
+        read_state(format_5, "conv-1")  # a format-7 part under a format-5 head
 
 
 def test_a_part_no_longer_in_the_state_is_deleted() -> None:
