@@ -414,3 +414,147 @@ async def test_committed_data_whose_marker_was_lost_is_committed_by_the_term(
         f"{copy_tp}: {head} {copy_at} with an abort marker: {proven} {late_copy}",
         f"{topics.rejections}-0: {head} 0 with a commit marker: {proven} {lost_marker}",
     ]  # sorted: the committed topic's name sorts before the rejections'
+
+
+async def last_committed(bootstrap: str, tp: TopicPartition) -> tuple[bytes, bytes]:
+    """The (key, value) of `tp`'s last record visible to read_committed."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        consumer.seek(tp, max(0, end - 200))
+        last = None
+        while await consumer.position(tp) < end:
+            for r in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
+                if r.offset < end:
+                    last = (r.key, r.value)
+        assert last is not None and last[0] is not None and last[1] is not None
+        return last[0], last[1]
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["committed", "aborted"])
+async def test_a_changelog_that_hangs_with_its_own_transaction_is_ended_on_the_coordinators_word(
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path, caplog: pytest.LogCaptureFixture, commit: bool
+) -> None:
+    """What Kafka 4.4.0's clean shutdown can leave (docs/architecture.md, Outages): the coordinator
+    completed the producer's last transaction, and the changelog holds that transaction's batch with
+    no marker, so the changelog hangs with it and no changelog record can say how it ended.
+
+    Built so: the partition's producer (a new epoch) runs a transaction that writes the changelog
+    and commits (or aborts); then a batch of that producer id and epoch with a tag of its own lands
+    on the changelog with verification off for the moment. The coordinator's last entry of the epoch
+    is the transaction's Complete right after its Prepare listing the changelog, and the open span
+    holds that one tag: the next term ends it with the coordinator's marker and resumes. Each batch
+    is a copy of the changelog's last record, so committing it changes no state."""
+    config, first = await first_term(kafka_bootstrap, topics, tmp_path)
+    changelog_0 = TopicPartition(topics.changelog, 0)
+    producer_id, epoch, hanging_at = await hang_with_its_own(kafka_bootstrap, config, topics, commit, 1)
+    hanging_tag = TxnTag(producer_id, epoch, 1)
+
+    before = counts()
+    second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        await run_until_committed(config, topics, first + second, timeout_s=90)
+
+    await assert_settled(kafka_bootstrap, producer_id, [changelog_0])
+    await assert_exactly_once(kafka_bootstrap, topics, first + second)
+    assert await changelog_state(kafka_bootstrap, topics) == {
+        k: str(n) for k, n in Counter(s.key for s in first + second).items()
+    }
+    assert since(before) == (0, 1, 0) if commit else (0, 0, 1)
+    status, marker = ("COMPLETE_COMMIT", "a commit") if commit else ("COMPLETE_ABORT", "an abort")
+    [message] = ended(caplog)
+    assert message.startswith(
+        f"{topics.changelog}-0: ended the hanging transaction of our producer id {producer_id} (epoch "
+        f"{epoch}, ours is {epoch + 1}) open since offset {hanging_at} with {marker} marker: its tag "
+        f"{hanging_tag} is on {topics.changelog}-0 at offset {hanging_at}, and "
+        f"{Finding.HANGS_WITH_IT.value}; the coordinator's log (offset "
+    ), message
+    assert message.endswith(
+        f"records {status} for that producer id and epoch, and its transaction lists {topics.changelog}-0, "
+        f"{status} right after its Prepare"
+    ), message
+    visible = await tagged_records(kafka_bootstrap, changelog_0)
+    assert [r.tag for r in visible if r.tag.producer_epoch == epoch] == (
+        [TxnTag(producer_id, epoch, 0), hanging_tag] if commit else []
+    )
+
+
+async def hang_with_its_own(
+    bootstrap: str, config: ProcessorConfig, topics: Topics, commit: bool, tags: int
+) -> tuple[int, int, int]:
+    """Partition 0's producer (a new epoch) runs a transaction (tag n 0) that writes the changelog and
+    commits or aborts; then `tags` batches of that producer id and epoch, tags n 1, 2, ..., land on
+    the changelog after it with verification off. Each batch is a copy of the changelog's last
+    record, so committing it changes no state. Returns (producer id, epoch, the hanging offset)."""
+    changelog_0 = TopicPartition(topics.changelog, 0)
+    txn_id = transactional_id(config.app_id, topics.ingress, 0)
+    key, value = await last_committed(bootstrap, changelog_0)
+    producer = await new_epoch(bootstrap, txn_id)
+    producer_id, epoch = producer_identity(producer)
+    try:
+        await producer.begin_transaction()
+        writes = await BatchWriter(producer).write(
+            [(topics.changelog, 0, key, value)], TxnTag(producer_id, epoch, 0)
+        )
+        await asyncio.gather(*writes)
+        await (producer.commit_transaction() if commit else producer.abort_transaction())
+    finally:
+        await producer.stop()
+    late = [
+        Late(changelog_0, value, TxnTag(producer_id, epoch, n).header(), base_sequence=n, key=key)
+        for n in range(1, tags + 1)
+    ]
+    await send_late(bootstrap, txn_id, producer_id, epoch, late)
+    hanging_at, high = await stable_and_high(bootstrap, changelog_0)
+    assert hanging_at == high - tags, "the hanging batches must hold the changelog's stable offset"
+    return producer_id, epoch, hanging_at
+
+
+async def test_a_changelog_that_hangs_with_two_transactions_of_its_epoch_is_reported_only(
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As above, but the open span holds two tags of the producer id and epoch: data the coordinator
+    never saw (its last transaction wrote one), so its word proves nothing of them. Reported, never
+    ended by the term; once the operator ends it, the partition resumes."""
+    caplog.set_level(logging.ERROR, logger="turnledger.processors.hanging")
+    config, first = await first_term(kafka_bootstrap, topics, tmp_path)
+    changelog_0 = TopicPartition(topics.changelog, 0)
+    producer_id, epoch, hanging_at = await hang_with_its_own(kafka_bootstrap, config, topics, True, 2)
+    before = counts()
+    second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
+    app = ProcessorApp(config, lambda p: counter_fold(topics, p))
+    task = asyncio.create_task(app.run(handle_signals=False))
+    probe = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await probe.start()
+    try:
+
+        async def reported() -> bool:
+            return since(before)[0] >= 1
+
+        await wait_for(reported, 60, "the term to report the hanging transaction")
+        described = await describe_producers(probe.client, [changelog_0])
+        [hanging] = [s for s in described.states if s.producer_id == producer_id and s.open_transaction_start]
+        assert (hanging.producer_epoch, hanging.open_transaction_start) == (epoch, hanging_at)
+        await abort_transaction(probe.client, hanging)  # the operator's decision
+        await wait_all_committed(kafka_bootstrap, config.app_id, topics, first + second, timeout_s=90)
+    finally:
+        app.stop()
+        await probe.stop()
+    assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
+
+    assert since(before) == (1, 0, 0)
+    [report] = [r.getMessage() for r in caplog.records if r.name == "turnledger.processors.hanging"]
+    assert f"could not be proved from the changelog ({Finding.SPAN_UNCHECKED.value}); the coordinator's" in (
+        report
+    ), report
+    await assert_settled(kafka_bootstrap, producer_id, [changelog_0])
+    await assert_exactly_once(kafka_bootstrap, topics, first + second)
+    assert await changelog_state(kafka_bootstrap, topics) == {
+        k: str(n) for k, n in Counter(s.key for s in first + second).items()
+    }

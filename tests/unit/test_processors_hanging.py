@@ -22,6 +22,7 @@ from turnledger.kafka.producer_states import (
     describe_producers,
     write_marker,
 )
+from turnledger.kafka.transaction_log import Recorded, TxnStatus
 from turnledger.observability import runtime_metrics as live
 from turnledger.processors import hanging
 from turnledger.processors.hanging import RESOLUTION, Action, HangingSweep, Verdict, verdict
@@ -225,6 +226,8 @@ def test_the_tag_among_headers() -> None:
         (Finding.UNTAGGED, Action.REPORT),
         (Finding.NOT_ITS_TAG, Action.REPORT),
         (Finding.UNREADABLE, Action.REPORT),
+        (Finding.HANGS_WITH_IT, Action.ASK_COORDINATOR),
+        (Finding.SPAN_UNCHECKED, Action.REPORT),
     ],
 )
 def test_the_resolution_table_row_by_row(finding: Finding, action: Action) -> None:
@@ -233,8 +236,9 @@ def test_the_resolution_table_row_by_row(finding: Finding, action: Action) -> No
 
 def test_every_finding_has_a_row_and_only_a_proven_outcome_writes_a_marker() -> None:
     assert set(RESOLUTION) == set(Finding)
-    writes = {f for f, a in RESOLUTION.items() if a is not Action.REPORT}
+    writes = {f for f, a in RESOLUTION.items() if a in (Action.COMMIT, Action.ABORT)}
     assert writes == {Finding.COMMITTED, Finding.COMMITTED_LATE, Finding.ABORTED}
+    assert {f for f, a in RESOLUTION.items() if a is Action.ASK_COORDINATOR} == {Finding.HANGS_WITH_IT}
 
 
 CHANGELOG = TopicPartition("log", 3)
@@ -262,6 +266,30 @@ class SweepProducer:
         return {3}
 
 
+@dataclass
+class FakeCoordinator:
+    """A `CoordinatorLog` whose last entry of producer 7, epoch 4 is `status` (right after its Prepare
+    listing the changelog, when `proven`), on a leader that verifies produces when `verifying`."""
+
+    status: TxnStatus
+    proven: bool = True
+    verifying: bool | Exception = True
+
+    async def recorded(self, producer_id: int, producer_epoch: int) -> Recorded:
+        assert (producer_id, producer_epoch) == (7, 4)
+        return Recorded(self.status, frozenset({("log", 3)}), 812)
+
+    async def completed(self, state: ProducerState) -> TxnStatus | None:
+        assert state.tp == CHANGELOG
+        return self.status if self.proven else None
+
+    async def verifies(self, tp: TopicPartition) -> bool:
+        assert tp == CHANGELOG
+        if isinstance(self.verifying, Exception):
+            raise self.verifying
+        return self.verifying
+
+
 def marker_of(sent: bytes) -> tuple[int, int, bool, str, int]:
     """(producer id, epoch, commit, topic, partition) of a WriteTxnMarkers v1 request's one marker."""
     producer_id, epoch, commit = struct.unpack_from(">qh?", sent, 1)
@@ -272,7 +300,10 @@ def marker_of(sent: bytes) -> tuple[int, int, bool, str, int]:
 
 
 async def sweep_with(
-    monkeypatch: pytest.MonkeyPatch, states: list[ProducerState], evidence: FakeEvidence
+    monkeypatch: pytest.MonkeyPatch,
+    states: list[ProducerState],
+    evidence: FakeEvidence,
+    coordinator: FakeCoordinator | None = None,
 ) -> tuple[SweepProducer, list[ProducerState]]:
     async def described(_client: Any, tps: Any) -> producer_states.Described:
         return producer_states.Described([s for s in states if s.tp in tps], {})
@@ -281,7 +312,7 @@ async def sweep_with(
     producer = SweepProducer(
         FakeClient(Cluster({OUTPUT: 2, CHANGELOG: 2}), markers_answer(0)), FakeTxnManager(*OURS)
     )
-    sweep = HangingSweep(producer, CHANGELOG, ["t"], evidence)  # type: ignore[arg-type]
+    sweep = HangingSweep(producer, CHANGELOG, ["t"], evidence, coordinator)  # type: ignore[arg-type]
     left = await sweep.sweep_written()
     assert await sweep.sweep_written() == []  # each state once per term
     return producer, left
@@ -371,3 +402,83 @@ async def test_a_refused_marker_is_reported(monkeypatch: pytest.MonkeyPatch) -> 
     assert await sweep.sweep_written() == states
     after = counts()
     assert (after[0] - before[0], after[2] - before[2]) == (1, 0)
+
+
+SAID = (
+    "the coordinator's log (offset 812) records {} for that producer id and epoch, and its transaction "
+    "lists log-3"
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "commit"), [(TxnStatus.COMPLETE_COMMIT, True), (TxnStatus.COMPLETE_ABORT, False)]
+)
+async def test_a_changelog_that_hangs_with_its_own_transaction_gets_the_coordinators_marker(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, status: TxnStatus, commit: bool
+) -> None:
+    tag = TxnTag(7, 4, 9)
+    states = [state(7, 4, 40, CHANGELOG)]
+    evidence = FakeEvidence({CHANGELOG: Evidence(Finding.HANGS_WITH_IT, tag, 40)})
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        producer, left = await sweep_with(monkeypatch, states, evidence, FakeCoordinator(status))
+
+    assert left == []
+    assert [marker_of(sent) for _node, sent in producer.client.sent] == [(7, 4, commit, "log", 3)]
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (0, commit, not commit)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "WARNING",
+            "log-3: ended the hanging transaction of our producer id 7 (epoch 4, ours is 5) open since "
+            f"offset 40 with {'a commit' if commit else 'an abort'} marker: its tag 7/4/9 is on log-3 at "
+            f"offset 40, and {Finding.HANGS_WITH_IT.value}; {SAID.format(status.name)}, {status.name} right "
+            "after its Prepare",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("coordinator", "why"),
+    [
+        (None, ""),
+        (
+            FakeCoordinator(TxnStatus.COMPLETE_COMMIT, proven=False),
+            SAID.format("COMPLETE_COMMIT")
+            + ": no Complete entry right after its Prepare proves how it ended",
+        ),
+        (
+            FakeCoordinator(TxnStatus.COMPLETE_COMMIT, verifying=False),
+            SAID.format("COMPLETE_COMMIT")
+            + ", but the leader of log-3 does not verify transactional produces "
+            "(transaction.partition.verification.enable is not true), so a batch may have landed after that "
+            "transaction ended",
+        ),
+        (
+            FakeCoordinator(TxnStatus.COMPLETE_ABORT, verifying=OSError("down")),
+            SAID.format("COMPLETE_ABORT") + "; the coordinator's proof could not be read (OSError('down'))",
+        ),
+    ],
+    ids=["no coordinator", "not proven", "not verifying", "unreadable"],
+)
+async def test_a_coordinator_that_proves_nothing_leaves_it_reported(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    coordinator: FakeCoordinator | None,
+    why: str,
+) -> None:
+    states = [state(7, 4, 40, CHANGELOG)]
+    evidence = FakeEvidence({CHANGELOG: Evidence(Finding.HANGS_WITH_IT, TxnTag(7, 4, 9), 40)})
+    before = counts()
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        producer, left = await sweep_with(monkeypatch, states, evidence, coordinator)
+
+    assert left == states and producer.client.sent == []
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (1, 0, 0)
+    [(level, message)] = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert level == "ERROR"
+    assert (
+        f"could not be proved from the changelog ({Finding.HANGS_WITH_IT.value}){'; ' + why if why else ''}; "
+        in (message)
+    )

@@ -14,6 +14,7 @@ from turnledger.kafka.transaction_log import (
     TransactionLogError,
     TxnLogEntry,
     TxnStatus,
+    completed_outcome,
     entries_of,
     java_string_hash,
     parse_key,
@@ -143,6 +144,45 @@ def test_what_was_recorded_last_for_the_producer_id_and_epoch() -> None:
     assert recorded(entries, 3, 0).status is None
     aborted = recorded(log((2, 0, 1, PARTS), (2, 0, 3, PARTS)), 2, 0)
     assert aborted.aborted and not aborted.committed
+
+
+CHANGELOG_0 = TopicPartition("t.changelog", 0)
+ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, EMPTY = 1, 2, 3, 4, 5, 0
+
+
+@pytest.mark.parametrize(
+    ("entries", "outcome"),
+    [
+        # a transaction that committed, then the next term's InitProducerId (a new epoch)
+        ([(2, 0, ONGOING, PARTS), (2, 0, PREPARE_COMMIT, PARTS), (2, 0, COMPLETE_COMMIT, []),
+          (2, 1, EMPTY, None)], TxnStatus.COMPLETE_COMMIT),
+        ([(2, 0, ONGOING, PARTS), (2, 0, PREPARE_ABORT, PARTS), (2, 0, COMPLETE_ABORT, [])],
+         TxnStatus.COMPLETE_ABORT),
+        # an earlier transaction committed, the last one aborted: the last one decides
+        ([(2, 0, PREPARE_COMMIT, PARTS), (2, 0, COMPLETE_COMMIT, []), (2, 0, ONGOING, PARTS),
+          (2, 0, PREPARE_ABORT, PARTS), (2, 0, COMPLETE_ABORT, [])], TxnStatus.COMPLETE_ABORT),
+        # the last transaction did not write the changelog
+        ([(2, 0, PREPARE_COMMIT, [("t.manifests", [0])]), (2, 0, COMPLETE_COMMIT, [])], None),
+        # its Prepare compacted away: what is left before the Complete is an older entry
+        ([(2, 0, ONGOING, PARTS), (2, 0, COMPLETE_COMMIT, [])], None),
+        ([(2, 0, COMPLETE_COMMIT, [])], None),
+        # a Prepare that does not match the Complete
+        ([(2, 0, PREPARE_ABORT, PARTS), (2, 0, COMPLETE_COMMIT, [])], None),
+        # the Prepare of another epoch (a fence) before it
+        ([(2, 1, PREPARE_COMMIT, PARTS), (2, 0, COMPLETE_COMMIT, [])], None),
+        # the last entry of the epoch is not a Complete: still going, preparing, or fenced
+        ([(2, 0, PREPARE_COMMIT, PARTS), (2, 0, COMPLETE_COMMIT, []), (2, 0, ONGOING, PARTS)], None),
+        ([(2, 0, ONGOING, PARTS), (2, 0, PREPARE_COMMIT, PARTS)], None),
+        ([(2, 0, ONGOING, PARTS), (2, 1, PREPARE_ABORT, PARTS), (2, 1, COMPLETE_ABORT, [])], None),
+        ([(3, 0, PREPARE_COMMIT, PARTS), (3, 0, COMPLETE_COMMIT, [])], None),  # another producer id
+        ([], None),
+    ],
+)  # fmt: skip
+def test_the_coordinators_log_proves_an_outcome_only_by_a_complete_right_after_its_prepare(
+    entries: list[tuple[int, int, int, list[tuple[str, list[int]]] | None]], outcome: TxnStatus | None
+) -> None:
+    assert completed_outcome(log(*entries), 2, 0, CHANGELOG_0) is outcome
+    assert completed_outcome(log(*entries), 2, 0, TopicPartition("t.changelog", 1)) is None  # not listed
 
 
 def state(topic: str = "t.changelog", partition: int = 0) -> ProducerState:

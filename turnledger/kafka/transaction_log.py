@@ -6,8 +6,9 @@ its outcome on the partitions it wrote, when the changelog itself hangs with it.
 own log holds it: every state change of a transactional id is a record keyed by the id in the
 `__transaction_state` partition `partition_for(id)`, with the producer id and epoch, the status
 (`TxnStatus`) and, while the transaction runs and as it prepares to end, the partitions it wrote.
-The processor's term reads it to say in its report what the coordinator decided (`hanging.py`); it
-writes no marker on that word.
+The processor's term reads it to say in its report what the coordinator decided, and, where the
+changelog hangs with that very transaction and the coordinator's log proves how it ended
+(`completed_outcome`), to end it with that marker (`hanging.py`).
 
 The record formats, from Kafka's message specs (`TransactionLogKey.json`, `TransactionLogValue.json`):
 
@@ -221,6 +222,36 @@ def recorded(entries: Sequence[TxnLogEntry], producer_id: int, epoch: int) -> Re
         return Recorded(None, frozenset())
     listed = next((e.partitions for e in reversed(mine) if e.partitions), frozenset[tuple[str, int]]())
     return Recorded(mine[-1].status, listed, mine[-1].offset)
+
+
+_PREPARED_BY = {
+    TxnStatus.COMPLETE_COMMIT: TxnStatus.PREPARE_COMMIT,
+    TxnStatus.COMPLETE_ABORT: TxnStatus.PREPARE_ABORT,
+}
+
+
+def completed_outcome(
+    entries: Sequence[TxnLogEntry], producer_id: int, epoch: int, tp: TopicPartition
+) -> TxnStatus | None:
+    """COMPLETE_COMMIT or COMPLETE_ABORT when the coordinator's log proves that the last transaction
+    of (producer id, epoch) ended so and wrote `tp`; None when it proves nothing.
+
+    The proof: the last entry of that producer id and epoch completes a transaction, and the entry of
+    the transactional id just before it (in log order: one coordinator writes them in turn) is the
+    matching Prepare of the same producer id and epoch, listing `tp`. A Complete entry lists no
+    partitions, its Prepare does; a Prepare compacted away, or a Complete with another entry before
+    it, proves nothing. The entries are one transactional id's (`entries_of`)."""
+    mine = [i for i, e in enumerate(entries) if (e.producer_id, e.producer_epoch) == (producer_id, epoch)]
+    if not mine or mine[-1] == 0:
+        return None
+    last, before = entries[mine[-1]], entries[mine[-1] - 1]
+    if (
+        _PREPARED_BY.get(last.status) is not before.status
+        or (before.producer_id, before.producer_epoch) != (producer_id, epoch)
+        or (tp.topic, tp.partition) not in before.partitions
+    ):
+        return None
+    return last.status
 
 
 async def read_transaction_log(

@@ -34,6 +34,7 @@ hanging batch on partition X:
 | committed, X before the hanging batch unreadable within bounds      | report                |
 | the changelog's last stable offset is not past the tagged record    | report                |
 | (the changelog hangs with that very transaction)                    |                       |
+| the changelog hangs with this very transaction (below)              | the coordinator's     |
 | no changelog record carries the tag (compacted, or never written)   | report                |
 | no tag, a tag of another producer or epoch, the record unreadable   | report                |
 
@@ -57,9 +58,24 @@ expired) is not recognised; `settle` then reports the producer that holds the ch
 
 A report also says what the coordinator recorded of that producer id and epoch
 (`kafka/transaction_log.py`: the last status in `__transaction_state`, and whether that transaction
-lists the partition), which is the one place the outcome of a transaction whose markers the broker
-lost is kept when the changelog hangs with it (Kafka 4.4.0's clean shutdown, docs/architecture.md,
-Outages). The term writes no marker on that word: it is what the operator needs to choose one.
+lists the partition).
+
+**When the changelog hangs with the transaction itself**, nothing on the changelog can say how it
+ended: Kafka 4.4.0's clean shutdown can lose the markers of a transaction that commits during it,
+the changelog's among them (docs/architecture.md, Outages). The coordinator's log is then the one
+place its outcome is kept, and the term ends it on that word only when all of these hold:
+1. the changelog's records (`Finding.HANGS_WITH_IT`): the hanging batch's tag is on no changelog
+   record before it, and the open span holds no batch of the producer id and epoch with another tag;
+   every transaction writes the changelog, so the open span is the last transaction of that epoch;
+2. the coordinator's log (`transaction_log.completed_outcome`): the last entry of that producer id
+   and epoch is CompleteCommit or CompleteAbort, right after its Prepare listing the changelog
+   partition (a Prepare compacted away proves nothing);
+3. the changelog leader verifies transactional produces (`transaction.partition.verification.enable`,
+   on by default): a batch of that producer id and epoch cannot have landed after the coordinator
+   ended its last transaction, so the open span is that transaction's. This is read when the term
+   runs; a batch appended while someone had switched it off earlier is not detected.
+The term writes the coordinator's marker on the changelog, and the outputs then follow the table
+above against the changelog record it ended. Anything less is reported, with the coordinator's word.
 """
 
 from __future__ import annotations
@@ -73,13 +89,21 @@ from typing import Protocol
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IncompatibleBrokerVersion, UnsupportedVersionError
 
+from turnledger.kafka.broker_config import PARTITION_VERIFICATION, leader_setting
 from turnledger.kafka.producer_states import (
     ProducerState,
     ProducerStatesError,
     describe_producers,
     write_marker,
 )
-from turnledger.kafka.transaction_log import Recorded, TxnLogEntry, read_transaction_log, recorded
+from turnledger.kafka.transaction_log import (
+    Recorded,
+    TxnLogEntry,
+    TxnStatus,
+    completed_outcome,
+    read_transaction_log,
+    recorded,
+)
 from turnledger.observability import runtime_metrics as live
 from turnledger.processors.hanging_evidence import Evidence, EvidenceSource, Finding
 from turnledger.processors.txn_tag import producer_identity
@@ -107,6 +131,7 @@ class Action(StrEnum):
     COMMIT = "commit"
     ABORT = "abort"
     REPORT = "report"
+    ASK_COORDINATOR = "ask the coordinator's log"
 
 
 RESOLUTION: Mapping[Finding, Action] = {
@@ -114,6 +139,8 @@ RESOLUTION: Mapping[Finding, Action] = {
     Finding.COMMITTED_LATE: Action.ABORT,
     Finding.ABORTED: Action.ABORT,
     Finding.COMMITTED_UNCHECKED: Action.REPORT,
+    Finding.HANGS_WITH_IT: Action.ASK_COORDINATOR,
+    Finding.SPAN_UNCHECKED: Action.REPORT,
     Finding.UNDECIDED: Action.REPORT,
     Finding.NOT_FOUND: Action.REPORT,
     Finding.UNTAGGED: Action.REPORT,
@@ -162,12 +189,19 @@ def report_unresolved(producer_epoch: int, state: ProducerState, why: str, coord
 
 
 def report_resolved(
-    producer_epoch: int, state: ProducerState, evidence: Evidence, action: Action, changelog: TopicPartition
+    producer_epoch: int,
+    state: ProducerState,
+    evidence: Evidence,
+    action: Action,
+    changelog: TopicPartition,
+    proof: str = "",
 ) -> None:
+    """The WARNING and the metric of a hanging transaction the term ended; `proof`: the coordinator's
+    word, when it decided."""
     live.PROCESSOR_HANGING_RESOLVED.labels(action.value).inc()
     log.warning(
         "%s-%d: ended the hanging transaction of our producer id %d (epoch %d, ours is %d) open since "
-        "offset %d with %s marker: its tag %s is on %s-%d at offset %s, and %s",
+        "offset %d with %s marker: its tag %s is on %s-%d at offset %s, and %s%s",
         state.tp.topic,
         state.tp.partition,
         state.producer_id,
@@ -180,11 +214,20 @@ def report_resolved(
         changelog.partition,
         evidence.changelog_offset,
         evidence.finding.value,
+        f"; {proof}" if proof else "",
     )
 
 
 class CoordinatorLog(Protocol):
     async def recorded(self, producer_id: int, producer_epoch: int) -> Recorded: ...
+
+    async def completed(self, state: ProducerState) -> TxnStatus | None:
+        """`completed_outcome` of the state's producer id, epoch and partition."""
+        ...
+
+    async def verifies(self, tp: TopicPartition) -> bool:
+        """Whether `tp`'s leader verifies transactional produces (module docstring, rule 3)."""
+        ...
 
 
 class TransactionLogReader:
@@ -195,10 +238,48 @@ class TransactionLogReader:
         self._transactional_id = transactional_id
         self._entries: list[TxnLogEntry] | None = None
 
-    async def recorded(self, producer_id: int, producer_epoch: int) -> Recorded:
+    async def _read(self) -> list[TxnLogEntry]:
         if self._entries is None:
             self._entries = await read_transaction_log(self._bootstrap, self._transactional_id)
-        return recorded(self._entries, producer_id, producer_epoch)
+        return self._entries
+
+    async def recorded(self, producer_id: int, producer_epoch: int) -> Recorded:
+        return recorded(await self._read(), producer_id, producer_epoch)
+
+    async def completed(self, state: ProducerState) -> TxnStatus | None:
+        return completed_outcome(await self._read(), state.producer_id, state.producer_epoch, state.tp)
+
+    async def verifies(self, tp: TopicPartition) -> bool:
+        return await leader_setting(self._bootstrap, tp, PARTITION_VERIFICATION) == "true"
+
+
+COORDINATOR_ACTIONS: Mapping[TxnStatus, Action] = {
+    TxnStatus.COMPLETE_COMMIT: Action.COMMIT,
+    TxnStatus.COMPLETE_ABORT: Action.ABORT,
+}
+
+
+async def coordinator_decides(coordinator: CoordinatorLog | None, state: ProducerState) -> tuple[Action, str]:
+    """The marker the coordinator's log proves for a changelog that hangs with its own transaction
+    (module docstring, rules 2 and 3), and the words that say why; REPORT when it proves none."""
+    said = await coordinator_says(coordinator, state)
+    if coordinator is None:
+        return Action.REPORT, said
+    try:
+        status = await coordinator.completed(state)
+        if status is None:
+            return Action.REPORT, f"{said}: no Complete entry right after its Prepare proves how it ended"
+        if not await coordinator.verifies(state.tp):
+            return Action.REPORT, (
+                f"{said}, but the leader of {state.tp.topic}-{state.tp.partition} does not verify "
+                f"transactional produces ({PARTITION_VERIFICATION} is not true), so a batch may have "
+                "landed after that transaction ended"
+            )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a report is written whatever this read meets
+        return Action.REPORT, f"{said}; the coordinator's proof could not be read ({exc!r})"
+    return COORDINATOR_ACTIONS[status], f"{said}, {status.name} right after its Prepare"
 
 
 async def coordinator_says(coordinator: CoordinatorLog | None, state: ProducerState) -> str:
@@ -278,9 +359,11 @@ class HangingSweep:
         left: list[ProducerState] = []
         for state in hanging:
             [evidence] = await self._evidence.evidence([state])
-            action = RESOLUTION[evidence.finding]
+            action, proof = RESOLUTION[evidence.finding], ""
+            if action is Action.ASK_COORDINATOR:
+                action, proof = await coordinator_decides(self._coordinator, state)
             if action is Action.REPORT:
-                said = await coordinator_says(self._coordinator, state)
+                said = proof or await coordinator_says(self._coordinator, state)
                 report_unresolved(producer_epoch, state, evidence.finding.value, said)
                 left.append(state)
                 continue
@@ -291,7 +374,7 @@ class HangingSweep:
                 report_unresolved(producer_epoch, state, why)
                 left.append(state)
                 continue
-            report_resolved(producer_epoch, state, evidence, action, self._changelog)
+            report_resolved(producer_epoch, state, evidence, action, self._changelog, proof)
         return left
 
     def _first_time(self, state: ProducerState) -> bool:

@@ -12,7 +12,13 @@ For a hanging state (partition X, our producer id P, an older epoch E, open sinc
    skipped while the last stable offset is past it, aborted; before the last stable offset,
    not known yet;
 4. for a commit, X itself before O: a record with the same tag there means the transaction already
-   reached X and was ended there by a marker, so the batch at O came after its end (a late copy).
+   reached X and was ended there by a marker, so the batch at O came after its end (a late copy);
+5. when X is the changelog and its tagged record is the one at O, the changelog hangs with that
+   very transaction and step 3 can never decide (its last stable offset waits at O). Its outcome
+   is then the coordinator's to prove (`hanging.py`), if the records allow nothing else: the tag is
+   on no changelog record before O (the scan that found it at O read the window before it), and
+   the open span, O to the high watermark read_uncommitted, holds no batch of the producer id and
+   epoch with another tag (a second transaction there would be data the coordinator never saw).
 
 Where to look is bounded by time, not by guesses: every record of a transaction is stamped by our
 producer (CreateTime) between its begin and its end, and the coordinator aborts a transaction
@@ -61,6 +67,14 @@ class Finding(StrEnum):
     COMMITTED_UNCHECKED = (
         "the tag's changelog record was committed, but the partition before the hanging batch could "
         "not be read within bounds"
+    )
+    HANGS_WITH_IT = (
+        "the changelog hangs with this very transaction: its tag is on no changelog record before the "
+        "hanging batch, and no other transaction of its producer id and epoch is in the open span"
+    )
+    SPAN_UNCHECKED = (
+        "the changelog hangs with this very transaction, but its open span holds another transaction of "
+        "its producer id and epoch, or could not be read within bounds"
     )
 
 
@@ -144,6 +158,9 @@ class ChangelogEvidence:
         if found.offset is None:
             return Evidence(Finding.NOT_FOUND, tag)
         outcome = await self._outcome(committed, self._changelog, found.offset, tag)
+        if outcome is Finding.UNDECIDED and state.tp == self._changelog and found.offset == start:
+            alone = await self._alone_in_span(uncommitted, state.tp, tag, start)
+            return Evidence(Finding.HANGS_WITH_IT if alone else Finding.SPAN_UNCHECKED, tag, found.offset)
         if outcome is not Finding.COMMITTED:
             return Evidence(outcome, tag, found.offset)
         earlier = await self._scan(uncommitted, state.tp, tag, first.timestamp, before=start)
@@ -201,6 +218,26 @@ class ChangelogEvidence:
                 read += 1
         return _Scan(None, complete=True)
 
+    async def _alone_in_span(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, tag: TxnTag, start: int
+    ) -> bool:
+        """True if every tagged record of `tag`'s producer id and epoch from `start` to the high
+        watermark carries `tag` (step 5); False if one carries another, or the read stops short."""
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await seek_settled(consumer, tp, start)
+        read = 0
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        while await consumer.position(tp) < end:
+            if asyncio.get_running_loop().time() > deadline or read >= self._budget:
+                return False
+            for record in await self._fetch(consumer, tp):
+                other = tag_of(record.headers)
+                if record.offset < end and other is not None and other != tag and _same_epoch(other, tag):
+                    return False
+                read += 1
+        return True
+
     async def _outcome(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int, tag: TxnTag
     ) -> Finding:
@@ -221,3 +258,7 @@ class ChangelogEvidence:
             if await consumer.position(tp) > offset:
                 return Finding.ABORTED
         return Finding.UNDECIDED
+
+
+def _same_epoch(one: TxnTag, other: TxnTag) -> bool:
+    return (one.producer_id, one.producer_epoch) == (other.producer_id, other.producer_epoch)
