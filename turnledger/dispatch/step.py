@@ -121,29 +121,35 @@ class Step:
         reason: ReasonCode | None = None,
         detail: str = "",
     ) -> None:
-        self.outputs.append(
-            DispatchDecision(
-                conversation_id=self.state.conversation_id,
-                operation_id=op.operation_id,
-                state=op.state,
-                previous_state=previous,
-                accepted=accepted,
-                reason=reason,
-                detail=detail,
-                conversation_revision=self.state.graph.revision,
-                cancel_generation=self.state.cancel_generation,
-                attempt_generation=op.attempt_generation,
-                idempotency_key=op.idempotency_key,
-                manifest_digest=op.manifest.manifest_digest if op.manifest else None,
-                response_handle=op.response_handle,
-                source_event_id=self.event.event_id,
-                occurred_at_ms=self.at,
-                lease_owner=op.lease_owner,
-                lease_expires_at_ms=op.lease_expires_at_ms,
-                deadline_at_ms=op.request.deadline_at_ms,
-                attempt_terminated=op.attempt_terminated,
-            )
-        )
+        """Emit the operation's `DispatchDecision`. Every field comes from a validated model's field
+        of the same type, or is `accepted`, `reason` and `detail`, checked here by type: such values
+        pass validation unchanged, so the decision is built without it (`of_validated`, ~4% of the
+        engine's CPU on the bench mix); anything else is validated as usual."""
+        values: dict[str, Any] = {
+            "conversation_id": self.state.conversation_id,
+            "operation_id": op.operation_id,
+            "state": op.state,
+            "previous_state": previous,
+            "accepted": accepted,
+            "reason": reason,
+            "detail": detail,
+            "conversation_revision": self.state.graph.revision,
+            "cancel_generation": self.state.cancel_generation,
+            "attempt_generation": op.attempt_generation,
+            "idempotency_key": op.idempotency_key,
+            "manifest_digest": op.manifest.manifest_digest if op.manifest else None,
+            "response_handle": op.response_handle,
+            "source_event_id": self.event.event_id,
+            "occurred_at_ms": self.at,
+            "lease_owner": op.lease_owner,
+            "lease_expires_at_ms": op.lease_expires_at_ms,
+            "deadline_at_ms": op.request.deadline_at_ms,
+            "attempt_terminated": op.attempt_terminated,
+        }
+        if type(accepted) is bool and type(detail) is str and (reason is None or type(reason) is ReasonCode):
+            self.outputs.append(DispatchDecision.of_validated(values))
+        else:
+            self.outputs.append(DispatchDecision.model_validate(values))
 
     def cancel(
         self,
