@@ -37,7 +37,7 @@ from tests.integration.test_processor_eos import (
     wait_for,
     workload,
 )
-from turnledger.kafka.producer_states import abort_transaction, describe_producers
+from turnledger.kafka.producer_states import ProducerState, abort_transaction, describe_producers
 from turnledger.observability import runtime_metrics as live
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import ProcessorConfig, ProcessorExit, transactional_id
@@ -233,6 +233,40 @@ def ended(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+async def reported_then_aborted(
+    config: ProcessorConfig,
+    topics: Topics,
+    inputs: list[Sent],
+    tps: list[TopicPartition],
+    before: tuple[float, float, float],
+) -> list[ProducerState]:
+    """Run the processor until it has reported one hanging transaction on each of `tps` (never ended
+    by the term), abort them as the operator would, and run until every input is committed; returns
+    the hanging states it found."""
+    bootstrap = config.bootstrap
+    app = ProcessorApp(config, lambda p: counter_fold(topics, p))
+    task = asyncio.create_task(app.run(handle_signals=False))
+    probe = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await probe.start()
+    try:
+
+        async def reported() -> bool:
+            return since(before)[0] >= len(tps)
+
+        await wait_for(reported, 60, "the term to report the hanging transactions")
+        described = await describe_producers(probe.client, tps)
+        hanging = [s for s in described.states if s.open_transaction_start is not None]
+        assert sorted(s.tp for s in hanging) == sorted(tps)  # reported, never ended by the term
+        for state in hanging:  # the operator's decision
+            await abort_transaction(probe.client, state)
+        await wait_all_committed(bootstrap, config.app_id, topics, inputs, timeout_s=90)
+    finally:
+        app.stop()
+        await probe.stop()
+    assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
+    return hanging
+
+
 async def test_untagged_or_unknown_tags_are_reported_only_and_once_ended_the_partition_resumes(
     kafka_bootstrap: str, topics: Topics, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -258,27 +292,8 @@ async def test_untagged_or_unknown_tags_are_reported_only_and_once_ended_the_par
 
     before = counts()
     second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
-    app = ProcessorApp(config, lambda p: counter_fold(topics, p))
-    task = asyncio.create_task(app.run(handle_signals=False))
-    probe = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
-    await probe.start()
-    try:
-
-        async def both_reported() -> bool:
-            return since(before)[0] >= 2
-
-        await wait_for(both_reported, 60, "the term to report both hanging transactions")
-        described = await describe_producers(probe.client, [changelog_0, committed_1])
-        hanging = [s for s in described.states if s.producer_id == producer_id and s.open_transaction_start]
-        assert {s.tp for s in hanging} == {changelog_0, committed_1}  # reported, never ended by the term
-        # the operator's decision: this data is a produce that landed after its transaction ended
-        for state in hanging:
-            await abort_transaction(probe.client, state)
-        await wait_all_committed(kafka_bootstrap, config.app_id, topics, first + second, timeout_s=90)
-    finally:
-        app.stop()
-        await probe.stop()
-    assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
+    hanging = await reported_then_aborted(config, topics, first + second, [changelog_0, committed_1], before)
+    assert {s.producer_id for s in hanging} == {producer_id}
 
     assert since(before) == (2, 0, 0)  # once per transaction, nothing written by the term
     # each report says what the coordinator recorded of that producer id and epoch, read from
@@ -528,25 +543,12 @@ async def test_a_changelog_that_hangs_with_two_transactions_of_its_epoch_is_repo
     producer_id, epoch, hanging_at = await hang_with_its_own(kafka_bootstrap, config, topics, True, 2)
     before = counts()
     second = await produce(kafka_bootstrap, topics.ingress, workload(200, keys=10, tag="b"))
-    app = ProcessorApp(config, lambda p: counter_fold(topics, p))
-    task = asyncio.create_task(app.run(handle_signals=False))
-    probe = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
-    await probe.start()
-    try:
-
-        async def reported() -> bool:
-            return since(before)[0] >= 1
-
-        await wait_for(reported, 60, "the term to report the hanging transaction")
-        described = await describe_producers(probe.client, [changelog_0])
-        [hanging] = [s for s in described.states if s.producer_id == producer_id and s.open_transaction_start]
-        assert (hanging.producer_epoch, hanging.open_transaction_start) == (epoch, hanging_at)
-        await abort_transaction(probe.client, hanging)  # the operator's decision
-        await wait_all_committed(kafka_bootstrap, config.app_id, topics, first + second, timeout_s=90)
-    finally:
-        app.stop()
-        await probe.stop()
-    assert await asyncio.wait_for(task, 30) == dict.fromkeys((0, 1), ProcessorExit.STOPPED)
+    [hanging] = await reported_then_aborted(config, topics, first + second, [changelog_0], before)
+    assert (hanging.producer_id, hanging.producer_epoch, hanging.open_transaction_start) == (
+        producer_id,
+        epoch,
+        hanging_at,
+    )
 
     assert since(before) == (1, 0, 0)
     [report] = [r.getMessage() for r in caplog.records if r.name == "turnledger.processors.hanging"]
