@@ -97,10 +97,27 @@ def test_a_value_off_the_specs_is_refused_with_a_typed_error(value: bytes) -> No
         parse_value(value)
 
 
+def test_signed_fields_read_signed() -> None:
+    """Kafka's int16/int64 are signed: a producer id of -1 (none) and a negative version read so."""
+    assert parse_value(value_v0(-1, 0, 0, None)).producer_id == -1
+    with pytest.raises(TransactionLogError, match=r"^value version -1$"):
+        parse_value(struct.pack(">h", -1) + value_v0(2, 0, 4, [])[2:])
+    assert parse_value(value_v0(2, 0, 2, [("t" * 200, [0])])).partitions == {("t" * 200, 0)}
+    assert parse_value(value_v0(2, -1, 2, [("t", [-1])])).partitions == {("t", -1)}
+    assert parse_value(value_v0(2, -1, 2, None)).producer_epoch == -1
+    null_ids = struct.pack(">hqhib", 0, 2, 0, 1, 2) + struct.pack(">ih", 1, 1) + b"t" + struct.pack(">i", -1)
+    assert parse_value(null_ids + struct.pack(">qq", 1, 1)).partitions == frozenset()  # a null array
+    with pytest.raises(TransactionLogError) as caught:
+        parse_value(value_v0(2, 0, -1, None))
+    assert str(caught.value) == "transaction status -1"
+
+
 def test_only_keys_of_version_0_name_a_transactional_id() -> None:
     assert parse_key(key("app-ingress-0")) == "app-ingress-0"
     assert parse_key(key("app-ingress-0", version=1)) is None
     assert parse_key(None) is None and parse_key(b"\x00") is None
+    assert parse_key(key("")) == ""  # 4 bytes: version and an empty id
+    assert parse_key(struct.pack(">hh", 0, -1)) is None  # a null string is no id
 
 
 @pytest.mark.parametrize(
@@ -109,6 +126,21 @@ def test_only_keys_of_version_0_name_a_transactional_id() -> None:
 )
 def test_the_hash_is_javas_string_hashcode(text: str, expected: int) -> None:
     assert java_string_hash(text) == expected
+
+
+def test_the_hash_of_a_lone_surrogate_is_its_code_unit() -> None:
+    assert java_string_hash("\ud800") == 0xD800  # Java strings are UTF-16 units, unpaired ones too
+
+
+def test_entries_after_records_of_other_ids_and_tombstones_are_read() -> None:
+    records = [
+        (0, key("another"), value_v1(2, 0, 5, PARTS)),
+        (1, key("tx"), None),
+        (2, b"junk", b"junk"),
+        (3, key("tx"), b"\x00\x09"),  # a value this module cannot read
+        (4, key("tx"), value_v1(2, 0, 4, [])),
+    ]
+    assert [(e.offset, e.status) for e in entries_of(records, "tx")] == [(4, TxnStatus.COMPLETE_COMMIT)]
 
 
 def test_the_partition_is_kafkas_abs_of_the_hash_modulo_the_count() -> None:
@@ -161,6 +193,7 @@ ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, EMPTY =
         # an earlier transaction committed, the last one aborted: the last one decides
         ([(2, 0, PREPARE_COMMIT, PARTS), (2, 0, COMPLETE_COMMIT, []), (2, 0, ONGOING, PARTS),
           (2, 0, PREPARE_ABORT, PARTS), (2, 0, COMPLETE_ABORT, [])], TxnStatus.COMPLETE_ABORT),
+        ([(2, 0, PREPARE_COMMIT, PARTS), (2, 0, COMPLETE_COMMIT, [])], TxnStatus.COMPLETE_COMMIT),
         # the last transaction did not write the changelog
         ([(2, 0, PREPARE_COMMIT, [("t.manifests", [0])]), (2, 0, COMPLETE_COMMIT, [])], None),
         # its Prepare compacted away: what is left before the Complete is an older entry
@@ -209,3 +242,50 @@ async def test_a_report_says_what_the_coordinator_recorded_or_why_it_cannot() ->
     assert "holds no record" in await coordinator_says(Log([]), state())
     assert "could not be read (OSError('down'))" in await coordinator_says(Log(OSError("down")), state())
     assert await coordinator_says(None, state()) == ""
+
+
+def test_long_names_and_large_tagged_fields_read_through_multi_byte_varints() -> None:
+    """A topic of 200 bytes, 130 partitions, tagged fields of 300 and 20,000 bytes, a tag of 2**28: the
+    unsigned varints of version 1 in two, three and five bytes."""
+    topic, ids = "t" * 200, list(range(130))
+    out = struct.pack(">hqhib", 1, 2, 0, 60_000, 2)
+    out += uvarint(3) + uvarint(len(topic) + 1) + topic.encode() + uvarint(len(ids) + 1)
+    out += b"".join(struct.pack(">i", i) for i in ids)
+    out += uvarint(2) + uvarint(200) + uvarint(300) + bytes(300)  # the entry's tagged fields: tag 200,
+    out += uvarint(2**28) + uvarint(20_000) + bytes(20_000)  # and a 5-byte tag with a 3-byte size
+    out += uvarint(2) + b"u" + uvarint(2) + struct.pack(">i", 1) + uvarint(0)  # then another topic
+    out += struct.pack(">qq", 1_000, 900) + uvarint(0)
+    entry = parse_value(out)
+    assert entry.partitions == {(topic, i) for i in ids} | {("u", 1)}
+    assert (entry.producer_id, entry.producer_epoch, entry.status) == (2, 0, TxnStatus.PREPARE_COMMIT)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (struct.pack(">hq", 1, 2), "value cut short"),
+        (struct.pack(">hqhib", 1, 2, 0, 1, 2) + uvarint(2) + uvarint(50) + b"t", "string cut short"),
+        (struct.pack(">hqhib", 0, 2, 0, 1, 2) + struct.pack(">ih", 1, -5), "string cut short"),
+        (
+            struct.pack(">hqhib", 1, 2, 0, 1, 2) + uvarint(2) + uvarint(2) + b"t" + uvarint(1) + uvarint(1)
+            + uvarint(0) + uvarint(40) + bytes(3),
+            "tagged field cut short",
+        ),
+        (struct.pack(">hqhib", 1, 2, 0, 1, 2) + b"\xff" * 6, "bad unsigned varint"),
+        (struct.pack(">hqhib", 1, 2, 0, 1, 2) + b"\x80", "bad unsigned varint"),
+    ],
+    ids=["int cut", "string cut", "negative length", "tagged field cut", "varint too long", "varint cut"],
+)  # fmt: skip
+def test_each_way_a_value_is_cut_short_says_which(value: bytes, message: str) -> None:
+    with pytest.raises(TransactionLogError) as caught:
+        parse_value(value)
+    assert str(caught.value) == message
+
+
+def test_a_producer_id_and_epoch_never_recorded_lists_no_partitions() -> None:
+    nothing = recorded([], 2, 0)
+    assert (nothing.status, nothing.partitions, nothing.offset) == (None, frozenset(), None)
+    assert recorded(log((2, 0, 4, [])), 2, 0).partitions == frozenset()
+    assert nothing.describe(TopicPartition("t", 0)) == (
+        "the coordinator's log holds no record of that producer id and epoch within the read"
+    )

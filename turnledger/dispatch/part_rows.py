@@ -9,8 +9,8 @@ operation's parts apart from any other event's, and those names made a changelog
 
 The rules a row keeps:
 - Each layout below is a literal, frozen with format 7: a value's place says which field it is,
-  so a layout never changes. A model that gains or loses a field fails the guards at the bottom
-  (at import), and a new layout is a new changelog format.
+  so a layout never changes. A model that gains or loses a field fails the guard at the bottom
+  (`check_layouts`, at import), and a new layout is a new changelog format.
 - An operation's own part is one row of `OPERATION_ROW`, its manifest a row of `MANIFEST_ROW`
   (or null). Its progress is a row of `PROGRESS_ROW` whose snapshot is a row of `SNAPSHOT_ROW`,
   each block a row of `BLOCK_ROW` (with `shown` as a ninth value when the block has it) and its
@@ -165,11 +165,12 @@ def _named(row: Any, names: tuple[str, ...], what: str) -> dict[str, Any]:
     return dict(zip(names, row, strict=True))
 
 
-def _check_layouts() -> None:
-    """The rows name every field of their models (a model that changes needs a new format)."""
-    static = tuple(f for f in OperationState.model_fields if f not in {"request", *PROGRESS_ROW})
-    if static != OPERATION_ROW or tuple(ManifestSeal.model_fields) != MANIFEST_ROW:  # pragma: no cover
+def check_layouts(operation_fields: tuple[str, ...], manifest_fields: tuple[str, ...]) -> None:
+    """Raise unless the rows name every field of their models, in order (`OperationState`'s
+    fields, `ManifestSeal`'s): a model that changes needs a new changelog format."""
+    static = tuple(f for f in operation_fields if f not in {"request", *PROGRESS_ROW})
+    if static != OPERATION_ROW or manifest_fields != MANIFEST_ROW:
         raise RuntimeError("OperationState or ManifestSeal changed: a new changelog format (part_rows.py)")
 
 
-_check_layouts()
+check_layouts(tuple(OperationState.model_fields), tuple(ManifestSeal.model_fields))

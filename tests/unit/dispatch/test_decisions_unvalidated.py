@@ -8,11 +8,14 @@ import inspect
 import pytest
 
 from turnledger.dispatch.state import OperationState
+from turnledger.dispatch.step import Step
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, IngressEvent
+from turnledger.model.reasons import ReasonCode
 
 from . import test_fold
 from .scenario import Conversation
+from .test_state_layout import Recording
 
 FOLD_SCENARIOS = [
     fn
@@ -63,3 +66,24 @@ def test_every_decision_of_every_fold_scenario_is_as_validated(monkeypatch: pyte
     assert {d.reason for d in decisions} > {None} and {d.accepted for d in decisions} == {True, False}
     for decision in decisions:
         _assert_as_validated(decision)
+
+
+def test_a_decision_of_other_types_than_its_fields_is_validated() -> None:
+    """The types `decide` checks: a value of another type takes the validated path, which converts it
+    (an int for `accepted`, a reason code's name for `reason`), never the unvalidated one."""
+    c = Recording()
+    c.user("hello")
+    c.request("op-1")
+    op = c.state.operations["op-1"]
+    step = Step(event=c.events[-1], state=c.state)
+    step.decide(op, None, accepted=1, detail="x")  # type: ignore[arg-type]
+    step.decide(op, None, accepted=True, reason="CAS_STATE_MISMATCH", detail="x")  # type: ignore[arg-type]
+    step.decide(op, None, accepted=True, reason=ReasonCode.CAS_STATE_MISMATCH, detail="x")
+    step.decide(op, None, accepted=True, detail="x")
+    accepted_int, reason_name, typed, plain = step.outputs
+    assert all(isinstance(d, DispatchDecision) for d in step.outputs)
+    for converted, twin in ((accepted_int, plain), (reason_name, typed)):
+        assert isinstance(converted, DispatchDecision) and isinstance(twin, DispatchDecision)
+        assert [type(v) for v in converted.__dict__.values()] == [type(v) for v in twin.__dict__.values()]
+        assert list(converted.__dict__.items()) == list(twin.__dict__.items())
+        _assert_as_validated(converted)

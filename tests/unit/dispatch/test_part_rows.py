@@ -16,13 +16,14 @@ from turnledger.dispatch.part_rows import (
     SHOWN_BLOCK_ROW,
     SNAPSHOT_ROW,
     RowError,
+    check_layouts,
     operation_fields,
     operation_row,
     progress_fields,
     progress_row,
     snapshot_row,
 )
-from turnledger.dispatch.state import OperationState
+from turnledger.dispatch.state import ManifestSeal, OperationState
 from turnledger.model.deltas import DeltaType
 from turnledger.streaming.assembler import BlockAssembler
 
@@ -84,15 +85,21 @@ def _reshaped(snapshot: dict[str, Any], how: int) -> dict[str, Any]:
         changed["blocks"].append([1, 2])
     elif how == 6:  # blocks that are not a list
         changed["blocks"] = {"0": changed["blocks"][0]}
+    elif how == 7:  # blocks of the layout, but in a tuple
+        changed["blocks"] = tuple(changed["blocks"])
+    elif how == 8:  # counters that are not an object
+        changed["counters"] = [0, 0, 0, 0]
     return changed
 
 
-@pytest.mark.parametrize("how", range(7))
+@pytest.mark.parametrize("how", range(9))
 def test_a_snapshot_of_another_shape_is_written_as_the_object_it_is(how: int) -> None:
     snapshot = _reshaped(_snapshot(), how)
     assert snapshot_row(snapshot) is snapshot
     fields = _read(snapshot)
     assert orjson.dumps(fields["assembler"]) == orjson.dumps(snapshot)
+    if how != 7:  # JSON has no tuples
+        assert fields["assembler"] == snapshot
 
 
 _JSON = st.recursive(
@@ -176,6 +183,27 @@ def test_a_progress_row_not_of_its_layout_is_a_typed_error() -> None:
         (row[0][:-1], "an assembler snapshot's row holds 18 values, not 19"),
         ([*row[0][:5], [[0]], *row[0][6:]], "a block's row holds 1 values, not 8"),
         ([*row[0][:18], {"a": 1}], "the counters' row holds a dict, not 4 values"),
+        ([*row[0][:5], {"0": [0]}, *row[0][6:]], "an assembler snapshot's blocks are a dict"),
     ]:
         with pytest.raises(RowError, match=message):
             progress_fields([snapshot, 1, 1])
+    with pytest.raises(RowError, match="a progress part's row holds 2 values, not 3"):
+        progress_fields([row[0], 1])
+
+
+def test_a_model_that_changes_its_fields_fails_the_layouts_guard() -> None:
+    operation, manifest = tuple(OperationState.model_fields), tuple(ManifestSeal.model_fields)
+    check_layouts(operation, manifest)
+    for changed_operation, changed_manifest in [
+        ((*operation, "later"), manifest),
+        (operation[:-1], manifest),
+        ((operation[1], operation[0], *operation[2:]), manifest),
+        (operation, (*manifest, "later")),
+        (operation, manifest[1:]),
+    ]:
+        with pytest.raises(RuntimeError) as caught:
+            check_layouts(changed_operation, changed_manifest)
+        assert str(caught.value) == (
+            "OperationState or ManifestSeal changed: a new changelog format (part_rows.py)"
+        )
+    check_layouts((*operation[:2], *operation[3:]), manifest)  # the request is never in a row
