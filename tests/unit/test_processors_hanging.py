@@ -388,8 +388,11 @@ async def test_an_unproven_outcome_is_reported_and_nothing_is_written(
     )
 
 
-async def test_a_refused_marker_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    states = [state(7, 4, 120, OUTPUT)]
+async def test_a_refused_marker_is_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each refused marker is reported with why, and the sweep goes on to the next state."""
+    states = [state(7, 4, 120, OUTPUT), state(7, 3, 90, OUTPUT)]
 
     async def described(_client: Any, tps: Any) -> producer_states.Described:
         return producer_states.Described([s for s in states if s.tp in tps], {})
@@ -399,9 +402,39 @@ async def test_a_refused_marker_is_reported(monkeypatch: pytest.MonkeyPatch) -> 
     evidence = FakeEvidence({OUTPUT: Evidence(Finding.ABORTED, TxnTag(7, 4, 1), 5)})
     before = counts()
     sweep = HangingSweep(producer, CHANGELOG, ["t"], evidence)  # type: ignore[arg-type]
-    assert await sweep.sweep_written() == states
+    with caplog.at_level(logging.ERROR, logger="turnledger.processors.hanging"):
+        assert await sweep.sweep_written() == states
     after = counts()
-    assert (after[0] - before[0], after[2] - before[2]) == (1, 0)
+    assert (after[0] - before[0], after[2] - before[2]) == (2, 0)
+    reports = [r.getMessage() for r in caplog.records]
+    assert len(reports) == 2
+    assert all(
+        f"could not be proved from the changelog ({Finding.ABORTED.value}; its abort marker: " in m
+        for m in reports
+    )
+
+
+async def test_a_report_does_not_stop_the_sweep_and_quotes_the_coordinator(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The changelog's state reported (its outcome undecided), the output's still ended after it; the
+    report says what the coordinator recorded."""
+    states = [state(7, 4, 120, OUTPUT), state(7, 4, 40, CHANGELOG)]
+    evidence = FakeEvidence(
+        {
+            CHANGELOG: Evidence(Finding.UNDECIDED, TxnTag(7, 4, 9), 40),
+            OUTPUT: Evidence(Finding.COMMITTED, TxnTag(7, 4, 9), 38),
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="turnledger.processors.hanging"):
+        producer, left = await sweep_with(
+            monkeypatch, states, evidence, FakeCoordinator(TxnStatus.COMPLETE_COMMIT)
+        )
+    assert left == [states[1]]
+    assert [marker_of(sent) for _node, sent in producer.client.sent] == [(7, 4, True, "t", 3)]
+    [(level, report), (resolved_level, _)] = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert (level, resolved_level) == ("ERROR", "WARNING")
+    assert f"({Finding.UNDECIDED.value}); {SAID.format('COMPLETE_COMMIT')}; check the transaction's" in report
 
 
 SAID = (

@@ -194,7 +194,7 @@ def report_resolved(
     evidence: Evidence,
     action: Action,
     changelog: TopicPartition,
-    proof: str = "",
+    proof: str,
 ) -> None:
     """The WARNING and the metric of a hanging transaction the term ended; `proof`: the coordinator's
     word, when it decided."""
