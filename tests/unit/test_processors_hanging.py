@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.errors import UnsupportedVersionError
 
 from turnledger.kafka import producer_states
 from turnledger.kafka.producer_states import (
@@ -392,7 +393,7 @@ async def test_a_refused_marker_is_reported(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each refused marker is reported with why, and the sweep goes on to the next state."""
-    states = [state(7, 4, 120, OUTPUT), state(7, 3, 90, OUTPUT)]
+    states = [state(7, 4, 120, OUTPUT), state(7, 4, 90, OUTPUT)]
 
     async def described(_client: Any, tps: Any) -> producer_states.Described:
         return producer_states.Described([s for s in states if s.tp in tps], {})
@@ -401,7 +402,8 @@ async def test_a_refused_marker_is_reported(
     producer = SweepProducer(FakeClient(Cluster({OUTPUT: 2}), markers_answer(47)), FakeTxnManager(*OURS))
     evidence = FakeEvidence({OUTPUT: Evidence(Finding.ABORTED, TxnTag(7, 4, 1), 5)})
     before = counts()
-    sweep = HangingSweep(producer, CHANGELOG, ["t"], evidence)  # type: ignore[arg-type]
+    coordinator = FakeCoordinator(TxnStatus.COMPLETE_ABORT)
+    sweep = HangingSweep(producer, CHANGELOG, ["t"], evidence, coordinator)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="turnledger.processors.hanging"):
         assert await sweep.sweep_written() == states
     after = counts()
@@ -410,6 +412,9 @@ async def test_a_refused_marker_is_reported(
     assert len(reports) == 2
     assert all(
         f"could not be proved from the changelog ({Finding.ABORTED.value}; its abort marker: " in m
+        and "); the coordinator's log (offset 812) records COMPLETE_ABORT for that producer id and epoch, "
+        "and its transaction does not list t-3; check the transaction's marker on the changelog"
+        in m
         for m in reports
     )
 
@@ -514,4 +519,97 @@ async def test_a_coordinator_that_proves_nothing_leaves_it_reported(
     assert (
         f"could not be proved from the changelog ({Finding.HANGS_WITH_IT.value}){'; ' + why if why else ''}; "
         in (message)
+    )
+
+
+async def test_the_changelog_sweep_reports_another_producers_open_transaction_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the changelog, an open transaction of another producer id is reported once per term, word
+    for word; the sweep of every written partition does not report it."""
+    states = [state(8, 2, 90, CHANGELOG), state(7, 5, 130, CHANGELOG), state(8, 2, None, OUTPUT)]
+
+    async def described(_client: Any, tps: Any) -> producer_states.Described:
+        return producer_states.Described([s for s in states if s.tp in tps], {})
+
+    monkeypatch.setattr(hanging, "describe_producers", described)
+    producer = SweepProducer(FakeClient(Cluster({CHANGELOG: 2}), markers_answer(0)), FakeTxnManager(*OURS))
+    sweep = HangingSweep(producer, CHANGELOG, ["t"], FakeEvidence({}))  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="turnledger.processors.hanging"):
+        assert await sweep.sweep_written() == []
+        assert caplog.records == []
+        assert await sweep.sweep_changelog() == []
+        assert await sweep.sweep_changelog() == []
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "ERROR",
+            "log-3 is held by an open transaction of producer id 8 (epoch 2) since offset 90, not this "
+            "partition's producer (id 7): only this partition's transactional.id should write here. If no "
+            "such producer is alive, end it with kafka-transactions.sh abort --topic log --partition 3 "
+            "--start-offset 90",
+        )
+    ]
+    assert producer.client.sent == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        producer_states.ProducerStatesError("no leader"),
+        UnsupportedVersionError("old"),
+        NotImplementedError("x"),
+    ],
+    ids=["states", "version", "not implemented"],
+)
+async def test_a_broker_that_cannot_describe_producers_skips_the_sweep_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    async def described(_client: Any, tps: Any) -> producer_states.Described:
+        raise error
+
+    monkeypatch.setattr(hanging, "describe_producers", described)
+    producer = SweepProducer(FakeClient(Cluster({}), markers_answer(0)), FakeTxnManager(*OURS))
+    sweep = HangingSweep(producer, CHANGELOG, ["t"], FakeEvidence({}))  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="turnledger.processors.hanging"):
+        assert await sweep.sweep_written() == []
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"could not look for hanging transactions on 2 partitions: {error}")
+    ]
+
+
+@dataclass
+class TopicsProducer(SweepProducer):
+    """A sweep's producer whose topics have partitions of their own."""
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {"t": {3}, "u": {1, 0}}[topic]
+
+
+async def test_a_partition_the_broker_cannot_describe_is_logged_and_the_rest_swept(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    hanging_state = state(7, 4, 120, OUTPUT)
+
+    other = [TopicPartition("u", 0), TopicPartition("u", 1)]
+
+    async def described(client: Any, tps: Any) -> producer_states.Described:
+        assert client is producer.client
+        assert tps == [CHANGELOG, OUTPUT, *other]  # the changelog, then every partition of the outputs
+        return producer_states.Described([hanging_state], {CHANGELOG: "NOT_LEADER_OR_FOLLOWER"})
+
+    monkeypatch.setattr(hanging, "describe_producers", described)
+    producer = TopicsProducer(FakeClient(Cluster({OUTPUT: 2}), markers_answer(0)), FakeTxnManager(*OURS))
+    evidence = FakeEvidence({OUTPUT: Evidence(Finding.UNTAGGED)})
+    sweep = HangingSweep(producer, CHANGELOG, ["t", "u"], evidence)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="turnledger.processors.hanging"):
+        assert await sweep.sweep_written() == [hanging_state]
+    info, error = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert info == ("INFO", "could not look for hanging transactions on log-3: NOT_LEADER_OR_FOLLOWER")
+    assert error == (
+        "ERROR",
+        "t-3: a hanging transaction of our producer id 7 (epoch 4, ours is 5) is open since offset 120: "
+        "its coordinator has ended it, so no marker will end it here, and read_committed readers of this "
+        "partition wait until one does. Its outcome could not be proved from the changelog "
+        f"({Finding.UNTAGGED.value}); check the transaction's marker on the changelog, then end it with "
+        "kafka-transactions.sh abort --topic t --partition 3 --start-offset 120, or with a commit marker",
     )

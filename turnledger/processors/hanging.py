@@ -164,7 +164,7 @@ def own_hanging(producer: AIOKafkaProducer, states: Iterable[ProducerState]) -> 
     return [s for s in states if verdict(s, producer_id, producer_epoch) is Verdict.HANGING]
 
 
-def report_unresolved(producer_epoch: int, state: ProducerState, why: str, coordinator: str = "") -> None:
+def report_unresolved(producer_epoch: int, state: ProducerState, why: str, coordinator: str) -> None:
     """The ERROR and the metric (and so the alert) of a hanging transaction the term leaves open;
     `coordinator`: what the coordinator's log says of it (`CoordinatorLog`)."""
     live.PROCESSOR_HANGING_FOUND.inc()
@@ -315,7 +315,7 @@ class HangingSweep:
         self._outputs = outputs
         self._evidence = evidence
         self._coordinator = coordinator
-        self._seen: set[tuple[str, int, int, int, int]] = set()
+        self._seen: set[tuple[str, int, int, int, int | None]] = set()
 
     async def sweep_written(self) -> list[ProducerState]:
         """Our hanging transactions on the changelog and every output partition; returns those
@@ -328,13 +328,14 @@ class HangingSweep:
 
     async def _handle(self, states: list[ProducerState], *, foreign: bool = False) -> list[ProducerState]:
         """End or report our hanging transactions among `states`, each once per term (the changelog's
-        first); with `foreign`, also report (once) an open transaction of another producer id."""
-        fresh = [s for s in states if self._first_time(s)]
-        hanging = sorted(own_hanging(self._producer, fresh), key=lambda s: s.tp != self._changelog)
-        left = await self._end(hanging)
+        first); with `foreign`, also report (once) an open transaction of another producer id. A state
+        counts as handled only by the sweep that handles it: another producer's open transaction seen
+        by the first sweep (which does not report those) is still reported by the changelog's."""
+        hanging = [s for s in own_hanging(self._producer, states) if self._first_time(s)]
+        left = await self._end(sorted(hanging, key=lambda s: s.tp != self._changelog))
         producer_id, producer_epoch = producer_identity(self._producer)
-        for state in fresh if foreign else ():
-            if verdict(state, producer_id, producer_epoch) is Verdict.FOREIGN:
+        for state in states if foreign else ():
+            if verdict(state, producer_id, producer_epoch) is Verdict.FOREIGN and self._first_time(state):
                 log.error(
                     "%s-%d is held by an open transaction of producer id %d (epoch %d) since offset %s, "
                     "not this partition's producer (id %d): only this partition's transactional.id should "
@@ -371,15 +372,16 @@ class HangingSweep:
                 await write_marker(self._producer.client, state, commit=action is Action.COMMIT)
             except ProducerStatesError as exc:  # the leader refused it; a lost connection propagates
                 why = f"{evidence.finding.value}; its {action} marker: {exc}"
-                report_unresolved(producer_epoch, state, why)
+                report_unresolved(
+                    producer_epoch, state, why, await coordinator_says(self._coordinator, state)
+                )
                 left.append(state)
                 continue
             report_resolved(producer_epoch, state, evidence, action, self._changelog, proof)
         return left
 
     def _first_time(self, state: ProducerState) -> bool:
-        if state.open_transaction_start is None:
-            return False
+        """True the first time this term meets this open transaction (callers pass open ones only)."""
         key = (
             state.tp.topic,
             state.tp.partition,
