@@ -59,8 +59,11 @@ class DemoOptions:
     #: kill one of the two workers once this share of the conversations is done (None: never)
     crash_worker_at: float | None = 1 / 3
     lease_s: float = 3.0
-    #: per-event delay (ms) of the streams the cancelling conversations ask for
-    slow_ms: int = 40
+    #: per-event delay (ms) of the streams the cancelling and interjecting conversations ask for: a text
+    #: answer (10-14 events) then streams for 1.5-2 s, longer than its first preview takes to reach the
+    #: driver. At 40 ms it streamed ~0.5 s, and a fast processor could commit every such answer before
+    #: the driver saw its first preview: a CI run with no cancel at all (test_gateway_e2e)
+    slow_ms: int = 150
     seed: int = 7
     partitions: int = 4
     concurrency: int = 48
