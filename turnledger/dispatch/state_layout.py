@@ -466,32 +466,69 @@ def _models_json(models: Index, model: Callable[[BaseModel], bytes]) -> bytes:
 
 
 def state_parts(
-    state: ConversationState, json: StateJson, graph: GraphParts | None = None
+    state: ConversationState,
+    json: StateJson,
+    graph: GraphParts | None = None,
+    since: Stored | None = None,
 ) -> tuple[dict[str, bytes], GraphParts | None]:
     """Key → JSON of every part of the state (one part, the whole state, for an unsplittable id), and
-    the graph's parts (`graph`: those of the previous state, reused if its graph is the same)."""
+    the graph's parts (`graph`: those of the previous state, reused if its graph is the same).
+
+    `since`: what `write_state` wrote last, whose parts are those of its `source`: a part of what is
+    the same object in both states (an operation, its request, the turn ids, the handles) is taken
+    from it rather than serialized again (a turn leaves every earlier operation as it was)."""
     conversation_id = state.conversation_id
     if not is_split(conversation_id):
         return {head_key(conversation_id): json.of(state)}, None
     if graph is None or graph.graph is not state.graph:
         graph = graph_parts(state.graph, json, graph)
-    turn_ids, handles = state.turn_ids, list(state.handles.items())
-    turn_chunks = [to_json(turn_ids[i : i + CHUNK]) for i in range(0, len(turn_ids), CHUNK)]
-    handle_chunks = [to_json(dict(handles[i : i + CHUNK])) for i in range(0, len(handles), CHUNK)]
+    previous = _source_of(since, conversation_id)
+    known: Mapping[str, bytes] = {} if since is None else since.parts
     parts = {conversation_id: _head_part(state, graph, json)}
-    for tag, chunks in ((TURNS_TAG, turn_chunks), (HANDLES_TAG, handle_chunks)):
-        for index, chunk in enumerate(chunks):
-            parts[chunk_key(conversation_id, tag, index)] = chunk
+    for tag, items in ((TURNS_TAG, state.turn_ids), (HANDLES_TAG, state.handles)):
+        same = previous is not None and items is (previous.turn_ids if tag == TURNS_TAG else previous.handles)
+        for index, chunk in enumerate(_item_chunks(items)):
+            key = chunk_key(conversation_id, tag, index)
+            parts[key] = known[key] if same else to_json(chunk)
+    before = {} if previous is None else previous.operations
     for operation_id, op in state.operations.items():
-        parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
-        parts[progress_key(conversation_id, operation_id)] = json.operation_progress(op)
-        parts[request_key(conversation_id, operation_id)] = json.model(op.request)
+        keys = (
+            operation_key(conversation_id, operation_id),
+            progress_key(conversation_id, operation_id),
+            request_key(conversation_id, operation_id),
+        )
+        prior = before.get(operation_id)
+        if prior is op:
+            for key in keys:
+                parts[key] = known[key]
+            continue
+        own, progress, request = keys
+        same_own = prior is not None and static_fields(op) == static_fields(prior)
+        parts[own] = known[own] if same_own else json.operation_apart(op)
+        parts[progress] = json.operation_progress(op)
+        same_request = prior is not None and op.request is prior.request
+        parts[request] = known[request] if same_request else json.model(op.request)
     for start, run in graph.runs.items():
         parts[blocks_key(conversation_id, start)] = run
     for operation_id, op in state.operations.items():  # last: a delta's new chunk is the last key
         if contents := json.contents(op):
             parts.update(_content_parts(conversation_id, operation_id, contents))
     return parts, graph
+
+
+def _source_of(since: Stored | None, conversation_id: str) -> ConversationState | None:
+    """The state whose parts `since` holds, when it holds every part of it (it was written, not read)."""
+    if since is None or since.source is None or since.source.conversation_id != conversation_id:
+        return None
+    return since.source
+
+
+def _item_chunks(items: tuple[str, ...] | Mapping[str, str]) -> list[Any]:
+    """Turn ids (a tuple) or handles (a dict) in chunks of `CHUNK`, as their parts hold them."""
+    if isinstance(items, tuple):
+        return [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+    pairs = list(items.items())
+    return [dict(pairs[i : i + CHUNK]) for i in range(0, len(pairs), CHUNK)]
 
 
 def _chunks(items: int) -> int:
@@ -532,7 +569,8 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
     from the parts of the state `old` was written from: only the parts of what differs from it are
     serialized again (an event changes one operation, e.g. a delta, or the cancel generation). None
     when the graph, the turn ids, the handles or the operation ids differ (a turn, a new operation,
-    a new handle: `state_parts` then builds them all), or `old` was read rather than written.
+    a new handle: `state_parts` then builds them, taking those of unchanged objects from `old`), or
+    `old` was read rather than written.
 
     A streamed delta changes its operation's progress (its own part only when a static field
     changes, compared as a tuple: `static_fields`) and, when a chunk fills, adds it: the chunks are
@@ -867,7 +905,7 @@ def write_state(
     conversation_id = state.conversation_id
     format_version = format_of(conversation_id)
     since = parts_since(state, json, old)
-    parts, graph = (since, old.graph) if since is not None else state_parts(state, json, old.graph)
+    parts, graph = (since, old.graph) if since is not None else state_parts(state, json, old.graph, old)
     writes, deletes = changed_parts(old, parts)
     if old.format_version != format_version and old.format_version in SPLIT_FORMATS:
         writes = list(parts)  # a split state read in format 4: every key again (module docstring)

@@ -27,6 +27,7 @@ from turnledger.dispatch.state_layout import (
     SEPARATOR,
     SPLIT_FORMAT,
     TURNS_TAG,
+    GraphParts,
     StateLayoutError,
     Stored,
     blocks_key,
@@ -435,7 +436,30 @@ def _checking_parts_since(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return since
 
     monkeypatch.setattr(state_layout, "parts_since", checked)
+    _checking_reused_parts(monkeypatch, counts)
     return counts
+
+
+def _checking_reused_parts(monkeypatch: pytest.MonkeyPatch, counts: list[int]) -> None:
+    """Make every `state_parts` that reuses parts of the last write checked against `state_parts`
+    from scratch (same keys, order and JSON); counts those that reused any in `counts[2]`."""
+    original = state_layout.state_parts
+    counts.append(0)
+
+    def checked(
+        state: ConversationState,
+        json: StateJson,
+        graph: GraphParts | None = None,
+        since: Stored | None = None,
+    ) -> tuple[dict[str, bytes], GraphParts | None]:
+        parts, graph_out = original(state, json, graph, since)
+        full, _ = original(state, StateJson(), graph)
+        assert list(parts.items()) == list(full.items())
+        if since is not None and since.source is not None:
+            counts[2] += any(part is since.parts.get(key) for key, part in parts.items())
+        return parts, graph_out
+
+    monkeypatch.setattr(state_layout, "state_parts", checked)
 
 
 @pytest.mark.parametrize("scenario", FOLD_SCENARIOS, ids=lambda fn: fn.__name__)
@@ -471,7 +495,11 @@ def test_the_bench_workload_redoes_only_what_changed_and_reads_back_the_same_sta
         for i, (e, v) in enumerate(zip(workload.events, workload.values, strict=True))
     ]
     reference_engine, reference = BatchEngine(), Store()
+    from_scratch = state_layout.state_parts
     monkeypatch.setattr(state_layout, "parts_since", lambda *_: None)  # every part, every time
+    monkeypatch.setattr(
+        state_layout, "state_parts", lambda state, json, graph=None, since=None: from_scratch(state, json)
+    )
     for i in range(0, len(records), 7):
         reference_engine.process_batch(records[i : i + 7], reference)
     monkeypatch.undo()
@@ -480,4 +508,5 @@ def test_the_bench_workload_redoes_only_what_changed_and_reads_back_the_same_sta
     for i in range(0, len(records), 7):
         engine.process_batch(records[i : i + 7], store)
     assert counts[0] > 0 and counts[1] > 0  # answered (deltas, attempts), declined (turns, new operations)
+    assert counts[2] > 0  # declined, and parts of the last write reused (the operations a turn leaves)
     assert store.log == reference.log  # the same writes, in the same order
