@@ -128,13 +128,20 @@ def submit(
 
 
 def sequence_of(state: GraphState) -> Valid | Waiting:
-    """MessageSequence.v1 of the state; WAITING while any emitted call lacks its result."""
-    sequence = MessageSequence(
-        conversation_id=state.conversation_id,
-        conversation_revision=state.revision,
-        sequence_digest=state.sequence_digest,
-        blocks=state.blocks,
-        tool_edges=tool_edges(state),
+    """MessageSequence.v1 of the state; WAITING while any emitted call lacks its result.
+
+    Built without validating again (`of_validated`): every field is a validated field of the
+    state, or of its call and result records, with the same annotation (a result's `str` status
+    into the edge's `str | None`), so validation could neither refuse nor change one; a dispatch
+    builds the sequence of the whole history, one edge per call (issue 20: long conversations)."""
+    sequence = MessageSequence.of_validated(
+        {
+            "conversation_id": state.conversation_id,
+            "conversation_revision": state.revision,
+            "sequence_digest": state.sequence_digest,
+            "blocks": state.blocks,
+            "tool_edges": tool_edges(state),
+        }
     )
     if state.pending_call_ids:
         return Waiting(sequence, state.pending_call_ids)
@@ -142,23 +149,23 @@ def sequence_of(state: GraphState) -> Valid | Waiting:
 
 
 def tool_edges(state: GraphState) -> tuple[ToolEdge, ...]:
-    edges = []
-    for call_id, call in state.calls.items():
-        result = state.results.get(call_id)
-        edges.append(
-            ToolEdge(
-                call_id=call_id,
-                tool_name=call.tool_name,
-                call_block_id=call.block_id,
-                schema_digest=call.schema_digest,
-                argument_state=call.argument_state,
-                argument_digest=call.argument_digest,
-                generation=call.generation,
-                result_id=None if result is None else result.block_id,
-                result_status=None if result is None else result.result_status,
-            )
+    results = state.results
+    return tuple(
+        ToolEdge.of_validated(
+            {
+                "call_id": call_id,
+                "tool_name": call.tool_name,
+                "call_block_id": call.block_id,
+                "schema_digest": call.schema_digest,
+                "argument_state": call.argument_state,
+                "argument_digest": call.argument_digest,
+                "generation": call.generation,
+                "result_id": None if (result := results.get(call_id)) is None else result.block_id,
+                "result_status": None if result is None else result.result_status,
+            }
         )
-    return tuple(edges)
+        for call_id, call in state.calls.items()
+    )
 
 
 def validate_blocks(conversation_id: str, blocks: Sequence[Block]) -> ValidationOutcome:
