@@ -22,6 +22,7 @@ from turnledger.dispatch.part_rows import operation_fields, progress_fields
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
 from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_layout import (
+    BLOCKS_TAG,
     CHUNK,
     HANDLES_TAG,
     SEPARATOR,
@@ -510,3 +511,54 @@ def test_the_bench_workload_redoes_only_what_changed_and_reads_back_the_same_sta
     assert counts[0] > 0 and counts[1] > 0  # answered (deltas, attempts), declined (turns, new operations)
     assert counts[2] > 0  # declined, and parts of the last write reused (the operations a turn leaves)
     assert store.log == reference.log  # the same writes, in the same order
+
+
+def test_a_rewrite_takes_the_parts_of_what_did_not_change_from_the_last_write() -> None:
+    """`state_parts(..., since=last write)`: the parts of what is the very object it was in the state
+    last written are that write's bytes (`is`), everything else is serialized again; either way the
+    parts are those of the whole state from scratch."""
+    c = Recording()
+    c.user("weather in Paris?")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
+    c.tool_results(("call-1", "get_weather", PARIS))
+    first = c.state
+    c.request("op-2")
+    second = c.state
+    conv, json, store = "conv-1", StateJson(), Store()
+    keys = [operation_key(conv, "op-1"), progress_key(conv, "op-1"), request_key(conv, "op-1")]
+    handles, turns = chunk_key(conv, HANDLES_TAG, 0), chunk_key(conv, TURNS_TAG, 0)
+    assert second.operations["op-1"] is first.operations["op-1"] and second.graph is first.graph
+    assert second.handles is first.handles and second.turn_ids is first.turn_ids and first.handles
+
+    def parts(state: ConversationState, since: Stored) -> dict[str, bytes]:
+        got, _ = state_parts(state, json, since.graph, since)
+        assert list(got.items()) == list(state_parts(state, StateJson())[0].items())
+        return got
+
+    last = write_state(first, Stored(), json, store.put, store.delete)
+    got = parts(second, last)
+    assert all(got[key] is last.parts[key] for key in [*keys, handles, turns])
+
+    last = write_state(second, last, json, store.put, store.delete)
+    op = second.operations["op-1"]
+    own, progress, request = keys
+    changes: list[tuple[dict[str, object], set[str]]] = [
+        ({"updated_at_ms": op.updated_at_ms + 1}, {progress}),
+        ({"lease_owner": "worker-9"}, {own, progress}),
+        ({"request": op.request.model_copy(update={})}, {progress, request}),
+    ]
+    for update, redone in changes:
+        got = parts(second.with_operation(op.model_copy(update=update)), last)
+        assert {key for key in keys if got[key] is not last.parts[key]} == redone, update
+
+    c.user("and in Rome?")
+    got = parts(c.state, last)
+    runs = [key for key in last.parts if key.startswith(f"{conv}{SEPARATOR}{BLOCKS_TAG}{SEPARATOR}")]
+    assert runs and all(got[key] is last.parts[key] for key in runs)  # the graph grown, not rebuilt
+    assert got[turns] is not last.parts[turns] and got[handles] is last.parts[handles]
+
+    other = Recording(conversation_id="conv-2")
+    other.user("hello")
+    elsewhere = write_state(other.state, Stored(), json, store.put, store.delete)
+    parts(second, elsewhere)  # another conversation's write lends nothing
