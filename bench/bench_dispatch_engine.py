@@ -97,19 +97,30 @@ def _has_runs(tree: Path) -> bool:
 def _expanded_for(tree: Path, workload: Sequence[IngressEvent], tmp: Path) -> Path:
     """The workload for a tree without delta runs: every run expanded into the deltas it stands for,
     encoded by that tree's own codec (`encode_runner.py`), so it reads them in its schema versions;
-    its outputs and state are then compared with the current tree's as they are."""
+    its outputs and state are then compared with the current tree's as they are. A field the tree
+    does not know is left out when it holds its default (e.g. `settleWithinMs` before 4815045)."""
     events = []
     for event in workload:
         data = event.model_dump(mode="json")
         if isinstance(event, StreamDeltas):
             deltas = [p.model_dump(mode="json") for d in event.deltas for p in expand(d)]
             data["deltas"] = [{k: v for k, v in d.items() if k != "following_texts"} for d in deltas]
-        events.append((event.conversation_id.encode(), type(event).__name__, data))
+        events.append((event.conversation_id.encode(), type(event).__name__, data, _at_default(event)))
     source, target = tmp / "events-expanded.pickle", tmp / "records-expanded.pickle"
     source.write_bytes(pickle.dumps(events))
     env = {**os.environ, "PYTHONPATH": str(tree)}
     subprocess.run([sys.executable, str(ENCODER), str(source), str(target)], check=True, env=env)
     return target
+
+
+def _at_default(event: IngressEvent) -> list[str]:
+    """The event's optional fields that hold their default: an older tree that lacks such a field
+    reads the same event without it (`encode_runner.py` drops only those)."""
+    return [
+        name
+        for name, info in type(event).model_fields.items()
+        if not info.is_required() and getattr(event, name) == info.get_default(call_default_factory=True)
+    ]
 
 
 def capacity_events(streams: int, seconds: float) -> list[IngressEvent]:
