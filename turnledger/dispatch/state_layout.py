@@ -689,15 +689,15 @@ def changed_parts(old: Stored, new: dict[str, bytes]) -> tuple[list[str], list[s
     return writes, deletes
 
 
-def encode_part(conversation_id: str, format_version: int, part: bytes) -> bytes:
-    """`encode(ConversationSnapshot(...))` without building and dumping the model: the fields are
-    already typed, so the datum goes to the codec under the schema's names (the same Avro bytes)."""
-    codec = default_codec()
-    entry = codec.registry.reader(_SNAPSHOT_RECORD)
-    if entry is None:  # pragma: no cover - the shipped schemas hold it
-        raise UnencodableRecord(f"no schema for {_SNAPSHOT_RECORD}")
-    datum = {"conversationId": conversation_id, "formatVersion": format_version, "state": part}
-    return codec.encode_datum(entry, datum)
+def encode_part(conversation_id: str, format_version: int, part: bytes, base: bytes | None = None) -> bytes:
+    """`encode(ConversationSnapshot(...))`, built in place: the schema's fields are the conversation
+    id, the format and the part (Avro bytes: its length, then it), in that order, so the value is
+    `snapshot_base(...)` (`base`, when the caller has it) then the part's length and the part, as
+    `holds` reads it. `tests/unit/dispatch/test_stored.py` checks it against the codec's encoding
+    and decoding; going through the codec cost ~3 µs a key (2% of the engine, issue 20)."""
+    if base is None:
+        base = snapshot_base(conversation_id, format_version)
+    return b"".join((base, _avro_long(len(part)), part))
 
 
 def decode_snapshot(value: bytes) -> ConversationSnapshot:
@@ -909,8 +909,9 @@ def write_state(
     writes, deletes = changed_parts(old, parts)
     if old.format_version != format_version and old.format_version in SPLIT_FORMATS:
         writes = list(parts)  # a split state read in format 4: every key again (module docstring)
+    base = snapshot_base(conversation_id, format_version)
     for key in writes:
-        put(key, encode_part(conversation_id, format_version, parts[key]))
+        put(key, encode_part(conversation_id, format_version, parts[key], base))
     for key in deletes:
         delete(key)
     return Stored(

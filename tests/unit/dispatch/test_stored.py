@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from turnledger.codec import decode, encode
 from turnledger.dispatch import state_layout
 from turnledger.dispatch.state import STATE_FORMAT_VERSION
 from turnledger.dispatch.state_json import StateJson
@@ -24,6 +25,7 @@ from turnledger.dispatch.state_layout import (
     snapshot_base,
     write_state,
 )
+from turnledger.model.events import ConversationSnapshot
 
 from .scenario import Conversation, text_stream
 
@@ -41,10 +43,17 @@ def _avro_long_unminimal(n: int) -> bytes:
 @pytest.mark.parametrize("conversation_id", IDS)
 @pytest.mark.parametrize("length", LENGTHS)
 def test_the_value_is_the_base_then_the_length_then_the_json(conversation_id: str, length: int) -> None:
+    """`encode_part` builds the value in place: it is the codec's encoding of the snapshot, byte for
+    byte, and decodes to it."""
     part = bytes(i % 251 for i in range(length))
-    for format_version in (1, STATE_FORMAT_VERSION, SPLIT_FORMAT, 64, 10_000):
+    for format_version in (-1, 0, 1, STATE_FORMAT_VERSION, SPLIT_FORMAT, 63, 64, 10_000, 2**40):
+        snapshot = ConversationSnapshot(
+            conversation_id=conversation_id, format_version=format_version, state=part
+        )
         value = encode_part(conversation_id, format_version, part)
         base = snapshot_base(conversation_id, format_version)
+        assert value == encode(snapshot) == encode_part(conversation_id, format_version, part, base)
+        assert decode(value) == snapshot
         assert value == base + state_layout._avro_long(len(part)) + part
         assert holds(value, base, part)
 
