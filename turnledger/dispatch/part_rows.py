@@ -27,6 +27,7 @@ Pure: bytes and dicts in, bytes and dicts out.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from pydantic_core import to_json
@@ -81,6 +82,8 @@ COUNTERS_ROW = ("duplicates_dropped", "previews_retracted", "partial_tool_dispat
 _BLOCKS = SNAPSHOT_ROW.index("blocks")
 _COUNTERS = SNAPSHOT_ROW.index("counters")
 _MANIFEST = OPERATION_ROW.index("manifest")
+_operation_values = attrgetter(*OPERATION_ROW)
+_manifest_values = attrgetter(*MANIFEST_ROW)
 
 
 class RowError(StateFormatError):
@@ -90,10 +93,10 @@ class RowError(StateFormatError):
 
 def operation_row(op: OperationState) -> bytes:
     """The operation's own part: one row of `OPERATION_ROW`."""
-    values = [getattr(op, name) for name in OPERATION_ROW]
+    values = list(_operation_values(op))
     manifest = op.manifest
     if manifest is not None:
-        values[_MANIFEST] = [getattr(manifest, name) for name in MANIFEST_ROW]
+        values[_MANIFEST] = list(_manifest_values(manifest))
     return to_json(values)
 
 
