@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml
 # (unless KAFKA_BOOTSTRAP_SERVERS is given). Installed with apt only when missing and running as root.
 # prometheus (the devstack starts it; the live-metrics test scrapes the services with it) the same way,
 # without recommends (they pull in exporters), and chromium (the browser tests drive it through Playwright,
-# which cannot download a browser here); when one cannot be installed, the tests that need it are skipped.
+# which cannot download a browser here), and valgrind (`bench_dispatch_engine --instructions` counts with it);
+# when one cannot be installed, the tests that need it are skipped.
 system-deps:
 	@missing=""; \
 	if [ -z "$${REDIS_URL:-}" ] && ! command -v redis-server >/dev/null; then missing="$$missing redis-server"; fi; \
@@ -49,6 +50,15 @@ system-deps:
 	  else \
 	    echo "prometheus is not installed: the live-metrics integration test will be skipped" \
 	         "(sudo apt-get install -y --no-install-recommends prometheus)." >&2; \
+	  fi; \
+	fi; \
+	if ! command -v valgrind >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "Installing: valgrind"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends valgrind; \
+	  else \
+	    echo "valgrind is not installed: bench_dispatch_engine --instructions and its test will not run" \
+	         "(sudo apt-get install -y --no-install-recommends valgrind)." >&2; \
 	  fi; \
 	fi; \
 	if ! command -v chromium >/dev/null; then \

@@ -28,6 +28,11 @@ at start (`preload_counters`, processors/dispatch_partition.py): ~0.45 s once pe
 first dispatches of a 300-conversation run otherwise paid inside the timing (~40 µs of each event's
 average); `--lazy-counters` times them again as before.
 `--profile` prints the cProfile top functions of one in-process run instead (counters preloaded).
+`--instructions` counts instead of timing: each tree folds the records once under valgrind's cachegrind
+(`engine_runner.py --loop-only`: no digest in or after the loop), and once on the first record alone,
+whose count (the interpreter, the imports, the counters) is subtracted; the table gives instructions an
+event and the ratio. A count does not move with the machine's load, so one run replaces the repeats;
+it takes minutes (valgrind runs ~50x slower) and checks no outputs (run without it for that).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import json
 import os
 import pickle
 import pstats
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,6 +95,62 @@ def _run(
     if not result["turnledger"].startswith(str(tree)):
         raise RuntimeError(f"measured {result['turnledger']}, not the tree under {tree}")
     return result
+
+
+INSTRUCTIONS = re.compile(r"I\s+refs:\s+([\d,]+)")
+"""cachegrind's summary line of the instructions the process executed."""
+
+
+def instructions_executed(cachegrind_stderr: str) -> int:
+    """The count of instructions in cachegrind's summary (`I refs: 13,755,509,295`)."""
+    found = INSTRUCTIONS.search(cachegrind_stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output: {cachegrind_stderr[-500:]!r}")
+    return int(found.group(1).replace(",", ""))
+
+
+def _count(tree: Path, records: Path, batch: int, tune_gc: bool) -> int:
+    """Instructions of one `engine_runner.py --loop-only` process on `records`, under cachegrind."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    if tune_gc:
+        env["TURNLEDGER_BENCH_TUNE_GC"] = "1"
+    valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    command = [*valgrind, sys.executable, str(RUNNER), str(records), str(batch), "--loop-only"]
+    done = subprocess.run(command, check=True, capture_output=True, env=env, text=True)
+    if not json.loads(done.stdout.strip().splitlines()[-1])["turnledger"].startswith(str(tree)):
+        raise RuntimeError(f"valgrind measured another tree than {tree}")
+    return instructions_executed(done.stderr)
+
+
+def per_event(workload: int, start_up: int, events: int) -> float:
+    """Instructions an event: the run on the workload less the run on its first record alone (the
+    interpreter, the imports, the pickle, the token counters), over the other events."""
+    return (workload - start_up) / max(events - 1, 1)
+
+
+def _instructions(
+    trees: dict[str, Path], inputs: dict[Path, Path], batch: int, tune_gc: bool, tmp: Path
+) -> None:
+    """`--instructions`: each tree's engine instructions an event, counted by valgrind (one run each:
+    a count does not vary with the machine's load), and their ratio."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit(
+            "--instructions counts with valgrind, which is not installed (apt-get install valgrind)"
+        )
+    counts: dict[str, float] = {}
+    for name, tree in trees.items():
+        rows = pickle.loads(inputs[tree].read_bytes())
+        first = tmp / f"first-{len(counts)}.pickle"
+        first.write_bytes(pickle.dumps(rows[:1]))
+        print(f"  counting {name} under valgrind (two runs, minutes)", file=sys.stderr, flush=True)
+        workload = _count(tree, inputs[tree], batch, tune_gc and tree == ROOT)
+        counts[name] = per_event(workload, _count(tree, first, batch, tune_gc and tree == ROOT), len(rows))
+    print("\n| engine | instructions an event (valgrind) |\n|---|---:|")
+    for name, count in counts.items():
+        print(f"| {name} | {count:,.0f} |")
+    if len(counts) == 2:
+        (base, base_count), (_, current_count) = counts.items()
+        print(f"\ncurrent / {base}: {base_count / current_count:.3f}x fewer instructions an event")
 
 
 def _has_runs(tree: Path) -> bool:
@@ -183,6 +246,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="300 conversations, 1 repeat")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count each tree's instructions an event with valgrind instead of timing (no digests)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.conversations, args.concurrency, args.repeats = 300, 300, 1
@@ -208,6 +276,10 @@ def main(argv: list[str] | None = None) -> None:
             baseline = _export(args.baseline, Path(tmp))
             trees = {f"baseline {args.baseline}": baseline, **trees}
             inputs[baseline] = records if _has_runs(baseline) else _expanded_for(baseline, events, Path(tmp))
+        if args.instructions:
+            print(f"\n{len(rows)} ingress events, {what}, batches of {args.batch}")
+            _instructions(trees, inputs, args.batch, args.tune_gc, Path(tmp))
+            return
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(args.repeats):
             for name, tree in trees.items():

@@ -1,6 +1,6 @@
 """Fold pre-encoded ingress records through `BatchEngine` once and report time and an output digest.
 
-Run as a script (`python bench/engine_runner.py RECORDS.pickle BATCH`) so that whichever
+Run as a script (`python bench/engine_runner.py RECORDS.pickle BATCH [--loop-only]`) so that whichever
 `turnledger` is first on `PYTHONPATH` is the one measured: `bench_dispatch_engine --baseline`
 points it at an exported older tree to compare engines in the same run on the same input.
 The token counters are loaded before the clock starts, as the runtime does at start
@@ -88,7 +88,10 @@ def decoded_state_digest(store: DictStore, conversation_ids: list[str]) -> str:
     return digest.hexdigest()
 
 
-def main(path: str, batch: int) -> None:
+def main(path: str, batch: int, loop_only: bool = False) -> None:
+    """`loop_only`: fold the records and print only their count, the outputs' and the times, with no
+    digest taken inside or after the loop, so that a count of the process's instructions
+    (`bench_dispatch_engine --instructions`) is the engine's and the start-up's alone."""
     import turnledger
     from turnledger.dispatch.engine import BatchEngine, SourceRecord
 
@@ -115,6 +118,13 @@ def main(path: str, batch: int) -> None:
 
         tune_gc()
     cpu, wall = time.process_time(), time.perf_counter()
+    if loop_only:
+        for i in range(0, len(records), batch):
+            outputs += len(engine.process_batch(records[i : i + batch], store))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        result = {"turnledger": turnledger.__file__, "events": len(records), "outputs": outputs}
+        print(json.dumps({**result, "cpu_s": cpu, "wall_s": wall}))
+        return
     for i in range(0, len(records), batch):
         for out in engine.process_batch(records[i : i + batch], store):
             digest.update(out.stream.value.encode())
@@ -144,4 +154,4 @@ def main(path: str, batch: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), loop_only="--loop-only" in sys.argv[3:])
