@@ -43,33 +43,18 @@ system-deps:
 	         "or set REDIS_URL / KAFKA_BOOTSTRAP_SERVERS to existing services." >&2; exit 1; \
 	  fi; \
 	fi; \
-	if ! command -v prometheus >/dev/null; then \
+	optional() { \
+	  command -v "$$1" >/dev/null && return 0; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing: prometheus"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+	    echo "Installing: $$1"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$$1"; \
 	  else \
-	    echo "prometheus is not installed: the live-metrics integration test will be skipped" \
-	         "(sudo apt-get install -y --no-install-recommends prometheus)." >&2; \
+	    echo "$$1 is not installed: $$2 (sudo apt-get install -y --no-install-recommends $$1)." >&2; \
 	  fi; \
-	fi; \
-	if ! command -v valgrind >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing: valgrind"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends valgrind; \
-	  else \
-	    echo "valgrind is not installed: bench_dispatch_engine --instructions and its test will not run" \
-	         "(sudo apt-get install -y --no-install-recommends valgrind)." >&2; \
-	  fi; \
-	fi; \
-	if ! command -v chromium >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "Installing: chromium"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
-	  else \
-	    echo "chromium is not installed: the browser integration tests will be skipped" \
-	         "(sudo apt-get install -y --no-install-recommends chromium)." >&2; \
-	  fi; \
-	fi
+	}; \
+	optional prometheus "the live-metrics integration test will be skipped"; \
+	optional valgrind "bench_dispatch_engine --instructions and its test will not run"; \
+	optional chromium "the browser integration tests will be skipped"
 
 kafka-jars: venv system-deps
 	@if [ -z "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then $(BIN)/turnledger dev fetch; fi
