@@ -18,6 +18,13 @@ own, back to back (warm caches: the smallest time, so the hardest yardstick).
 Ratios are to `dumps`. Token counting: ms per 100k tokens for the tiktoken (offline o200k)
 counter and the bytes/3 estimate, on a rendered body.
 
+The rest of a dispatch that grows with the history is its manifest's block list (a `BlockRef`
+per block, in the manifest's digest and in its Avro record): per size, the manifest built, sealed
+and encoded as a `ManifestIssued` record with `plain` refs (every block's ref built, dumped and
+encoded again, as before the listings), a `listed` list built from nothing, and a list `continued`
+from the listing of the previous dispatch point (dispatch/manifest_blocks.py), all with the same
+request body (the rendered one); the bytes of the three are checked equal first.
+
 Run: .venv/bin/python bench/bench_adapters.py [--repeats N]
 """
 
@@ -40,7 +47,12 @@ from turnledger.adapters.admission import EstimateCounter, counter_for
 from turnledger.adapters.base import Rendered
 from turnledger.adapters.prefix import RenderCache, RenderedPrefix
 from turnledger.adapters.registry import ADAPTERS, LATEST
-from turnledger.model.graph import MessageSequence, Role
+from turnledger.codec import encode
+from turnledger.dispatch.manifest_blocks import ListedBlocks, list_blocks
+from turnledger.model.events import ManifestIssued
+from turnledger.model.graph import BlockRef, MessageSequence, Role
+from turnledger.model.manifest import DispatchManifest
+from turnledger.model.self_encoded import SelfEncoded
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -134,6 +146,8 @@ def main() -> None:
                 f"| {t_continued * 1e3:.3f} ({t_continued / t_dumps:.1f}x) |"
             )
 
+    manifest_rows(args.repeats)
+
     rendered = ADAPTERS["openai-chat@1"].render(long_history(1000), params_for("openai"))
     assert isinstance(rendered, Rendered)
     print()
@@ -150,6 +164,65 @@ def main() -> None:
             f"| {t * 1e3 * 100_000 / tokens:.3f} |"
         )
     print(f"\n(one-time offline o200k_base load, hash check included: {load_ms:.0f} ms)")
+
+
+def manifest_record(sequence: MessageSequence, body: str, listed: SelfEncoded | None) -> bytes:
+    """A dispatch's manifest of `sequence`, sealed and encoded as its ManifestIssued record."""
+    manifest = DispatchManifest(
+        operation_id="op-1",
+        conversation_id=sequence.conversation_id,
+        conversation_revision=sequence.conversation_revision,
+        cancel_generation=0,
+        sequence_digest=sequence.sequence_digest,
+        blocks=tuple(map(BlockRef.of, sequence.blocks)) if listed is None else (),
+        adapter="openai-chat@2",
+        adapter_digest="sha256:" + "0" * 64,
+        provider="openai",
+        model_revision="gpt",
+        toolset_digest="sha256:" + "1" * 64,
+        max_output_tokens=1024,
+        request_digest="sha256:" + "2" * 64,
+        request_body=body,
+        input_tokens=100,
+    ).sealed(listed)
+    return encode(ManifestIssued(manifest=manifest, occurred_at_ms=1))
+
+
+def listed_refs(sequence: MessageSequence, previous: ListedBlocks | None = None) -> SelfEncoded:
+    refs = (list_blocks(sequence.blocks) if previous is None else list_blocks(sequence.blocks, previous)).refs
+    assert isinstance(refs, SelfEncoded)
+    return refs
+
+
+def manifest_rows(repeats: int) -> None:
+    print()
+    print("| blocks (new) | plain ms | listed ms (ratio) | continued ms (ratio) |")
+    print("|---:|---:|---:|---:|")
+    for size in (10, 100, 1000):
+        sequence = long_history(size)
+        cut = previous_dispatch_point(sequence)
+        earlier = list_blocks(sequence.blocks[:cut])
+        rendered = ADAPTERS["openai-chat@2"].render(sequence, params_for("openai"))
+        assert isinstance(rendered, Rendered)
+        body = rendered.body.decode()
+        plain = manifest_record(sequence, body, None)
+        assert manifest_record(sequence, body, listed_refs(sequence)) == plain
+        assert manifest_record(sequence, body, listed_refs(sequence, earlier)) == plain
+        t = interleaved_medians(
+            {
+                "plain": lambda s=sequence, b=body: partial(manifest_record, s, b, None),
+                "listed": lambda s=sequence, b=body: lambda: manifest_record(s, b, listed_refs(s)),
+                "continued": lambda s=sequence, b=body, e=earlier: (
+                    lambda: manifest_record(s, b, listed_refs(s, e))
+                ),
+            },
+            repeats if size < 1000 else max(5, repeats // 3),
+        )
+        print(
+            f"| {len(sequence.blocks)} ({len(sequence.blocks) - cut}) | {t['plain'] * 1e3:.3f} "
+            f"| {t['listed'] * 1e3:.3f} ({t['listed'] / t['plain']:.2f}x) "
+            f"| {t['continued'] * 1e3:.3f} ({t['continued'] / t['plain']:.3f}x) |"
+        )
 
 
 if __name__ == "__main__":

@@ -27,12 +27,11 @@ nothing in it changes a byte of any output (a render with an empty cache is the 
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnledger.adapters.kinds import TOOL, TOOL_CALL, TOOL_RESULT
+from turnledger.model.bounded_cache import BoundedCache
 from turnledger.model.graph import SCOPED_INPUT_KINDS, Block
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ EMPTY = RenderedPrefix(
 )
 
 
-class RenderCache:
+class RenderCache(BoundedCache[tuple[str, str], RenderedPrefix]):
     """The last rendered prefix per (adapter id, conversation id), bounded in bytes and in entries,
     LRU first out.
 
@@ -122,43 +121,8 @@ class RenderCache:
     a few KB each, which the byte bound does not see: with many small conversations the byte bound
     alone let ~50k entries per engine stay (issue 20: 100k conversations, about 180 MB of entries
     whose states were long evicted). `max_entries` bounds that: the engine passes the size of its
-    state cache, so an entry outlives its state only briefly. A lock keeps the bookkeeping whole if
-    processors share it across threads. Entries are immutable: a render reads one, puts a new one.
+    state cache, so an entry outlives its state only briefly.
     """
 
     def __init__(self, max_bytes: int = 32 << 20, max_entries: int | None = None) -> None:
-        self._max_bytes = max_bytes
-        self._max_entries = max_entries
-        self._bytes = 0
-        self._entries: OrderedDict[tuple[str, str], RenderedPrefix] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> RenderedPrefix | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-            return entry
-
-    def put(self, key: tuple[str, str], entry: RenderedPrefix) -> None:
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= old.held_bytes
-            if entry.held_bytes > self._max_bytes:
-                return
-            self._entries[key] = entry
-            self._bytes += entry.held_bytes
-            while self._bytes > self._max_bytes or self._over_count():
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.held_bytes
-
-    def _over_count(self) -> bool:
-        return self._max_entries is not None and len(self._entries) > self._max_entries
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def held_bytes(self) -> int:
-        return self._bytes
+        super().__init__(max_bytes, max_entries)

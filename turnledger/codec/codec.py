@@ -52,6 +52,17 @@ class Codec:
                 return bytes(out)
         return self.encode_datum(entry, model.model_dump(by_alias=True))
 
+    def record_writer(self, model: type[BaseModel]) -> tuple[bytes, Writer] | None:
+        """The compiled writer of `model`'s current schema, as a nested record writes it (its Avro
+        body, no header), and that schema's fingerprint; None where there is no such writer. It
+        raises (any exception) where `encode` would fall back, as `compile_writer`'s writers do."""
+        name = f"{NAMESPACE}.{model.__name__}"
+        entry = self.registry.reader(name)
+        if entry is None or self.models.get(name) is not model:
+            return None
+        writer = self._model_writer(entry)
+        return None if writer is None else (entry.fingerprint, writer)
+
     def _model_writer(self, entry: SchemaEntry) -> Writer | None:
         """The entry's schema compiled to write models directly (no `model_dump`), or None.
 

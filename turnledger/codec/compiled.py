@@ -30,10 +30,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fastavro.schema import fingerprint, to_parsing_canonical_form
 from pydantic import BaseModel
 
 from turnledger.codec.convert import JSON_ATTRIBUTE, to_json_text
 from turnledger.errors import TurnledgerError
+from turnledger.model.self_encoded import SelfEncoded
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 """`reader(data, pos)` -> (datum, position after it)."""
@@ -363,6 +365,21 @@ class _WriterCompiler(_Compiler):
         self.sources.append("\n".join(lines))
         return function
 
+    def self_encoded(self, items: Any, value: str, ind: str) -> list[str]:
+        """For an array of model records, the case of a `SelfEncoded` value encoded under this very
+        item schema: its `avro` is written as it is (one of another schema misses: fastavro then
+        writes its items)."""
+        kind, schema = self.resolve(items)
+        if self.models is None or kind != "record":
+            return []
+        items_fingerprint = bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+        listed = self.constant("SELF_ENCODED", SelfEncoded)
+        expected = self.constant("ITEMS_FINGERPRINT", items_fingerprint)
+        return [
+            f"{ind}elif type({value}) is {listed} and {value}.avro_fingerprint == {expected}:",
+            f"{ind}    out += {value}.avro",
+        ]
+
     def write_long(self, value: str, ind: str, kind: str = "long") -> list[str]:
         bounds = ", _INT_MIN, _INT_MAX" if kind == "int" else ""
         return [
@@ -434,14 +451,19 @@ class _WriterCompiler(_Compiler):
             return [f"{ind}{self.record_function(schema)}(out, {value})"]
         if kind == "array":
             item = self.var("item")
+            items = [
+                f"{ind}    if {value}:",
+                *self.write_length(f"len({value})", ind + "        "),
+                f"{ind}        for {item} in {value}:",
+                *self.write(schema["items"], item, ind + "            "),
+                f"{ind}    out.append(0)",
+            ]
             return [
-                f"{ind}if type({value}) is not list and type({value}) is not tuple:",
+                f"{ind}if type({value}) is list or type({value}) is tuple:",
+                *items,
+                *self.self_encoded(schema["items"], value, ind),
+                f"{ind}else:",
                 f"{ind}    raise Miss('not an array')",
-                f"{ind}if {value}:",
-                *self.write_length(f"len({value})", ind + "    "),
-                f"{ind}    for {item} in {value}:",
-                *self.write(schema["items"], item, ind + "        "),
-                f"{ind}out.append(0)",
             ]
         if kind == "map":
             if self.models is not None:

@@ -20,6 +20,7 @@ from turnledger.dispatch import state_layout
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.live_assemblers import LiveAssemblers
+from turnledger.dispatch.manifest_blocks import ListingCache
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
 from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_layout import (
@@ -113,7 +114,8 @@ class BatchEngine:
     - the live assemblers of streaming attempts (`LiveAssemblers`);
     - the changelog JSON of unchanged parts of the states (`StateJson`);
     - the rendered prefix of each conversation's last request per adapter (`RenderCache`), at most
-      as many as states (an entry keeps its blocks alive after its state is evicted).
+      as many as states (an entry keeps its blocks alive after its state is evicted);
+    - the block list of each long conversation's last manifest (`ListingCache`), likewise.
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class BatchEngine:
         self._live = LiveAssemblers()
         self._state_json = StateJson()
         self._renders = RenderCache(max_entries=cache_size)  # no prefix long outlives its state
+        self._listings = ListingCache(max_entries=cache_size)
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
         states: dict[str, ConversationState] = {}
@@ -165,7 +168,9 @@ class BatchEngine:
         if state is None:
             state, stored[conversation_id] = self._load(conversation_id, store, stamp)
         try:
-            result = fold(state, event, self._live, self._models, self._limits, self._renders, encoded)
+            result = fold(
+                state, event, self._live, self._models, self._limits, self._renders, encoded, self._listings
+            )
         except Exception as exc:  # a bug must cost one event, not the partition, and replay alike
             return [_fold_failed(event, record, exc)]
         if result.state is not state:

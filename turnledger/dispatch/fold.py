@@ -29,6 +29,7 @@ from turnledger.dispatch.lifecycle import (
     on_terminated,
 )
 from turnledger.dispatch.live_assemblers import LiveAssemblers
+from turnledger.dispatch.manifest_blocks import ListingCache
 from turnledger.dispatch.prepare import on_dispatch_requested
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.dispatch.step import FoldResult, Step
@@ -119,13 +120,16 @@ def fold(
     limits: Limits = DEFAULT_LIMITS,
     renders: RenderCache | None = None,
     encoded: EncodedRecords | None = None,
+    listings: ListingCache | None = None,
 ) -> FoldResult:
     """Apply one ingress event. Never raises for a well-typed event: refusals are outputs.
 
     `live` is the caller's cache of live assemblers (the outputs do not depend on it); `models` the
     registry admission uses (the built-in one when None); `limits` the size limits (model/limits.py);
     `renders` the caller's cache of rendered prefixes (adapters/prefix.py; no output depends on it);
-    `encoded` keeps the bytes of records the fold encodes (a turn's size check) for the caller."""
+    `encoded` keeps the bytes of records the fold encodes (a turn's size check) for the caller;
+    `listings` the caller's cache of manifest block listings (dispatch/manifest_blocks.py; no output
+    depends on it)."""
     step = Step(
         event=event,
         state=state,
@@ -134,6 +138,7 @@ def fold(
         limits=limits,
         renders=renders,
         encoded=encoded,
+        listings=listings,
     )
     conversation_handler = CONVERSATION_HANDLERS.get(type(event))
     if conversation_handler is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from turnledger.adapters.admission import Admitted, OverBudget, admit
 from turnledger.adapters.base import DispatchParams, UnknownAdapterError, UnsupportedKind
 from turnledger.adapters.registry import get_adapter
+from turnledger.dispatch.manifest_blocks import manifest_refs
 from turnledger.dispatch.state import ManifestSeal, OperationState
 from turnledger.dispatch.step import Step
 from turnledger.model.events import (
@@ -22,6 +23,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
+from turnledger.model.self_encoded import SelfEncoded
 from turnledger.model.tools import toolset_digest
 from turnledger.sequence.builder import sequence_of
 from turnledger.sequence.validation import Valid, Waiting
@@ -87,13 +89,15 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
     if not isinstance(admission, Admitted):
         settle(step, op, previous, S.REJECTED, ReasonCode.UNKNOWN_MODEL, f"model {request.model_revision}")
         return
+    refs = manifest_refs(step.state.conversation_id, sequence.blocks, step.listings)
+    listed = refs if type(refs) is SelfEncoded else None
     manifest = DispatchManifest(
         operation_id=op.operation_id,
         conversation_id=step.state.conversation_id,
         conversation_revision=sequence.conversation_revision,
         cancel_generation=step.state.cancel_generation,
         sequence_digest=sequence.sequence_digest,
-        blocks=sequence.block_refs(),
+        blocks=refs if listed is None else (),
         adapter=adapter.adapter_id,
         adapter_digest=adapter.digest,
         provider=adapter.provider,
@@ -104,7 +108,7 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
         request_digest=rendered.request_digest,
         request_body=rendered.body.decode("utf-8"),
         input_tokens=admission.input_tokens,
-    ).sealed()
+    ).sealed(listed)
     step.outputs.append(ManifestIssued(manifest=manifest, occurred_at_ms=step.at))
     seal = ManifestSeal.of(manifest)
     op = op.model_copy(update={"manifest": seal, "prepared_revision": sequence.conversation_revision})

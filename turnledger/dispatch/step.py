@@ -8,6 +8,7 @@ from typing import Any
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.adapters.prefix import RenderCache
 from turnledger.dispatch.live_assemblers import LiveAssemblers, had_previews
+from turnledger.dispatch.manifest_blocks import ListingCache
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.model.base import Frozen
@@ -53,6 +54,9 @@ class Step:
     renders: RenderCache | None = None
     """The engine's rendered prefixes: a dispatch renders only what is new since the last (no output
     depends on it)."""
+    listings: ListingCache | None = None
+    """The engine's manifest block listings: a dispatch lists only the blocks new since the last (no
+    output depends on it)."""
     encoded: EncodedRecords | None = None
     """The engine's records encoded by the fold (a turn's size check), so it does not encode them again."""
 

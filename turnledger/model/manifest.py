@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from orjson import Fragment
 from pydantic import Field
 
 from turnledger.model.base import Frozen
 from turnledger.model.canonical import digest_of
 from turnledger.model.graph import BlockRef
+from turnledger.model.self_encoded import SelfEncoded
 
 
 class DispatchManifest(Frozen):
@@ -42,5 +44,15 @@ class DispatchManifest(Frozen):
         fields.pop("manifestDigest", None)
         return fields
 
-    def sealed(self) -> DispatchManifest:
-        return self.model_copy(update={"manifest_digest": digest_of(self.digest_fields())})
+    def sealed(self, listed: SelfEncoded | None = None) -> DispatchManifest:
+        """The manifest with its digest. `listed`: the blocks to list instead of `blocks`, taken as
+        they are (refs of validated blocks that carry their own encodings: not validated again, and
+        their canonical JSON goes into the digested text as it is, not dumped again)."""
+        if listed is None:
+            return self.model_copy(update={"manifest_digest": digest_of(self.digest_fields())})
+        fields = self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=_NOT_DUMPED)
+        fields["blocks"] = Fragment(listed.json)
+        return self.model_copy(update={"blocks": listed, "manifest_digest": digest_of(fields)})
+
+
+_NOT_DUMPED = {"blocks", "manifest_digest"}

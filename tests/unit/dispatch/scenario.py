@@ -11,6 +11,7 @@ import orjson
 
 from turnledger.adapters.prefix import RenderCache
 from turnledger.dispatch.fold import fold
+from turnledger.dispatch.manifest_blocks import ListingCache
 from turnledger.dispatch.state import ConversationState
 from turnledger.model.base import Frozen
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
@@ -72,6 +73,8 @@ class Conversation:
     """The size limits the fold runs under."""
     renders: RenderCache | None = None
     """The rendered-prefix cache the fold renders through (the engine's; none by default)."""
+    listings: ListingCache | None = None
+    """The manifest block listings the fold lists through (the engine's; none by default)."""
 
     def __post_init__(self) -> None:
         self.state = ConversationState.empty(self.conversation_id)
@@ -86,7 +89,7 @@ class Conversation:
         self.skew_ms += ms
 
     def apply(self, event: IngressEvent) -> list[Frozen]:
-        result = fold(self.state, event, limits=self.limits, renders=self.renders)
+        result = fold(self.state, event, limits=self.limits, renders=self.renders, listings=self.listings)
         self.state = result.state
         self.outputs.extend(result.outputs)
         return result.outputs
