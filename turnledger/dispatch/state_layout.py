@@ -200,6 +200,8 @@ class GraphParts:
     """Start of each run → its part: the run's blocks, and its entries of the indexes."""
     split: bool
     """The runs hold the indexes (the head does not)."""
+    keyed: dict[str, bytes]
+    """The runs under their keys (`blocks_key`), in order: as a state's parts hold them."""
 
 
 @dataclass(slots=True)
@@ -418,12 +420,18 @@ def graph_parts(graph: GraphState, json: StateJson, previous: GraphParts | None 
             return grown
     runs = block_runs(graph.blocks)
     split = _split_indexes(graph, runs)
+    parts = _run_parts(graph, runs, split, json)
     return GraphParts(
         graph,
         _graph_head(graph, indexes=split is None),
-        _run_parts(graph, runs, split, json),
+        parts,
         split is not None,
+        _keyed(graph.conversation_id, parts),
     )
+
+
+def _keyed(conversation_id: str, runs: dict[int, bytes]) -> dict[str, bytes]:
+    return {blocks_key(conversation_id, start): part for start, part in runs.items()}
 
 
 def _grown(graph: GraphState, previous: GraphParts, json: StateJson) -> GraphParts | None:
@@ -440,8 +448,9 @@ def _grown(graph: GraphState, previous: GraphParts, json: StateJson) -> GraphPar
     split = _split_indexes(graph, runs, (len(old.block_ids), len(old.calls), len(old.results)))
     if split is None:
         return None
-    parts = {**previous.runs, **_run_parts(graph, runs, split, json)}
-    return GraphParts(graph, _graph_head(graph, indexes=False), parts, True)
+    new = _run_parts(graph, runs, split, json)
+    keyed = {**previous.keyed, **_keyed(graph.conversation_id, new)}
+    return GraphParts(graph, _graph_head(graph, indexes=False), {**previous.runs, **new}, True, keyed)
 
 
 def _run_parts(
@@ -491,7 +500,14 @@ def state_parts(
             key = chunk_key(conversation_id, tag, index)
             parts[key] = known[key] if same else to_json(chunk)
     before = {} if previous is None else previous.operations
-    for operation_id, op in state.operations.items():
+    operations = state.operations.items()
+    if previous is not None:
+        kept = _kept_operations(state, previous)
+        if kept:
+            start = 1 + _chunks(len(previous.turn_ids)) + _chunks(len(previous.handles))
+            parts.update(islice(known.items(), start, start + 3 * kept))
+            operations = islice(operations, kept, None)  # type: ignore[assignment]
+    for operation_id, op in operations:
         keys = (
             operation_key(conversation_id, operation_id),
             progress_key(conversation_id, operation_id),
@@ -508,12 +524,25 @@ def state_parts(
         parts[progress] = json.operation_progress(op)
         same_request = prior is not None and op.request is prior.request
         parts[request] = known[request] if same_request else json.model(op.request)
-    for start, run in graph.runs.items():
-        parts[blocks_key(conversation_id, start)] = run
+    parts.update(graph.keyed)
     for operation_id, op in state.operations.items():  # last: a delta's new chunk is the last key
-        if contents := json.contents(op):
+        if op.assembler is not None and (contents := json.contents(op)):
             parts.update(_content_parts(conversation_id, operation_id, contents))
     return parts, graph
+
+
+def _kept_operations(state: ConversationState, previous: ConversationState) -> int:
+    """How many of the state's first operations are those of `previous` (the same ids, the very same
+    objects): their three parts are the three of each that follow the head and the turn id and
+    handle chunks in the parts of `previous`, in the same order (`state_parts`)."""
+    kept = 0
+    for (operation_id, op), (prior_id, prior) in zip(
+        state.operations.items(), previous.operations.items(), strict=False
+    ):
+        if op is not prior or operation_id != prior_id:
+            break
+        kept += 1
+    return kept
 
 
 def _source_of(since: Stored | None, conversation_id: str) -> ConversationState | None:
