@@ -8,7 +8,7 @@ newer producer's block can be read (and refused, or paused on) by an older reade
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -102,18 +102,7 @@ class Block(Frozen):
 
     def content_fields(self) -> dict[str, Any]:
         """What the content digest covers: everything that a provider would see."""
-        fields = {
-            "role": self.role,
-            "kind": self.kind,
-            "trustLabel": self.trust_label,
-            "text": self.text,
-            "callId": self.call_id,
-            "toolName": self.tool_name,
-            "arguments": self.arguments,
-            "resultStatus": self.result_status,
-            "signature": self.signature,
-        }
-        return {k: v for k, v in fields.items() if v is not None}
+        return content_fields_of(self.__dict__)
 
     def with_digest(self) -> Block:
         return self.model_copy(update={"digest": block_digest(self)})
@@ -121,6 +110,26 @@ class Block(Frozen):
 
 def block_digest(block: Block) -> str:
     return digest_of(block.content_fields())
+
+
+_CONTENT_FIELDS = (
+    ("role", "role"),
+    ("kind", "kind"),
+    ("trustLabel", "trust_label"),
+    ("text", "text"),
+    ("callId", "call_id"),
+    ("toolName", "tool_name"),
+    ("arguments", "arguments"),
+    ("resultStatus", "result_status"),
+    ("signature", "signature"),
+)
+"""(spec name, field) of what a block's content digest covers."""
+
+
+def content_fields_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`Block.content_fields` of a block's field values (its `__dict__`): the covered fields that
+    are not None, under their spec names."""
+    return {name: value for name, field in _CONTENT_FIELDS if (value := values.get(field)) is not None}
 
 
 class ToolEdge(Frozen):

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from itertools import groupby
 from typing import Any
 
-from turnledger.model.canonical import CanonicalJsonError
+from turnledger.model.canonical import CanonicalJsonError, digest_of
 from turnledger.model.events import SubmittedBlock
 from turnledger.model.graph import (
     ArgumentState,
@@ -22,12 +22,14 @@ from turnledger.model.graph import (
     MessageSequence,
     ToolEdge,
     block_digest,
+    content_fields_of,
     seal_sequence_digest,
     sequence_chain,
 )
 from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.arguments import argument_digest_of
+from turnledger.sequence.block_fields import plain_block, plain_values
 from turnledger.sequence.graph_state import GraphState
 from turnledger.sequence.rules import RULES
 from turnledger.sequence.scan import TurnScan
@@ -55,18 +57,37 @@ def committed_block(
 ) -> Block:
     """The block of one submitted block's `fields` (as `SubmittedBlock.model_dump(exclude_none=True)`
     gives them) at `revision` and `ordering`, with its content digest and, for a call a toolset
-    names, its `schema_digest`. Built once and copied once (digest and schema digest together):
-    the blocks of a turn are ~6% of a dispatch's CPU (issue 20)."""
+    names, its `schema_digest`. Built once, without validating the values again where that could
+    neither refuse nor change one (`block_fields.py`): the blocks of a turn are ~6% of a dispatch's
+    CPU (issue 20)."""
     if fields["kind"] == BlockKind.TOOL_CALL:
         arguments = argument_digest_of(fields.get("arguments"))
         fields["argument_digest"] = arguments
         fields["argument_state"] = ArgumentState.INCOMPLETE if arguments is None else ArgumentState.COMPLETE
-    block = Block(turn_id=turn_id, revision=revision, ordering=ordering, **fields)
+    fields["turn_id"], fields["revision"], fields["ordering"] = turn_id, revision, ordering
+    values = plain_values(fields)
+    if values is None:
+        return _validated_block(fields, schema_digest)
+    given = set(fields)
+    try:
+        values["digest"] = digest_of(content_fields_of(values))
+        given.add("digest")
+    except CanonicalJsonError:
+        pass  # no digest for text with no UTF-8 form: the validator rejects it (UNENCODABLE_TEXT)
+    if schema_digest:
+        values["schema_digest"] = schema_digest
+        given.add("schema_digest")
+    return plain_block(values, given)
+
+
+def _validated_block(fields: dict[str, Any], schema_digest: str | None) -> Block:
+    """`committed_block` by validation: for values `plain_values` leaves to it."""
+    block = Block(**fields)
     update: dict[str, Any] = {}
     try:
         digest = block_digest(block)
     except CanonicalJsonError:
-        digest = None  # no digest for text with no UTF-8 form: the validator rejects it (UNENCODABLE_TEXT)
+        digest = None
     if digest is not None:
         update["digest"] = digest
     if schema_digest:
