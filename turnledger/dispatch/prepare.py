@@ -60,7 +60,7 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
         )
         settle(step, op, previous, S.REJECTED, ReasonCode.CONVERSATION_PAUSED, detail)
         return
-    outcome = sequence_of(step.state.graph)
+    outcome = sequence_of(step.state.graph, edges=False)  # the request is the blocks: no edges
     if isinstance(outcome, Waiting):
         if previous != S.WAITING:
             detail = f"pending tool calls {list(outcome.pending_call_ids)}"

@@ -148,8 +148,11 @@ def submit(
     return append(state, blocks_from_submission(state, turn_id, submitted), limits)
 
 
-def sequence_of(state: GraphState) -> Valid | Waiting:
+def sequence_of(state: GraphState, *, edges: bool = True) -> Valid | Waiting:
     """MessageSequence.v1 of the state; WAITING while any emitted call lacks its result.
+
+    `edges=False` leaves out the tool edges (one per call of the whole history): a dispatch renders,
+    lists and digests the blocks only, and built them for nothing (issue 20: long conversations).
 
     Built without validating again (`of_validated`): every field is a validated field of the
     state, or of its call and result records, with the same annotation (a result's `str` status
@@ -161,7 +164,7 @@ def sequence_of(state: GraphState) -> Valid | Waiting:
             "conversation_revision": state.revision,
             "sequence_digest": state.sequence_digest,
             "blocks": state.blocks,
-            "tool_edges": tool_edges(state),
+            "tool_edges": tool_edges(state) if edges else (),
         }
     )
     if state.pending_call_ids:

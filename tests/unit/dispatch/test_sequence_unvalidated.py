@@ -87,6 +87,10 @@ def test_the_sequence_of_every_graph_of_every_fold_scenario_is_as_validated(
         outcome = sequence_of(graph)
         waiting += bool(graph.pending_call_ids)
         _assert_as_validated(outcome.sequence)
+        blocks_only = sequence_of(graph, edges=False)
+        assert type(blocks_only) is type(outcome)
+        assert blocks_only.sequence == outcome.sequence.model_copy(update={"tool_edges": ()})
+        _assert_as_validated(blocks_only.sequence)
         edges.extend(outcome.sequence.tool_edges)
     for edge in edges:
         _assert_as_validated(edge)
