@@ -4,11 +4,22 @@ same fields-set, the same JSON; anything validation could refuse or change takes
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
 from hypothesis import given
-from pydantic import ValidationError
+from pydantic import (
+    Field,
+    PrivateAttr,
+    PydanticDeprecatedSince20,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+    root_validator,
+    validator,
+)
 
 from tests.strategies import Conversation, conversations
 from turnledger.model.base import shared_name
@@ -174,3 +185,68 @@ def test_the_sharing_validators_apply_to_the_values_given() -> None:
     fast = committed_block(dict(fields), "turn-1", 3, 7)
     assert fast.role is kept_role and fast.trust_label is kept_trust
     _same(fast, _validated(fields))
+
+
+def test_the_plan_is_built_when_asked_as_at_import() -> None:
+    plan = block_fields._plan_of(Block)
+    assert plan is not None and PLAN is not None
+    assert (plan.defaults, plan.types, plan.required) == (PLAN.defaults, PLAN.types, PLAN.required)
+    assert plan.shares == PLAN.shares and set(plan.shares.values()) == {shared_name}
+    assert plan.defaults["status"] is BlockStatus.COMMITTED and plan.defaults["id"] is None
+    assert block_fields._Plan().__dict__ == {
+        "defaults": {},
+        "types": {},
+        "required": frozenset(),
+        "shares": {},
+    }
+
+
+def _other_blocks() -> dict[str, type[Block]]:
+    """Models like `Block` but for one thing validation does that the plan cannot do itself."""
+
+    def derived(name: str, namespace: dict[str, Any]) -> type[Block]:
+        return type(name, (Block,), {"__module__": __name__, **namespace})
+
+    def not_sharing(value: str) -> str:
+        return value
+
+    annotated = {"__annotations__": {"revision": int}}
+    return {
+        "model validator": derived("A", {"check": model_validator(mode="after")(lambda self: self)}),
+        "own field validator": derived("B", {"check": field_validator("text")(not_sharing)}),
+        "sharing before": derived("C", {"check": field_validator("text", mode="before")(shared_name)}),
+        "shared twice": derived("D", {"again": field_validator("role")(shared_name)}),
+        "serializer": derived("E", {"show": field_serializer("text")(lambda self, v: v)}),
+        "private": derived("F", {"_secret": PrivateAttr(default=None)}),
+        "constrained": derived("G", {**annotated, "revision": Field(ge=0)}),
+        "factory": derived("H", {"__annotations__": {"text": str}, "text": Field(default_factory=str)}),
+        "float": derived("I", {"__annotations__": {"generation": float | None}, "generation": None}),
+        "v1 validator": derived("J", {"check": _v1_validator("text")}),
+        "v1 root validator": derived("K", {"check": _v1_root_validator()}),
+    }
+
+
+def _v1_validator(field: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PydanticDeprecatedSince20)
+        return validator(field, allow_reuse=True)(lambda cls, v: v)
+
+
+def _v1_root_validator() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PydanticDeprecatedSince20)
+        return root_validator(skip_on_failure=True, allow_reuse=True)(lambda cls, values: values)
+
+
+@pytest.mark.parametrize("case", sorted(_other_blocks()))
+def test_a_model_validation_does_more_for_has_no_plan(case: str) -> None:
+    assert block_fields._plan_of(_other_blocks()[case]) is None
+
+
+def test_exactly_the_required_fields_take_the_plain_path() -> None:
+    assert PLAN is not None
+    required = {"id": "b", "role": "user", "kind": "text", "trust_label": "user"}
+    required |= {"turn_id": "t", "revision": 1, "ordering": 0}
+    assert set(required) == PLAN.required
+    values = plain_values(required)
+    assert values is not None and values["digest"] == "" and values["text"] is None

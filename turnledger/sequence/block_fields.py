@@ -51,8 +51,7 @@ def _plan_of(model: type[Block]) -> _Plan | None:
         return None
     plan = _Plan()
     for decorator in decorators.field_validators.values():
-        function = getattr(decorator.func, "__func__", decorator.func)
-        if decorator.info.mode != "after" or function not in SHARING:
+        if decorator.info.mode != "after" or decorator.func not in SHARING:
             return None
         for name in decorator.info.fields:
             if name in plan.shares:

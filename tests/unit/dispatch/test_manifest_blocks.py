@@ -8,6 +8,7 @@ listing, continued or not, must give exactly that: the same refs, the same diges
 from __future__ import annotations
 
 from io import BytesIO
+from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 from tests.strategies import blocks_of, conversations
 from tests.unit.dispatch.scenario import Conversation
 from turnledger.codec import default_codec, encode
+from turnledger.codec.compiled import _write_long
+from turnledger.dispatch import manifest_blocks
 from turnledger.dispatch.manifest_blocks import (
     MIN_LISTED_BLOCKS,
     NOTHING_LISTED,
@@ -185,3 +188,46 @@ def test_prepare_lists_through_the_cache_and_the_outputs_are_those_without_it() 
     assert [type(m.manifest.blocks) for m in issued] == [tuple] + [SelfEncoded] * 6
     assert [encode(m) for m in issued] == [encode(m) for m in plain.of(ManifestIssued)]
     assert cached.listings is not None and len(cached.listings) == 1
+
+
+@pytest.mark.parametrize("count", [1, 63, 64, 8127, 8128, 8191, 8192, 2**20])
+def test_the_array_head_is_the_codecs_count_at_every_varint_length(count: int) -> None:
+    head = bytearray()
+    _write_long(head, count)
+    assert manifest_blocks._avro_array(count, b"items") == bytes(head) + b"items\x00"
+    assert manifest_blocks._avro_array(0, b"") == b"\x00"
+
+
+def _no_writer(monkeypatch: pytest.MonkeyPatch, found: Any) -> None:
+    codec = default_codec()
+    monkeypatch.setattr(type(codec), "record_writer", lambda self, model: found)
+
+
+def _failing(out: bytearray, ref: BlockRef) -> None:
+    raise ValueError("off the compiled path")
+
+
+@pytest.mark.parametrize("found", [None, (b"\x00" * 8, _failing)], ids=["no-writer", "writer-refuses"])
+def test_without_a_compiled_writer_the_listing_is_the_plain_refs(
+    monkeypatch: pytest.MonkeyPatch, found: Any
+) -> None:
+    _no_writer(monkeypatch, found)
+    listed = list_blocks(BLOCKS[:70])
+    assert type(listed.refs) is tuple and listed.refs == tuple(map(BlockRef.of, BLOCKS[:70]))
+    assert listed.blocks is not None and listed.blocks == BLOCKS[:70]
+    assert listed.json_items == canonical_json([r.to_json_dict() for r in listed.refs])[1:-1]
+    assert listed.avro_items == b""
+    plain, cached = Conversation(), Conversation(listings=ListingCache())
+    for conversation in (plain, cached):
+        for turn in range(MIN_LISTED_BLOCKS + 2):
+            conversation.user(f"question {turn}")
+        conversation.request(op="op-1")
+    assert cached.outputs == plain.outputs
+    assert [encode(m) for m in cached.of(ManifestIssued)] == [encode(m) for m in plain.of(ManifestIssued)]
+
+
+def test_the_cache_is_bounded_in_entries() -> None:
+    cache = ListingCache(max_entries=1)
+    for conversation in ("a", "b"):
+        manifest_refs(conversation, BLOCKS[:MIN_LISTED_BLOCKS], cache)
+    assert len(cache) == 1 and cache.get("a") is None and cache.get("b") is not None
