@@ -33,6 +33,11 @@ def attempt_may_produce_output(state: DispatchState, generation: int, terminated
     return state in open_states and generation > 0 and not terminated
 
 
+_MAY_PRODUCE = ACTIVE_STATES | {DispatchState.UNKNOWN, DispatchState.CANCELLED}
+"""The states in which `attempt_may_produce_output` can be true: a conversation keeps every operation
+it ran, and `in_flight` asks each of the others on every attempt (issue 20: long conversations)."""
+
+
 class _State(FastCopy):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -126,5 +131,7 @@ class ConversationState(_State):
     def in_flight(self, except_id: str | None = None) -> list[OperationState]:
         """Operations whose attempt may still produce output (an UNKNOWN one until confirmed terminated)."""
         return [
-            op for op in self.operations.values() if op.operation_id != except_id and op.may_produce_output
+            op
+            for op in self.operations.values()
+            if op.state in _MAY_PRODUCE and op.operation_id != except_id and op.may_produce_output
         ]
