@@ -77,6 +77,16 @@ def test_every_submitted_block_is_built_as_validation_builds_it(conversation: Co
     assert built == sum(len(blocks) for _, blocks in conversation.turns)
 
 
+_CALL = {
+    "id": "b",
+    "role": "assistant",
+    "kind": "tool_call",
+    "trust_label": "model",
+    "call_id": "c",
+    "tool_name": "t",
+}
+
+
 @pytest.mark.parametrize(
     "fields",
     [
@@ -89,24 +99,8 @@ def test_every_submitted_block_is_built_as_validation_builds_it(conversation: Co
             "text": "é",
         },
         {"id": "b", "role": "user", "kind": "text", "trust_label": "user"},
-        {
-            "id": "b",
-            "role": "assistant",
-            "kind": "tool_call",
-            "trust_label": "model",
-            "call_id": "c",
-            "tool_name": "t",
-            "arguments": '{"a": 1}',
-        },
-        {
-            "id": "b",
-            "role": "assistant",
-            "kind": "tool_call",
-            "trust_label": "model",
-            "call_id": "c",
-            "tool_name": "t",
-            "arguments": '{"a": ',
-        },
+        {**_CALL, "arguments": '{"a": 1}'},
+        {**_CALL, "arguments": '{"a": '},
         {
             "id": "b",
             "role": "tool",
