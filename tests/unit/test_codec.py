@@ -19,6 +19,7 @@ from turnledger.codec import (
     CorruptRecord,
     NotSingleObjectEncoded,
     SchemaRegistry,
+    UnencodableRecord,
     UnknownFingerprint,
     decode,
     default_codec,
@@ -26,6 +27,8 @@ from turnledger.codec import (
 )
 from turnledger.codec.loader import expand, load_schema_files
 from turnledger.codec.models import RECORD_MODELS
+from turnledger.codec.registry import HEADER_SIZE
+from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchRequested, DispatchSent, Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
@@ -179,6 +182,24 @@ def test_older_writer_is_read_by_a_newer_reader_with_the_default() -> None:
     name, datum = Codec(registry).decode_datum(encode(record))
     assert name == "turnledger.v1.DispatchSent"
     assert datum == {**record.to_json_dict(), "note": None}
+
+
+def test_a_record_is_encoded_with_the_current_schema_of_its_name_as_it_changes() -> None:
+    registry = SchemaRegistry.from_files()
+    codec = Codec(registry)
+    record = DispatchSent(
+        conversation_id="c", event_id="e", occurred_at_ms=5, operation_id="o", attempt_generation=3
+    )
+    first = codec.encode(record)
+    assert first[2:HEADER_SIZE] == registry.reader("turnledger.v1.DispatchSent").fingerprint  # type: ignore[union-attr]
+    registry.add(_with_note(_current("DispatchSent")), reader=False)
+    assert codec.encode(record) == first  # a writer-only version changes nothing
+    newer = registry.add(_with_note(_current("DispatchSent")))
+    second = codec.encode(record)
+    assert second[2:HEADER_SIZE] == newer.fingerprint != first[2:HEADER_SIZE]
+    assert second == codec.encode_datum(newer, {**record.model_dump(by_alias=True), "note": None})
+    with pytest.raises(UnencodableRecord, match="no schema for Frozen"):
+        codec.encode(Frozen())
 
 
 def test_unknown_reason_code_symbol_falls_back_to_unspecified() -> None:

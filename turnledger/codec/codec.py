@@ -34,14 +34,14 @@ class Codec:
         self.registry = registry
         self.models = MODELS_BY_NAME if models is None else models
         self._model_writers: dict[str, tuple[SchemaEntry, Writer | None]] = {}
+        self._by_type: dict[type[BaseModel], tuple[int, SchemaEntry, Writer | None]] = {}
         self._model_readers: dict[bytes, ModelReader | None] = {}
 
     def encode(self, model: BaseModel) -> bytes:
-        name = f"{NAMESPACE}.{type(model).__name__}"
-        entry = self.registry.reader(name)
-        if entry is None or self.models.get(name) is not type(model):
-            raise UnencodableRecord(f"no schema for {type(model).__name__}")
-        writer = self._model_writer(entry)
+        known = self._by_type.get(type(model))
+        if known is None or known[0] != self.registry.generation:
+            known = self._by_type[type(model)] = self._writing(type(model))
+        _, entry, writer = known
         if writer is not None:
             out = bytearray(entry.header)
             try:
@@ -51,6 +51,16 @@ class Codec:
             else:
                 return bytes(out)
         return self.encode_datum(entry, model.model_dump(by_alias=True))
+
+    def _writing(self, model: type[BaseModel]) -> tuple[int, SchemaEntry, Writer | None]:
+        """What `encode` writes a `model` with, as of the registry's current generation: the current
+        schema of its name and that schema's compiled model writer (kept per class, so a record
+        is not looked up by its name each time: ~1 µs of ~4 an output, issue 20)."""
+        name = f"{NAMESPACE}.{model.__name__}"
+        entry = self.registry.reader(name)
+        if entry is None or self.models.get(name) is not model:
+            raise UnencodableRecord(f"no schema for {model.__name__}")
+        return self.registry.generation, entry, self._model_writer(entry)
 
     def record_writer(self, model: type[BaseModel]) -> tuple[bytes, Writer] | None:
         """The compiled writer of `model`'s current schema, as a nested record writes it (its Avro

@@ -65,6 +65,8 @@ class SchemaRegistry:
         self.compiled = compiled
         self._by_fingerprint: dict[bytes, SchemaEntry] = {}
         self._readers: dict[str, SchemaEntry] = {}
+        self.generation = 0
+        """Counts the changes of the current readers: what a user cached of them holds while it stays."""
 
     def add(self, schema: Schema, *, reader: bool = True) -> SchemaEntry:
         """Register a schema version; `reader=False` makes it readable but not the current one."""
@@ -72,6 +74,7 @@ class SchemaRegistry:
         self._by_fingerprint[entry.fingerprint] = entry
         if reader:
             self._readers[entry.name] = entry
+            self.generation += 1
         return entry
 
     def writer(self, fp: bytes) -> SchemaEntry | None:
