@@ -12,7 +12,7 @@ take as it is.
 
 `ListingCache` keeps one listing per conversation, least recently used out first, bounded in
 bytes and in entries, and only for conversations of at least `MIN_LISTED_BLOCKS` blocks (a short
-list costs little to build again, and a listing costs ~600 bytes a block, most of it the refs).
+list costs little to build again, and a listing costs ~520 bytes a block: the ref, its JSON, its Avro).
 The engine owns one, as it owns its other caches; nothing in it changes a byte of any output: a
 listing built from nothing is the reference, `tests/unit/dispatch/test_manifest_blocks.py`.
 """
@@ -30,53 +30,66 @@ from turnledger.model.self_encoded import SelfEncoded
 MIN_LISTED_BLOCKS = 64
 """A conversation's listing is kept from this many blocks on."""
 
-_REF_BYTES = 480
-"""What a kept `BlockRef` costs besides its share of the two encodings (the instance, its dict,
-a tuple slot), roughly: the strings are the blocks' own."""
+_REF_BYTES = 280
+"""What a kept `BlockRef` costs besides its JSON and Avro (the instance, its dict, a tuple slot):
+measured ~270 with tracemalloc at 1,000 blocks; the strings are the blocks' own."""
 
 
 @dataclass(frozen=True, slots=True)
 class ListedBlocks:
-    """The refs of `blocks` (`refs`: a `SelfEncoded` when the codec can write a `BlockRef` here),
-    with the comma-joined canonical JSON and the concatenated Avro of the refs, to continue."""
+    """The refs of `blocks`: a `SelfEncoded` carrying their canonical JSON and Avro when the codec can
+    write a `BlockRef` here (what the next listing continues), else a plain tuple."""
 
     blocks: tuple[Block, ...]
     refs: tuple[BlockRef, ...]
-    json_items: bytes
-    avro_items: bytes
 
     @property
     def held_bytes(self) -> int:
-        return len(self.json_items) + len(self.avro_items) + _REF_BYTES * len(self.blocks)
+        refs = self.refs
+        encoded = len(refs.json) + len(refs.avro) if type(refs) is SelfEncoded else 0
+        return encoded + _REF_BYTES * len(self.blocks)
 
 
-NOTHING_LISTED = ListedBlocks((), (), b"", b"")
+NOTHING_LISTED = ListedBlocks((), ())
 
 
 def list_blocks(blocks: tuple[Block, ...], previous: ListedBlocks = NOTHING_LISTED) -> ListedBlocks:
     """The listing of `blocks`, continuing `previous` when `blocks` start with its blocks (the same
-    objects, or equal ones), else from nothing."""
-    kept = len(previous.blocks)
-    if kept > len(blocks) or blocks[:kept] != previous.blocks:
-        previous, kept = NOTHING_LISTED, 0
-    new = tuple(map(BlockRef.of, blocks[kept:]))
-    refs = previous.refs + new
-    json_new = canonical_json([_ref_json(ref) for ref in new])[1:-1]
-    json_items = b",".join(filter(None, (previous.json_items, json_new)))
+    objects, or equal ones) and its encodings are of the codec's current `BlockRef` schema, else from
+    nothing. The earlier JSON and Avro are copied once, into the new list's."""
     found = default_codec().record_writer(BlockRef)
     if found is None:
-        return ListedBlocks(blocks, refs, json_items, b"")
+        return ListedBlocks(blocks, tuple(map(BlockRef.of, blocks)))
     fingerprint, write = found
-    avro = bytearray(previous.avro_items)
+    earlier, kept = previous.refs, len(previous.blocks)
+    if (
+        type(earlier) is not SelfEncoded
+        or earlier.avro_fingerprint != fingerprint
+        or kept > len(blocks)
+        or blocks[:kept] != previous.blocks
+    ):
+        earlier, kept = _NO_REFS, 0
+    new = tuple(map(BlockRef.of, blocks[kept:]))
+    avro = bytearray(_avro_items(earlier))
     try:
         for ref in new:
             write(avro, ref)
     except Exception:  # off the compiled writer's path: the manifest's own encoding decides
-        return ListedBlocks(blocks, refs, json_items, b"")
-    avro_items = bytes(avro)
-    array = _avro_array(len(refs), avro_items)
-    listed = SelfEncoded(refs, b"[" + json_items + b"]", array, fingerprint)
-    return ListedBlocks(blocks, listed, json_items, avro_items)
+        return ListedBlocks(blocks, tuple(map(BlockRef.of, blocks)))
+    refs = earlier + new
+    json_new = canonical_json([_ref_json(ref) for ref in new])[1:-1]
+    json = b"".join((memoryview(earlier.json)[:-1], b"," if kept and new else b"", json_new, b"]"))
+    return ListedBlocks(blocks, SelfEncoded(refs, json, _avro_array(len(refs), avro), fingerprint))
+
+
+_NO_REFS = SelfEncoded((), b"[]", b"\x00", b"")
+
+
+def _avro_items(refs: SelfEncoded) -> memoryview:
+    """The Avro of the array's items: its encoding (`_avro_array`) without the head and the end."""
+    if not refs:
+        return memoryview(b"")
+    return memoryview(refs.avro)[len(_avro_long(len(refs))) : -1]
 
 
 def _ref_json(ref: BlockRef) -> dict[str, str]:
@@ -87,18 +100,23 @@ def _ref_json(ref: BlockRef) -> dict[str, str]:
     return fields
 
 
-def _avro_array(count: int, items: bytes) -> bytes:
+def _avro_array(count: int, items: bytes | bytearray) -> bytes:
     """An Avro array of `count` items encoded as `items`: one block (its count, the items), then
     the end (0), as the codec writes one; an empty array is the end alone."""
     if not count:
         return b"\x00"
-    z = count << 1
+    return b"".join((_avro_long(count), items, b"\x00"))
+
+
+def _avro_long(n: int) -> bytes:
+    """Avro's encoding of a non-negative long: zigzag (twice it), then 7 bits a byte, low bits first."""
+    z = n << 1
     head = bytearray()
     while z > 0x7F:
         head.append((z & 0x7F) | 0x80)
         z >>= 7
     head.append(z)
-    return bytes(head) + items + b"\x00"
+    return bytes(head)
 
 
 class ListingCache(BoundedCache[str, ListedBlocks]):

@@ -23,6 +23,7 @@ from turnledger.dispatch import manifest_blocks
 from turnledger.dispatch.manifest_blocks import (
     MIN_LISTED_BLOCKS,
     NOTHING_LISTED,
+    ListedBlocks,
     ListingCache,
     list_blocks,
     manifest_refs,
@@ -87,7 +88,8 @@ def test_a_listing_continued_at_any_cut_is_the_one_from_nothing(data: st.DataObj
     continued = list_blocks(blocks, earlier)
     _check_reference(continued.refs, blocks)
     whole = list_blocks(blocks)
-    assert (continued.json_items, continued.avro_items) == (whole.json_items, whole.avro_items)
+    assert isinstance(whole.refs, SelfEncoded) and isinstance(continued.refs, SelfEncoded)
+    assert (continued.refs.json, continued.refs.avro) == (whole.refs.json, whole.refs.avro)
     assert all(a is b for a, b in zip(continued.refs, earlier.refs, strict=False))  # continued, not rebuilt
 
 
@@ -162,7 +164,8 @@ def test_the_cache_keeps_long_conversations_only_and_continues_them() -> None:
     assert len(cache) == 1
     kept = cache.get("c")
     assert kept is not None and kept.blocks == BLOCKS[:100]
-    assert kept.held_bytes == len(kept.json_items) + len(kept.avro_items) + 480 * 100
+    assert isinstance(kept.refs, SelfEncoded)
+    assert kept.held_bytes == len(kept.refs.json) + len(kept.refs.avro) + 280 * 100
     assert manifest_refs("c", BLOCKS[:100], None) == second
 
 
@@ -215,8 +218,8 @@ def test_without_a_compiled_writer_the_listing_is_the_plain_refs(
     listed = list_blocks(BLOCKS[:70])
     assert type(listed.refs) is tuple and listed.refs == tuple(map(BlockRef.of, BLOCKS[:70]))
     assert listed.blocks is not None and listed.blocks == BLOCKS[:70]
-    assert listed.json_items == canonical_json([r.to_json_dict() for r in listed.refs])[1:-1]
-    assert listed.avro_items == b""
+    assert listed.held_bytes == 280 * 70
+    assert type(list_blocks(BLOCKS[:80], listed).refs) is tuple
     plain, cached = Conversation(), Conversation(listings=ListingCache())
     for conversation in (plain, cached):
         for turn in range(MIN_LISTED_BLOCKS + 2):
@@ -231,3 +234,13 @@ def test_the_cache_is_bounded_in_entries() -> None:
     for conversation in ("a", "b"):
         manifest_refs(conversation, BLOCKS[:MIN_LISTED_BLOCKS], cache)
     assert len(cache) == 1 and cache.get("a") is None and cache.get("b") is not None
+
+
+def test_a_listing_encoded_under_another_schema_is_not_continued() -> None:
+    earlier = list_blocks(BLOCKS[:80])
+    assert isinstance(earlier.refs, SelfEncoded)
+    other = SelfEncoded(tuple(earlier.refs), earlier.refs.json, earlier.refs.avro, b"\x01" * 8)
+    listed = list_blocks(BLOCKS[:100], ListedBlocks(earlier.blocks, other))
+    _check_reference(listed.refs, BLOCKS[:100])
+    assert listed.refs[0] is not earlier.refs[0]
+    assert list_blocks(BLOCKS[:100], earlier).refs[0] is earlier.refs[0]
