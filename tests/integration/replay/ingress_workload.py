@@ -8,6 +8,7 @@ production would have written, Rejected source coordinates and batching included
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -24,7 +25,8 @@ ARGS_PARIS = '{"city": "Paris"}'
 ARGS_ROME = '{"city": "Rome"}'
 
 
-def conversation_events(conversation_id: str, late_duplicate: bool) -> list[IngressEvent]:
+def captured_events(conversation_id: str, script: Callable[[Conversation], None]) -> list[IngressEvent]:
+    """The ingress events `script` folds into a test `Conversation` of that id, in order."""
     captured: list[IngressEvent] = []
     c = Conversation(conversation_id)
     original = c.apply
@@ -34,6 +36,15 @@ def conversation_events(conversation_id: str, late_duplicate: bool) -> list[Ingr
         return original(event)
 
     c.apply = capture  # type: ignore[method-assign]
+    script(c)
+    return captured
+
+
+def conversation_events(conversation_id: str, late_duplicate: bool) -> list[IngressEvent]:
+    return captured_events(conversation_id, lambda c: _weather(c, conversation_id, late_duplicate))
+
+
+def _weather(c: Conversation, conversation_id: str, late_duplicate: bool) -> None:
     op1, op2 = op_ids(conversation_id)
     c.user(f"weather in Paris and Rome? ({conversation_id})")
     c.dispatch_to_streaming(op1)
@@ -57,7 +68,6 @@ def conversation_events(conversation_id: str, late_duplicate: bool) -> list[Ingr
     c.deltas(stream[3:], op=op2)
     if late_duplicate:
         c.deltas(stream, op=op2)  # after commit -> quarantine
-    return captured
 
 
 def op_ids(conversation_id: str) -> tuple[str, str]:

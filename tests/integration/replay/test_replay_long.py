@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.integration.projections.workload import settled
-from tests.integration.replay.ingress_workload import produce_ingress, run_processor
+from tests.integration.replay.ingress_workload import captured_events, produce_ingress, run_processor
 from tests.unit.dispatch.scenario import Conversation
 from turnledger.dispatch.manifest_blocks import MIN_LISTED_BLOCKS
 from turnledger.model.events import IngressEvent
@@ -28,20 +28,14 @@ CONVERSATIONS = ("conv-long-a", "conv-long-b")
 def long_conversation(conversation_id: str) -> list[IngressEvent]:
     """User turns, one block each, with a dispatch after each of the last ones: the first dispatches
     list fewer than `MIN_LISTED_BLOCKS` blocks, the later ones continue the listing."""
-    captured: list[IngressEvent] = []
-    conversation = Conversation(conversation_id)
-    original = conversation.apply
 
-    def capture(event: IngressEvent) -> list:  # type: ignore[type-arg]
-        captured.append(event)
-        return original(event)
+    def script(conversation: Conversation) -> None:
+        for turn in range(TURNS):
+            conversation.user(f"question {turn} of {conversation_id}")
+            if turn >= FIRST_DISPATCH:
+                conversation.request(op=f"{conversation_id}/op-{turn}")
 
-    conversation.apply = capture  # type: ignore[method-assign]
-    for turn in range(TURNS):
-        conversation.user(f"question {turn} of {conversation_id}")
-        if turn >= FIRST_DISPATCH:
-            conversation.request(op=f"{conversation_id}/op-{turn}")
-    return captured
+    return captured_events(conversation_id, script)
 
 
 async def test_continued_block_lists_replay_byte_for_byte(
