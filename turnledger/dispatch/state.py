@@ -33,6 +33,23 @@ def attempt_may_produce_output(state: DispatchState, generation: int, terminated
     return state in open_states and generation > 0 and not terminated
 
 
+def settled_request(op: OperationState) -> DispatchRequested | None:
+    """The request a final operation keeps, when it differs from the one it has: without its tools
+    and policy, with everything else.
+
+    Only `prepare` reads the tools and policy (to render the manifest, which keeps them in its
+    request body and `toolset_digest`) and an attempt's assembler (to check streamed tool calls
+    against their schemas). A final operation is never prepared again, and holds no assembler once
+    its attempt is committed or retracted; its request's deadline (`occurred_at_ms`,
+    `settle_within_ms`) still goes into every later decision about it. A conversation keeps every
+    operation it ran, so a toolset of tens of KB, once per operation, was most of its state on the
+    changelog and on every restore (issue 20: 28% of it on the bench mix, with one small tool)."""
+    request = op.request
+    if op.state not in FINAL_STATES or op.assembler is not None or not (request.tools or request.policy):
+        return None
+    return request.model_copy(update={"tools": (), "policy": {}})
+
+
 _MAY_PRODUCE = ACTIVE_STATES | {DispatchState.UNKNOWN, DispatchState.CANCELLED}
 """The states in which `attempt_may_produce_output` can be true: a conversation keeps every operation
 it ran, and `in_flight` asks each of the others on every attempt (issue 20: long conversations)."""
@@ -67,7 +84,9 @@ class ManifestSeal(_State):
 
 
 class OperationState(_State):
-    """One dispatch operation: its request, its manifest and its active attempt."""
+    """One dispatch operation: its request, its manifest and its active attempt.
+
+    A final operation's request has no tools and no policy (`settled_request`)."""
 
     operation_id: str
     state: DispatchState

@@ -239,9 +239,9 @@ class StateJson:
     def _operation(self, op: OperationState) -> bytes:
         """Exactly `op.model_dump_json().encode()`, reusing the JSON of its request and manifest.
 
-        An operation is copied on every event that addresses it, but its request never
-        changes and its manifest only when it is (re)prepared: both stay the same objects,
-        and they hold the largest part of its JSON. The scalar fields are serialized as two
+        An operation is copied on every event that addresses it, but its request changes only
+        once (settled when final) and its manifest only when it is (re)prepared: both stay the
+        same objects, and they hold the largest part of its JSON. The scalar fields are serialized as two
         dicts in declaration order (one call each, the same JSON per value as in the model)
         and spliced around the cached parts.
         """

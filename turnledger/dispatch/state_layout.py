@@ -24,7 +24,8 @@ arrays of values in a fixed order (`part_rows.py`): ~1,190 → ~840 changelog by
   rows' layout), with each block's content cut to what its chunks do not hold (`elide_contents`),
   and each block's count of chunks (null for a block kept inline). The two rows name every field
   but the request, which is read back with them into an equal operation;
-- `<conversation>\x1fr\x1f<operation id>`: its request, written once;
+- `<conversation>\x1fr\x1f<operation id>`: its request, written when the operation is asked for and
+  once more, without its tools and policy, when it is final (`state.settled_request`);
 - `<conversation>\x1fx\x1f<block index>\x1f<n>\x1f<operation id>`: chunk n of the content of the
   operation's assembler block, `CONTENT_CHUNK` code points as a JSON string. The chunks hold all of
   each block's content but the last block's rest past its full chunks (less than a chunk), which

@@ -9,7 +9,7 @@ from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.adapters.prefix import RenderCache
 from turnledger.dispatch.live_assemblers import LiveAssemblers, had_previews
 from turnledger.dispatch.manifest_blocks import ListingCache
-from turnledger.dispatch.state import ConversationState, OperationState
+from turnledger.dispatch.state import ConversationState, OperationState, settled_request
 from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
@@ -94,10 +94,14 @@ class Step:
     def put(self, op: OperationState, **updates: Any) -> OperationState:
         """Store `op` (with `updates` and this event's time) in the state: one copy of the operation.
 
-        The lease ends with the attempt: once it can produce nothing more, no one holds it."""
+        The lease ends with the attempt: once it can produce nothing more, no one holds it. A final
+        operation keeps its request without tools and policy (`settled_request`)."""
         op = op.model_copy(update={**updates, "updated_at_ms": self.at})
         if op.lease_owner is not None and not op.may_produce_output:
             op = op.model_copy(update=_NO_LEASE)
+        settled = settled_request(op)
+        if settled is not None:
+            op = op.model_copy(update={"request": settled})
         self.state = self.state.with_operation(op)
         return op
 

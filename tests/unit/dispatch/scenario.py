@@ -75,6 +75,8 @@ class Conversation:
     """The rendered-prefix cache the fold renders through (the engine's; none by default)."""
     listings: ListingCache | None = None
     """The manifest block listings the fold lists through (the engine's; none by default)."""
+    events: list[IngressEvent] = field(default_factory=list)
+    """Every event folded, in order (to fold them again elsewhere, or to read what was asked)."""
 
     def __post_init__(self) -> None:
         self.state = ConversationState.empty(self.conversation_id)
@@ -89,6 +91,7 @@ class Conversation:
         self.skew_ms += ms
 
     def apply(self, event: IngressEvent) -> list[Frozen]:
+        self.events.append(event)
         result = fold(self.state, event, limits=self.limits, renders=self.renders, listings=self.listings)
         self.state = result.state
         self.outputs.extend(result.outputs)

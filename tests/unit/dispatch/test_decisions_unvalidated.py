@@ -15,7 +15,6 @@ from turnledger.model.reasons import ReasonCode
 
 from . import test_fold
 from .scenario import Conversation
-from .test_state_layout import Recording
 
 FOLD_SCENARIOS = [
     fn
@@ -71,7 +70,7 @@ def test_every_decision_of_every_fold_scenario_is_as_validated(monkeypatch: pyte
 def test_a_decision_of_other_types_than_its_fields_is_validated() -> None:
     """The types `decide` checks: a value of another type takes the validated path, which converts it
     (an int for `accepted`, a reason code's name for `reason`), never the unvalidated one."""
-    c = Recording()
+    c = Conversation()
     c.user("hello")
     c.request("op-1")
     op = c.state.operations["op-1"]

@@ -48,8 +48,8 @@ from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
 from turnledger.model.events import ConversationSnapshot, IngressEvent, StreamOutcome
 from turnledger.records import SourceRecord
 
-from .scenario import _DeltaMaker
-from .test_state_layout import Recording, Store, _checking_parts_since, _record, _round_trip
+from .scenario import Conversation, _DeltaMaker
+from .test_state_layout import Store, _checking_parts_since, _record, _round_trip
 
 C = CONTENT_CHUNK
 CHUNKS = f"conv-1{SEPARATOR}{CONTENTS_TAG}{SEPARATOR}"
@@ -76,15 +76,17 @@ def _chunk_keys(store: dict[str, bytes]) -> list[str]:
     return sorted(key for key in store if key.startswith(CHUNKS))
 
 
-def _streaming(*deltas: NormalizedDelta) -> Recording:
-    c = Recording()
+def _streaming(*deltas: NormalizedDelta) -> Conversation:
+    c = Conversation()
     c.user("tell me a story")
     c.dispatch_to_streaming()
     c.deltas(list(deltas))
     return c
 
 
-def _engine_writes(c: Recording, store: Store, engine: BatchEngine) -> list[list[tuple[str, bytes | None]]]:
+def _engine_writes(
+    c: Conversation, store: Store, engine: BatchEngine
+) -> list[list[tuple[str, bytes | None]]]:
     """Fold the recorded events one per batch; each batch's writes (a delete's value: None), with
     every stored key checked to be a part of the state folded so far (no chunk left behind)."""
     writes = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import orjson
 import pytest
@@ -107,17 +106,6 @@ def test_every_state_of_every_fold_scenario_reads_back_equal(
     assert seen
 
 
-@dataclass
-class Recording(Conversation):
-    """A conversation whose events are kept, to be folded again by the engine."""
-
-    events: list[IngressEvent] = field(default_factory=list)
-
-    def apply(self, event: IngressEvent) -> list[Frozen]:
-        self.events.append(event)
-        return super().apply(event)
-
-
 def _record(event: IngressEvent, offset: int) -> SourceRecord:
     return SourceRecord("turnledger.ingress", 0, offset, event.conversation_id.encode(), encode(event))
 
@@ -129,7 +117,7 @@ def _written(engine: BatchEngine, store: Store, event: IngressEvent, offset: int
 
 
 def test_an_event_writes_the_keys_of_what_it_changed() -> None:
-    c = Recording()
+    c = Conversation()
     c.user("weather in Paris?")
     c.dispatch_to_streaming()
     c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
@@ -146,7 +134,8 @@ def test_an_event_writes_the_keys_of_what_it_changed() -> None:
         [op, progress],  # DispatchAttempt: a new state, and its time
         [op, progress],  # DispatchSent
         [conv, handles, op, progress],  # HandleBound: the first handle (a chunk the head counts)
-        [conv, turns, op, progress, blocks_key(conv, 1)],  # the tool call commits a turn
+        # the tool call commits a turn; the final operation keeps its request without its tools
+        [conv, turns, op, progress, request_key(conv, "op-1"), blocks_key(conv, 1)],
         [conv, turns, blocks_key(conv, 2)],  # the tool result
         [conv, op2, progress2, request_key(conv, "op-2")],
     ]
@@ -155,7 +144,7 @@ def test_an_event_writes_the_keys_of_what_it_changed() -> None:
 
 
 def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> None:
-    c = Recording()
+    c = Conversation()
     c.user("hello")
     c.dispatch_to_streaming()
     c.deltas(text_stream(["Hel"], stop=False)[:3])
@@ -180,7 +169,7 @@ def test_a_streamed_delta_writes_only_its_operation_and_not_its_request() -> Non
 
 
 def test_a_format_3_changelog_folds_on_exactly_like_a_split_one() -> None:
-    c = Recording()
+    c = Conversation()
     c.user("weather in Paris?")
     c.dispatch_to_streaming()
     half = len(c.events)
@@ -205,7 +194,7 @@ def test_a_format_3_changelog_folds_on_exactly_like_a_split_one() -> None:
 
 
 def test_an_aborted_batch_never_shadows_the_store() -> None:
-    c = Recording()
+    c = Conversation()
     c.user("hello")
     c.dispatch_to_streaming()
     c.deltas(text_stream(["one"], stop=False))
@@ -402,7 +391,7 @@ def test_a_part_no_longer_in_the_state_is_deleted() -> None:
 
 
 def test_turn_ids_and_handles_past_a_chunk_write_only_the_last_chunk() -> None:
-    c = Recording()
+    c = Conversation()
     for turn in range(CHUNK + 1):
         c.user(f"turn {turn}")
     engine, store = BatchEngine(), Store()
@@ -517,7 +506,7 @@ def test_a_rewrite_takes_the_parts_of_what_did_not_change_from_the_last_write() 
     """`state_parts(..., since=last write)`: the parts of what is the very object it was in the state
     last written are that write's bytes (`is`), everything else is serialized again; either way the
     parts are those of the whole state from scratch."""
-    c = Recording()
+    c = Conversation()
     c.user("weather in Paris?")
     c.dispatch_to_streaming()
     c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
@@ -558,7 +547,7 @@ def test_a_rewrite_takes_the_parts_of_what_did_not_change_from_the_last_write() 
     assert runs and all(got[key] is last.parts[key] for key in runs)  # the graph grown, not rebuilt
     assert got[turns] is not last.parts[turns] and got[handles] is last.parts[handles]
 
-    other = Recording(conversation_id="conv-2")
+    other = Conversation(conversation_id="conv-2")
     other.user("hello")
     elsewhere = write_state(other.state, Stored(), json, store.put, store.delete)
     parts(second, elsewhere)  # another conversation's write lends nothing

@@ -218,7 +218,7 @@ def workload() -> tuple[Evidence, dict[str, Conversation]]:
 
 def _ingress(c: Conversation) -> list[DispatchRequested]:
     """The dispatch requests (what `partial_tool_calls` reads the offered tools from)."""
-    return [op.request for op in c.state.operations.values()]
+    return [event for event in c.events if isinstance(event, DispatchRequested)]
 
 
 @pytest.fixture
