@@ -15,9 +15,12 @@ conversations, as in the processor). Every repeat runs in a fresh subprocess
 (bench/engine_runner.py). `--baseline REF` exports git REF to a temp dir and alternates
 repeats of the two engines on the same records: the table reports the median events/s (CPU
 time) of each, the ratio, the bytes written to the changelog per ingress event (key and value of
-every state record the batches wrote), and whether their outputs are byte-identical and their
-final states identical (each conversation's state JSON as the engine reads it back, so a change
-of the layout on the changelog compares the states, not the records).
+every state record the batches wrote), the bytes the state holds at the end, the CPU of reading
+every conversation's state back from the store afterwards (restore µs/conversation, the fastest of
+three passes: what taking the conversations over from the changelog costs a processor, e.g. after
+a failover), and whether their outputs are byte-identical and their final states identical (each
+conversation's state JSON as the engine reads it back, so a change of the layout on the changelog
+compares the states, not the records).
 The StreamDeltas events carry their text deltas as runs, as the worker appends them
 (`streaming/runs.py`); a baseline tree without runs folds the same deltas expanded, encoded by its
 own codec (`encode_runner.py`), and its outputs and final state are compared as they are.
@@ -293,19 +296,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         "| engine | events/s (CPU) | events/s (wall) | µs/event | changelog bytes/event | state bytes "
-        "| output / state digest |"
+        "| restore µs/conversation | output / state digest |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     rates: dict[str, float] = {}
     for name, results in runs.items():
         cpu = statistics.median(r["cpu_s"] for r in results)
         wall = statistics.median(r["wall_s"] for r in results)
         rates[name] = len(rows) / cpu
         digests = {f"{r['digest'][:12]} / {r['state_digest'][:12]}" for r in results}
+        restore = statistics.median(r["restore_cpu_s"] / r["conversations"] for r in results)
         print(
             f"| {name} | {len(rows) / cpu:,.0f} | {len(rows) / wall:,.0f} | {1e6 * cpu / len(rows):.0f} "
             f"| {results[0]['changelog_bytes'] / len(rows):,.0f} | {results[0]['state_bytes']:,} "
-            f"| {', '.join(sorted(digests))} |"
+            f"| {1e6 * restore:,.0f} | {', '.join(sorted(digests))} |"
         )
     if args.baseline:
         (base, base_runs), (_, cur_runs) = list(runs.items())
