@@ -42,17 +42,23 @@ def _request(c: Conversation, op: str = "op-1", **fields: Any) -> None:
     c.apply(DispatchRequested(**c._common(), **values))
 
 
+def _streaming(text: str, **fields: Any) -> Conversation:
+    """A conversation whose operation op-1, asked for with `fields`, has its attempt sent and bound."""
+    c = Conversation()
+    c.user(text)
+    _request(c, **fields)
+    c.attempt()
+    c.sent()
+    c.bind()
+    return c
+
+
 def _without_tools(asked: DispatchRequested) -> DispatchRequested:
     return asked.model_copy(update={"tools": (), "policy": {}})
 
 
 def test_a_committed_operation_keeps_its_request_without_tools_and_policy() -> None:
-    c = Conversation()
-    c.user("weather in Paris?")
-    _request(c)
-    c.attempt()
-    c.sent()
-    c.bind()
+    c = _streaming("weather in Paris?")
     deltas = tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])])
     c.deltas(deltas[:-1])
     live = c.state.operations["op-1"]
@@ -89,12 +95,7 @@ def test_an_operation_still_waiting_keeps_its_whole_request() -> None:
 def test_a_cancelled_attempt_confirmed_later_is_decided_with_the_requests_deadline() -> None:
     """A cancel is final at once, before the holder confirms the attempt ended: the decisions after it
     still carry the deadline the settled request keeps."""
-    c = Conversation()
-    c.user("tell me a story")
-    _request(c, settle_within_ms=90_000)
-    c.attempt()
-    c.sent()
-    c.bind()
+    c = _streaming("tell me a story", settle_within_ms=90_000)
     c.deltas(text_stream(["Once", " upon"], stop=False))
     c.cancel("op-1")
     cancelled = c.state.operations["op-1"]
@@ -108,12 +109,7 @@ def test_a_cancelled_attempt_confirmed_later_is_decided_with_the_requests_deadli
 
 
 def test_the_request_part_is_written_again_once_when_the_operation_is_final() -> None:
-    c = Conversation()
-    c.user("weather in Paris?")
-    _request(c)
-    c.attempt()
-    c.sent()
-    c.bind()
+    c = _streaming("weather in Paris?")
     c.deltas(text_stream(["Sunny."]))
     c.user("thanks")
     engine, store, written = BatchEngine(), Store(), []
