@@ -28,8 +28,9 @@ _LIVE: weakref.WeakValueDictionary[bytes, ToolDefinition] = weakref.WeakValueDic
 def shared_tools(tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
     """`tools` with each definition replaced by the live one of the same JSON, if any.
 
-    Every DispatchRequested carries its tool definitions, and an operation keeps its request for
-    as long as its conversation's state is cached: ~1.8 KB per definition (its schema is nested
+    Every DispatchRequested carries its tool definitions, and an operation keeps them in its
+    conversation's cached state until it is final (`dispatch/state.py` `settled_request`): ~1.8 KB
+    per definition (its schema is nested
     dicts), the same few definitions over and over across conversations (issue 20). Definitions
     are frozen and equal JSON means equal fields, so one object serves them all; the table holds
     them weakly, so a definition no live request names is not kept.
