@@ -30,10 +30,10 @@ def shared_tools(tools: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...
 
     Every DispatchRequested carries its tool definitions, and an operation keeps them in its
     conversation's cached state until it is final (`dispatch/state.py` `settled_request`): ~1.8 KB
-    per definition (its schema is nested
-    dicts), the same few definitions over and over across conversations (issue 20). Definitions
-    are frozen and equal JSON means equal fields, so one object serves them all; the table holds
-    them weakly, so a definition no live request names is not kept.
+    per definition (its schema is nested dicts), the same few definitions over and over across
+    conversations (issue 20). Definitions are frozen and equal JSON means equal fields, so one
+    object serves them all; the table holds them weakly, so a definition no live request names is
+    not kept.
     """
     if not tools:
         return tools
