@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.dispatch_workload import Mix, build
+from bench.dispatch_workload import Mix, build, offered_tools
 from turnledger.codec import encode
 from turnledger.model.events import IngressEvent, StreamDeltas
 from turnledger.streaming.runs import expand
@@ -246,6 +246,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--streams", type=int, default=300, help="--mix capacity: concurrent streams")
     parser.add_argument("--seconds", type=float, default=10.0, help="--mix capacity: each answer's length")
+    parser.add_argument(
+        "--extra-tools",
+        type=int,
+        default=0,
+        help="--mix bench: tools offered beside the two called, ~1 KB each (an agent's toolset)",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="300 conversations, 1 repeat")
@@ -262,9 +268,12 @@ def main(argv: list[str] | None = None) -> None:
         events = capacity_events(args.streams, args.seconds)
         what = f"{args.streams} streams of {args.seconds:g} s at 60 tokens/s, a record every 100 ms"
     else:
-        workload = build(args.conversations, Mix(rounds=args.rounds), concurrency=args.concurrency)
+        mix = Mix(rounds=args.rounds, extra_tools=args.extra_tools)
+        workload = build(args.conversations, mix, concurrency=args.concurrency)
         events = workload.events
         what = f"{args.conversations} conversations, {workload.committed_turns} committed turns"
+        if args.extra_tools:
+            what += f", {len(offered_tools(mix))} tools offered"
     rows = [(e.conversation_id.encode(), encode(e)) for e in events]
     if args.profile:
         _profile(rows, args.batch, args.top)

@@ -15,6 +15,7 @@ are then interleaved round-robin so a processor batch mixes many of them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -67,6 +68,29 @@ SEARCH = ToolDefinition(
     },
 )
 TOOLS = (WEATHER, SEARCH)
+
+
+@functools.cache
+def padding_tool(i: int) -> ToolDefinition:
+    """An offered tool no conversation calls: ~1 KB of JSON, eight described string fields."""
+    field = {"type": "string", "description": "A field of the operation's input, described at some length."}
+    return ToolDefinition(
+        name=f"internal_tool_{i}",
+        description="An internal operation of the agent's toolbox, described at the length such "
+        "descriptions usually have, so that the model knows when and how to call it. " * 2,
+        input_schema={
+            "type": "object",
+            "properties": {f"field_{j}": field for j in range(8)},
+            "required": ["field_0"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def offered_tools(mix: Mix) -> tuple[ToolDefinition, ...]:
+    return TOOLS + tuple(padding_tool(i) for i in range(mix.extra_tools))
+
+
 WORDS = (
     "the",
     "quick",
@@ -95,6 +119,9 @@ class Mix:
     deltas_per_event: int = 8  # normalized deltas per StreamDeltas ingress event
     runs: bool = True  # consecutive content deltas of a block as one run, as the worker appends them
     words_per_delta: int = 2
+    extra_tools: int = 0
+    """Tools offered beside the two the conversations call, ~1 KB of JSON each (`padding_tool`): an
+    agent's toolset is tens of KB a request, which the mix's two small tools (737-byte requests) hide."""
 
 
 @dataclass
@@ -168,7 +195,7 @@ class _Driver:
                 adapter=adapter,
                 provider=provider,
                 model_revision=model,
-                tools=TOOLS,
+                tools=offered_tools(mix),
                 max_output_tokens=1024,
             )
         )
