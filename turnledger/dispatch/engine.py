@@ -21,7 +21,7 @@ from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.live_assemblers import LiveAssemblers
 from turnledger.dispatch.manifest_blocks import ListingCache
-from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState
+from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, settled_state
 from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_layout import (
     SPLIT_FORMATS,
@@ -185,7 +185,8 @@ class BatchEngine:
     ) -> tuple[ConversationState, Stored]:
         """The cached state when the store still holds what it was read from or written as: known
         when the store's rollback stamp is the one it was cached under (`StateAccess`), else checked
-        key by key; otherwise the state read from the store."""
+        key by key; otherwise the state read from the store, its final operations' requests settled
+        (`settled_state`: an earlier release kept them whole)."""
         cached = self._cache.get(conversation_id)
         if cached is not None:
             stored, state, cached_under = cached
@@ -199,6 +200,7 @@ class BatchEngine:
         if found is None:
             return ConversationState.empty(conversation_id), Stored()
         state, stored = found
+        state = settled_state(state)
         self._remember(conversation_id, stored, state, stamp)
         return state, stored
 

@@ -50,6 +50,21 @@ def settled_request(op: OperationState) -> DispatchRequested | None:
     return request.model_copy(update={"tools": (), "policy": {}})
 
 
+def settled_state(state: ConversationState) -> ConversationState:
+    """`state` with every final operation's request settled (`settled_request`); `state` itself when
+    none needs it. For states read from a changelog an earlier release wrote, whose final operations
+    kept their whole requests: the next write of the conversation writes those parts again, small
+    (the fold settles only the operations it puts, and a final one is rarely put again)."""
+    settled = {}
+    for operation_id, op in state.operations.items():
+        request = settled_request(op)
+        if request is not None:
+            settled[operation_id] = op.model_copy(update={"request": request})
+    if not settled:
+        return state
+    return state.model_copy(update={"operations": {**state.operations, **settled}})
+
+
 _MAY_PRODUCE = ACTIVE_STATES | {DispatchState.UNKNOWN, DispatchState.CANCELLED}
 """The states in which `attempt_may_produce_output` can be true: a conversation keeps every operation
 it ran, and `in_flight` asks each of the others on every attempt (issue 20: long conversations)."""

@@ -10,7 +10,7 @@ import pytest
 
 from turnledger.dispatch import step as step_module
 from turnledger.dispatch.engine import BatchEngine, read_state
-from turnledger.dispatch.state import FINAL_STATES, OperationState, settled_request
+from turnledger.dispatch.state import FINAL_STATES, OperationState, settled_request, settled_state
 from turnledger.dispatch.state_layout import request_key
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, DispatchRequested, DispatchState, IngressEvent
@@ -200,3 +200,40 @@ def test_which_operations_settle_their_request(
     assert (settled is not None) == settles
     if settled is not None:
         assert settled == _without_tools(_asked(c)) and settled is not op.request
+
+
+def test_a_state_an_earlier_release_wrote_is_settled_when_read_and_written_small_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An earlier release kept a final operation's whole request: the engine settles it when it reads
+    the state, and the conversation's next write puts the request's part again, small."""
+    with monkeypatch.context() as earlier_release:
+        earlier_release.setattr(step_module, "settled_request", lambda op: None)
+        c = _streaming("weather in Paris?")
+        c.deltas(text_stream(["Sunny."]))
+        store = Store()
+        BatchEngine().process_batch([_record(event, offset) for offset, event in enumerate(c.events)], store)
+    assert c.state.operations["op-1"].request == _asked(c)  # committed, whole
+    key = request_key("conv-1", "op-1")
+    whole = store[key]
+    assert b"get_weather" in whole
+    assert read_state(store, "conv-1") == c.state
+    assert settled_state(c.state) is not c.state
+
+    c.user("thanks")
+    store.log.clear()
+    outputs = BatchEngine().process_batch([_record(c.events[-1], len(c.events) - 1)], store)
+    assert [o.record.model_dump_json() for o in outputs] == [
+        o.model_dump_json() for o in c.outputs[-len(outputs) :]
+    ]
+    written = dict(store.log)
+    assert b"get_weather" not in written[key] and len(written[key]) < len(whole)
+    assert read_state(store, "conv-1") == settled_state(c.state)
+    assert read_state(store, "conv-1").operations["op-1"].request == _without_tools(_asked(c))  # type: ignore[union-attr]
+
+
+def test_a_state_with_nothing_to_settle_is_read_as_it_is() -> None:
+    c = _streaming("weather in Paris?")
+    assert settled_state(c.state) is c.state  # live: it keeps its tools
+    c.deltas(text_stream(["Sunny."]))
+    assert settled_state(c.state) is c.state  # final and settled by the fold already
