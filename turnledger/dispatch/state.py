@@ -43,7 +43,7 @@ def settled_request(op: OperationState) -> DispatchRequested | None:
     its attempt is committed or retracted; its request's deadline (`occurred_at_ms`,
     `settle_within_ms`) still goes into every later decision about it. A conversation keeps every
     operation it ran, so a toolset of tens of KB, once per operation, was most of its state on the
-    changelog and on every restore (issue 20: 28% of it on the bench mix, with one small tool)."""
+    changelog and on every restore (issue 20: 28% of it on the bench mix, whose two tools are small)."""
     request = op.request
     if op.state not in FINAL_STATES or op.assembler is not None or not (request.tools or request.policy):
         return None
