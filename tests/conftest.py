@@ -20,6 +20,8 @@ from turnledger.devstack.prometheus import private_prometheus, prometheus_binary
 from turnledger.devstack.session import Endpoints, session_endpoints
 from turnledger.devstack.settings import Settings
 
+pytest_plugins = ["tests.watchdog"]
+
 STACK_FIXTURES = frozenset({"devstack", "kafka_bootstrap", "redis_url", "redis_client", "redis_prefix"})
 
 

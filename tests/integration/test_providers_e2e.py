@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from turnledger.demo.checks import all_checks
-from turnledger.demo.run import _processor_caught_up, _start_processor, _stop_processor
+from turnledger.demo.run import _processor_caught_up, _start_processor, _stop_process, _stop_processor
 from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.fake_provider.auth import FakeKeys
 from turnledger.gateway.client import GatewayClient
@@ -35,7 +35,7 @@ from turnledger.model.graph import BlockKind
 from turnledger.replay.evidence import read_all
 from turnledger.topology import Stream, Topics
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 S = DispatchState
 APIS = {
@@ -61,7 +61,7 @@ class Outputs:
             elif isinstance(r, CommittedTurn):
                 self.turns.append(r)
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 60) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 120) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
         while not predicate():
             states = {k: (v.state, v.reason) for k, v in self.latest.items()}
@@ -90,6 +90,17 @@ async def _settle(
     return final
 
 
+async def _finish(tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for the test's tasks once `stop` is set, cancelling any left after a minute: a failed test
+    then reports its failure rather than leaving them to its event loop's teardown."""
+    if tasks:
+        _, pending = await asyncio.wait(tasks, timeout=60)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=30)
+
+
 @pytest.mark.parametrize("adapter", list(APIS))
 async def test_commit_tool_round_disconnect_and_truncation_per_api(
     kafka_bootstrap: str, adapter: str
@@ -102,9 +113,12 @@ async def test_commit_tool_round_disconnect_and_truncation_per_api(
     processor = _start_processor(kafka_bootstrap, prefix)
     out = Outputs()
     stop = asyncio.Event()
-    # requests in arrival order: 0, 1 the tool round; 2 cut (3 its retry or resume); 4 truncated (5 retry)
+    # each fault hits the first request of its conversation, whatever else arrives before it
     plan = FaultPlan(
-        by_request={2: (Fault(FaultKind.DISCONNECT, 600),), 4: (Fault(FaultKind.TRUNCATED_ARGS),)}
+        first_with_marker={
+            "tell me something": (Fault(FaultKind.DISCONNECT, 600),),
+            "weather in Lima?": (Fault(FaultKind.TRUNCATED_ARGS),),
+        }
     )
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -162,6 +176,7 @@ async def test_commit_tool_round_disconnect_and_truncation_per_api(
             assert fp.auth_failures == []
     finally:
         stop.set()
+        await _finish(tasks)
         _stop_processor(processor)
     evidence = await read_all(kafka_bootstrap, prefix)
     assert len([t for t in evidence.of("committed", CommittedTurn) if t.operation_id]) == 4
@@ -216,6 +231,8 @@ async def test_planted_credentials_appear_in_no_output(
     stop = asyncio.Event()
     journal = tmp_path / "journal"
     log = tmp_path / "worker.log"
+    tasks: list[asyncio.Task[None]] = []
+    worker: subprocess.Popen[bytes] | None = None
     try:
         async with FakeProvider(seed=9, keys=PLANTED) as fp:
             env = {**os.environ, **PLANTED.as_env(), "AWS_SESSION_TOKEN": SESSION_TOKEN}
@@ -229,6 +246,7 @@ async def test_planted_credentials_appear_in_no_output(
                     cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
                 )
             tail = asyncio.create_task(tail_topic(kafka_bootstrap, topics.manifests, out.on_batch, stop=stop))
+            tasks.append(tail)
             async with GatewayClient(kafka_bootstrap, topic=topics.ingress) as client:
                 for adapter in APIS:
                     conv = f"c-{adapter}"
@@ -238,14 +256,16 @@ async def test_planted_credentials_appear_in_no_output(
             await _processor_caught_up(kafka_bootstrap, prefix)
             stop.set()
             await tail
-            worker.terminate()
-            worker.wait(timeout=30)
+            _stop_process(worker)
             # the fake saw the real credentials: the search below would find them if they leaked
             sent = " ".join(f"{r.headers}" for r in fp.requests)
             assert PLANTED.openai in sent and PLANTED.anthropic in sent and PLANTED.gemini in sent
             assert SESSION_TOKEN in sent and fp.auth_failures == []
     finally:
         stop.set()
+        await _finish(tasks)
+        if worker is not None:
+            _stop_process(worker)
         _stop_processor(processor)
     redis = aioredis.from_url(redis_url)
     try:

@@ -67,6 +67,9 @@ class FaultPlan:
     `always`: scripted faults for every generation request.
     `by_marker`: scripted faults for every generation request whose body contains the marker text (a
     client can ask for, e.g., a slow stream for some conversations without a header).
+    `first_with_marker`: scripted faults for the first generation request whose body contains the
+    marker text, and for no later one (a fault for one conversation's first attempt, whatever other
+    requests arrive before it; its retry carries the same marker and is left alone).
     A request with an `x-fake-fault` header uses only the header's faults (`none` for no fault at all).
     """
 
@@ -74,6 +77,7 @@ class FaultPlan:
     by_request: Mapping[int, tuple[Fault, ...]] = field(default_factory=dict)
     always: tuple[Fault, ...] = ()
     by_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
+    first_with_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
 
     @classmethod
     def uniform(cls, rate: float, kinds: Iterable[FaultKind] = tuple(FaultKind)) -> FaultPlan:
@@ -82,11 +86,23 @@ class FaultPlan:
             raise ValueError(f"fault rate must be within [0, 1], got {rate}")
         return cls(rates={k: rate for k in kinds})
 
-    def scripted(self, index: int, body: bytes = b"") -> tuple[Fault, ...]:
+    def scripted(
+        self, index: int, body: bytes = b"", markers_seen: set[str] | None = None
+    ) -> tuple[Fault, ...]:
+        """The scripted faults of the `index`-th request. `markers_seen` is the server's record of the
+        `first_with_marker` markers already met; those this body contains are added to it."""
         marked = tuple(
             f for marker, faults in self.by_marker.items() if marker.encode() in body for f in faults
         )
-        return tuple(self.always) + tuple(self.by_request.get(index, ())) + marked
+        first = tuple(
+            f
+            for marker, faults in self.first_with_marker.items()
+            if markers_seen is not None and marker not in markers_seen and marker.encode() in body
+            for f in faults
+        )
+        if markers_seen is not None:
+            markers_seen.update(m for m in self.first_with_marker if m.encode() in body)
+        return tuple(self.always) + tuple(self.by_request.get(index, ())) + marked + first
 
     def draw(self, rng: random.Random) -> tuple[Fault, ...]:
         """Random faults, values left open (resolved against the concrete stream)."""

@@ -149,6 +149,7 @@ class FakeProvider:
         self._handlers: set[asyncio.Task[None]] = set()
         self._seen: Counter[tuple[str, str]] = Counter()
         self._generations = 0
+        self._markers_seen: set[str] = set()  # `FaultPlan.first_with_marker` markers already met
         self._idempotency: dict[tuple[str, str], str] = {}  # (api, key) → body hash
         self._previous: dict[tuple[str, str], list[WireEvent]] = {}  # last stream per (api, body hash)
         self._background: dict[str, BackgroundResponse] = {}
@@ -315,10 +316,11 @@ class FakeProvider:
         answer = decide(conv, rng_for(self.seed, "answer", req.body))
         fault_rng = rng_for(self.seed, "faults", basis)
         header = req.headers.get(FAULT_HEADER)
+        fault_plan = self.fault_plan
         requested = (
             parse_fault_header(header)
             if header is not None
-            else (self.fault_plan.scripted(index, req.body) + self.fault_plan.draw(fault_rng))
+            else fault_plan.scripted(index, req.body, self._markers_seen) + fault_plan.draw(fault_rng)
         )
         by_kind = {f.kind: f for f in reversed(requested)}  # the first mention of a kind wins
         applied: list[Fault] = []

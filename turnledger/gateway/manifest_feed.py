@@ -79,6 +79,7 @@ class ManifestFeed:
         commit_every_s: float = 1.0,
         fetch_ms: int = 200,
         on_live: Callable[[], Awaitable[None]] | None = None,
+        leave_step_s: float = 5.0,
     ) -> None:
         self.worker = worker
         self.bootstrap, self.topic, self.group_id = bootstrap, topic, group_id
@@ -86,6 +87,7 @@ class ManifestFeed:
         self.session_timeout_ms, self.heartbeat_interval_ms = session_timeout_ms, heartbeat_interval_ms
         self.commit_every_s, self.fetch_ms = commit_every_s, fetch_ms
         self.on_live = on_live
+        self.leave_step_s = leave_step_s
         self.consumer: AIOKafkaConsumer | None = None
         self.first_offsets: dict[TopicPartition, dict[OperationKey, int]] = defaultdict(dict)
         """Per owned partition: the first offset of each operation seen there that is still open."""
@@ -153,9 +155,20 @@ class ManifestFeed:
             pass
         finally:
             if self.consumer is not None:
-                with contextlib.suppress(Exception):
-                    await self._commit(self.consumer.assignment())
-                await close_client(self.consumer)
+                await self._leave(self.consumer)
+
+    async def _leave(self, consumer: AIOKafkaConsumer) -> None:
+        """Commit the watermarks and stop the consumer, each step waiting at most `leave_step_s`.
+
+        When the whole event loop is being cancelled (a host's `asyncio.run` ending), aiokafka's own
+        tasks are cancelled with this one: the last commit would then be retried for ever, and the
+        group's LeaveGroup request would wait out the request timeout. A commit lost here costs the
+        share's next owner a few manifests read again, which observing tolerates; a group left
+        without a LeaveGroup deals the share again after the session timeout, as for a crash."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._commit(consumer.assignment()), self.leave_step_s)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(close_client(consumer), self.leave_step_s)
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         return read_committed_consumer(

@@ -445,6 +445,16 @@ async def test_scripted_plan_by_request_index() -> None:
     assert len(fp.requests) == 3 and fp.requests[0].json() == ANTHROPIC_REQ
 
 
+async def test_scripted_plan_first_with_marker_faults_only_the_first_such_request() -> None:
+    plan = FaultPlan(first_with_marker={"cut here": (Fault(FaultKind.MISSING_STOP),)})
+    asked = ["hello", "please cut here", "hello again", "please cut here", "cut here too"]
+    async with FakeProvider(fault_plan=plan) as fp, client_of(fp) as c:
+        for text in asked:
+            req = {**ANTHROPIC_REQ, "messages": [{"role": "user", "content": text}]}
+            await stream_bytes(c, "POST", "/v1/messages", req)
+    assert fp.fault_log == [FaultRecord("req_000002", Fault(FaultKind.MISSING_STOP))]
+
+
 # --- background mode --------------------------------------------------------------------------------
 
 BG_REQ = {**RESP_REQ, "background": True}
