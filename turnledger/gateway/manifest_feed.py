@@ -35,6 +35,7 @@ from aiokafka.structs import OffsetAndMetadata
 from turnledger.codec import CodecError
 from turnledger.gateway.board import OperationKey, key_of
 from turnledger.kafka.clients import (
+    LEAVE_WITHIN_S,
     close_client,
     kafka_outage,
     read_committed_consumer,
@@ -79,7 +80,7 @@ class ManifestFeed:
         commit_every_s: float = 1.0,
         fetch_ms: int = 200,
         on_live: Callable[[], Awaitable[None]] | None = None,
-        leave_step_s: float = 5.0,
+        leave_step_s: float = LEAVE_WITHIN_S,
     ) -> None:
         self.worker = worker
         self.bootstrap, self.topic, self.group_id = bootstrap, topic, group_id
@@ -161,14 +162,12 @@ class ManifestFeed:
         """Commit the watermarks and stop the consumer, each step waiting at most `leave_step_s`.
 
         When the whole event loop is being cancelled (a host's `asyncio.run` ending), aiokafka's own
-        tasks are cancelled with this one: the last commit would then be retried for ever, and the
-        group's LeaveGroup request would wait out the request timeout. A commit lost here costs the
-        share's next owner a few manifests read again, which observing tolerates; a group left
-        without a LeaveGroup deals the share again after the session timeout, as for a crash."""
+        tasks are cancelled with this one, and the last commit would be retried for ever. A commit
+        lost here costs the share's next owner a few manifests read again, which observing
+        tolerates; for the consumer's stop, see `close_client`."""
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._commit(consumer.assignment()), self.leave_step_s)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(close_client(consumer), self.leave_step_s)
+        await close_client(consumer, self.leave_step_s)
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         return read_committed_consumer(

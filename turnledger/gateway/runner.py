@@ -166,9 +166,11 @@ async def run_tool_executor(
     rollout_stage: RolloutStage = RolloutStage.ALL,
     outage: Backoff = FOREVER,
     metrics_port: int = 0,
+    started: asyncio.Event | None = None,
 ) -> None:
     """Consume canonical tool calls (a consumer group: each call is run by one executor).
     `metrics_port`: serve /metrics, /healthz and /readyz (ready after its first poll); 0: off.
+    `started`: set after the first poll, as readiness.
 
     Kafka outages are ridden out as `outage` says: at start, while reading, and while appending a
     batch's results (the batch is answered again once Kafka is back: its turn ids derive from the
@@ -176,7 +178,7 @@ async def run_tool_executor(
     polled = asyncio.Event()
     async with serving(metrics_port, lambda: None if polled.is_set() else "waiting for Kafka"):
         await _run_tool_executor(
-            bootstrap, stop, prefix, tools, group_id, executor_box, rollout_stage, outage, polled
+            bootstrap, stop, prefix, tools, group_id, executor_box, rollout_stage, outage, polled, started
         )
 
 
@@ -190,12 +192,15 @@ async def _run_tool_executor(
     rollout_stage: RolloutStage,
     outage: Backoff,
     polled: asyncio.Event,
+    started: asyncio.Event | None,
 ) -> None:
     topics = Topics(prefix)
     classify = kafka_outage(bootstrap, "append tool results")
 
     async def on_polled() -> None:
         polled.set()
+        if started is not None:
+            started.set()
 
     try:
         client = await start_client(

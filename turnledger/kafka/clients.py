@@ -88,12 +88,22 @@ class _Client(Protocol):
 C = TypeVar("C", bound=_Client)
 
 
-async def close_client(client: object) -> None:
-    """Stop a consumer or producer, close an admin client; never raises (used on the way out)."""
+LEAVE_WITHIN_S = 5.0
+"""How long a group member's consumer may take to stop on the way out (`close_client`)."""
+
+
+async def close_client(client: object, within_s: float | None = None) -> None:
+    """Stop a consumer or producer, close an admin client; never raises (used on the way out).
+
+    `within_s`: give up waiting after that long (None: wait as long as it takes). A consumer in a
+    group sends LeaveGroup when it stops. When the whole event loop is being cancelled (a host's
+    `asyncio.run` ending), aiokafka's own tasks are cancelled too and that request waits out its
+    40 s timeout; a member that leaves without it is dealt out after its session timeout, as after
+    a crash."""
     closer = getattr(client, "stop", None) or getattr(client, "close", None)
     if closer is not None:
         with contextlib.suppress(Exception):
-            await closer()
+            await asyncio.wait_for(closer(), within_s)
 
 
 async def start_client(

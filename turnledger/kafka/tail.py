@@ -16,7 +16,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from turnledger.codec import CodecError, decode
-from turnledger.kafka.clients import close_client, kafka_outage, read_committed_consumer, start_client
+from turnledger.kafka.clients import (
+    LEAVE_WITHIN_S,
+    close_client,
+    kafka_outage,
+    read_committed_consumer,
+    start_client,
+)
 from turnledger.kafka.reading import wait_for_partitions
 from turnledger.model.base import Frozen
 from turnledger.retry import NO_WAIT, Backoff, StopRequested, ride_out
@@ -84,7 +90,7 @@ async def tail_topic(
     except StopRequested:
         return
     finally:
-        await close_client(consumer)
+        await close_client(consumer, LEAVE_WITHIN_S if group_id is not None else None)
 
 
 async def _follow(
