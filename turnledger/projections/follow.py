@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from turnledger.errors import ServiceUnavailable
 from turnledger.kafka.clients import (
+    LEAVE_WITHIN_S,
     close_client,
     kafka_outage,
     read_committed_consumer,
@@ -127,7 +128,7 @@ class Follower:
             pass
         finally:
             if self.consumer is not None:
-                await close_client(self.consumer)
+                await close_client(self.consumer, LEAVE_WITHIN_S if s.group_id is not None else None)
             stats.seconds = time.perf_counter() - began
         return stats
 
