@@ -1,6 +1,7 @@
 """An operation's parts on the changelog as rows: JSON arrays of values in a fixed order, no names.
 
-Changelog format 7 (`state_layout.py`) keeps an operation's own part and its progress part as rows.
+Changelog format 7 (`state_layout.py`, and format 8, which only keeps toolsets apart) keeps an
+operation's own part and its progress part as rows.
 Format 6 kept them as JSON objects, whose names were half of their bytes: an operation's own part
 was ~620 bytes, ~300 of them names, and its progress, which every streamed record writes, carried
 the assembler snapshot's 28 names. With 1,000 conversations active at once every event writes its

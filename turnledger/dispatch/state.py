@@ -33,9 +33,9 @@ def attempt_may_produce_output(state: DispatchState, generation: int, terminated
     return state in open_states and generation > 0 and not terminated
 
 
-def settled_request(op: OperationState) -> DispatchRequested | None:
-    """The request a final operation keeps, when it differs from the one it has: without its tools
-    and policy, with everything else.
+def settled_request(op: OperationState, last: bool = False) -> DispatchRequested | None:
+    """The request a final operation keeps, when it differs from the one it has: without its policy,
+    and without its tools unless it is the conversation's `last` operation.
 
     Only `prepare` reads the tools and policy (to render the manifest, which keeps them in its
     request body and `toolset_digest`) and an attempt's assembler (to check streamed tool calls
@@ -43,21 +43,32 @@ def settled_request(op: OperationState) -> DispatchRequested | None:
     its attempt is committed or retracted; its request's deadline (`occurred_at_ms`,
     `settle_within_ms`) still goes into every later decision about it. A conversation keeps every
     operation it ran, so a toolset of tens of KB, once per operation, was most of its state on the
-    changelog and on every restore (issue 20: 28% of it on the bench mix, whose two tools are small)."""
+    changelog and on every restore (issue 20: 28% of it on the bench mix, whose two tools are small).
+
+    The last operation keeps its tools so that the changelog keeps its toolset, written once per
+    conversation under its digest (`state_layout.py`, format 8) for as long as an operation names
+    it: an agent conversation sends the same toolset with every request, one at a time, and the
+    next request finds it there instead of writing it again. `Step.put` settles the operation
+    before a new one when it adds that one."""
     request = op.request
-    if op.state not in FINAL_STATES or op.assembler is not None or not (request.tools or request.policy):
+    if op.state not in FINAL_STATES or op.assembler is not None:
         return None
-    return request.model_copy(update={"tools": (), "policy": {}})
+    tools = request.tools if last else ()
+    if request.tools is tools and not request.policy:
+        return None
+    return request.model_copy(update={"tools": tools, "policy": {}})
 
 
 def settled_state(state: ConversationState) -> ConversationState:
-    """`state` with every final operation's request settled (`settled_request`); `state` itself when
-    none needs it. For states read from a changelog an earlier release wrote, whose final operations
-    kept their whole requests: the next write of the conversation writes those parts again, small
-    (the fold settles only the operations it puts, and a final one is rarely put again)."""
+    """`state` with every final operation's request settled (`settled_request`, the last operation
+    keeping its tools); `state` itself when none needs it. For states read from a changelog an
+    earlier release wrote, whose final operations kept their whole requests: the next write of the
+    conversation writes those parts again, small (the fold settles only the operations it puts, and
+    a final one is rarely put again)."""
     settled = {}
+    last = next(reversed(state.operations), None)
     for operation_id, op in state.operations.items():
-        request = settled_request(op)
+        request = settled_request(op, operation_id == last)
         if request is not None:
             settled[operation_id] = op.model_copy(update={"request": request})
     if not settled:

@@ -18,11 +18,13 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
 
 from turnledger.dispatch.part_rows import operation_row, progress_row
 from turnledger.dispatch.state import ConversationState, OperationState
+from turnledger.model.events import DispatchRequested
+from turnledger.model.tools import ToolDefinition, toolset_digest
 from turnledger.sequence.graph_state import GraphState
 
 _STATE_FIELDS = (
@@ -115,6 +117,22 @@ class CachedJson(weakref.ref[BaseModel]):
     json: bytes
 
 
+class CachedRequest(CachedJson):
+    """A request's part (`request_part`), with the digest and JSON of the toolset cut out of it
+    (empty when it has no tools)."""
+
+    __slots__ = ("digest", "toolset")
+    digest: str
+    toolset: bytes
+
+
+_TOOLSET = TypeAdapter(tuple[ToolDefinition, ...])
+_TOOLS_FIELD = b'"tools":'
+"""Where a request's JSON holds its tools: the first occurrence is the field itself, since every
+field before it (`IngressEvent`'s, then `operation_id` to `model_revision`) is a string or an int,
+in whose JSON a quote is escaped."""
+
+
 class CachedApart(CachedJson):
     """An operation's parts (`operation_apart`, `operation_progress`), with the contents its
     progress was elided of; `json`, the operation's own part, is computed when first asked for (a
@@ -147,6 +165,9 @@ class StateJson:
         self.apart: dict[int, CachedApart] = {}
         """Operations' parts (without request and chunks), per operation (`operation_apart`)."""
         self.forget_apart = _forgetter(self.apart)
+        self.requests: dict[int, CachedRequest] = {}
+        """Requests' parts and the toolsets cut out of them, per request (`request_part`)."""
+        self.forget_request = _forgetter(self.requests)
 
     def head(self, state: ConversationState, graph: bytes) -> bytes:
         """`model_dump_json()` of the state with `graph` for its graph, and no operations, turn ids or
@@ -167,6 +188,30 @@ class StateJson:
         the changelog keeps them under keys of their own, so a streamed delta does not write the
         whole answer), and each block's count of chunks (`assembler_contents`; null: inline)."""
         return self._apart(op).progress
+
+    def request_part(self, request: DispatchRequested) -> CachedRequest:
+        """The request's part on the changelog (`state_layout.py`, format 8), `json`: its JSON, or, when
+        it has tools, its toolset's digest, a newline, and its JSON with `"tools":[]`; `digest` and
+        `toolset`, the toolset's digest and JSON (the JSON cut out, byte for byte), which the
+        changelog keeps once under the digest. Computed once per request."""
+        key = id(request)
+        hit = self.requests.get(key)
+        if hit is not None and hit() is request:
+            return hit
+        whole = self.model(request)
+        digest, toolset, part = "", b"", whole
+        if request.tools:
+            toolset = _TOOLSET.dump_json(request.tools)
+            start = whole.find(_TOOLS_FIELD) + len(_TOOLS_FIELD)
+            end = start + len(toolset)
+            if start < len(_TOOLS_FIELD) or whole[start:end] != toolset:  # pragma: no cover
+                raise RuntimeError("a request's JSON does not hold its tools where expected")
+            digest = toolset_digest(request.tools)
+            part = b"".join((digest.encode(), b"\n", whole[:start], b"[]", whole[end:]))
+        entry = CachedRequest(request, self.forget_request)
+        entry.key, entry.json, entry.digest, entry.toolset = key, part, digest, toolset
+        self.requests[key] = entry
+        return entry
 
     def contents(self, op: OperationState) -> Contents:
         """`assembler_contents(op.assembler)`: what `operation_progress` elided, computed once per

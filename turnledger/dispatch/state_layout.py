@@ -8,7 +8,10 @@ apart, but every delta still wrote the whole operation: its manifest, keys and l
 ~1,400 bytes a streamed record wrote). Format 6 kept the operation's progress apart too, but as JSON
 objects whose names were half of their bytes. Format 7 writes an operation's parts as rows, JSON
 arrays of values in a fixed order (`part_rows.py`): ~1,190 → ~840 changelog bytes per event with
-1,000 conversations active at once, where every event writes its operation's parts. Format 7:
+1,000 conversations active at once, where every event writes its operation's parts. Format 8 keeps
+a request's toolset apart, once per conversation: an agent sends the same tens of KB of tool
+definitions with every request, and format 7 wrote them again in each operation's request part
+(86% of the changelog's bytes with 22 tools of ~1 KB, issue 20). Format 8:
 
 - `<conversation>`: the *head*, written on a turn, a new operation, a new chunk of turn ids or
   handles, a pause or a cancel: the operation ids, the starts of the block runs and the chunk
@@ -24,8 +27,14 @@ arrays of values in a fixed order (`part_rows.py`): ~1,190 → ~840 changelog by
   rows' layout), with each block's content cut to what its chunks do not hold (`elide_contents`),
   and each block's count of chunks (null for a block kept inline). The two rows name every field
   but the request, which is read back with them into an equal operation;
-- `<conversation>\x1fr\x1f<operation id>`: its request, written when the operation is asked for and
-  once more, without its tools and policy, when it is final (`state.settled_request`);
+- `<conversation>\x1fr\x1f<operation id>`: its request, written when the operation is asked for, again
+  without its policy when it is final, and again without its tools when another operation follows
+  it (`state.settled_request`). A request with tools is written as its toolset's digest, a newline,
+  and its JSON with `"tools":[]` (`StateJson.request_part`; the reader splices the toolset back);
+- `<conversation>\x1fs\x1f<toolset digest>`: a toolset, the JSON array of the definitions, written
+  when a request first names it and deleted when none does. The conversation's last operation keeps
+  its tools, so an agent's next request finds its toolset there: it is written once, not once per
+  operation;
 - `<conversation>\x1fx\x1f<block index>\x1f<n>\x1f<operation id>`: chunk n of the content of the
   operation's assembler block, `CONTENT_CHUNK` code points as a JSON string. The chunks hold all of
   each block's content but the last block's rest past its full chunks (less than a chunk), which
@@ -39,7 +48,7 @@ arrays of values in a fixed order (`part_rows.py`): ~1,190 → ~840 changelog by
 - `<conversation>\x1ft\x1f<n>`, `<conversation>\x1fh\x1f<n>`: turn ids and handles, `CHUNK` per
   chunk, the last chunk rewritten as it grows.
 
-Every value is a `ConversationSnapshot` of format 7. The head sits under the conversation id,
+Every value is a `ConversationSnapshot` of format 8. The head sits under the conversation id,
 where a format-3 state was: a state restored from an older changelog is rewritten in place, and a
 key holds one format at a time. Every part carries the conversation id, so a value read under
 another conversation's key is refused. The fold's state is the same model as in format 3
@@ -51,17 +60,18 @@ conversation id and the tag after it says which kind of part it is. A content ch
 two integers (no separator in them) before the operation id: its fourth separator ends them, and
 the rest is the operation id whatever separators it holds, so the key names one (conversation,
 operation, block, chunk) and no part of another kind. (An operation or request key ends with the
-operation id after its tag in the same way.)
+operation id after its tag in the same way, a toolset key with the digest.)
 
 Each format is a new number, not an extension of the one before, because an older reader must not
-read it: a format-6 reader would find no JSON object in a format-7 row, a format-5 reader would
+read it: a format-7 reader would take a format-8 request part for a request without JSON, a format-6
+reader would find no JSON object in a format-7 row, a format-5 reader would
 take a format-6 operation part (two lines, no assembler) for one without its chunk counts, and a
 format-4 reader a format-5 part for an answer cut to nothing, where a release refuses a head of a
-format it does not know with its typed `StateDecodeError` ("state format 7"). This release reads
-formats 4, 5 and 6 (a changelog written before the upgrade: each operation in one part of two lines
-with its contents inline, or of three lines with its progress inline and its contents in chunks, or
-in two parts of JSON objects: `_OPERATION_READERS`) and writes such a state again whole in format 7
-the first time it changes, every key of it: the head's format says how each part is read, so a
+format it does not know with its typed `StateDecodeError` ("state format 8"). This release reads
+formats 4, 5, 6 and 7 (a changelog written before the upgrade: each operation in one part of two
+lines with its contents inline, or of three lines with its progress inline and its contents in
+chunks, or in two parts of JSON objects, or of rows with the tools in the request:
+`_OPERATION_READERS`) and writes such a state again whole in format 8 the first time it changes, every key of it: the head's format says how each part is read, so a
 conversation's keys must not mix formats. That costs one write of the state per conversation after
 the upgrade.
 
@@ -105,20 +115,25 @@ from turnledger.model.events import ConversationSnapshot
 from turnledger.model.graph import Block
 from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
 
-SPLIT_FORMAT = 7
+SPLIT_FORMAT = 8
 """The snapshot format of a head and of its parts (their content is the format-3 state's)."""
+ROWS_FORMAT = 7
+"""The split format before a request's toolset was kept apart: read, never written."""
 OBJECT_PARTS_FORMAT = 6
 """The split format before an operation's parts were rows (JSON objects): read, never written."""
 PROGRESS_INLINE_FORMAT = 5
 """The split format before an operation's progress was kept apart: read, never written."""
 INLINE_CONTENTS_FORMAT = 4
 """The split format before the assembler's contents were kept apart: read, never written."""
-SPLIT_FORMATS = frozenset({INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT, OBJECT_PARTS_FORMAT, SPLIT_FORMAT})
+SPLIT_FORMATS = frozenset(
+    {INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT, OBJECT_PARTS_FORMAT, ROWS_FORMAT, SPLIT_FORMAT}
+)
 
 SEPARATOR = "\x1f"
 OPERATION_TAG = "o"
 PROGRESS_TAG = "p"
 REQUEST_TAG = "r"
+TOOLSET_TAG = "s"
 BLOCKS_TAG = "b"
 TURNS_TAG = "t"
 HANDLES_TAG = "h"
@@ -157,6 +172,10 @@ def progress_key(conversation_id: str, operation_id: str) -> str:
 
 def request_key(conversation_id: str, operation_id: str) -> str:
     return f"{conversation_id}{SEPARATOR}{REQUEST_TAG}{SEPARATOR}{operation_id}"
+
+
+def toolset_key(conversation_id: str, digest: str) -> str:
+    return f"{conversation_id}{SEPARATOR}{TOOLSET_TAG}{SEPARATOR}{digest}"
 
 
 def blocks_key(conversation_id: str, ordering: int) -> str:
@@ -524,12 +543,23 @@ def state_parts(
         parts[own] = known[own] if same_own else json.operation_apart(op)
         parts[progress] = json.operation_progress(op)
         same_request = prior is not None and op.request is prior.request
-        parts[request] = known[request] if same_request else json.model(op.request)
+        parts[request] = known[request] if same_request else json.request_part(op.request).json
     parts.update(graph.keyed)
+    parts.update(_toolset_parts(state, json))
     for operation_id, op in state.operations.items():  # last: a delta's new chunk is the last key
         if op.assembler is not None and (contents := json.contents(op)):
             parts.update(_content_parts(conversation_id, operation_id, contents))
     return parts, graph
+
+
+def _toolset_parts(state: ConversationState, json: StateJson) -> dict[str, bytes]:
+    """Key → JSON of each toolset an operation's request names, once, in the order first named."""
+    parts: dict[str, bytes] = {}
+    for op in state.operations.values():
+        if op.request.tools:
+            entry = json.request_part(op.request)
+            parts[toolset_key(state.conversation_id, entry.digest)] = entry.toolset
+    return parts
 
 
 def _kept_operations(state: ConversationState, previous: ConversationState) -> int:
@@ -634,11 +664,11 @@ def parts_since(state: ConversationState, json: StateJson, old: Stored) -> dict[
         prior = before[operation_id]
         if op is prior:
             continue
+        if op.request is not prior.request:
+            return None  # a toolset may come or go: its parts go before the chunks (`state_parts`)
         if static_fields(op) != static_fields(prior):
             parts[operation_key(conversation_id, operation_id)] = json.operation_apart(op)
         parts[progress_key(conversation_id, operation_id)] = json.operation_progress(op)
-        if op.request is not prior.request:
-            parts[request_key(conversation_id, operation_id)] = json.model(op.request)
         if op.assembler is not prior.assembler and not regroup:
             contents, was = json.contents(op), json.contents(prior)
             grown = _grown_chunks(conversation_id, operation_id, contents, was)
@@ -802,7 +832,25 @@ def _read_operation(get: Get, operation_id: str, stored: Stored) -> OperationSta
     conversation_id = stored.conversation_id
     part = _part(get, operation_key(conversation_id, operation_id), conversation_id, stored)
     request = _part(get, request_key(conversation_id, operation_id), conversation_id, stored)
+    if stored.format_version == SPLIT_FORMAT and not request.startswith(b"{"):
+        request = _with_toolset(get, operation_id, request, stored)
     return _OPERATION_READERS[stored.format_version](get, operation_id, part, request, stored)
+
+
+def _with_toolset(get: Get, operation_id: str, part: bytes, stored: Stored) -> bytes:
+    """A request's JSON from its format-8 part (its toolset's digest, a newline, its JSON with
+    `"tools":[]`) and its toolset's part."""
+    conversation_id = stored.conversation_id
+    digest, _, request = part.partition(b"\n")
+    start = request.find(_EMPTY_TOOLS)
+    if not request.startswith(b"{") or start < 0:
+        raise StateLayoutError(f"operation {operation_id!r}'s request part is not a toolset digest and JSON")
+    toolset = _part(get, toolset_key(conversation_id, digest.decode()), conversation_id, stored)
+    at = start + len(_EMPTY_TOOLS) - 2
+    return b"".join((request[:at], toolset, request[at + 2 :]))
+
+
+_EMPTY_TOOLS = b'"tools":[]'
 
 
 def _lines(part: bytes, count: int, operation_id: str) -> list[bytes]:
@@ -847,8 +895,8 @@ def _operation_objects(
 def _operation_rows(
     get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
 ) -> OperationState:
-    """Format 7: the operation's own part (a row), its request, then its progress part (a row) and
-    chunk counts (`part_rows.py`)."""
+    """Formats 7 and 8: the operation's own part (a row), its request (its toolset spliced back in
+    format 8: `_with_toolset`), then its progress part (a row) and chunk counts (`part_rows.py`)."""
     progress = _progress(get, operation_id, stored)
     try:
         fields = operation_fields(from_json(part)) | progress_fields(from_json(progress[0]))
@@ -870,6 +918,7 @@ _OPERATION_READERS: dict[int, Callable[[Get, str, bytes, bytes, Stored], Operati
     INLINE_CONTENTS_FORMAT: _operation_inline,
     PROGRESS_INLINE_FORMAT: _operation_progress_inline,
     OBJECT_PARTS_FORMAT: _operation_objects,
+    ROWS_FORMAT: _operation_rows,
     SPLIT_FORMAT: _operation_rows,
 }
 """How each split format keeps an operation (`SPLIT_FORMATS`)."""

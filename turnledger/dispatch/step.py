@@ -95,11 +95,20 @@ class Step:
         """Store `op` (with `updates` and this event's time) in the state: one copy of the operation.
 
         The lease ends with the attempt: once it can produce nothing more, no one holds it. A final
-        operation keeps its request without tools and policy (`settled_request`)."""
+        operation keeps its request without policy, and without tools unless it is the last
+        (`settled_request`): a new operation settles the one before it."""
         op = op.model_copy(update={**updates, "updated_at_ms": self.at})
         if op.lease_owner is not None and not op.may_produce_output:
             op = op.model_copy(update=_NO_LEASE)
-        settled = settled_request(op)
+        operations = self.state.operations
+        last = next(reversed(operations), None)
+        if op.operation_id not in operations and last is not None:
+            before = operations[last]
+            settled = settled_request(before)
+            if settled is not None:
+                self.state = self.state.with_operation(before.model_copy(update={"request": settled}))
+            last = op.operation_id
+        settled = settled_request(op, last in (None, op.operation_id))
         if settled is not None:
             op = op.model_copy(update={"request": settled})
         self.state = self.state.with_operation(op)

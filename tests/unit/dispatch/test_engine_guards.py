@@ -317,7 +317,7 @@ def test_decode_state_reads_a_whole_state_and_refuses_a_split_head() -> None:
     assert decode_state(encode_state(state)) == state
     with pytest.raises(StateDecodeError) as caught:
         decode_state(store.data["conv-1"])
-    assert str(caught.value) == "a format-7 head: its state is split over keys (read it with read_state)"
+    assert str(caught.value) == "a format-8 head: its state is split over keys (read it with read_state)"
     head = decode(store.data["conv-1"])
     assert isinstance(head, ConversationSnapshot)
     with pytest.raises(StateDecodeError, match="a format-4 head"):  # written before contents were chunked
@@ -521,8 +521,8 @@ def test_a_state_that_drops_a_part_deletes_its_key(monkeypatch: pytest.MonkeyPat
     assert earlier is not None
     engine = BatchEngine()
     engine.process_batch(records[1:2], store)
-    operation_keys = sorted(k for k in store.data if any(f"\x1f{tag}\x1f" in k for tag in "opr"))
-    assert operation_keys  # the request wrote its operation's parts
+    operation_keys = sorted(k for k in store.data if any(f"\x1f{tag}\x1f" in k for tag in "oprs"))
+    assert len(operation_keys) == 4  # the request wrote its operation's parts and its toolset
     real = engine_module.fold
 
     def back(state, event, *args):  # type: ignore[no-untyped-def]

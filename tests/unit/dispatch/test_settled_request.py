@@ -1,24 +1,34 @@
-"""A final operation keeps its request without tools and policy (`settled_request`): a conversation keeps
-every operation it ran, and a toolset once per operation was most of its state. Nothing the fold emits
-depends on it; the request's part on the changelog is written again once, small."""
+"""A final operation keeps its request without policy, and without tools once another operation follows
+it (`settled_request`): a conversation keeps every operation it ran, and a toolset once per operation
+was most of its state. The last operation keeps its tools so that the changelog keeps the toolset,
+written once per conversation (format 8). Nothing the fold emits depends on it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
+from turnledger.codec import decode
 from turnledger.dispatch import step as step_module
 from turnledger.dispatch.engine import BatchEngine, read_state
 from turnledger.dispatch.state import FINAL_STATES, OperationState, settled_request, settled_state
-from turnledger.dispatch.state_layout import request_key
+from turnledger.dispatch.state_layout import request_key, toolset_key
 from turnledger.model.base import Frozen
-from turnledger.model.events import DispatchDecision, DispatchRequested, DispatchState, IngressEvent
+from turnledger.model.events import (
+    ConversationSnapshot,
+    DispatchDecision,
+    DispatchRequested,
+    DispatchState,
+    IngressEvent,
+)
 from turnledger.model.reasons import ReasonCode
+from turnledger.model.tools import toolset_digest
 
 from .scenario import ADAPTER, MODEL, WEATHER, Conversation, text_stream, tool_stream
 from .test_decisions_unvalidated import FOLD_SCENARIOS
-from .test_state_layout import Store, _record
+from .test_state_layout import PARIS, Store, _record
 
 S = DispatchState
 POLICY = {"temperature": 0.2, "top_p": 0.9}
@@ -57,7 +67,11 @@ def _without_tools(asked: DispatchRequested) -> DispatchRequested:
     return asked.model_copy(update={"tools": (), "policy": {}})
 
 
-def test_a_committed_operation_keeps_its_request_without_tools_and_policy() -> None:
+def _without_policy(asked: DispatchRequested) -> DispatchRequested:
+    return asked.model_copy(update={"policy": {}})
+
+
+def test_a_committed_operation_keeps_its_tools_until_the_next_operation_and_never_its_policy() -> None:
     c = _streaming("weather in Paris?")
     deltas = tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])])
     c.deltas(deltas[:-1])
@@ -67,18 +81,24 @@ def test_a_committed_operation_keeps_its_request_without_tools_and_policy() -> N
     c.deltas(deltas[-1:])
     op = c.state.operations["op-1"]
     assert op.state is S.COMMITTED and op.assembler is None
-    assert op.request == _without_tools(_asked(c))
-    assert (op.request.tools, op.request.policy) == ((), {})
+    assert op.request == _without_policy(_asked(c))  # the last operation: its toolset stays named
     assert op.request.deadline_at_ms == _asked(c).deadline_at_ms
+    c.tool_results(("call-1", "get_weather", PARIS))
+    assert c.state.operations["op-1"] is op
+    _request(c, "op-2")
+    settled = c.state.operations["op-1"]
+    assert settled.request == _without_tools(_asked(c))
+    assert settled == op.model_copy(update={"request": settled.request})  # nothing else changed
+    assert c.state.operations["op-2"].request == _asked(c, "op-2")
 
 
-def test_a_rejected_operation_keeps_its_request_without_tools_and_policy() -> None:
+def test_a_rejected_operation_keeps_its_request_without_policy() -> None:
     c = Conversation()
     c.user("hello")
     _request(c, model_revision="anthropic/no-such-model@2025-01")
     op = c.state.operations["op-1"]
     assert (op.state, c.of(DispatchDecision)[-1].reason) == (S.REJECTED, ReasonCode.UNKNOWN_MODEL)
-    assert op.request == _without_tools(_asked(c))
+    assert op.request == _without_policy(_asked(c))
 
 
 def test_an_operation_still_waiting_keeps_its_whole_request() -> None:
@@ -100,7 +120,7 @@ def test_a_cancelled_attempt_confirmed_later_is_decided_with_the_requests_deadli
     c.cancel("op-1")
     cancelled = c.state.operations["op-1"]
     assert cancelled.state is S.CANCELLED and cancelled.may_produce_output
-    assert cancelled.request == _without_tools(_asked(c))
+    assert cancelled.request == _without_policy(_asked(c))
     c.terminated()
     decisions = c.of(DispatchDecision)
     assert decisions[-1].attempt_terminated and decisions[-1].state is S.CANCELLED
@@ -108,28 +128,41 @@ def test_a_cancelled_attempt_confirmed_later_is_decided_with_the_requests_deadli
     assert _asked(c).deadline_at_ms == _asked(c).occurred_at_ms + 90_000
 
 
-def test_the_request_part_is_written_again_once_when_the_operation_is_final() -> None:
+def test_a_conversations_toolset_is_written_once_and_its_requests_parts_small() -> None:
     c = _streaming("weather in Paris?")
     c.deltas(text_stream(["Sunny."]))
-    c.user("thanks")
+    c.user("and in Rome?")
+    _request(c, "op-2")
     engine, store, written = BatchEngine(), Store(), []
-    key = request_key("conv-1", "op-1")
     for offset, event in enumerate(c.events):
         store.log.clear()
         engine.process_batch([_record(event, offset)], store)
-        written.append([value for k, value in store.log if k == key])
-    first, settled = written[1][0], written[-2][0]
-    assert [len(values) for values in written] == [0, 1, 0, 0, 0, 1, 0]  # asked, then committed
-    assert b"get_weather" in first and b"temperature" in first
-    assert b"get_weather" not in settled and b"temperature" not in settled
-    assert len(first) - len(settled) > len(WEATHER.model_dump_json())
-    assert store[key] == settled
+        written.append(list(store.log))
+    first, second = request_key("conv-1", "op-1"), request_key("conv-1", "op-2")
+    toolset = toolset_key("conv-1", toolset_digest((WEATHER,)))
+    assert [[k for k, _ in w if k in (first, second, toolset)] for w in written] == [
+        [],
+        [first, toolset],  # asked for: its request names its toolset, written under its digest
+        [],
+        [],
+        [],
+        [first],  # committed: its policy dropped, its tools kept (it is the last operation)
+        [],
+        [first, second],  # the next one: the first's tools dropped, the second names the same toolset
+    ]
+    parts = {k: v for w in written for k, v in w}
+    snapshot = decode(parts[toolset])
+    assert isinstance(snapshot, ConversationSnapshot)
+    assert orjson.loads(snapshot.state) == [WEATHER.model_dump(mode="json")]
+    assert all(b"get_weather" not in v for k, v in parts.items() if k in (first, second))
+    assert all(b"temperature" not in v for v in (store[first], written[5][0][1]))
     assert read_state(store, "conv-1") == c.state
 
 
 def test_no_output_of_any_fold_scenario_depends_on_settled_requests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every fold scenario run again with final operations keeping their whole request: the same
-    outputs, byte for byte, and the same states but for those requests."""
+    """Every fold scenario run again with final operations keeping their whole request, and again with
+    every final operation's tools dropped, the last's too: the same outputs, byte for byte, and the
+    same states but for those requests."""
 
     def run() -> tuple[list[str], list[dict[str, OperationState]]]:
         outputs: list[str] = []
@@ -150,40 +183,42 @@ def test_no_output_of_any_fold_scenario_depends_on_settled_requests(monkeypatch:
 
     settled_outputs, settled_states = run()
     with monkeypatch.context() as patched:
-        patched.setattr(step_module, "settled_request", lambda op: None)
+        patched.setattr(step_module, "settled_request", lambda op, last=False: None)
         whole_outputs, whole_states = run()
-    assert len(settled_outputs) >= 150 and settled_outputs == whole_outputs
+    with monkeypatch.context() as patched:
+        patched.setattr(step_module, "settled_request", lambda op, last=False: settled_request(op))
+        none_kept_outputs, none_kept_states = run()
+    assert len(settled_outputs) >= 150 and settled_outputs == whole_outputs == none_kept_outputs
+    toolless = [op for ops in none_kept_states for op in ops.values() if op.request.tools == ()]
+    assert sum(op.state in FINAL_STATES for op in toolless) >= 20
     settled_count = 0
     for settled, whole in zip(settled_states, whole_states, strict=True):
         assert settled.keys() == whole.keys()
+        last = next(reversed(whole), None)
         for op_id, op in settled.items():
             kept = whole[op_id]
-            expected = settled_request(kept)
+            expected = settled_request(kept, op_id == last)
             settled_count += expected is not None
             assert op.request == (kept.request if expected is None else expected)
             assert op.model_copy(update={"request": kept.request}) == kept
             if op.state in FINAL_STATES and op.assembler is None:
-                assert (op.request.tools, op.request.policy) == ((), {})
-    assert settled_count >= 20
+                assert op.request.policy == {} and (op.request.tools == () or op_id == last)
+    assert settled_count == 3
 
 
 @pytest.mark.parametrize(
-    ("state", "assembler", "tools", "policy", "settles"),
+    ("state", "assembler", "tools", "policy", "last", "settles"),
     [
-        (S.COMMITTED, None, (WEATHER,), {}, True),
-        (S.REJECTED, None, (), POLICY, True),
-        (S.CANCELLED, None, (WEATHER,), POLICY, True),
-        (S.CANCELLED, None, (), {}, False),  # nothing to drop: the same request, no new part
-        (
-            S.CANCELLED,
-            {"blocks": []},
-            (WEATHER,),
-            POLICY,
-            False,
-        ),  # an assembler checks calls against the tools
-        (S.STREAMING, None, (WEATHER,), POLICY, False),
-        (S.WAITING, None, (WEATHER,), POLICY, False),
-        (S.UNKNOWN, None, (WEATHER,), POLICY, False),
+        (S.COMMITTED, None, (WEATHER,), {}, False, True),
+        (S.COMMITTED, None, (WEATHER,), {}, True, False),  # the last keeps its tools: nothing to drop
+        (S.COMMITTED, None, (WEATHER,), POLICY, True, True),  # its policy goes
+        (S.REJECTED, None, (), POLICY, False, True),
+        (S.CANCELLED, None, (WEATHER,), POLICY, False, True),
+        (S.CANCELLED, None, (), {}, False, False),  # nothing to drop: the same request, no new part
+        (S.CANCELLED, {"blocks": []}, (WEATHER,), POLICY, False, False),  # an assembler checks calls
+        (S.STREAMING, None, (WEATHER,), POLICY, False, False),
+        (S.WAITING, None, (WEATHER,), POLICY, False, False),
+        (S.UNKNOWN, None, (WEATHER,), POLICY, False, False),
     ],
 )
 def test_which_operations_settle_their_request(
@@ -191,15 +226,17 @@ def test_which_operations_settle_their_request(
     assembler: dict[str, Any] | None,
     tools: tuple[Any, ...],
     policy: dict[str, Any],
+    last: bool,
     settles: bool,
 ) -> None:
     c = Conversation()
     _request(c, tools=tools, policy=policy)
     op = OperationState(operation_id="op-1", state=state, request=_asked(c), assembler=assembler)
-    settled = settled_request(op)
+    settled = settled_request(op, last)
     assert (settled is not None) == settles
     if settled is not None:
-        assert settled == _without_tools(_asked(c)) and settled is not op.request
+        expected = _without_policy(_asked(c)) if last else _without_tools(_asked(c))
+        assert settled == expected and settled is not op.request
 
 
 def test_a_state_an_earlier_release_wrote_is_settled_when_read_and_written_small_next(
@@ -208,7 +245,7 @@ def test_a_state_an_earlier_release_wrote_is_settled_when_read_and_written_small
     """An earlier release kept a final operation's whole request: the engine settles it when it reads
     the state, and the conversation's next write puts the request's part again, small."""
     with monkeypatch.context() as earlier_release:
-        earlier_release.setattr(step_module, "settled_request", lambda op: None)
+        earlier_release.setattr(step_module, "settled_request", lambda op, last=False: None)
         c = _streaming("weather in Paris?")
         c.deltas(text_stream(["Sunny."]))
         store = Store()
@@ -216,7 +253,7 @@ def test_a_state_an_earlier_release_wrote_is_settled_when_read_and_written_small
     assert c.state.operations["op-1"].request == _asked(c)  # committed, whole
     key = request_key("conv-1", "op-1")
     whole = store[key]
-    assert b"get_weather" in whole
+    assert b"temperature" in whole
     assert read_state(store, "conv-1") == c.state
     assert settled_state(c.state) is not c.state
 
@@ -227,9 +264,9 @@ def test_a_state_an_earlier_release_wrote_is_settled_when_read_and_written_small
         o.model_dump_json() for o in c.outputs[-len(outputs) :]
     ]
     written = dict(store.log)
-    assert b"get_weather" not in written[key] and len(written[key]) < len(whole)
+    assert b"temperature" not in written[key] and len(written[key]) < len(whole)
     assert read_state(store, "conv-1") == settled_state(c.state)
-    assert read_state(store, "conv-1").operations["op-1"].request == _without_tools(_asked(c))  # type: ignore[union-attr]
+    assert read_state(store, "conv-1").operations["op-1"].request == _without_policy(_asked(c))  # type: ignore[union-attr]
 
 
 def test_a_state_with_nothing_to_settle_is_read_as_it_is() -> None:

@@ -33,8 +33,10 @@ from turnledger.dispatch.state_layout import (
     INLINE_CONTENTS_FORMAT,
     OBJECT_PARTS_FORMAT,
     PROGRESS_INLINE_FORMAT,
+    ROWS_FORMAT,
     SEPARATOR,
     SPLIT_FORMAT,
+    TOOLSET_TAG,
     Stored,
     content_key,
     operation_key,
@@ -70,6 +72,9 @@ in its part, its contents in chunks (the same keys as format 6's)."""
 FIXTURE_V6 = FIXTURE.with_name("changelog_v6.json")
 """The same `events` folded by the format-6 engine (commit 234745e): the operation's progress apart,
 its parts JSON objects (the same keys as format 7's)."""
+FIXTURE_V7 = FIXTURE.with_name("changelog_v7.json")
+"""The same `events` folded by the format-7 engine (commit f766245): the operation's parts rows, its
+request with its tools inline (format 8 keeps the toolset under a key of its own)."""
 
 
 def _chunk_keys(store: dict[str, bytes]) -> list[str]:
@@ -240,7 +245,8 @@ def test_the_chunk_keys_of_operations_whose_ids_hold_the_separator_never_collide
     parts, _ = state_parts(state, StateJson())
     chunks = [key for key in parts if key.startswith(CHUNKS)]
     assert len(chunks) == 2 * 2 * len(COLLIDING_IDS)
-    assert len(parts) == 3 + (3 + 2 * 2) * len(COLLIDING_IDS) + 1  # head, turns, handles, ops, blocks
+    # head, turns, handles, ops, blocks, the toolset they name
+    assert len(parts) == 3 + (3 + 2 * 2) * len(COLLIDING_IDS) + 1 + 1
     for key in chunks:  # each key names one (operation, block, chunk): read from the left
         conversation, tag, block, chunk, operation = key.split(SEPARATOR, 4)
         assert key == content_key(conversation, operation, int(block), int(chunk)) and tag == CONTENTS_TAG
@@ -355,20 +361,25 @@ def _records(values: list[bytes], first: int = 0) -> list[SourceRecord]:
     return [SourceRecord("turnledger.ingress", 0, first + i, b"conv-1", v) for i, v in enumerate(values)]
 
 
-@pytest.mark.parametrize("written_in", [INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT, OBJECT_PARTS_FORMAT])
-def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_format_7_one(
+@pytest.mark.parametrize(
+    "written_in", [INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT, OBJECT_PARTS_FORMAT, ROWS_FORMAT]
+)
+def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_format_8_one(
     written_in: int,
 ) -> None:
     """Format 4 (contents inline in the operation's part), format 5 (contents in chunks, progress
-    inline) and format 6 (progress apart, parts as JSON objects): read back equal, every key
-    rewritten in format 7 on the first change, and folded on to the same outputs and the same store
-    as a changelog written in format 7 from the start."""
+    inline), format 6 (progress apart, parts as JSON objects) and format 7 (parts as rows, the tools
+    in the request): read back equal, every key rewritten in format 8 on the first change, and
+    folded on to the same outputs and the same store as a changelog written in format 8 from the
+    start."""
     events, later, changelog_v4 = _fixture()
     if written_in == INLINE_CONTENTS_FORMAT:
         old = Store(changelog_v4)
         assert "é🙂a".encode() in old[operation_key("conv-1", "op-1")]  # the contents inline
     else:
-        fixture = FIXTURE_V5 if written_in == PROGRESS_INLINE_FORMAT else FIXTURE_V6
+        fixture = {PROGRESS_INLINE_FORMAT: FIXTURE_V5, OBJECT_PARTS_FORMAT: FIXTURE_V6}.get(
+            written_in, FIXTURE_V7
+        )
         raw = json.loads(fixture.read_text())
         assert raw["events"] == [base64.b64encode(e).decode() for e in events]
         old = Store({k: base64.b64decode(v) for k, v in raw[f"changelog_v{written_in}"].items()})
@@ -376,8 +387,11 @@ def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_for
         if written_in == PROGRESS_INLINE_FORMAT:
             assert progress_key("conv-1", "op-1") not in old
             assert b'"assembler"' in old[operation_key("conv-1", "op-1")]  # the progress inline
-        else:
+        elif written_in == OBJECT_PARTS_FORMAT:
             assert b'"assembler":{"v":1,' in old[progress_key("conv-1", "op-1")]  # JSON objects
+        else:
+            assert b'"tools":[{"name":"get_weather"' in old[request_key("conv-1", "op-1")]  # tools inline
+            assert not any(f"{SEPARATOR}{TOOLSET_TAG}{SEPARATOR}" in key for key in old)
     snapshots = [decode(value) for value in old.values()]
     assert all(isinstance(s, ConversationSnapshot) and s.format_version == written_in for s in snapshots)
     fresh, fresh_engine = Store(), BatchEngine()
@@ -393,7 +407,7 @@ def test_a_changelog_of_an_earlier_split_format_is_read_and_folded_on_like_a_for
         outputs = engine.process_batch([record], old)
         expected = fresh_engine.process_batch([record], fresh)
         assert [(o.stream, o.key, o.value) for o in outputs] == [(o.stream, o.key, o.value) for o in expected]
-        assert dict(old) == dict(fresh)  # every key in format 7, as if written so from the start
+        assert dict(old) == dict(fresh)  # every key in format 8, as if written so from the start
         if record.offset == len(events):  # the first write after the upgrade: every key again
             assert sorted(key for key, _ in old.log) == sorted(old)
     assert all(decode(value).format_version == SPLIT_FORMAT for value in old.values())  # type: ignore[attr-defined]

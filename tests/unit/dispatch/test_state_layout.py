@@ -39,10 +39,12 @@ from turnledger.dispatch.state_layout import (
     progress_key,
     request_key,
     state_parts,
+    toolset_key,
     write_state,
 )
 from turnledger.model.base import Frozen
 from turnledger.model.events import ConversationSnapshot, IngressEvent
+from turnledger.model.tools import toolset_digest
 from turnledger.processors.store import OverlayStore
 from turnledger.records import SourceRecord
 from turnledger.sequence.graph_state import CallRecord
@@ -128,16 +130,19 @@ def test_an_event_writes_the_keys_of_what_it_changed() -> None:
     conv, op, op2 = "conv-1", operation_key("conv-1", "op-1"), operation_key("conv-1", "op-2")
     progress, progress2 = progress_key(conv, "op-1"), progress_key(conv, "op-2")
     turns, handles = chunk_key(conv, TURNS_TAG, 0), chunk_key(conv, HANDLES_TAG, 0)
+    toolset = toolset_key(conv, toolset_digest(c.state.operations["op-2"].request.tools))
     assert written == [
         [conv, turns, blocks_key(conv, 0)],  # the user turn: the head, its turn id, its revision's blocks
-        [conv, op, progress, request_key(conv, "op-1")],  # DispatchRequested: the head names a new operation
+        # DispatchRequested: the head names a new operation, whose request names a new toolset
+        [conv, op, progress, request_key(conv, "op-1"), toolset],
         [op, progress],  # DispatchAttempt: a new state, and its time
         [op, progress],  # DispatchSent
         [conv, handles, op, progress],  # HandleBound: the first handle (a chunk the head counts)
-        # the tool call commits a turn; the final operation keeps its request without its tools
-        [conv, turns, op, progress, request_key(conv, "op-1"), blocks_key(conv, 1)],
+        # the tool call commits a turn; the final operation, the last, keeps its tools (no policy)
+        [conv, turns, op, progress, blocks_key(conv, 1)],
         [conv, turns, blocks_key(conv, 2)],  # the tool result
-        [conv, op2, progress2, request_key(conv, "op-2")],
+        # the next operation settles op-1's request (no tools) and names the same toolset: not written
+        [conv, request_key(conv, "op-1"), op2, progress2, request_key(conv, "op-2")],
     ]
     state = read_state(store, conv)
     assert state == c.state
@@ -517,7 +522,9 @@ def test_a_rewrite_takes_the_parts_of_what_did_not_change_from_the_last_write() 
     conv, json, store = "conv-1", StateJson(), Store()
     keys = [operation_key(conv, "op-1"), progress_key(conv, "op-1"), request_key(conv, "op-1")]
     handles, turns = chunk_key(conv, HANDLES_TAG, 0), chunk_key(conv, TURNS_TAG, 0)
-    assert second.operations["op-1"] is first.operations["op-1"] and second.graph is first.graph
+    settled = second.operations["op-1"]  # settled by op-2: its tools dropped
+    assert settled.request is not first.operations["op-1"].request and second.graph is first.graph
+    assert settled == first.operations["op-1"].model_copy(update={"request": settled.request})
     assert second.handles is first.handles and second.turn_ids is first.turn_ids and first.handles
 
     def parts(state: ConversationState, since: Stored) -> dict[str, bytes]:
@@ -527,7 +534,8 @@ def test_a_rewrite_takes_the_parts_of_what_did_not_change_from_the_last_write() 
 
     last = write_state(first, Stored(), json, store.put, store.delete)
     got = parts(second, last)
-    assert all(got[key] is last.parts[key] for key in [*keys, handles, turns])
+    assert all(got[key] is last.parts[key] for key in [keys[0], handles, turns])
+    assert got[keys[1]] == last.parts[keys[1]] and got[keys[2]] != last.parts[keys[2]]
 
     last = write_state(second, last, json, store.put, store.delete)
     op = second.operations["op-1"]

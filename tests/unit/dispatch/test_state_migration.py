@@ -21,7 +21,7 @@ from turnledger.dispatch.state import (
     LEGACY_LEASE_OWNER,
     ConversationState,
     ManifestSeal,
-    settled_request,
+    settled_state,
 )
 from turnledger.dispatch.state_layout import SEPARATOR, SPLIT_FORMAT
 from turnledger.model.events import DEFAULT_LEASE_MS, ConversationSnapshot, DispatchDecision
@@ -124,13 +124,9 @@ def _without_delta_counts(state: ConversationState) -> ConversationState:
 
 
 def _settled(state: ConversationState) -> ConversationState:
-    """The state with its final operations' requests as the current fold keeps them (`settled_request`):
+    """The state with its final operations' requests as the current fold keeps them (`settled_state`):
     an operation that was final when its state was written keeps its whole request when restored."""
-    operations = {}
-    for op_id, op in state.operations.items():
-        request = settled_request(op)
-        operations[op_id] = op if request is None else op.model_copy(update={"request": request})
-    return state.model_copy(update={"operations": operations})
+    return settled_state(state)
 
 
 def _unknown_owners(current: ConversationState, restored: ConversationState) -> ConversationState:
