@@ -71,8 +71,9 @@ format it does not know with its typed `StateDecodeError` ("state format 8"). Th
 formats 4, 5, 6 and 7 (a changelog written before the upgrade: each operation in one part of two
 lines with its contents inline, or of three lines with its progress inline and its contents in
 chunks, or in two parts of JSON objects, or of rows with the tools in the request:
-`_OPERATION_READERS`) and writes such a state again whole in format 8 the first time it changes, every key of it: the head's format says how each part is read, so a
-conversation's keys must not mix formats. That costs one write of the state per conversation after
+`_OPERATION_READERS`) and writes such a state again whole in format 8 the first time it changes,
+every key of it: the head's format says how each part is read, so a conversation's keys must not
+mix formats. That costs one write of the state per conversation after
 the upgrade.
 
 A conversation id that contains the separator (U+001F) keeps the whole state in format 3 under the
