@@ -34,6 +34,11 @@ def test_quick():
     assert True
 """
 
+UNMARKED = """
+def test_quick():
+    assert True
+"""
+
 
 def _run(tmp_path: Path, source: str, *plugins: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_case.py").write_text(source)
@@ -57,4 +62,10 @@ def test_a_hung_teardown_ends_the_run_naming_the_test_and_the_task(tmp_path: Pat
 
 def test_a_test_within_its_timeout_is_left_alone(tmp_path: Path) -> None:
     done = _run(tmp_path, PASSING)
+    assert (done.returncode, "1 passed" in done.stdout) == (0, True), done.stdout + done.stderr
+
+
+def test_without_pytest_timeout_an_unmarked_test_has_no_limit_and_runs(tmp_path: Path) -> None:
+    """`make mutation` runs pytest with `-p no:timeout`: the `timeout` ini option is then unknown."""
+    done = _run(tmp_path, UNMARKED, "-p", "no:timeout")
     assert (done.returncode, "1 passed" in done.stdout) == (0, True), done.stdout + done.stderr
