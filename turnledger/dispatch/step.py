@@ -102,13 +102,13 @@ class Step:
             op = op.model_copy(update=_NO_LEASE)
         operations = self.state.operations
         last = next(reversed(operations), None)
-        if op.operation_id not in operations and last is not None:
+        new = op.operation_id not in operations
+        if new and last is not None:
             before = operations[last]
             settled = settled_request(before)
             if settled is not None:
                 self.state = self.state.with_operation(before.model_copy(update={"request": settled}))
-            last = op.operation_id
-        settled = settled_request(op, last in (None, op.operation_id))
+        settled = settled_request(op, new or last == op.operation_id)
         if settled is not None:
             op = op.model_copy(update={"request": settled})
         self.state = self.state.with_operation(op)
