@@ -30,7 +30,8 @@ definitions with every request, and format 7 wrote them again in each operation'
 - `<conversation>\x1fr\x1f<operation id>`: its request, written when the operation is asked for, again
   without its policy when it is final, and again without its tools when another operation follows
   it (`state.settled_request`). A request with tools is written as its toolset's digest, a newline,
-  and its JSON with `"tools":[]` (`StateJson.request_part`; the reader splices the toolset back);
+  and its JSON with `"tools":[]` (`StateJson.request_part`; the reader puts back the toolset's definitions, parsed
+  once per toolset for every conversation that names it: `model.tools.toolset_of_json`);
 - `<conversation>\x1fs\x1f<toolset digest>`: a toolset, the JSON array of the definitions, written
   when a request first names it and deleted when none does. The conversation's last operation keeps
   its tools, so an agent's next request finds its toolset there: it is written once, not once per
@@ -114,6 +115,7 @@ from turnledger.dispatch.state_json import (
 from turnledger.errors import StateFormatError
 from turnledger.model.events import ConversationSnapshot
 from turnledger.model.graph import Block
+from turnledger.model.tools import ToolDefinition, toolset_of_json
 from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
 
 SPLIT_FORMAT = 8
@@ -833,22 +835,33 @@ def _read_operation(get: Get, operation_id: str, stored: Stored) -> OperationSta
     conversation_id = stored.conversation_id
     part = _part(get, operation_key(conversation_id, operation_id), conversation_id, stored)
     request = _part(get, request_key(conversation_id, operation_id), conversation_id, stored)
-    if stored.format_version == SPLIT_FORMAT and not request.startswith(b"{"):
-        request = _with_toolset(get, operation_id, request, stored)
-    return _OPERATION_READERS[stored.format_version](get, operation_id, part, request, stored)
+    read = _OPERATION_READERS[stored.format_version]
+    if stored.format_version != SPLIT_FORMAT or request.startswith(b"{"):
+        return read(get, operation_id, part, request, stored)
+    request, tools = _toolset_apart(get, operation_id, request, stored)
+    op = read(get, operation_id, part, request, stored)
+    return op.model_copy(update={"request": op.request.model_copy(update={"tools": tools})})
 
 
-def _with_toolset(get: Get, operation_id: str, part: bytes, stored: Stored) -> bytes:
-    """A request's JSON from its format-8 part (its toolset's digest, a newline, its JSON with
-    `"tools":[]`) and its toolset's part."""
+def _toolset_apart(
+    get: Get, operation_id: str, part: bytes, stored: Stored
+) -> tuple[bytes, tuple[ToolDefinition, ...]]:
+    """A format-8 request part (its toolset's digest, a newline, its JSON with `"tools":[]`): that
+    JSON, and the toolset's definitions from its own part, parsed once per distinct toolset
+    (`toolset_of_json`): a processor taking a partition over reads the same agent toolset back for
+    each of its conversations, and parsing it was half of a conversation's restore with 22 tools."""
     conversation_id = stored.conversation_id
     digest, _, request = part.partition(b"\n")
-    start = request.find(_EMPTY_TOOLS)
-    if not request.startswith(b"{") or start < 0:
+    if not request.startswith(b"{") or _EMPTY_TOOLS not in request:
         raise StateLayoutError(f"operation {operation_id!r}'s request part is not a toolset digest and JSON")
-    toolset = _part(get, toolset_key(conversation_id, digest.decode()), conversation_id, stored)
-    at = start + len(_EMPTY_TOOLS) - 2
-    return b"".join((request[:at], toolset, request[at + 2 :]))
+    key = digest.decode()
+    toolset = _part(get, toolset_key(conversation_id, key), conversation_id, stored)
+    try:
+        return request, toolset_of_json(key, toolset)
+    except ValueError as exc:
+        raise StateLayoutError(
+            f"the toolset {key!r} of {conversation_id!r} is not a list of tools: {exc}"
+        ) from exc
 
 
 _EMPTY_TOOLS = b'"tools":[]'
@@ -896,8 +909,8 @@ def _operation_objects(
 def _operation_rows(
     get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
 ) -> OperationState:
-    """Formats 7 and 8: the operation's own part (a row), its request (its toolset spliced back in
-    format 8: `_with_toolset`), then its progress part (a row) and chunk counts (`part_rows.py`)."""
+    """Formats 7 and 8: the operation's own part (a row), its request (in format 8 with `"tools":[]`
+    when it names a toolset, put back by `_read_operation`), then its progress part (a row) and chunk counts (`part_rows.py`)."""
     progress = _progress(get, operation_id, stored)
     try:
         fields = operation_fields(from_json(part)) | progress_fields(from_json(progress[0]))

@@ -18,6 +18,7 @@ calling, without looking the name up on the class each time (`FastCopy.model_cop
 bench run)."""
 K = TypeVar("K")
 V = TypeVar("V")
+F = TypeVar("F", bound=Callable[..., Any])
 
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
 MAX_FIELDS_SETS = 4096
@@ -63,7 +64,7 @@ change nothing, so a reader that builds models without validation applies them i
 (`codec/model_reader.py`) instead of falling back to `model_validate`."""
 
 
-def sharing(validator: Callable[..., Any]) -> Callable[..., Any]:
+def sharing(validator: F) -> F:
     """Register `validator` in `SHARING`; returns it unchanged."""
     SHARING.add(validator)
     return validator

@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from turnledger.model.base import Frozen, sharing
 from turnledger.model.canonical import digest_of
@@ -60,6 +60,28 @@ def toolset_digest(tools: tuple[ToolDefinition, ...]) -> str:
         _TOOLSET_DIGESTS.clear()
     _TOOLSET_DIGESTS[key] = (tools, digest)
     return digest
+
+
+_TOOL_LIST = TypeAdapter(tuple[ToolDefinition, ...])
+_TOOLSETS_READ: dict[str, tuple[bytes, tuple[ToolDefinition, ...]]] = {}
+MAX_TOOLSETS_READ = 256
+"""Toolsets kept parsed by `toolset_of_json`; past this many the table starts over."""
+
+
+def toolset_of_json(key: str, json: bytes) -> tuple[ToolDefinition, ...]:
+    """The definitions of a toolset's JSON array, the shared live ones (`shared_tools`), as validating
+    a request with that array would give them, parsed once per distinct JSON: the conversations of a
+    partition read back the same agent toolset again and again (`dispatch/state_layout.py`). `key`
+    names the JSON (its digest); an entry is used only for the very same bytes, so a key that names
+    other JSON costs a parse, never a wrong answer. Raises pydantic's ValidationError (a ValueError)."""
+    kept = _TOOLSETS_READ.get(key)
+    if kept is not None and kept[0] == json:
+        return kept[1]
+    tools = shared_tools(_TOOL_LIST.validate_json(json))
+    if len(_TOOLSETS_READ) >= MAX_TOOLSETS_READ:
+        _TOOLSETS_READ.clear()
+    _TOOLSETS_READ[key] = (json, tools)
+    return tools
 
 
 class Toolset(Frozen):

@@ -24,7 +24,7 @@ from turnledger.dispatch.state_layout import (
     write_state,
 )
 from turnledger.model.events import ConversationSnapshot, DispatchRequested
-from turnledger.model.tools import ToolDefinition, toolset_digest
+from turnledger.model.tools import ToolDefinition, toolset_digest, toolset_of_json
 
 from .scenario import ADAPTER, MODEL, WEATHER, Conversation, text_stream
 from .test_state_layout import Store, _record
@@ -137,4 +137,44 @@ def test_a_request_part_that_is_not_a_digest_and_json_with_empty_tools_is_refuse
         ConversationSnapshot(conversation_id="conv-1", format_version=SPLIT_FORMAT, state=part)
     )
     with pytest.raises(StateLayoutError, match="request part is not a toolset digest and JSON"):
+        read_state(store, "conv-1")
+
+
+def test_conversations_that_name_one_toolset_read_it_back_parsed_once() -> None:
+    """A processor taking a partition over reads each conversation's toolset part back: the same
+    toolset gives the very same definitions (`toolset_of_json`), and each state equals the one written."""
+    store, states = Store(), []
+    for conversation_id in ("conv-1", "conv-2"):
+        c = Conversation(conversation_id)
+        c.user("hello")
+        _request(c, "op-1", TRICKY)
+        write_state(c.state, Stored(), StateJson(), store.put, store.delete)
+        states.append(c.state)
+    first, second = (read_state(store, state.conversation_id) for state in states)
+    assert first == states[0] and second == states[1]
+    assert first.model_dump_json() == states[0].model_dump_json()
+    tools = first.operations["op-1"].request.tools
+    assert tools is second.operations["op-1"].request.tools
+    assert tools == TRICKY and all(read is live for read, live in zip(tools, TRICKY, strict=True))
+
+
+def test_a_toolset_key_met_again_with_other_json_is_parsed_again() -> None:
+    paris = b'[{"name":"paris_weather","description":"","input_schema":{"type":"object"}}]'
+    rome = b'[{"name":"rome_weather","description":"","input_schema":{"type":"object"}}]'
+    assert [t.name for t in toolset_of_json("sha256:same", paris)] == ["paris_weather"]
+    assert [t.name for t in toolset_of_json("sha256:same", rome)] == ["rome_weather"]
+    assert [t.name for t in toolset_of_json("sha256:same", paris)] == ["paris_weather"]
+
+
+@pytest.mark.parametrize("toolset", [b"{}", b'[{"description":"no name"}]', b"[", b'[{"name":1}]'])
+def test_a_toolset_part_that_is_not_a_list_of_tools_is_refused(toolset: bytes) -> None:
+    c = Conversation()
+    c.user("hello")
+    _request(c, "op-1", (WEATHER,))
+    store, _ = _written(c.state)
+    key = toolset_key("conv-1", toolset_digest((WEATHER,)))
+    store[key] = encode(
+        ConversationSnapshot(conversation_id="conv-1", format_version=SPLIT_FORMAT, state=toolset)
+    )
+    with pytest.raises(StateLayoutError, match="is not a list of tools"):
         read_state(store, "conv-1")
