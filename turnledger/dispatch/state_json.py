@@ -18,13 +18,13 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 from pydantic_core import to_json
 
 from turnledger.dispatch.part_rows import operation_row, progress_row
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.model.events import DispatchRequested
-from turnledger.model.tools import ToolDefinition, toolset_digest
+from turnledger.model.tools import toolset_digest, toolset_json
 from turnledger.sequence.graph_state import GraphState
 
 _STATE_FIELDS = (
@@ -126,7 +126,6 @@ class CachedRequest(CachedJson):
     toolset: bytes
 
 
-_TOOLSET = TypeAdapter(tuple[ToolDefinition, ...])
 _TOOLS_FIELD = b'"tools":'
 """Where a request's JSON holds its tools: the first occurrence is the field itself, since every
 field before it (`IngressEvent`'s, then `operation_id` to `model_revision`) is a string or an int,
@@ -201,7 +200,7 @@ class StateJson:
         whole = self.model(request)
         digest, toolset, part = "", b"", whole
         if request.tools:
-            toolset = _TOOLSET.dump_json(request.tools)
+            toolset = toolset_json(request.tools)
             start = whole.find(_TOOLS_FIELD) + len(_TOOLS_FIELD)
             end = start + len(toolset)
             if start < len(_TOOLS_FIELD) or whole[start:end] != toolset:  # pragma: no cover

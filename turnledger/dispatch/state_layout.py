@@ -30,8 +30,9 @@ definitions with every request, and format 7 wrote them again in each operation'
 - `<conversation>\x1fr\x1f<operation id>`: its request, written when the operation is asked for, again
   without its policy when it is final, and again without its tools when another operation follows
   it (`state.settled_request`). A request with tools is written as its toolset's digest, a newline,
-  and its JSON with `"tools":[]` (`StateJson.request_part`; the reader puts back the toolset's definitions, parsed
-  once per toolset for every conversation that names it: `model.tools.toolset_of_json`);
+  and its JSON with `"tools":[]` (`StateJson.request_part`); the reader puts the toolset's
+  definitions back, parsed once per toolset for all the conversations that name it
+  (`model.tools.toolset_of_json`);
 - `<conversation>\x1fs\x1f<toolset digest>`: a toolset, the JSON array of the definitions, written
   when a request first names it and deleted when none does. The conversation's last operation keeps
   its tools, so an agent's next request finds its toolset there: it is written once, not once per
@@ -910,7 +911,8 @@ def _operation_rows(
     get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
 ) -> OperationState:
     """Formats 7 and 8: the operation's own part (a row), its request (in format 8 with `"tools":[]`
-    when it names a toolset, put back by `_read_operation`), then its progress part (a row) and chunk counts (`part_rows.py`)."""
+    when it names a toolset, put back by `_read_operation`), then its progress part (a row) and chunk
+    counts (`part_rows.py`)."""
     progress = _progress(get, operation_id, stored)
     try:
         fields = operation_fields(from_json(part)) | progress_fields(from_json(progress[0]))

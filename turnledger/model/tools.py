@@ -63,6 +63,24 @@ def toolset_digest(tools: tuple[ToolDefinition, ...]) -> str:
 
 
 _TOOL_LIST = TypeAdapter(tuple[ToolDefinition, ...])
+_TOOLSET_JSON: dict[tuple[int, ...], tuple[tuple[ToolDefinition, ...], bytes]] = {}
+
+
+def toolset_json(tools: tuple[ToolDefinition, ...]) -> bytes:
+    """The JSON array of the definitions, as a request's JSON holds its `tools`, kept per sequence of
+    definition objects as `toolset_digest` keeps its digest (and for the same reason: the changelog
+    cuts it out of every request that names it, `dispatch/state_json.py` `request_part`)."""
+    key = tuple(map(id, tools))
+    kept = _TOOLSET_JSON.get(key)
+    if kept is not None:
+        return kept[1]
+    json = _TOOL_LIST.dump_json(tools)
+    if len(_TOOLSET_JSON) >= MAX_TOOLSET_DIGESTS:
+        _TOOLSET_JSON.clear()
+    _TOOLSET_JSON[key] = (tools, json)
+    return json
+
+
 _TOOLSETS_READ: dict[str, tuple[bytes, tuple[ToolDefinition, ...]]] = {}
 MAX_TOOLSETS_READ = 256
 """Toolsets kept parsed by `toolset_of_json`; past this many the table starts over."""

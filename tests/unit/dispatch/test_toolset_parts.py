@@ -24,7 +24,7 @@ from turnledger.dispatch.state_layout import (
     write_state,
 )
 from turnledger.model.events import ConversationSnapshot, DispatchRequested
-from turnledger.model.tools import ToolDefinition, toolset_digest, toolset_of_json
+from turnledger.model.tools import ToolDefinition, toolset_digest, toolset_json, toolset_of_json
 
 from .scenario import ADAPTER, MODEL, WEATHER, Conversation, text_stream
 from .test_state_layout import Store, _record
@@ -178,3 +178,14 @@ def test_a_toolset_part_that_is_not_a_list_of_tools_is_refused(toolset: bytes) -
     )
     with pytest.raises(StateLayoutError, match="is not a list of tools"):
         read_state(store, "conv-1")
+
+
+def test_a_toolsets_json_is_what_a_request_holds_and_is_made_once_per_sequence_of_definitions() -> None:
+    request = DispatchRequested(
+        conversation_id="conv-1", event_id="e-1", occurred_at_ms=1, operation_id="op-1", adapter=ADAPTER,
+        provider="anthropic", model_revision=MODEL, tools=TRICKY, max_output_tokens=256,
+    )  # fmt: skip
+    json = toolset_json(request.tools)
+    assert request.model_dump_json().encode().count(b'"tools":' + json) == 1
+    assert toolset_json(tuple(list(request.tools))) is json
+    assert toolset_json((WEATHER,)) == b"[" + WEATHER.model_dump_json().encode() + b"]"
