@@ -17,6 +17,7 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        ModelRegistryError
     ├── StreamFormatError         (streaming) EventStreamError, ArgumentError
     ├── StateFormatError          (dispatch) StateDecodeError, UnreadableStateFormat
+    ├── BatchClosedError          (dispatch) a batch folded or closed after its close (engine.py)
     ├── InputFileError            (CLI files) LegacyExchangeError, LegacyFormatError, ProviderConfigError
     ├── ProcessorError            (processors) TopicMismatchError, ProducerFencedError, PoisonHookError,
     │                                        TooManyAbortsError, ProcessesFailedError, LimitsConfigError;

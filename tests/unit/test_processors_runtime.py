@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -13,8 +14,8 @@ from turnledger.processors.cli import parse_partitions
 from turnledger.processors.config import ProcessorConfig, transactional_id
 from turnledger.processors.contract import StateStore
 from turnledger.processors.errors import PoisonHookError
-from turnledger.processors.folding import fold_batch
-from turnledger.processors.partition import _Segments
+from turnledger.processors.folding import FoldingBatch, SegmentedBatch, fold_batch
+from turnledger.processors.partition import _timed
 from turnledger.processors.poison import json_poison_hook
 from turnledger.processors.store import MemoryStateStore, OverlayStore
 from turnledger.records import OutputRecord, SourceRecord
@@ -169,28 +170,138 @@ def test_fold_batch_isolates_poison_and_keeps_other_records_exact() -> None:
     assert base.get("c1") == b"5"
 
 
-def test_a_batch_folded_as_it_arrives_keeps_the_segments_before_a_poisoned_record() -> None:
+class IncrementalCounterFold(CounterFold):
+    """CounterFold taking a batch in pieces: counts kept in the open batch, written at its close."""
+
+    def __init__(self) -> None:
+        self.closes = 0
+
+    def open_batch(self, store: StateStore) -> CounterBatch:
+        return CounterBatch(self, store)
+
+
+class CounterBatch:
+    def __init__(self, fold: IncrementalCounterFold, store: StateStore) -> None:
+        self.owner, self.store = fold, store
+        self.counts: dict[str, int] = {}
+        self.outputs: list[OutputRecord] = []
+
+    def fold(self, records: Sequence[SourceRecord]) -> None:
+        for r in records:
+            if r.value and r.value.startswith(b"boom"):
+                raise ValueError("boom")
+            key = (r.key or b"").decode()
+            count = self.counts.get(key, int(self.store.get(key) or b"0")) + 1
+            self.counts[key] = count
+            self.outputs.append(OutputRecord("out", r.key, f"{key}:{count}".encode()))
+
+    def close(self) -> list[OutputRecord]:
+        self.owner.closes += 1
+        for key, count in self.counts.items():
+            self.store.put(key, str(count).encode())
+        return self.outputs
+
+
+def _fold_whole(
+    fold: CounterFold, records: list[SourceRecord], base: MemoryStateStore
+) -> tuple[list[bytes], dict]:
+    """The batch folded whole by `fold_batch`: its output values and its writes."""
+    overlay = OverlayStore(base)
+    outcome = fold_batch(fold, records, overlay, json_poison_hook(Topics("t.")))
+    return [o.value for o in outcome.outputs], dict(overlay.dirty)
+
+
+def test_a_batch_folded_as_it_arrives_writes_only_at_its_close_what_folding_it_whole_writes() -> None:
     base = MemoryStateStore()
     base.put("c1", b"5")
-    segments = _Segments(CounterFold(), json_poison_hook(Topics("t.")), OverlayStore(base))
+    pieces = [[rec(0), rec(1, "c2")], [rec(2)], [rec(3, "c2"), rec(4)]]
+    fold = IncrementalCounterFold()
+    gathered = FoldingBatch(fold, json_poison_hook(Topics("t.")), OverlayStore(base))
+    for piece in pieces:
+        gathered.fold_records(piece)
+    assert dict(gathered.overlay.dirty) == {} and fold.closes == 0  # nothing written before the close
+    outcome = gathered.outcome([r for piece in pieces for r in piece])
+    assert fold.closes == 1 and outcome.poisoned == 0
+    values = [o.value for o in outcome.outputs]
+    assert values == [b"c1:6", b"c2:1", b"c1:7", b"c2:2", b"c1:8"]
+    assert dict(gathered.overlay.dirty) == {"c1": b"8", "c2": b"2"}
+    assert (values, dict(gathered.overlay.dirty)) == _fold_whole(
+        CounterFold(), [r for p in pieces for r in p], base
+    )
+    assert base.get("c1") == b"5"
+
+
+def test_a_piece_that_raises_has_the_batch_folded_whole_at_its_close_with_the_poison_isolated() -> None:
+    base = MemoryStateStore()
+    base.put("c1", b"5")
+    pieces = [[rec(0), rec(1, "c2")], [rec(2, value=b"boom"), rec(3)], [rec(4, "c2")]]
+    fold = IncrementalCounterFold()
+    gathered = FoldingBatch(fold, json_poison_hook(Topics("t.")), OverlayStore(base))
+    for piece in pieces:
+        gathered.fold_records(piece)
+    records = [r for piece in pieces for r in piece]
+    outcome = gathered.outcome(records)
+    assert fold.closes == 0  # the open batch was given up at the piece that raised
+    assert outcome.poisoned == 1
+    values = [o.value for o in outcome.outputs]
+    assert values[:2] == [b"c1:6", b"c2:1"] and values[3:] == [b"c1:7", b"c2:2"]
+    assert b'"offset":2' in values[2]
+    assert dict(gathered.overlay.dirty) == {"c1": b"7", "c2": b"2"}
+    assert (values, dict(gathered.overlay.dirty)) == _fold_whole(CounterFold(), records, base)
+
+
+def test_a_close_that_raises_discards_the_pieces_writes_and_folds_the_batch_whole() -> None:
+    class FailingClose(CounterBatch):
+        def close(self) -> list[OutputRecord]:
+            self.store.put("c1", b"999")  # a partial write, which must not survive
+            raise RuntimeError("close failed")
+
+    class Fold(IncrementalCounterFold):
+        def open_batch(self, store: StateStore) -> CounterBatch:
+            return FailingClose(self, store)
+
+    base = MemoryStateStore()
+    gathered = FoldingBatch(Fold(), json_poison_hook(Topics("t.")), OverlayStore(base))
+    gathered.fold_records([rec(0), rec(1)])
+    outcome = gathered.outcome([rec(0), rec(1)])
+    assert [o.value for o in outcome.outputs] == [b"c1:1", b"c1:2"] and outcome.poisoned == 0
+    assert dict(gathered.overlay.dirty) == {"c1": b"2"}
+
+
+def test_a_plain_fold_is_folded_whole_when_the_batch_closes() -> None:
+    class Counting(CounterFold):
+        calls: list[int] = []
+
+        def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
+            self.calls.append(len(records))
+            return super().process_batch(records, store)
+
+    fold = Counting()
+    gathered = FoldingBatch(fold, json_poison_hook(Topics("t.")), OverlayStore(MemoryStateStore()))
+    gathered.fold_records([rec(0)])
+    gathered.fold_records([rec(1, "c2")])
+    assert fold.calls == []
+    outcome = gathered.outcome([rec(0), rec(1, "c2")])
+    assert fold.calls == [2] and [o.value for o in outcome.outputs] == [b"c1:1", b"c2:1"]
+
+
+def test_a_group_commit_batch_keeps_the_segments_before_a_poisoned_record() -> None:
+    base = MemoryStateStore()
+    base.put("c1", b"5")
+    segments = SegmentedBatch(IncrementalCounterFold(), json_poison_hook(Topics("t.")), OverlayStore(base))
     segments.fold_records([rec(0), rec(1, "c2")])
+    assert dict(segments.overlay.dirty) == {"c1": b"6", "c2": b"1"}  # each segment written at once
     segments.fold_records([rec(2, value=b"boom"), rec(3)])
     segments.fold_records([rec(4, "c2")])
-    outcome = segments.outcome()
+    records = [rec(0), rec(1, "c2"), rec(2, value=b"boom"), rec(3), rec(4, "c2")]
+    outcome = segments.outcome(records)
     assert outcome.poisoned == 1
     values = [o.value for o in outcome.outputs]
     assert values[:2] == [b"c1:6", b"c2:1"] and values[3:] == [b"c1:7", b"c2:2"]
     assert b'"offset":2' in values[2]
     assert dict(segments.overlay.dirty) == {"c1": b"7", "c2": b"2"}
     assert base.get("c1") == b"5"
-    whole = OverlayStore(base)  # the same records folded as one batch: the same outputs and writes
-    at_once = fold_batch(
-        CounterFold(),
-        [rec(0), rec(1, "c2"), rec(2, value=b"boom"), rec(3), rec(4, "c2")],
-        whole,
-        json_poison_hook(Topics("t.")),
-    )
-    assert [o.value for o in at_once.outputs] == values and dict(whole.dirty) == dict(segments.overlay.dirty)
+    assert (values, dict(segments.overlay.dirty)) == _fold_whole(CounterFold(), records, base)
 
 
 def test_fold_batch_hook_failure_is_not_swallowed() -> None:
@@ -311,3 +422,15 @@ def test_a_kept_store_is_rolled_back_for_the_folds_cache() -> None:
     assert left_behind.rollback_stamp is before
     assert processor._keep_store() == "kept the state of its previous term (1 keys)"
     assert store.rollback_stamp is not before
+
+
+async def test_a_commit_is_timed_inside_its_task_not_until_it_is_awaited() -> None:
+    release = asyncio.Event()
+    started = time.monotonic()
+    task = asyncio.ensure_future(_timed(release.wait()))
+    release.set()
+    while not task.done():
+        await asyncio.sleep(0.001)
+    ended = time.monotonic()
+    await asyncio.sleep(0.2)  # the next batch being gathered and folded before the commit is awaited
+    assert await task <= ended - started

@@ -33,6 +33,7 @@ from turnledger.dispatch.state_layout import (
     write_state,
 )
 from turnledger.dispatch.turn_size import EncodedRecords
+from turnledger.errors import TurnledgerError
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     CommittedTurn,
@@ -136,19 +137,16 @@ class BatchEngine:
         self._listings = ListingCache(max_entries=cache_size)
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateAccess) -> list[EncodedOutput]:
-        states: dict[str, ConversationState] = {}
-        stored: dict[str, Stored] = {}
-        changed: set[str] = set()
-        outputs: list[Frozen] = []
-        encoded = EncodedRecords()
-        stamp = getattr(store, "rollback_stamp", None)
-        for record in records:
-            outputs.extend(self._apply(record, store, stamp, states, stored, changed, encoded))
-        for conversation_id in sorted(changed):
-            state = states[conversation_id]
-            now = write_state(state, stored[conversation_id], self._state_json, store.put, _deleter(store))
-            self._remember(conversation_id, now, state, stamp)
-        return [_encode_output(out, encoded) for out in outputs]
+        """Fold `records` as one batch: their encoded outputs, in order, and each changed
+        conversation's state written to `store` once."""
+        batch = self.open_batch(store)
+        outputs = batch.fold(records)
+        batch.close()
+        return outputs
+
+    def open_batch(self, store: StateAccess) -> BatchInProgress:
+        """A batch to fold piece by piece as its records arrive (`BatchInProgress`)."""
+        return BatchInProgress(self, store)
 
     def _apply(
         self,
@@ -211,6 +209,60 @@ class BatchEngine:
         self._cache.move_to_end(conversation_id)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
+
+
+class BatchClosedError(TurnledgerError):
+    """A batch was folded or closed again after its close."""
+
+
+class BatchInProgress:
+    """One batch, folded in as many pieces as its records arrive in: `fold` applies records and
+    returns their encoded outputs at once, `close` writes each changed conversation's state once.
+
+    The pieces give exactly the outputs and the writes of `process_batch` over the whole batch: an
+    event's outputs depend on the states and the events before it, never on where a piece ends, and
+    the states are written only at the close. So the runtime folds a batch while it is still being
+    gathered and leaves only the writes for when it closes (processors/partition.py), instead of
+    holding the event loop for the whole fold then. Reads go to the store as the pieces need them. A
+    batch whose `fold` or `close` raised is thrown away with the store's writes; the engine's cache
+    holds a state only as read from the store or as a close wrote it, checked against the store
+    before it is used again (`BatchEngine._load`)."""
+
+    __slots__ = ("_changed", "_encoded", "_engine", "_open", "_stamp", "_states", "_store", "_stored")
+
+    def __init__(self, engine: BatchEngine, store: StateAccess) -> None:
+        self._engine = engine
+        self._store = store
+        self._stamp = getattr(store, "rollback_stamp", None)
+        self._states: dict[str, ConversationState] = {}
+        self._stored: dict[str, Stored] = {}
+        self._changed: set[str] = set()
+        self._encoded = EncodedRecords()
+        self._open = True
+
+    def fold(self, records: Sequence[SourceRecord]) -> list[EncodedOutput]:
+        """Apply `records` after those folded before; their outputs, encoded, in order."""
+        if not self._open:
+            raise BatchClosedError("records folded into a batch after its close")
+        apply, store, stamp = self._engine._apply, self._store, self._stamp
+        states, stored, changed, encoded = self._states, self._stored, self._changed, self._encoded
+        outputs: list[Frozen] = []
+        for record in records:
+            outputs.extend(apply(record, store, stamp, states, stored, changed, encoded))
+        return [_encode_output(out, encoded) for out in outputs]
+
+    def close(self) -> None:
+        """Write the state of every conversation the batch changed, in conversation order."""
+        if not self._open:
+            raise BatchClosedError("a batch closed twice")
+        self._open = False
+        engine, store, stamp, states = self._engine, self._store, self._stamp, self._states
+        for conversation_id in sorted(self._changed):
+            state = states[conversation_id]
+            now = write_state(
+                state, self._stored[conversation_id], engine._state_json, store.put, _deleter(store)
+            )
+            engine._remember(conversation_id, now, state, stamp)
 
 
 def _deleter(store: StateAccess) -> Callable[[str], None]:

@@ -103,7 +103,7 @@ def process(
             help="With pipelined commits, close a batch as soon as the previous commit has ended "
             "(at the latest --batch-max-ms after its first record) instead of always waiting "
             "--batch-max-ms: lower latency under light load, larger batches under heavy load, at "
-            '25-40% more CPU per record (docs/architecture.md, "Group commit").'
+            'more CPU per record (docs/architecture.md, "Group commit").'
         ),
     ] = False,
     state_dir: Annotated[

@@ -3,13 +3,14 @@
 The runtime knows nothing about conversations, Avro or dispatch: it hands the fold a
 batch of raw input records and a per-partition state store, and writes back whatever
 output records the fold returns, together with the state changes and the consumed
-offsets, in one Kafka transaction. Anything that honours these types can be run.
+offsets, in one Kafka transaction. Anything that honours these types can be run. A fold
+that is also an `IncrementalFold` is handed the batch piece by piece while it is gathered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from turnledger.records import OutputRecord, SourceRecord
 
@@ -22,6 +23,26 @@ class StateStore(Protocol):  # per partition; keys are str (the fold's), values 
 
 class PartitionFold(Protocol):
     def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]: ...
+
+
+class OpenBatch(Protocol):
+    """A batch an `IncrementalFold` takes in pieces: `fold` each piece of records as it arrives, then
+    `close` once, which writes the batch's state changes to the store it was opened on and returns
+    every output of the batch, in record order. Folding all the pieces then closing must give
+    exactly the outputs and writes of `process_batch` over the whole batch."""
+
+    def fold(self, records: Sequence[SourceRecord]) -> None: ...
+    def close(self) -> list[OutputRecord]: ...
+
+
+@runtime_checkable
+class IncrementalFold(PartitionFold, Protocol):
+    """A fold that can take a batch while it is still being gathered. The runtime then folds each
+    fetch's records as they come, so that when the batch closes only the close's work is left
+    (processors/folding.py, `FoldingBatch`); a plain `PartitionFold` is run over the whole batch
+    then."""
+
+    def open_batch(self, store: StateStore) -> OpenBatch: ...
 
 
 PoisonHook = Callable[[SourceRecord, Exception], list[OutputRecord]]

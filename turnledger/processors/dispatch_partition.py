@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from turnledger.adapters.admission import preload_counters
 from turnledger.codec import encode
-from turnledger.dispatch.engine import BatchEngine
+from turnledger.dispatch.engine import BatchEngine, BatchInProgress, EncodedOutput
 from turnledger.model.events import Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.processors.contract import StateStore
@@ -35,11 +35,15 @@ class DispatchPartitionFold:
         preload_counters(models)
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
+        return self._records(self._engine.process_batch(records, store))
+
+    def open_batch(self, store: StateStore) -> DispatchBatch:
+        """The contract's `IncrementalFold`: a batch folded as its records arrive (`DispatchBatch`)."""
+        return DispatchBatch(self._engine.open_batch(store), self._records)
+
+    def _records(self, outputs: list[EncodedOutput]) -> list[OutputRecord]:
         topic_of = self._topic_of
-        return [
-            OutputRecord(topic=topic_of[out.stream], key=out.key, value=out.value)
-            for out in self._engine.process_batch(records, store)
-        ]
+        return [OutputRecord(topic=topic_of[out.stream], key=out.key, value=out.value) for out in outputs]
 
     def on_poison(self, record: SourceRecord, exc: Exception) -> list[OutputRecord]:
         """Last resort of the runtime: an Avro Rejected with the source coordinates."""
@@ -53,3 +57,24 @@ class DispatchPartitionFold:
             occurred_at_ms=record.timestamp_ms,
         )
         return [OutputRecord(topic=self._topics.rejections, key=record.key, value=encode(rejected))]
+
+
+class DispatchBatch:
+    """The engine's `BatchInProgress` as the contract's `OpenBatch`: each piece's outputs kept as
+    topic records, all of them returned by the close."""
+
+    __slots__ = ("_batch", "_outputs", "_records")
+
+    def __init__(
+        self, batch: BatchInProgress, records: Callable[[list[EncodedOutput]], list[OutputRecord]]
+    ) -> None:
+        self._batch = batch
+        self._records = records
+        self._outputs: list[OutputRecord] = []
+
+    def fold(self, records: Sequence[SourceRecord]) -> None:
+        self._outputs += self._records(self._batch.fold(records))
+
+    def close(self) -> list[OutputRecord]:
+        self._batch.close()
+        return self._outputs

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from turnledger.processors.contract import PartitionFold, PoisonHook
+from turnledger.processors.contract import IncrementalFold, OpenBatch, PartitionFold, PoisonHook
 from turnledger.processors.errors import PoisonHookError
 from turnledger.processors.store import OverlayStore
 from turnledger.records import OutputRecord, SourceRecord
@@ -75,3 +75,76 @@ def fold_batch(
             layer.commit()
         outputs.extend(produced)
     return FoldOutcome(outputs, poisoned)
+
+
+@dataclass(slots=True)
+class FoldingBatch:
+    """A batch folded while it is gathered (the window: `batch_max_ms`), its state written at its close.
+
+    With an `IncrementalFold`, each fetch's records go into the fold's open batch as they arrive, so
+    the fold overlaps the gathering (and the commit in flight before it), and what is left when the
+    batch closes is the close: the state writes. Before, the whole batch was folded at its close,
+    holding the event loop, the commit in flight and the fetches, while every record of the batch
+    waited. A plain `PartitionFold`, or a batch whose piece or close raised, is folded whole at the
+    close by `fold_batch` (its overlay's writes discarded first), which isolates poisoned records.
+    Either way the batch gets the outputs and writes of folding it whole."""
+
+    fold: PartitionFold
+    on_poison: PoisonHook
+    overlay: OverlayStore
+    _open: OpenBatch | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fold, IncrementalFold):
+            self._open = self.fold.open_batch(self.overlay)
+
+    def fold_records(self, records: list[SourceRecord]) -> None:
+        """Fold one fetch's records, the next piece of the batch (nothing until the close for a
+        plain fold or after a piece raised)."""
+        if self._open is None:
+            return
+        try:
+            self._open.fold(records)
+        except Exception as exc:
+            self._give_up(exc)
+
+    def outcome(self, batch: Sequence[SourceRecord]) -> FoldOutcome:
+        """Close the batch, `batch` being every record gathered: its outputs and poisoned count, its
+        writes in the overlay."""
+        if self._open is not None:
+            try:
+                return FoldOutcome(_validated(self._open.close()), 0)
+            except Exception as exc:
+                self._give_up(exc)
+        return fold_batch(self.fold, batch, self.overlay, self.on_poison)
+
+    def _give_up(self, exc: Exception) -> None:
+        log.warning("fold raised on a batch being gathered (%r); folding it whole at its close", exc)
+        self._open = None
+        self.overlay.discard()
+
+
+@dataclass(slots=True)
+class SegmentedBatch:
+    """A batch folded while it is gathered, each fetch's records folded whole and written on a layer of
+    the batch's overlay as they arrive (group commit). A group-commit batch is what arrived during one
+    commit, so a conversation seldom comes twice in it and writing each segment at once costs little,
+    while it leaves nothing but the last segment for the close. A poisoned record's isolation
+    (`fold_batch`) never throws away the segments before it."""
+
+    fold: PartitionFold
+    on_poison: PoisonHook
+    overlay: OverlayStore
+    _outputs: list[OutputRecord] = field(init=False, default_factory=list)
+    _poisoned: int = field(init=False, default=0)
+
+    def fold_records(self, records: list[SourceRecord]) -> None:
+        layer = OverlayStore(self.overlay)
+        outcome = fold_batch(self.fold, records, layer, self.on_poison)
+        layer.commit()
+        self._outputs += outcome.outputs
+        self._poisoned += outcome.poisoned
+
+    def outcome(self, batch: Sequence[SourceRecord]) -> FoldOutcome:
+        """The outputs and poisoned count of every segment (`batch`: the records they held)."""
+        return FoldOutcome(self._outputs, self._poisoned)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnledger.codec import decode, encode
-from turnledger.dispatch.engine import BatchEngine, read_state
+from turnledger.dispatch.engine import BatchClosedError, BatchEngine, read_state
 from turnledger.model.events import CommittedTurn, IngressEvent, Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.records import SourceRecord
@@ -145,3 +147,41 @@ def test_encoded_records_hand_back_what_they_encoded_once_then_encode_again() ->
     assert memo.take(other) == encode(other)  # never encoded here: encoded now
     assert memo.take(turn) is data  # the very bytes, once
     assert memo.take(turn) == data and memo.take(turn) is not data  # then encoded again
+
+
+def _two_conversations() -> list[SourceRecord]:
+    """Two conversations' dispatches, interleaved record by record."""
+    first = _events()
+    second = [e.model_copy(update={"conversation_id": "conv-2"}) for e in first]
+    return _records([e for pair in zip(first, second, strict=True) for e in pair])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_batch_folded_in_pieces_gives_the_outputs_and_writes_of_folding_it_whole(
+    data: st.DataObject,
+) -> None:
+    records = _two_conversations()
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(records) - 1), max_size=8), label="cuts"))
+    whole_store, piece_store = DictStore(), DictStore()
+    whole = BatchEngine().process_batch(records, whole_store)
+    batch = BatchEngine().open_batch(piece_store)
+    outputs = []
+    for start, end in zip([0, *cuts], [*cuts, len(records)], strict=True):
+        outputs += batch.fold(records[start:end])
+        assert piece_store.data == {}  # no state is written before the close
+    batch.close()
+    assert [(o.stream, o.key, o.value) for o in outputs] == [(o.stream, o.key, o.value) for o in whole]
+    assert piece_store.data == whole_store.data
+    assert len(whole) > 10 and len(whole_store.data) > 4
+
+
+def test_a_closed_batch_refuses_more_records_and_a_second_close() -> None:
+    records = _records(_events())
+    batch = BatchEngine().open_batch(DictStore())
+    batch.fold(records[:2])
+    batch.close()
+    with pytest.raises(BatchClosedError, match="after its close"):
+        batch.fold(records[2:])
+    with pytest.raises(BatchClosedError, match="closed twice"):
+        batch.close()
