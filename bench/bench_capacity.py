@@ -20,7 +20,8 @@ with the real DispatchPartitionFold, one process, so at most one core of fold):
    so every operation commits. Records are encoded before the clock starts.
 3. Latency of a record: from its append (the producer's send call) to the read_committed arrival of
    the first PreviewUpdated of its conversation whose throughSequence covers the record's last delta
-   (previews are coalesced per batch, so one preview can answer several records).
+   (the fold coalesces previews per ingress event, so a record with several deltas of a block gets one;
+   a later preview of the conversation covers the records before it too).
 
 Contenders, one after another per level (their order alternating from level to level): `raw` (the
 copy loop), `runtime` (the processor with `--group-commit`: pipelined commits, a batch closing as
