@@ -519,10 +519,13 @@ def state_parts(
     known: Mapping[str, bytes] = {} if since is None else since.parts
     parts = {conversation_id: _head_part(state, graph, json)}
     for tag, items in ((TURNS_TAG, state.turn_ids), (HANDLES_TAG, state.handles)):
-        same = previous is not None and items is (previous.turn_ids if tag == TURNS_TAG else previous.handles)
+        if previous is not None and items is (previous.turn_ids if tag == TURNS_TAG else previous.handles):
+            for index in range(_chunks(len(items))):
+                key = chunk_key(conversation_id, tag, index)
+                parts[key] = known[key]
+            continue
         for index, chunk in enumerate(_item_chunks(items)):
-            key = chunk_key(conversation_id, tag, index)
-            parts[key] = known[key] if same else to_json(chunk)
+            parts[chunk_key(conversation_id, tag, index)] = to_json(chunk)
     before = {} if previous is None else previous.operations
     operations = state.operations.items()
     if previous is not None:
