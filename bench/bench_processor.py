@@ -174,13 +174,14 @@ async def _raw_partition(
             if not batch:
                 continue
             await producer.begin_transaction()
+            # The offset first, as the runtime does (processors/transaction.py says why).
+            await producer.send_offsets_to_transaction({tp: batch[-1].offset + 1}, job.app_id)
             if recode is not None:
                 futures = [await producer.send(job.raw_out, recode(m.value), key=m.key) for m in batch]
             elif writer is None:
                 futures = [await producer.send(job.raw_out, m.value, key=m.key) for m in batch]
             else:
                 futures = await writer.write((job.raw_out, None, m.key, m.value) for m in batch)
-            await producer.send_offsets_to_transaction({tp: batch[-1].offset + 1}, job.app_id)
             await asyncio.gather(*futures)
             await producer.commit_transaction()
             counter[0] += len(batch)

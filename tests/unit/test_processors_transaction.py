@@ -93,7 +93,7 @@ OUT = [OutputRecord("out", b"k", b"v")]
 async def test_a_clean_commit_writes_outputs_changelog_and_offsets() -> None:
     producer = FakeProducer()
     await _transactions(producer).commit(OUT, {"k": b"1"}, 5)
-    assert producer.calls == ["begin", "send", "send", "offsets", "commit"]
+    assert producer.calls == ["begin", "offsets", "send", "send", "commit"]  # the offset first: KIP-890
 
 
 async def test_a_failure_aborted_cleanly_is_a_batch_to_fold_again() -> None:

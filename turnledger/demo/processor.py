@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
     from turnledger.topology import Topics
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s processor %(levelname)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # retried NOT_ENOUGH_REPLICAS races are noise here
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)  # its retry warnings are noise here
     bootstrap, prefix = argv[0], argv[1]
     topics = Topics(prefix=prefix)
     config = ProcessorConfig(

@@ -71,9 +71,11 @@ class ProcessorConfig:
     against the window's 0.77 at 500 streams in session 19, 25-40% more before the window folded
     while gathering). The chaos test runs one of its two processors with it."""
     producer_retry_backoff_ms: int = 20
-    """aiokafka's default is 100 ms. A Kafka 4.x broker answers a produce that races the previous
-    transaction's markers with a retriable NOT_ENOUGH_REPLICAS (KIP-890 verification, as old produce
-    versions know no better error); each such retry stalls the whole batch for the backoff."""
+    """aiokafka's default is 100 ms. A produce or a transactional request the broker answers with a
+    retriable error (a coordinator moving, CONCURRENT_TRANSACTIONS while the previous transaction's
+    markers are written, KIP-890's verification) waits this long before it is sent again, and the
+    whole batch with it. The commit sends the consumed offset before the records, so the
+    verification no longer refuses our produces (`PartitionTransactions.commit`)."""
     producer_max_batch_bytes: int = 512 * 1024
     """aiokafka's default 16 KiB makes `send()` wait for the previous batch of a partition to drain, which
     inside a transaction means waiting for AddPartitionsToTxn; stays below the broker's 1 MB default."""

@@ -96,13 +96,24 @@ class PartitionTransactions:
     ) -> None:
         """Write `outputs`, one changelog record per changed state key, the changelog position record
         and `next_offset` as the source partition's committed offset, in one transaction; raises as
-        the module table says."""
+        the module table says.
+
+        The offset goes into the transaction first, before any record. With Kafka's produce
+        verification (KIP-890), a partition's leader asks the transaction coordinator whether the
+        partition is in the producer's transaction, and the group coordinator asks the same of a
+        TxnOffsetCommit; a broker keeps one such question per transactional id at a time and answers
+        the older with NETWORK_EXCEPTION (`AddPartitionsToTxnManager`), which a produce of aiokafka's
+        version receives as NOT_ENOUGH_REPLICAS, retries after `producer_retry_backoff_ms` and logs as
+        a warning. Sent alongside the records, the offset made 20-35% of the transactions retry a
+        produce; sent first, none does, for about the same mean commit time and a shorter tail (3 runs
+        of 300 commits, session 20). tests/integration/test_transaction_verification.py checks it."""
         producer = self.producer
         partition = self._source.partition
         in_transaction = False
         try:
             await producer.begin_transaction()
             in_transaction = True
+            await producer.send_offsets_to_transaction({self._source: next_offset}, self._group)
             position_key, position_value = position_record(next_offset)
             futures = await self._writer.write(
                 itertools.chain(
@@ -114,7 +125,6 @@ class PartitionTransactions:
             )
             for future in futures:
                 future.add_done_callback(_retrieve_exception)
-            await producer.send_offsets_to_transaction({self._source: next_offset}, self._group)
             # A produce that failed for good must abort the batch, never be committed around.
             await asyncio.gather(*futures)
             await producer.commit_transaction()
