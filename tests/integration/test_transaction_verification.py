@@ -31,8 +31,8 @@ TRANSACTIONS = 60
 certain (each retried with a probability of 0.2-0.35 on the machines measured)."""
 
 
-class _Retries(logging.Handler):
-    """aiokafka's sender logs each produce it retries, naming the error."""
+class _Refusals(logging.Handler):
+    """aiokafka's sender logs each produce it retries, naming the error; these are the refusals."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -40,19 +40,21 @@ class _Retries(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if "retrying" in message:
+        if "retrying" in message and "NotEnoughReplicas" in message:
             self.messages.append(message)
 
 
-async def test_transactions_write_every_record_without_a_retried_produce(
+async def test_transactions_write_every_record_without_a_refused_produce(
     kafka_bootstrap: str, topic_name: Callable[[str], str]
 ) -> None:
     source, previews, manifests, changelog = (topic_name(n) for n in ("in", "previews", "manifests", "chg"))
     for topic in (source, previews, manifests, changelog):
         await create_topic(kafka_bootstrap, topic, partitions=2)
-    retries = _Retries()
+    refusals = _Refusals()
     sender = logging.getLogger("aiokafka.producer.sender")
-    sender.addHandler(retries)
+    level = sender.level
+    sender.setLevel(logging.WARNING)  # heard whatever level another test left on "aiokafka"
+    sender.addHandler(refusals)
     producer = transactional_producer(
         kafka_bootstrap, topic_name("txn"), transaction_timeout_ms=60_000, retry_backoff_ms=20
     )
@@ -70,9 +72,10 @@ async def test_transactions_write_every_record_without_a_retried_produce(
         for n in range(TRANSACTIONS):
             await transactions.commit(outputs, {f"c{n % 4}": b"s" * 100}, n + 1)
     finally:
-        sender.removeHandler(retries)
+        sender.removeHandler(refusals)
+        sender.setLevel(level)
         await close_client(producer)
-    assert retries.messages == []
+    assert refusals.messages == []
     written = {
         topic: sum([len(await read_all(kafka_bootstrap, topic, "read_committed", p)) for p in (0, 1)])
         for topic in (previews, manifests, changelog)
