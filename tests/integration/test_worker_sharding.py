@@ -189,8 +189,11 @@ async def test_a_killed_workers_partitions_move_to_the_survivor(kafka_bootstrap:
     partitions = 2
     await ensure_topics(kafka_bootstrap, topics, partitions)
     processor = _start_processor(kafka_bootstrap, prefix)
-    # the first two requests stream slowly, so each worker is mid-stream when one is killed
-    plan = FaultPlan(by_request={0: (Fault(FaultKind.SLOW, 40),), 1: (Fault(FaultKind.SLOW, 40),)})
+    # the first two requests stream slowly (150 ms an event), so each worker is still mid-stream when one
+    # is killed: the kill follows the STREAMING decisions only after a processor commit and the manifests
+    # tail, which on 2 loaded CI cores took long enough for a 40 ms-an-event stream to end first (once)
+    slow_ms = 150
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.SLOW, slow_ms),), 1: (Fault(FaultKind.SLOW, slow_ms),)})
     ledger = Ledger()
     stop_tail = asyncio.Event()
     workers: dict[str, subprocess.Popen[bytes]] = {}
