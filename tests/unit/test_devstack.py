@@ -214,3 +214,37 @@ def test_compose_file_declares_kafka_redis_and_the_turnledger_services() -> None
             ["docker", "compose", "-f", str(compose_file), "config", "-q"], capture_output=True, check=False
         )
         assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ([], ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]),
+        (["-XX:+UseSerialGC"], ["-XX:MaxGCPauseMillis=20", "-XX:+UseSerialGC"]),
+        (
+            ["-XX:TieredStopAtLevel=1", "-XX:+UseParallelGC", "-Xmx1g"],
+            ["-XX:MaxGCPauseMillis=20", "-XX:TieredStopAtLevel=1", "-XX:+UseParallelGC", "-Xmx1g"],
+        ),
+        (
+            ["-XX:+UseStringDeduplication"],
+            ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+UseStringDeduplication"],
+        ),
+    ],
+)
+def test_a_collector_in_the_users_jvm_opts_replaces_ours(extra: list[str], expected: list[str]) -> None:
+    assert kafka.tuning_with(kafka.BROKER_TUNING, extra) == expected
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs a JVM")
+def test_the_jvm_starts_with_a_collector_from_the_users_jvm_opts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both of ours (the broker's G1, the storage tool's serial) next to the user's choice: the JVM
+    would refuse two collectors ("Multiple garbage collectors selected")."""
+    fake_jars = jars.KafkaJars(version="test", libs=tmp_path)
+    for ours, theirs in ((kafka.BROKER_TUNING, "-XX:+UseSerialGC"), (kafka.TOOL_TUNING, "-XX:+UseG1GC")):
+        monkeypatch.setenv("TURNLEDGER_KAFKA_JVM_OPTS", theirs)
+        argv = kafka.jvm_args(shutil.which("java") or "java", fake_jars, tmp_path, "256m", ours)
+        run = subprocess.run([*argv, "-version"], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert argv.count(theirs) == 1

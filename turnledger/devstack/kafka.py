@@ -72,14 +72,32 @@ def jvm_args(java: str, jars: KafkaJars, workdir: Path, heap: str, tuning: tuple
         java,
         "-Xms128m",
         f"-Xmx{heap}",
-        *tuning,
-        *extra,
+        *tuning_with(tuning, extra),
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={workdir / 'logs'}",
         "-cp",
         jars.classpath,
     ]
+
+
+def tuning_with(tuning: tuple[str, ...], extra: list[str]) -> list[str]:
+    """`tuning` then the user's `extra` flags, where a later flag wins; but the JVM refuses to start
+    when two flags select a garbage collector ("Multiple garbage collectors selected"), so a
+    collector chosen in `extra` replaces the one chosen in `tuning`."""
+    if any(_selects_collector(flag) for flag in extra):
+        tuning = tuple(flag for flag in tuning if not _selects_collector(flag))
+    return [*tuning, *extra]
+
+
+COLLECTOR_FLAGS = frozenset(
+    f"-XX:+Use{name}GC" for name in ("Serial", "Parallel", "G1", "Z", "Shenandoah", "Epsilon")
+)
+"""The HotSpot flags that each select a garbage collector: at most one may be given."""
+
+
+def _selects_collector(flag: str) -> bool:
+    return flag in COLLECTOR_FLAGS
 
 
 def _pick_ports(broker_port: int | None, controller_port: int | None) -> tuple[int, int]:
