@@ -181,7 +181,8 @@ def throughput(
             cpu[kind].append(used)
             print(
                 f"  throughput repeat {repeat + 1}: {kind} {rate:,.0f} events/s, cores: contender "
-                f"{used['contender']:.2f} broker {used['broker']:.2f} machine {used['machine']:.2f}",
+                f"{used['contender']:.2f} broker {used['broker']:.2f} machine {used['machine']:.2f} "
+                f"(stolen {used['steal']:.2f})",
                 file=sys.stderr,
             )
         if repeat == args.repeats - 1:
@@ -535,6 +536,23 @@ def mix_events_per_conversation(mix: Mix) -> float:
     return len(sample.events) / 20
 
 
+def _print_broker_threads(kinds: list[str], cpu: dict[str, list[dict[str, float]]]) -> None:
+    """Who had the cores beside the contender: the broker's by thread family, and the stolen ones."""
+    med = statistics.median
+    families = cputime.BROKER_FAMILIES
+    print(f"\n| contender | broker cores: {' | '.join(families)} | machine cores stolen |")
+    print("|---|" + "---:|" * (len(families) + 1))
+    for kind in kinds:
+        used = [med(c[f"broker_{family}"] for c in cpu[kind]) for family in families]
+        steal = med(c["steal"] for c in cpu[kind])
+        print(f"| {NAMES[kind]} | {' | '.join(f'{u:.2f}' for u in used)} | {steal:.2f} |")
+    print(
+        "\n(the broker's threads by what they do, `bench/cputime.py` BROKER_THREADS: request handling, "
+        "the JIT compilers, the garbage collector, the rest; stolen: cores the hypervisor gave to "
+        "other guests, part of the machine's busy cores)"
+    )
+
+
 def _print_throughput(
     args: argparse.Namespace, workload: Workload, tput: dict[str, Any], broker_pid: int | None
 ) -> None:
@@ -565,6 +583,8 @@ def _print_throughput(
         "\n(cores: CPU seconds / wall seconds from ready to done; µs/event: CPU of the contender's "
         f"processes per event; medians over the repeats; the machine has {os.cpu_count()} cores, shared)"
     )
+    if broker_pid:
+        _print_broker_threads(args.contenders, tput["cpu"])
     for name, values in tput["per_repeat"].items():
         print(
             f"- {name}: **{med(values):.3f}**{GOALS.get(name, '')} (median of per-repeat ratios "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import threading
 import time
 from typing import Any
 
@@ -73,9 +74,79 @@ def test_tree_cpu_counts_a_busy_child_while_it_lives() -> None:
 
 
 def test_cores_divide_cpu_by_wall_time() -> None:
-    start = cputime.CpuSample(at_s=10.0, contender_s=1.0, broker_s=2.0, machine_s=100.0)
-    end = cputime.CpuSample(at_s=14.0, contender_s=3.0, broker_s=3.0, machine_s=106.0)
-    assert cputime.cores(start, end) == {"contender": 0.5, "broker": 0.25, "machine": 1.5}
+    start = cputime.CpuSample(
+        at_s=10.0,
+        contender_s=1.0,
+        broker_s=2.0,
+        machine_s=100.0,
+        steal_s=5.0,
+        broker_threads_s={"requests": 1.0, "jit": 0.5, "gc": 0.2},
+    )
+    end = cputime.CpuSample(
+        at_s=14.0,
+        contender_s=3.0,
+        broker_s=3.0,
+        machine_s=106.0,
+        steal_s=5.4,
+        broker_threads_s={"requests": 1.6, "jit": 0.7, "gc": 0.1, "other": 0.2},
+    )
+    assert cputime.cores(start, end) == pytest.approx(
+        {
+            "contender": 0.5,
+            "broker": 0.25,
+            "machine": 1.5,
+            "steal": 0.1,
+            "broker_requests": 0.15,
+            "broker_jit": 0.05,
+            "broker_gc": 0.0,  # a thread gone between the samples took its seconds with it
+            "broker_other": 0.05,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("comm", "family"),
+    [
+        ("data-plane-kafk", "requests"),
+        ("C2 CompilerThre", "jit"),
+        ("C1 CompilerThre", "jit"),
+        ("G1 Conc#0", "gc"),
+        ("G1 Refine#0", "gc"),
+        ("GC Thread#1", "gc"),
+        ("VM Thread", "gc"),
+        ("group-coordinat", "other"),
+        ("kafka-log-clean", "other"),
+        ("TxnMarkerSender", "other"),
+    ],
+)
+def test_broker_threads_are_grouped_by_what_they_do(comm: str, family: str) -> None:
+    assert cputime.thread_family(comm) == family
+
+
+def test_threads_cpu_reads_each_threads_name_and_time() -> None:
+    """A thread named like the JVM's C2 compiler, burning CPU in this process, counts as "jit"."""
+    busy = threading.Event()
+
+    def spin() -> None:
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+        busy.set()
+        release.wait(30)
+
+    release = threading.Event()
+    thread = threading.Thread(target=spin)
+    thread.start()
+    try:
+        assert busy.wait(60)
+        with open(f"/proc/self/task/{thread.native_id}/comm", "w") as comm:
+            comm.write("C2 CompilerThread0")  # Linux keeps the first 15 characters
+        spent = cputime.threads_cpu_s(os.getpid())
+        assert spent["jit"] >= 0.25  # clock ticks: 10 ms
+        assert cputime.threads_cpu_s(2**22 + 1) == {}  # above Linux's PID_MAX_LIMIT: no such process
+    finally:
+        release.set()
+        thread.join(30)
 
 
 def test_the_rss_plan_takes_an_optional_state_cache_size() -> None:
