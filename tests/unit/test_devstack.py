@@ -219,15 +219,15 @@ def test_compose_file_declares_kafka_redis_and_the_turnledger_services() -> None
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ([], ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]),
-        (["-XX:+UseSerialGC"], ["-XX:MaxGCPauseMillis=20", "-XX:+UseSerialGC"]),
+        ([], ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]),
+        (["-XX:+UseG1GC"], ["-XX:TieredStopAtLevel=1", "-XX:+UseG1GC"]),
         (
-            ["-XX:TieredStopAtLevel=1", "-XX:+UseParallelGC", "-Xmx1g"],
-            ["-XX:MaxGCPauseMillis=20", "-XX:TieredStopAtLevel=1", "-XX:+UseParallelGC", "-Xmx1g"],
+            ["-XX:TieredStopAtLevel=4", "-XX:+UseParallelGC", "-Xmx1g"],
+            ["-XX:TieredStopAtLevel=1", "-XX:TieredStopAtLevel=4", "-XX:+UseParallelGC", "-Xmx1g"],
         ),
         (
             ["-XX:+UseStringDeduplication"],
-            ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+UseStringDeduplication"],
+            ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:+UseStringDeduplication"],
         ),
     ],
 )
@@ -239,10 +239,10 @@ def test_a_collector_in_the_users_jvm_opts_replaces_ours(extra: list[str], expec
 def test_the_jvm_starts_with_a_collector_from_the_users_jvm_opts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both of ours (the broker's G1, the storage tool's serial) next to the user's choice: the JVM
+    """Ours (the broker's and the storage tool's serial collector) next to the user's choice: the JVM
     would refuse two collectors ("Multiple garbage collectors selected")."""
     fake_jars = jars.KafkaJars(version="test", libs=tmp_path)
-    for ours, theirs in ((kafka.BROKER_TUNING, "-XX:+UseSerialGC"), (kafka.TOOL_TUNING, "-XX:+UseG1GC")):
+    for ours, theirs in ((kafka.BROKER_TUNING, "-XX:+UseG1GC"), (kafka.TOOL_TUNING, "-XX:+UseParallelGC")):
         monkeypatch.setenv("TURNLEDGER_KAFKA_JVM_OPTS", theirs)
         argv = kafka.jvm_args(shutil.which("java") or "java", fake_jars, tmp_path, "256m", ours)
         run = subprocess.run([*argv, "-version"], capture_output=True, text=True, timeout=120)

@@ -61,7 +61,11 @@ def render_config(workdir: Path, broker_port: int, controller_port: int) -> Path
     return props
 
 
-BROKER_TUNING = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
+BROKER_TUNING = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+"""A dev broker lives minutes on a small shared box: there, C2's compiling and G1's concurrent marking
+took as much CPU as the broker's requests (bench/history.md, session 21: 18 of 37 s in a throughput
+run). C1 only and the serial collector halve its CPU; its GC pauses stayed under 50 ms. A production
+broker is tuned by whoever runs it; `TURNLEDGER_KAFKA_JVM_OPTS` takes other flags, a collector too."""
 TOOL_TUNING = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 """The one-shot StorageTool only needs to start fast: C1-only + serial GC halves its run time on 2 cores."""
 
