@@ -48,9 +48,12 @@ APIS = {
 
 
 class Outputs:
-    """What the output topics said, as the tests wait for it."""
+    """What the output topics said, as the tests wait for it. Each topic has its own tail, so a
+    decision can arrive before the turn committed in the same transaction: `tails_turns` says whether
+    `_settle` should also wait for that turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, tails_turns: bool) -> None:
+        self.tails_turns = tails_turns
         self.latest: dict[tuple[str, str], DispatchDecision] = {}
         self.turns: list[CommittedTurn] = []
 
@@ -87,6 +90,8 @@ async def _settle(
     await out.wait_for(lambda: out.final(conv, op) is not None)
     final = out.final(conv, op)
     assert final is not None
+    if out.tails_turns and final.state == S.COMMITTED:
+        await out.wait_for(lambda: any(t.operation_id == op for t in out.assistant(conv)))
     return final
 
 
@@ -111,7 +116,7 @@ async def test_commit_tool_round_disconnect_and_truncation_per_api(
     # one partition: every partition gets records, so the processor's committed offsets reach the ends
     await ensure_topics(kafka_bootstrap, Topics(prefix=prefix), 1)
     processor = _start_processor(kafka_bootstrap, prefix)
-    out = Outputs()
+    out = Outputs(tails_turns=True)
     stop = asyncio.Event()
     # each fault hits the first request of its conversation, whatever else arrives before it
     plan = FaultPlan(
@@ -227,7 +232,7 @@ async def test_planted_credentials_appear_in_no_output(
     topics = Topics(prefix=prefix)
     await ensure_topics(kafka_bootstrap, topics, 1)
     processor = _start_processor(kafka_bootstrap, prefix)
-    out = Outputs()
+    out = Outputs(tails_turns=False)
     stop = asyncio.Event()
     journal = tmp_path / "journal"
     log = tmp_path / "worker.log"
