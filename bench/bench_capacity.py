@@ -170,10 +170,16 @@ async def _offer(bootstrap: str, topic: str, records: list[Record], sent_ns: lis
 
 
 async def _watch(
-    bootstrap: str, watched: tuple[str, ...], partitions: int, expected_commits: int, stop: asyncio.Event
+    bootstrap: str,
+    watched: tuple[str, ...],
+    partitions: int,
+    expected_commits: int,
+    stop: asyncio.Event,
+    positioned: asyncio.Event,
 ) -> tuple[dict[str, list[tuple[int, int]]], int]:
     """Arrivals per conversation as (throughSequence, arrival ns) of previews (or, from the raw loop, of
-    the copied StreamDeltas); and the assistant turns committed (or, raw, the copied last records)."""
+    the copied StreamDeltas); and the assistant turns committed (or, raw, the copied last records).
+    `positioned` is set once every partition's position is at its end: the load may start."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
     )
@@ -181,6 +187,9 @@ async def _watch(
     tps = [TopicPartition(t, p) for t in watched for p in range(partitions)]
     consumer.assign(tps)
     await consumer.seek_to_end(*tps)
+    for tp in tps:
+        await consumer.position(tp)  # resolves the seek
+    positioned.set()
     arrivals: dict[str, list[tuple[int, int]]] = {}
     commits = 0
     ends: dict[TopicPartition, int] | None = None
@@ -265,9 +274,9 @@ def level(args: argparse.Namespace, bootstrap: str, n: int, contender_name: str)
         pid = contender.proc.pid or 0
 
         async def run() -> tuple[dict[str, list[tuple[int, int]]], int, float, float, float]:
-            stop = asyncio.Event()
-            watcher = asyncio.create_task(_watch(bootstrap, watched, args.partitions, n, stop))
-            await asyncio.sleep(0.5)  # the watcher is at the end of its partitions
+            stop, positioned = asyncio.Event(), asyncio.Event()
+            watcher = asyncio.create_task(_watch(bootstrap, watched, args.partitions, n, stop, positioned))
+            await asyncio.wait_for(positioned.wait(), 120)
             cpu0, wall0 = _cpu_seconds(pid), time.monotonic()
             late_p99 = await _offer(bootstrap, topics.ingress, records, sent_ns)
             stop.set()

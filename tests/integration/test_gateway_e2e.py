@@ -92,8 +92,11 @@ async def test_worker_sigkill_mid_stream_recovers_through_unknown_to_one_canonic
     prefix = f"t-crash-{uuid.uuid4().hex[:8]}-"
     await ensure_topics(kafka_bootstrap, Topics(prefix=prefix), 1)
     processor = _start_processor(kafka_bootstrap, prefix)
-    # the first request streams slowly so the kill lands mid-stream; later reads are fast
-    plan = FaultPlan(by_request={0: (Fault(FaultKind.SLOW, 60),)})
+    # the first request streams slowly so the kill lands mid-stream; later reads are fast. The kill
+    # follows STREAMING only after a processor commit and the manifests tail: 300 ms an event leaves a
+    # 7-13 event answer 2-4 s to be killed in (60 ms gave 0.4-0.8 s, as little as test_worker_sharding's
+    # 40 ms, which a loaded CI machine once let finish first)
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.SLOW, 300),)})
     decisions: list[DispatchDecision] = []
     stop = asyncio.Event()
 

@@ -256,12 +256,24 @@ async def test_prometheus_scrapes_the_spec_metrics_equal_to_the_batch_computatio
                 assert expected["partialToolDispatches"] == 0 and expected["unknownOpen"] == 0
 
                 # the processor counted what its committed transactions wrote: exactly the topics' records
-                evidence = await read_all(kafka_bootstrap, prefix)
-                written = {s.value: len(evidence.raw.get(s.value, [])) for s in OUTPUT_STREAMS}
-                counted = await by(prom, "turnledger_processor_output_records_total", "stream", prefix)
-                assert counted == {k: v for k, v in written.items() if v}
-                folded = await total(prom, "turnledger_processor_input_records_total", prefix)
-                assert round(folded) == len(evidence.raw["ingress"])
+                # (read again until a scrape has seen the last of them)
+                last: list[tuple[dict[str, int], dict[str, int]]] = []
+
+                async def counted_as_written() -> bool:
+                    evidence = await read_all(kafka_bootstrap, prefix)
+                    written = {s.value: len(evidence.raw.get(s.value, [])) for s in OUTPUT_STREAMS}
+                    written = {k: v for k, v in written.items() if v}
+                    written["ingress"] = len(evidence.raw["ingress"])
+                    counted = await by(prom, "turnledger_processor_output_records_total", "stream", prefix)
+                    inputs = await total(prom, "turnledger_processor_input_records_total", prefix)
+                    counted["ingress"] = round(inputs)
+                    last[:] = [(counted, written)]
+                    return counted == written
+
+                try:
+                    await wait_for("the processor's counters to equal the topics", counted_as_written, 60)
+                except AssertionError:
+                    raise AssertionError(f"counted, written: {last}") from None
 
                 # every expression of the Grafana dashboard runs on this Prometheus, over these series
                 for expr in dashboard_expressions():

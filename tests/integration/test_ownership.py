@@ -40,10 +40,12 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 6
 SESSION_TIMEOUT_MS = 6_000  # the broker's group.min.session.timeout.ms
 HEARTBEAT_MS = 1_000
-REBALANCE_SLACK_S = 6.0
+REBALANCE_SLACK_S = 15.0
 """What a takeover may take beyond the session timeout and the restore: the survivors learn of the
 rebalance at their next heartbeat, commit their open batches, rejoin, sync, and initialise the
-moved partitions' producers."""
+moved partitions' producers. Generous for a loaded 2-core CI machine (a timed bound is not a
+benchmark), yet well under what a move driven by anything but the session would take: the poll
+interval (300 s) or a transaction's timeout (60 s)."""
 
 
 @pytest.fixture

@@ -67,6 +67,34 @@ def counter_fold(topics: Topics, partition: int) -> CounterFold:
     return CounterFold(topics)
 
 
+PIECES_ENV = "TURNLEDGER_TEST_PIECES_FILE"
+
+
+class PieceNotingFold(CounterFold):
+    """CounterFold taking its batch in pieces as they are fetched, the size of each written to the file
+    PIECES_ENV names: a test sees what the open batch holds without sleeping on it."""
+
+    def open_batch(self, store: StateStore) -> _NotedBatch:
+        return _NotedBatch(self, store)
+
+
+class _NotedBatch:
+    def __init__(self, counter: CounterFold, store: StateStore) -> None:
+        self._counter, self._store, self._records = counter, store, list[SourceRecord]()
+
+    def fold(self, records: Sequence[SourceRecord]) -> None:
+        self._records.extend(records)
+        with open(os.environ[PIECES_ENV], "a") as pieces:
+            pieces.write(f"{len(records)}\n")
+
+    def close(self) -> list[OutputRecord]:
+        return self._counter.process_batch(self._records, self._store)
+
+
+def piece_noting_fold(topics: Topics, partition: int) -> PieceNotingFold:
+    return PieceNotingFold(topics)
+
+
 @dataclass(frozen=True)
 class Sent:
     partition: int
@@ -515,9 +543,13 @@ async def test_poison_record_is_rejected_and_processing_continues(
 
 
 @pytest.mark.slow
-async def test_sigterm_commits_the_open_batch(kafka_bootstrap: str, topics: Topics, tmp_path: Path) -> None:
+async def test_sigterm_commits_the_open_batch(
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await ensure_topics(kafka_bootstrap, topics, partitions=1)
     app_id = f"{topics.prefix}app"
+    pieces = tmp_path / "pieces"
+    monkeypatch.setenv(PIECES_ENV, str(pieces))
     cli_args = [
         "cli",
         "--bootstrap",
@@ -534,7 +566,7 @@ async def test_sigterm_commits_the_open_batch(kafka_bootstrap: str, topics: Topi
         "100000",
         "--no-group-commit",  # with group commit the batch would close at once: no commit is in flight
         "--fold",
-        "tests.integration.test_processor_eos:counter_fold",
+        "tests.integration.test_processor_eos:piece_noting_fold",
     ]
     child = Child(cli_args, tmp_path / "cli.log")
     try:
@@ -545,7 +577,11 @@ async def test_sigterm_commits_the_open_batch(kafka_bootstrap: str, topics: Topi
 
         await wait_for(resumed, 30, "the CLI processor to start")
         inputs = await produce(kafka_bootstrap, topics.ingress, workload(300, keys=7))
-        await asyncio.sleep(1.5)  # consumed into the open batch, which has 60 s left
+
+        async def in_the_open_batch() -> bool:
+            return pieces.exists() and sum(map(int, pieces.read_text().split())) >= len(inputs)
+
+        await wait_for(in_the_open_batch, 60, "the records in the open batch, which has 60 s left")
         assert await read_committed(kafka_bootstrap, topics.committed) == []
         child.signal(signal.SIGTERM)
         assert await child.wait(20) == 0, child.output()[-3000:]

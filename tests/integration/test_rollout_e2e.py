@@ -104,6 +104,9 @@ async def test_stage_without_tools_end_to_end(kafka_bootstrap: str, tmp_path: Pa
                         model_revision=MODEL, tools=tools, max_output_tokens=512,
                     )  # fmt: skip
                 await wait_for(lambda: state("plain") == S.COMMITTED and state("tools") == S.PREPARED)
+            # the worker reads the manifests with a consumer of its own: what this tail saw, it may not
+            # have counted yet
+            await wait_for(lambda: box[0].stats.counts["not_taken"] >= 1)
             assert box[0].stats.counts["not_taken"] == 1
 
             # the legacy gateway sends the tool turn itself and keeps the raw answer

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -131,7 +131,11 @@ async def test_restarted_worker_reads_only_the_open_work(kafka_bootstrap: str, t
                 tail_topic(kafka_bootstrap, topics.manifests, ledger.on_batch, stop=stop_tail)
             )
 
-            async def run_one_worker(name: str, until: Callable[[], bool]) -> DispatchWorker:
+            async def run_one_worker(
+                name: str, until: Callable[[], bool], read_to: Callable[[], Awaitable[int]] | None = None
+            ) -> DispatchWorker:
+                """Run a worker until `until` holds, and (given `read_to`) until its own manifests feed
+                has read that many records: the test's tail is another consumer, ahead or behind."""
                 stop, started, box = asyncio.Event(), asyncio.Event(), list[DispatchWorker]()
                 task = asyncio.create_task(
                     run_worker(
@@ -141,6 +145,10 @@ async def test_restarted_worker_reads_only_the_open_work(kafka_bootstrap: str, t
                     )
                 )  # fmt: skip
                 await wait_for(until, lambda: ledger.decisions[-5:])
+                if read_to is not None:
+                    want = await read_to()
+                    counts = box[0].stats.counts
+                    await wait_for(lambda: counts["manifest_records_read"] >= want, lambda: (counts, want))
                 stop.set()
                 await task
                 return box[0]
@@ -158,8 +166,12 @@ async def test_restarted_worker_reads_only_the_open_work(kafka_bootstrap: str, t
             await wait_for(
                 lambda: (S.PREPARED, None, "") in ledger.states("op-new"), lambda: ledger.decisions[-3:]
             )
-            second = await run_one_worker("w2", lambda: ledger.final("op-new") is not None)
-            await _processor_caught_up(kafka_bootstrap, prefix)
+
+            async def unsettled() -> int:
+                await _processor_caught_up(kafka_bootstrap, prefix)
+                return await count_records(kafka_bootstrap, topics.manifests, 2) - settled
+
+            second = await run_one_worker("w2", lambda: ledger.final("op-new") is not None, unsettled)
             total = await count_records(kafka_bootstrap, topics.manifests, 2)
             stop_tail.set()
             await tail

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -45,6 +46,8 @@ from turnledger.replay.evidence import Evidence, read_all
 from turnledger.replay.metrics import Metrics, compute
 from turnledger.topology import Topics
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class DemoOptions:
@@ -59,11 +62,12 @@ class DemoOptions:
     #: kill one of the two workers once this share of the conversations is done (None: never)
     crash_worker_at: float | None = 1 / 3
     lease_s: float = 3.0
-    #: per-event delay (ms) of the streams the cancelling and interjecting conversations ask for: a text
-    #: answer (10-14 events) then streams for 1.5-2 s, longer than its first preview takes to reach the
-    #: driver. At 40 ms it streamed ~0.5 s, and a fast processor could commit every such answer before
-    #: the driver saw its first preview: a CI run with no cancel at all (test_gateway_e2e)
-    slow_ms: int = 150
+    #: per-event delay (ms) of the streams the cancelling and interjecting conversations ask for. They act
+    #: on their first dispatch, which the fake model answers with tool calls (7-13 events, no preview,
+    #: so the driver waits out PREVIEW_WAIT_S, 1 s, after STREAMING): 400 ms streams those for 2.8-5 s.
+    #: At 40 ms a fast processor committed every such answer first (a CI run with no cancel at all,
+    #: test_gateway_e2e); at 150 ms a 7-event answer ended about when the driver's wait did
+    slow_ms: int = 400
     seed: int = 7
     partitions: int = 4
     concurrency: int = 48
@@ -133,7 +137,7 @@ async def run_demo(
         _start_serve(bootstrap, redis_url, prefix, key_prefix, logs / "serve.log") if options.serve else None
     )
     if server is not None and announce is not None:
-        if await _answers(server, timeout_s=30):
+        if await _answers(server, timeout_s=90):  # it starts beside three others on 2 cores
             announce(f"web page (while the demo runs): {server.url}")
         else:
             announce(f"turnledger serve did not answer at {server.url}; its log: {logs / 'serve.log'}")
@@ -346,8 +350,9 @@ async def _quiesce(workers: list[DispatchWorker], driver: Driver, timeout_s: flo
 
 async def _processor_caught_up(bootstrap: str, prefix: str, timeout_s: float = 60) -> None:
     """Wait until the processor has committed every ingress offset (its offsets group is its app id)."""
-    from aiokafka import AIOKafkaConsumer
+    from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.structs import OffsetAndMetadata
 
     topic = Topics(prefix).ingress
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -356,6 +361,8 @@ async def _processor_caught_up(bootstrap: str, prefix: str, timeout_s: float = 6
     await consumer.start()
     try:
         deadline = time.monotonic() + timeout_s
+        ends: dict[TopicPartition, int] = {}
+        committed: dict[TopicPartition, OffsetAndMetadata] = {}
         while time.monotonic() < deadline:
             parts = await wait_for_partitions(consumer, bootstrap, topic)
             ends = await consumer.end_offsets(parts)
@@ -363,6 +370,12 @@ async def _processor_caught_up(bootstrap: str, prefix: str, timeout_s: float = 6
             if parts and all(tp in committed and committed[tp].offset >= end for tp, end in ends.items()):
                 return
             await asyncio.sleep(0.2)
+        log.warning(
+            "the processor of %s has not committed every ingress offset after %.0f s (ends %s, committed %s):"
+            " what is read next may be partial",
+            prefix, timeout_s, {tp.partition: e for tp, e in ends.items()},
+            {tp.partition: o.offset for tp, o in committed.items()},
+        )  # fmt: skip
     finally:
         await consumer.stop()
         await admin.close()

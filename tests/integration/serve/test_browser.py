@@ -46,8 +46,10 @@ XSS = '<b id="bold">not bold</b><img src=x onerror="document.title=\'pwned\'">'
 @pytest.fixture
 def fault_plan(request: pytest.FixtureRequest) -> FaultPlan:
     """The fake provider's faults: a slow stream for every message that asks for one (parametrize
-    indirectly for others)."""
-    return getattr(request, "param", None) or FaultPlan(by_marker={SLOW: (Fault(FaultKind.SLOW, 300),)})
+    indirectly for others). 800 ms an event: the streaming test sees a preview, screenshots, reloads
+    and sees the preview grow again before the commit; a text answer's 10-13 events at 300 ms (3-4 s)
+    left a loaded 2-core machine, Chromium included, little room for all of that."""
+    return getattr(request, "param", None) or FaultPlan(by_marker={SLOW: (Fault(FaultKind.SLOW, 800),)})
 
 
 @pytest.fixture
