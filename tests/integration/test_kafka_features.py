@@ -18,12 +18,17 @@ from aiokafka.errors import ProducerFenced
 
 from turnledger.devstack.kafka_admin import create_topic
 
+from .projections.workload import settled
+
 pytestmark = pytest.mark.integration
 
 
 async def read_all(bootstrap: str, topic: str, isolation_level: str, partition: int = 0) -> list[bytes]:
     """Every record value visible at `isolation_level`, from the start up to the end offset (LSO when
-    read_committed), so the call returns instead of waiting for more data."""
+    read_committed, once it has reached the high watermark: a commit returns before its markers are
+    written), so the call returns instead of waiting for more data."""
+    if isolation_level == "read_committed":
+        await settled(bootstrap, [topic])
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
     )

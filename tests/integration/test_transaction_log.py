@@ -4,6 +4,7 @@ partition, so which one Kafka chooses is pinned by the unit tests' Java hash vec
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -38,7 +39,12 @@ async def test_a_committed_then_an_aborted_transaction_are_read_back(
     finally:
         await producer.stop()
 
+    # the abort returns once PREPARE_ABORT is logged; COMPLETE_ABORT follows its markers
+    deadline = asyncio.get_running_loop().time() + 30
     entries = await read_transaction_log(kafka_bootstrap, txn_id)
+    while entries[-1].status is not TxnStatus.COMPLETE_ABORT and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+        entries = await read_transaction_log(kafka_bootstrap, txn_id)
     statuses = [e.status for e in entries if (e.producer_id, e.producer_epoch) == (producer_id, epoch)]
     assert statuses[0] is TxnStatus.EMPTY  # InitProducerId
     assert TxnStatus.PREPARE_COMMIT in statuses and TxnStatus.COMPLETE_COMMIT in statuses
