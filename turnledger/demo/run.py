@@ -62,14 +62,14 @@ class DemoOptions:
     #: kill one of the two workers once this share of the conversations is done (None: never)
     crash_worker_at: float | None = 1 / 3
     lease_s: float = 3.0
-    #: per-event delay (ms) of the streams the cancelling and interjecting conversations ask for. They act
-    #: on their first dispatch, which the fake model answers with tool calls (7-13 events, no preview,
-    #: so the driver waits out PREVIEW_WAIT_S, 1 s, after STREAMING): 300 ms streams those for 2.1-4 s.
-    #: At 40 ms a fast processor committed every such answer first (a CI run with no cancel at all,
-    #: test_gateway_e2e); at 150 ms a 7-event answer ended about when the driver's wait did. Every later
-    #: request of such a conversation is slow too (the marker stays in its history), so an operation of
-    #: one that also meets a fault and the worker's crash can take several slow streams to settle: 38 s
-    #: at 400 ms in one demo run, within `op_timeout_s` but closer than it should be
+    #: per-event delay (ms) of the answer to the user turn that asks for it (`SLOW_MARKER`), which is what
+    #: the cancelling and interjecting conversations act on: their first dispatch, which the fake model
+    #: answers with tool calls (7-13 events, no preview, so the driver waits out PREVIEW_WAIT_S, 1 s, after
+    #: STREAMING): 300 ms streams those for 2.1-4 s. At 40 ms a fast processor committed every such answer
+    #: first (a CI run with no cancel at all, test_gateway_e2e); at 150 ms a 7-event answer ended about
+    #: when the driver's wait did. Only requests whose last turn is that user text are slow
+    #: (`FaultPlan.by_last_user_marker`): with every request carrying the marker in its history slowed,
+    #: an operation that also met a fault and the worker's crash took 38 s to settle at 400 ms
     slow_ms: int = 300
     seed: int = 7
     partitions: int = 4
@@ -310,7 +310,7 @@ def _fault_plan(options: DemoOptions) -> FaultPlan:
         if options.cancel_rate or options.interject_rate
         else {}
     )
-    return FaultPlan(rates=rates, by_request=scripted, by_marker=slow)
+    return FaultPlan(rates=rates, by_request=scripted, by_last_user_marker=slow)
 
 
 async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None) -> None:

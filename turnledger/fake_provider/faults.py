@@ -70,6 +70,9 @@ class FaultPlan:
     `first_with_marker`: scripted faults for the first generation request whose body contains the
     marker text, and for no later one (a fault for one conversation's first attempt, whatever other
     requests arrive before it; its retry carries the same marker and is left alone).
+    `by_last_user_marker`: scripted faults for every generation request whose last turn is the user's
+    text and contains the marker: a conversation's answer to that turn, retries included, and not its
+    tool rounds or later turns, which carry the marker in their history only.
     A request with an `x-fake-fault` header uses only the header's faults (`none` for no fault at all).
     """
 
@@ -78,6 +81,7 @@ class FaultPlan:
     always: tuple[Fault, ...] = ()
     by_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
     first_with_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
+    by_last_user_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
 
     @classmethod
     def uniform(cls, rate: float, kinds: Iterable[FaultKind] = tuple(FaultKind)) -> FaultPlan:
@@ -87,12 +91,18 @@ class FaultPlan:
         return cls(rates={k: rate for k in kinds})
 
     def scripted(
-        self, index: int, body: bytes = b"", markers_seen: set[str] | None = None
+        self, index: int, body: bytes = b"", markers_seen: set[str] | None = None, last_user_text: str = ""
     ) -> tuple[Fault, ...]:
         """The scripted faults of the `index`-th request. `markers_seen` is the server's record of the
-        `first_with_marker` markers already met; those this body contains are added to it."""
+        `first_with_marker` markers already met; those this body contains are added to it.
+        `last_user_text`: the request's last turn when it is the user's text ("" otherwise)."""
         marked = tuple(
             f for marker, faults in self.by_marker.items() if marker.encode() in body for f in faults
+        ) + tuple(
+            f
+            for marker, faults in self.by_last_user_marker.items()
+            if marker in last_user_text
+            for f in faults
         )
         first = tuple(
             f

@@ -47,7 +47,7 @@ from turnledger.fake_provider.httpio import (
     read_request,
 )
 from turnledger.fake_provider.ids import rng_for
-from turnledger.fake_provider.model import Answer, decide
+from turnledger.fake_provider.model import Answer, Conversation, LastTurn, decide
 
 LOOPBACK = "127.0.0.1"
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -320,7 +320,8 @@ class FakeProvider:
         requested = (
             parse_fault_header(header)
             if header is not None
-            else fault_plan.scripted(index, req.body, self._markers_seen) + fault_plan.draw(fault_rng)
+            else fault_plan.scripted(index, req.body, self._markers_seen, _last_user_text(conv))
+            + fault_plan.draw(fault_rng)
         )
         by_kind = {f.kind: f for f in reversed(requested)}  # the first mention of a kind wins
         applied: list[Fault] = []
@@ -556,6 +557,11 @@ class FakeProvider:
 
     def _log(self, received: ReceivedRequest, faults: list[Fault]) -> None:
         self.fault_log.extend(FaultRecord(received.request_id, f) for f in faults)
+
+
+def _last_user_text(conv: Conversation) -> str:
+    """The request's last turn when it is the user's text, else "" (`FaultPlan.by_last_user_marker`)."""
+    return conv.user_text if conv.last is LastTurn.USER_TEXT else ""
 
 
 def _api_for(path: str) -> ApiSpec:

@@ -455,6 +455,31 @@ async def test_scripted_plan_first_with_marker_faults_only_the_first_such_reques
     assert fp.fault_log == [FaultRecord("req_000002", Fault(FaultKind.MISSING_STOP))]
 
 
+async def test_scripted_plan_by_last_user_marker_faults_the_answer_to_that_turn_only() -> None:
+    """The marked turn's answer (and its retry) is faulted; a tool round or a later turn, with the marker
+    in their history only, is not."""
+    plan = FaultPlan(by_last_user_marker={"go slow": (Fault(FaultKind.MISSING_STOP),)})
+    asked = {"role": "user", "content": "please go slow"}
+    call = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}
+    ]}  # fmt: skip
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "9C"}]}
+    conversations = [
+        [asked],  # req_000001: faulted
+        [asked, call, result],  # the tool round
+        [asked, call, result, {"role": "assistant", "content": "9C"}, {"role": "user", "content": "thanks"}],
+        [{"role": "user", "content": "hello"}],
+        [asked],  # req_000005: the retry of the first, faulted again
+    ]
+    async with FakeProvider(fault_plan=plan) as fp, client_of(fp) as c:
+        for messages in conversations:
+            await stream_bytes(c, "POST", "/v1/messages", {**ANTHROPIC_REQ, "messages": messages})
+    assert fp.fault_log == [
+        FaultRecord("req_000001", Fault(FaultKind.MISSING_STOP)),
+        FaultRecord("req_000005", Fault(FaultKind.MISSING_STOP)),
+    ]
+
+
 # --- background mode --------------------------------------------------------------------------------
 
 BG_REQ = {**RESP_REQ, "background": True}
