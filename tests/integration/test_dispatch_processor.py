@@ -25,7 +25,7 @@ from tests.integration.test_processor_eos import (
 )
 from turnledger.codec import decode, encode
 from turnledger.dispatch.engine import BatchEngine, read_state
-from turnledger.dispatch.state_layout import SEPARATOR
+from turnledger.dispatch.state_keys import SEPARATOR
 from turnledger.model.events import (
     CommittedTurn,
     ManifestIssued,

@@ -16,22 +16,17 @@ from typing import Protocol
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.adapters.prefix import RenderCache
 from turnledger.codec import CodecError, decode
-from turnledger.dispatch import state_layout
+from turnledger.dispatch import state_read
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.dispatch.fold import fold
 from turnledger.dispatch.live_assemblers import LiveAssemblers
 from turnledger.dispatch.manifest_blocks import ListingCache
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, settled_state
 from turnledger.dispatch.state_json import StateJson
-from turnledger.dispatch.state_layout import (
-    SPLIT_FORMATS,
-    StateDecodeError,
-    Stored,
-    decode_snapshot,
-    decode_whole,
-    encode_part,
-    write_state,
-)
+from turnledger.dispatch.state_keys import SPLIT_FORMATS
+from turnledger.dispatch.state_layout import write_state
+from turnledger.dispatch.state_read import decode_snapshot, decode_whole
+from turnledger.dispatch.stored import StateDecodeError, Stored, encode_part
 from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.errors import TurnledgerError
 from turnledger.model.base import Frozen
@@ -102,7 +97,7 @@ def decode_state(value: bytes) -> ConversationState:
 
 def read_state(store: StateAccess, conversation_id: str) -> ConversationState | None:
     """The conversation's state as the store holds it, in either layout (None: no state yet)."""
-    found = state_layout.read_state(store.get, conversation_id)
+    found = state_read.read_state(store.get, conversation_id)
     return None if found is None else found[0]
 
 
@@ -194,7 +189,7 @@ class BatchEngine:
             if stored.current(store.get):
                 self._remember(conversation_id, stored, state, stamp)
                 return state, stored
-        found = state_layout.read_state(store.get, conversation_id)
+        found = state_read.read_state(store.get, conversation_id)
         if found is None:
             return ConversationState.empty(conversation_id), Stored()
         state, stored = found

@@ -258,7 +258,7 @@ class StateJson:
     @staticmethod
     def once(model: BaseModel) -> bytes:
         """`model.model_dump_json()` of a block, call or result, not cached: a run of the graph is
-        serialized once and its JSON kept by the run (`state_layout.GraphParts`), so caching its
+        serialized once and its JSON kept by the run (`stored.GraphParts`), so caching its
         blocks too kept every block's JSON twice (~650 bytes a block with its entry, issue 20)."""
         return model.__pydantic_serializer__.to_json(model)
 

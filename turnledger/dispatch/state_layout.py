@@ -57,13 +57,6 @@ another conversation's key is refused. The fold's state is the same model as in 
 (`ConversationState`, `STATE_FORMAT_VERSION`): only the layout on the changelog changed, and
 reading the parts back gives an equal state, whose JSON is byte for byte the one format 3 wrote.
 
-Keys never collide. A split conversation id holds no separator, so a key's first separator ends the
-conversation id and the tag after it says which kind of part it is. A content chunk's key has its
-two integers (no separator in them) before the operation id: its fourth separator ends them, and
-the rest is the operation id whatever separators it holds, so the key names one (conversation,
-operation, block, chunk) and no part of another kind. (An operation or request key ends with the
-operation id after its tag in the same way, a toolset key with the digest.)
-
 Each format is a new number, not an extension of the one before, because an older reader must not
 read it: a format-7 reader would take a format-8 request part for a request without JSON, a format-6
 reader would find no JSON object in a format-7 row, a format-5 reader would
@@ -73,17 +66,15 @@ format it does not know with its typed `StateDecodeError` ("state format 8"). Th
 formats 4, 5, 6 and 7 (a changelog written before the upgrade: each operation in one part of two
 lines with its contents inline, or of three lines with its progress inline and its contents in
 chunks, or in two parts of JSON objects, or of rows with the tools in the request:
-`_OPERATION_READERS`) and writes such a state again whole in format 8 the first time it changes,
+`state_read._OPERATION_READERS`) and writes such a state again whole in format 8 the first time it changes,
 every key of it: the head's format says how each part is read, so a conversation's keys must not
 mix formats. That costs one write of the state per conversation after
 the upgrade.
 
-A conversation id that contains the separator (U+001F) keeps the whole state in format 3 under the
-id after two separators (`head_key`): no part key starts so (a part key's first separator is
-followed by its tag), and no head holds a separator, so such a conversation and any other can never
-write the same key, whatever their ids. Format 3 kept it under the bare id, which could be another
-conversation's part key: such a value is read back only if it is this conversation's own whole
-state (then moved to its key on the next write), and never deleted otherwise.
+Where each piece lives: the formats and the keys, and why keys never collide, in `state_keys.py`; a
+snapshot value built and compared in place and `Stored`, the engine's record of what the store holds,
+in `stored.py`; reading a state back in any format this release reads in `state_read.py`; writing
+what changed (`write_state`) here.
 
 Pure: it reads and writes through the `get`/`put`/`delete` the engine is handed.
 """
@@ -91,266 +82,34 @@ Pure: it reads and writes through the `get`/`put`/`delete` the engine is handed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cache
 from itertools import islice
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
-from pydantic_core import from_json, to_json
+from pydantic import BaseModel
+from pydantic_core import to_json
 
-from turnledger.codec import CodecError, UnencodableRecord, decode, default_codec
-from turnledger.codec.models import NAMESPACE
-from turnledger.dispatch.migrate import READABLE_FORMATS, UnreadableStateFormat, upgrade_state
-from turnledger.dispatch.part_rows import operation_fields, progress_fields
-from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
-from turnledger.dispatch.state_json import (
-    CONTENT_CHUNK,
-    GRAPH_HEAD,
-    Contents,
-    StateJson,
-    splice_operation,
-    splice_request,
-    static_fields,
+from turnledger.dispatch.state import ConversationState
+from turnledger.dispatch.state_json import CONTENT_CHUNK, GRAPH_HEAD, Contents, StateJson, static_fields
+from turnledger.dispatch.state_keys import (
+    CHUNK,
+    CONTENTS_INFIX,
+    HANDLES_TAG,
+    SPLIT_FORMATS,
+    TURNS_TAG,
+    blocks_key,
+    chunk_key,
+    content_key,
+    format_of,
+    head_key,
+    is_split,
+    operation_key,
+    progress_key,
+    request_key,
+    toolset_key,
 )
-from turnledger.errors import StateFormatError
-from turnledger.model.events import ConversationSnapshot
+from turnledger.dispatch.stored import GraphParts, Stored, avro_long, encode_part, snapshot_base
 from turnledger.model.graph import Block
-from turnledger.model.tools import ToolDefinition, toolset_of_json
-from turnledger.sequence.graph_state import CallRecord, GraphState, ResultRecord
-
-SPLIT_FORMAT = 8
-"""The snapshot format of a head and of its parts (their content is the format-3 state's)."""
-ROWS_FORMAT = 7
-"""The split format before a request's toolset was kept apart: read, never written."""
-OBJECT_PARTS_FORMAT = 6
-"""The split format before an operation's parts were rows (JSON objects): read, never written."""
-PROGRESS_INLINE_FORMAT = 5
-"""The split format before an operation's progress was kept apart: read, never written."""
-INLINE_CONTENTS_FORMAT = 4
-"""The split format before the assembler's contents were kept apart: read, never written."""
-SPLIT_FORMATS = frozenset(
-    {INLINE_CONTENTS_FORMAT, PROGRESS_INLINE_FORMAT, OBJECT_PARTS_FORMAT, ROWS_FORMAT, SPLIT_FORMAT}
-)
-
-SEPARATOR = "\x1f"
-OPERATION_TAG = "o"
-PROGRESS_TAG = "p"
-REQUEST_TAG = "r"
-TOOLSET_TAG = "s"
-BLOCKS_TAG = "b"
-TURNS_TAG = "t"
-HANDLES_TAG = "h"
-CONTENTS_TAG = "x"
-_CONTENTS = f"{SEPARATOR}{CONTENTS_TAG}{SEPARATOR}"
-CHUNK = 16
-"""Turn ids and handles per chunk: they only grow, so every chunk but the last is written once."""
-
-_BLOCKS = TypeAdapter(tuple[Block, ...])
-_BLOCK_IDS = TypeAdapter(dict[str, int])
-_CALLS = TypeAdapter(dict[str, CallRecord])
-_RESULTS = TypeAdapter(dict[str, ResultRecord])
-_META = TypeAdapter(tuple[list[str], list[int], int, int])
-_TURN_IDS = TypeAdapter(tuple[str, ...])
-_HANDLES = TypeAdapter(dict[str, str])
-_COUNTS = TypeAdapter(list[int | None])
-_TEXT = TypeAdapter(str)
-_SNAPSHOT_RECORD = f"{NAMESPACE}.{ConversationSnapshot.__name__}"
-
-
-class StateDecodeError(StateFormatError):
-    """A changelog value that is not a ConversationSnapshot of a known format."""
-
-
-class StateLayoutError(StateDecodeError):
-    """A head whose parts are missing, or a part under a key of another conversation."""
-
-
-def operation_key(conversation_id: str, operation_id: str) -> str:
-    return f"{conversation_id}{SEPARATOR}{OPERATION_TAG}{SEPARATOR}{operation_id}"
-
-
-def progress_key(conversation_id: str, operation_id: str) -> str:
-    return f"{conversation_id}{SEPARATOR}{PROGRESS_TAG}{SEPARATOR}{operation_id}"
-
-
-def request_key(conversation_id: str, operation_id: str) -> str:
-    return f"{conversation_id}{SEPARATOR}{REQUEST_TAG}{SEPARATOR}{operation_id}"
-
-
-def toolset_key(conversation_id: str, digest: str) -> str:
-    return f"{conversation_id}{SEPARATOR}{TOOLSET_TAG}{SEPARATOR}{digest}"
-
-
-def blocks_key(conversation_id: str, ordering: int) -> str:
-    return f"{conversation_id}{SEPARATOR}{BLOCKS_TAG}{SEPARATOR}{ordering}"
-
-
-def chunk_key(conversation_id: str, tag: str, index: int) -> str:
-    return f"{conversation_id}{SEPARATOR}{tag}{SEPARATOR}{index}"
-
-
-def content_key(conversation_id: str, operation_id: str, block_index: int, chunk: int) -> str:
-    """Chunk `chunk` of the content of the operation's assembler block: the integers before the
-    operation id, which may hold separators (module docstring)."""
-    return f"{conversation_id}{_CONTENTS}{block_index}{SEPARATOR}{chunk}{SEPARATOR}{operation_id}"
-
-
-def is_split(conversation_id: str) -> bool:
-    return SEPARATOR not in conversation_id
-
-
-WHOLE_PREFIX = SEPARATOR * 2
-
-
-def head_key(conversation_id: str) -> str:
-    """The key of the conversation's first record: its head, or its whole state (module docstring)."""
-    return conversation_id if is_split(conversation_id) else WHOLE_PREFIX + conversation_id
-
-
-def format_of(conversation_id: str) -> int:
-    """The snapshot format every key of this conversation is written in."""
-    return SPLIT_FORMAT if is_split(conversation_id) else STATE_FORMAT_VERSION
-
-
-@dataclass(frozen=True, slots=True)
-class GraphParts:
-    """A graph as the head and its runs hold it: computed once per graph (a turn), reused after."""
-
-    graph: GraphState
-    head: bytes
-    """The graph's JSON with no blocks (and no indexes when the runs hold them)."""
-    runs: dict[int, bytes]
-    """Start of each run → its part: the run's blocks, and its entries of the indexes."""
-    split: bool
-    """The runs hold the indexes (the head does not)."""
-    keyed: dict[str, bytes]
-    """The runs under their keys (`blocks_key`), in order: as a state's parts hold them."""
-
-
-@dataclass(slots=True)
-class Stored:
-    """What the store holds of one conversation, as read or last written: the JSON in each key's
-    value (to tell what changed), not the value itself (to tell whether the store still holds it).
-
-    A value is the snapshot encoding of (conversation id, format, JSON), the JSON last, so it is
-    `snapshot_prefix(...) + JSON` (`holds`): keeping both the values and their JSON kept every
-    cached state's changelog twice (~3.3 KB of a small conversation, issue 20). A value read that
-    is not that encoding of its JSON (another writer's bytes) is kept as read in `raw`, and
-    compared whole."""
-
-    conversation_id: str = ""
-    format_version: int = SPLIT_FORMAT
-    """Every key of one conversation holds one format (a split state's, or one whole state)."""
-    parts: dict[str, bytes] = field(default_factory=dict)
-    graph: GraphParts | None = None
-    raw: dict[str, bytes] | None = None
-    source: ConversationState | None = None
-    """The state `parts` were computed from by `write_state` (None when they were read): its parts are
-    exactly `state_parts(source)`, so the next state's are those with only what changed redone."""
-
-    def current(self, get: Callable[[str], bytes | None]) -> bool:
-        """Does the store still hold exactly these values (no aborted batch's state in between)?
-
-        `holds` inlined, with the base's length computed once: a cached state's every key is checked
-        on every batch that loads it (~14 keys a conversation, ~4% of the engine's CPU, issue 20).
-
-        Content chunks are not checked: the part that counts them is (the operation's progress; its
-        own part in format 5), and it decides them. A chunk is written or deleted only by a write
-        that also writes that part with other chunk counts (a chunk is written when it fills, every
-        chunk is rebuilt or deleted with a change of the counts), in the same batch; so a batch whose
-        writes the store lost left that part other than these bytes. And equal bytes of the part
-        (its chunk counts, the rest of the content, the assembler's next sequence) come from the
-        same log, whose fold gave the same content.
-        Checking them cost one read per chunk per record of a streaming answer (+12% of the
-        engine's instructions at 20 s answers)."""
-        parts = self.parts
-        if not parts:
-            return True
-        base = snapshot_base(self.conversation_id, self.format_version)
-        if self.raw is not None:
-            return self._current_with_raw(get, base, self.raw)
-        size, longs = len(base), _LONGS
-        chunks = self.conversation_id + _CONTENTS
-        for key, part in parts.items():
-            if key.startswith(chunks):
-                continue
-            held = get(key)
-            n = len(part)
-            length = longs.get(n) or _avro_long(n)
-            if (
-                held is None
-                or len(held) != size + len(length) + n
-                or not held.startswith(base)
-                or not held.startswith(length, size)
-                or not held.endswith(part)
-            ):
-                return False
-        return True
-
-    def _current_with_raw(
-        self, get: Callable[[str], bytes | None], base: bytes, raw: dict[str, bytes]
-    ) -> bool:
-        """`current` of a state some of whose values were read as other bytes than their encoding."""
-        for key, part in self.parts.items():
-            held = get(key)
-            if held is None:
-                return False
-            expected = raw.get(key)
-            if not (holds(held, base, part) if expected is None else held == expected):
-                return False
-        return True
-
-
-_LONGS: dict[int, bytes] = {}
-_LONGS_MAX = 4096
-"""`_avro_long` of the lengths of parts seen last: a part's length is encoded again on every check
-of its key (`Stored.current`), the same few thousand lengths over and over."""
-
-
-def _avro_long(n: int) -> bytes:
-    """Avro's encoding of a long: zigzag, then 7 bits a byte, low bits first."""
-    known = _LONGS.get(n)
-    if known is not None:
-        return known
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    encoded = bytes(out)
-    if len(_LONGS) >= _LONGS_MAX:
-        _LONGS.clear()
-    _LONGS[n] = encoded
-    return encoded
-
-
-@cache
-def _snapshot_header() -> bytes:
-    entry = default_codec().registry.reader(_SNAPSHOT_RECORD)
-    if entry is None:  # pragma: no cover - the shipped schemas hold it
-        raise UnencodableRecord(f"no schema for {_SNAPSHOT_RECORD}")
-    return bytes(entry.header)
-
-
-def snapshot_base(conversation_id: str, format_version: int) -> bytes:
-    """What every snapshot of this conversation and format starts with: the single-object header,
-    the conversation id and the format (the schema's first two fields)."""
-    cid = conversation_id.encode("utf-8")
-    return b"".join((_snapshot_header(), _avro_long(len(cid)), cid, _avro_long(format_version)))
-
-
-def holds(value: bytes, base: bytes, part: bytes) -> bool:
-    """Is `value` exactly `encode_part(...)` of `part` (`base`: `snapshot_base` of its conversation
-    and format)? The bytes field, last, is its length then `part`: compared in place, unbuilt."""
-    length = _avro_long(len(part))
-    return (
-        len(value) == len(base) + len(length) + len(part)
-        and value.startswith(base)
-        and value.startswith(length, len(base))
-        and value.endswith(part)
-    )
+from turnledger.sequence.graph_state import GraphState
 
 
 def block_runs(blocks: tuple[Block, ...]) -> list[tuple[int, int]]:
@@ -726,7 +485,7 @@ def _chunks_last(parts: dict[str, bytes], conversation_id: str, operation_id: st
     for index, _, count in reversed([c for c in was if c is not None]):
         if count:
             return tail == content_key(conversation_id, operation_id, index, count - 1)
-    return not tail.startswith(conversation_id + _CONTENTS)
+    return not tail.startswith(conversation_id + CONTENTS_INFIX)
 
 
 def _with_chunks_again(
@@ -740,7 +499,7 @@ def _with_chunks_again(
     `state_parts` puts them; `known`: the parts of `previous`, whose JSON of the full chunks that
     stay the same is reused."""
     conversation_id = state.conversation_id
-    prefix = conversation_id + _CONTENTS
+    prefix = conversation_id + CONTENTS_INFIX
     again = {key: part for key, part in parts.items() if not key.startswith(prefix)}
     for operation_id, op in state.operations.items():
         was = json.contents(previous.operations[operation_id])
@@ -754,241 +513,6 @@ def changed_parts(old: Stored, new: dict[str, bytes]) -> tuple[list[str], list[s
     writes = [key for key, part in new.items() if (prior := before.get(key)) is not part and prior != part]
     deletes = [key for key in before if key not in new]
     return writes, deletes
-
-
-def encode_part(conversation_id: str, format_version: int, part: bytes, base: bytes | None = None) -> bytes:
-    """`encode(ConversationSnapshot(...))`, built in place: the schema's fields are the conversation
-    id, the format and the part (Avro bytes: its length, then it), in that order, so the value is
-    `snapshot_base(...)` (`base`, when the caller has it) then the part's length and the part, as
-    `holds` reads it. `tests/unit/dispatch/test_stored.py` checks it against the codec's encoding
-    and decoding; going through the codec cost ~3 µs a key (2% of the engine, issue 20)."""
-    if base is None:
-        base = snapshot_base(conversation_id, format_version)
-    return b"".join((base, _avro_long(len(part)), part))
-
-
-def decode_snapshot(value: bytes) -> ConversationSnapshot:
-    try:
-        snapshot = decode(value)
-    except CodecError as exc:
-        raise StateDecodeError(str(exc)) from exc
-    if not isinstance(snapshot, ConversationSnapshot):
-        raise StateDecodeError(f"{type(snapshot).__name__} is not a ConversationSnapshot")
-    return snapshot
-
-
-def decode_whole(snapshot: ConversationSnapshot) -> ConversationState:
-    """A state written whole (formats 1 to 3), brought to the current format."""
-    try:
-        return upgrade_state(snapshot.format_version, snapshot.state)
-    except UnreadableStateFormat as exc:
-        whole = sorted(READABLE_FORMATS)
-        detail = f"this release reads {whole} whole, {sorted(SPLIT_FORMATS)} split"
-        raise StateDecodeError(f"state format {snapshot.format_version} ({detail})") from exc
-
-
-Get = Callable[[str], bytes | None]
-
-
-def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
-    """The conversation's state as the store holds it (None: no state yet), in either layout, and
-    what was read."""
-    key = head_key(conversation_id)
-    value = get(key)
-    if value is None:
-        return None if key == conversation_id else _whole_under_bare_id(get, conversation_id)
-    snapshot = _snapshot_of(value, key, conversation_id)
-    stored = _read(conversation_id, snapshot.format_version, key, value, snapshot.state)
-    if snapshot.format_version not in SPLIT_FORMATS:
-        return decode_whole(snapshot), stored
-    meta, state_json = snapshot.state.split(b"\n", 1)
-    operation_ids, starts, turn_chunks, handle_chunks = _META.validate_json(meta)
-    state = ConversationState.model_validate_json(state_json)
-    turn_ids: list[str] = []
-    for index in range(turn_chunks):
-        turn_ids += _TURN_IDS.validate_json(
-            _part(get, chunk_key(conversation_id, TURNS_TAG, index), conversation_id, stored)
-        )
-    handles: dict[str, str] = {}
-    for index in range(handle_chunks):
-        handles.update(
-            _HANDLES.validate_json(
-                _part(get, chunk_key(conversation_id, HANDLES_TAG, index), conversation_id, stored)
-            )
-        )
-    operations = {operation_id: _read_operation(get, operation_id, stored) for operation_id in operation_ids}
-    graph = state.graph
-    blocks: list[Block] = []
-    block_ids, calls, results = dict(graph.block_ids), dict(graph.calls), dict(graph.results)
-    for start in starts:
-        lines = _part(get, blocks_key(conversation_id, start), conversation_id, stored).split(b"\n")
-        blocks.extend(_BLOCKS.validate_json(lines[0]))
-        if len(lines) == 4:
-            block_ids.update(_BLOCK_IDS.validate_json(lines[1]))
-            calls.update(_CALLS.validate_json(lines[2]))
-            results.update(_RESULTS.validate_json(lines[3]))
-    graph = graph.model_copy(
-        update={"blocks": tuple(blocks), "block_ids": block_ids, "calls": calls, "results": results}
-    )
-    update = {"graph": graph, "operations": operations, "turn_ids": tuple(turn_ids), "handles": handles}
-    return state.model_copy(update=update), stored
-
-
-def _read_operation(get: Get, operation_id: str, stored: Stored) -> OperationState:
-    """An operation from its parts, in the head's format (`_OPERATION_READERS`)."""
-    conversation_id = stored.conversation_id
-    part = _part(get, operation_key(conversation_id, operation_id), conversation_id, stored)
-    request = _part(get, request_key(conversation_id, operation_id), conversation_id, stored)
-    read = _OPERATION_READERS[stored.format_version]
-    if stored.format_version != SPLIT_FORMAT or request.startswith(b"{"):
-        return read(get, operation_id, part, request, stored)
-    request, tools = _toolset_apart(get, operation_id, request, stored)
-    op = read(get, operation_id, part, request, stored)
-    return op.model_copy(update={"request": op.request.model_copy(update={"tools": tools})})
-
-
-def _toolset_apart(
-    get: Get, operation_id: str, part: bytes, stored: Stored
-) -> tuple[bytes, tuple[ToolDefinition, ...]]:
-    """A format-8 request part (its toolset's digest, a newline, its JSON with `"tools":[]`): that
-    JSON, and the toolset's definitions from its own part, parsed once per distinct toolset
-    (`toolset_of_json`): a processor taking a partition over reads the same agent toolset back for
-    each of its conversations, and parsing it was half of a conversation's restore with 22 tools."""
-    conversation_id = stored.conversation_id
-    digest, _, request = part.partition(b"\n")
-    if not request.startswith(b"{") or _EMPTY_TOOLS not in request:
-        raise StateLayoutError(f"operation {operation_id!r}'s request part is not a toolset digest and JSON")
-    key = digest.decode()
-    toolset = _part(get, toolset_key(conversation_id, key), conversation_id, stored)
-    try:
-        return request, toolset_of_json(key, toolset)
-    except ValueError as exc:
-        raise StateLayoutError(
-            f"the toolset {key!r} of {conversation_id!r} is not a list of tools: {exc}"
-        ) from exc
-
-
-_EMPTY_TOOLS = b'"tools":[]'
-
-
-def _lines(part: bytes, count: int, operation_id: str) -> list[bytes]:
-    lines = part.split(b"\n", count - 1)
-    if len(lines) != count:
-        raise StateLayoutError(f"the part of operation {operation_id!r} has {len(lines)} lines")
-    return lines
-
-
-def _operation_inline(
-    get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
-) -> OperationState:
-    """Format 4: the JSON before and after the request, the assembler's contents inline."""
-    before, after = _lines(part, 2, operation_id)
-    return OperationState.model_validate_json(splice_request(before, request, after))
-
-
-def _operation_progress_inline(
-    get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
-) -> OperationState:
-    """Format 5: the JSON before and after the request, the progress inline, then the chunk counts."""
-    before, after, counts = _lines(part, 3, operation_id)
-    op = OperationState.model_validate_json(splice_request(before, request, after))
-    _read_contents(get, op, _COUNTS.validate_json(counts), stored)
-    return op
-
-
-def _operation_objects(
-    get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
-) -> OperationState:
-    """Format 6: the operation's own part (two lines of JSON objects), its request, then its
-    progress part (a JSON object) and chunk counts."""
-    progress = _progress(get, operation_id, stored)
-    whole = splice_operation(part, request, progress[0])
-    if whole is None:
-        raise StateLayoutError(f"the parts of operation {operation_id!r} are not its two lines each")
-    op = OperationState.model_validate_json(whole)
-    _read_contents(get, op, _COUNTS.validate_json(progress[1]), stored)
-    return op
-
-
-def _operation_rows(
-    get: Get, operation_id: str, part: bytes, request: bytes, stored: Stored
-) -> OperationState:
-    """Formats 7 and 8: the operation's own part (a row), its request (in format 8 with `"tools":[]`
-    when it names a toolset, put back by `_read_operation`), then its progress part (a row) and chunk
-    counts (`part_rows.py`)."""
-    progress = _progress(get, operation_id, stored)
-    try:
-        fields = operation_fields(from_json(part)) | progress_fields(from_json(progress[0]))
-    except ValueError as exc:
-        raise StateLayoutError(f"the parts of operation {operation_id!r} are not its rows: {exc}") from exc
-    op = OperationState.model_validate_json(b"".join((to_json(fields)[:-1], b',"request":', request, b"}")))
-    _read_contents(get, op, _COUNTS.validate_json(progress[1]), stored)
-    return op
-
-
-def _progress(get: Get, operation_id: str, stored: Stored) -> list[bytes]:
-    """An operation's progress part's two lines: its progress and its chunk counts."""
-    conversation_id = stored.conversation_id
-    part = _part(get, progress_key(conversation_id, operation_id), conversation_id, stored)
-    return _lines(part, 2, operation_id)
-
-
-_OPERATION_READERS: dict[int, Callable[[Get, str, bytes, bytes, Stored], OperationState]] = {
-    INLINE_CONTENTS_FORMAT: _operation_inline,
-    PROGRESS_INLINE_FORMAT: _operation_progress_inline,
-    OBJECT_PARTS_FORMAT: _operation_objects,
-    ROWS_FORMAT: _operation_rows,
-    SPLIT_FORMAT: _operation_rows,
-}
-"""How each split format keeps an operation (`SPLIT_FORMATS`)."""
-
-
-def _read_contents(get: Get, op: OperationState, counts: list[int | None], stored: Stored) -> None:
-    """Put the content chunks back into the blocks of the operation's assembler snapshot (a dict just
-    read, no one else's), before the rest of each content, inline: `counts`, each block's chunk count
-    (None: its content is all inline)."""
-    blocks = [] if op.assembler is None else op.assembler.get("blocks")
-    if not isinstance(blocks, list) or len(blocks) != len(counts):
-        raise StateLayoutError(f"operation {op.operation_id!r} counts the chunks of {len(counts)} blocks")
-    conversation_id = stored.conversation_id
-    for block, count in zip(blocks, counts, strict=True):
-        if count is None:
-            continue
-        index, rest = (block.get("index"), block.get("content")) if isinstance(block, dict) else (None, None)
-        if type(index) is not int or type(rest) is not str:
-            raise StateLayoutError(f"operation {op.operation_id!r} counts chunks of a block with no index")
-        keys = (content_key(conversation_id, op.operation_id, index, n) for n in range(count))
-        chunks = [_TEXT.validate_json(_part(get, key, conversation_id, stored)) for key in keys]
-        block["content"] = "".join(chunks) + rest
-
-
-def _whole_under_bare_id(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
-    """A whole state format 3 kept under the bare id of a conversation holding the separator. The key
-    may be another conversation's part: that value is not this conversation's (None, and since it is
-    not in what was read, the next write leaves it alone); ours is deleted by the next write."""
-    value = get(conversation_id)
-    if value is None:
-        return None
-    snapshot = decode_snapshot(value)
-    if snapshot.conversation_id != conversation_id or snapshot.format_version in SPLIT_FORMATS:
-        return None
-    state = decode_whole(snapshot)
-    return state, _read(conversation_id, snapshot.format_version, conversation_id, value, snapshot.state)
-
-
-def _read(conversation_id: str, format_version: int, key: str, value: bytes, part: bytes) -> Stored:
-    stored = Stored(conversation_id, format_version)
-    _remember_read(stored, key, value, part)
-    return stored
-
-
-def _remember_read(stored: Stored, key: str, value: bytes, part: bytes) -> None:
-    """Keep the JSON a key was read with; the value too if it is not the encoding of that JSON."""
-    stored.parts[key] = part
-    if not holds(value, snapshot_base(stored.conversation_id, stored.format_version), part):
-        if stored.raw is None:
-            stored.raw = {}
-        stored.raw[key] = value
 
 
 def write_state(
@@ -1034,32 +558,7 @@ def _kept_raw(
         value = None if old.raw is None else old.raw.get(key)
         if value is None and old.format_version != format_version:
             part = old.parts[key]
-            value = base + _avro_long(len(part)) + part
+            value = base + avro_long(len(part)) + part
         if value is not None:
             raw[key] = value
     return raw or None
-
-
-def _snapshot_of(value: bytes, key: str, conversation_id: str) -> ConversationSnapshot:
-    snapshot = decode_snapshot(value)
-    if snapshot.conversation_id != conversation_id:
-        raise StateLayoutError(
-            f"{key!r} holds a part of {snapshot.conversation_id!r}, not of {conversation_id!r}"
-        )
-    return snapshot
-
-
-def _part(get: Get, key: str, conversation_id: str, stored: Stored) -> bytes:
-    value = get(key)
-    if value is None:
-        raise StateLayoutError(
-            f"the head of {conversation_id!r} names {key!r}, which the store does not hold"
-        )
-    snapshot = _snapshot_of(value, key, conversation_id)
-    if snapshot.format_version != stored.format_version:
-        raise StateLayoutError(
-            f"{key!r} holds a format-{snapshot.format_version} snapshot, not a part of the "
-            f"format-{stored.format_version} head"
-        )
-    _remember_read(stored, key, value, snapshot.state)
-    return snapshot.state

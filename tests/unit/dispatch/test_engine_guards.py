@@ -21,7 +21,7 @@ from turnledger.dispatch.engine import (
     read_state,
 )
 from turnledger.dispatch.state import ConversationState
-from turnledger.dispatch.state_layout import StateDecodeError, encode_part
+from turnledger.dispatch.stored import StateDecodeError, encode_part
 from turnledger.dispatch.turn_size import EncodedRecords
 from turnledger.model.events import ConversationSnapshot, IngressEvent, Rejected
 from turnledger.model.limits import DEFAULT_LIMITS

@@ -14,7 +14,7 @@ from turnledger.codec import decode
 from turnledger.dispatch import step as step_module
 from turnledger.dispatch.engine import BatchEngine, read_state
 from turnledger.dispatch.state import FINAL_STATES, OperationState, settled_request, settled_state
-from turnledger.dispatch.state_layout import request_key, toolset_key
+from turnledger.dispatch.state_keys import request_key, toolset_key
 from turnledger.model.base import Frozen
 from turnledger.model.events import (
     ConversationSnapshot,

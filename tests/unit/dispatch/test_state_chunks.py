@@ -26,9 +26,8 @@ from turnledger.codec import decode
 from turnledger.dispatch.engine import BatchEngine, read_state
 from turnledger.dispatch.part_rows import progress_fields
 from turnledger.dispatch.state import ConversationState
-from turnledger.dispatch.state_json import StateJson
-from turnledger.dispatch.state_layout import (
-    CONTENT_CHUNK,
+from turnledger.dispatch.state_json import CONTENT_CHUNK, StateJson
+from turnledger.dispatch.state_keys import (
     CONTENTS_TAG,
     INLINE_CONTENTS_FORMAT,
     OBJECT_PARTS_FORMAT,
@@ -37,15 +36,13 @@ from turnledger.dispatch.state_layout import (
     SEPARATOR,
     SPLIT_FORMAT,
     TOOLSET_TAG,
-    Stored,
     content_key,
     operation_key,
-    parts_since,
     progress_key,
     request_key,
-    state_parts,
-    write_state,
 )
+from turnledger.dispatch.state_layout import parts_since, state_parts, write_state
+from turnledger.dispatch.stored import Stored
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
 from turnledger.model.events import ConversationSnapshot, IngressEvent, StreamOutcome
 from turnledger.records import SourceRecord

@@ -10,7 +10,8 @@ import pytest
 
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.state_json import CachedJson, StateJson, state_json
-from turnledger.dispatch.state_layout import blocks_key, state_parts
+from turnledger.dispatch.state_keys import blocks_key
+from turnledger.dispatch.state_layout import state_parts
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent
 

@@ -15,33 +15,28 @@ import orjson
 import pytest
 
 from turnledger.codec import decode, encode
-from turnledger.dispatch import state_layout
+from turnledger.dispatch import state_layout, state_read
 from turnledger.dispatch.engine import BatchEngine, encode_state, read_state
 from turnledger.dispatch.part_rows import operation_fields, progress_fields
 from turnledger.dispatch.state import STATE_FORMAT_VERSION, ConversationState, OperationState
 from turnledger.dispatch.state_json import StateJson
-from turnledger.dispatch.state_layout import (
+from turnledger.dispatch.state_keys import (
     BLOCKS_TAG,
     CHUNK,
     HANDLES_TAG,
     SEPARATOR,
     SPLIT_FORMAT,
     TURNS_TAG,
-    GraphParts,
-    StateLayoutError,
-    Stored,
     blocks_key,
     chunk_key,
-    encode_part,
-    graph_parts,
     head_key,
     operation_key,
     progress_key,
     request_key,
-    state_parts,
     toolset_key,
-    write_state,
 )
+from turnledger.dispatch.state_layout import graph_parts, state_parts, write_state
+from turnledger.dispatch.stored import GraphParts, StateLayoutError, Stored, encode_part
 from turnledger.model.base import Frozen
 from turnledger.model.events import ConversationSnapshot, IngressEvent
 from turnledger.model.tools import toolset_digest
@@ -273,7 +268,7 @@ def test_a_format_3_state_under_the_bare_id_is_read_and_moved_to_its_key() -> No
     odd = Conversation(conversation_id="odd\x1fo\x1fid")
     odd.user("hello")
     store = Store({"odd\x1fo\x1fid": encode_state(odd.state)})
-    found = state_layout.read_state(store.get, "odd\x1fo\x1fid")
+    found = state_read.read_state(store.get, "odd\x1fo\x1fid")
     assert found is not None and found[0] == odd.state
     write_state(odd.state, found[1], StateJson(), store.put, store.delete)
     assert sorted(store) == [head_key("odd\x1fo\x1fid")]
@@ -291,7 +286,7 @@ def test_another_conversations_part_under_the_bare_id_is_neither_read_nor_delete
     write_state(victim.state, Stored(), StateJson(), store.put, store.delete)
     odd_id = operation_key("odd", "op-1")
     assert odd_id in store
-    assert state_layout.read_state(store.get, odd_id) is None
+    assert state_read.read_state(store.get, odd_id) is None
     odd = Conversation(conversation_id=odd_id)
     odd.user("hello")
     write_state(odd.state, Stored(), StateJson(), store.put, store.delete)

@@ -23,7 +23,7 @@ from turnledger.dispatch.state import (
     ManifestSeal,
     settled_state,
 )
-from turnledger.dispatch.state_layout import SEPARATOR, SPLIT_FORMAT
+from turnledger.dispatch.state_keys import SEPARATOR, SPLIT_FORMAT
 from turnledger.model.events import DEFAULT_LEASE_MS, ConversationSnapshot, DispatchDecision
 from turnledger.records import SourceRecord
 

@@ -13,16 +13,9 @@ from turnledger.codec import decode, encode
 from turnledger.dispatch.engine import BatchEngine, read_state
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.state_json import StateJson
-from turnledger.dispatch.state_layout import (
-    SEPARATOR,
-    SPLIT_FORMAT,
-    TOOLSET_TAG,
-    StateLayoutError,
-    Stored,
-    request_key,
-    toolset_key,
-    write_state,
-)
+from turnledger.dispatch.state_keys import SEPARATOR, SPLIT_FORMAT, TOOLSET_TAG, request_key, toolset_key
+from turnledger.dispatch.state_layout import write_state
+from turnledger.dispatch.stored import StateLayoutError, Stored
 from turnledger.model.events import ConversationSnapshot, DispatchRequested
 from turnledger.model.tools import ToolDefinition, toolset_digest, toolset_json, toolset_of_json
 
