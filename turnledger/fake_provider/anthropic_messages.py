@@ -20,6 +20,7 @@ from turnledger.fake_provider.model import (
     ToolResult,
     ToolSpec,
     content_text,
+    last_text_part,
     split_json,
     split_text,
 )
@@ -72,7 +73,12 @@ def parse(body: dict[str, Any]) -> Conversation:
         )
         if results:
             return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
-    return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(content), **conv)
+    return Conversation(
+        last=LastTurn.USER_TEXT,
+        user_text=content_text(content),
+        last_user_part=last_text_part(content),
+        **conv,
+    )
 
 
 TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")

@@ -26,6 +26,7 @@ from turnledger.fake_provider.model import (
     ToolResult,
     ToolSpec,
     content_text,
+    last_text_part,
     split_json,
     split_text,
 )
@@ -72,7 +73,9 @@ def parse(body: dict[str, Any]) -> Conversation:
     )
     if results:
         return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
-    return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(blocks), **conv)
+    return Conversation(
+        last=LastTurn.USER_TEXT, user_text=content_text(blocks), last_user_part=last_text_part(blocks), **conv
+    )
 
 
 def _check_tool_use_id(value: Any, where: str) -> None:

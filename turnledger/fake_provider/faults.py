@@ -71,8 +71,10 @@ class FaultPlan:
     marker text, and for no later one (a fault for one conversation's first attempt, whatever other
     requests arrive before it; its retry carries the same marker and is left alone).
     `by_last_user_marker`: scripted faults for every generation request whose last turn is the user's
-    text and contains the marker: a conversation's answer to that turn, retries included, and not its
-    tool rounds or later turns, which carry the marker in their history only.
+    text and whose last text part contains the marker: a conversation's answer to that turn, retries
+    included, and not its tool rounds or later turns, which carry the marker in their history only,
+    nor the answer to a turn the user added after it, which APIs that merge consecutive user turns
+    (Anthropic, Bedrock, Gemini) send in the same message, after the marked text.
     A request with an `x-fake-fault` header uses only the header's faults (`none` for no fault at all).
     """
 
@@ -95,7 +97,8 @@ class FaultPlan:
     ) -> tuple[Fault, ...]:
         """The scripted faults of the `index`-th request. `markers_seen` is the server's record of the
         `first_with_marker` markers already met; those this body contains are added to it.
-        `last_user_text`: the request's last turn when it is the user's text ("" otherwise)."""
+        `last_user_text`: the last text part of the request's last turn when that turn is the user's
+        text ("" otherwise)."""
         marked = tuple(
             f for marker, faults in self.by_marker.items() if marker.encode() in body for f in faults
         ) + tuple(

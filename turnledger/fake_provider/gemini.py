@@ -27,6 +27,7 @@ from turnledger.fake_provider.model import (
     ToolResult,
     ToolSpec,
     content_text,
+    last_text_part,
     split_text,
 )
 from turnledger.fake_provider.sse import SseEvent
@@ -75,7 +76,9 @@ def parse(body: dict[str, Any]) -> Conversation:
             for k, (r, call) in enumerate(zip(responses, calls, strict=True))
         )
         return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
-    return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(parts), **conv)
+    return Conversation(
+        last=LastTurn.USER_TEXT, user_text=content_text(parts), last_user_part=last_text_part(parts), **conv
+    )
 
 
 def _schema(declaration: dict[str, Any]) -> Any:

@@ -45,6 +45,10 @@ class Conversation:
     tools: tuple[ToolSpec, ...]
     last: LastTurn
     user_text: str = ""
+    """The last turn's text when it is the user's: its text parts joined."""
+    last_user_part: str = ""
+    """The last text part of that turn: the user's latest words where an API merges consecutive user
+    turns into one (Anthropic, Bedrock, Gemini), `FaultPlan.by_last_user_marker`."""
     results: tuple[ToolResult, ...] = ()
     allow_tools: bool = True
     parallel: bool = True
@@ -128,6 +132,19 @@ def split_json(text: str, rng: random.Random) -> list[str]:
         out.append(text[i : i + k])
         i += k
     return out or [""]
+
+
+def last_text_part(content: Any) -> str:
+    """The last text part of a string or of a list of parts ("" without one)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        for part in reversed(content):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                return str(part["text"])
+            if isinstance(part, str):
+                return part
+    return ""
 
 
 def content_text(content: Any) -> str:

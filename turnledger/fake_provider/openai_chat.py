@@ -20,6 +20,7 @@ from turnledger.fake_provider.model import (
     ToolResult,
     ToolSpec,
     content_text,
+    last_text_part,
     split_json,
     split_text,
 )
@@ -69,7 +70,12 @@ def parse(body: dict[str, Any]) -> Conversation:
         )
         return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
     if last.get("role") == "user":
-        return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(last.get("content")), **conv)
+        return Conversation(
+            last=LastTurn.USER_TEXT,
+            user_text=content_text(last.get("content")),
+            last_user_part=last_text_part(last.get("content")),
+            **conv,
+        )
     return Conversation(last=LastTurn.OTHER, **conv)
 
 

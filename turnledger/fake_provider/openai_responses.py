@@ -20,6 +20,7 @@ from turnledger.fake_provider.model import (
     ToolResult,
     ToolSpec,
     content_text,
+    last_text_part,
     split_json,
     split_text,
 )
@@ -70,7 +71,12 @@ def parse(body: dict[str, Any]) -> Conversation:
         )
         return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
     if last.get("type", "message") == "message" and last.get("role") == "user":
-        return Conversation(last=LastTurn.USER_TEXT, user_text=content_text(last.get("content")), **conv)
+        return Conversation(
+            last=LastTurn.USER_TEXT,
+            user_text=content_text(last.get("content")),
+            last_user_part=last_text_part(last.get("content")),
+            **conv,
+        )
     return Conversation(last=LastTurn.OTHER, **conv)
 
 

@@ -560,8 +560,9 @@ class FakeProvider:
 
 
 def _last_user_text(conv: Conversation) -> str:
-    """The request's last turn when it is the user's text, else "" (`FaultPlan.by_last_user_marker`)."""
-    return conv.user_text if conv.last is LastTurn.USER_TEXT else ""
+    """The last text part of the request's last turn when that turn is the user's text, else ""
+    (`FaultPlan.by_last_user_marker`): where an API merges consecutive user turns, the latest words."""
+    return conv.last_user_part if conv.last is LastTurn.USER_TEXT else ""
 
 
 def _api_for(path: str) -> ApiSpec:

@@ -480,6 +480,23 @@ async def test_scripted_plan_by_last_user_marker_faults_the_answer_to_that_turn_
     ]
 
 
+async def test_scripted_plan_by_last_user_marker_leaves_a_turn_merged_after_the_marked_one() -> None:
+    """Anthropic, Bedrock and Gemini send consecutive user turns as one message: a turn the user added
+    while the marked answer streamed (an interjection) is the message's last text part, and its answer
+    is not faulted; the marked text last in the message is."""
+    plan = FaultPlan(by_last_user_marker={"go slow": (Fault(FaultKind.MISSING_STOP),)})
+    marked, later = {"type": "text", "text": "please go slow"}, {"type": "text", "text": "and also Rome"}
+    contents = [[marked, later], [later, marked], "please go slow"]
+    async with FakeProvider(fault_plan=plan) as fp, client_of(fp) as c:
+        for content in contents:
+            messages = [{"role": "user", "content": content}]
+            await stream_bytes(c, "POST", "/v1/messages", {**ANTHROPIC_REQ, "messages": messages})
+    assert fp.fault_log == [
+        FaultRecord("req_000002", Fault(FaultKind.MISSING_STOP)),
+        FaultRecord("req_000003", Fault(FaultKind.MISSING_STOP)),
+    ]
+
+
 # --- background mode --------------------------------------------------------------------------------
 
 BG_REQ = {**RESP_REQ, "background": True}
