@@ -81,11 +81,10 @@ _VARINTS: dict[int, bytes] = {}
 _VARINTS_MAX = 4096
 
 
-def _write_long(out: bytearray, value: Any, low: int = _LONG_MIN, high: int = _LONG_MAX) -> None:
-    """A zig-zag varint of a long, exactly as fastavro's `write_int` writes it (the case of a
-    value outside 0..63). Values repeat (times, revisions), so their encodings are memoized."""
-    if type(value) is not int or value < low or value > high:
-        raise Miss("not a long in range")
+def long_bytes(value: int) -> bytes:
+    """Avro's encoding of a long (within 64 bits): zig-zag, then 7 bits a byte, low bits first, as
+    fastavro's `write_int` writes it. Values repeat (times, revisions, lengths), so their encodings are
+    memoized; the changelog's values and a manifest's block list build their lengths with it too."""
     encoded = _VARINTS.get(value)
     if encoded is None:
         n = (value << 1) ^ (value >> 63)
@@ -98,7 +97,15 @@ def _write_long(out: bytearray, value: Any, low: int = _LONG_MIN, high: int = _L
         if len(_VARINTS) >= _VARINTS_MAX:
             _VARINTS.clear()
         _VARINTS[value] = encoded
-    out += encoded
+    return encoded
+
+
+def _write_long(out: bytearray, value: Any, low: int = _LONG_MIN, high: int = _LONG_MAX) -> None:
+    """A zig-zag varint of a long in range (`long_bytes`; the case of a value outside 0..63)."""
+    if type(value) is not int or value < low or value > high:
+        raise Miss("not a long in range")
+    encoded = _VARINTS.get(value)
+    out += long_bytes(value) if encoded is None else encoded
 
 
 _RUNTIME: dict[str, Any] = {

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from turnledger.codec import default_codec
+from turnledger.codec.compiled import long_bytes
 from turnledger.model.bounded_cache import BoundedCache
 from turnledger.model.canonical import canonical_json
 from turnledger.model.graph import Block, BlockRef
@@ -89,7 +90,7 @@ def _avro_items(refs: SelfEncoded) -> memoryview:
     """The Avro of the array's items: its encoding (`_avro_array`) without the head and the end."""
     if not refs:
         return memoryview(b"")
-    return memoryview(refs.avro)[len(_avro_long(len(refs))) : -1]
+    return memoryview(refs.avro)[len(long_bytes(len(refs))) : -1]
 
 
 def _ref_json(ref: BlockRef) -> dict[str, str]:
@@ -105,18 +106,7 @@ def _avro_array(count: int, items: bytes | bytearray) -> bytes:
     the end (0), as the codec writes one; an empty array is the end alone."""
     if not count:
         return b"\x00"
-    return b"".join((_avro_long(count), items, b"\x00"))
-
-
-def _avro_long(n: int) -> bytes:
-    """Avro's encoding of a non-negative long: zigzag (twice it), then 7 bits a byte, low bits first."""
-    z = n << 1
-    head = bytearray()
-    while z > 0x7F:
-        head.append((z & 0x7F) | 0x80)
-        z >>= 7
-    head.append(z)
-    return bytes(head)
+    return b"".join((long_bytes(count), items, b"\x00"))
 
 
 class ListingCache(BoundedCache[str, ListedBlocks]):

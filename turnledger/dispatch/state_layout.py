@@ -88,6 +88,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_json
 
+from turnledger.codec.compiled import long_bytes
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.state_json import CONTENT_CHUNK, GRAPH_HEAD, Contents, StateJson, static_fields
 from turnledger.dispatch.state_keys import (
@@ -107,7 +108,7 @@ from turnledger.dispatch.state_keys import (
     request_key,
     toolset_key,
 )
-from turnledger.dispatch.stored import GraphParts, Stored, avro_long, encode_part, snapshot_base
+from turnledger.dispatch.stored import GraphParts, Stored, encode_part, snapshot_base
 from turnledger.model.graph import Block
 from turnledger.sequence.graph_state import GraphState
 
@@ -558,7 +559,7 @@ def _kept_raw(
         value = None if old.raw is None else old.raw.get(key)
         if value is None and old.format_version != format_version:
             part = old.parts[key]
-            value = base + avro_long(len(part)) + part
+            value = base + long_bytes(len(part)) + part
         if value is not None:
             raw[key] = value
     return raw or None

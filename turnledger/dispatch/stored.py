@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from turnledger.codec import UnencodableRecord, default_codec
+from turnledger.codec.compiled import long_bytes
 from turnledger.codec.models import NAMESPACE
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.state_keys import CONTENTS_INFIX, SPLIT_FORMAT
@@ -90,14 +91,14 @@ class Stored:
         base = snapshot_base(self.conversation_id, self.format_version)
         if self.raw is not None:
             return self._current_with_raw(get, base, self.raw)
-        size, longs = len(base), _LONGS
+        size = len(base)
         chunks = self.conversation_id + CONTENTS_INFIX
         for key, part in parts.items():
             if key.startswith(chunks):
                 continue
             held = get(key)
             n = len(part)
-            length = longs.get(n) or avro_long(n)
+            length = long_bytes(n)
             if (
                 held is None
                 or len(held) != size + len(length) + n
@@ -122,30 +123,6 @@ class Stored:
         return True
 
 
-_LONGS: dict[int, bytes] = {}
-_LONGS_MAX = 4096
-"""`avro_long` of the lengths of parts seen last: a part's length is encoded again on every check
-of its key (`Stored.current`), the same few thousand lengths over and over."""
-
-
-def avro_long(n: int) -> bytes:
-    """Avro's encoding of a long: zigzag, then 7 bits a byte, low bits first."""
-    known = _LONGS.get(n)
-    if known is not None:
-        return known
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    encoded = bytes(out)
-    if len(_LONGS) >= _LONGS_MAX:
-        _LONGS.clear()
-    _LONGS[n] = encoded
-    return encoded
-
-
 @cache
 def _snapshot_header() -> bytes:
     entry = default_codec().registry.reader(_SNAPSHOT_RECORD)
@@ -158,13 +135,13 @@ def snapshot_base(conversation_id: str, format_version: int) -> bytes:
     """What every snapshot of this conversation and format starts with: the single-object header,
     the conversation id and the format (the schema's first two fields)."""
     cid = conversation_id.encode("utf-8")
-    return b"".join((_snapshot_header(), avro_long(len(cid)), cid, avro_long(format_version)))
+    return b"".join((_snapshot_header(), long_bytes(len(cid)), cid, long_bytes(format_version)))
 
 
 def holds(value: bytes, base: bytes, part: bytes) -> bool:
     """Is `value` exactly `encode_part(...)` of `part` (`base`: `snapshot_base` of its conversation
     and format)? The bytes field, last, is its length then `part`: compared in place, unbuilt."""
-    length = avro_long(len(part))
+    length = long_bytes(len(part))
     return (
         len(value) == len(base) + len(length) + len(part)
         and value.startswith(base)
@@ -181,4 +158,4 @@ def encode_part(conversation_id: str, format_version: int, part: bytes, base: by
     and decoding; going through the codec cost ~3 µs a key (2% of the engine, issue 20)."""
     if base is None:
         base = snapshot_base(conversation_id, format_version)
-    return b"".join((base, avro_long(len(part)), part))
+    return b"".join((base, long_bytes(len(part)), part))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from turnledger.codec import decode, encode
-from turnledger.dispatch import stored
+from turnledger.codec.compiled import long_bytes
 from turnledger.dispatch.state import STATE_FORMAT_VERSION
 from turnledger.dispatch.state_json import StateJson
 from turnledger.dispatch.state_keys import SPLIT_FORMAT, head_key, operation_key
@@ -28,7 +28,7 @@ IDS = ["c", "conv-1", "é" * 70, "x" * 200, "odd\x1fo\x1fid"]
 
 def _avro_long_unminimal(n: int) -> bytes:
     """n as a varint one byte longer than needed (a decoder reads the same number)."""
-    minimal = bytearray(stored.avro_long(n))
+    minimal = bytearray(long_bytes(n))
     minimal[-1] |= 0x80
     return bytes(minimal) + b"\x00"
 
@@ -47,7 +47,7 @@ def test_the_value_is_the_base_then_the_length_then_the_json(conversation_id: st
         base = snapshot_base(conversation_id, format_version)
         assert value == encode(snapshot) == encode_part(conversation_id, format_version, part, base)
         assert decode(value) == snapshot
-        assert value == base + stored.avro_long(len(part)) + part
+        assert value == base + long_bytes(len(part)) + part
         assert holds(value, base, part)
 
 
