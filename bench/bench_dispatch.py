@@ -415,16 +415,6 @@ def _names(value: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in allowed if n in names)
 
 
-def _broker_pid(value: int | None) -> int | None:
-    """--broker-pid, else the devstack's kafka.pid under $TURNLEDGER_DEVSTACK_DIR (for its CPU only)."""
-    if value is not None:
-        return value
-    pidfile = Path(os.environ.get("TURNLEDGER_DEVSTACK_DIR", "/nonexistent")) / "kafka.pid"
-    with contextlib.suppress(OSError, ValueError):
-        return int(pidfile.read_text().split()[0])
-    return None
-
-
 PHASES = ("throughput", "latency", "rss")
 NAMES = {
     "raw": "raw aiokafka copy loop",
@@ -468,7 +458,7 @@ def main(argv: list[str] | None = None) -> None:
         "--broker-pid",
         type=int,
         default=None,
-        help="the broker's pid, for its CPU (default: $TURNLEDGER_DEVSTACK_DIR/kafka.pid if there)",
+        help="the broker's pid, for its CPU (default: the devstack's broker when the bench uses it)",
     )
     parser.add_argument("--rate", type=int, default=300, help="events/s offered in the latency phase")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
@@ -494,7 +484,6 @@ def main(argv: list[str] | None = None) -> None:
     if "rss" not in args.phases:
         args.rss = []
     logging.basicConfig(level=logging.WARNING)
-    broker_pid = _broker_pid(args.broker_pid)
 
     started = time.monotonic()
     mix = Mix(rounds=args.rounds)
@@ -512,11 +501,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"workloads built in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
     with contextlib.ExitStack() as stack:
-        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-        if not bootstrap:
-            from turnledger.devstack.session import session_endpoints
+        from turnledger.devstack.session import dev_up_broker_pid, session_endpoints
 
-            bootstrap = stack.enter_context(session_endpoints()).bootstrap
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        if bootstrap:
+            broker_pid = dev_up_broker_pid(bootstrap)
+        else:
+            endpoints = stack.enter_context(session_endpoints())
+            bootstrap, broker_pid = endpoints.bootstrap, endpoints.broker_pid
+        if args.broker_pid is not None:
+            broker_pid = args.broker_pid
         tput = None if workload is None else throughput(args, bootstrap, workload, broker_pid)
         lat = None if lat_workload is None else latency(args, bootstrap, lat_workload)
         rss_rows = [rss(args, bootstrap, n, store, cache) for n, store, cache in args.rss]

@@ -45,6 +45,7 @@ import cProfile
 import json
 import os
 import pickle
+import platform
 import pstats
 import re
 import shutil
@@ -102,6 +103,14 @@ def _run(
 
 INSTRUCTIONS = re.compile(r"I\s+refs:\s+([\d,]+)")
 """cachegrind's summary line of the instructions the process executed."""
+
+
+def interpreter() -> str:
+    """The interpreter both trees run on, e.g. `CPython 3.11.7`: timings and instruction counts
+    differ by interpreter (session 24: 3.12.1 took 1.18x the CPU of 3.11.7 on the same records) and
+    counts also by machine (libc and the extensions pick their code paths by CPU), so a figure
+    compares only with one of the same run."""
+    return f"{platform.python_implementation()} {platform.python_version()}"
 
 
 def instructions_executed(cachegrind_stderr: str) -> int:
@@ -289,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
             trees = {f"baseline {args.baseline}": baseline, **trees}
             inputs[baseline] = records if _has_runs(baseline) else _expanded_for(baseline, events, Path(tmp))
         if args.instructions:
-            print(f"\n{len(rows)} ingress events, {what}, batches of {args.batch}")
+            print(f"\n{len(rows)} ingress events, {what}, batches of {args.batch}, {interpreter()}")
             _instructions(trees, inputs, args.batch, args.tune_gc, Path(tmp))
             return
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
@@ -299,8 +308,8 @@ def main(argv: list[str] | None = None) -> None:
                     _run(tree, inputs[tree], args.batch, args.tune_gc and tree == ROOT, args.lazy_counters)
                 )
     print(
-        f"\n{len(rows)} ingress events, {what}, batches of {args.batch}; median of {args.repeats} "
-        "(CPU time); token counters "
+        f"\n{len(rows)} ingress events, {what}, batches of {args.batch}, {interpreter()}; "
+        f"median of {args.repeats} (CPU time); token counters "
         f"{'loaded by the first dispatches (timed)' if args.lazy_counters else 'preloaded (untimed)'}\n"
     )
     print(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from turnledger.devstack import procs
-from turnledger.devstack.session import session_endpoints
+from turnledger.devstack.session import dev_up_broker_pid, session_endpoints
 from turnledger.devstack.settings import Settings
 from turnledger.devstack.stack import LocalStack, reap_stale_sessions
 
@@ -72,7 +72,24 @@ def test_running_dev_up_stack_is_reused(state_dir: Path, fake_services: dict[str
     with session_endpoints() as endpoints:
         assert endpoints.bootstrap == "127.0.0.1:1111" and endpoints.redis_url == "redis://127.0.0.1:2222/0"
         assert endpoints.source.startswith("dev up")
+        assert endpoints.broker_pid == fake_services["kafka_pid"]
     assert LocalStack(state_dir).running() is not None, "reusing must not stop the dev up stack"
+
+
+def test_env_naming_the_dev_up_broker_gets_its_pid(
+    state_dir: Path, fake_services: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The benchmarks measure the broker's CPU only when it is the devstack's own."""
+    (state_dir / "stack.json").write_text(json.dumps(fake_services))
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:2222/0")
+    pids = {}
+    for bootstrap in ("127.0.0.1:1111", "elsewhere:9092"):
+        monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
+        with session_endpoints() as endpoints:
+            assert endpoints.source == "env"
+            pids[bootstrap] = endpoints.broker_pid
+    assert pids == {"127.0.0.1:1111": fake_services["kafka_pid"], "elsewhere:9092": None}
+    assert dev_up_broker_pid("127.0.0.1:1111") == fake_services["kafka_pid"]
 
 
 def test_ci_never_reuses_a_dev_up_stack(

@@ -30,6 +30,9 @@ class Endpoints:
     prometheus_url: str | None = None
     prometheus_targets: str | None = None
     """The stack's Prometheus and its file_sd targets directory, when the stack started one."""
+    broker_pid: int | None = None
+    """The broker's process id when it is the devstack's own, started here or by `dev up` (the
+    benchmarks report its CPU beside the processor's); None for any other broker."""
 
 
 def in_ci() -> bool:
@@ -53,13 +56,22 @@ def choose_backend(settings: Settings) -> str:
     return "docker" if docker_available() else "local"
 
 
+def dev_up_broker_pid(bootstrap: str, settings: Settings | None = None) -> int | None:
+    """The pid of the running `dev up` stack's broker when it is the one at `bootstrap` (its
+    `export` line was run), else None."""
+    recorded = LocalStack((settings or Settings.from_env()).state_dir).running()
+    return recorded.kafka_pid if recorded is not None and recorded.bootstrap == bootstrap else None
+
+
 @contextmanager
 def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
     settings = settings or Settings.from_env()
     env_bootstrap = os.environ.get(ENV_BOOTSTRAP) or None
     env_redis = os.environ.get(ENV_REDIS_URL) or None
     if env_bootstrap and env_redis:
-        yield Endpoints(env_bootstrap, env_redis, "env")
+        yield Endpoints(
+            env_bootstrap, env_redis, "env", broker_pid=dev_up_broker_pid(env_bootstrap, settings)
+        )
         return
     recorded = None if in_ci() else LocalStack(settings.state_dir).running()
     if recorded is not None:
@@ -69,6 +81,7 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
             f"dev up ({settings.state_dir})",
             recorded.prometheus_url,
             recorded.prometheus_targets,
+            None if env_bootstrap else recorded.kafka_pid,
         )
         return
     if choose_backend(settings) == "docker":
@@ -85,6 +98,7 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
             f"local session ({stack.root})",
             state.prometheus_url,
             state.prometheus_targets,
+            state.kafka_pid,
         )
     finally:
         stack.down()
