@@ -1,7 +1,7 @@
 """The pure dispatch engine (`BatchEngine.process_batch`) on the realistic mix, no broker.
 
     python -m bench.bench_dispatch_engine [--conversations 2000] [--batch 500] [--repeats 3]
-        [--baseline REF] [--tune-gc] [--lazy-counters] [--profile]
+        [--baseline REF] [--tune-gc] [--lazy-counters] [--profile] [--processes N]
     python -m bench.bench_dispatch_engine --mix capacity [--streams 300] [--seconds 10] [--batch 100] ...
 
 `--mix capacity` folds bench_capacity's workload instead: `--streams` conversations up to their
@@ -30,6 +30,11 @@ Both engines load the token counters' vocabularies before the clock starts, as t
 at start (`preload_counters`, processors/dispatch_partition.py): ~0.45 s once per process, which the
 first dispatches of a 300-conversation run otherwise paid inside the timing (~40 µs of each event's
 average); `--lazy-counters` times them again as before.
+`--processes N` times the box instead of the engine: per repeat, one runner alone and N runners of the
+current tree folding the same records at once, their clocks started together (a barrier in
+engine_runner.py), and reports their events/s of wall time together against one alone, with no broker on
+the machine: the most that N processes of this engine can gain here, a ceiling for bench_dispatch's
+`runtime_x2` (issue 20's goal 2b), whose processes also share the cores with the broker.
 `--profile` prints the cProfile top functions of one in-process run instead (counters preloaded).
 `--instructions` counts instead of timing: each tree folds the records once under valgrind's cachegrind
 (`engine_runner.py --loop-only`: no digest in or after the loop), and once on the first record alone,
@@ -54,11 +59,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.cputime import machine_steal_s
 from bench.dispatch_workload import Mix, build, offered_tools
+from bench.engine_runner import BARRIER_ENV
 from turnledger.codec import encode
 from turnledger.model.events import IngressEvent, StreamDeltas
 from turnledger.streaming.runs import expand
@@ -99,6 +107,97 @@ def _run(
     if not result["turnledger"].startswith(str(tree)):
         raise RuntimeError(f"measured {result['turnledger']}, not the tree under {tree}")
     return result
+
+
+def side_by_side(results: Sequence[dict[str, Any]]) -> tuple[float, float]:
+    """Of runners that folded at once: their events a second of wall time, from the first start to
+    the last end, and the cores they used together over that span."""
+    start = min(r["started_at"] for r in results)
+    span = max(r["started_at"] + r["wall_s"] for r in results) - start
+    return sum(r["events"] for r in results) / span, sum(r["cpu_s"] for r in results) / span
+
+
+def _run_side_by_side(
+    tree: Path, records: Path, batch: int, processes: int, tune_gc: bool
+) -> list[dict[str, Any]]:
+    """`processes` runners of `tree` on the same records at once, their clocks started together
+    (engine_runner's barrier: each says ready once loaded, all are told to go)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), BARRIER_ENV: "1"}
+    if tune_gc:
+        env["TURNLEDGER_BENCH_TUNE_GC"] = "1"
+    command = [sys.executable, str(RUNNER), str(records), str(batch)]
+    runners = [
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        for _ in range(processes)
+    ]
+    for runner in runners:
+        assert runner.stdout is not None
+        if runner.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"runner {runner.pid} did not get ready (exit {runner.wait()})")
+    for runner in runners:
+        assert runner.stdin is not None
+        runner.stdin.write("go\n")
+        runner.stdin.close()
+    results = []
+    for runner in runners:
+        assert runner.stdout is not None
+        out = runner.stdout.read()
+        if runner.wait() != 0:
+            raise RuntimeError(f"runner {runner.pid} exited {runner.returncode}")
+        result = json.loads(out.strip().splitlines()[-1])
+        if not result["turnledger"].startswith(str(tree)):
+            raise RuntimeError(f"measured {result['turnledger']}, not the tree under {tree}")
+        results.append(result)
+    return results
+
+
+def _processes(args: argparse.Namespace, records: Path, rows: int, what: str) -> None:
+    """`--processes N`: the box's own scaling on this workload, no broker: per repeat, one runner
+    alone and N at once (alternating which goes first), each on its own copy of the records."""
+    alone: list[dict[str, Any]] = []
+    together: list[list[dict[str, Any]]] = []
+    stolen: dict[int, list[float]] = {1: [], args.processes: []}
+
+    def timed(n: int, step: Callable[[], None]) -> None:
+        steal, started = machine_steal_s(), time.monotonic()
+        step()
+        stolen[n].append((machine_steal_s() - steal) / (time.monotonic() - started))
+
+    for repeat in range(args.repeats):
+        steps = [
+            lambda: timed(1, lambda: alone.append(_run(ROOT, records, args.batch, args.tune_gc))),
+            lambda: timed(
+                args.processes,
+                lambda: together.append(
+                    _run_side_by_side(ROOT, records, args.batch, args.processes, args.tune_gc)
+                ),
+            ),
+        ]
+        for step in steps if repeat % 2 == 0 else steps[::-1]:
+            step()
+    print(
+        f"\n{rows} ingress events, {what}, batches of {args.batch}, {interpreter()}; "
+        f"median of {args.repeats}\n"
+    )
+    print(
+        "| runners at once | events/s (wall, all together) | cores | µs of CPU an event "
+        "| machine cores stolen (per repeat) |"
+    )
+    print("|---:|---:|---:|---:|---|")
+    one = [(r["events"] / r["wall_s"], r["cpu_s"] / r["wall_s"], r["cpu_s"] / r["events"]) for r in alone]
+    many = [
+        (*side_by_side(rs), sum(r["cpu_s"] for r in rs) / sum(r["events"] for r in rs)) for rs in together
+    ]
+    for n, table in ((1, one), (args.processes, many)):
+        rate, cores, cpu = (statistics.median(column) for column in zip(*table, strict=True))
+        steal = ", ".join(f"{v:.2f}" for v in stolen[n])
+        print(f"| {n} | {rate:,.0f} | {cores:.2f} | {1e6 * cpu:.0f} | {steal} |")
+    ratios = [m[0] / o[0] for o, m in zip(one, many, strict=True)]
+    print(
+        f"\n{args.processes} at once / one alone: **{statistics.median(ratios):.3f}** (per repeat "
+        f"{', '.join(f'{r:.3f}' for r in ratios)}): what {args.processes} processes of this engine can "
+        "gain on this machine with nothing else on it, a ceiling for bench_dispatch's runtime_x2"
+    )
 
 
 INSTRUCTIONS = re.compile(r"I\s+refs:\s+([\d,]+)")
@@ -261,6 +360,12 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="--mix bench: tools offered beside the two called, ~1 KB each (an agent's toolset)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="N > 1: time N processes of the current engine folding at once against one alone (no broker)",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="300 conversations, 1 repeat")
@@ -297,6 +402,9 @@ def main(argv: list[str] | None = None) -> None:
             baseline = _export(args.baseline, Path(tmp))
             trees = {f"baseline {args.baseline}": baseline, **trees}
             inputs[baseline] = records if _has_runs(baseline) else _expanded_for(baseline, events, Path(tmp))
+        if args.processes > 1:
+            _processes(args, records, len(rows), what)
+            return
         if args.instructions:
             print(f"\n{len(rows)} ingress events, {what}, batches of {args.batch}, {interpreter()}")
             _instructions(trees, inputs, args.batch, args.tune_gc, Path(tmp))

@@ -9,10 +9,11 @@ JSON line: cpu and wall seconds, events, the bytes and records the batches wrote
 the store (what a processor writes to the changelog), a sha256 over every output (stream, key,
 value) and one over every conversation's final state as the engine reads it back (its JSON), to
 prove two engines byte-identical in their outputs and equal in their state, whatever the layout
-of that state on the changelog. `decoded_digest` is over the outputs decoded (their JSON, sorted
-keys) with every preview in its whole-text form (the text accumulated per block, no `textOffset`):
-equal across a deliberate schema change that keeps what the records say, e.g. previews as appended
-text at an offset (2221c272a5cd9382) against whole-text previews.
+of that state on the changelog; and when the loop started (`started_at`, after the start barrier of
+`BARRIER_ENV` if set). `decoded_digest` is over the outputs
+decoded (their JSON, sorted keys) with every preview in its whole-text form (the text accumulated
+per block, no `textOffset`): equal across a deliberate schema change that keeps what the records
+say, e.g. previews as appended text at an offset (2221c272a5cd9382) against whole-text previews.
 """
 
 from __future__ import annotations
@@ -105,6 +106,18 @@ def decoded_state_digest(store: DictStore, conversation_ids: list[str]) -> tuple
     return digest.hexdigest(), cpu
 
 
+BARRIER_ENV = "TURNLEDGER_BENCH_BARRIER"
+"""When set, the runner prints `ready` once its records and counters are loaded and starts the clock
+only on a line from its stdin (`bench_dispatch_engine --processes`: runners that fold side by side
+start together)."""
+
+
+def wait_for_go() -> None:
+    """The start barrier of `BARRIER_ENV`: say ready, wait for the go."""
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+
 def main(path: str, batch: int, loop_only: bool = False) -> None:
     """`loop_only`: fold the records and print only their count, the outputs' and the times, with no
     digest taken inside or after the loop, so that a count of the process's instructions
@@ -134,6 +147,9 @@ def main(path: str, batch: int, loop_only: bool = False) -> None:
         from turnledger.processors.gc_tuning import tune_gc
 
         tune_gc()
+    if os.environ.get(BARRIER_ENV):
+        wait_for_go()
+    started_at = time.time()
     cpu, wall = time.process_time(), time.perf_counter()
     if loop_only:
         for i in range(0, len(records), batch):
@@ -160,6 +176,7 @@ def main(path: str, batch: int, loop_only: bool = False) -> None:
                 "outputs": outputs,
                 "cpu_s": cpu,
                 "wall_s": wall,
+                "started_at": started_at,
                 "state_bytes": sum(len(v) for v in store.values()),
                 "changelog_bytes": store.changelog_bytes,
                 "changelog_records": store.changelog_records,
