@@ -55,6 +55,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.limits import DEFAULT_LIMITS, Limits
 from turnledger.model.reasons import ReasonCode
+from turnledger.streaming.runs import delta_count
 
 S = DispatchState
 _OPEN_ATTEMPT = frozenset({S.DISPATCHING, S.SENT, S.STREAMING, S.UNKNOWN, S.CANCELLED})
@@ -158,7 +159,7 @@ def fold(
                 op_id,
                 event.attempt_generation,
                 LATE_BLOCK_REASONS.get(op.state, ReasonCode.ILLEGAL_TRANSITION),
-                f"{len(event.deltas)} deltas while {op.state}",
+                f"{delta_count(event.deltas)} deltas while {op.state}",
             )
         else:
             step.reject(
@@ -185,11 +186,12 @@ def _is_stale(step: Step, op: OperationState, event: IngressEvent) -> bool:
     if generation is None or generation == op.attempt_generation:
         return False
     if isinstance(event, StreamDeltas):
+        count = delta_count(event.deltas)
         step.quarantine(
             op.operation_id,
             generation,
             ReasonCode.STALE_GENERATION,
-            f"{len(event.deltas)} deltas of generation {generation}, active is {op.attempt_generation}",
+            f"{count} deltas of generation {generation}, active is {op.attempt_generation}",
         )
     else:
         step.reject(

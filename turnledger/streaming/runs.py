@@ -102,6 +102,12 @@ def expand_piece(run: NormalizedDelta, index: int) -> NormalizedDelta:
     )
 
 
+def delta_count(deltas: Iterable[NormalizedDelta]) -> int:
+    """How many deltas these stand for, each run counted as the deltas it merged: what a record
+    says of its deltas must not depend on whether the worker merged them."""
+    return sum(1 + len(delta.following_texts or ()) for delta in deltas)
+
+
 def expand(delta: NormalizedDelta) -> list[NormalizedDelta]:
     """The deltas a run stands for, in order (a plain delta: itself)."""
     if not delta.following_texts:

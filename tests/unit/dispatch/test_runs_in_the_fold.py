@@ -70,3 +70,21 @@ def test_a_run_of_another_stream_is_one_quarantined_record() -> None:
     conv.deltas([run])
     [quarantined] = conv.of(Quarantined)
     assert quarantined.reason is ReasonCode.FOREIGN_HANDLE
+
+
+def test_a_late_or_stale_run_is_quarantined_with_the_count_of_the_deltas_it_stands_for() -> None:
+    """A quarantine's detail counts the deltas a run merged, as it would count them expanded (the
+    property above found a late run of two argument fragments reported as one delta)."""
+    stale = "2 deltas of generation 2, active is 1"
+    for late, before, generation, detail in (
+        (text_stream(["x", "y", "z"])[2:5], text_stream(["a", "b"]), 1, "3 deltas while COMMITTED"),
+        (text_stream(["x", "y"])[2:4], text_stream(["a"], stop=False), 2, stale),
+    ):
+        reports = []
+        for deltas in (list(merge_runs(late)), late):
+            conv = _streaming()
+            conv.deltas(before)
+            conv.deltas(deltas, gen=generation)
+            [quarantined] = conv.of(Quarantined)
+            reports.append((len(deltas), quarantined.detail))
+        assert reports == [(1, detail), (len(late), detail)]
