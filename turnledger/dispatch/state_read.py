@@ -35,6 +35,7 @@ from turnledger.dispatch.state_keys import (
     toolset_key,
 )
 from turnledger.dispatch.stored import StateDecodeError, StateLayoutError, Stored, holds, snapshot_base
+from turnledger.errors import StateFormatError
 from turnledger.model.events import ConversationSnapshot
 from turnledger.model.graph import Block
 from turnledger.model.tools import ToolDefinition, toolset_of_json
@@ -76,7 +77,19 @@ Get = Callable[[str], bytes | None]
 
 def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
     """The conversation's state as the store holds it (None: no state yet), in either layout, and
-    what was read."""
+    what was read. A value that does not parse as the part its key names is a `StateDecodeError`
+    naming the conversation (never pydantic's or the JSON parser's own error): a changelog value
+    another writer or a broken disk left must cost a typed refusal, whatever part it is."""
+    try:
+        return _read_state(get, conversation_id)
+    except StateFormatError:
+        raise
+    except ValueError as exc:
+        detail = f"the state of {conversation_id!r} on the changelog does not parse: {exc}"
+        raise StateLayoutError(detail) from exc
+
+
+def _read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Stored] | None:
     key = head_key(conversation_id)
     value = get(key)
     if value is None:
@@ -85,7 +98,9 @@ def read_state(get: Get, conversation_id: str) -> tuple[ConversationState, Store
     stored = _read(conversation_id, snapshot.format_version, key, value, snapshot.state)
     if snapshot.format_version not in SPLIT_FORMATS:
         return decode_whole(snapshot), stored
-    meta, state_json = snapshot.state.split(b"\n", 1)
+    meta, newline, state_json = snapshot.state.partition(b"\n")
+    if not newline:
+        raise StateLayoutError(f"the head of {conversation_id!r} has no line after its part list")
     operation_ids, starts, turn_chunks, handle_chunks = _META.validate_json(meta)
     state = ConversationState.model_validate_json(state_json)
     turn_ids: list[str] = []
