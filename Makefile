@@ -75,11 +75,12 @@ lint: venv
 # Mutation testing of the guard modules ([tool.mutmut] in pyproject.toml; docs/mutation-report.md).
 # Slow, so not in CI. MUTANTS selects mutants by name glob, e.g. MUTANTS='turnledger.dispatch.attempt.*';
 # MUTATION_JOBS children (default 1: the machine is shared), under nice. Works in ./mutants/ (gitignored);
-# the tests are copied afresh each run so a new killing test counts.
+# the tests are copied afresh and the map of tests to functions collected again each run, so a new
+# killing test counts and a function new since the last run gets every test that calls it.
 MUTANTS ?=
 MUTATION_JOBS ?= 1
 mutation: venv
-	rm -rf mutants/tests
+	rm -rf mutants/tests mutants/mutmut-stats.json
 	nice -n 10 env -u PYTHONPATH $(abspath $(BIN))/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
 	$(abspath $(BIN))/mutmut export-cicd-stats
 	$(BIN)/python tests/mutation_summary.py

@@ -181,7 +181,7 @@ def test_a_closed_batch_refuses_more_records_and_a_second_close() -> None:
     batch = BatchEngine().open_batch(DictStore())
     batch.fold(records[:2])
     batch.close()
-    with pytest.raises(BatchClosedError, match="after its close"):
+    with pytest.raises(BatchClosedError, match=r"^records folded into a batch after its close$"):
         batch.fold(records[2:])
-    with pytest.raises(BatchClosedError, match="closed twice"):
+    with pytest.raises(BatchClosedError, match=r"^a batch closed twice$"):
         batch.close()

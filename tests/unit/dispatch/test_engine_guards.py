@@ -627,3 +627,30 @@ def test_the_default_engine_bounds_its_states_and_prefixes_by_state_cache_size()
     engine = BatchEngine()
     assert engine._cache_size == engine_module.STATE_CACHE_SIZE
     assert engine._renders._max_entries == engine_module.STATE_CACHE_SIZE
+
+
+def test_the_engine_continues_manifest_listings_in_a_cache_bounded_like_its_states() -> None:
+    """A long conversation's manifest lists its blocks continued from its last dispatch, kept in the
+    engine's listing cache (`manifest_blocks.ListingCache`), which holds no more conversations than
+    the state cache holds states, most recent kept; the outputs are those of an engine with the
+    default caches."""
+    from bench.dispatch_workload import Mix, build
+
+    workload = build(3, Mix(rounds=24), concurrency=3)
+    records = [
+        SourceRecord("turnledger.ingress", 0, i, e.conversation_id.encode(), v)
+        for i, (e, v) in enumerate(zip(workload.events, workload.values, strict=True))
+    ]
+    outputs = {}
+    for size in (1, 10_000):
+        engine, store = BatchEngine(cache_size=size), DictStore()
+        outputs[size] = [
+            (o.stream, o.value)
+            for i in range(0, len(records), 50)
+            for o in engine.process_batch(records[i : i + 50], store)
+        ]
+        listed = list(engine._listings._entries)
+        assert len(listed) == min(size, 3)
+        assert listed[-1] == workload.events[-1].conversation_id
+    assert outputs[1] == outputs[10_000]
+    assert BatchEngine()._listings._max_entries == engine_module.STATE_CACHE_SIZE
