@@ -71,6 +71,16 @@ class Store(dict[str, bytes]):
         self.log.append((key, None))
 
 
+def weather_round() -> Conversation:
+    """A conversation whose first answer called a tool, with the tool's result committed."""
+    c = Conversation()
+    c.user("weather in Paris?")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
+    c.tool_results(("call-1", "get_weather", PARIS))
+    return c
+
+
 def _round_trip(state: ConversationState, old: Stored | None = None) -> Stored:
     store = Store()
     stored = write_state(state, old or Stored(), StateJson(), store.put, store.delete)
@@ -114,11 +124,7 @@ def _written(engine: BatchEngine, store: Store, event: IngressEvent, offset: int
 
 
 def test_an_event_writes_the_keys_of_what_it_changed() -> None:
-    c = Conversation()
-    c.user("weather in Paris?")
-    c.dispatch_to_streaming()
-    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
-    c.tool_results(("call-1", "get_weather", PARIS))
+    c = weather_round()
     c.request("op-2")
     engine, store = BatchEngine(), Store()
     written = [_written(engine, store, event, i) for i, event in enumerate(c.events)]
@@ -506,11 +512,7 @@ def test_a_rewrite_takes_the_parts_of_what_did_not_change_from_the_last_write() 
     """`state_parts(..., since=last write)`: the parts of what is the very object it was in the state
     last written are that write's bytes (`is`), everything else is serialized again; either way the
     parts are those of the whole state from scratch."""
-    c = Conversation()
-    c.user("weather in Paris?")
-    c.dispatch_to_streaming()
-    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
-    c.tool_results(("call-1", "get_weather", PARIS))
+    c = weather_round()
     first = c.state
     c.request("op-2")
     second = c.state

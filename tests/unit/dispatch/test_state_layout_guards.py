@@ -37,18 +37,9 @@ from turnledger.model.events import ConversationSnapshot
 from turnledger.model.tools import ToolDefinition
 from turnledger.sequence.graph_state import GraphState
 
-from .scenario import Conversation, text_stream, tool_stream
-from .test_state_layout import PARIS, Store, _round_trip
+from .scenario import Conversation, text_stream
+from .test_state_layout import Store, _round_trip, weather_round
 from .test_stored import _avro_long_unminimal
-
-
-def _with_tool_round() -> Conversation:
-    c = Conversation()
-    c.user("weather in Paris?")
-    c.dispatch_to_streaming()
-    c.deltas(tool_stream([("call-1", "get_weather", ['{"city": ', '"Paris"}'])]))
-    c.tool_results(("call-1", "get_weather", PARIS))
-    return c
 
 
 def _written(state: ConversationState) -> tuple[Store, Stored]:
@@ -84,7 +75,7 @@ def test_a_graph_grown_from_no_blocks_gets_the_parts_of_the_whole_graph() -> Non
 def test_a_graph_whose_single_old_block_run_grows_is_rebuilt_whole() -> None:
     """Blocks appended to the revision of the last old block make that run longer, which only a whole
     rebuild writes right (`_grown`'s `0 < n`, with n = 1: `1 < n` kept two runs of one revision)."""
-    c = _with_tool_round()
+    c = weather_round()
     graph = c.state.graph
     revision = graph.blocks[0].revision
     same = [b for b in graph.blocks if b.revision == revision]
@@ -104,7 +95,7 @@ def test_a_graph_whose_single_old_block_run_grows_is_rebuilt_whole() -> None:
 def test_an_old_index_entry_that_changed_makes_the_graph_rebuilt_whole() -> None:
     """The runs already written hold their revisions' index entries: a graph whose old entries differ
     (not only more of them) is rebuilt, not continued (`_extends`: `and` → `or` reused the stale run)."""
-    c = _with_tool_round()
+    c = weather_round()
     before = c.state.graph
     previous = graph_parts(before, StateJson())
     c.user("and in Rome?")
@@ -122,7 +113,7 @@ def test_a_new_index_entry_outside_the_new_runs_keeps_the_indexes_in_the_head(pa
     """A new `block_ids` entry naming an ordering outside the runs it is split over cannot be split:
     the head keeps the indexes (`_split_indexes`' range check: `or True` indexed the runs from the
     end, `<=` one past them)."""
-    c = _with_tool_round()
+    c = weather_round()
     previous = graph_parts(c.state.graph, StateJson())
     c.user("and in Rome?")
     graph = c.state.graph
@@ -153,7 +144,7 @@ def test_the_head_of_unsplit_indexes_holds_no_block() -> None:
 def test_turn_ids_or_handles_that_changed_alone_are_written() -> None:
     """`parts_since` declines a state whose turn ids or handles differ even when its graph is the
     same object (the `or` of its checks: an `and` there left the old chunk on the changelog)."""
-    c = _with_tool_round()
+    c = weather_round()
     for update in ({"turn_ids": (*c.state.turn_ids, "t-extra")}, {"handles": {**c.state.handles, "h": "x"}}):
         store, old = _written(c.state)
         changed = c.state.model_copy(update=update)
@@ -180,7 +171,7 @@ def test_a_whole_state_changed_without_its_graph_is_written_whole_again() -> Non
 def test_an_unchanged_operation_after_a_changed_one_keeps_its_parts_and_those_after_it() -> None:
     """A rewrite (new operation ids) takes an operation that is the very object it was from the last
     write and goes on to the next (`continue`; a `break` there lost every later operation's parts)."""
-    c = _with_tool_round()
+    c = weather_round()
     c.request("op-2")
     store, old = _written(c.state)
     first, second = c.state.operations["op-1"], c.state.operations["op-2"]
