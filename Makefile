@@ -76,10 +76,13 @@ lint: venv
 # Slow, so not in CI. MUTANTS selects mutants by name glob, e.g. MUTANTS='turnledger.dispatch.attempt.*';
 # MUTATION_JOBS children (default 1: the machine is shared), under nice. Works in ./mutants/ (gitignored);
 # the tests are copied afresh and the map of tests to functions collected again each run, so a new
-# killing test counts and a function new since the last run gets every test that calls it.
+# killing test counts and a function new since the last run gets every test that calls it; after a change
+# of pyproject.toml (a module joining [tool.mutmut] only_mutate) mutants/ is made afresh, since mutmut
+# does not mutate a module it copied unmutated before until that module's source changes.
 MUTANTS ?=
 MUTATION_JOBS ?= 1
 mutation: venv
+	if [ pyproject.toml -nt mutants ]; then rm -rf mutants; fi
 	rm -rf mutants/tests mutants/mutmut-stats.json
 	nice -n 10 env -u PYTHONPATH $(abspath $(BIN))/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
 	$(abspath $(BIN))/mutmut export-cicd-stats
