@@ -109,3 +109,27 @@ def test_messages_before_a_bad_frame_count_however_the_bytes_were_cut() -> None:
     ]
     assert _bedrock(start + text + bytes(bad)) == expected
     assert _bedrock(start, text, bytes(bad)) == expected
+
+
+def test_a_header_value_of_more_than_32767_bytes_round_trips() -> None:
+    """String header lengths are unsigned 16-bit (`>H`), on the wire and in `encode_message`."""
+    value = "v" * 40_000
+    [message] = EventStreamDecoder().feed(encode_message({":event-type": value}, b"{}"))
+    assert message.headers == {":event-type": value} and message.payload == b"{}"
+
+
+def test_a_message_with_an_empty_payload_decodes() -> None:
+    [message] = EventStreamDecoder().feed(encode_message({":event-type": "ping"}, b""))
+    assert message.headers == {":event-type": "ping"} and message.payload == b""
+
+
+def test_a_bad_prelude_is_refused_as_soon_as_it_arrives() -> None:
+    """The prelude's CRC and its lengths are checked on its 12 bytes, before the message's: a wrong
+    prelude CRC, or a total shorter than the headers it announces, is refused at once."""
+    good = encode_message({":event-type": "chunk"}, b"{}")
+    bad_crc = good[:8] + bytes([good[8] ^ 1]) + good[9:12]
+    short = struct.pack(">II", 16 + 5 - 1, 5)
+    short += struct.pack(">I", zlib.crc32(short))
+    for prelude in (bad_crc, short):
+        with pytest.raises(EventStreamError, match=r"^event-stream prelude CRC mismatch or bad lengths$"):
+            EventStreamDecoder().feed(prelude)

@@ -80,3 +80,31 @@ def test_chunking_never_changes_the_events(lines: list[bytes], data: st.DataObje
     cuts = sorted(data.draw(st.sets(st.integers(0, len(raw)), max_size=10)))
     chunks = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
     assert decode(*chunks) == decode(raw)
+
+
+def test_a_cr_lf_split_inside_an_event_is_one_line_end() -> None:
+    """A chunk that ends in the CR of a CRLF: the next chunk's LF belongs to it, not a blank line
+    that would dispatch the event early (and drop its `event` field)."""
+    assert decode(b"event: e\r", b"\ndata: a\r", b"\ndata: b\r\n\r\n") == [SseEvent("e", "a\nb", None)]
+
+
+def test_a_leading_bom_is_dropped_and_only_there() -> None:
+    expected = [SseEvent(None, "a", None)]
+    assert decode(b"\xef\xbb\xbfdata: a\n\n") == expected
+    assert decode(b"\xef\xbb", b"\xbfdata: a\n\n") == expected  # the BOM cut inside its bytes
+    assert decode(b"data: ", b"\xef\xbb\xbfa\n\n") == [SseEvent(None, "\ufeffa", None)]
+
+
+def test_discarded_partial_says_whether_the_stream_ended_inside_an_event() -> None:
+    fresh = SseDecoder()
+    assert fresh.discarded_partial is False and fresh.retry is None
+    for chunks, partial in (
+        ([b"data: a\n\n"], False),
+        ([b"event: e\n"], True),  # a field of an event that never ended
+        ([b"data: a\n\n", b"\xe2\x82"], True),  # a character cut at the end of the stream
+    ):
+        decoder = SseDecoder()
+        for chunk in chunks:
+            decoder.feed(chunk)
+        assert decoder.flush() == []
+        assert decoder.discarded_partial is partial, chunks
