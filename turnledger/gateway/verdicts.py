@@ -10,6 +10,8 @@ from turnledger.model.reasons import ReasonCode
 S = DispatchState
 
 NOT_TERMINATED_REASONS = frozenset({ReasonCode.STREAM_DISCONNECTED, ReasonCode.WORKER_RECOVERED})
+STILL_OPEN_REASONS = NOT_TERMINATED_REASONS | {ReasonCode.LEASE_EXPIRED}
+"""Reasons of an accepted UNKNOWN decision whose attempt the provider may still be producing."""
 GIVE_UP_PREFIX = "worker gave up: "
 """Start of the reason of the CancelRequested a worker appends when it abandons an operation."""
 
@@ -26,6 +28,16 @@ def gave_up(decision: DispatchDecision) -> bool:
     return decision.reason in GIVE_UP_REASONS or (
         decision.reason is None and decision.detail.startswith(GIVE_UP_PREFIX)
     )
+
+
+def fold_terminated(decision: DispatchDecision) -> bool:
+    """Did the fold end the attempt this decision shows (incomplete, invalid, an error), so that only a
+    new generation may follow? A refused decision leaves the operation as it was: its reason says why the
+    request was refused (e.g. OLD_ATTEMPT_NOT_TERMINATED for a stray DispatchAttempt), not what became of
+    the attempt, so for a refusal the attempt's flag alone decides."""
+    if decision.attempt_terminated:
+        return True
+    return decision.accepted and decision.reason not in STILL_OPEN_REASONS
 
 
 def describe(decision: DispatchDecision | None) -> str:

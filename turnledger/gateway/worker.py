@@ -83,7 +83,7 @@ from turnledger.gateway.redaction import REDACTOR
 from turnledger.gateway.rollout import protocol_sends
 from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamReader
 from turnledger.gateway.sweeper import ExpirySweeper
-from turnledger.gateway.verdicts import GIVE_UP_PREFIX, NOT_TERMINATED_REASONS, Verdict, describe, gave_up
+from turnledger.gateway.verdicts import GIVE_UP_PREFIX, Verdict, describe, fold_terminated, gave_up
 from turnledger.gateway.worker_config import CrashHook, WorkerConfig, WorkerStats
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
@@ -446,10 +446,7 @@ class DispatchWorker:
             if decision.reason == ReasonCode.LEASE_EXPIRED and decision.source_event_id not in phase.sources:
                 self.stats.bump("lost_leases")  # another worker's claim: whoever adopts it continues
                 return Verdict.LOST_LEASE
-            if decision.attempt_terminated or decision.reason not in (
-                *NOT_TERMINATED_REASONS,
-                ReasonCode.LEASE_EXPIRED,
-            ):
+            if fold_terminated(decision):
                 self.stats.bump("incomplete")
                 return Verdict.RETRY  # the fold terminated the attempt (incomplete, invalid, error)
             if continued >= self.config.max_resumes:

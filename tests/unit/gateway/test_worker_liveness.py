@@ -17,6 +17,7 @@ from tests.unit.gateway.ledger import InMemoryLedger
 from tests.unit.gateway.test_worker import Harness
 from turnledger.fake_provider import FakeProvider, FaultPlan
 from turnledger.fake_provider.faults import Fault, FaultKind
+from turnledger.gateway.client import WorkerEvents, now_ms
 from turnledger.gateway.endpoints import ProviderRoutes, endpoints_for
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
@@ -265,3 +266,50 @@ async def test_a_quiet_attempt_keeps_its_lease_by_heartbeats() -> None:
         assert not [d for d in c.ledger.of_type(DispatchDecision) if d.reason == ReasonCode.LEASE_EXPIRED]
         [turn] = _assistant_turns(c)
         assert turn.attempt_generation == 1
+
+
+@pytest.mark.parametrize(
+    ("adapter", "keeps_keys"), [("anthropic-messages@1", True), ("openai-responses@1", None)]
+)
+async def test_a_kept_attempt_whose_latest_decision_is_a_refused_cas_is_still_continued(
+    adapter: str, keeps_keys: bool | None
+) -> None:
+    """A DispatchAttempt that reaches a kept, open attempt (a worker whose board lagged) is refused with
+    OLD_ATTEMPT_NOT_TERMINATED; that refusal is then the operation's latest decision. The worker that
+    adopts the operation must continue the kept attempt, not read the refusal's reason as the fold
+    terminating it (it then asked for a new generation, was refused again, and the operation stayed
+    UNKNOWN until its deadline: the demo's stuck operations of session 25)."""
+    async with cluster(keeps_keys=keeps_keys) as c:
+        a = await c.start("worker-a")
+        h = c.harness()
+        await h.converse("c1", adapter, text="tell me a story", tools=False)
+        await c.until(_streaming(c))
+        await a.kill()
+        stray = WorkerEvents(c.ledger, "worker-x")
+        expires = c.latest().lease_expires_at_ms
+        assert expires is not None
+        await c.until(lambda: now_ms() > expires)
+        await stray.claim_expiry("c1", "op-1", 1)
+        assert (c.latest().state, c.latest().reason, c.latest().attempt_terminated) == (
+            S.UNKNOWN,
+            ReasonCode.LEASE_EXPIRED,
+            False,
+        )
+        manifest = c.ledger.of_type(ManifestIssued)[0].manifest
+        await stray.attempt("c1", "op-1", manifest.conversation_revision, manifest.cancel_generation)
+        refusal = c.latest()
+        assert (refusal.accepted, refusal.state, refusal.reason) == (
+            False,
+            S.UNKNOWN,
+            ReasonCode.OLD_ATTEMPT_NOT_TERMINATED,
+        )
+        b = await c.start("worker-b")
+        await c.until(_committed(c))
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 1  # the kept attempt was continued, no second generation
+        refused = [
+            d
+            for d in c.ledger.of_type(DispatchDecision)
+            if d.reason == ReasonCode.OLD_ATTEMPT_NOT_TERMINATED
+        ]
+        assert len(refused) == 1 and b.worker.stats.counts["takeovers"] == 1
