@@ -308,8 +308,6 @@ async def test_a_kept_attempt_whose_latest_decision_is_a_refused_cas_is_still_co
         [turn] = _assistant_turns(c)
         assert turn.attempt_generation == 1  # the kept attempt was continued, no second generation
         refused = [
-            d
-            for d in c.ledger.of_type(DispatchDecision)
-            if d.reason == ReasonCode.OLD_ATTEMPT_NOT_TERMINATED
+            d for d in c.ledger.of_type(DispatchDecision) if d.reason == ReasonCode.OLD_ATTEMPT_NOT_TERMINATED
         ]
         assert len(refused) == 1 and b.worker.stats.counts["takeovers"] == 1
