@@ -195,9 +195,13 @@ class DecisionBoard:
         )
 
     async def _wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """`asyncio.timeout`, not `wait_for`: CPython 3.11's `wait_for` returns the result instead of
+        raising when its task is cancelled after the condition came true, and a cancelled operation
+        task that runs on blind holds a rebalance up (tests/unit/gateway/test_board_cancellation.py)."""
         async with self._changed:
             if predicate():
                 return True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._changed.wait_for(predicate)
             return predicate()

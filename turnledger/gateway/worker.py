@@ -172,11 +172,7 @@ class DispatchWorker:
 
     async def close(self) -> None:
         self._stopping.set()
-        for task in [*self._background, *self._tasks.values()]:
-            task.cancel()
-        for task in [*self._background, *self._tasks.values()]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._stop_tasks([*self._background, *self._tasks.values()], "the worker closes")
         if self._own_http and self._http is not None:
             await self._http.aclose()
         self.journal.close()
@@ -230,14 +226,28 @@ class DispatchWorker:
     async def release(self, keys: set[OperationKey]) -> None:
         """Another worker owns these operations now: their tasks stop where they stand (no event is
         appended; their leases hand them over) and the board forgets them."""
-        tasks = [self._tasks[k] for k in keys if k in self._tasks]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._stop_tasks([self._tasks[k] for k in keys if k in self._tasks], "their partition moved")
         self.board.drop(keys)
         self.stats.bump("released", len(keys))
+
+    async def _stop_tasks(self, tasks: list[asyncio.Task[None]], why: str) -> None:
+        """Cancel the tasks and wait until they have unwound, at most `stop_within_s`: a consumer group's
+        rebalance waits for `release`. A task still running then is named in a warning (it would act
+        blind: its operation's records no longer reach this worker)."""
+        for task in tasks:
+            task.cancel()
+        if not tasks:
+            return
+        ended, running = await asyncio.wait(tasks, timeout=self.config.stop_within_s)
+        for task in ended:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("%s ended with %r", task.get_name(), task.exception())
+        if running:
+            names = sorted(task.get_name() for task in running)
+            log.warning(
+                "%d tasks still running %ss after they were cancelled (%s): %s",
+                len(running), self.config.stop_within_s, why, ", ".join(names[:10]),
+            )  # fmt: skip
 
     def _spawn(self, key: OperationKey, recovering: JournalEntry | None = None) -> None:
         if key in self._tasks:

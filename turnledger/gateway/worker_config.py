@@ -32,6 +32,8 @@ class WorkerConfig:
     sweep_tick_s: float = 1.0
     claim_grace_s: float = 1.0
     """Claims wait this long past the time the fold would accept them (clock skew between workers)."""
+    stop_within_s: float = 5.0
+    """How long `release` (a partition moved) and `close` wait for cancelled operation tasks to unwind."""
     crash_hook: CrashHook | None = None
 
     @property
