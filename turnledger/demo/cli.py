@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -43,12 +44,17 @@ def demo(
     serve: Annotated[
         bool, typer.Option(help="Run `turnledger serve` on the run's projection and print the page's URL.")
     ] = True,
+    log_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the INFO logs of the services in this process (workers, tool executor, "
+            "driver) to this file: what to read when an operation is left not final.",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the whole system on the local stack (started if none is configured) and check its promises."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # fresh topics: aiokafka logs the retried NotLeaderForPartition of their first fetches as errors;
-    # a real broker failure still surfaces as KafkaUnavailableError
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    configure_logging(log_file)
     from turnledger.devstack.errors import DevstackError
     from turnledger.devstack.session import session_endpoints
 
@@ -96,4 +102,27 @@ def demo(
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     render(result, console)
     if not result.ok:
+        if log_file is None:
+            console.print("run again with --log-file PATH to keep the services' logs of the run")
         raise typer.Exit(EXIT_VIOLATED)
+
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(log_file: Path | None) -> None:
+    """Warnings to stderr; with `log_file`, INFO and up to that file as well."""
+    logging.basicConfig(level=logging.WARNING, format=FORMAT)
+    # fresh topics: aiokafka logs the retried NotLeaderForPartition of their first fetches as errors;
+    # a real broker failure still surfaces as KafkaUnavailableError
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    if log_file is None:
+        return
+    root = logging.getLogger()
+    for handler in root.handlers:
+        handler.setLevel(logging.WARNING)
+    to_file = logging.FileHandler(log_file, encoding="utf-8")
+    to_file.setFormatter(logging.Formatter(FORMAT))
+    root.addHandler(to_file)
+    root.setLevel(logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per provider request
