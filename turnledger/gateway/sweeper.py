@@ -13,6 +13,9 @@ latest decision of an operation says (`plan`):
 | UNKNOWN, lease free, after a LEASE_EXPIRED or quiet for `adopt_after_ms` | adopt: run it here |
 | PREPARED, quiet for `adopt_after_ms`, not run here | adopt: run it here |
 
+PREPARED counts whether its latest decision is the request or a CAS refused while the conversation
+was busy (whose asker may be gone).
+
 A claim is made once per decision (again after `adopt_after_ms` if nothing answers). The
 fold refuses a claim whose lease was renewed meanwhile, with the new times; adopting is
 safe because the ledger's CAS and lease checks decide who continues.
@@ -68,7 +71,7 @@ def abandoned(decision: DispatchDecision, now: int, adopt_after_ms: int) -> bool
     quiet = now - decision.occurred_at_ms >= adopt_after_ms
     if decision.state == S.UNKNOWN and decision.lease_owner is None:
         return decision.reason == ReasonCode.LEASE_EXPIRED or quiet
-    return decision.state == S.PREPARED and decision.accepted and quiet
+    return decision.state == S.PREPARED and quiet  # accepted, or a refused CAS that left it PREPARED
 
 
 class ExpirySweeper:

@@ -220,8 +220,8 @@ class DispatchWorker:
                 self._spawn(entry.key, entry)
         for key in keys:
             decision = self.board.latest.get(key)
-            if decision is not None and decision.state == S.PREPARED and decision.accepted:
-                self._spawn(key)
+            if decision is not None and decision.state == S.PREPARED:
+                self._spawn(key)  # a refused CAS (CONVERSATION_BUSY) leaves it PREPARED: its asker is gone
 
     async def release(self, keys: set[OperationKey]) -> None:
         """Another worker owns these operations now: their tasks stop where they stand (no event is

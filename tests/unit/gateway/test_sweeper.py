@@ -102,6 +102,23 @@ def test_quiet_unowned_work_is_adopted_after_a_lease_period() -> None:
     assert sweeper.plan(31_000) == [Adopt(("c1", "op-1")), Adopt(("c1", "op-2"))]
 
 
+def test_a_prepared_operation_whose_cas_was_refused_is_adopted_once_quiet() -> None:
+    """A CAS refused while the conversation was busy leaves the operation PREPARED with the refusal as
+    its latest decision; if the worker that asked is gone, nobody else would ever attempt it."""
+    busy = _decision(
+        "op-2",
+        S.PREPARED,
+        attempt_generation=0,
+        accepted=False,
+        reason=ReasonCode.CONVERSATION_BUSY,
+        previous_state=S.PREPARED,
+    )
+    sweeper = _sweeper([busy])
+    assert sweeper.plan(30_999) == []
+    assert sweeper.plan(31_000) == [Adopt(("c1", "op-2"))]
+    assert _sweeper([busy], running={("c1", "op-2")}).plan(31_000) == []
+
+
 async def test_a_claim_is_made_once_per_decision_and_then_again_only_after_a_while() -> None:
     streaming = _decision("op-1", S.STREAMING, lease_owner="w1", lease_expires_at_ms=31_000)
     sweeper = _sweeper([streaming])

@@ -311,3 +311,34 @@ async def test_a_kept_attempt_whose_latest_decision_is_a_refused_cas_is_still_co
             d for d in c.ledger.of_type(DispatchDecision) if d.reason == ReasonCode.OLD_ATTEMPT_NOT_TERMINATED
         ]
         assert len(refused) == 1 and b.worker.stats.counts["takeovers"] == 1
+
+
+async def test_a_prepared_operation_whose_latest_decision_is_a_busy_refusal_is_adopted() -> None:
+    """The worker whose CAS was refused with CONVERSATION_BUSY waits for the conversation, then asks
+    again. When that worker is lost meanwhile, the refusal stays the operation's latest decision; a
+    worker taking the partition over must still attempt the operation once the conversation is free,
+    not leave it PREPARED until its deadline."""
+    async with cluster() as c:
+        a = await c.start("worker-a")
+        h = c.harness()
+        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await c.until(_streaming(c))
+        await a.kill()
+        await h.converse("c1", "anthropic-messages@1", text="no, a poem", op="op-2", tools=False)
+        assert (c.latest("op-1").state, c.latest("op-1").attempt_terminated) == (S.CANCELLED, False)
+        [manifest] = [
+            m.manifest for m in c.ledger.of_type(ManifestIssued) if m.manifest.operation_id == "op-2"
+        ]
+        stray = WorkerEvents(c.ledger, "worker-x")
+        await stray.attempt("c1", "op-2", manifest.conversation_revision, manifest.cancel_generation)
+        refusal = c.latest("op-2")
+        assert (refusal.accepted, refusal.state, refusal.reason) == (
+            False,
+            S.PREPARED,
+            ReasonCode.CONVERSATION_BUSY,
+        )
+        b = await c.start("worker-b")
+        await c.until(lambda: c.latest("op-2").state == S.COMMITTED)
+        [turn] = _assistant_turns(c)
+        assert turn.operation_id == "op-2"
+        assert b.worker.stats.counts["adopted"] == 0  # taken with the partition, not a lease period later
