@@ -284,11 +284,14 @@ class FakeProvider:
             conv = replace(conv, model=target.model)
         body_hash = hashlib.sha256(req.body).hexdigest()
         key = req.headers.get(IDEMPOTENCY_HEADER)
+        connection = 0
         if key:
             known = self._idempotency.setdefault((api.name, key), body_hash)
             if known != body_hash:
                 raise BadRequestError("Idempotency-Key reused with a different request body", status=409)
             basis = f"{api.name}:key:{key}"
+            connection = self._seen[(api.name, basis)]
+            self._seen[(api.name, basis)] += 1
         else:
             occurrence = self._seen[(api.name, body_hash)]
             self._seen[(api.name, body_hash)] += 1
@@ -315,13 +318,18 @@ class FakeProvider:
         self._generations += 1
         answer = decide(conv, rng_for(self.seed, "answer", req.body))
         fault_rng = rng_for(self.seed, "faults", basis)
+        # A keyed request sent again gets the same response, content faults included, over a new
+        # connection: its delivery faults (a cut, a duplicate, no stop, pacing) are drawn afresh.
+        delivery_rng = (
+            rng_for(self.seed, "faults", f"{basis}:connection:{connection}") if connection else fault_rng
+        )
         header = req.headers.get(FAULT_HEADER)
         fault_plan = self.fault_plan
         requested = (
             parse_fault_header(header)
             if header is not None
             else fault_plan.scripted(index, req.body, self._markers_seen, _last_user_text(conv))
-            + fault_plan.draw(fault_rng)
+            + _redrawn(fault_plan, fault_rng, delivery_rng)
         )
         by_kind = {f.kind: f for f in reversed(requested)}  # the first mention of a kind wins
         applied: list[Fault] = []
@@ -362,7 +370,7 @@ class FakeProvider:
             [f for f in by_kind.values() if f.kind not in CONTENT_FAULTS],
             events,
             previous is not None and api.late_events,
-            fault_rng,
+            delivery_rng,
         )
         late = [e for e in (previous or []) if not e.terminal][-delivery.late :] if delivery.late else []
         if not background:
@@ -393,12 +401,12 @@ class FakeProvider:
                 late=late,
                 gated=True,
             )
-            disconnect = self._cut(delivery, planned, fault_rng)
+            disconnect = self._cut(delivery, planned, delivery_rng)
             self._log(received, applied + delivery.records)
             await deliver(out, planned, disconnect_at=disconnect, wait_for=rec.wait_for)
             return
         planned = plan(events, duplicate=delivery.duplicate, drop_terminal=delivery.drop_terminal, late=late)
-        disconnect = self._cut(delivery, planned, fault_rng)
+        disconnect = self._cut(delivery, planned, delivery_rng)
         self._log(received, applied + delivery.records)
         complete = await deliver(out, planned, disconnect_at=disconnect, delay_s=delivery.delay_s)
         if complete and api is openai_responses.SPEC and not err and body.get("store") is not False:
@@ -585,3 +593,19 @@ def _response_id_of(events: list[WireEvent]) -> str | None:
         if "id" in first:
             return str(first["id"])
     return None
+
+
+def _redrawn(
+    fault_plan: FaultPlan, fault_rng: random.Random, delivery_rng: random.Random
+) -> tuple[Fault, ...]:
+    """The plan's random faults: all from `fault_rng` on a first connection; on a keyed request's later
+    connection, the content faults from `fault_rng` (the same response) and the delivery faults from
+    `delivery_rng` (this connection)."""
+    drawn = fault_plan.draw(fault_rng)
+    if delivery_rng is fault_rng:
+        return drawn
+    fresh = fault_plan.draw(delivery_rng)
+    kept = {f.kind for f in drawn if f.kind in CONTENT_FAULTS} | {
+        f.kind for f in fresh if f.kind not in CONTENT_FAULTS
+    }
+    return tuple(Fault(kind) for kind in FaultKind if kind in kept)

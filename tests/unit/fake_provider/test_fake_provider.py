@@ -313,6 +313,26 @@ async def test_retry_gets_new_ids_idempotency_key_the_same(client: httpx.AsyncCl
     assert clash.status_code == 409 and clash.json()["type"] == "error"
 
 
+async def test_a_keyed_request_sent_again_keeps_its_content_faults_and_draws_its_delivery_faults_anew() -> (
+    None
+):
+    """The same key is the same response (a cut tool argument stays cut) over a new connection: a cut,
+    a duplicate or a missing stop is a property of the connection, so a replay may go through."""
+    plan = FaultPlan(rates={FaultKind.DISCONNECT: 0.5, FaultKind.TRUNCATED_ARGS: 1.0})
+    async with FakeProvider(seed=7, fault_plan=plan) as fp, client_of(fp, timeout=10) as c:
+        key = {"Idempotency-Key": "k-replayed"}
+        sends = [await stream_bytes(c, "POST", "/v1/messages", ANTHROPIC_REQ, key) for _ in range(8)]
+        by_request: dict[str, set[FaultKind]] = {}
+        for record in fp.fault_log:
+            by_request.setdefault(record.request_id, set()).add(record.fault.kind)
+    cut = [err is not None for _, err in sends]
+    assert cut == [kinds == {FaultKind.DISCONNECT, FaultKind.TRUNCATED_ARGS} for kinds in by_request.values()]
+    assert len(by_request) == 8 and True in cut and False in cut
+    assert all(FaultKind.TRUNCATED_ARGS in kinds for kinds in by_request.values())
+    whole = [raw for raw, err in sends if err is None]
+    assert len(set(whole)) == 1  # every complete delivery is the same response
+
+
 # --- faults -------------------------------------------------------------------------------------------
 
 
