@@ -181,17 +181,24 @@ class DecisionBoard:
             return None
         return found()
 
-    async def state_after(self, operation_id: OperationKey, source_event_id: str, timeout_s: float) -> bool:
-        """Wait until some decision caused by `source_event_id` was seen for the operation."""
+    async def state_after(
+        self, operation_id: OperationKey, source_event_id: str, timeout_s: float, *, or_cancel: bool = False
+    ) -> bool:
+        """Wait until some decision caused by `source_event_id` was seen for the operation (or, with
+        `or_cancel`, the operation is CANCELLED: an event the fold refuses in that state gets a
+        rejection, never a decision)."""
         return await self._wait(
             lambda: (
-                any(d.source_event_id == source_event_id for d in self._settling.get(operation_id, ()))
-                or (
-                    operation_id in self.latest
-                    and self.latest[operation_id].source_event_id == source_event_id
-                )
+                self.caused(operation_id, source_event_id) or (or_cancel and self.cancelled(operation_id))
             ),
             timeout_s,
+        )
+
+    def caused(self, operation_id: OperationKey, source_event_id: str) -> bool:
+        """Has a decision caused by `source_event_id` been seen for the operation?"""
+        latest = self.latest.get(operation_id)
+        return (latest is not None and latest.source_event_id == source_event_id) or any(
+            d.source_event_id == source_event_id for d in self._settling.get(operation_id, ())
         )
 
     async def _wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:

@@ -489,7 +489,7 @@ class DispatchWorker:
             self.stats.bump("replays")
             self.leases.alive(key)
             replayed = await self.events.replay_started(conv, op, generation)
-            await self.board.state_after(key, replayed.event_id, self.config.cas_timeout_s)
+            await self.board.state_after(key, replayed.event_id, self.config.cas_timeout_s, or_cancel=True)
             latest = self.board.latest[key]
             if latest.source_event_id != replayed.event_id or latest.state != S.SENT:
                 return None  # refused: the attempt was terminated or taken meanwhile
@@ -584,7 +584,7 @@ class DispatchWorker:
                 resumable=endpoint.resumable(manifest.request_body),
             )
             self.stats.bump("journaled_handles_bound")
-            await self.board.state_after(key, bound.event_id, self.config.settle_timeout_s)
+            await self.board.state_after(key, bound.event_id, self.config.settle_timeout_s, or_cancel=True)
             latest = self.board.latest[key]
         if handle is not None and latest.response_handle != handle:
             self.stats.bump("unbound_handles_dropped")

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -22,11 +22,13 @@ from turnledger.gateway.endpoints import ProviderRoutes, endpoints_for
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
 from turnledger.model.events import (
+    CancelRequested,
     CommittedTurn,
     DispatchDecision,
     DispatchState,
     ExpiryClaimed,
     HandleBound,
+    IngressEvent,
     LeaseRenewed,
     ManifestIssued,
     Quarantined,
@@ -342,3 +344,31 @@ async def test_a_prepared_operation_whose_latest_decision_is_a_busy_refusal_is_a
         [turn] = _assistant_turns(c)
         assert turn.operation_id == "op-2"
         assert b.worker.stats.counts["adopted"] == 0  # taken with the partition, not a lease period later
+
+
+async def test_a_cancel_that_lands_just_before_a_replay_confirms_the_attempt_at_once() -> None:
+    """The fold refuses a ReplayStarted that finds the operation CANCELLED with a rejection, not a
+    decision. The worker waited `cas_timeout_s` for a decision that never came, and the cancelled
+    attempt held the conversation (CONVERSATION_BUSY for its next operation) all that time."""
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 400),)})
+    async with cluster(plan=plan, keeps_keys=True) as c:
+        node = await c.start("worker-a")
+        node.worker.config = replace(node.worker.config, cas_timeout_s=600)
+        append = c.ledger.append
+        user = WorkerEvents(c.ledger, "user")
+
+        async def cancel_first(event: IngressEvent) -> None:
+            if isinstance(event, ReplayStarted):
+                await append(CancelRequested(**user.stamp("c1"), operation_id="op-1", reason="stop"))
+            await append(event)
+
+        c.ledger.append = cancel_first  # type: ignore[method-assign]
+        h = c.harness()
+        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await c.until(lambda: c.latest().state == S.CANCELLED and c.latest().attempt_terminated, timeout=60)
+        assert [d.reason for d in c.ledger.of_type(DispatchDecision) if d.state == S.CANCELLED] == [
+            None,
+            ReasonCode.ATTEMPT_TERMINATED,
+        ]
+        assert [e.worker_id for e in c.ledger.ingress if isinstance(e, ReplayStarted)] == ["worker-a"]
+        assert not _assistant_turns(c)
