@@ -4,8 +4,8 @@ A fault is chosen per request, either scripted (the header, or the plan's per-re
 drawn at random (the plan's rate per kind, from an RNG seeded by the server seed and the request identity,
 so a random fault is as reproducible as the answer). The identity of a request with an Idempotency-Key
 is the key: sent again, it is the same response with the same `CONTENT_FAULTS`, over a new connection
-whose delivery faults are drawn again (seeded by the key and the connection's number). Resolution fills in concrete values (which byte,
-which event) so the fault log says exactly what was done.
+whose delivery faults are drawn again (seeded by the key and the connection's number). Resolution fills
+in concrete values (which byte, which event) so the fault log says exactly what was done.
 """
 
 from __future__ import annotations

@@ -96,8 +96,6 @@ class ExpirySweeper:
         self.tick_s = tick_s
         self._clock = clock
         self._acted: dict[OperationKey, tuple[str, int]] = {}  # latest decision's source, when acted on
-        self.claims = 0
-        self.adoptions = 0
 
     def plan(self, now: int) -> list[Action]:
         actions: list[Action] = []
@@ -125,11 +123,9 @@ class ExpirySweeper:
         for action in actions:
             self._acted[action.key] = (self.board.latest[action.key].source_event_id, now)
             if isinstance(action, Claim):
-                self.claims += 1
                 log.info("%s/%s: claiming expiry of generation %d", *action.key, action.generation)
                 await self.events.claim_expiry(*action.key, action.generation)
             else:
-                self.adoptions += 1
                 log.info("%s/%s: adopting abandoned work", *action.key)
                 self._adopt(action.key)
         for key in [k for k in self._acted if k not in self.board.open]:
