@@ -1,0 +1,209 @@
+"""The worker's view of the manifests topic, rule by rule, on hand-made decisions (no ledger, no clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from turnledger.gateway import board as board_module
+from turnledger.gateway.board import DecisionBoard, may_produce_output
+from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
+from turnledger.model.manifest import DispatchManifest
+from turnledger.model.reasons import ReasonCode
+
+S = DispatchState
+R = ReasonCode
+
+
+def _decision(op: str, state: DispatchState, source: str = "", **fields: Any) -> DispatchDecision:
+    base: dict[str, Any] = {
+        "conversation_id": "c1",
+        "operation_id": op,
+        "state": state,
+        "conversation_revision": 1,
+        "cancel_generation": 0,
+        "attempt_generation": 1,
+        "source_event_id": source or f"{op}-{state}",
+        "occurred_at_ms": 1_000,
+        "deadline_at_ms": 100_000,
+    }
+    return DispatchDecision(**{**base, **fields})
+
+
+def _manifest(op: str) -> ManifestIssued:
+    manifest = DispatchManifest(
+        operation_id=op,
+        conversation_id="c1",
+        conversation_revision=1,
+        cancel_generation=0,
+        sequence_digest="sha256:" + "1" * 64,
+        blocks=(),
+        adapter="anthropic-messages@2",
+        adapter_digest="sha256:" + "2" * 64,
+        provider="anthropic",
+        model_revision="claude",
+        toolset_digest="sha256:" + "3" * 64,
+        max_output_tokens=1024,
+        policy={},
+        request_digest="sha256:" + "4" * 64,
+        request_body='{"messages":[]}',
+        input_tokens=12,
+    )
+    return ManifestIssued(manifest=manifest, occurred_at_ms=1_000)
+
+
+@pytest.mark.parametrize(
+    ("state", "generation", "terminated", "expected"),
+    [
+        (S.DISPATCHING, 1, False, True),
+        (S.SENT, 1, True, True),  # active states produce output whatever the flag says
+        (S.STREAMING, 1, False, True),
+        (S.UNKNOWN, 1, False, True),
+        (S.UNKNOWN, 1, True, False),
+        (S.UNKNOWN, 0, False, False),  # never attempted
+        (S.CANCELLED, 1, False, True),  # cancelled, not yet confirmed terminated
+        (S.CANCELLED, 1, True, False),
+        (S.CANCELLED, 0, False, False),
+        (S.COMMITTED, 1, False, False),
+        (S.PREPARED, 0, False, False),
+        (S.WAITING, 0, False, False),
+    ],
+)
+def test_may_produce_output(state: DispatchState, generation: int, terminated: bool, expected: bool) -> None:
+    decision = _decision("op-1", state, attempt_generation=generation, attempt_terminated=terminated)
+    assert may_produce_output(decision) is expected
+
+
+def test_applying_keeps_manifests_latest_decisions_open_operations_and_a_position() -> None:
+    board = DecisionBoard()
+    board.apply_nowait(_manifest("op-1"))
+    assert set(board.manifests) == {("c1", "op-1")} and board.position == 0 and not board.open
+    board.apply_nowait(_decision("op-1", S.PREPARED, attempt_generation=0))
+    board.apply_nowait(_decision("op-2", S.CANCELLED))  # its attempt not yet confirmed terminated
+    board.apply_nowait(_decision("op-3", S.CANCELLED, attempt_terminated=True))
+    board.apply_nowait(_decision("op-4", S.STREAMING))
+    board.apply_nowait(_decision("op-4", S.COMMITTED, attempt_terminated=True))
+    assert board.position == 5
+    assert board.open == {("c1", "op-1"), ("c1", "op-2")}
+    assert board.latest[("c1", "op-4")].state == S.COMMITTED
+    assert board.busy_operations("c1", except_id="op-1") == ["op-2"]
+    assert board.busy_operations("c1", except_id="op-2") == []
+    assert board.busy_operations("c2", except_id="op-1") == []
+
+
+def test_busy_operations_are_sorted_and_leave_out_the_asker() -> None:
+    board = DecisionBoard()
+    for op in ("op-9", "op-3", "op-5"):
+        board.apply_nowait(_decision(op, S.STREAMING))
+    assert board.busy_operations("c1", except_id="op-5") == ["op-3", "op-9"]
+
+
+def test_cas_answers_are_refusals_and_first_acceptances_kept_by_source_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(board_module, "CAS_ANSWERS_KEPT", 2)
+    board = DecisionBoard()
+    board.apply_nowait(_decision("op-1", S.DISPATCHING, "a1", previous_state=S.PREPARED))
+    board.apply_nowait(_decision("op-1", S.DISPATCHING, "renewed", previous_state=S.DISPATCHING))
+    board.apply_nowait(_decision("op-1", S.SENT, "sent", previous_state=S.DISPATCHING))
+    assert list(board._cas) == ["a1"]
+    board.apply_nowait(_decision("op-2", S.PREPARED, "a2", accepted=False, reason=R.CONVERSATION_BUSY))
+    board.apply_nowait(_decision("op-2", S.PREPARED, "a2", accepted=False, reason=R.CONVERSATION_BUSY))
+    assert list(board._cas) == ["a1", "a2"]  # the first answer to an attempt is the one kept
+    board.apply_nowait(_decision("op-3", S.PREPARED, "a3", accepted=False, reason=R.CONVERSATION_BUSY))
+    assert list(board._cas) == ["a2", "a3"]  # the oldest dropped
+
+
+async def test_a_cas_answer_is_handed_over_once() -> None:
+    board = DecisionBoard()
+    await board.apply([_decision("op-1", S.DISPATCHING, "a1", previous_state=S.PREPARED)])
+    answer = await board.cas_answer("a1", 0.01)
+    assert answer is not None and answer.source_event_id == "a1"
+    assert await board.cas_answer("a1", 0.01) is None
+
+
+async def test_settled_is_the_first_decision_that_ends_the_phase() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    await board.apply([_decision("op-1", S.UNKNOWN, "other", reason=R.STREAM_DISCONNECTED)])
+    since = board.position
+    assert await board.settled(key, 1, {"ended"}, 0.01, since=since) is None  # not this phase's
+    await board.apply([_decision("op-1", S.UNKNOWN, "old", attempt_generation=0, reason=R.LEASE_EXPIRED)])
+    assert await board.settled(key, 1, {"old"}, 0.01, since=since) is None  # another generation's
+    await board.apply([_decision("op-1", S.UNKNOWN, "ended", reason=R.STREAM_DISCONNECTED)])
+    found = await board.settled(key, 1, {"ended"}, 0.01, since=since)
+    assert found is not None and found.source_event_id == "ended"
+
+
+async def test_a_commit_or_a_cancel_from_anyone_ends_the_phase() -> None:
+    key = ("c1", "op-1")
+    committed = DecisionBoard()
+    await committed.apply([_decision("op-1", S.COMMITTED, "someone", attempt_terminated=True)])
+    found = await committed.settled(key, 1, {"mine"}, 0.01)
+    assert found is not None and found.state == S.COMMITTED
+    cancelled = DecisionBoard()
+    await cancelled.apply([_decision("op-1", S.CANCELLED, "user", attempt_generation=7)])
+    found = await cancelled.settled(key, 1, {"mine"}, 0.01)
+    assert found is not None and found.source_event_id == "user"  # a cancel of any generation
+
+
+async def test_a_lease_expiry_ends_only_the_phases_begun_before_it() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    expired = _decision("op-1", S.UNKNOWN, "claim", reason=R.LEASE_EXPIRED)
+    await board.apply([expired])
+    assert board._lease_lost_at == {("c1", "op-1", 1): 1}
+    assert await board.settled(key, 1, {"mine"}, 0.01, since=1) is None  # the phase began after it
+    found = await board.settled(key, 1, {"mine"}, 0.01, since=0)
+    assert found is not None and found.source_event_id == "claim"
+    refused = DecisionBoard()
+    await refused.apply([_decision("op-1", S.STREAMING, "claim", accepted=False, reason=R.LEASE_NOT_EXPIRED)])
+    assert refused._lease_lost_at == {}
+
+
+async def test_state_after_waits_for_a_decision_the_event_caused_or_a_cancel_when_asked() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    await board.apply([_decision("op-1", S.SENT, "replay")])
+    assert await board.state_after(key, "replay", 0.01)
+    assert board.caused(key, "replay") and not board.caused(key, "other")
+    await board.apply([_decision("op-1", S.UNKNOWN, "ended", reason=R.STREAM_DISCONNECTED)])
+    await board.apply([_decision("op-1", S.STREAMING, "later")])
+    assert board.caused(key, "ended")  # not the latest any more, but kept while settling
+    await board.apply([_decision("op-1", S.CANCELLED, "user")])
+    assert not await board.state_after(key, "refused", 0.01)
+    assert await board.state_after(key, "refused", 0.01, or_cancel=True)
+
+
+async def test_a_cancel_signal_is_set_by_the_first_cancel_and_set_at_once_for_a_cancelled_operation() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    signal = board.cancel_signal(key)
+    await board.apply([_decision("op-1", S.STREAMING)])
+    assert not signal.is_set() and not board.cancelled(key)
+    await board.apply([_decision("op-1", S.CANCELLED, "user")])
+    assert signal.is_set() and board.cancelled(key)
+    board.release_cancel_signal(key)
+    assert board.cancel_signal(key).is_set()  # a new one, already set
+    await board.apply([_decision("op-1", S.CANCELLED, "terminated", attempt_terminated=True)])
+    board.forget(key)
+    assert board.cancelled(key)  # the latest decision still says so
+
+
+def test_forget_keeps_the_latest_decision_and_drop_forgets_everything() -> None:
+    board = DecisionBoard()
+    for op in ("op-1", "op-2"):
+        board.apply_nowait(_manifest(op))
+        board.apply_nowait(_decision(op, S.UNKNOWN, f"{op}-claim", reason=R.LEASE_EXPIRED))
+        board.cancel_signal(("c1", op))
+    board.forget(("c1", "op-1"))
+    assert set(board.manifests) == {("c1", "op-2")}
+    assert set(board._settling) == {("c1", "op-2")}
+    assert set(board._lease_lost_at) == {("c1", "op-2", 1)}
+    assert set(board._cancel_signals) == {("c1", "op-2")}
+    assert set(board.latest) == {("c1", "op-1"), ("c1", "op-2")}
+    board.drop({("c1", "op-1")})
+    assert set(board.latest) == {("c1", "op-2")} and board.open == {("c1", "op-2")}
+    assert board._conversations == {"c1": {"op-2"}}
+    assert board.busy_operations("c1", except_id="op-9") == ["op-2"]
