@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from tests.unit.gateway.decisions import decision, manifest_issued
 from turnledger.gateway import board as board_module
 from turnledger.gateway.board import DecisionBoard, may_produce_output
-from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
-from turnledger.model.manifest import DispatchManifest
+from turnledger.model.events import DispatchDecision, DispatchState
 from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
@@ -17,40 +17,7 @@ R = ReasonCode
 
 
 def _decision(op: str, state: DispatchState, source: str = "", **fields: Any) -> DispatchDecision:
-    base: dict[str, Any] = {
-        "conversation_id": "c1",
-        "operation_id": op,
-        "state": state,
-        "conversation_revision": 1,
-        "cancel_generation": 0,
-        "attempt_generation": 1,
-        "source_event_id": source or f"{op}-{state}",
-        "occurred_at_ms": 1_000,
-        "deadline_at_ms": 100_000,
-    }
-    return DispatchDecision(**{**base, **fields})
-
-
-def _manifest(op: str) -> ManifestIssued:
-    manifest = DispatchManifest(
-        operation_id=op,
-        conversation_id="c1",
-        conversation_revision=1,
-        cancel_generation=0,
-        sequence_digest="sha256:" + "1" * 64,
-        blocks=(),
-        adapter="anthropic-messages@2",
-        adapter_digest="sha256:" + "2" * 64,
-        provider="anthropic",
-        model_revision="claude",
-        toolset_digest="sha256:" + "3" * 64,
-        max_output_tokens=1024,
-        policy={},
-        request_digest="sha256:" + "4" * 64,
-        request_body='{"messages":[]}',
-        input_tokens=12,
-    )
-    return ManifestIssued(manifest=manifest, occurred_at_ms=1_000)
+    return decision(op, state, **({"source_event_id": source} if source else {}), **fields)
 
 
 @pytest.mark.parametrize(
@@ -77,7 +44,7 @@ def test_may_produce_output(state: DispatchState, generation: int, terminated: b
 
 def test_applying_keeps_manifests_latest_decisions_open_operations_and_a_position() -> None:
     board = DecisionBoard()
-    board.apply_nowait(_manifest("op-1"))
+    board.apply_nowait(manifest_issued("op-1"))
     assert set(board.manifests) == {("c1", "op-1")} and board.position == 0 and not board.open
     board.apply_nowait(_decision("op-1", S.PREPARED, attempt_generation=0))
     board.apply_nowait(_decision("op-2", S.CANCELLED))  # its attempt not yet confirmed terminated
@@ -194,7 +161,7 @@ async def test_a_cancel_signal_is_set_by_the_first_cancel_and_set_at_once_for_a_
 def test_forget_keeps_the_latest_decision_and_drop_forgets_everything() -> None:
     board = DecisionBoard()
     for op in ("op-1", "op-2"):
-        board.apply_nowait(_manifest(op))
+        board.apply_nowait(manifest_issued(op))
         board.apply_nowait(_decision(op, S.UNKNOWN, f"{op}-claim", reason=R.LEASE_EXPIRED))
         board.cancel_signal(("c1", op))
     board.forget(("c1", "op-1"))

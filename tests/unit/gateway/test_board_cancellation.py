@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.gateway.decisions import decision
 from turnledger.gateway.board import DecisionBoard
 from turnledger.model.events import DispatchDecision, DispatchState
 
@@ -24,18 +25,7 @@ KEY = ("c1", "op-1")
 
 
 def _decision(state: DispatchState, source: str, **fields: Any) -> DispatchDecision:
-    base: dict[str, Any] = {
-        "conversation_id": "c1",
-        "operation_id": "op-1",
-        "state": state,
-        "conversation_revision": 1,
-        "cancel_generation": 0,
-        "attempt_generation": 1,
-        "source_event_id": source,
-        "occurred_at_ms": 1_000,
-        "deadline_at_ms": 100_000,
-    }
-    return DispatchDecision(**{**base, **fields})
+    return decision("op-1", state, source_event_id=source, **fields)
 
 
 WAITS: dict[str, tuple[Callable[[DecisionBoard], Awaitable[object]], DispatchDecision]] = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 import pytest
 
+from tests.unit.gateway.decisions import decision as _decision
 from turnledger.gateway.board import DecisionBoard
 from turnledger.gateway.client import WorkerEvents
 from turnledger.gateway.sweeper import Adopt, Claim, ExpirySweeper, claim_due_at
@@ -23,21 +23,6 @@ class _Sink:
 
     async def append(self, event: IngressEvent) -> None:
         self.events.append(event)
-
-
-def _decision(op: str, state: DispatchState, **fields: Any) -> DispatchDecision:
-    base: dict[str, Any] = {
-        "conversation_id": "c1",
-        "operation_id": op,
-        "state": state,
-        "conversation_revision": 1,
-        "cancel_generation": 0,
-        "attempt_generation": 1,
-        "source_event_id": f"src-{op}-{state}",
-        "occurred_at_ms": 1_000,
-        "deadline_at_ms": 100_000,
-    }
-    return DispatchDecision(**{**base, **fields})
 
 
 def _sweeper(

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.gateway.decisions import decision
 from turnledger.gateway.verdicts import GIVE_UP_PREFIX, describe, fold_terminated, gave_up
 from turnledger.model.events import DispatchDecision, DispatchState
 from turnledger.model.reasons import ReasonCode
@@ -16,17 +17,7 @@ R = ReasonCode
 
 
 def _decision(state: DispatchState, **fields: Any) -> DispatchDecision:
-    base: dict[str, Any] = {
-        "conversation_id": "c1",
-        "operation_id": "op-1",
-        "state": state,
-        "conversation_revision": 1,
-        "cancel_generation": 0,
-        "attempt_generation": 2,
-        "source_event_id": "e1",
-        "occurred_at_ms": 1_000,
-    }
-    return DispatchDecision(**{**base, **fields})
+    return decision("op-1", state, attempt_generation=2, **fields)
 
 
 @pytest.mark.parametrize(

@@ -151,13 +151,19 @@ def _assistant_turns(c: Cluster) -> list[CommittedTurn]:
     return [t for t in c.ledger.of_type(CommittedTurn) if t.operation_id]
 
 
+async def _lose_worker_a_mid_stream(c: Cluster, adapter: str) -> Harness:
+    """worker-a streams the answer to "tell me a story" in c1 (op-1) and is killed mid-stream."""
+    a = await c.start("worker-a")
+    h = c.harness()
+    await h.converse("c1", adapter, text="tell me a story", tools=False)
+    await c.until(_streaming(c))
+    await a.kill()
+    return h
+
+
 async def test_a_worker_lost_mid_stream_is_replaced_and_the_answer_commits_once() -> None:
     async with cluster() as c:
-        a = await c.start("worker-a")
-        h = c.harness()
-        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
-        await c.until(_streaming(c))
-        await a.kill()
+        await _lose_worker_a_mid_stream(c, "anthropic-messages@1")
         b = await c.start("worker-b")
         await c.until(_committed(c))
         expired = [d for d in c.ledger.of_type(DispatchDecision) if d.reason == ReasonCode.LEASE_EXPIRED]
@@ -173,11 +179,7 @@ async def test_a_worker_lost_mid_stream_is_replaced_and_the_answer_commits_once(
 
 async def test_a_kept_response_of_a_lost_worker_is_resumed_from_its_handle() -> None:
     async with cluster() as c:
-        a = await c.start("worker-a")
-        h = c.harness()
-        await h.converse("c1", "openai-responses@1", text="tell me a story", tools=False)
-        await c.until(_streaming(c))
-        await a.kill()
+        await _lose_worker_a_mid_stream(c, "openai-responses@1")
         await c.start("worker-b")
         await c.until(_committed(c))
         [turn] = _assistant_turns(c)
@@ -190,11 +192,7 @@ async def test_a_kept_response_of_a_lost_worker_is_resumed_from_its_handle() -> 
 
 async def test_a_lost_worker_s_attempt_is_replayed_where_the_provider_keeps_keys() -> None:
     async with cluster(keeps_keys=True) as c:
-        a = await c.start("worker-a")
-        h = c.harness()
-        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
-        await c.until(_streaming(c))
-        await a.kill()
+        await _lose_worker_a_mid_stream(c, "anthropic-messages@1")
         await c.start("worker-b")
         await c.until(_committed(c))
         [turn] = _assistant_turns(c)
@@ -282,11 +280,7 @@ async def test_a_kept_attempt_whose_latest_decision_is_a_refused_cas_is_still_co
     terminating it (it then asked for a new generation, was refused again, and the operation stayed
     UNKNOWN until its deadline: the demo's stuck operations of session 25)."""
     async with cluster(keeps_keys=keeps_keys) as c:
-        a = await c.start("worker-a")
-        h = c.harness()
-        await h.converse("c1", adapter, text="tell me a story", tools=False)
-        await c.until(_streaming(c))
-        await a.kill()
+        await _lose_worker_a_mid_stream(c, adapter)
         stray = WorkerEvents(c.ledger, "worker-x")
         expires = c.latest().lease_expires_at_ms
         assert expires is not None
@@ -321,11 +315,7 @@ async def test_a_prepared_operation_whose_latest_decision_is_a_busy_refusal_is_a
     worker taking the partition over must still attempt the operation once the conversation is free,
     not leave it PREPARED until its deadline."""
     async with cluster() as c:
-        a = await c.start("worker-a")
-        h = c.harness()
-        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
-        await c.until(_streaming(c))
-        await a.kill()
+        h = await _lose_worker_a_mid_stream(c, "anthropic-messages@1")
         await h.converse("c1", "anthropic-messages@1", text="no, a poem", op="op-2", tools=False)
         assert (c.latest("op-1").state, c.latest("op-1").attempt_terminated) == (S.CANCELLED, False)
         [manifest] = [
