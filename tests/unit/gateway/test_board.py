@@ -174,3 +174,50 @@ def test_forget_keeps_the_latest_decision_and_drop_forgets_everything() -> None:
     assert set(board.latest) == {("c1", "op-2")} and board.open == {("c1", "op-2")}
     assert board._conversations == {"c1": {"op-2"}}
     assert board.busy_operations("c1", except_id="op-9") == ["op-2"]
+
+
+async def test_only_an_accepted_lease_expiry_marks_its_generation_lost() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    await board.apply([_decision("op-1", S.STREAMING, "deltas")])
+    await board.apply([_decision("op-1", S.UNKNOWN, "bogus", accepted=False, reason=R.LEASE_EXPIRED)])
+    assert board._lease_lost_at == {}
+    assert await board.settled(key, 1, {"mine"}, 0.01) is None  # a refusal ends no phase
+    expired = DecisionBoard()
+    await expired.apply([_decision("op-1", S.STREAMING, "deltas")])
+    await expired.apply([_decision("op-1", S.UNKNOWN, "claim", reason=R.LEASE_EXPIRED)])
+    await expired.apply([_decision("op-1", S.SENT, "replay")])  # accepted, later: the loss stays at 2
+    assert expired._lease_lost_at == {("c1", "op-1", 1): 2}
+    assert await expired.settled(key, 1, {"mine"}, 0.01, since=2) is None
+    found = await expired.settled(key, 1, {"mine"}, 0.01)  # a phase begun at the start
+    assert found is not None and found.source_event_id == "claim"
+
+
+def test_a_cancel_signal_is_one_event_per_operation_until_released() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    board.release_cancel_signal(key)  # none yet: nothing to release
+    first = board.cancel_signal(key)
+    assert board.cancel_signal(key) is first
+    board.apply_nowait(_decision("op-1", S.CANCELLED, "user"))
+    assert first.is_set()
+    board.release_cancel_signal(key)
+    board.release_cancel_signal(key)
+    again = board.cancel_signal(key)
+    assert again is not first and again.is_set()
+
+
+def test_dropping_an_operation_forgets_what_forget_would_and_its_latest_decision() -> None:
+    board = DecisionBoard()
+    board.apply_nowait(manifest_issued("op-1"))
+    board.apply_nowait(_decision("op-1", S.UNKNOWN, "claim", reason=R.LEASE_EXPIRED))
+    board.cancel_signal(("c1", "op-1"))
+    board.drop({("c1", "op-1"), ("c1", "never-seen")})
+    assert (board.manifests, board.latest, board._settling) == ({}, {}, {})
+    assert (board._lease_lost_at, board._cancel_signals, board.open) == ({}, {}, set())
+
+
+async def test_wait_until_gives_up_after_its_timeout() -> None:
+    board = DecisionBoard()
+    assert await board.wait_until(lambda: False, 0.01) is False
+    assert await board.wait_until(lambda: True, 0.01) is True
