@@ -124,6 +124,7 @@ async def test_a_lease_expiry_ends_only_the_phases_begun_before_it() -> None:
     assert await board.settled(key, 1, {"mine"}, 0.01, since=1) is None  # the phase began after it
     found = await board.settled(key, 1, {"mine"}, 0.01, since=0)
     assert found is not None and found.source_event_id == "claim"
+    assert await board.settled(key, 1, {"mine"}, 0.01) == found  # by default a phase begins at 0
     refused = DecisionBoard()
     await refused.apply([_decision("op-1", S.STREAMING, "claim", accepted=False, reason=R.LEASE_NOT_EXPIRED)])
     assert refused._lease_lost_at == {}
