@@ -8,6 +8,10 @@ that settles it (COMMITTED or UNKNOWN), or by a cancel from anyone. A stream bei
 read watches its operation's cancel signal (`cancel_signal`), set by the first
 CANCELLED decision, to stop reading at once.
 
+The answer to a worker's own event is the first decision it caused (`answer`), found
+even when other decisions of the operation came after it: the latest decision may be
+another worker's refused CAS.
+
 A decision of the attempt's generation that says its lease expired ends the phase too:
 another worker may have taken the attempt over, and this one must stop.
 
@@ -56,6 +60,7 @@ class DecisionBoard:
         self._cas: OrderedDict[str, DispatchDecision] = OrderedDict()  # source event id → CAS answer
         self._conversations: dict[str, set[str]] = {}  # conversation id → operation ids seen
         self._settling: dict[OperationKey, list[DispatchDecision]] = {}  # COMMITTED/UNKNOWN/CANCELLED
+        self._answers: dict[OperationKey, dict[str, DispatchDecision]] = {}  # open ones: source id → first
         self._cancel_signals: dict[OperationKey, asyncio.Event] = {}  # set once it is CANCELLED
         self._lease_lost_at: dict[tuple[str, str, int], int] = {}  # (conv, op, generation) → position
         self._changed = asyncio.Condition()
@@ -79,8 +84,10 @@ class DecisionBoard:
         self.latest[op] = record
         if record.state not in FINAL or may_produce_output(record):
             self.open.add(op)
+            self._answers.setdefault(op, {}).setdefault(record.source_event_id, record)
         else:
             self.open.discard(op)
+            self._answers.pop(op, None)
         if record.reason == ReasonCode.LEASE_EXPIRED and record.accepted:
             self._lease_lost_at[(*op, record.attempt_generation)] = self.position
         self._conversations.setdefault(record.conversation_id, set()).add(record.operation_id)
@@ -99,6 +106,7 @@ class DecisionBoard:
         """Drop what is kept for a finished operation (its latest decision stays for status)."""
         self.manifests.pop(operation_id, None)
         self._settling.pop(operation_id, None)
+        self._answers.pop(operation_id, None)
         for lost in [k for k in self._lease_lost_at if k[:2] == operation_id]:
             del self._lease_lost_at[lost]
         self._cancel_signals.pop(operation_id, None)
@@ -196,10 +204,19 @@ class DecisionBoard:
 
     def caused(self, operation_id: OperationKey, source_event_id: str) -> bool:
         """Has a decision caused by `source_event_id` been seen for the operation?"""
+        return self.answer(operation_id, source_event_id) is not None
+
+    def answer(self, operation_id: OperationKey, source_event_id: str) -> DispatchDecision | None:
+        """The first decision caused by `source_event_id`, whatever decisions of the operation came
+        after it (another worker's refused CAS, say): the answer to a worker's own event."""
+        found = self._answers.get(operation_id, {}).get(source_event_id)
+        if found is None:
+            settling = self._settling.get(operation_id, ())
+            found = next((d for d in settling if d.source_event_id == source_event_id), None)
         latest = self.latest.get(operation_id)
-        return (latest is not None and latest.source_event_id == source_event_id) or any(
-            d.source_event_id == source_event_id for d in self._settling.get(operation_id, ())
-        )
+        if found is None and latest is not None and latest.source_event_id == source_event_id:
+            found = latest
+        return found
 
     async def _wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """`asyncio.timeout`, not `wait_for`: CPython 3.11's `wait_for` returns the result instead of

@@ -488,13 +488,14 @@ class DispatchWorker:
         if endpoint.replayable:
             self.stats.bump("replays")
             self.leases.alive(key)
+            since = self.board.position  # a lease expiry after the replay ends its read
             replayed = await self.events.replay_started(conv, op, generation)
             await self.board.state_after(key, replayed.event_id, self.config.cas_timeout_s, or_cancel=True)
-            latest = self.board.latest[key]
-            if latest.source_event_id != replayed.event_id or latest.state != S.SENT:
+            answer = self.board.answer(key, replayed.event_id)
+            if answer is None or answer.state != S.SENT or self.board.cancelled(key):
                 return None  # refused: the attempt was terminated or taken meanwhile
-            key_text = latest.idempotency_key or ""
-            next_phase = Phase(sources={replayed.event_id}, since=self.board.position)  # read from scratch
+            key_text = answer.idempotency_key or ""
+            next_phase = Phase(sources={replayed.event_id}, since=since)  # read from scratch
             await self.reader.read(
                 manifest, endpoint, generation, next_phase, send_request(endpoint, manifest, key_text)
             )

@@ -144,6 +144,34 @@ async def test_state_after_waits_for_a_decision_the_event_caused_or_a_cancel_whe
     assert await board.state_after(key, "refused", 0.01, or_cancel=True)
 
 
+async def test_the_answer_to_an_event_is_its_first_decision_whatever_came_after_it() -> None:
+    """A worker's replay is answered SENT; another worker's refused CAS right after it is the latest
+    decision, in the same batch: the wait still ends, and the answer is still the replay's."""
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    replayed = _decision("op-1", S.SENT, "replay", previous_state=S.UNKNOWN)
+    refusal = _decision("op-1", S.SENT, "stray", accepted=False, reason=R.CAS_STATE_MISMATCH)
+    await board.apply([replayed, refusal, _decision("op-1", S.STREAMING, "replay")])
+    assert await board.state_after(key, "replay", 0.01)
+    assert board.answer(key, "replay") is replayed  # the first it caused, not a later one
+    assert board.answer(key, "stray") is refusal and board.latest[key].source_event_id == "replay"
+    assert board.answer(key, "other") is None and board.answer(("c1", "op-2"), "replay") is None
+    board.forget(key)
+    assert board.answer(key, "replay") == board.latest[key] and board.answer(key, "stray") is None
+
+
+def test_the_answers_of_an_operation_are_dropped_once_it_is_closed() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    board.apply_nowait(_decision("op-1", S.SENT, "sent"))
+    board.apply_nowait(_decision("op-1", S.COMMITTED, "ended", attempt_terminated=True))
+    assert board.answer(key, "sent") is None and board.answer(key, "ended") is not None
+    assert key not in board._answers
+    board.apply_nowait(_decision("op-2", S.SENT, "sent"))
+    board.drop({("c1", "op-2")})
+    assert board._answers == {}
+
+
 async def test_a_cancel_signal_is_set_by_the_first_cancel_and_set_at_once_for_a_cancelled_operation() -> None:
     key = ("c1", "op-1")
     board = DecisionBoard()

@@ -362,3 +362,33 @@ async def test_a_cancel_that_lands_just_before_a_replay_confirms_the_attempt_at_
         ]
         assert [e.worker_id for e in c.ledger.ingress if isinstance(e, ReplayStarted)] == ["worker-a"]
         assert not _assistant_turns(c)
+
+
+async def test_a_stray_decision_right_after_a_replay_does_not_end_the_replayed_attempt() -> None:
+    """The worker reads the answer to its own ReplayStarted, not the operation's latest decision: a
+    refused CAS of another worker that lands right after it (a lagging board's attempt) left the
+    worker waiting `cas_timeout_s` for an answer it had already been given, then terminating the
+    attempt the provider keeps and paying for a second generation."""
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 400),)})
+    async with cluster(plan=plan, keeps_keys=True) as c:
+        node = await c.start("worker-a")
+        node.worker.config = replace(node.worker.config, cas_timeout_s=600)
+        append = c.ledger.append
+        stray = WorkerEvents(c.ledger, "worker-x")
+
+        async def stray_after_replay(event: IngressEvent) -> None:
+            await append(event)
+            if isinstance(event, ReplayStarted):
+                manifest = c.ledger.of_type(ManifestIssued)[0].manifest
+                await stray.attempt("c1", "op-1", manifest.conversation_revision, manifest.cancel_generation)
+
+        c.ledger.append = stray_after_replay  # type: ignore[method-assign]
+        h = c.harness()
+        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await c.until(_committed(c), timeout=60)
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 1
+        refusals = [d.reason for d in c.ledger.of_type(DispatchDecision) if not d.accepted]
+        assert refusals == [ReasonCode.CAS_STATE_MISMATCH]
+        assert node.worker.stats.counts["replays"] == 1
+        assert node.worker.stats.counts["terminated"] == 0
