@@ -6,9 +6,8 @@ none at all, only why, so no caller can commit "the part that looked fine".
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from turnledger.model.deltas import StopReason
 from turnledger.model.reasons import ReasonCode
@@ -52,9 +51,6 @@ class CandidateBlock:
     argument_digest: str | None = None  # digest_of(parsed arguments)
     schema_digest: str | None = None
     signature: str | None = None
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True, slots=True)

@@ -629,3 +629,102 @@ def test_a_known_event_without_its_fields_is_malformed_and_its_message_is_cut() 
     assert (
         delta.startswith(prefix) and len(delta) == len(prefix) - len("content_block_start: ValueError(") + 200
     )
+
+
+# -- what the first mutation run of the parsers left alive -----------------------------------------
+
+
+def test_anthropic_start_input_usage_in_the_message_delta_and_a_known_stop() -> None:
+    deltas, unknown, _ = run(
+        "anthropic-messages",
+        sse(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "input": {"a": 1}},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "redacted_thinking", "thinking": "x"},
+            },
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "citations_delta"}},
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "citations_delta"}},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 8}},
+            {"type": "message_stop"},
+        ),
+    )
+    assert unknown == 2
+    assert deltas == [
+        "block_start 0 block_kind=tool_call",
+        'argument_fragment 0 text={"a":1}',  # the start's input: a call whose fragments were all empty
+        "block_stop 0",
+        "block_start 1 block_kind=redacted_thinking",  # no text from a kind we do not model
+        "usage -1 input_tokens=8",
+        "message_stop -1 stop_reason=end_turn raw_stop_reason=end_turn",
+    ]
+
+
+def test_bedrock_each_message_after_an_exception_or_undecodable_one_still_counts() -> None:
+    deltas, unknown, _ = run(
+        "bedrock-converse",
+        b"".join(
+            (
+                exception(b"{}"),
+                frame("contentBlockDelta", b"\xff{"),
+                frame("throttlingException", {}),
+                frame("contentBlockStart", {"contentBlockIndex": 0, "start": {"text": {}}}),
+                frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "a"}}),
+                frame(
+                    "contentBlockDelta",
+                    {"contentBlockIndex": 1, "delta": {"reasoningContent": {"redactedContent": "r"}}},
+                ),
+                frame(
+                    "contentBlockDelta",
+                    {"contentBlockIndex": 1, "delta": {"reasoningContent": {"redactedContent": "s"}}},
+                ),
+            )
+        ),
+    )
+    assert unknown == 2
+    assert deltas == [
+        "provider_error -1 error_type=exception error_message={}",
+        # not UTF-8: replaced, no crash
+        "provider_error -1 error_type=undecodable_event error_message=\ufffd{",
+        "provider_error -1 error_type=throttlingException error_message=",
+        "block_start 0 block_kind=text",  # started once: the delta of a started block starts nothing
+        "text_delta 0 text=a",
+        "block_start 1 block_kind=thinking",
+    ]
+
+
+def test_gemini_a_text_answer_ends_the_turn_and_any_blocked_prompt_is_a_refusal() -> None:
+    chunk = {"candidates": [{"content": {"parts": [{"text": "a"}]}, "finishReason": "STOP"}]}
+    assert run("gemini", sse(chunk))[0][-1] == "message_stop -1 stop_reason=end_turn raw_stop_reason=STOP"
+    blocked = {"promptFeedback": {"blockReason": "OTHER"}}
+    assert run("gemini", sse(blocked))[0][-1] == "message_stop -1 stop_reason=refusal raw_stop_reason=OTHER"
+
+
+def test_openai_chat_every_choice_but_the_first_is_counted_and_the_first_read_wherever_it_is() -> None:
+    choices = [{"index": 2, "delta": {"content": "x"}}, {"index": 1}, {"index": 0, "delta": {"content": "y"}}]
+    deltas, unknown, _ = run("openai-chat", sse({"object": CHUNK, "choices": choices}))
+    assert unknown == 2
+    assert deltas == ["message_start -1", "block_start 0 block_kind=text", "text_delta 0 text=y"]
+
+
+def test_openai_chat_reads_the_sse_event_name_when_the_chunk_names_no_object() -> None:
+    data = b'event: chat.completion.chunk\ndata: {"choices": [{"delta": {"content": "z"}}]}\n\n'
+    assert run("openai-chat", data)[0] == [
+        "message_start -1",
+        "block_start 0 block_kind=text",
+        "text_delta 0 text=z",
+    ]
+
+
+def test_a_parser_made_directly_numbers_from_zero_and_stamps_no_handle_until_it_knows_one() -> None:
+    from turnledger.streaming.anthropic import AnthropicMessagesParser
+
+    parser = AnthropicMessagesParser(generation=3)
+    [delta] = parser.feed(sse({"type": "message_stop"}))
+    assert (delta.delta_sequence, delta.response_handle, delta.generation) == (0, "", 3)
