@@ -1,6 +1,6 @@
 """Building the message graph from committed turns, and the validator (pure)."""
 
-from turnledger.sequence.arguments import argument_digest_of, parse_arguments
+from turnledger.sequence.arguments import argument_digest_of
 from turnledger.sequence.builder import (
     append,
     blocks_from_submission,
@@ -27,7 +27,6 @@ __all__ = [
     "append",
     "argument_digest_of",
     "blocks_from_submission",
-    "parse_arguments",
     "sequence_of",
     "submit",
     "tool_edges",

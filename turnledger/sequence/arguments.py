@@ -10,17 +10,8 @@ validator); anything else that fails is INVALID_ARGUMENTS_JSON.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
 from turnledger.model.strict_json import JsonRefusal, parse_json_object
-
-
-def parse_arguments(text: str | None) -> dict[str, Any] | None:
-    """The arguments as a JSON object, or None when absent or refused by the strict parse."""
-    if text is None:
-        return None
-    parsed = parse_json_object(text)
-    return None if isinstance(parsed, JsonRefusal) else parsed.value
 
 
 @lru_cache(maxsize=256)

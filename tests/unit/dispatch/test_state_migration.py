@@ -17,6 +17,7 @@ import pytest
 
 from turnledger.codec import decode, encode
 from turnledger.dispatch.engine import BatchEngine, StateDecodeError, decode_state, encode_state, read_state
+from turnledger.dispatch.migrate import UPGRADES, UnreadableStateFormat, upgrade_state
 from turnledger.dispatch.state import (
     LEGACY_LEASE_OWNER,
     ConversationState,
@@ -170,3 +171,46 @@ def test_a_state_of_an_unknown_format_is_a_typed_error() -> None:
 
 def _key(value: bytes) -> bytes:
     return str(decode(value).conversation_id).encode()  # type: ignore[attr-defined]
+
+
+def test_format_2_gives_a_lease_to_exactly_the_attempts_that_may_still_produce_output() -> None:
+    """An attempt open before leases existed gets a lease of unknown owner, renewed by its last event;
+    a never-attempted, a terminated or a final operation gets none."""
+
+    def operation(state: str, generation: int, terminated: bool) -> dict[str, object]:
+        return {
+            "state": state,
+            "attempt_generation": generation,
+            "attempt_terminated": terminated,
+            "updated_at_ms": 7,
+        }
+
+    upgraded = UPGRADES[2](
+        {
+            "format_version": 2,
+            "operations": {
+                "streaming": operation("STREAMING", 1, False),
+                "unknown-open": operation("UNKNOWN", 2, False),
+                "cancelled-open": operation("CANCELLED", 1, False),
+                "unknown-terminated": operation("UNKNOWN", 2, True),
+                "cancelled-never-attempted": operation("CANCELLED", 0, False),
+                "committed": operation("COMMITTED", 1, False),
+            },
+        }
+    )
+    assert upgraded["format_version"] == 3
+    leased = {name: op.get("lease_owner") for name, op in upgraded["operations"].items()}
+    assert {name for name, owner in leased.items() if owner is not None} == {
+        "streaming",
+        "unknown-open",
+        "cancelled-open",
+    }
+    assert set(leased.values()) == {LEGACY_LEASE_OWNER, None}
+    assert upgraded["operations"]["unknown-open"]["lease_renewed_at_ms"] == 7
+    assert upgraded["operations"]["unknown-open"]["lease_ms"] == DEFAULT_LEASE_MS
+
+
+def test_an_unreadable_format_names_what_this_release_reads() -> None:
+    with pytest.raises(UnreadableStateFormat) as refused:
+        upgrade_state(9, "{}")
+    assert str(refused.value) == "state format 9 (this release reads [1, 2, 3])"
