@@ -313,6 +313,28 @@ def foreign_call_ids() -> MessageSequence:
     return c.build()
 
 
+def edge_shapes() -> MessageSequence:
+    """Shapes the other conversations leave out: assistant text that is empty or only whitespace,
+    thinking with a signature and no text, reasoning with nothing after it in its run, a failed and
+    a cancelled (empty) result, a snippet in a tool run and one in an assistant run (the validator
+    refuses the last; the adapters still render it one way)."""
+    c = Conversation("edges")
+    c.system("Answer briefly.")
+    c.next_turn().user("Weather in Oslo and Madrid?")
+    c.next_turn().thinking(None, signature="c2lnLWVkZ2UtMQ==", block_id="rs_edge_1")  # type: ignore[arg-type]
+    c.assistant("   ")
+    x = c.call("get_weather", {"city": "Oslo"})
+    y = c.call("get_weather", {"city": "Madrid"})
+    c.next_turn().result(x, "upstream timeout", status="error")
+    c.result(y, "", status="cancel")
+    c.snippet("Forecast page: Oslo 4C.", role=Role.TOOL)
+    c.next_turn().assistant("")
+    c.snippet("Quoted by the model.", role=Role.ASSISTANT)
+    c.thinking("Nothing follows this thought.", signature="c2lnLWVkZ2UtMg==", block_id="rs_edge_2")
+    c.next_turn().user("Thanks.")
+    return c.build()
+
+
 GOLDEN_CONVERSATIONS = {
     "plain_text": plain_text,
     "parallel_tools": parallel_tools,
@@ -321,4 +343,5 @@ GOLDEN_CONVERSATIONS = {
     "long_history": long_history,
     "injection": injection,
     "foreign_call_ids": foreign_call_ids,
+    "edge_shapes": edge_shapes,
 }

@@ -261,7 +261,9 @@ def check_gemini(body: Body) -> list[str]:
         if not c["parts"]:
             v.append(f"contents.{i}: empty parts")
         for p in c["parts"]:
-            if "text" in p and p["text"] == "":
+            # Gemini itself sends a signature on an empty text part, which must go back as it came
+            # (reference/provider-formats.md §2d): only an unsigned empty part is refused.
+            if "text" in p and p["text"] == "" and "thoughtSignature" not in p:
                 v.append(f"contents.{i}: empty text part")
         fc = calls(c)
         if fc:
