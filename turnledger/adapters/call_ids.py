@@ -13,17 +13,16 @@ are the graph's own distinct ids; two mapped ids collide only if SHA-256 prefixe
 `omit_prefix` names ids that must not be sent at all (the API pairs by position):
 `wire_call_id` returns None for them.
 
-Rules are data: an adapter puts its rule's `as_data()` in its rules table, so a change
-of rule changes the adapter digest and needs a new adapter version.
+Rules are data: an adapter's rules table holds its rule (a field the table's `as_data()`
+includes), so a change of rule changes the adapter digest and needs a new adapter version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -52,9 +51,6 @@ class IdRule:
         if self.max_length is not None and len(call_id) > self.max_length:
             return False
         return self._compiled.fullmatch(call_id) is not None
-
-    def as_data(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def wire_call_id(rule: IdRule, call_id: str | None) -> str | None:

@@ -230,3 +230,81 @@ def test_the_engine_admits_with_the_registry_it_is_given_not_the_environment(
     )
     assert load_model_registry().models == small.models  # what a processor started here would use
     assert BatchEngine(models=small)._models is small
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        (None, "model registry: top-level 'models' object is missing"),
+        (
+            {"nomodel": {"context_window": 5}},
+            "model registry: key 'nomodel' is not provider/model[@revision]",
+        ),
+        ({"/gpt": {"context_window": 5}}, "model registry: key '/gpt' is not provider/model[@revision]"),
+        (
+            {"openai/": {"context_window": 5}},
+            "model registry: key 'openai/' is not provider/model[@revision]",
+        ),
+        ({"openai/a": 5}, "model registry: 'openai/a' needs a positive integer context_window"),
+        (
+            {"openai/a": {"context_window": 0}},
+            "model registry: 'openai/a' needs a positive integer context_window",
+        ),
+        (
+            {"openai/a": {"context_window": True}},
+            "model registry: 'openai/a' needs a positive integer context_window",
+        ),
+        (
+            {"openai/a": {"context_window": "9"}},
+            "model registry: 'openai/a' needs a positive integer context_window",
+        ),
+        (
+            {"openai/a": {"context_window": 9, "encoding": 5}},
+            "model registry: 'openai/a' encoding must be a string or null",
+        ),
+    ],
+)
+def test_every_malformed_registry_entry_is_named(models: object, message: str) -> None:
+    with pytest.raises(admission.ModelRegistryError) as refused:
+        ModelRegistry.from_data({} if models is None else {"models": models})
+    assert str(refused.value) == message
+
+
+def test_a_registry_key_splits_at_its_first_slash_and_a_window_of_one_is_enough() -> None:
+    registry = ModelRegistry.from_data({"models": {"openai/ft/model-a": {"context_window": 1}}})
+    info = registry.lookup("openai/ft/model-a")
+    assert info is not None and (info.provider, info.context_window, info.encoding) == ("openai", 1, None)
+
+
+def test_admission_outcomes_carry_exactly_what_they_found() -> None:
+    adapter = get_adapter("openai-chat@1")
+    unknown = DispatchParams(
+        model_revision="openai/gpt-99@2030-01", tools=(), max_output_tokens=10, policy={}
+    )
+    assert admit(adapter, _render("openai-chat@1", unknown), unknown) == UnknownModel(
+        "openai/gpt-99@2030-01", detail="not in the model registry"
+    )
+    anth = params_for("anthropic")
+    assert admit(adapter, _render("openai-chat@1", anth), anth) == UnknownModel(
+        anth.model_revision, detail="model provider 'anthropic' != adapter provider 'openai'"
+    )
+    params = DispatchParams(model_revision="openai/tiny@1", tools=(), max_output_tokens=10, policy={})
+    rendered = _render("openai-chat@1", params)
+    tokens = counter_for("o200k_base").count(rendered.body)
+
+    def registry(window: int) -> ModelRegistry:
+        return ModelRegistry.from_data(
+            {"models": {"openai/tiny": {"context_window": window, "encoding": "o200k_base"}}}
+        )
+
+    assert admit(adapter, rendered, params, registry(tokens + 10)) == Admitted(tokens, "tiktoken:o200k_base")
+    assert admit(adapter, rendered, params, registry(tokens + 9)) == OverBudget(
+        input_tokens=tokens, limit=tokens - 1, counter="tiktoken:o200k_base"
+    )
+
+
+def test_preload_builds_the_counters_of_the_registry_it_is_given() -> None:
+    from turnledger.adapters.admission import preload_counters
+
+    only_estimates = ModelRegistry.from_data({"models": {"anthropic/c": {"context_window": 10}}})
+    assert preload_counters(only_estimates) == ("estimate:utf8/3",)

@@ -1,0 +1,99 @@
+"""Adapter behaviour the golden conversations do not reach, pinned exactly: stub tools for a history
+with calls and a request without tools, a tool-role snippet with nothing to carry it, a signed
+thought another provider minted, user contents around a system block merged for Gemini, an empty
+successful result, and the call id rules' own boundaries (mutation survivors of the adapters)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from tests.unit.adapters.conversations import Conversation, parallel_tools, params_for
+from turnledger.adapters.base import Rendered, UnsupportedKind
+from turnledger.adapters.call_ids import IdRule, wire_call_id
+from turnledger.adapters.registry import ADAPTERS
+from turnledger.model.graph import MessageSequence, Role
+
+
+def _body(adapter_id: str, sequence: MessageSequence, **params: Any) -> dict[str, Any]:
+    adapter = ADAPTERS[adapter_id]
+    rendered = adapter.render(sequence, params_for(adapter.provider, **params))
+    assert isinstance(rendered, Rendered), rendered
+    body: dict[str, Any] = json.loads(rendered.body)
+    return body
+
+
+@pytest.mark.parametrize("adapter_id", ["anthropic-messages@1", "anthropic-messages@2", "bedrock-converse@1"])
+def test_a_history_with_calls_and_a_request_without_tools_gets_stub_tools(adapter_id: str) -> None:
+    body = _body(adapter_id, parallel_tools(), tools=())
+    tools = body["tools"] if "tools" in body else body["toolConfig"]["tools"]
+    names = [t["name"] if "name" in t else t["toolSpec"]["name"] for t in tools]
+    assert names == ["get_weather", "search_docs", "send_email"]
+
+
+@pytest.mark.parametrize(
+    ("adapter_id", "carrier"),
+    [
+        ("openai-chat@1", "tool message"),
+        ("openai-chat@2", "tool message"),
+        ("openai-responses@2", "tool output"),
+    ],
+)
+def test_a_tool_role_snippet_with_no_result_to_carry_it_is_unsupported(adapter_id: str, carrier: str) -> None:
+    c = Conversation("carrier")
+    c.next_turn().user("q")
+    c.next_turn().assistant("hi")
+    snippet = c.next_turn().snippet("loose", role=Role.TOOL)
+    adapter = ADAPTERS[adapter_id]
+    assert adapter.render(c.build(), params_for(adapter.provider)) == UnsupportedKind(
+        kind="retrieved_snippet", block_id=snippet.id, detail=f"tool-role block with no {carrier} to carry it"
+    )
+
+
+def test_a_signed_thought_another_provider_minted_is_not_sent_as_reasoning() -> None:
+    c = Conversation("foreign-thought")
+    c.next_turn().user("q")
+    c.next_turn().thinking("deep", signature="c2ln", block_id="th-anthropic-1")
+    c.assistant("done")
+    assert [item["type"] for item in _body("openai-responses@2", c.build())["input"]] == [
+        "message",
+        "message",
+    ]
+
+
+def test_gemini_merges_the_user_contents_a_system_block_stood_between() -> None:
+    c = Conversation("mid")
+    c.next_turn().user("a")
+    c.next_turn().system("b")
+    c.next_turn().user("c")
+    assert _body("gemini@2", c.build())["contents"] == [
+        {"parts": [{"text": "a"}, {"text": "c"}], "role": "user"}
+    ]
+
+
+def test_gemini_sends_an_empty_successful_result_as_an_empty_output() -> None:
+    c = Conversation("empty-ok")
+    c.next_turn().user("q")
+    call = c.next_turn().call("get_weather", {"city": "Oslo"})
+    c.next_turn().result(call, "")
+    response = _body("gemini@2", c.build())["contents"][-1]["parts"][0]["functionResponse"]
+    assert response == {"id": call.call_id, "name": "get_weather", "response": {"output": ""}}
+
+
+def test_an_id_rule_whose_mapped_ids_break_it_is_refused() -> None:
+    with pytest.raises(ValueError) as refused:
+        IdRule(pattern=r"[a-z]+")  # the mapped ids have a digit and an underscore
+    assert str(refused.value) == "mapped ids (tl_<32 hex>) break their own rule"
+    with pytest.raises(ValueError):
+        IdRule(max_length=34)  # "tl_" and 32 characters: 35
+    assert IdRule(max_length=35).max_length == 35  # exactly as long as a mapped id: accepted
+
+
+def test_an_id_as_long_as_the_limit_is_kept_and_a_missing_one_is_mapped_from_the_empty_id() -> None:
+    rule = IdRule(max_length=40)
+    assert rule.accepts("c" * 40) and not rule.accepts("c" * 41)
+    assert wire_call_id(rule, "c" * 40) == "c" * 40
+    assert wire_call_id(rule, None) == "tl_" + hashlib.sha256(b"").hexdigest()[:32]
