@@ -308,3 +308,10 @@ def test_preload_builds_the_counters_of_the_registry_it_is_given() -> None:
 
     only_estimates = ModelRegistry.from_data({"models": {"anthropic/c": {"context_window": 10}}})
     assert preload_counters(only_estimates) == ("estimate:utf8/3",)
+
+
+def test_preload_without_a_registry_builds_the_builtin_ones() -> None:
+    from turnledger.adapters.admission import builtin_registry, preload_counters
+
+    assert preload_counters() == preload_counters(builtin_registry())
+    assert preload_counters() == ("estimate:utf8/3", "tiktoken:cl100k_base", "tiktoken:o200k_base")
