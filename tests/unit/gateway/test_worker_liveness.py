@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -336,25 +336,46 @@ async def test_a_prepared_operation_whose_latest_decision_is_a_busy_refusal_is_a
         assert b.worker.stats.counts["adopted"] == 0  # taken with the partition, not a lease period later
 
 
+CUT_ONCE = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 400),)})
+"""The first answer is cut mid-stream: a provider that keeps keys has the worker replay it."""
+
+
+async def _converse_around_a_replay(
+    c: Cluster,
+    around_replay: Callable[[ReplayStarted, Callable[[IngressEvent], Awaitable[None]]], Awaitable[None]],
+) -> Node:
+    """worker-a streams an answer that CUT_ONCE cuts, with a patient CAS wait (`cas_timeout_s=600`: a
+    wait it should not need fails the test's own timeout). `around_replay` appends the worker's
+    ReplayStarted, and whatever the test lands next to it, in the order the test needs."""
+    node = await c.start("worker-a")
+    node.worker.config = replace(node.worker.config, cas_timeout_s=600)
+    append = c.ledger.append
+
+    async def wrapped(event: IngressEvent) -> None:
+        if isinstance(event, ReplayStarted):
+            await around_replay(event, append)
+        else:
+            await append(event)
+
+    c.ledger.append = wrapped  # type: ignore[method-assign]
+    await c.harness().converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+    return node
+
+
 async def test_a_cancel_that_lands_just_before_a_replay_confirms_the_attempt_at_once() -> None:
     """The fold refuses a ReplayStarted that finds the operation CANCELLED with a rejection, not a
     decision. The worker waited `cas_timeout_s` for a decision that never came, and the cancelled
     attempt held the conversation (CONVERSATION_BUSY for its next operation) all that time."""
-    plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 400),)})
-    async with cluster(plan=plan, keeps_keys=True) as c:
-        node = await c.start("worker-a")
-        node.worker.config = replace(node.worker.config, cas_timeout_s=600)
-        append = c.ledger.append
+    async with cluster(plan=CUT_ONCE, keeps_keys=True) as c:
         user = WorkerEvents(c.ledger, "user")
 
-        async def cancel_first(event: IngressEvent) -> None:
-            if isinstance(event, ReplayStarted):
-                await append(CancelRequested(**user.stamp("c1"), operation_id="op-1", reason="stop"))
-            await append(event)
+        async def cancel_first(
+            replay: ReplayStarted, append: Callable[[IngressEvent], Awaitable[None]]
+        ) -> None:
+            await append(CancelRequested(**user.stamp("c1"), operation_id="op-1", reason="stop"))
+            await append(replay)
 
-        c.ledger.append = cancel_first  # type: ignore[method-assign]
-        h = c.harness()
-        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await _converse_around_a_replay(c, cancel_first)
         await c.until(lambda: c.latest().state == S.CANCELLED and c.latest().attempt_terminated, timeout=60)
         assert [d.reason for d in c.ledger.of_type(DispatchDecision) if d.state == S.CANCELLED] == [
             None,
@@ -369,22 +390,17 @@ async def test_a_stray_decision_right_after_a_replay_does_not_end_the_replayed_a
     refused CAS of another worker that lands right after it (a lagging board's attempt) left the
     worker waiting `cas_timeout_s` for an answer it had already been given, then terminating the
     attempt the provider keeps and paying for a second generation."""
-    plan = FaultPlan(by_request={0: (Fault(FaultKind.DISCONNECT, 400),)})
-    async with cluster(plan=plan, keeps_keys=True) as c:
-        node = await c.start("worker-a")
-        node.worker.config = replace(node.worker.config, cas_timeout_s=600)
-        append = c.ledger.append
+    async with cluster(plan=CUT_ONCE, keeps_keys=True) as c:
         stray = WorkerEvents(c.ledger, "worker-x")
 
-        async def stray_after_replay(event: IngressEvent) -> None:
-            await append(event)
-            if isinstance(event, ReplayStarted):
-                manifest = c.ledger.of_type(ManifestIssued)[0].manifest
-                await stray.attempt("c1", "op-1", manifest.conversation_revision, manifest.cancel_generation)
+        async def stray_after(
+            replay: ReplayStarted, append: Callable[[IngressEvent], Awaitable[None]]
+        ) -> None:
+            await append(replay)
+            manifest = c.ledger.of_type(ManifestIssued)[0].manifest
+            await stray.attempt("c1", "op-1", manifest.conversation_revision, manifest.cancel_generation)
 
-        c.ledger.append = stray_after_replay  # type: ignore[method-assign]
-        h = c.harness()
-        await h.converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        node = await _converse_around_a_replay(c, stray_after)
         await c.until(_committed(c), timeout=60)
         [turn] = _assistant_turns(c)
         assert turn.attempt_generation == 1
