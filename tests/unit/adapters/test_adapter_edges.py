@@ -97,3 +97,9 @@ def test_an_id_as_long_as_the_limit_is_kept_and_a_missing_one_is_mapped_from_the
     assert rule.accepts("c" * 40) and not rule.accepts("c" * 41)
     assert wire_call_id(rule, "c" * 40) == "c" * 40
     assert wire_call_id(rule, None) == "tl_" + hashlib.sha256(b"").hexdigest()[:32]
+
+
+def test_an_adapter_names_its_class_id_and_digest_prefix() -> None:
+    adapter = ADAPTERS["openai-chat@1"]
+    assert repr(adapter) == f"<OpenAIChatAdapter openai-chat@1 {adapter.digest[:19]}>"
+    assert adapter.digest[:19] == "sha256:ad710e25e53b"
