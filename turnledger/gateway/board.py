@@ -15,6 +15,12 @@ another worker's refused CAS.
 A decision of the attempt's generation that says its lease expired ends the phase too:
 another worker may have taken the attempt over, and this one must stop.
 
+An event the fold refuses gets a Rejected on the rejections topic, never a decision
+(`gateway/refusal_feed.py` brings the refusals of the conversations the board follows).
+A wait for the answer to an event ends when it is refused: the event did nothing, and no
+decision will ever name it. A phase of an attempt ends when one of its own events is
+refused because the attempt is no longer this worker's (`PHASE_ENDING_REFUSALS`).
+
 Operation ids are unique within a conversation only, so everything here is keyed by
 `OperationKey` (conversation id, operation id).
 """
@@ -26,7 +32,7 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 
-from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
+from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued, Rejected
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
 
@@ -35,6 +41,16 @@ FINAL = frozenset({S.COMMITTED, S.REJECTED, S.CANCELLED})
 ACTIVE = frozenset({S.DISPATCHING, S.SENT, S.STREAMING})
 CAS_ANSWERS_KEPT = 50_000
 """Refused decisions are kept by source event id for whoever waits for them; the oldest are dropped."""
+REFUSALS_KEPT = 50_000
+"""The fold's rejections of events, kept by event id for whoever waits for them; the oldest are dropped."""
+PHASE_ENDING_REFUSALS = frozenset({ReasonCode.LEASE_NOT_HELD, ReasonCode.STALE_GENERATION})
+"""Refusals of a phase's own event that end the phase: another worker holds the attempt's lease, or a
+newer generation started. Either way another worker continues, and the decision that moved the
+attempt may reach this board after the refusal. Other refusals of a phase's events do not end it:
+a handle bound to another manifest leaves the stream to go on unresumable, and a state that does not
+take the event (ILLEGAL_TRANSITION) comes with a decision that settles the phase."""
+
+Observed = ManifestIssued | DispatchDecision | Rejected
 
 
 def may_produce_output(decision: DispatchDecision) -> bool:
@@ -61,6 +77,7 @@ class DecisionBoard:
         self._conversations: dict[str, set[str]] = {}  # conversation id → operation ids seen
         self._settling: dict[OperationKey, list[DispatchDecision]] = {}  # COMMITTED/UNKNOWN/CANCELLED
         self._answers: dict[OperationKey, dict[str, DispatchDecision]] = {}  # open ones: source id → first
+        self._refusals: OrderedDict[str, Rejected] = OrderedDict()  # event id → the fold's rejection
         self._cancel_signals: dict[OperationKey, asyncio.Event] = {}  # set once it is CANCELLED
         self._lease_lost_at: dict[tuple[str, str, int], int] = {}  # (conv, op, generation) → position
         self._changed = asyncio.Condition()
@@ -69,15 +86,18 @@ class DecisionBoard:
         self.position = 0
         """How many decisions were applied: a phase that starts now sees only the expiries after it."""
 
-    async def apply(self, records: Collection[ManifestIssued | DispatchDecision]) -> None:
+    async def apply(self, records: Collection[Observed]) -> None:
         for record in records:
             self.apply_nowait(record)
         async with self._changed:
             self._changed.notify_all()
 
-    def apply_nowait(self, record: ManifestIssued | DispatchDecision) -> None:
+    def apply_nowait(self, record: Observed) -> None:
         if isinstance(record, ManifestIssued):
             self.manifests[key_of(record.manifest)] = record.manifest
+            return
+        if isinstance(record, Rejected):
+            self._refuse(record)
             return
         op = key_of(record)
         self.position += 1
@@ -101,6 +121,25 @@ class DecisionBoard:
             signal = self._cancel_signals.get(op)
             if signal is not None:
                 signal.set()
+
+    def _refuse(self, rejection: Rejected) -> None:
+        """Keep a rejection of an event of an operation this board follows (others are not its share)."""
+        event_id, conversation_id = rejection.event_id, rejection.conversation_id
+        if event_id is None or conversation_id is None or rejection.operation_id is None:
+            return
+        if rejection.operation_id not in self._conversations.get(conversation_id, ()):
+            return
+        self._refusals.setdefault(event_id, rejection)
+        while len(self._refusals) > REFUSALS_KEPT:
+            self._refusals.popitem(last=False)
+
+    def follows(self, conversation_id: str) -> bool:
+        """Has the board seen a decision of the conversation (is it in this worker's share)?"""
+        return conversation_id in self._conversations
+
+    def refusal(self, event_id: str) -> Rejected | None:
+        """The fold's rejection of the event, if it refused it."""
+        return self._refusals.get(event_id)
 
     def forget(self, operation_id: OperationKey) -> None:
         """Drop what is kept for a finished operation (its latest decision stays for status)."""
@@ -153,13 +192,16 @@ class DecisionBoard:
     def release_cancel_signal(self, operation_id: OperationKey) -> None:
         self._cancel_signals.pop(operation_id, None)
 
-    async def cas_answer(self, attempt_event_id: str, timeout_s: float) -> DispatchDecision | None:
+    async def cas_answer(self, attempt_event_id: str, timeout_s: float) -> DispatchDecision | Rejected | None:
+        """The CAS decision on the attempt, or the rejection of the attempt event, or None on timeout."""
+
         def ready() -> bool:
-            return attempt_event_id in self._cas
+            return attempt_event_id in self._cas or attempt_event_id in self._refusals
 
         if not await self._wait(ready, timeout_s):
             return None
-        return self._cas.pop(attempt_event_id)
+        decision = self._cas.pop(attempt_event_id, None)
+        return decision if decision is not None else self._refusals[attempt_event_id]
 
     async def settled(
         self,
@@ -168,11 +210,12 @@ class DecisionBoard:
         sources: Collection[str],
         timeout_s: float,
         since: int = 0,
-    ) -> DispatchDecision | None:
+    ) -> DispatchDecision | Rejected | None:
         """The decision that ends this phase of the attempt (begun at board position `since`), or None
-        on timeout: one caused by the phase's own events, a commit, a cancel, or its lease expiring."""
+        on timeout: one caused by the phase's own events, a commit, a cancel, or its lease expiring;
+        or the refusal of one of the phase's own events that says the attempt is another's."""
 
-        def found() -> DispatchDecision | None:
+        def found() -> DispatchDecision | Rejected | None:
             for d in self._settling.get(operation_id, ()):
                 if d.state == S.CANCELLED:
                     return d
@@ -183,6 +226,10 @@ class DecisionBoard:
                 lost_at = self._lease_lost_at.get((*operation_id, generation), 0)
                 if d.reason == ReasonCode.LEASE_EXPIRED and lost_at > since:
                     return d
+            for source in sources:
+                refused = self._refusals.get(source)
+                if refused is not None and refused.reason in PHASE_ENDING_REFUSALS:
+                    return refused
             return None
 
         if not await self._wait(lambda: found() is not None, timeout_s):
@@ -192,12 +239,14 @@ class DecisionBoard:
     async def state_after(
         self, operation_id: OperationKey, source_event_id: str, timeout_s: float, *, or_cancel: bool = False
     ) -> bool:
-        """Wait until some decision caused by `source_event_id` was seen for the operation (or, with
-        `or_cancel`, the operation is CANCELLED: an event the fold refuses in that state gets a
-        rejection, never a decision)."""
+        """Wait until some decision caused by `source_event_id` was seen for the operation, or its
+        refusal (or, with `or_cancel`, the operation is CANCELLED: an event the fold refuses in that
+        state gets a rejection, never a decision, and the decision may reach this board first)."""
         return await self._wait(
             lambda: (
-                self.caused(operation_id, source_event_id) or (or_cancel and self.cancelled(operation_id))
+                self.caused(operation_id, source_event_id)
+                or source_event_id in self._refusals
+                or (or_cancel and self.cancelled(operation_id))
             ),
             timeout_s,
         )

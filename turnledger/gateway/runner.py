@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import ProviderRoutes
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.manifest_feed import ManifestFeed
+from turnledger.gateway.refusal_feed import RefusalFeed
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor, ToolFn
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
@@ -21,6 +25,8 @@ from turnledger.observability.server import serving
 from turnledger.processors.limits_config import load_limits  # the processor's TURNLEDGER_MAX_*
 from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
 from turnledger.topology import Topics
+
+log = logging.getLogger(__name__)
 
 
 def journal_path(journal_dir: Path | None, worker_id: str) -> Path | None:
@@ -117,42 +123,101 @@ async def _run_worker(
             RidingSink(client, bootstrap, stop, outage), endpoints, config=config, journal=journal
         ) as worker:
             worker_box.append(worker)
-
-            async def on_batch(records: list[Frozen]) -> None:
-                await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
-
-            async def on_caught_up() -> None:
-                if not worker.live:
-                    await worker.go_live()
-                if started is not None:
-                    started.set()
-
-            if group_id is not None:
-                group = group_id or f"{prefix}turnledger-workers"
-                feed = ManifestFeed(
-                    worker,
-                    bootstrap,
-                    topics.manifests,
-                    group,
-                    stop=stop,
-                    outage=outage,
-                    session_timeout_ms=session_timeout_ms,
-                    heartbeat_interval_ms=max(500, session_timeout_ms // 4),
-                    on_live=on_caught_up,
-                )
-                await feed.run()
-                return
-            await tail_topic(
+            refusals = RefusalFeed(
+                worker.board,
+                worker.observe,
                 bootstrap,
-                topics.manifests,
-                on_batch,
+                topics.rejections,
                 stop=stop,
-                on_caught_up=on_caught_up,
-                client_id=config.worker_id,
-                backoff=outage,
+                outage=outage,
+                client_id=f"{config.worker_id}-rejections",
             )
+            async with _running(refusals.run(), "rejections"):
+                if not await _first(refusals.positioned, stop):
+                    return
+                await _follow_manifests(
+                    worker, bootstrap, topics, stop, started, outage, group_id, session_timeout_ms, prefix
+                )
     finally:
         await client.stop()
+
+
+@contextlib.asynccontextmanager
+async def _running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[asyncio.Task[None]]:
+    """Run `work` as a task for the duration of the block; cancel it (and wait for it) on the way out."""
+    task = asyncio.create_task(work, name=name)
+    task.add_done_callback(_log_failure)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s stopped: %r; the worker goes on without it", task.get_name(), task.exception())
+
+
+async def _first(ready: asyncio.Event, stop: asyncio.Event) -> bool:
+    """Wait until `ready` or `stop` is set; True for `ready`."""
+    waits = [asyncio.create_task(ready.wait()), asyncio.create_task(stop.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    return ready.is_set()
+
+
+async def _follow_manifests(
+    worker: DispatchWorker,
+    bootstrap: str,
+    topics: Topics,
+    stop: asyncio.Event,
+    started: asyncio.Event | None,
+    outage: Backoff,
+    group_id: str | None,
+    session_timeout_ms: int,
+    prefix: str,
+) -> None:
+    """The worker's share of the manifests (a consumer group), or all of them (`group_id=None`)."""
+    config = worker.config
+
+    async def on_batch(records: list[Frozen]) -> None:
+        await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
+
+    async def on_caught_up() -> None:
+        if not worker.live:
+            await worker.go_live()
+        if started is not None:
+            started.set()
+
+    if group_id is not None:
+        group = group_id or f"{prefix}turnledger-workers"
+        feed = ManifestFeed(
+            worker,
+            bootstrap,
+            topics.manifests,
+            group,
+            stop=stop,
+            outage=outage,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=max(500, session_timeout_ms // 4),
+            on_live=on_caught_up,
+        )
+        await feed.run()
+        return
+    await tail_topic(
+        bootstrap,
+        topics.manifests,
+        on_batch,
+        stop=stop,
+        on_caught_up=on_caught_up,
+        client_id=config.worker_id,
+        backoff=outage,
+    )
 
 
 async def run_tool_executor(

@@ -27,6 +27,10 @@ for the fold's verdict on that phase:
 - UNKNOWN for an incomplete or invalid response (terminated by the fold): a new
   DispatchAttempt, up to `max_attempts` in all.
 - its generation's lease expired: another worker continues (LOST_LEASE).
+An event of the worker that the fold refuses gets a rejection, not a decision; the board sees
+the refusals of its conversations too, so no wait outlives one. A refused replay or handle is
+not used; a phase whose own event is refused because another worker holds the attempt, or a
+newer generation started, ends as LOST_LEASE at once.
 A request for a handle is only ever sent once the ledger shows the handle bound to the
 operation's manifest: a handle the worker journaled before a crash is bound through the
 ledger first, or never used.
@@ -63,13 +67,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
 import httpx
 
-from turnledger.gateway.board import FINAL, DecisionBoard, OperationKey, key_of, may_produce_output
+from turnledger.gateway.board import (
+    FINAL,
+    PHASE_ENDING_REFUSALS,
+    DecisionBoard,
+    Observed,
+    OperationKey,
+    key_of,
+    may_produce_output,
+)
 from turnledger.gateway.client import IngressSink, WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint, ProviderRoutes, UnknownEndpointError
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
@@ -85,7 +97,7 @@ from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamRea
 from turnledger.gateway.sweeper import ExpirySweeper
 from turnledger.gateway.verdicts import GIVE_UP_PREFIX, Verdict, describe, fold_terminated, gave_up
 from turnledger.gateway.worker_config import CrashHook, WorkerConfig, WorkerStats
-from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
+from turnledger.model.events import DispatchDecision, DispatchState, Rejected
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
 
@@ -187,8 +199,9 @@ class DispatchWorker:
 
     # -- input ---------------------------------------------------------------------------
 
-    async def observe(self, records: list[ManifestIssued | DispatchDecision]) -> None:
-        """Records of the manifests topic, in order. Live: PREPARED operations get an attempt."""
+    async def observe(self, records: Sequence[Observed]) -> None:
+        """Records of the manifests topic, in order, and the fold's rejections of the conversations the
+        board follows. Live: PREPARED operations get an attempt."""
         await self.board.apply(records)
         if not self._live:
             return
@@ -362,6 +375,17 @@ class DispatchWorker:
             reason_code,
         )
 
+    def _refused(self, rejection: Rejected | None) -> None:
+        """Count and log a refusal of one of this worker's events (its wait ended on it)."""
+        if rejection is None:
+            return
+        self.stats.bump(f"refused_{rejection.reason.value}")
+        log.info(
+            "%s/%s: %s refused: %s (%s)",
+            rejection.conversation_id, rejection.operation_id, rejection.event_type, rejection.reason.value,
+            rejection.detail,
+        )  # fmt: skip
+
     def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
         key = key_of(manifest)
         self._failures.pop(key, None)
@@ -385,6 +409,9 @@ class DispatchWorker:
             self.stats.bump("cas_timeouts")
             await self._give_up(manifest, f"no CAS answer within {self.config.cas_timeout_s}s")
             return Verdict.GIVE_UP
+        if isinstance(answer, Rejected):
+            self._refused(answer)
+            return Verdict.LOST_CAS
         if not answer.accepted or answer.state != S.DISPATCHING:
             self.stats.bump("cas_conflicts")
             log.info("%s: CAS conflict %s (%s)", op, answer.reason, answer.detail)
@@ -400,7 +427,9 @@ class DispatchWorker:
         await self.reader.read(manifest, endpoint, generation, phase, request)
         return await self._after_stream(manifest, endpoint, generation, phase)
 
-    async def _cas(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> DispatchDecision | None:
+    async def _cas(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint
+    ) -> DispatchDecision | Rejected | None:
         """The CAS answer to our DispatchAttempt; asked again while the conversation is busy (another
         operation's attempt may still produce output) once the board shows it confirmed terminated."""
         conv, op = key_of(manifest)
@@ -415,7 +444,7 @@ class DispatchWorker:
             )
             self.stats.bump("attempts")
             answer = await self.board.cas_answer(attempt.event_id, self.config.cas_timeout_s)
-            if answer is None or answer.reason != ReasonCode.CONVERSATION_BUSY:
+            if not isinstance(answer, DispatchDecision) or answer.reason != ReasonCode.CONVERSATION_BUSY:
                 return answer
             self.stats.bump("conversation_busy")
             deadline = answer.deadline_at_ms
@@ -445,6 +474,10 @@ class DispatchWorker:
                     manifest, f"no verdict on generation {generation} within {self.config.settle_timeout_s}s"
                 )
                 return Verdict.GIVE_UP
+            if isinstance(decision, Rejected):
+                self._refused(decision)
+                self.stats.bump("lost_leases")  # refused as not its own: the worker that owns it continues
+                return Verdict.LOST_LEASE
             if decision.state == S.COMMITTED:
                 if continued:
                     self.stats.bump("resumed_commits")
@@ -491,6 +524,7 @@ class DispatchWorker:
             since = self.board.position  # a lease expiry after the replay ends its read
             replayed = await self.events.replay_started(conv, op, generation)
             await self.board.state_after(key, replayed.event_id, self.config.cas_timeout_s, or_cancel=True)
+            self._refused(self.board.refusal(replayed.event_id))
             answer = self.board.answer(key, replayed.event_id)
             if answer is None or answer.state != S.SENT or self.board.cancelled(key):
                 return None  # refused: the attempt was terminated or taken meanwhile
@@ -508,6 +542,10 @@ class DispatchWorker:
         event = await self.events.terminated(conv, op, generation)
         self.stats.bump("terminated")
         await self.board.state_after(key, event.event_id, self.config.settle_timeout_s)
+        refused = self.board.refusal(event.event_id)
+        self._refused(refused)
+        if refused is not None and refused.reason in PHASE_ENDING_REFUSALS:
+            return Verdict.LOST_LEASE  # the attempt is another worker's now: it ends it there
         latest = self.board.latest.get(key)
         if latest is not None and latest.state in FINAL:
             return Verdict.COMMITTED if latest.state == S.COMMITTED else Verdict.CANCELLED
@@ -549,6 +587,7 @@ class DispatchWorker:
         self.stats.bump("cancel_confirmed")
         event = await self.events.terminated(*key, generation)
         await self.board.state_after(key, event.event_id, self.config.settle_timeout_s)
+        self._refused(self.board.refusal(event.event_id))
 
     # -- crash recovery ------------------------------------------------------------------
 
@@ -586,6 +625,7 @@ class DispatchWorker:
             )
             self.stats.bump("journaled_handles_bound")
             await self.board.state_after(key, bound.event_id, self.config.settle_timeout_s, or_cancel=True)
+            self._refused(self.board.refusal(bound.event_id))
             latest = self.board.latest[key]
         if handle is not None and latest.response_handle != handle:
             self.stats.bump("unbound_handles_dropped")

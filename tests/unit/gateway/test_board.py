@@ -9,7 +9,7 @@ import pytest
 from tests.unit.gateway.decisions import decision, manifest_issued
 from turnledger.gateway import board as board_module
 from turnledger.gateway.board import DecisionBoard, may_produce_output
-from turnledger.model.events import DispatchDecision, DispatchState
+from turnledger.model.events import DispatchDecision, DispatchState, Rejected
 from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
@@ -250,3 +250,71 @@ async def test_wait_until_gives_up_after_its_timeout() -> None:
     board = DecisionBoard()
     assert await board.wait_until(lambda: False, 0.01) is False
     assert await board.wait_until(lambda: True, 0.01) is True
+
+
+def _rejection(event_id: str, reason: ReasonCode, op: str | None = "op-1", conv: str = "c1") -> Rejected:
+    return Rejected(
+        conversation_id=conv, operation_id=op, reason=reason, event_type="ReplayStarted", event_id=event_id
+    )
+
+
+def test_only_refusals_of_operations_the_board_follows_are_kept_and_they_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(board_module, "REFUSALS_KEPT", 2)
+    board = DecisionBoard()
+    board.apply_nowait(_rejection("early", R.LEASE_NOT_HELD))  # no decision of op-1 seen yet
+    board.apply_nowait(_decision("op-1", S.UNKNOWN, "ended", reason=R.STREAM_DISCONNECTED))
+    for ignored in (
+        _rejection("other-op", R.LEASE_NOT_HELD, op="op-2"),
+        _rejection("other-conv", R.LEASE_NOT_HELD, conv="c2"),
+        _rejection("no-op", R.INVALID_EVENT, op=None),
+        Rejected(conversation_id="c1", operation_id="op-1", reason=R.UNDECODABLE_RECORD),  # no event id
+    ):
+        board.apply_nowait(ignored)
+    assert list(board._refusals) == [] and board.position == 1  # refusals are not decisions
+    assert board.follows("c1") and not board.follows("c2")
+    for event_id in ("r1", "r2", "r2", "r3"):
+        board.apply_nowait(_rejection(event_id, R.ILLEGAL_TRANSITION))
+    assert list(board._refusals) == ["r2", "r3"]  # the first of each kept, the oldest dropped
+    refusal = board.refusal("r3")
+    assert refusal is not None and refusal.reason == R.ILLEGAL_TRANSITION and board.refusal("r1") is None
+
+
+async def test_a_refused_event_ends_the_wait_for_its_answer() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    await board.apply([_decision("op-1", S.SENT, "x-replay", lease_owner="worker-x")])
+    assert not await board.state_after(key, "a-replay", 0.01)
+    await board.apply([_rejection("a-replay", R.ILLEGAL_TRANSITION)])
+    assert await board.state_after(key, "a-replay", 0.01)
+    assert board.answer(key, "a-replay") is None  # refused: no decision names it
+
+
+async def test_a_refused_attempt_is_its_cas_answer() -> None:
+    board = DecisionBoard()
+    await board.apply([_decision("op-1", S.UNKNOWN, "ended", reason=R.STREAM_DISCONNECTED)])
+    await board.apply([_rejection("attempt", R.UNKNOWN_OPERATION)])
+    answer = await board.cas_answer("attempt", 0.01)
+    assert isinstance(answer, Rejected) and answer.reason == R.UNKNOWN_OPERATION
+
+
+@pytest.mark.parametrize(
+    ("reason", "ends"),
+    [
+        (R.LEASE_NOT_HELD, True),
+        (R.STALE_GENERATION, True),
+        (R.ILLEGAL_TRANSITION, False),  # the decision that made it illegal settles the phase
+        (R.HANDLE_BOUND_TO_OTHER_MANIFEST, False),  # the stream goes on, unresumable
+    ],
+)
+async def test_a_phase_ends_when_one_of_its_events_is_refused_as_another_workers(
+    reason: ReasonCode, ends: bool
+) -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    await board.apply([_decision("op-1", S.STREAMING, "sent")])
+    await board.apply([_rejection("ended", reason), _rejection("not-mine", R.LEASE_NOT_HELD)])
+    assert await board.settled(key, 1, {"not-yours"}, 0.01) is None
+    found = await board.settled(key, 1, {"sent", "ended"}, 0.01)
+    assert (found.event_id if isinstance(found, Rejected) else found) == ("ended" if ends else None)

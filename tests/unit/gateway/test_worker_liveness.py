@@ -32,6 +32,7 @@ from turnledger.model.events import (
     LeaseRenewed,
     ManifestIssued,
     Quarantined,
+    Rejected,
     ReplayStarted,
     ResumeStarted,
 )
@@ -98,10 +99,11 @@ class Cluster:
         async def observe(records: list) -> None:  # type: ignore[type-arg]
             if node.alive:
                 await worker.observe(
-                    [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision))]
+                    [r for r in records if isinstance(r, (ManifestIssued, DispatchDecision, Rejected))]
                 )
 
         self.ledger.subscribe(Stream.MANIFESTS, observe)
+        self.ledger.subscribe(Stream.REJECTIONS, observe)  # as gateway/refusal_feed.py does
         await worker.go_live()
         self.nodes.append(node)
         return node
@@ -408,3 +410,55 @@ async def test_a_stray_decision_right_after_a_replay_does_not_end_the_replayed_a
         assert refusals == [ReasonCode.CAS_STATE_MISMATCH]
         assert node.worker.stats.counts["replays"] == 1
         assert node.worker.stats.counts["terminated"] == 0
+
+
+async def test_a_replay_refused_because_another_worker_took_the_attempt_ends_the_wait_at_once() -> None:
+    """A refused event gets a Rejected, never a decision. worker-a's board lags: another worker claimed
+    the attempt's lease and replayed it first, so the fold refuses worker-a's ReplayStarted
+    (ILLEGAL_TRANSITION: the attempt is SENT again) and then its AttemptTerminated (LEASE_NOT_HELD).
+    Reading only decisions, worker-a waited `cas_timeout_s` (here 600 s) for an answer to its replay and
+    held the operation all that time. With the refusals it lets go at once; when worker-x's lease
+    runs out too, worker-a's sweeper claims it and continues the attempt the provider keeps."""
+    async with cluster(plan=CUT_ONCE, keeps_keys=True) as c:
+        other = WorkerEvents(c.ledger, "worker-x")
+
+        taken: list[str] = []
+
+        async def taken_first(
+            replay: ReplayStarted, append: Callable[[IngressEvent], Awaitable[None]]
+        ) -> None:
+            if taken:  # worker-a's replay once it adopted the attempt: nobody is ahead of it now
+                await append(replay)
+                return
+            taken.append(replay.event_id)
+            future = now_ms() + 60_000  # past worker-a's lease, whatever it renewed last
+            await append(
+                ExpiryClaimed(
+                    **{**other.stamp("c1"), "occurred_at_ms": future},
+                    operation_id="op-1",
+                    attempt_generation=replay.attempt_generation,
+                    worker_id="worker-x",
+                )
+            )
+            await append(replay.model_copy(update={**other.stamp("c1"), "worker_id": "worker-x"}))
+            await append(replay)
+
+        node = await _converse_around_a_replay(c, taken_first)
+        await c.until(_committed(c), timeout=60)
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 1
+        mine = {
+            e.event_id: type(e).__name__
+            for e in c.ledger.ingress
+            if getattr(e, "worker_id", "") == "worker-a"
+        }
+        refused = [(mine[r.event_id], r.reason) for r in c.ledger.of_type(Rejected) if r.event_id in mine]
+        assert ("ReplayStarted", ReasonCode.ILLEGAL_TRANSITION) in refused
+        assert ("AttemptTerminated", ReasonCode.LEASE_NOT_HELD) in refused
+        counts = node.worker.stats.counts
+        assert (counts["refused_ILLEGAL_TRANSITION"], counts["refused_LEASE_NOT_HELD"]) == (1, 1)
+        assert (counts["verdict_lost_lease"], counts["adopted"], counts["settle_timeouts"]) == (1, 1, 0)
+        replays = [e.worker_id for e in c.ledger.ingress if isinstance(e, ReplayStarted)]
+        assert replays == ["worker-x", "worker-a", "worker-a"]
+        keys = {r.headers.get("idempotency-key") for r in c.fp.requests if r.method == "POST"}
+        assert len(keys) == 1  # the adopted replay asked for the same response again, not a new one
