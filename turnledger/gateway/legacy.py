@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -33,14 +33,16 @@ import httpx
 import orjson
 
 from turnledger.errors import InputFileError
-from turnledger.gateway.board import FINAL, OperationKey, key_of
+from turnledger.gateway.board import FINAL, Observed, OperationKey, key_of
 from turnledger.gateway.client import GatewayClient, IngressSink
 from turnledger.gateway.endpoints import endpoints_for
+from turnledger.gateway.refusal_feed import RefusalFeed
 from turnledger.gateway.worker import OPERATION_EXTENSION, DispatchWorker, Verdict, WorkerConfig
 from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, DispatchState, ManifestIssued
 from turnledger.model.manifest import DispatchManifest
+from turnledger.retry import NO_WAIT
 from turnledger.topology import Topics
 
 S = DispatchState
@@ -204,7 +206,7 @@ class LegacyRecorder:
         await self.worker.close()
         await self._http.aclose()
 
-    async def observe(self, records: list[ManifestIssued | DispatchDecision]) -> None:
+    async def observe(self, records: Sequence[Observed]) -> None:
         await self.worker.observe(records)
 
     async def go_live(self) -> None:
@@ -271,22 +273,32 @@ async def record_legacy(
             await recorder.go_live()
             caught_up.set()
 
-        tail = asyncio.create_task(
-            tail_topic(
-                bootstrap,
-                Topics(prefix).manifests,
-                on_batch,
-                stop=stop,
-                on_caught_up=on_caught_up,
-                client_id=recorder_id,
-            )
+        refusals = RefusalFeed(
+            recorder.worker.board,
+            recorder.observe,
+            bootstrap,
+            Topics(prefix).rejections,
+            stop=stop,
+            outage=NO_WAIT,
+            client_id=f"{recorder_id}-rejections",
         )
-        try:
-            await _until_done(recorder, tail, caught_up, timeout_s, on_progress)
-        finally:
-            stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await tail
+        async with refusals.following():
+            tail = asyncio.create_task(
+                tail_topic(
+                    bootstrap,
+                    Topics(prefix).manifests,
+                    on_batch,
+                    stop=stop,
+                    on_caught_up=on_caught_up,
+                    client_id=recorder_id,
+                )
+            )
+            try:
+                await _until_done(recorder, tail, caught_up, timeout_s, on_progress)
+            finally:
+                stop.set()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tail
         return recorder.results()
 
 

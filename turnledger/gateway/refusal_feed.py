@@ -21,8 +21,9 @@ records it does not follow cost a key comparison each.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer
 
@@ -65,6 +66,22 @@ class RefusalFeed:
         self.positioned = asyncio.Event()
         """Set once every partition's starting offset is fixed: rejections from then on are seen."""
         self.delivered = 0
+
+    @contextlib.asynccontextmanager
+    async def following(self) -> AsyncIterator[bool]:
+        """Follow the topic (a task) for the duration of the block, entered once every partition is
+        positioned: True, or False when the feed stopped first (`stop` set, or an error, logged)."""
+        task = asyncio.create_task(self.run(), name=f"{self.client_id}-feed")
+        task.add_done_callback(_log_failure)
+        ready = asyncio.create_task(self.positioned.wait())
+        try:
+            await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
+            yield self.positioned.is_set() and not task.done()
+        finally:
+            ready.cancel()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     async def run(self) -> None:
         consumer: AIOKafkaConsumer | None = None
@@ -128,3 +145,12 @@ class RefusalFeed:
         if refusals:
             self.delivered += len(refusals)
             await self.deliver(refusals)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error(
+            "%s stopped: %r; waits for refused events run to their timeouts",
+            task.get_name(),
+            task.exception(),
+        )

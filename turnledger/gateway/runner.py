@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from turnledger.gateway.client import GatewayClient
 from turnledger.gateway.endpoints import ProviderRoutes
@@ -25,8 +22,6 @@ from turnledger.observability.server import serving
 from turnledger.processors.limits_config import load_limits  # the processor's TURNLEDGER_MAX_*
 from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
 from turnledger.topology import Topics
-
-log = logging.getLogger(__name__)
 
 
 def journal_path(journal_dir: Path | None, worker_id: str) -> Path | None:
@@ -132,43 +127,14 @@ async def _run_worker(
                 outage=outage,
                 client_id=f"{config.worker_id}-rejections",
             )
-            async with _running(refusals.run(), "rejections"):
-                if not await _first(refusals.positioned, stop):
+            async with refusals.following() as positioned:
+                if not positioned:
                     return
                 await _follow_manifests(
                     worker, bootstrap, topics, stop, started, outage, group_id, session_timeout_ms, prefix
                 )
     finally:
         await client.stop()
-
-
-@contextlib.asynccontextmanager
-async def _running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[asyncio.Task[None]]:
-    """Run `work` as a task for the duration of the block; cancel it (and wait for it) on the way out."""
-    task = asyncio.create_task(work, name=name)
-    task.add_done_callback(_log_failure)
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("%s stopped: %r; the worker goes on without it", task.get_name(), task.exception())
-
-
-async def _first(ready: asyncio.Event, stop: asyncio.Event) -> bool:
-    """Wait until `ready` or `stop` is set; True for `ready`."""
-    waits = [asyncio.create_task(ready.wait()), asyncio.create_task(stop.wait())]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
-    return ready.is_set()
 
 
 async def _follow_manifests(
