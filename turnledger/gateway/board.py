@@ -125,9 +125,9 @@ class DecisionBoard:
     def _refuse(self, rejection: Rejected) -> None:
         """Keep a rejection of an event of an operation this board follows (others are not its share)."""
         event_id, conversation_id = rejection.event_id, rejection.conversation_id
-        if event_id is None or conversation_id is None or rejection.operation_id is None:
+        if event_id is None or conversation_id is None:
             return
-        if rejection.operation_id not in self._conversations.get(conversation_id, ()):
+        if rejection.operation_id not in self._conversations.get(conversation_id, ()):  # None too
             return
         self._refusals.setdefault(event_id, rejection)
         while len(self._refusals) > REFUSALS_KEPT:

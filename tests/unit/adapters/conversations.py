@@ -101,9 +101,9 @@ class Conversation:
             signature=signature,
         )
 
-    def result(self, call: Block, text: str, status: str = "success") -> Block:
+    def result(self, call: Block, text: str, status: str = "success", role: Role = Role.TOOL) -> Block:
         return self._add(
-            Role.TOOL,
+            role,
             BlockKind.TOOL_RESULT,
             call_id=call.call_id,
             tool_name=call.tool_name,

@@ -9,13 +9,17 @@ render could merge, drop or move what it should not.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.adapters.conversations import Conversation, long_history, params_for, sequence_of
 from tests.unit.adapters.strategies import content, conversations
+from turnledger.adapters import skeleton
 from turnledger.adapters.base import Adapter, DispatchParams, Rendered, RenderOutcome, UnsupportedKind
 from turnledger.adapters.prefix import RenderCache
 from turnledger.adapters.registry import ADAPTERS
@@ -81,7 +85,10 @@ def long_conversations(draw: st.DrawFn) -> MessageSequence:
             pending += [c.call("search_docs", {"q": draw(content)}) for _ in range(draw(st.integers(1, 2)))]
         elif pending:
             for call in draw(st.permutations(pending)):
-                c.result(call, draw(content), status=draw(st.sampled_from(("success", "error", "cancel"))))
+                status = draw(st.sampled_from(("success", "error", "cancel")))
+                c.result(
+                    call, draw(content), status=status, role=draw(st.sampled_from((Role.TOOL, Role.USER)))
+                )
             pending = []
     return c.build()
 
@@ -219,3 +226,83 @@ def test_the_cache_is_bounded_in_entries_too() -> None:
         adapter.render(long_history(10).model_copy(update={"conversation_id": f"c{i}"}), params, unbounded)
     assert len(unbounded) == 5
     assert unbounded.held_bytes == 5 * cache.held_bytes // 2
+
+
+class _CountingSha256:
+    """`hashlib` as the skeleton sees it, counting the bytes each fresh SHA-256 starts from."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+
+    def sha256(self, data: bytes = b"") -> Any:
+        self.started.append(len(data))
+        return hashlib.sha256(data)
+
+
+def test_a_continued_render_hashes_on_from_the_saved_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest of a continued render is the prefix's saved SHA-256 state updated with the new bytes
+    only: no hash starts from the first byte again (the bytes and digest equal a fresh render's)."""
+    sequence = long_history(200)
+    cut = len(sequence.blocks) - 6
+    for adapter_id in ADAPTER_IDS:
+        adapter = ADAPTERS[adapter_id]
+        params = params_for(adapter.provider)
+        counting = _CountingSha256()
+        monkeypatch.setattr(skeleton, "hashlib", counting)
+        cache = RenderCache()
+        adapter.render(_prefix(sequence, cut), params, cache)
+        saved = cache.get((adapter_id, sequence.conversation_id))
+        assert saved is not None and saved.hash_state is not None, adapter_id
+        assert saved.hash_state.digest() == hashlib.sha256(saved.hashed).digest(), adapter_id
+        assert len(counting.started) == 1, adapter_id  # the first render hashes from nothing
+        continued = adapter.render(sequence, params, cache)
+        assert len(counting.started) == 1, adapter_id  # the second only continues
+        monkeypatch.undo()
+        assert continued == adapter.render(sequence, params), adapter_id
+
+
+def test_the_same_history_rendered_again_continues_from_its_whole_prefix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dispatch with the same history (a retry, other params) renders no block again and hashes on
+    from the saved state: the prefix covering every block is reused, not thrown away."""
+    sequence = long_history(60)
+    for adapter_id in ADAPTER_IDS:
+        adapter = ADAPTERS[adapter_id]
+        assert isinstance(adapter, AdapterBase)
+        params = params_for(adapter.provider)
+        counting_blocks = _Counting(adapter)
+        counting = _CountingSha256()
+        monkeypatch.setattr(skeleton, "hashlib", counting)
+        cache = RenderCache()
+        first = counting_blocks.render(sequence, params, cache)
+        counting_blocks.rendered = 0
+        again = counting_blocks.render(sequence, params, cache)
+        assert (counting_blocks.rendered, len(counting.started)) == (0, 1), adapter_id
+        monkeypatch.undo()
+        assert again == first == adapter.render(sequence, params), adapter_id
+
+
+def test_only_layouts_with_stub_tools_keep_the_tool_names_of_the_history() -> None:
+    """The tool names a prefix keeps serve the stub tools of a later render without offered tools; an
+    API that declares none keeps none (the cache holds what a render needs, not more)."""
+    c = Conversation("names")
+    c.next_turn().user("look it up")
+    calls = [c.call("search_docs", {"q": "a"}), c.call("fetch_page", {"url": "b"}), c.call("search_docs", {})]
+    c.next_turn()
+    for call in calls:
+        c.result(call, "found")
+    c.next_turn().user("thanks")
+    sequence = c.build()
+    kept = {}
+    for adapter_id in ADAPTER_IDS:
+        adapter = ADAPTERS[adapter_id]
+        assert isinstance(adapter, AdapterBase)
+        cache = RenderCache()
+        adapter.render(sequence, params_for(adapter.provider, tools=()), cache)
+        saved = cache.get((adapter_id, sequence.conversation_id))
+        assert saved is not None
+        kept[adapter_id] = (adapter.layout.stub_tools, saved.tool_names)
+    assert {names for stub, names in kept.values() if stub} == {("search_docs", "fetch_page")}
+    assert {names for stub, names in kept.values() if not stub} == {()}
+    assert any(stub for stub, _ in kept.values()) and not all(stub for stub, _ in kept.values())

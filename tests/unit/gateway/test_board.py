@@ -172,6 +172,18 @@ def test_the_answers_of_an_operation_are_dropped_once_it_is_closed() -> None:
     assert board._answers == {}
 
 
+def test_a_closed_operation_still_answers_the_event_that_settled_it_after_a_later_decision() -> None:
+    """Its answers are dropped when it closes, but the settling decisions are kept: a stray CAS refused
+    after the commit (the latest decision now) does not hide the commit from the event that caused it."""
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    committed = _decision("op-1", S.COMMITTED, "ended", attempt_terminated=True)
+    board.apply_nowait(committed)
+    board.apply_nowait(_decision("op-1", S.COMMITTED, "stray", accepted=False, reason=R.CAS_STATE_MISMATCH))
+    assert key not in board.open and board.latest[key].source_event_id == "stray"
+    assert board.answer(key, "ended") is committed
+
+
 async def test_a_cancel_signal_is_set_by_the_first_cancel_and_set_at_once_for_a_cancelled_operation() -> None:
     key = ("c1", "op-1")
     board = DecisionBoard()
