@@ -6,7 +6,8 @@ attempt's event id (`source_event_id`); the end of a stream by the first decisio
 of the attempt's generation, caused by one of the worker's own events of that phase,
 that settles it (COMMITTED or UNKNOWN), or by a cancel from anyone. A stream being
 read watches its operation's cancel signal (`cancel_signal`), set by the first
-CANCELLED decision, to stop reading at once.
+CANCELLED decision, and its generation's lease-lost signal (`lease_lost_signal`), set by a
+lease expiry seen while it reads, to stop reading at once.
 
 The answer to a worker's own event is the first decision it caused (`answer`), found
 even when other decisions of the operation came after it: the latest decision may be
@@ -79,6 +80,7 @@ class DecisionBoard:
         self._answers: dict[OperationKey, dict[str, DispatchDecision]] = {}  # open ones: source id → first
         self._refusals: OrderedDict[str, Rejected] = OrderedDict()  # event id → the fold's rejection
         self._cancel_signals: dict[OperationKey, asyncio.Event] = {}  # set once it is CANCELLED
+        self._lease_signals: dict[OperationKey, tuple[int, asyncio.Event]] = {}  # generation, set on expiry
         self._lease_lost_at: dict[tuple[str, str, int], int] = {}  # (conv, op, generation) → position
         self._changed = asyncio.Condition()
         self.open: set[OperationKey] = set()
@@ -110,6 +112,9 @@ class DecisionBoard:
             self._answers.pop(op, None)
         if record.reason == ReasonCode.LEASE_EXPIRED and record.accepted:
             self._lease_lost_at[(*op, record.attempt_generation)] = self.position
+            watched = self._lease_signals.get(op)
+            if watched is not None and watched[0] == record.attempt_generation:
+                watched[1].set()
         self._conversations.setdefault(record.conversation_id, set()).add(record.operation_id)
         if not record.accepted or (record.state == S.DISPATCHING and record.previous_state != S.DISPATCHING):
             self._cas.setdefault(record.source_event_id, record)
@@ -149,6 +154,7 @@ class DecisionBoard:
         for lost in [k for k in self._lease_lost_at if k[:2] == operation_id]:
             del self._lease_lost_at[lost]
         self._cancel_signals.pop(operation_id, None)
+        self._lease_signals.pop(operation_id, None)
 
     def drop(self, keys: Collection[OperationKey]) -> None:
         """Forget everything about these operations (their partition moved to another worker)."""
@@ -191,6 +197,17 @@ class DecisionBoard:
 
     def release_cancel_signal(self, operation_id: OperationKey) -> None:
         self._cancel_signals.pop(operation_id, None)
+
+    def lease_lost_signal(self, operation_id: OperationKey, generation: int) -> asyncio.Event:
+        """An event set when a lease expiry of this generation is seen from now on (a read watches it:
+        whoever claimed the lease continues the attempt, or it is over). Release it after use."""
+        watched = self._lease_signals.get(operation_id)
+        if watched is None or watched[0] != generation:
+            watched = self._lease_signals[operation_id] = (generation, asyncio.Event())
+        return watched[1]
+
+    def release_lease_lost_signal(self, operation_id: OperationKey) -> None:
+        self._lease_signals.pop(operation_id, None)
 
     async def cas_answer(self, attempt_event_id: str, timeout_s: float) -> DispatchDecision | Rejected | None:
         """The CAS decision on the attempt, or the rejection of the attempt event, or None on timeout."""

@@ -1,4 +1,5 @@
-"""Stopping one read of a provider stream the moment its operation is cancelled, without tearing an append."""
+"""Stopping one read of a provider stream the moment its operation is cancelled (or its lease is lost),
+without tearing an append."""
 
 from __future__ import annotations
 
@@ -8,28 +9,34 @@ from collections.abc import Iterator
 
 
 class StopOnCancel:
-    """Stops one read of a stream as soon as its operation is CANCELLED.
+    """Stops one read of a stream as soon as one of its signals is set: its operation is CANCELLED, or
+    its generation's lease expired.
 
-    A watcher task waits for the board's cancel signal. When it fires, a reader waiting
+    A watcher task waits for the board's signals. When it fires, a reader waiting
     on the network is interrupted at once (its task is cancelled, and `absorb` turns that
     cancellation back into a normal end of the read); a reader in the middle of appending
     events (`feeding`) is left to finish that append and stops right after it (`fired`),
     so an append to the ledger is never cut in half.
     """
 
-    def __init__(self, signal: asyncio.Event) -> None:
+    def __init__(self, *signals: asyncio.Event) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._task = task
         self._cancelling = task.cancelling()
-        self._signal = signal
+        self._signals = signals
         self._feeding = False
         self._interrupted = False
         self.fired = False
         self._watcher = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
-        await self._signal.wait()
+        waits = [asyncio.ensure_future(signal.wait()) for signal in self._signals]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
         self.fired = True
         if not self._feeding:
             self._interrupted = True

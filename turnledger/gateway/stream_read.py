@@ -2,7 +2,8 @@
 
 A read appends HandleBound (journaled first: the handle is what a restart resumes by), StreamDeltas
 as the pump normalises them, and always a StreamEnded. It stops at once, between two appends, when
-the board shows the operation CANCELLED, and closes the connection. An error status is a
+the board shows the operation CANCELLED or the lease of the generation it reads expired, and closes
+the connection. An error status is a
 PROVIDER_ERROR outcome whose body is never kept (it may quote the credential).
 """
 
@@ -115,7 +116,8 @@ class StreamReader:
             flush_interval_s=self._flush_interval_s,
         )
         outcome = StreamOutcome.COMPLETED
-        stop = StopOnCancel(self._board.cancel_signal(key))
+        lease_lost = self._board.lease_lost_signal(key, generation)
+        stop = StopOnCancel(self._board.cancel_signal(key), lease_lost)
         live.PROVIDER_REQUESTS.labels(api, "resume" if request.method == "GET" else "send").inc()
         try:
             async with self._http().stream(
@@ -164,8 +166,16 @@ class StreamReader:
         finally:
             stop.close()
             self._board.release_cancel_signal(key)
+            self._board.release_lease_lost_signal(key)
         live.PROVIDER_STREAM_SECONDS.labels(api).observe(time.monotonic() - sent_at)
-        if stop.fired:
+        if stop.fired and lease_lost.is_set() and not self._board.cancelled(key):
+            # The lease expired: another worker continues a kept response, and a plain stream's
+            # attempt is over (the fold keeps nothing more of it). Reading on would only pay for a
+            # second stream of the same answer. The verdict is LOST_LEASE.
+            self._stats.bump("lost_lease_reads")
+            log.info("%s generation %d: lease lost, stopped reading", op, generation)
+            outcome = StreamOutcome.DISCONNECTED
+        elif stop.fired:
             # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
             # connection is closed; the verdict CANCELLED confirms the attempt terminated.
             self._stats.bump("cancelled_reads")

@@ -330,3 +330,24 @@ async def test_a_phase_ends_when_one_of_its_events_is_refused_as_another_workers
     assert await board.settled(key, 1, {"not-yours"}, 0.01) is None
     found = await board.settled(key, 1, {"sent", "ended"}, 0.01)
     assert (found.event_id if isinstance(found, Rejected) else found) == ("ended" if ends else None)
+
+
+def test_a_lease_lost_signal_is_set_by_an_accepted_expiry_of_its_generation_seen_after_it() -> None:
+    key = ("c1", "op-1")
+    board = DecisionBoard()
+    board.apply_nowait(_decision("op-1", S.UNKNOWN, "old-claim", reason=R.LEASE_EXPIRED))  # before the read
+    signal = board.lease_lost_signal(key, 1)
+    assert not signal.is_set() and board.lease_lost_signal(key, 1) is signal
+    board.apply_nowait(_decision("op-1", S.STREAMING, "claim", accepted=False, reason=R.LEASE_NOT_EXPIRED))
+    board.apply_nowait(_decision("op-1", S.UNKNOWN, "gen-2", attempt_generation=2, reason=R.LEASE_EXPIRED))
+    board.apply_nowait(_decision("op-2", S.UNKNOWN, "other-op", reason=R.LEASE_EXPIRED))
+    assert not signal.is_set()  # refused, another generation, another operation
+    board.apply_nowait(_decision("op-1", S.UNKNOWN, "claim-2", reason=R.LEASE_EXPIRED))
+    assert signal.is_set()
+    other = board.lease_lost_signal(key, 2)  # a read of the next generation: a signal of its own
+    assert other is not signal and not other.is_set()
+    board.release_lease_lost_signal(key)
+    board.release_lease_lost_signal(key)  # none left: nothing to release
+    board.lease_lost_signal(key, 3)
+    board.forget(key)
+    assert board._lease_signals == {}

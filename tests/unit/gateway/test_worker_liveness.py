@@ -35,6 +35,8 @@ from turnledger.model.events import (
     Rejected,
     ReplayStarted,
     ResumeStarted,
+    StreamEnded,
+    StreamOutcome,
 )
 from turnledger.model.reasons import ReasonCode
 from turnledger.topology import Stream
@@ -462,3 +464,44 @@ async def test_a_replay_refused_because_another_worker_took_the_attempt_ends_the
         assert replays == ["worker-x", "worker-a", "worker-a"]
         keys = {r.headers.get("idempotency-key") for r in c.fp.requests if r.method == "POST"}
         assert len(keys) == 1  # the adopted replay asked for the same response again, not a new one
+
+
+async def test_a_read_stops_as_soon_as_its_lease_is_claimed() -> None:
+    """worker-a reads a slow answer (5 s an event) when its lease is claimed (a future-stamped claim, as
+    from a worker whose clock says the lease ran out: worker-a was paused, say). The attempt is no longer
+    worker-a's: it stops reading at once instead of paying for the rest of a stream the fold no longer
+    keeps, and the next generation (adopted by worker-a's sweeper, as nobody else runs) commits."""
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.SLOW, 5_000),)})
+    async with cluster(plan=plan) as c:
+        a = await c.start("worker-a")
+        claimer = WorkerEvents(c.ledger, "worker-x")
+        await c.harness().converse("c1", "anthropic-messages@1", text="tell me a story", tools=False)
+        await c.until(_streaming(c))
+        claim = ExpiryClaimed(
+            **{**claimer.stamp("c1"), "occurred_at_ms": now_ms() + 60_000},
+            operation_id="op-1",
+            attempt_generation=1,
+            worker_id="worker-x",
+        )
+        await c.ledger.append(claim)
+
+        def first_ends() -> list[StreamOutcome]:
+            ingress = c.ledger.ingress
+            return [e.outcome for e in ingress if isinstance(e, StreamEnded) and e.attempt_generation == 1]
+
+        await c.until(
+            lambda: bool(first_ends()), timeout=15
+        )  # the slow answer alone would take tens of seconds more
+        await c.until(_committed(c), timeout=60)
+        [turn] = _assistant_turns(c)
+        assert turn.attempt_generation == 2
+        ends = [
+            e.outcome for e in c.ledger.ingress if isinstance(e, StreamEnded) and e.attempt_generation == 1
+        ]
+        assert ends == [StreamOutcome.DISCONNECTED]
+        counts = a.worker.stats.counts
+        assert (counts["lost_lease_reads"], counts["cancelled_reads"], counts["lost_leases"]) == (1, 0, 1)
+        expired = [d for d in c.ledger.of_type(DispatchDecision) if d.reason == ReasonCode.LEASE_EXPIRED]
+        assert [(d.state, d.attempt_generation, d.attempt_terminated) for d in expired] == [
+            (S.UNKNOWN, 1, True)
+        ]
