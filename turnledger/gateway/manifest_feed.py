@@ -37,14 +37,13 @@ from turnledger.gateway.board import OperationKey, key_of
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
     close_client,
-    kafka_outage,
     read_committed_consumer,
-    start_client,
-    wait_for_topics,
+    start_topic_reader,
+    step_until_stopped,
 )
 from turnledger.kafka.tail import decode_record
 from turnledger.model.events import DispatchDecision, ManifestIssued
-from turnledger.retry import Backoff, StopRequested, ride_out
+from turnledger.retry import Backoff, StopRequested
 
 if TYPE_CHECKING:
     from turnledger.gateway.worker import DispatchWorker
@@ -128,30 +127,17 @@ class ManifestFeed:
 
     async def run(self) -> None:
         try:
-            self.consumer = await start_client(
+            self.consumer = await start_topic_reader(
                 self._new_consumer,
                 bootstrap=self.bootstrap,
-                action="read the manifests topic",
+                topic=self.topic,
                 backoff=self.outage,
                 stop=self.stop,
-            )
-            await wait_for_topics(
-                self.bootstrap,
-                [self.topic],
-                backoff=self.outage,
-                stop=self.stop,
-                hint="the processor creates it",
             )
             self.consumer.subscribe([self.topic], listener=_Rebalances(self))
-            classify = kafka_outage(self.bootstrap, f"read {self.topic!r}")
-            while not self.stop.is_set():
-                await ride_out(
-                    self._step,
-                    waiting_for=f"Kafka at {self.bootstrap} to read {self.topic!r}",
-                    classify=classify,
-                    backoff=self.outage,
-                    stop=self.stop,
-                )
+            await step_until_stopped(
+                self._step, bootstrap=self.bootstrap, topic=self.topic, backoff=self.outage, stop=self.stop
+            )
         except StopRequested:
             pass
         finally:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 
 from aiokafka import AIOKafkaConsumer
 
@@ -31,15 +32,14 @@ from turnledger.codec import CodecError
 from turnledger.gateway.board import DecisionBoard
 from turnledger.kafka.clients import (
     close_client,
-    kafka_outage,
     read_committed_consumer,
-    start_client,
-    wait_for_topics,
+    start_topic_reader,
+    step_until_stopped,
 )
 from turnledger.kafka.reading import wait_for_partitions
 from turnledger.kafka.tail import decode_record
 from turnledger.model.events import Rejected
-from turnledger.retry import Backoff, StopRequested, ride_out
+from turnledger.retry import Backoff, StopRequested
 
 log = logging.getLogger(__name__)
 
@@ -86,32 +86,20 @@ class RefusalFeed:
     async def run(self) -> None:
         consumer: AIOKafkaConsumer | None = None
         try:
-            consumer = await start_client(
+            consumer = await start_topic_reader(
                 lambda: read_committed_consumer(
                     self.bootstrap, client_id=self.client_id, fetch_max_wait_ms=self.fetch_ms
                 ),
                 bootstrap=self.bootstrap,
-                action="read the rejections topic",
+                topic=self.topic,
                 backoff=self.outage,
                 stop=self.stop,
-            )
-            await wait_for_topics(
-                self.bootstrap,
-                [self.topic],
-                backoff=self.outage,
-                stop=self.stop,
-                hint="the processor creates it",
             )
             await self._position(consumer)
-            classify = kafka_outage(self.bootstrap, f"read {self.topic!r}")
-            while not self.stop.is_set():
-                await ride_out(
-                    lambda: self._step(consumer),
-                    waiting_for=f"Kafka at {self.bootstrap} to read {self.topic!r}",
-                    classify=classify,
-                    backoff=self.outage,
-                    stop=self.stop,
-                )
+            step = partial(self._step, consumer)
+            await step_until_stopped(
+                step, bootstrap=self.bootstrap, topic=self.topic, backoff=self.outage, stop=self.stop
+            )
         except StopRequested:
             pass
         finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -195,3 +195,41 @@ async def wait_for_topics(
         except TimeoutError:
             continue
         raise StopRequested("stop requested while waiting for topics")
+
+
+async def start_topic_reader(
+    make: Callable[[], C],
+    *,
+    bootstrap: str,
+    topic: str,
+    backoff: Backoff,
+    stop: asyncio.Event,
+    hint: str = "the processor creates it",
+) -> C:
+    """`start_client` for a reader of `topic` that a service follows, then wait until the topic exists
+    (stopped again if the wait ends otherwise)."""
+    client = await start_client(
+        make, bootstrap=bootstrap, action=f"read {topic!r}", backoff=backoff, stop=stop
+    )
+    try:
+        await wait_for_topics(bootstrap, [topic], backoff=backoff, stop=stop, hint=hint)
+    except BaseException:
+        await close_client(client)
+        raise
+    return client
+
+
+async def step_until_stopped(
+    step: Callable[[], Awaitable[None]], *, bootstrap: str, topic: str, backoff: Backoff, stop: asyncio.Event
+) -> None:
+    """Run `step` (one fetch of `topic` and what follows it) again and again until `stop` is set, riding
+    out Kafka outages as `backoff` says."""
+    classify = kafka_outage(bootstrap, f"read {topic!r}")
+    while not stop.is_set():
+        await ride_out(
+            step,
+            waiting_for=f"Kafka at {bootstrap} to read {topic!r}",
+            classify=classify,
+            backoff=backoff,
+            stop=stop,
+        )
