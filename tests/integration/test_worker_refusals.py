@@ -14,15 +14,20 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.unit.gateway.decisions import decision
+from turnledger.codec import encode
 from turnledger.demo.run import _processor_caught_up, _start_processor, _stop_processor
 from turnledger.fake_provider import FakeProvider
+from turnledger.gateway.board import DecisionBoard
 from turnledger.gateway.client import GatewayClient, WorkerEvents
 from turnledger.gateway.endpoints import endpoints_for
+from turnledger.gateway.refusal_feed import RefusalFeed
 from turnledger.gateway.runner import run_worker
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
 from turnledger.model.events import DispatchState, Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.replay.evidence import read_all
+from turnledger.retry import NO_WAIT
 from turnledger.topology import Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -120,3 +125,57 @@ async def _dispatch(client: GatewayClient, conversation_id: str) -> None:
 def _state(worker: DispatchWorker, conversation_id: str) -> DispatchState | None:
     latest = worker.board.latest.get((conversation_id, "op-1"))
     return None if latest is None else latest.state
+
+
+async def test_the_feed_reads_from_where_the_topic_ended_when_it_started(kafka_bootstrap: str) -> None:
+    """The feed alone, over two partitions: a rejection already on the topic when it starts is not read,
+    even of a conversation the board follows; the next ones on either partition are."""
+    from aiokafka import AIOKafkaProducer
+
+    from turnledger.processors.topics import ensure_topics
+
+    prefix = f"t-refusal-feed-{uuid.uuid4().hex[:8]}-"
+    topics = Topics(prefix)
+    await ensure_topics(kafka_bootstrap, topics, 2)
+    board = DecisionBoard()
+    for conversation_id in ("c1", "c2"):
+        board.apply_nowait(decision("op-1", S.UNKNOWN, conversation_id=conversation_id))
+
+    def rejected(conversation_id: str, event_id: str) -> Rejected:
+        return Rejected(
+            conversation_id=conversation_id, operation_id="op-1", reason=ReasonCode.LEASE_NOT_HELD,
+            event_type="AttemptTerminated", event_id=event_id,
+        )  # fmt: skip
+
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    stop = asyncio.Event()
+    try:
+
+        async def send(record: Rejected, partition: int) -> None:
+            key = (record.conversation_id or "").encode()
+            await producer.send_and_wait(topics.rejections, encode(record), key=key, partition=partition)
+
+        await send(rejected("c1", "before"), 0)
+        feed = RefusalFeed(
+            board,
+            board.apply,
+            kafka_bootstrap,
+            topics.rejections,
+            stop=stop,
+            outage=NO_WAIT,
+            client_id="t-feed",
+        )
+        async with feed.following() as positioned:
+            assert positioned
+            await send(rejected("c1", "after-0"), 0)
+            await send(rejected("c2", "after-1"), 1)
+            await _until(lambda: feed.delivered == 2, "both later refusals delivered", timeout=60)
+            assert [board.refusal(e) is not None for e in ("before", "after-0", "after-1")] == [
+                False,
+                True,
+                True,
+            ]
+    finally:
+        stop.set()
+        await producer.stop()
