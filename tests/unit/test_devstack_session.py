@@ -26,6 +26,16 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "state"
 
 
+def _wait_until_owned(pid: int, marker: str, timeout_s: float = 30.0) -> None:
+    """Popen returns once the child's exec has closed its pipes, which is a moment before the kernel
+    sets the new program's arguments: `/proc/<pid>/cmdline` can read empty then, and `owns` says no.
+    CI failed a test once on a fake service whose marker was not yet readable."""
+    deadline = time.monotonic() + timeout_s
+    while not procs.owns(pid, marker):
+        assert time.monotonic() < deadline, f"pid {pid} never showed {marker!r}: {procs.cmdline(pid)!r}"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def fake_services(state_dir: Path) -> Iterator[dict[str, object]]:
     """Two sleeping processes standing in for a recorded Kafka and Redis."""
@@ -39,6 +49,8 @@ def fake_services(state_dir: Path) -> Iterator[dict[str, object]]:
         )
         for name, marker in markers.items()
     }
+    for name, marker in markers.items():
+        _wait_until_owned(pids[name], marker)
     record: dict[str, object] = {
         "bootstrap": "127.0.0.1:1111",
         "redis_url": "redis://127.0.0.1:2222/0",
@@ -131,6 +143,7 @@ def test_stale_session_of_a_dead_pytest_is_reaped(state_dir: Path) -> None:
         session / "kafka.log",
         session / "kafka.pid",
     )
+    _wait_until_owned(orphan, str(session / "kafka"))
     assert reap_stale_sessions(Settings.from_env().state_dir) == [session]
     # `owns`, not `is_alive`: with pid_max at 32768 and CI's thread churn, the pid of the orphan
     # (stopped and reaped) may already be another task's; its command line says whether it is ours.
