@@ -15,12 +15,20 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from hypothesis import Phase
+from hypothesis import settings as hypothesis_settings
 
 from turnledger.devstack.prometheus import private_prometheus, prometheus_binary
 from turnledger.devstack.session import Endpoints, session_endpoints
 from turnledger.devstack.settings import Settings
 
 pytest_plugins = ["tests.watchdog"]
+
+hypothesis_settings.register_profile(
+    "mutation", phases=[Phase.explicit, Phase.generate], database=None, deadline=None
+)
+"""`--hypothesis-profile mutation` (`make mutation`, `tests/mutation_import_screen.py`): a mutant is killed
+by the first failing example, so the minutes hypothesis can spend shrinking it buy nothing there."""
 
 STACK_FIXTURES = frozenset({"devstack", "kafka_bootstrap", "redis_url", "redis_client", "redis_prefix"})
 

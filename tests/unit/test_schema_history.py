@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from turnledger.codec import Codec, SchemaRegistry, UnknownFingerprint, encode
+from turnledger.codec import Codec, SchemaRegistry, UnknownFingerprint, encode, history
 from turnledger.codec.history import (
     archive,
     canonical_text,
@@ -95,3 +95,37 @@ def test_a_cancel_written_before_the_typed_give_up_is_read_as_a_client_cancel() 
         reason="user",
         worker_gave_up=False,
     )
+
+
+def test_archived_files_hold_the_canonical_text_in_a_directory_made_on_demand(tmp_path: Path) -> None:
+    target = tmp_path / "not" / "yet"
+    written = archive(target)
+    schemas = current_record_schemas()
+    assert [p.name for p in written] == [file_name(s) for s in schemas]
+    for path, schema in zip(written, schemas, strict=True):
+        assert path.parent == target
+        assert path.read_bytes() == canonical_text(schema).encode("utf-8") + b"\n"
+
+
+def test_loading_keeps_only_avsc_files_in_name_order_and_a_missing_directory_is_empty(tmp_path: Path) -> None:
+    assert load_history(tmp_path / "absent") == {}
+    (tmp_path / "b@2.avsc").write_text('{"type": "string"}', encoding="utf-8")
+    (tmp_path / "a@1.avsc").write_text('{"type": "long"}', encoding="utf-8")
+    (tmp_path / "c@3.avsc.orig").write_text("not json", encoding="utf-8")
+    (tmp_path / "README").write_text("not json", encoding="utf-8")
+    loaded = load_history(tmp_path)
+    assert list(loaded.items()) == [("a@1.avsc", {"type": "long"}), ("b@2.avsc", {"type": "string"})]
+
+
+def test_the_command_archives_what_is_missing_and_says_what_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(history, "history_dir", lambda: tmp_path)
+    names = [file_name(s) for s in current_record_schemas()]
+    history.main()
+    out, err = capsys.readouterr()
+    assert out == "".join(f"archived {name}\n" for name in names)
+    assert err == f"{len(names)} new version(s) in {tmp_path}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+    history.main()
+    assert capsys.readouterr() == ("", f"0 new version(s) in {tmp_path}\n")
