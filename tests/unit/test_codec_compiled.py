@@ -22,13 +22,14 @@ import pytest
 from fastavro import schemaless_reader, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer, model_serializer
 
 from tests.strategies import model_strategy
 from turnledger.codec import Codec, SchemaRegistry
 from turnledger.codec.compiled import Miss, compile_reader, compile_writer
 from turnledger.codec.models import NAMESPACE, RECORD_MODELS
 from turnledger.codec.registry import HEADER_SIZE, entry_for
+from turnledger.model import events
 from turnledger.model.deltas import DeltaType
 from turnledger.model.events import CancelRequested, DispatchSent
 
@@ -333,6 +334,8 @@ def test_the_compiled_paths_give_up_rather_than_guess() -> None:
     ).parsed
     reader, writer = compile_reader(schema), compile_writer(schema)
     assert reader is not None and writer is not None
+    compiled_entry = entry_for({"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]})
+    assert compiled_entry.fast_reader is not None and compiled_entry.fast_writer is not None  # the default
     for body in (b"\x02\x00\x00", b"\x00\x04\x00", b"\x00\x00\x04", b"\x00\x01\x00", b"\x00\x00"):
         with pytest.raises((Miss, IndexError, KeyError)):
             reader(body, 0)
@@ -443,6 +446,76 @@ def test_model_writers_are_compiled_for_records_with_and_without_json_fields() -
     assert f"{NAMESPACE}.CommittedTurn" in compiled
     assert f"{NAMESPACE}.ManifestIssued" in compiled  # its manifest's policy is a JSON-marked field
     assert f"{NAMESPACE}.DispatchRequested" in compiled  # its policy, its tools' input schemas
+
+
+class _Plain(BaseModel):
+    x: int
+
+
+class _SerializedField(BaseModel):
+    x: int
+
+    @field_serializer("x")
+    def doubled(self, value: int) -> int:
+        return value * 2
+
+
+class _SerializedModel(BaseModel):
+    x: int
+
+    @model_serializer
+    def whole(self) -> dict[str, Any]:
+        return {"x": self.x + 1}
+
+
+class _Computed(BaseModel):
+    x: int
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def y(self) -> int:
+        return self.x
+
+
+class _Extras(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    x: int
+
+
+class _Excluded(BaseModel):
+    x: int = Field(exclude=True)
+
+
+class _Aliased(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    w: int = Field(alias="x")
+
+
+class _SerializationAliased(BaseModel):
+    w: int = Field(serialization_alias="x")
+
+
+def test_a_model_writer_is_compiled_only_where_the_dump_is_the_plain_fields() -> None:
+    parsed = entry_for({"type": "record", "name": "One", "fields": [{"name": "x", "type": "long"}]}).parsed
+    for model in (_SerializedField, _SerializedModel, _Computed, _Extras, _Excluded):
+        assert compile_writer(parsed, {"One": model}) is None, model.__name__
+    for instance in (_Plain(x=70), _Aliased(w=70), _SerializationAliased(w=70)):
+        writer = compile_writer(parsed, {"One": type(instance)})
+        assert writer is not None, type(instance).__name__
+        out = bytearray()
+        writer(out, instance)
+        assert bytes(out) == b"\x8c\x01" and instance.model_dump(by_alias=True) == {"x": 70}
+
+
+def test_a_record_writer_is_offered_only_for_the_shipped_class_and_a_compiled_writer() -> None:
+    class DispatchSent(BaseModel):  # the name of a shipped record, not its class
+        conversation_id: str
+
+    assert FAST.record_writer(DispatchSent) is None
+    assert REFERENCE.record_writer(events.DispatchSent) is None
+    shipped = FAST.record_writer(events.DispatchSent)
+    entry = FAST.registry.reader(_name(events.DispatchSent))
+    assert shipped is not None and entry is not None and shipped[0] == entry.fingerprint
 
 
 @pytest.mark.parametrize("model", RECORD_MODELS, ids=lambda m: m.__name__)

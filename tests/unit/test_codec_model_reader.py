@@ -354,3 +354,83 @@ def test_records_of_a_mutable_model_each_get_their_own_fields_set() -> None:
     first, second = codec.decode(_wire_bytes(entry, wire)), codec.decode(_wire_bytes(entry, wire))
     assert first.__pydantic_fields_set__ is not second.__pydantic_fields_set__
     assert _typed(first) == _typed(_Mutable.model_validate(wire))
+
+
+class _WithJson(_Checked):
+    meta: dict[str, Any]
+
+
+class _WithJsonAsText(_Checked):
+    meta: str
+
+
+@pytest.mark.parametrize("field_type", ["string", {"type": "string"}], ids=["name", "object"])
+def test_a_json_marked_field_is_read_as_an_object_into_a_dict_annotation_only(field_type: Any) -> None:
+    name = f"{NAMESPACE}.DispatchSent"
+    schema = expand(name, load_schema_files())
+    schema["fields"].append({"name": "meta", "type": field_type, "turnledger.json": True})
+    wire = {"conversationId": "c", "eventId": "e", "occurredAtMs": 1, "operationId": "o"}
+    wire |= {"attemptGeneration": 2, "meta": '{"a":[1]}'}
+    for model, compiled in ((_WithJson, True), (_WithJsonAsText, False)):
+        registry = SchemaRegistry()
+        entry = registry.add(schema)
+        codec = Codec(registry, models={**MODELS_BY_NAME, name: model})
+        reader = codec._compile_model_reader(entry.fingerprint)
+        assert (reader is not None) is compiled, model.__name__
+        if compiled:
+            decoded = codec.decode(_wire_bytes(entry, wire))
+            assert type(decoded) is _WithJson and decoded.meta == {"a": [1]}
+
+
+class _Kinds(_Checked):
+    """Field annotations the shipped models do not use, each on a field of the test's own schema."""
+
+    kind: str
+    maybe: None | int  # noqa: RUF036 (None first is what is tested)
+
+
+class _KindsAsInt(_Checked):
+    kind: int
+    maybe: int | None
+
+
+class _ThreeWays(_Checked):
+    kind: str
+    maybe: str | int | None
+
+
+def _kinds_codec(model: type[BaseModel], maybe: list[Any]) -> tuple[Codec, SchemaEntry]:
+    name = f"{NAMESPACE}.DispatchSent"
+    schema = expand(name, load_schema_files())
+    schema["fields"].append({"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}})
+    schema["fields"].append({"name": "maybe", "type": maybe})
+    registry = SchemaRegistry()
+    entry = registry.add(schema)
+    return Codec(registry, models={**MODELS_BY_NAME, name: model}), entry
+
+
+def test_an_enum_read_as_str_and_a_none_first_optional_are_compiled() -> None:
+    wire = {
+        "conversationId": "c",
+        "eventId": "e",
+        "occurredAtMs": 1,
+        "operationId": "o",
+        "attemptGeneration": 2,
+    }
+    for maybe in (["null", "long"], [{"type": "null"}, "long"], ["long", "null"]):
+        codec, entry = _kinds_codec(_Kinds, maybe)
+        assert codec._compile_model_reader(entry.fingerprint) is not None, maybe
+        for kind, value in (("B", 7), ("A", None)):
+            decoded = codec.decode(_wire_bytes(entry, {**wire, "kind": kind, "maybe": value}))
+            assert _typed(decoded) == _typed(_Kinds(**{**wire, "kind": kind, "maybe": value}))
+
+
+def test_unions_and_enums_outside_the_subset_are_left_to_model_validate() -> None:
+    cases = [
+        (_KindsAsInt, ["null", "long"]),  # an enum as an int
+        (_ThreeWays, ["null", "long"]),  # an annotation of three types
+        (_Kinds, ["null", "long", "string"]),  # a union of three branches
+    ]
+    for model, maybe in cases:
+        codec, entry = _kinds_codec(model, maybe)
+        assert codec._compile_model_reader(entry.fingerprint) is None, (model.__name__, maybe)

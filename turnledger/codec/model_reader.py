@@ -234,11 +234,7 @@ class _ModelReaderCompiler(_ReaderCompiler):
             raise Unsupported(f"union as {annotation!r}")
         other = args[0] if args[1] is type(None) else args[1]
         kinds = [self.resolve(branch)[0] for branch in branches]
-        if (
-            sorted(kinds, key=lambda k: k != "null")[0] != "null"
-            or len(branches) != 2
-            or kinds.count("null") != 1
-        ):
+        if len(branches) != 2 or kinds.count("null") != 1:
             raise Unsupported("a union other than null and one type")
         # the branch index is one byte, 0x00 or 0x02 (zig-zag 0 and 1); any other encoding of it is a
         # miss (the general path reads what fastavro reads)
