@@ -28,7 +28,7 @@ from tests.strategies import model_strategy
 from turnledger.codec import Codec, SchemaRegistry
 from turnledger.codec.compiled import Miss, compile_reader, compile_writer
 from turnledger.codec.models import NAMESPACE, RECORD_MODELS
-from turnledger.codec.registry import HEADER_SIZE, entry_for
+from turnledger.codec.registry import HEADER_SIZE, SchemaEntry, entry_for
 from turnledger.model import events
 from turnledger.model.deltas import DeltaType
 from turnledger.model.events import CancelRequested, DispatchSent
@@ -221,16 +221,20 @@ def test_truncated_and_corrupted_bodies_decode_or_fail_exactly_as_fastavro(model
     same()
 
 
+def _both_codecs(schema: dict[str, Any]) -> tuple[Codec, SchemaEntry, Codec, SchemaEntry]:
+    """A compiled codec and the fastavro-only reference, each holding only `schema` (no models)."""
+    fast = Codec(SchemaRegistry(), models={})
+    reference = Codec(SchemaRegistry(compiled=False), models={})
+    return fast, fast.registry.add(schema), reference, reference.registry.add(schema)
+
+
 def test_varints_at_the_edges_of_64_bits() -> None:
     schema = {
         "type": "record",
         "name": "Edge",
         "fields": [{"name": "n", "type": "long"}, {"name": "s", "type": "string"}],
     }
-    fast = Codec(SchemaRegistry(), models={})
-    reference = Codec(SchemaRegistry(compiled=False), models={})
-    fast_entry = fast.registry.add(schema)
-    reference_entry = reference.registry.add(schema)
+    fast, fast_entry, reference, reference_entry = _both_codecs(schema)
     tails = [b"\x00", b"\x02a", b"\x01", b"\x7f", b"\x80"]
     bodies = [
         b"\xff" * 9 + b"\x01",  # the largest zig-zag value
@@ -263,9 +267,7 @@ def test_ints_and_nulls_are_compiled_and_an_int_out_of_32_bits_is_left_to_fastav
         "name": "Narrow",
         "fields": [{"name": "n", "type": "int"}, {"name": "nothing", "type": "null"}],
     }
-    fast = Codec(SchemaRegistry(), models={})
-    reference = Codec(SchemaRegistry(compiled=False), models={})
-    fast_entry, reference_entry = fast.registry.add(schema), reference.registry.add(schema)
+    fast, fast_entry, reference, reference_entry = _both_codecs(schema)
     writer, reader = fast_entry.fast_writer, fast_entry.fast_reader
     assert writer is not None and reader is not None
     for n in (0, 63, 64, -1, -64, -65, 2**31 - 1, -(2**31)):
@@ -297,9 +299,7 @@ def test_maps_are_compiled_and_write_and_read_as_fastavro() -> None:
             {"name": "points", "type": {"type": "map", "values": point}},
         ],
     }
-    fast = Codec(SchemaRegistry(), models={})
-    reference = Codec(SchemaRegistry(compiled=False), models={})
-    fast_entry, reference_entry = fast.registry.add(schema), reference.registry.add(schema)
+    fast, fast_entry, reference, reference_entry = _both_codecs(schema)
     writer, reader = fast_entry.fast_writer, fast_entry.fast_reader
     assert writer is not None and reader is not None
     for size in (0, 1, 63, 64, 200):
@@ -419,9 +419,7 @@ def test_unions_of_one_branch_and_arrays_in_unions_write_as_fastavro() -> None:
     ]
     for union, values in cases:
         schema = {"type": "record", "name": "R", "fields": [{"name": "x", "type": union}]}
-        fast = Codec(SchemaRegistry(), models={})
-        reference = Codec(SchemaRegistry(compiled=False), models={})
-        fast_entry, reference_entry = fast.registry.add(schema), reference.registry.add(schema)
+        fast, fast_entry, reference, reference_entry = _both_codecs(schema)
         assert fast_entry.fast_writer is not None
         for value in values:
             fast_outcome = _outcome(
