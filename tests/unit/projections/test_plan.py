@@ -160,6 +160,7 @@ def test_undecodable_record_still_advances_with_a_counter() -> None:
     plan = Planner(KEYS).plan([DecodedRecord("committed", "x.committed", 3, 41, None, "bad magic")])
     groups = orjson.loads(plan.argv)
     assert groups == [["x.committed:3", "41", [["hincr", 2, "undecodable:committed", "1"]]]]
+    assert plan.keys == ["p:offsets", "p:stats"]
 
 
 def test_rejections_are_capped_and_scored_by_time() -> None:
