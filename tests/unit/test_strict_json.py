@@ -83,6 +83,10 @@ def test_cut_inside_a_literal_or_anywhere_is_truncated(text: str) -> None:
     ("text", "detail"),
     [
         ('{"a": 1, "a": 2}', "duplicate key 'a'"),
+        ('{"a": 1, "b": 2, "b": 3}', "duplicate key 'b'"),
+        ('{"' + "k" * 300 + '": 1, "' + "k" * 300 + '": 2}', ("duplicate key '" + "k" * 300)[:200]),
+        ('{"x": 1' + "0" * 60 + "e400}", "number 1" + "0" * 39 + " overflows a double"),
+        ('{"a": 1} x', "Extra data at 9 of 10"),
         ('{"a": {"b": [1, {"c": 0, "c": 0}]}}', "duplicate key 'c'"),
         ('{"n": 18446744073709551616}', "not canonicalizable: Integer exceeds 64-bit range"),
         ('{"n": -9223372036854775809}', "not canonicalizable: Integer exceeds 64-bit range"),
@@ -178,3 +182,23 @@ def test_accepted_arguments_keep_the_digest_orjson_gave_them() -> None:
 
     for text in ('{"q": "x"}', '{"b": [1, 2.5, -0.0, 1E2, 18446744073709551615], "a": {"z": null}}'):
         assert argument_digest_of(text) == digest_of(orjson.loads(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "prefix"),
+    [
+        (" 12", Prefix.COMPLETE),  # a whole token after blanks
+        ('\n\t"s" ', Prefix.COMPLETE),
+        ("[1}", Prefix.NONE),  # a value followed by the other container's closer
+        ('{"a": [1}', Prefix.NONE),  # the same inside an object: not a cut stream
+        ('{"a": 1]', Prefix.NONE),
+        ('{"a": X', Prefix.NONE),  # no value starts with X
+        ('{"a": [X', Prefix.NONE),
+    ],
+)
+def test_what_the_scanner_calls_whole_or_neither(text: str, prefix: Prefix) -> None:
+    """None of them is a cut stream: each is refused as INVALID_ARGUMENTS_JSON (the whole ones are not
+    objects), never as TRUNCATED_ARGUMENTS."""
+    assert json_prefix(text) is prefix
+    outcome = parse_json_object(text)
+    assert isinstance(outcome, JsonRefusal) and outcome.reason == INVALID
