@@ -73,7 +73,8 @@ def check_manifest(
             break
         advanced = append(state, turn.blocks, limits)
         if isinstance(advanced, Invalid):
-            result.error = f"committed revision {turn.revision} does not validate: {sorted(advanced.codes)}"
+            codes = ", ".join(sorted(code.value for code in advanced.codes))
+            result.error = f"committed revision {turn.revision} does not validate: {codes}"
             return result
         state = advanced
     outcome = sequence_of(state)
