@@ -70,13 +70,36 @@ def semantic_diff(legacy: Any, ours: Any) -> list[Difference]:
     """Findings, in a stable order; empty when the two requests mean the same."""
     if not isinstance(legacy, dict) or not isinstance(ours, dict):
         return list(_json_diff(legacy, ours, "$"))
-    field = next((f for f in MESSAGE_LIST_FIELDS if f in legacy or f in ours), None)
+    found = _message_lists(legacy, ours)
+    field = found[0] if found is not None else None
     scalars_l = {k: v for k, v in legacy.items() if k != field}
     scalars_o = {k: v for k, v in ours.items() if k != field}
     out = list(_json_diff(scalars_l, scalars_o, "$"))
-    if field is not None:
-        out.extend(_messages_diff(field, legacy.get(field) or [], ours.get(field) or []))
+    if found is not None:
+        out.extend(_messages_diff(*found))
     return out
+
+
+def _message_lists(legacy: dict[str, Any], ours: dict[str, Any]) -> tuple[str, list[Any], list[Any]] | None:
+    """The first message field either request has, with each side's messages; None when neither has
+    one, or when one side's value is not a message list (the field is then compared as plain JSON)."""
+    field = next((f for f in MESSAGE_LIST_FIELDS if f in legacy or f in ours), None)
+    if field is None:
+        return None
+    left, right = _items(legacy.get(field)), _items(ours.get(field))
+    if left is None or right is None:
+        return None
+    return field, left, right
+
+
+def _items(value: Any) -> list[Any] | None:
+    """The messages a request's message field holds: absent or null is none, a string is one user
+    message (OpenAI Responses' `input` may be one), anything else but a list is not a message list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return value if isinstance(value, list) else None
 
 
 # ------------------------------------------------------------------ plain JSON
@@ -108,13 +131,20 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def messages_of(items: Sequence[Any]) -> list[Message]:
-    """Normalize every API's message shape to (role, parts)."""
+    """Normalize every API's message shape to (role, parts).
+
+    An OpenAI Responses item with neither `content` nor `parts` (`function_call`,
+    `function_call_output`, `reasoning`) is one part of its own, named by its type, so its
+    `call_id` reads as a call or a result as the other APIs' blocks do."""
     out = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             out.append(Message(i, "?", (item,)))
             continue
         role = str(item.get("role") or item.get("type") or "?")
+        if "content" not in item and "parts" not in item:
+            out.append(Message(i, role, ({k: v for k, v in item.items() if k != "role"},)))
+            continue
         content = item.get("content", item.get("parts"))
         if isinstance(content, str):
             parts: tuple[Any, ...] = ({"type": "text", "text": content},)
@@ -129,11 +159,16 @@ def messages_of(items: Sequence[Any]) -> list[Message]:
     return out
 
 
+RESPONSES_CALL = "function_call"
+"""The type of an OpenAI Responses call item: parallel calls are a run of such items, one call each."""
+
+
 def tool_layout(messages: Sequence[Message]) -> ToolLayout:
     calls: dict[str, int] = {}
     groups: list[tuple[str, ...]] = []
     results: dict[str, list[int]] = {}
     order: list[str] = []
+    previous_role = None
     for m in messages:
         group: list[str] = []
         for part in m.parts:
@@ -143,8 +178,11 @@ def tool_layout(messages: Sequence[Message]) -> ToolLayout:
             for call_id in _result_ids(part):
                 results.setdefault(call_id, []).append(m.index)
                 order.append(call_id)
-        if group:
+        if group and m.role == previous_role == RESPONSES_CALL:
+            groups[-1] = (*groups[-1], *group)
+        elif group:
             groups.append(tuple(group))
+        previous_role = m.role
     return ToolLayout(calls, tuple(groups), results, tuple(order))
 
 
