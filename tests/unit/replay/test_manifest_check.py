@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from tests.unit.dispatch.scenario import Conversation, tool_stream
+from turnledger.codec import encode
 from turnledger.model.events import (
     CommittedTurn,
     DispatchRequested,
@@ -18,7 +19,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.limits import DEFAULT_LIMITS
 from turnledger.model.manifest import DispatchManifest
-from turnledger.replay.manifest_check import Check, ManifestCheck, check_manifest
+from turnledger.replay.manifest_check import Check, ManifestCheck, TopicEvidence, _collect, check_manifest
 
 CHECKS = [
     "manifest digest (seal)",
@@ -162,3 +163,41 @@ def test_an_adapter_that_now_refuses_a_kind_is_named() -> None:
     result = check_manifest(manifest.model_copy(update={"adapter": "anthropic-messages@0"}), turns, request)
     assert result.error == "anthropic-messages@0 now refuses kind 'compression_artifact' (block s1-b0)"
     assert _failed(result) == ["manifest digest (seal)", "adapter digest"]
+
+
+def test_block_refs_in_another_order_are_not_the_sequence() -> None:
+    c = _tool_round()
+    manifest, turns, request = _evidence(c, "op-2")
+    result = check_manifest(manifest.model_copy(update={"blocks": manifest.blocks[::-1]}), turns, request)
+    assert _failed(result) == ["manifest digest (seal)", "block refs"]
+    refs = {check.name: check for check in result.checks}["block refs"]
+    assert refs.rebuilt == "\n".join(repr(ref) for ref in manifest.blocks)
+    assert refs.rebuilt.count("\n") == len(manifest.blocks) - 1 >= 2
+
+
+def test_the_evidence_keeps_only_what_the_check_asked_for() -> None:
+    c = _tool_round()
+    other = Conversation("conv-other")
+    other.user("hi")
+    issued = {m.manifest.operation_id: m for m in c.of(ManifestIssued)}
+    first, second = issued["op-1"], issued["op-2"]
+
+    def collected(operation_id: str | None, digest: str | None) -> list[str]:
+        evidence = TopicEvidence()
+        for record in (first, second):
+            _collect(evidence, encode(record), operation_id, digest, set(), set())
+        return [m.operation_id for m in evidence.manifests]
+
+    assert collected(None, None) == ["op-1", "op-2"]
+    assert collected("op-2", None) == ["op-2"]
+    assert collected(None, first.manifest.manifest_digest) == ["op-1"]
+    assert collected("op-2", first.manifest.manifest_digest) == []
+
+    evidence = TopicEvidence()
+    for turn in [*c.of(CommittedTurn), *other.of(CommittedTurn)]:
+        _collect(evidence, encode(turn), None, None, {"conv-check"}, set())
+    _collect(evidence, None, None, None, {"conv-check"}, set())
+    _collect(evidence, b"\x00not avro", None, None, {"conv-check"}, set())
+    assert list(evidence.turns) == ["conv-check"]
+    assert evidence.turns["conv-check"] == c.of(CommittedTurn)
+    assert evidence.manifests == [] and evidence.requests == {}
