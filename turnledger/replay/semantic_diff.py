@@ -133,17 +133,18 @@ def _short(value: Any, limit: int = 60) -> str:
 def messages_of(items: Sequence[Any]) -> list[Message]:
     """Normalize every API's message shape to (role, parts).
 
-    An OpenAI Responses item with neither `content` nor `parts` (`function_call`,
+    An OpenAI Responses item with a type and no role, content or parts (`function_call`,
     `function_call_output`, `reasoning`) is one part of its own, named by its type, so its
-    `call_id` reads as a call or a result as the other APIs' blocks do."""
+    `call_id` reads as a call or a result as the other APIs' blocks do. (An OpenAI Chat message
+    may leave out `content` beside its `tool_calls`: it has a role.)"""
     out = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             out.append(Message(i, "?", (item,)))
             continue
         role = str(item.get("role") or item.get("type") or "?")
-        if "content" not in item and "parts" not in item:
-            out.append(Message(i, role, ({k: v for k, v in item.items() if k != "role"},)))
+        if "type" in item and not {"role", "content", "parts"} & item.keys():
+            out.append(Message(i, role, (item,)))
             continue
         content = item.get("content", item.get("parts"))
         if isinstance(content, str):
@@ -232,7 +233,7 @@ def _messages_diff(field: str, legacy_items: list[Any], our_items: list[Any]) ->
         collapsed_l, collapsed_o = _collapse(legacy), _collapse(ours)
         if [r for r, _ in collapsed_l] == [r for r, _ in collapsed_o]:
             if not split_sides:
-                merged = Side.OURS if len(ours) < len(legacy) else Side.LEGACY
+                merged = _fewer_messages(len(legacy), len(ours))
                 out.append(
                     Difference(
                         DiffKind.MERGED_MESSAGES,
@@ -251,6 +252,13 @@ def _messages_diff(field: str, legacy_items: list[Any], our_items: list[Any]) ->
         if _canon(a.parts) != _canon(b.parts):
             out.append(_content_difference(field, a.index, a.parts, b.parts))
     return out
+
+
+def _fewer_messages(legacy: int, ours: int) -> Side:
+    """The side that merged same-role messages: the one with fewer; both when each merged a different run."""
+    if legacy == ours:
+        return Side.BOTH
+    return Side.OURS if ours < legacy else Side.LEGACY
 
 
 def _tool_findings(

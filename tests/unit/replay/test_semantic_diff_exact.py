@@ -299,3 +299,82 @@ def test_changed_message_content_names_the_part(legacy_content: Any, detail: str
     legacy = _anthropic([{"role": "user", "content": legacy_content}])
     ours = _anthropic([{"role": "user", "content": [{"type": "text", "text": "hullo"}]}])
     assert semantic_diff(legacy, ours) == [Difference(DiffKind.MESSAGE_CONTENT, "$.messages[0]", detail)]
+
+
+def test_calls_results_and_ids_that_are_not_what_they_seem() -> None:
+    """A Chat message may leave `content` out beside its calls; a Responses call's `id` is not its
+    `call_id`; a malformed call or result is skipped, not a crash."""
+    chat = messages_of([
+        {"role": "assistant", "tool_calls": [{"id": "c1"}, "invalid", {"function": {}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a"},
+    ])  # fmt: skip
+    assert tool_layout(chat) == ToolLayout({"c1": 0}, (("c1",),), {"c1": [1]}, ("c1",))
+    responses = messages_of([
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "w", "arguments": "{}"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call_output", "id": "fco_1", "call_id": "c1", "output": "x"},
+    ])  # fmt: skip
+    assert tool_layout(responses) == ToolLayout({"c1": 0}, (("c1",),), {"c1": [2]}, ("c1",))
+    anthropic = messages_of([
+        {"role": "assistant", "content": [{"type": "text", "id": "t1"}, {"type": "tool_use", "name": "w"}]},
+        {"role": "user", "content": [{"type": "tool_result"}, {"type": "text", "tool_use_id": "c9"}]},
+    ])  # fmt: skip
+    assert tool_layout(anthropic) == ToolLayout({}, (), {}, ())
+
+
+def test_each_group_of_parallel_calls_is_judged_on_its_own() -> None:
+    """A group whose results share one message, or sit side by side as the API lays them out, does not
+    end the search: a later group's split is still found."""
+    calls_2 = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "c3", "name": "w", "input": {}},
+        {"type": "tool_use", "id": "c4", "name": "w", "input": {}},
+    ]}  # fmt: skip
+    r3, r4 = ({"type": "tool_result", "tool_use_id": c, "content": "x"} for c in ("c3", "c4"))
+    together = {"role": "user", "content": [R1, R2]}
+    split = [{"role": "user", "content": [r3]}, {"role": "user", "content": [r4]}]
+    ours = _anthropic([USER, CALLS, together, calls_2, {"role": "user", "content": [r3, r4]}])
+    assert semantic_diff(_anthropic([USER, CALLS, together, calls_2, *split]), ours) == [
+        Difference(
+            DiffKind.SPLIT_TOOL_RESULTS,
+            "$.messages",
+            "legacy puts the results of parallel calls ['c3', 'c4'] in messages [4, 5]",
+            LEGACY,
+        )
+    ]
+    q = {"role": "user", "content": "q"}
+    group_1 = {"role": "assistant", "tool_calls": [{"id": "c1"}, {"id": "c2"}]}
+    group_2 = {"role": "assistant", "tool_calls": [{"id": "c3"}, {"id": "c4"}]}
+    t1, t2, t3, t4 = ({"role": "tool", "tool_call_id": c, "content": "x"} for c in ("c1", "c2", "c3", "c4"))
+    apart = {"messages": [q, group_1, t1, t2, group_2, t3, q, t4]}
+    findings = semantic_diff(apart, {"messages": [q, group_1, t1, t2, group_2, t3, t4]})
+    assert [(d.kind, d.detail) for d in findings if d.kind is DiffKind.SPLIT_TOOL_RESULTS] == [
+        (
+            DiffKind.SPLIT_TOOL_RESULTS,
+            "legacy puts the results of parallel calls ['c3', 'c4'] in messages [5, 7]",
+        )
+    ]
+
+
+def test_one_result_per_item_side_by_side_is_a_layout_whichever_item_carries_it() -> None:
+    calls = {"role": "assistant", "tool_calls": [{"id": "c1"}, {"id": "c2"}]}
+    mixed = [
+        calls,
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+        {"type": "function_call_output", "call_id": "c2", "output": "y"},
+    ]
+    assert semantic_diff({"messages": mixed}, {"messages": mixed}) == []
+
+
+def test_when_each_side_merged_a_different_run_both_merged() -> None:
+    u, a = ({"role": r, "content": [{"type": "text", "text": "t"}]} for r in ("user", "assistant"))
+    uu = {"role": "user", "content": [{"type": "text", "text": "t"}, {"type": "text", "text": "t"}]}
+    aa = {"role": "assistant", "content": [{"type": "text", "text": "t"}, {"type": "text", "text": "t"}]}
+    assert semantic_diff(_anthropic([u, u, aa]), _anthropic([uu, a, a])) == [
+        Difference(
+            DiffKind.MERGED_MESSAGES,
+            "$.messages",
+            "same-role messages merged by both: legacy roles ['user', 'user', 'assistant'],"
+            " ours ['user', 'assistant', 'assistant']",
+            BOTH,
+        )
+    ]
