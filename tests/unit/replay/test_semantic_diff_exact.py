@@ -88,6 +88,9 @@ def test_a_string_input_is_one_user_message_and_a_value_that_is_no_list_is_plain
     assert semantic_diff({"messages": 1}, {"messages": 2}) == [
         Difference(DiffKind.VALUE_CHANGED, "$.messages", "legacy 1 != ours 2")
     ]
+    assert semantic_diff({"messages": 1}, {"messages": [{"role": "user", "content": "hi"}]}) == [
+        Difference(DiffKind.VALUE_CHANGED, "$.messages", 'legacy 1 != ours [{"content":"hi","role":"user"}]')
+    ]
     assert semantic_diff({"messages": None}, {"messages": [], "model": "m"}) == [
         Difference(DiffKind.MISSING_FIELD, "$.model", 'ours has "m"', OURS)
     ]
@@ -378,3 +381,22 @@ def test_when_each_side_merged_a_different_run_both_merged() -> None:
             BOTH,
         )
     ]
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ({"type": "message", "role": "user", "content": "hi"},
+         Message(0, "user", ({"type": "text", "text": "hi"}, {"_fields": {"type": "message"}}))),
+        ({"type": "x", "role": "user"}, Message(0, "user", ({"_fields": {"type": "x"}},))),
+        ({"type": "message", "content": "hi"},
+         Message(0, "message", ({"type": "text", "text": "hi"}, {"_fields": {"type": "message"}}))),
+        ({"type": "x", "parts": [{"text": "a"}]}, Message(0, "x", ({"text": "a"}, {"_fields": {"type": "x"}}))),
+        ({"type": "function_call_output", "call_id": "c1"},
+         Message(0, "function_call_output", ({"type": "function_call_output", "call_id": "c1"},))),
+    ],
+)  # fmt: skip
+def test_only_an_item_with_a_type_and_no_role_content_or_parts_is_its_own_part(
+    item: dict[str, Any], message: Message
+) -> None:
+    assert messages_of([item]) == [message]
