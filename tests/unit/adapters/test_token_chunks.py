@@ -117,3 +117,37 @@ def test_chunk_counts_evict_the_least_recently_used() -> None:
     counts("a" * 10)
     counts("b" * 10)
     assert calls == ["b" * 10]
+
+
+@pytest.mark.parametrize(
+    ("text", "chunks"),
+    [
+        ('a"}],b', ['a', '"}],b']),  # the earliest cut there can be: after one character
+        ('"}],x', ['"}],x']),  # a marker at the start has nothing before it to cut after
+        ('"}],x"}],', ['"}],x', '"}],']),
+        ('x"}], "}],y"}],z', ['x', '"}], "}],y', '"}],z']),  # the middle one follows a blank
+        ('é"}],1"}],', ['é"}],1', '"}],']),  # after a non-ASCII letter: no cut
+        ("", [""]),
+    ],
+)  # fmt: skip
+def test_the_cuts_taken_and_the_ones_refused(text: str, chunks: list[str]) -> None:
+    assert independent_chunks(text) == chunks
+    assert "".join(chunks) == text
+
+
+def test_the_cache_accounts_its_bytes_exactly() -> None:
+    """Each kept chunk costs its length and 160; a chunk that fits the budget exactly is kept, and the
+    eviction that makes room takes back what the evicted chunk cost."""
+    counts = ChunkCounts(len, max_bytes=2 * 170)
+    assert counts.held_bytes == 0
+    counts("a" * 10)
+    assert (len(counts), counts.held_bytes) == (1, 170)
+    counts("b" * 10)
+    assert (len(counts), counts.held_bytes) == (2, 340)  # exactly the budget: nothing evicted
+    counts("c" * 10)
+    assert (len(counts), counts.held_bytes) == (2, 340)  # "a…" out, "c…" in
+    whole = ChunkCounts(len, max_bytes=170)
+    whole("d" * 10)
+    assert (len(whole), whole.held_bytes) == (1, 170)  # a chunk of exactly the budget is kept
+    whole("e" * 11)
+    assert (len(whole), whole.held_bytes) == (1, 170)  # one byte over: counted, not kept
