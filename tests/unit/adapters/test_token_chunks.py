@@ -125,6 +125,7 @@ def test_chunk_counts_evict_the_least_recently_used() -> None:
         ('a"}],b', ['a', '"}],b']),  # the earliest cut there can be: after one character
         ('"}],x', ['"}],x']),  # a marker at the start has nothing before it to cut after
         ('"}],x"}],', ['"}],x', '"}],']),
+        ('a"}],b"}],c"}],d', ['a', '"}],b', '"}],c', '"}],d']),  # every cut, not only the first and last
         ('x"}], "}],y"}],z', ['x', '"}], "}],y', '"}],z']),  # the middle one follows a blank
         ('é"}],1"}],', ['é"}],1', '"}],']),  # after a non-ASCII letter: no cut
         ("", [""]),
