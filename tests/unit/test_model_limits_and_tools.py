@@ -54,20 +54,27 @@ SEARCH = ToolDefinition(
 
 @pytest.fixture
 def empty_tables() -> Iterator[None]:
-    tables = (tools_module._TOOLSET_DIGESTS, tools_module._TOOLSET_JSON, tools_module._TOOLSETS_READ)
+    tables: tuple[dict[Any, Any], ...] = (
+        tools_module._TOOLSET_DIGESTS, tools_module._TOOLSET_JSON, tools_module._TOOLSETS_READ,
+    )  # fmt: skip
     saved = [dict(t) for t in tables]
     for table in tables:
         table.clear()
     yield
     for table, entries in zip(tables, saved, strict=True):
         table.clear()
-        table.update(entries)  # type: ignore[attr-defined]
+        table.update(entries)
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
     calls: list[Any] = []
     real: Callable[..., Any] = getattr(tools_module, name)
-    monkeypatch.setattr(tools_module, name, lambda value: calls.append(value) or real(value))
+
+    def counted(value: Any) -> Any:
+        calls.append(value)
+        return real(value)
+
+    monkeypatch.setattr(tools_module, name, counted)
     return calls
 
 

@@ -87,7 +87,7 @@ def test_the_registry_names_an_unknown_id_and_refuses_a_changed_adapter_under_an
     with pytest.raises(
         ValueError, match=r"^openai-chat@2 is registered with another digest; bump the version$"
     ):
-        with_adapter(ADAPTERS, impostor)  # type: ignore[arg-type]
+        with_adapter(ADAPTERS, impostor)
     added = with_adapter({}, chat)
     assert dict(added) == {"openai-chat@2": chat}
 
