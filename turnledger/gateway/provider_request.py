@@ -96,7 +96,9 @@ def _sigv4(
 ) -> dict[str, str]:
     if not isinstance(credential, AwsCredentials):
         raise TypeError("SigV4 needs AWS credentials, the route has an API key")
-    service = endpoint.profile.signing_service or "bedrock"
+    service = endpoint.profile.signing_service
+    if service is None:
+        raise TypeError(f"{endpoint.profile.api} signs with SigV4 but its profile names no signing service")
     return sigv4_headers(
         request.method,
         request.url,

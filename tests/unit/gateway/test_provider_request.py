@@ -93,3 +93,16 @@ def test_a_sigv4_request_without_content_is_signed_over_no_bytes() -> None:
                 break
         assert ours == direct
         assert "/us-east-1/bedrock/aws4_request" in ours["Authorization"]
+
+
+def test_a_sigv4_profile_must_name_its_signing_service() -> None:
+    env = {"AWS_ACCESS_KEY_ID": "AKIANOSERVICE0111", "AWS_SECRET_ACCESS_KEY": "no/service/secret/222"}
+    endpoint = endpoints_for("http://127.0.0.1:1", env).endpoint(
+        "bedrock-converse@1", "bedrock/anthropic.claude-sonnet-4@2025-05"
+    )
+    unnamed = replace(endpoint, profile=replace(endpoint.profile, signing_service=None))
+    request = ProviderRequest("POST", endpoint.url, {}, b"{}")
+    with pytest.raises(
+        TypeError, match=r"^bedrock-converse signs with SigV4 but its profile names no signing service$"
+    ):
+        provider_request._sigv4(unnamed, request, endpoint.route.credential)  # type: ignore[arg-type]
