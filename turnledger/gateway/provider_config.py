@@ -126,7 +126,8 @@ def parse_provider_config(data: Any, where: str = "provider config") -> list[Rou
     if unknown:
         raise ProviderConfigError(f"{where}: unknown keys {sorted(unknown)}")
     configs = [
-        _route({**defaults, **entry}, f"{where} routes[{i}]") for i, entry in enumerate(data["routes"])
+        _route({**defaults, **entry} if isinstance(entry, dict) else entry, f"{where} routes[{i}]")
+        for i, entry in enumerate(data["routes"])
     ]
     names = [c.route.name for c in configs]
     if len(set(names)) != len(names):
@@ -190,7 +191,8 @@ def _check_settings(s: RouteSettings, where: str) -> None:
     schemes = {profile_for(a).auth for a in s.adapters}
     if len(schemes) > 1:
         raise ProviderConfigError(
-            f"{where}: its adapters authenticate differently ({sorted(schemes)}); one route per scheme"
+            f"{where}: its adapters authenticate differently ({sorted(s.value for s in schemes)}); "
+            "one route per scheme"
         )
 
 
