@@ -155,16 +155,8 @@ def _route(entry: Any, where: str) -> RouteConfig:
                 f"{where}: unknown adapter or API {adapter!r}; known: {sorted({*ADAPTERS, *PROFILES})}"
             )
     options: dict[str, Any] = {k: entry[k] for k in _ROUTE_KEYS if k in entry}
-    try:
-        settings = RouteSettings(
-            name=name,
-            base_url=base_url,
-            adapters=tuple(adapters),
-            models=tuple(_strings(entry, "models", where)),
-            **options,
-        )
-    except TypeError as exc:
-        raise ProviderConfigError(f"{where}: {exc}") from None
+    models = tuple(_strings(entry, "models", where))
+    settings = RouteSettings(name=name, base_url=base_url, adapters=tuple(adapters), models=models, **options)
     _check_settings(settings, where)
     return RouteConfig(settings, _credential_settings(entry, settings, where))
 
@@ -186,6 +178,8 @@ def _check_settings(s: RouteSettings, where: str) -> None:
             raise ProviderConfigError(f"{where}: {key} must be a positive number")
     if not isinstance(s.concurrency, int) or isinstance(s.concurrency, bool) or s.concurrency < 1:
         raise ProviderConfigError(f"{where}: concurrency must be a positive integer")
+    if s.aws_region is not None and (not isinstance(s.aws_region, str) or not s.aws_region):
+        raise ProviderConfigError(f"{where}: aws_region must be a non-empty string")
     if s.keeps_idempotency_keys is not None and not isinstance(s.keeps_idempotency_keys, bool):
         raise ProviderConfigError(f"{where}: keeps_idempotency_keys must be true or false")
     schemes = {profile_for(a).auth for a in s.adapters}

@@ -3,6 +3,7 @@ and what a route's keys resolve to: defaults, credentials by API, AWS sources, t
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,9 @@ LIST = "needs a non-empty list `routes`"
         (g(headers={"X-Api-Key": "k", "Authorization": "a"}),
          f"{G}: credentials are not headers in this file; use api_key_env or api_key_file "
          "instead of ['authorization', 'x-api-key']"),
+        (g(headers={"X-Goog-Api-Key": "k"}),
+         f"{G}: credentials are not headers in this file; use api_key_env or api_key_file "
+         "instead of ['x-goog-api-key']"),
         (g(read_timeout_s=0), f"{G}: read_timeout_s must be a positive number"),
         (g(read_timeout_s="9"), f"{G}: read_timeout_s must be a positive number"),
         (g(connect_timeout_s=True), f"{G}: connect_timeout_s must be a positive number"),
@@ -82,6 +86,9 @@ LIST = "needs a non-empty list `routes`"
         (g(adapters=["gemini", "openai-chat"]),
          f"{G}: its adapters authenticate differently (['bearer', 'x-goog-api-key']); one route per scheme"),
         (b(api_key_env="K"), f"{B}: Bedrock routes take AWS credentials, not an API key"),
+        (b(api_key_file="/k"), f"{B}: Bedrock routes take AWS credentials, not an API key"),
+        (b(aws_region=""), f"{B}: aws_region must be a non-empty string"),
+        (b(aws_region=1), f"{B}: aws_region must be a non-empty string"),
         (b(aws_profile=""), f"{B}: `aws_profile` must be a non-empty string"),
         (g(aws_profile="p", aws_access_key_id_env="A"),
          f"{G}: ['aws_access_key_id_env', 'aws_profile'] apply to Bedrock routes only"),
@@ -92,6 +99,22 @@ LIST = "needs a non-empty list `routes`"
 )  # fmt: skip
 def test_a_refusal_names_the_file_the_route_and_the_key(data: Any, message: str) -> None:
     assert refusal(data) == message
+
+
+def test_the_least_a_route_may_say_and_the_default_place_in_messages() -> None:
+    (config,) = parse_provider_config(
+        g(read_timeout_s=1, connect_timeout_s=0.5, concurrency=1, aws_region="x")
+    )
+    route = config.route
+    assert (route.read_timeout_s, route.connect_timeout_s, route.concurrency, route.aws_region) == (
+        1,
+        0.5,
+        1,
+        "x",
+    )
+    with pytest.raises(ProviderConfigError) as refused:
+        parse_provider_config([])
+    assert str(refused.value) == "provider config: needs a non-empty list `routes`"
 
 
 def test_defaults_apply_to_every_route_and_a_route_overrides_them() -> None:
@@ -160,6 +183,9 @@ def test_a_bedrock_route_without_a_region_takes_the_environments() -> None:
 
 
 def test_a_missing_credential_of_a_file_route_is_refused_by_name() -> None:
+    with pytest.raises(ProviderConfigError) as missing_key:
+        resolve_routes(parse_provider_config(g(api_key_env="MISSING_KEY")), {})
+    assert str(missing_key.value) == "route g: the credential environment variable MISSING_KEY is not set"
     with pytest.raises(ProviderConfigError) as refused:
         resolve_routes(parse_provider_config({"routes": [BEDROCK]}), {})
     assert str(refused.value) == (
@@ -168,8 +194,17 @@ def test_a_missing_credential_of_a_file_route_is_refused_by_name() -> None:
     )
 
 
-def test_the_base_url_mode_takes_each_apis_sdk_variable_and_goes_without_one() -> None:
-    routes = routes_for_base_url("http://127.0.0.1:9", {"GOOGLE_API_KEY": "AIza-base-url-000111", **AWS})
+def test_the_base_url_mode_takes_each_apis_sdk_variable_and_goes_without_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="turnledger.gateway.provider_config"):
+        routes = routes_for_base_url("http://127.0.0.1:9", {"GOOGLE_API_KEY": "AIza-base-url-000111", **AWS})
+    without = sorted(set(PROFILES) - {"gemini", "bedrock-converse"})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"route {name}: no credential in the environment; requests go without one"
+        for name in PROFILES
+        if name in without
+    ]
     by_name = {route.name: route for route in routes.routes}
     assert sorted(by_name) == sorted(PROFILES)
     gemini = by_name["gemini"].credential
@@ -214,4 +249,8 @@ def test_without_a_file_or_a_url_the_worker_is_told_both_ways() -> None:
         f"no providers configured: pass --providers FILE (or set {PROVIDERS_ENV}) or --provider-url URL"
     )
     assert PROVIDERS_ENV == "TURNLEDGER_PROVIDERS"
-    assert {route.name for route in load_routes(None, "http://x", {}).routes} == set(PROFILES)
+    routes = load_routes(None, "http://x", {}, keeps_idempotency_keys=True).routes
+    assert {route.name for route in routes} == set(PROFILES)
+    assert {(route.settings.base_url, route.settings.keeps_idempotency_keys) for route in routes} == {
+        ("http://x", True)
+    }
