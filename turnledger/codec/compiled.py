@@ -237,7 +237,7 @@ class _ReaderCompiler(_Compiler):
             f"{ind}pos = {end}",
         ]
 
-    def read_blocks(self, target: str, ind: str, item: Callable[[str], list[str]]) -> list[str]:
+    def read_blocks(self, ind: str, item: Callable[[str], list[str]]) -> list[str]:
         count = self.var("count")
         loop = self.var("_")
         return [
@@ -278,7 +278,7 @@ class _ReaderCompiler(_Compiler):
             def array_item(inner: str) -> list[str]:
                 return [*self.read(schema["items"], item, inner), f"{inner}{target}.append({item})"]
 
-            return [f"{ind}{target} = []", *self.read_blocks(target, ind, array_item)]
+            return [f"{ind}{target} = []", *self.read_blocks(ind, array_item)]
         if kind == "map":
             key, value = self.var("key"), self.var("value")
 
@@ -289,7 +289,7 @@ class _ReaderCompiler(_Compiler):
                     f"{inner}{target}[{key}] = {value}",
                 ]
 
-            return [f"{ind}{target} = {{}}", *self.read_blocks(target, ind, map_item)]
+            return [f"{ind}{target} = {{}}", *self.read_blocks(ind, map_item)]
         assert kind == "union"
         branches = list(schema)
         index = self.var("index")

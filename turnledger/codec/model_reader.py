@@ -201,7 +201,7 @@ class _ModelReaderCompiler(_ReaderCompiler):
 
             return [
                 f"{ind}{target} = []",
-                *self.read_blocks(target, ind, array_item),
+                *self.read_blocks(ind, array_item),
                 *([f"{ind}{target} = tuple({target})"] if as_tuple else []),
             ]
         if kind == "union":
