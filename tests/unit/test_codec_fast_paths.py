@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from tests.strategies import model_strategy
 from turnledger.codec import Codec, SchemaRegistry
 from turnledger.codec import codec as codec_module
+from turnledger.codec.errors import CorruptRecord, UnencodableRecord
 from turnledger.codec.models import NAMESPACE, RECORD_MODELS
 from turnledger.model.events import CancelRequested, DispatchSent
 
@@ -93,3 +94,56 @@ def test_each_model_writer_is_compiled_once_and_again_after_the_registry_changes
         f"{NAMESPACE}.{second.__name__}",
         f"{NAMESPACE}.{first.__name__}",
     ]
+
+
+def test_a_model_writer_is_kept_while_its_schema_stays_the_current_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another record's schema changing moves the registry's generation: the writing is looked up again,
+    and the model writer of the schema that did not change is the one compiled before."""
+    codec = Codec(SchemaRegistry.from_files())
+    compiled: list[str] = []
+    real = codec_module.compile_writer
+
+    def counted(parsed: Any, models: Any) -> Any:
+        compiled.append(parsed["name"])
+        return real(parsed, models)
+
+    monkeypatch.setattr(codec_module, "compile_writer", counted)
+    record = DispatchSent(
+        conversation_id="c", event_id="e", occurred_at_ms=1, operation_id="o", attempt_generation=1
+    )
+    first = codec.encode(record)
+    other = codec.registry.reader(f"{NAMESPACE}.CancelRequested")
+    assert other is not None
+    codec.registry.add(other.schema)
+    assert codec.encode(record) == first
+    assert compiled == [f"{NAMESPACE}.DispatchSent"]
+
+
+def test_the_codecs_own_refusals_in_their_words() -> None:
+    codec = Codec(SchemaRegistry.from_files())
+    record = DispatchSent(
+        conversation_id="c", event_id="e", occurred_at_ms=1, operation_id="o", attempt_generation=1
+    )
+    data = codec.encode(record)
+    for cut in (data[:12], data[:-1]):
+        with pytest.raises(CorruptRecord) as corrupt:
+            codec.decode(cut)
+        assert str(corrupt.value) == f"{NAMESPACE}.DispatchSent: EOFError: "
+    with pytest.raises(CorruptRecord) as trailing:
+        codec.decode(data + b"x")
+    assert str(trailing.value) == f"{NAMESPACE}.DispatchSent: 1 trailing bytes"
+
+    class DispatchSent2(DispatchSent):
+        pass
+
+    DispatchSent2.__name__ = "DispatchSent"  # the name of a shipped record, not its class
+    with pytest.raises(UnencodableRecord) as lookalike:
+        codec.encode(DispatchSent2(**record.model_dump()))
+    assert str(lookalike.value) == "no schema for DispatchSent"
+    entry = codec.registry.reader(f"{NAMESPACE}.DispatchSent")
+    assert entry is not None
+    with pytest.raises(UnencodableRecord) as unencodable:
+        codec.encode_datum(entry, {"conversation_id": "c"})
+    assert str(unencodable.value).startswith(f"{NAMESPACE}.DispatchSent: ")
