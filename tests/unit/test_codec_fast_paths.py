@@ -7,18 +7,22 @@ compilations are counted."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
+from fastavro import parse_schema
 from hypothesis import given, settings
-from pydantic import BaseModel
+from pydantic import BaseModel, validator
 
 from tests.strategies import model_strategy
 from turnledger.codec import Codec, SchemaRegistry
 from turnledger.codec import codec as codec_module
-from turnledger.codec.errors import CorruptRecord, UnencodableRecord
+from turnledger.codec.errors import CorruptRecord, NotSingleObjectEncoded, UnencodableRecord
+from turnledger.codec.model_reader import compile_model_reader
 from turnledger.codec.models import NAMESPACE, RECORD_MODELS
-from turnledger.model.events import CancelRequested, DispatchSent
+from turnledger.model.events import CancelRequested, DispatchRequested, DispatchSent
+from turnledger.model.tools import ToolDefinition
 
 REFERENCE = Codec(SchemaRegistry.from_files(compiled=False))
 
@@ -127,7 +131,7 @@ def test_the_codecs_own_refusals_in_their_words() -> None:
         conversation_id="c", event_id="e", occurred_at_ms=1, operation_id="o", attempt_generation=1
     )
     data = codec.encode(record)
-    for cut in (data[:12], data[:-1]):
+    for cut in (data[:10], data[:12], data[:-1]):  # the header alone, then cut bodies
         with pytest.raises(CorruptRecord) as corrupt:
             codec.decode(cut)
         assert str(corrupt.value) == f"{NAMESPACE}.DispatchSent: EOFError: "
@@ -147,3 +151,51 @@ def test_the_codecs_own_refusals_in_their_words() -> None:
     with pytest.raises(UnencodableRecord) as unencodable:
         codec.encode_datum(entry, {"conversation_id": "c"})
     assert str(unencodable.value).startswith(f"{NAMESPACE}.DispatchSent: ")
+
+
+def test_the_model_reader_shares_what_validation_would_share() -> None:
+    """A DispatchRequested read by the compiled model reader holds the live tool definitions and the
+    interned names, as `model_validate` would give it (`model.base.SHARING`)."""
+    codec = Codec(SchemaRegistry.from_files())
+    tool = ToolDefinition(name="weather", description="d", input_schema={"type": "object"})
+    request = DispatchRequested(
+        conversation_id="c", event_id="e", occurred_at_ms=1, operation_id="o", adapter="openai-chat@2",
+        provider="openai", model_revision="openai/gpt-4o@2024-08", tools=(tool,), max_output_tokens=5,
+    )  # fmt: skip
+    data = codec.encode(request)
+    first, second = codec.decode(data), codec.decode(data)
+    assert isinstance(first, DispatchRequested) and isinstance(second, DispatchRequested)
+    assert first == request and first.tools[0] is second.tools[0]
+    assert first.adapter is second.adapter
+
+
+class _WithAValidator(BaseModel):
+    x: int
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+
+        @validator("x")
+        @classmethod
+        def _positive(cls, value: int) -> int:
+            return value
+
+
+def test_a_model_with_a_validator_of_its_own_gets_no_model_reader() -> None:
+    """Reading it without `model_validate` would skip the validator."""
+    schema = {
+        "type": "record",
+        "name": "_WithAValidator",
+        "namespace": NAMESPACE,
+        "fields": [{"name": "x", "type": "long"}],
+    }
+    parsed = parse_schema(schema, named_schemas={})
+    assert compile_model_reader(parsed, {f"{NAMESPACE}._WithAValidator": _WithAValidator}) is None
+
+
+def test_addresses_are_cut_from_details() -> None:
+    error = ValueError("bad read from <_io.BytesIO object at 0x7f3a2c1b9e40> at 3")
+    assert codec_module._without_addresses(error) == "bad read at 3"
+    with pytest.raises(NotSingleObjectEncoded) as refused:
+        Codec(SchemaRegistry.from_files()).decode("text")  # type: ignore[arg-type]
+    assert str(refused.value) == "expected bytes, got str"
