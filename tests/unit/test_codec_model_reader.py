@@ -11,6 +11,7 @@ kept, is listed in the module docstring; each has a test here.
 from __future__ import annotations
 
 import random
+import warnings
 from io import BytesIO
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from fastavro import schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator, validator
 
 from tests.strategies import model_strategy
 from turnledger.codec import Codec, CorruptRecord, SchemaRegistry
@@ -277,6 +278,46 @@ class _ModelValidated(_Checked):
 
 class _Constrained(_Checked):
     operation_id: str = Field(max_length=3)
+
+
+class _PostInit(_Checked):
+    def model_post_init(self, context: Any, /) -> None:
+        object.__setattr__(self, "operation_id", self.operation_id.upper())
+
+
+class _Private(_Checked):
+    _seen: int = PrivateAttr(default=0)
+
+
+class _Extras(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    conversation_id: str
+    event_id: str
+    occurred_at_ms: int
+    operation_id: str
+    attempt_generation: int
+
+
+class _OldValidated(_Checked):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+
+        @validator("operation_id")
+        @classmethod
+        def _old(cls, value: str) -> str:
+            return value
+
+
+@pytest.mark.parametrize("model", [_PostInit, _Private, _Extras, _OldValidated], ids=lambda m: m.__name__)
+def test_models_with_a_hook_private_state_extras_or_an_old_validator_get_no_model_reader(
+    model: type[BaseModel],
+) -> None:
+    """Built without `model_validate`, each would skip what it adds: the hook, the private state's
+    default, the extras' handling, the validator."""
+    name = f"{NAMESPACE}.DispatchSent"
+    fast = Codec(SchemaRegistry.from_files(), models={**MODELS_BY_NAME, name: model})
+    assert fast._compile_model_reader(_entry(fast, "DispatchSent").fingerprint) is None
 
 
 @pytest.mark.parametrize("model", [_FieldValidated, _ModelValidated, _Constrained], ids=lambda m: m.__name__)
