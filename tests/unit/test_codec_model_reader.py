@@ -289,14 +289,8 @@ class _Private(_Checked):
     _seen: int = PrivateAttr(default=0)
 
 
-class _Extras(BaseModel):
+class _Extras(_Checked):
     model_config = ConfigDict(extra="allow")
-
-    conversation_id: str
-    event_id: str
-    occurred_at_ms: int
-    operation_id: str
-    attempt_generation: int
 
 
 class _OldValidated(_Checked):
