@@ -56,10 +56,8 @@ def test_shipped_records_never_reach_fastavro(
     same()
 
 
-def test_each_model_writer_is_compiled_once_and_again_after_the_registry_changes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    codec = Codec(SchemaRegistry.from_files())
+def _count_compiled(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the record schemas `compile_writer` is asked to compile from now on, in order."""
     compiled: list[str] = []
     real = codec_module.compile_writer
 
@@ -68,6 +66,14 @@ def test_each_model_writer_is_compiled_once_and_again_after_the_registry_changes
         return real(parsed, models)
 
     monkeypatch.setattr(codec_module, "compile_writer", counted)
+    return compiled
+
+
+def test_each_model_writer_is_compiled_once_and_again_after_the_registry_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    codec = Codec(SchemaRegistry.from_files())
+    compiled = _count_compiled(monkeypatch)
     looked_up: list[type[BaseModel]] = []
     writing = codec._writing
 
@@ -106,14 +112,7 @@ def test_a_model_writer_is_kept_while_its_schema_stays_the_current_one(
     """Another record's schema changing moves the registry's generation: the writing is looked up again,
     and the model writer of the schema that did not change is the one compiled before."""
     codec = Codec(SchemaRegistry.from_files())
-    compiled: list[str] = []
-    real = codec_module.compile_writer
-
-    def counted(parsed: Any, models: Any) -> Any:
-        compiled.append(parsed["name"])
-        return real(parsed, models)
-
-    monkeypatch.setattr(codec_module, "compile_writer", counted)
+    compiled = _count_compiled(monkeypatch)
     record = DispatchSent(
         conversation_id="c", event_id="e", occurred_at_ms=1, operation_id="o", attempt_generation=1
     )
