@@ -469,3 +469,54 @@ def test_unions_and_enums_outside_the_subset_are_left_to_model_validate() -> Non
     for model, maybe in cases:
         codec, entry = _kinds_codec(model, maybe)
         assert codec._compile_model_reader(entry.fingerprint) is None, (model.__name__, maybe)
+
+
+class _FixedPair(_Checked):
+    kind: str
+    maybe: tuple[int, int] | None
+
+
+class _SetOf(_Checked):
+    kind: str
+    maybe: frozenset[int] | None
+
+
+class _RecordAsDict(_Checked):
+    kind: str
+    maybe: dict[str, Any] | None
+
+
+def test_arrays_and_records_into_annotations_of_another_shape_are_left_to_model_validate() -> None:
+    """A fixed-length tuple or a set is no array the reader builds, and a record is read only into its own
+    model: `model_validate` converts or refuses each."""
+    array = {"type": "array", "items": "long"}
+    inner = {"type": "record", "name": "Inner", "fields": [{"name": "a", "type": "long"}]}
+    for model, maybe in (
+        (_FixedPair, ["null", array]),
+        (_SetOf, ["null", array]),
+        (_RecordAsDict, ["null", inner]),
+    ):
+        codec, entry = _kinds_codec(model, maybe)
+        assert codec._compile_model_reader(entry.fingerprint) is None, model.__name__
+
+
+class _Renamed(_Checked):
+    kind: str
+    value: int | None = Field(validation_alias="maybe")
+
+
+def test_a_field_is_read_under_its_validation_alias() -> None:
+    """`value` is validated from `maybe` (its serialization alias stays `value`): the reader takes the
+    schema's `maybe` for it, as `model_validate` does."""
+    codec, entry = _kinds_codec(_Renamed, ["null", "long"])
+    assert codec._compile_model_reader(entry.fingerprint) is not None
+    wire = {
+        "conversationId": "c",
+        "eventId": "e",
+        "occurredAtMs": 1,
+        "operationId": "o",
+        "attemptGeneration": 2,
+    }
+    decoded = codec.decode(_wire_bytes(entry, {**wire, "kind": "A", "maybe": 7}))
+    assert isinstance(decoded, _Renamed) and decoded.value == 7
+    assert _typed(decoded) == _typed(_Renamed.model_validate({**wire, "kind": "A", "maybe": 7}))
