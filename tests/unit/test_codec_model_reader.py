@@ -71,6 +71,16 @@ def _entry(codec: Codec, name: str) -> SchemaEntry:
     return entry
 
 
+SENT_WIRE: dict[str, Any] = {
+    "conversationId": "c",
+    "eventId": "e",
+    "occurredAtMs": 1,
+    "operationId": "o",
+    "attemptGeneration": 1,
+}
+"""A DispatchSent's wire datum, which the tests of one field or one model change from."""
+
+
 def _wire_bytes(entry: SchemaEntry, wire: dict[str, Any]) -> bytes:
     """A record of exactly this wire datum (JSON-marked fields already text), written by fastavro."""
     out = BytesIO()
@@ -320,13 +330,7 @@ def test_models_with_validators_or_constraints_are_left_to_model_validate(model:
     fast = Codec(SchemaRegistry.from_files(), models={**MODELS_BY_NAME, name: model})
     entry = _entry(fast, "DispatchSent")
     assert fast._compile_model_reader(entry.fingerprint) is None
-    wire = {
-        "conversationId": "c",
-        "eventId": "e",
-        "occurredAtMs": 1,
-        "operationId": "",
-        "attemptGeneration": 0,
-    }
+    wire = {**SENT_WIRE, "operationId": "", "attemptGeneration": 0}
     wire["operationId"] = "" if model is _FieldValidated else "toolong" if model is _Constrained else "o"
     data = _wire_bytes(entry, wire)
     with pytest.raises(CorruptRecord) as refused:
@@ -340,13 +344,7 @@ def test_frozen_records_share_a_fields_set_that_nothing_changes_in_place() -> No
     name to it (`FastCopy`): assignment is refused before pydantic would add to it, and pydantic's
     own copies (shallow and deep) take a set of their own, so the shared set never changes."""
     entry = _entry(FAST, "DispatchSent")
-    wire = {
-        "conversationId": "c",
-        "eventId": "e",
-        "occurredAtMs": 1,
-        "operationId": "o",
-        "attemptGeneration": 1,
-    }
+    wire = dict(SENT_WIRE)
     first, second = FAST.decode(_wire_bytes(entry, wire)), FAST.decode(_wire_bytes(entry, wire))
     shared = first.__pydantic_fields_set__
     assert second.__pydantic_fields_set__ is shared
@@ -379,13 +377,7 @@ def test_records_of_a_mutable_model_each_get_their_own_fields_set() -> None:
     )
     entry = _entry(codec, "DispatchSent")
     assert codec._compile_model_reader(entry.fingerprint) is not None
-    wire = {
-        "conversationId": "c",
-        "eventId": "e",
-        "occurredAtMs": 1,
-        "operationId": "o",
-        "attemptGeneration": 1,
-    }
+    wire = dict(SENT_WIRE)
     first, second = codec.decode(_wire_bytes(entry, wire)), codec.decode(_wire_bytes(entry, wire))
     assert first.__pydantic_fields_set__ is not second.__pydantic_fields_set__
     assert _typed(first) == _typed(_Mutable.model_validate(wire))
@@ -445,13 +437,7 @@ def _kinds_codec(model: type[BaseModel], maybe: list[Any]) -> tuple[Codec, Schem
 
 
 def test_an_enum_read_as_str_and_a_none_first_optional_are_compiled() -> None:
-    wire = {
-        "conversationId": "c",
-        "eventId": "e",
-        "occurredAtMs": 1,
-        "operationId": "o",
-        "attemptGeneration": 2,
-    }
+    wire = {**SENT_WIRE, "attemptGeneration": 2}
     for maybe in (["null", "long"], [{"type": "null"}, "long"], ["long", "null"]):
         codec, entry = _kinds_codec(_Kinds, maybe)
         assert codec._compile_model_reader(entry.fingerprint) is not None, maybe
@@ -510,13 +496,7 @@ def test_a_field_is_read_under_its_validation_alias() -> None:
     schema's `maybe` for it, as `model_validate` does."""
     codec, entry = _kinds_codec(_Renamed, ["null", "long"])
     assert codec._compile_model_reader(entry.fingerprint) is not None
-    wire = {
-        "conversationId": "c",
-        "eventId": "e",
-        "occurredAtMs": 1,
-        "operationId": "o",
-        "attemptGeneration": 2,
-    }
+    wire = {**SENT_WIRE, "attemptGeneration": 2}
     decoded = codec.decode(_wire_bytes(entry, {**wire, "kind": "A", "maybe": 7}))
     assert isinstance(decoded, _Renamed) and decoded.value == 7
     assert _typed(decoded) == _typed(_Renamed.model_validate({**wire, "kind": "A", "maybe": 7}))
