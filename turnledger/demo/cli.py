@@ -35,6 +35,15 @@ def demo(
         float,
         typer.Option(min=0.0, max=1.0, help="Share of conversations whose user speaks again mid-stream."),
     ] = 0.05,
+    throttle_rate: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of conversations whose first provider request is refused with a 429 that "
+            "asks for a second's wait (the worker waits it out, and so does the route).",
+        ),
+    ] = 0.03,
     crash_worker: Annotated[
         bool, typer.Option(help="Kill one of the two workers a third of the way through.")
     ] = True,
@@ -66,6 +75,7 @@ def demo(
         invalid_rate=invalid_rate,
         cancel_rate=cancel_rate,
         interject_rate=interject_rate,
+        throttle_rate=throttle_rate,
         crash_worker_at=1 / 3 if crash_worker else None,
         seed=seed,
         partitions=partitions,

@@ -54,6 +54,19 @@ preview, and so retracted none.)"""
 SLOW_MARKER = "[demo: slow stream]"
 """Text the fake provider is told (FaultPlan.by_marker) to answer slowly: room to cancel mid-stream."""
 
+
+def throttled_marker(index: int) -> str:
+    """Text in the first user turn of conversation `index` when its first provider request is to be
+    refused with a 429 (`FaultPlan.first_with_marker`: one marker a conversation, so one refusal each)."""
+    return f"[demo: throttled {index}]"
+
+
+def throttled(seed: int, index: int, rate: float) -> bool:
+    """Is conversation `index` one whose first request the provider throttles (run.py builds the plan
+    from the same draw)?"""
+    return random.Random(f"{seed}:throttle:{index}").random() < rate
+
+
 ADAPTERS: tuple[tuple[str, str, str], ...] = (
     ("anthropic-messages@2", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
     ("openai-chat@2", "openai", "openai/gpt-4o@2024-08"),
@@ -88,6 +101,7 @@ class DriverStats:
     cancels_too_late: int = 0  # the answer committed before the cancel arrived
     interjections: int = 0  # the user spoke mid-stream and the operation was superseded
     interjections_too_late: int = 0  # the answer committed before the user spoke
+    throttled: int = 0  # conversations whose first provider request the provider refused with a 429
     invalid_submitted: Counter[str] = field(default_factory=Counter)
     given_up: dict[str, str] = field(default_factory=dict)  # operation id → the worker's reason
 
@@ -106,6 +120,7 @@ class Driver:
         invalid_rate: float = 0.08,
         cancel_rate: float = 0.0,
         interject_rate: float = 0.0,
+        throttle_rate: float = 0.0,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
         settle_within_ms: int | None = None,
@@ -117,6 +132,7 @@ class Driver:
         self.invalid_rate = invalid_rate
         self.cancel_rate = cancel_rate
         self.interject_rate = interject_rate
+        self.throttle_rate = throttle_rate
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
         self.settle_within_ms = settle_within_ms
@@ -165,8 +181,12 @@ class Driver:
         interject = (
             not cancel and random.Random(f"{self.seed}:interject:{index}").random() < self.interject_rate
         )
+        throttle = throttled(self.seed, index, self.throttle_rate)
+        self.stats.throttled += throttle
         for turn in range(self.turns):
             question = QUESTIONS[(index + turn) % len(QUESTIONS)]
+            if throttle and turn == 0:
+                question = f"{throttled_marker(index)} {question}"
             slow = cancel or interject
             await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if slow else question)
             self.stats.user_turns += 1

@@ -31,6 +31,7 @@ def render(result: DemoResult, console: Console) -> None:
             "interjections mid-stream, superseded (answer committed first)",
             f"{d.interjections} ({d.interjections_too_late})",
         ),
+        ("conversations throttled (a 429 on their first request)", str(d.throttled)),
         (
             "worker killed mid-run",
             "no"

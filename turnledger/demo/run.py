@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnledger.demo.checks import Check, all_checks, check_audit, check_projections
-from turnledger.demo.driver import OBSERVED_STREAMS, SLOW_MARKER, Driver, DriverStats
+from turnledger.demo.driver import (
+    OBSERVED_STREAMS,
+    SLOW_MARKER,
+    Driver,
+    DriverStats,
+    throttled,
+    throttled_marker,
+)
 from turnledger.dispatch.state import FINAL_STATES
 from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan, ReceivedRequest
 from turnledger.fake_provider.server import target_of
@@ -59,6 +66,9 @@ class DemoOptions:
     cancel_rate: float = 0.05
     #: share of conversations whose user speaks again while the model streams its first answer
     interject_rate: float = 0.05
+    #: share of conversations whose first provider request is refused with a 429 naming `throttle_ms`
+    throttle_rate: float = 0.03
+    throttle_ms: int = 1000
     #: kill one of the two workers once this share of the conversations is done (None: never)
     crash_worker_at: float | None = 1 / 3
     lease_s: float = 3.0
@@ -182,6 +192,7 @@ async def run_demo(
                     invalid_rate=options.invalid_rate,
                     cancel_rate=options.cancel_rate,
                     interject_rate=options.interject_rate,
+                    throttle_rate=options.throttle_rate,
                     op_timeout_s=options.op_timeout_s,
                 )
                 for stream in OBSERVED_STREAMS:
@@ -310,7 +321,13 @@ def _fault_plan(options: DemoOptions) -> FaultPlan:
         if options.cancel_rate or options.interject_rate
         else {}
     )
-    return FaultPlan(rates=rates, by_request=scripted, by_last_user_marker=slow)
+    throttle = Fault(FaultKind.RATE_LIMITED, options.throttle_ms)
+    throttles = {
+        throttled_marker(i): (throttle,)
+        for i in range(options.conversations)
+        if throttled(options.seed, i, options.throttle_rate)
+    }
+    return FaultPlan(rates=rates, by_request=scripted, by_last_user_marker=slow, first_with_marker=throttles)
 
 
 async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None) -> None:

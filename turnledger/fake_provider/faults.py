@@ -38,6 +38,17 @@ class FaultKind(StrEnum):
     ERROR_EVENT = "error_event"
     #: Before the stream, re-send N events the client already saw / of the previous stream (value: N).
     LATE_EVENTS = "late_events"
+    #: Refuse the request with the API's HTTP 429, asking to retry after N milliseconds (value: N,
+    #: default 1000; refusals.py). Scripted only: never drawn at random.
+    RATE_LIMITED = "rate_limited"
+    #: Refuse the request with HTTP status N (400-599, default 500) and the API's error for it
+    #: (refusals.py). Scripted only: never drawn at random.
+    HTTP_STATUS = "http_status"
+
+
+DRAWN_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)[: list(FaultKind).index(FaultKind.RATE_LIMITED)]
+"""The kinds a plan's `rates` draw at random: every kind before the refusals, in their order (a seeded
+server's draws stay what they were before the refusals were added)."""
 
 
 #: Faults that change what is generated (and so what a background response stores).
@@ -64,7 +75,8 @@ class FaultRecord(NamedTuple):
 class FaultPlan:
     """Server-level faults.
 
-    `rates`: probability per kind that a generation request gets that fault (independent draws).
+    `rates`: probability per kind that a generation request gets that fault (independent draws; only
+    the `DRAWN_KINDS`: a refusal is scripted, so a test knows which request got it).
     `by_request`: scripted faults for the n-th generation request (0-based arrival order).
     `always`: scripted faults for every generation request.
     `by_marker`: scripted faults for every generation request whose body contains the marker text (a
@@ -87,8 +99,13 @@ class FaultPlan:
     first_with_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
     by_last_user_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        scripted_only = sorted(k.value for k in self.rates if k not in DRAWN_KINDS)
+        if scripted_only:
+            raise ValueError(f"faults {scripted_only} are scripted only, not drawn at random")
+
     @classmethod
-    def uniform(cls, rate: float, kinds: Iterable[FaultKind] = tuple(FaultKind)) -> FaultPlan:
+    def uniform(cls, rate: float, kinds: Iterable[FaultKind] = DRAWN_KINDS) -> FaultPlan:
         """Every kind in `kinds` with the same probability `rate`."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"fault rate must be within [0, 1], got {rate}")
@@ -121,7 +138,7 @@ class FaultPlan:
 
     def draw(self, rng: random.Random) -> tuple[Fault, ...]:
         """Random faults, values left open (resolved against the concrete stream)."""
-        return tuple(Fault(kind) for kind in FaultKind if rng.random() < self.rates.get(kind, 0.0))
+        return tuple(Fault(kind) for kind in DRAWN_KINDS if rng.random() < self.rates.get(kind, 0.0))
 
 
 def parse_fault_header(value: str) -> tuple[Fault, ...]:

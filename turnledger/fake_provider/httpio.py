@@ -93,6 +93,18 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
         await reader.readexactly(2)
 
 
+NONSTANDARD_REASONS = {529: "Overloaded"}
+"""Statuses a provider sends that `http.HTTPStatus` does not know (Anthropic's 529)."""
+
+
+def reason_phrase(status: int) -> str:
+    """The status line's reason phrase; a status nobody named gets its class's (`Client Error`)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return NONSTANDARD_REASONS.get(status, "Client Error" if status < 500 else "Server Error")
+
+
 @dataclass
 class ResponseWriter:
     """Writes exactly one response; counts the body bytes it has put on the wire (dechunked)."""
@@ -104,7 +116,7 @@ class ResponseWriter:
     stream_content_type: str = "text/event-stream; charset=utf-8"
 
     def _head(self, status: int, headers: dict[str, str]) -> bytes:
-        reason = HTTPStatus(status).phrase
+        reason = reason_phrase(status)
         merged = {**headers, **self.extra_headers, "connection": "close"}
         lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in merged.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -13,6 +13,7 @@ import hashlib
 import json
 import random
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,7 @@ from turnledger.fake_provider.httpio import (
 )
 from turnledger.fake_provider.ids import rng_for
 from turnledger.fake_provider.model import Answer, Conversation, LastTurn, decide
+from turnledger.fake_provider.refusals import refusal_for
 
 LOOPBACK = "127.0.0.1"
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -95,6 +97,8 @@ class ReceivedRequest:
     headers: dict[str, str]
     body: bytes
     response_id: str | None = None
+    received_at: float = field(default_factory=time.monotonic)
+    """`time.monotonic()` when the request was read (when a client's retry came, in tests and reports)."""
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -333,6 +337,12 @@ class FakeProvider:
         )
         by_kind = {f.kind: f for f in reversed(requested)}  # the first mention of a kind wins
         applied: list[Fault] = []
+        refusal = refusal_for(api.name, by_kind)
+        if refusal is not None:  # refused before anything is generated: nothing is kept or stored
+            self._log(received, [refusal.fault])
+            out.extra_headers.update(refusal.headers)
+            await out.send_json(refusal.status, refusal.body)
+            return
 
         # content faults: they change what is generated
         trunc = resolve(

@@ -30,6 +30,7 @@ from turnledger.gateway.legacy import (
     record_legacy,
 )
 from turnledger.gateway.provider_config import PROVIDERS_ENV, ProviderConfigError, load_routes
+from turnledger.gateway.provider_failures import BackoffPolicy
 from turnledger.gateway.redaction import install_log_redaction
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
@@ -104,6 +105,19 @@ def worker(
         Path | None, typer.Option(help="Directory of the ownership journal (crash recovery needs it).")
     ] = Path(".turnledger/worker"),
     max_attempts: Annotated[int, typer.Option(min=1, help="Generations per operation, at most.")] = 4,
+    backoff_ms: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="TURNLEDGER_BACKOFF_MS",
+            help="Pause before a new generation when the provider named none (its Retry-After is "
+            "kept): this long after the first failure, doubling after each one.",
+        ),
+    ] = 500,
+    backoff_max_ms: Annotated[
+        int,
+        typer.Option(min=0, envvar="TURNLEDGER_BACKOFF_MAX_MS", help="The longest such pause."),
+    ] = 8000,
     lease_seconds: Annotated[
         float,
         typer.Option(
@@ -173,6 +187,7 @@ def worker(
     config = WorkerConfig(
         worker_id=worker_id,
         max_attempts=max_attempts,
+        backoff=BackoffPolicy(initial_s=backoff_ms / 1000, max_s=backoff_max_ms / 1000),
         rollout_stage=rollout_stage,
         lease_s=lease_seconds,
         flush_s=flush_ms / 1000,

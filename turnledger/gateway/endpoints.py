@@ -72,13 +72,20 @@ Credential = Secret | AwsCredentials | None
 
 
 class ProviderRoute:
-    """A route with its credential resolved and its concurrency limit; shared by its endpoints."""
+    """A route with its credential resolved, its concurrency limit and its cool-down; shared by its
+    endpoints, so every operation of the worker sees what the provider asked of any of them."""
 
     def __init__(self, settings: RouteSettings, credential: Credential) -> None:
         self.settings = settings
         self.credential = credential
         self.slots = asyncio.Semaphore(settings.concurrency)
         self.timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
+        self.cooldown_until = 0.0
+        """The `time.monotonic()` before which no new generation is sent here (a provider's Retry-After)."""
+
+    def cool_down(self, seconds: float, now: float) -> None:
+        """The provider asked to wait `seconds` from `now`: no new generation goes out until then."""
+        self.cooldown_until = max(self.cooldown_until, now + seconds)
 
     @property
     def name(self) -> str:

@@ -99,6 +99,8 @@ class StreamPump:
         self._last_wire_sequence = -1
         self.acked = acked
         self.saw_final = False
+        self.error_type: str | None = None
+        """The type of the first error the stream carried (the provider's or our parser's), if any."""
         self.stats = PumpStats()
         self._interval = flush_interval_s
         self._clock = clock
@@ -202,8 +204,11 @@ class StreamPump:
     def _accept(self, deltas: list[NormalizedDelta]) -> list[NormalizedDelta]:
         seen = self._pending[-1].delta_sequence if self._pending else self.acked
         fresh = [d for d in deltas if d.delta_sequence > seen]
-        if any(d.type in FINAL_TYPES for d in deltas):
-            self.saw_final = True
+        for delta in deltas:
+            if delta.type in FINAL_TYPES:
+                self.saw_final = True
+            if delta.type is DeltaType.PROVIDER_ERROR and self.error_type is None:
+                self.error_type = delta.error_type or ""
         return fresh
 
     async def _append(self, batch: list[NormalizedDelta]) -> None:

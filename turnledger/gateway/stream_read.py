@@ -24,6 +24,7 @@ from turnledger.gateway.client import WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.lease_keeper import LeaseKeeper
+from turnledger.gateway.provider_failures import ProviderFailure, http_failure, stream_failure
 from turnledger.gateway.provider_request import ProviderRequest
 from turnledger.gateway.pump import StreamPump
 from turnledger.gateway.worker_config import CrashHook, WorkerStats
@@ -48,6 +49,8 @@ class Phase:
     outcome: StreamOutcome = StreamOutcome.COMPLETED
     since: int = 0
     """The board's position when the phase began (expiries after it end the phase)."""
+    failure: ProviderFailure | None = None
+    """What the provider's error answer or the stream's error event says of trying again, if it failed so."""
 
 
 class StreamReader:
@@ -116,6 +119,7 @@ class StreamReader:
             flush_interval_s=self._flush_interval_s,
         )
         outcome = StreamOutcome.COMPLETED
+        phase.failure = None
         lease_lost = self._board.lease_lost_signal(key, generation)
         stop = StopOnCancel(self._board.cancel_signal(key), lease_lost)
         live.PROVIDER_REQUESTS.labels(api, "resume" if request.method == "GET" else "send").inc()
@@ -131,7 +135,10 @@ class StreamReader:
                 live.PROVIDER_REQUEST_SECONDS.labels(api).observe(time.monotonic() - sent_at)
                 if response.status_code >= 400:
                     live.PROVIDER_ERRORS.labels(api, str(response.status_code)).inc()
-                    await response.aread()  # never kept: an error body may quote the credential
+                    body = await response.aread()  # read for its error type only: it may quote the credential
+                    phase.failure = http_failure(
+                        api, response.status_code, response.headers, body, time.time()
+                    )
                     self._stats.bump(f"http_{response.status_code}")
                     outcome = StreamOutcome.PROVIDER_ERROR
                 else:
@@ -181,6 +188,8 @@ class StreamReader:
             self._stats.bump("cancelled_reads")
             log.debug("%s generation %d: cancelled, stopped reading", op, generation)
             outcome = StreamOutcome.DISCONNECTED
+        if pump.error_type is not None:
+            phase.failure = stream_failure(api, pump.error_type)
         self._stats.bump("late_deltas", pump.stats.late_deltas)
         self._stats.bump("wire_duplicates", pump.stats.wire_duplicates)
         phase.acked = pump.acked

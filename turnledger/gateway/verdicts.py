@@ -16,7 +16,9 @@ GIVE_UP_PREFIX = "worker gave up: "
 """Start of the reason of the CancelRequested a worker appends when it abandons an operation."""
 
 
-GIVE_UP_REASONS = frozenset({ReasonCode.WORKER_GAVE_UP, ReasonCode.NO_PROVIDER_ENDPOINT})
+GIVE_UP_REASONS = frozenset(
+    {ReasonCode.WORKER_GAVE_UP, ReasonCode.NO_PROVIDER_ENDPOINT, ReasonCode.PROVIDER_REFUSED}
+)
 """The reasons of a worker's give-up (a CancelRequested marked `workerGaveUp`)."""
 
 

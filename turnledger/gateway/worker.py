@@ -64,7 +64,6 @@ what it appends), `lease_keeper.py`, `sweeper.py` (claims and adoption), `verdic
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -82,10 +81,11 @@ from turnledger.gateway.board import (
     key_of,
     may_produce_output,
 )
-from turnledger.gateway.client import IngressSink, WorkerEvents
+from turnledger.gateway.client import IngressSink, WorkerEvents, now_ms
 from turnledger.gateway.endpoints import ProviderEndpoint, ProviderRoutes, UnknownEndpointError
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
 from turnledger.gateway.lease_keeper import LeaseKeeper
+from turnledger.gateway.provider_failures import ProviderFailure
 from turnledger.gateway.provider_request import (
     cancel_request,
     resume_request,
@@ -93,6 +93,7 @@ from turnledger.gateway.provider_request import (
 )
 from turnledger.gateway.redaction import REDACTOR
 from turnledger.gateway.rollout import protocol_sends
+from turnledger.gateway.slot_hold import SlotHold
 from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamReader
 from turnledger.gateway.sweeper import ExpirySweeper
 from turnledger.gateway.verdicts import GIVE_UP_PREFIX, Verdict, describe, fold_terminated, gave_up
@@ -100,6 +101,7 @@ from turnledger.gateway.worker_config import CrashHook, WorkerConfig, WorkerStat
 from turnledger.model.events import DispatchDecision, DispatchState, Rejected
 from turnledger.model.manifest import DispatchManifest
 from turnledger.model.reasons import ReasonCode
+from turnledger.observability import runtime_metrics as live
 
 log = logging.getLogger(__name__)
 S = DispatchState
@@ -140,6 +142,8 @@ class DispatchWorker:
         self._own_http = http is None
         self._tasks: dict[OperationKey, asyncio.Task[None]] = {}
         self._failures: dict[OperationKey, DispatchDecision] = {}  # the decision that ended its last attempt
+        self._provider_failures: dict[OperationKey, ProviderFailure] = {}  # what its provider last said
+        self._holds: dict[OperationKey, SlotHold] = {}
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
         self._live = False
         self.leases = LeaseKeeper(
@@ -279,28 +283,31 @@ class DispatchWorker:
         self._spawn(key)
 
     async def _guarded(self, key: OperationKey, recovering: JournalEntry | None) -> None:
+        hold = self._holds[key] = SlotHold([*self._route_slots(key), self._slots])
         try:
-            async with self._route_slots(key), self._slots:
-                await self._run(key, recovering)
+            await hold.take()
+            await self._run(key, recovering)
         except asyncio.CancelledError:
             raise
         except Exception:
             self.stats.bump("errors")
             log.exception("dispatch of %s/%s failed", *key)
         finally:
+            hold.give_back()
+            self._holds.pop(key, None)
             self._tasks.pop(key, None)
             self.leases.forget(key)
 
-    def _route_slots(self, key: OperationKey) -> contextlib.AbstractAsyncContextManager[object]:
+    def _route_slots(self, key: OperationKey) -> list[asyncio.Semaphore]:
         """The concurrency limit of the route that serves the operation (taken before a worker slot,
         so operations waiting for a busy provider do not hold slots others could use)."""
         manifest = self.board.manifests.get(key)
         if manifest is None:
-            return contextlib.nullcontext()
+            return []
         try:
-            return self.endpoints.endpoint_for(manifest).route.slots
+            return [self.endpoints.endpoint_for(manifest).route.slots]
         except UnknownEndpointError:
-            return contextlib.nullcontext()
+            return []
 
     # -- one operation -------------------------------------------------------------------
 
@@ -326,22 +333,88 @@ class DispatchWorker:
             self._finish(manifest, Verdict.GIVE_UP)
             return
         verdict = await self._continue(manifest, endpoint, recovering)
-        if verdict is not Verdict.RETRY:
-            self._finish(manifest, verdict)
-            return
+        self._provider_failures.pop(key, None)  # a continued attempt's: the first new one goes at once
         attempts = 0
-        while attempts < self.config.max_attempts:
+        while verdict is Verdict.RETRY:
             attempts += 1
             verdict = await self._attempt(manifest, endpoint)
             if verdict is not Verdict.RETRY:
-                self._finish(manifest, verdict)
-                return
+                break
             self.stats.bump("retries")
-        self.stats.bump("gave_up")
+            verdict = await self._after_failed_attempt(manifest, endpoint, attempts)
+        self._finish(manifest, verdict)
+
+    async def _after_failed_attempt(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, attempts: int
+    ) -> Verdict:
+        """A generation failed: stop if the provider refused the request for what it is or the attempts
+        are spent, else pause (the provider's Retry-After, or the backoff) and RETRY."""
+        key = key_of(manifest)
+        failure = self._provider_failures.pop(key, None)
         last = describe(self._failures.pop(key, None))
-        log.warning("%s/%s: giving up after %d attempts; last: %s", *key, attempts, last)
-        await self._give_up(manifest, f"{attempts} attempts failed; last {last}")
-        self._finish(manifest, Verdict.GIVE_UP)
+        if failure is not None and not failure.retryable:
+            self.stats.bump("provider_refused")
+            live.PROVIDER_FAILURES.labels(endpoint.api, "refused").inc()
+            why = f"the provider refused the request ({failure.describe()}); not sent again: it would be too"
+            log.warning("%s/%s: %s", *key, why)
+            await self._give_up(manifest, why, ReasonCode.PROVIDER_REFUSED)
+            return Verdict.GIVE_UP
+        if attempts >= self.config.max_attempts:
+            self.stats.bump("gave_up")
+            if failure is not None:
+                last += f"; {failure.describe()}"
+            log.warning("%s/%s: giving up after %d attempts; last: %s", *key, attempts, last)
+            await self._give_up(manifest, f"{attempts} attempts failed; last {last}")
+            return Verdict.GIVE_UP
+        if failure is not None:
+            live.PROVIDER_FAILURES.labels(endpoint.api, "retried").inc()
+        seconds = (
+            failure.pause_s(attempts, self.config.backoff, self.config.jitter())
+            if failure is not None
+            else self.config.backoff.pause_s(attempts, self.config.jitter())
+        )
+        if failure is not None and failure.retry_after_s is not None:
+            endpoint.route.cool_down(failure.retry_after_s, time.monotonic())
+        why = failure.describe() if failure is not None else last
+        return await self._pause(manifest, endpoint, seconds, why) or Verdict.RETRY
+
+    async def _pause(
+        self, manifest: DispatchManifest, endpoint: ProviderEndpoint, seconds: float, why: str
+    ) -> Verdict | None:
+        """Wait `seconds` before the next generation, holding no slot; None when it may go. Gives up at
+        once when the wait would pass the operation's deadline (the sweeper would cancel it there), and
+        ends early as CANCELLED when the operation is cancelled meanwhile (its attempt is terminated)."""
+        key = key_of(manifest)
+        latest = self.board.latest.get(key)
+        deadline = latest.deadline_at_ms if latest is not None else None
+        if deadline is not None and now_ms() + seconds * 1000 >= deadline:
+            self.stats.bump("pauses_past_deadline")
+            await self._give_up(
+                manifest, f"{why}: waiting {seconds:.3g}s more would pass the operation's deadline"
+            )
+            return Verdict.GIVE_UP
+        self.stats.bump("pauses")
+        live.PROVIDER_RETRY_PAUSE_SECONDS.labels(endpoint.api).observe(seconds)
+        log.info("%s/%s: next generation in %.3gs (%s)", *key, seconds, why)
+        hold = self._holds.get(key)
+        if hold is not None:
+            hold.give_back()
+        try:
+            cancelled = await self.board.wait_until(lambda: self.board.cancelled(key), seconds)
+        finally:
+            if hold is not None:
+                await hold.take()
+        return Verdict.CANCELLED if cancelled else None
+
+    async def _route_ready(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict | None:
+        """Wait while the route cools down (a provider's Retry-After to any operation of it)."""
+        route = endpoint.route
+        while (left := route.cooldown_until - time.monotonic()) > 0:
+            self.stats.bump("route_cooldown_waits")
+            verdict = await self._pause(manifest, endpoint, left, f"route {route.name} cooling down")
+            if verdict is not None:
+                return verdict
+        return None
 
     async def _continue(
         self, manifest: DispatchManifest, endpoint: ProviderEndpoint, recovering: JournalEntry | None
@@ -401,6 +474,9 @@ class DispatchWorker:
     async def _attempt(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict:
         """One generation: CAS, send, stream, and whatever follows the stream."""
         conv, op = key = key_of(manifest)
+        waited = await self._route_ready(manifest, endpoint)
+        if waited is not None:
+            return waited
         current = self.board.latest.get(key)
         after = current.attempt_generation if current else 0
         self.journal.write(JournalEntry(op, conv, after))
@@ -465,6 +541,10 @@ class DispatchWorker:
             decision = await self.board.settled(
                 key, generation, phase.sources, self.config.settle_timeout_s, since=phase.since
             )
+            if phase.failure is not None:
+                self._provider_failures[key] = phase.failure
+            else:
+                self._provider_failures.pop(key, None)
             if decision is None:
                 self.stats.bump("settle_timeouts")
                 log.warning(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from turnledger.gateway.provider_failures import BackoffPolicy
 from turnledger.gateway.rollout import RolloutStage
 
 CrashHook = Callable[[str], None]
@@ -35,6 +37,10 @@ class WorkerConfig:
     stop_within_s: float = 5.0
     """How long `release` (a partition moved) and `close` wait for cancelled operation tasks to unwind."""
     crash_hook: CrashHook | None = None
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    """The pause before a new generation when the provider named none (gateway/provider_failures.py)."""
+    jitter: Callable[[], float] = random.random
+    """Draws the backoff's jitter, in [0, 1)."""
 
     @property
     def lease_ms(self) -> int:

@@ -93,3 +93,5 @@ class ReasonCode(StrEnum):
     # bounds on the out-of-order buffer and the committed-turn record (model/limits.py)
     TOO_MANY_HELD_DELTAS = "TOO_MANY_HELD_DELTAS"
     TURN_TOO_LARGE = "TURN_TOO_LARGE"
+    # the dispatch worker: a provider refused the request for what it is (gateway/provider_failures.py)
+    PROVIDER_REFUSED = "PROVIDER_REFUSED"

@@ -97,6 +97,18 @@ PROVIDER_ERRORS = Counter(
     "Provider requests that failed: an HTTP error status (status=4xx/5xx code) or a disconnect.",
     ["api", "error"],
 )
+PROVIDER_FAILURES = Counter(
+    "turnledger_provider_failures",
+    "Generations the provider failed (an error status or an error event), by what the worker did next: "
+    "retried (after a pause), or refused (the request is refused for what it is: the operation ends).",
+    ["api", "verdict"],
+)
+PROVIDER_RETRY_PAUSE_SECONDS = Histogram(
+    "turnledger_provider_retry_pause_seconds",
+    "Pauses before a new generation: the provider's Retry-After, the backoff, or a route cooling down.",
+    ["api"],
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0),
+)
 
 # ------------------------------------------------------------------------------------- tool executor
 TOOL_CALLS = Counter("turnledger_tool_calls", "Tool calls run by the tool executor.", ["tool", "status"])

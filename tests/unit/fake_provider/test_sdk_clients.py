@@ -173,3 +173,66 @@ async def test_botocore_event_stream_parser_takes_every_byte_of_the_raw_stream()
         consumed = sum(m.prelude.total_length for m in messages)
         assert consumed == len(response.content)
         assert next(m.headers[":event-type"] for m in messages) == "messageStart"
+
+
+async def test_every_sdk_reads_the_fakes_refusals_as_the_apis_own() -> None:
+    """`rate_limited` and `http_status` answers: each SDK raises its own class for them, and the
+    Stainless SDKs read the delay the fake names (anthropic and openai compute their wait from it)."""
+    throttled = {"x-fake-fault": "rate_limited=2500"}
+    async with FakeProvider(seed=2) as fp:
+        claude = anthropic.AsyncAnthropic(
+            base_url=fp.base_url, api_key=fp.keys.anthropic, max_retries=0, default_headers=throttled
+        )
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            await claude.messages.create(
+                model="c", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        assert limited.value.response.headers["retry-after-ms"] == "2500"
+        assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+        overloaded = anthropic.AsyncAnthropic(
+            base_url=fp.base_url,
+            api_key=fp.keys.anthropic,
+            max_retries=0,
+            default_headers={"x-fake-fault": "http_status=529"},
+        )
+        with pytest.raises(anthropic.InternalServerError) as busy:
+            await overloaded.messages.create(
+                model="c", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        assert busy.value.status_code == 529
+        assert busy.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+
+        gpt = openai.AsyncOpenAI(
+            base_url=f"{fp.base_url}/v1", api_key=fp.keys.openai, max_retries=0, default_headers=throttled
+        )
+        with pytest.raises(openai.RateLimitError) as slow:
+            await gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        assert slow.value.code == "rate_limit_exceeded" and slow.value.type == "requests"
+        assert slow.value.response.headers["retry-after"] == "2.5"
+        gone = openai.AsyncOpenAI(
+            base_url=f"{fp.base_url}/v1",
+            api_key=fp.keys.openai,
+            max_retries=0,
+            default_headers={"x-fake-fault": "http_status=404"},
+        )
+        with pytest.raises(openai.NotFoundError) as missing:
+            await gone.responses.create(model="gpt-4.1", input="hi")
+        assert missing.value.code == "model_not_found"
+
+        options = gtypes.HttpOptions(base_url=fp.base_url, api_version="v1beta", headers=throttled)
+        gemini = genai.Client(api_key=fp.keys.gemini, http_options=options)
+        with pytest.raises(genai.errors.ClientError) as exhausted:
+            await gemini.aio.models.generate_content(model="gemini-2.5-pro", contents="hi")
+        assert exhausted.value.code == 429 and exhausted.value.status == "RESOURCE_EXHAUSTED"
+        [retry_info] = exhausted.value.details["error"]["details"]
+        assert retry_info == {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2.5s"}
+
+        bedrock = _bedrock_client(fp.base_url, fp.keys.aws_access_key_id, fp.keys.aws_secret_access_key)
+
+        def add_fault(request: Any, **_: Any) -> None:
+            request.headers["x-fake-fault"] = "rate_limited=2500"
+
+        bedrock.meta.events.register("before-sign.bedrock-runtime.ConverseStream", add_fault)
+        with pytest.raises(bedrock.exceptions.ThrottlingException) as refused:
+            await asyncio.to_thread(_converse_stream, bedrock, "hi", False)
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429

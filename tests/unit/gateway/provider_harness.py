@@ -1,0 +1,118 @@
+"""The worker, the real fold (an in-memory ledger) and the fake provider with the credentials it
+checks, set up for a test of every API (test_providers.py, test_provider_failures_worker.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+
+from tests.unit.gateway.ledger import InMemoryLedger
+from turnledger.fake_provider import FakeProvider, FaultPlan
+from turnledger.gateway.client import EventFactory, stream_policy
+from turnledger.gateway.endpoints import ProviderRoutes, endpoints_for
+from turnledger.gateway.tool_executor import DEMO_TOOLS, ToolExecutor
+from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.model.events import (
+    CommittedTurn,
+    DispatchDecision,
+    DispatchRequested,
+    DispatchState,
+    ManifestIssued,
+    ToolCallReady,
+)
+from turnledger.topology import Stream
+
+S = DispatchState
+
+#: adapter → (provider, model revision, API path prefix on the wire)
+APIS: Mapping[str, tuple[str, str, str]] = {
+    "anthropic-messages@2": ("anthropic", "anthropic/claude-sonnet-4@2025-05", "/v1/messages"),
+    "openai-chat@2": ("openai", "openai/gpt-4o@2024-08", "/v1/chat/completions"),
+    "openai-responses@2": ("openai", "openai/gpt-4.1@2025-04", "/v1/responses"),
+    "gemini@2": (
+        "google",
+        "google/gemini-2.5-pro@2025-06",
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+    ),
+    "bedrock-converse@1": ("bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05", "/model/"),
+}
+ROLLBACK = {"anthropic-messages@0": ("anthropic", "anthropic/claude-sonnet-4@2025-05", "/v1/messages")}
+
+
+class Harness:
+    def __init__(self, ledger: InMemoryLedger, fp: FakeProvider, worker: DispatchWorker) -> None:
+        self.ledger, self.fp, self.worker = ledger, fp, worker
+        self.factory = EventFactory()
+
+    async def converse(
+        self, conv: str, adapter: str, op: str = "op-1", text: str = "weather in Paris?", tools: bool = True
+    ) -> None:
+        await self.ledger.append(self.factory.user_turn(conv, text))
+        await self.request(conv, adapter, op, tools=tools)
+
+    async def request(
+        self, conv: str, adapter: str, op: str, tools: bool = True, settle_within_ms: int | None = None
+    ) -> None:
+        provider, model, _ = {**APIS, **ROLLBACK}[adapter]
+        await self.ledger.append(
+            DispatchRequested(
+                **self.factory.stamp(conv),
+                operation_id=op,
+                adapter=adapter,
+                provider=provider,
+                model_revision=model,
+                tools=DEMO_TOOLS if tools else (),
+                max_output_tokens=512,
+                policy=stream_policy(adapter),
+                settle_within_ms=settle_within_ms,
+            )
+        )
+
+    async def settled(self, conv: str, op: str, timeout: float = 15.0) -> DispatchDecision:
+        """The operation's final decision once the worker is idle (a condition, polled)."""
+        final = {S.COMMITTED, S.CANCELLED, S.REJECTED, S.PAUSED}
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            latest = self.worker.board.latest.get((conv, op))
+            if latest is not None and latest.state in final and not self.worker.busy:
+                return latest
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{conv}/{op} did not settle: {self.worker.board.latest.get((conv, op))}")
+
+    def assistant_turns(self, conv: str) -> list[CommittedTurn]:
+        return [t for t in self.ledger.of_type(CommittedTurn) if t.conversation_id == conv and t.operation_id]
+
+    def posts(self) -> list[bytes]:
+        return [r.body for r in self.fp.requests if r.method == "POST"]
+
+
+def with_keys(fp: FakeProvider) -> ProviderRoutes:
+    return endpoints_for(fp.base_url, fp.keys.as_env())
+
+
+async def harness(
+    plan: FaultPlan | None = None,
+    routes_of: Callable[[FakeProvider], ProviderRoutes] = with_keys,
+    tools_run: bool = False,
+    config: WorkerConfig | None = None,
+) -> AsyncIterator[Harness]:
+    """`config`: the worker's (else a 10 s settle timeout and 3 attempts)."""
+    ledger = InMemoryLedger()
+    async with FakeProvider(seed=4, fault_plan=plan) as fp:
+        config = config or WorkerConfig(settle_timeout_s=10, max_attempts=3)
+        routes = routes_of(fp)
+        async with DispatchWorker(ledger, routes, config=config) as worker:
+
+            async def observe(records: list) -> None:  # type: ignore[type-arg]
+                await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])
+
+            ledger.subscribe(Stream.MANIFESTS, observe)
+            if tools_run:
+                executor = ToolExecutor(ledger)
+
+                async def run_tools(records: list) -> None:  # type: ignore[type-arg]
+                    await executor.handle([r for r in records if isinstance(r, ToolCallReady)])
+
+                ledger.subscribe(Stream.TOOL_CALLS, run_tools)
+            await worker.go_live()
+            yield Harness(ledger, fp, worker)

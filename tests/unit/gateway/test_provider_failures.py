@@ -1,0 +1,200 @@
+"""What a provider's failure means for the next generation: each rule of provider_failures.py, the
+delays a provider can name, the backoff, and that nothing but a known type name leaves an error body."""
+
+from __future__ import annotations
+
+import email.utils
+
+import orjson
+import pytest
+
+from turnledger.gateway.provider_failures import (
+    ERROR_TYPES,
+    MAX_ERROR_BODY_BYTES,
+    BackoffPolicy,
+    ProviderFailure,
+    http_failure,
+    stream_failure,
+)
+
+NOW = 1_800_000_000.0
+
+
+def _body(obj: object) -> bytes:
+    return orjson.dumps(obj)
+
+
+def anthropic_error(kind: str) -> bytes:
+    return _body({"type": "error", "error": {"type": kind, "message": "sk-ant-SECRET in the text"}})
+
+
+def openai_error(kind: str, code: str | None) -> bytes:
+    return _body({"error": {"message": "sk-SECRET", "type": kind, "param": None, "code": code}})
+
+
+def gemini_error(status: str, details: list[object] | None = None) -> bytes:
+    error: dict[str, object] = {"code": 429, "message": "AIza-SECRET", "status": status}
+    if details is not None:
+        error["details"] = details
+    return _body({"error": error})
+
+
+@pytest.mark.parametrize(
+    ("api", "status", "headers", "body", "expected"),
+    [
+        # the header wins over the type and the status
+        ("anthropic-messages", 400, {"x-should-retry": "true"}, anthropic_error("invalid_request_error"),
+         ProviderFailure(True, "x-should-retry", 400, "invalid_request_error")),
+        ("openai-chat", 500, {"x-should-retry": "FALSE "}, b"",
+         ProviderFailure(False, "x-should-retry", 500)),
+        # a documented type decides, whatever the status says
+        ("anthropic-messages", 529, {}, anthropic_error("overloaded_error"),
+         ProviderFailure(True, "error type", 529, "overloaded_error")),
+        ("anthropic-messages", 401, {}, anthropic_error("authentication_error"),
+         ProviderFailure(False, "error type", 401, "authentication_error")),
+        ("anthropic-messages", 413, {}, anthropic_error("request_too_large"),
+         ProviderFailure(False, "error type", 413, "request_too_large")),
+        ("openai-chat", 429, {}, openai_error("requests", "rate_limit_exceeded"),
+         ProviderFailure(True, "error type", 429, "rate_limit_exceeded")),
+        ("openai-responses", 429, {}, openai_error("insufficient_quota", "insufficient_quota"),
+         ProviderFailure(False, "error type", 429, "insufficient_quota")),
+        ("openai-chat", 401, {}, openai_error("invalid_request_error", "invalid_api_key"),
+         ProviderFailure(False, "error type", 401, "invalid_api_key")),
+        ("gemini", 429, {}, gemini_error("RESOURCE_EXHAUSTED"),
+         ProviderFailure(True, "error type", 429, "RESOURCE_EXHAUSTED")),
+        ("gemini", 403, {}, gemini_error("PERMISSION_DENIED"),
+         ProviderFailure(False, "error type", 403, "PERMISSION_DENIED")),
+        ("gemini", 503, {}, b'[{"error": {"code": 503, "status": "UNAVAILABLE"}}]',
+         ProviderFailure(True, "error type", 503, "UNAVAILABLE")),
+        ("bedrock-converse", 429, {"x-amzn-errortype": "ThrottlingException:http://internal.amazon.com/"},
+         b'{"message": "slow down"}', ProviderFailure(True, "error type", 429, "ThrottlingException")),
+        ("bedrock-converse", 400, {}, b'{"__type": "com.amazon.bedrock#ValidationException"}',
+         ProviderFailure(False, "error type", 400, "ValidationException")),
+        ("bedrock-converse", 403, {"x-amzn-errortype": "MissingAuthenticationTokenException:x"}, b"",
+         ProviderFailure(False, "error type", 403, "MissingAuthenticationTokenException")),
+        # another API's names are not this one's: the status decides
+        ("anthropic-messages", 429, {}, gemini_error("INVALID_ARGUMENT"),
+         ProviderFailure(True, "status", 429)),
+        # the status rows, the type unknown or absent
+        ("anthropic-messages", 408, {}, b"", ProviderFailure(True, "status", 408)),
+        ("openai-chat", 409, {}, b"not json", ProviderFailure(True, "status", 409)),
+        ("gemini", 500, {}, b"", ProviderFailure(True, "status", 500)),
+        ("bedrock-converse", 599, {}, b"", ProviderFailure(True, "status", 599)),
+        ("openai-chat", 400, {}, openai_error("some_new_type", None), ProviderFailure(False, "status", 400)),
+        ("gemini", 404, {}, b"", ProviderFailure(False, "status", 404)),
+        ("bedrock-converse", 424, {}, b"", ProviderFailure(False, "status", 424)),
+        ("anthropic-messages", 499, {}, b"", ProviderFailure(False, "status", 499)),
+    ],
+)  # fmt: skip
+def test_each_rule_in_its_order(
+    api: str, status: int, headers: dict[str, str], body: bytes, expected: ProviderFailure
+) -> None:
+    assert http_failure(api, status, headers, body, NOW) == expected
+
+
+def test_only_a_known_type_name_leaves_the_error_body() -> None:
+    secret = "sk-ant-api03-" + "x" * 40
+    body = _body({"type": "error", "error": {"type": secret, "message": secret, "code": secret}})
+    failure = http_failure("anthropic-messages", 400, {"x-amzn-errortype": secret}, body, NOW)
+    assert failure == ProviderFailure(False, "status", 400)
+    assert secret not in repr(failure) and secret not in failure.describe()
+
+
+def test_an_error_body_past_the_bound_is_not_parsed() -> None:
+    padding = " " * MAX_ERROR_BODY_BYTES
+    body = _body({"error": {"type": "overloaded_error"}}) + padding.encode()
+    assert http_failure("anthropic-messages", 400, {}, body, NOW) == ProviderFailure(False, "status", 400)
+    short = _body({"error": {"type": "overloaded_error"}})
+    assert http_failure("anthropic-messages", 400, {}, short, NOW).retryable
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "seconds"),
+    [
+        ({"retry-after-ms": "1500"}, b"", 1.5),
+        ({"retry-after-ms": "250", "retry-after": "9"}, b"", 0.25),  # the finer one first
+        ({"retry-after": "7"}, b"", 7.0),
+        ({"retry-after": " 2.5 "}, b"", 2.5),
+        ({"retry-after": email.utils.formatdate(NOW + 30, usegmt=True)}, b"", 30.0),
+        ({"retry-after": email.utils.formatdate(NOW - 30, usegmt=True)}, b"", None),  # a date passed
+        ({"retry-after": "soon"}, b"", None),
+        ({"retry-after": "0"}, b"", None),
+        ({"retry-after": "-3"}, b"", None),
+        ({"retry-after": "inf"}, b"", None),
+        ({"retry-after": "nan"}, b"", None),
+        ({"retry-after-ms": "x", "retry-after": "4"}, b"", 4.0),
+        ({}, gemini_error("RESOURCE_EXHAUSTED", [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "retryDelay": "99s"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "22s"},
+        ]), 22.0),
+        ({}, gemini_error("RESOURCE_EXHAUSTED", [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.5s"}
+        ]), 0.5),
+        ({}, gemini_error("RESOURCE_EXHAUSTED", [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "22"}
+        ]), None),
+        ({}, gemini_error("RESOURCE_EXHAUSTED", ["not a detail"]), None),
+        ({}, _body({"error": {"details": "not a list"}}), None),
+        ({"retry-after": "3"}, gemini_error("RESOURCE_EXHAUSTED", [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "22s"}
+        ]), 3.0),  # a header first
+    ],
+)  # fmt: skip
+def test_the_delay_a_provider_names(headers: dict[str, str], body: bytes, seconds: float | None) -> None:
+    assert http_failure("gemini", 429, headers, body, NOW).retry_after_s == seconds
+
+
+def test_stream_errors_a_documented_type_decides_else_they_are_retried() -> None:
+    assert stream_failure("anthropic-messages", "overloaded_error") == ProviderFailure(
+        True, "error type", None, "overloaded_error"
+    )
+    assert stream_failure("anthropic-messages", "invalid_request_error") == ProviderFailure(
+        False, "error type", None, "invalid_request_error"
+    )
+    assert stream_failure("bedrock-converse", "throttlingException") == ProviderFailure(
+        True, "error type", None, "throttlingException"
+    )
+    assert stream_failure("bedrock-converse", "validationException").retryable is False
+    assert stream_failure("openai-responses", "server_error").retryable is True
+    for ours in ("undecodable_event", "malformed_event", "", "something new"):
+        assert stream_failure("gemini", ours) == ProviderFailure(True, "stream error")
+
+
+def test_every_api_has_a_row_and_every_name_is_lower_case() -> None:
+    assert set(ERROR_TYPES) == {
+        "anthropic-messages",
+        "openai-chat",
+        "openai-responses",
+        "gemini",
+        "bedrock-converse",
+    }
+    for table in ERROR_TYPES.values():
+        assert all(name == name.lower() for name in table)
+        assert True in table.values() and False in table.values()
+
+
+def test_backoff_doubles_to_its_cap_less_its_jitter() -> None:
+    policy = BackoffPolicy()
+    assert [policy.pause_s(n, 0.0) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert policy.pause_s(3, 0.5) == 2.0 * (1 - 0.25 * 0.5)
+    assert policy.pause_s(0, 0.0) == 0.5
+    assert BackoffPolicy(initial_s=0.1, max_s=0.3, jitter=0.0).pause_s(5, 0.9) == 0.3
+
+
+def test_the_pause_is_the_providers_word_else_the_backoff() -> None:
+    policy = BackoffPolicy()
+    named = ProviderFailure(True, "status", 429, None, 12.0)
+    assert named.pause_s(1, policy, 0.99) == 12.0
+    assert ProviderFailure(True, "status", 503).pause_s(2, policy, 0.0) == 1.0
+
+
+def test_descriptions() -> None:
+    assert ProviderFailure(True, "status", 503).describe() == "HTTP 503"
+    assert (
+        ProviderFailure(True, "error type", 429, "rate_limit_error", 2.0).describe()
+        == "HTTP 429 rate_limit_error, retry after 2s"
+    )
+    assert ProviderFailure(True, "stream error").describe() == "stream error"
+    assert ProviderFailure(True, "error type", None, "overloaded_error").describe() == (
+        "stream error overloaded_error"
+    )

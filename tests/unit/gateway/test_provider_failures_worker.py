@@ -1,0 +1,198 @@
+"""Provider failures through the worker, the real fold and the fake provider: a throttled request is
+sent again once the provider's delay has passed, and the route waits with it; a request refused for
+what it is ends at once; a pause holds no slot, ends at a cancel, and never outlives the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from tests.unit.gateway.provider_harness import APIS, Harness, harness
+from turnledger.fake_provider import FaultPlan, ReceivedRequest
+from turnledger.fake_provider.faults import Fault, FaultKind
+from turnledger.gateway.provider_failures import BackoffPolicy
+from turnledger.gateway.worker import WorkerConfig, gave_up
+from turnledger.model.events import CancelRequested, DispatchState
+from turnledger.model.reasons import ReasonCode
+
+S = DispatchState
+
+QUICK = BackoffPolicy(initial_s=0.05, max_s=0.05, jitter=0.0)
+
+
+def config(**changes: object) -> WorkerConfig:
+    base: dict[str, object] = {
+        "settle_timeout_s": 10,
+        "max_attempts": 3,
+        "backoff": QUICK,
+        "jitter": lambda: 0.0,
+    }
+    return WorkerConfig(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def first_marked(marker: str, fault: Fault) -> FaultPlan:
+    return FaultPlan(first_with_marker={marker: (fault,)})
+
+
+def posts(h: Harness, marker: str | None = None) -> list[ReceivedRequest]:
+    return [r for r in h.fp.requests if r.method == "POST" and (marker is None or marker.encode() in r.body)]
+
+
+async def until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def until_paused(h: Harness) -> None:
+    """Until the worker waits out its first pause (the provider's refusal arrived and was judged)."""
+    await until(lambda: h.worker.stats.counts["pauses"] == 1)
+
+
+#: APIs that name the delay (headers, or Gemini's RetryInfo); Bedrock's throttling names none
+NAMES_A_DELAY = {a: a != "bedrock-converse@1" for a in APIS}
+
+
+@pytest.mark.parametrize("adapter", list(APIS))
+async def test_a_throttled_request_is_sent_again_once_the_named_delay_has_passed(adapter: str) -> None:
+    plan = first_marked("THROTTLED", Fault(FaultKind.RATE_LIMITED, 1200))
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", adapter, text="THROTTLED tell me something", tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.COMMITTED and final.attempt_generation == 2
+        first, second = posts(h)
+        assert first.body == second.body  # the manifest's bytes, both times
+        gap = second.received_at - first.received_at
+        route = h.worker.endpoints.endpoint(adapter, APIS[adapter][1]).route
+        if NAMES_A_DELAY[adapter]:
+            assert gap >= 1.2  # the provider's word, not the 0.05 s backoff
+            assert route.cooldown_until > 0
+        else:
+            assert gap >= 0.05
+            assert route.cooldown_until == 0
+        assert h.worker.stats.counts["http_429"] == 1
+        assert h.worker.stats.counts["pauses"] == 1
+        assert len(h.assistant_turns("c1")) == 1
+
+
+#: (adapter, status) → the error type the worker names in the give-up
+REFUSALS = {
+    ("anthropic-messages@2", 400): "invalid_request_error",
+    ("anthropic-messages@2", 413): "request_too_large",
+    ("openai-chat@2", 400): "invalid_request_error",
+    ("openai-responses@2", 404): "model_not_found",
+    ("gemini@2", 400): "INVALID_ARGUMENT",
+    ("bedrock-converse@1", 403): "AccessDeniedException",
+}
+
+
+@pytest.mark.parametrize(("adapter", "status"), list(REFUSALS))
+async def test_a_request_refused_for_what_it_is_ends_at_once(adapter: str, status: int) -> None:
+    plan = FaultPlan(always=(Fault(FaultKind.HTTP_STATUS, status),))
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", adapter, tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.CANCELLED and gave_up(final)
+        assert final.reason == ReasonCode.PROVIDER_REFUSED
+        assert final.detail == (
+            f"worker gave up: the provider refused the request (HTTP {status} {REFUSALS[adapter, status]}); "
+            "not sent again: it would be too"
+        )
+        assert len(posts(h)) == 1
+        assert h.worker.stats.counts["pauses"] == 0
+
+
+@pytest.mark.parametrize(("adapter", "status"), [("anthropic-messages@2", 529), ("gemini@2", 503)])
+async def test_overload_is_retried_after_the_backoff(adapter: str, status: int) -> None:
+    plan = first_marked("BUSY", Fault(FaultKind.HTTP_STATUS, status))
+    backoff = BackoffPolicy(initial_s=0.3, max_s=0.3, jitter=0.0)
+    async for h in harness(plan, config=config(backoff=backoff)):
+        await h.converse("c1", adapter, text="BUSY now", tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.COMMITTED and final.attempt_generation == 2
+        first, second = posts(h)
+        assert second.received_at - first.received_at >= 0.3
+        assert h.worker.stats.counts[f"http_{status}"] == 1
+
+
+async def test_an_error_event_inside_the_stream_is_retried() -> None:
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.ERROR_EVENT, 2),)})
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", "anthropic-messages@2", tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.COMMITTED and final.attempt_generation == 2
+        assert len(posts(h)) == 2
+        assert h.worker.stats.counts["pauses"] == 1
+
+
+async def test_the_attempts_spent_the_give_up_names_the_last_failure() -> None:
+    plan = FaultPlan(always=(Fault(FaultKind.RATE_LIMITED, 50),))
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", "openai-chat@2", tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.CANCELLED and final.reason == ReasonCode.WORKER_GAVE_UP
+        assert final.detail.startswith("worker gave up: 3 attempts failed; last UNKNOWN PROVIDER_ERROR")
+        assert final.detail.endswith("at generation 3; HTTP 429 rate_limit_exceeded, retry after 0.05s")
+        assert len(posts(h)) == 3
+        assert h.worker.stats.counts["pauses"] == 2
+
+
+async def test_a_route_cooling_down_holds_every_operation_it_serves() -> None:
+    plan = first_marked("THROTTLED", Fault(FaultKind.RATE_LIMITED, 1500))
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", "anthropic-messages@2", text="THROTTLED first", tools=False)
+        await until_paused(h)
+        assert [r.fault for r in h.fp.fault_log] == [Fault(FaultKind.RATE_LIMITED, 1500)]
+        await h.converse("c2", "anthropic-messages@2", text="another conversation", tools=False)
+        assert (await h.settled("c2", "op-1")).state == S.COMMITTED
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        [throttled, *_] = posts(h, "THROTTLED")
+        [other] = posts(h, "another conversation")
+        assert other.received_at >= throttled.received_at + 1.5
+        assert h.worker.stats.counts["route_cooldown_waits"] >= 1
+
+
+async def test_a_pause_holds_no_slot() -> None:
+    """One slot in all: the second conversation is answered while the first waits out its pause."""
+    plan = first_marked("BUSY", Fault(FaultKind.HTTP_STATUS, 503))
+    backoff = BackoffPolicy(initial_s=2.0, max_s=2.0, jitter=0.0)
+    async for h in harness(plan, config=config(max_concurrency=1, backoff=backoff)):
+        await h.converse("c1", "openai-chat@2", text="BUSY first", tools=False)
+        await until_paused(h)
+        await h.converse("c2", "openai-chat@2", text="meanwhile", tools=False)
+        assert (await h.settled("c2", "op-1")).state == S.COMMITTED
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        [_, retried] = posts(h, "BUSY")
+        [meanwhile] = posts(h, "meanwhile")
+        assert meanwhile.received_at < retried.received_at
+
+
+async def test_a_cancel_ends_the_pause_at_once() -> None:
+    plan = first_marked("THROTTLED", Fault(FaultKind.RATE_LIMITED, 120_000))
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", "anthropic-messages@2", text="THROTTLED please", tools=False)
+        await until_paused(h)
+        await h.ledger.append(CancelRequested(**h.factory.stamp("c1"), operation_id="op-1", reason="stop"))
+        final = await h.settled("c1", "op-1")  # within 15 s of a 120 s pause
+        assert final.state == S.CANCELLED and not gave_up(final)
+        assert len(posts(h)) == 1
+        assert h.worker.stats.counts["verdict_cancelled"] == 1
+
+
+async def test_a_pause_that_would_pass_the_deadline_gives_up_at_once() -> None:
+    plan = first_marked("THROTTLED", Fault(FaultKind.RATE_LIMITED, 60_000))
+    async for h in harness(plan, config=config()):
+        await h.ledger.append(h.factory.user_turn("c1", "THROTTLED please"))
+        await h.request("c1", "gemini@2", "op-1", tools=False, settle_within_ms=20_000)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.CANCELLED and final.reason == ReasonCode.WORKER_GAVE_UP
+        assert final.detail == (
+            "worker gave up: HTTP 429 RESOURCE_EXHAUSTED, retry after 60s: "
+            "waiting 60s more would pass the operation's deadline"
+        )
+        assert len(posts(h)) == 1
+        assert h.worker.stats.counts["pauses_past_deadline"] == 1
+        assert h.worker.stats.counts["pauses"] == 0

@@ -1,0 +1,286 @@
+"""What a provider's failure means for the operation: try again after a pause, or stop at once.
+
+The worker sends a manifest's exact bytes, so a request the provider refuses for what it is (a bad
+request, a credential or permission it does not accept, a model it does not have, a request too
+large, a quota spent) is refused again by every later generation: such a failure ends the
+operation at once, CANCELLED with PROVIDER_REFUSED. Throttling, overload, a server error, a timeout
+and a stream that broke or arrived garbled may pass later: the next generation waits first.
+
+Which, by the first rule that applies:
+
+| rule | what it reads | verdict |
+|---|---|---|
+| header | `x-should-retry` (Anthropic and OpenAI send it beside an error) | `true` retry, `false` refused |
+| error type | a name in the API's row of `ERROR_TYPES` (where: `_type_candidates`) | the name's verdict |
+| status | HTTP 408, 409, 429 or 5xx | retry |
+| status | any other HTTP 4xx | refused |
+| stream error | any other error event of a 200 stream (ours too: undecodable, malformed) | retry |
+
+The status rows are the ones the Stainless-generated SDKs (anthropic, openai) retry on; the type
+rows follow each API's documented error types (provider documentation, docs/architecture.md
+"Provider failures" names them). Only names from `ERROR_TYPES` are kept from an error body, never
+its text: an error body may quote the credential.
+
+How long to wait (`pause_s`): what the provider asked for, when it said — `retry-after-ms`
+(milliseconds), `retry-after` (seconds, or an HTTP date), Gemini's `google.rpc.RetryInfo`
+`retryDelay` in the error body — else the SDKs' exponential backoff: 0.5 s doubling per failed
+attempt up to 8 s, less a random quarter at most. Unlike the SDKs (which ignore a Retry-After over
+60 s), the provider's word is kept whatever its length: the operation's deadline decides whether
+the wait fits (gateway/worker.py), and asking sooner only earns another refusal.
+
+Pure: the caller passes the time (an HTTP date is relative to it) and the jitter's draw.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+"""HTTP statuses below 500 that may pass later (timeout, conflict, throttled); every 5xx may too."""
+
+RETRY_INFO = "google.rpc.RetryInfo"
+"""The `@type` suffix of the error detail in which Gemini says how long to wait (`retryDelay`)."""
+
+MAX_ERROR_BODY_BYTES = 65_536
+"""An error body longer than this is not parsed (its type is then unknown; the status decides)."""
+
+RETRY = True
+REFUSED = False
+
+_ANTHROPIC: Mapping[str, bool] = {
+    "rate_limit_error": RETRY,
+    "overloaded_error": RETRY,
+    "api_error": RETRY,
+    "timeout_error": RETRY,
+    "invalid_request_error": REFUSED,
+    "authentication_error": REFUSED,
+    "permission_error": REFUSED,
+    "not_found_error": REFUSED,
+    "request_too_large": REFUSED,
+    "billing_error": REFUSED,
+}
+_OPENAI: Mapping[str, bool] = {
+    "rate_limit_exceeded": RETRY,
+    "server_error": RETRY,
+    "insufficient_quota": REFUSED,
+    "invalid_request_error": REFUSED,
+    "invalid_api_key": REFUSED,
+    "model_not_found": REFUSED,
+    "context_length_exceeded": REFUSED,
+    "invalid_prompt": REFUSED,
+}
+_GEMINI: Mapping[str, bool] = {
+    "resource_exhausted": RETRY,
+    "unavailable": RETRY,
+    "internal": RETRY,
+    "deadline_exceeded": RETRY,
+    "invalid_argument": REFUSED,
+    "failed_precondition": REFUSED,
+    "permission_denied": REFUSED,
+    "unauthenticated": REFUSED,
+    "not_found": REFUSED,
+}
+_BEDROCK: Mapping[str, bool] = {
+    "throttlingexception": RETRY,
+    "serviceunavailableexception": RETRY,
+    "internalserverexception": RETRY,
+    "modelstreamerrorexception": RETRY,
+    "modeltimeoutexception": RETRY,
+    "modelnotreadyexception": RETRY,
+    "validationexception": REFUSED,
+    "accessdeniedexception": REFUSED,
+    "resourcenotfoundexception": REFUSED,
+    "unrecognizedclientexception": REFUSED,
+    "incompletesignatureexception": REFUSED,
+    "invalidsignatureexception": REFUSED,
+    "expiredtokenexception": REFUSED,
+    "missingauthenticationtokenexception": REFUSED,
+}
+
+ERROR_TYPES: Mapping[str, Mapping[str, bool]] = {
+    "anthropic-messages": _ANTHROPIC,
+    "openai-chat": _OPENAI,
+    "openai-responses": _OPENAI,
+    "gemini": _GEMINI,
+    "bedrock-converse": _BEDROCK,
+}
+"""Per API, the error types it documents (in lower case: compared so) and whether a request that met
+one may pass later."""
+
+_ERROR_TYPE_FIELDS = ("code", "type", "status")
+"""Where an error body names its type, most specific first (OpenAI's `code` says `insufficient_quota`
+where its `type` says the same or `requests`); Bedrock's body `__type` is read too."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    """The pause before a generation when the provider named none: `initial_s`, doubling per failed
+    attempt, at most `max_s`, less `jitter` of it at most."""
+
+    initial_s: float = 0.5
+    max_s: float = 8.0
+    jitter: float = 0.25
+
+    def pause_s(self, failed_attempts: int, draw: float) -> float:
+        """After `failed_attempts` (≥ 1) failed generations; `draw` in [0, 1) picks the jitter."""
+        base = min(self.initial_s * 2.0 ** max(0, failed_attempts - 1), self.max_s)
+        return base * (1.0 - self.jitter * draw)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderFailure:
+    """One failed read as the worker judges it. `error_type` is only ever a name from `ERROR_TYPES`
+    (or our parser's own), never text a provider chose."""
+
+    retryable: bool
+    rule: str
+    status: int | None = None
+    error_type: str | None = None
+    retry_after_s: float | None = None
+
+    def pause_s(self, failed_attempts: int, backoff: BackoffPolicy, draw: float) -> float:
+        """How long to wait before the next generation: the provider's word, else the backoff."""
+        if self.retry_after_s is not None:
+            return self.retry_after_s
+        return backoff.pause_s(failed_attempts, draw)
+
+    def describe(self) -> str:
+        """E.g. `HTTP 429 rate_limit_error, retry after 2s`, `stream error overloaded_error`."""
+        what = f"HTTP {self.status}" if self.status is not None else "stream error"
+        if self.error_type is not None:
+            what += f" {self.error_type}"
+        if self.retry_after_s is not None:
+            what += f", retry after {self.retry_after_s:g}s"
+        return what
+
+
+def http_failure(
+    api: str, status: int, headers: Mapping[str, str], body: bytes, now_s: float
+) -> ProviderFailure:
+    """An HTTP error answer (status ≥ 400): its verdict, its known type, the pause it asked for.
+    `headers` are looked up in lower case (httpx's headers are case-insensitive already)."""
+    parsed = _json(body)
+    error_type = _known_type(api, _type_candidates(headers, parsed))
+    retry_after = _retry_after_s(headers, parsed, now_s)
+    verdict = _header_verdict(headers)
+    if verdict is not None:
+        return ProviderFailure(verdict, "x-should-retry", status, error_type, retry_after)
+    if error_type is not None:
+        verdict = ERROR_TYPES[api][error_type.lower()]
+        return ProviderFailure(verdict, "error type", status, error_type, retry_after)
+    retryable = status in RETRYABLE_STATUSES or status >= 500
+    return ProviderFailure(retryable, "status", status, None, retry_after)
+
+
+def stream_failure(api: str, error_type: str) -> ProviderFailure:
+    """An error event inside a stream (or one our parser raised for it): a documented type decides;
+    any other may pass on a new generation."""
+    known = _known_type(api, [error_type])
+    if known is not None:
+        return ProviderFailure(ERROR_TYPES[api][known.lower()], "error type", None, known)
+    return ProviderFailure(RETRY, "stream error", None, None)
+
+
+def _header_verdict(headers: Mapping[str, str]) -> bool | None:
+    return {"true": RETRY, "false": REFUSED}.get(headers.get("x-should-retry", "").strip().lower())
+
+
+def _known_type(api: str, candidates: list[str]) -> str | None:
+    """The first candidate the API's row names (compared in lower case), spelled as the provider did."""
+    table = ERROR_TYPES.get(api, {})
+    for candidate in candidates:
+        name = candidate.strip()
+        if name.lower() in table:
+            return name
+    return None
+
+
+def _type_candidates(headers: Mapping[str, str], parsed: Any) -> list[str]:
+    """Where an HTTP error names its type: Bedrock's `x-amzn-errortype` header (before its `:`), the
+    body's error object (`code`, `type`, Gemini's `status`), a body's `__type` (after its `#`)."""
+    found = []
+    amzn = headers.get("x-amzn-errortype")
+    if amzn:
+        found.append(amzn.partition(":")[0])
+    error = _error_object(parsed)
+    if isinstance(error, Mapping):
+        found.extend(str(error[f]) for f in _ERROR_TYPE_FIELDS if isinstance(error.get(f), str))
+    if isinstance(parsed, Mapping) and isinstance(parsed.get("__type"), str):
+        found.append(str(parsed["__type"]).rpartition("#")[2])
+    return found
+
+
+def _error_object(parsed: Any) -> Any:
+    """The body's error object: `{"error": {...}}`, or Gemini's `[{"error": {...}}]` on a JSON stream."""
+    if isinstance(parsed, list) and parsed:
+        parsed = parsed[0]
+    return parsed.get("error") if isinstance(parsed, Mapping) else None
+
+
+def _retry_after_s(headers: Mapping[str, str], parsed: Any, now_s: float) -> float | None:
+    for value in (
+        _number(headers.get("retry-after-ms"), 0.001),
+        _seconds_or_date(headers.get("retry-after"), now_s),
+        _retry_delay(parsed),
+    ):
+        if value is not None:
+            return value
+    return None
+
+
+def _number(text: str | None, scale: float) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text.strip()) * scale
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _seconds_or_date(text: str | None, now_s: float) -> float | None:
+    if text is None:
+        return None
+    seconds = _number(text, 1.0)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    delay = when.timestamp() - now_s
+    return delay if delay > 0 else None
+
+
+def _retry_delay(parsed: Any) -> float | None:
+    """Gemini's `google.rpc.RetryInfo` detail: `"retryDelay": "22s"` (a protobuf Duration in JSON)."""
+    error = _error_object(parsed)
+    details = error.get("details") if isinstance(error, Mapping) else None
+    if not isinstance(details, list):
+        return None
+    for detail in details:
+        if not isinstance(detail, Mapping) or not str(detail.get("@type", "")).endswith(
+            "google.rpc.RetryInfo"
+        ):
+            continue
+        delay = detail.get("retryDelay")
+        if isinstance(delay, str) and delay.endswith("s"):
+            return _number(delay[:-1], 1.0)
+    return None
+
+
+def _json(body: bytes) -> Any:
+    if not body or len(body) > MAX_ERROR_BODY_BYTES:
+        return None
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
