@@ -32,6 +32,7 @@ from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState, ToolCallReady
 from turnledger.model.graph import BlockKind
+from turnledger.model.reasons import ReasonCode
 from turnledger.replay.evidence import read_all
 from turnledger.topology import Stream, Topics
 
@@ -123,6 +124,8 @@ async def test_commit_tool_round_disconnect_and_truncation_per_api(
         first_with_marker={
             "tell me something": (Fault(FaultKind.DISCONNECT, 600),),
             "weather in Lima?": (Fault(FaultKind.TRUNCATED_ARGS),),
+            "are you busy?": (Fault(FaultKind.RATE_LIMITED, 1000),),
+            "a request it refuses": (Fault(FaultKind.HTTP_STATUS, 400),),
         }
     )
     tasks: list[asyncio.Task[None]] = []
@@ -174,6 +177,17 @@ async def test_commit_tool_round_disconnect_and_truncation_per_api(
                 await client.submit_user_turn("trunc", "weather in Lima?")
                 trunc = await _settle(client, out, "trunc", "op-1", adapter, tools=True)
                 assert (trunc.state, trunc.attempt_generation) == (S.COMMITTED, 2)
+
+                # throttled: sent again once the provider's delay (Bedrock: the backoff) has passed
+                await client.submit_user_turn("busy", "are you busy?")
+                busy = await _settle(client, out, "busy", "op-1", adapter, tools=False)
+                assert (busy.state, busy.attempt_generation) == (S.COMMITTED, 2)
+
+                # refused for what it is: sent once, the operation ends with the typed reason
+                await client.submit_user_turn("refused", "a request it refuses")
+                refused = await _settle(client, out, "refused", "op-1", adapter, tools=False)
+                assert (refused.state, refused.reason) == (S.CANCELLED, ReasonCode.PROVIDER_REFUSED)
+                assert refused.detail.startswith("worker gave up: the provider refused the request (HTTP 400")
             await _processor_caught_up(kafka_bootstrap, prefix)
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -184,13 +198,18 @@ async def test_commit_tool_round_disconnect_and_truncation_per_api(
         await _finish(tasks)
         _stop_processor(processor)
     evidence = await read_all(kafka_bootstrap, prefix)
-    assert len([t for t in evidence.of("committed", CommittedTurn) if t.operation_id]) == 4
+    assert len([t for t in evidence.of("committed", CommittedTurn) if t.operation_id]) == 5
     calls = evidence.of("tool-calls", ToolCallReady)
     assert calls and not [c for c in calls if c.conversation_id == "trunc" and c.attempt_generation == 1]
     failed = [(c.name, c.examples) for c in all_checks(evidence, requests) if not c.ok]
     assert not failed
     methods = [r.method for r in requests]
     assert methods.count("GET") == (1 if adapter.startswith("openai-responses") else 0)
+    busy_posts = [r for r in requests if b"are you busy?" in r.body]
+    assert len(busy_posts) == 2 and busy_posts[1].received_at - busy_posts[0].received_at >= (
+        1.0 if adapter != "bedrock-converse@1" else 0.375
+    )
+    assert len([r for r in requests if b"a request it refuses" in r.body]) == 1
 
 
 async def _values(redis: aioredis.Redis, key: bytes) -> bytes:
