@@ -22,7 +22,7 @@ def test_dashboard_panels_query_turnledger_metrics() -> None:
     dashboard = json.loads((DEPLOY / "grafana" / "turnledger.json").read_text())
     assert dashboard["uid"] == "turnledger"
     exprs = dashboard_expressions()
-    assert len(exprs) == 28
+    assert len(exprs) == 30
     names = " ".join(exprs)
     for metric in (
         "turnledger_validator_rejections_total", "turnledger_orphaned_tool_results_total",
@@ -33,7 +33,8 @@ def test_dashboard_panels_query_turnledger_metrics() -> None:
         "turnledger_processor_consumer_lag", "turnledger_processor_transaction_seconds_bucket",
         "turnledger_processor_state_keys", "turnledger_processor_fenced_total",
         "turnledger_provider_request_seconds_bucket", "turnledger_provider_errors_total",
-        "turnledger_provider_time_to_first_delta_seconds_bucket",
+        "turnledger_provider_time_to_first_delta_seconds_bucket", "turnledger_provider_failures_total",
+        "turnledger_provider_retry_pause_seconds_bucket",
     ):  # fmt: skip
         assert metric in names, metric
 
