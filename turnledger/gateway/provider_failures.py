@@ -64,6 +64,10 @@ _ANTHROPIC: Mapping[str, bool] = {
     "not_found_error": REFUSED,
     "request_too_large": REFUSED,
     "billing_error": REFUSED,
+    # `error.details.error_code` of a 429 `rate_limit_error`: a spend cap, not a rate (the month, or
+    # the contract, must end first; no retry-after)
+    "enforced_spend_limit_reached": REFUSED,
+    "contract_spend_limit_reached": REFUSED,
 }
 _OPENAI: Mapping[str, bool] = {
     "rate_limit_exceeded": RETRY,
@@ -115,7 +119,9 @@ one may pass later."""
 
 _ERROR_TYPE_FIELDS = ("code", "type", "status")
 """Where an error body names its type, most specific first (OpenAI's `code` says `insufficient_quota`
-where its `type` says the same or `requests`); Bedrock's body `__type` is read too."""
+where its `type` says the same or `requests`); Anthropic's `details.error_code` comes before them (a
+code the row does not name falls back to the type, as the SDK says to) and Bedrock's body `__type`
+after."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,13 +209,17 @@ def _known_type(api: str, candidates: list[str]) -> str | None:
 
 def _type_candidates(headers: Mapping[str, str], parsed: Any) -> list[str]:
     """Where an HTTP error names its type: Bedrock's `x-amzn-errortype` header (before its `:`), the
-    body's error object (`code`, `type`, Gemini's `status`), a body's `__type` (after its `#`)."""
+    body's error object (Anthropic's `details.error_code`, then `code`, `type`, Gemini's `status`), a
+    body's `__type` (after its `#`)."""
     found = []
     amzn = headers.get("x-amzn-errortype")
     if amzn:
         found.append(amzn.partition(":")[0])
     error = _error_object(parsed)
     if isinstance(error, Mapping):
+        details = error.get("details")  # Gemini's is a list: its RetryInfo is read by `_retry_delay`
+        if isinstance(details, Mapping) and isinstance(details.get("error_code"), str):
+            found.append(str(details["error_code"]))
         found.extend(str(error[f]) for f in _ERROR_TYPE_FIELDS if isinstance(error.get(f), str))
     if isinstance(parsed, Mapping) and isinstance(parsed.get("__type"), str):
         found.append(str(parsed["__type"]).rpartition("#")[2])

@@ -198,3 +198,28 @@ def test_descriptions() -> None:
     assert ProviderFailure(True, "error type", None, "overloaded_error").describe() == (
         "stream error overloaded_error"
     )
+
+
+# Audit of the rows against the providers' own sources (each test names its source).
+
+
+@pytest.mark.parametrize("code", ["enforced_spend_limit_reached", "contract_spend_limit_reached"])
+def test_an_anthropic_spend_cap_is_refused_though_its_type_says_rate_limit(code: str) -> None:
+    # platform.claude.com/docs/api/rate-limits: a tier's spend cap answers 429 `rate_limit_error` with
+    # `error.details.error_code`, no retry-after, and "retrying ... fails" until the month ends;
+    # anthropic 2.14.0 `_exceptions.py` reads that code first (`extract_error_code`) and maps both codes
+    # to their own RateLimitError subclasses (`_error_classes.py`).
+    error = {"type": "rate_limit_error", "message": "sk-ant-SECRET", "details": {"error_code": code}}
+    body = _body({"type": "error", "error": error, "request_id": "req_1"})
+    expected = ProviderFailure(False, "error type", 429, code)
+    assert http_failure("anthropic-messages", 429, {}, body, NOW) == expected
+
+
+def test_an_anthropic_error_code_the_row_does_not_name_falls_back_to_the_type() -> None:
+    # anthropic 2.14.0 `_exceptions.py`: "Treat an unrecognized `error_code` as the bare `type`";
+    # `ramp_limit_exceeded` says to retry after its retry-after.
+    error = {"type": "rate_limit_error", "message": "m", "details": {"error_code": "ramp_limit_exceeded"}}
+    body = _body({"type": "error", "error": error})
+    assert http_failure("anthropic-messages", 429, {"retry-after": "7"}, body, NOW) == ProviderFailure(
+        True, "error type", 429, "rate_limit_error", 7.0
+    )
