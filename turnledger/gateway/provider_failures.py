@@ -73,6 +73,13 @@ _OPENAI: Mapping[str, bool] = {
     "rate_limit_exceeded": RETRY,
     "server_error": RETRY,
     "insufficient_quota": REFUSED,
+    # the billing causes `insufficient_quota` (or another type) may carry in `code`: none passes before
+    # someone adds credit or raises a limit
+    "credit_balance_exhausted": REFUSED,
+    "organization_spend_limit_exceeded": REFUSED,
+    "project_spend_limit_exceeded": REFUSED,
+    "organization_usage_limit_exceeded": REFUSED,
+    "billing_not_active": REFUSED,
     "invalid_request_error": REFUSED,
     "invalid_api_key": REFUSED,
     "model_not_found": REFUSED,

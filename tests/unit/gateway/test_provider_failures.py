@@ -223,3 +223,25 @@ def test_an_anthropic_error_code_the_row_does_not_name_falls_back_to_the_type() 
     assert http_failure("anthropic-messages", 429, {"retry-after": "7"}, body, NOW) == ProviderFailure(
         True, "error type", 429, "rate_limit_error", 7.0
     )
+
+
+OPENAI_BILLING_CODES = [
+    "credit_balance_exhausted",
+    "organization_spend_limit_exceeded",
+    "project_spend_limit_exceeded",
+    "organization_usage_limit_exceeded",
+    "billing_not_active",
+]
+
+
+@pytest.mark.parametrize("code", OPENAI_BILLING_CODES)
+def test_openai_billing_codes_are_refused_by_their_code(code: str) -> None:
+    # help.openai.com 6614457 "Troubleshooting API usage and spend limits": check `error.code`, the type
+    # "may still" be `insufficient_quota`; "Retrying these errors won't restore access". The spend-limit
+    # guide: a hard limit answers 429 with `organization_spend_limit_exceeded` or
+    # `project_spend_limit_exceeded`.
+    # openai 3.57.0 `types/beta/session_turn_error.py` lists the same codes and `billing_not_active`.
+    body = openai_error("insufficient_quota", code)
+    assert http_failure("openai-chat", 429, {}, body, NOW) == ProviderFailure(False, "error type", 429, code)
+    # a Responses stream's `error` event carries the code alone
+    assert stream_failure("openai-responses", code) == ProviderFailure(False, "error type", None, code)
