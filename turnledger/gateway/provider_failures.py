@@ -85,6 +85,21 @@ _OPENAI: Mapping[str, bool] = {
     "model_not_found": REFUSED,
     "context_length_exceeded": REFUSED,
     "invalid_prompt": REFUSED,
+    # a Responses stream's `response.failed` codes that name the request's own image (the next
+    # generation sends the same bytes); its other codes (`vector_store_timeout`,
+    # `failed_to_download_image`, ...) stay stream errors, retried
+    "invalid_image": REFUSED,
+    "invalid_image_format": REFUSED,
+    "invalid_base64_image": REFUSED,
+    "invalid_image_url": REFUSED,
+    "image_too_large": REFUSED,
+    "image_too_small": REFUSED,
+    "image_parse_error": REFUSED,
+    "image_content_policy_violation": REFUSED,
+    "invalid_image_mode": REFUSED,
+    "image_file_too_large": REFUSED,
+    "unsupported_image_media_type": REFUSED,
+    "empty_image_file": REFUSED,
 }
 _GEMINI: Mapping[str, bool] = {
     "resource_exhausted": RETRY,

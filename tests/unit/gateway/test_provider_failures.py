@@ -245,3 +245,31 @@ def test_openai_billing_codes_are_refused_by_their_code(code: str) -> None:
     assert http_failure("openai-chat", 429, {}, body, NOW) == ProviderFailure(False, "error type", 429, code)
     # a Responses stream's `error` event carries the code alone
     assert stream_failure("openai-responses", code) == ProviderFailure(False, "error type", None, code)
+
+
+OPENAI_RESPONSE_ERRORS_OF_THE_REQUEST = [
+    "invalid_image",
+    "invalid_image_format",
+    "invalid_base64_image",
+    "invalid_image_url",
+    "image_too_large",
+    "image_too_small",
+    "image_parse_error",
+    "image_content_policy_violation",
+    "invalid_image_mode",
+    "image_file_too_large",
+    "unsupported_image_media_type",
+    "empty_image_file",
+]
+
+
+@pytest.mark.parametrize("code", OPENAI_RESPONSE_ERRORS_OF_THE_REQUEST)
+def test_a_response_that_failed_on_its_own_image_is_refused(code: str) -> None:
+    # openai 3.57.0 `types/responses/response_error.py`: the documented `response.failed` codes. These
+    # name the request's own image bytes, which the next generation sends again unchanged.
+    assert stream_failure("openai-responses", code) == ProviderFailure(False, "error type", None, code)
+
+
+@pytest.mark.parametrize("code", ["vector_store_timeout", "failed_to_download_image"])
+def test_a_response_that_failed_on_something_outside_the_request_is_retried(code: str) -> None:
+    assert stream_failure("openai-responses", code).retryable is True
