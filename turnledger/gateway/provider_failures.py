@@ -33,6 +33,7 @@ Pure: the caller passes the time (an HTTP date is relative to it) and the jitter
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import math
 from collections.abc import Mapping
@@ -286,8 +287,8 @@ def _seconds_or_date(text: str | None, now_s: float) -> float | None:
         when = email.utils.parsedate_to_datetime(text.strip())
     except (TypeError, ValueError, IndexError):
         return None
-    if when.tzinfo is None:
-        return None
+    if when.tzinfo is None:  # asctime names no zone: every HTTP-date is GMT (RFC 9110 5.6.7)
+        when = when.replace(tzinfo=datetime.UTC)  # and RFC 5322's `-0000` is UTC too
     delay = when.timestamp() - now_s
     return delay if delay > 0 else None
 

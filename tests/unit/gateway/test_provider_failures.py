@@ -273,3 +273,15 @@ def test_a_response_that_failed_on_its_own_image_is_refused(code: str) -> None:
 @pytest.mark.parametrize("code", ["vector_store_timeout", "failed_to_download_image"])
 def test_a_response_that_failed_on_something_outside_the_request_is_retried(code: str) -> None:
     assert stream_failure("openai-responses", code).retryable is True
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        "Fri Jan 15 08:00:30 2027",  # RFC 9110 5.6.7 asctime-date: no zone, GMT by definition
+        "Fri, 15 Jan 2027 08:00:30 -0000",  # RFC 5322 3.3: UTC, the sender's local zone unknown
+    ],
+)
+def test_an_http_date_that_names_no_zone_is_gmt(date: str) -> None:
+    assert email.utils.formatdate(NOW + 30, usegmt=True) == "Fri, 15 Jan 2027 08:00:30 GMT"
+    assert http_failure("openai-chat", 429, {"retry-after": date}, b"", NOW).retry_after_s == 30.0
