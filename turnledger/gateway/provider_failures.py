@@ -258,7 +258,7 @@ def _error_object(parsed: Any) -> Any:
 
 def _retry_after_s(headers: Mapping[str, str], parsed: Any, now_s: float) -> float | None:
     for value in (
-        _number(headers.get("retry-after-ms"), 0.001),
+        _number(headers.get("retry-after-ms"), 1000.0),
         _seconds_or_date(headers.get("retry-after"), now_s),
         _retry_delay(parsed),
     ):
@@ -267,11 +267,12 @@ def _retry_after_s(headers: Mapping[str, str], parsed: Any, now_s: float) -> flo
     return None
 
 
-def _number(text: str | None, scale: float) -> float | None:
+def _number(text: str | None, per_second: float) -> float | None:
+    """Seconds from a count of `per_second` units, divided as the SDKs divide it (700 ms is 0.7 s)."""
     if text is None:
         return None
     try:
-        value = float(text.strip()) * scale
+        value = float(text.strip()) / per_second
     except ValueError:
         return None
     return value if math.isfinite(value) and value > 0 else None

@@ -285,3 +285,9 @@ def test_a_response_that_failed_on_something_outside_the_request_is_retried(code
 def test_an_http_date_that_names_no_zone_is_gmt(date: str) -> None:
     assert email.utils.formatdate(NOW + 30, usegmt=True) == "Fri, 15 Jan 2027 08:00:30 GMT"
     assert http_failure("openai-chat", 429, {"retry-after": date}, b"", NOW).retry_after_s == 30.0
+
+
+@pytest.mark.parametrize(("ms", "seconds"), [("700", 0.7), ("2300", 2.3), ("1500", 1.5)])
+def test_retry_after_ms_is_divided_as_the_sdks_divide_it(ms: str, seconds: float) -> None:
+    # anthropic 2.14.0 and openai 3.57.0 `_parse_retry_after_header`: the header's float over 1000
+    assert http_failure("openai-chat", 429, {"retry-after-ms": ms}, b"", NOW).retry_after_s == seconds
