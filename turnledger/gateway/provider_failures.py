@@ -36,6 +36,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,10 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 RETRY_INFO = "google.rpc.RetryInfo"
 """The `@type` suffix of the error detail in which Gemini says how long to wait (`retryDelay`)."""
+
+LONGEST_PAUSE_S = sys.float_info.max
+"""A delay named in more digits than a float holds (`retry-after: 1e999`, 400 nines): longer than any
+deadline, so the worker gives up at once instead of asking again after the backoff."""
 
 MAX_ERROR_BODY_BYTES = 65_536
 """An error body longer than this is not parsed (its type is then unknown; the status decides)."""
@@ -268,13 +273,17 @@ def _retry_after_s(headers: Mapping[str, str], parsed: Any, now_s: float) -> flo
 
 
 def _number(text: str | None, per_second: float) -> float | None:
-    """Seconds from a count of `per_second` units, divided as the SDKs divide it (700 ms is 0.7 s)."""
+    """Seconds from a count of `per_second` units, divided as the SDKs divide it (700 ms is 0.7 s). A
+    number too large for a float is the longest pause; the word `inf` (or `nan`) names no delay."""
     if text is None:
         return None
+    text = text.strip()
     try:
-        value = float(text.strip()) / per_second
+        value = float(text) / per_second
     except ValueError:
         return None
+    if value == math.inf and text.lower().lstrip("+") not in ("inf", "infinity"):
+        return LONGEST_PAUSE_S
     return value if math.isfinite(value) and value > 0 else None
 
 

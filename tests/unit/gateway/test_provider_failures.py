@@ -4,6 +4,7 @@ delays a provider can name, the backoff, and that nothing but a known type name 
 from __future__ import annotations
 
 import email.utils
+import sys
 
 import orjson
 import pytest
@@ -291,3 +292,24 @@ def test_an_http_date_that_names_no_zone_is_gmt(date: str) -> None:
 def test_retry_after_ms_is_divided_as_the_sdks_divide_it(ms: str, seconds: float) -> None:
     # anthropic 2.14.0 and openai 3.57.0 `_parse_retry_after_header`: the header's float over 1000
     assert http_failure("openai-chat", 429, {"retry-after-ms": ms}, b"", NOW).retry_after_s == seconds
+
+
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        ({"retry-after": "9" * 400}, b""),  # RFC 9110 delay-seconds is 1*DIGIT: valid, if absurd
+        ({"retry-after": "1e999"}, b""),
+        ({"retry-after-ms": "9" * 400}, b""),
+        ({}, gemini_error("RESOURCE_EXHAUSTED", [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e999s"}
+        ])),
+    ],
+)  # fmt: skip
+def test_a_delay_too_long_for_a_float_is_the_longest_pause_not_the_backoff(
+    headers: dict[str, str], body: bytes
+) -> None:
+    # openai 3.57.0 `_parse_retry_after_header`: "Numeric overflow is an excessive server delay, not a
+    # malformed infinity literal" (it then does not retry); anthropic 2.14.0 waits min(inf, 4294967 s).
+    failure = http_failure("gemini", 429, headers, body, NOW)
+    assert failure.retry_after_s == sys.float_info.max
+    assert failure.pause_s(1, BackoffPolicy(), 0.0) == sys.float_info.max
