@@ -24,9 +24,10 @@ its text: an error body may quote the credential.
 How long to wait (`pause_s`): what the provider asked for, when it said — `retry-after-ms`
 (milliseconds), `retry-after` (seconds, or an HTTP date), Gemini's `google.rpc.RetryInfo`
 `retryDelay` in the error body — else the SDKs' exponential backoff: 0.5 s doubling per failed
-attempt up to 8 s, less a random quarter at most. Unlike the SDKs (which ignore a Retry-After over
-60 s), the provider's word is kept whatever its length: the operation's deadline decides whether
-the wait fits (gateway/worker.py), and asking sooner only earns another refusal.
+attempt up to 8 s, less a random quarter at most. The provider's word is kept whatever its length
+(as anthropic 2.14.0 does, up to 4,294,967 s; openai 3.57.0 waits at most 120 s and past that does
+not retry at all): the operation's deadline decides whether the wait fits (gateway/worker.py), and
+asking sooner only earns another refusal.
 
 Pure: the caller passes the time (an HTTP date is relative to it) and the jitter's draw.
 """
