@@ -80,12 +80,18 @@ class ProviderRoute:
         self.credential = credential
         self.slots = asyncio.Semaphore(settings.concurrency)
         self.timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
-        self.cooldown_until = 0.0
-        """The `time.monotonic()` before which no new generation is sent here (a provider's Retry-After)."""
+        self._cooldowns: dict[str, float] = {}
+        """Per model, the `time.monotonic()` before which no new generation of it is sent here."""
 
-    def cool_down(self, seconds: float, now: float) -> None:
-        """The provider asked to wait `seconds` from `now`: no new generation goes out until then."""
-        self.cooldown_until = max(self.cooldown_until, now + seconds)
+    def cool_down(self, model: str, seconds: float, now: float) -> None:
+        """The provider asked to wait `seconds` from `now` after a request for `model`: no new generation
+        for that model goes out on this route until then. Per model, because every provider counts its
+        rate limits and quotas per model: a model throttled for hours must not hold the route's others."""
+        self._cooldowns[model] = max(self._cooldowns.get(model, 0.0), now + seconds)
+
+    def cooling_until(self, model: str) -> float:
+        """The `time.monotonic()` before which `model` may not be sent here (0.0: it may now)."""
+        return self._cooldowns.get(model, 0.0)
 
     @property
     def name(self) -> str:

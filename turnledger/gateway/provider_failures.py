@@ -118,6 +118,8 @@ _GEMINI: Mapping[str, bool] = {
     "permission_denied": REFUSED,
     "unauthenticated": REFUSED,
     "not_found": REFUSED,
+    "cancelled": RETRY,  # 499: the client closed the request, nothing in its bytes
+    "unimplemented": REFUSED,  # 501: a 5xx the same bytes meet again (google-genai does not retry it)
 }
 _BEDROCK: Mapping[str, bool] = {
     "throttlingexception": RETRY,

@@ -374,7 +374,7 @@ class DispatchWorker:
             else self.config.backoff.pause_s(attempts, self.config.jitter())
         )
         if failure is not None and failure.retry_after_s is not None:
-            endpoint.route.cool_down(failure.retry_after_s, time.monotonic())
+            endpoint.route.cool_down(endpoint.model, failure.retry_after_s, time.monotonic())
         why = failure.describe() if failure is not None else last
         return await self._pause(manifest, endpoint, seconds, why) or Verdict.RETRY
 
@@ -407,11 +407,13 @@ class DispatchWorker:
         return Verdict.CANCELLED if cancelled else None
 
     async def _route_ready(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict | None:
-        """Wait while the route cools down (a provider's Retry-After to any operation of it)."""
-        route = endpoint.route
-        while (left := route.cooldown_until - time.monotonic()) > 0:
+        """Wait while the route cools down for the model (a provider's Retry-After to any operation of
+        the route that asked for it)."""
+        route, model = endpoint.route, endpoint.model
+        while (left := route.cooling_until(model) - time.monotonic()) > 0:
             self.stats.bump("route_cooldown_waits")
-            verdict = await self._pause(manifest, endpoint, left, f"route {route.name} cooling down")
+            why = f"route {route.name} cooling down for {model}"
+            verdict = await self._pause(manifest, endpoint, left, why)
             if verdict is not None:
                 return verdict
         return None

@@ -45,15 +45,29 @@ class Harness:
         self.factory = EventFactory()
 
     async def converse(
-        self, conv: str, adapter: str, op: str = "op-1", text: str = "weather in Paris?", tools: bool = True
+        self,
+        conv: str,
+        adapter: str,
+        op: str = "op-1",
+        text: str = "weather in Paris?",
+        tools: bool = True,
+        model: str | None = None,
     ) -> None:
         await self.ledger.append(self.factory.user_turn(conv, text))
-        await self.request(conv, adapter, op, tools=tools)
+        await self.request(conv, adapter, op, tools=tools, model=model)
 
     async def request(
-        self, conv: str, adapter: str, op: str, tools: bool = True, settle_within_ms: int | None = None
+        self,
+        conv: str,
+        adapter: str,
+        op: str,
+        tools: bool = True,
+        settle_within_ms: int | None = None,
+        model: str | None = None,
     ) -> None:
-        provider, model, _ = {**APIS, **ROLLBACK}[adapter]
+        """`model`: a model revision other than the adapter's in `APIS` (the same route serves it)."""
+        provider, model_of_api, _ = {**APIS, **ROLLBACK}[adapter]
+        model = model or model_of_api
         await self.ledger.append(
             DispatchRequested(
                 **self.factory.stamp(conv),

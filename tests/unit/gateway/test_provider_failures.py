@@ -313,3 +313,20 @@ def test_a_delay_too_long_for_a_float_is_the_longest_pause_not_the_backoff(
     failure = http_failure("gemini", 429, headers, body, NOW)
     assert failure.retry_after_s == sys.float_info.max
     assert failure.pause_s(1, BackoffPolicy(), 0.0) == sys.float_info.max
+
+
+@pytest.mark.parametrize(
+    ("status", "name", "retryable"),
+    [
+        # ai.google.dev's API errors: 499 CANCELLED is the client closing the request, not its bytes
+        (499, "CANCELLED", True),
+        # 501 UNIMPLEMENTED is a 5xx the same bytes meet again; google-genai's retry statuses are
+        # 408, 429, 500, 502, 503, 504 (`_api_client.py` `_RETRY_HTTP_STATUS_CODES`)
+        (501, "UNIMPLEMENTED", False),
+    ],
+)
+def test_gemini_statuses_whose_http_code_would_say_otherwise(status: int, name: str, retryable: bool) -> None:
+    assert http_failure("gemini", status, {}, gemini_error(name), NOW) == ProviderFailure(
+        retryable, "error type", status, name
+    )
+    assert http_failure("gemini", status, {}, b"", NOW).retryable is not retryable  # the status rule alone

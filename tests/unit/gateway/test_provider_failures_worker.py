@@ -66,13 +66,14 @@ async def test_a_throttled_request_is_sent_again_once_the_named_delay_has_passed
         first, second = posts(h)
         assert first.body == second.body  # the manifest's bytes, both times
         gap = second.received_at - first.received_at
-        route = h.worker.endpoints.endpoint(adapter, APIS[adapter][1]).route
+        endpoint = h.worker.endpoints.endpoint(adapter, APIS[adapter][1])
+        cooling_until = endpoint.route.cooling_until(endpoint.model)
         if NAMES_A_DELAY[adapter]:
             assert gap >= 1.2  # the provider's word, not the 0.05 s backoff
-            assert route.cooldown_until > 0
+            assert cooling_until >= first.received_at + 1.2
         else:
             assert gap >= 0.05
-            assert route.cooldown_until == 0
+            assert cooling_until == 0
         assert h.worker.stats.counts["http_429"] == 1
         assert h.worker.stats.counts["pauses"] == 1
         assert len(h.assistant_turns("c1")) == 1
@@ -153,6 +154,28 @@ async def test_a_route_cooling_down_holds_every_operation_it_serves() -> None:
         [other] = posts(h, "another conversation")
         assert other.received_at >= throttled.received_at + 1.5
         assert h.worker.stats.counts["route_cooldown_waits"] >= 1
+
+
+async def test_a_cooling_down_holds_only_the_model_the_provider_throttled() -> None:
+    """Providers count rate limits and quotas per model: another model of the route goes at once."""
+    plan = first_marked("THROTTLED", Fault(FaultKind.RATE_LIMITED, 3000))
+    other_model = "anthropic/claude-opus-4@2025-05"
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", "anthropic-messages@2", text="THROTTLED first", tools=False)
+        await until_paused(h)
+        await h.converse("c2", "anthropic-messages@2", text="another model", tools=False, model=other_model)
+        assert (await h.settled("c2", "op-1")).state == S.COMMITTED
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        [throttled, retried] = posts(h, "THROTTLED")
+        [other] = posts(h, "another model")
+        assert b'"model":"claude-opus-4"' in other.body
+        assert throttled.received_at < other.received_at < throttled.received_at + 3.0 <= retried.received_at
+        assert h.worker.stats.counts["route_cooldown_waits"] == 0
+        endpoints = h.worker.endpoints
+        route = endpoints.endpoint("anthropic-messages@2", other_model).route
+        assert route is endpoints.endpoint("anthropic-messages@2", APIS["anthropic-messages@2"][1]).route
+        assert route.cooling_until("claude-opus-4") == 0
+        assert route.cooling_until("claude-sonnet-4") >= throttled.received_at + 3.0
 
 
 async def test_a_pause_holds_no_slot() -> None:
