@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from turnledger.errors import GatewayError
 from turnledger.gateway.redaction import REDACTOR
@@ -117,16 +118,31 @@ class AwsCredentialSource:
         return credentials
 
 
+Credential = Secret | AwsCredentials | None
+"""What a route signs its requests with: an API key, AWS keys, or nothing."""
+
+
 def _from_profile(profile: str) -> AwsCredentials:
+    return aws_credentials_of(botocore_credentials(profile).get_frozen_credentials())
+
+
+def botocore_credentials(profile: str) -> Any:
+    """botocore's credentials of `profile` (refreshable ones for temporary keys), checked readable."""
     import botocore.session
     from botocore.exceptions import BotoCoreError
 
     try:
         found = botocore.session.Session(profile=profile).get_credentials()
+        if found is not None:
+            found.get_frozen_credentials()
     except BotoCoreError as exc:
         raise CredentialError(f"AWS profile {profile!r}: {type(exc).__name__}") from None
     if found is None:
         raise CredentialError(f"AWS profile {profile!r} has no credentials")
-    frozen = found.get_frozen_credentials()
+    return found
+
+
+def aws_credentials_of(frozen: Any) -> AwsCredentials:
+    """Our AwsCredentials of botocore's ReadOnlyCredentials (access key, secret key, token)."""
     token = Secret(frozen.token) if frozen.token else None
     return AwsCredentials(Secret(frozen.access_key), Secret(frozen.secret_key), token)

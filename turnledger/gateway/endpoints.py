@@ -27,7 +27,8 @@ import orjson
 from turnledger.adapters.base import parse_model_revision
 from turnledger.adapters.profiles import AuthScheme, ProviderProfile, api_of, profile_for
 from turnledger.errors import GatewayError
-from turnledger.gateway.credentials import AwsCredentials, Secret
+from turnledger.gateway.credentials import AwsCredentials, Credential, Secret
+from turnledger.gateway.live_credentials import CredentialSupply, FixedCredential
 from turnledger.model.manifest import DispatchManifest
 
 
@@ -68,20 +69,44 @@ class RouteSettings:
         return (1, adapter_score) if model_revision in self.models else None
 
 
-Credential = Secret | AwsCredentials | None
-
-
 class ProviderRoute:
     """A route with its credential resolved, its concurrency limit and its cool-down; shared by its
-    endpoints, so every operation of the worker sees what the provider asked of any of them."""
+    endpoints, so every operation of the worker sees what the provider asked of any of them.
 
-    def __init__(self, settings: RouteSettings, credential: Credential) -> None:
+    `credential` is a value (read once) or a supply kept current (a watched file, a botocore
+    session: gateway/live_credentials.py); `refresh_credential` brings it up to date before a request."""
+
+    def __init__(self, settings: RouteSettings, credential: Credential | CredentialSupply) -> None:
         self.settings = settings
-        self.credential = credential
+        self._supply: CredentialSupply = (
+            FixedCredential(credential)
+            if credential is None or isinstance(credential, Secret | AwsCredentials)
+            else credential
+        )
+        self._refreshing = asyncio.Lock()
         self.slots = asyncio.Semaphore(settings.concurrency)
         self.timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
         self._cooldowns: dict[str, float] = {}
         """Per model, the `time.monotonic()` before which no new generation of it is sent here."""
+
+    @property
+    def credential(self) -> Credential:
+        """The credential requests are signed with now."""
+        return self._supply.value
+
+    @property
+    def credential_changes(self) -> int:
+        """How often a refresh gave the route another credential (0 for one read once)."""
+        return self._supply.changes
+
+    async def refresh_credential(self) -> int:
+        """Read the credential's source again when it says it is stale (in a thread: a file read, an
+        STS call); returns `credential_changes` after it."""
+        if self._supply.stale():
+            async with self._refreshing:
+                if self._supply.stale():
+                    await asyncio.to_thread(self._supply.refresh)
+        return self._supply.changes
 
     def cool_down(self, model: str, seconds: float, now: float) -> None:
         """The provider asked to wait `seconds` from `now` after a request for `model`: no new generation

@@ -59,7 +59,8 @@ from turnledger.adapters.profiles import PROFILES, AuthScheme, profile_for
 from turnledger.adapters.registry import ADAPTERS
 from turnledger.errors import GatewayError, InputFileError
 from turnledger.gateway.credentials import AwsCredentialSource, CredentialError, SecretSource
-from turnledger.gateway.endpoints import Credential, ProviderRoute, ProviderRoutes, RouteSettings
+from turnledger.gateway.endpoints import ProviderRoute, ProviderRoutes, RouteSettings
+from turnledger.gateway.live_credentials import CredentialSupply, supply_of_aws, supply_of_key
 
 log = logging.getLogger(__name__)
 
@@ -267,12 +268,22 @@ def _with_region(route: RouteSettings, region: str | None) -> RouteSettings:
     return replace(route, aws_region=region) if region else route
 
 
-def _read_credential(settings: CredentialSettings, env: Mapping[str, str], route: str) -> Credential:
+def _read_credential(
+    settings: CredentialSettings, env: Mapping[str, str], route: str
+) -> CredentialSupply | None:
+    """The route's credential as a supply kept current (a file watched, a botocore profile refreshed),
+    or None; a required one that is missing is a CredentialError naming where it was looked for."""
     purpose = f"route {route}"
     if settings.aws is not None:
-        return settings.aws.require(env, purpose) if settings.required else settings.aws.read(env)
+        supply = supply_of_aws(settings.aws, env)
+        if supply is None and settings.required:
+            settings.aws.require(env, purpose)
+        return supply
     if settings.api_key is not None:
-        return settings.api_key.require(env, purpose) if settings.required else settings.api_key.read(env)
+        found = supply_of_key(settings.api_key, env)
+        if found is None and settings.required:
+            settings.api_key.require(env, purpose)
+        return found
     return None
 
 

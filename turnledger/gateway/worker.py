@@ -144,6 +144,7 @@ class DispatchWorker:
         self._failures: dict[OperationKey, DispatchDecision] = {}  # the decision that ended its last attempt
         self._provider_failures: dict[OperationKey, ProviderFailure] = {}  # what its provider last said
         self._holds: dict[OperationKey, SlotHold] = {}
+        self._signed_with: dict[OperationKey, int] = {}  # the route's credential_changes at its last request
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
         self._live = False
         self.leases = LeaseKeeper(
@@ -295,6 +296,7 @@ class DispatchWorker:
         finally:
             hold.give_back()
             self._holds.pop(key, None)
+            self._signed_with.pop(key, None)
             self._tasks.pop(key, None)
             self.leases.forget(key)
 
@@ -352,6 +354,10 @@ class DispatchWorker:
         key = key_of(manifest)
         failure = self._provider_failures.pop(key, None)
         last = describe(self._failures.pop(key, None))
+        if failure is not None and not failure.retryable and await self._credential_replaced(key, endpoint):
+            self.stats.bump("refusals_of_a_replaced_credential")
+            log.info("%s/%s: %s met a credential since replaced: sent again", *key, failure.describe())
+            failure = replace(failure, retryable=True)
         if failure is not None and not failure.retryable:
             self.stats.bump("provider_refused")
             live.PROVIDER_FAILURES.labels(endpoint.api, "refused").inc()
@@ -405,6 +411,17 @@ class DispatchWorker:
             if hold is not None:
                 await hold.take()
         return Verdict.CANCELLED if cancelled else None
+
+    async def _fresh_credential(self, key: OperationKey, endpoint: ProviderEndpoint) -> None:
+        """Before a request is built: the route's credential as its source holds it now (a rotated key
+        file, refreshed AWS keys), noted so a refusal can tell which one the request carried."""
+        self._signed_with[key] = await endpoint.route.refresh_credential()
+
+    async def _credential_replaced(self, key: OperationKey, endpoint: ProviderEndpoint) -> bool:
+        """Did the route's credential change since the operation's last request was signed? Then a
+        refusal may be of the old credential, and the request goes once more with the new one."""
+        signed_with = self._signed_with.get(key)
+        return signed_with is not None and await endpoint.route.refresh_credential() != signed_with
 
     async def _route_ready(self, manifest: DispatchManifest, endpoint: ProviderEndpoint) -> Verdict | None:
         """Wait while the route cools down for the model (a provider's Retry-After to any operation of
@@ -501,6 +518,7 @@ class DispatchWorker:
         self.leases.alive(key)
         sent = await self.events.sent(conv, op, generation)
         phase.sources.add(sent.event_id)
+        await self._fresh_credential(key, endpoint)
         request = send_request(endpoint, manifest, idempotency_key)
         await self.reader.read(manifest, endpoint, generation, phase, request)
         return await self._after_stream(manifest, endpoint, generation, phase)
@@ -590,6 +608,7 @@ class DispatchWorker:
         conv, op = key = key_of(manifest)
         bound = self.board.latest[key].response_handle
         handle = phase.handle if phase.handle is not None and phase.handle == bound else None
+        await self._fresh_credential(key, endpoint)
         resume = resume_request(endpoint, handle) if handle is not None else None
         if handle is not None and resume is not None and endpoint.resumable(manifest.request_body):
             self.stats.bump("resumes")
@@ -649,6 +668,7 @@ class DispatchWorker:
         ):
             return
         bound = handle if handle is not None and handle == latest.response_handle else None
+        await self._fresh_credential(key, endpoint)
         stop = cancel_request(endpoint, bound) if bound is not None else None
         if stop is not None and endpoint.resumable(manifest.request_body):
             assert self._http is not None

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from tests.unit.gateway.ledger import InMemoryLedger
-from turnledger.fake_provider import FakeProvider, FaultPlan
+from turnledger.fake_provider import FakeProvider, FaultPlan, ReceivedRequest
 from turnledger.gateway.client import EventFactory, stream_policy
 from turnledger.gateway.endpoints import ProviderRoutes, endpoints_for
 from turnledger.gateway.tool_executor import DEMO_TOOLS, ToolExecutor
@@ -109,10 +109,19 @@ async def harness(
     routes_of: Callable[[FakeProvider], ProviderRoutes] = with_keys,
     tools_run: bool = False,
     config: WorkerConfig | None = None,
+    on_request: Callable[[FakeProvider, ReceivedRequest], None] | None = None,
 ) -> AsyncIterator[Harness]:
-    """`config`: the worker's (else a 10 s settle timeout and 3 attempts)."""
+    """`config`: the worker's (else a 10 s settle timeout and 3 attempts); `on_request`: called as the
+    fake receives each request, before it answers."""
     ledger = InMemoryLedger()
-    async with FakeProvider(seed=4, fault_plan=plan) as fp:
+    provider: list[FakeProvider] = []
+
+    def received(request: ReceivedRequest) -> None:
+        if on_request is not None:
+            on_request(provider[0], request)
+
+    async with FakeProvider(seed=4, fault_plan=plan, on_request=received) as fp:
+        provider.append(fp)
         config = config or WorkerConfig(settle_timeout_s=10, max_attempts=3)
         routes = routes_of(fp)
         async with DispatchWorker(ledger, routes, config=config) as worker:
