@@ -39,8 +39,16 @@ def _register() -> None:
 
 
 def main() -> None:
+    """Every command; a Kafka setting that cannot work, or a broker refusing our login or TLS, is
+    said in one line (exit 2) by whichever command met it."""
+    from turnledger.errors import KafkaAccessError, KafkaSettingsError
+
     _register()
-    app()
+    try:
+        app()
+    except (KafkaAccessError, KafkaSettingsError) as exc:
+        typer.echo(f"turnledger: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── ServiceUnavailable                   retriable: the service may come back
     │   ├── KafkaUnavailableError            every layer: Kafka unreachable / not acknowledging
     │   └── RedisUnavailableError            projections, serve: Redis unreachable
+    ├── KafkaAccessError                     Kafka answered but refused our credentials or TLS
+    ├── KafkaSettingsError                   the KAFKA_* security variables do not make one setting
     ├── MissingTopicError                    a topic the command needs does not exist
     ├── CanonicalJsonError        (model)    a value that has no canonical JSON
     ├── CodecError                (codec)    NotSingleObjectEncoded, UnknownFingerprint, CorruptRecord,
@@ -93,6 +95,23 @@ class RedisUnavailableError(ServiceUnavailable):
             f"Redis is not reachable at {url!r}{detail}. {_START_STACK}, or set REDIS_URL "
             "(or --redis-url) to a reachable Redis, e.g. redis://127.0.0.1:6379/0."
         )
+
+
+class KafkaAccessError(TurnledgerError):
+    """Kafka was reached, but refused the connection for who we are (a SASL login refused, a mechanism
+    it does not enable) or TLS failed (a certificate we cannot verify): waiting does not help."""
+
+    def __init__(self, bootstrap: str, security: str, cause: BaseException, fix: str) -> None:
+        self.bootstrap = bootstrap
+        self.cause = cause
+        super().__init__(
+            f"Kafka at {bootstrap!r} refused the connection ({security}): {type(cause).__name__}: "
+            f"{cause}. {fix}"
+        )
+
+
+class KafkaSettingsError(TurnledgerError, ValueError):
+    """The KAFKA_* security variables are incomplete or contradict each other; names the variable."""
 
 
 class MissingTopicError(TurnledgerError):

@@ -46,6 +46,7 @@ from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.tool_executor import ToolExecutor
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
+from turnledger.kafka.connection import kafka_options
 from turnledger.kafka.reading import wait_for_partitions
 from turnledger.kafka.tail import tail_topic
 from turnledger.model.events import DispatchDecision, DispatchRequested
@@ -375,8 +376,8 @@ async def _processor_caught_up(bootstrap: str, prefix: str, timeout_s: float = 6
     from aiokafka.structs import OffsetAndMetadata
 
     topic = Topics(prefix).ingress
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_options())
     await admin.start()
     await consumer.start()
     try:

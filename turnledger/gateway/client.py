@@ -33,6 +33,7 @@ from aiokafka.errors import (
 from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import UnencodableRecord, encode
 from turnledger.errors import GatewayError, KafkaUnavailableError
+from turnledger.kafka.connection import diagnose, kafka_options
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
     DEFAULT_LEASE_MS,
@@ -269,6 +270,7 @@ class GatewayClient(EventFactory):
             "linger_ms": linger_ms,
             "request_timeout_ms": request_timeout_ms,
             "max_batch_size": 256 * 1024,
+            **kafka_options(),
         }
         self._producer = AIOKafkaProducer(**self._options)
         self._started = False
@@ -281,6 +283,7 @@ class GatewayClient(EventFactory):
             await self._producer.start()
         except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
             await self._producer.stop()
+            await diagnose(self.bootstrap)  # a refused login or certificate: KafkaAccessError
             raise KafkaUnavailableError(self.bootstrap, exc, action="start the ingress producer") from exc
         self._started = True
 

@@ -7,6 +7,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from turnledger.kafka.clients import close_client, start_client
+from turnledger.kafka.connection import kafka_options
 
 PARTITION_VERIFICATION = "transaction.partition.verification.enable"
 """KIP-890's produce verification: while on, a leader appends a transactional batch only if the
@@ -17,7 +18,7 @@ async def leader_setting(bootstrap: str, tp: TopicPartition, name: str) -> str |
     """The value of broker setting `name` on `tp`'s leader; None when there is no leader or the
     broker does not report it. Connection errors propagate."""
     admin = await start_client(
-        lambda: AIOKafkaAdminClient(bootstrap_servers=bootstrap),
+        lambda: AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options()),
         bootstrap=bootstrap,
         action=f"read the broker setting {name}",
     )

@@ -21,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from turnledger.errors import KafkaUnavailableError, ServiceUnavailable
+from turnledger.kafka.connection import diagnose, kafka_options
 from turnledger.retry import NO_WAIT, Backoff, Classify, StopRequested, ride_out
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,10 @@ def read_committed_consumer(
     """A consumer (not started) that only sees committed transactional data; `options` override
     or extend aiokafka's keyword arguments (fetch sizes, session timeout, assignors)."""
     return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id, **{**READ_COMMITTED, **options}
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        client_id=client_id,
+        **{**READ_COMMITTED, **kafka_options(), **options},
     )
 
 
@@ -78,6 +82,7 @@ def transactional_producer(
         acks="all",
         retry_backoff_ms=retry_backoff_ms,
         max_batch_size=max_batch_size,
+        **kafka_options(),
     )
 
 
@@ -114,7 +119,8 @@ async def start_client(
     backoff: Backoff = NO_WAIT,
     stop: asyncio.Event | None = None,
 ) -> C:
-    """`make()` a client and start it, retrying with a fresh one while Kafka is unavailable.
+    """`make()` a client and start it, retrying with a fresh one while Kafka is unavailable; a
+    `KafkaAccessError` (Kafka refused our login or our TLS: `connection.diagnose`) ends the wait.
 
     `action` says what the client is for ("start the processor's consumer"); it is part of the
     log lines while waiting and of the `KafkaUnavailableError` when giving up."""
@@ -123,8 +129,10 @@ async def start_client(
         client = make()
         try:
             await client.start()
-        except BaseException:
+        except BaseException as exc:
             await close_client(client)
+            if isinstance(exc, KafkaConnectionError):
+                await diagnose(bootstrap)  # a refused login or certificate: no outage to wait out
             raise
         return client
 
@@ -145,7 +153,9 @@ async def describe_partitions(
 
     async def attempt() -> list[int]:
         admin = await start_client(
-            lambda: AIOKafkaAdminClient(bootstrap_servers=bootstrap), bootstrap=bootstrap, action=action
+            lambda: AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options()),
+            bootstrap=bootstrap,
+            action=action,
         )
         try:
             described = await admin.describe_topics([topic])

@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from turnledger.errors import TurnledgerError
 from turnledger.kafka.clients import close_client, start_client
+from turnledger.kafka.connection import kafka_options
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 READ_BUDGET = 20_000
@@ -261,7 +262,7 @@ async def read_transaction_log(
     partition, in log order (read_uncommitted: nothing there is transactional). Connection errors
     propagate; a read that runs out of time returns what it read."""
     consumer = await start_client(
-        lambda: AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False),
+        lambda: AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kafka_options()),
         bootstrap=bootstrap,
         action="read the transaction coordinator's log",
     )

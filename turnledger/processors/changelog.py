@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka.clients import close_client
+from turnledger.kafka.connection import kafka_options
 from turnledger.kafka.reading import read_to_end, start_reader
 from turnledger.processors.errors import ProcessorError
 from turnledger.processors.store import PartitionStore
@@ -80,7 +81,7 @@ async def settle(
     `sweep_every_s` while it waits; raise `KafkaUnavailableError` after `timeout_s`, so that the
     caller starts over."""
     committed = await start_reader(bootstrap, action=f"settle {tp.topic}-{tp.partition}")
-    uncommitted = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    uncommitted = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kafka_options())
     try:
         await uncommitted.start()
         began = time.monotonic()

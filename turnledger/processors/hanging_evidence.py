@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from turnledger.kafka.clients import close_client, read_committed_consumer, start_client
+from turnledger.kafka.connection import kafka_options
 from turnledger.kafka.positions import seek_settled
 from turnledger.kafka.producer_states import ProducerState
 from turnledger.processors.txn_tag import TxnTag, tag_of
@@ -123,7 +124,10 @@ class ChangelogEvidence:
         # read_uncommitted: the hanging batch (and a record still undecided) is never committed
         uncommitted = await start_client(
             lambda: AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+                bootstrap_servers=self._bootstrap,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                **kafka_options(),
             ),
             bootstrap=self._bootstrap,
             action="read hanging transactions",

@@ -15,6 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from turnledger.errors import KafkaUnavailableError
+from turnledger.kafka.connection import diagnose, kafka_options
 from turnledger.processors.errors import TopicMismatchError
 from turnledger.topology import DEFAULT_PREVIEWS_RETENTION_MS, TOPOLOGY, Stream, Topics, topic_settings
 
@@ -48,10 +49,13 @@ async def ensure_topics(
     partition count than `partitions`, or the changelog is not compacted; raises
     `KafkaUnavailableError` when the cluster cannot be reached.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000), **kafka_options()
+    )
     try:
         await admin.start()
     except KafkaConnectionError as exc:
+        await diagnose(bootstrap)  # a refused login or certificate: KafkaAccessError
         raise KafkaUnavailableError(bootstrap, exc) from exc
     try:
         configs = topic_configs(topics, previews_retention_ms)

@@ -1,0 +1,266 @@
+"""How every turnledger client reaches the cluster: plain, TLS, SASL, or SASL over TLS.
+
+Managed clusters (Confluent Cloud, MSK with SCRAM, Aiven, Redpanda Cloud) take only TLS and a SASL
+login, so every consumer, producer and admin client the services build gets the same settings,
+read once per process from the environment (a child process of `--processes N` inherits it):
+
+| variable | meaning | default |
+|---|---|---|
+| `KAFKA_SECURITY_PROTOCOL` | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL` | `PLAINTEXT` |
+| `KAFKA_SASL_MECHANISM` | `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (SASL only) | — |
+| `KAFKA_SASL_USERNAME` | the SASL user | — |
+| `KAFKA_SASL_PASSWORD`, `KAFKA_SASL_PASSWORD_FILE` | its password, or a file holding it | — |
+| `KAFKA_SSL_CA_FILE` | PEM of the CAs that sign the brokers' certificates (TLS) | the system's |
+| `KAFKA_SSL_CERT_FILE`, `KAFKA_SSL_KEY_FILE` | a client certificate and its key (mutual TLS) | — |
+| `KAFKA_SSL_CHECK_HOSTNAME` | `false` accepts a certificate for another name (tests only) | `true` |
+
+A setting that cannot work (a mechanism without a SASL protocol, a password without a user, a file
+that cannot be read) is a `KafkaSettingsError` naming the variable, at start. The password is never
+printed: its repr is `Password('***')`.
+
+aiokafka reports a refused login or an unverifiable certificate only as "unable to bootstrap", which
+the services would wait out for ever as an outage; `diagnose` connects once by hand to tell the two
+apart, so a wrong password ends the service with a `KafkaAccessError` that says what to fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+from aiokafka.conn import create_conn
+from aiokafka.helpers import create_ssl_context
+
+from turnledger.errors import KafkaAccessError, KafkaSettingsError
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_TLS = frozenset({"SSL", "SASL_SSL"})
+_SASL = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+
+ENV_PROTOCOL = "KAFKA_SECURITY_PROTOCOL"
+ENV_MECHANISM = "KAFKA_SASL_MECHANISM"
+ENV_USERNAME = "KAFKA_SASL_USERNAME"
+ENV_PASSWORD = "KAFKA_SASL_PASSWORD"
+ENV_PASSWORD_FILE = "KAFKA_SASL_PASSWORD_FILE"
+ENV_CA_FILE = "KAFKA_SSL_CA_FILE"
+ENV_CERT_FILE = "KAFKA_SSL_CERT_FILE"
+ENV_KEY_FILE = "KAFKA_SSL_KEY_FILE"
+ENV_CHECK_HOSTNAME = "KAFKA_SSL_CHECK_HOSTNAME"
+
+ACCESS_ERRORS: tuple[type[BaseException], ...] = (
+    kafka_errors.AuthenticationFailedError,
+    kafka_errors.SaslAuthenticationFailed,
+    kafka_errors.UnsupportedSaslMechanismError,
+    kafka_errors.IllegalSaslStateError,
+    kafka_errors.AuthenticationMethodNotSupported,
+    ssl.SSLError,
+)
+"""What a connection raises when the broker was reached and refused us: waiting does not help."""
+
+
+class _Password:
+    """The SASL password: never in a repr, a log line or an error; only aiokafka's login reads it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Password('***')"
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None
+    username: str | None = None
+    password: _Password | None = None
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    check_hostname: bool = True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> KafkaSecurity:
+        """The settings the variables name, checked to make one working setting."""
+        protocol = _choice(env, ENV_PROTOCOL, PROTOCOLS) or "PLAINTEXT"
+        mechanism = _choice(env, ENV_MECHANISM, MECHANISMS)
+        username = env.get(ENV_USERNAME, "").strip() or None
+        password = _password(env)
+        if protocol in _SASL:
+            missing = [
+                name
+                for name, value in (
+                    (ENV_MECHANISM, mechanism),
+                    (ENV_USERNAME, username),
+                    (ENV_PASSWORD, password),
+                )
+                if value is None
+            ]
+            if missing:
+                raise KafkaSettingsError(
+                    f"{ENV_PROTOCOL}={protocol} logs in with SASL: set {', '.join(missing)}"
+                    + (f" (or {ENV_PASSWORD_FILE})" if ENV_PASSWORD in missing else "")
+                )
+        else:
+            given = [n for n, v in ((ENV_MECHANISM, mechanism), (ENV_USERNAME, username)) if v is not None]
+            if given or password is not None:
+                named = given + ([ENV_PASSWORD] if password is not None else [])
+                raise KafkaSettingsError(
+                    f"{', '.join(named)} set, but {ENV_PROTOCOL} is {protocol}: set it to SASL_SSL "
+                    "(or SASL_PLAINTEXT) to log in, or unset them"
+                )
+        files = {name: _file(env, name) for name in (ENV_CA_FILE, ENV_CERT_FILE, ENV_KEY_FILE)}
+        if protocol not in _TLS and any(files.values()):
+            named = [name for name, path in files.items() if path is not None]
+            raise KafkaSettingsError(
+                f"{', '.join(named)} set, but {ENV_PROTOCOL} is {protocol}: TLS needs SSL or SASL_SSL"
+            )
+        if (files[ENV_CERT_FILE] is None) != (files[ENV_KEY_FILE] is None):
+            raise KafkaSettingsError(f"a client certificate needs both {ENV_CERT_FILE} and {ENV_KEY_FILE}")
+        check = env.get(ENV_CHECK_HOSTNAME, "true").strip().lower()
+        if check not in ("true", "false"):
+            raise KafkaSettingsError(f"{ENV_CHECK_HOSTNAME} must be true or false, not {check!r}")
+        return cls(
+            protocol,
+            mechanism,
+            username,
+            password,
+            files[ENV_CA_FILE],
+            files[ENV_CERT_FILE],
+            files[ENV_KEY_FILE],
+            check == "true",
+        )
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in _TLS
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in _SASL
+
+    def describe(self) -> str:
+        """E.g. `SASL_SSL, SCRAM-SHA-512 as 'gateway', CA /etc/kafka/ca.pem`; never the password."""
+        parts = [self.protocol]
+        if self.sasl:
+            parts.append(f"{self.mechanism} as {self.username!r}")
+        if self.tls:
+            parts.append(f"CA {self.ca_file}" if self.ca_file else "the system's CAs")
+            if self.cert_file:
+                parts.append(f"client certificate {self.cert_file}")
+        return ", ".join(parts)
+
+    def fix(self) -> str:
+        """What to check when the broker refused us."""
+        if self.sasl:
+            return (
+                f"Check {ENV_USERNAME} and {ENV_PASSWORD} (or {ENV_PASSWORD_FILE}), and that the broker's "
+                f"listener enables {self.mechanism}."
+            )
+        return f"Check {ENV_CA_FILE} (the CA that signed the broker's certificate) and the broker address."
+
+    @functools.cached_property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context: ssl.SSLContext = create_ssl_context(
+            cafile=str(self.ca_file) if self.ca_file else None,
+            certfile=str(self.cert_file) if self.cert_file else None,
+            keyfile=str(self.key_file) if self.key_file else None,
+        )
+        context.check_hostname = self.check_hostname
+        return context
+
+    def client_options(self) -> dict[str, Any]:
+        """The keyword arguments every aiokafka consumer, producer and admin client takes for it."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        options: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.tls:
+            options["ssl_context"] = self.ssl_context
+        if self.sasl:
+            assert self.password is not None
+            options |= {
+                "sasl_mechanism": self.mechanism,
+                "sasl_plain_username": self.username,
+                "sasl_plain_password": self.password.reveal(),
+            }
+        return options
+
+
+def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str | None:
+    value = env.get(name, "").strip().upper()
+    if not value:
+        return None
+    if value not in allowed:
+        raise KafkaSettingsError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+def _file(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise KafkaSettingsError(f"{name}: cannot read the file {path}")
+    return path
+
+
+def _password(env: Mapping[str, str]) -> _Password | None:
+    value, path = env.get(ENV_PASSWORD, ""), env.get(ENV_PASSWORD_FILE, "").strip()
+    if value and path:
+        raise KafkaSettingsError(f"set {ENV_PASSWORD} or {ENV_PASSWORD_FILE}, not both")
+    if path:
+        try:
+            value = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: cannot read {path} ({exc.strerror})") from None
+        if not value:
+            raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: {path} is empty")
+    return _Password(value) if value else None
+
+
+@functools.cache
+def security() -> KafkaSecurity:
+    """This process's settings, from its environment (read once)."""
+    return KafkaSecurity.from_env(os.environ)
+
+
+def kafka_options() -> dict[str, Any]:
+    """`security().client_options()`: what every aiokafka client of this process is built with."""
+    return security().client_options()
+
+
+async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeout_s: float = 10.0) -> None:
+    """Connect to each bootstrap address once, by hand; raise `KafkaAccessError` if one was reached and
+    refused us (a login, a mechanism, a certificate). Anything else (nothing listening, a timeout)
+    says nothing and returns: the caller goes on treating it as an outage."""
+    settings = settings or security()
+    if settings.protocol == "PLAINTEXT":
+        return
+    options = settings.client_options()
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            conn = await create_conn(
+                host.strip("[]"), int(port), request_timeout_ms=int(timeout_s * 1000), **options
+            )
+        except ACCESS_ERRORS as exc:
+            raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix()) from None
+        except Exception:  # unreachable, or some other trouble: not ours to judge here
+            continue
+        conn.close()
+        return
