@@ -1,0 +1,156 @@
+"""The KAFKA_* security variables: one working setting or a KafkaSettingsError naming the variable;
+the aiokafka options every client gets; the password never printed. (Logins on a real SASL_SSL
+listener: tests/integration/test_kafka_security.py.)"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from turnledger.errors import KafkaSettingsError
+from turnledger.kafka.connection import KafkaSecurity, diagnose
+
+SCRAM = {
+    "KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
+    "KAFKA_SASL_MECHANISM": "scram-sha-512",
+    "KAFKA_SASL_USERNAME": "gateway",
+    "KAFKA_SASL_PASSWORD": "pa55-w0rd-secret",
+}
+
+
+def test_nothing_set_is_plaintext_with_no_options() -> None:
+    settings = KafkaSecurity.from_env({})
+    assert settings == KafkaSecurity()
+    assert (settings.client_options(), settings.describe(), settings.ssl_context) == ({}, "PLAINTEXT", None)
+
+
+def test_sasl_over_tls_gives_every_option_and_names_never_the_password() -> None:
+    settings = KafkaSecurity.from_env(SCRAM)
+    options = settings.client_options()
+    context = options.pop("ssl_context")
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert options == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "gateway",
+        "sasl_plain_password": "pa55-w0rd-secret",
+    }
+    assert settings.describe() == "SASL_SSL, SCRAM-SHA-512 as 'gateway', the system's CAs"
+    assert "pa55" not in repr(settings) and "Password('***')" in repr(settings)
+    assert settings.fix() == (
+        "Check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE), and that the "
+        "broker's listener enables SCRAM-SHA-512."
+    )
+
+
+def test_sasl_in_the_clear_has_no_tls_context() -> None:
+    env = {**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN"}
+    options = KafkaSecurity.from_env(env).client_options()
+    assert options == {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "gateway",
+        "sasl_plain_password": "pa55-w0rd-secret",
+    }
+
+
+def test_the_password_may_be_a_file(tmp_path: Path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("from-a-file\n")
+    env = {**SCRAM, "KAFKA_SASL_PASSWORD": "", "KAFKA_SASL_PASSWORD_FILE": str(secret)}
+    assert KafkaSecurity.from_env(env).client_options()["sasl_plain_password"] == "from-a-file"
+
+
+def _ca(tmp_path: Path) -> Path:
+    """A CA file Python's ssl can load: the certifi-free way is to reuse the system's bundle."""
+    bundle = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
+    if not bundle.is_file():
+        pytest.skip("no system CA bundle to stand for a CA file")
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(bundle.read_bytes())
+    return ca
+
+
+def test_tls_with_a_ca_file_and_without_a_hostname_check(tmp_path: Path) -> None:
+    ca = _ca(tmp_path)
+    env = {
+        "KAFKA_SECURITY_PROTOCOL": "SSL",
+        "KAFKA_SSL_CA_FILE": str(ca),
+        "KAFKA_SSL_CHECK_HOSTNAME": "FALSE",
+    }
+    settings = KafkaSecurity.from_env(env)
+    options = settings.client_options()
+    assert options["security_protocol"] == "SSL" and set(options) == {"security_protocol", "ssl_context"}
+    assert options["ssl_context"].check_hostname is False
+    assert settings.describe() == f"SSL, CA {ca}"
+    assert settings.fix() == (
+        "Check KAFKA_SSL_CA_FILE (the CA that signed the broker's certificate) and the broker address."
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KAFKA_SECURITY_PROTOCOL": "TLS"}, "KAFKA_SECURITY_PROTOCOL must be one of PLAINTEXT, SSL, "
+         "SASL_PLAINTEXT, SASL_SSL, not 'TLS'"),
+        ({**SCRAM, "KAFKA_SASL_MECHANISM": "GSSAPI"}, "KAFKA_SASL_MECHANISM must be one of PLAIN, "
+         "SCRAM-SHA-256, SCRAM-SHA-512, not 'GSSAPI'"),
+        ({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "KAFKA_SECURITY_PROTOCOL=SASL_SSL logs in with SASL: set "
+         "KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE)"),
+        ({**SCRAM, "KAFKA_SASL_USERNAME": " "}, "KAFKA_SECURITY_PROTOCOL=SASL_SSL logs in with SASL: set "
+         "KAFKA_SASL_USERNAME"),
+        ({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SSL"}, "KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, "
+         "KAFKA_SASL_PASSWORD set, but KAFKA_SECURITY_PROTOCOL is SSL: set it to SASL_SSL (or "
+         "SASL_PLAINTEXT) to log in, or unset them"),
+        ({"KAFKA_SASL_PASSWORD": "x"}, "KAFKA_SASL_PASSWORD set, but KAFKA_SECURITY_PROTOCOL is PLAINTEXT: "
+         "set it to SASL_SSL (or SASL_PLAINTEXT) to log in, or unset them"),
+        ({**SCRAM, "KAFKA_SASL_PASSWORD_FILE": "/p"}, "set KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE, "
+         "not both"),
+        ({**SCRAM, "KAFKA_SSL_CHECK_HOSTNAME": "no"}, "KAFKA_SSL_CHECK_HOSTNAME must be true or false, "
+         "not 'no'"),
+        ({**SCRAM, "KAFKA_SSL_CA_FILE": "/nonexistent/ca.pem"}, "KAFKA_SSL_CA_FILE: cannot read the file "
+         "/nonexistent/ca.pem"),
+    ],
+)  # fmt: skip
+def test_settings_that_cannot_work_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(KafkaSettingsError) as caught:
+        KafkaSecurity.from_env(env)
+    assert str(caught.value) == message
+
+
+def test_files_that_cannot_work(tmp_path: Path) -> None:
+    ca, empty = _ca(tmp_path), tmp_path / "empty"
+    empty.write_text("\n")
+    cases = {
+        "KAFKA_SSL_CA_FILE set, but KAFKA_SECURITY_PROTOCOL is PLAINTEXT: TLS needs SSL or SASL_SSL": {
+            "KAFKA_SSL_CA_FILE": str(ca)
+        },
+        "a client certificate needs both KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE": {
+            "KAFKA_SECURITY_PROTOCOL": "SSL",
+            "KAFKA_SSL_CERT_FILE": str(ca),
+        },
+        f"KAFKA_SASL_PASSWORD_FILE: {empty} is empty": {
+            **SCRAM,
+            "KAFKA_SASL_PASSWORD": "",
+            "KAFKA_SASL_PASSWORD_FILE": str(empty),
+        },
+        f"KAFKA_SASL_PASSWORD_FILE: cannot read {tmp_path / 'none'} (No such file or directory)": {
+            **SCRAM,
+            "KAFKA_SASL_PASSWORD": "",
+            "KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "none"),
+        },
+    }
+    for message, env in cases.items():
+        with pytest.raises(KafkaSettingsError) as caught:
+            KafkaSecurity.from_env(env)
+        assert str(caught.value) == message
+
+
+async def test_diagnose_says_nothing_of_plaintext_or_of_nothing_listening() -> None:
+    await diagnose("127.0.0.1:1", KafkaSecurity())  # no connection tried at all
+    await diagnose(
+        "127.0.0.1:1", KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    )
