@@ -8,6 +8,7 @@ import ssl
 from pathlib import Path
 
 import pytest
+from aiokafka.errors import IllegalSaslStateError, SaslAuthenticationFailed
 
 from turnledger.errors import KafkaSettingsError
 from turnledger.kafka.connection import KafkaSecurity, diagnose
@@ -40,9 +41,16 @@ def test_sasl_over_tls_gives_every_option_and_names_never_the_password() -> None
     }
     assert settings.describe() == "SASL_SSL, SCRAM-SHA-512 as 'gateway', the system's CAs"
     assert "pa55" not in repr(settings) and "Password('***')" in repr(settings)
-    assert settings.fix() == (
-        "Check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE), and that the "
-        "broker's listener enables SCRAM-SHA-512."
+    assert settings.fix(SaslAuthenticationFailed("nope")) == (
+        "Check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE)."
+    )
+    assert settings.fix(IllegalSaslStateError()) == (
+        "This listener does not take a SASL SCRAM-SHA-512 login: check the address (the broker's SASL "
+        "listener, not its plaintext one) and KAFKA_SASL_MECHANISM."
+    )
+    assert settings.fix(ssl.SSLCertVerificationError("self-signed")) == (
+        "The broker's certificate could not be verified: check KAFKA_SSL_CA_FILE (the CA that signed it; "
+        "else the system's CAs are used) and that the address is a name the certificate holds."
     )
 
 
@@ -86,9 +94,6 @@ def test_tls_with_a_ca_file_and_without_a_hostname_check(tmp_path: Path) -> None
     assert options["security_protocol"] == "SSL" and set(options) == {"security_protocol", "ssl_context"}
     assert options["ssl_context"].check_hostname is False
     assert settings.describe() == f"SSL, CA {ca}"
-    assert settings.fix() == (
-        "Check KAFKA_SSL_CA_FILE (the CA that signed the broker's certificate) and the broker address."
-    )
 
 
 @pytest.mark.parametrize(

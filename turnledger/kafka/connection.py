@@ -64,6 +64,14 @@ ACCESS_ERRORS: tuple[type[BaseException], ...] = (
 )
 """What a connection raises when the broker was reached and refused us: waiting does not help."""
 
+_NOT_THIS_LOGIN = (
+    kafka_errors.UnsupportedSaslMechanismError,
+    kafka_errors.IllegalSaslStateError,
+    kafka_errors.AuthenticationMethodNotSupported,
+)
+"""The listener does not take this kind of login at all (a plaintext listener asked for SASL, a
+mechanism it does not enable), as opposed to refusing these credentials."""
+
 
 class _Password:
     """The SASL password: never in a repr, a log line or an error; only aiokafka's login reads it."""
@@ -162,14 +170,19 @@ class KafkaSecurity:
                 parts.append(f"client certificate {self.cert_file}")
         return ", ".join(parts)
 
-    def fix(self) -> str:
-        """What to check when the broker refused us."""
-        if self.sasl:
+    def fix(self, refused: BaseException) -> str:
+        """What to check, by how the broker refused us."""
+        if isinstance(refused, ssl.SSLError):
             return (
-                f"Check {ENV_USERNAME} and {ENV_PASSWORD} (or {ENV_PASSWORD_FILE}), and that the broker's "
-                f"listener enables {self.mechanism}."
+                f"The broker's certificate could not be verified: check {ENV_CA_FILE} (the CA that signed "
+                f"it; else the system's CAs are used) and that the address is a name the certificate holds."
             )
-        return f"Check {ENV_CA_FILE} (the CA that signed the broker's certificate) and the broker address."
+        if isinstance(refused, _NOT_THIS_LOGIN):
+            return (
+                f"This listener does not take a SASL {self.mechanism} login: check the address (the broker's "
+                f"SASL listener, not its plaintext one) and {ENV_MECHANISM}."
+            )
+        return f"Check {ENV_USERNAME} and {ENV_PASSWORD} (or {ENV_PASSWORD_FILE})."
 
     @functools.cached_property
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -259,7 +272,7 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
                 host.strip("[]"), int(port), request_timeout_ms=int(timeout_s * 1000), **options
             )
         except ACCESS_ERRORS as exc:
-            raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix()) from None
+            raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix(exc)) from None
         except Exception:  # unreachable, or some other trouble: not ours to judge here
             continue
         conn.close()
