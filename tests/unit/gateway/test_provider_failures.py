@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import sys
+import time
 
 import orjson
 import pytest
@@ -71,6 +72,8 @@ def gemini_error(status: str, details: list[object] | None = None) -> bytes:
          b'{"message": "slow down"}', ProviderFailure(True, "error type", 429, "ThrottlingException")),
         ("bedrock-converse", 400, {}, b'{"__type": "com.amazon.bedrock#ValidationException"}',
          ProviderFailure(False, "error type", 400, "ValidationException")),
+        ("bedrock-converse", 400, {}, b'{"__type": "ValidationException"}',  # a bare name, no namespace
+         ProviderFailure(False, "error type", 400, "ValidationException")),
         ("bedrock-converse", 403, {"x-amzn-errortype": "MissingAuthenticationTokenException:x"}, b"",
          ProviderFailure(False, "error type", 403, "MissingAuthenticationTokenException")),
         # another API's names are not this one's: the status decides
@@ -102,11 +105,32 @@ def test_only_a_known_type_name_leaves_the_error_body() -> None:
 
 
 def test_an_error_body_past_the_bound_is_not_parsed() -> None:
-    padding = " " * MAX_ERROR_BODY_BYTES
-    body = _body({"error": {"type": "overloaded_error"}}) + padding.encode()
-    assert http_failure("anthropic-messages", 400, {}, body, NOW) == ProviderFailure(False, "status", 400)
     short = _body({"error": {"type": "overloaded_error"}})
-    assert http_failure("anthropic-messages", 400, {}, short, NOW).retryable
+    at_the_bound = short + b" " * (MAX_ERROR_BODY_BYTES - len(short))
+    assert len(at_the_bound) == MAX_ERROR_BODY_BYTES
+    assert http_failure("anthropic-messages", 400, {}, at_the_bound, NOW) == ProviderFailure(
+        True, "error type", 400, "overloaded_error"
+    )
+    past_it = at_the_bound + b" "
+    assert http_failure("anthropic-messages", 400, {}, past_it, NOW) == ProviderFailure(False, "status", 400)
+    assert http_failure("anthropic-messages", 400, {}, short, NOW) == ProviderFailure(
+        True, "error type", 400, "overloaded_error"
+    )
+
+
+def test_the_header_rule_keeps_the_delay_the_provider_named() -> None:
+    headers = {"x-should-retry": "true", "retry-after-ms": "1500"}
+    body = openai_error("requests", "rate_limit_exceeded")
+    assert http_failure("openai-chat", 429, headers, body, NOW) == ProviderFailure(
+        True, "x-should-retry", 429, "rate_limit_exceeded", 1.5
+    )
+
+
+def test_an_api_without_a_row_knows_no_type_the_status_decides() -> None:
+    body = anthropic_error("overloaded_error")
+    assert http_failure("some-other-api", 529, {}, body, NOW) == ProviderFailure(True, "status", 529)
+    assert http_failure("some-other-api", 400, {}, body, NOW) == ProviderFailure(False, "status", 400)
+    assert stream_failure("some-other-api", "invalid_request_error") == ProviderFailure(True, "stream error")
 
 
 @pytest.mark.parametrize(
@@ -118,10 +142,15 @@ def test_an_error_body_past_the_bound_is_not_parsed() -> None:
         ({"retry-after": " 2.5 "}, b"", 2.5),
         ({"retry-after": email.utils.formatdate(NOW + 30, usegmt=True)}, b"", 30.0),
         ({"retry-after": email.utils.formatdate(NOW - 30, usegmt=True)}, b"", None),  # a date passed
+        ({"retry-after": email.utils.formatdate(NOW, usegmt=True)}, b"", None),  # a date that is now
+        ({"retry-after": email.utils.formatdate(NOW + 1, usegmt=True)}, b"", 1.0),  # the least a date names
+        ({"retry-after": "Fri, 15 Jan 2027 09:00:30 +0100"}, b"", 30.0),  # a zone named is kept
         ({"retry-after": "soon"}, b"", None),
         ({"retry-after": "0"}, b"", None),
         ({"retry-after": "-3"}, b"", None),
         ({"retry-after": "inf"}, b"", None),
+        ({"retry-after": "+inf"}, b"", None),  # the word, signed: still no delay, not the longest pause
+        ({"retry-after": "Infinity"}, b"", None),
         ({"retry-after": "nan"}, b"", None),
         ({"retry-after-ms": "x", "retry-after": "4"}, b"", 4.0),
         ({}, gemini_error("RESOURCE_EXHAUSTED", [
@@ -286,6 +315,19 @@ def test_a_response_that_failed_on_something_outside_the_request_is_retried(code
 def test_an_http_date_that_names_no_zone_is_gmt(date: str) -> None:
     assert email.utils.formatdate(NOW + 30, usegmt=True) == "Fri, 15 Jan 2027 08:00:30 GMT"
     assert http_failure("openai-chat", 429, {"retry-after": date}, b"", NOW).retry_after_s == 30.0
+
+
+def test_a_date_that_names_no_zone_is_gmt_whatever_the_machines_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # read as local time, the two dates below would be 5 h 30 early here, a date passed: no delay
+    monkeypatch.setenv("TZ", "TST-5:30")  # POSIX: 5 h 30 east of UTC, no zone database needed
+    time.tzset()
+    try:
+        assert time.localtime(NOW).tm_gmtoff == 19_800
+        for date in ("Fri Jan 15 08:00:30 2027", "Fri, 15 Jan 2027 08:00:30 -0000"):
+            assert http_failure("openai-chat", 429, {"retry-after": date}, b"", NOW).retry_after_s == 30.0
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 @pytest.mark.parametrize(("ms", "seconds"), [("700", 0.7), ("2300", 2.3), ("1500", 1.5)])
