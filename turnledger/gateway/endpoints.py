@@ -149,8 +149,14 @@ class ProviderEndpoint:
 
     @property
     def headers(self) -> dict[str, str]:
-        """The profile's fixed headers (e.g. anthropic-version) under the route's own; no credential."""
-        return {**self.profile.fixed_headers, **self.route.settings.headers}
+        """The profile's fixed headers (e.g. anthropic-version) under the route's own, whose names
+        replace the profile's in any case (`Anthropic-Version` too); no credential."""
+        own = self.route.settings.headers
+        named = {name.lower() for name in own}
+        fixed = {
+            name: value for name, value in self.profile.fixed_headers.items() if name.lower() not in named
+        }
+        return {**fixed, **own}
 
     @property
     def auth(self) -> AuthScheme:

@@ -209,3 +209,17 @@ def test_one_base_url_serves_every_api_with_the_credentials_env_names() -> None:
     assert chat.url == "http://127.0.0.1:1/v1/chat/completions"
     keeping = endpoints_for("http://127.0.0.1:1", {}, keeps_idempotency_keys=True)
     assert [keeping.endpoint(f"{r.name}@1", GPT).replayable for r in keeping.routes] == [True] * 5
+
+
+def test_a_route_header_replaces_the_profiles_whatever_its_case() -> None:
+    """HTTP header names ignore case: a route's `Anthropic-Version` replaces the profile's default
+    rather than going out beside it as a second value."""
+    settings = RouteSettings(
+        "a", "https://a.example", ("anthropic-messages",), headers={"Anthropic-Version": "2024-01-01"}
+    )
+    endpoint = ProviderRoutes([ProviderRoute(settings, None)]).endpoint(
+        "anthropic-messages@2", "anthropic/claude-sonnet-4@2025-05"
+    )
+    assert endpoint.headers == {"Anthropic-Version": "2024-01-01"}
+    sent = httpx.Request("POST", endpoint.url, headers=endpoint.headers)
+    assert sent.headers.get_list("anthropic-version") == ["2024-01-01"]
