@@ -126,6 +126,13 @@ class ProviderRoute:
         return f"<ProviderRoute {self.settings.name} {self.settings.base_url} {list(self.settings.adapters)}>"
 
 
+def headers_under(defaults: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
+    """`defaults` under `own`: a header `own` names, in any case, replaces the default (HTTP header
+    names are case-insensitive, and httpx would send both values)."""
+    named = {name.lower() for name in own}
+    return {**{k: v for k, v in defaults.items() if k.lower() not in named}, **own}
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderEndpoint:
     """One manifest's destination: its API's profile, the route that serves it, the model to address."""
@@ -151,12 +158,7 @@ class ProviderEndpoint:
     def headers(self) -> dict[str, str]:
         """The profile's fixed headers (e.g. anthropic-version) under the route's own, whose names
         replace the profile's in any case (`Anthropic-Version` too); no credential."""
-        own = self.route.settings.headers
-        named = {name.lower() for name in own}
-        fixed = {
-            name: value for name, value in self.profile.fixed_headers.items() if name.lower() not in named
-        }
-        return {**fixed, **own}
+        return headers_under(self.profile.fixed_headers, self.route.settings.headers)
 
     @property
     def auth(self) -> AuthScheme:

@@ -155,6 +155,11 @@ code the row does not name falls back to the type, as the SDK says to) and Bedro
 after."""
 
 
+MAX_DOUBLINGS = 64
+"""Past this many the backoff is its cap whatever the policy (2.0 ** 1025 overflows a float: a worker
+told `--max-attempts 2000` would have crashed on its 1026th pause)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BackoffPolicy:
     """The pause before a generation when the provider named none: `initial_s`, doubling per failed
@@ -166,7 +171,8 @@ class BackoffPolicy:
 
     def pause_s(self, failed_attempts: int, draw: float) -> float:
         """After `failed_attempts` (≥ 1) failed generations; `draw` in [0, 1) picks the jitter."""
-        base = min(self.initial_s * 2.0 ** max(0, failed_attempts - 1), self.max_s)
+        doublings = min(max(0, failed_attempts - 1), MAX_DOUBLINGS)
+        base = min(self.initial_s * 2.0**doublings, self.max_s)
         return base * (1.0 - self.jitter * draw)
 
 

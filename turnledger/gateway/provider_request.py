@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from turnledger.adapters.profiles import AuthScheme
 from turnledger.gateway.credentials import AwsCredentials, Secret
-from turnledger.gateway.endpoints import ProviderEndpoint
+from turnledger.gateway.endpoints import ProviderEndpoint, headers_under
 from turnledger.gateway.signing import sigv4_headers
 from turnledger.model.manifest import DispatchManifest
 
@@ -34,7 +34,7 @@ def send_request(
     endpoint: ProviderEndpoint, manifest: DispatchManifest, idempotency_key: str
 ) -> ProviderRequest:
     """POST of the manifest's bytes to the endpoint, authenticated."""
-    headers = {"content-type": "application/json", **endpoint.headers}
+    headers = headers_under({"content-type": "application/json"}, endpoint.headers)
     if endpoint.profile.idempotency_header and idempotency_key:
         headers[endpoint.profile.idempotency_header] = idempotency_key
     return authenticate(

@@ -209,6 +209,9 @@ def test_backoff_doubles_to_its_cap_less_its_jitter() -> None:
     assert policy.pause_s(3, 0.5) == 2.0 * (1 - 0.25 * 0.5)
     assert policy.pause_s(0, 0.0) == 0.5
     assert BackoffPolicy(initial_s=0.1, max_s=0.3, jitter=0.0).pause_s(5, 0.9) == 0.3
+    # past any float's range of doublings the pause is still the cap (2.0 ** 1025 overflows)
+    assert [policy.pause_s(n, 0.0) for n in (65, 66, 1026, 10**6)] == [8.0, 8.0, 8.0, 8.0]
+    assert BackoffPolicy(initial_s=1e-30, max_s=1e6, jitter=0.0).pause_s(10**6, 0.0) == 1e-30 * 2.0**64
 
 
 def test_the_pause_is_the_providers_word_else_the_backoff() -> None:

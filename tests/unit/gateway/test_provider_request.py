@@ -106,3 +106,15 @@ def test_a_sigv4_profile_must_name_its_signing_service() -> None:
         TypeError, match=r"^bedrock-converse signs with SigV4 but its profile names no signing service$"
     ):
         provider_request._sigv4(unnamed, request, endpoint.route.credential)  # type: ignore[arg-type]
+
+
+def test_a_route_content_type_replaces_the_default_whatever_its_case() -> None:
+    from turnledger.gateway.endpoints import ProviderRoute, ProviderRoutes, RouteSettings
+
+    settings = RouteSettings(
+        "r", "http://127.0.0.1:1", ("openai-chat",), headers={"Content-Type": "application/x"}
+    )
+    endpoint = ProviderRoutes([ProviderRoute(settings, Secret("sk-route-ct-000999"))]).endpoint(*CHAT)
+    headers = dict(send_request(endpoint, manifest(*CHAT), "").headers)
+    assert [name for name in headers if name.lower() == "content-type"] == ["Content-Type"]
+    assert headers["Content-Type"] == "application/x"
