@@ -29,8 +29,9 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── GatewayError              (gateway)  UnknownEndpointError, ToolError, CredentialError,
     │                                        ProviderConfigError (also an InputFileError),
     │                                        RefusedEventError (what the ledger would refuse, not sent)
-    └── DevstackError             (devstack) JavaMissing, JavaTooOld, MavenMissing, MavenDownloadFailed,
-                                             RedisServerMissing, PortInUse, ServiceNotReady, DockerUnavailable
+    └── DevstackError             (devstack) JavaMissing, JavaTooOld, KeytoolMissing, MavenMissing,
+                                             MavenDownloadFailed, RedisServerMissing, PortInUse,
+                                             ServiceNotReady, DockerUnavailable
 
 The fake provider (`turnledger.fake_provider`) imports nothing of turnledger on purpose
 (it stands in for a third party), so its errors have their own root, `FakeProviderError`.

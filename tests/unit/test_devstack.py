@@ -25,6 +25,7 @@ from turnledger.devstack.errors import (
 )
 from turnledger.devstack.session import choose_backend
 from turnledger.devstack.settings import Settings
+from turnledger.devstack.tls import BrokerTls
 
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
@@ -70,9 +71,13 @@ def test_cluster_id_has_kafka_uuid_shape() -> None:
 
 
 def test_render_config_fills_every_placeholder(tmp_path: Path) -> None:
-    props = kafka.render_config(tmp_path, 19092, 19093).read_text()
+    tls = BrokerTls(tmp_path / "tls" / "ca.pem", tmp_path / "tls" / "broker.p12", "store-secret")
+    props = kafka.render_config(tmp_path, 19092, 19093, 19094, "sasl-secret", tls).read_text()
     assert "$" not in props
-    assert "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093" in props
+    assert (
+        "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093,SASL_SSL://127.0.0.1:19094"
+        in props
+    )
     assert "controller.quorum.bootstrap.servers=127.0.0.1:19093" in props
     assert f"log.dirs={tmp_path / 'data'}" in props
     for key in (

@@ -61,12 +61,24 @@ def test_up_status_down_leaves_no_process_behind(tmp_path: Path) -> None:
         export = f"export KAFKA_BOOTSTRAP_SERVERS={recorded['bootstrap']} REDIS_URL={recorded['redis_url']}"
         assert export in status.stdout
         assert recorded["bootstrap"].startswith("127.0.0.1:")
+        # the SASL_SSL listener: its own line, a `# SASL_SSL: export` line apart from the one scripts grep
+        assert (
+            recorded["secure_bootstrap"].startswith("127.0.0.1:")
+            and recorded["sasl_username"] == "turnledger"
+        )
+        lines = status.stdout.splitlines()
+        assert [line for line in lines if line.startswith("export")] == [export]
+        assert f"# SASL_SSL: export KAFKA_BOOTSTRAP_SERVERS={recorded['secure_bootstrap']} " in status.stdout
+        password = Path(recorded["sasl_password_file"]).read_text().strip()
+        assert password and password not in up.stdout + status.stdout
     finally:
         down = _dev(["down"], env)
     assert down.returncode == 0 and "kafka" in down.stdout and "redis" in down.stdout
     assert not procs.is_alive(kafka_pid) and not procs.is_alive(redis_pid)
     assert _processes_mentioning(str(state_dir)) == []
     assert not (state_dir / "kafka.pid").exists() and not (state_dir / "redis.pid").exists()
+    assert not Path(recorded["sasl_password_file"]).exists(), "the password goes with the data"
+    assert Path(recorded["ssl_ca_file"]).exists(), "the certificates are kept for the next `dev up`"
     assert _dev(["status"], env).returncode == 1
 
 

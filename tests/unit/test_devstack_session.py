@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from turnledger.devstack import procs
-from turnledger.devstack.session import dev_up_broker_pid, session_endpoints
+from turnledger.devstack.session import Endpoints, dev_up_broker_pid, session_endpoints
 from turnledger.devstack.settings import Settings
 from turnledger.devstack.stack import LocalStack, reap_stale_sessions
 
@@ -34,6 +34,18 @@ def _wait_until_owned(pid: int, marker: str, timeout_s: float = 30.0) -> None:
     while not procs.owns(pid, marker):
         assert time.monotonic() < deadline, f"pid {pid} never showed {marker!r}: {procs.cmdline(pid)!r}"
         time.sleep(0.01)
+
+
+SECURED = {
+    "secure_bootstrap": "127.0.0.1:3333",
+    "sasl_username": "turnledger",
+    "sasl_password_file": "/state/kafka/sasl.password",
+    "ssl_ca_file": "/state/tls/ca.pem",
+}
+
+
+def _secured(endpoints: Endpoints) -> dict[str, str | None]:
+    return {name: getattr(endpoints, name) for name in SECURED}
 
 
 @pytest.fixture
@@ -61,6 +73,7 @@ def fake_services(state_dir: Path) -> Iterator[dict[str, object]]:
         "redis_marker": markers["redis"],
         "kafka_log": None,
         "redis_log": None,
+        **SECURED,
     }
     yield record
     for name, marker in markers.items():
@@ -85,6 +98,9 @@ def test_running_dev_up_stack_is_reused(state_dir: Path, fake_services: dict[str
         assert endpoints.bootstrap == "127.0.0.1:1111" and endpoints.redis_url == "redis://127.0.0.1:2222/0"
         assert endpoints.source.startswith("dev up")
         assert endpoints.broker_pid == fake_services["kafka_pid"]
+        assert _secured(endpoints) == SECURED
+        env = endpoints.secure_client_env()
+        assert env is not None and env["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:3333"
     assert LocalStack(state_dir).running() is not None, "reusing must not stop the dev up stack"
 
 
@@ -94,14 +110,29 @@ def test_env_naming_the_dev_up_broker_gets_its_pid(
     """The benchmarks measure the broker's CPU only when it is the devstack's own."""
     (state_dir / "stack.json").write_text(json.dumps(fake_services))
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:2222/0")
-    pids = {}
+    pids, listeners = {}, {}
     for bootstrap in ("127.0.0.1:1111", "elsewhere:9092"):
         monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
         with session_endpoints() as endpoints:
             assert endpoints.source == "env"
             pids[bootstrap] = endpoints.broker_pid
+            listeners[bootstrap] = endpoints.secure_bootstrap
     assert pids == {"127.0.0.1:1111": fake_services["kafka_pid"], "elsewhere:9092": None}
+    assert listeners == {"127.0.0.1:1111": "127.0.0.1:3333", "elsewhere:9092": None}, (
+        "the SASL_SSL listener only of the devstack's own broker"
+    )
     assert dev_up_broker_pid("127.0.0.1:1111") == fake_services["kafka_pid"]
+
+
+def test_a_dev_up_stack_beside_another_broker_lends_no_secured_listener(
+    state_dir: Path, fake_services: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis from the recorded stack, Kafka from the environment: the listener is not that broker's."""
+    (state_dir / "stack.json").write_text(json.dumps(fake_services))
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "elsewhere:9092")
+    with session_endpoints() as endpoints:
+        assert endpoints.bootstrap == "elsewhere:9092" and endpoints.redis_url == "redis://127.0.0.1:2222/0"
+        assert endpoints.broker_pid is None and set(_secured(endpoints).values()) == {None}
 
 
 def test_ci_never_reuses_a_dev_up_stack(
@@ -118,6 +149,7 @@ def test_ci_never_reuses_a_dev_up_stack(
     monkeypatch.setattr("turnledger.devstack.session.container_stack", _fake_containers, raising=True)
     with session_endpoints() as endpoints:
         assert endpoints.source == "docker" and endpoints.bootstrap == "container:9092"
+        assert endpoints.secure_client_env() is None and set(_secured(endpoints).values()) == {None}
         assert endpoints.redis_url == "redis://ci-redis:6379/0", "a service given by env is not started"
 
 

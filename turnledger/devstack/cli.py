@@ -11,6 +11,7 @@ from rich.console import Console
 
 from turnledger.devstack.errors import DevstackError
 from turnledger.devstack.jars import ensure_jars
+from turnledger.devstack.kafka import SASL_MECHANISMS
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
 from turnledger.devstack.stack import LocalStack, StackState
 
@@ -29,6 +30,11 @@ def _print_state(state: StackState, settings: Settings) -> None:
         f"[bold]Kafka bootstrap[/bold]  {state.bootstrap}"
         + (f"  (Kafka {state.kafka_version}, pid {state.kafka_pid})" if state.kafka_pid else "  (external)")
     )
+    if state.secure_bootstrap:
+        out.print(
+            f"[bold]Kafka SASL_SSL[/bold]   {state.secure_bootstrap}  ({', '.join(SASL_MECHANISMS)} as "
+            f"{state.sasl_username}; password in {state.sasl_password_file}; CA {state.ssl_ca_file})"
+        )
     out.print(
         f"[bold]Redis URL[/bold]        {state.redis_url}"
         + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
@@ -40,6 +46,8 @@ def _print_state(state: StackState, settings: Settings) -> None:
         out.print(f"[bold]Logs[/bold]             {state.kafka_log or '-'}  {state.redis_log or '-'}")
     out.print(f"[bold]State dir[/bold]        {settings.state_dir}")
     print(state.export_line)
+    if state.secure_export_line:
+        print(state.secure_export_line)
 
 
 @dev_app.command()

@@ -15,6 +15,7 @@ __all__ = [
     "DockerUnavailable",
     "JavaMissing",
     "JavaTooOld",
+    "KeytoolMissing",
     "MavenDownloadFailed",
     "MavenMissing",
     "PortInUse",
@@ -37,6 +38,15 @@ class JavaTooOld(DevstackError):
         super().__init__(
             f"Java {found} was found, but the Kafka 4.x broker needs Java 17+. Install a newer JDK/JRE "
             "and put it first on PATH, or point KAFKA_BOOTSTRAP_SERVERS at an existing broker."
+        )
+
+
+class KeytoolMissing(DevstackError):
+    def __init__(self) -> None:
+        super().__init__(
+            "keytool was not found on PATH (it comes with Java); the devstack makes the certificates of "
+            "the broker's SASL_SSL listener with it. Install a full Java runtime (Debian/Ubuntu: "
+            "`apt-get install -y openjdk-17-jre-headless`), or point KAFKA_BOOTSTRAP_SERVERS at a broker."
         )
 
 

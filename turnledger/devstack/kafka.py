@@ -2,6 +2,13 @@
 
 Ready means more than "port open": a topic can be created and a transactional producer can initialise.
 That also creates `__transaction_state` up front, so the first test does not pay for it.
+
+Beside its PLAINTEXT listener the broker has a SASL_SSL one, so that clients configured for a
+managed cluster (turnledger.kafka.connection) can be tested against a real login: SCRAM-SHA-512,
+SCRAM-SHA-256 and PLAIN for the user `turnledger`, whose random password is kept in
+`<workdir>/sasl.password` (0600) as long as the data it was formatted with, over TLS with a
+certificate of the devstack's own CA (devstack/tls.py). It is ready only once a SCRAM-SHA-512 login
+over TLS works too.
 """
 
 from __future__ import annotations
@@ -17,15 +24,66 @@ from pathlib import Path
 from string import Template
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaConnectionError
 
 from turnledger.devstack import procs
 from turnledger.devstack.aio import run_sync
+from turnledger.devstack.credentials import stored_password, write_private
 from turnledger.devstack.errors import DevstackError, PortInUse, ServiceNotReady
 from turnledger.devstack.jars import KafkaJars, require_java
 from turnledger.devstack.kafka_admin import create_topic
 from turnledger.devstack.ports import free_port, port_is_free, tcp_open
+from turnledger.devstack.settings import ENV_BOOTSTRAP
+from turnledger.devstack.tls import BrokerTls, ensure_broker_tls
+from turnledger.kafka import connection
+from turnledger.kafka.connection import KafkaSecurity
 
 READY_TOPIC = "__turnledger_ready"
+
+SASL_USERNAME = "turnledger"
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+"""Enabled on the SASL_SSL listener: every mechanism turnledger.kafka.connection can log in with."""
+SCRAM_MECHANISMS = tuple(name for name in SASL_MECHANISMS if name.startswith("SCRAM-"))
+"""Their credentials are KRaft metadata, added when the storage is formatted."""
+READY_MECHANISM = "SCRAM-SHA-512"
+"""The login the readiness probe makes, and the one `dev up` prints: what managed clusters ask for."""
+SASL_PASSWORD_FILE = "sasl.password"
+
+
+@dataclass(frozen=True)
+class SecuredListener:
+    """The broker's SASL_SSL listener and what a client logs in to it with."""
+
+    bootstrap: str
+    username: str
+    password_file: Path
+    ca_file: Path
+
+    def client_env(self, mechanism: str = READY_MECHANISM) -> dict[str, str]:
+        """The variables that point a turnledger client at it (the password by its file, so that it is
+        never printed nor in an environment that `ps e` shows)."""
+        return {
+            ENV_BOOTSTRAP: self.bootstrap,
+            connection.ENV_PROTOCOL: "SASL_SSL",
+            connection.ENV_MECHANISM: mechanism,
+            connection.ENV_USERNAME: self.username,
+            connection.ENV_PASSWORD_FILE: str(self.password_file),
+            connection.ENV_CA_FILE: str(self.ca_file),
+        }
+
+
+def secured_client_env(
+    bootstrap: str | None,
+    username: str | None,
+    password_file: str | None,
+    ca_file: str | None,
+    mechanism: str = READY_MECHANISM,
+) -> dict[str, str] | None:
+    """`SecuredListener.client_env` from recorded fields (stack.json, Endpoints); None unless all are
+    known: an external or a Docker broker, or a stack recorded before the listener existed."""
+    if not (bootstrap and username and password_file and ca_file):
+        return None
+    return SecuredListener(bootstrap, username, Path(password_file), Path(ca_file)).client_env(mechanism)
 
 
 @dataclass(frozen=True)
@@ -35,6 +93,7 @@ class KafkaProcess:
     log: Path
     marker: str
     version: str
+    secured: SecuredListener
 
 
 def cluster_id() -> str:
@@ -49,14 +108,31 @@ def _template(name: str) -> str:
     return resources.files("turnledger.devstack").joinpath(name).read_text()
 
 
-def render_config(workdir: Path, broker_port: int, controller_port: int) -> Path:
+def render_config(
+    workdir: Path,
+    broker_port: int,
+    controller_port: int,
+    secure_port: int,
+    sasl_password: str,
+    tls: BrokerTls,
+) -> Path:
+    """`server.properties` for these ports and secrets, mode 0600 (it holds the PLAIN user's and the
+    keystore's passwords), and Kafka's log4j2 configuration."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "server.properties"
-    props.write_text(
-        Template(_template("server.properties")).substitute(
-            broker_port=broker_port, controller_port=controller_port, log_dirs=workdir / "data"
-        )
+    text = Template(_template("server.properties")).substitute(
+        broker_port=broker_port,
+        controller_port=controller_port,
+        secure_port=secure_port,
+        sasl_mechanisms=",".join(SASL_MECHANISMS),
+        sasl_username=SASL_USERNAME,
+        sasl_password=sasl_password,
+        keystore=tls.keystore,
+        keystore_password=tls.password,
+        log_dirs=workdir / "data",
     )
+    props.unlink(missing_ok=True)
+    write_private(props, text)
     (workdir / "log4j2.properties").write_text(_template("log4j2.properties"))
     return props
 
@@ -104,18 +180,43 @@ def _selects_collector(flag: str) -> bool:
     return flag in COLLECTOR_FLAGS
 
 
-def _pick_ports(broker_port: int | None, controller_port: int | None) -> tuple[int, int]:
-    for what, port in (("the Kafka broker listener", broker_port), ("the KRaft controller", controller_port)):
+def _pick_ports(
+    broker_port: int | None, controller_port: int | None, secure_port: int | None = None
+) -> tuple[int, int, int]:
+    """The broker's, the controller's and the SASL_SSL listener's ports: the given ones when they are
+    free (else PortInUse), the others free ones distinct from them and from each other."""
+    wanted = {
+        "the Kafka broker listener": broker_port,
+        "the KRaft controller": controller_port,
+        "the Kafka SASL_SSL listener": secure_port,
+    }
+    for what, port in wanted.items():
         if port is not None and not port_is_free(port):
             raise PortInUse(what, port)
-    broker = broker_port or free_port()
-    controller = controller_port or free_port()
-    while controller == broker:
-        controller = free_port()
-    return broker, controller
+    fixed = {port for port in wanted.values() if port is not None}
+    picked: list[int] = []
+    for port in wanted.values():
+        if port is None:
+            port = free_port()
+            while port in fixed or port in picked:
+                port = free_port()
+        picked.append(port)
+    broker, controller, secure = picked
+    return broker, controller, secure
 
 
-def format_storage(base: list[str], props: Path, log: Path) -> None:
+def scram_arguments(username: str, password: str) -> list[str]:
+    """StorageTool `format` options that add the user's SCRAM credentials to the KRaft metadata
+    (KIP-900; the syntax is the tool's help text). The password is in the tool's argument list while it
+    runs, a second or so, as Kafka offers no other way before the broker is up."""
+    return [
+        arg
+        for mechanism in SCRAM_MECHANISMS
+        for arg in ("--add-scram", f"{mechanism}=[name={username},password={password}]")
+    ]
+
+
+def format_storage(base: list[str], props: Path, log: Path, extra: list[str] | None = None) -> None:
     with open(log, "ab") as out:
         rc = subprocess.run(
             [
@@ -128,6 +229,7 @@ def format_storage(base: list[str], props: Path, log: Path) -> None:
                 str(props),
                 "--standalone",
                 "--ignore-formatted",
+                *(extra or []),
             ],
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -157,12 +259,39 @@ async def _probe(bootstrap: str) -> None:
         await producer.stop()
 
 
-def probe_ready(bootstrap: str, timeout_s: float) -> None:
-    """Raise unless a topic can be created and a transactional producer can initialise and commit.
+async def _probe_secured(listener: SecuredListener) -> None:
+    """Log in with SCRAM-SHA-512 over TLS as a turnledger client does (its settings from the variables
+    `dev up` prints) and produce a record there. SCRAM credentials reach the broker with its metadata,
+    a moment after its port opens; a login refused meanwhile comes back as a KafkaAccessError from
+    `diagnose` (aiokafka says only "unable to bootstrap"), which is the reason shown if it persists."""
+    security = KafkaSecurity.from_env(listener.client_env(READY_MECHANISM))
+    producer = AIOKafkaProducer(
+        bootstrap_servers=listener.bootstrap, request_timeout_ms=10000, **security.client_options()
+    )
+    try:
+        await producer.start()
+    except KafkaConnectionError:
+        await connection.diagnose(listener.bootstrap, security)
+        raise
+    try:
+        await producer.send_and_wait(READY_TOPIC, b"ready over SASL_SSL")
+    finally:
+        await producer.stop()
+
+
+def probe_ready(bootstrap: str, timeout_s: float, secured: SecuredListener | None = None) -> None:
+    """Raise unless a topic can be created and a transactional producer can initialise and commit,
+    and then (with `secured`) unless a SCRAM-SHA-512 login over TLS works on the SASL_SSL listener.
 
     The committed transaction also carries a group offset, which makes the broker create
     `__consumer_offsets` and `__transaction_state` now rather than during the first test."""
-    run_sync(asyncio.wait_for(_probe(bootstrap), timeout=timeout_s))
+
+    async def probe() -> None:
+        await _probe(bootstrap)
+        if secured is not None:
+            await _probe_secured(secured)
+
+    run_sync(asyncio.wait_for(probe(), timeout=timeout_s))
 
 
 def _wait_ready(proc: KafkaProcess, port: int, timeout_s: float) -> None:
@@ -172,11 +301,11 @@ def _wait_ready(proc: KafkaProcess, port: int, timeout_s: float) -> None:
         if not procs.is_alive(proc.pid):
             log_text = procs.tail(proc.log, 200)
             if "Address already in use" in log_text:
-                raise PortInUse("the Kafka broker or controller", port)
+                raise PortInUse("the Kafka broker, its SASL_SSL listener or the controller", port)
             raise ServiceNotReady("Kafka", timeout_s, proc.log, procs.tail(proc.log), "the JVM exited")
         if tcp_open("127.0.0.1", port):
             try:
-                probe_ready(proc.bootstrap, max(1.0, min(30.0, deadline - time.monotonic())))
+                probe_ready(proc.bootstrap, max(1.0, min(30.0, deadline - time.monotonic())), proc.secured)
                 return
             except Exception as exc:
                 reason = f"last readiness probe failed: {type(exc).__name__}: {exc}"
@@ -192,19 +321,34 @@ def start_kafka(
     timeout_s: float = 120.0,
     broker_port: int | None = None,
     controller_port: int | None = None,
+    secure_port: int | None = None,
+    tls_dir: Path | None = None,
 ) -> KafkaProcess:
-    """Format (idempotently) and start the broker detached; return once it is ready or raise."""
+    """Format (idempotently) and start the broker detached; return once it is ready or raise.
+
+    `tls_dir` holds the SASL_SSL listener's certificates (default: `tls/` beside `workdir`); a
+    state dir's sessions share their state dir's, made once (devstack/tls.py)."""
     java = require_java()
-    broker, controller = _pick_ports(broker_port, controller_port)
-    props = render_config(workdir, broker, controller)
+    broker, controller, secure = _pick_ports(broker_port, controller_port, secure_port)
+    formatted = (workdir / "data" / "meta.properties").exists()  # a restart keeps its cluster id
+    password_file = workdir / SASL_PASSWORD_FILE
+    if formatted and not password_file.exists():
+        raise DevstackError(
+            f"{workdir / 'data'} was formatted with SCRAM credentials whose password file "
+            f"{password_file} is gone, so nobody could log in to the SASL_SSL listener. "
+            "Run `turnledger dev down` (it deletes the broker's data) and start again."
+        )
+    tls = ensure_broker_tls(tls_dir or workdir.parent / "tls")
+    password = stored_password(password_file)
+    props = render_config(workdir, broker, controller, secure, password, tls)
     log = workdir / "kafka.log"
-    if not (
-        workdir / "data" / "meta.properties"
-    ).exists():  # formatted already: a restart keeps its cluster id
-        format_storage(jvm_args(java, jars, workdir, heap, TOOL_TUNING), props, log)
+    if not formatted:
+        tool = jvm_args(java, jars, workdir, heap, TOOL_TUNING)
+        format_storage(tool, props, log, scram_arguments(SASL_USERNAME, password))
     broker_argv = [*jvm_args(java, jars, workdir, heap, BROKER_TUNING), "kafka.Kafka", str(props)]
     pid = procs.spawn_detached(broker_argv, log, pidfile, cwd=workdir)
-    proc = KafkaProcess(pid, f"127.0.0.1:{broker}", log, str(props), jars.version)
+    secured = SecuredListener(f"127.0.0.1:{secure}", SASL_USERNAME, password_file, tls.ca_file)
+    proc = KafkaProcess(pid, f"127.0.0.1:{broker}", log, str(props), jars.version, secured)
     try:
         _wait_ready(proc, broker, timeout_s)
     except BaseException:

@@ -5,6 +5,8 @@ aiokafka returns CreateTopics errors inside the response instead of raising; cal
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
@@ -17,8 +19,10 @@ async def create_topic(
     partitions: int = 1,
     configs: dict[str, str] | None = None,
     exist_ok: bool = False,
+    **client_options: Any,
 ) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    """`client_options`: how to reach a secured listener (`KafkaSecurity.client_options()`)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000, **client_options)
     await admin.start()
     try:
         response = await admin.create_topics(

@@ -29,6 +29,9 @@ class RestartableKafka:
         self.controller_port = free_port()
         while self.controller_port == self.broker_port:
             self.controller_port = free_port()
+        self.secure_port = free_port()
+        while self.secure_port in (self.broker_port, self.controller_port):
+            self.secure_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.broker_port}"
         self._jars: KafkaJars | None = None
         self._process: KafkaProcess | None = None
@@ -52,6 +55,7 @@ class RestartableKafka:
             timeout_s=self.settings.ready_timeout_s,
             broker_port=self.broker_port,
             controller_port=self.controller_port,
+            secure_port=self.secure_port,
         )
 
     def stop(self) -> None:

@@ -13,12 +13,13 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from turnledger.devstack.containers import container_stack, docker_available
 from turnledger.devstack.jars import cached
+from turnledger.devstack.kafka import READY_MECHANISM, secured_client_env
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
-from turnledger.devstack.stack import LocalStack, reap_stale_sessions
+from turnledger.devstack.stack import LocalStack, StackState, reap_stale_sessions
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,31 @@ class Endpoints:
     broker_pid: int | None = None
     """The broker's process id when it is the devstack's own, started here or by `dev up` (the
     benchmarks report its CPU beside the processor's); None for any other broker."""
+    secure_bootstrap: str | None = None
+    """The broker's SASL_SSL listener and how to log in to it (user, password file, CA), when the
+    broker is the local devstack's own; None for an external or a Docker broker."""
+    sasl_username: str | None = None
+    sasl_password_file: str | None = None
+    ssl_ca_file: str | None = None
+
+    def secure_client_env(self, mechanism: str = READY_MECHANISM) -> dict[str, str] | None:
+        """The KAFKA_* variables that point a client at the SASL_SSL listener; None without one."""
+        return secured_client_env(
+            self.secure_bootstrap, self.sasl_username, self.sasl_password_file, self.ssl_ca_file, mechanism
+        )
+
+    def with_broker_of(self, stack: StackState | None) -> Endpoints:
+        """These endpoints plus what only the devstack's own broker has: its pid, its SASL_SSL listener."""
+        if stack is None:
+            return self
+        return replace(
+            self,
+            broker_pid=stack.kafka_pid,
+            secure_bootstrap=stack.secure_bootstrap,
+            sasl_username=stack.sasl_username,
+            sasl_password_file=stack.sasl_password_file,
+            ssl_ca_file=stack.ssl_ca_file,
+        )
 
 
 def in_ci() -> bool:
@@ -56,11 +82,17 @@ def choose_backend(settings: Settings) -> str:
     return "docker" if docker_available() else "local"
 
 
-def dev_up_broker_pid(bootstrap: str, settings: Settings | None = None) -> int | None:
-    """The pid of the running `dev up` stack's broker when it is the one at `bootstrap` (its
-    `export` line was run), else None."""
+def dev_up_stack(bootstrap: str, settings: Settings | None = None) -> StackState | None:
+    """The running `dev up` stack when its broker is the one at `bootstrap` (its `export` line was
+    run), else None."""
     recorded = LocalStack((settings or Settings.from_env()).state_dir).running()
-    return recorded.kafka_pid if recorded is not None and recorded.bootstrap == bootstrap else None
+    return recorded if recorded is not None and recorded.bootstrap == bootstrap else None
+
+
+def dev_up_broker_pid(bootstrap: str, settings: Settings | None = None) -> int | None:
+    """The pid of the running `dev up` stack's broker when it is the one at `bootstrap`, else None."""
+    stack = dev_up_stack(bootstrap, settings)
+    return stack.kafka_pid if stack is not None else None
 
 
 @contextmanager
@@ -69,27 +101,25 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
     env_bootstrap = os.environ.get(ENV_BOOTSTRAP) or None
     env_redis = os.environ.get(ENV_REDIS_URL) or None
     if env_bootstrap and env_redis:
-        yield Endpoints(
-            env_bootstrap, env_redis, "env", broker_pid=dev_up_broker_pid(env_bootstrap, settings)
-        )
+        yield Endpoints(env_bootstrap, env_redis, "env").with_broker_of(dev_up_stack(env_bootstrap, settings))
         return
     recorded = None if in_ci() else LocalStack(settings.state_dir).running()
     if recorded is not None:
-        yield Endpoints(
+        endpoints = Endpoints(
             env_bootstrap or recorded.bootstrap,
             env_redis or recorded.redis_url,
             f"dev up ({settings.state_dir})",
             recorded.prometheus_url,
             recorded.prometheus_targets,
-            None if env_bootstrap else recorded.kafka_pid,
         )
+        yield endpoints.with_broker_of(recorded if env_bootstrap in (None, recorded.bootstrap) else None)
         return
     if choose_backend(settings) == "docker":
         with container_stack(need_kafka=env_bootstrap is None, need_redis=env_redis is None) as (b, r):
             yield Endpoints(env_bootstrap or str(b), env_redis or str(r), "docker")
         return
     reap_stale_sessions(settings.state_dir)
-    stack = LocalStack(settings.state_dir / f"session-{os.getpid()}")
+    stack = LocalStack(settings.state_dir / f"session-{os.getpid()}", tls_dir=settings.state_dir / "tls")
     try:
         state = stack.up(settings, external_bootstrap=env_bootstrap, external_redis=env_redis)
         yield Endpoints(
@@ -98,8 +128,7 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
             f"local session ({stack.root})",
             state.prometheus_url,
             state.prometheus_targets,
-            state.kafka_pid,
-        )
+        ).with_broker_of(state)
     finally:
         stack.down()
         shutil.rmtree(stack.root, ignore_errors=True)

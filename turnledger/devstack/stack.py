@@ -2,13 +2,16 @@
 
 Layout of a state directory (default `.devstack/` in the checkout, or TURNLEDGER_DEVSTACK_DIR):
 `stack.json` (endpoints and pids), `kafka.pid`, `redis.pid`, `prometheus.pid`, `kafka/`, `redis/` and
-`prometheus/` (config, data, logs; Prometheus only when Debian's package is installed).
-Pytest sessions use their own `session-<pid>/` subdirectory so they never disturb a `dev up` stack.
+`prometheus/` (config, data, logs; Prometheus only when Debian's package is installed; `kafka/` also
+holds the SASL password), and `tls/` (the SASL_SSL listener's CA and certificate, which `down` keeps).
+Pytest sessions use their own `session-<pid>/` subdirectory so they never disturb a `dev up` stack,
+and share the state dir's `tls/`.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -18,12 +21,17 @@ from typing import TypeVar
 from turnledger.devstack import procs
 from turnledger.devstack.errors import PortInUse
 from turnledger.devstack.jars import ensure_jars
-from turnledger.devstack.kafka import start_kafka
+from turnledger.devstack.kafka import (
+    READY_MECHANISM,
+    secured_client_env,
+    start_kafka,
+)
 from turnledger.devstack.prometheus import prometheus_binary, prometheus_wanted, start_prometheus
 from turnledger.devstack.redis_server import start_redis
 from turnledger.devstack.settings import Settings
 
 STATE_FILE = "stack.json"
+SECURE_EXPORT_PREFIX = "# SASL_SSL: "
 T = TypeVar("T")
 
 
@@ -43,10 +51,30 @@ class StackState:
     """The directory of its file_sd target files (drop `<name>.json` there to be scraped)."""
     prometheus_pid: int | None = None
     prometheus_marker: str | None = None
+    secure_bootstrap: str | None = None
+    """The broker's SASL_SSL listener, when it is the devstack's own (never for an external broker)."""
+    sasl_username: str | None = None
+    sasl_password_file: str | None = None
+    ssl_ca_file: str | None = None
 
     @property
     def export_line(self) -> str:
         return f"export KAFKA_BOOTSTRAP_SERVERS={self.bootstrap} REDIS_URL={self.redis_url}"
+
+    def secure_client_env(self, mechanism: str = READY_MECHANISM) -> dict[str, str] | None:
+        """The variables that point a client at the SASL_SSL listener; None when there is none."""
+        return secured_client_env(
+            self.secure_bootstrap, self.sasl_username, self.sasl_password_file, self.ssl_ca_file, mechanism
+        )
+
+    @property
+    def secure_export_line(self) -> str | None:
+        """`export ...` for the SASL_SSL listener behind a `# SASL_SSL: ` prefix: the scripts that
+        `grep ^export` the plain line must not also pick up this one, which moves every client over."""
+        env = self.secure_client_env()
+        if env is None:
+            return None
+        return SECURE_EXPORT_PREFIX + "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
 
     def alive(self) -> bool:
         """Every process this stack started is still running (external endpoints count as alive)."""
@@ -59,8 +87,10 @@ class StackState:
 
 
 class LocalStack:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls_dir: Path | None = None) -> None:
         self.root = root
+        self.tls_dir = tls_dir or root / "tls"
+        """The SASL_SSL listener's certificates; a session's stack is given its state dir's."""
 
     @property
     def kafka_pidfile(self) -> Path:
@@ -120,6 +150,7 @@ class LocalStack:
                         heap=settings.kafka_heap,
                         timeout_s=settings.ready_timeout_s,
                         broker_port=kafka_port,
+                        tls_dir=self.tls_dir,
                     ),
                 )
             prometheus = None
@@ -132,6 +163,7 @@ class LocalStack:
         except BaseException:
             self.stop()  # keep the logs: the error message points at them
             raise
+        secured = kafka_proc.secured if kafka_proc else None
         state = StackState(
             bootstrap=kafka_proc.bootstrap if kafka_proc else str(external_bootstrap),
             redis_url=redis_proc.url if redis_proc else str(external_redis),
@@ -146,6 +178,10 @@ class LocalStack:
             prometheus_targets=str(prometheus.targets_dir) if prometheus else None,
             prometheus_pid=prometheus.pid if prometheus else None,
             prometheus_marker=prometheus.marker if prometheus else None,
+            secure_bootstrap=secured.bootstrap if secured else None,
+            sasl_username=secured.username if secured else None,
+            sasl_password_file=str(secured.password_file) if secured else None,
+            ssl_ca_file=str(secured.ca_file) if secured else None,
         )
         (self.root / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
         return state
