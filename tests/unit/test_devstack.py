@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,14 +34,6 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("TURNLEDGER_DEVSTACK_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("TURNLEDGER_KAFKA_VERSION", raising=False)
     return Settings.from_env()
-
-
-@pytest.fixture
-def bound_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield int(s.getsockname()[1])
 
 
 def test_settings_follow_env(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

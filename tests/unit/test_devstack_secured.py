@@ -9,11 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import socket
 import ssl
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,14 +105,6 @@ def test_scram_credentials_are_added_at_format_for_both_scram_mechanisms() -> No
         "--add-scram",
         "SCRAM-SHA-256=[name=turnledger,password=pw-1_x]",
     ]
-
-
-@pytest.fixture
-def bound_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield int(s.getsockname()[1])
 
 
 def test_three_distinct_ports_and_a_fixed_secure_port_in_use_is_a_typed_error(bound_port: int) -> None:
