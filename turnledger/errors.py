@@ -42,6 +42,7 @@ outages decide on it. Each message says what was tried and how to fix it.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 _START_STACK = "Start the local stack with `turnledger dev up`"
@@ -87,8 +88,29 @@ class KafkaUnavailableError(ServiceUnavailable):
         )
 
 
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password replaced by `***` (`redis://user:***@host:6379/0`, `?password=***`, the
+    form redis-py also reads): the form a URL takes in a message or a log line. The user part ends at
+    the last `@` before the query, as the URL parsers that read it (redis-py's, through urllib) end
+    it, so a password holding an unescaped `@` is hidden whole."""
+    url = _QUERY_PASSWORD.sub(r"\1***", url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority = rest.split("?", 1)[0].split("#", 1)[0]
+    at = authority.rfind("@")
+    user, colon, _password = authority[: max(at, 0)].partition(":")
+    if at < 0 or not colon:
+        return url
+    return f"{scheme}://{user}:***@{rest[at + 1 :]}"
+
+
 class RedisUnavailableError(ServiceUnavailable):
     def __init__(self, url: str, cause: BaseException | None = None) -> None:
+        url = redact_url(url)
         self.url = url
         self.cause = cause
         detail = f" ({type(cause).__name__}: {cause})" if cause else ""

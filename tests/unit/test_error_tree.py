@@ -6,12 +6,15 @@ import importlib
 import inspect
 import pkgutil
 
+import pytest
+
 import turnledger
 from turnledger.errors import (
     KafkaUnavailableError,
     RedisUnavailableError,
     ServiceUnavailable,
     TurnledgerError,
+    redact_url,
 )
 
 
@@ -60,3 +63,26 @@ def test_messages_say_what_was_tried_and_how_to_fix_it() -> None:
     assert "turnledger dev up" in kafka and "KAFKA_BOOTSTRAP_SERVERS" in kafka
     redis = str(RedisUnavailableError("redis://127.0.0.1:1/0"))
     assert "redis://127.0.0.1:1/0" in redis and "REDIS_URL" in redis
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://gateway:s3cret-pw@10.0.0.5:6379/0", "redis://gateway:***@10.0.0.5:6379/0"),
+        ("rediss://:s3cret-pw@cache.example.net:6380/1", "rediss://:***@cache.example.net:6380/1"),
+        ("rediss://:p@ss@cache.example.net/1", "rediss://:***@cache.example.net/1"),  # an unescaped @
+        (
+            "redis://cache.example.net/0?password=s3cret-pw&db=2",
+            "redis://cache.example.net/0?password=***&db=2",
+        ),
+        ("unix:///run/redis.sock?db=0&Password=s3cret-pw", "unix:///run/redis.sock?db=0&Password=***"),
+        ("redis://gateway@cache.example.net/0", "redis://gateway@cache.example.net/0"),  # a user alone
+        ("redis://cache.example.net/0?client_name=a@b", "redis://cache.example.net/0?client_name=a@b"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+)
+def test_a_redis_password_is_never_in_the_message(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    error = RedisUnavailableError(url, OSError("refused"))
+    assert error.url == shown and repr(shown) in str(error)
+    assert "s3cret" not in str(error) and "p@ss" not in str(error)

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from turnledger.demo.report import render
 from turnledger.demo.run import DemoOptions, run_demo
-from turnledger.errors import KafkaUnavailableError
+from turnledger.errors import KafkaUnavailableError, redact_url
 
 EXIT_VIOLATED = 1
 EXIT_UNAVAILABLE = 2
@@ -84,9 +84,8 @@ def demo(
     )
     try:
         with session_endpoints() as endpoints:
-            console.print(
-                f"stack: Kafka {endpoints.bootstrap}, Redis {endpoints.redis_url} ({endpoints.source})"
-            )
+            redis = redact_url(endpoints.redis_url)
+            console.print(f"stack: Kafka {endpoints.bootstrap}, Redis {redis} ({endpoints.source})")
             with Progress(
                 TextColumn("conversations"),
                 BarColumn(),

@@ -66,3 +66,13 @@ def test_follow_rejects_a_heartbeat_not_below_the_session_timeout() -> None:
     ]
     result = CliRunner().invoke(_project_app(), args)
     assert result.exit_code == 2 and "heartbeat_interval_ms" in result.output
+
+
+def test_an_unreachable_redis_is_named_without_its_password() -> None:
+    port = _closed_port()
+    url = f"redis://gateway:s3cret-pw@127.0.0.1:{port}/0"
+    for args in (["history", "conv-1"], ["status", "op-1"]):
+        result = CliRunner().invoke(_app(), [*args, "--redis-url", url])
+        assert result.exit_code == 2
+        assert f"redis://gateway:***@127.0.0.1:{port}/0" in result.output.replace("\n", "")
+        assert "s3cret" not in result.output
