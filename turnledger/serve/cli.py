@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
 from typing import Annotated
 
 import typer
@@ -97,6 +99,7 @@ async def _serve(
             app = create_app(redis, gateway, config)
             level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
             server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=level))
+            redact_access_log()  # after Config: it configures uvicorn's loggers
             task = asyncio.create_task(server.serve())
             while not server.started and not task.done():
                 await asyncio.sleep(0.05)
@@ -113,5 +116,31 @@ def bound_port(server: uvicorn.Server) -> int:
 
 
 def page_url(server: uvicorn.Server, host: str, token: str | None) -> str:
+    """The page's address as printed: never the token itself (stdout ends up in logs), only where it goes."""
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{bound_port(server)}/" + (f"?token={token}" if token else "")
+    address = f"http://{shown}:{bound_port(server)}/"
+    return address + (" (open it with ?token= and the token, or send Authorization: Bearer)" if token else "")
+
+
+_QUERY_TOKEN = re.compile(r"([?&]token=)[^&#\s]*", re.IGNORECASE)
+
+
+class TokenRedactingFilter(logging.Filter):
+    """uvicorn's access log writes each request line with its query: the page and its event stream
+    carry the token there (`?token=`, EventSource sets no headers). The line keeps `token=***`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _QUERY_TOKEN.sub(r"\1***", arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        if isinstance(record.msg, str):
+            record.msg = _QUERY_TOKEN.sub(r"\1***", record.msg)
+        return True
+
+
+def redact_access_log() -> None:
+    """Install the filter on uvicorn's access logger once."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, TokenRedactingFilter) for f in access.filters):
+        access.addFilter(TokenRedactingFilter())
