@@ -122,7 +122,8 @@ class RedisUnavailableError(ServiceUnavailable):
 
 class KafkaAccessError(TurnledgerError):
     """Kafka was reached, but refused the connection for who we are (a SASL login refused, a mechanism
-    it does not enable) or TLS failed (a certificate we cannot verify): waiting does not help."""
+    it does not enable) or TLS failed (a certificate we cannot verify, a client certificate it refused):
+    waiting does not help."""
 
     def __init__(self, bootstrap: str, security: str, cause: BaseException, fix: str) -> None:
         self.bootstrap = bootstrap

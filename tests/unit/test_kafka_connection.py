@@ -8,9 +8,9 @@ import ssl
 from pathlib import Path
 
 import pytest
-from aiokafka.errors import IllegalSaslStateError, SaslAuthenticationFailed
+from aiokafka.errors import IllegalSaslStateError, KafkaConnectionError, SaslAuthenticationFailed
 
-from turnledger.errors import KafkaSettingsError
+from turnledger.errors import KafkaAccessError, KafkaSettingsError
 from turnledger.kafka.connection import KafkaSecurity, diagnose
 
 SCRAM = {
@@ -159,3 +159,84 @@ async def test_diagnose_says_nothing_of_plaintext_or_of_nothing_listening() -> N
     await diagnose(
         "127.0.0.1:1", KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
     )
+
+
+def _alert(reason: str) -> ssl.SSLError:
+    """An `ssl.SSLError` as Python's ssl raises it for a TLS alert the peer sent (its `reason`)."""
+    error = ssl.SSLError(1, f"[SSL: {reason}] {reason.lower()} (_ssl.c:2580)")
+    error.reason = reason
+    return error
+
+
+MTLS = {"KAFKA_SECURITY_PROTOCOL": "SSL"}
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["SSLV3_ALERT_BAD_CERTIFICATE", "SSLV3_ALERT_CERTIFICATE_UNKNOWN", "TLSV13_ALERT_CERTIFICATE_REQUIRED"],
+)
+def test_a_certificate_alert_from_the_broker_names_the_client_certificate(
+    reason: str, tmp_path: Path
+) -> None:
+    """Not "the broker's certificate could not be verified": the broker refused ours (or its absence)."""
+    assert KafkaSecurity.from_env(MTLS).fix(_alert(reason)) == (
+        "The broker requires a client certificate (mutual TLS): set KAFKA_SSL_CERT_FILE and "
+        "KAFKA_SSL_KEY_FILE."
+    )
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text("certificate")
+    key.write_text("key")
+    given = KafkaSecurity.from_env({**MTLS, "KAFKA_SSL_CERT_FILE": str(cert), "KAFKA_SSL_KEY_FILE": str(key)})
+    assert given.fix(_alert(reason)) == (
+        f"The broker did not accept the client certificate {cert}: check KAFKA_SSL_CERT_FILE and "
+        "KAFKA_SSL_KEY_FILE (a certificate signed by a CA the broker trusts, still valid)."
+    )
+    assert given.fix(ssl.SSLCertVerificationError("self-signed")).startswith(
+        "The broker's certificate could not be verified"
+    ), "our own verification of the broker's certificate keeps its advice"
+
+
+def _closed_because(cause: BaseException | None) -> KafkaConnectionError:
+    """What aiokafka's `create_conn` raises when the connection ends under its first request (the
+    ApiVersions lookup): "Connection at ... closed", the read's error as its cause."""
+    error = KafkaConnectionError("Connection at 127.0.0.1:9093 closed")
+    error.__cause__ = cause
+    return error
+
+
+async def test_diagnose_finds_the_certificate_alert_behind_a_closed_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under TLS 1.3 the client's handshake completes before the broker has checked its certificate:
+    the broker's alert ends the connection under aiokafka's first request, not the handshake."""
+    alert = _alert("SSLV3_ALERT_BAD_CERTIFICATE")
+
+    async def refused(*_: object, **__: object) -> None:
+        raise _closed_because(alert)
+
+    monkeypatch.setattr("turnledger.kafka.connection.create_conn", refused)
+    with pytest.raises(KafkaAccessError, match="requires a client certificate") as caught:
+        await diagnose("127.0.0.1:9093", KafkaSecurity.from_env(MTLS))
+    assert caught.value.cause is alert
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        None,
+        ConnectionResetError(104, "Connection reset by peer"),
+        ssl.SSLEOFError(8, "EOF occurred in violation of protocol"),
+        _alert("SSLV3_ALERT_HANDSHAKE_FAILURE"),
+    ],
+    ids=["no cause", "reset", "tls eof", "other alert"],
+)
+async def test_diagnose_leaves_any_other_closed_connection_to_be_waited_out(
+    cause: BaseException | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker going away mid-connection (a reset, an EOF without close_notify) is an outage."""
+
+    async def closed(*_: object, **__: object) -> None:
+        raise _closed_because(cause)
+
+    monkeypatch.setattr("turnledger.kafka.connection.create_conn", closed)
+    await diagnose("127.0.0.1:9093", KafkaSecurity.from_env(MTLS))

@@ -21,6 +21,11 @@ printed: its repr is `Password('***')`.
 aiokafka reports a refused login or an unverifiable certificate only as "unable to bootstrap", which
 the services would wait out for ever as an outage; `diagnose` connects once by hand to tell the two
 apart, so a wrong password ends the service with a `KafkaAccessError` that says what to fix.
+
+A broker that requires a client certificate (mutual TLS) and gets none, or one signed by a CA it does
+not trust, says so with a TLS alert. Under TLS 1.3 the client's handshake has already completed by
+then, so the alert arrives on the first read, where aiokafka turns it into "Connection at ... closed"
+with the `ssl.SSLError` as its cause; `diagnose` finds it there (`CLIENT_CERTIFICATE_ALERTS`).
 """
 
 from __future__ import annotations
@@ -63,6 +68,18 @@ ACCESS_ERRORS: tuple[type[BaseException], ...] = (
     ssl.SSLError,
 )
 """What a connection raises when the broker was reached and refused us: waiting does not help."""
+
+CLIENT_CERTIFICATE_ALERTS = frozenset(
+    {
+        "SSLV3_ALERT_BAD_CERTIFICATE",  # a Java broker (Kafka) given no client certificate
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",  # a Java broker given one its truststore does not trust
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",  # an OpenSSL server (a TLS proxy) given none
+        "TLSV1_ALERT_UNKNOWN_CA",  # an OpenSSL server given one of a CA it does not know
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+    }
+)
+"""The `ssl.SSLError.reason` of the TLS alerts a server sends about the client's certificate (or its
+absence): only a server sends them about ours, so each means the broker refused who we are."""
 
 _NOT_THIS_LOGIN = (
     kafka_errors.UnsupportedSaslMechanismError,
@@ -172,6 +189,16 @@ class KafkaSecurity:
 
     def fix(self, refused: BaseException) -> str:
         """What to check, by how the broker refused us."""
+        if _certificate_alert(refused) is not None:
+            if self.cert_file is None:
+                return (
+                    f"The broker requires a client certificate (mutual TLS): set {ENV_CERT_FILE} and "
+                    f"{ENV_KEY_FILE}."
+                )
+            return (
+                f"The broker did not accept the client certificate {self.cert_file}: check {ENV_CERT_FILE} "
+                f"and {ENV_KEY_FILE} (a certificate signed by a CA the broker trusts, still valid)."
+            )
         if isinstance(refused, ssl.SSLError):
             return (
                 f"The broker's certificate could not be verified: check {ENV_CA_FILE} (the CA that signed "
@@ -273,7 +300,19 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
             )
         except ACCESS_ERRORS as exc:
             raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix(exc)) from None
+        except kafka_errors.KafkaConnectionError as exc:
+            alert = _certificate_alert(exc.__cause__)
+            if alert is None:  # closed for another reason: an outage, not ours to judge here
+                continue
+            raise KafkaAccessError(bootstrap, settings.describe(), alert, settings.fix(alert)) from None
         except Exception:  # unreachable, or some other trouble: not ours to judge here
             continue
         conn.close()
         return
+
+
+def _certificate_alert(exc: BaseException | None) -> ssl.SSLError | None:
+    """`exc` when it is a TLS alert the broker sent about our client certificate, else None."""
+    if isinstance(exc, ssl.SSLError) and getattr(exc, "reason", None) in CLIENT_CERTIFICATE_ALERTS:
+        return exc
+    return None
