@@ -26,6 +26,7 @@ $(STAMP): pyproject.toml
 # prometheus (the devstack starts it; the live-metrics test scrapes the services with it) the same way,
 # without recommends (they pull in exporters), and chromium (the browser tests drive it through Playwright,
 # which cannot download a browser here), and valgrind (`bench_dispatch_engine --instructions` counts with it);
+# openssl (the devstack makes its mutual-TLS client key with it; on Debian Java already brings it);
 # when one cannot be installed, the tests that need it are skipped.
 system-deps:
 	@missing=""; \
@@ -52,6 +53,7 @@ system-deps:
 	    echo "$$1 is not installed: $$2 (sudo apt-get install -y --no-install-recommends $$1)." >&2; \
 	  fi; \
 	}; \
+	optional openssl "the devstack's mutual-TLS listener and its tests will be left out"; \
 	optional prometheus "the live-metrics integration test will be skipped"; \
 	optional valgrind "bench_dispatch_engine --instructions and its test will not run"; \
 	optional chromium "the browser integration tests will be skipped"

@@ -1,10 +1,13 @@
-"""The devstack broker's SASL_SSL listener, reached as a turnledger client reaches a managed cluster.
+"""The devstack broker's SASL_SSL and SSL (mutual TLS) listeners, reached as a turnledger client
+reaches a managed cluster.
 
 Every client here is built from the KAFKA_* variables `turnledger dev up` prints, through
 `KafkaSecurity.from_env` and its `client_options()`, which is how the services get theirs: each
-enabled mechanism logs in over TLS (hostname checked) and carries records both ways, and what the
-broker refuses (a wrong password, a CA that did not sign its certificate) is a `KafkaAccessError`
-from `diagnose`, not an outage waited out. It starts nothing: it uses the session's devstack.
+enabled mechanism logs in over TLS (hostname checked) and carries records both ways, the devstack's
+client certificate does the same on the listener that requires one, and what the broker refuses (a
+wrong password, a CA that did not sign its certificate, no client certificate or one of another CA)
+is a `KafkaAccessError` from `diagnose`, not an outage waited out. It starts nothing: it uses the
+session's devstack.
 """
 
 from __future__ import annotations
@@ -18,14 +21,18 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaConnectionError
 
+from tests.conftest import skip_unless_installed
 from turnledger.devstack.kafka import SASL_MECHANISMS
 from turnledger.devstack.kafka_admin import create_topic
 from turnledger.devstack.session import Endpoints, in_ci
-from turnledger.devstack.tls import ensure_broker_tls
+from turnledger.devstack.tls import BrokerTls, ensure_broker_tls, openssl
 from turnledger.errors import KafkaAccessError
 from turnledger.kafka.connection import (
     ENV_CA_FILE,
+    ENV_CERT_FILE,
+    ENV_KEY_FILE,
     ENV_MECHANISM,
     ENV_PASSWORD_FILE,
     KafkaSecurity,
@@ -50,6 +57,28 @@ def secured_env(devstack: Endpoints) -> dict[str, str]:
             pytest.fail(message)
         pytest.skip(message)
     return env
+
+
+@pytest.fixture(scope="module")
+def mtls_env(secured_env: dict[str, str], devstack: Endpoints) -> dict[str, str]:
+    """The variables for the SSL listener with the devstack's client certificate. A devstack broker
+    has it whenever openssl is installed: skipped without, but failed under CI (`make` installs Java,
+    which brings openssl on Debian), as the project does for Prometheus and Chromium."""
+    env = devstack.mtls_client_env()
+    if env is None:
+        if openssl() is None:
+            skip_unless_installed("openssl", "apt-get install -y openssl")
+        pytest.fail(
+            f"the devstack's broker ({devstack.source}) has no mutual-TLS listener, openssl installed"
+        )
+    return env
+
+
+@pytest.fixture(scope="module")
+def stranger(tmp_path_factory: pytest.TempPathFactory) -> BrokerTls:
+    """Material made the same way, by the same code, by another CA: its CA did not sign the broker's
+    certificate, and the broker's truststore does not hold it."""
+    return ensure_broker_tls(tmp_path_factory.mktemp("stranger") / "tls")
 
 
 def _host_port(bootstrap: str) -> tuple[str, int]:
@@ -81,11 +110,16 @@ async def test_each_mechanism_logs_in_over_tls_and_carries_records(
 ) -> None:
     security = KafkaSecurity.from_env({**secured_env, ENV_MECHANISM: mechanism})
     assert (security.protocol, security.mechanism, security.check_hostname) == ("SASL_SSL", mechanism, True)
-    bootstrap, options = secured_env["KAFKA_BOOTSTRAP_SERVERS"], security.client_options()
+    bootstrap = secured_env["KAFKA_BOOTSTRAP_SERVERS"]
     await diagnose(bootstrap, security)
-    topic = topic_name(mechanism.lower())
+    await _round_trip(bootstrap, security, topic_name(mechanism.lower()))
+
+
+async def _round_trip(bootstrap: str, security: KafkaSecurity, topic: str) -> None:
+    """Create `topic`, produce ten records and read them back, every client with `security`."""
+    options = security.client_options()
     await create_topic(bootstrap, topic, **options)
-    sent = [f"{mechanism}-{i}".encode() for i in range(10)]
+    sent = [f"{topic}-{i}".encode() for i in range(10)]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, **options)
     await producer.start()
     try:
@@ -129,13 +163,63 @@ async def test_a_wrong_password_is_an_access_error(
 
 
 async def test_a_ca_that_did_not_sign_the_broker_certificate_is_an_access_error(
-    secured_env: dict[str, str], tmp_path: Path
+    secured_env: dict[str, str], stranger: BrokerTls
 ) -> None:
     """A CA made the same way, by the same code, but not the one that signed the broker's certificate."""
-    stranger = ensure_broker_tls(tmp_path / "stranger-tls").ca_file
-    assert stranger.read_bytes() != Path(secured_env[ENV_CA_FILE]).read_bytes()
-    security = KafkaSecurity.from_env({**secured_env, ENV_CA_FILE: str(stranger)})
-    with pytest.raises(KafkaAccessError, match=re.escape(f"CA {stranger}")) as refused:
+    assert stranger.ca_file.read_bytes() != Path(secured_env[ENV_CA_FILE]).read_bytes()
+    security = KafkaSecurity.from_env({**secured_env, ENV_CA_FILE: str(stranger.ca_file)})
+    with pytest.raises(KafkaAccessError, match=re.escape(f"CA {stranger.ca_file}")) as refused:
         await diagnose(secured_env["KAFKA_BOOTSTRAP_SERVERS"], security)
     assert isinstance(refused.value.cause, ssl.SSLCertVerificationError)
     assert "certificate could not be verified" in str(refused.value)
+
+
+async def test_the_client_certificate_carries_records_both_ways_over_mutual_tls(
+    mtls_env: dict[str, str], topic_name: Callable[[str], str]
+) -> None:
+    """The settings of a cluster that takes a client certificate (Aiven's default), from the variables
+    `dev up` prints: KAFKA_SECURITY_PROTOCOL=SSL with the CA, certificate and key files."""
+    security = KafkaSecurity.from_env(mtls_env)
+    assert (security.protocol, security.sasl, security.check_hostname) == ("SSL", False, True)
+    assert (str(security.cert_file), str(security.key_file)) == (
+        mtls_env[ENV_CERT_FILE],
+        mtls_env[ENV_KEY_FILE],
+    )
+    bootstrap = mtls_env["KAFKA_BOOTSTRAP_SERVERS"]
+    await diagnose(bootstrap, security)
+    await _round_trip(bootstrap, security, topic_name("mtls"))
+
+
+async def test_no_client_certificate_is_refused_and_diagnose_says_to_set_one(
+    mtls_env: dict[str, str],
+) -> None:
+    """The broker's handshake half accepts (TLS 1.3: the client's handshake is over before the broker
+    has checked its certificate), then its alert ends the connection under aiokafka's first request:
+    "unable to bootstrap" to the producer, a KafkaAccessError from `diagnose`."""
+    without = {k: v for k, v in mtls_env.items() if k not in (ENV_CERT_FILE, ENV_KEY_FILE)}
+    security = KafkaSecurity.from_env(without)
+    bootstrap = without["KAFKA_BOOTSTRAP_SERVERS"]
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **security.client_options())
+    with pytest.raises(KafkaConnectionError, match="Unable to bootstrap"):
+        await producer.start()
+    await producer.stop()
+    with pytest.raises(KafkaAccessError, match="requires a client certificate") as refused:
+        await diagnose(bootstrap, security)
+    assert isinstance(refused.value.cause, ssl.SSLError)
+    assert refused.value.cause.reason == "SSLV3_ALERT_BAD_CERTIFICATE"
+    assert "set KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE" in str(refused.value)
+
+
+async def test_a_client_certificate_of_another_ca_is_refused(
+    mtls_env: dict[str, str], stranger: BrokerTls
+) -> None:
+    if stranger.client is None:
+        pytest.fail("openssl made the devstack's client certificate but not the stranger's")
+    cert, key = stranger.client.cert_file, stranger.client.key_file
+    security = KafkaSecurity.from_env({**mtls_env, ENV_CERT_FILE: str(cert), ENV_KEY_FILE: str(key)})
+    with pytest.raises(
+        KafkaAccessError, match=re.escape(f"did not accept the client certificate {cert}")
+    ) as refused:
+        await diagnose(mtls_env["KAFKA_BOOTSTRAP_SERVERS"], security)
+    assert isinstance(refused.value.cause, ssl.SSLError)
+    assert refused.value.cause.reason == "SSLV3_ALERT_CERTIFICATE_UNKNOWN"

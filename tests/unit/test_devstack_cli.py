@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,15 @@ def test_up_status_down_leaves_no_process_behind(tmp_path: Path) -> None:
         assert f"# SASL_SSL: export KAFKA_BOOTSTRAP_SERVERS={recorded['secure_bootstrap']} " in status.stdout
         password = Path(recorded["sasl_password_file"]).read_text().strip()
         assert password and password not in up.stdout + status.stdout
+        # the SSL listener (mutual TLS), when openssl could make the client certificate
+        if shutil.which("openssl") is not None:
+            assert recorded["mtls_bootstrap"].startswith("127.0.0.1:")
+            assert (
+                f"# SSL (mutual TLS): export KAFKA_BOOTSTRAP_SERVERS={recorded['mtls_bootstrap']} "
+                f"KAFKA_SECURITY_PROTOCOL=SSL KAFKA_SSL_CA_FILE={recorded['ssl_ca_file']} "
+                f"KAFKA_SSL_CERT_FILE={recorded['ssl_client_cert_file']} "
+                f"KAFKA_SSL_KEY_FILE={recorded['ssl_client_key_file']}"
+            ) in lines
     finally:
         down = _dev(["down"], env)
     assert down.returncode == 0 and "kafka" in down.stdout and "redis" in down.stdout
@@ -79,6 +89,7 @@ def test_up_status_down_leaves_no_process_behind(tmp_path: Path) -> None:
     assert not (state_dir / "kafka.pid").exists() and not (state_dir / "redis.pid").exists()
     assert not Path(recorded["sasl_password_file"]).exists(), "the password goes with the data"
     assert Path(recorded["ssl_ca_file"]).exists(), "the certificates are kept for the next `dev up`"
+    assert recorded["ssl_client_key_file"] is None or Path(recorded["ssl_client_key_file"]).exists()
     assert _dev(["status"], env).returncode == 1
 
 

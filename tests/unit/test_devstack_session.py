@@ -41,6 +41,9 @@ SECURED = {
     "sasl_username": "turnledger",
     "sasl_password_file": "/state/kafka/sasl.password",
     "ssl_ca_file": "/state/tls/ca.pem",
+    "mtls_bootstrap": "127.0.0.1:4444",
+    "ssl_client_cert_file": "/state/tls/client.pem",
+    "ssl_client_key_file": "/state/tls/client.key",
 }
 
 

@@ -14,6 +14,7 @@ from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import SASL_MECHANISMS
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
 from turnledger.devstack.stack import LocalStack, StackState
+from turnledger.devstack.tls import OPENSSL_MISSING, openssl
 
 dev_app = typer.Typer(
     name="dev",
@@ -35,6 +36,7 @@ def _print_state(state: StackState, settings: Settings) -> None:
             f"[bold]Kafka SASL_SSL[/bold]   {state.secure_bootstrap}  ({', '.join(SASL_MECHANISMS)} as "
             f"{state.sasl_username}; password in {state.sasl_password_file}; CA {state.ssl_ca_file})"
         )
+    _print_mtls_listener(state)
     out.print(
         f"[bold]Redis URL[/bold]        {state.redis_url}"
         + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
@@ -46,8 +48,20 @@ def _print_state(state: StackState, settings: Settings) -> None:
         out.print(f"[bold]Logs[/bold]             {state.kafka_log or '-'}  {state.redis_log or '-'}")
     out.print(f"[bold]State dir[/bold]        {settings.state_dir}")
     print(state.export_line)
-    if state.secure_export_line:
-        print(state.secure_export_line)
+    for commented in (state.secure_export_line, state.mtls_export_line):
+        if commented:
+            print(commented)
+
+
+def _print_mtls_listener(state: StackState) -> None:
+    """The mutual-TLS listener, or why a devstack broker has none (openssl missing)."""
+    if state.mtls_bootstrap:
+        out.print(
+            f"[bold]Kafka SSL[/bold]        {state.mtls_bootstrap}  (mutual TLS: client certificate "
+            f"{state.ssl_client_cert_file}, key {state.ssl_client_key_file}; CA {state.ssl_ca_file})"
+        )
+    elif state.secure_bootstrap and openssl() is None:
+        out.print(f"[bold]Kafka SSL[/bold]        none: {OPENSSL_MISSING}")
 
 
 @dev_app.command()

@@ -9,6 +9,12 @@ SCRAM-SHA-256 and PLAIN for the user `turnledger`, whose random password is kept
 `<workdir>/sasl.password` (0600) as long as the data it was formatted with, over TLS with a
 certificate of the devstack's own CA (devstack/tls.py). It is ready only once a SCRAM-SHA-512 login
 over TLS works too.
+
+A fourth listener, SSL with `ssl.client.auth=required`, takes only clients that present a certificate
+of the devstack's CA (mutual TLS, as Aiven's clusters do by default); the devstack's own client
+certificate for CN=turnledger is in `tls/client.pem` and `tls/client.key`. It is left out when openssl,
+which makes that certificate's key, is missing; when it is there, the broker is ready only once a
+record was produced through it with that certificate.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from turnledger.devstack.jars import KafkaJars, require_java
 from turnledger.devstack.kafka_admin import create_topic
 from turnledger.devstack.ports import free_port, port_is_free, tcp_open
 from turnledger.devstack.settings import ENV_BOOTSTRAP
-from turnledger.devstack.tls import BrokerTls, ensure_broker_tls
+from turnledger.devstack.tls import BrokerTls, ClientTls, ensure_broker_tls
 from turnledger.kafka import connection
 from turnledger.kafka.connection import KafkaSecurity
 
@@ -87,6 +93,39 @@ def secured_client_env(
 
 
 @dataclass(frozen=True)
+class MutualTlsListener:
+    """The broker's SSL listener, which requires a client certificate, and the PEM files a client
+    presents there (the devstack's certificate for CN=turnledger) and verifies the broker with."""
+
+    bootstrap: str
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    def client_env(self) -> dict[str, str]:
+        """The variables that point a turnledger client at it: the certificate and its key by their
+        files, as a managed cluster's (Aiven's) are given."""
+        return {
+            ENV_BOOTSTRAP: self.bootstrap,
+            connection.ENV_PROTOCOL: "SSL",
+            connection.ENV_CA_FILE: str(self.ca_file),
+            connection.ENV_CERT_FILE: str(self.cert_file),
+            connection.ENV_KEY_FILE: str(self.key_file),
+        }
+
+
+def mtls_client_env(
+    bootstrap: str | None, ca_file: str | None, cert_file: str | None, key_file: str | None
+) -> dict[str, str] | None:
+    """`MutualTlsListener.client_env` from recorded fields (stack.json, Endpoints); None unless all
+    are known: an external or a Docker broker, a stack made without openssl or recorded before the
+    listener existed."""
+    if not (bootstrap and ca_file and cert_file and key_file):
+        return None
+    return MutualTlsListener(bootstrap, Path(ca_file), Path(cert_file), Path(key_file)).client_env()
+
+
+@dataclass(frozen=True)
 class KafkaProcess:
     pid: int
     bootstrap: str
@@ -94,6 +133,8 @@ class KafkaProcess:
     marker: str
     version: str
     secured: SecuredListener
+    mtls: MutualTlsListener | None = None
+    """None when the devstack has no client certificate (openssl missing)."""
 
 
 def cluster_id() -> str:
@@ -115,15 +156,19 @@ def render_config(
     secure_port: int,
     sasl_password: str,
     tls: BrokerTls,
+    mtls_port: int | None = None,
 ) -> Path:
     """`server.properties` for these ports and secrets, mode 0600 (it holds the PLAIN user's and the
-    keystore's passwords), and Kafka's log4j2 configuration."""
+    keystore's passwords), and Kafka's log4j2 configuration. With `mtls_port`, the SSL listener that
+    requires a client certificate is there too."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "server.properties"
+    listeners = listener_ports(broker_port, controller_port, secure_port, mtls_port)
     text = Template(_template("server.properties")).substitute(
-        broker_port=broker_port,
+        listeners=",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items()),
+        protocol_map=",".join(f"{name}:{LISTENER_PROTOCOLS[name]}" for name in listeners),
+        mtls_settings="\n".join(mtls_settings(tls) if mtls_port is not None else []),
         controller_port=controller_port,
-        secure_port=secure_port,
         sasl_mechanisms=",".join(SASL_MECHANISMS),
         sasl_username=SASL_USERNAME,
         sasl_password=sasl_password,
@@ -135,6 +180,42 @@ def render_config(
     write_private(props, text)
     (workdir / "log4j2.properties").write_text(_template("log4j2.properties"))
     return props
+
+
+LISTENER_PROTOCOLS = {
+    "PLAINTEXT": "PLAINTEXT",
+    "CONTROLLER": "PLAINTEXT",
+    "SASL_SSL": "SASL_SSL",
+    "SSL": "SSL",
+}
+"""Each listener's security protocol (`listener.security.protocol.map`): the controller's and the
+inter-broker traffic stay PLAINTEXT on a single loopback node."""
+
+
+def listener_ports(
+    broker_port: int, controller_port: int, secure_port: int, mtls_port: int | None
+) -> dict[str, int]:
+    """The listeners by name, in the order they are configured; SSL only with its port."""
+    ports = {"PLAINTEXT": broker_port, "CONTROLLER": controller_port, "SASL_SSL": secure_port}
+    return ports if mtls_port is None else {**ports, "SSL": mtls_port}
+
+
+def mtls_settings(tls: BrokerTls) -> list[str]:
+    """The SSL listener's lines, all prefixed with its name (docs/configuration.html: a listener's own
+    SSL settings are `listener.name.{listenerName}.ssl.*`; `ssl.client.auth` is
+    BrokerSecurityConfigs.SSL_CLIENT_AUTH_CONFIG): the broker's keystore, a client certificate
+    required, and the devstack's CA, the one PEM file that signs the clients it trusts, as its
+    truststore (DefaultSslEngineFactory takes a PEM file without a password)."""
+    prefix = "listener.name.ssl."
+    return [
+        f"{prefix}ssl.client.auth=required",
+        f"{prefix}ssl.keystore.type=PKCS12",
+        f"{prefix}ssl.keystore.location={tls.keystore}",
+        f"{prefix}ssl.keystore.password={tls.password}",
+        f"{prefix}ssl.key.password={tls.password}",
+        f"{prefix}ssl.truststore.type=PEM",
+        f"{prefix}ssl.truststore.location={tls.ca_file}",
+    ]
 
 
 BROKER_TUNING = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
@@ -181,14 +262,20 @@ def _selects_collector(flag: str) -> bool:
 
 
 def _pick_ports(
-    broker_port: int | None, controller_port: int | None, secure_port: int | None = None
-) -> tuple[int, int, int]:
-    """The broker's, the controller's and the SASL_SSL listener's ports: the given ones when they are
-    free (else PortInUse), the others free ones distinct from them and from each other."""
+    broker_port: int | None,
+    controller_port: int | None,
+    secure_port: int | None = None,
+    mtls_port: int | None = None,
+) -> tuple[int, int, int, int]:
+    """The broker's, the controller's, the SASL_SSL and the SSL (mutual TLS) listener's ports: the
+    given ones when they are free (else PortInUse), the others free ones distinct from them and from
+    each other. The SSL port is picked even when that listener is left out: a port is cheap, and a
+    restart with a client certificate made meanwhile finds one."""
     wanted = {
         "the Kafka broker listener": broker_port,
         "the KRaft controller": controller_port,
         "the Kafka SASL_SSL listener": secure_port,
+        "the Kafka SSL (mutual TLS) listener": mtls_port,
     }
     for what, port in wanted.items():
         if port is not None and not port_is_free(port):
@@ -201,8 +288,8 @@ def _pick_ports(
             while port in fixed or port in picked:
                 port = free_port()
         picked.append(port)
-    broker, controller, secure = picked
-    return broker, controller, secure
+    broker, controller, secure, mtls = picked
+    return broker, controller, secure, mtls
 
 
 def scram_arguments(username: str, password: str) -> list[str]:
@@ -265,31 +352,54 @@ async def _probe_secured(listener: SecuredListener) -> None:
     a moment after its port opens; a login refused meanwhile comes back as a KafkaAccessError from
     `diagnose` (aiokafka says only "unable to bootstrap"), which is the reason shown if it persists."""
     security = KafkaSecurity.from_env(listener.client_env(READY_MECHANISM))
+    await _produce_once(listener.bootstrap, security, b"ready over SASL_SSL")
+
+
+async def _probe_mtls(listener: MutualTlsListener) -> None:
+    """Present the devstack's client certificate on the SSL listener, with a client built from the
+    variables `dev up` prints, and produce a record there. A certificate the broker refuses comes
+    back as a KafkaAccessError from `diagnose` that says so, not only "unable to bootstrap"."""
+    security = KafkaSecurity.from_env(listener.client_env())
+    await _produce_once(listener.bootstrap, security, b"ready over mutual TLS")
+
+
+async def _produce_once(bootstrap: str, security: KafkaSecurity, value: bytes) -> None:
+    """Produce `value` to the ready topic with a client of these settings; when it cannot start,
+    `diagnose` names a refusal (a login, a certificate) before the connection error is raised."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=listener.bootstrap, request_timeout_ms=10000, **security.client_options()
+        bootstrap_servers=bootstrap, request_timeout_ms=10000, **security.client_options()
     )
     try:
         await producer.start()
     except KafkaConnectionError:
-        await connection.diagnose(listener.bootstrap, security)
+        await connection.diagnose(bootstrap, security)
         raise
     try:
-        await producer.send_and_wait(READY_TOPIC, b"ready over SASL_SSL")
+        await producer.send_and_wait(READY_TOPIC, value)
     finally:
         await producer.stop()
 
 
-def probe_ready(bootstrap: str, timeout_s: float, secured: SecuredListener | None = None) -> None:
+def probe_ready(
+    bootstrap: str,
+    timeout_s: float,
+    secured: SecuredListener | None = None,
+    mtls: MutualTlsListener | None = None,
+) -> None:
     """Raise unless a topic can be created and a transactional producer can initialise and commit,
-    and then (with `secured`) unless a SCRAM-SHA-512 login over TLS works on the SASL_SSL listener.
+    and then unless a SCRAM-SHA-512 login over TLS works on the SASL_SSL listener (with `secured`)
+    and a client certificate is taken on the SSL listener (with `mtls`), the two side by side.
 
     The committed transaction also carries a group offset, which makes the broker create
     `__consumer_offsets` and `__transaction_state` now rather than during the first test."""
 
     async def probe() -> None:
         await _probe(bootstrap)
-        if secured is not None:
-            await _probe_secured(secured)
+        secured_probes = [
+            *([_probe_secured(secured)] if secured is not None else []),
+            *([_probe_mtls(mtls)] if mtls is not None else []),
+        ]
+        await asyncio.gather(*secured_probes)
 
     run_sync(asyncio.wait_for(probe(), timeout=timeout_s))
 
@@ -301,11 +411,12 @@ def _wait_ready(proc: KafkaProcess, port: int, timeout_s: float) -> None:
         if not procs.is_alive(proc.pid):
             log_text = procs.tail(proc.log, 200)
             if "Address already in use" in log_text:
-                raise PortInUse("the Kafka broker, its SASL_SSL listener or the controller", port)
+                raise PortInUse("the Kafka broker, its SASL_SSL or SSL listener or the controller", port)
             raise ServiceNotReady("Kafka", timeout_s, proc.log, procs.tail(proc.log), "the JVM exited")
         if tcp_open("127.0.0.1", port):
             try:
-                probe_ready(proc.bootstrap, max(1.0, min(30.0, deadline - time.monotonic())), proc.secured)
+                left = max(1.0, min(30.0, deadline - time.monotonic()))
+                probe_ready(proc.bootstrap, left, proc.secured, proc.mtls)
                 return
             except Exception as exc:
                 reason = f"last readiness probe failed: {type(exc).__name__}: {exc}"
@@ -323,13 +434,15 @@ def start_kafka(
     controller_port: int | None = None,
     secure_port: int | None = None,
     tls_dir: Path | None = None,
+    mtls_port: int | None = None,
 ) -> KafkaProcess:
     """Format (idempotently) and start the broker detached; return once it is ready or raise.
 
-    `tls_dir` holds the SASL_SSL listener's certificates (default: `tls/` beside `workdir`); a
-    state dir's sessions share their state dir's, made once (devstack/tls.py)."""
+    `tls_dir` holds the secured listeners' certificates (default: `tls/` beside `workdir`); a
+    state dir's sessions share their state dir's, made once (devstack/tls.py). The SSL listener is
+    there when that material has a client certificate."""
     java = require_java()
-    broker, controller, secure = _pick_ports(broker_port, controller_port, secure_port)
+    broker, controller, secure, mutual = _pick_ports(broker_port, controller_port, secure_port, mtls_port)
     formatted = (workdir / "data" / "meta.properties").exists()  # a restart keeps its cluster id
     password_file = workdir / SASL_PASSWORD_FILE
     if formatted and not password_file.exists():
@@ -340,7 +453,8 @@ def start_kafka(
         )
     tls = ensure_broker_tls(tls_dir or workdir.parent / "tls")
     password = stored_password(password_file)
-    props = render_config(workdir, broker, controller, secure, password, tls)
+    mtls = _mtls_listener(mutual, tls.ca_file, tls.client)
+    props = render_config(workdir, broker, controller, secure, password, tls, mutual if mtls else None)
     log = workdir / "kafka.log"
     if not formatted:
         tool = jvm_args(java, jars, workdir, heap, TOOL_TUNING)
@@ -348,10 +462,17 @@ def start_kafka(
     broker_argv = [*jvm_args(java, jars, workdir, heap, BROKER_TUNING), "kafka.Kafka", str(props)]
     pid = procs.spawn_detached(broker_argv, log, pidfile, cwd=workdir)
     secured = SecuredListener(f"127.0.0.1:{secure}", SASL_USERNAME, password_file, tls.ca_file)
-    proc = KafkaProcess(pid, f"127.0.0.1:{broker}", log, str(props), jars.version, secured)
+    proc = KafkaProcess(pid, f"127.0.0.1:{broker}", log, str(props), jars.version, secured, mtls)
     try:
         _wait_ready(proc, broker, timeout_s)
     except BaseException:
         procs.stop_pidfile(pidfile, proc.marker, grace_s=5)
         raise
     return proc
+
+
+def _mtls_listener(port: int, ca_file: Path, client: ClientTls | None) -> MutualTlsListener | None:
+    """The SSL listener on `port` when there is a client certificate to present there."""
+    if client is None:
+        return None
+    return MutualTlsListener(f"127.0.0.1:{port}", ca_file, client.cert_file, client.key_file)

@@ -32,6 +32,9 @@ class RestartableKafka:
         self.secure_port = free_port()
         while self.secure_port in (self.broker_port, self.controller_port):
             self.secure_port = free_port()
+        self.mtls_port = free_port()
+        while self.mtls_port in (self.broker_port, self.controller_port, self.secure_port):
+            self.mtls_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.broker_port}"
         self._jars: KafkaJars | None = None
         self._process: KafkaProcess | None = None
@@ -56,6 +59,7 @@ class RestartableKafka:
             broker_port=self.broker_port,
             controller_port=self.controller_port,
             secure_port=self.secure_port,
+            mtls_port=self.mtls_port,
         )
 
     def stop(self) -> None:

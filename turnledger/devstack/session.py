@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from turnledger.devstack.containers import container_stack, docker_available
 from turnledger.devstack.jars import cached
-from turnledger.devstack.kafka import READY_MECHANISM, secured_client_env
+from turnledger.devstack.kafka import READY_MECHANISM, mtls_client_env, secured_client_env
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
 from turnledger.devstack.stack import LocalStack, StackState, reap_stale_sessions
 
@@ -40,6 +40,11 @@ class Endpoints:
     sasl_username: str | None = None
     sasl_password_file: str | None = None
     ssl_ca_file: str | None = None
+    mtls_bootstrap: str | None = None
+    """The broker's SSL listener that requires a client certificate, and the devstack's client
+    certificate and key (PEM files), under the same conditions; None also without openssl."""
+    ssl_client_cert_file: str | None = None
+    ssl_client_key_file: str | None = None
 
     def secure_client_env(self, mechanism: str = READY_MECHANISM) -> dict[str, str] | None:
         """The KAFKA_* variables that point a client at the SASL_SSL listener; None without one."""
@@ -47,8 +52,14 @@ class Endpoints:
             self.secure_bootstrap, self.sasl_username, self.sasl_password_file, self.ssl_ca_file, mechanism
         )
 
+    def mtls_client_env(self) -> dict[str, str] | None:
+        """The KAFKA_* variables that point a client at the mutual-TLS listener; None without one."""
+        return mtls_client_env(
+            self.mtls_bootstrap, self.ssl_ca_file, self.ssl_client_cert_file, self.ssl_client_key_file
+        )
+
     def with_broker_of(self, stack: StackState | None) -> Endpoints:
-        """These endpoints plus what only the devstack's own broker has: its pid, its SASL_SSL listener."""
+        """These endpoints plus what only the devstack's own broker has: its pid, its secured listeners."""
         if stack is None:
             return self
         return replace(
@@ -58,6 +69,9 @@ class Endpoints:
             sasl_username=stack.sasl_username,
             sasl_password_file=stack.sasl_password_file,
             ssl_ca_file=stack.ssl_ca_file,
+            mtls_bootstrap=stack.mtls_bootstrap,
+            ssl_client_cert_file=stack.ssl_client_cert_file,
+            ssl_client_key_file=stack.ssl_client_key_file,
         )
 
 

@@ -3,7 +3,8 @@
 Layout of a state directory (default `.devstack/` in the checkout, or TURNLEDGER_DEVSTACK_DIR):
 `stack.json` (endpoints and pids), `kafka.pid`, `redis.pid`, `prometheus.pid`, `kafka/`, `redis/` and
 `prometheus/` (config, data, logs; Prometheus only when Debian's package is installed; `kafka/` also
-holds the SASL password), and `tls/` (the SASL_SSL listener's CA and certificate, which `down` keeps).
+holds the SASL password), and `tls/` (the secured listeners' CA and certificates and the client
+certificate of the mutual-TLS listener, which `down` keeps).
 Pytest sessions use their own `session-<pid>/` subdirectory so they never disturb a `dev up` stack,
 and share the state dir's `tls/`.
 """
@@ -23,6 +24,7 @@ from turnledger.devstack.errors import PortInUse
 from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import (
     READY_MECHANISM,
+    mtls_client_env,
     secured_client_env,
     start_kafka,
 )
@@ -32,6 +34,7 @@ from turnledger.devstack.settings import Settings
 
 STATE_FILE = "stack.json"
 SECURE_EXPORT_PREFIX = "# SASL_SSL: "
+MTLS_EXPORT_PREFIX = "# SSL (mutual TLS): "
 T = TypeVar("T")
 
 
@@ -56,6 +59,12 @@ class StackState:
     sasl_username: str | None = None
     sasl_password_file: str | None = None
     ssl_ca_file: str | None = None
+    """The devstack's CA: it signed the broker's certificate (both TLS listeners) and the client's."""
+    mtls_bootstrap: str | None = None
+    """The broker's SSL listener, which requires a client certificate; None also when the devstack had
+    no openssl to make one."""
+    ssl_client_cert_file: str | None = None
+    ssl_client_key_file: str | None = None
 
     @property
     def export_line(self) -> str:
@@ -74,7 +83,20 @@ class StackState:
         env = self.secure_client_env()
         if env is None:
             return None
-        return SECURE_EXPORT_PREFIX + "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return _commented_export(SECURE_EXPORT_PREFIX, env)
+
+    def mtls_client_env(self) -> dict[str, str] | None:
+        """The variables that point a client at the mutual-TLS listener; None when there is none."""
+        return mtls_client_env(
+            self.mtls_bootstrap, self.ssl_ca_file, self.ssl_client_cert_file, self.ssl_client_key_file
+        )
+
+    @property
+    def mtls_export_line(self) -> str | None:
+        """`export ...` for the mutual-TLS listener behind a `# SSL (mutual TLS): ` prefix, for the
+        same reason as `secure_export_line`'s."""
+        env = self.mtls_client_env()
+        return None if env is None else _commented_export(MTLS_EXPORT_PREFIX, env)
 
     def alive(self) -> bool:
         """Every process this stack started is still running (external endpoints count as alive)."""
@@ -84,6 +106,10 @@ class StackState:
             (self.prometheus_pid, self.prometheus_marker),
         ]
         return all(pid is None or procs.owns(pid, marker or "") for pid, marker in checks)
+
+
+def _commented_export(prefix: str, env: dict[str, str]) -> str:
+    return prefix + "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
 
 
 class LocalStack:
@@ -164,6 +190,7 @@ class LocalStack:
             self.stop()  # keep the logs: the error message points at them
             raise
         secured = kafka_proc.secured if kafka_proc else None
+        mtls = kafka_proc.mtls if kafka_proc else None
         state = StackState(
             bootstrap=kafka_proc.bootstrap if kafka_proc else str(external_bootstrap),
             redis_url=redis_proc.url if redis_proc else str(external_redis),
@@ -182,6 +209,9 @@ class LocalStack:
             sasl_username=secured.username if secured else None,
             sasl_password_file=str(secured.password_file) if secured else None,
             ssl_ca_file=str(secured.ca_file) if secured else None,
+            mtls_bootstrap=mtls.bootstrap if mtls else None,
+            ssl_client_cert_file=str(mtls.cert_file) if mtls else None,
+            ssl_client_key_file=str(mtls.key_file) if mtls else None,
         )
         (self.root / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
         return state
