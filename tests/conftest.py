@@ -7,6 +7,7 @@ every later pytest run reuse that stack (no broker start per run).
 
 from __future__ import annotations
 
+import locale
 import os
 import re
 import socket
@@ -57,6 +58,19 @@ def bound_port() -> Iterator[int]:
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """The test's process in a locale that is not UTF-8, as under `LANG=en_US.ISO-8859-1` (Python
+    coerces only the C locale of a process's start to UTF-8): a file read without naming its encoding
+    is read as ASCII here."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
 from tests.conftest import skip_unless_installed
 from turnledger.devstack.kafka import SASL_MECHANISMS
@@ -32,6 +32,7 @@ from turnledger.errors import KafkaAccessError
 from turnledger.kafka.connection import (
     ENV_CA_FILE,
     ENV_CERT_FILE,
+    ENV_CHECK_HOSTNAME,
     ENV_KEY_FILE,
     ENV_MECHANISM,
     ENV_PASSWORD_FILE,
@@ -156,10 +157,47 @@ async def test_a_wrong_password_is_an_access_error(
     security = KafkaSecurity.from_env(
         {**secured_env, ENV_MECHANISM: mechanism, ENV_PASSWORD_FILE: str(wrong)}
     )
-    with pytest.raises(KafkaAccessError, match=f"{mechanism} as 'turnledger'") as refused:
-        await diagnose(secured_env["KAFKA_BOOTSTRAP_SERVERS"], security)
-    assert "Check KAFKA_SASL_USERNAME" in str(refused.value), "credentials refused, not the listener"
+    bootstrap = secured_env["KAFKA_BOOTSTRAP_SERVERS"]
+    with pytest.raises(KafkaAccessError) as refused:
+        await diagnose(bootstrap, security)
+    cause = refused.value.cause
+    assert (type(cause), refused.value.bootstrap) == (SaslAuthenticationFailed, bootstrap)
+    assert str(refused.value) == (  # the credentials refused, not the listener; never the password
+        f"Kafka at {bootstrap!r} refused the connection (SASL_SSL, {mechanism} as 'turnledger', CA "
+        f"{secured_env[ENV_CA_FILE]}): SaslAuthenticationFailed: {cause}. Check KAFKA_SASL_USERNAME and "
+        "KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE)."
+    )
     assert "not-the-password" not in str(refused.value)
+
+
+def _ipv6_loopback_reaches(port: int) -> bool:
+    try:
+        socket.create_connection(("::ffff:127.0.0.1", port), timeout=10).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("form", ["after an address nobody listens on", "as an IPv6 literal"])
+async def test_every_bootstrap_address_is_tried_in_its_form_until_one_answers(
+    secured_env: dict[str, str], form: str, tmp_path: Path
+) -> None:
+    """The refusal is found behind a first address that refuses the connection (port 1), and at an
+    address in brackets (the listener's own, IPv4-mapped: its certificate names 127.0.0.1, so the
+    hostname is not checked there)."""
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    env = {**secured_env, ENV_PASSWORD_FILE: str(wrong)}
+    host, port = _host_port(secured_env["KAFKA_BOOTSTRAP_SERVERS"])
+    if form == "as an IPv6 literal":
+        if not _ipv6_loopback_reaches(port):
+            pytest.skip("no IPv6 on this machine's loopback")
+        bootstrap, env = f"[::ffff:{host}]:{port}", {**env, ENV_CHECK_HOSTNAME: "false"}
+    else:
+        bootstrap = f"127.0.0.1:1,{host}:{port}"
+    with pytest.raises(KafkaAccessError) as refused:
+        await diagnose(bootstrap, KafkaSecurity.from_env(env))
+    assert (type(refused.value.cause), refused.value.bootstrap) == (SaslAuthenticationFailed, bootstrap)
 
 
 async def test_a_ca_that_did_not_sign_the_broker_certificate_is_an_access_error(

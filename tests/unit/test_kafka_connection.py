@@ -1,10 +1,13 @@
 """The KAFKA_* security variables: one working setting or a KafkaSettingsError naming the variable;
 the aiokafka options every client gets; the password never printed. (Logins on a real SASL_SSL
-listener: tests/integration/test_kafka_security.py.)"""
+listener: tests/integration/test_secured_listener.py.)"""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import ssl
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,7 +43,7 @@ def test_sasl_over_tls_gives_every_option_and_names_never_the_password() -> None
         "sasl_plain_password": "pa55-w0rd-secret",
     }
     assert settings.describe() == "SASL_SSL, SCRAM-SHA-512 as 'gateway', the system's CAs"
-    assert "pa55" not in repr(settings) and "Password('***')" in repr(settings)
+    assert "pa55" not in repr(settings) and repr(settings.password) == "Password('***')"
     assert settings.fix(SaslAuthenticationFailed("nope")) == (
         "Check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE)."
     )
@@ -82,6 +85,13 @@ def _ca(tmp_path: Path) -> Path:
     return ca
 
 
+def test_a_password_file_is_utf_8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    secret = tmp_path / "password"
+    secret.write_bytes("pässwört-秘密\n".encode())
+    env = {**SCRAM, "KAFKA_SASL_PASSWORD": "", "KAFKA_SASL_PASSWORD_FILE": str(secret)}
+    assert KafkaSecurity.from_env(env).client_options()["sasl_plain_password"] == "pässwört-秘密"
+
+
 def test_tls_with_a_ca_file_and_without_a_hostname_check(tmp_path: Path) -> None:
     ca = _ca(tmp_path)
     env = {
@@ -110,6 +120,8 @@ def test_tls_with_a_ca_file_and_without_a_hostname_check(tmp_path: Path) -> None
         ({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SSL"}, "KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, "
          "KAFKA_SASL_PASSWORD set, but KAFKA_SECURITY_PROTOCOL is SSL: set it to SASL_SSL (or "
          "SASL_PLAINTEXT) to log in, or unset them"),
+        ({"KAFKA_SASL_USERNAME": "u"}, "KAFKA_SASL_USERNAME set, but KAFKA_SECURITY_PROTOCOL is "
+         "PLAINTEXT: set it to SASL_SSL (or SASL_PLAINTEXT) to log in, or unset them"),
         ({"KAFKA_SASL_PASSWORD": "x"}, "KAFKA_SASL_PASSWORD set, but KAFKA_SECURITY_PROTOCOL is PLAINTEXT: "
          "set it to SASL_SSL (or SASL_PLAINTEXT) to log in, or unset them"),
         ({**SCRAM, "KAFKA_SASL_PASSWORD_FILE": "/p"}, "set KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE, "
@@ -127,8 +139,9 @@ def test_settings_that_cannot_work_name_the_variable(env: dict[str, str], messag
 
 
 def test_files_that_cannot_work(tmp_path: Path) -> None:
-    ca, empty = _ca(tmp_path), tmp_path / "empty"
+    ca, empty, utf_16 = _ca(tmp_path), tmp_path / "empty", tmp_path / "utf-16"
     empty.write_text("\n")
+    utf_16.write_text("password", encoding="utf-16")
     cases = {
         "KAFKA_SSL_CA_FILE set, but KAFKA_SECURITY_PROTOCOL is PLAINTEXT: TLS needs SSL or SASL_SSL": {
             "KAFKA_SSL_CA_FILE": str(ca)
@@ -137,10 +150,21 @@ def test_files_that_cannot_work(tmp_path: Path) -> None:
             "KAFKA_SECURITY_PROTOCOL": "SSL",
             "KAFKA_SSL_CERT_FILE": str(ca),
         },
+        "KAFKA_SSL_CA_FILE, KAFKA_SSL_CERT_FILE set, but KAFKA_SECURITY_PROTOCOL is PLAINTEXT: TLS needs SSL "
+        "or SASL_SSL": {"KAFKA_SSL_CA_FILE": str(ca), "KAFKA_SSL_CERT_FILE": str(ca)},
+        f"KAFKA_SSL_CA_FILE: cannot read the file {tmp_path}": {
+            "KAFKA_SECURITY_PROTOCOL": "SSL",
+            "KAFKA_SSL_CA_FILE": str(tmp_path),  # a directory, readable but no file
+        },
         f"KAFKA_SASL_PASSWORD_FILE: {empty} is empty": {
             **SCRAM,
             "KAFKA_SASL_PASSWORD": "",
             "KAFKA_SASL_PASSWORD_FILE": str(empty),
+        },
+        f"KAFKA_SASL_PASSWORD_FILE: {utf_16} is not UTF-8": {
+            **SCRAM,
+            "KAFKA_SASL_PASSWORD": "",
+            "KAFKA_SASL_PASSWORD_FILE": str(utf_16),
         },
         f"KAFKA_SASL_PASSWORD_FILE: cannot read {tmp_path / 'none'} (No such file or directory)": {
             **SCRAM,
@@ -154,8 +178,44 @@ def test_files_that_cannot_work(tmp_path: Path) -> None:
         assert str(caught.value) == message
 
 
-async def test_diagnose_says_nothing_of_plaintext_or_of_nothing_listening() -> None:
-    await diagnose("127.0.0.1:1", KafkaSecurity())  # no connection tried at all
+def test_a_client_certificate_is_kept_and_named(tmp_path: Path) -> None:
+    ca, cert, key = _ca(tmp_path), tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text("certificate\n")
+    key.write_text("key\n")
+    env = {
+        "KAFKA_SECURITY_PROTOCOL": "SSL",
+        "KAFKA_SSL_CA_FILE": str(ca),
+        "KAFKA_SSL_CERT_FILE": str(cert),
+        "KAFKA_SSL_KEY_FILE": str(key),
+    }
+    settings = KafkaSecurity.from_env(env)
+    assert settings == KafkaSecurity("SSL", ca_file=ca, cert_file=cert, key_file=key)
+    assert settings.describe() == f"SSL, CA {ca}, client certificate {cert}"
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A port with a listening socket nobody accepts on: a connection to it completes all the same."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.setblocking(False)
+        yield server
+
+
+def _connections(server: socket.socket) -> int:
+    count = 0
+    while True:
+        try:
+            connection, _ = server.accept()
+        except BlockingIOError:
+            return count
+        connection.close()
+        count += 1
+
+
+async def test_diagnose_says_nothing_of_plaintext_or_of_nothing_listening(listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    await diagnose(f"127.0.0.1:{port}", KafkaSecurity(), timeout_s=0.5)
+    assert _connections(listener) == 0  # no connection tried at all
     await diagnose(
         "127.0.0.1:1", KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
     )
@@ -215,9 +275,13 @@ async def test_diagnose_finds_the_certificate_alert_behind_a_closed_connection(
         raise _closed_because(alert)
 
     monkeypatch.setattr("turnledger.kafka.connection.create_conn", refused)
-    with pytest.raises(KafkaAccessError, match="requires a client certificate") as caught:
+    with pytest.raises(KafkaAccessError) as caught:
         await diagnose("127.0.0.1:9093", KafkaSecurity.from_env(MTLS))
-    assert caught.value.cause is alert
+    assert (caught.value.cause, caught.value.bootstrap) == (alert, "127.0.0.1:9093")
+    assert str(caught.value) == (
+        f"Kafka at '127.0.0.1:9093' refused the connection (SSL, the system's CAs): SSLError: {alert}. The "
+        "broker requires a client certificate (mutual TLS): set KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE."
+    )
 
 
 @pytest.mark.parametrize(
@@ -240,3 +304,14 @@ async def test_diagnose_leaves_any_other_closed_connection_to_be_waited_out(
 
     monkeypatch.setattr("turnledger.kafka.connection.create_conn", closed)
     await diagnose("127.0.0.1:9093", KafkaSecurity.from_env(MTLS))
+
+
+async def test_diagnose_gives_up_on_a_listener_that_never_answers_after_its_timeout(
+    listener: socket.socket,
+) -> None:
+    """A broker that takes the connection and never answers is an outage, not a refusal: one connection,
+    given up after `timeout_s` (not aiokafka's 40 s, nor never), and nothing said."""
+    settings = KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    async with asyncio.timeout(5):
+        await diagnose(f"127.0.0.1:{listener.getsockname()[1]}", settings, timeout_s=0.2)
+    assert _connections(listener) == 1

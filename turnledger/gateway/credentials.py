@@ -73,6 +73,8 @@ class SecretSource:
             value = self.file.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise CredentialError(f"cannot read the credential {self.where}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise CredentialError(f"the credential {self.where} is not UTF-8") from None
         if not value:
             raise CredentialError(f"the credential {self.where} is empty")
         return Secret(value)

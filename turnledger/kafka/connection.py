@@ -268,6 +268,8 @@ def _password(env: Mapping[str, str]) -> _Password | None:
             value = Path(path).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: cannot read {path} ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: {path} is not UTF-8") from None
         if not value:
             raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: {path} is empty")
     return _Password(value) if value else None

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 from botocore.credentials import Credentials, RefreshableCredentials
 
-from turnledger.gateway.credentials import AwsCredentials, AwsCredentialSource, Secret, SecretSource
+from turnledger.gateway.credentials import (
+    AwsCredentials,
+    AwsCredentialSource,
+    CredentialError,
+    Secret,
+    SecretSource,
+)
 from turnledger.gateway.endpoints import ProviderRoute, RouteSettings
 from turnledger.gateway.live_credentials import (
     BotocoreSession,
@@ -26,7 +32,7 @@ from turnledger.gateway.redaction import REDACTOR
 
 
 def _write(path: Path, text: str, mtime_ns: int) -> None:
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     os.utime(path, ns=(mtime_ns, mtime_ns))  # a rewrite within the clock's tick still shows
 
 
@@ -75,11 +81,52 @@ def test_a_file_being_replaced_keeps_the_last_key(tmp_path: Path, caplog: pytest
     assert supply.stale() and supply.refresh() is True and _key(supply) == "key-three"
 
 
+async def test_a_key_file_that_is_not_utf_8_keeps_the_last_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write caught half way through a character (or a file saved as UTF-16) is a failed refresh, not
+    an exception out of the route's refresh into the request."""
+    path, supply = _watched(tmp_path)
+    route = ProviderRoute(
+        RouteSettings(name="r", base_url="http://127.0.0.1:1", adapters=("openai-chat",)), supply
+    )
+    path.write_bytes(b"key-\xe2\x82")
+    os.utime(path, ns=(2_000_000_000, 2_000_000_000))
+    with caplog.at_level(logging.WARNING, "turnledger.gateway.live_credentials"):
+        assert await route.refresh_credential() == 0
+    assert (_key(supply), supply.changes) == ("key-one", 0)
+    assert caplog.messages == [f"keeping the credential read before: the credential file {path} is not UTF-8"]
+    with pytest.raises(CredentialError) as caught:
+        supply_of_key(SecretSource(file=path), {})
+    assert str(caught.value) == f"the credential file {path} is not UTF-8"
+
+
+def test_a_key_file_is_utf_8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    path, supply = _watched(tmp_path, "clé-ünïcode-秘密")
+    assert (_key(supply), supply.changes) == ("clé-ünïcode-秘密", 0)
+    _write(path, "clé-rotée-秘密", 2_000_000_000)
+    assert supply.refresh() is True
+    assert (_key(supply), supply.changes) == ("clé-rotée-秘密", 1)
+
+
+def test_each_change_of_a_key_file_is_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, supply = _watched(tmp_path)
+    with caplog.at_level(logging.INFO, "turnledger.gateway.live_credentials"):
+        for changes, key in enumerate(("key-two", "key-three"), start=1):
+            _write(path, key, (changes + 1) * 1_000_000_000)
+            assert (supply.stale(), supply.refresh()) == (True, True)
+            assert (_key(supply), supply.changes, supply.stale()) == (key, changes, False)
+    assert caplog.messages == [f"the credential in {path} changed: requests use the new one"] * 2
+
+
 def test_variables_are_read_once() -> None:
     supply = supply_of_key(SecretSource(env="K"), {"K": "from-env"})
     assert isinstance(supply, FixedCredential)
     assert (_key(supply), supply.stale(), supply.refresh(), supply.changes) == ("from-env", False, False, 0)
     assert supply_of_key(SecretSource(env="K"), {}) is None
+    assert supply_of_aws(AwsCredentialSource(), {}) is None
     aws = supply_of_aws(AwsCredentialSource(), {"AWS_ACCESS_KEY_ID": "AKIA1", "AWS_SECRET_ACCESS_KEY": "s1"})
     assert isinstance(aws, FixedCredential) and isinstance(aws.value, AwsCredentials)
     assert aws.value.access_key_id.reveal() == "AKIA1" and aws.value.session_token is None
@@ -146,6 +193,27 @@ def test_temporary_aws_keys_are_refreshed_before_they_expire() -> None:
     assert (supply.changes, supply.stale(), sts.calls) == (1, False, 1)
 
 
+def test_each_aws_refresh_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    hour = datetime.timedelta(hours=1)
+    supply, sts, clock = _session([_metadata(2, START + 2 * hour), _metadata(3, START + 3 * hour)])
+    with caplog.at_level(logging.INFO, "turnledger.gateway.live_credentials"):
+        for n in (2, 3):
+            clock.now = START + (n - 1) * hour - datetime.timedelta(minutes=10)
+            assert (supply.stale(), supply.refresh()) == (True, True)
+            assert (_aws(supply), supply.changes) == ((f"ASIA{n}", f"secret-{n}", f"token-{n}"), n - 1)
+    assert sts.calls == 2
+    assert caplog.messages == ["AWS profile 'test': temporary credentials refreshed"] * 2
+
+
+def test_a_new_session_token_alone_is_a_change() -> None:
+    """The same key pair with another token (the token is what expires): requests must carry the new one."""
+    same_keys = {**_metadata(1, START + datetime.timedelta(hours=2)), "token": "token-2"}
+    supply, sts, clock = _session([same_keys])
+    clock.now = START + datetime.timedelta(minutes=50)
+    assert supply.refresh() is True
+    assert (_aws(supply), supply.changes, sts.calls) == (("ASIA1", "secret-1", "token-2"), 1, 1)
+
+
 def test_a_failed_aws_refresh_keeps_the_keys_it_had(caplog: pytest.LogCaptureFixture) -> None:
     supply, sts, clock = _session([ConnectionError("sts unreachable")])
     clock.now = START + datetime.timedelta(minutes=55)  # inside the mandatory window: botocore raises
@@ -169,7 +237,7 @@ def test_a_profile_is_read_through_botocore(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     supply = supply_of_aws(AwsCredentialSource(profile="rotating"), {})
     assert isinstance(supply, BotocoreSession)
-    assert _aws(supply) == ("AKIA7", "s7", None)
+    assert (supply.name, _aws(supply)) == ("AWS profile 'rotating'", ("AKIA7", "s7", None))
 
 
 async def test_a_route_refreshes_only_a_stale_credential(tmp_path: Path) -> None:
