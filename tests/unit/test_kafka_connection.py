@@ -306,6 +306,27 @@ async def test_diagnose_leaves_any_other_closed_connection_to_be_waited_out(
     await diagnose("127.0.0.1:9093", KafkaSecurity.from_env(MTLS))
 
 
+async def test_diagnose_asks_the_next_address_after_one_closed_without_a_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bootstrap list is asked address by address: the first closing for no reason of ours (a broker
+    going away) says nothing, the second's refusal of the login is the verdict."""
+    asked: list[str] = []
+    refusal = SaslAuthenticationFailed("Authentication failed: invalid credentials")
+
+    async def connect(host: str, port: int, **_: object) -> None:
+        asked.append(f"{host}:{port}")
+        if port == 9093:
+            raise _closed_because(ConnectionResetError(104, "Connection reset by peer"))
+        raise refusal
+
+    monkeypatch.setattr("turnledger.kafka.connection.create_conn", connect)
+    with pytest.raises(KafkaAccessError) as caught:
+        await diagnose("127.0.0.1:9093,127.0.0.1:9094", KafkaSecurity.from_env(SCRAM))
+    assert asked == ["127.0.0.1:9093", "127.0.0.1:9094"]
+    assert caught.value.cause is refusal
+
+
 async def test_diagnose_gives_up_on_a_listener_that_never_answers_after_its_timeout(
     listener: socket.socket,
 ) -> None:
