@@ -7,12 +7,13 @@ read once per process from the environment (a child process of `--processes N` i
 | variable | meaning | default |
 |---|---|---|
 | `KAFKA_SECURITY_PROTOCOL` | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL` | `PLAINTEXT` |
-| `KAFKA_SASL_MECHANISM` | `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` (SASL only) | — |
+| `KAFKA_SASL_MECHANISM` | `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER` (SASL only) | — |
 | `KAFKA_SASL_USERNAME` | the SASL user | — |
 | `KAFKA_SASL_PASSWORD`, `KAFKA_SASL_PASSWORD_FILE` | its password, or a file holding it | — |
 | `KAFKA_SSL_CA_FILE` | PEM of the CAs that sign the brokers' certificates (TLS) | the system's |
 | `KAFKA_SSL_CERT_FILE`, `KAFKA_SSL_KEY_FILE` | a client certificate and its key (mutual TLS) | — |
 | `KAFKA_SSL_CHECK_HOSTNAME` | `false` accepts a certificate for another name (tests only) | `true` |
+| `KAFKA_SASL_OAUTHBEARER_*` | where OAUTHBEARER's tokens come from (`kafka/oauth.py`) | — |
 
 A setting that cannot work (a mechanism without a SASL protocol, a password without a user, a file
 that cannot be read) is a `KafkaSettingsError` naming the variable, at start. The password is never
@@ -34,7 +35,7 @@ import functools
 import os
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,12 @@ from aiokafka.conn import create_conn
 from aiokafka.helpers import create_ssl_context
 
 from turnledger.errors import KafkaAccessError, KafkaSettingsError
+from turnledger.kafka import oauth
+from turnledger.kafka.secret import Secret, read_secret
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+OAUTHBEARER = "OAUTHBEARER"
 _TLS = frozenset({"SSL", "SASL_SSL"})
 _SASL = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
@@ -90,31 +94,18 @@ _NOT_THIS_LOGIN = (
 mechanism it does not enable), as opposed to refusing these credentials."""
 
 
-class _Password:
-    """The SASL password: never in a repr, a log line or an error; only aiokafka's login reads it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Password('***')"
-
-
 @dataclass(frozen=True)
 class KafkaSecurity:
     protocol: str = "PLAINTEXT"
     mechanism: str | None = None
     username: str | None = None
-    password: _Password | None = None
+    password: Secret | None = None
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
     check_hostname: bool = True
+    oauth: oauth.OAuthTokenProvider | None = field(default=None, compare=False)
+    """OAUTHBEARER's tokens (`kafka/oauth.py`): one provider per process, shared by every client."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KafkaSecurity:
@@ -122,8 +113,17 @@ class KafkaSecurity:
         protocol = _choice(env, ENV_PROTOCOL, PROTOCOLS) or "PLAINTEXT"
         mechanism = _choice(env, ENV_MECHANISM, MECHANISMS)
         username = env.get(ENV_USERNAME, "").strip() or None
-        password = _password(env)
-        if protocol in _SASL:
+        password = read_secret(env, ENV_PASSWORD, ENV_PASSWORD_FILE, "Password")
+        provider = None
+        if protocol in _SASL and mechanism == OAUTHBEARER:
+            given = [n for n, v in ((ENV_USERNAME, username), (ENV_PASSWORD, password)) if v is not None]
+            if given:
+                raise KafkaSettingsError(
+                    f"{', '.join(given)} set, but {ENV_MECHANISM}=OAUTHBEARER logs in with a token: "
+                    "unset them"
+                )
+            provider = oauth.provider_from_env(env)
+        elif protocol in _SASL:
             missing = [
                 name
                 for name, value in (
@@ -146,6 +146,13 @@ class KafkaSecurity:
                     f"{', '.join(named)} set, but {ENV_PROTOCOL} is {protocol}: set it to SASL_SSL "
                     "(or SASL_PLAINTEXT) to log in, or unset them"
                 )
+        stray = oauth.oauth_variables_set(env) if provider is None else []
+        if stray:
+            raise KafkaSettingsError(
+                f"{', '.join(stray)} set, but {ENV_MECHANISM} is not OAUTHBEARER: set "
+                f"{ENV_PROTOCOL}=SASL_SSL and {ENV_MECHANISM}=OAUTHBEARER to log in with a token, or "
+                "unset them"
+            )
         files = {name: _file(env, name) for name in (ENV_CA_FILE, ENV_CERT_FILE, ENV_KEY_FILE)}
         if protocol not in _TLS and any(files.values()):
             named = [name for name, path in files.items() if path is not None]
@@ -166,6 +173,7 @@ class KafkaSecurity:
             files[ENV_CERT_FILE],
             files[ENV_KEY_FILE],
             check == "true",
+            provider,
         )
 
     @property
@@ -179,7 +187,9 @@ class KafkaSecurity:
     def describe(self) -> str:
         """E.g. `SASL_SSL, SCRAM-SHA-512 as 'gateway', CA /etc/kafka/ca.pem`; never the password."""
         parts = [self.protocol]
-        if self.sasl:
+        if self.oauth is not None:
+            parts.append(f"OAUTHBEARER from {self.oauth.source.describe()}")
+        elif self.sasl:
             parts.append(f"{self.mechanism} as {self.username!r}")
         if self.tls:
             parts.append(f"CA {self.ca_file}" if self.ca_file else "the system's CAs")
@@ -209,6 +219,10 @@ class KafkaSecurity:
                 f"This listener does not take a SASL {self.mechanism} login: check the address (the broker's "
                 f"SASL listener, not its plaintext one) and {ENV_MECHANISM}."
             )
+        if isinstance(refused, oauth.TokenRefused):
+            return "The token's issuer refused us: see above."
+        if self.oauth is not None:
+            return self.oauth.source.check()
         return f"Check {ENV_USERNAME} and {ENV_PASSWORD} (or {ENV_PASSWORD_FILE})."
 
     @functools.cached_property
@@ -230,7 +244,9 @@ class KafkaSecurity:
         options: dict[str, Any] = {"security_protocol": self.protocol}
         if self.tls:
             options["ssl_context"] = self.ssl_context
-        if self.sasl:
+        if self.oauth is not None:
+            options |= {"sasl_mechanism": OAUTHBEARER, "sasl_oauth_token_provider": self.oauth}
+        elif self.sasl:
             assert self.password is not None
             options |= {
                 "sasl_mechanism": self.mechanism,
@@ -257,22 +273,6 @@ def _file(env: Mapping[str, str], name: str) -> Path | None:
     if not path.is_file() or not os.access(path, os.R_OK):
         raise KafkaSettingsError(f"{name}: cannot read the file {path}")
     return path
-
-
-def _password(env: Mapping[str, str]) -> _Password | None:
-    value, path = env.get(ENV_PASSWORD, ""), env.get(ENV_PASSWORD_FILE, "").strip()
-    if value and path:
-        raise KafkaSettingsError(f"set {ENV_PASSWORD} or {ENV_PASSWORD_FILE}, not both")
-    if path:
-        try:
-            value = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: cannot read {path} ({exc.strerror})") from None
-        except UnicodeDecodeError:
-            raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: {path} is not UTF-8") from None
-        if not value:
-            raise KafkaSettingsError(f"{ENV_PASSWORD_FILE}: {path} is empty")
-    return _Password(value) if value else None
 
 
 @functools.cache
