@@ -154,14 +154,16 @@ def test_scram_credentials_are_added_at_format_for_both_scram_mechanisms() -> No
     ]
 
 
-def test_four_distinct_ports_and_a_fixed_secured_port_in_use_is_a_typed_error(bound_port: int) -> None:
+def test_five_distinct_ports_and_a_fixed_secured_port_in_use_is_a_typed_error(bound_port: int) -> None:
     for _ in range(20):
-        assert len(set(kafka._pick_ports(None, None))) == 4
-    assert kafka._pick_ports(None, None, 19094, 19095)[2:] == (19094, 19095)
+        assert len(set(kafka._pick_ports(None, None))) == 5
+    assert kafka._pick_ports(None, None, 19094, 19095, 19096)[2:] == (19094, 19095, 19096)
     with pytest.raises(PortInUse, match="SASL_SSL listener"):
         kafka._pick_ports(None, None, bound_port)
     with pytest.raises(PortInUse, match=r"SSL \(mutual TLS\) listener"):
         kafka._pick_ports(None, None, None, bound_port)
+    with pytest.raises(PortInUse, match="OAUTHBEARER listener"):
+        kafka._pick_ports(None, None, None, None, bound_port)
 
 
 def test_a_restartable_broker_keeps_its_mutual_tls_port(
@@ -174,9 +176,10 @@ def test_a_restartable_broker_keeps_its_mutual_tls_port(
     broker._jars = jars.KafkaJars(version="test", libs=tmp_path)
     broker.start()
     broker.start()
-    ports = [broker.broker_port, broker.controller_port, broker.secure_port, broker.mtls_port]
-    assert len(set(ports)) == 4
+    ports = [broker.broker_port, broker.controller_port, broker.secure_port, broker.mtls_port, broker.oauth_port]
+    assert len(set(ports)) == 5
     assert [kw["mtls_port"] for kw in started] == [broker.mtls_port, broker.mtls_port]
+    assert [kw["oauth_port"] for kw in started] == [broker.oauth_port, broker.oauth_port]
 
 
 def test_a_stored_password_is_private_random_and_kept(tmp_path: Path) -> None:

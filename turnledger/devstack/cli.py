@@ -37,6 +37,11 @@ def _print_state(state: StackState, settings: Settings) -> None:
             f"{state.sasl_username}; password in {state.sasl_password_file}; CA {state.ssl_ca_file})"
         )
     _print_mtls_listener(state)
+    if state.oauth_bootstrap:
+        out.print(
+            f"[bold]Kafka OAUTHBEARER[/bold] {state.oauth_bootstrap}  (SASL_SSL; token in "
+            f"{state.oauth_token_file}, signed by {state.oauth_signing_key}; CA {state.ssl_ca_file})"
+        )
     out.print(
         f"[bold]Redis URL[/bold]        {state.redis_url}"
         + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
@@ -48,7 +53,7 @@ def _print_state(state: StackState, settings: Settings) -> None:
         out.print(f"[bold]Logs[/bold]             {state.kafka_log or '-'}  {state.redis_log or '-'}")
     out.print(f"[bold]State dir[/bold]        {settings.state_dir}")
     print(state.export_line)
-    for commented in (state.secure_export_line, state.mtls_export_line):
+    for commented in (state.secure_export_line, state.mtls_export_line, state.oauth_export_line):
         if commented:
             print(commented)
 

@@ -15,6 +15,13 @@ of the devstack's CA (mutual TLS, as Aiven's clusters do by default); the devsta
 certificate for CN=turnledger is in `tls/client.pem` and `tls/client.key`. It is left out when openssl,
 which makes that certificate's key, is missing; when it is there, the broker is ready only once a
 record was produced through it with that certificate.
+
+A fifth, `OAUTH` (SASL_SSL with OAUTHBEARER only), takes a bearer token signed by the devstack's
+token key (devstack/identity.py) and validated by Kafka's own OIDC validator, as a managed cluster's
+is. `dev up` mints a token for `sub=turnledger` valid for a week into `<workdir>/oauth.token` (0600),
+the file its `# SASL_SSL OAUTHBEARER:` line points clients at; tests fetch theirs from a
+`TokenEndpoint` signing with the same key. It is left out without openssl, and when it is there the
+broker is ready only once a record was produced through it with that token.
 """
 
 from __future__ import annotations
@@ -36,12 +43,13 @@ from turnledger.devstack import procs
 from turnledger.devstack.aio import run_sync
 from turnledger.devstack.credentials import stored_password, write_private
 from turnledger.devstack.errors import DevstackError, PortInUse, ServiceNotReady
+from turnledger.devstack.identity import AUDIENCE, ISSUER, SigningKey, ensure_signing_key
 from turnledger.devstack.jars import KafkaJars, require_java
 from turnledger.devstack.kafka_admin import create_topic
 from turnledger.devstack.ports import free_port, port_is_free, tcp_open
 from turnledger.devstack.settings import ENV_BOOTSTRAP
-from turnledger.devstack.tls import BrokerTls, ClientTls, ensure_broker_tls
-from turnledger.kafka import connection
+from turnledger.devstack.tls import BrokerTls, ClientTls, ensure_broker_tls, openssl
+from turnledger.kafka import connection, oauth
 from turnledger.kafka.connection import KafkaSecurity
 
 READY_TOPIC = "__turnledger_ready"
@@ -54,6 +62,14 @@ SCRAM_MECHANISMS = tuple(name for name in SASL_MECHANISMS if name.startswith("SC
 READY_MECHANISM = "SCRAM-SHA-512"
 """The login the readiness probe makes, and the one `dev up` prints: what managed clusters ask for."""
 SASL_PASSWORD_FILE = "sasl.password"
+OAUTH_TOKEN_FILE = "oauth.token"
+OAUTH_JWKS_FILE = "oauth-jwks.json"
+OAUTH_SUBJECT = "turnledger"
+OAUTH_TOKEN_LIFETIME_S = 7 * 24 * 3600
+"""`dev up`'s token outlives any working stack; a restart mints a new one."""
+ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+"""Kafka 3.9.1/4.0+ (CVE-2025-27817) fetch a JWKS or a token only from the URLs this JVM system
+property lists; 4.x allows none by default."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,36 @@ class MutualTlsListener:
         }
 
 
+@dataclass(frozen=True)
+class OAuthListener:
+    """The broker's OAUTHBEARER listener (SASL_SSL), `dev up`'s token for it, and the key the broker
+    trusts tokens of (what a test's `TokenEndpoint` signs with)."""
+
+    bootstrap: str
+    ca_file: Path
+    token_file: Path
+    signing_key: Path
+
+    def client_env(self) -> dict[str, str]:
+        """The variables that point a turnledger client at it with `dev up`'s token file."""
+        return {
+            ENV_BOOTSTRAP: self.bootstrap,
+            connection.ENV_PROTOCOL: "SASL_SSL",
+            connection.ENV_MECHANISM: connection.OAUTHBEARER,
+            oauth.ENV_TOKEN_FILE: str(self.token_file),
+            connection.ENV_CA_FILE: str(self.ca_file),
+        }
+
+
+def oauth_client_env(
+    bootstrap: str | None, ca_file: str | None, token_file: str | None
+) -> dict[str, str] | None:
+    """`OAuthListener.client_env` from recorded fields; None unless all are known."""
+    if not (bootstrap and ca_file and token_file):
+        return None
+    return OAuthListener(bootstrap, Path(ca_file), Path(token_file), Path()).client_env()
+
+
 def mtls_client_env(
     bootstrap: str | None, ca_file: str | None, cert_file: str | None, key_file: str | None
 ) -> dict[str, str] | None:
@@ -135,6 +181,8 @@ class KafkaProcess:
     secured: SecuredListener
     mtls: MutualTlsListener | None = None
     """None when the devstack has no client certificate (openssl missing)."""
+    oauth: OAuthListener | None = None
+    """None when the devstack has no token key (openssl missing)."""
 
 
 def cluster_id() -> str:
@@ -157,17 +205,21 @@ def render_config(
     sasl_password: str,
     tls: BrokerTls,
     mtls_port: int | None = None,
+    oauth_port: int | None = None,
+    jwks: Path | None = None,
 ) -> Path:
     """`server.properties` for these ports and secrets, mode 0600 (it holds the PLAIN user's and the
     keystore's passwords), and Kafka's log4j2 configuration. With `mtls_port`, the SSL listener that
-    requires a client certificate is there too."""
+    requires a client certificate is there too; with `oauth_port` and `jwks`, the OAUTHBEARER one."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "server.properties"
-    listeners = listener_ports(broker_port, controller_port, secure_port, mtls_port)
+    bearer_port = oauth_port if jwks else None
+    listeners = listener_ports(broker_port, controller_port, secure_port, mtls_port, bearer_port)
     text = Template(_template("server.properties")).substitute(
         listeners=",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items()),
         protocol_map=",".join(f"{name}:{LISTENER_PROTOCOLS[name]}" for name in listeners),
         mtls_settings="\n".join(mtls_settings(tls) if mtls_port is not None else []),
+        oauth_settings="\n".join(oauth_settings(tls, jwks) if bearer_port is not None and jwks else []),
         controller_port=controller_port,
         sasl_mechanisms=",".join(SASL_MECHANISMS),
         sasl_username=SASL_USERNAME,
@@ -187,17 +239,45 @@ LISTENER_PROTOCOLS = {
     "CONTROLLER": "PLAINTEXT",
     "SASL_SSL": "SASL_SSL",
     "SSL": "SSL",
+    "OAUTH": "SASL_SSL",
 }
 """Each listener's security protocol (`listener.security.protocol.map`): the controller's and the
 inter-broker traffic stay PLAINTEXT on a single loopback node."""
 
 
 def listener_ports(
-    broker_port: int, controller_port: int, secure_port: int, mtls_port: int | None
+    broker_port: int,
+    controller_port: int,
+    secure_port: int,
+    mtls_port: int | None,
+    oauth_port: int | None = None,
 ) -> dict[str, int]:
-    """The listeners by name, in the order they are configured; SSL only with its port."""
+    """The listeners by name, in the order they are configured; SSL and OAUTH only with their ports."""
     ports = {"PLAINTEXT": broker_port, "CONTROLLER": controller_port, "SASL_SSL": secure_port}
-    return ports if mtls_port is None else {**ports, "SSL": mtls_port}
+    optional = {"SSL": mtls_port, "OAUTH": oauth_port}
+    return {**ports, **{name: port for name, port in optional.items() if port is not None}}
+
+
+def oauth_settings(tls: BrokerTls, jwks: Path) -> list[str]:
+    """The OAUTH listener's lines (docs/security.html, "Using SASL/OAUTHBEARER", KIP-768): OAUTHBEARER
+    only, tokens validated by Kafka's `OAuthBearerValidatorCallbackHandler` against the devstack's
+    JWKS file, issuer and audience; the broker's keystore for its TLS. The JWKS, issuer and audience
+    settings are the broker's own (`sasl.oauthbearer.*`), which only this listener's validator reads."""
+    prefix = "listener.name.oauth."
+    handler = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+    return [
+        f"{prefix}sasl.enabled.mechanisms=OAUTHBEARER",
+        f"{prefix}oauthbearer.sasl.jaas.config="
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        f"{prefix}oauthbearer.sasl.server.callback.handler.class={handler}",
+        f"sasl.oauthbearer.jwks.endpoint.url={jwks.as_uri()}",
+        f"sasl.oauthbearer.expected.issuer={ISSUER}",
+        f"sasl.oauthbearer.expected.audience={AUDIENCE}",
+        f"{prefix}ssl.keystore.type=PKCS12",
+        f"{prefix}ssl.keystore.location={tls.keystore}",
+        f"{prefix}ssl.keystore.password={tls.password}",
+        f"{prefix}ssl.key.password={tls.password}",
+    ]
 
 
 def mtls_settings(tls: BrokerTls) -> list[str]:
@@ -266,16 +346,18 @@ def _pick_ports(
     controller_port: int | None,
     secure_port: int | None = None,
     mtls_port: int | None = None,
-) -> tuple[int, int, int, int]:
-    """The broker's, the controller's, the SASL_SSL and the SSL (mutual TLS) listener's ports: the
-    given ones when they are free (else PortInUse), the others free ones distinct from them and from
-    each other. The SSL port is picked even when that listener is left out: a port is cheap, and a
-    restart with a client certificate made meanwhile finds one."""
+    oauth_port: int | None = None,
+) -> tuple[int, int, int, int, int]:
+    """The broker's, the controller's, the SASL_SSL, the SSL (mutual TLS) and the OAUTH listener's
+    ports: the given ones when they are free (else PortInUse), the others free ones distinct from them
+    and from each other. The SSL and OAUTH ports are picked even when those listeners are left out: a
+    port is cheap, and a restart with openssl installed meanwhile finds them."""
     wanted = {
         "the Kafka broker listener": broker_port,
         "the KRaft controller": controller_port,
         "the Kafka SASL_SSL listener": secure_port,
         "the Kafka SSL (mutual TLS) listener": mtls_port,
+        "the Kafka OAUTHBEARER listener": oauth_port,
     }
     for what, port in wanted.items():
         if port is not None and not port_is_free(port):
@@ -288,8 +370,8 @@ def _pick_ports(
             while port in fixed or port in picked:
                 port = free_port()
         picked.append(port)
-    broker, controller, secure, mtls = picked
-    return broker, controller, secure, mtls
+    broker, controller, secure, mtls, oauth_port = picked
+    return broker, controller, secure, mtls, oauth_port
 
 
 def scram_arguments(username: str, password: str) -> list[str]:
@@ -363,6 +445,14 @@ async def _probe_mtls(listener: MutualTlsListener) -> None:
     await _produce_once(listener.bootstrap, security, b"ready over mutual TLS")
 
 
+async def _probe_oauth(listener: OAuthListener) -> None:
+    """Log in with `dev up`'s token on the OAUTH listener, with a client built from the variables
+    `dev up` prints, and produce a record there. A token the broker refuses comes back as a
+    KafkaAccessError from `diagnose`."""
+    security = KafkaSecurity.from_env(listener.client_env())
+    await _produce_once(listener.bootstrap, security, b"ready over OAUTHBEARER")
+
+
 async def _produce_once(bootstrap: str, security: KafkaSecurity, value: bytes) -> None:
     """Produce `value` to the ready topic with a client of these settings; when it cannot start,
     `diagnose` names a refusal (a login, a certificate) before the connection error is raised."""
@@ -385,6 +475,7 @@ def probe_ready(
     timeout_s: float,
     secured: SecuredListener | None = None,
     mtls: MutualTlsListener | None = None,
+    oauth_listener: OAuthListener | None = None,
 ) -> None:
     """Raise unless a topic can be created and a transactional producer can initialise and commit,
     and then unless a SCRAM-SHA-512 login over TLS works on the SASL_SSL listener (with `secured`)
@@ -398,6 +489,7 @@ def probe_ready(
         secured_probes = [
             *([_probe_secured(secured)] if secured is not None else []),
             *([_probe_mtls(mtls)] if mtls is not None else []),
+            *([_probe_oauth(oauth_listener)] if oauth_listener is not None else []),
         ]
         await asyncio.gather(*secured_probes)
 
@@ -411,12 +503,12 @@ def _wait_ready(proc: KafkaProcess, port: int, timeout_s: float) -> None:
         if not procs.is_alive(proc.pid):
             log_text = procs.tail(proc.log, 200)
             if "Address already in use" in log_text:
-                raise PortInUse("the Kafka broker, its SASL_SSL or SSL listener or the controller", port)
+                raise PortInUse("the Kafka broker, one of its secured listeners or the controller", port)
             raise ServiceNotReady("Kafka", timeout_s, proc.log, procs.tail(proc.log), "the JVM exited")
         if tcp_open("127.0.0.1", port):
             try:
                 left = max(1.0, min(30.0, deadline - time.monotonic()))
-                probe_ready(proc.bootstrap, left, proc.secured, proc.mtls)
+                probe_ready(proc.bootstrap, left, proc.secured, proc.mtls, proc.oauth)
                 return
             except Exception as exc:
                 reason = f"last readiness probe failed: {type(exc).__name__}: {exc}"
@@ -435,14 +527,18 @@ def start_kafka(
     secure_port: int | None = None,
     tls_dir: Path | None = None,
     mtls_port: int | None = None,
+    oauth_port: int | None = None,
 ) -> KafkaProcess:
     """Format (idempotently) and start the broker detached; return once it is ready or raise.
 
     `tls_dir` holds the secured listeners' certificates (default: `tls/` beside `workdir`); a
     state dir's sessions share their state dir's, made once (devstack/tls.py). The SSL listener is
-    there when that material has a client certificate."""
+    there when that material has a client certificate, the OAUTH listener when openssl made the
+    token key."""
     java = require_java()
-    broker, controller, secure, mutual = _pick_ports(broker_port, controller_port, secure_port, mtls_port)
+    broker, controller, secure, mutual, bearer = _pick_ports(
+        broker_port, controller_port, secure_port, mtls_port, oauth_port
+    )
     formatted = (workdir / "data" / "meta.properties").exists()  # a restart keeps its cluster id
     password_file = workdir / SASL_PASSWORD_FILE
     if formatted and not password_file.exists():
@@ -451,18 +547,26 @@ def start_kafka(
             f"{password_file} is gone, so nobody could log in to the SASL_SSL listener. "
             "Run `turnledger dev down` (it deletes the broker's data) and start again."
         )
-    tls = ensure_broker_tls(tls_dir or workdir.parent / "tls")
+    tls_dir = tls_dir or workdir.parent / "tls"
+    tls = ensure_broker_tls(tls_dir)
     password = stored_password(password_file)
     mtls = _mtls_listener(mutual, tls.ca_file, tls.client)
-    props = render_config(workdir, broker, controller, secure, password, tls, mutual if mtls else None)
+    bearer_listener = _oauth_listener(workdir, tls_dir, bearer, tls.ca_file)
+    jwks = workdir / OAUTH_JWKS_FILE if bearer_listener else None
+    props = render_config(
+        workdir, broker, controller, secure, password, tls, mutual if mtls else None, bearer, jwks
+    )
     log = workdir / "kafka.log"
     if not formatted:
         tool = jvm_args(java, jars, workdir, heap, TOOL_TUNING)
         format_storage(tool, props, log, scram_arguments(SASL_USERNAME, password))
-    broker_argv = [*jvm_args(java, jars, workdir, heap, BROKER_TUNING), "kafka.Kafka", str(props)]
+    allowed = [f"-D{ALLOWED_URLS_PROPERTY}={jwks.as_uri()}"] if jwks else []
+    broker_argv = [*jvm_args(java, jars, workdir, heap, BROKER_TUNING), *allowed, "kafka.Kafka", str(props)]
     pid = procs.spawn_detached(broker_argv, log, pidfile, cwd=workdir)
     secured = SecuredListener(f"127.0.0.1:{secure}", SASL_USERNAME, password_file, tls.ca_file)
-    proc = KafkaProcess(pid, f"127.0.0.1:{broker}", log, str(props), jars.version, secured, mtls)
+    proc = KafkaProcess(
+        pid, f"127.0.0.1:{broker}", log, str(props), jars.version, secured, mtls, bearer_listener
+    )
     try:
         _wait_ready(proc, broker, timeout_s)
     except BaseException:
@@ -476,3 +580,18 @@ def _mtls_listener(port: int, ca_file: Path, client: ClientTls | None) -> Mutual
     if client is None:
         return None
     return MutualTlsListener(f"127.0.0.1:{port}", ca_file, client.cert_file, client.key_file)
+
+
+def _oauth_listener(workdir: Path, tls_dir: Path, port: int, ca_file: Path) -> OAuthListener | None:
+    """The OAUTH listener on `port` when openssl can make the token key: the key (once per state
+    dir), its JWKS for the broker and a fresh week-long token for `dev up`'s clients (mode 0600)."""
+    tool = openssl()
+    if tool is None:
+        return None
+    key: SigningKey = ensure_signing_key(tls_dir, tool)
+    workdir.mkdir(parents=True, exist_ok=True)
+    key.write_jwks(workdir / OAUTH_JWKS_FILE)
+    token_file = workdir / OAUTH_TOKEN_FILE
+    token_file.unlink(missing_ok=True)
+    write_private(token_file, key.mint(OAUTH_SUBJECT, OAUTH_TOKEN_LIFETIME_S) + "\n")
+    return OAuthListener(f"127.0.0.1:{port}", ca_file, token_file, key.path)

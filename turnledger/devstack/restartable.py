@@ -35,6 +35,9 @@ class RestartableKafka:
         self.mtls_port = free_port()
         while self.mtls_port in (self.broker_port, self.controller_port, self.secure_port):
             self.mtls_port = free_port()
+        self.oauth_port = free_port()
+        while self.oauth_port in (self.broker_port, self.controller_port, self.secure_port, self.mtls_port):
+            self.oauth_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.broker_port}"
         self._jars: KafkaJars | None = None
         self._process: KafkaProcess | None = None
@@ -60,6 +63,7 @@ class RestartableKafka:
             controller_port=self.controller_port,
             secure_port=self.secure_port,
             mtls_port=self.mtls_port,
+            oauth_port=self.oauth_port,
         )
 
     def stop(self) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from turnledger.devstack.containers import container_stack, docker_available
 from turnledger.devstack.jars import cached
-from turnledger.devstack.kafka import READY_MECHANISM, mtls_client_env, secured_client_env
+from turnledger.devstack.kafka import READY_MECHANISM, mtls_client_env, oauth_client_env, secured_client_env
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
 from turnledger.devstack.stack import LocalStack, StackState, reap_stale_sessions
 
@@ -45,6 +45,11 @@ class Endpoints:
     certificate and key (PEM files), under the same conditions; None also without openssl."""
     ssl_client_cert_file: str | None = None
     ssl_client_key_file: str | None = None
+    oauth_bootstrap: str | None = None
+    """The broker's OAUTHBEARER listener, `dev up`'s token for it and the key the broker trusts tokens
+    of, under the same conditions."""
+    oauth_token_file: str | None = None
+    oauth_signing_key: str | None = None
 
     def secure_client_env(self, mechanism: str = READY_MECHANISM) -> dict[str, str] | None:
         """The KAFKA_* variables that point a client at the SASL_SSL listener; None without one."""
@@ -57,6 +62,10 @@ class Endpoints:
         return mtls_client_env(
             self.mtls_bootstrap, self.ssl_ca_file, self.ssl_client_cert_file, self.ssl_client_key_file
         )
+
+    def oauth_client_env(self) -> dict[str, str] | None:
+        """The KAFKA_* variables that point a client at the OAUTHBEARER listener; None without one."""
+        return oauth_client_env(self.oauth_bootstrap, self.ssl_ca_file, self.oauth_token_file)
 
     def with_broker_of(self, stack: StackState | None) -> Endpoints:
         """These endpoints plus what only the devstack's own broker has: its pid, its secured listeners."""
@@ -72,6 +81,9 @@ class Endpoints:
             mtls_bootstrap=stack.mtls_bootstrap,
             ssl_client_cert_file=stack.ssl_client_cert_file,
             ssl_client_key_file=stack.ssl_client_key_file,
+            oauth_bootstrap=stack.oauth_bootstrap,
+            oauth_token_file=stack.oauth_token_file,
+            oauth_signing_key=stack.oauth_signing_key,
         )
 
 

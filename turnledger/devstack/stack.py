@@ -25,6 +25,7 @@ from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import (
     READY_MECHANISM,
     mtls_client_env,
+    oauth_client_env,
     secured_client_env,
     start_kafka,
 )
@@ -35,6 +36,7 @@ from turnledger.devstack.settings import Settings
 STATE_FILE = "stack.json"
 SECURE_EXPORT_PREFIX = "# SASL_SSL: "
 MTLS_EXPORT_PREFIX = "# SSL (mutual TLS): "
+OAUTH_EXPORT_PREFIX = "# SASL_SSL OAUTHBEARER: "
 T = TypeVar("T")
 
 
@@ -65,6 +67,12 @@ class StackState:
     no openssl to make one."""
     ssl_client_cert_file: str | None = None
     ssl_client_key_file: str | None = None
+    oauth_bootstrap: str | None = None
+    """The broker's OAUTHBEARER listener; None also when the devstack had no openssl."""
+    oauth_token_file: str | None = None
+    """`dev up`'s week-long token for it."""
+    oauth_signing_key: str | None = None
+    """The key the broker trusts tokens of (tests sign with it)."""
 
     @property
     def export_line(self) -> str:
@@ -97,6 +105,16 @@ class StackState:
         same reason as `secure_export_line`'s."""
         env = self.mtls_client_env()
         return None if env is None else _commented_export(MTLS_EXPORT_PREFIX, env)
+
+    def oauth_client_env(self) -> dict[str, str] | None:
+        """The variables that point a client at the OAUTHBEARER listener with `dev up`'s token."""
+        return oauth_client_env(self.oauth_bootstrap, self.ssl_ca_file, self.oauth_token_file)
+
+    @property
+    def oauth_export_line(self) -> str | None:
+        """`export ...` for the OAUTHBEARER listener behind a `# SASL_SSL OAUTHBEARER: ` prefix."""
+        env = self.oauth_client_env()
+        return None if env is None else _commented_export(OAUTH_EXPORT_PREFIX, env)
 
     def alive(self) -> bool:
         """Every process this stack started is still running (external endpoints count as alive)."""
@@ -191,6 +209,7 @@ class LocalStack:
             raise
         secured = kafka_proc.secured if kafka_proc else None
         mtls = kafka_proc.mtls if kafka_proc else None
+        bearer = kafka_proc.oauth if kafka_proc else None
         state = StackState(
             bootstrap=kafka_proc.bootstrap if kafka_proc else str(external_bootstrap),
             redis_url=redis_proc.url if redis_proc else str(external_redis),
@@ -212,6 +231,9 @@ class LocalStack:
             mtls_bootstrap=mtls.bootstrap if mtls else None,
             ssl_client_cert_file=str(mtls.cert_file) if mtls else None,
             ssl_client_key_file=str(mtls.key_file) if mtls else None,
+            oauth_bootstrap=bearer.bootstrap if bearer else None,
+            oauth_token_file=str(bearer.token_file) if bearer else None,
+            oauth_signing_key=str(bearer.signing_key) if bearer else None,
         )
         (self.root / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
         return state

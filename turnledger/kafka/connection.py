@@ -220,7 +220,7 @@ class KafkaSecurity:
                 f"SASL listener, not its plaintext one) and {ENV_MECHANISM}."
             )
         if isinstance(refused, oauth.TokenRefused):
-            return "The token's issuer refused us: see above."
+            return refused.check
         if self.oauth is not None:
             return self.oauth.source.check()
         return f"Check {ENV_USERNAME} and {ENV_PASSWORD} (or {ENV_PASSWORD_FILE})."

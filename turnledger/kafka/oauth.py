@@ -43,6 +43,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.abc import AbstractTokenProvider
 
 from turnledger.errors import KafkaSettingsError
+from turnledger.kafka import oauth_refusal
 from turnledger.kafka.secret import Secret, read_secret, read_text
 
 ENV_TOKEN_ENDPOINT = "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL"
@@ -70,11 +71,22 @@ ISSUER_TIMEOUT_S = 10.0
 
 class TokenRefused(kafka_errors.AuthenticationFailedError):  # type: ignore[misc]
     """The issuer refused to give us a token, or gave none: our settings are wrong, waiting does not
-    help. An aiokafka authentication error, so a client's bootstrap fails and `diagnose` reports it."""
+    help. An aiokafka authentication error, so a client's bootstrap fails and `diagnose` reports it,
+    with `check` as what to fix."""
+
+    def __init__(self, message: str, check: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+    def __str__(self) -> str:  # aiokafka's errors prefix their class name, which the caller adds
+        return str(self.args[0])
 
 
 class TokenUnavailable(kafka_errors.KafkaConnectionError):  # type: ignore[misc]
     """The issuer could not be reached or failed: an outage, which aiokafka retries."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -166,8 +178,9 @@ class ClientCredentials:
         if answer is Answer.REFUSED:
             raise TokenRefused(
                 f"the token endpoint {self.url} refused client {self.client_id!r}: {response.status_code}"
-                f"{_oauth_error(response)}. Check {ENV_CLIENT_ID}, {ENV_CLIENT_SECRET} (or "
-                f"{ENV_CLIENT_SECRET_FILE}), {ENV_SCOPE} and {ENV_TOKEN_ENDPOINT}."
+                f"{_oauth_error(response)}",
+                f"Check {ENV_CLIENT_ID}, {ENV_CLIENT_SECRET} (or {ENV_CLIENT_SECRET_FILE}), {ENV_SCOPE} "
+                f"and {ENV_TOKEN_ENDPOINT}.",
             )
         return self._token(response, now)
 
@@ -179,8 +192,8 @@ class ClientCredentials:
         value = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(value, str) or not value:
             raise TokenRefused(
-                f"the token endpoint {self.url} answered 200 without an access_token: check "
-                f"{ENV_TOKEN_ENDPOINT} (the issuer's token endpoint, not its discovery document)"
+                f"the token endpoint {self.url} answered 200 without an access_token",
+                f"Check {ENV_TOKEN_ENDPOINT}: the issuer's token endpoint, not its discovery document.",
             )
         lifetime = body.get("expires_in") if isinstance(body, dict) else None
         if isinstance(lifetime, int | float) and not isinstance(lifetime, bool) and lifetime > 0:
@@ -312,7 +325,11 @@ def extensions_from_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def provider_from_env(env: Mapping[str, str]) -> OAuthTokenProvider:
-    return OAuthTokenProvider(source_from_env(env), extensions_from_env(env))
+    """The process's token provider; also makes aiokafka hear a broker refuse a token
+    (`oauth_refusal`)."""
+    provider = OAuthTokenProvider(source_from_env(env), extensions_from_env(env))
+    oauth_refusal.install()
+    return provider
 
 
 def oauth_variables_set(env: Mapping[str, str]) -> list[str]:
