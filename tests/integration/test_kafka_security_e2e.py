@@ -1,21 +1,26 @@
 """Every service over SASL_SSL on the real broker: a small demo (processor and projector in their own
 processes, workers, tool executor, driver, replay audit) reaches Kafka only through the devstack's
-secured listener, logged in with SCRAM-SHA-512 over TLS, and keeps every invariant; a wrong password
-ends the processor's command in one line instead of an outage waited out for ever."""
+secured listener, logged in with SCRAM-SHA-512 over TLS, and again through its OAUTHBEARER listener,
+each process with a token of the client-credentials grant, and keeps every invariant; a wrong
+password or an expired token ends the processor's command in one line instead of an outage waited
+out for ever."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from turnledger.demo.run import DemoOptions, run_demo
+from turnledger.devstack.identity import SigningKey, TokenEndpoint
 from turnledger.devstack.session import Endpoints
-from turnledger.kafka import connection
+from turnledger.kafka import connection, oauth
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -97,3 +102,92 @@ def test_a_wrong_password_ends_the_processor_at_once_with_what_to_fix(
         "KAFKA_SASL_PASSWORD_FILE)."
     )
     assert "not-the-password" not in run.stderr + run.stdout
+
+
+@pytest.fixture
+def bearer(devstack: Endpoints, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, TokenEndpoint]]:
+    """This process and the processes it starts reach Kafka through the OAUTHBEARER listener, each
+    fetching its token from a client-credentials endpoint served here (signing with the key the broker
+    trusts); the bootstrap of that listener and the endpoint."""
+    env = devstack.oauth_client_env()
+    if env is None or devstack.oauth_signing_key is None:
+        message = "the devstack has no OAUTHBEARER listener (an external or Docker broker, or no openssl)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    key = SigningKey(Path(devstack.oauth_signing_key), shutil.which("openssl") or "openssl")
+    with TokenEndpoint(key, "svc-turnledger", "grant-secret", lifetime_s=3600) as endpoint:
+        env.pop(oauth.ENV_TOKEN_FILE)
+        env |= {
+            oauth.ENV_TOKEN_ENDPOINT: endpoint.url,
+            oauth.ENV_CLIENT_ID: "svc-turnledger",
+            oauth.ENV_CLIENT_SECRET: "grant-secret",
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        connection.security.cache_clear()
+        try:
+            yield env["KAFKA_BOOTSTRAP_SERVERS"], endpoint
+        finally:
+            monkeypatch.undo()
+            connection.security.cache_clear()
+
+
+@pytest.mark.slow
+async def test_every_service_works_with_oauthbearer_tokens(
+    bearer: tuple[str, TokenEndpoint], redis_url: str
+) -> None:
+    bootstrap, endpoint = bearer
+    assert (
+        connection.security()
+        .describe()
+        .startswith(f"SASL_SSL, OAUTHBEARER from token endpoint {endpoint.url} as client 'svc-turnledger'")
+    )
+    options = DemoOptions(conversations=12, partitions=2, serve=False, timeout_s=200)
+    result = await run_demo(bootstrap, redis_url, options)
+    failed = [(c.name, c.examples) for c in result.checks if not c.ok]
+    assert not failed
+    assert result.settle.not_final == 0 and result.settle.operations == result.driver.dispatches
+    assert result.driver.conversations == 12 and result.driver.stalled == 0
+    assert result.driver.completed + result.driver.cancelled >= 10
+    assert endpoint.refused == 0
+    assert endpoint.issued == 3, (
+        "one token per process (this one, the processor's, the projector's), not per login"
+    )
+
+
+def test_an_expired_token_ends_the_processor_at_once_with_what_to_fix(
+    devstack: Endpoints, tmp_path: Path
+) -> None:
+    env = devstack.oauth_client_env()
+    if env is None or devstack.oauth_signing_key is None:
+        pytest.skip("the devstack has no OAUTHBEARER listener")
+    key = SigningKey(Path(devstack.oauth_signing_key), shutil.which("openssl") or "openssl")
+    expired = tmp_path / "expired.token"
+    expired.write_text(key.mint("turnledger", 60, now=time.time() - 3600))
+    env[oauth.ENV_TOKEN_FILE] = str(expired)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "turnledger.cli",
+            "process",
+            "--create-topics",
+            "1",
+            "--topic-prefix",
+            "oauth-exp-",
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.splitlines()[-1] == (
+        f"turnledger: Kafka at {devstack.oauth_bootstrap!r} refused the connection (SASL_SSL, OAUTHBEARER "
+        f"from token file {expired}, CA {devstack.ssl_ca_file}): SaslAuthenticationFailed: [Error 58] "
+        'SaslAuthenticationFailed: {"status":"invalid_token"}. The broker refused the token in '
+        f"{expired} (KAFKA_SASL_OAUTHBEARER_TOKEN_FILE): check that whoever writes it keeps it current and "
+        "that its issuer and audience are the ones the broker expects."
+    )
