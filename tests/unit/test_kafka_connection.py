@@ -15,6 +15,8 @@ from aiokafka.errors import IllegalSaslStateError, KafkaConnectionError, SaslAut
 
 from turnledger.errors import KafkaAccessError, KafkaSettingsError
 from turnledger.kafka.connection import KafkaSecurity, diagnose
+from turnledger.kafka.msk_iam import MskIam
+from turnledger.kafka.oauth import OAuthTokenProvider
 
 SCRAM = {
     "KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
@@ -66,6 +68,25 @@ def test_sasl_in_the_clear_has_no_tls_context() -> None:
         "sasl_plain_username": "gateway",
         "sasl_plain_password": "pa55-w0rd-secret",
     }
+
+
+def test_oauthbearer_from_aws_msk_iam() -> None:
+    env = {
+        "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KAFKA_SASL_MECHANISM": "OAUTHBEARER",
+        "KAFKA_SASL_OAUTHBEARER_AWS_REGION": "eu-west-1",
+    }
+    settings = KafkaSecurity.from_env(env)
+    options = settings.client_options()
+    assert (options["security_protocol"], options["sasl_mechanism"]) == ("SASL_SSL", "OAUTHBEARER")
+    provider = options["sasl_oauth_token_provider"]
+    assert isinstance(provider, OAuthTokenProvider) and provider is settings.oauth
+    assert provider.source == MskIam("eu-west-1")
+    assert settings.describe() == (
+        "SASL_SSL, OAUTHBEARER from AWS MSK IAM in eu-west-1 (botocore's default credentials), "
+        "the system's CAs"
+    )
+    assert settings.fix(SaslAuthenticationFailed("nope")) == provider.source.check()
 
 
 def test_the_password_may_be_a_file(tmp_path: Path) -> None:
@@ -124,6 +145,9 @@ def test_tls_with_a_ca_file_and_without_a_hostname_check(tmp_path: Path) -> None
          "PLAINTEXT: set it to SASL_SSL (or SASL_PLAINTEXT) to log in, or unset them"),
         ({"KAFKA_SASL_PASSWORD": "x"}, "KAFKA_SASL_PASSWORD set, but KAFKA_SECURITY_PROTOCOL is PLAINTEXT: "
          "set it to SASL_SSL (or SASL_PLAINTEXT) to log in, or unset them"),
+        ({"KAFKA_SASL_OAUTHBEARER_AWS_REGION": "eu-west-1"}, "KAFKA_SASL_OAUTHBEARER_AWS_REGION set, but "
+         "KAFKA_SASL_MECHANISM is not OAUTHBEARER: set KAFKA_SECURITY_PROTOCOL=SASL_SSL and "
+         "KAFKA_SASL_MECHANISM=OAUTHBEARER to log in with a token, or unset them"),
         ({**SCRAM, "KAFKA_SASL_PASSWORD_FILE": "/p"}, "set KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE, "
          "not both"),
         ({**SCRAM, "KAFKA_SSL_CHECK_HOSTNAME": "no"}, "KAFKA_SSL_CHECK_HOSTNAME must be true or false, "

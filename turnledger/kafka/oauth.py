@@ -1,14 +1,17 @@
 """Access tokens for a SASL/OAUTHBEARER login (KIP-255, KIP-768), from one of three sources.
 
 Managed clusters that take no password take a bearer token: Confluent Cloud and Redpanda Cloud from an
-OIDC issuer, Strimzi from Keycloak, Event Hubs from Entra ID, Kubernetes workloads from a token file a
-sidecar or the kubelet keeps current. With `KAFKA_SASL_MECHANISM=OAUTHBEARER`, exactly one source:
+OIDC issuer, Strimzi from Keycloak, Event Hubs from Entra ID, MSK signed with AWS keys, Kubernetes
+workloads from a token file a sidecar or the kubelet keeps current. With
+`KAFKA_SASL_MECHANISM=OAUTHBEARER`, exactly one source:
 
 - `KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL` with `..._CLIENT_ID`, `..._CLIENT_SECRET` (or
   `..._CLIENT_SECRET_FILE`) and optionally `..._SCOPE`: the OAuth 2.0 client-credentials grant
   (RFC 6749 §4.4), the client authenticated with HTTP Basic (§2.3.1), as Kafka's own Java client asks
   (`HttpAccessTokenRetriever`);
-- `KAFKA_SASL_OAUTHBEARER_TOKEN_FILE`: a file holding the token, read again at every login.
+- `KAFKA_SASL_OAUTHBEARER_TOKEN_FILE`: a file holding the token, read again at every login;
+- `KAFKA_SASL_OAUTHBEARER_AWS_REGION`, optionally with `..._AWS_PROFILE`: AWS MSK IAM access control,
+  a token signed with AWS keys (`kafka/msk_iam.py`, which imports botocore only when chosen).
 
 `KAFKA_SASL_OAUTHBEARER_EXTENSIONS` (`key=value,key=value`) adds SASL extensions to the login
 (Confluent Cloud asks for `logicalCluster` and `identityPoolId`).
@@ -53,6 +56,8 @@ ENV_CLIENT_SECRET_FILE = "KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET_FILE"
 ENV_SCOPE = "KAFKA_SASL_OAUTHBEARER_SCOPE"
 ENV_TOKEN_FILE = "KAFKA_SASL_OAUTHBEARER_TOKEN_FILE"
 ENV_EXTENSIONS = "KAFKA_SASL_OAUTHBEARER_EXTENSIONS"
+ENV_AWS_REGION = "KAFKA_SASL_OAUTHBEARER_AWS_REGION"
+ENV_AWS_PROFILE = "KAFKA_SASL_OAUTHBEARER_AWS_PROFILE"
 VARIABLES = (
     ENV_TOKEN_ENDPOINT,
     ENV_CLIENT_ID,
@@ -61,6 +66,8 @@ VARIABLES = (
     ENV_SCOPE,
     ENV_TOKEN_FILE,
     ENV_EXTENSIONS,
+    ENV_AWS_REGION,
+    ENV_AWS_PROFILE,
 )
 
 REFRESH_FACTOR = 0.8
@@ -276,24 +283,36 @@ class OAuthTokenProvider(AbstractTokenProvider):  # type: ignore[misc]
         return dict(self._extensions)
 
 
+_CLIENT_VARIABLES = (ENV_CLIENT_ID, ENV_CLIENT_SECRET, ENV_CLIENT_SECRET_FILE, ENV_SCOPE)
+NOT_BESIDE = {
+    ENV_TOKEN_ENDPOINT: (ENV_AWS_PROFILE,),
+    ENV_TOKEN_FILE: (*_CLIENT_VARIABLES, ENV_AWS_PROFILE),
+    ENV_AWS_REGION: _CLIENT_VARIABLES,
+}
+"""The variable that chooses each source → those of the others, which it would ignore."""
+
+
 def source_from_env(env: Mapping[str, str]) -> TokenSource:
     """The one source the variables name, or a KafkaSettingsError naming what is missing or too much."""
-    endpoint = env.get(ENV_TOKEN_ENDPOINT, "").strip()
-    token_file = env.get(ENV_TOKEN_FILE, "").strip()
-    if bool(endpoint) == bool(token_file):
+    chosen = [name for name in NOT_BESIDE if env.get(name, "").strip()]
+    if len(chosen) != 1:
         raise KafkaSettingsError(
             f"KAFKA_SASL_MECHANISM=OAUTHBEARER needs one source of tokens: {ENV_TOKEN_ENDPOINT} (with "
-            f"{ENV_CLIENT_ID} and {ENV_CLIENT_SECRET}) or {ENV_TOKEN_FILE}"
-            + (", not both" if endpoint else "")
+            f"{ENV_CLIENT_ID} and {ENV_CLIENT_SECRET}), {ENV_TOKEN_FILE} or {ENV_AWS_REGION} (AWS MSK IAM)"
+            + (f", not {', '.join(chosen[:-1])} and {chosen[-1]} together" if chosen else "")
         )
-    client_vars = (ENV_CLIENT_ID, ENV_CLIENT_SECRET, ENV_CLIENT_SECRET_FILE, ENV_SCOPE)
-    if token_file:
-        given = [name for name in client_vars if env.get(name, "").strip()]
-        if given:
-            raise KafkaSettingsError(f"{', '.join(given)} set beside {ENV_TOKEN_FILE}: unset them")
-        path = Path(token_file)
+    stray = [name for name in NOT_BESIDE[chosen[0]] if env.get(name, "").strip()]
+    if stray:
+        raise KafkaSettingsError(f"{', '.join(stray)} set beside {chosen[0]}: unset them")
+    if chosen[0] == ENV_AWS_REGION:
+        from turnledger.kafka.msk_iam import msk_iam_from_env  # botocore only for who needs it
+
+        return msk_iam_from_env(env)
+    if chosen[0] == ENV_TOKEN_FILE:
+        path = Path(env[ENV_TOKEN_FILE].strip())
         read_text(ENV_TOKEN_FILE, path)  # readable now, or said at start
         return TokenFile(path)
+    endpoint = env[ENV_TOKEN_ENDPOINT].strip()
     scheme = urlsplit(endpoint).scheme
     if scheme not in ("https", "http") or not urlsplit(endpoint).netloc:
         raise KafkaSettingsError(f"{ENV_TOKEN_ENDPOINT} must be an http:// or https:// URL, not {endpoint!r}")
