@@ -9,6 +9,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │   ├── KafkaUnavailableError            every layer: Kafka unreachable / not acknowledging
     │   └── RedisUnavailableError            projections, serve: Redis unreachable
     ├── KafkaAccessError                     Kafka answered but refused our credentials or TLS
+    ├── TokenRefused, TokenUnavailable (kafka/oauth) an OAUTHBEARER token's issuer refused us / is down;
+    │                                        also aiokafka's AuthenticationFailedError / KafkaConnectionError
     ├── KafkaSettingsError                   the KAFKA_* security variables do not make one setting
     ├── MissingTopicError                    a topic the command needs does not exist
     ├── CanonicalJsonError        (model)    a value that has no canonical JSON

@@ -176,7 +176,13 @@ def test_a_restartable_broker_keeps_its_mutual_tls_port(
     broker._jars = jars.KafkaJars(version="test", libs=tmp_path)
     broker.start()
     broker.start()
-    ports = [broker.broker_port, broker.controller_port, broker.secure_port, broker.mtls_port, broker.oauth_port]
+    ports = [
+        broker.broker_port,
+        broker.controller_port,
+        broker.secure_port,
+        broker.mtls_port,
+        broker.oauth_port,
+    ]
     assert len(set(ports)) == 5
     assert [kw["mtls_port"] for kw in started] == [broker.mtls_port, broker.mtls_port]
     assert [kw["oauth_port"] for kw in started] == [broker.oauth_port, broker.oauth_port]

@@ -153,13 +153,13 @@ def test_a_token_file_is_a_source_read_again_at_every_login(tmp_path: Path) -> N
             BASE,
             "KAFKA_SASL_MECHANISM=OAUTHBEARER needs one source of tokens: "
             "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL (with KAFKA_SASL_OAUTHBEARER_CLIENT_ID and "
-            "KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET) or KAFKA_SASL_OAUTHBEARER_TOKEN_FILE",
+            "KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET), KAFKA_SASL_OAUTHBEARER_TOKEN_FILE or "
+            "KAFKA_SASL_OAUTHBEARER_AWS_REGION (AWS MSK IAM)",
         ),
         (
             {**ENDPOINT, "KAFKA_SASL_OAUTHBEARER_TOKEN_FILE": "/etc/hostname"},
-            "needs one source of tokens: "
-            "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL (with KAFKA_SASL_OAUTHBEARER_CLIENT_ID and "
-            "KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET) or KAFKA_SASL_OAUTHBEARER_TOKEN_FILE, not both",
+            "(AWS MSK IAM), not KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL and "
+            "KAFKA_SASL_OAUTHBEARER_TOKEN_FILE together",
         ),
         (
             {**ENDPOINT, "KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET": ""},
@@ -325,7 +325,7 @@ def test_a_refusal_names_the_issuers_error_and_never_the_secret(endpoint: Canned
 def test_an_answer_without_a_token_is_refused(endpoint: Canned) -> None:
     for body in (b"<html>login</html>", json.dumps({"token": "x"}).encode(), b'{"access_token": ""}'):
         endpoint.answer(200, body)
-        with pytest.raises(TokenRefused, match="answered 200 without an access_token$") as refused:
+        with pytest.raises(TokenRefused, match=r"answered 200 without an access_token$") as refused:
             client(endpoint.url).fetch(now=0.0)
         assert refused.value.check == (
             "Check KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL: the issuer's token endpoint, not its "

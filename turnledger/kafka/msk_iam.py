@@ -159,7 +159,7 @@ class MskIam:
         except (BotoCoreError, ClientError) as exc:
             raise self._judged(exc) from exc
         if keys is None or not keys.access_key or not keys.secret_key:
-            raise TokenRefused(self._none_found())
+            raise TokenRefused(*self._none_found())
         return keys
 
     def _judged(self, exc: BotoCoreError | ClientError) -> TokenRefused | TokenUnavailable:
@@ -174,7 +174,7 @@ class MskIam:
         else:
             refused = isinstance(exc, SETTINGS_ERRORS)
         if refused:
-            return TokenRefused(f"{why}. Check {self._where()}.")
+            return TokenRefused(why, f"Check {self._where()}.")
         return TokenUnavailable(why)
 
     def _where(self) -> str:
@@ -188,15 +188,17 @@ class MskIam:
             "names (else the default one), SSO, web identity, container or instance metadata"
         )
 
-    def _none_found(self) -> str:
+    def _none_found(self) -> tuple[str, str]:
+        """What was not found, and what to do."""
         if self.profile:
             return (
-                f"{self.describe()}: the profile has no AWS credentials. Give it keys, a role, an SSO "
-                f"session or a credential_process: check {self._where()}."
+                f"{self.describe()}: the profile has no AWS credentials",
+                f"Give it keys, a role, an SSO session or a credential_process: check {self._where()}.",
             )
         return (
-            f"{self.describe()}: no AWS credentials found in {self._where()}. Set AWS_ACCESS_KEY_ID and "
-            f"AWS_SECRET_ACCESS_KEY, or name a profile in AWS_PROFILE or {ENV_AWS_PROFILE}."
+            f"{self.describe()}: no AWS credentials found in {self._where()}",
+            f"Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile in AWS_PROFILE or "
+            f"{ENV_AWS_PROFILE}.",
         )
 
 

@@ -45,7 +45,7 @@ import orjson
 from aiokafka import errors as kafka_errors
 from aiokafka.abc import AbstractTokenProvider
 
-from turnledger.errors import KafkaSettingsError
+from turnledger.errors import KafkaSettingsError, TurnledgerError
 from turnledger.kafka import oauth_refusal
 from turnledger.kafka.secret import Secret, read_secret, read_text
 
@@ -76,7 +76,7 @@ REFRESH_FACTOR = 0.8
 ISSUER_TIMEOUT_S = 10.0
 
 
-class TokenRefused(kafka_errors.AuthenticationFailedError):  # type: ignore[misc]
+class TokenRefused(kafka_errors.AuthenticationFailedError, TurnledgerError):  # type: ignore[misc]
     """The issuer refused to give us a token, or gave none: our settings are wrong, waiting does not
     help. An aiokafka authentication error, so a client's bootstrap fails and `diagnose` reports it,
     with `check` as what to fix."""
@@ -89,7 +89,7 @@ class TokenRefused(kafka_errors.AuthenticationFailedError):  # type: ignore[misc
         return str(self.args[0])
 
 
-class TokenUnavailable(kafka_errors.KafkaConnectionError):  # type: ignore[misc]
+class TokenUnavailable(kafka_errors.KafkaConnectionError, TurnledgerError):  # type: ignore[misc]
     """The issuer could not be reached or failed: an outage, which aiokafka retries."""
 
     def __str__(self) -> str:
