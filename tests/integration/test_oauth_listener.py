@@ -12,6 +12,7 @@ took the refused token for a login.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -198,3 +199,37 @@ async def test_a_client_secret_the_issuer_refuses_is_an_access_error(
 async def test_an_issuer_that_is_down_is_an_outage_diagnose_leaves_alone(oauth_env: dict[str, str]) -> None:
     security = KafkaSecurity.from_env(grant_env(oauth_env, "http://127.0.0.1:1/token"))
     await diagnose(oauth_env["KAFKA_BOOTSTRAP_SERVERS"], security)  # returns: not ours to judge
+
+
+async def test_clients_outlive_their_tokens_by_logging_in_again_with_fresh_ones(
+    oauth_env: dict[str, str], key: SigningKey, topic_name: Callable[[str], str]
+) -> None:
+    """The broker ends a session when its token expires (`connections.max.reauth.ms`, KIP-368, which
+    aiokafka does not answer by re-authenticating): a transactional producer and a consumer kept open
+    across four lifetimes of a 5 s token carry every record, each reconnection logging in with a token
+    fetched again at 4/5 of the last one's life."""
+    with TokenEndpoint(key, CLIENT_ID, CLIENT_SECRET, lifetime_s=5) as short:
+        security = KafkaSecurity.from_env(grant_env(oauth_env, short.url))
+        options = security.client_options()
+        bootstrap = oauth_env["KAFKA_BOOTSTRAP_SERVERS"]
+        topic = topic_name("oauth-expiring")
+        await create_topic(bootstrap, topic, **options)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=f"{topic}-tx", request_timeout_ms=15000, **options
+        )
+        await producer.start()
+        sent: list[bytes] = []
+        try:
+            started = time.monotonic()
+            while time.monotonic() - started < 20:
+                value = f"{topic}-{len(sent)}".encode()
+                async with producer.transaction():
+                    await producer.send_and_wait(topic, value)
+                sent.append(value)
+                await asyncio.sleep(0.5)
+        finally:
+            await producer.stop()
+        assert await _read(bootstrap, topic, len(sent), options) == sent
+        assert len(sent) >= 20
+        assert short.issued >= 4, "a fresh token for each session the broker ended"
+        assert short.refused == 0

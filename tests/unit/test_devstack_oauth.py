@@ -193,6 +193,7 @@ def test_the_oauth_listener_is_a_fifth_listener_validated_by_kafkas_oidc_handler
         "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         f"{prefix}oauthbearer.sasl.server.callback.handler.class="
         "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        f"{prefix}oauthbearer.connections.max.reauth.ms=3600000",
         f"sasl.oauthbearer.jwks.endpoint.url=file://{jwks}",
         f"sasl.oauthbearer.expected.issuer={ISSUER}",
         f"sasl.oauthbearer.expected.audience={AUDIENCE}",

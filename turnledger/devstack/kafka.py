@@ -67,6 +67,8 @@ OAUTH_JWKS_FILE = "oauth-jwks.json"
 OAUTH_SUBJECT = "turnledger"
 OAUTH_TOKEN_LIFETIME_S = 7 * 24 * 3600
 """`dev up`'s token outlives any working stack; a restart mints a new one."""
+OAUTH_REAUTH_MS = 3_600_000
+"""A session on the OAUTH listener ends after an hour, or when its token expires if that is sooner."""
 ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 """Kafka 3.9.1/4.0+ (CVE-2025-27817) fetch a JWKS or a token only from the URLs this JVM system
 property lists; 4.x allows none by default."""
@@ -262,7 +264,10 @@ def oauth_settings(tls: BrokerTls, jwks: Path) -> list[str]:
     """The OAUTH listener's lines (docs/security.html, "Using SASL/OAUTHBEARER", KIP-768): OAUTHBEARER
     only, tokens validated by Kafka's `OAuthBearerValidatorCallbackHandler` against the devstack's
     JWKS file, issuer and audience; the broker's keystore for its TLS. The JWKS, issuer and audience
-    settings are the broker's own (`sasl.oauthbearer.*`), which only this listener's validator reads."""
+    settings are the broker's own (`sasl.oauthbearer.*`), which only this listener's validator reads.
+    `connections.max.reauth.ms` (KIP-368) makes a connection's session end with its token, as managed
+    clusters do: without it (the default, 0) a connection outlives its token for ever, and a client
+    that never reconnects with a fresh one would pass every test here."""
     prefix = "listener.name.oauth."
     handler = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
     return [
@@ -270,6 +275,7 @@ def oauth_settings(tls: BrokerTls, jwks: Path) -> list[str]:
         f"{prefix}oauthbearer.sasl.jaas.config="
         "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         f"{prefix}oauthbearer.sasl.server.callback.handler.class={handler}",
+        f"{prefix}oauthbearer.connections.max.reauth.ms={OAUTH_REAUTH_MS}",
         f"sasl.oauthbearer.jwks.endpoint.url={jwks.as_uri()}",
         f"sasl.oauthbearer.expected.issuer={ISSUER}",
         f"sasl.oauthbearer.expected.audience={AUDIENCE}",
