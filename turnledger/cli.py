@@ -39,14 +39,14 @@ def _register() -> None:
 
 
 def main() -> None:
-    """Every command; a Kafka setting that cannot work, or a broker refusing our login or TLS, is
-    said in one line (exit 2) by whichever command met it."""
-    from turnledger.errors import KafkaAccessError, KafkaSettingsError
+    """Every command; a Kafka or Redis setting that cannot work, or a broker or Redis refusing our
+    login or TLS, is said in one line (exit 2) by whichever command met it."""
+    from turnledger.errors import KafkaAccessError, KafkaSettingsError, RedisAccessError, RedisSettingsError
 
     _register()
     try:
         app()
-    except (KafkaAccessError, KafkaSettingsError) as exc:
+    except (KafkaAccessError, KafkaSettingsError, RedisAccessError, RedisSettingsError) as exc:
         typer.echo(f"turnledger: {exc}", err=True)
         raise SystemExit(2) from None
 

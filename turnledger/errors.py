@@ -12,6 +12,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── TokenRefused, TokenUnavailable (kafka/oauth) an OAUTHBEARER token's issuer refused us / is down;
     │                                        also aiokafka's AuthenticationFailedError / KafkaConnectionError
     ├── KafkaSettingsError                   the KAFKA_* security variables do not make one setting
+    ├── RedisAccessError                     Redis answered but refused our login, or TLS failed
+    ├── RedisSettingsError                   REDIS_URL and the REDIS_* variables do not make one setting
     ├── MissingTopicError                    a topic the command needs does not exist
     ├── CanonicalJsonError        (model)    a value that has no canonical JSON
     ├── CodecError                (codec)    NotSingleObjectEncoded, UnknownFingerprint, CorruptRecord,
@@ -138,6 +140,27 @@ class KafkaAccessError(TurnledgerError):
 
 class KafkaSettingsError(TurnledgerError, ValueError):
     """The KAFKA_* security variables are incomplete or contradict each other; names the variable."""
+
+
+class RedisAccessError(TurnledgerError):
+    """Redis was reached, but refused who we are (a wrong user or password, a user without the
+    permissions needed) or the connection's TLS cannot work (a certificate we cannot verify, TLS
+    spoken to a plaintext port or the other way round): waiting does not help, unlike
+    `RedisUnavailableError`. `tried` says how we connected, never with the password."""
+
+    def __init__(self, url: str, tried: str, cause: BaseException, fix: str) -> None:
+        url = redact_url(url)
+        self.url = url
+        self.cause = cause
+        super().__init__(
+            f"Redis at {url!r} refused the connection ({tried}): {type(cause).__name__}: "
+            f"{str(cause).rstrip('.')}. {fix}"
+        )
+
+
+class RedisSettingsError(TurnledgerError, ValueError):
+    """REDIS_URL (or --redis-url) and the REDIS_* variables do not make one working setting; names
+    the variable."""
 
 
 class MissingTopicError(TurnledgerError):

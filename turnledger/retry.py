@@ -3,7 +3,8 @@
 Every long-running service (processor, projector, tool executor) wraps its calls to Kafka and
 Redis in `ride_out`: a `ServiceUnavailable` (what `classify` makes of the raw client error) is
 logged with what is awaited and retried after a growing delay; anything else propagates at
-once, because waiting cannot fix a bad configuration or a fenced producer. `max_outage_s` bounds
+once, because waiting cannot fix a bad configuration or a fenced producer (a classifier may
+name such an error too, as a typed one that is not `retriable`: a refused login). `max_outage_s` bounds
 how long one outage may last before the service gives up (None: ride out any outage, the
 default for services; one-shot commands pass a bound).
 """
@@ -18,13 +19,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from turnledger.errors import ServiceUnavailable, TurnledgerError
+from turnledger.errors import TurnledgerError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-Classify = Callable[[BaseException], ServiceUnavailable | None]
-"""The outage a raw client error stands for, or None when waiting cannot help."""
+Classify = Callable[[BaseException], TurnledgerError | None]
+"""The typed error a raw client error stands for: an outage (`retriable`) to wait out, or one that
+waiting cannot help (raised at once in its place); None: not the classifier's to name, raised as is."""
 
 
 class StopRequested(TurnledgerError):
@@ -97,8 +99,10 @@ async def ride_out(
             raise
         except Exception as exc:
             outage = classify(exc)
-            if outage is None:
+            if outage is None or (outage is exc and not outage.retriable):
                 raise
+            if not outage.retriable:
+                raise outage from exc
             attempts += 1
             now = time.monotonic()
             began = now if began is None else began

@@ -130,12 +130,11 @@ async def run_demo(
     announce: Callable[[str], None] | None = None,
 ) -> DemoResult:
     """`announce` is told the web page's URL once `turnledger serve` answers (with `options.serve`)."""
-    import redis.asyncio as aioredis
-
     from turnledger.processors.topics import ensure_topics
     from turnledger.projections.keys import ProjectionKeys
     from turnledger.projections.projector import Projector
     from turnledger.projections.reader import ProjectionReader
+    from turnledger.redisconn.client import redis_client
     from turnledger.replay.audit import audit
     from turnledger.topology import Topics
 
@@ -221,7 +220,7 @@ async def run_demo(
         if server is not None:
             _stop_process(server.proc)
     seconds = time.monotonic() - started_at
-    redis = aioredis.from_url(redis_url)
+    redis = redis_client(redis_url)
     try:
         # the live projector was stopped wherever it was; the rest is applied exactly once here
         await Projector(redis, bootstrap, topics, ProjectionKeys(key_prefix)).run_to_end()

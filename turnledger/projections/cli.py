@@ -17,17 +17,17 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import orjson
-import redis.asyncio as aioredis
 import typer
-from redis.exceptions import ConnectionError as RedisConnectionError
 from rich.console import Console
 from rich.table import Table
 
-from turnledger.errors import MissingTopicError, ProjectionError, RedisUnavailableError, ServiceUnavailable
+from turnledger.errors import MissingTopicError, ProjectionError, ServiceUnavailable
 from turnledger.observability.server import MetricsPort
 from turnledger.processors.errors import TopicMismatchError
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
+from turnledger.redisconn.client import connect, diagnose, redis_client
+from turnledger.redisconn.naming import client_url
 
 T = TypeVar("T")
 console = Console()
@@ -59,16 +59,6 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
     except (ProjectionError, ServiceUnavailable, MissingTopicError, TopicMismatchError) as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-
-
-async def connect(url: str) -> aioredis.Redis:
-    client = aioredis.from_url(url, socket_connect_timeout=5)
-    try:
-        await client.ping()
-    except (RedisConnectionError, OSError) as exc:
-        await client.aclose()
-        raise RedisUnavailableError(url, exc) from exc
-    return client
 
 
 def project_command(
@@ -138,8 +128,11 @@ def project_command(
         raise typer.BadParameter(str(exc)) from exc
 
     async def main() -> ProjectorStats:
-        # following waits for a Redis that is down; a one-shot run says so at once
-        redis = await connect(url) if until_caught_up else aioredis.from_url(url, socket_connect_timeout=5)
+        # following waits for a Redis that is down, not for one that refuses us; a one-shot run
+        # says either at once
+        if not until_caught_up:
+            await diagnose(url)
+        redis = await connect(url) if until_caught_up else redis_client(url)
         spec = SpecMetrics()
         projector = Projector(
             redis,
@@ -157,7 +150,10 @@ def project_command(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             how = "alone" if follow.group_id is None else f"in consumer group {follow.group_id!r}"
-            err.print(f"projecting {servers} -> {url} (keys {key_prefix!r}) {how}; Ctrl-C to stop")
+            err.print(
+                f"projecting {servers} -> {client_url(redis)} (keys {key_prefix!r}) {how}; Ctrl-C to stop",
+                markup=False,
+            )
             async with serve_spec_metrics(metrics_port, spec, projector.readiness):
                 return await projector.run_forever(stop, follow=follow)
         finally:

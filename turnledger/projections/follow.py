@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from turnledger.errors import ServiceUnavailable
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
     close_client,
@@ -46,7 +45,7 @@ from turnledger.kafka.reading import partitions_of, source_record
 from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import EpochChangedError, ensure_epoch
 from turnledger.projections.settings import FollowSettings
-from turnledger.retry import StopRequested, ride_out
+from turnledger.retry import Classify, StopRequested, ride_out
 
 if TYPE_CHECKING:
     from turnledger.projections.projector import Projector, ProjectorStats
@@ -207,7 +206,7 @@ class Follower:
         stop: asyncio.Event,
         report: Callable[[ProjectorStats], None] | None,
         stats: ProjectorStats,
-        redis_classify: Callable[[BaseException], ServiceUnavailable | None],
+        redis_classify: Classify,
     ) -> None:
         consumer, p, s = self.consumer, self.projector, self.settings
         assert consumer is not None
@@ -231,8 +230,10 @@ class Follower:
                 self.to_position(consumer.assignment())
             except Exception as exc:
                 outage = redis_classify(exc) or kafka_classify(exc)
-                if outage is None:
+                if outage is None or (outage is exc and not outage.retriable):
                     raise
+                if not outage.retriable:
+                    raise outage from exc  # refused, not down: RedisAccessError
                 now = time.monotonic()
                 outage_began = outage_began or now
                 self.outage = str(outage)

@@ -18,12 +18,8 @@ from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from aiokafka import TopicPartition
-from redis.exceptions import BusyLoadingError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from turnledger.codec import CodecError, decode
-from turnledger.errors import RedisUnavailableError, ServiceUnavailable
 from turnledger.kafka.clients import close_client
 from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.base import Frozen
@@ -34,6 +30,8 @@ from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
 from turnledger.projections.replies import bytes_hash
 from turnledger.projections.settings import FollowSettings
 from turnledger.records import SourceRecord
+from turnledger.redisconn.naming import client_url
+from turnledger.redisconn.refusals import classify
 from turnledger.retry import Classify
 from turnledger.topology import PROJECTED_STREAMS, Topics
 
@@ -79,8 +77,11 @@ class ProjectorStats:
 async def applied_offsets(redis: aioredis.Redis, keys: ProjectionKeys) -> dict[str, int]:
     try:
         raw = bytes_hash(await redis.hgetall(keys.offsets))
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        raise RedisUnavailableError(url_of(redis), exc) from exc
+    except Exception as exc:
+        failure = classify(exc, redis)
+        if failure is None:
+            raise
+        raise failure from exc
     return {k.decode(): int(v) for k, v in raw.items() if k.decode() != EPOCH_FIELD}
 
 
@@ -98,21 +99,13 @@ def _count(decoded: Sequence[DecodedRecord], applied: Sequence[DecodedRecord]) -
 
 
 def redis_outage(redis: aioredis.Redis) -> Classify:
-    """Classifier for `ride_out`: a Redis that cannot be reached, times out or is still loading."""
-
-    def classify(exc: BaseException) -> ServiceUnavailable | None:
-        if isinstance(exc, RedisUnavailableError):
-            return exc
-        if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | OSError):
-            return RedisUnavailableError(url_of(redis), exc)
-        return None
-
-    return classify
+    """Classifier for `ride_out` (`redisconn.refusals`): a Redis that cannot be reached, times out or
+    is still loading is an outage to wait out; one that refuses our login or TLS is a
+    `RedisAccessError`, raised at once."""
+    return lambda exc: classify(exc, redis)
 
 
-def url_of(redis: aioredis.Redis) -> str:
-    kwargs = redis.connection_pool.connection_kwargs
-    return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+url_of = client_url
 
 
 class Projector:
@@ -163,8 +156,11 @@ class Projector:
         began = time.perf_counter()
         try:
             result = await self.applier.apply(plan, epoch=self.epoch)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise RedisUnavailableError(url_of(self.redis), exc) from exc
+        except Exception as exc:
+            failure = classify(exc, self.redis)
+            if failure is None:
+                raise
+            raise failure from exc
         live.PROJECTOR_APPLY_SECONDS.observe(time.perf_counter() - began)
         applied = [decoded[i] for i in result.applied_indexes()]
         _count(decoded, applied)

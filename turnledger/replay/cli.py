@@ -29,8 +29,9 @@ from turnledger.processors.limits_config import (
     export_limits,
     limits_of,
 )
-from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, connect, require, run
+from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, require, run
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
+from turnledger.redisconn.client import connect
 from turnledger.replay.shadow import ShadowResult
 
 replay_app = typer.Typer(

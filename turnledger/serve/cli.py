@@ -16,8 +16,9 @@ from turnledger.errors import ServiceUnavailable, TokenRequiredError
 from turnledger.gateway.client import GatewayClient
 from turnledger.observability.server import MetricsPort, serving
 from turnledger.processors.limits_config import load_limits  # the processor's TURNLEDGER_MAX_*
-from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, connect, require
+from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, require
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX
+from turnledger.redisconn.client import connect
 from turnledger.serve.app import DispatchDefaults, ServeConfig, create_app, is_loopback
 from turnledger.topology import Topics
 

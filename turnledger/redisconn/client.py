@@ -1,0 +1,68 @@
+"""The one place a service builds a Redis client, and how a client is named in messages.
+
+Every client of every service (projector, readers of `history` / `status`, `serve`, `replay rebuild`,
+the demo) comes from `redis_client`, so a `rediss://` URL, `REDIS_SSL_CA_FILE` and
+`REDIS_PASSWORD_FILE` work alike everywhere. `connect` also asks once (PING), so that a command says
+at its start what is wrong: `RedisAccessError` when waiting cannot help, `RedisUnavailableError`
+when it may.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
+from turnledger.redisconn.naming import client_url, describe, is_tls
+from turnledger.redisconn.probe import other_protocol
+from turnledger.redisconn.refusals import classify
+from turnledger.redisconn.settings import client_options
+
+
+def redis_client(url: str, **options: Any) -> aioredis.Redis:
+    """A client for `url` with this process's settings (`settings.client_options`); `options` are
+    redis-py's own (a caller's timeouts). Connects on its first command."""
+    return aioredis.from_url(url, **(client_options(url) | options))
+
+
+async def connect(url: str) -> aioredis.Redis:
+    """`redis_client(url)`, after one PING has answered."""
+    client = redis_client(url)
+    try:
+        await client.ping()
+    except Exception as exc:
+        await client.aclose()
+        failure = await explain(client, exc)
+        if failure is None:
+            raise
+        raise failure from exc
+    return client
+
+
+async def diagnose(url: str) -> None:
+    """Raise `RedisAccessError` when Redis at `url` refuses us (see `explain`); anything else (it
+    answers, it is down) returns: a service that waits out outages goes on to wait."""
+    try:
+        client = await connect(url)
+    except RedisUnavailableError:
+        return
+    await client.aclose()
+
+
+async def explain(client: aioredis.Redis, exc: BaseException) -> TurnledgerError | None:
+    """What `exc`, raised by one of `client`'s commands, stands for (`refusals.classify`). An outage
+    may also be a client speaking TLS to a plaintext port, or plaintext to a TLS port, which look
+    like a hang or a reset from inside the connection: the port is asked once in the other protocol
+    (`probe.other_protocol`) to tell them apart."""
+    failure = classify(exc, client)
+    if not isinstance(failure, RedisUnavailableError):
+        return failure
+    kwargs = client.connection_pool.connection_kwargs
+    host, port = kwargs.get("host"), kwargs.get("port")
+    if not isinstance(host, str) or not isinstance(port, int):
+        return failure
+    fix = await other_protocol(host, port, tls=is_tls(client))
+    if fix is None:
+        return failure
+    return RedisAccessError(client_url(client), describe(client), exc, fix)

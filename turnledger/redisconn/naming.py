@@ -1,0 +1,42 @@
+"""How a Redis client is named in a message: its URL without the password, and how it connects."""
+
+from __future__ import annotations
+
+import ssl
+
+import redis.asyncio as aioredis
+
+
+def is_tls(client: aioredis.Redis) -> bool:
+    return issubclass(client.connection_pool.connection_class, aioredis.SSLConnection)
+
+
+def client_url(client: aioredis.Redis) -> str:
+    """The address `client` connects to as a URL, its user named and its password never
+    (`rediss://gateway:***@cache.example.net:6380/0`), for messages and log lines."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+    user = kwargs.get("username")
+    login = f"{user or ''}:***@" if kwargs.get("password") else (f"{user}@" if user else "")
+    scheme = "rediss" if is_tls(client) else "redis"
+    return f"{scheme}://{login}{kwargs.get('host', '?')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+
+
+def describe(client: aioredis.Redis) -> str:
+    """How `client` connects, for a `RedisAccessError`: `TLS, CA /etc/redis/ca.pem, user 'gateway' with
+    a password`; never the password itself."""
+    kwargs = client.connection_pool.connection_kwargs
+    parts = ["plaintext"]
+    if is_tls(client):
+        ca = kwargs.get("ssl_ca_certs")
+        if kwargs.get("ssl_cert_reqs") in ("none", ssl.CERT_NONE):
+            parts = ["TLS, certificate not verified"]
+        else:
+            parts = ["TLS", f"CA {ca}" if ca else "the system's CAs"]
+    user, password = kwargs.get("username"), kwargs.get("password")
+    if user:
+        parts.append(f"user {user!r} with a password" if password else f"user {user!r} without a password")
+    else:
+        parts.append("the default user with a password" if password else "no login")
+    return ", ".join(parts)

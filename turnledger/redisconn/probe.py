@@ -1,0 +1,60 @@
+"""Does a Redis port speak the other protocol than the one we spoke to it?
+
+A TLS client at a plaintext port sends a ClientHello that the server reads as the start of an inline
+command and waits for the rest of: the client sees only its connect timeout. A plaintext client at a
+TLS port has its bytes taken for a broken handshake and the connection reset. Both look like an outage
+from inside redis-py, so after one the port is asked once in the other protocol: a Redis reply to a
+plaintext PING, or a completed TLS handshake (nothing verified: only the protocol is in question), says
+the URL's scheme is wrong for this port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+
+from turnledger.redisconn.refusals import CHECK_PLAINTEXT_PORT, CHECK_TLS_PORT
+
+PROBE_TIMEOUT_S = 3.0
+
+
+async def other_protocol(host: str, port: int, *, tls: bool) -> str | None:
+    """What to check when `host:port`, spoken to with `tls` (or without) and failing, speaks the other
+    protocol; None when it does not answer in it either (then it is an outage)."""
+    if tls:
+        return CHECK_PLAINTEXT_PORT if await _answers_plaintext(host, port) else None
+    return CHECK_TLS_PORT if await _answers_tls(host, port) else None
+
+
+async def _answers_plaintext(host: str, port: int) -> bool:
+    """A Redis answers PING with `+PONG`, or an error (`-NOAUTH ...`) when it wants a login first."""
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(b"PING\r\n")
+                await writer.drain()
+                reply = await reader.read(1)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError):
+        return False
+    return reply in (b"+", b"-")
+
+
+async def _answers_tls(host: str, port: int) -> bool:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+    except (OSError, TimeoutError):
+        return False
+    return True

@@ -1,0 +1,126 @@
+"""Which Redis client errors are a refusal (waiting cannot help) and which an outage (it may).
+
+redis-py makes a refused login an `AuthenticationError`, which is a `ConnectionError`, and wraps a
+certificate it cannot verify in a `ConnectionError` too: a service that waited out every
+`ConnectionError` would wait for ever for a password to become right. `RULES` is read top down and
+the first rule that matches decides; a refusal comes with what to check.
+
+Two refusals do not show as themselves here: TLS spoken to a plaintext port usually hangs until the
+connect timeout, and plaintext spoken to a TLS port is reset. They stay outages in this table and
+`probe.other_protocol` tells them apart, once, when a command starts (`client.connect`).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    BusyLoadingError,
+    NoPermissionError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
+from turnledger.redisconn.naming import client_url, describe
+from turnledger.redisconn.settings import ENV_CA_FILE, ENV_PASSWORD_FILE, ENV_URL, QUERY_CA
+
+CHECK_LOGIN = (
+    f"Check the user and password: the user in {ENV_URL} (rediss://USER@host:port/0) and the password "
+    f"in {ENV_PASSWORD_FILE} (or in {ENV_URL}); a Redis with ACL users (ElastiCache RBAC, Redis Cloud) "
+    "needs both, one with only a default-user password needs the password alone."
+)
+CHECK_PERMISSIONS = (
+    "The user is logged in but may not run turnledger's commands on its keys: grant it the key prefix "
+    "and the commands (e.g. `~tl:* +@all`), or use another user."
+)
+CHECK_CERTIFICATE = (
+    f"The server's certificate could not be verified: set {ENV_CA_FILE} (or ?{QUERY_CA}= in {ENV_URL}) "
+    "to the CA that signed it (else the system's CAs are used), and connect by a name the certificate "
+    "holds."
+)
+CHECK_TLS = (
+    f"The TLS handshake failed: check that the port speaks TLS ({ENV_URL} rediss:// needs the server's "
+    "TLS port) and the ssl_* options in the URL."
+)
+CHECK_PLAINTEXT_PORT = (
+    "This port speaks plaintext Redis, not TLS: use redis:// for it, or the server's TLS port with rediss://."
+)
+CHECK_TLS_PORT = (
+    f"This port speaks TLS: use rediss:// (with {ENV_CA_FILE} for a private CA), or the server's "
+    "plaintext port."
+)
+
+Match = Callable[[BaseException], BaseException | None]
+"""The error to report when the rule applies to a client error (the error itself, or the `ssl` error
+inside it), else None."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    match: Match
+    check: str | None
+    """What to check, for a refusal; None: an outage."""
+
+
+def of_type(*types: type[BaseException]) -> Match:
+    return lambda exc: exc if isinstance(exc, types) else None
+
+
+def response_starting(*codes: str) -> Match:
+    """A `ResponseError` whose message starts with one of the server's error codes: a parser that does
+    not map them to `AuthenticationError` leaves them so."""
+    return lambda exc: exc if isinstance(exc, ResponseError) and str(exc).startswith(codes) else None
+
+
+def caused_by(kind: type[BaseException], *but: type[BaseException]) -> Match:
+    """The first error of `kind` (none of `but`) in the chain of causes of a connection's error, `exc`
+    included: redis-py raises its `ConnectionError` from the `ssl` error, or while handling it."""
+
+    def match(exc: BaseException) -> BaseException | None:
+        if not isinstance(exc, RedisConnectionError | OSError):
+            return None
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            if isinstance(current, kind) and not isinstance(current, but):
+                return current
+            seen.add(id(current))
+            current = current.__cause__ or current.__context__
+        return None
+
+    return match
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(of_type(AuthenticationError, AuthenticationWrongNumberOfArgsError), CHECK_LOGIN),
+    Rule(response_starting("WRONGPASS", "NOAUTH"), CHECK_LOGIN),
+    Rule(of_type(NoPermissionError), CHECK_PERMISSIONS),
+    Rule(caused_by(ssl.SSLCertVerificationError), CHECK_CERTIFICATE),
+    Rule(caused_by(ssl.SSLError, ssl.SSLEOFError, ssl.SSLZeroReturnError), CHECK_TLS),
+    Rule(of_type(RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError), None),
+)
+"""A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); a TLS error
+that is only the peer going away (EOF, a closed session) is left to the outage rule."""
+
+
+def classify(exc: BaseException, client: aioredis.Redis) -> TurnledgerError | None:
+    """`RedisAccessError` (a refusal), `RedisUnavailableError` (an outage, kept as it is when it is
+    one already) or None (not a Redis connection's failure: not ours to judge) for an error one of
+    `client`'s commands raised."""
+    if isinstance(exc, RedisUnavailableError | RedisAccessError):
+        return exc
+    for rule in RULES:
+        reported = rule.match(exc)
+        if reported is None:
+            continue
+        if rule.check is None:
+            return RedisUnavailableError(client_url(client), exc)
+        return RedisAccessError(client_url(client), describe(client), reported, rule.check)
+    return None
