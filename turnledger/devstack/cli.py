@@ -12,6 +12,7 @@ from rich.console import Console
 from turnledger.devstack.errors import DevstackError
 from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import SASL_MECHANISMS
+from turnledger.devstack.redis_tls import OPENSSL_MISSING_FOR_REDIS
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
 from turnledger.devstack.stack import LocalStack, StackState
 from turnledger.devstack.tls import OPENSSL_MISSING, openssl
@@ -46,6 +47,7 @@ def _print_state(state: StackState, settings: Settings) -> None:
         f"[bold]Redis URL[/bold]        {state.redis_url}"
         + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
     )
+    _print_redis_tls_port(state)
     if state.prometheus_url:
         out.print(f"[bold]Prometheus[/bold]       {state.prometheus_url}  (pid {state.prometheus_pid})")
         out.print(f"[bold]Scrape targets[/bold]   {state.prometheus_targets}/*.json (file_sd)")
@@ -53,7 +55,12 @@ def _print_state(state: StackState, settings: Settings) -> None:
         out.print(f"[bold]Logs[/bold]             {state.kafka_log or '-'}  {state.redis_log or '-'}")
     out.print(f"[bold]State dir[/bold]        {settings.state_dir}")
     print(state.export_line)
-    for commented in (state.secure_export_line, state.mtls_export_line, state.oauth_export_line):
+    for commented in (
+        state.secure_export_line,
+        state.mtls_export_line,
+        state.oauth_export_line,
+        state.redis_tls_export_line,
+    ):
         if commented:
             print(commented)
 
@@ -67,6 +74,17 @@ def _print_mtls_listener(state: StackState) -> None:
         )
     elif state.secure_bootstrap and openssl() is None:
         out.print(f"[bold]Kafka SSL[/bold]        none: {OPENSSL_MISSING}")
+
+
+def _print_redis_tls_port(state: StackState) -> None:
+    """Redis's TLS port, or why the devstack's Redis has none (openssl missing)."""
+    if state.redis_tls_url:
+        out.print(
+            f"[bold]Redis TLS[/bold]        {state.redis_tls_url}  (ACL user {state.redis_username}; "
+            f"password in {state.redis_password_file}; CA {state.redis_ca_file})",
+        )
+    elif state.redis_pid and openssl() is None:
+        out.print(f"[bold]Redis TLS[/bold]        none: {OPENSSL_MISSING_FOR_REDIS}")
 
 
 @dev_app.command()

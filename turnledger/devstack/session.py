@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from turnledger.devstack.containers import container_stack, docker_available
 from turnledger.devstack.jars import cached
 from turnledger.devstack.kafka import READY_MECHANISM, mtls_client_env, oauth_client_env, secured_client_env
+from turnledger.devstack.redis_server import redis_tls_client_env
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
 from turnledger.devstack.stack import LocalStack, StackState, reap_stale_sessions
 
@@ -50,6 +51,12 @@ class Endpoints:
     of, under the same conditions."""
     oauth_token_file: str | None = None
     oauth_signing_key: str | None = None
+    redis_username: str | None = None
+    """The Redis's ACL user, its password's file, its TLS port (`rediss://`) and that port's CA, when the
+    Redis is the local devstack's own; the TLS port None also without openssl."""
+    redis_password_file: str | None = None
+    redis_tls_url: str | None = None
+    redis_ca_file: str | None = None
 
     def secure_client_env(self, mechanism: str = READY_MECHANISM) -> dict[str, str] | None:
         """The KAFKA_* variables that point a client at the SASL_SSL listener; None without one."""
@@ -66,6 +73,22 @@ class Endpoints:
     def oauth_client_env(self) -> dict[str, str] | None:
         """The KAFKA_* variables that point a client at the OAUTHBEARER listener; None without one."""
         return oauth_client_env(self.oauth_bootstrap, self.ssl_ca_file, self.oauth_token_file)
+
+    def redis_tls_client_env(self) -> dict[str, str] | None:
+        """The REDIS_* variables that point a client at Redis's TLS port as the ACL user; None without."""
+        return redis_tls_client_env(self.redis_tls_url, self.redis_password_file, self.redis_ca_file)
+
+    def with_redis_of(self, stack: StackState | None) -> Endpoints:
+        """These endpoints plus what only the devstack's own Redis has: its ACL user, its TLS port."""
+        if stack is None:
+            return self
+        return replace(
+            self,
+            redis_username=stack.redis_username,
+            redis_password_file=stack.redis_password_file,
+            redis_tls_url=stack.redis_tls_url,
+            redis_ca_file=stack.redis_ca_file,
+        )
 
     def with_broker_of(self, stack: StackState | None) -> Endpoints:
         """These endpoints plus what only the devstack's own broker has: its pid, its secured listeners."""
@@ -115,6 +138,12 @@ def dev_up_stack(bootstrap: str, settings: Settings | None = None) -> StackState
     return recorded if recorded is not None and recorded.bootstrap == bootstrap else None
 
 
+def dev_up_redis(redis_url: str, settings: Settings | None = None) -> StackState | None:
+    """The running `dev up` stack when its Redis is the one at `redis_url`, else None."""
+    recorded = LocalStack((settings or Settings.from_env()).state_dir).running()
+    return recorded if recorded is not None and recorded.redis_url == redis_url else None
+
+
 def dev_up_broker_pid(bootstrap: str, settings: Settings | None = None) -> int | None:
     """The pid of the running `dev up` stack's broker when it is the one at `bootstrap`, else None."""
     stack = dev_up_stack(bootstrap, settings)
@@ -127,7 +156,10 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
     env_bootstrap = os.environ.get(ENV_BOOTSTRAP) or None
     env_redis = os.environ.get(ENV_REDIS_URL) or None
     if env_bootstrap and env_redis:
-        yield Endpoints(env_bootstrap, env_redis, "env").with_broker_of(dev_up_stack(env_bootstrap, settings))
+        endpoints = Endpoints(env_bootstrap, env_redis, "env")
+        yield endpoints.with_broker_of(dev_up_stack(env_bootstrap, settings)).with_redis_of(
+            dev_up_redis(env_redis, settings)
+        )
         return
     recorded = None if in_ci() else LocalStack(settings.state_dir).running()
     if recorded is not None:
@@ -138,7 +170,9 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
             recorded.prometheus_url,
             recorded.prometheus_targets,
         )
-        yield endpoints.with_broker_of(recorded if env_bootstrap in (None, recorded.bootstrap) else None)
+        yield endpoints.with_broker_of(
+            recorded if env_bootstrap in (None, recorded.bootstrap) else None
+        ).with_redis_of(recorded if env_redis in (None, recorded.redis_url) else None)
         return
     if choose_backend(settings) == "docker":
         with container_stack(need_kafka=env_bootstrap is None, need_redis=env_redis is None) as (b, r):
@@ -148,13 +182,17 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
     stack = LocalStack(settings.state_dir / f"session-{os.getpid()}", tls_dir=settings.state_dir / "tls")
     try:
         state = stack.up(settings, external_bootstrap=env_bootstrap, external_redis=env_redis)
-        yield Endpoints(
-            state.bootstrap,
-            state.redis_url,
-            f"local session ({stack.root})",
-            state.prometheus_url,
-            state.prometheus_targets,
-        ).with_broker_of(state)
+        yield (
+            Endpoints(
+                state.bootstrap,
+                state.redis_url,
+                f"local session ({stack.root})",
+                state.prometheus_url,
+                state.prometheus_targets,
+            )
+            .with_broker_of(state)
+            .with_redis_of(state)
+        )
     finally:
         stack.down()
         shutil.rmtree(stack.root, ignore_errors=True)

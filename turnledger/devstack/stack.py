@@ -3,8 +3,9 @@
 Layout of a state directory (default `.devstack/` in the checkout, or TURNLEDGER_DEVSTACK_DIR):
 `stack.json` (endpoints and pids), `kafka.pid`, `redis.pid`, `prometheus.pid`, `kafka/`, `redis/` and
 `prometheus/` (config, data, logs; Prometheus only when Debian's package is installed; `kafka/` also
-holds the SASL password), and `tls/` (the secured listeners' CA and certificates and the client
-certificate of the mutual-TLS listener, which `down` keeps).
+holds the SASL password, `redis/` the ACL user's), `tls/` (the secured listeners' CA and certificates
+and the client certificate of the mutual-TLS listener) and `redis-tls/` (Redis's TLS port's CA and
+certificate, `redis_tls.py`), both of which `down` keeps.
 Pytest sessions use their own `session-<pid>/` subdirectory so they never disturb a `dev up` stack,
 and share the state dir's `tls/`.
 """
@@ -30,13 +31,14 @@ from turnledger.devstack.kafka import (
     start_kafka,
 )
 from turnledger.devstack.prometheus import prometheus_binary, prometheus_wanted, start_prometheus
-from turnledger.devstack.redis_server import start_redis
+from turnledger.devstack.redis_server import redis_tls_client_env, start_redis
 from turnledger.devstack.settings import Settings
 
 STATE_FILE = "stack.json"
 SECURE_EXPORT_PREFIX = "# SASL_SSL: "
 MTLS_EXPORT_PREFIX = "# SSL (mutual TLS): "
 OAUTH_EXPORT_PREFIX = "# SASL_SSL OAUTHBEARER: "
+REDIS_TLS_EXPORT_PREFIX = "# REDIS TLS: "
 T = TypeVar("T")
 
 
@@ -73,6 +75,13 @@ class StackState:
     """`dev up`'s week-long token for it."""
     oauth_signing_key: str | None = None
     """The key the broker trusts tokens of (tests sign with it)."""
+    redis_username: str | None = None
+    """The devstack Redis's ACL user and its password's file (never for an external Redis)."""
+    redis_password_file: str | None = None
+    redis_tls_url: str | None = None
+    """Its TLS port as `rediss://turnledger@127.0.0.1:<port>/0`; None also without openssl."""
+    redis_ca_file: str | None = None
+    """The CA of the TLS port's certificate (its own: `redis_tls.py`)."""
 
     @property
     def export_line(self) -> str:
@@ -116,6 +125,17 @@ class StackState:
         env = self.oauth_client_env()
         return None if env is None else _commented_export(OAUTH_EXPORT_PREFIX, env)
 
+    def redis_tls_client_env(self) -> dict[str, str] | None:
+        """The variables that point a client at Redis's TLS port as the ACL user; None without one."""
+        return redis_tls_client_env(self.redis_tls_url, self.redis_password_file, self.redis_ca_file)
+
+    @property
+    def redis_tls_export_line(self) -> str | None:
+        """`export ...` for Redis's TLS port behind a `# REDIS TLS: ` prefix, for the same reason as
+        `secure_export_line`'s."""
+        env = self.redis_tls_client_env()
+        return None if env is None else _commented_export(REDIS_TLS_EXPORT_PREFIX, env)
+
     def alive(self) -> bool:
         """Every process this stack started is still running (external endpoints count as alive)."""
         checks = [
@@ -135,6 +155,11 @@ class LocalStack:
         self.root = root
         self.tls_dir = tls_dir or root / "tls"
         """The SASL_SSL listener's certificates; a session's stack is given its state dir's."""
+
+    @property
+    def redis_tls_dir(self) -> Path:
+        """Redis's TLS material, beside `tls_dir` (a session's stack shares its state dir's)."""
+        return self.tls_dir.with_name("redis-tls")
 
     @property
     def kafka_pidfile(self) -> Path:
@@ -179,7 +204,9 @@ class LocalStack:
                 redis_proc = _retry_port_race(
                     redis_port is None,
                     self.root / "redis",
-                    lambda: start_redis(self.root / "redis", self.redis_pidfile, port=redis_port),
+                    lambda: start_redis(
+                        self.root / "redis", self.redis_pidfile, port=redis_port, tls_dir=self.redis_tls_dir
+                    ),
                 )
             kafka_proc = None
             if external_bootstrap is None:
@@ -210,6 +237,7 @@ class LocalStack:
         secured = kafka_proc.secured if kafka_proc else None
         mtls = kafka_proc.mtls if kafka_proc else None
         bearer = kafka_proc.oauth if kafka_proc else None
+        redis_tls = redis_proc.tls if redis_proc else None
         state = StackState(
             bootstrap=kafka_proc.bootstrap if kafka_proc else str(external_bootstrap),
             redis_url=redis_proc.url if redis_proc else str(external_redis),
@@ -234,6 +262,12 @@ class LocalStack:
             oauth_bootstrap=bearer.bootstrap if bearer else None,
             oauth_token_file=str(bearer.token_file) if bearer else None,
             oauth_signing_key=str(bearer.signing_key) if bearer else None,
+            redis_username=redis_proc.username if redis_proc else None,
+            redis_password_file=str(redis_proc.password_file)
+            if redis_proc and redis_proc.password_file
+            else None,
+            redis_tls_url=redis_tls.url if redis_tls else None,
+            redis_ca_file=str(redis_tls.ca_file) if redis_tls else None,
         )
         (self.root / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
         return state
