@@ -1,0 +1,166 @@
+"""How every Redis client is built (`redisconn.settings`, `redisconn.client`) and named (`naming`):
+the URL as given (redis-py reads `rediss://` and passes `?ssl_*` options through), REDIS_SSL_CA_FILE,
+REDIS_PASSWORD_FILE, and the settings that cannot work, each a `RedisSettingsError` naming why."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from turnledger.errors import RedisSettingsError
+from turnledger.redisconn.client import redis_client
+from turnledger.redisconn.naming import client_url, describe
+from turnledger.redisconn.settings import client_options
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    ca, password = tmp_path / "ca.pem", tmp_path / "redis.password"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    password.write_text("s3cret-pw\n")
+    return {"ca": ca, "password": password}
+
+
+def _kwargs(client: aioredis.Redis) -> dict[str, object]:
+    return dict(client.connection_pool.connection_kwargs)
+
+
+def test_a_plain_url_gets_only_the_connect_timeout() -> None:
+    assert client_options("redis://127.0.0.1:6379/0", {}) == {"socket_connect_timeout": 5.0}
+
+
+def test_the_ca_and_the_password_file_are_applied_to_a_rediss_url(files: dict[str, Path]) -> None:
+    env = {"REDIS_SSL_CA_FILE": str(files["ca"]), "REDIS_PASSWORD_FILE": str(files["password"])}
+    assert client_options("rediss://gateway@cache.example.net:6380/0", env) == {
+        "socket_connect_timeout": 5.0,
+        "ssl_ca_certs": str(files["ca"]),
+        "password": "s3cret-pw",
+    }
+
+
+def test_the_builder_makes_a_tls_client_with_them(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_SSL_CA_FILE", str(files["ca"]))
+    monkeypatch.setenv("REDIS_PASSWORD_FILE", str(files["password"]))
+    client = redis_client("rediss://gateway@cache.example.net:6380/2")
+    assert client.connection_pool.connection_class is aioredis.SSLConnection
+    kwargs = _kwargs(client)
+    assert {k: kwargs[k] for k in ("host", "port", "db", "username", "password", "ssl_ca_certs")} == {
+        "host": "cache.example.net",
+        "port": 6380,
+        "db": 2,
+        "username": "gateway",
+        "password": "s3cret-pw",
+        "ssl_ca_certs": str(files["ca"]),
+    }
+    assert client_url(client) == "rediss://gateway:***@cache.example.net:6380/2"
+    assert describe(client) == f"TLS, CA {files['ca']}, user 'gateway' with a password"
+
+
+def test_redis_py_passes_the_url_s_own_tls_options_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `parse_url` in redis/asyncio/connection.py does with a query it has no parser for: the
+    string as it stands, which `SSLConnection` takes (`ssl_cert_reqs` by name: none, optional,
+    required)."""
+    monkeypatch.delenv("REDIS_SSL_CA_FILE", raising=False)
+    monkeypatch.delenv("REDIS_PASSWORD_FILE", raising=False)
+    client = redis_client("rediss://:pw@cache.example.net:6380/0?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=none")
+    kwargs = _kwargs(client)
+    assert (kwargs["ssl_ca_certs"], kwargs["ssl_cert_reqs"], kwargs["password"]) == (
+        "/etc/ca.pem",
+        "none",
+        "pw",
+    )
+    assert describe(client) == "TLS, certificate not verified, the default user with a password"
+    assert client_url(client) == "rediss://:***@cache.example.net:6380/0"
+
+
+def test_a_plain_client_is_named_without_tls_or_login() -> None:
+    client = aioredis.from_url("redis://127.0.0.1:6379/0")
+    assert (client_url(client), describe(client)) == ("redis://127.0.0.1:6379/0", "plaintext, no login")
+    cert_none = aioredis.from_url("rediss://u@h:1/0", ssl_cert_reqs=ssl.CERT_NONE)
+    assert describe(cert_none) == "TLS, certificate not verified, user 'u' without a password"
+
+
+@pytest.mark.parametrize(
+    ("url", "env", "message"),
+    [
+        (
+            "http://cache:6379/0",
+            {},
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS) or unix://, not http://",
+        ),
+        (
+            "cache:6379",
+            {},
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS) or unix://, not cache://",
+        ),
+        (
+            "redis://cache:6379/0",
+            {"REDIS_SSL_CA_FILE": "{ca}"},
+            "REDIS_SSL_CA_FILE set, but REDIS_URL is redis://: TLS needs a rediss:// URL",
+        ),
+        (
+            "redis://cache:6379/0?ssl_cert_reqs=none&ssl_ca_certs=/x",
+            {},
+            "?ssl_ca_certs=, ?ssl_cert_reqs= set, but REDIS_URL is redis://: TLS needs a rediss:// URL",
+        ),
+        (
+            "rediss://cache:6380/0?ssl_ca_certs=/x",
+            {"REDIS_SSL_CA_FILE": "{ca}"},
+            "set REDIS_SSL_CA_FILE or ?ssl_ca_certs= in REDIS_URL, not both",
+        ),
+        (
+            "rediss://u:pw@cache:6380/0",
+            {"REDIS_PASSWORD_FILE": "{password}"},
+            "set a password in REDIS_URL or REDIS_PASSWORD_FILE, not both",
+        ),
+        (
+            "rediss://cache:6380/0?password=pw",
+            {"REDIS_PASSWORD_FILE": "{password}"},
+            "set a password in REDIS_URL or REDIS_PASSWORD_FILE, not both",
+        ),
+        (
+            "rediss://cache:6380/0",
+            {"REDIS_SSL_CA_FILE": "{missing}"},
+            "REDIS_SSL_CA_FILE: cannot read the file {missing}",
+        ),
+        (
+            "rediss://cache:6380/0",
+            {"REDIS_PASSWORD_FILE": "{missing}"},
+            "REDIS_PASSWORD_FILE: cannot read the file {missing}",
+        ),
+        (
+            "rediss://cache:6380/0",
+            {"REDIS_PASSWORD_FILE": "{empty}"},
+            "REDIS_PASSWORD_FILE: {empty} is empty",
+        ),
+        (
+            "rediss://cache:6380/0",
+            {"REDIS_PASSWORD_FILE": "{latin1}"},
+            "REDIS_PASSWORD_FILE: {latin1} is not UTF-8",
+        ),
+    ],
+)
+def test_settings_that_cannot_work_are_a_typed_error_naming_why(
+    tmp_path: Path, files: dict[str, Path], url: str, env: dict[str, str], message: str
+) -> None:
+    (tmp_path / "empty").write_text("\n")
+    (tmp_path / "latin1").write_bytes("pässword".encode("latin-1"))
+    names = {
+        **{k: str(v) for k, v in files.items()},
+        **{n: str(tmp_path / n) for n in ("missing", "empty", "latin1")},
+    }
+    with pytest.raises(RedisSettingsError) as caught:
+        client_options(url, {k: v.format(**names) for k, v in env.items()})
+    assert str(caught.value) == message.format(**names)
+    assert "pw" not in str(caught.value).replace("password", "")
+
+
+def test_the_builder_checks_the_settings_before_redis_py_sees_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_SSL_CA_FILE", raising=False)
+    with pytest.raises(RedisSettingsError, match=r"^\?ssl_ca_certs= set, but REDIS_URL is redis://"):
+        redis_client("redis://cache:6379/0?ssl_ca_certs=/etc/ca.pem")
