@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from turnledger.devstack import cli, redis_tls, tls
 from turnledger.devstack.redis_server import acl_user_args, redis_argv, redis_tls_client_env, tls_args
@@ -201,6 +202,7 @@ def test_dev_status_prints_the_tls_port_and_its_commented_export_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TURNLEDGER_DEVSTACK_DIR", str(tmp_path))
+    monkeypatch.setattr(cli, "out", Console(width=400))  # one line per item, whatever the terminal's width
     password_file = tmp_path / "turnledger.password"
     password_file.write_text("the-real-password\n")
     state = _state(**{**REDIS_TLS, "redis_password_file": str(password_file)})

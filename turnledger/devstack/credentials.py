@@ -27,16 +27,22 @@ def stored_password(path: Path) -> str:
     half-written file."""
     with contextlib.suppress(FileNotFoundError):
         return _read(path)
+    link_private(path, new_password() + "\n")
+    return _read(path)
+
+
+def link_private(path: Path, text: str) -> None:
+    """Make `path` hold `text` (mode 0600) unless another process made it first: written whole to a
+    private draft, then linked into place, so nobody reads a half-written file and the first one wins."""
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
-    write_private(draft, new_password() + "\n")
+    write_private(draft, text)
     try:
         os.link(draft, path)
     except FileExistsError:
         pass
     finally:
         draft.unlink()
-    return _read(path)
 
 
 def _read(path: Path) -> str:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
-import secrets
 import subprocess
 import threading
 import time
@@ -35,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from turnledger.devstack.credentials import write_private
+from turnledger.devstack.credentials import link_private
 from turnledger.devstack.errors import DevstackError
 
 ISSUER = "https://turnledger-devstack.invalid/"
@@ -97,7 +95,6 @@ def ensure_signing_key(directory: Path, openssl: str) -> SigningKey:
     place, so two sessions that start at once agree on the first one."""
     path = directory / SIGNING_KEY_FILE
     if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
         pem = _openssl(
             openssl,
             [
@@ -110,14 +107,7 @@ def ensure_signing_key(directory: Path, openssl: str) -> SigningKey:
                 f"rsa_keygen_pubexp:{PUBLIC_EXPONENT}",
             ],
         )
-        draft = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
-        write_private(draft, pem.decode())
-        try:
-            os.link(draft, path)
-        except FileExistsError:
-            pass
-        finally:
-            draft.unlink()
+        link_private(path, pem.decode())
     return SigningKey(path, openssl)
 
 

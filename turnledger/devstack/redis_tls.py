@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnledger.devstack.errors import DevstackError
-from turnledger.devstack.tls import BROKER_SAN, RENEW_WITHIN_S, VALIDITY_DAYS
+from turnledger.devstack.tls import BROKER_SAN, RENEW_WITHIN_S, VALIDITY_DAYS, install_set
 
 MATERIAL = ("ca.pem", "server.pem", "server.key", "not-after")
 KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
@@ -85,22 +85,10 @@ def ensure_redis_tls(directory: Path, openssl: str) -> RedisTls:
         staging = directory.parent / f".{directory.name}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             _make(staging, openssl)
-            _install(staging / "out", directory)
+            install_set(staging / "out", directory, lambda there: needs_renewal(there, time.time()))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return RedisTls.at(directory)
-
-
-def _install(made: Path, directory: Path) -> None:
-    if directory.exists() and needs_renewal(directory, time.time()):
-        retired = directory.parent / f".{directory.name}-retired-{os.getpid()}-{secrets.token_hex(4)}"
-        os.rename(directory, retired)
-        shutil.rmtree(retired, ignore_errors=True)
-    try:
-        os.rename(made, directory)
-    except OSError:
-        if needs_renewal(directory, time.time()):  # not a concurrent maker's complete set: ours then
-            raise
 
 
 def _make(staging: Path, openssl: str) -> None:

@@ -151,23 +151,24 @@ def ensure_broker_tls(directory: Path) -> BrokerTls:
         staging = directory.parent / f".{directory.name}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             _make(staging, keytool(), client_tool)
-            _install(staging / "out", directory, client)
+            install_set(staging / "out", directory, lambda there: needs_renewal(there, time.time(), client))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return BrokerTls.at(directory)
 
 
-def _install(made: Path, directory: Path, client: bool) -> None:
-    """Put the new set in place of an expiring (or incomplete) one, or keep a valid set another process
-    just put there (a rename onto a non-empty directory fails)."""
-    if directory.exists() and needs_renewal(directory, time.time(), client):
+def install_set(made: Path, directory: Path, stale: Callable[[Path], bool]) -> None:
+    """Put the new set `made` in place of an expiring (or incomplete) one, or keep a valid set another
+    process just put there (a rename onto a non-empty directory fails). `stale(directory)`: the set
+    there must be made anew."""
+    if directory.exists() and stale(directory):
         retired = directory.parent / f".{directory.name}-retired-{os.getpid()}-{secrets.token_hex(4)}"
         os.rename(directory, retired)
         shutil.rmtree(retired, ignore_errors=True)
     try:
         os.rename(made, directory)
     except OSError:
-        if needs_renewal(directory, time.time(), client):  # not a concurrent maker's complete set: ours then
+        if stale(directory):  # not a concurrent maker's complete set: ours then
             raise
 
 
