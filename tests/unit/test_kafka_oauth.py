@@ -434,3 +434,15 @@ def test_the_variables_list_is_every_oauthbearer_variable() -> None:
     assert set(oauth.VARIABLES) == {
         value for name, value in vars(oauth).items() if name.startswith("ENV_") and isinstance(value, str)
     }
+
+
+def test_jwt_expiry_decodes_the_whole_base64url_alphabet_and_nothing_else() -> None:
+    three = jwt({"sub": "ab", "exp": 1_700_000_000})  # a payload of 4n+3 characters: one "=" of padding
+    assert len(three.split(".")[1]) % 4 == 3 and jwt_expiry(three) == 1_700_000_000.0
+    for sub in ("~~~", "???"):  # payloads holding "-" and "_"
+        token = jwt({"sub": sub, "exp": 1_700_000_000})
+        assert {"-", "_"} & set(token.split(".")[1]) and jwt_expiry(token) == 1_700_000_000.0
+    payload = base64.urlsafe_b64encode(b'{"exp":1}').decode()
+    assert jwt_expiry(f"a.{payload}.c") == 1.0
+    assert jwt_expiry(f"a.{payload}!!!!.c") is None  # urlsafe_b64decode alone reads {"exp":1}
+    assert jwt_expiry(f"a.{payload[:4]} {payload[4:]}.c") is None

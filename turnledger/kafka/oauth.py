@@ -137,12 +137,14 @@ def judge(status: int) -> Answer:
 
 def jwt_expiry(token: str) -> float | None:
     """The `exp` claim of a JWT (RFC 7519 §4.1.4), read without verifying it: only for when to fetch
-    the next one. None when `token` is not a JWT with a numeric `exp`."""
+    the next one. None when `token` is not a JWT with a numeric `exp`: also when its payload holds a
+    character base64 has not (`urlsafe_b64decode` alone would skip it and read the rest)."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
     try:
-        claims = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        claims = orjson.loads(base64.b64decode(payload, altchars=b"-_", validate=True))
     except (ValueError, orjson.JSONDecodeError):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
