@@ -9,10 +9,11 @@ import base64
 import datetime
 import importlib.metadata
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import botocore.auth
 import botocore.session
@@ -299,3 +300,86 @@ def test_settings_that_cannot_work(aws_files: Path, env: dict[str, str], message
     with pytest.raises(KafkaSettingsError) as caught:
         source_from_env(env)
     assert str(caught.value) == message
+
+
+@pytest.fixture
+def tokyo_clock() -> Iterator[None]:
+    """The process's local time zone nine hours east of UTC (a POSIX TZ, no tz database needed)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TZ", "JST-9")
+        time.tzset()
+        try:
+            yield
+        finally:
+            patch.undo()
+            time.tzset()
+
+
+def test_the_signature_is_dated_in_utc_whatever_the_hosts_zone(tokyo_clock: None) -> None:
+    keys = Credentials("AKIDEXAMPLE", SECRET_KEY)
+    elsewhere = AT.astimezone(datetime.timezone(datetime.timedelta(hours=-5)))
+    assert query_of(auth_token(keys, REGION, elsewhere))["X-Amz-Date"] == "20260301T123456Z"
+    assert auth_token(keys, REGION, elsewhere) == auth_token(keys, REGION, AT)
+
+
+def test_a_naive_signing_time_is_refused_in_those_words() -> None:
+    with pytest.raises(ValueError) as caught:
+        auth_token(Credentials("AKIDEXAMPLE", SECRET_KEY), REGION, AT.replace(tzinfo=None))
+    assert str(caught.value) == "the signing time must be timezone-aware"
+
+
+def test_the_token_is_unpadded_base64url_of_the_whole_url_whatever_its_length() -> None:
+    """Three access keys one character apart: URLs of each length modulo 3, so with 0, 1 and 2 "=" of
+    padding for the encoder to leave out."""
+    tail = "&" + urlencode({"User-Agent": msk_iam.user_agent()})
+    urls = []
+    for access_key in ("AKIDEXAMPLE", "AKIDEXAMPLE1", "AKIDEXAMPLE12"):
+        token = auth_token(Credentials(access_key, SECRET_KEY), REGION, AT)
+        assert "=" not in token
+        url = url_of(token)
+        assert url.startswith("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&")
+        assert url.endswith(tail) and f"X-Amz-Credential={access_key}%2F" in url
+        urls.append(url)
+    assert sorted(len(url.encode()) % 3 for url in urls) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("access_key", "secret_key"), [("AKIDEXAMPLE", ""), ("", SECRET_KEY)])
+def test_half_a_key_pair_is_no_credentials(access_key: str, secret_key: str) -> None:
+    with pytest.raises(TokenRefused) as caught:
+        MskIam(REGION, session=session_with(Credentials(access_key, secret_key))).fetch(AT.timestamp())
+    assert str(caught.value) == f"{DEFAULT}: no AWS credentials found in {CHAIN}"
+
+
+@pytest.mark.parametrize(
+    ("answer", "raised"),
+    [
+        ({"ResponseMetadata": {"HTTPStatusCode": 403}}, TokenRefused),  # no error code: judged by status
+        ({"Error": {"Code": "AccessDenied", "Message": "no"}}, TokenUnavailable),  # no status: as a 500
+        ({}, TokenUnavailable),
+    ],
+)
+def test_an_aws_answer_missing_its_code_or_status(answer: dict[str, Any], raised: type[Exception]) -> None:
+    failure = ClientError(answer, "AssumeRole")
+
+    def refresh() -> dict[str, str]:
+        raise failure
+
+    with pytest.raises(raised) as caught:
+        MskIam(REGION, session=session_with(expired_keys(refresh))).fetch(AT.timestamp())
+    assert str(caught.value) == f"{DEFAULT}: getting the AWS credentials failed (ClientError: {failure})"
+
+
+def test_msk_iam_from_env_without_a_region() -> None:
+    with pytest.raises(KafkaSettingsError) as caught:
+        msk_iam.msk_iam_from_env({})
+    assert str(caught.value) == not_a_region("")
+
+
+def test_aws_config_files_botocore_cannot_parse(aws_files: Path) -> None:
+    (aws_files / "config").write_text("[profile ops\nregion = eu-west-1\n")
+    with pytest.raises(KafkaSettingsError) as caught:
+        source_from_env(AWS | {PROFILE_VAR: "ops"})
+    assert str(caught.value) == (
+        f"{PROFILE_VAR}: cannot read the AWS config files: "
+        f"Unable to parse config file: {aws_files / 'config'}"
+    )

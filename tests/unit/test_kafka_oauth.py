@@ -49,12 +49,19 @@ class Canned:
     def __init__(self, status: int = 200, body: bytes = b"{}") -> None:
         self.status, self.body = status, body
         self.requests: list[tuple[str | None, dict[str, list[str]]]] = []
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        """Each request's headers and body as they came."""
+        self.stall: threading.Event | None = None
+        """When set, each answer waits for it (at most 2 s): an issuer that does not answer in time."""
         canned = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
-                canned.requests.append((self.headers.get("Authorization"), form))
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                canned.received.append((dict(self.headers.items()), body))
+                canned.requests.append((self.headers.get("Authorization"), parse_qs(body.decode())))
+                if canned.stall is not None:
+                    canned.stall.wait(2)
                 self.send_response(canned.status)
                 self.send_header("Content-Length", str(len(canned.body)))
                 self.end_headers()
@@ -64,7 +71,7 @@ class Canned:
                 return
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
 
     @property
     def url(self) -> str:
@@ -419,7 +426,7 @@ async def test_the_refusal_aware_exchange_answers_an_error_challenge_with_x01() 
     assert await taken.step(b"") is None
 
 
-def test_install_replaces_aiokafkas_oauth_authenticator() -> None:
+async def test_install_replaces_aiokafkas_oauth_authenticator() -> None:
     from aiokafka.conn import AIOKafkaConnection
 
     oauth_refusal.install()
@@ -427,13 +434,174 @@ def test_install_replaces_aiokafkas_oauth_authenticator() -> None:
     assert oauth_refusal.installed()
     connection = AIOKafkaConnection.__new__(AIOKafkaConnection)
     connection._sasl_oauth_token_provider = OAuthTokenProvider(Counting(lifetime=1.0))
-    assert isinstance(connection.authenticator_oauth(), oauth_refusal.RefusalAwareOAuthAuthenticator)
+    exchange = connection.authenticator_oauth()
+    assert isinstance(exchange, oauth_refusal.RefusalAwareOAuthAuthenticator)
+    assert await exchange.step(None) == (b"n,,\x01auth=Bearer t1\x01\x01", True)  # the connection's provider
+
+
+def test_install_fails_loudly_on_an_aiokafka_without_the_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiokafka.conn import AIOKafkaConnection
+
+    monkeypatch.delattr(AIOKafkaConnection, "authenticator_oauth")
+    with pytest.raises(RuntimeError) as caught:
+        oauth_refusal.install()
+    assert str(caught.value) == (
+        "aiokafka changed: AIOKafkaConnection.authenticator_oauth is gone; see oauth_refusal.py"
+    )
 
 
 def test_the_variables_list_is_every_oauthbearer_variable() -> None:
     assert set(oauth.VARIABLES) == {
         value for name, value in vars(oauth).items() if name.startswith("ENV_") and isinstance(value, str)
     }
+
+
+def test_the_grant_sends_exactly_this_form_and_these_headers(endpoint: Canned) -> None:
+    """RFC 6749 §2.3.1: the client id and secret are form-encoded before Basic, so a `/` (which
+    `quote` keeps by default) becomes %2F; the issuer is asked for JSON."""
+    endpoint.answer(200, {"access_token": "tok-1"})
+    client(endpoint.url, "svc/one:two", secret="s3cr/t %&=", scope="kafka read").fetch(now=0.0)
+    client(endpoint.url, "svc-turnledger").fetch(now=0.0)
+    [(with_scope, form_with_scope), (without_scope, form_without_scope)] = endpoint.received
+    assert form_with_scope == b"grant_type=client_credentials&scope=kafka+read"
+    assert form_without_scope == b"grant_type=client_credentials"
+    basic = base64.b64encode(b"svc%2Fone%3Atwo:s3cr%2Ft%20%25%26%3D").decode()
+    assert with_scope["Authorization"] == f"Basic {basic}"
+    assert with_scope["Accept"] == "application/json"
+    assert with_scope["Content-Type"] == "application/x-www-form-urlencoded"
+    assert (
+        without_scope["Authorization"]
+        == "Basic " + base64.b64encode(b"svc-turnledger:s3cr%25t%3A%26%3D").decode()
+    )
+
+
+def test_an_issuer_that_does_not_answer_in_time_is_an_outage(
+    endpoint: Canned, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request has a timeout (`ISSUER_TIMEOUT_S`, here shortened): without one, a login would wait
+    for an issuer that never answers."""
+    assert oauth.ISSUER_TIMEOUT_S == 10.0
+    monkeypatch.setattr(oauth, "ISSUER_TIMEOUT_S", 0.05)
+    endpoint.answer(200, {"access_token": "late"})
+    endpoint.stall = threading.Event()
+    try:
+        with pytest.raises(TokenUnavailable) as caught:
+            client(endpoint.url).fetch(now=0.0)
+    finally:
+        endpoint.stall.set()
+    assert str(caught.value) == f"the token endpoint {endpoint.url} did not answer: ReadTimeout"
+
+
+@pytest.mark.parametrize(
+    ("expires_in", "expires_at"),
+    [(1, 1_001.0), (0.5, 1_000.5), (0, 5_000.0), (-30, 5_000.0), (True, 5_000.0)],
+)
+def test_expires_in_counts_only_when_it_is_a_positive_number(
+    endpoint: Canned, expires_in: float, expires_at: float
+) -> None:
+    """Else the JWT's own `exp` (5000) says when it expires."""
+    endpoint.answer(200, {"access_token": jwt({"exp": 5_000}), "expires_in": expires_in})
+    assert client(endpoint.url).fetch(now=1_000.0).expires_at == expires_at
+
+
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [
+        ({"error": "invalid_scope"}, " invalid_scope"),
+        ({"error": "invalid_scope", "error_description": ""}, " invalid_scope"),
+        ({"error": "invalid_scope", "error_description": 42}, " invalid_scope"),
+        ({"error": "invalid_scope", "error_description": "no kafka"}, " invalid_scope (no kafka)"),
+        ({"error": 42, "error_description": "no kafka"}, ""),
+        ({"message": "bad request"}, ""),
+        ([{"error": "invalid_scope"}], ""),
+        (b"<html>bad request</html>", ""),
+    ],
+)
+def test_a_refusal_shows_only_an_oauth_error_and_its_description(
+    endpoint: Canned, body: dict[str, Any] | list[Any] | bytes, shown: str
+) -> None:
+    endpoint.answer(400, body if isinstance(body, bytes | dict) else json.dumps(body).encode())
+    with pytest.raises(TokenRefused) as refused:
+        client(endpoint.url).fetch(now=0.0)
+    assert (
+        str(refused.value) == f"the token endpoint {endpoint.url} refused client 'svc-turnledger': 400{shown}"
+    )
+
+
+def test_a_refused_token_files_check_names_the_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    settings = KafkaSecurity.from_env({**BASE, "KAFKA_SASL_OAUTHBEARER_TOKEN_FILE": str(token)})
+    assert settings.fix(SaslAuthenticationFailed('{"status":"invalid_token"}')) == (
+        f"The broker refused the token in {token} (KAFKA_SASL_OAUTHBEARER_TOKEN_FILE): check that whoever "
+        "writes it keeps it current and that its issuer and audience are the ones the broker expects."
+    )
+
+
+def test_a_token_file_is_utf_8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    token = tmp_path / "token"
+    token.write_bytes("tök€n\n".encode())
+    assert TokenFile(token).fetch(now=0.0) == Token("tök€n", None)
+
+
+def test_the_first_login_fetches_whatever_the_clock_reads() -> None:
+    source = Counting(lifetime=100.0)
+    provider = OAuthTokenProvider(source, clock=lambda: -1.0)
+    assert provider.current() == "t1" and source.fetched == 1
+
+
+CLIENT_CREDENTIALS = (
+    "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL logs in with the client-credentials grant: set "
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": "https://idp.example/token"},
+            f"{CLIENT_CREDENTIALS}KAFKA_SASL_OAUTHBEARER_CLIENT_ID, KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET (or "
+            "KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET_FILE)",
+        ),
+        (
+            {
+                "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": "https://idp.example/token",
+                "KAFKA_SASL_OAUTHBEARER_CLIENT_SECRET": "very-secret-value",
+            },
+            f"{CLIENT_CREDENTIALS}KAFKA_SASL_OAUTHBEARER_CLIENT_ID",
+        ),
+        (
+            {**ENDPOINT, "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": "ftp://idp.example/token"},
+            "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL must be an http:// or https:// URL, not "
+            "'ftp://idp.example/token'",
+        ),
+        (
+            {**ENDPOINT, "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": "https:///token"},
+            "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL must be an http:// or https:// URL, not 'https:///token'",
+        ),
+        (
+            {**ENDPOINT, "KAFKA_SASL_OAUTHBEARER_EXTENSIONS": "clé=x"},
+            "KAFKA_SASL_OAUTHBEARER_EXTENSIONS: 'clé=x' is not key=value with a key of letters only "
+            "(not 'auth')",
+        ),
+    ],
+)
+def test_the_settings_messages_exactly(env: dict[str, str], message: str) -> None:
+    with pytest.raises(KafkaSettingsError) as refused:
+        oauth.provider_from_env(env)
+    assert str(refused.value) == message
+
+
+def test_an_http_endpoint_and_no_scope_are_taken_as_they_are() -> None:
+    env = {**ENDPOINT, "KAFKA_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": " http://127.0.0.1:8080/token "}
+    assert source_from_env(env) == ClientCredentials(
+        "http://127.0.0.1:8080/token", "svc-turnledger", Secret("very-secret-value", "ClientSecret"), None
+    )
+
+
+def test_an_extensions_value_may_hold_an_equals_sign() -> None:
+    env = {"KAFKA_SASL_OAUTHBEARER_EXTENSIONS": "identityPoolId=pool=Ab==, logicalCluster = lkc-1"}
+    assert extensions_from_env(env) == {"identityPoolId": "pool=Ab==", "logicalCluster": "lkc-1"}
 
 
 def test_jwt_expiry_decodes_the_whole_base64url_alphabet_and_nothing_else() -> None:
