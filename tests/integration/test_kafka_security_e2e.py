@@ -1,7 +1,8 @@
 """Every service over SASL_SSL on the real broker: a small demo (processor and projector in their own
 processes, workers, tool executor, driver, replay audit) reaches Kafka only through the devstack's
 secured listener, logged in with SCRAM-SHA-512 over TLS, and again through its OAUTHBEARER listener,
-each process with a token of the client-credentials grant, and keeps every invariant; a wrong
+each process with a token of the client-credentials grant, and again through its mutual-TLS
+listener with Redis reached over TLS as its ACL user, and keeps every invariant; a wrong
 password or an expired token ends the processor's command in one line instead of an outage waited
 out for ever."""
 
@@ -191,3 +192,44 @@ def test_an_expired_token_ends_the_processor_at_once_with_what_to_fix(
         f"{expired} (KAFKA_SASL_OAUTHBEARER_TOKEN_FILE): check that whoever writes it keeps it current and "
         "that its issuer and audience are the ones the broker expects."
     )
+
+
+@pytest.fixture
+def client_certificate_and_redis_login(
+    devstack: Endpoints, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, str]]:
+    """This process and the processes it starts reach Kafka through the listener that requires a
+    client certificate (mutual TLS), and Redis through its TLS port as its ACL user (the password by
+    its file): the bootstrap and the Redis URL, as a managed Aiven Kafka and ElastiCache are reached."""
+    kafka_env, redis_env = devstack.mtls_client_env(), devstack.redis_tls_client_env()
+    if kafka_env is None or redis_env is None:
+        message = "the devstack has no mutual-TLS listener or no Redis TLS port (no openssl, or not its own)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    for name, value in {**kafka_env, **redis_env}.items():
+        monkeypatch.setenv(name, value)
+    connection.security.cache_clear()
+    try:
+        yield kafka_env["KAFKA_BOOTSTRAP_SERVERS"], redis_env["REDIS_URL"]
+    finally:
+        monkeypatch.undo()
+        connection.security.cache_clear()
+
+
+@pytest.mark.slow
+async def test_every_service_works_over_mutual_tls_with_redis_over_tls_as_its_acl_user(
+    client_certificate_and_redis_login: tuple[str, str], devstack: Endpoints
+) -> None:
+    bootstrap, redis_url = client_certificate_and_redis_login
+    assert redis_url.startswith("rediss://turnledger@") and ":" not in redis_url.split("@")[0][9:]
+    assert connection.security().describe() == (
+        f"SSL, CA {devstack.ssl_ca_file}, client certificate {devstack.ssl_client_cert_file}"
+    )
+    options = DemoOptions(conversations=12, partitions=2, serve=False, timeout_s=200)
+    result = await run_demo(bootstrap, redis_url, options)
+    failed = [(c.name, c.examples) for c in result.checks if not c.ok]
+    assert not failed
+    assert result.settle.not_final == 0 and result.settle.operations == result.driver.dispatches
+    assert result.driver.conversations == 12 and result.driver.stalled == 0
+    assert result.driver.completed + result.driver.cancelled >= 10
