@@ -164,3 +164,10 @@ def test_the_builder_checks_the_settings_before_redis_py_sees_them(monkeypatch: 
     monkeypatch.delenv("REDIS_SSL_CA_FILE", raising=False)
     with pytest.raises(RedisSettingsError, match=r"^\?ssl_ca_certs= set, but REDIS_URL is redis://"):
         redis_client("redis://cache:6379/0?ssl_ca_certs=/etc/ca.pem")
+
+
+def test_a_url_without_a_host_is_named_by_the_host_redis_py_connects_to() -> None:
+    """redis-py's `Connection` connects to localhost:6379, db 0, when the URL names none of them."""
+    client = aioredis.from_url("redis://")
+    assert "host" not in _kwargs(client) and "port" not in _kwargs(client)
+    assert client_url(client) == "redis://localhost:6379/0"

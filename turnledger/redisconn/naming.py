@@ -13,14 +13,16 @@ def is_tls(client: aioredis.Redis) -> bool:
 
 def client_url(client: aioredis.Redis) -> str:
     """The address `client` connects to as a URL, its user named and its password never
-    (`rediss://gateway:***@cache.example.net:6380/0`), for messages and log lines."""
+    (`rediss://gateway:***@cache.example.net:6380/0`), for messages and log lines; what the URL left
+    out is redis-py's default (localhost:6379, db 0)."""
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
     user = kwargs.get("username")
     login = f"{user or ''}:***@" if kwargs.get("password") else (f"{user}@" if user else "")
     scheme = "rediss" if is_tls(client) else "redis"
-    return f"{scheme}://{login}{kwargs.get('host', '?')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    address = f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+    return f"{scheme}://{login}{address}/{kwargs.get('db', 0)}"
 
 
 def describe(client: aioredis.Redis) -> str:
