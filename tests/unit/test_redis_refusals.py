@@ -7,6 +7,7 @@ The same refusals on a real redis-server: tests/integration/test_redis_tls.py.
 from __future__ import annotations
 
 import ssl
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -173,3 +174,95 @@ async def test_ride_out_re_raises_a_typed_refusal_as_it_is(client: aioredis.Redi
     with pytest.raises(RedisAccessError) as caught:
         await ride_out(attempt, waiting_for="Redis", classify=redis_outage(client))
     assert caught.value is refused and caught.value.__cause__ is None
+
+
+# `RULES` is built when the module loads, before mutmut switches a mutant on: the rules' makers are
+# also read here, each on what it matches and what it reports, and the table on the exact rule that
+# decides.
+
+
+def _deciding(error: BaseException) -> int | None:
+    """The index of the first rule of `RULES` that matches `error`."""
+    return next((i for i, rule in enumerate(refusals.RULES) if rule.match(error) is not None), None)
+
+
+@pytest.mark.parametrize(
+    ("error", "rule"),
+    [
+        (AuthenticationError("invalid password"), 0),
+        (AuthenticationWrongNumberOfArgsError("wrong number of arguments for 'auth'"), 0),
+        (ResponseError("WRONGPASS invalid username-password pair"), 1),
+        (ResponseError("NOAUTH Authentication required."), 1),
+        (NoPermissionError("no permissions"), 2),
+        (_wrapped(CERT), 3),
+        (_wrapped(VERSION), 4),
+        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 5),
+        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 5),
+        (ConnectionResetError(104, "Connection reset by peer"), 5),
+        (ResponseError("ERR WRONGPASS is not at the start"), None),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_the_first_rule_that_matches_decides(error: BaseException, rule: int | None) -> None:
+    assert _deciding(error) == rule
+
+
+def test_of_type_reports_the_error_itself() -> None:
+    match = refusals.of_type(KeyError, NoPermissionError)
+    error = NoPermissionError("no permissions")
+    assert match(error) is error
+    assert match(ValueError("x")) is None
+
+
+def test_response_starting_reads_the_code_at_the_start_of_a_response_error_only() -> None:
+    match = refusals.response_starting("WRONGPASS", "NOAUTH")
+    wrongpass, noauth = ResponseError("WRONGPASS x"), ResponseError("NOAUTH x")
+    assert match(wrongpass) is wrongpass and match(noauth) is noauth
+    assert match(ResponseError("ERR x")) is None
+    assert match(ResponseError("ERR WRONGPASS x")) is None
+    assert match(RedisConnectionError("WRONGPASS x")) is None
+
+
+def test_caused_by_reports_the_first_error_of_the_kind_in_the_chain() -> None:
+    match = refusals.caused_by(ssl.SSLError, ssl.SSLEOFError)
+    assert match(VERSION) is VERSION
+    assert match(_wrapped(VERSION)) is VERSION
+    assert match(_wrapped(ssl.SSLEOFError(8, "EOF"))) is None
+    assert match(_wrapped(ConnectionRefusedError(111, "refused"))) is None
+    assert match(RedisConnectionError("no cause")) is None
+
+
+def test_caused_by_reads_an_error_raised_while_handling_another() -> None:
+    """redis-py raises some of its `ConnectionError`s inside the `except` of the `ssl` error: the
+    `ssl` error is then only the context."""
+    try:
+        try:
+            raise CERT
+        except ssl.SSLError:
+            raise RedisConnectionError("Error connecting")  # noqa: B904 - the context alone
+    except RedisConnectionError as exc:
+        handled = exc
+    assert handled.__cause__ is None and handled.__context__ is CERT
+    assert refusals.caused_by(ssl.SSLCertVerificationError)(handled) is CERT
+
+
+def test_caused_by_reads_only_a_connection_s_error() -> None:
+    """An error that is not a connection's is not the table's, whatever caused it."""
+    try:
+        raise ResponseError("ERR from a script") from CERT
+    except ResponseError as exc:
+        caused = exc
+    assert refusals.caused_by(ssl.SSLCertVerificationError)(caused) is None
+    assert refusals.caused_by(ssl.SSLCertVerificationError)(CERT) is CERT  # an OSError itself
+
+
+def test_caused_by_ends_on_a_chain_that_loops() -> None:
+    first, second = RedisConnectionError("first"), ConnectionResetError(104, "reset")
+    first.__context__, second.__context__ = second, first
+    found: list[BaseException | None] = []
+    worker = threading.Thread(
+        target=lambda: found.append(refusals.caused_by(ssl.SSLError)(first)), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=2)
+    assert found == [None]

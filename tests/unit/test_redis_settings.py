@@ -171,3 +171,136 @@ def test_a_url_without_a_host_is_named_by_the_host_redis_py_connects_to() -> Non
     client = aioredis.from_url("redis://")
     assert "host" not in _kwargs(client) and "port" not in _kwargs(client)
     assert client_url(client) == "redis://localhost:6379/0"
+
+
+def test_the_process_environment_is_read_when_no_env_is_given(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_SSL_CA_FILE", str(files["ca"]))
+    monkeypatch.delenv("REDIS_PASSWORD_FILE", raising=False)
+    assert client_options("rediss://cache:6380/0") == {
+        "socket_connect_timeout": 5.0,
+        "ssl_ca_certs": str(files["ca"]),
+    }
+
+
+@pytest.mark.parametrize(
+    "url", ["REDISS://cache:6380/0", "unix:///run/redis.sock", "redis://cache:6379/0?protocol=3"]
+)
+def test_a_scheme_in_any_case_and_a_query_without_tls_options_are_accepted(url: str) -> None:
+    """A query option that is not an `ssl_*` one is left to redis-py."""
+    assert client_options(url, {"REDIS_SSL_CA_FILE": " ", "REDIS_PASSWORD_FILE": ""}) == {
+        "socket_connect_timeout": 5.0
+    }
+
+
+def test_a_password_file_applies_to_any_scheme_and_loses_its_surrounding_whitespace(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("  pässword with spaces \r\n", encoding="utf-8")
+    env = {"REDIS_PASSWORD_FILE": f" {secret}\n"}
+    for url in ("redis://gateway@cache:6379/0", "unix:///run/redis.sock?db=1"):
+        assert client_options(url, env) == {"socket_connect_timeout": 5.0, "password": "pässword with spaces"}
+
+
+def test_a_password_file_is_utf_8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes("pässword\n".encode())
+    assert (
+        client_options("redis://cache:6379/0", {"REDIS_PASSWORD_FILE": str(secret)})["password"] == "pässword"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "env", "message"),
+    [
+        (
+            "",
+            {},
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS) or unix://, not nothing",
+        ),
+        (
+            "//cache:6379/0",
+            {},
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS) or unix://, not nothing",
+        ),
+        (
+            "unix:///run/redis.sock",
+            {"REDIS_SSL_CA_FILE": "{ca}"},
+            "REDIS_SSL_CA_FILE set, but REDIS_URL is unix://: TLS needs a rediss:// URL",
+        ),
+        (
+            "redis://cache:6379/0?ssl_cert_reqs=none",
+            {"REDIS_SSL_CA_FILE": "{ca}"},
+            "REDIS_SSL_CA_FILE, ?ssl_cert_reqs= set, but REDIS_URL is redis://: TLS needs a rediss:// URL",
+        ),
+        (
+            "rediss://:pw@cache:6380/0",
+            {"REDIS_PASSWORD_FILE": "{password}"},
+            "set a password in REDIS_URL or REDIS_PASSWORD_FILE, not both",
+        ),
+        (
+            "rediss://cache:6380/0?Password=pw",
+            {"REDIS_PASSWORD_FILE": "{password}"},
+            "set a password in REDIS_URL or REDIS_PASSWORD_FILE, not both",
+        ),
+        (
+            "rediss://cache:6380/0",
+            {"REDIS_SSL_CA_FILE": "{directory}"},
+            "REDIS_SSL_CA_FILE: cannot read the file {directory}",
+        ),
+        (
+            "rediss://cache:6380/0",
+            {"REDIS_PASSWORD_FILE": "{directory}"},
+            "REDIS_PASSWORD_FILE: cannot read the file {directory}",
+        ),
+    ],
+)
+def test_more_settings_that_cannot_work(
+    tmp_path: Path, files: dict[str, Path], url: str, env: dict[str, str], message: str
+) -> None:
+    names = {**{k: str(v) for k, v in files.items()}, "directory": str(tmp_path)}
+    with pytest.raises(RedisSettingsError) as caught:
+        client_options(url, {k: v.format(**names) for k, v in env.items()})
+    assert str(caught.value) == message.format(**names)
+
+
+def test_how_each_login_and_tls_setting_is_named() -> None:
+    named = {
+        url: (client_url(client), describe(client))
+        for url, client in (
+            (url, aioredis.from_url(url, **options))
+            for url, options in (
+                ("redis://gateway@cache:6379", {}),
+                ("redis://:pw@cache:6379/3", {}),
+                ("rediss://cache:6380/1", {}),
+                ("rediss://cache:6380/1?ssl_cert_reqs=required", {}),
+                ("rediss://u:pw@cache:6380/0", {"ssl_ca_certs": "/ca.pem", "ssl_cert_reqs": "none"}),
+                ("unix:///run/redis.sock", {}),
+                ("unix://u:pw@/run/redis.sock?db=3", {}),
+            )
+        )
+    }
+    assert named == {
+        "redis://gateway@cache:6379": (
+            "redis://gateway@cache:6379/0",
+            "plaintext, user 'gateway' without a password",
+        ),
+        "redis://:pw@cache:6379/3": (
+            "redis://:***@cache:6379/3",
+            "plaintext, the default user with a password",
+        ),
+        "rediss://cache:6380/1": ("rediss://cache:6380/1", "TLS, the system's CAs, no login"),
+        "rediss://cache:6380/1?ssl_cert_reqs=required": (
+            "rediss://cache:6380/1",
+            "TLS, the system's CAs, no login",
+        ),
+        "rediss://u:pw@cache:6380/0": (
+            "rediss://u:***@cache:6380/0",
+            "TLS, certificate not verified, user 'u' with a password",
+        ),
+        "unix:///run/redis.sock": ("unix:///run/redis.sock?db=0", "plaintext, no login"),
+        "unix://u:pw@/run/redis.sock?db=3": (
+            "unix:///run/redis.sock?db=3",
+            "plaintext, user 'u' with a password",
+        ),
+    }
