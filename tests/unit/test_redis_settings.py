@@ -304,3 +304,49 @@ def test_how_each_login_and_tls_setting_is_named() -> None:
             "plaintext, user 'u' with a password",
         ),
     }
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "redis://cache:6379/0?ssl=true",
+            "?ssl= in REDIS_URL: not an option a redis:// connection takes (TLS is a rediss:// URL)",
+        ),
+        (
+            "rediss://cache:6380/0?ssl=true&sockettimeout=3",
+            "?sockettimeout=, ?ssl= in REDIS_URL: not an option a rediss:// connection takes",
+        ),
+        (
+            "redis://cache:6379/0?timeout=3",
+            "?timeout= in REDIS_URL: not an option a redis:// connection takes",
+        ),
+        (
+            "unix:///run/redis.sock?db=0&host=cache",
+            "?host= in REDIS_URL: not an option a unix:// connection takes",
+        ),
+    ],
+)
+def test_a_query_option_the_connection_does_not_take_is_refused_at_start(url: str, message: str) -> None:
+    with pytest.raises(RedisSettingsError) as refused:
+        client_options(url, {})
+    assert str(refused.value) == message
+
+
+async def test_what_the_check_refuses_redis_py_would_have_failed_on_at_the_first_command() -> None:
+    client = aioredis.from_url("redis://127.0.0.1:9/0?ssl=true", socket_connect_timeout=0.1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ssl'"):
+        await client.ping()
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://cache:6379/0?socket_timeout=3&health_check_interval=10&max_connections=20&client_name=tl",
+        "rediss://cache:6380/0?ssl_cert_reqs=required&ssl_check_hostname=true&ssl_min_version=TLSv1_2",
+        "unix:///run/redis.sock?db=2&socket_timeout=1",
+    ],
+)
+def test_the_connections_own_options_pass(url: str) -> None:
+    assert client_options(url, {}) == {"socket_connect_timeout": 5.0}

@@ -11,16 +11,26 @@ other query parameter to the connection as it stands (`?ssl_ca_certs=/etc/ca.pem
 
 redis-py lets the URL's own options win over keyword arguments, so a setting given both ways would be
 decided silently; here it is a `RedisSettingsError` naming both, as is a TLS option on a plaintext
-URL (redis-py would pass it to a connection that takes no such argument, on the first command).
+URL, or any query option the connection does not take (`?ssl=true`, a typo): redis-py passes those to
+the connection as they stand, which fails with a `TypeError` on the first command, not at start.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from redis.asyncio.connection import (
+    Connection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
 
 from turnledger.errors import RedisSettingsError
 
@@ -29,6 +39,8 @@ ENV_CA_FILE = "REDIS_SSL_CA_FILE"
 ENV_PASSWORD_FILE = "REDIS_PASSWORD_FILE"
 SCHEMES = ("redis", "rediss", "unix")
 QUERY_CA = "ssl_ca_certs"
+CONNECTION_CLASSES = {"redis": Connection, "rediss": SSLConnection, "unix": UnixDomainSocketConnection}
+"""The asyncio connection redis-py builds for each scheme, whose arguments a URL's query may set."""
 CONNECT_TIMEOUT_S = 5.0
 """Every client gives up a connection attempt after this long: without it a Redis that swallows the
 packets (a firewall, TLS spoken to a plaintext port) holds a command for ever."""
@@ -63,7 +75,29 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
         if parts.password or "password" in {name.lower() for name in query}:
             raise RedisSettingsError(f"set a password in {ENV_URL} or {ENV_PASSWORD_FILE}, not both")
         options["password"] = _password(password_file)
+    unknown = sorted(name for name in query if name not in accepted_options(scheme))
+    if unknown:
+        hint = " (TLS is a rediss:// URL)" if "ssl" in unknown and scheme != "rediss" else ""
+        raise RedisSettingsError(
+            f"{', '.join(f'?{name}=' for name in unknown)} in {ENV_URL}: not an option a {scheme}:// "
+            f"connection takes{hint}"
+        )
     return options
+
+
+@functools.cache
+def accepted_options(scheme: str) -> frozenset[str]:
+    """The keyword arguments of the pool and of `scheme`'s connection class, its bases' included (each
+    passes the rest of its keywords up): what a URL's query may name."""
+    classes = (*CONNECTION_CLASSES[scheme].__mro__, ConnectionPool)
+    return frozenset(
+        parameter.name
+        for cls in classes
+        if "__init__" in vars(cls)
+        for parameter in inspect.signature(vars(cls)["__init__"]).parameters.values()
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        and parameter.name != "self"
+    )
 
 
 def _readable(env: Mapping[str, str], name: str) -> Path | None:
