@@ -41,6 +41,16 @@ async def test_the_window_is_counted_from_the_first_record_and_fetches_wait_what
     assert clock.now == 1.5
 
 
+async def test_a_fetch_waits_the_whole_seconds_left_of_a_long_window() -> None:
+    clock = FakeClock()
+    fetch = ScriptedFetch([(0.0, rec(0)), (0.5, rec(1))], clock)
+    batch = await collect_batch(
+        fetch, max_records=10, max_ms=1000, stop=asyncio.Event(), idle_poll_ms=5000, clock=clock
+    )
+    assert [r.offset for r in batch] == [0, 1]
+    assert fetch.calls == [(5000, 10), (1000, 9), (500, 8)] and clock.now == 1.0
+
+
 async def test_a_window_with_one_ms_left_still_fetches_and_one_with_none_left_does_not() -> None:
     clock = FakeClock()
     fetch = ScriptedFetch([(0.0, rec(0)), (0.0, rec(1))], clock)

@@ -190,6 +190,18 @@ def test_a_piece_that_raises_is_logged_and_rolls_the_lineage_back(caplog: pytest
     assert outcome == FoldOutcome(
         [out("c1", b"c1:1"), OutputRecord("rejected", b"c1", b"1"), out("c1", b"c1:2")], 1
     )
+    # given up once: neither the later piece nor the close is tried on the open batch again
+    assert logged(caplog) == [
+        (
+            logging.WARNING,
+            "fold raised on a batch being gathered (ValueError('boom')); folding it whole at its close",
+        ),
+        (
+            logging.WARNING,
+            "fold raised on a batch of 3 records (ValueError('boom')); retrying one record at a time",
+        ),
+        (logging.ERROR, "poison record in-0@1 (ValueError: boom): emitting on_poison outputs"),
+    ]
 
 
 def test_a_close_that_raises_is_logged_once_and_its_batch_folded_whole(
@@ -245,3 +257,19 @@ def test_json_poison_hook_keeps_working_through_fold_batch() -> None:
         json_poison_hook(Topics("t.")),
     )
     assert outcome.poisoned == 1 and outcome.outputs[0].topic == "t.turnledger.rejections"
+
+
+def test_a_batch_gathered_whole_closes_once_without_a_warning_or_a_rollback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, LOGGER)
+    overlay = OverlayStore(MemoryStateStore())
+    stamp = overlay.rollback_stamp
+    fold = IncrementalCounterFold()
+    gathered = FoldingBatch(fold, Hook(), overlay)
+    gathered.fold_records([rec(0), rec(1, "c2")])
+    gathered.fold_records([rec(2)])
+    outcome = gathered.outcome([rec(0), rec(1, "c2"), rec(2)])
+    assert outcome == FoldOutcome([out("c1", b"c1:1"), out("c2", b"c2:1"), out("c1", b"c1:2")], 0)
+    assert fold.closes == 1 and dict(overlay.dirty) == {"c1": b"2", "c2": b"1"}
+    assert logged(caplog) == [] and overlay.rollback_stamp is stamp
