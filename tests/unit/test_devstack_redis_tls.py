@@ -64,7 +64,7 @@ def test_the_acl_user_is_given_by_the_sha256_of_its_password_one_rule_an_argumen
 
 
 def test_the_argv_adds_the_user_and_the_tls_port_to_the_plaintext_port(tmp_path: Path) -> None:
-    material = RedisTls(tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key")
+    material = RedisTls.at(tmp_path)
     argv = redis_argv("redis-server", 6379, tmp_path, ["--user", "u", "on"], tls_args(6380, material))
     assert argv == [
         "redis-server",
@@ -79,7 +79,7 @@ def test_the_argv_adds_the_user_and_the_tls_port_to_the_plaintext_port(tmp_path:
         "--tls-cert-file", str(tmp_path / "server.pem"),
         "--tls-key-file", str(tmp_path / "server.key"),
         "--tls-ca-cert-file", str(tmp_path / "ca.pem"),
-        "--tls-auth-clients", "no",
+        "--tls-auth-clients", "optional",
     ]  # fmt: skip
     assert "the-real-password" not in " ".join(acl_user_args("turnledger", "the-real-password"))
 
@@ -100,8 +100,14 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RedisTls]:
 
 def test_openssl_makes_a_ca_and_a_server_certificate_with_a_private_key(made: tuple[Path, RedisTls]) -> None:
     directory, material = made
-    assert sorted(p.name for p in directory.iterdir()) == ["ca.pem", "not-after", "server.key", "server.pem"]
-    assert (_mode(material.key_file), _mode(directory)) == (0o600, 0o755)
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "ca.pem", "client.key", "client.pem", "not-after", "server.key", "server.pem",
+    ]  # fmt: skip
+    assert (_mode(material.key_file), _mode(material.client_key_file), _mode(directory)) == (
+        0o600,
+        0o600,
+        0o755,
+    )
     assert not list(directory.parent.glob(".redis-tls-*")), "the staging directory (and the CA's key) is gone"
     text = subprocess.run(
         ["openssl", "x509", "-noout", "-text", "-in", str(material.cert_file)],
@@ -120,6 +126,29 @@ def test_openssl_makes_a_ca_and_a_server_certificate_with_a_private_key(made: tu
     assert verified.stdout.strip() == f"{material.cert_file}: OK", verified.stderr
     context = ssl.create_default_context(cafile=str(material.ca_file))
     context.load_cert_chain(material.cert_file, material.key_file)  # the key is the certificate's
+
+
+def test_openssl_makes_a_client_certificate_of_the_same_ca(made: tuple[Path, RedisTls]) -> None:
+    """The client's certificate is for clients only (clientAuth) and the CA signed it, so the TLS port,
+    which trusts that CA, takes it."""
+    _, material = made
+    text = subprocess.run(
+        ["openssl", "x509", "-noout", "-text", "-in", str(material.client_cert_file)],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    assert "Subject: CN = turnledger\n" in text
+    assert "TLS Web Client Authentication" in text and "TLS Web Server Authentication" not in text
+    verified = subprocess.run(
+        ["openssl", "verify", "-x509_strict", "-purpose", "sslclient", "-CAfile", str(material.ca_file),
+         str(material.client_cert_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert verified.stdout.strip() == f"{material.client_cert_file}: OK", verified.stderr
+    ssl.create_default_context().load_cert_chain(material.client_cert_file, material.client_key_file)
 
 
 def test_the_material_is_made_once_and_again_when_expiring(made: tuple[Path, RedisTls]) -> None:

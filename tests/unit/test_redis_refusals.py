@@ -28,7 +28,9 @@ from turnledger.projections.projector import redis_outage
 from turnledger.redisconn import refusals
 from turnledger.redisconn.refusals import (
     CHECK_CERTIFICATE,
+    CHECK_CLIENT_CERTIFICATE,
     CHECK_LOGIN,
+    CHECK_NO_CLIENT_CERTIFICATE,
     CHECK_PERMISSIONS,
     CHECK_TLS,
     classify,
@@ -57,6 +59,25 @@ def _wrapped(cause: BaseException) -> RedisConnectionError:
 CERT = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
 VERSION = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
 
+
+def _alert(reason: str) -> ssl.SSLError:
+    """A TLS alert as `ssl` raises it: the reason code is an attribute, not only text."""
+    error = ssl.SSLError(1, f"[SSL: {reason}] {reason.lower().replace('_', ' ')} (_ssl.c:2580)")
+    error.reason = reason
+    return error
+
+
+def _read_failed(cause: BaseException) -> RedisConnectionError:
+    """As redis-py raises a failed first read (TLS 1.3: the server's alert comes after the handshake)."""
+    try:
+        raise RedisConnectionError(f"Error while reading from cache.example.net:6380 : {cause}") from cause
+    except RedisConnectionError as exc:
+        return exc
+
+
+REQUIRED = _alert("TLSV13_ALERT_CERTIFICATE_REQUIRED")
+UNKNOWN_CA = _alert("TLSV1_ALERT_UNKNOWN_CA")
+
 ACCESS = [
     (AuthenticationError("invalid username-password pair or user is disabled."), CHECK_LOGIN),
     (AuthenticationError("Authentication required."), CHECK_LOGIN),  # NOAUTH, as redis-py maps it
@@ -67,6 +88,8 @@ ACCESS = [
     (_wrapped(CERT), CHECK_CERTIFICATE),
     (CERT, CHECK_CERTIFICATE),
     (_wrapped(VERSION), CHECK_TLS),
+    (_read_failed(REQUIRED), CHECK_NO_CLIENT_CERTIFICATE),
+    (_read_failed(UNKNOWN_CA), CHECK_NO_CLIENT_CERTIFICATE),
 ]
 OUTAGES = [
     RedisConnectionError("Error 111 connecting to cache.example.net:6380. Connection refused."),
@@ -89,6 +112,7 @@ def test_the_table_has_one_rule_per_kind_and_the_outage_rule_last() -> None:
         CHECK_LOGIN,
         CHECK_PERMISSIONS,
         CHECK_CERTIFICATE,
+        refusals.client_certificate_check,
         CHECK_TLS,
         None,
     ]
@@ -104,6 +128,23 @@ def test_a_refusal_is_an_access_error_with_what_to_check(
     assert str(failure).startswith(f"Redis at {SHOWN!r} refused the connection ({TRIED}): ")
     assert str(failure).endswith(f". {check}")
     assert "s3cret-pw" not in str(failure)
+
+
+@pytest.mark.parametrize("alert", [REQUIRED, UNKNOWN_CA, _alert("SSLV3_ALERT_CERTIFICATE_EXPIRED")])
+def test_an_alert_about_a_certificate_we_gave_names_it(alert: ssl.SSLError) -> None:
+    """With a client certificate set, the same alerts say Redis refused that certificate, named in
+    what was tried, rather than that it wants one."""
+    client = aioredis.from_url(
+        URL, ssl_ca_certs="/etc/redis/ca.pem", ssl_certfile="/etc/redis/client.pem", ssl_keyfile="/k.pem"
+    )
+    failure = classify(_read_failed(alert), client)
+    assert isinstance(failure, RedisAccessError)
+    assert failure.__class__ is RedisAccessError and not failure.retriable
+    assert str(failure) == (
+        f"Redis at {SHOWN!r} refused the connection (TLS, CA /etc/redis/ca.pem, client certificate "
+        f"/etc/redis/client.pem, user 'gateway' with a password): SSLError: {alert}. "
+        f"{CHECK_CLIENT_CERTIFICATE}"
+    )
 
 
 @pytest.mark.parametrize("error", OUTAGES, ids=lambda v: type(v).__name__)
@@ -195,10 +236,14 @@ def _deciding(error: BaseException) -> int | None:
         (ResponseError("NOAUTH Authentication required."), 1),
         (NoPermissionError("no permissions"), 2),
         (_wrapped(CERT), 3),
-        (_wrapped(VERSION), 4),
-        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 5),
-        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 5),
-        (ConnectionResetError(104, "Connection reset by peer"), 5),
+        (_read_failed(REQUIRED), 4),
+        (_read_failed(_alert("SSLV3_ALERT_BAD_CERTIFICATE")), 4),
+        (_wrapped(VERSION), 5),
+        (_read_failed(_alert("SSLV3_ALERT_HANDSHAKE_FAILURE")), 5),
+        (REQUIRED, 4),
+        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 6),
+        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 6),
+        (ConnectionResetError(104, "Connection reset by peer"), 6),
         (ResponseError("ERR WRONGPASS is not at the start"), None),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),

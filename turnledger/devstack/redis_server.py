@@ -16,6 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import redis
 
@@ -61,15 +62,17 @@ def acl_user_args(username: str, password: str) -> list[str]:
     return ["--user", username, ACL_RULES[0], f"#{digest}", *ACL_RULES[1:]]
 
 
-def tls_args(port: int, material: RedisTls) -> list[str]:
-    """The TLS port with the server's certificate; clients present none (`--tls-auth-clients no`), as
-    with managed Redis, which logs clients in by password."""
+def tls_args(port: int, material: RedisTls, clients: Literal["optional", "yes"] = "optional") -> list[str]:
+    """The TLS port with the server's certificate. A client may present a certificate of the same CA
+    (`--tls-auth-clients optional`: one presented is verified, one of another CA refused) and need
+    not, as with managed Redis, which logs clients in by password; `yes` requires one (the tests of
+    mutual TLS start such a server of their own)."""
     return [
         "--tls-port", str(port),
         "--tls-cert-file", str(material.cert_file),
         "--tls-key-file", str(material.key_file),
         "--tls-ca-cert-file", str(material.ca_file),
-        "--tls-auth-clients", "no",
+        "--tls-auth-clients", clients,
     ]  # fmt: skip
 
 

@@ -10,8 +10,10 @@ right after Redis (started first) made its set, and would take a running Redis's
 
 `redis-tls/` holds `ca.pem` (the CA certificate: clients' REDIS_SSL_CA_FILE), `server.pem` (for
 IP:127.0.0.1 and DNS:localhost, with the CA's certificate after it), `server.key` (unencrypted, mode
-0600) and `not-after` (Unix seconds). The CA's key never leaves the temporary directory it was made
-in: nothing can sign another certificate with it once the server's is signed.
+0600), a client certificate the same CA signed, `client.pem` and `client.key` (mode 0600: clients'
+REDIS_SSL_CERT_FILE and REDIS_SSL_KEY_FILE, for mutual TLS), and `not-after` (Unix seconds). The CA's
+key never leaves the temporary directory it was made in: nothing can sign another certificate with it
+once the server's and the client's are signed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from turnledger.devstack.errors import DevstackError
 from turnledger.devstack.tls import BROKER_SAN, RENEW_WITHIN_S, VALIDITY_DAYS, install_set
 
-MATERIAL = ("ca.pem", "server.pem", "server.key", "not-after")
+MATERIAL = ("ca.pem", "server.pem", "server.key", "client.pem", "client.key", "not-after")
 KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
 """EC P-256, as the broker's: made in milliseconds, accepted by OpenSSL on both ends."""
 CA_SUBJECT = "/CN=turnledger devstack Redis CA"
@@ -47,6 +49,14 @@ SERVER_EXTENSIONS = (
 )
 """The server certificate's names (the devstack's Redis is reached at 127.0.0.1; `localhost` for users
 who type it) and the key identifiers X509_STRICT requires of a certificate a CA issued."""
+CLIENT_SUBJECT = "/CN=turnledger"
+CLIENT_EXTENSIONS = (
+    "keyUsage=critical,digitalSignature\n"
+    "extendedKeyUsage=clientAuth\n"
+    "subjectKeyIdentifier=hash\n"
+    "authorityKeyIdentifier=keyid,issuer\n"
+)
+"""A certificate a client presents (`clientAuth`); Redis checks only that the CA signed it."""
 
 OPENSSL_MISSING_FOR_REDIS = (
     "openssl was not found on PATH: the devstack makes the certificate of Redis's TLS port with it, so "
@@ -59,10 +69,12 @@ class RedisTls:
     ca_file: Path
     cert_file: Path
     key_file: Path
+    client_cert_file: Path
+    client_key_file: Path
 
     @classmethod
     def at(cls, directory: Path) -> RedisTls:
-        return cls(directory / "ca.pem", directory / "server.pem", directory / "server.key")
+        return cls(*(directory / name for name in MATERIAL[:5]))
 
 
 def needs_renewal(directory: Path, now: float) -> bool:
@@ -92,9 +104,9 @@ def ensure_redis_tls(directory: Path, openssl: str) -> RedisTls:
 
 
 def _make(staging: Path, openssl: str) -> None:
-    """The CA (key and self-signed certificate), the server's key and request, the server's certificate
-    signed by the CA: three openssl runs in `staging` (mode 0700, so no key is readable by others
-    while it is written)."""
+    """The CA (key and self-signed certificate), then for the server and for a client a key and request
+    and the certificate the CA signed: five openssl runs in `staging` (mode 0700, so no key is
+    readable by others while it is written)."""
     staging.mkdir(mode=0o700)
     out = staging / "out"
     out.mkdir(mode=0o700)
@@ -103,17 +115,20 @@ def _make(staging: Path, openssl: str) -> None:
     ca_key, ca_pem = staging / "ca.key", out / "ca.pem"
     _run(staging, openssl, "req", "-x509", *KEY, "-keyout", str(ca_key), "-out", str(ca_pem), *days,
          "-subj", CA_SUBJECT, *CA_EXTENSIONS)  # fmt: skip
-    request = staging / "server.csr"
-    _run(staging, openssl, "req", "-new", *KEY, "-keyout", str(out / "server.key"), "-out", str(request),
-         "-subj", "/CN=localhost")  # fmt: skip
-    (out / "server.key").chmod(0o600)
-    extensions = staging / "server.ext"
-    extensions.write_text(SERVER_EXTENSIONS)
-    signed = staging / "server-only.pem"
-    serial = ("-CAcreateserial", "-CAserial", str(staging / "ca.srl"))
-    _run(staging, openssl, "x509", "-req", "-in", str(request), "-CA", str(ca_pem), "-CAkey", str(ca_key),
-         *serial, *days, "-extfile", str(extensions), "-out", str(signed))  # fmt: skip
-    (out / "server.pem").write_bytes(signed.read_bytes() + ca_pem.read_bytes())
+    for name, subject, extensions in (
+        ("server", "/CN=localhost", SERVER_EXTENSIONS),
+        ("client", CLIENT_SUBJECT, CLIENT_EXTENSIONS),
+    ):
+        key, request, extfile = out / f"{name}.key", staging / f"{name}.csr", staging / f"{name}.ext"
+        _run(staging, openssl, "req", "-new", *KEY, "-keyout", str(key), "-out", str(request),
+             "-subj", subject)  # fmt: skip
+        key.chmod(0o600)
+        extfile.write_text(extensions)
+        signed = staging / f"{name}-only.pem"
+        serial = ("-CAcreateserial", "-CAserial", str(staging / "ca.srl"))
+        _run(staging, openssl, "x509", "-req", "-in", str(request), "-CA", str(ca_pem), "-CAkey", str(ca_key),
+             *serial, *days, "-extfile", str(extfile), "-out", str(signed))  # fmt: skip
+        (out / f"{name}.pem").write_bytes(signed.read_bytes() + ca_pem.read_bytes())
     (out / "not-after").write_text(f"{started + VALIDITY_DAYS * 86400:.0f}\n")
     out.chmod(0o755)  # opened to others (for ca.pem) once the key in it is 0600
 

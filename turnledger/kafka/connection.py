@@ -26,7 +26,7 @@ apart, so a wrong password ends the service with a `KafkaAccessError` that says 
 A broker that requires a client certificate (mutual TLS) and gets none, or one signed by a CA it does
 not trust, says so with a TLS alert. Under TLS 1.3 the client's handshake has already completed by
 then, so the alert arrives on the first read, where aiokafka turns it into "Connection at ... closed"
-with the `ssl.SSLError` as its cause; `diagnose` finds it there (`CLIENT_CERTIFICATE_ALERTS`).
+with the `ssl.SSLError` as its cause; `diagnose` finds it there (`tls_alerts.CLIENT_CERTIFICATE_ALERTS`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from aiokafka.helpers import create_ssl_context
 from turnledger.errors import KafkaAccessError, KafkaSettingsError
 from turnledger.kafka import oauth
 from turnledger.kafka.secret import Secret, read_secret
+from turnledger.tls_alerts import certificate_alert
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -73,17 +74,6 @@ ACCESS_ERRORS: tuple[type[BaseException], ...] = (
 )
 """What a connection raises when the broker was reached and refused us: waiting does not help."""
 
-CLIENT_CERTIFICATE_ALERTS = frozenset(
-    {
-        "SSLV3_ALERT_BAD_CERTIFICATE",  # a Java broker (Kafka) given no client certificate
-        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",  # a Java broker given one its truststore does not trust
-        "TLSV13_ALERT_CERTIFICATE_REQUIRED",  # an OpenSSL server (a TLS proxy) given none
-        "TLSV1_ALERT_UNKNOWN_CA",  # an OpenSSL server given one of a CA it does not know
-        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
-    }
-)
-"""The `ssl.SSLError.reason` of the TLS alerts a server sends about the client's certificate (or its
-absence): only a server sends them about ours, so each means the broker refused who we are."""
 
 _NOT_THIS_LOGIN = (
     kafka_errors.UnsupportedSaslMechanismError,
@@ -199,7 +189,7 @@ class KafkaSecurity:
 
     def fix(self, refused: BaseException) -> str:
         """What to check, by how the broker refused us."""
-        if _certificate_alert(refused) is not None:
+        if certificate_alert(refused) is not None:
             if self.cert_file is None:
                 return (
                     f"The broker requires a client certificate (mutual TLS): set {ENV_CERT_FILE} and "
@@ -303,7 +293,7 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
         except ACCESS_ERRORS as exc:
             raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix(exc)) from None
         except kafka_errors.KafkaConnectionError as exc:
-            alert = _certificate_alert(exc.__cause__)
+            alert = certificate_alert(exc.__cause__)
             if alert is None:  # closed for another reason: an outage, not ours to judge here
                 continue
             raise KafkaAccessError(bootstrap, settings.describe(), alert, settings.fix(alert)) from None
@@ -311,10 +301,3 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
             continue
         conn.close()
         return
-
-
-def _certificate_alert(exc: BaseException | None) -> ssl.SSLError | None:
-    """`exc` when it is a TLS alert the broker sent about our client certificate, else None."""
-    if isinstance(exc, ssl.SSLError) and getattr(exc, "reason", None) in CLIENT_CERTIFICATE_ALERTS:
-        return exc
-    return None

@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 
 from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
 from turnledger.redisconn.naming import client_url, describe, is_tls
-from turnledger.redisconn.probe import other_protocol
-from turnledger.redisconn.refusals import classify
+from turnledger.redisconn.probe import certificate_refusal, other_protocol
+from turnledger.redisconn.refusals import classify, client_certificate_check
 from turnledger.redisconn.settings import client_options
 
 
@@ -54,7 +54,8 @@ async def explain(client: aioredis.Redis, exc: BaseException) -> TurnledgerError
     """What `exc`, raised by one of `client`'s commands, stands for (`refusals.classify`). An outage
     may also be a client speaking TLS to a plaintext port, or plaintext to a TLS port, which look
     like a hang or a reset from inside the connection: the port is asked once in the other protocol
-    (`probe.other_protocol`) to tell them apart."""
+    (`probe.other_protocol`) to tell them apart; or, over TLS, a client certificate refused with an
+    alert the reset lost, which one more handshake that only reads finds (`probe.certificate_refusal`)."""
     failure = classify(exc, client)
     if not isinstance(failure, RedisUnavailableError):
         return failure
@@ -63,6 +64,9 @@ async def explain(client: aioredis.Redis, exc: BaseException) -> TurnledgerError
     if not isinstance(host, str) or not isinstance(port, int):
         return failure
     fix = await other_protocol(host, port, tls=is_tls(client))
-    if fix is None:
-        return failure
-    return RedisAccessError(client_url(client), describe(client), exc, fix)
+    if fix is not None:
+        return RedisAccessError(client_url(client), describe(client), exc, fix)
+    alert = await certificate_refusal(client, host, port) if is_tls(client) else None
+    if alert is not None:
+        return RedisAccessError(client_url(client), describe(client), alert, client_certificate_check(client))
+    return failure

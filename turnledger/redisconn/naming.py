@@ -26,8 +26,8 @@ def client_url(client: aioredis.Redis) -> str:
 
 
 def describe(client: aioredis.Redis) -> str:
-    """How `client` connects, for a `RedisAccessError`: `TLS, CA /etc/redis/ca.pem, user 'gateway' with
-    a password`; never the password itself."""
+    """How `client` connects, for a `RedisAccessError`: `TLS, CA /etc/redis/ca.pem, client certificate
+    /etc/redis/client.pem, user 'gateway' with a password`; never the password itself."""
     kwargs = client.connection_pool.connection_kwargs
     parts = ["plaintext"]
     if is_tls(client):
@@ -36,6 +36,8 @@ def describe(client: aioredis.Redis) -> str:
             parts = ["TLS, certificate not verified"]
         else:
             parts = ["TLS", f"CA {ca}" if ca else "the system's CAs"]
+        if kwargs.get("ssl_certfile"):
+            parts.append(f"client certificate {kwargs['ssl_certfile']}")
     user, password = kwargs.get("username"), kwargs.get("password")
     if user:
         parts.append(f"user {user!r} with a password" if password else f"user {user!r} without a password")

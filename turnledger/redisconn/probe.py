@@ -6,6 +6,12 @@ TLS port has its bytes taken for a broken handshake and the connection reset. Bo
 from inside redis-py, so after one the port is asked once in the other protocol: a Redis reply to a
 plaintext PING, or a completed TLS handshake (nothing verified: only the protocol is in question), says
 the URL's scheme is wrong for this port.
+
+A Redis that refuses our client certificate (none given where one is required, or one of a CA it does
+not trust) sends its alert after the handshake, under TLS 1.3, and closes. redis-py writes its first
+command at once, so the close often comes as a reset that loses the alert: another outage from inside.
+`certificate_refusal` connects once more with the client's own TLS settings and only reads, so that
+the alert arrives.
 """
 
 from __future__ import annotations
@@ -14,9 +20,15 @@ import asyncio
 import contextlib
 import ssl
 
+import redis.asyncio as aioredis
+
 from turnledger.redisconn.refusals import CHECK_PLAINTEXT_PORT, CHECK_TLS_PORT
+from turnledger.tls_alerts import certificate_alert
 
 PROBE_TIMEOUT_S = 3.0
+ALERT_WAIT_S = 1.0
+"""How long a completed handshake is read for the server's alert: it follows the handshake within a
+round trip; a server that took us sends nothing."""
 
 
 async def other_protocol(host: str, port: int, *, tls: bool) -> str | None:
@@ -58,3 +70,28 @@ async def _answers_tls(host: str, port: int) -> bool:
     except (OSError, TimeoutError):
         return False
     return True
+
+
+async def certificate_refusal(client: aioredis.Redis, host: str, port: int) -> ssl.SSLError | None:
+    """The TLS alert `host:port` sends about `client`'s certificate (or its absence), read on a
+    connection of the client's own TLS settings that writes nothing; None when there is none."""
+    pool = client.connection_pool
+    connection = pool.connection_class(**pool.connection_kwargs)
+    if not isinstance(connection, aioredis.SSLConnection):
+        return None
+    context = connection.ssl_context.get()
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
+        try:
+            async with asyncio.timeout(ALERT_WAIT_S):
+                await reader.read(1)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+    except ssl.SSLError as exc:
+        return certificate_alert(exc)
+    except (OSError, TimeoutError):
+        return None
+    return None

@@ -29,7 +29,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
 from turnledger.redisconn.naming import client_url, describe
-from turnledger.redisconn.settings import ENV_CA_FILE, ENV_PASSWORD_FILE, ENV_URL, QUERY_CA
+from turnledger.redisconn.settings import (
+    ENV_CA_FILE,
+    ENV_CERT_FILE,
+    ENV_KEY_FILE,
+    ENV_PASSWORD_FILE,
+    ENV_URL,
+    QUERY_CA,
+    QUERY_CERT,
+)
+from turnledger.tls_alerts import certificate_alert
 
 CHECK_LOGIN = (
     f"Check the user and password: the user in {ENV_URL} (rediss://USER@host:port/0) and the password "
@@ -44,6 +53,14 @@ CHECK_CERTIFICATE = (
     f"The server's certificate could not be verified: set {ENV_CA_FILE} (or ?{QUERY_CA}= in {ENV_URL}) "
     "to the CA that signed it (else the system's CAs are used), and connect by a name the certificate "
     "holds."
+)
+CHECK_NO_CLIENT_CERTIFICATE = (
+    f"Redis asks for a client certificate (mutual TLS, `tls-auth-clients yes`): set {ENV_CERT_FILE} and "
+    f"{ENV_KEY_FILE} to a certificate signed by a CA Redis trusts (its tls-ca-cert-file) and its key."
+)
+CHECK_CLIENT_CERTIFICATE = (
+    f"Redis did not accept the client certificate: check {ENV_CERT_FILE} and {ENV_KEY_FILE} (a "
+    "certificate signed by a CA Redis trusts, its tls-ca-cert-file, still valid)."
 )
 CHECK_TLS = (
     f"The TLS handshake failed: check that the port speaks TLS ({ENV_URL} rediss:// needs the server's "
@@ -62,11 +79,22 @@ Match = Callable[[BaseException], BaseException | None]
 inside it), else None."""
 
 
+Check = Callable[[aioredis.Redis], str]
+"""What to check, for a refusal, by how the client connects."""
+
+
 @dataclass(frozen=True)
 class Rule:
     match: Match
-    check: str | None
+    check: str | Check | None
     """What to check, for a refusal; None: an outage."""
+
+
+def client_certificate_check(client: aioredis.Redis) -> str:
+    """A certificate alert says Redis refused who we are: with no certificate given, that it wants one."""
+    if client.connection_pool.connection_kwargs.get(QUERY_CERT):
+        return CHECK_CLIENT_CERTIFICATE
+    return CHECK_NO_CLIENT_CERTIFICATE
 
 
 def of_type(*types: type[BaseException]) -> Match:
@@ -82,6 +110,13 @@ def response_starting(*codes: str) -> Match:
 def caused_by(kind: type[BaseException], *but: type[BaseException]) -> Match:
     """The first error of `kind` (none of `but`) in the chain of causes of a connection's error, `exc`
     included: redis-py raises its `ConnectionError` from the `ssl` error, or while handling it."""
+    return in_chain(
+        lambda current: current if isinstance(current, kind) and not isinstance(current, but) else None
+    )
+
+
+def in_chain(found: Match) -> Match:
+    """The first error of a connection's chain of causes, `exc` included, that `found` reports."""
 
     def match(exc: BaseException) -> BaseException | None:
         if not isinstance(exc, RedisConnectionError | OSError):
@@ -89,8 +124,9 @@ def caused_by(kind: type[BaseException], *but: type[BaseException]) -> Match:
         seen: set[int] = set()
         current: BaseException | None = exc
         while current is not None and id(current) not in seen:
-            if isinstance(current, kind) and not isinstance(current, but):
-                return current
+            reported = found(current)
+            if reported is not None:
+                return reported
             seen.add(id(current))
             current = current.__cause__ or current.__context__
         return None
@@ -103,11 +139,14 @@ RULES: tuple[Rule, ...] = (
     Rule(response_starting("WRONGPASS", "NOAUTH"), CHECK_LOGIN),
     Rule(of_type(NoPermissionError), CHECK_PERMISSIONS),
     Rule(caused_by(ssl.SSLCertVerificationError), CHECK_CERTIFICATE),
+    Rule(in_chain(certificate_alert), client_certificate_check),
     Rule(caused_by(ssl.SSLError, ssl.SSLEOFError, ssl.SSLZeroReturnError), CHECK_TLS),
     Rule(of_type(RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError), None),
 )
-"""A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); a TLS error
-that is only the peer going away (EOF, a closed session) is left to the outage rule."""
+"""A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); Redis's alert
+about our certificate (`tls_alerts`, after the handshake under TLS 1.3, so on the first read) before
+any other TLS error; a TLS error that is only the peer going away (EOF, a closed session) is left to
+the outage rule."""
 
 
 def classify(exc: BaseException, client: aioredis.Redis) -> TurnledgerError | None:
@@ -122,5 +161,6 @@ def classify(exc: BaseException, client: aioredis.Redis) -> TurnledgerError | No
             continue
         if rule.check is None:
             return RedisUnavailableError(client_url(client), exc)
-        return RedisAccessError(client_url(client), describe(client), reported, rule.check)
+        check = rule.check if isinstance(rule.check, str) else rule.check(client)
+        return RedisAccessError(client_url(client), describe(client), reported, check)
     return None

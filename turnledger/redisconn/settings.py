@@ -1,17 +1,23 @@
-"""What a Redis client is built with besides its URL: a CA file for `rediss://` and a password file.
+"""What a Redis client is built with besides its URL: a CA file and a client certificate for `rediss://`,
+and a password file.
 
 redis-py's `from_url` reads the scheme (`rediss://` is TLS), the user and password, and passes every
 other query parameter to the connection as it stands (`?ssl_ca_certs=/etc/ca.pem`,
-`?ssl_cert_reqs=none`), so the URL alone can say it all. Two variables keep what should not be in it:
+`?ssl_cert_reqs=none`), so the URL alone can say it all. These variables keep what should not be in it:
 
 | variable | meaning |
 |---|---|
 | `REDIS_SSL_CA_FILE` | PEM of the CAs that signed the server's certificate (`rediss://` only) |
+| `REDIS_SSL_CERT_FILE`, `REDIS_SSL_KEY_FILE` | a client certificate and its key (PEM, the key unencrypted) |
 | `REDIS_PASSWORD_FILE` | a file holding the password, so that it is in neither the URL nor the process list |
+
+The client certificate is for a Redis that asks for one (`tls-auth-clients yes`: mutual TLS).
 
 redis-py lets the URL's own options win over keyword arguments, so a setting given both ways would be
 decided silently; here it is a `RedisSettingsError` naming both, as is a TLS option on a plaintext
-URL, or any query option the connection does not take (`?ssl=true`, a typo): redis-py passes those to
+URL, a certificate without its key, a key that is not the certificate's (checked at start: the handshake
+would fail on every connection, and the server's alert would blame the certificate), or any query
+option the connection does not take (`?ssl=true`, a typo): redis-py passes those to
 the connection as they stand, which fails with a `TypeError` on the first command, not at start.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,9 +43,13 @@ from turnledger.errors import RedisSettingsError
 
 ENV_URL = "REDIS_URL"
 ENV_CA_FILE = "REDIS_SSL_CA_FILE"
+ENV_CERT_FILE = "REDIS_SSL_CERT_FILE"
+ENV_KEY_FILE = "REDIS_SSL_KEY_FILE"
 ENV_PASSWORD_FILE = "REDIS_PASSWORD_FILE"
 SCHEMES = ("redis", "rediss", "unix")
 QUERY_CA = "ssl_ca_certs"
+QUERY_CERT = "ssl_certfile"
+QUERY_KEY = "ssl_keyfile"
 CONNECTION_CLASSES = {"redis": Connection, "rediss": SSLConnection, "unix": UnixDomainSocketConnection}
 """The asyncio connection redis-py builds for each scheme, whose arguments a URL's query may set."""
 CONNECT_TIMEOUT_S = 5.0
@@ -59,17 +70,26 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
         )
     query = parse_qs(parts.query)
     options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT_S}
-    ca_file = _readable(env, ENV_CA_FILE)
+    files = {name: _readable(env, name) for name in (ENV_CA_FILE, ENV_CERT_FILE, ENV_KEY_FILE)}
     tls_options = sorted(name for name in query if name.startswith("ssl_"))
-    if scheme != "rediss" and (ca_file is not None or tls_options):
-        named = ([ENV_CA_FILE] if ca_file is not None else []) + [f"?{name}=" for name in tls_options]
+    given = [name for name, path in files.items() if path is not None]
+    if scheme != "rediss" and (given or tls_options):
+        named = given + [f"?{name}=" for name in tls_options]
         raise RedisSettingsError(
             f"{', '.join(named)} set, but {ENV_URL} is {scheme}://: TLS needs a rediss:// URL"
         )
-    if ca_file is not None:
-        if QUERY_CA in query:
-            raise RedisSettingsError(f"set {ENV_CA_FILE} or ?{QUERY_CA}= in {ENV_URL}, not both")
-        options["ssl_ca_certs"] = str(ca_file)
+    for name, option in ((ENV_CA_FILE, QUERY_CA), (ENV_CERT_FILE, QUERY_CERT), (ENV_KEY_FILE, QUERY_KEY)):
+        path = files[name]
+        if path is None:
+            continue
+        if option in query:
+            raise RedisSettingsError(f"set {name} or ?{option}= in {ENV_URL}, not both")
+        options[option] = str(path)
+    cert_file, key_file = files[ENV_CERT_FILE], files[ENV_KEY_FILE]
+    if (cert_file is None) != (key_file is None):
+        raise RedisSettingsError(f"a client certificate needs both {ENV_CERT_FILE} and {ENV_KEY_FILE}")
+    if cert_file is not None and key_file is not None:
+        _check_pair(cert_file, key_file)
     password_file = _readable(env, ENV_PASSWORD_FILE)
     if password_file is not None:
         if parts.password or "password" in {name.lower() for name in query}:
@@ -108,6 +128,31 @@ def _readable(env: Mapping[str, str], name: str) -> Path | None:
     if not path.is_file() or not os.access(path, os.R_OK):
         raise RedisSettingsError(f"{name}: cannot read the file {path}")
     return path
+
+
+def _check_pair(cert_file: Path, key_file: Path) -> None:
+    """Load the certificate and its key as a TLS client would: a file that is not PEM, a key of another
+    certificate or an encrypted key is a `RedisSettingsError` now rather than a failed handshake on
+    every connection."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_cert_chain(cert_file, key_file, password=lambda: _encrypted(key_file))
+    except ssl.SSLError as exc:
+        what = (
+            f"{key_file} is not the key of {cert_file} ({exc.reason})"
+            if exc.reason == "KEY_VALUES_MISMATCH"
+            else f"{cert_file} and {key_file} are not a PEM certificate and its PEM key"
+        )
+        raise RedisSettingsError(f"{ENV_CERT_FILE}, {ENV_KEY_FILE}: {what}") from None
+
+
+def _encrypted(key_file: Path) -> str:
+    """Asked for the key's password, so only for an encrypted key: without it OpenSSL would prompt on
+    the terminal."""
+    raise RedisSettingsError(
+        f"{ENV_KEY_FILE}: {key_file} is encrypted; give the key unencrypted (a file only this service's "
+        "user can read)"
+    )
 
 
 def _password(path: Path) -> str:
