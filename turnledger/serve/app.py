@@ -20,8 +20,7 @@ from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -35,6 +34,7 @@ from turnledger.observability.runtime_metrics import SERVE_EVENTS, SERVE_REQUEST
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
+from turnledger.serve.redis_failures import RedisFailures
 
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
@@ -142,6 +142,7 @@ def create_app(
 ) -> Starlette:
     reader = ProjectionReader(redis, config.key_prefix)
     keys = ProjectionKeys(config.key_prefix)
+    redis_failures = RedisFailures(redis)
 
     async def index(request: Request) -> Response:
         html = resources.files("turnledger.serve").joinpath("static/index.html").read_text("utf-8")
@@ -266,6 +267,10 @@ def create_app(
     async def unavailable(request: Request, exc: Exception) -> Response:
         return _json({"error": str(exc)}, 503)
 
+    async def redis_failed(request: Request, exc: Exception) -> Response:
+        status, error = redis_failures.answer(cast(RedisError, exc))
+        return _json({"error": error}, status)
+
     c = "/api/conversations/{conversation:str}"
     routes = [
         Route("/", index),
@@ -285,8 +290,7 @@ def create_app(
             orjson.JSONDecodeError: bad_body,
             ValueError: bad_body,
             KafkaUnavailableError: unavailable,
-            RedisConnectionError: unavailable,
-            RedisTimeoutError: unavailable,
+            RedisError: redis_failed,
         },
     )
 

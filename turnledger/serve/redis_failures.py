@@ -1,0 +1,56 @@
+"""What `serve` answers when a Redis command fails mid-run, and what it tells the operator.
+
+redis-py raises a refused login as `AuthenticationError`, a `ConnectionError`, and a user that lost
+its permissions as `NoPermissionError`, a `ResponseError`: a password rotated under a running `serve`,
+or an ACL user disabled, used to be answered as a plain outage (503 with redis-py's text) or as a bare
+500. `redisconn.refusals.classify` tells them apart: a refusal is answered 503 with what to check (the
+URL without its password) and logged at ERROR, once a minute per message at most, since only the
+operator can fix it; an outage is answered 503 as before; any other Redis error is not ours to judge
+and propagates (a 500, with its traceback in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from turnledger.errors import RedisAccessError, RedisUnavailableError
+from turnledger.redisconn.refusals import classify
+
+log = logging.getLogger(__name__)
+
+LOG_EVERY_S = 60.0
+"""The same refusal is logged again after this long, so a log shows it is still going on."""
+
+
+class RedisFailures:
+    """Classifies a failed command of `serve`'s client and logs refusals, at most once per
+    `LOG_EVERY_S` per message (`clock` is `time.monotonic` unless a test gives another)."""
+
+    def __init__(self, redis: aioredis.Redis, clock: Callable[[], float] = time.monotonic) -> None:
+        self._redis = redis
+        self._clock = clock
+        self._logged_at: dict[str, float] = {}
+
+    def answer(self, exc: RedisError) -> tuple[int, str]:
+        """The status and the error text to answer with; re-raises `exc` when it is neither a refusal
+        nor an outage."""
+        failure = classify(exc, self._redis)
+        if isinstance(failure, RedisAccessError):
+            self._log(str(failure))
+            return 503, str(failure)
+        if isinstance(failure, RedisUnavailableError):
+            return 503, str(exc)
+        raise exc
+
+    def _log(self, message: str) -> None:
+        now = self._clock()
+        last = self._logged_at.get(message)
+        if last is not None and now - last < LOG_EVERY_S:
+            return
+        self._logged_at[message] = now
+        log.error("serve: %s", message)
