@@ -8,6 +8,7 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── ServiceUnavailable                   retriable: the service may come back
     │   ├── KafkaUnavailableError            every layer: Kafka unreachable / not acknowledging
     │   └── RedisUnavailableError            projections, serve: Redis unreachable
+    │       └── RedisFailoverError           Redis takes no writes: a replica now, or without its primary
     ├── KafkaAccessError                     Kafka answered but refused our credentials or TLS
     ├── TokenRefused, TokenUnavailable (kafka/oauth) an OAUTHBEARER token's issuer refused us / is down;
     │                                        also aiokafka's AuthenticationFailedError / KafkaConnectionError
@@ -121,6 +122,21 @@ class RedisUnavailableError(ServiceUnavailable):
         super().__init__(
             f"Redis is not reachable at {url!r}{detail}. {_START_STACK}, or set REDIS_URL "
             "(or --redis-url) to a reachable Redis, e.g. redis://127.0.0.1:6379/0."
+        )
+
+
+class RedisFailoverError(RedisUnavailableError):
+    """Redis answered but takes no writes: it was demoted to a replica (`READONLY`) or is a replica
+    that lost its primary (`MASTERDOWN`). A failover is under way; the primary comes back under the
+    URL when the URL follows the primary (a managed primary endpoint, a proxy, Sentinel)."""
+
+    def __init__(self, url: str, cause: BaseException | None = None) -> None:
+        super().__init__(url, cause)
+        detail = f" ({type(cause).__name__}: {str(cause).rstrip('.')})" if cause else ""
+        self.args = (
+            f"Redis at {self.url!r} takes no writes{detail}: a failover is under way; waiting for the "
+            "primary. REDIS_URL must name the primary wherever it moves (a managed primary endpoint or "
+            "a proxy), not one node.",
         )
 
 

@@ -11,6 +11,7 @@ import pytest
 import turnledger
 from turnledger.errors import (
     KafkaUnavailableError,
+    RedisFailoverError,
     RedisUnavailableError,
     ServiceUnavailable,
     TurnledgerError,
@@ -47,13 +48,15 @@ def test_every_exception_class_has_the_one_root() -> None:
 
 
 def test_one_kafka_and_one_redis_unreachable_error_both_retriable() -> None:
+    """And a failover, a Redis outage of its own (it answers, but takes no writes)."""
     unreachable = [c for c in _exception_classes() if issubclass(c, ServiceUnavailable)]
     assert sorted(c.__name__ for c in unreachable) == [
         "KafkaUnavailableError",
+        "RedisFailoverError",
         "RedisUnavailableError",
         "ServiceUnavailable",
     ]
-    assert KafkaUnavailableError.retriable and RedisUnavailableError.retriable
+    assert all(e.retriable for e in (KafkaUnavailableError, RedisUnavailableError, RedisFailoverError))
     assert not TurnledgerError.retriable
 
 

@@ -16,14 +16,16 @@ from redis.exceptions import (
     AuthenticationError,
     AuthenticationWrongNumberOfArgsError,
     BusyLoadingError,
+    MasterDownError,
     NoPermissionError,
     NoScriptError,
+    ReadOnlyError,
     ResponseError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from turnledger.errors import RedisAccessError, RedisUnavailableError
+from turnledger.errors import RedisAccessError, RedisFailoverError, RedisUnavailableError
 from turnledger.projections.projector import redis_outage
 from turnledger.redisconn import refusals
 from turnledger.redisconn.refusals import (
@@ -115,7 +117,9 @@ def test_the_table_has_one_rule_per_kind_and_the_outage_rule_last() -> None:
         refusals.client_certificate_check,
         CHECK_TLS,
         None,
+        None,
     ]
+    assert [rule.outage for rule in refusals.RULES[-2:]] == [RedisFailoverError, RedisUnavailableError]
 
 
 @pytest.mark.parametrize(("error", "check"), ACCESS, ids=[type(error).__name__ for error, _ in ACCESS])
@@ -144,6 +148,27 @@ def test_an_alert_about_a_certificate_we_gave_names_it(alert: ssl.SSLError) -> N
         f"Redis at {SHOWN!r} refused the connection (TLS, CA /etc/redis/ca.pem, client certificate "
         f"/etc/redis/client.pem, user 'gateway' with a password): SSLError: {alert}. "
         f"{CHECK_CLIENT_CERTIFICATE}"
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ReadOnlyError("You can't write against a read only replica."),
+        MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_a_node_that_takes_no_writes_is_a_failover_waited_out(
+    client: aioredis.Redis, error: BaseException
+) -> None:
+    """A primary demoted to a replica answers writes with READONLY: an outage, not a bug to crash on."""
+    failure = classify(error, client)
+    assert type(failure) is RedisFailoverError and failure.retriable and failure.cause is error
+    assert str(failure) == (
+        f"Redis at {SHOWN!r} takes no writes ({type(error).__name__}: {str(error).rstrip('.')}): a failover "
+        "is under way; waiting for the primary. REDIS_URL must name the primary wherever it moves (a managed "
+        "primary endpoint or a proxy), not one node."
     )
 
 
@@ -241,9 +266,11 @@ def _deciding(error: BaseException) -> int | None:
         (_wrapped(VERSION), 5),
         (_read_failed(_alert("SSLV3_ALERT_HANDSHAKE_FAILURE")), 5),
         (REQUIRED, 4),
-        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 6),
-        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 6),
-        (ConnectionResetError(104, "Connection reset by peer"), 6),
+        (ReadOnlyError("You can't write against a read only replica."), 6),
+        (MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."), 6),
+        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 7),
+        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 7),
+        (ConnectionResetError(104, "Connection reset by peer"), 7),
         (ResponseError("ERR WRONGPASS is not at the start"), None),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),

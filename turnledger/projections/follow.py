@@ -19,6 +19,14 @@ retried, it would land on an empty projection and move the offsets past everythi
 `EpochChangedError` the follower adopts (or creates) the new epoch and positions every partition
 again from what Redis holds now. Recognising the restart by the script vanishing from Redis's
 script cache would not do: another projector may have loaded it again first.
+
+Failover. A replica promoted to primary holds the primary's writes up to where replication had
+reached: the last batches the projector applied may be missing there, with their offsets. The
+script's writes and the offsets they move replicate as one, so what the new primary holds is a
+projection up to its own offsets, and positioning from them fetches the missing batches again. A
+primary that is demoted rather than stopped (a managed failover, `REPLICAOF`) keeps its connections
+and answers writes with `READONLY`: a `RedisFailoverError`, an outage like any other, after which
+the pooled connections are dropped, so that the next command reaches the node the URL names now.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from turnledger.errors import RedisFailoverError
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
     close_client,
@@ -234,6 +243,10 @@ class Follower:
                     raise
                 if not outage.retriable:
                     raise outage from exc  # refused, not down: RedisAccessError
+                if isinstance(outage, RedisFailoverError):
+                    # the pooled connections reach the node that was demoted: the next command must
+                    # connect again, to wherever the URL names the primary now
+                    await p.redis.connection_pool.disconnect()
                 now = time.monotonic()
                 outage_began = outage_began or now
                 self.outage = str(outage)

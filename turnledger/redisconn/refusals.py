@@ -21,13 +21,15 @@ from redis.exceptions import (
     AuthenticationError,
     AuthenticationWrongNumberOfArgsError,
     BusyLoadingError,
+    MasterDownError,
     NoPermissionError,
+    ReadOnlyError,
     ResponseError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
+from turnledger.errors import RedisAccessError, RedisFailoverError, RedisUnavailableError, TurnledgerError
 from turnledger.redisconn.naming import client_url, describe
 from turnledger.redisconn.settings import (
     ENV_CA_FILE,
@@ -88,6 +90,8 @@ class Rule:
     match: Match
     check: str | Check | None
     """What to check, for a refusal; None: an outage."""
+    outage: type[RedisUnavailableError] = RedisUnavailableError
+    """The outage reported, when `check` is None."""
 
 
 def client_certificate_check(client: aioredis.Redis) -> str:
@@ -141,12 +145,15 @@ RULES: tuple[Rule, ...] = (
     Rule(caused_by(ssl.SSLCertVerificationError), CHECK_CERTIFICATE),
     Rule(in_chain(certificate_alert), client_certificate_check),
     Rule(caused_by(ssl.SSLError, ssl.SSLEOFError, ssl.SSLZeroReturnError), CHECK_TLS),
+    Rule(of_type(ReadOnlyError, MasterDownError), None, RedisFailoverError),
     Rule(of_type(RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError), None),
 )
 """A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); Redis's alert
 about our certificate (`tls_alerts`, after the handshake under TLS 1.3, so on the first read) before
 any other TLS error; a TLS error that is only the peer going away (EOF, a closed session) is left to
-the outage rule."""
+the outage rule. A node that takes no writes (`READONLY`: demoted to a replica; `MASTERDOWN`: a replica
+without its primary) is a failover under way, an outage too (`RedisFailoverError`): a `ResponseError`
+that used to end the projector."""
 
 
 def classify(exc: BaseException, client: aioredis.Redis) -> TurnledgerError | None:
@@ -160,7 +167,7 @@ def classify(exc: BaseException, client: aioredis.Redis) -> TurnledgerError | No
         if reported is None:
             continue
         if rule.check is None:
-            return RedisUnavailableError(client_url(client), exc)
+            return rule.outage(client_url(client), exc)
         check = rule.check if isinstance(rule.check, str) else rule.check(client)
         return RedisAccessError(client_url(client), describe(client), reported, check)
     return None
