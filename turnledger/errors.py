@@ -135,8 +135,8 @@ class RedisFailoverError(RedisUnavailableError):
         detail = f" ({type(cause).__name__}: {str(cause).rstrip('.')})" if cause else ""
         self.args = (
             f"Redis at {self.url!r} takes no writes{detail}: a failover is under way; waiting for the "
-            "primary. REDIS_URL must name the primary wherever it moves (a managed primary endpoint or "
-            "a proxy), not one node.",
+            "primary. REDIS_URL must name the primary wherever it moves (a managed primary endpoint, a "
+            "proxy, or its sentinels: redis+sentinel://), not one node.",
         )
 
 

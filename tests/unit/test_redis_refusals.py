@@ -118,8 +118,13 @@ def test_the_table_has_one_rule_per_kind_and_the_outage_rule_last() -> None:
         CHECK_TLS,
         None,
         None,
+        None,
     ]
-    assert [rule.outage for rule in refusals.RULES[-2:]] == [RedisFailoverError, RedisUnavailableError]
+    assert [rule.outage for rule in refusals.RULES[-3:]] == [
+        RedisFailoverError,
+        RedisFailoverError,
+        RedisUnavailableError,
+    ]
 
 
 @pytest.mark.parametrize(("error", "check"), ACCESS, ids=[type(error).__name__ for error, _ in ACCESS])
@@ -156,6 +161,7 @@ def test_an_alert_about_a_certificate_we_gave_names_it(alert: ssl.SSLError) -> N
     [
         ReadOnlyError("You can't write against a read only replica."),
         MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
+        ResponseError("NOREPLICAS Not enough good replicas to write."),
     ],
     ids=lambda v: type(v).__name__,
 )
@@ -168,7 +174,7 @@ def test_a_node_that_takes_no_writes_is_a_failover_waited_out(
     assert str(failure) == (
         f"Redis at {SHOWN!r} takes no writes ({type(error).__name__}: {str(error).rstrip('.')}): a failover "
         "is under way; waiting for the primary. REDIS_URL must name the primary wherever it moves (a managed "
-        "primary endpoint or a proxy), not one node."
+        "primary endpoint, a proxy, or its sentinels: redis+sentinel://), not one node."
     )
 
 
@@ -268,9 +274,11 @@ def _deciding(error: BaseException) -> int | None:
         (REQUIRED, 4),
         (ReadOnlyError("You can't write against a read only replica."), 6),
         (MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."), 6),
-        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 7),
-        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 7),
-        (ConnectionResetError(104, "Connection reset by peer"), 7),
+        (ResponseError("NOREPLICAS Not enough good replicas to write."), 7),
+        (ResponseError("ERR NOREPLICAS is not at the start"), None),
+        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 8),
+        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 8),
+        (ConnectionResetError(104, "Connection reset by peer"), 8),
         (ResponseError("ERR WRONGPASS is not at the start"), None),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),

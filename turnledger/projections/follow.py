@@ -27,6 +27,11 @@ projection up to its own offsets, and positioning from them fetches the missing 
 primary that is demoted rather than stopped (a managed failover, `REPLICAOF`) keeps its connections
 and answers writes with `READONLY`: a `RedisFailoverError`, an outage like any other, after which
 the pooled connections are dropped, so that the next command reaches the node the URL names now.
+An old primary may also go on taking writes for a while (Sentinel converts it to a replica some
+seconds after promoting another; a primary's writes that had not reached the replica are lost
+anyway), and a projector that then has nothing to apply would never write again to find out. So
+while idle it compares, every `verify_every_s`, the applied offsets Redis holds for its partitions
+with those it saw applied (`known`); any that went back make it position every partition again.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from turnledger.kafka.reading import partitions_of, source_record
 from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import EpochChangedError, ensure_epoch
 from turnledger.projections.settings import FollowSettings
+from turnledger.records import SourceRecord
 from turnledger.retry import Classify, StopRequested, ride_out
 
 if TYPE_CHECKING:
@@ -68,6 +74,7 @@ class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self.follower.unpositioned -= revoked
+        self.follower.forget(revoked)
         if revoked:
             log.info("rebalance: %d partitions revoked", len(revoked))
 
@@ -76,6 +83,11 @@ class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
         live.PROJECTOR_REBALANCES.inc()
         self.follower.assigned = True
         self.follower.to_position(assigned)
+
+
+def _field(tp: TopicPartition) -> str:
+    """A partition's field in the offsets hash."""
+    return f"{tp.topic}:{tp.partition}"
 
 
 def _names(tps: set[TopicPartition]) -> str:
@@ -93,6 +105,11 @@ class Follower:
         """An assignment arrived (static: the partitions were listed)."""
         self.outage: str | None = None
         """What the follower is waiting out now (Kafka or Redis), None when its last round went through."""
+        self.known: dict[str, int] = {}
+        """`topic:partition` -> the offset Redis was last seen to hold applied for an owned partition:
+        read when it was positioned, raised by every batch (applied or skipped, Redis then holds at
+        least the batch's offsets). Redis holding less is a failover that lost writes."""
+        self.verified_at = 0.0
 
     def readiness(self) -> str | None:
         """None once following: the consumer started, partitions assigned and positioned, no outage."""
@@ -105,6 +122,24 @@ class Follower:
         if self.unpositioned:
             return f"{len(self.unpositioned)} partitions not positioned at their applied offsets yet"
         return None
+
+    def forget(self, tps: set[TopicPartition]) -> None:
+        for tp in tps:
+            self.known.pop(_field(tp), None)
+
+    def saw_applied(self, raw: list[SourceRecord]) -> None:
+        for record in raw:
+            field = f"{record.topic}:{record.partition}"
+            self.known[field] = max(self.known.get(field, -1), record.offset)
+
+    async def regressed(self) -> list[str]:
+        """The owned partitions whose applied offset in Redis is below the one this projector saw."""
+        from turnledger.projections.projector import applied_offsets
+
+        assert self.consumer is not None
+        owned = {_field(tp) for tp in self.consumer.assignment()}
+        applied = await applied_offsets(self.projector.redis, self.projector.keys)
+        return sorted(f for f, offset in self.known.items() if f in owned and applied.get(f, -1) < offset)
 
     def to_position(self, tps: set[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -204,6 +239,8 @@ class Follower:
         p = self.projector
         p.epoch = await ensure_epoch(p.redis, p.keys.offsets)  # before the offsets: see the module doc
         start = await p.start_positions(sorted(pending))
+        self.forget(pending)
+        self.known.update({_field(tp): position - 1 for tp, position in start.items()})
         await seek_all(consumer, sorted(pending), start)
         for tp in pending:
             consumer.resume(tp)
@@ -229,8 +266,20 @@ class Follower:
                 raw = [source_record(r) for records in fetched.values() for r in records]
                 if raw:  # every partition of the fetch in one script call
                     await p.apply(raw, stats)
+                    self.saw_applied(raw)
                     if report is not None:
                         report(stats)
+                elif time.monotonic() - self.verified_at >= s.verify_every_s:
+                    self.verified_at = time.monotonic()
+                    regressed = await self.regressed()
+                    if regressed:
+                        log.warning(
+                            "Redis holds older applied offsets than this projector applied for %s: a "
+                            "failover lost the last writes, or Redis was emptied; positioning every "
+                            "partition again",
+                            ", ".join(regressed),
+                        )
+                        self.to_position(consumer.assignment())
                 outage_began = None
                 self.outage = None
                 delays = s.outage.delays()

@@ -17,6 +17,10 @@ class FollowSettings:
     outage: Backoff = FOREVER
     """How outages of Kafka and of Redis are ridden out; `max_outage_s` bounds one (None: any length)."""
     fetch_ms: int = 500
+    verify_every_s: float = 5.0
+    """While no record arrives, how often the applied offsets in Redis are compared with those this
+    projector applied: offsets that went back (a failover lost the last writes, Redis came back
+    empty) are found without waiting for the next record (`follow.py`, "Failover")."""
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:

@@ -1,8 +1,8 @@
 """The one place a service builds a Redis client, and how a client is named in messages.
 
 Every client of every service (projector, readers of `history` / `status`, `serve`, `replay rebuild`,
-the demo) comes from `redis_client`, so a `rediss://` URL, `REDIS_SSL_CA_FILE` and
-`REDIS_PASSWORD_FILE` work alike everywhere. `connect` also asks once (PING), so that a command says
+the demo) comes from `redis_client`, so a `rediss://` or `redis+sentinel://` URL, `REDIS_SSL_CA_FILE`
+and `REDIS_PASSWORD_FILE` work alike everywhere. `connect` also asks once (PING), so that a command says
 at its start what is wrong: `RedisAccessError` when waiting cannot help, `RedisUnavailableError`
 when it may.
 """
@@ -17,13 +17,19 @@ from turnledger.errors import RedisAccessError, RedisUnavailableError, Turnledge
 from turnledger.redisconn.naming import client_url, describe, is_tls
 from turnledger.redisconn.probe import certificate_refusal, other_protocol
 from turnledger.redisconn.refusals import classify, client_certificate_check
-from turnledger.redisconn.settings import client_options
+from turnledger.redisconn.sentinel import is_sentinel, sentinel_client
+from turnledger.redisconn.sentinel import parse as parse_sentinel_url
+from turnledger.redisconn.settings import client_options, sentinel_password
 
 
 def redis_client(url: str, **options: Any) -> aioredis.Redis:
     """A client for `url` with this process's settings (`settings.client_options`); `options` are
-    redis-py's own (a caller's timeouts). Connects on its first command."""
-    return aioredis.from_url(url, **(client_options(url) | options))
+    redis-py's own (a caller's timeouts). Connects on its first command; a `redis+sentinel://` URL's
+    client connects to the primary its sentinels name (`sentinel.py`)."""
+    settings = client_options(url) | options
+    if is_sentinel(url):
+        return sentinel_client(parse_sentinel_url(url), settings, sentinel_password(url))
+    return aioredis.from_url(url, **settings)
 
 
 async def connect(url: str) -> aioredis.Redis:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 
 import redis.asyncio as aioredis
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 
 def is_tls(client: aioredis.Redis) -> bool:
@@ -15,20 +16,32 @@ def client_url(client: aioredis.Redis) -> str:
     """The address `client` connects to as a URL, its user named and its password never
     (`rediss://gateway:***@cache.example.net:6380/0`), for messages and log lines; what the URL left
     out is redis-py's default (localhost:6379, db 0)."""
-    kwargs = client.connection_pool.connection_kwargs
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
     user = kwargs.get("username")
     login = f"{user or ''}:***@" if kwargs.get("password") else (f"{user}@" if user else "")
     scheme = "rediss" if is_tls(client) else "redis"
-    address = f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-    return f"{scheme}://{login}{address}/{kwargs.get('db', 0)}"
+    if isinstance(pool, SentinelConnectionPool):
+        sentinels = ",".join(
+            _address(sentinel.connection_pool.connection_kwargs)
+            for sentinel in pool.sentinel_manager.sentinels
+        )
+        return f"{scheme}+sentinel://{login}{sentinels}/{pool.service_name}/{kwargs.get('db', 0)}"
+    return f"{scheme}://{login}{_address(kwargs)}/{kwargs.get('db', 0)}"
+
+
+def _address(kwargs: dict[str, object]) -> str:
+    host = str(kwargs.get("host", "localhost"))
+    return f"{f'[{host}]' if ':' in host else host}:{kwargs.get('port', 6379)}"
 
 
 def describe(client: aioredis.Redis) -> str:
     """How `client` connects, for a `RedisAccessError`: `TLS, CA /etc/redis/ca.pem, client certificate
     /etc/redis/client.pem, user 'gateway' with a password`; never the password itself."""
-    kwargs = client.connection_pool.connection_kwargs
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
     parts = ["plaintext"]
     if is_tls(client):
         ca = kwargs.get("ssl_ca_certs")
@@ -38,6 +51,9 @@ def describe(client: aioredis.Redis) -> str:
             parts = ["TLS", f"CA {ca}" if ca else "the system's CAs"]
         if kwargs.get("ssl_certfile"):
             parts.append(f"client certificate {kwargs['ssl_certfile']}")
+    if isinstance(pool, SentinelConnectionPool):
+        count = len(pool.sentinel_manager.sentinels)
+        parts.insert(0, f"the primary of {pool.service_name!r} by {count} sentinel{'s' if count > 1 else ''}")
     user, password = kwargs.get("username"), kwargs.get("password")
     if user:
         parts.append(f"user {user!r} with a password" if password else f"user {user!r} without a password")

@@ -146,14 +146,16 @@ RULES: tuple[Rule, ...] = (
     Rule(in_chain(certificate_alert), client_certificate_check),
     Rule(caused_by(ssl.SSLError, ssl.SSLEOFError, ssl.SSLZeroReturnError), CHECK_TLS),
     Rule(of_type(ReadOnlyError, MasterDownError), None, RedisFailoverError),
+    Rule(response_starting("NOREPLICAS"), None, RedisFailoverError),
     Rule(of_type(RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError), None),
 )
 """A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); Redis's alert
 about our certificate (`tls_alerts`, after the handshake under TLS 1.3, so on the first read) before
 any other TLS error; a TLS error that is only the peer going away (EOF, a closed session) is left to
 the outage rule. A node that takes no writes (`READONLY`: demoted to a replica; `MASTERDOWN`: a replica
-without its primary) is a failover under way, an outage too (`RedisFailoverError`): a `ResponseError`
-that used to end the projector."""
+without its primary; `NOREPLICAS`: a primary configured with `min-replicas-to-write` that lost its
+replicas, as an old primary does once a replica was promoted) is a failover under way, an outage too
+(`RedisFailoverError`): a `ResponseError` that used to end the projector."""
 
 
 def classify(exc: BaseException, client: aioredis.Redis) -> TurnledgerError | None:

@@ -10,6 +10,7 @@ other query parameter to the connection as it stands (`?ssl_ca_certs=/etc/ca.pem
 | `REDIS_SSL_CA_FILE` | PEM of the CAs that signed the server's certificate (`rediss://` only) |
 | `REDIS_SSL_CERT_FILE`, `REDIS_SSL_KEY_FILE` | a client certificate and its key (PEM, the key unencrypted) |
 | `REDIS_PASSWORD_FILE` | a file holding the password, so that it is in neither the URL nor the process list |
+| `REDIS_SENTINEL_PASSWORD_FILE` | the sentinels' own password (a `redis+sentinel://` URL: `sentinel.py`) |
 
 The client certificate is for a Redis that asks for one (`tls-auth-clients yes`: mutual TLS).
 
@@ -38,6 +39,7 @@ from redis.asyncio.connection import (
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
 from turnledger.errors import RedisSettingsError
 
@@ -46,11 +48,19 @@ ENV_CA_FILE = "REDIS_SSL_CA_FILE"
 ENV_CERT_FILE = "REDIS_SSL_CERT_FILE"
 ENV_KEY_FILE = "REDIS_SSL_KEY_FILE"
 ENV_PASSWORD_FILE = "REDIS_PASSWORD_FILE"
-SCHEMES = ("redis", "rediss", "unix")
+ENV_SENTINEL_PASSWORD_FILE = "REDIS_SENTINEL_PASSWORD_FILE"
+SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
+TLS_SCHEMES = ("rediss", "rediss+sentinel")
 QUERY_CA = "ssl_ca_certs"
 QUERY_CERT = "ssl_certfile"
 QUERY_KEY = "ssl_keyfile"
-CONNECTION_CLASSES = {"redis": Connection, "rediss": SSLConnection, "unix": UnixDomainSocketConnection}
+CONNECTION_CLASSES = {
+    "redis": Connection,
+    "rediss": SSLConnection,
+    "unix": UnixDomainSocketConnection,
+    "redis+sentinel": SentinelManagedConnection,
+    "rediss+sentinel": SentinelManagedSSLConnection,
+}
 """The asyncio connection redis-py builds for each scheme, whose arguments a URL's query may set."""
 CONNECT_TIMEOUT_S = 5.0
 """Every client gives up a connection attempt after this long: without it a Redis that swallows the
@@ -65,18 +75,19 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise RedisSettingsError(
-            f"{ENV_URL} (or --redis-url) must start with redis://, rediss:// (TLS) or unix://, not "
-            f"{scheme + '://' if scheme else 'nothing'}"
+            f"{ENV_URL} (or --redis-url) must start with redis://, rediss:// (TLS), unix:// or "
+            f"redis+sentinel:// (rediss+sentinel://), not {scheme + '://' if scheme else 'nothing'}"
         )
     query = parse_qs(parts.query)
     options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT_S}
     files = {name: _readable(env, name) for name in (ENV_CA_FILE, ENV_CERT_FILE, ENV_KEY_FILE)}
     tls_options = sorted(name for name in query if name.startswith("ssl_"))
     given = [name for name, path in files.items() if path is not None]
-    if scheme != "rediss" and (given or tls_options):
+    if scheme not in TLS_SCHEMES and (given or tls_options):
         named = given + [f"?{name}=" for name in tls_options]
         raise RedisSettingsError(
             f"{', '.join(named)} set, but {ENV_URL} is {scheme}://: TLS needs a rediss:// URL"
+            + (" (rediss+sentinel://)" if scheme == "redis+sentinel" else "")
         )
     for name, option in ((ENV_CA_FILE, QUERY_CA), (ENV_CERT_FILE, QUERY_CERT), (ENV_KEY_FILE, QUERY_KEY)):
         path = files[name]
@@ -94,7 +105,7 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
     if password_file is not None:
         if parts.password or "password" in {name.lower() for name in query}:
             raise RedisSettingsError(f"set a password in {ENV_URL} or {ENV_PASSWORD_FILE}, not both")
-        options["password"] = _password(password_file)
+        options["password"] = _password(password_file, ENV_PASSWORD_FILE)
     unknown = sorted(name for name in query if name not in accepted_options(scheme))
     if unknown:
         hint = " (TLS is a rediss:// URL)" if "ssl" in unknown and scheme != "rediss" else ""
@@ -103,6 +114,20 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
             f"connection takes{hint}"
         )
     return options
+
+
+def sentinel_password(url: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The sentinels' own password (`requirepass` in sentinel.conf), from its file; only with a
+    Sentinel URL."""
+    env = os.environ if env is None else env
+    path = _readable(env, ENV_SENTINEL_PASSWORD_FILE)
+    if path is None:
+        return None
+    if not urlsplit(url).scheme.lower().endswith("+sentinel"):
+        raise RedisSettingsError(
+            f"{ENV_SENTINEL_PASSWORD_FILE} set, but {ENV_URL} is not a redis+sentinel:// URL"
+        )
+    return _password(path, ENV_SENTINEL_PASSWORD_FILE)
 
 
 @functools.cache
@@ -155,12 +180,12 @@ def _encrypted(key_file: Path) -> str:
     )
 
 
-def _password(path: Path) -> str:
+def _password(path: Path, name: str) -> str:
     """The file's text without the newline a mounted secret often ends in."""
     try:
         password = path.read_text(encoding="utf-8").strip()
     except UnicodeDecodeError:
-        raise RedisSettingsError(f"{ENV_PASSWORD_FILE}: {path} is not UTF-8") from None
+        raise RedisSettingsError(f"{name}: {path} is not UTF-8") from None
     if not password:
-        raise RedisSettingsError(f"{ENV_PASSWORD_FILE}: {path} is empty")
+        raise RedisSettingsError(f"{name}: {path} is empty")
     return password

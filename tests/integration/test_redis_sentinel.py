@@ -1,0 +1,201 @@
+"""Redis behind Sentinel, on real redis-servers and a real sentinel: `redis+sentinel://` reaches the
+primary the sentinel names, `history` reads through it, and a projector following the topics goes on
+through a failover (`SENTINEL FAILOVER`): the old primary, demoted, answers READONLY; redis-py's
+sentinel connection drops it and asks the sentinel again; the new primary ends holding the whole
+projection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from tests.integration.projections.workload import produce, settled, workload
+from turnledger.devstack.ports import free_port
+from turnledger.devstack.restartable import RestartableRedis
+from turnledger.errors import RedisUnavailableError
+from turnledger.processors.topics import ensure_topics
+from turnledger.projections.direct import project_records
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.projector import Projector
+from turnledger.projections.settings import FollowSettings
+from turnledger.projections.snapshot import diff_snapshots, snapshot
+from turnledger.redisconn.client import connect
+from turnledger.redisconn.client import redis_client as build_client
+from turnledger.redisconn.naming import client_url, describe
+from turnledger.topology import Topics
+
+pytestmark = pytest.mark.integration
+
+SERVICE = "turnledger-primary"
+PREFIX = "tl:"
+
+
+class Nodes:
+    def __init__(self, a: RestartableRedis, b: RestartableRedis, sentinel_port: int) -> None:
+        self.a, self.b, self.sentinel_port = a, b, sentinel_port
+        self.url = f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}/0"
+
+    def primary_port(self) -> int:
+        with redis.Redis(port=self.sentinel_port) as sentinel:
+            _, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        return int(port)
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return
+        except redis.RedisError:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    """A primary, its replica and one sentinel (quorum 1) watching them."""
+    workdir = tmp_path_factory.mktemp("sentinel")
+    with RestartableRedis(workdir / "a") as a, RestartableRedis(workdir / "b") as b:
+        a.start()
+        b.start()
+        with redis.Redis(port=b.port) as replica:
+            replica.replicaof("127.0.0.1", a.port)
+        port = free_port()
+        conf = workdir / "sentinel.conf"
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {workdir}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {a.port} 1\n"
+            f"sentinel down-after-milliseconds {SERVICE} 2000\n"
+            f"sentinel failover-timeout {SERVICE} 20000\n"
+        )
+        with open(workdir / "sentinel.log", "wb") as log:
+            sentinel = subprocess.Popen(
+                ["redis-server", str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+
+            def replica_known() -> bool:
+                with redis.Redis(port=port) as s:
+                    replicas = s.sentinel_slaves(SERVICE)
+                return any(r["is_slave"] and r["master-link-status"] == "ok" for r in replicas)
+
+            _wait(replica_known, "the sentinel to know the replica")
+            yield Nodes(a, b, port)
+        finally:
+            sentinel.terminate()
+            sentinel.wait(timeout=30)
+
+
+async def test_the_client_reaches_the_primary_the_sentinel_names(nodes: Nodes) -> None:
+    client = await connect(nodes.url)
+    try:
+        assert client_url(client) == nodes.url
+        assert describe(client) == f"the primary of {SERVICE!r} by 1 sentinel, plaintext, no login"
+        info = await client.info("server")
+        assert info["tcp_port"] == nodes.primary_port()
+    finally:
+        await client.aclose()
+
+
+async def test_a_service_the_sentinels_do_not_know_is_an_outage_naming_it(nodes: Nodes) -> None:
+    url = nodes.url.replace(SERVICE, "no-such-service")
+    with pytest.raises(RedisUnavailableError) as caught:
+        await connect(url)
+    assert str(caught.value).startswith(
+        f"Redis is not reachable at {url!r} (MasterNotFoundError: No master found for 'no-such-service'"
+    )
+
+
+def test_history_reads_through_the_sentinel(nodes: Nodes) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDIS_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "turnledger.cli", "history", "nobody", "--json"],
+        env={**env, "REDIS_URL": nodes.url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert '"conversationId": "nobody"' in run.stdout
+
+
+async def _until(
+    condition: Callable[[], Awaitable[bool]], projector: asyncio.Task[object], what: str
+) -> None:
+    deadline = time.monotonic() + 120
+    while not await condition():
+        if projector.done():
+            raise AssertionError(f"the projector ended while waiting for {what}") from projector.exception()
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_projector_follows_through_a_sentinel_failover(
+    nodes: Nodes,
+    kafka_bootstrap: str,
+    redis_client: aioredis.Redis,
+    redis_prefix: str,
+    topic_name: Callable[[str], str],
+) -> None:
+    topics = Topics(prefix=topic_name("") + ".")
+    await ensure_topics(kafka_bootstrap, topics, partitions=2)
+    records = workload(4)
+    parts = [records[: len(records) // 2], records[len(records) // 2 :]]
+
+    async def reference(upto: int) -> dict[str, object]:
+        ref = ProjectionKeys(f"{redis_prefix}ref{upto}:")
+        await project_records(redis_client, ref, [r for part in parts[:upto] for r in part])
+        return await snapshot(redis_client, ref.prefix)
+
+    def holds(port: int, expected: dict[str, object]) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            node = aioredis.Redis(port=port)
+            try:
+                return diff_snapshots(await snapshot(node, PREFIX), expected) == []
+            finally:
+                await node.aclose()
+
+        return check
+
+    first_primary = nodes.primary_port()
+    client = build_client(nodes.url)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        Projector(client, kafka_bootstrap, topics, ProjectionKeys(PREFIX), batch_size=10).run_forever(
+            stop, follow=FollowSettings(verify_every_s=0.5)
+        )
+    )
+    try:
+        await produce(
+            kafka_bootstrap, topics, parts[0], per_transaction=5, transactional_id=f"{topics.prefix}1"
+        )
+        await settled(kafka_bootstrap, topics.outputs)
+        await _until(
+            holds(first_primary, await reference(1)), task, "the first primary to hold the first half"
+        )
+
+        with redis.Redis(port=nodes.sentinel_port) as sentinel:
+            assert sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+        second_primary = nodes.b.port if first_primary == nodes.a.port else nodes.a.port
+        _wait(lambda: nodes.primary_port() == second_primary, "the sentinel to name the new primary")
+
+        await produce(
+            kafka_bootstrap, topics, parts[1], per_transaction=5, transactional_id=f"{topics.prefix}2"
+        )
+        await settled(kafka_bootstrap, topics.outputs)
+        await _until(holds(second_primary, await reference(2)), task, "the new primary to hold every record")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+        await client.aclose()

@@ -1,0 +1,205 @@
+"""A Redis behind Sentinel (`redisconn/sentinel.py`): the URL read into sentinels, service, database and
+the nodes' options; the client redis-py builds from it, with this process's settings for the nodes
+and the sentinels; how it is named; the settings that cannot work. On real sentinels:
+tests/integration/test_redis_sentinel.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from redis.asyncio.connection import SSLConnection
+from redis.asyncio.sentinel import (
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+
+from turnledger.errors import RedisSettingsError
+from turnledger.redisconn.client import redis_client
+from turnledger.redisconn.naming import client_url, describe
+from turnledger.redisconn.sentinel import SentinelUrl, is_sentinel, parse
+from turnledger.redisconn.settings import client_options, sentinel_password
+
+VARIABLES = (
+    "REDIS_SSL_CA_FILE",
+    "REDIS_SSL_CERT_FILE",
+    "REDIS_SSL_KEY_FILE",
+    "REDIS_PASSWORD_FILE",
+    "REDIS_SENTINEL_PASSWORD_FILE",
+)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("redis+sentinel://s1:26380/mymaster", SentinelUrl((("s1", 26380),), "mymaster", 0, "redis", {})),
+        (
+            "redis+sentinel://u:p%40w@s1:1,s2,[::1]:3/my%20master/2?socket_timeout=1.5",
+            SentinelUrl(
+                (("s1", 1), ("s2", 26379), ("::1", 3)),
+                "my master",
+                2,
+                "redis",
+                {"socket_timeout": 1.5, "username": "u", "password": "p@w"},
+            ),
+        ),
+        ("REDISS+SENTINEL://s1/m/", SentinelUrl((("s1", 26379),), "m", 0, "rediss", {})),
+        ("redis+sentinel://s1/m?db=4", SentinelUrl((("s1", 26379),), "m", 4, "redis", {})),
+    ],
+)
+def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database(
+    url: str, parsed: SentinelUrl
+) -> None:
+    assert is_sentinel(url)
+    assert parse(url) == parsed
+    assert parse(url).tls is (parsed.node_scheme == "rediss")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "redis+sentinel:///mymaster",
+            "REDIS_URL (redis+sentinel://[USER@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]): name at least one "
+            "sentinel",
+        ),
+        (
+            "redis+sentinel://s1:26379",
+            "REDIS_URL (redis+sentinel://[USER@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]): name the service the "
+            "sentinels monitor",
+        ),
+        (
+            "redis+sentinel://s1/m/0/extra",
+            "REDIS_URL (redis+sentinel://[USER@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]): name the service the "
+            "sentinels monitor",
+        ),
+        (
+            "redis+sentinel://s1/m/zero",
+            "REDIS_URL (redis+sentinel://[USER@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]): the database must be "
+            "a number, not 'zero'",
+        ),
+        ("redis+sentinel://s1:port/m", "REDIS_URL: 's1:port' is not a sentinel's HOST:PORT"),
+        ("redis+sentinel://s1,,s2/m", "REDIS_URL: '' is not a sentinel's HOST:PORT"),
+        (
+            "redis+sentinel://s1/m?socket_timeout=soon",
+            "REDIS_URL: Invalid value for 'socket_timeout' in connection URL.",
+        ),
+    ],
+)
+def test_a_sentinel_url_that_cannot_work_says_why(url: str, message: str) -> None:
+    with pytest.raises(RedisSettingsError) as caught:
+        parse(url)
+    assert str(caught.value) == message
+
+
+def test_other_urls_are_not_sentinel_urls() -> None:
+    assert [is_sentinel(u) for u in ("redis://h/0", "rediss://h/0", "unix:///s", "sentinel://h/m")] == [
+        False
+    ] * 4
+
+
+def test_the_client_asks_the_sentinels_for_the_primary_with_this_process_s_settings(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "redis.password").write_text("node-pw\n")
+    (tmp_path / "sentinel.password").write_text("sentinel-pw\n")
+    clean_env.setenv("REDIS_PASSWORD_FILE", str(tmp_path / "redis.password"))
+    clean_env.setenv("REDIS_SENTINEL_PASSWORD_FILE", str(tmp_path / "sentinel.password"))
+    client = redis_client("redis+sentinel://gateway@s1:26380,s2/mymaster/3")
+    pool = client.connection_pool
+    assert isinstance(pool, SentinelConnectionPool) and pool.is_master
+    assert (pool.service_name, pool.connection_class) == ("mymaster", SentinelManagedConnection)
+    node = {
+        k: v
+        for k, v in pool.connection_kwargs.items()
+        if k in ("db", "username", "password", "socket_connect_timeout")
+    }
+    assert node == {"db": 3, "username": "gateway", "password": "node-pw", "socket_connect_timeout": 5.0}
+    sentinels = [s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels]
+    assert [(s["host"], s["port"], s.get("password"), s.get("username")) for s in sentinels] == [
+        ("s1", 26380, "sentinel-pw", None),
+        ("s2", 26379, "sentinel-pw", None),
+    ]
+    assert client_url(client) == "redis+sentinel://gateway:***@s1:26380,s2:26379/mymaster/3"
+    assert (
+        describe(client)
+        == "the primary of 'mymaster' by 2 sentinels, plaintext, user 'gateway' with a password"
+    )
+    assert "pw" not in client_url(client).replace("***", "") + describe(client)
+
+
+def test_tls_reaches_both_the_sentinels_and_the_nodes(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    clean_env.setenv("REDIS_SSL_CA_FILE", str(ca))
+    client = redis_client("rediss+sentinel://s1/m?ssl_check_hostname=false")
+    pool = client.connection_pool
+    assert isinstance(pool, SentinelConnectionPool)
+    assert pool.connection_class is SentinelManagedSSLConnection
+    assert (pool.connection_kwargs["ssl_ca_certs"], pool.connection_kwargs["ssl_check_hostname"]) == (
+        str(ca),
+        False,
+    )
+    [sentinel] = pool.sentinel_manager.sentinels
+    assert sentinel.connection_pool.connection_class is SSLConnection
+    kwargs = sentinel.connection_pool.connection_kwargs
+    assert (kwargs["ssl_ca_certs"], kwargs["ssl_check_hostname"], kwargs["socket_connect_timeout"]) == (
+        str(ca),
+        False,
+        5.0,
+    )
+    assert describe(client) == f"the primary of 'm' by 1 sentinel, TLS, CA {ca}, no login"
+
+
+@pytest.mark.parametrize(
+    ("url", "env", "message"),
+    [
+        (
+            "redis+sentinel://s1/m?ssl_ca_certs=/ca.pem",
+            {},
+            "?ssl_ca_certs= set, but REDIS_URL is redis+sentinel://: TLS needs a rediss:// URL (rediss+sentinel://)",
+        ),
+        (
+            "redis+sentinel://s1/m?sentinel=1",
+            {},
+            "?sentinel= in REDIS_URL: not an option a redis+sentinel:// connection takes",
+        ),
+        (
+            "redis+sentinel://u:pw@s1/m",
+            {"REDIS_PASSWORD_FILE": "{password}"},
+            "set a password in REDIS_URL or REDIS_PASSWORD_FILE, not both",
+        ),
+    ],
+)
+def test_settings_that_cannot_work_with_a_sentinel_url(
+    tmp_path: Path, url: str, env: dict[str, str], message: str
+) -> None:
+    (tmp_path / "password").write_text("pw\n")
+    with pytest.raises(RedisSettingsError) as caught:
+        client_options(url, {k: v.format(password=tmp_path / "password") for k, v in env.items()})
+    assert str(caught.value) == message
+
+
+def test_the_sentinels_password_is_only_for_a_sentinel_url(tmp_path: Path) -> None:
+    path = tmp_path / "sentinel.password"
+    path.write_text(" s3cret \n")
+    env = {"REDIS_SENTINEL_PASSWORD_FILE": str(path)}
+    assert sentinel_password("redis+sentinel://s1/m", env) == "s3cret"
+    assert sentinel_password("redis+sentinel://s1/m", {}) is None
+    with pytest.raises(RedisSettingsError) as caught:
+        sentinel_password("redis://cache:6379/0", env)
+    assert (
+        str(caught.value) == "REDIS_SENTINEL_PASSWORD_FILE set, but REDIS_URL is not a redis+sentinel:// URL"
+    )
+    path.write_text("\n")
+    with pytest.raises(RedisSettingsError) as caught:
+        sentinel_password("redis+sentinel://s1/m", env)
+    assert str(caught.value) == f"REDIS_SENTINEL_PASSWORD_FILE: {path} is empty"
