@@ -286,8 +286,11 @@ async def test_a_kept_attempt_whose_latest_decision_is_a_refused_cas_is_still_co
     async with cluster(keeps_keys=keeps_keys) as c:
         await _lose_worker_a_mid_stream(c, adapter)
         stray = WorkerEvents(c.ledger, "worker-x")
-        expires = c.latest().lease_expires_at_ms
-        assert expires is not None
+        # the lease runs from worker-a's last sign of life, which may be an append after the latest
+        # decision (a slow machine streams long enough for a delta to renew it): no later than the
+        # conversation's last event
+        last = max(e.occurred_at_ms for e in c.ledger.ingress if e.conversation_id == "c1")
+        expires = last + int(LEASE_S * 1000)
         await c.until(lambda: now_ms() > expires)
         await stray.claim_expiry("c1", "op-1", 1)
         assert (c.latest().state, c.latest().reason, c.latest().attempt_terminated) == (
