@@ -26,7 +26,7 @@ from turnledger.observability.server import MetricsPort
 from turnledger.processors.errors import TopicMismatchError
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
-from turnledger.redisconn.client import connect, diagnose, redis_client
+from turnledger.redisconn.client import classified, connect, diagnose, redis_client
 from turnledger.redisconn.naming import client_url
 
 T = TypeVar("T")
@@ -180,12 +180,13 @@ def history_command(
     async def main() -> tuple[list[Any], list[Any], list[Any]]:
         redis = await connect(url)
         try:
-            reader = ProjectionReader(redis, key_prefix)
-            return (
-                await reader.history(conversation),
-                await reader.previews(conversation) if previews else [],
-                await reader.quarantine(conversation),
-            )
+            async with classified(redis):
+                reader = ProjectionReader(redis, key_prefix)
+                return (
+                    await reader.history(conversation),
+                    await reader.previews(conversation) if previews else [],
+                    await reader.quarantine(conversation),
+                )
         finally:
             await redis.aclose()
 
@@ -246,7 +247,8 @@ def status_command(
     async def main() -> Any:
         redis = await connect(url)
         try:
-            return await ProjectionReader(redis, key_prefix).find_operation(operation_id, conversation)
+            async with classified(redis):
+                return await ProjectionReader(redis, key_prefix).find_operation(operation_id, conversation)
         finally:
             await redis.aclose()
 

@@ -9,9 +9,12 @@ when it may.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
 from turnledger.redisconn.naming import client_url, describe, is_tls
@@ -44,6 +47,20 @@ async def connect(url: str) -> aioredis.Redis:
             raise
         raise failure from exc
     return client
+
+
+@asynccontextmanager
+async def classified(client: aioredis.Redis) -> AsyncIterator[aioredis.Redis]:
+    """Commands of `client` whose Redis error is raised as what it stands for (`refusals.classify`:
+    a `RedisAccessError`, a `RedisUnavailableError`), so that a command that was refused after its
+    PING (a user's permissions, a cluster's replies) says so in one line, not in a traceback."""
+    try:
+        yield client
+    except RedisError as exc:
+        failure = classify(exc, client)
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 async def diagnose(url: str) -> None:

@@ -18,13 +18,17 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from redis.exceptions import (
+    AskError,
     AuthenticationError,
     AuthenticationWrongNumberOfArgsError,
     BusyLoadingError,
+    ClusterCrossSlotError,
+    ClusterDownError,
     MasterDownError,
     NoPermissionError,
     ReadOnlyError,
     ResponseError,
+    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -55,6 +59,12 @@ CHECK_CERTIFICATE = (
     f"The server's certificate could not be verified: set {ENV_CA_FILE} (or ?{QUERY_CA}= in {ENV_URL}) "
     "to the CA that signed it (else the system's CAs are used), and connect by a name the certificate "
     "holds."
+)
+CHECK_CLUSTER = (
+    "This Redis is a Redis Cluster node, which turnledger does not support: the projection writes the "
+    "keys of many conversations in one script call, which a cluster allows only within one hash slot. "
+    "Use a Redis with cluster mode disabled (a primary with replicas, behind a primary endpoint or "
+    "Sentinel; ElastiCache: a replication group with cluster mode disabled, not Serverless)."
 )
 CHECK_NO_CLIENT_CERTIFICATE = (
     f"Redis asks for a client certificate (mutual TLS, `tls-auth-clients yes`): set {ENV_CERT_FILE} and "
@@ -105,6 +115,13 @@ def of_type(*types: type[BaseException]) -> Match:
     return lambda exc: exc if isinstance(exc, types) else None
 
 
+def cluster_reply(exc: BaseException) -> BaseException | None:
+    """A reply only a Redis Cluster node gives (MOVED, ASK, CROSSSLOT, TRYAGAIN, CLUSTERDOWN), not
+    `MASTERDOWN`, which redis-py files under CLUSTERDOWN but a replica of a plain primary sends."""
+    cluster = (AskError, ClusterCrossSlotError, TryAgainError, ClusterDownError)
+    return exc if isinstance(exc, cluster) and not isinstance(exc, MasterDownError) else None
+
+
 def response_starting(*codes: str) -> Match:
     """A `ResponseError` whose message starts with one of the server's error codes: a parser that does
     not map them to `AuthenticationError` leaves them so."""
@@ -142,6 +159,7 @@ RULES: tuple[Rule, ...] = (
     Rule(of_type(AuthenticationError, AuthenticationWrongNumberOfArgsError), CHECK_LOGIN),
     Rule(response_starting("WRONGPASS", "NOAUTH"), CHECK_LOGIN),
     Rule(of_type(NoPermissionError), CHECK_PERMISSIONS),
+    Rule(cluster_reply, CHECK_CLUSTER),
     Rule(caused_by(ssl.SSLCertVerificationError), CHECK_CERTIFICATE),
     Rule(in_chain(certificate_alert), client_certificate_check),
     Rule(caused_by(ssl.SSLError, ssl.SSLEOFError, ssl.SSLZeroReturnError), CHECK_TLS),
@@ -149,7 +167,9 @@ RULES: tuple[Rule, ...] = (
     Rule(response_starting("NOREPLICAS"), None, RedisFailoverError),
     Rule(of_type(RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError), None),
 )
-"""A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); Redis's alert
+"""A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); a Redis
+Cluster node's replies (MOVED to another node, CROSSSLOT for the script's many keys) are a refusal:
+no cluster is supported, and waiting cannot make one a single node. Redis's alert
 about our certificate (`tls_alerts`, after the handshake under TLS 1.3, so on the first read) before
 any other TLS error; a TLS error that is only the peer going away (EOF, a closed session) is left to
 the outage rule. A node that takes no writes (`READONLY`: demoted to a replica; `MASTERDOWN`: a replica
