@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -19,7 +20,9 @@ import redis.asyncio as aioredis
 
 from tests.integration.projections.workload import produce, settled, workload
 from turnledger.devstack.ports import free_port
+from turnledger.devstack.redis_tls import RedisTls
 from turnledger.devstack.restartable import RestartableRedis
+from turnledger.devstack.session import Endpoints
 from turnledger.errors import RedisUnavailableError
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.direct import project_records
@@ -198,4 +201,97 @@ async def test_a_projector_follows_through_a_sentinel_failover(
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
+        await client.aclose()
+
+
+def _tls_server(workdir: Path, argv: list[str]) -> subprocess.Popen[bytes]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(workdir / "redis.log", "wb") as log:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir
+        )
+
+
+@pytest.fixture(scope="module")
+def tls_nodes(
+    devstack: Endpoints, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, int]]:
+    """A primary and its replica that speak only TLS (replicating over TLS), and a sentinel that speaks
+    only TLS and reaches them over TLS, all with the devstack's Redis certificate (127.0.0.1): the
+    REDIS_URL, the CA file and the sentinel's port."""
+    env = devstack.redis_tls_client_env()
+    if env is None:
+        pytest.skip("no devstack Redis TLS material (openssl missing, or an external Redis)")
+    material = RedisTls.at(Path(env["REDIS_SSL_CA_FILE"]).parent)
+    tls = [
+        "--tls-cert-file", str(material.cert_file), "--tls-key-file", str(material.key_file),
+        "--tls-ca-cert-file", str(material.ca_file), "--tls-auth-clients", "no", "--tls-replication", "yes",
+    ]  # fmt: skip
+    workdir = tmp_path_factory.mktemp("tls-sentinel")
+    a_port, b_port, s_port = free_port(), free_port(), free_port()
+    node = ["redis-server", "--port", "0", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *tls]
+    servers = [
+        _tls_server(workdir / "a", [*node, "--tls-port", str(a_port)]),
+        _tls_server(
+            workdir / "b", [*node, "--tls-port", str(b_port), "--replicaof", "127.0.0.1", str(a_port)]
+        ),
+    ]
+    conf = workdir / "sentinel.conf"
+    conf.write_text(
+        f"port 0\ntls-port {s_port}\nbind 127.0.0.1\ndir {workdir}\n"
+        + "".join(f"{tls[i].lstrip('-')} {tls[i + 1]}\n" for i in range(0, len(tls), 2))
+        + f"sentinel monitor {SERVICE} 127.0.0.1 {a_port} 1\n"
+        f"sentinel down-after-milliseconds {SERVICE} 2000\nsentinel failover-timeout {SERVICE} 20000\n"
+    )
+    servers.append(_tls_server(workdir / "sentinel", ["redis-server", str(conf), "--sentinel"]))
+    try:
+
+        def replica_known() -> bool:
+            with redis.Redis(port=s_port, ssl=True, ssl_ca_certs=str(material.ca_file)) as s:
+                replicas = s.sentinel_slaves(SERVICE)
+            return any(r["is_slave"] and r["master-link-status"] == "ok" for r in replicas)
+
+        _wait(replica_known, "the TLS sentinel to know the TLS replica")
+        yield f"rediss+sentinel://127.0.0.1:{s_port}/{SERVICE}/0", str(material.ca_file), s_port
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=30)
+
+
+async def test_rediss_sentinel_reaches_a_tls_primary_and_the_next_one_after_a_failover(
+    tls_nodes: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, ca_file, sentinel_port = tls_nodes
+    for name in [n for n in os.environ if n.startswith("REDIS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("REDIS_SSL_CA_FILE", ca_file)
+    client = await connect(url)
+    try:
+        assert describe(client) == f"the primary of {SERVICE!r} by 1 sentinel, TLS, CA {ca_file}, no login"
+        first = (await client.info("server"))["tcp_port"]
+        await client.set("tl:sentinel-tls", "before")
+        with redis.Redis(port=sentinel_port, ssl=True, ssl_ca_certs=ca_file) as sentinel:
+            assert sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+
+            def moved() -> bool:
+                _, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+                return int(port) != first
+
+            _wait(moved, "the TLS sentinel to name the new primary")
+        deadline = time.monotonic() + 60
+        while True:  # the old primary takes writes until the sentinel converts it, then answers READONLY
+            try:
+                await client.set("tl:sentinel-tls", "after")
+                if (await client.info("replication"))["role"] == "master" and (await client.info("server"))[
+                    "tcp_port"
+                ] != first:
+                    break
+            except redis.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "the client never reached the new primary"
+            await asyncio.sleep(0.2)
+        assert await client.get("tl:sentinel-tls") == b"after"
+    finally:
         await client.aclose()
