@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from turnledger.dispatch.state import ManifestSeal
+from turnledger.model.base import FastCopy
 from turnledger.model.events import DispatchSent
 
 
@@ -80,3 +81,20 @@ def test_of_validated_is_only_for_models_validation_cannot_change() -> None:
     for name, info in BlockRef.model_fields.items():
         assert not info.metadata, name
         assert info.annotation == Block.model_fields[name].annotation, name
+
+
+class _Open(FastCopy):
+    """A model that takes extra attributes (none given: its extras are an empty dict)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    value: int
+
+
+def test_a_copy_of_a_model_that_takes_extras_has_extras_of_its_own() -> None:
+    """An extra set on a copy is the copy's alone, as with pydantic's copy (which copies the dict)."""
+    original = _Open(value=1)
+    copy = original.model_copy(update={"value": 2})
+    copy.added = 5  # type: ignore[attr-defined]
+    assert copy.model_dump() == {"value": 2, "added": 5}
+    assert original.model_dump() == {"value": 1} and original.__pydantic_extra__ == {}

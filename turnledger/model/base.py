@@ -90,11 +90,11 @@ def every_field(cls: type[BaseModel]) -> set[str]:
 class FastCopy(BaseModel):
     """`model_copy(update=...)` without pydantic's generic `__copy__` machinery.
 
-    Same result as `BaseModel.model_copy` for these models (no private attributes, no
-    extras, shallow copy): a new instance whose `__dict__` is the old one with `update`
-    applied, unvalidated, and whose fields-set adds the updated names (a shared set,
-    `shared_fields_set`). Anything else
-    (deep copies, models with private or extra attributes) goes through pydantic.
+    Same result as `BaseModel.model_copy` for these models (no private attributes, extra
+    attributes refused or ignored, shallow copy): a new instance whose `__dict__` is the old one
+    with `update` applied, unvalidated, and whose fields-set adds the updated names (a shared set,
+    `shared_fields_set`). Anything else (deep copies, models with private attributes or that allow
+    extra ones, whose extras are a dict even when empty) goes through pydantic.
 
     A frozen model's copy shares the original's fields-set when the update adds no name to it
     (the usual case: every field is set): a frozen model's fields-set is never changed in place
@@ -123,13 +123,13 @@ class FastCopy(BaseModel):
         return instance
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__:
+        if deep or not update or self.__pydantic_private__ is not None or self.__pydantic_extra__ is not None:
             return super().model_copy(update=update, deep=deep)
         copied = _new(type(self))
         values = self.__dict__.copy()
         values.update(update)
         SET_DICT(copied, values)
-        SET_EXTRA(copied, self.__pydantic_extra__)
+        SET_EXTRA(copied, None)
         fields = self.__pydantic_fields_set__
         if not update.keys() <= fields:  # else the copy shares the original's set
             fields = shared_fields_set(fields | update.keys())
