@@ -75,7 +75,7 @@ def _request(event_id: str, description: str = "weather") -> DispatchRequested:
         operation_id="op",
         adapter="openai-chat@1",
         provider="openai",
-        model_revision="m",
+        model_revision="gpt-4o@2024-08-06",
         tools=(ToolDefinition(name="get_weather", description=description, input_schema=WEATHER),),
         max_output_tokens=16,
     )
@@ -103,7 +103,9 @@ def test_a_definition_no_request_names_any_more_is_not_kept() -> None:
 
 
 def _fresh(text: str) -> str:
-    """An equal string that is not the same object (as decoding gives one per record)."""
+    """An equal string that is not the same object (as decoding gives one per record); not of one
+    character, which CPython keeps one object of whatever builds it."""
+    assert len(text) > 1, text
     return "".join(list(text))
 
 
@@ -113,7 +115,7 @@ def test_a_blocks_and_a_requests_few_valued_names_are_one_string_each() -> None:
     for name in names:
         assert getattr(a, name) is getattr(b, name), name
     assert a == b and a.model_dump_json() == _block("x", **names).model_dump_json()
-    fields = {"adapter": "openai-chat@1", "provider": "openai", "model_revision": "m"}
+    fields = {"adapter": "openai-chat@1", "provider": "openai", "model_revision": "gpt-4o@2024-08-06"}
     first, second = (
         DispatchRequested.model_validate(
             {**_request("e").model_dump(), **{k: _fresh(v) for k, v in fields.items()}}
@@ -150,3 +152,18 @@ def test_records_decoded_by_the_model_reader_share_names_and_tools_too() -> None
     for name in ("adapter", "provider", "model_revision"):
         assert getattr(a, name) is getattr(b, name), name
     assert a.tools[0] is b.tools[0]
+
+
+def test_a_sharing_validator_is_registered_for_the_model_reader_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`sharing` returns the validator itself and registers it in `SHARING`, the set the model reader
+    applies itself instead of falling back to `model_validate` (`codec/model_reader.py`)."""
+    monkeypatch.setattr(base, "SHARING", set(base.SHARING))
+
+    def same(value: str) -> str:
+        return value
+
+    assert base.sharing(same) is same
+    assert same in base.SHARING
+    assert {base.shared_name, tools.shared_tools} <= base.SHARING
