@@ -175,3 +175,190 @@ def test_open_partition_store_is_per_process_and_removes_dead_files(tmp_path: Pa
     assert other_partition.exists()
     store.close()
     assert isinstance(open_partition_store(None, "x", 0), MemoryStateStore)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        (b"k", b"v", "state keys are str (the fold's, e.g. conversation ids), got bytes"),
+        ("k", "v", "state values are bytes, got str"),
+        ("k", bytearray(b"v"), "state values are bytes, got bytearray"),
+    ],
+)
+def test_every_store_refuses_a_key_or_value_of_the_wrong_type_by_name(
+    base: MemoryStateStore | SqliteStateStore, key: object, value: object, words: str
+) -> None:
+    """A fold that writes anything but str → bytes is told which of the two it got wrong; nothing is
+    written. (The overlay turns a bytearray into bytes first; a store takes bytes only.)"""
+    with pytest.raises(TypeError) as info:
+        base.put(key, value)  # type: ignore[arg-type]
+    assert str(info.value) == words
+    with pytest.raises(TypeError) as info:
+        base.delete(b"k")  # type: ignore[arg-type]
+    assert str(info.value) == "state keys are str (the fold's, e.g. conversation ids), got bytes"
+    assert len(base) == 0
+
+
+def test_a_delete_of_a_key_never_written_is_a_no_op(base: MemoryStateStore | SqliteStateStore) -> None:
+    """A tombstone may name a key the store never held (a conversation created and deleted in one
+    batch, restored from a compacted changelog): applying it changes nothing and does not raise."""
+    base.put("a", b"1")
+    base.delete("never")
+    base.apply({"gone": None, "b": b"2"})
+    assert list(base.items()) == [("a", b"1"), ("b", b"2")]
+    assert len(base) == 2
+
+
+def test_items_are_every_key_with_its_bytes_a_snapshot_safe_to_write_under(
+    base: MemoryStateStore | SqliteStateStore,
+) -> None:
+    """`items()` yields (str, bytes) pairs, the SQLite store in key order; the memory store's is a copy,
+    so writing while iterating neither raises nor changes what is yielded."""
+    base.apply({"b": b"2", "a": b"1", "c": b"3"})
+    seen = []
+    for key, value in base.items():
+        seen.append((key, value))
+        if isinstance(base, MemoryStateStore):
+            base.put(f"{key}-new", value)
+    ordered = [("a", b"1"), ("b", b"2"), ("c", b"3")]
+    assert sorted(seen) == ordered
+    if isinstance(base, SqliteStateStore):
+        assert seen == ordered
+        assert all(type(v) is bytes for _k, v in seen)
+
+
+def test_clear_forgets_every_value_including_the_cached_ones(
+    base: MemoryStateStore | SqliteStateStore,
+) -> None:
+    """A value read (and so cached) before `clear()` is gone after it, and the store takes writes again."""
+    base.put("a", b"1")
+    assert base.get("a") == b"1"
+    base.clear()
+    assert base.get("a") is None
+    assert len(base) == 0
+    base.put("a", b"2")
+    assert base.get("a") == b"2"
+
+
+def test_a_base_without_apply_gets_the_overlays_puts_and_deletes_one_by_one() -> None:
+    """The replay's store has only get/put/delete: a commit into it puts each value and deletes each
+    tombstone, and leaves the overlay empty."""
+    base = MemoryStore()
+    base.put("gone", b"0")
+    overlay = OverlayStore(base)
+    overlay.put("a", b"1")
+    overlay.delete("gone")
+    overlay.commit()
+    assert base.values == {"a": b"1"}
+    assert dict(overlay.dirty) == {}
+
+
+def test_an_overlay_takes_a_memoryview_as_its_bytes() -> None:
+    overlay = OverlayStore(MemoryStateStore())
+    overlay.put("k", memoryview(b"mv"))  # type: ignore[arg-type]
+    assert overlay.get("k") == b"mv" and type(overlay.dirty["k"]) is bytes
+
+
+def test_a_rebased_overlay_reads_through_and_commits_into_its_new_base() -> None:
+    old, new = MemoryStateStore(), MemoryStateStore()
+    old.put("k", b"old")
+    new.put("k", b"new")
+    overlay = OverlayStore(old)
+    overlay.rebase(new)
+    assert overlay.get("k") == b"new"
+    overlay.put("j", b"1")
+    overlay.commit()
+    assert dict(new.items()) == {"k": b"new", "j": b"1"}
+    assert dict(old.items()) == {"k": b"old"}
+
+
+def test_sqlite_runs_as_a_cache_of_the_changelog(tmp_path: Path) -> None:
+    """The file is rebuilt from the changelog on every start, so it is written without fsyncs (WAL,
+    `synchronous=OFF`, temporary tables in memory)."""
+    store = SqliteStateStore(tmp_path / "pragmas.sqlite")
+    pragmas = {
+        name: store._conn.execute(f"PRAGMA {name}").fetchone()[0]
+        for name in ("journal_mode", "synchronous", "temp_store")
+    }
+    assert pragmas == {"journal_mode": "wal", "synchronous": 0, "temp_store": 2}
+    store.close()
+
+
+def test_the_sqlite_read_cache_keeps_the_most_recently_used_values(tmp_path: Path) -> None:
+    """The LRU holds `cache_entries` values (10,000 by default), a read or a write making its key the
+    most recent, the least recent evicted first; a miss is cached too (as None)."""
+    store = SqliteStateStore(tmp_path / "lru.sqlite", cache_entries=3)
+    store.apply({"a": b"1", "b": b"2", "c": b"3"})
+    assert store.get("a") == b"1"  # a is now the most recent: b goes first
+    store.put("d", b"4")
+    assert list(store._cache.items()) == [("c", b"3"), ("a", b"1"), ("d", b"4")]
+    assert store.get("missing") is None
+    assert list(store._cache.items()) == [("a", b"1"), ("d", b"4"), ("missing", None)]
+    assert store.get("b") == b"2"  # evicted, read back from the file
+    store.put("d", b"5")  # a write of a cached key makes it the most recent too
+    assert list(store._cache.items()) == [("missing", None), ("b", b"2"), ("d", b"5")]
+    store.close()
+    single = SqliteStateStore(tmp_path / "single.sqlite", cache_entries=1)
+    single.apply({"a": b"1", "b": b"2"})
+    assert list(single._cache.items()) == [("b", b"2")]
+    single.close()
+    default = SqliteStateStore(tmp_path / "default.sqlite")
+    default.apply({f"k{i}": b"v" for i in range(10_001)})
+    assert len(default._cache) == 10_000 and "k0" not in default._cache and "k1" in default._cache
+    default.close()
+    uncached = SqliteStateStore(tmp_path / "uncached.sqlite", cache_entries=0)
+    uncached.put("a", b"1")
+    assert uncached.get("a") == b"1" and len(uncached._cache) == 0
+    uncached.close()
+
+
+def test_a_sqlite_apply_that_fails_half_way_writes_nothing(tmp_path: Path) -> None:
+    """A batch applies all or nothing: a key SQLite cannot store (a lone surrogate is not UTF-8) rolls
+    back the puts before it, raises the error itself, and the store takes the next batch."""
+    store = SqliteStateStore(tmp_path / "atomic.sqlite")
+    store.put("kept", b"0")
+    with pytest.raises(UnicodeEncodeError):
+        store.apply({"a": b"1", "\ud800": b"2"})
+    with pytest.raises(UnicodeEncodeError):
+        store.apply({"kept": None, "\ud800": None})
+    store._cache.clear()  # what the file holds, not what was cached
+    assert (store.get("a"), store.get("kept")) == (None, b"0")
+    store.apply({"b": b"3"})
+    assert list(store.items()) == [("b", b"3"), ("kept", b"0")]
+    store.close()
+
+
+def test_open_partition_store_names_its_file_after_a_safe_topic_and_makes_its_directory(
+    tmp_path: Path,
+) -> None:
+    """A topic name's characters other than letters, digits, `.`, `_` and `-` become `_`; a missing
+    state directory (and its parents) is created."""
+    state_dir = tmp_path / "a" / "b"
+    store = open_partition_store(state_dir, "p/x y:z.log_1-2", 7)
+    assert isinstance(store, SqliteStateStore)
+    assert store.path == state_dir / f"p_x_y_z.log_1-2-7.{os.getpid()}.sqlite"
+    store.close()
+
+
+def test_open_partition_store_keeps_live_processes_files_and_drops_its_own_and_the_deads(
+    tmp_path: Path,
+) -> None:
+    """A live process's file (and its WAL) is its own; a dead process's files, with their `-wal` and
+    `-shm`, and a file this pid left earlier go; a name whose pid is not a number is not ours to judge."""
+    stem = "log-0"
+    live = os.getppid()
+    kept = [
+        tmp_path / f"{stem}.{live}.sqlite",
+        tmp_path / f"{stem}.{live}.sqlite-wal",
+        tmp_path / f"{stem}.x1.sqlite",
+    ]
+    dropped = [tmp_path / f"{stem}.999999999.sqlite-wal", tmp_path / f"{stem}.999999999.sqlite-shm"]
+    mine = tmp_path / f"{stem}.{os.getpid()}.sqlite"
+    for path in [*kept, *dropped, mine]:
+        path.write_bytes(b"not a database")
+    store = open_partition_store(tmp_path, "log", 0)
+    assert isinstance(store, SqliteStateStore)
+    assert [p.exists() for p in kept] == [True, True, True]
+    assert [p.exists() for p in dropped] == [False, False]
+    assert store.path == mine and len(store) == 0  # a fresh file, not the junk
+    store.close()
