@@ -389,3 +389,20 @@ async def test_the_partition_before_the_batch_is_read_whatever_its_timestamps() 
 async def test_no_state_asks_nothing_of_the_broker() -> None:
     reader = ChangelogEvidence("unused:9092", CHANGELOG, margin_ms=MARGIN)
     assert await reader.evidence([]) == []
+
+
+async def test_a_scan_that_reads_up_to_the_hanging_batch_is_complete() -> None:
+    """Fetches that end exactly at the hanging batch (the partition before it read whole, the batch
+    itself never fetched) make a complete scan: COMMITTED, not unchecked."""
+    log = Log()
+    proof = log.add(CHANGELOG, "committed", TAG)
+    log.add(X, "committed", OTHER)
+    log.add(X, "committed")
+    at = log.add(X, "open", TAG)
+    reader = ChangelogEvidence("unused:9092", CHANGELOG, margin_ms=MARGIN, budget=1_000, timeout_s=0.2)
+    uncommitted, committed = TwoAtATime(log, committed=False), FakeConsumer(log, committed=True)
+    assert await reader.read(uncommitted, committed, hanging_at(at)) == Evidence(
+        Finding.COMMITTED, TAG, proof
+    )
+    scan = await reader._scan(TwoAtATime(log, committed=False), X, TAG, T, before=at)
+    assert (scan.offset, scan.complete) == (None, True)

@@ -341,24 +341,76 @@ def test_open_partition_store_names_its_file_after_a_safe_topic_and_makes_its_di
 
 
 def test_open_partition_store_keeps_live_processes_files_and_drops_its_own_and_the_deads(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A live process's file (and its WAL) is its own; a dead process's files, with their `-wal` and
-    `-shm`, and a file this pid left earlier go; a name whose pid is not a number is not ours to judge."""
+    """A live process's file (and its WAL) is its own, as is one of a process we may not signal
+    (another user's); a dead process's files, with their `-wal` and `-shm`, and a file this pid left
+    earlier go; a name whose pid is not a number is not ours to judge. Liveness is asked with signal
+    0, which only checks."""
+    signalled: list[tuple[int, int]] = []
+
+    def kill(pid: int, signal: int) -> None:
+        signalled.append((pid, signal))
+        if pid == 333:
+            raise PermissionError(pid)
+        if pid not in (111, os.getpid()):
+            raise ProcessLookupError(pid)
+
+    monkeypatch.setattr(os, "kill", kill)
     stem = "log-0"
-    live = os.getppid()
     kept = [
-        tmp_path / f"{stem}.{live}.sqlite",
-        tmp_path / f"{stem}.{live}.sqlite-wal",
+        tmp_path / f"{stem}.111.sqlite",
+        tmp_path / f"{stem}.111.sqlite-wal",
+        tmp_path / f"{stem}.333.sqlite",
         tmp_path / f"{stem}.x1.sqlite",
+        tmp_path / f"{stem}1.222.sqlite",  # another partition's
     ]
-    dropped = [tmp_path / f"{stem}.999999999.sqlite-wal", tmp_path / f"{stem}.999999999.sqlite-shm"]
+    dropped = [tmp_path / f"{stem}.222.sqlite-wal", tmp_path / f"{stem}.222.sqlite-shm"]
     mine = tmp_path / f"{stem}.{os.getpid()}.sqlite"
     for path in [*kept, *dropped, mine]:
         path.write_bytes(b"not a database")
     store = open_partition_store(tmp_path, "log", 0)
     assert isinstance(store, SqliteStateStore)
-    assert [p.exists() for p in kept] == [True, True, True]
+    assert [p.exists() for p in kept] == [True] * 5
     assert [p.exists() for p in dropped] == [False, False]
     assert store.path == mine and len(store) == 0  # a fresh file, not the junk
+    assert {signal for _pid, signal in signalled} == {0}
+    assert sorted({pid for pid, _signal in signalled}) == [111, 222, 333]
     store.close()
+
+
+def test_a_stale_file_another_process_removed_first_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes starting on a partition may both find a dead process's file: whichever unlinks
+    it second finds it gone, and opens its store all the same."""
+    vanished = tmp_path / "log-0.999999999.sqlite"
+
+    def dead(pid: int, signal: int) -> None:
+        raise ProcessLookupError(pid)
+
+    monkeypatch.setattr(os, "kill", dead)
+    monkeypatch.setattr(Path, "glob", lambda self, pattern: iter([vanished]))
+    store = open_partition_store(tmp_path, "log", 0)
+    assert isinstance(store, SqliteStateStore) and len(store) == 0
+    store.close()
+
+
+def test_an_overlay_commits_into_a_sqlite_store_in_one_transaction(tmp_path: Path) -> None:
+    """A batch's writes reach the SQLite store all or nothing: a key it cannot store (a lone surrogate
+    is not UTF-8) leaves none of the batch's other writes behind."""
+    base = SqliteStateStore(tmp_path / "overlay.sqlite")
+    overlay = OverlayStore(base)
+    overlay.put("a", b"1")
+    overlay.put("\ud800", b"2")
+    with pytest.raises(UnicodeEncodeError):
+        overlay.commit()
+    base._cache.clear()
+    assert (base.get("a"), len(base)) == (None, 0)
+    base.close()
+
+
+def test_an_overlay_rebased_onto_a_store_without_lineage_has_none() -> None:
+    overlay = OverlayStore(MemoryStateStore())
+    overlay.rebase(MemoryStore())
+    assert overlay.lineage is None and overlay.rollback_stamp is None

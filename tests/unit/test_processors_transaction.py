@@ -294,11 +294,15 @@ async def test_a_producer_fenced_fatally_is_fenced_whatever_failed_first() -> No
 
 
 async def test_a_producer_without_a_transaction_manager_has_no_fatal_error() -> None:
+    """Without aiokafka's transaction manager to ask, no failure is taken for a fatal one."""
     producer = FakeProducer("begin", KafkaConnectionError("gone"))
     producer._txn_manager = None
     with pytest.raises(BatchAborted):
         await _transactions(producer).commit(OUT, {}, 5)
-    assert producer.calls == ["begin"]
+    del producer._txn_manager  # not even the attribute (another client's producer)
+    with pytest.raises(BatchAborted):
+        await _transactions(producer).commit(OUT, {}, 5)
+    assert producer.calls == ["begin", "begin"]  # nothing begun, nothing aborted
 
 
 async def test_a_send_future_s_error_is_retrieved_once_and_a_cancelled_one_is_left_alone() -> None:
