@@ -168,6 +168,13 @@ async def test_a_restore_without_a_position_record_has_no_position(
     assert caplog.messages == ["restored log-3: 1 changelog records, position None, in 0.75s"]
 
 
+async def test_a_changelog_without_any_position_record_restores_position_none(script: Script) -> None:
+    script.chunks = [[rec(0, b"a", b"1")]]
+    result = await restore_from_changelog("b:9092", "log", 3, RecordingStore())
+    assert result == RestoreResult(records=1, position=None, seconds=0.75)
+    assert await read_position("b:9092", TP) is None
+
+
 async def test_a_restore_that_fails_closes_its_reader_and_raises(script: Script) -> None:
     script.chunks = [[rec(0, b"a", b"1")], KeyError("outage")]
     with pytest.raises(KeyError):

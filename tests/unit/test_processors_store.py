@@ -199,10 +199,14 @@ def test_every_store_refuses_a_key_or_value_of_the_wrong_type_by_name(
     assert len(base) == 0
 
 
-def test_a_delete_of_a_key_never_written_is_a_no_op(base: MemoryStateStore | SqliteStateStore) -> None:
+def test_a_delete_removes_its_key_and_one_of_a_key_never_written_is_a_no_op(
+    base: MemoryStateStore | SqliteStateStore,
+) -> None:
     """A tombstone may name a key the store never held (a conversation created and deleted in one
     batch, restored from a compacted changelog): applying it changes nothing and does not raise."""
     base.put("a", b"1")
+    base.put("c", b"3")
+    base.delete("c")
     base.delete("never")
     base.apply({"gone": None, "b": b"2"})
     assert list(base.items()) == [("a", b"1"), ("b", b"2")]

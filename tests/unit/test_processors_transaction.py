@@ -230,6 +230,7 @@ async def test_a_fenced_error_is_the_cause_of_producer_fenced() -> None:
     with pytest.raises(ProducerFencedError) as info:
         await _transactions(FakeProducer("commit", KafkaConnectionError("gone"), aborting)).commit(OUT, {}, 5)
     assert info.value.__cause__ is aborting
+    assert info.value.transactional_id == "app-in-0"
 
 
 async def test_an_abort_that_fails_names_both_errors() -> None:
