@@ -53,6 +53,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         ),
         ("REDISS+SENTINEL://s1/m/", SentinelUrl((("s1", 26379),), "m", 0, "rediss", {})),
         ("redis+sentinel://s1/m?db=4", SentinelUrl((("s1", 26379),), "m", 4, "redis", {})),
+        ("redis+sentinel://s1/m/5?db=4", SentinelUrl((("s1", 26379),), "m", 4, "redis", {})),
+        ("redis+sentinel://XENON-1:7/m/5", SentinelUrl((("XENON-1", 7),), "m", 5, "redis", {})),
+        (
+            "redis+sentinel://s1/m?host=elsewhere&port=7000&socket_timeout=2",
+            SentinelUrl((("s1", 26379),), "m", 0, "redis", {"socket_timeout": 2.0}),
+        ),
     ],
 )
 def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database(
@@ -140,22 +146,27 @@ def test_tls_reaches_both_the_sentinels_and_the_nodes(clean_env: pytest.MonkeyPa
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     clean_env.setenv("REDIS_SSL_CA_FILE", str(ca))
-    client = redis_client("rediss+sentinel://s1/m?ssl_check_hostname=false")
+    client = redis_client(
+        "rediss+sentinel://s1/m?ssl_check_hostname=false&socket_connect_timeout=2.5&ssl_password=key-pw"
+    )
     pool = client.connection_pool
     assert isinstance(pool, SentinelConnectionPool)
     assert pool.connection_class is SentinelManagedSSLConnection
-    assert (pool.connection_kwargs["ssl_ca_certs"], pool.connection_kwargs["ssl_check_hostname"]) == (
+    node = pool.connection_kwargs
+    assert (node["ssl_ca_certs"], node["ssl_check_hostname"], node["socket_connect_timeout"]) == (
         str(ca),
         False,
+        2.5,
     )
     [sentinel] = pool.sentinel_manager.sentinels
     assert sentinel.connection_pool.connection_class is SSLConnection
     kwargs = sentinel.connection_pool.connection_kwargs
-    assert (kwargs["ssl_ca_certs"], kwargs["ssl_check_hostname"], kwargs["socket_connect_timeout"]) == (
-        str(ca),
-        False,
-        5.0,
-    )
+    assert (
+        kwargs["ssl_ca_certs"],
+        kwargs["ssl_check_hostname"],
+        kwargs["socket_connect_timeout"],
+        kwargs["ssl_password"],
+    ) == (str(ca), False, 2.5, "key-pw"), "the URL's options win over the process's, for the sentinels too"
     assert describe(client) == f"the primary of 'm' by 1 sentinel, TLS, CA {ca}, no login"
 
 

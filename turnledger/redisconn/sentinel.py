@@ -63,12 +63,12 @@ def parse(url: str) -> SentinelUrl:
     if not db.isdigit():
         raise RedisSettingsError(f"{_shape(parts.scheme)}: the database must be a number, not {db!r}")
     login = parts.netloc.rpartition("@")[0]
-    stand_in = f"{node_scheme}://{login + '@' if login else ''}sentinel-node/{db}"
+    stand_in = f"{node_scheme}://{login + '@' if login else ''}sentinel-node"
     try:
         options: dict[str, Any] = dict(parse_url(stand_in + (f"?{parts.query}" if parts.query else "")))
     except ValueError as exc:
         raise RedisSettingsError(f"REDIS_URL: {exc}") from None
-    for placed in ("host", "port", "connection_class"):
+    for placed in ("host", "port", "connection_class"):  # the sentinels say where the primary is
         options.pop(placed, None)
     return SentinelUrl(sentinels, path[0], int(options.pop("db", db)), node_scheme, options)
 
@@ -76,14 +76,11 @@ def parse(url: str) -> SentinelUrl:
 def sentinel_client(
     url: SentinelUrl, options: dict[str, Any], sentinel_password: str | None = None
 ) -> aioredis.Redis:
-    """The primary's client: `options` (this process's settings and the caller's) for the nodes; the
-    sentinels get the same TLS settings and timeouts, and their own password."""
-    node = url.options | options
-    shared = {
-        name: value
-        for name, value in node.items()
-        if name.startswith(("socket_", "ssl_")) and name != "ssl_password"
-    }
+    """The primary's client: `options` (this process's settings and the caller's) for the nodes, the
+    URL's own winning as `from_url` lets them; the sentinels get the same TLS settings and timeouts,
+    and their own password."""
+    node = options | url.options
+    shared = {name: value for name, value in node.items() if name.startswith(("socket_", "ssl_"))}
     to_sentinels: dict[str, Any] = {**shared, "ssl": url.tls}
     if sentinel_password is not None:
         to_sentinels["password"] = sentinel_password
