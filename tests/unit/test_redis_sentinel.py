@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import (
+    Sentinel,
     SentinelConnectionPool,
     SentinelManagedConnection,
     SentinelManagedSSLConnection,
@@ -214,3 +216,10 @@ def test_the_sentinels_password_is_only_for_a_sentinel_url(tmp_path: Path) -> No
     with pytest.raises(RedisSettingsError) as caught:
         sentinel_password("redis+sentinel://s1/m", env)
     assert str(caught.value) == f"REDIS_SENTINEL_PASSWORD_FILE: {path} is empty"
+
+
+def test_an_ipv6_address_is_named_in_brackets_and_a_missing_database_as_0() -> None:
+    assert client_url(redis_client("redis+sentinel://[::1]:3/m")) == "redis+sentinel://[::1]:3/m/0"
+    assert client_url(aioredis.from_url("redis://[::1]:6380/2")) == "redis://[::1]:6380/2"
+    primary = Sentinel([("s1", 26379)]).master_for("m")  # redis-py's own: no database given
+    assert client_url(primary) == "redis+sentinel://s1:26379/m/0"
