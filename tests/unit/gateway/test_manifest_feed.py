@@ -1,0 +1,560 @@
+"""A worker's share of the manifests topic: each assigned partition read from its low watermark, caught up
+into the board before any work is taken, its records observed once live, and the watermark committed is
+the first offset of the oldest open operation (gateway/manifest_feed.py).
+
+The feed runs against a fake consumer and a fake worker: no Kafka. `run`'s Kafka glue (start the consumer,
+wait for the topic, ride out outages) is replaced by the fake."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from tests.unit.gateway.decisions import decision, manifest_issued
+from turnledger.codec import encode
+from turnledger.gateway import manifest_feed
+from turnledger.gateway.board import DecisionBoard, Observed, OperationKey
+from turnledger.gateway.manifest_feed import ManifestFeed
+from turnledger.gateway.worker_config import WorkerStats
+from turnledger.kafka.clients import LEAVE_WITHIN_S
+from turnledger.model.base import Frozen
+from turnledger.model.events import DispatchState, Rejected
+from turnledger.model.reasons import ReasonCode
+from turnledger.retry import NO_WAIT, StopRequested
+
+S = DispatchState
+TOPIC = "turnledger.manifests"
+P0, P1, P2 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1), TopicPartition(TOPIC, 2)
+A, B, C = ("c1", "op-a"), ("c1", "op-b"), ("c1", "op-c")
+
+
+@dataclass
+class Message:
+    value: bytes | None
+    offset: int
+
+
+def msg(record: Frozen, offset: int) -> Message:
+    return Message(encode(record), offset)
+
+
+@dataclass
+class FakeWorker:
+    """What the feed asks of `DispatchWorker`, recorded in `calls`."""
+
+    board: DecisionBoard = field(default_factory=DecisionBoard)
+    stats: WorkerStats = field(default_factory=WorkerStats)
+    live: bool = False
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @dataclass
+    class Config:
+        worker_id: str = "w7"
+
+    config: Config = field(default_factory=Config)
+
+    async def observe(self, records: list[Observed]) -> None:
+        self.calls.append(("observe", records))
+        await self.board.apply(records)
+
+    async def release(self, keys: set[OperationKey]) -> None:
+        self.calls.append(("release", set(keys)))
+
+    def take(self, keys: set[OperationKey]) -> None:
+        self.calls.append(("take", set(keys)))
+
+    async def go_live(self, only: set[OperationKey] | None = None) -> None:
+        self.calls.append(("go_live", None if only is None else set(only)))
+        self.live = True
+
+
+@dataclass
+class FakeConsumer:
+    """An assigned share: `ends` per partition, `committed` offsets, a `positions` table that seeks set
+    and fetches advance; every call recorded in `calls`."""
+
+    ends: dict[TopicPartition, int] = field(default_factory=dict)
+    committed_at: dict[TopicPartition, int] = field(default_factory=dict)
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    fetches: list[dict[TopicPartition, list[Message]]] = field(default_factory=list)
+    owned: set[TopicPartition] = field(default_factory=set)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    commit_error: BaseException | None = None
+    commit_hangs: bool = False
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.owned)
+
+    def pause(self, tp: TopicPartition) -> None:
+        self.calls.append(("pause", tp))
+
+    def resume(self, tp: TopicPartition) -> None:
+        self.calls.append(("resume", tp))
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        self.calls.append(("end_offsets", tps))
+        return {tp: self.ends[tp] for tp in tps}
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        self.calls.append(("committed", tp))
+        return self.committed_at.get(tp)
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.positions.get(tp, 0)
+
+    async def seek_to_beginning(self, tp: TopicPartition) -> None:
+        self.calls.append(("seek_to_beginning", tp))
+        self.positions[tp] = 0
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.calls.append(("seek", tp, offset))
+        self.positions[tp] = offset
+
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Message]]:
+        self.calls.append(("getmany", timeout_ms, max_records))
+        fetched = self.fetches.pop(0) if self.fetches else {}
+        for tp, messages in fetched.items():
+            if messages:
+                self.positions[tp] = messages[-1].offset + 1
+        return fetched
+
+    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        if self.commit_hangs:
+            await asyncio.Event().wait()
+        if self.commit_error is not None:
+            raise self.commit_error
+        self.calls.append(("commit", offsets))
+
+    def subscribe(self, topics: list[str], *, listener: object) -> None:
+        self.calls.append(("subscribe", topics, type(listener).__name__, getattr(listener, "feed", None)))
+
+    async def stop(self) -> None:
+        self.calls.append(("stop",))
+
+
+def make_feed(worker: FakeWorker, consumer: FakeConsumer | None = None, **kwargs: Any) -> ManifestFeed:
+    feed = ManifestFeed(
+        worker,  # type: ignore[arg-type]
+        "kafka:9092",
+        TOPIC,
+        "workers",
+        stop=asyncio.Event(),
+        outage=NO_WAIT,
+        **kwargs,
+    )
+    feed.consumer = consumer
+    return feed
+
+
+def of(calls: list[tuple[Any, ...]], *names: str) -> list[tuple[Any, ...]]:
+    return [c for c in calls if c[0] in names]
+
+
+def commits(consumer: FakeConsumer) -> list[dict[TopicPartition, int]]:
+    return [{tp: o.offset for tp, o in c[1].items()} for c in of(consumer.calls, "commit")]
+
+
+# -- membership -----------------------------------------------------------------------------------
+
+
+async def test_assigned_partitions_are_paused_until_positioned(caplog: pytest.LogCaptureFixture) -> None:
+    """A new share is paused (nothing fetched from where the group left it) and marked to be positioned."""
+    consumer = FakeConsumer()
+    feed = make_feed(FakeWorker(), consumer)
+    with caplog.at_level(logging.INFO, logger=manifest_feed.__name__):
+        feed.assigned({P1, P0})
+    assert sorted(of(consumer.calls, "pause")) == [("pause", P0), ("pause", P1)]
+    assert feed.unpositioned == {P0, P1} and feed._joined is True
+    assert [r.getMessage() for r in caplog.records] == ["manifests: partitions [0, 1] assigned"]
+
+
+async def test_positioning_seeks_each_partition_to_its_watermark_and_records_the_end_to_catch_up_to(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A committed partition is read from its commit, one never committed from its beginning; each is
+    resumed with the end it had when assigned as the point to catch up to. Unassigned ones are not."""
+    consumer = FakeConsumer(ends={P0: 9, P1: 4}, committed_at={P1: 3}, owned={P0, P1})
+    feed = make_feed(FakeWorker(), consumer, fetch_ms=55)
+    feed.unpositioned = {P1, P0, P2}  # P2 was revoked again before it was positioned
+    with caplog.at_level(logging.INFO, logger=manifest_feed.__name__):
+        await feed._step()
+    assert consumer.calls == [
+        ("end_offsets", [P0, P1]),
+        ("committed", P0),
+        ("seek_to_beginning", P0),
+        ("resume", P0),
+        ("committed", P1),
+        ("seek", P1, 3),
+        ("resume", P1),
+        ("getmany", 55, 2000),
+    ]
+    assert feed.catching_up == {P0: 9, P1: 4} and feed.unpositioned == set()
+    assert [r.getMessage() for r in caplog.records] == [
+        "manifests partition 0: from None, catching up to 9",
+        "manifests partition 1: from 3, catching up to 4",
+    ]
+    await feed._step()
+    assert of(consumer.calls, "end_offsets", "committed", "seek", "seek_to_beginning") == [
+        ("end_offsets", [P0, P1]),
+        ("committed", P0),
+        ("seek_to_beginning", P0),
+        ("committed", P1),
+        ("seek", P1, 3),
+    ]  # positioned once
+
+
+async def test_a_catching_up_partition_fills_the_board_then_its_open_work_is_taken_once_live() -> None:
+    """While a partition catches up, its records reach the board only (no attempt for a replayed
+    PREPARED); at its end a live worker takes the operations seen there, and later records are
+    observed (the live path)."""
+    worker = FakeWorker(live=True)
+    consumer = FakeConsumer(ends={P0: 2}, owned={P0})
+    feed = make_feed(worker, consumer)
+    feed._joined = True
+    feed.unpositioned = {P0}
+    prepared = decision("op-a", S.PREPARED, attempt_generation=0)
+    consumer.fetches = [{P0: [msg(manifest_issued("op-a"), 0)]}, {P0: [msg(prepared, 1)]}]
+    await feed._step()  # position 1 of 2: still catching up
+    assert worker.calls == [] and feed.catching_up == {P0: 2}
+    assert worker.board.manifests.keys() == {A}
+    await feed._step()  # position 2: caught up
+    assert worker.calls == [("take", {A})] and feed.catching_up == {}
+    assert worker.board.latest[A] == prepared
+    later = decision("op-b", S.PREPARED, attempt_generation=0)
+    consumer.fetches = [{P0: [msg(later, 2)]}]
+    await feed._step()
+    assert worker.calls == [("take", {A}), ("observe", [later])]
+
+
+async def test_the_worker_goes_live_once_every_assigned_partition_caught_up_with_their_operations() -> None:
+    """Not live: the worker goes live only when the group dealt its share and every partition of it is
+    positioned and caught up, with exactly the operations seen there; `on_live` follows."""
+    worker = FakeWorker()
+    consumer = FakeConsumer(ends={P0: 1, P1: 1}, owned={P0, P1})
+    lived: list[bool] = []
+
+    async def on_live() -> None:
+        lived.append(worker.live)
+
+    feed = make_feed(worker, consumer, on_live=on_live)
+    await feed._step()  # not joined yet: never live
+    assert worker.calls == [] and lived == []
+    feed.assigned({P0, P1})
+    consumer.fetches = [{P0: [msg(decision("op-a", S.STREAMING), 0)]}]
+    await feed._step()  # P0 caught up, P1 not: not live, and not taken (not live)
+    assert worker.calls == [] and feed.catching_up == {P1: 1}
+    consumer.fetches = [{P1: [msg(decision("op-b", S.PREPARED, attempt_generation=0), 0)]}]
+    await feed._step()
+    assert worker.calls == [("go_live", {A, B})] and lived == [True]
+    await feed._step()
+    assert worker.calls == [("go_live", {A, B})] and lived == [True]  # once
+
+
+async def test_a_worker_dealt_no_partition_goes_live_with_nothing() -> None:
+    """More workers than partitions: a worker dealt nothing is live (it waits for a share), with no
+    operation; without `on_live` that is all."""
+    worker = FakeWorker()
+    feed = make_feed(worker, FakeConsumer())
+    feed.assigned(set())
+    await feed._step()
+    assert worker.calls == [("go_live", set())]
+
+
+async def test_a_partition_assigned_during_a_fetch_keeps_the_worker_from_going_live() -> None:
+    """A rebalance can deal a partition while the fetch waits: not positioned yet, it is not caught up
+    either, so the worker is not live until it is; and nothing is committed for it meanwhile."""
+    worker = FakeWorker()
+    consumer = FakeConsumer(ends={P0: 0, P1: 0}, owned={P0}, positions={P0: 0, P1: 6})
+    feed = make_feed(worker, consumer, commit_every_s=0.0)
+    feed.assigned({P0})
+
+    async def getmany(*, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Message]]:
+        consumer.owned.add(P1)
+        feed.assigned({P1})
+        return {}
+
+    consumer.getmany = getmany  # type: ignore[method-assign]
+    await feed._step()
+    assert worker.calls == [] and feed.unpositioned == {P1}
+    assert commits(consumer) == [{P0: 0}]
+
+
+async def test_records_are_counted_decoded_and_keyed_by_their_first_offset(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every message counts as read; tombstones, undecodable records (a warning naming the offset) and
+    records of other topics are skipped; each operation's first offset is kept, not its last."""
+    worker = FakeWorker(live=True)
+    consumer = FakeConsumer(owned={P0})
+    feed = make_feed(worker, consumer)
+    first, second = decision("op-a", S.DISPATCHING), decision("op-a", S.STREAMING)
+    rejected = Rejected(conversation_id="c1", operation_id="op-a", reason=ReasonCode.LEASE_EXPIRED)
+    consumer.fetches = [
+        {
+            P0: [
+                Message(None, 3),
+                msg(first, 4),
+                Message(b"\x00garbage", 5),
+                msg(rejected, 6),
+                msg(manifest_issued("op-b"), 7),
+                msg(second, 8),
+            ]
+        }
+    ]
+    with caplog.at_level(logging.WARNING, logger=manifest_feed.__name__):
+        await feed._step()
+    assert worker.calls == [("observe", [first, manifest_issued("op-b"), second])]
+    assert feed.records_read == 6 and worker.stats.counts["manifest_records_read"] == 6
+    assert feed.keys == {P0: {A, B}} and feed.first_offsets == {P0: {A: 4, B: 7}}
+    [warning] = caplog.records
+    assert warning.getMessage().startswith(f"{TOPIC}: undecodable record at offset 5: ")
+
+
+async def test_an_undecodable_message_without_an_offset_is_named_by_a_question_mark(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`_decoded` reads any message object: one without an offset is logged at offset `?`."""
+    feed = make_feed(FakeWorker())
+
+    @dataclass
+    class Bare:
+        value: bytes
+
+    with caplog.at_level(logging.WARNING, logger=manifest_feed.__name__):
+        assert feed._decoded(Bare(b"\x00garbage")) is None
+        assert feed._decoded(object()) is None
+    [warning] = caplog.records
+    assert warning.getMessage().startswith(f"{TOPIC}: undecodable record at offset ?: ")
+
+
+async def test_a_settled_operation_leaves_the_watermark_and_an_open_one_holds_it() -> None:
+    """The committed offset is the first offset of the oldest open operation: a settled one (final and
+    not open on the board) no longer holds it, one with only a manifest so far still does."""
+    worker = FakeWorker(live=True)
+    consumer = FakeConsumer(owned={P0})
+    feed = make_feed(worker, consumer, commit_every_s=0.0)
+    consumer.fetches = [
+        {
+            P0: [
+                msg(manifest_issued("op-c"), 10),  # a manifest, no decision yet: open
+                msg(decision("op-a", S.STREAMING), 11),
+                msg(decision("op-b", S.STREAMING), 12),
+                msg(decision("op-a", S.COMMITTED, attempt_terminated=True), 13),
+            ]
+        }
+    ]
+    await feed._step()
+    assert feed.first_offsets == {P0: {B: 12, C: 10}} and feed.keys == {P0: {A, B, C}}
+    assert commits(consumer) == [{P0: 10}]
+    consumer.fetches = [{P0: [msg(decision("op-c", S.STREAMING), 14)]}]
+    await feed._step()
+    assert commits(consumer)[-1] == {P0: 10}
+    consumer.fetches = [
+        {P0: [msg(decision("op-c", S.COMMITTED, attempt_terminated=True), 15)]},
+    ]
+    await feed._step()
+    assert commits(consumer)[-1] == {P0: 12}
+    consumer.fetches = [{P0: [msg(decision("op-b", S.CANCELLED, attempt_terminated=True), 16)]}]
+    await feed._step()
+    assert feed.first_offsets == {P0: {}} and commits(consumer)[-1] == {P0: 17}  # none open: the position
+
+
+async def test_commits_wait_for_the_interval_and_skip_partitions_not_positioned() -> None:
+    """A commit every `commit_every_s` at most; a partition still catching up (or not positioned) keeps
+    what it had committed, and with nothing to commit no commit is sent."""
+    consumer = FakeConsumer(owned={P0, P1}, positions={P0: 7, P1: 3})
+    feed = make_feed(FakeWorker(live=True), consumer, commit_every_s=3600.0)
+    feed.catching_up = {P1: 9}
+    await feed._step()  # the first step commits
+    assert commits(consumer) == [{P0: 7}]
+    consumer.positions[P0] = 8
+    await feed._step()
+    assert commits(consumer) == [{P0: 7}]  # the interval has not passed
+    feed.catching_up = {}
+    feed.unpositioned = {P0, P1}
+    consumer.owned = set()
+    await feed._commit({P0, P1})
+    assert commits(consumer) == [{P0: 7}]
+    last = feed._last_commit
+    assert last > 0.0
+    await feed._commit(set())
+    assert feed._last_commit == last  # nothing asked: nothing done
+    feed.consumer = None
+    await feed._commit({P0})
+    assert feed._last_commit == last
+
+
+async def test_commits_are_offsets_with_empty_metadata() -> None:
+    """What is committed is an `OffsetAndMetadata` with no metadata."""
+    consumer = FakeConsumer(owned={P0}, positions={P0: 5})
+    feed = make_feed(FakeWorker(), consumer)
+    await feed._commit({P0})
+    assert of(consumer.calls, "commit") == [("commit", {P0: OffsetAndMetadata(5, "")})]
+
+
+async def test_a_revoked_partition_commits_its_watermark_and_its_operations_are_released(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Revoked: the watermark is committed, then the worker releases exactly that partition's operations
+    and the feed forgets the partition; a partition kept is untouched."""
+    worker = FakeWorker(live=True)
+    consumer = FakeConsumer(owned={P0, P1}, positions={P0: 20, P1: 30})
+    feed = make_feed(worker, consumer)
+    feed.keys.update({P0: {A, B}, P1: {C}})
+    feed.first_offsets.update({P0: {A: 12}, P1: {C: 25}})
+    feed.catching_up = {P1: 40}
+    feed.unpositioned = {P1}
+    with caplog.at_level(logging.INFO, logger=manifest_feed.__name__):
+        await feed.release({P0})
+    assert commits(consumer) == [{P0: 12}]
+    assert worker.calls == [("release", {A, B})]
+    assert dict(feed.keys) == {P1: {C}} and dict(feed.first_offsets) == {P1: {C: 25}}
+    assert feed.catching_up == {P1: 40} and feed.unpositioned == {P1}
+    assert [r.getMessage() for r in caplog.records] == ["manifests: partitions [0] revoked"]
+    await feed.release({P1})  # still catching up: nothing committed for it
+    assert commits(consumer) == [{P0: 12}]
+    assert worker.calls == [("release", {A, B}), ("release", {C})]
+    assert dict(feed.keys) == {} and feed.catching_up == {} and feed.unpositioned == set()
+
+
+async def test_a_failed_commit_does_not_stop_a_release(caplog: pytest.LogCaptureFixture) -> None:
+    """The partition moves anyway: its operations are released even if the commit fails."""
+    worker = FakeWorker()
+    consumer = FakeConsumer(owned={P0}, commit_error=RuntimeError("coordinator moved"))
+    feed = make_feed(worker, consumer)
+    feed.keys[P0] = {A}
+    await feed.release({P0})
+    assert worker.calls == [("release", {A})]
+
+
+async def test_revoking_nothing_does_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """An empty revocation (every rebalance starts with one) neither logs nor commits nor releases."""
+    worker = FakeWorker()
+    consumer = FakeConsumer(owned={P0}, positions={P0: 3})
+    feed = make_feed(worker, consumer)
+    feed._last_commit = 0.0
+    with caplog.at_level(logging.INFO, logger=manifest_feed.__name__):
+        await feed.release(set())
+    assert worker.calls == [] and consumer.calls == [] and caplog.records == [] and feed._last_commit == 0.0
+
+
+async def test_the_rebalance_listener_hands_the_group_s_moves_to_the_feed() -> None:
+    """The consumer's rebalance callbacks: revoked → `release`, assigned → `assigned`."""
+    worker = FakeWorker()
+    consumer = FakeConsumer()
+    feed = make_feed(worker, consumer)
+    feed.keys[P0] = {A}
+    listener = manifest_feed._Rebalances(feed)
+    await listener.on_partitions_assigned({P1})
+    assert feed.unpositioned == {P1} and ("pause", P1) in consumer.calls
+    await listener.on_partitions_revoked({P0})
+    assert worker.calls == [("release", {A})]
+
+
+# -- the consumer's life ----------------------------------------------------------------------------
+
+
+async def test_the_consumer_joins_the_group_as_this_worker_with_the_feed_s_timings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The group member is a read-committed consumer of the feed's group, named after the worker."""
+    made: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def read_committed_consumer(*args: Any, **kwargs: Any) -> str:
+        made.append((args, kwargs))
+        return "consumer"
+
+    monkeypatch.setattr(manifest_feed, "read_committed_consumer", read_committed_consumer)
+    feed = make_feed(FakeWorker(), session_timeout_ms=6000, heartbeat_interval_ms=2000, fetch_ms=150)
+    assert feed._new_consumer() == "consumer"
+    assert made == [
+        (
+            ("kafka:9092",),
+            {
+                "group_id": "workers",
+                "client_id": "w7-manifests",
+                "session_timeout_ms": 6000,
+                "heartbeat_interval_ms": 2000,
+                "fetch_max_wait_ms": 150,
+            },
+        )
+    ]
+
+
+def test_the_feed_s_defaults() -> None:
+    """The defaults a worker runs with: a 10 s session, 3 s heartbeats, a commit a second, 200 ms fetches."""
+    feed = make_feed(FakeWorker())
+    assert (feed.session_timeout_ms, feed.heartbeat_interval_ms, feed.commit_every_s, feed.fetch_ms) == (
+        10_000,
+        3_000,
+        1.0,
+        200,
+    )
+    assert feed.leave_step_s == LEAVE_WITHIN_S and feed.on_live is None
+    assert feed.records_read == 0 and feed.consumer is None and not feed._joined
+
+
+async def test_run_subscribes_steps_until_stopped_then_commits_and_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run` subscribes the feed's listener to the topic, steps until `stop`, then commits the share's
+    watermarks and stops the consumer."""
+    worker = FakeWorker(live=True)
+    consumer = FakeConsumer(owned={P0}, positions={P0: 8})
+    feed = make_feed(worker, None, commit_every_s=3600.0)
+    started: list[tuple[Callable[[], object], dict[str, Any]]] = []
+
+    async def start_topic_reader(make: Callable[[], object], **kwargs: Any) -> FakeConsumer:
+        started.append((make, kwargs))
+        return consumer
+
+    async def observe(records: list[Observed]) -> None:
+        worker.calls.append(("observe", records))
+        feed.stop.set()
+
+    worker.observe = observe  # type: ignore[method-assign]
+    consumer.fetches = [{P0: [msg(decision("op-a", S.STREAMING), 7)]}]
+    monkeypatch.setattr(manifest_feed, "start_topic_reader", start_topic_reader)
+    async with asyncio.timeout(5):
+        await feed.run()
+    [(make, kwargs)] = started
+    assert make == feed._new_consumer
+    assert kwargs == {"bootstrap": "kafka:9092", "topic": TOPIC, "backoff": NO_WAIT, "stop": feed.stop}
+    assert consumer.calls[0] == ("subscribe", [TOPIC], "_Rebalances", feed)
+    assert consumer.calls[-2:] == [("commit", {P0: OffsetAndMetadata(7, "")}), ("stop",)]
+
+
+async def test_run_ends_quietly_when_stopped_while_starting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stop` before the consumer started (StopRequested): `run` returns, with nothing to leave."""
+    feed = make_feed(FakeWorker())
+
+    async def start_topic_reader(make: Callable[[], object], **kwargs: Any) -> FakeConsumer:
+        raise StopRequested
+
+    monkeypatch.setattr(manifest_feed, "start_topic_reader", start_topic_reader)
+    await feed.run()
+    assert feed.consumer is None
+
+
+async def test_leaving_gives_a_hanging_commit_leave_step_s_then_stops_the_consumer() -> None:
+    """A last commit that never answers is abandoned after `leave_step_s`; the consumer still stops."""
+    consumer = FakeConsumer(owned={P0}, positions={P0: 2}, commit_hangs=True)
+    feed = make_feed(FakeWorker(), consumer, leave_step_s=0.05)
+    async with asyncio.timeout(5):
+        await feed._leave(consumer)
+    assert consumer.calls == [("stop",)]
+
+
+async def test_leaving_stops_the_consumer_even_if_the_last_commit_fails() -> None:
+    """A failed last commit costs the next owner a few records read again; the consumer still stops."""
+    consumer = FakeConsumer(owned={P0}, positions={P0: 2}, commit_error=RuntimeError("gone"))
+    feed = make_feed(FakeWorker(), consumer)
+    await feed._leave(consumer)
+    assert consumer.calls == [("stop",)]

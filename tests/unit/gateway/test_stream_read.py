@@ -1,0 +1,486 @@
+"""One read of a provider stream (gateway/stream_read.py): the exact events it appends (the handle journaled
+before it is bound, every delta once, always one StreamEnded), how it ends (completed, an error status, a
+cut connection, a cancel, a lost lease) and what it counts. `StreamReader` runs against the real board,
+pump and event factory, an in-memory sink and an `httpx.MockTransport` provider: no network."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from tests.unit.gateway.decisions import decision, manifest_issued
+from tests.unit.streaming.support import fixture
+from turnledger.gateway.board import DecisionBoard, OperationKey
+from turnledger.gateway.client import WorkerEvents
+from turnledger.gateway.endpoints import ProviderEndpoint, endpoints_for
+from turnledger.gateway.journal import JournalEntry, WorkerJournal
+from turnledger.gateway.provider_request import ProviderRequest
+from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamReader
+from turnledger.gateway.worker_config import WorkerStats
+from turnledger.model.events import (
+    DispatchState,
+    HandleBound,
+    IngressEvent,
+    StreamDeltas,
+    StreamEnded,
+    StreamOutcome,
+)
+from turnledger.model.manifest import DispatchManifest
+from turnledger.model.reasons import ReasonCode
+from turnledger.streaming.runs import expand
+
+S = DispatchState
+KEY = ("c1", "op-1")
+BASE = "http://provider.test"
+RESPONSES = ("openai-responses@2", "openai/gpt-4.1@2025-04", '{"stream":true,"background":true}')
+ANTHROPIC = ("anthropic-messages@2", "anthropic/claude-sonnet-4@2025-05", '{"stream":true}')
+RESPONSES_HANDLE = "resp_68a1f0c2b7e88190a1b2c3d4e5f60718"
+
+
+def manifest_of(adapter: str, model: str, body: str) -> DispatchManifest:
+    return manifest_issued("op-1").manifest.model_copy(
+        update={"adapter": adapter, "model_revision": model, "request_body": body}
+    )
+
+
+class Body(httpx.AsyncByteStream):
+    """A response body: `chunks` in turn; then, if `hold` is given, waits for it (a provider that has
+    not sent more yet); then ends, or raises `cut` (the connection dropped)."""
+
+    def __init__(
+        self, chunks: list[bytes], *, hold: asyncio.Event | None = None, cut: Exception | None = None
+    ) -> None:
+        self.chunks, self.hold, self.cut = chunks, hold, cut
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        if self.hold is not None:
+            await self.hold.wait()
+        if self.cut is not None:
+            raise self.cut
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Leases:
+    trace: list[tuple[str, Any]]
+
+    def alive(self, key: OperationKey) -> None:
+        self.trace.append(("alive", key))
+
+    def settled(self, key: OperationKey) -> None:
+        self.trace.append(("settled", key))
+
+
+@dataclass
+class Read:
+    """A reader with everything it appends through, and what each part saw, in one `trace`."""
+
+    manifest: DispatchManifest
+    endpoint: ProviderEndpoint
+    response: Callable[[httpx.Request], httpx.Response]
+    flush_interval_s: float = 0.0
+    trace: list[tuple[str, Any]] = field(default_factory=list)
+    requests: list[httpx.Request] = field(default_factory=list)
+    board: DecisionBoard = field(default_factory=DecisionBoard)
+    stats: WorkerStats = field(default_factory=WorkerStats)
+    journal: WorkerJournal = field(default_factory=lambda: WorkerJournal(None))
+    events: list[IngressEvent] = field(default_factory=list)
+    appended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def append(self, event: IngressEvent) -> None:
+        self.events.append(event)
+        self.trace.append(("append", type(event).__name__))
+        self.appended.set()
+
+    def crash_hook(self, point: str) -> None:
+        entry = self.journal.get(KEY)
+        self.trace.append((point, None if entry is None else entry.handle))
+
+    def reader(self) -> StreamReader:
+        def handler(request: httpx.Request) -> httpx.Response:
+            self.requests.append(request)
+            return self.response(request)
+
+        return StreamReader(
+            lambda: httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+            WorkerEvents(self, "w1"),
+            self.board,
+            self.journal,
+            Leases(self.trace),  # type: ignore[arg-type]
+            self.stats,
+            self.crash_hook,
+            flush_interval_s=self.flush_interval_s,
+        )
+
+    async def run(
+        self, phase: Phase | None = None, generation: int = 2, method: str = "POST", url: str = ""
+    ) -> Phase:
+        phase = phase or Phase()
+        request = ProviderRequest(
+            method, url or self.endpoint.url, {"x-test": "1"}, b"{}" if method == "POST" else None
+        )
+        async with asyncio.timeout(10):
+            await self.reader().read(self.manifest, self.endpoint, generation, phase, request)
+        return phase
+
+    def of(self, cls: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, cls)]
+
+
+def reading(
+    api: tuple[str, str, str], response: Callable[[httpx.Request], httpx.Response], **kw: Any
+) -> Read:
+    manifest = manifest_of(*api)
+    routes = endpoints_for(BASE, {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-test"})
+    return Read(manifest, routes.endpoint_for(manifest), response, **kw)
+
+
+def sse(name: str, **kw: Any) -> Callable[[httpx.Request], httpx.Response]:
+    """The fixture's bytes, one chunk per SSE event."""
+    data = fixture(name)
+    chunks = [event + b"\n\n" for event in data.split(b"\n\n") if event]
+    return lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=Body(chunks, **kw)
+    )
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def sequences(read: Read) -> list[int]:
+    """The delta sequences appended, runs expanded (`streaming/runs.py`)."""
+    return [d.delta_sequence for e in read.of(StreamDeltas) for run in e.deltas for d in expand(run)]
+
+
+# -- a whole read -----------------------------------------------------------------------------------
+
+
+async def test_a_complete_read_journals_the_handle_binds_it_appends_every_delta_once_and_ends() -> None:
+    """The handle is journaled before HandleBound is appended (a restart resumes by it); every delta
+    from 0 is appended once; the provider's final event settles the lease; one StreamEnded COMPLETED,
+    not resumable, naming the last delta; the phase holds every appended event's id."""
+    read = reading(RESPONSES, sse("openai_responses_text.sse"))
+    read.journal.write(JournalEntry("op-1", "c1", 1, generation=2))
+    phase = await read.run()
+    [bound] = read.of(HandleBound)
+    [ended] = read.of(StreamEnded)
+    assert bound.response_handle == RESPONSES_HANDLE and bound.attempt_generation == 2
+    assert bound.manifest_digest == read.manifest.manifest_digest and bound.resumable is True
+    assert read.journal.get(KEY) == JournalEntry("op-1", "c1", 1, generation=2, handle=RESPONSES_HANDLE)
+    assert read.trace[:3] == [("journal-handle", RESPONSES_HANDLE), ("alive", KEY), ("append", "HandleBound")]
+    total = len(sequences(read))
+    assert total > 3 and sequences(read) == list(range(total))
+    assert all(e.attempt_generation == 2 for e in read.of(StreamDeltas))
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+        StreamOutcome.COMPLETED,
+        False,
+        total - 1,
+    )
+    assert (ended.attempt_generation, ended.operation_id, ended.conversation_id) == (2, "op-1", "c1")
+    assert read.trace[-2:] == [("settled", KEY), ("append", "StreamEnded")]
+    assert phase.sources == {e.event_id for e in read.events}
+    assert (phase.handle, phase.acked, phase.outcome, phase.failure) == (
+        RESPONSES_HANDLE,
+        total - 1,
+        StreamOutcome.COMPLETED,
+        None,
+    )
+    assert read.stats.counts == {"final_in_stream": 1, "late_deltas": 0, "wire_duplicates": 0}
+
+
+async def test_every_append_of_deltas_keeps_the_lease_alive_first() -> None:
+    """Each StreamDeltas is preceded by a lease renewal mark, as is the HandleBound."""
+    read = reading(ANTHROPIC, sse("anthropic_text.sse"))
+    await read.run()
+    appends = [i for i, t in enumerate(read.trace) if t[0] == "append" and t[1] != "StreamEnded"]
+    assert appends and all(read.trace[i - 1] == ("alive", KEY) for i in appends)
+
+
+async def test_a_handle_of_an_operation_not_journaled_is_not_journaled() -> None:
+    """No journal entry (the worker did not start this attempt here): the handle is bound, not written."""
+    read = reading(RESPONSES, sse("openai_responses_text.sse"))
+    await read.run()
+    assert read.journal.get(KEY) is None and len(read.of(HandleBound)) == 1
+    assert ("journal-handle", None) in read.trace
+
+
+async def test_the_request_is_sent_as_given_with_the_route_s_timeout_and_the_operation_extension() -> None:
+    """Method, URL, headers and bytes of the `ProviderRequest`, the route's timeout, and the operation's
+    key as an extension a transport may read."""
+    read = reading(ANTHROPIC, sse("anthropic_text.sse"))
+    await read.run()
+    [request] = read.requests
+    assert (request.method, str(request.url), request.headers["x-test"], request.content) == (
+        "POST",
+        read.endpoint.url,
+        "1",
+        b"{}",
+    )
+    assert request.extensions[OPERATION_EXTENSION] == KEY
+    assert request.extensions["timeout"] == read.endpoint.route.timeout.as_dict()
+
+
+async def test_a_resumed_read_appends_only_past_what_was_acked_and_keeps_the_handle() -> None:
+    """A second read of the same generation (GET of the kept response) appends only the deltas after
+    `acked`, binds no handle again, and counts as a resume."""
+    first = reading(RESPONSES, sse("openai_responses_text.sse"))
+    await first.run()
+    total = len(sequences(first))
+    read = reading(RESPONSES, sse("openai_responses_text.sse"))
+    before = sample("turnledger_provider_requests_total", api="openai-responses", kind="resume")
+    phase = await read.run(Phase(handle=RESPONSES_HANDLE, acked=2), method="GET")
+    assert read.of(HandleBound) == [] and sequences(read) == list(range(3, total))
+    assert phase.handle == RESPONSES_HANDLE and phase.acked == total - 1
+    assert sample("turnledger_provider_requests_total", api="openai-responses", kind="resume") == before + 1
+    assert read.requests[0].content == b""
+
+
+async def test_the_read_counts_its_request_first_delta_and_stream_in_the_provider_metrics() -> None:
+    """One request (a send), one time to first delta however many batches, one response time and one
+    stream time."""
+    read = reading(ANTHROPIC, sse("anthropic_text.sse"))
+    api = "anthropic-messages"
+    names = [
+        ("turnledger_provider_requests_total", {"api": api, "kind": "send"}),
+        ("turnledger_provider_time_to_first_delta_seconds_count", {"api": api}),
+        ("turnledger_provider_request_seconds_count", {"api": api}),
+        ("turnledger_provider_stream_seconds_count", {"api": api}),
+    ]
+    before = [sample(name, **labels) for name, labels in names]
+    await read.run()
+    assert len(read.of(StreamDeltas)) > 1
+    assert [sample(name, **labels) for name, labels in names] == [b + 1 for b in before]
+
+
+# -- how a read ends ------------------------------------------------------------------------------
+
+
+async def test_an_error_status_is_a_provider_error_whose_body_is_not_kept() -> None:
+    """A 429: PROVIDER_ERROR, the failure read from the status and headers, counted by status; nothing
+    but the StreamEnded appended, and no deltas."""
+    read = reading(
+        ANTHROPIC,
+        lambda request: httpx.Response(
+            429,
+            headers={"retry-after": "7"},
+            json={"error": {"type": "rate_limit_error", "message": "sk-leak"}},
+        ),
+    )
+    before = sample("turnledger_provider_errors_total", api="anthropic-messages", error="429")
+    phase = await read.run()
+    [ended] = read.events
+    assert isinstance(ended, StreamEnded)
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+        StreamOutcome.PROVIDER_ERROR,
+        False,
+        -1,
+    )
+    assert phase.outcome == StreamOutcome.PROVIDER_ERROR and phase.failure is not None
+    assert phase.failure.retry_after_s == 7.0 and "sk-leak" not in repr(phase.failure)
+    assert read.stats.counts["http_429"] == 1
+    assert sample("turnledger_provider_errors_total", api="anthropic-messages", error="429") == before + 1
+
+
+async def test_a_status_of_399_is_read_as_a_stream() -> None:
+    """Only 400 and above is an error status."""
+    data = fixture("anthropic_text.sse")
+    read = reading(ANTHROPIC, lambda request: httpx.Response(399, stream=Body([data])))
+    await read.run()
+    assert read.of(StreamEnded)[0].outcome == StreamOutcome.COMPLETED and read.stats.counts["http_399"] == 0
+
+
+async def test_a_previous_failure_is_cleared_by_a_read_that_does_not_fail() -> None:
+    """`phase.failure` says what this read's error said, not the last one's."""
+    read = reading(ANTHROPIC, sse("anthropic_text.sse"))
+    phase = Phase(failure=object())  # type: ignore[arg-type]
+    await read.run(phase)
+    assert phase.failure is None
+
+
+async def test_an_error_event_in_the_stream_is_the_read_s_failure() -> None:
+    """The provider's error event ends the stream: its error type is the phase's failure."""
+    read = reading(ANTHROPIC, sse("anthropic_error.sse"))
+    phase = await read.run()
+    assert phase.failure is not None and phase.failure.error_type == "overloaded_error"
+    assert read.stats.counts["final_in_stream"] == 1
+
+
+async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_resumable() -> None:
+    """A transport error mid-stream: the deltas before the cut are appended (flushed), the read ends
+    DISCONNECTED, resumable since the response has a handle and the request asked for a kept response."""
+    data = fixture("openai_responses_text.sse")
+    head = data[: data.index(b"event: response.output_text.done")]
+    read = reading(
+        RESPONSES,
+        lambda request: httpx.Response(200, stream=Body([head], cut=httpx.ReadError("peer reset"))),
+        flush_interval_s=3600.0,  # coalescing: nothing is appended until the flush
+    )
+    before = sample("turnledger_provider_errors_total", api="openai-responses", error="disconnect")
+    phase = await read.run()
+    ended = read.events[-1]
+    assert isinstance(ended, StreamEnded)
+    got = sequences(read)
+    assert got == list(range(len(got))) and len(got) > 2
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+        StreamOutcome.DISCONNECTED,
+        True,
+        got[-1],
+    )
+    assert phase.outcome == StreamOutcome.DISCONNECTED and phase.acked == got[-1]
+    assert read.stats.counts["disconnects"] == 1 and read.stats.counts["final_in_stream"] == 0
+    assert ("settled", KEY) not in read.trace
+    assert (
+        sample("turnledger_provider_errors_total", api="openai-responses", error="disconnect") == before + 1
+    )
+
+
+async def test_a_cut_before_any_handle_is_not_resumable() -> None:
+    """Disconnected without a handle: nothing to resume from."""
+    read = reading(RESPONSES, lambda request: httpx.Response(200, stream=Body([], cut=httpx.ReadError("x"))))
+    phase = await read.run()
+    [ended] = read.events
+    assert isinstance(ended, StreamEnded)
+    assert (ended.outcome, ended.resumable) == (StreamOutcome.DISCONNECTED, False) and phase.handle is None
+
+
+async def test_a_cut_of_a_request_that_is_not_resumable_is_not_resumable() -> None:
+    """A handle, but a request that did not ask for a kept response (no background): not resumable."""
+    data = fixture("openai_responses_text.sse")
+    head = data[: data.index(b"event: response.output_text.done")]
+    read = reading(
+        (RESPONSES[0], RESPONSES[1], '{"stream":true}'),
+        lambda request: httpx.Response(200, stream=Body([head], cut=httpx.ReadError("x"))),
+    )
+    phase = await read.run()
+    ended = read.events[-1]
+    assert isinstance(ended, StreamEnded)
+    assert (ended.outcome, ended.resumable, phase.handle) == (
+        StreamOutcome.DISCONNECTED,
+        False,
+        RESPONSES_HANDLE,
+    )
+    assert read.of(HandleBound)[0].resumable is False
+
+
+async def test_an_idle_provider_gets_its_coalesced_deltas_flushed_on_time() -> None:
+    """With a flush interval, deltas held for coalescing are appended once the provider goes quiet,
+    without waiting for more bytes."""
+    data = fixture("anthropic_text.sse")
+    head = data[: data.index(b"event: content_block_stop")]
+    hold = asyncio.Event()
+    read = reading(
+        ANTHROPIC, lambda request: httpx.Response(200, stream=Body([head], hold=hold)), flush_interval_s=0.01
+    )
+    task = asyncio.create_task(read.run())
+    async with asyncio.timeout(5):
+        while not read.of(StreamDeltas):
+            await read.appended.wait()
+            read.appended.clear()
+    assert not task.done()
+    hold.set()
+    await task
+    total = len(sequences(read))
+    assert sequences(read) == list(range(total))
+
+
+# -- a read stopped from outside --------------------------------------------------------------------
+
+
+async def stopped(api: tuple[str, str, str], stop: Callable[[Read], None]) -> tuple[Read, Phase, Body]:
+    """A read whose provider sends part of the stream and then nothing; `stop` is called once the
+    first deltas are appended."""
+    data = fixture("openai_responses_text.sse")
+    head = data[: data.index(b"event: response.output_text.done")]
+    body = Body([head], hold=asyncio.Event())
+    read = reading(api, lambda request: httpx.Response(200, stream=body))
+    read.board.apply_nowait(decision("op-1", S.STREAMING, attempt_generation=2))
+    task = asyncio.create_task(read.run())
+    async with asyncio.timeout(5):
+        while not read.of(StreamDeltas):
+            await read.appended.wait()
+            read.appended.clear()
+    stop(read)
+    phase = await task
+    return read, phase, body
+
+
+async def test_a_cancelled_operation_stops_the_read_and_closes_the_connection() -> None:
+    """CANCELLED: the read stops at once (the provider never sends more), the connection is closed, and
+    the StreamEnded says DISCONNECTED, not resumable."""
+    read, phase, body = await stopped(
+        RESPONSES,
+        lambda read: read.board.apply_nowait(decision("op-1", S.CANCELLED, attempt_generation=2)),
+    )
+    ended = read.events[-1]
+    assert isinstance(ended, StreamEnded)
+    assert (ended.outcome, ended.resumable) == (StreamOutcome.DISCONNECTED, True)
+    assert phase.outcome == StreamOutcome.DISCONNECTED and body.closed
+    assert read.stats.counts["cancelled_reads"] == 1 and read.stats.counts["lost_lease_reads"] == 0
+    assert read.stats.counts["disconnects"] == 0
+    assert read.board._cancel_signals == {} and read.board._lease_signals == {}
+
+
+async def test_a_lost_lease_stops_the_read() -> None:
+    """This generation's lease expired (another worker claimed it): the read stops, DISCONNECTED, counted
+    as a lost lease, not a cancel."""
+
+    def expire(read: Read) -> None:
+        read.board.apply_nowait(
+            decision(
+                "op-1",
+                S.UNKNOWN,
+                attempt_generation=2,
+                reason=ReasonCode.LEASE_EXPIRED,
+                source_event_id="claim",
+            )
+        )
+
+    read, _, body = await stopped(RESPONSES, expire)
+    ended = read.events[-1]
+    assert isinstance(ended, StreamEnded) and ended.outcome == StreamOutcome.DISCONNECTED
+    assert read.stats.counts["lost_lease_reads"] == 1 and read.stats.counts["cancelled_reads"] == 0
+    assert body.closed and read.board._lease_signals == {}
+
+
+async def test_a_lease_lost_and_then_cancelled_counts_as_cancelled() -> None:
+    """Both signals: a CANCELLED operation is a cancelled read whatever its lease did."""
+
+    def both(read: Read) -> None:
+        read.board.apply_nowait(
+            decision(
+                "op-1", S.UNKNOWN, attempt_generation=2, reason=ReasonCode.LEASE_EXPIRED, source_event_id="x"
+            )
+        )
+        read.board.apply_nowait(decision("op-1", S.CANCELLED, attempt_generation=2))
+
+    read, _, _ = await stopped(RESPONSES, both)
+    assert read.stats.counts["cancelled_reads"] == 1 and read.stats.counts["lost_lease_reads"] == 0
+
+
+async def test_a_cancel_of_the_reader_itself_is_not_swallowed() -> None:
+    """The worker's own cancel of the reading task (shutting down) propagates; only the stop's is absorbed."""
+    data = fixture("anthropic_text.sse")
+    read = reading(
+        ANTHROPIC,
+        lambda request: httpx.Response(200, stream=Body([data[:200]], hold=asyncio.Event())),
+    )
+    task = asyncio.create_task(read.run())
+    async with asyncio.timeout(5):
+        while not read.requests:
+            await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert read.of(StreamEnded) == [] and read.board._cancel_signals == {}
