@@ -111,3 +111,13 @@ def test_a_journal_without_a_path_keeps_entries_in_memory_only(tmp_path: Path) -
     assert journal.open_entries() == [entry] and journal.path is None
     journal.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_journal_is_read_as_utf_8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    """JSON text is UTF-8: a line with characters outside ASCII (the journal itself escapes them, a
+    line written by another tool need not) is read as such under a locale that is not UTF-8."""
+    path = tmp_path / "worker.jsonl"
+    path.write_bytes('{"operation_id":"op-é","conversation_id":"c1","after":0}\n'.encode())
+    journal = WorkerJournal(path)
+    assert journal.open_entries() == [JournalEntry("op-é", "c1", 0)]
+    journal.close()

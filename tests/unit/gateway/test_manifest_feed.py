@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -33,6 +35,10 @@ S = DispatchState
 TOPIC = "turnledger.manifests"
 P0, P1, P2 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1), TopicPartition(TOPIC, 2)
 A, B, C = ("c1", "op-a"), ("c1", "op-b"), ("c1", "op-c")
+
+
+#: what the codec says of the bytes `b"\x00garbage"`
+UNDECODABLE = "missing the C3 01 single-object marker"
 
 
 @dataclass
@@ -107,6 +113,7 @@ class FakeConsumer:
         return self.committed_at.get(tp)
 
     async def position(self, tp: TopicPartition) -> int:
+        self.calls.append(("position", tp))
         return self.positions.get(tp, 0)
 
     async def seek_to_beginning(self, tp: TopicPartition) -> None:
@@ -119,6 +126,7 @@ class FakeConsumer:
 
     async def getmany(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Message]]:
         self.calls.append(("getmany", timeout_ms, max_records))
+        await asyncio.sleep(0)  # a fetch yields to the loop, as Kafka's does
         fetched = self.fetches.pop(0) if self.fetches else {}
         for tp, messages in fetched.items():
             if messages:
@@ -149,7 +157,8 @@ def make_feed(worker: FakeWorker, consumer: FakeConsumer | None = None, **kwargs
         outage=NO_WAIT,
         **kwargs,
     )
-    feed.consumer = consumer
+    if consumer is not None:
+        feed.consumer = consumer
     return feed
 
 
@@ -175,6 +184,19 @@ async def test_assigned_partitions_are_paused_until_positioned(caplog: pytest.Lo
     assert [r.getMessage() for r in caplog.records] == ["manifests: partitions [0, 1] assigned"]
 
 
+async def test_shares_dealt_before_positioning_add_up_and_stay_the_feed_s_own() -> None:
+    """Two assignments before the next step (two rebalances during one fetch) are both positioned; the
+    set the group handed over is not the one the feed clears."""
+    consumer = FakeConsumer()
+    feed = make_feed(FakeWorker(), consumer)
+    first, second = {P0}, {P1}
+    feed.assigned(first)
+    feed.assigned(second)
+    assert feed.unpositioned == {P0, P1}
+    feed.unpositioned.clear()
+    assert (first, second) == ({P0}, {P1})
+
+
 async def test_positioning_seeks_each_partition_to_its_watermark_and_records_the_end_to_catch_up_to(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -185,12 +207,14 @@ async def test_positioning_seeks_each_partition_to_its_watermark_and_records_the
     feed.unpositioned = {P1, P0, P2}  # P2 was revoked again before it was positioned
     with caplog.at_level(logging.INFO, logger=manifest_feed.__name__):
         await feed._step()
-    assert consumer.calls == [
+    assert consumer.calls[:10] == [
         ("end_offsets", [P0, P1]),
         ("committed", P0),
+        ("position", P0),  # the assignment's own reset settles before the seek
         ("seek_to_beginning", P0),
         ("resume", P0),
         ("committed", P1),
+        ("position", P1),
         ("seek", P1, 3),
         ("resume", P1),
         ("getmany", 55, 2000),
@@ -314,7 +338,10 @@ async def test_records_are_counted_decoded_and_keyed_by_their_first_offset(
     assert feed.records_read == 6 and worker.stats.counts["manifest_records_read"] == 6
     assert feed.keys == {P0: {A, B}} and feed.first_offsets == {P0: {A: 4, B: 7}}
     [warning] = caplog.records
-    assert warning.getMessage().startswith(f"{TOPIC}: undecodable record at offset 5: ")
+    assert warning.getMessage() == f"{TOPIC}: undecodable record at offset 5: {UNDECODABLE}"
+    consumer.fetches = [{P0: [Message(None, 9), Message(None, 10)], P1: [Message(None, 0)]}]
+    await feed._step()
+    assert feed.records_read == 9 and worker.stats.counts["manifest_records_read"] == 9
 
 
 async def test_an_undecodable_message_without_an_offset_is_named_by_a_question_mark(
@@ -331,7 +358,7 @@ async def test_an_undecodable_message_without_an_offset_is_named_by_a_question_m
         assert feed._decoded(Bare(b"\x00garbage")) is None
         assert feed._decoded(object()) is None
     [warning] = caplog.records
-    assert warning.getMessage().startswith(f"{TOPIC}: undecodable record at offset ?: ")
+    assert warning.getMessage() == f"{TOPIC}: undecodable record at offset ?: {UNDECODABLE}"
 
 
 async def test_a_settled_operation_leaves_the_watermark_and_an_open_one_holds_it() -> None:
@@ -391,6 +418,38 @@ async def test_commits_wait_for_the_interval_and_skip_partitions_not_positioned(
     assert feed._last_commit == last
 
 
+async def test_a_commit_is_due_once_commit_every_s_has_passed_to_the_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the feed's clock: the first step commits; a step exactly `commit_every_s` after the last
+    commit commits again, one a moment sooner does not."""
+    now = [1.5]
+    monkeypatch.setattr(manifest_feed, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    consumer = FakeConsumer(owned={P0}, positions={P0: 4})
+    feed = make_feed(FakeWorker(live=True), consumer, commit_every_s=1.0)
+    await feed._step()
+    assert commits(consumer) == [{P0: 4}] and feed._last_commit == 1.5
+    now[0] = 2.25
+    await feed._step()
+    assert commits(consumer) == [{P0: 4}]
+    now[0] = 2.5
+    await feed._step()
+    assert commits(consumer) == [{P0: 4}, {P0: 4}]
+
+
+async def test_partitions_not_positioned_do_not_keep_the_others_from_committing() -> None:
+    """Each partition of a commit is judged on its own: those catching up or not positioned are left
+    out, every other one is committed, in whatever order the set gives them."""
+    skipped = [TopicPartition(TOPIC, p) for p in range(0, 20, 2)]
+    committed = [TopicPartition(TOPIC, p) for p in range(1, 20, 2)]
+    consumer = FakeConsumer(owned=set(skipped + committed), positions={tp: tp.partition for tp in committed})
+    feed = make_feed(FakeWorker(), consumer)
+    feed.catching_up = {tp: 99 for tp in skipped[:5]}
+    feed.unpositioned = set(skipped[5:])
+    await feed._commit(set(skipped + committed))
+    assert commits(consumer) == [{tp: tp.partition for tp in committed}]
+
+
 async def test_commits_are_offsets_with_empty_metadata() -> None:
     """What is committed is an `OffsetAndMetadata` with no metadata."""
     consumer = FakeConsumer(owned={P0}, positions={P0: 5})
@@ -422,6 +481,14 @@ async def test_a_revoked_partition_commits_its_watermark_and_its_operations_are_
     assert commits(consumer) == [{P0: 12}]
     assert worker.calls == [("release", {A, B}), ("release", {C})]
     assert dict(feed.keys) == {} and feed.catching_up == {} and feed.unpositioned == set()
+
+
+async def test_a_revoked_partition_with_no_operation_seen_releases_nothing() -> None:
+    """A partition revoked before any of its records was read releases an empty set of operations."""
+    worker = FakeWorker()
+    feed = make_feed(worker, FakeConsumer(owned={P2}))
+    await feed.release({P2})
+    assert worker.calls == [("release", set())]
 
 
 async def test_a_failed_commit_does_not_stop_a_release(caplog: pytest.LogCaptureFixture) -> None:
@@ -498,22 +565,51 @@ def test_the_feed_s_defaults() -> None:
         200,
     )
     assert feed.leave_step_s == LEAVE_WITHIN_S and feed.on_live is None
-    assert feed.records_read == 0 and feed.consumer is None and not feed._joined
+    assert feed.records_read == 0 and feed.consumer is None and feed._joined is False
+
+
+@dataclass
+class Glue:
+    """`turnledger.kafka`'s glue as `run` calls it, recorded: the reader's start, the steps until `stop`
+    (no outage handling: each step is awaited in turn) and the consumer's close (it stops the fake)."""
+
+    consumer: FakeConsumer
+    started: list[tuple[Callable[[], object], dict[str, Any]]] = field(default_factory=list)
+    stepped: list[dict[str, Any]] = field(default_factory=list)
+    closed: list[tuple[object, float | None]] = field(default_factory=list)
+    refuse_start: bool = False
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for name in ("start_topic_reader", "step_until_stopped", "close_client"):
+            monkeypatch.setattr(manifest_feed, name, getattr(self, name))
+
+    async def start_topic_reader(self, make: Callable[[], object], **kwargs: Any) -> FakeConsumer:
+        self.started.append((make, kwargs))
+        if self.refuse_start:
+            raise StopRequested
+        return self.consumer
+
+    async def step_until_stopped(self, step: Callable[[], Awaitable[None]], **kwargs: Any) -> None:
+        self.stepped.append(kwargs)
+        while not kwargs["stop"].is_set():
+            await step()
+
+    async def close_client(self, client: FakeConsumer, within_s: float | None = None) -> None:
+        self.closed.append((client, within_s))
+        await client.stop()
 
 
 async def test_run_subscribes_steps_until_stopped_then_commits_and_stops(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`run` subscribes the feed's listener to the topic, steps until `stop`, then commits the share's
-    watermarks and stops the consumer."""
+    """`run` starts this worker's group member for the feed's topic, subscribes the feed's listener,
+    steps until `stop`, then commits the share's watermarks and stops the consumer within
+    `leave_step_s`."""
     worker = FakeWorker(live=True)
     consumer = FakeConsumer(owned={P0}, positions={P0: 8})
-    feed = make_feed(worker, None, commit_every_s=3600.0)
-    started: list[tuple[Callable[[], object], dict[str, Any]]] = []
-
-    async def start_topic_reader(make: Callable[[], object], **kwargs: Any) -> FakeConsumer:
-        started.append((make, kwargs))
-        return consumer
+    feed = make_feed(worker, None, commit_every_s=3600.0, leave_step_s=2.5)
+    glue = Glue(consumer)
+    glue.install(monkeypatch)
 
     async def observe(records: list[Observed]) -> None:
         worker.calls.append(("observe", records))
@@ -521,26 +617,24 @@ async def test_run_subscribes_steps_until_stopped_then_commits_and_stops(
 
     worker.observe = observe  # type: ignore[method-assign]
     consumer.fetches = [{P0: [msg(decision("op-a", S.STREAMING), 7)]}]
-    monkeypatch.setattr(manifest_feed, "start_topic_reader", start_topic_reader)
+    feed._last_commit = time.monotonic()  # the steps commit nothing: the one commit is the leave's
     async with asyncio.timeout(5):
         await feed.run()
-    [(make, kwargs)] = started
-    assert make == feed._new_consumer
-    assert kwargs == {"bootstrap": "kafka:9092", "topic": TOPIC, "backoff": NO_WAIT, "stop": feed.stop}
+    [(make, kwargs)] = glue.started
+    where = {"bootstrap": "kafka:9092", "topic": TOPIC, "backoff": NO_WAIT, "stop": feed.stop}
+    assert make == feed._new_consumer and kwargs == where and glue.stepped == [where]
     assert consumer.calls[0] == ("subscribe", [TOPIC], "_Rebalances", feed)
-    assert consumer.calls[-2:] == [("commit", {P0: OffsetAndMetadata(7, "")}), ("stop",)]
+    assert of(consumer.calls, "commit", "stop") == [("commit", {P0: OffsetAndMetadata(7, "")}), ("stop",)]
+    assert glue.closed == [(consumer, 2.5)]
 
 
 async def test_run_ends_quietly_when_stopped_while_starting(monkeypatch: pytest.MonkeyPatch) -> None:
     """`stop` before the consumer started (StopRequested): `run` returns, with nothing to leave."""
     feed = make_feed(FakeWorker())
-
-    async def start_topic_reader(make: Callable[[], object], **kwargs: Any) -> FakeConsumer:
-        raise StopRequested
-
-    monkeypatch.setattr(manifest_feed, "start_topic_reader", start_topic_reader)
+    glue = Glue(FakeConsumer(), refuse_start=True)
+    glue.install(monkeypatch)
     await feed.run()
-    assert feed.consumer is None
+    assert feed.consumer is None and glue.closed == [] and glue.stepped == []
 
 
 async def test_leaving_gives_a_hanging_commit_leave_step_s_then_stops_the_consumer() -> None:
@@ -549,7 +643,7 @@ async def test_leaving_gives_a_hanging_commit_leave_step_s_then_stops_the_consum
     feed = make_feed(FakeWorker(), consumer, leave_step_s=0.05)
     async with asyncio.timeout(5):
         await feed._leave(consumer)
-    assert consumer.calls == [("stop",)]
+    assert of(consumer.calls, "commit", "stop") == [("stop",)]
 
 
 async def test_leaving_stops_the_consumer_even_if_the_last_commit_fails() -> None:
@@ -557,4 +651,4 @@ async def test_leaving_stops_the_consumer_even_if_the_last_commit_fails() -> Non
     consumer = FakeConsumer(owned={P0}, positions={P0: 2}, commit_error=RuntimeError("gone"))
     feed = make_feed(FakeWorker(), consumer)
     await feed._leave(consumer)
-    assert consumer.calls == [("stop",)]
+    assert of(consumer.calls, "commit", "stop") == [("stop",)]

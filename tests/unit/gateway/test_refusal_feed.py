@@ -61,10 +61,15 @@ class FakeConsumer:
 
     async def getmany(self, *, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Message]]:
         self.calls.append(("getmany", timeout_ms, max_records))
+        await asyncio.sleep(0)  # a fetch yields to the loop, as Kafka's does
         return self.fetches.pop(0) if self.fetches else {}
 
     async def stop(self) -> None:
         self.calls.append(("stop",))
+
+
+#: what the codec says of the bytes `b"\x00garbage"`
+UNDECODABLE = "missing the C3 01 single-object marker"
 
 
 def rejected(conv: str, op: str, event_id: str, reason: ReasonCode = ReasonCode.LEASE_EXPIRED) -> Rejected:
@@ -152,6 +157,10 @@ async def test_refusals_of_followed_conversations_are_delivered_once_in_order_an
     await feed._step(consumer)
     assert deliver.batches == [[first, third, second]] and feed.delivered == 3  # nothing new: no delivery
     assert consumer.calls == [("getmany", 75, 2000), ("getmany", 75, 2000)]
+    fourth = rejected("c2", "op-1", "e4")
+    consumer.fetches = [{P1: [message(fourth, 1)]}]
+    await feed._step(consumer)
+    assert deliver.batches == [[first, third, second], [fourth]] and feed.delivered == 4
 
 
 async def test_an_undecodable_record_is_logged_and_the_records_after_it_still_delivered(
@@ -170,7 +179,7 @@ async def test_an_undecodable_record_is_logged_and_the_records_after_it_still_de
     assert deliver.batches == [[after]] and feed.delivered == 1
     [warning] = caplog.records
     assert warning.levelno == logging.WARNING
-    assert warning.getMessage().startswith(f"{TOPIC}: undecodable record at offset 41: ")
+    assert warning.getMessage() == f"{TOPIC}: undecodable record at offset 41: {UNDECODABLE}"
 
 
 async def test_records_of_conversations_not_followed_are_not_decoded(
@@ -197,6 +206,21 @@ async def test_a_key_that_is_not_utf_8_is_read_with_replacement_characters() -> 
     consumer = FakeConsumer(fetches=[{P0: [Message(b"c\xff", encode(refusal), 0)]}], feed=feed)
     await feed._step(consumer)
     assert deliver.batches == [[refusal]]
+
+
+def test_the_feed_fetches_for_at_most_200_ms_by_default() -> None:
+    """A fetch waits at most 200 ms for records unless the worker says otherwise; nothing is delivered
+    yet and the partitions are not positioned."""
+    feed = RefusalFeed(
+        board_following(),
+        Delivered(),
+        "kafka:9092",
+        TOPIC,
+        stop=asyncio.Event(),
+        outage=NO_WAIT,
+        client_id="w1",
+    )
+    assert feed.fetch_ms == 200 and feed.delivered == 0 and not feed.positioned.is_set()
 
 
 # -- following: the feed as a task for the duration of a block --------------------------------------
@@ -288,48 +312,84 @@ async def test_a_feed_that_fails_is_logged_by_name_and_following_yields_false(
 # -- run: the fake consumer in place of Kafka's ---------------------------------------------------
 
 
-async def test_run_positions_then_delivers_until_stopped_and_stops_its_consumer(
+@dataclass
+class Glue:
+    """`turnledger.kafka`'s glue as `run` calls it, recorded: the reader's start, the partitions' wait,
+    the steps until `stop` (no outage handling: each step is awaited in turn) and the consumer's close."""
+
+    consumer: FakeConsumer
+    made: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    started: list[dict[str, Any]] = field(default_factory=list)
+    waited: list[tuple[Any, ...]] = field(default_factory=list)
+    stepped: list[dict[str, Any]] = field(default_factory=list)
+    closed: list[object] = field(default_factory=list)
+    refuse_start: bool = False
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for name in (
+            "read_committed_consumer",
+            "start_topic_reader",
+            "wait_for_partitions",
+            "step_until_stopped",
+            "close_client",
+        ):
+            monkeypatch.setattr(refusal_feed, name, getattr(self, name))
+
+    def read_committed_consumer(self, *args: Any, **kwargs: Any) -> FakeConsumer:
+        self.made.append((args, kwargs))
+        return self.consumer
+
+    async def start_topic_reader(self, make: Callable[[], FakeConsumer], **kwargs: Any) -> FakeConsumer:
+        self.started.append(kwargs)
+        if self.refuse_start:
+            raise StopRequested
+        return make()
+
+    async def wait_for_partitions(self, *args: Any) -> list[TopicPartition]:
+        self.waited.append(args)
+        return [P0, P1]
+
+    async def step_until_stopped(self, step: Callable[[], Awaitable[None]], **kwargs: Any) -> None:
+        self.stepped.append(kwargs)
+        while not kwargs["stop"].is_set():
+            await step()
+
+    async def close_client(self, client: object) -> None:
+        self.closed.append(client)
+
+
+async def test_run_positions_then_delivers_until_stopped_and_closes_its_consumer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`run` starts a read-committed reader without a group, named by the feed's client id, positions
-    every partition, fetches until `stop`, and stops the consumer."""
+    """`run` starts a read-committed reader without a group, named by the feed's client id, for the
+    feed's topic, positions every partition, fetches until `stop`, and closes the consumer."""
     deliver = Delivered()
     feed = make_feed(board_following("c1"), deliver, fetch_ms=30)
     refusal = rejected("c1", "op-1", "e1")
     consumer = FakeConsumer(fetches=[{P0: [message(refusal)]}], feed=feed)
-    started: list[dict[str, Any]] = []
-    made: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-    def read_committed_consumer(*args: Any, **kwargs: Any) -> FakeConsumer:
-        made.append((args, kwargs))
-        return consumer
-
-    async def start_topic_reader(make: Callable[[], FakeConsumer], **kwargs: Any) -> FakeConsumer:
-        started.append(kwargs)
-        return make()
+    glue = Glue(consumer)
+    glue.install(monkeypatch)
 
     async def delivered(refusals: list[Rejected]) -> None:
         await deliver(refusals)
         feed.stop.set()
 
     feed.deliver = delivered
-    monkeypatch.setattr(refusal_feed, "start_topic_reader", start_topic_reader)
-    monkeypatch.setattr(refusal_feed, "read_committed_consumer", read_committed_consumer)
     async with asyncio.timeout(5):
         await feed.run()
-    assert made == [(("kafka:9092",), {"client_id": "w1-refusals", "fetch_max_wait_ms": 30})]
+    assert glue.made == [(("kafka:9092",), {"client_id": "w1-refusals", "fetch_max_wait_ms": 30})]
+    where = {"bootstrap": "kafka:9092", "topic": TOPIC, "backoff": NO_WAIT, "stop": feed.stop}
+    assert glue.started == [where] and glue.stepped == [where]
+    assert glue.waited == [(consumer, "kafka:9092", TOPIC)]
     assert deliver.batches == [[refusal]] and feed.positioned.is_set()
-    assert started == [{"bootstrap": "kafka:9092", "topic": TOPIC, "backoff": NO_WAIT, "stop": feed.stop}]
-    assert consumer.calls[-2:] == [("getmany", 30, 2000), ("stop",)]
+    assert consumer.calls[-1] == ("getmany", 30, 2000) and glue.closed == [consumer]
 
 
 async def test_run_ends_quietly_when_stopped_while_starting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`stop` while the reader is starting (StopRequested) ends `run` without an error or a consumer."""
+    """`stop` while the reader is starting (StopRequested) ends `run` without an error, and with no
+    consumer there is nothing to close."""
     feed = make_feed(board_following(), Delivered())
-
-    async def start_topic_reader(make: Callable[[], object], **kwargs: Any) -> FakeConsumer:
-        raise StopRequested
-
-    monkeypatch.setattr(refusal_feed, "start_topic_reader", start_topic_reader)
+    glue = Glue(FakeConsumer(feed=feed), refuse_start=True)
+    glue.install(monkeypatch)
     await feed.run()
-    assert not feed.positioned.is_set()
+    assert not feed.positioned.is_set() and glue.closed == [] and glue.stepped == []

@@ -6,6 +6,7 @@ pump and event factory, an in-memory sink and an `httpx.MockTransport` provider:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,10 +17,12 @@ from prometheus_client import REGISTRY
 
 from tests.unit.gateway.decisions import decision, manifest_issued
 from tests.unit.streaming.support import fixture
+from turnledger.gateway import stream_read
 from turnledger.gateway.board import DecisionBoard, OperationKey
 from turnledger.gateway.client import WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint, endpoints_for
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
+from turnledger.gateway.provider_failures import ProviderFailure
 from turnledger.gateway.provider_request import ProviderRequest
 from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamReader
 from turnledger.gateway.worker_config import WorkerStats
@@ -159,6 +162,16 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+async def only_this_task() -> bool:
+    """Within a few turns of the loop (a cancelled task and the waits it cancels end there), is this
+    test's task the only one left?"""
+    for _ in range(10):
+        if asyncio.all_tasks() == {asyncio.current_task()}:
+            return True
+        await asyncio.sleep(0)
+    return False
+
+
 def sequences(read: Read) -> list[int]:
     """The delta sequences appended, runs expanded (`streaming/runs.py`)."""
     return [d.delta_sequence for e in read.of(StreamDeltas) for run in e.deltas for d in expand(run)]
@@ -198,6 +211,7 @@ async def test_a_complete_read_journals_the_handle_binds_it_appends_every_delta_
         None,
     )
     assert read.stats.counts == {"final_in_stream": 1, "late_deltas": 0, "wire_duplicates": 0}
+    assert await only_this_task()  # the cancel watcher is closed
 
 
 async def test_every_append_of_deltas_keeps_the_lease_alive_first() -> None:
@@ -258,27 +272,31 @@ async def test_the_read_counts_its_request_first_delta_and_stream_in_the_provide
         ("turnledger_provider_request_seconds_count", {"api": api}),
         ("turnledger_provider_stream_seconds_count", {"api": api}),
     ]
+    sums = [(name.removesuffix("_count") + "_sum", labels) for name, labels in names[1:]]
     before = [sample(name, **labels) for name, labels in names]
+    before_sums = [sample(name, **labels) for name, labels in sums]
     await read.run()
     assert len(read.of(StreamDeltas)) > 1
     assert [sample(name, **labels) for name, labels in names] == [b + 1 for b in before]
+    # each a time since the request was sent: more than nothing, less than the test's own timeout
+    assert all(
+        0 < sample(name, **labels) - b < 10 for (name, labels), b in zip(sums, before_sums, strict=True)
+    )
 
 
 # -- how a read ends ------------------------------------------------------------------------------
 
 
-async def test_an_error_status_is_a_provider_error_whose_body_is_not_kept() -> None:
-    """A 429: PROVIDER_ERROR, the failure read from the status and headers, counted by status; nothing
-    but the StreamEnded appended, and no deltas."""
-    read = reading(
-        ANTHROPIC,
-        lambda request: httpx.Response(
-            429,
-            headers={"retry-after": "7"},
-            json={"error": {"type": "rate_limit_error", "message": "sk-leak"}},
-        ),
-    )
-    before = sample("turnledger_provider_errors_total", api="anthropic-messages", error="429")
+@pytest.mark.parametrize("status", [400, 429])
+async def test_an_error_status_is_a_provider_error_judged_by_its_status_headers_and_error_type(
+    status: int,
+) -> None:
+    """An error status (400 and up): PROVIDER_ERROR, the failure judged from the status, the headers
+    and the body's error type (the body's words are never kept), counted by status; nothing but the
+    StreamEnded appended."""
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": "sk-leak"}}
+    read = reading(ANTHROPIC, lambda request: httpx.Response(status, headers={"retry-after": "7"}, json=body))
+    before = sample("turnledger_provider_errors_total", api="anthropic-messages", error=str(status))
     phase = await read.run()
     [ended] = read.events
     assert isinstance(ended, StreamEnded)
@@ -287,10 +305,14 @@ async def test_an_error_status_is_a_provider_error_whose_body_is_not_kept() -> N
         False,
         -1,
     )
-    assert phase.outcome == StreamOutcome.PROVIDER_ERROR and phase.failure is not None
-    assert phase.failure.retry_after_s == 7.0 and "sk-leak" not in repr(phase.failure)
-    assert read.stats.counts["http_429"] == 1
-    assert sample("turnledger_provider_errors_total", api="anthropic-messages", error="429") == before + 1
+    assert phase.outcome == StreamOutcome.PROVIDER_ERROR
+    assert phase.failure == ProviderFailure(
+        retryable=True, rule="error type", status=status, error_type="rate_limit_error", retry_after_s=7.0
+    )
+    assert read.stats.counts == {f"http_{status}": 1, "late_deltas": 0, "wire_duplicates": 0}
+    assert (
+        sample("turnledger_provider_errors_total", api="anthropic-messages", error=str(status)) == before + 1
+    )
 
 
 async def test_a_status_of_399_is_read_as_a_stream() -> None:
@@ -317,7 +339,9 @@ async def test_an_error_event_in_the_stream_is_the_read_s_failure() -> None:
     assert read.stats.counts["final_in_stream"] == 1
 
 
-async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_resumable() -> None:
+async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_resumable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A transport error mid-stream: the deltas before the cut are appended (flushed), the read ends
     DISCONNECTED, resumable since the response has a handle and the request asked for a kept response."""
     data = fixture("openai_responses_text.sse")
@@ -328,7 +352,11 @@ async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_res
         flush_interval_s=3600.0,  # coalescing: nothing is appended until the flush
     )
     before = sample("turnledger_provider_errors_total", api="openai-responses", error="disconnect")
-    phase = await read.run()
+    with caplog.at_level(logging.DEBUG, logger=stream_read.__name__):
+        phase = await read.run()
+    assert [r.getMessage() for r in caplog.records] == [
+        "op-1 generation 2: transport ended: ReadError('peer reset')"
+    ]
     ended = read.events[-1]
     assert isinstance(ended, StreamEnded)
     got = sequences(read)
@@ -413,16 +441,20 @@ async def stopped(api: tuple[str, str, str], stop: Callable[[Read], None]) -> tu
             read.appended.clear()
     stop(read)
     phase = await task
+    assert await only_this_task()  # no read of the body left behind
     return read, phase, body
 
 
-async def test_a_cancelled_operation_stops_the_read_and_closes_the_connection() -> None:
+async def test_a_cancelled_operation_stops_the_read_and_closes_the_connection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """CANCELLED: the read stops at once (the provider never sends more), the connection is closed, and
     the StreamEnded says DISCONNECTED, not resumable."""
-    read, phase, body = await stopped(
-        RESPONSES,
-        lambda read: read.board.apply_nowait(decision("op-1", S.CANCELLED, attempt_generation=2)),
-    )
+    with caplog.at_level(logging.DEBUG, logger=stream_read.__name__):
+        read, phase, body = await stopped(
+            RESPONSES,
+            lambda read: read.board.apply_nowait(decision("op-1", S.CANCELLED, attempt_generation=2)),
+        )
     ended = read.events[-1]
     assert isinstance(ended, StreamEnded)
     assert (ended.outcome, ended.resumable) == (StreamOutcome.DISCONNECTED, True)
@@ -430,9 +462,12 @@ async def test_a_cancelled_operation_stops_the_read_and_closes_the_connection() 
     assert read.stats.counts["cancelled_reads"] == 1 and read.stats.counts["lost_lease_reads"] == 0
     assert read.stats.counts["disconnects"] == 0
     assert read.board._cancel_signals == {} and read.board._lease_signals == {}
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == stream_read.__name__] == [
+        (logging.DEBUG, "op-1 generation 2: cancelled, stopped reading")
+    ]
 
 
-async def test_a_lost_lease_stops_the_read() -> None:
+async def test_a_lost_lease_stops_the_read(caplog: pytest.LogCaptureFixture) -> None:
     """This generation's lease expired (another worker claimed it): the read stops, DISCONNECTED, counted
     as a lost lease, not a cancel."""
 
@@ -447,11 +482,15 @@ async def test_a_lost_lease_stops_the_read() -> None:
             )
         )
 
-    read, _, body = await stopped(RESPONSES, expire)
+    with caplog.at_level(logging.DEBUG, logger=stream_read.__name__):
+        read, _, body = await stopped(RESPONSES, expire)
     ended = read.events[-1]
     assert isinstance(ended, StreamEnded) and ended.outcome == StreamOutcome.DISCONNECTED
     assert read.stats.counts["lost_lease_reads"] == 1 and read.stats.counts["cancelled_reads"] == 0
     assert body.closed and read.board._lease_signals == {}
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == stream_read.__name__] == [
+        (logging.INFO, "op-1 generation 2: lease lost, stopped reading")
+    ]
 
 
 async def test_a_lease_lost_and_then_cancelled_counts_as_cancelled() -> None:
@@ -484,3 +523,52 @@ async def test_a_cancel_of_the_reader_itself_is_not_swallowed() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert read.of(StreamEnded) == [] and read.board._cancel_signals == {}
+
+
+async def test_deltas_held_for_coalescing_are_appended_when_the_stream_ends() -> None:
+    """A long flush interval holds deltas back; the end of the stream (the pump's close) appends them."""
+    read = reading(ANTHROPIC, sse("anthropic_text.sse"), flush_interval_s=3600.0)
+    await read.run()
+    [ended] = read.of(StreamEnded)
+    total = len(sequences(read))
+    assert total > 3 and sequences(read) == list(range(total)) and ended.last_delta_sequence == total - 1
+
+
+async def test_an_api_that_names_its_response_in_a_header_is_bound_by_it() -> None:
+    """Bedrock's stream names no response: the `x-amzn-requestid` header is the handle bound."""
+    manifest = manifest_of("bedrock-converse@1", "bedrock/anthropic.claude-sonnet-4@2025-05", "{}")
+    routes = endpoints_for(
+        BASE, {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_REGION": "us-east-1"}
+    )
+    read = Read(
+        manifest,
+        routes.endpoint_for(manifest),
+        lambda request: httpx.Response(200, headers={"x-amzn-requestid": "req-9"}, stream=Body([])),
+    )
+    phase = await read.run()
+    [bound] = read.of(HandleBound)
+    assert bound.response_handle == "req-9" and phase.handle == "req-9"
+
+
+async def test_a_cancel_seen_during_an_append_stops_the_read_right_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A CANCELLED decision that arrives while deltas are being appended lets that append finish and
+    stops the read before the next chunk: one StreamDeltas, then the StreamEnded."""
+    read = reading(ANTHROPIC, sse("anthropic_text.sse"))
+    appended = read.append
+
+    async def append_then_cancel(event: IngressEvent) -> None:
+        await appended(event)
+        if isinstance(event, StreamDeltas):
+            read.board.apply_nowait(decision("op-1", S.CANCELLED, attempt_generation=2))
+            for _ in range(5):  # an append yields to the loop (Kafka's does): the watch sees the cancel
+                await asyncio.sleep(0)
+
+    read.append = append_then_cancel  # type: ignore[method-assign]
+    with caplog.at_level(logging.DEBUG, logger=stream_read.__name__):
+        await read.run()
+    assert [type(e).__name__ for e in read.events] == ["HandleBound", "StreamDeltas", "StreamEnded"]
+    assert read.stats.counts["cancelled_reads"] == 1 and read.stats.counts["final_in_stream"] == 0
+    assert [r.getMessage() for r in caplog.records] == ["op-1 generation 2: cancelled, stopped reading"]
+    assert await only_this_task()
