@@ -508,21 +508,23 @@ async def test_a_lease_lost_and_then_cancelled_counts_as_cancelled() -> None:
     assert read.stats.counts["cancelled_reads"] == 1 and read.stats.counts["lost_lease_reads"] == 0
 
 
-async def test_a_cancel_of_the_reader_itself_is_not_swallowed() -> None:
-    """The worker's own cancel of the reading task (shutting down) propagates; only the stop's is absorbed."""
-    data = fixture("anthropic_text.sse")
-    read = reading(
-        ANTHROPIC,
-        lambda request: httpx.Response(200, stream=Body([data[:200]], hold=asyncio.Event())),
-    )
-    task = asyncio.create_task(read.run())
+async def test_a_cancel_of_the_reader_itself_is_not_swallowed_and_the_phase_keeps_what_it_saw() -> None:
+    """The worker's own cancel of the reading task (shutting down) propagates, no StreamEnded is
+    appended, and the phase already holds the handle bound and the events appended before it."""
+    data = fixture("openai_responses_text.sse")
+    head = data[: data.index(b"event: response.output_text.done")]
+    read = reading(RESPONSES, lambda request: httpx.Response(200, stream=Body([head], hold=asyncio.Event())))
+    phase = Phase()
+    task = asyncio.create_task(read.run(phase))
     async with asyncio.timeout(5):
-        while not read.requests:
-            await asyncio.sleep(0)
+        while not read.of(StreamDeltas):
+            await read.appended.wait()
+            read.appended.clear()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert read.of(StreamEnded) == [] and read.board._cancel_signals == {}
+    assert phase.handle == RESPONSES_HANDLE and phase.sources == {e.event_id for e in read.events}
 
 
 async def test_deltas_held_for_coalescing_are_appended_when_the_stream_ends() -> None:
