@@ -42,6 +42,8 @@ class WorkerJournal:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._entries = _load(path)
             self._file = path.open("a", encoding="utf-8")
+            if self._file.tell() and not path.read_bytes().endswith(b"\n"):
+                self._file.write("\n")  # end a line torn by a crash: the next entry starts its own
 
     def open_entries(self) -> list[JournalEntry]:
         return [e for e in self._entries.values() if not e.done]

@@ -121,3 +121,21 @@ def test_a_journal_is_read_as_utf_8_whatever_the_locale(tmp_path: Path, ascii_lo
     journal = WorkerJournal(path)
     assert journal.open_entries() == [JournalEntry("op-é", "c1", 0)]
     journal.close()
+
+
+def test_an_entry_written_after_a_torn_line_survives_the_next_restart(tmp_path: Path) -> None:
+    """A crash mid-write leaves a line without its newline; the restarted worker's next entry must start
+    a line of its own, or the next restart reads it glued to the torn one and skips it (the worker
+    would forget an attempt it owns)."""
+    path = tmp_path / "worker.jsonl"
+    path.write_text('{"operation_id":"op-a","conversation_id":"c1","after":0}\n{"operation_id":"op-b","con')
+    restarted = WorkerJournal(path)
+    restarted.write(JournalEntry("op-c", "c1", 3))
+    restarted.close()
+    again = WorkerJournal(path)
+    assert again.open_entries() == [JournalEntry("op-a", "c1", 0), JournalEntry("op-c", "c1", 3)]
+    again.close()
+    assert path.read_text().splitlines()[1:] == [
+        '{"operation_id":"op-b","con',
+        '{"operation_id":"op-c","conversation_id":"c1","after":3,"generation":null,"handle":null,"done":false}',
+    ]
