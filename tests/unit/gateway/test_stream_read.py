@@ -6,7 +6,9 @@ pump and event factory, an in-memory sink and an `httpx.MockTransport` provider:
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -313,6 +315,16 @@ async def test_an_error_status_is_a_provider_error_judged_by_its_status_headers_
     assert (
         sample("turnledger_provider_errors_total", api="anthropic-messages", error=str(status)) == before + 1
     )
+
+
+async def test_a_retry_after_date_is_read_against_the_time_of_the_answer() -> None:
+    """A `retry-after` HTTP date is a pause counted from when the error answer arrived (the clock's
+    now), not from the epoch: 30 s ahead is a pause of at most 30 s."""
+    ahead = email.utils.formatdate(time.time() + 30, usegmt=True)
+    read = reading(ANTHROPIC, lambda request: httpx.Response(503, headers={"retry-after": ahead}))
+    phase = await read.run()
+    assert phase.failure is not None and phase.failure.retry_after_s is not None
+    assert 28 < phase.failure.retry_after_s <= 30
 
 
 async def test_a_status_of_399_is_read_as_a_stream() -> None:
