@@ -95,7 +95,7 @@ class Read:
     manifest: DispatchManifest
     endpoint: ProviderEndpoint
     response: Callable[[httpx.Request], httpx.Response]
-    flush_interval_s: float = 0.0
+    flush_interval_s: float | None = None  # None: the reader's default
     trace: list[tuple[str, Any]] = field(default_factory=list)
     requests: list[httpx.Request] = field(default_factory=list)
     board: DecisionBoard = field(default_factory=DecisionBoard)
@@ -126,7 +126,7 @@ class Read:
             Leases(self.trace),  # type: ignore[arg-type]
             self.stats,
             self.crash_hook,
-            flush_interval_s=self.flush_interval_s,
+            **({} if self.flush_interval_s is None else {"flush_interval_s": self.flush_interval_s}),
         )
 
     async def run(
@@ -226,6 +226,13 @@ async def test_a_complete_read_journals_the_handle_binds_it_appends_every_delta_
     )
     assert read.stats.counts == {"final_in_stream": 1, "late_deltas": 0, "wire_duplicates": 0}
     assert await only_this_task()  # the cancel watcher is closed
+
+
+async def test_by_default_each_chunk_s_deltas_are_appended_at_once() -> None:
+    """Without a flush interval nothing is held back: one StreamDeltas per event that has a delta."""
+    read = reading(ANTHROPIC, sse("anthropic_text.sse"))
+    await read.run()
+    assert [sum(len(expand(run)) for run in e.deltas) for e in read.of(StreamDeltas)] == [1] * 8
 
 
 async def test_every_append_of_deltas_keeps_the_lease_alive_first() -> None:
