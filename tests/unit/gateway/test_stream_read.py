@@ -560,12 +560,16 @@ async def test_a_cancel_of_the_reader_itself_is_not_swallowed_and_the_phase_keep
 
 
 async def test_deltas_held_for_coalescing_are_appended_when_the_stream_ends() -> None:
-    """A long flush interval holds deltas back; the end of the stream (the pump's close) appends them."""
-    read = reading(ANTHROPIC, sse("anthropic_text.sse"), flush_interval_s=3600.0)
+    """A long flush interval holds deltas back; a stream that ends without a final event (which would
+    append them at once) gets them appended by the end of the read (the pump's close)."""
+    data = fixture("anthropic_text.sse")
+    head = events_of(data[: data.index(b"event: content_block_stop")])
+    expected = await all_deltas(ANTHROPIC, head)
+    read = reading(ANTHROPIC, lambda request: httpx.Response(200, stream=Body(head)), flush_interval_s=3600.0)
     await read.run()
     [ended] = read.of(StreamEnded)
-    total = len(sequences(read))
-    assert total > 3 and sequences(read) == list(range(total)) and ended.last_delta_sequence == total - 1
+    assert len(expected) > 3 and sequences(read) == expected and ended.last_delta_sequence == expected[-1]
+    assert len(read.of(StreamDeltas)) == 2  # the first at once, the rest held until the end
 
 
 async def test_an_api_that_names_its_response_in_a_header_is_bound_by_it() -> None:
