@@ -233,9 +233,15 @@ class ManifestFeed:
     async def _caught_up(self) -> None:
         consumer = self.consumer
         assert consumer is not None
-        done = [tp for tp, end in self.catching_up.items() if await consumer.position(tp) >= end]
+        done = []
+        # a rebalance may revoke a partition while a position is awaited (`release` runs then): walk
+        # a copy, and take only what is still catching up, and still this worker's, afterwards
+        for tp, end in list(self.catching_up.items()):
+            if tp in consumer.assignment() and await consumer.position(tp) >= end:
+                done.append(tp)
         for tp in done:
-            del self.catching_up[tp]
+            if self.catching_up.pop(tp, None) is None:
+                continue
             if self.worker.live:
                 self.worker.take(self.keys[tp])
         if self._joined and not self.worker.live and not self.catching_up and not self.unpositioned:

@@ -652,3 +652,28 @@ async def test_leaving_stops_the_consumer_even_if_the_last_commit_fails() -> Non
     feed = make_feed(FakeWorker(), consumer)
     await feed._leave(consumer)
     assert of(consumer.calls, "commit", "stop") == [("stop",)]
+
+
+async def test_a_partition_revoked_while_its_position_is_awaited_is_left_alone() -> None:
+    """aiokafka runs the rebalance callback while `_caught_up` awaits a position: the partition it
+    revokes leaves `catching_up` mid-walk. The walk used to iterate the dict itself (RuntimeError:
+    dictionary changed size) and to ask the position of a partition no longer assigned (aiokafka's
+    IllegalStateError): either ended the manifest feed, which is not an outage it waits out."""
+    worker = FakeWorker(live=True)
+    consumer = FakeConsumer(owned={P0, P1}, positions={P0: 5, P1: 9})
+    feed = make_feed(worker, consumer)
+    feed.catching_up = {P0: 5, P1: 9}
+    feed.keys = {P0: {A}, P1: {B}}
+    asked: list[TopicPartition] = []
+
+    async def position(tp: TopicPartition) -> int:
+        asked.append(tp)
+        if tp == P0:  # the group revokes P1 while P0's position is awaited
+            consumer.owned.discard(P1)
+            await feed.release({P1})
+        return consumer.positions[tp]
+
+    consumer.position = position  # type: ignore[method-assign]
+    await feed._caught_up()
+    assert asked == [P0] and feed.catching_up == {}
+    assert of(worker.calls, "take", "release") == [("release", {B}), ("take", {A})]
