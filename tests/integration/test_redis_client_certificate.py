@@ -22,18 +22,12 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from tests.integration.projections.workload import produce, settled, workload
+from tests.integration.projections.checks import round_trip
 from turnledger.devstack.ports import free_port
 from turnledger.devstack.redis_server import redis_argv, tls_args
 from turnledger.devstack.redis_tls import RedisTls
 from turnledger.devstack.session import Endpoints, in_ci
 from turnledger.errors import RedisAccessError, RedisUnavailableError
-from turnledger.processors.topics import ensure_topics
-from turnledger.projections.direct import project_records
-from turnledger.projections.keys import ProjectionKeys
-from turnledger.projections.projector import Projector
-from turnledger.projections.reader import ProjectionReader
-from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
 from turnledger.redisconn.client import connect, explain, redis_client
 from turnledger.redisconn.refusals import CHECK_CLIENT_CERTIFICATE, CHECK_NO_CLIENT_CERTIFICATE
 from turnledger.topology import Topics
@@ -193,28 +187,11 @@ async def test_a_projector_and_the_reader_round_trip_over_mutual_tls(
     """The projector writes through the port that requires a certificate; the same records projected
     directly into the devstack's Redis are the reference; the readers agree."""
     mtls = await _connected(_with_certificate(required_env, material), as_env)
-    topics = Topics(prefix=topic_name("") + ".")
-    await ensure_topics(kafka_bootstrap, topics, partitions=2)
-    records = workload(3)
-    await produce(
-        kafka_bootstrap, topics, records, per_transaction=5, abort_every=0, transactional_id=topics.prefix
-    )
-    await settled(kafka_bootstrap, topics.outputs)
-    await project_records(redis_client, ProjectionKeys(redis_prefix + "ref:"), records)
     try:
-        stats = await Projector(
-            mtls, kafka_bootstrap, topics, ProjectionKeys(redis_prefix + "live:")
-        ).run_to_end()
-        assert stats.applied > 0 and stats.undecodable == 0
-        live = await snapshot(mtls, redis_prefix + "live:")
-        assert live and diff_snapshots(live, await snapshot(redis_client, redis_prefix + "ref:")) == []
-        for conv in [f"conv-{i}" for i in range(3)]:
-            history = await ProjectionReader(mtls, redis_prefix + "live:").history(conv)
-            assert history and history == await ProjectionReader(redis_client, redis_prefix + "ref:").history(
-                conv
-            )
+        await round_trip(
+            mtls, redis_client, kafka_bootstrap, Topics(prefix=topic_name("") + "."), redis_prefix, 3
+        )
     finally:
-        await drop_prefix(mtls, redis_prefix + "live:")
         await mtls.aclose()
 
 

@@ -18,6 +18,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from tests.integration.projections.checks import until
 from tests.integration.projections.workload import produce, settled, workload
 from turnledger.devstack.ports import free_port
 from turnledger.devstack.redis_tls import RedisTls
@@ -133,17 +134,6 @@ def test_history_reads_through_the_sentinel(nodes: Nodes) -> None:
     assert '"conversationId": "nobody"' in run.stdout
 
 
-async def _until(
-    condition: Callable[[], Awaitable[bool]], projector: asyncio.Task[object], what: str
-) -> None:
-    deadline = time.monotonic() + 120
-    while not await condition():
-        if projector.done():
-            raise AssertionError(f"the projector ended while waiting for {what}") from projector.exception()
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-
-
 async def test_a_projector_follows_through_a_sentinel_failover(
     nodes: Nodes,
     kafka_bootstrap: str,
@@ -184,7 +174,7 @@ async def test_a_projector_follows_through_a_sentinel_failover(
             kafka_bootstrap, topics, parts[0], per_transaction=5, transactional_id=f"{topics.prefix}1"
         )
         await settled(kafka_bootstrap, topics.outputs)
-        await _until(
+        await until(
             holds(first_primary, await reference(1)), task, "the first primary to hold the first half"
         )
 
@@ -197,7 +187,7 @@ async def test_a_projector_follows_through_a_sentinel_failover(
             kafka_bootstrap, topics, parts[1], per_transaction=5, transactional_id=f"{topics.prefix}2"
         )
         await settled(kafka_bootstrap, topics.outputs)
-        await _until(holds(second_primary, await reference(2)), task, "the new primary to hold every record")
+        await until(holds(second_primary, await reference(2)), task, "the new primary to hold every record")
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)

@@ -22,17 +22,11 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tests.conftest import skip_unless_installed
-from tests.integration.projections.workload import produce, settled, workload
+from tests.integration.projections.checks import round_trip
 from turnledger.devstack.redis_tls import ensure_redis_tls
 from turnledger.devstack.session import Endpoints, in_ci
 from turnledger.devstack.tls import openssl
 from turnledger.errors import RedisAccessError, RedisUnavailableError
-from turnledger.processors.topics import ensure_topics
-from turnledger.projections.direct import project_records
-from turnledger.projections.keys import ProjectionKeys
-from turnledger.projections.projector import Projector
-from turnledger.projections.reader import ProjectionReader
-from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
 from turnledger.redisconn.client import connect
 from turnledger.redisconn.refusals import CHECK_CERTIFICATE, CHECK_LOGIN, CHECK_PLAINTEXT_PORT, CHECK_TLS_PORT
 from turnledger.topology import Topics
@@ -139,31 +133,9 @@ async def test_a_projector_and_the_reader_round_trip_over_tls(
 ) -> None:
     """The projector writes through the TLS port as the user; the same records projected directly
     through the plaintext port are the reference; the reader `serve` and `history` use agrees."""
-    topics = Topics(prefix=topic_name("") + ".")
-    await ensure_topics(kafka_bootstrap, topics, partitions=2)
-    records = workload(4)
-    await produce(
-        kafka_bootstrap, topics, records, per_transaction=5, abort_every=0, transactional_id=topics.prefix
+    await round_trip(
+        tls_client, redis_client, kafka_bootstrap, Topics(prefix=topic_name("") + "."), redis_prefix, 4
     )
-    await settled(kafka_bootstrap, topics.outputs)
-    await project_records(redis_client, ProjectionKeys(redis_prefix + "ref:"), records)
-    try:
-        stats = await Projector(
-            tls_client, kafka_bootstrap, topics, ProjectionKeys(redis_prefix + "live:")
-        ).run_to_end()
-        assert stats.applied > 0 and stats.undecodable == 0
-        live, ref = (
-            await snapshot(redis_client, redis_prefix + "live:"),
-            await snapshot(redis_client, redis_prefix + "ref:"),
-        )
-        assert live and diff_snapshots(live, ref) == []
-        over_tls = ProjectionReader(tls_client, redis_prefix + "live:")
-        plain = ProjectionReader(redis_client, redis_prefix + "ref:")
-        for conv in [f"conv-{i}" for i in range(4)]:
-            history = await over_tls.history(conv)
-            assert history and history == await plain.history(conv)
-    finally:
-        await drop_prefix(tls_client, redis_prefix + "live:")
 
 
 async def test_a_wrong_password_is_an_access_error_without_the_password(

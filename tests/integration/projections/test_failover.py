@@ -13,13 +13,13 @@ projection of every record: nothing lost, nothing twice.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from tests.integration.projections.checks import until
 from tests.integration.projections.workload import produce, settled, workload
 from tests.integration.switchable_proxy import SwitchableProxy
 from turnledger.devstack.restartable import RestartableRedis
@@ -33,21 +33,6 @@ from turnledger.topology import Topics
 pytestmark = pytest.mark.integration
 
 PREFIX = "tl:"
-
-
-async def _until(
-    condition: Callable[[], Awaitable[bool]],
-    projector: asyncio.Task[object],
-    what: str,
-    timeout_s: float = 120,
-) -> None:
-    """Until `condition` holds; a projector that ended meanwhile fails the test with its error."""
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if projector.done():
-            raise AssertionError(f"the projector ended while waiting for {what}") from projector.exception()
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 async def test_a_failover_that_lost_the_last_batches_is_projected_again_in_full(
@@ -93,20 +78,20 @@ async def test_a_failover_that_lost_the_last_batches_is_projected_again_in_full(
             task = asyncio.create_task(
                 Projector(client, kafka_bootstrap, topics, keys, batch_size=10).run_forever(stop)
             )
-            await _until(holds(a, await reference(1)), task, "A to hold the first part")
+            await until(holds(a, await reference(1)), task, "A to hold the first part")
             first_offsets = await applied_offsets(a, keys)
 
             async def b_caught_up() -> bool:
                 return await applied_offsets(b, keys) == first_offsets
 
-            await _until(b_caught_up, task, "B to replicate the first part")
+            await until(b_caught_up, task, "B to replicate the first part")
             await b.replicaof("NO", "ONE")
 
             await produce(
                 kafka_bootstrap, topics, parts[1], per_transaction=5, transactional_id=f"{topics.prefix}2"
             )
             await settled(kafka_bootstrap, topics.outputs)
-            await _until(holds(a, await reference(2)), task, "A to hold the second part")
+            await until(holds(a, await reference(2)), task, "A to hold the second part")
             assert await applied_offsets(b, keys) == first_offsets, "B must not have the second part"
 
             proxy.switch(b_server.port)
@@ -116,7 +101,7 @@ async def test_a_failover_that_lost_the_last_batches_is_projected_again_in_full(
             )
             await settled(kafka_bootstrap, topics.outputs)
             everything = await reference(3)
-            await _until(holds(b, everything), task, "B to hold every record after the failover")
+            await until(holds(b, everything), task, "B to hold every record after the failover")
         finally:
             stop.set()
             if task is not None:
