@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiokafka.errors import IllegalSaslStateError, KafkaConnectionError, SaslAuthenticationFailed
 
+from tests.unit.tls_servers import CERT, HOST, KEY, TLS, FakeTlsPort, closed_port, server_context, serving
 from turnledger.errors import KafkaAccessError, KafkaSettingsError
 from turnledger.kafka.connection import KafkaSecurity, diagnose
 from turnledger.kafka.msk_iam import MskIam
@@ -327,7 +328,7 @@ async def test_diagnose_leaves_any_other_closed_connection_to_be_waited_out(
         raise _closed_because(cause)
 
     monkeypatch.setattr("turnledger.kafka.connection.create_conn", closed)
-    await diagnose("127.0.0.1:9093", KafkaSecurity.from_env(MTLS))
+    await diagnose(f"127.0.0.1:{await closed_port()}", KafkaSecurity.from_env(MTLS))
 
 
 async def test_diagnose_asks_the_next_address_after_one_closed_without_a_verdict(
@@ -336,18 +337,19 @@ async def test_diagnose_asks_the_next_address_after_one_closed_without_a_verdict
     """A bootstrap list is asked address by address: the first closing for no reason of ours (a broker
     going away) says nothing, the second's refusal of the login is the verdict."""
     asked: list[str] = []
+    gone, refusing = await closed_port(), await closed_port()
     refusal = SaslAuthenticationFailed("Authentication failed: invalid credentials")
 
     async def connect(host: str, port: int, **_: object) -> None:
         asked.append(f"{host}:{port}")
-        if port == 9093:
+        if port == gone:
             raise _closed_because(ConnectionResetError(104, "Connection reset by peer"))
         raise refusal
 
     monkeypatch.setattr("turnledger.kafka.connection.create_conn", connect)
     with pytest.raises(KafkaAccessError) as caught:
-        await diagnose("127.0.0.1:9093,127.0.0.1:9094", KafkaSecurity.from_env(SCRAM))
-    assert asked == ["127.0.0.1:9093", "127.0.0.1:9094"]
+        await diagnose(f"127.0.0.1:{gone},127.0.0.1:{refusing}", KafkaSecurity.from_env(SCRAM))
+    assert asked == [f"127.0.0.1:{gone}", f"127.0.0.1:{refusing}"]
     assert caught.value.cause is refusal
 
 
@@ -360,3 +362,68 @@ async def test_diagnose_gives_up_on_a_listener_that_never_answers_after_its_time
     async with asyncio.timeout(5):
         await diagnose(f"127.0.0.1:{listener.getsockname()[1]}", settings, timeout_s=0.2)
     assert _connections(listener) == 1
+
+
+def _unverified(settings: KafkaSecurity) -> KafkaSecurity:
+    """`settings` whose TLS context verifies nothing of the server (the fixtures' certificate is a
+    client's); aiokafka's connection and the alert's probe share that one context."""
+    assert settings.ssl_context is not None
+    settings.ssl_context.check_hostname = False
+    settings.ssl_context.verify_mode = ssl.CERT_NONE
+    return settings
+
+
+@pytest.mark.parametrize(
+    ("certificate", "alert", "fix"),
+    [
+        (
+            False,
+            "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+            "The broker requires a client certificate (mutual TLS): set KAFKA_SSL_CERT_FILE and "
+            "KAFKA_SSL_KEY_FILE.",
+        ),
+        (
+            True,
+            "TLSV1_ALERT_UNKNOWN_CA",
+            f"The broker did not accept the client certificate {CERT}: check KAFKA_SSL_CERT_FILE and "
+            "KAFKA_SSL_KEY_FILE (a certificate signed by a CA the broker trusts, still valid).",
+        ),
+    ],
+    ids=["none given", "of an unknown CA"],
+)
+async def test_diagnose_reads_the_certificate_alert_a_reset_lost(
+    certificate: bool, alert: str, fix: str
+) -> None:
+    """A listener that closes with aiokafka's first request unread (a TLS 1.3 proxy) resets the
+    connection, and the reset loses the alert: aiokafka sees "connection reset". One more connection
+    that writes nothing reads the alert, so the refusal is said instead of waited out as an outage."""
+    files = {"KAFKA_SSL_CERT_FILE": CERT, "KAFKA_SSL_KEY_FILE": KEY} if certificate else {}
+    settings = _unverified(KafkaSecurity.from_env({**MTLS, **files}))
+    trusted = None if certificate else str(TLS / "ca.pem")
+    server = FakeTlsPort(server_context(trusted=trusted, require=True), lose_alerts=1)
+    async with serving(server) as port, asyncio.timeout(5):
+        with pytest.raises(KafkaAccessError) as caught:
+            await diagnose(f"{HOST}:{port}", settings)
+    assert isinstance(caught.value.cause, ssl.SSLError)
+    assert caught.value.cause.reason == alert
+    assert str(caught.value).endswith(fix)
+    assert server.accepted == 2, "aiokafka's connection, whose alert the reset lost, and the probe's"
+
+
+async def test_diagnose_leaves_a_reset_with_no_alert_behind_it_to_be_waited_out() -> None:
+    """A TLS listener that resets every connection after its handshake (a broker going away) sends no
+    alert to the probe either: an outage, after exactly one more connection."""
+    server = FakeTlsPort(server_context(), reset_after_handshake=True)
+    async with serving(server) as port, asyncio.timeout(5):
+        await diagnose(f"{HOST}:{port}", _unverified(KafkaSecurity.from_env(MTLS)))
+    assert (server.accepted, server.failures) == (2, [])
+
+
+async def test_diagnose_does_not_probe_a_plaintext_listener_that_closed() -> None:
+    """Without TLS there is no certificate to refuse: a SASL_PLAINTEXT connection that closed is an
+    outage, and nothing connects again."""
+    server = FakeTlsPort(server_context(), reset_after_handshake=True)
+    settings = KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    async with serving(server) as port, asyncio.timeout(5):
+        await diagnose(f"{HOST}:{port}", settings)
+    assert server.accepted == 1

@@ -10,13 +10,9 @@ On a real redis-server: tests/integration/test_redis_tls.py and test_redis_clien
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
-import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -24,6 +20,18 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, ResponseError
 
+from tests.unit.tls_servers import (
+    CERT,
+    HOST,
+    KEY,
+    TLS,
+    FakeTlsPort,
+    Handler,
+    closed_port,
+    resetting,
+    server_context,
+    serving,
+)
 from turnledger.errors import RedisAccessError, RedisUnavailableError
 from turnledger.redisconn import probe
 from turnledger.redisconn.client import classified, connect, diagnose, explain, redis_client
@@ -37,16 +45,10 @@ from turnledger.redisconn.refusals import (
     CHECK_TLS_PORT,
 )
 
-TLS = Path(__file__).resolve().parents[1] / "fixtures" / "client_tls"
-CERT, KEY = str(TLS / "client.pem"), str(TLS / "client.key")
-HOST = "127.0.0.2"
-"""A loopback address that is not localhost's own: a probe that lost its host (asyncio connects to
-localhost, 127.0.0.1 and ::1, then) finds nothing at the port."""
 GUARD_S = 2.0
 """No call here may take longer: a mutant that waits for ever fails at once instead of hanging."""
 
 T = TypeVar("T")
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @pytest.fixture(autouse=True)
@@ -62,17 +64,6 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(probe, "PROBE_TIMEOUT_S", 0.5)
     monkeypatch.setattr(probe, "ALERT_WAIT_S", 0.2)
-
-
-@asynccontextmanager
-async def serving(handler: Handler) -> AsyncIterator[int]:
-    """`handler` on a loopback port, for the block; the port."""
-    server = await asyncio.start_server(handler, HOST, 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 @dataclass
@@ -111,62 +102,6 @@ class FakeRedis:
         return whole
 
 
-async def resetting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Accepts, and resets the connection (SO_LINGER 0: an RST, no FIN)."""
-    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
-
-
-def server_context(*, trusted: str | None = None, require: bool = False) -> ssl.SSLContext:
-    """The fixtures' certificate as a server's (no client here verifies it); with `require`, a client
-    certificate signed by `trusted` (None: by no CA at all) is required."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(CERT, KEY)
-    if require:
-        context.verify_mode = ssl.CERT_REQUIRED
-        if trusted is not None:
-            context.load_verify_locations(trusted)
-    return context
-
-
-@dataclass
-class FakeTlsPort:
-    """A TLS server, as OpenSSL is in a Redis: the handshake on the socket itself, so that the alert of a
-    failed handshake is sent before the close (asyncio's own TLS server drops it). After a handshake it
-    reads until the client closes and sends nothing (or, `reset_after_handshake`, resets the connection
-    once its handshake completed). `failures` are its failed handshakes' reasons."""
-
-    context: ssl.SSLContext
-    reset_after_handshake: bool = False
-    failures: list[str] = field(default_factory=list)
-
-    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        tls = self.context.wrap_bio(incoming, outgoing, server_side=True)
-        try:
-            while data := await reader.read(65536):
-                incoming.write(data)
-                try:
-                    tls.do_handshake()
-                    if self.reset_after_handshake:
-                        await resetting(reader, writer)
-                        return
-                    while tls.read(65536):
-                        pass
-                    tls.unwrap()  # read returns b"" at the client's close_notify: answer it
-                    return
-                except ssl.SSLWantReadError:
-                    pass
-                except ssl.SSLError as exc:
-                    self.failures.append(str(exc.reason))
-                    return
-                finally:
-                    writer.write(outgoing.read())
-                    await writer.drain()
-        finally:
-            writer.close()
-
-
 def tls_client(port: int, *, certificate: bool = False) -> aioredis.Redis:
     """A `rediss://` client that does not verify the server (the fixtures' certificate is a client's)."""
     extra = {"ssl_certfile": CERT, "ssl_keyfile": KEY} if certificate else {}
@@ -176,13 +111,6 @@ def tls_client(port: int, *, certificate: bool = False) -> aioredis.Redis:
 async def guarded(call: Awaitable[T]) -> T:
     async with asyncio.timeout(GUARD_S):
         return await call
-
-
-async def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then let go)."""
-    async with serving(resetting) as port:
-        pass
-    return port
 
 
 # --- probe.other_protocol ---------------------------------------------------------------------------

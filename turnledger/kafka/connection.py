@@ -27,6 +27,9 @@ A broker that requires a client certificate (mutual TLS) and gets none, or one s
 not trust, says so with a TLS alert. Under TLS 1.3 the client's handshake has already completed by
 then, so the alert arrives on the first read, where aiokafka turns it into "Connection at ... closed"
 with the `ssl.SSLError` as its cause; `diagnose` finds it there (`tls_alerts.CLIENT_CERTIFICATE_ALERTS`).
+A listener that closes with aiokafka's first request unread (a TLS 1.3 proxy in front of the brokers)
+sends a reset that can overtake the alert; `diagnose` then reads the alert on a connection that writes
+nothing (`tls_alerts.read_alert`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from aiokafka.helpers import create_ssl_context
 from turnledger.errors import KafkaAccessError, KafkaSettingsError
 from turnledger.kafka import oauth
 from turnledger.kafka.secret import Secret, read_secret
-from turnledger.tls_alerts import certificate_alert
+from turnledger.tls_alerts import certificate_alert, read_alert
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -293,7 +296,7 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
         except ACCESS_ERRORS as exc:
             raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix(exc)) from None
         except kafka_errors.KafkaConnectionError as exc:
-            alert = certificate_alert(exc.__cause__)
+            alert = certificate_alert(exc.__cause__) or await _alert_a_reset_lost(host, int(port), settings)
             if alert is None:  # closed for another reason: an outage, not ours to judge here
                 continue
             raise KafkaAccessError(bootstrap, settings.describe(), alert, settings.fix(alert)) from None
@@ -301,3 +304,11 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
             continue
         conn.close()
         return
+
+
+async def _alert_a_reset_lost(host: str, port: int, settings: KafkaSecurity) -> ssl.SSLError | None:
+    """The certificate alert of a TLS listener whose close came as a reset: read once more on a
+    connection that writes nothing (`tls_alerts.read_alert`); None without TLS or without an alert."""
+    if settings.ssl_context is None:
+        return None
+    return await read_alert(host.strip("[]"), port, settings.ssl_context)

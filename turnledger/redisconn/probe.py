@@ -11,7 +11,7 @@ A Redis that refuses our client certificate (none given where one is required, o
 not trust) sends its alert after the handshake, under TLS 1.3, and closes. redis-py writes its first
 command at once, so the close often comes as a reset that loses the alert: another outage from inside.
 `certificate_refusal` connects once more with the client's own TLS settings and only reads, so that
-the alert arrives.
+the alert arrives (`tls_alerts.read_alert`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,9 @@ import ssl
 import redis.asyncio as aioredis
 
 from turnledger.redisconn.refusals import CHECK_PLAINTEXT_PORT, CHECK_TLS_PORT
-from turnledger.tls_alerts import certificate_alert
+from turnledger.tls_alerts import ALERT_WAIT_S, read_alert
 
 PROBE_TIMEOUT_S = 3.0
-ALERT_WAIT_S = 1.0
-"""How long a completed handshake is read for the server's alert: it follows the handshake within a
-round trip; a server that took us sends nothing."""
 
 
 async def other_protocol(host: str, port: int, *, tls: bool) -> str | None:
@@ -79,19 +76,6 @@ async def certificate_refusal(client: aioredis.Redis, host: str, port: int) -> s
     connection = pool.connection_class(**pool.connection_kwargs)
     if not isinstance(connection, aioredis.SSLConnection):
         return None
-    context = connection.ssl_context.get()
-    try:
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
-        try:
-            async with asyncio.timeout(ALERT_WAIT_S):
-                await reader.read(1)
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-    except ssl.SSLError as exc:
-        return certificate_alert(exc)
-    except (OSError, TimeoutError):
-        return None
-    return None
+    return await read_alert(
+        host, port, connection.ssl_context.get(), connect_timeout_s=PROBE_TIMEOUT_S, wait_s=ALERT_WAIT_S
+    )
