@@ -139,6 +139,7 @@ class RecordOutcome(StrEnum):
     COMMITTED = "committed"  # the legacy response is the operation's canonical answer
     GAVE_UP = "gave-up"  # incomplete or invalid response (or cancelled meanwhile): nothing committed
     LOST_CAS = "lost-cas"  # another sender's attempt won the CAS (the legacy gateway sent it twice?)
+    LOST_LEASE = "lost-lease"  # another worker holds the attempt now (its lease expired): it continues there
     ALREADY_FINAL = "already-final"  # settled before: COMMITTED, REJECTED or CANCELLED, left as it was
     NOT_PREPARED = "not-prepared"  # WAITING, PAUSED or in flight with another worker: not recorded
     NOT_FOUND = "not-found"  # the manifests topic has no decision for this operation
@@ -159,7 +160,7 @@ class RecordResult:
         if self.outcome == RecordOutcome.COMMITTED:
             return True
         return (
-            self.outcome in (RecordOutcome.ALREADY_FINAL, RecordOutcome.LOST_CAS)
+            self.outcome in (RecordOutcome.ALREADY_FINAL, RecordOutcome.LOST_CAS, RecordOutcome.LOST_LEASE)
             and self.state == S.COMMITTED.value
         )
 
@@ -239,6 +240,7 @@ VERDICT_OUTCOMES: Mapping[Verdict, RecordOutcome] = {
     Verdict.GIVE_UP: RecordOutcome.GAVE_UP,
     Verdict.RETRY: RecordOutcome.GAVE_UP,
     Verdict.LOST_CAS: RecordOutcome.LOST_CAS,
+    Verdict.LOST_LEASE: RecordOutcome.LOST_LEASE,
 }
 
 
