@@ -458,3 +458,9 @@ async def test_record_legacy_raises_what_stopped_its_manifests_tail(monkeypatch:
     assert [args[1:] for what, args, _ in kafka.made if what != "client"] == [
         ("k:9092", "turnledger.rejections"), ("turnledger.manifests",),
     ]  # fmt: skip
+
+
+def test_every_verdict_of_the_worker_has_a_recorded_outcome() -> None:
+    """A verdict the worker can end a phase with and the table lacks lost the whole report to a
+    KeyError (LOST_LEASE did, until session 35): the table covers every verdict."""
+    assert set(legacy.VERDICT_OUTCOMES) == set(Verdict)
