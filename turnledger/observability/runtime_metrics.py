@@ -114,8 +114,9 @@ PROVIDER_RETRY_PAUSE_SECONDS = Histogram(
 TOOL_CALLS = Counter("turnledger_tool_calls", "Tool calls run by the tool executor.", ["tool", "status"])
 PARTIAL_TOOL_DISPATCHES = Counter(
     "turnledger_partial_tool_dispatches",
-    "Tool calls that reached turnledger.tool-calls with arguments that do not parse or do not validate "
-    "against the tool's schema, or for a tool the executor does not have. Must stay 0: alert on it.",
+    "Tool calls that reached turnledger.tool-calls with arguments that are no strict JSON object or do "
+    "not validate against the schema the executor holds for the tool (a tool it holds none for: JSON "
+    "only). Must stay 0: alert on it.",
 )
 
 # --------------------------------------------------------------------------------------------- serve
