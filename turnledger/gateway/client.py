@@ -108,7 +108,7 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{path}/{index}")
 
 
-def _unencodable_text(event: IngressEvent, limits: Limits) -> str | None:
+def _unencodable_text(event: IngressEvent) -> str | None:
     bad = [path for path, text in _strings(event.model_dump(), "") if not has_utf8_form(text)]
     return f"{', '.join(bad[:5])} holds a lone surrogate (text with no UTF-8 form)" if bad else None
 
@@ -148,7 +148,7 @@ def encode_for_sending(event: IngressEvent, limits: Limits = DEFAULT_LIMITS) -> 
     try:
         value = encode(event)
     except UnencodableRecord:
-        detail = _unencodable_text(event, limits)
+        detail = _unencodable_text(event)
         if detail is None:
             raise
         raise RefusedEventError(event, ReasonCode.UNENCODABLE_TEXT, detail) from None
