@@ -334,7 +334,7 @@ class GatewayClient(EventFactory):
                 "producer replaced it, retry the append",
             ) from exc
         except KafkaError as exc:
-            if getattr(exc, "retriable", False):
+            if exc.retriable:
                 raise KafkaUnavailableError(self.bootstrap, exc, action=action) from exc
             raise
 
