@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from aiokafka.errors import (
+    InvalidProducerIdMapping,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -140,8 +141,8 @@ async def test_a_replacement_that_cannot_start_yet_is_started_by_the_next_append
 async def test_a_second_break_replaces_the_new_producer_too_and_is_counted(
     fake_producers: list[FakeProducer], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Each broken session is replaced and counted, with one warning each; a broken producer whose
-    stop raises is still replaced."""
+    """Each broken session (here OutOfOrderSequenceNumber, then InvalidProducerIdMapping) is replaced
+    and counted, with one warning each; a broken producer whose stop raises is still replaced."""
     client = GatewayClient("127.0.0.1:1")
     await client.start()
     fake_producers[0].fail_with = OutOfOrderSequenceNumber()
@@ -149,7 +150,7 @@ async def test_a_second_break_replaces_the_new_producer_too_and_is_counted(
     with caplog.at_level(logging.WARNING, logger="turnledger.gateway.client"):
         with pytest.raises(KafkaUnavailableError, match="idempotent session broke"):
             await client.append(turn(1))
-        fake_producers[1].fail_with = UnknownProducerId()
+        fake_producers[1].fail_with = InvalidProducerIdMapping()
         with pytest.raises(KafkaUnavailableError, match="idempotent session broke"):
             await client.append(turn(2))
     assert client.sessions_replaced == 2
