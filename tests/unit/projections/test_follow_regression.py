@@ -139,3 +139,10 @@ def _starts(applied: dict[str, int]) -> dict[TopicPartition, int]:
         topic, partition = field.split(":")
         starts[TopicPartition(topic, int(partition))] = offset + 1
     return starts
+
+
+def test_a_partitions_first_record_at_offset_0_is_known_as_0() -> None:
+    """Nothing known yet is below every offset, 0 included."""
+    follower = _follower({}, A0)
+    follower.saw_applied(_records(("a", 0, 0)))
+    assert follower.known == {"a:0": 0}
