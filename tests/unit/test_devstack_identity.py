@@ -91,6 +91,7 @@ def test_the_endpoint_issues_hour_long_tokens_by_default_and_counts_each(key: Si
     [
         (basic("svc:pa:ss"), ("svc", "pa:ss")),
         ("basic " + base64.b64encode(b"team%3Asvc:s%20t%2B").decode(), ("team:svc", "s t+")),
+        (basic("my+client:two+words"), ("my client", "two words")),
         (basic("svc:"), ("svc", "")),
         (basic("svc"), None),
         (basic("svc:s") + "!!", None),
@@ -104,8 +105,8 @@ def test_the_endpoint_issues_hour_long_tokens_by_default_and_counts_each(key: Si
 def test_a_basic_header_gives_the_form_decoded_client_id_and_secret(
     authorization: str | None, credentials: tuple[str, str] | None
 ) -> None:
-    """RFC 6749 §2.3.1: both parts are form-encoded before Basic (`%3A` a colon), so the first colon
-    splits them; a header without one, or that is not base64 or UTF-8, names none."""
+    """RFC 6749 §2.3.1: both parts are form-encoded before Basic (`%3A` a colon, `+` a space), so
+    the first colon splits them; a header without one, or that is not base64 or UTF-8, names none."""
     assert _basic(authorization) == credentials
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote_plus
 
 from turnledger.devstack.credentials import link_private
 from turnledger.devstack.errors import DevstackError
@@ -167,7 +167,7 @@ def _basic(authorization: str | None) -> tuple[str, str] | None:
         user, colon, password = base64.b64decode(encoded, validate=True).decode().partition(":")
     except (binascii.Error, UnicodeDecodeError):
         return None
-    return (unquote(user), unquote(password)) if colon else None
+    return (unquote_plus(user), unquote_plus(password)) if colon else None
 
 
 def _handler(endpoint: TokenEndpoint) -> type[BaseHTTPRequestHandler]:
