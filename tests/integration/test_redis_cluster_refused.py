@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tests.integration.projections.workload import produce, settled, workload
-from turnledger.devstack.ports import free_port
+from turnledger.devstack.ports import port_is_free
 from turnledger.devstack.redis_server import redis_argv
 from turnledger.processors.topics import ensure_topics
 from turnledger.redisconn.refusals import CHECK_CLUSTER
@@ -28,12 +28,25 @@ from turnledger.topology import Topics
 pytestmark = pytest.mark.integration
 
 
+CLUSTER_BUS_OFFSET = 10_000
+"""A cluster node also listens on its port + 10,000 (the cluster bus), so its port must be 55,535 at most."""
+
+
+def cluster_port() -> int:
+    """A free port a cluster node can take, with its bus port free too: an ephemeral port from the OS
+    (up to 60,999 here) made redis-server refuse to start about one run in five."""
+    for port in range(30_000, 65_536 - CLUSTER_BUS_OFFSET):
+        if port_is_free(port) and port_is_free(port + CLUSTER_BUS_OFFSET):
+            return port
+    raise AssertionError("no free port pair for a Redis Cluster node")
+
+
 @pytest.fixture(scope="module")
 def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     binary = shutil.which("redis-server")
     assert binary is not None
     workdir = tmp_path_factory.mktemp("cluster-node")
-    port = free_port()
+    port = cluster_port()
     argv = redis_argv(binary, port, workdir, [], None)
     argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf")]
     with open(workdir / "redis.log", "wb") as log:
