@@ -91,14 +91,14 @@ def test_a_plain_client_is_named_without_tls_or_login() -> None:
         (
             "http://cache:6379/0",
             {},
-            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix:// or "
-            "redis+sentinel:// (rediss+sentinel://), not http://",
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix://, "
+            "redis+sentinel:// (rediss+sentinel://) or redis+cluster:// (rediss+cluster://), not http://",
         ),
         (
             "cache:6379",
             {},
-            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix:// or "
-            "redis+sentinel:// (rediss+sentinel://), not cache://",
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix://, "
+            "redis+sentinel:// (rediss+sentinel://) or redis+cluster:// (rediss+cluster://), not cache://",
         ),
         (
             "redis://cache:6379/0",
@@ -218,14 +218,14 @@ def test_a_password_file_is_utf_8_whatever_the_locale(tmp_path: Path, ascii_loca
         (
             "",
             {},
-            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix:// or "
-            "redis+sentinel:// (rediss+sentinel://), not nothing",
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix://, "
+            "redis+sentinel:// (rediss+sentinel://) or redis+cluster:// (rediss+cluster://), not nothing",
         ),
         (
             "//cache:6379/0",
             {},
-            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix:// or "
-            "redis+sentinel:// (rediss+sentinel://), not nothing",
+            "REDIS_URL (or --redis-url) must start with redis://, rediss:// (TLS), unix://, "
+            "redis+sentinel:// (rediss+sentinel://) or redis+cluster:// (rediss+cluster://), not nothing",
         ),
         (
             "unix:///run/redis.sock",

@@ -223,7 +223,7 @@ async def run_demo(
     redis = redis_client(redis_url)
     try:
         # the live projector was stopped wherever it was; the rest is applied exactly once here
-        await Projector(redis, bootstrap, topics, ProjectionKeys(key_prefix)).run_to_end()
+        await Projector(redis, bootstrap, topics, ProjectionKeys.of(key_prefix, redis)).run_to_end()
         evidence = await read_all(bootstrap, prefix)
         checks = all_checks(evidence, requests)
         checks += await check_projections(evidence, ProjectionReader(redis, key_prefix))

@@ -6,13 +6,13 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
-import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from turnledger.errors import ProjectionError
 from turnledger.projections.keys import EPOCH_FIELD
 from turnledger.projections.plan import BatchPlan
 from turnledger.projections.script import APPLY_SCRIPT
+from turnledger.redisconn.cluster import RedisClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class ScriptApplier:
     only if it happens before the first write, so the planner never emits unknown ops.
     """
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: RedisClient) -> None:
         self.redis = redis
         self._sha: str | None = None
 
@@ -76,7 +76,7 @@ class EpochChangedError(ProjectionError):
         )
 
 
-async def ensure_epoch(redis: aioredis.Redis, offsets_key: str) -> str:
+async def ensure_epoch(redis: RedisClient, offsets_key: str) -> str:
     """The epoch token of the offsets hash, creating one if it has none (the first projector to see an
     empty Redis makes it; every other adopts it)."""
     await redis.hsetnx(offsets_key, EPOCH_FIELD, secrets.token_hex(8))

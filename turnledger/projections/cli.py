@@ -138,7 +138,7 @@ def project_command(
             redis,
             servers,
             Topics(topic_prefix),
-            ProjectionKeys(key_prefix),
+            ProjectionKeys.of(key_prefix, redis),
             batch_size=batch_size,
             on_applied=lambda applied: spec.observe(d.record for d in applied if d.record is not None),
         )

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import redis.asyncio as aioredis
-
 from turnledger.model.base import Frozen
 from turnledger.projections.applier import ScriptApplier
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import DecodedRecord, Planner
+from turnledger.redisconn.cluster import RedisClient
 from turnledger.topology import PROJECTED_STREAMS
 
 PROJECTED = frozenset(PROJECTED_STREAMS)
@@ -23,7 +22,7 @@ PROJECTED = frozenset(PROJECTED_STREAMS)
 class DirectProjector:
     """Keeps the synthetic offsets across calls, so a fold can be projected batch by batch."""
 
-    def __init__(self, redis: aioredis.Redis, keys: ProjectionKeys, batch: int = 500) -> None:
+    def __init__(self, redis: RedisClient, keys: ProjectionKeys, batch: int = 500) -> None:
         self.planner, self.applier = Planner(keys), ScriptApplier(redis)
         self.batch = batch
         self.offsets: dict[str, int] = {}
@@ -46,7 +45,7 @@ class DirectProjector:
 
 
 async def project_records(
-    redis: aioredis.Redis, keys: ProjectionKeys, records: Iterable[tuple[str, Frozen]], batch: int = 500
+    redis: RedisClient, keys: ProjectionKeys, records: Iterable[tuple[str, Frozen]], batch: int = 500
 ) -> int:
     """Project one complete sequence of records (a new DirectProjector each call: offsets restart)."""
     return await DirectProjector(redis, keys, batch).apply(records)

@@ -60,6 +60,7 @@ from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import EpochChangedError, ensure_epoch
 from turnledger.projections.settings import FollowSettings
 from turnledger.records import SourceRecord
+from turnledger.redisconn.cluster import drop_connections
 from turnledger.retry import Classify, StopRequested, ride_out
 
 if TYPE_CHECKING:
@@ -293,9 +294,7 @@ class Follower:
                 if not outage.retriable:
                     raise outage from exc  # refused, not down: RedisAccessError
                 if isinstance(outage, RedisFailoverError):
-                    # the pooled connections reach the node that was demoted: the next command must
-                    # connect again, to wherever the URL names the primary now
-                    await p.redis.connection_pool.disconnect()
+                    await drop_connections(p.redis)
                 now = time.monotonic()
                 outage_began = outage_began or now
                 self.outage = str(outage)

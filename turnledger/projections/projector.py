@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import redis.asyncio as aioredis
 from aiokafka import TopicPartition
 
 from turnledger.codec import CodecError, decode
@@ -30,6 +29,7 @@ from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
 from turnledger.projections.replies import bytes_hash
 from turnledger.projections.settings import FollowSettings
 from turnledger.records import SourceRecord
+from turnledger.redisconn.cluster import RedisClient
 from turnledger.redisconn.naming import client_url
 from turnledger.redisconn.refusals import classify
 from turnledger.retry import Classify
@@ -74,7 +74,7 @@ class ProjectorStats:
         return self.applied + self.skipped
 
 
-async def applied_offsets(redis: aioredis.Redis, keys: ProjectionKeys) -> dict[str, int]:
+async def applied_offsets(redis: RedisClient, keys: ProjectionKeys) -> dict[str, int]:
     try:
         raw = bytes_hash(await redis.hgetall(keys.offsets))
     except Exception as exc:
@@ -98,7 +98,7 @@ def _count(decoded: Sequence[DecodedRecord], applied: Sequence[DecodedRecord]) -
         live.PROJECTOR_UNDECODABLE.inc(undecodable)
 
 
-def redis_outage(redis: aioredis.Redis) -> Classify:
+def redis_outage(redis: RedisClient) -> Classify:
     """Classifier for `ride_out` (`redisconn.refusals`): a Redis that cannot be reached, times out or
     is still loading is an outage to wait out; one that refuses our login or TLS is a
     `RedisAccessError`, raised at once."""
@@ -111,7 +111,7 @@ url_of = client_url
 class Projector:
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         bootstrap: str,
         topics: Topics,
         keys: ProjectionKeys,

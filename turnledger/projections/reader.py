@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import redis.asyncio as aioredis
 
 from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
@@ -14,6 +13,7 @@ from turnledger.projections.errors import AmbiguousOperationError
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, EPOCH_FIELD, ProjectionKeys
 from turnledger.projections.plan import COMMITTED_MARKER, PREVIEW_TEXT_SUFFIX
 from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, text_or_none
+from turnledger.redisconn.cluster import RedisClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +60,9 @@ def _int(value: str | None) -> int | None:
 
 
 class ProjectionReader:
-    def __init__(self, redis: aioredis.Redis, prefix: str = DEFAULT_KEY_PREFIX) -> None:
+    def __init__(self, redis: RedisClient, prefix: str = DEFAULT_KEY_PREFIX) -> None:
         self.redis = redis
-        self.keys = ProjectionKeys(prefix)
+        self.keys = ProjectionKeys.of(prefix, redis)
 
     async def history(self, conversation: str) -> list[Block]:
         """Committed blocks in conversation order."""

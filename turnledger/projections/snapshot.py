@@ -1,14 +1,15 @@
-"""Whole-projection operations by key prefix: dump for comparison, drop for rebuild.
+"""Whole-projection operations by what its keys start with (`ProjectionKeys.base`: the key prefix, or
+its hash-tagged form on a cluster): dump for comparison, drop for rebuild.
 
 Dropping uses SCAN + DEL on the prefix, never FLUSHALL/FLUSHDB: the Redis may hold
-other projections (a verification prefix) or other applications' data.
+other projections (a verification prefix) or other applications' data. On a cluster, SCAN asks
+every primary (`RedisCluster.scan_iter`), and a projection's keys share one slot, so one DEL
+takes many.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import redis.asyncio as aioredis
 
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.replies import (
@@ -19,12 +20,13 @@ from turnledger.projections.replies import (
     text,
     text_or_none,
 )
+from turnledger.redisconn.cluster import RedisClient
 
 POSITION_KEYS = ("offsets",)
 """Keys that record where a projection read from, not what it holds: left out of comparisons."""
 
 
-async def drop_prefix(redis: aioredis.Redis, prefix: str, chunk: int = 500) -> int:
+async def drop_prefix(redis: RedisClient, prefix: str, chunk: int = 500) -> int:
     if not prefix:
         raise ValueError("refusing to drop an empty key prefix (that would be the whole database)")
     dropped = 0
@@ -43,7 +45,7 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-async def snapshot(redis: aioredis.Redis, prefix: str) -> dict[str, Any]:
+async def snapshot(redis: RedisClient, prefix: str) -> dict[str, Any]:
     """Every key under `prefix` (name relative to it) with its full value, positions excluded.
 
     Two projections of the same records compare equal however their sources were
@@ -59,7 +61,7 @@ async def snapshot(redis: aioredis.Redis, prefix: str) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-async def _value(redis: aioredis.Redis, key: str) -> Any:
+async def _value(redis: RedisClient, key: str) -> Any:
     kind = text(await redis.type(key))
     if kind == "hash":
         return {k.decode(): v.decode() for k, v in sorted(bytes_hash(await redis.hgetall(key)).items())}

@@ -1,10 +1,10 @@
 """The one place a service builds a Redis client, and how a client is named in messages.
 
 Every client of every service (projector, readers of `history` / `status`, `serve`, `replay rebuild`,
-the demo) comes from `redis_client`, so a `rediss://` or `redis+sentinel://` URL, `REDIS_SSL_CA_FILE`
-and `REDIS_PASSWORD_FILE` work alike everywhere. `connect` also asks once (PING), so that a command says
-at its start what is wrong: `RedisAccessError` when waiting cannot help, `RedisUnavailableError`
-when it may.
+the demo) comes from `redis_client`, so a `rediss://`, `redis+sentinel://` or `redis+cluster://` URL,
+`REDIS_SSL_CA_FILE` and `REDIS_PASSWORD_FILE` work alike everywhere. `connect` also asks once (PING),
+so that a command says at its start what is wrong: `RedisAccessError` when waiting cannot help,
+`RedisUnavailableError` when it may.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
+from turnledger.redisconn.cluster import RedisClient, cluster_client, is_cluster_url, seed_address
 from turnledger.redisconn.naming import client_url, describe, is_tls
 from turnledger.redisconn.probe import certificate_refusal, other_protocol
 from turnledger.redisconn.refusals import classify, client_certificate_check
@@ -25,17 +26,20 @@ from turnledger.redisconn.sentinel import parse as parse_sentinel_url
 from turnledger.redisconn.settings import client_options, sentinel_password
 
 
-def redis_client(url: str, **options: Any) -> aioredis.Redis:
+def redis_client(url: str, **options: Any) -> RedisClient:
     """A client for `url` with this process's settings (`settings.client_options`); `options` are
     redis-py's own (a caller's timeouts). Connects on its first command; a `redis+sentinel://` URL's
-    client connects to the primary its sentinels name (`sentinel.py`)."""
+    client connects to the primary its sentinels name (`sentinel.py`), a `redis+cluster://` URL's to
+    the node of each key's slot (`cluster.py`)."""
     settings = client_options(url) | options
+    if is_cluster_url(url):
+        return cluster_client(url, settings)
     if is_sentinel(url):
         return sentinel_client(parse_sentinel_url(url), settings, sentinel_password(url))
     return aioredis.from_url(url, **settings)
 
 
-async def connect(url: str) -> aioredis.Redis:
+async def connect(url: str) -> RedisClient:
     """`redis_client(url)`, after one PING has answered."""
     client = redis_client(url)
     try:
@@ -50,7 +54,7 @@ async def connect(url: str) -> aioredis.Redis:
 
 
 @asynccontextmanager
-async def classified(client: aioredis.Redis) -> AsyncIterator[aioredis.Redis]:
+async def classified(client: RedisClient) -> AsyncIterator[RedisClient]:
     """Commands of `client` whose Redis error is raised as what it stands for (`refusals.classify`:
     a `RedisAccessError`, a `RedisUnavailableError`), so that a command that was refused after its
     PING (a user's permissions, a cluster's replies) says so in one line, not in a traceback."""
@@ -73,7 +77,7 @@ async def diagnose(url: str) -> None:
     await client.aclose()
 
 
-async def explain(client: aioredis.Redis, exc: BaseException) -> TurnledgerError | None:
+async def explain(client: RedisClient, exc: BaseException) -> TurnledgerError | None:
     """What `exc`, raised by one of `client`'s commands, stands for (`refusals.classify`). An outage
     may also be a client speaking TLS to a plaintext port, or plaintext to a TLS port, which look
     like a hang or a reset from inside the connection: the port is asked once in the other protocol
@@ -82,10 +86,10 @@ async def explain(client: aioredis.Redis, exc: BaseException) -> TurnledgerError
     failure = classify(exc, client)
     if not isinstance(failure, RedisUnavailableError):
         return failure
-    kwargs = client.connection_pool.connection_kwargs
-    host, port = kwargs.get("host"), kwargs.get("port")
-    if not isinstance(host, str) or not isinstance(port, int):
+    address = seed_address(client)
+    if address is None:
         return failure
+    host, port = address
     fix = await other_protocol(host, port, tls=is_tls(client))
     if fix is not None:
         return RedisAccessError(client_url(client), describe(client), exc, fix)

@@ -5,24 +5,33 @@ from __future__ import annotations
 import ssl
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 
+from turnledger.redisconn.cluster import RedisClient, connection_kwargs, seed_address
 
-def is_tls(client: aioredis.Redis) -> bool:
+
+def is_tls(client: RedisClient) -> bool:
+    kwargs = connection_kwargs(client)
+    if isinstance(client, RedisCluster):
+        return issubclass(kwargs.get("connection_class", aioredis.Connection), aioredis.SSLConnection)
     return issubclass(client.connection_pool.connection_class, aioredis.SSLConnection)
 
 
-def client_url(client: aioredis.Redis) -> str:
+def client_url(client: RedisClient) -> str:
     """The address `client` connects to as a URL, its user named and its password never
     (`rediss://gateway:***@cache.example.net:6380/0`), for messages and log lines; what the URL left
     out is redis-py's default (localhost:6379, db 0)."""
-    pool = client.connection_pool
-    kwargs = pool.connection_kwargs
+    kwargs = connection_kwargs(client)
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
     user = kwargs.get("username")
     login = f"{user or ''}:***@" if kwargs.get("password") else (f"{user}@" if user else "")
     scheme = "rediss" if is_tls(client) else "redis"
+    if isinstance(client, RedisCluster):
+        host, port = seed_address(client) or ("localhost", 6379)
+        return f"{scheme}+cluster://{login}{_address({'host': host, 'port': port})}/0"
+    pool = client.connection_pool
     if isinstance(pool, SentinelConnectionPool):
         sentinels = ",".join(
             _address(sentinel.connection_pool.connection_kwargs)
@@ -37,11 +46,10 @@ def _address(kwargs: dict[str, object]) -> str:
     return f"{f'[{host}]' if ':' in host else host}:{kwargs.get('port', 6379)}"
 
 
-def describe(client: aioredis.Redis) -> str:
+def describe(client: RedisClient) -> str:
     """How `client` connects, for a `RedisAccessError`: `TLS, CA /etc/redis/ca.pem, client certificate
     /etc/redis/client.pem, user 'gateway' with a password`; never the password itself."""
-    pool = client.connection_pool
-    kwargs = pool.connection_kwargs
+    kwargs = connection_kwargs(client)
     parts = ["plaintext"]
     if is_tls(client):
         ca = kwargs.get("ssl_ca_certs")
@@ -51,9 +59,12 @@ def describe(client: aioredis.Redis) -> str:
             parts = ["TLS", f"CA {ca}" if ca else "the system's CAs"]
         if kwargs.get("ssl_certfile"):
             parts.append(f"client certificate {kwargs['ssl_certfile']}")
+    pool = None if isinstance(client, RedisCluster) else client.connection_pool
     if isinstance(pool, SentinelConnectionPool):
         count = len(pool.sentinel_manager.sentinels)
         parts.insert(0, f"the primary of {pool.service_name!r} by {count} sentinel{'s' if count > 1 else ''}")
+    elif pool is None:
+        parts.insert(0, "a Redis Cluster")
     user, password = kwargs.get("username"), kwargs.get("password")
     if user:
         parts.append(f"user {user!r} with a password" if password else f"user {user!r} without a password")

@@ -21,7 +21,10 @@ import contextlib
 import ssl
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection
 
+from turnledger.redisconn.cluster import RedisClient, connection_kwargs
 from turnledger.redisconn.refusals import CHECK_PLAINTEXT_PORT, CHECK_TLS_PORT
 from turnledger.tls_alerts import ALERT_WAIT_S, read_alert
 
@@ -69,11 +72,19 @@ async def _answers_tls(host: str, port: int) -> bool:
     return True
 
 
-async def certificate_refusal(client: aioredis.Redis, host: str, port: int) -> ssl.SSLError | None:
+async def certificate_refusal(client: RedisClient, host: str, port: int) -> ssl.SSLError | None:
     """The TLS alert `host:port` sends about `client`'s certificate (or its absence), read on a
     connection of the client's own TLS settings that writes nothing; None when there is none."""
-    pool = client.connection_pool
-    connection = pool.connection_class(**pool.connection_kwargs)
+    if isinstance(client, RedisCluster):
+        kwargs = connection_kwargs(client)
+        if not issubclass(kwargs.get("connection_class", aioredis.Connection), aioredis.SSLConnection):
+            return None
+        connection: AbstractConnection = aioredis.SSLConnection(
+            **{name: value for name, value in kwargs.items() if name.startswith("ssl_")}
+        )
+    else:
+        pool = client.connection_pool
+        connection = pool.connection_class(**pool.connection_kwargs)
     if not isinstance(connection, aioredis.SSLConnection):
         return None
     return await read_alert(

@@ -16,7 +16,6 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -27,6 +26,8 @@ from redis.exceptions import (
     MasterDownError,
     NoPermissionError,
     ReadOnlyError,
+    RedisClusterException,
+    RedisClusterUnreachableError,
     ResponseError,
     TryAgainError,
 )
@@ -34,6 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from turnledger.errors import RedisAccessError, RedisFailoverError, RedisUnavailableError, TurnledgerError
+from turnledger.redisconn.cluster import RedisClient, connection_kwargs, is_cluster
 from turnledger.redisconn.naming import client_url, describe
 from turnledger.redisconn.settings import (
     ENV_CA_FILE,
@@ -61,10 +63,13 @@ CHECK_CERTIFICATE = (
     "holds."
 )
 CHECK_CLUSTER = (
-    "This Redis is a Redis Cluster node, which turnledger does not support: the projection writes the "
-    "keys of many conversations in one script call, which a cluster allows only within one hash slot. "
-    "Use a Redis with cluster mode disabled (a primary with replicas, behind a primary endpoint or "
-    "Sentinel; ElastiCache: a replication group with cluster mode disabled, not Serverless)."
+    f"This Redis is a Redis Cluster node: name the cluster with a redis+cluster:// URL (rediss+cluster:// "
+    f"for TLS) in {ENV_URL}, so that each key is asked of the node that holds its slot (ElastiCache "
+    "Serverless and cluster-mode groups, Memorystore clusters are clusters)."
+)
+CHECK_NOT_CLUSTER = (
+    f"This Redis is not a cluster (cluster mode is disabled on it): use a redis:// URL (rediss:// for TLS) "
+    f"in {ENV_URL}, or redis+sentinel:// for its sentinels."
 )
 CHECK_NO_CLIENT_CERTIFICATE = (
     f"Redis asks for a client certificate (mutual TLS, `tls-auth-clients yes`): set {ENV_CERT_FILE} and "
@@ -91,7 +96,7 @@ Match = Callable[[BaseException], BaseException | None]
 inside it), else None."""
 
 
-Check = Callable[[aioredis.Redis], str]
+Check = Callable[[RedisClient], str]
 """What to check, for a refusal, by how the client connects."""
 
 
@@ -104,9 +109,9 @@ class Rule:
     """The outage reported, when `check` is None."""
 
 
-def client_certificate_check(client: aioredis.Redis) -> str:
+def client_certificate_check(client: RedisClient) -> str:
     """A certificate alert says Redis refused who we are: with no certificate given, that it wants one."""
-    if client.connection_pool.connection_kwargs.get(QUERY_CERT):
+    if connection_kwargs(client).get(QUERY_CERT):
         return CHECK_CLIENT_CERTIFICATE
     return CHECK_NO_CLIENT_CERTIFICATE
 
@@ -120,6 +125,14 @@ def cluster_reply(exc: BaseException) -> BaseException | None:
     `MASTERDOWN`, which redis-py files under CLUSTERDOWN but a replica of a plain primary sends."""
     cluster = (AskError, ClusterCrossSlotError, TryAgainError, ClusterDownError)
     return exc if isinstance(exc, cluster) and not isinstance(exc, MasterDownError) else None
+
+
+def not_a_cluster(exc: BaseException) -> BaseException | None:
+    """A cluster client's seed node that answers but has cluster mode disabled; redis-py says so only
+    in the message of the `RedisClusterException` it raises while finding the slots."""
+    if isinstance(exc, RedisClusterException) and "Cluster mode is not enabled" in str(exc):
+        return exc
+    return None
 
 
 def response_starting(*codes: str) -> Match:
@@ -168,8 +181,8 @@ RULES: tuple[Rule, ...] = (
     Rule(of_type(RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError), None),
 )
 """A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); a Redis
-Cluster node's replies (MOVED to another node, CROSSSLOT for the script's many keys) are a refusal:
-no cluster is supported, and waiting cannot make one a single node. Redis's alert
+Cluster node's replies (MOVED to another node, CROSSSLOT) to a client of one node are a refusal:
+the URL must name a cluster (`redis+cluster://`), and waiting cannot change that. Redis's alert
 about our certificate (`tls_alerts`, after the handshake under TLS 1.3, so on the first read) before
 any other TLS error; a TLS error that is only the peer going away (EOF, a closed session) is left to
 the outage rule. A node that takes no writes (`READONLY`: demoted to a replica; `MASTERDOWN`: a replica
@@ -178,13 +191,26 @@ replicas, as an old primary does once a replica was promoted) is a failover unde
 (`RedisFailoverError`): a `ResponseError` that used to end the projector."""
 
 
-def classify(exc: BaseException, client: aioredis.Redis) -> TurnledgerError | None:
+CLUSTER_RULES: tuple[Rule, ...] = (
+    Rule(not_a_cluster, CHECK_NOT_CLUSTER),
+    Rule(of_type(ClusterDownError, TryAgainError), None),
+    *(rule for rule in RULES if rule.match is not cluster_reply),
+    Rule(of_type(RedisClusterUnreachableError), None),
+)
+"""A cluster client's: its seed node not a cluster is a refusal; a slot without a serving node
+(`CLUSTERDOWN`, a failover under way) or a slot being moved (`TRYAGAIN`) is an outage, as is any node
+the client cannot reach (`RedisClusterUnreachableError`: redis-py raises it when no node of the
+cluster answers, after its own retries). MOVED and ASK never reach here: the client follows them.
+Any other `RedisClusterException` (keys of one command in two slots) is a fault of ours, not judged."""
+
+
+def classify(exc: BaseException, client: RedisClient) -> TurnledgerError | None:
     """`RedisAccessError` (a refusal), `RedisUnavailableError` (an outage, kept as it is when it is
     one already) or None (not a Redis connection's failure: not ours to judge) for an error one of
     `client`'s commands raised."""
     if isinstance(exc, RedisUnavailableError | RedisAccessError):
         return exc
-    for rule in RULES:
+    for rule in CLUSTER_RULES if is_cluster(client) else RULES:
         reported = rule.match(exc)
         if reported is None:
             continue

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
     Connection,
     ConnectionPool,
@@ -49,8 +50,8 @@ ENV_CERT_FILE = "REDIS_SSL_CERT_FILE"
 ENV_KEY_FILE = "REDIS_SSL_KEY_FILE"
 ENV_PASSWORD_FILE = "REDIS_PASSWORD_FILE"
 ENV_SENTINEL_PASSWORD_FILE = "REDIS_SENTINEL_PASSWORD_FILE"
-SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
-TLS_SCHEMES = ("rediss", "rediss+sentinel")
+SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster")
+TLS_SCHEMES = ("rediss", "rediss+sentinel", "rediss+cluster")
 QUERY_CA = "ssl_ca_certs"
 QUERY_CERT = "ssl_certfile"
 QUERY_KEY = "ssl_keyfile"
@@ -62,6 +63,8 @@ CONNECTION_CLASSES = {
     "rediss+sentinel": SentinelManagedSSLConnection,
 }
 """The asyncio connection redis-py builds for each scheme, whose arguments a URL's query may set."""
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+"""A cluster client takes its options itself (`RedisCluster.__init__`) and builds its nodes' connections."""
 CONNECT_TIMEOUT_S = 5.0
 """Every client gives up a connection attempt after this long: without it a Redis that swallows the
 packets (a firewall, TLS spoken to a plaintext port) holds a command for ever."""
@@ -75,8 +78,9 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise RedisSettingsError(
-            f"{ENV_URL} (or --redis-url) must start with redis://, rediss:// (TLS), unix:// or "
-            f"redis+sentinel:// (rediss+sentinel://), not {scheme + '://' if scheme else 'nothing'}"
+            f"{ENV_URL} (or --redis-url) must start with redis://, rediss:// (TLS), unix://, "
+            "redis+sentinel:// (rediss+sentinel://) or redis+cluster:// (rediss+cluster://), not "
+            f"{scheme + '://' if scheme else 'nothing'}"
         )
     query = parse_qs(parts.query)
     options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT_S}
@@ -87,7 +91,7 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
         named = given + [f"?{name}=" for name in tls_options]
         raise RedisSettingsError(
             f"{', '.join(named)} set, but {ENV_URL} is {scheme}://: TLS needs a rediss:// URL"
-            + (" (rediss+sentinel://)" if scheme == "redis+sentinel" else "")
+            + (f" ({scheme.replace('redis+', 'rediss+')}://)" if "+" in scheme else "")
         )
     for name, option in ((ENV_CA_FILE, QUERY_CA), (ENV_CERT_FILE, QUERY_CERT), (ENV_KEY_FILE, QUERY_KEY)):
         path = files[name]
@@ -133,8 +137,12 @@ def sentinel_password(url: str, env: Mapping[str, str] | None = None) -> str | N
 @functools.cache
 def accepted_options(scheme: str) -> frozenset[str]:
     """The keyword arguments of the pool and of `scheme`'s connection class, its bases' included (each
-    passes the rest of its keywords up): what a URL's query may name."""
-    classes = (*CONNECTION_CLASSES[scheme].__mro__, ConnectionPool)
+    passes the rest of its keywords up), or of a cluster client: what a URL's query may name."""
+    classes = (
+        (RedisCluster,)
+        if scheme in CLUSTER_SCHEMES
+        else (*CONNECTION_CLASSES[scheme].__mro__, ConnectionPool)
+    )
     return frozenset(
         parameter.name
         for cls in classes

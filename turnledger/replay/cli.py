@@ -226,7 +226,7 @@ def rebuild_command(
         redis = await connect(url)
         try:
             return await rebuild(
-                redis, servers, Topics(topic_prefix), ProjectionKeys(key_prefix), verify=verify
+                redis, servers, Topics(topic_prefix), ProjectionKeys.of(key_prefix, redis), verify=verify
             )
         finally:
             await redis.aclose()

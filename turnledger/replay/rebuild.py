@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
-
 from turnledger.projections.direct import DirectProjector
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
 from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
+from turnledger.redisconn.cluster import RedisClient
 from turnledger.replay.refold import refold
 from turnledger.topology import Topics
 
@@ -35,9 +34,7 @@ class RebuildReport:
         return not self.differences
 
 
-async def project_fresh_fold(
-    redis: aioredis.Redis, bootstrap: str, topics: Topics, keys: ProjectionKeys
-) -> int:
+async def project_fresh_fold(redis: RedisClient, bootstrap: str, topics: Topics, keys: ProjectionKeys) -> int:
     """Project the engine's outputs for the whole ingress log under `keys`; returns records applied."""
     projection, applied = DirectProjector(redis, keys), 0
     async for folded in refold(bootstrap, topics):
@@ -46,20 +43,20 @@ async def project_fresh_fold(
 
 
 async def rebuild(
-    redis: aioredis.Redis, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool = True
+    redis: RedisClient, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool = True
 ) -> RebuildReport:
-    dropped = await drop_prefix(redis, keys.prefix)
+    dropped = await drop_prefix(redis, keys.base)
     stats = await Projector(redis, bootstrap, topics, keys).run_to_end()
     report = RebuildReport(dropped_keys=dropped, projected=stats, verified=verify)
     if not verify:
         return report
-    check = ProjectionKeys(VERIFY_PREFIX + keys.prefix)
-    await drop_prefix(redis, check.prefix)
+    check = keys.beside(VERIFY_PREFIX + keys.prefix)
+    await drop_prefix(redis, check.base)
     try:
         report.folded_records = await project_fresh_fold(redis, bootstrap, topics, check)
         report.differences = diff_snapshots(
-            await snapshot(redis, keys.prefix), await snapshot(redis, check.prefix)
+            await snapshot(redis, keys.base), await snapshot(redis, check.base)
         )
     finally:
-        await drop_prefix(redis, check.prefix)
+        await drop_prefix(redis, check.base)
     return report

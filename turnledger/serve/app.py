@@ -19,7 +19,6 @@ from importlib import resources
 from typing import Any, cast
 
 import orjson
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -34,6 +33,7 @@ from turnledger.observability.runtime_metrics import SERVE_EVENTS, SERVE_REQUEST
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
+from turnledger.redisconn.cluster import RedisClient
 from turnledger.serve.redis_failures import RedisFailures
 
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
@@ -137,11 +137,9 @@ class RequestCounter:
         return "unmatched"
 
 
-def create_app(
-    redis: aioredis.Redis, gateway: GatewayClient, config: ServeConfig = ServeConfig()
-) -> Starlette:
+def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig = ServeConfig()) -> Starlette:
     reader = ProjectionReader(redis, config.key_prefix)
-    keys = ProjectionKeys(config.key_prefix)
+    keys = ProjectionKeys.of(config.key_prefix, redis)
     redis_failures = RedisFailures(redis)
 
     async def index(request: Request) -> Response:
@@ -310,7 +308,7 @@ def sse_frame(entry_id: str, kind: str, data: str) -> bytes:
     return f"id: {entry_id}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
-async def _sse(redis: aioredis.Redis, key: str, after: str, config: ServeConfig) -> AsyncIterator[bytes]:
+async def _sse(redis: RedisClient, key: str, after: str, config: ServeConfig) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
     last = after
     trimmed = await _trimmed_past(redis, key, after)
@@ -330,7 +328,7 @@ def _stream_id(text: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-async def _trimmed_past(redis: aioredis.Redis, key: str, after: str) -> str | None:
+async def _trimmed_past(redis: RedisClient, key: str, after: str) -> str | None:
     """The stream's first id when the client's last event is older than the oldest entry kept: the cap
     may have trimmed entries it has not seen, so it must load the snapshot again (a `reset` event).
     None when nothing it has not seen can be gone."""
@@ -343,7 +341,7 @@ async def _trimmed_past(redis: aioredis.Redis, key: str, after: str) -> str | No
     return first_id if _stream_id(first_id) > _stream_id(after) else None
 
 
-async def _entries(redis: aioredis.Redis, key: str, last: str, config: ServeConfig) -> AsyncIterator[bytes]:
+async def _entries(redis: RedisClient, key: str, last: str, config: ServeConfig) -> AsyncIterator[bytes]:
     while True:
         reply = cast(
             list[tuple[bytes, StreamEntries]],

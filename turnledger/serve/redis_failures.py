@@ -15,10 +15,10 @@ import logging
 import time
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from turnledger.errors import RedisAccessError, RedisUnavailableError
+from turnledger.redisconn.cluster import RedisClient
 from turnledger.redisconn.refusals import classify
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class RedisFailures:
     """Classifies a failed command of `serve`'s client and logs refusals, at most once per
     `LOG_EVERY_S` per message (`clock` is `time.monotonic` unless a test gives another)."""
 
-    def __init__(self, redis: aioredis.Redis, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, redis: RedisClient, clock: Callable[[], float] = time.monotonic) -> None:
         self._redis = redis
         self._clock = clock
         self._logged_at: dict[str, float] = {}

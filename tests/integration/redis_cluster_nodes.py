@@ -1,0 +1,99 @@
+"""Real redis-servers in cluster mode for the integration tests: one node alone, or three that share
+the 16,384 slots (formed with CLUSTER ADDSLOTSRANGE and CLUSTER MEET, as `redis-cli --cluster create`
+does, without its prompt)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import redis
+
+from turnledger.devstack.ports import port_is_free
+from turnledger.devstack.redis_server import redis_argv
+
+CLUSTER_BUS_OFFSET = 10_000
+"""A cluster node also listens on its port + 10,000 (the cluster bus), so its port must be 55,535 at most."""
+SLOTS = 16_384
+
+
+def cluster_port(taken: Sequence[int] = ()) -> int:
+    """A free port a cluster node can take, with its bus port free too: an ephemeral port from the OS
+    (up to 60,999 here) made redis-server refuse to start about one run in five."""
+    for port in range(30_000, 65_536 - CLUSTER_BUS_OFFSET):
+        if port not in taken and port_is_free(port) and port_is_free(port + CLUSTER_BUS_OFFSET):
+            return port
+    raise AssertionError("no free port pair for a Redis Cluster node")
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return
+        except redis.RedisError:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _answers(port: int) -> bool:
+    with redis.Redis(port=port, socket_connect_timeout=1) as client:
+        return bool(client.ping())
+
+
+@contextmanager
+def cluster_node(workdir: Path, port: int) -> Iterator[int]:
+    """One redis-server with cluster mode on, no slot assigned, stopped on exit."""
+    binary = shutil.which("redis-server")
+    assert binary is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = redis_argv(binary, port, workdir, [], None)
+    argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf")]
+    with open(workdir / "redis.log", "wb") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: server.poll() is None and _answers(port), f"cluster node {port} to answer")
+        yield port
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def cluster_ok(port: int, nodes: int) -> bool:
+    with redis.Redis(port=port) as client:
+        info = client.cluster("info")
+    return bool(info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == nodes)
+
+
+@contextmanager
+def three_node_cluster(workdir: Path) -> Iterator[list[int]]:
+    """Three primaries, each serving a third of the slots, every one knowing the others."""
+    ports: list[int] = []
+    with ExitStack() as stack:
+        for i in range(3):
+            ports.append(stack.enter_context(cluster_node(workdir / f"node{i}", cluster_port(ports))))
+        bounds = [0, SLOTS // 3, 2 * SLOTS // 3, SLOTS]
+        for i, port in enumerate(ports):
+            with redis.Redis(port=port) as client:
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", bounds[i], bounds[i + 1] - 1)
+        with redis.Redis(port=ports[0]) as first:
+            for port in ports[1:]:
+                first.execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+        for port in ports:
+            wait_for(lambda p=port: cluster_ok(p, len(ports)), f"node {port} to see the cluster ok")
+        yield ports
+
+
+def node_of_slot(port: int, slot: int) -> int:
+    """The port of the primary that serves `slot`, as the node at `port` knows the slot map."""
+    with redis.Redis(port=port) as client:
+        for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return int(primary[1])
+    raise AssertionError(f"no node serves slot {slot}")

@@ -1,0 +1,194 @@
+"""Redis Cluster, on three real redis-servers sharing the slots: `redis+cluster://` projects the topics
+into one hash slot of the cluster (every key under the prefix as a hash tag), the projection equals
+one on a single Redis, a re-delivered record is still a no-op, a dropped projection is projected
+again the same, `history` and `status` read it as they read a single Redis, and `serve` answers and
+streams from it (XREAD on the node of the slot). A `redis+cluster://` URL naming a Redis that is no
+cluster is refused in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import redis
+import redis.asyncio as aioredis
+from aiokafka import TopicPartition
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+
+from tests.integration.projections.workload import conversation, produce, settled, workload
+from tests.integration.redis_cluster_nodes import node_of_slot, three_node_cluster
+from tests.integration.serve.conftest import serving
+from tests.integration.serve.sse import read_frames
+from turnledger.processors.topics import ensure_topics
+from turnledger.projections.direct import project_records
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.projector import Projector
+from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
+from turnledger.redisconn.client import connect
+from turnledger.redisconn.refusals import CHECK_NOT_CLUSTER
+from turnledger.serve.app import ServeConfig
+from turnledger.topology import Topics
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+    with three_node_cluster(tmp_path_factory.mktemp("cluster")) as ports:
+        yield ports
+
+
+@pytest.fixture
+def cluster_url(cluster: list[int]) -> str:
+    return f"redis+cluster://127.0.0.1:{cluster[1]}"
+
+
+@pytest.fixture
+async def cluster_client(cluster_url: str, redis_prefix: str) -> AsyncIterator[RedisCluster]:
+    client = await connect(cluster_url)
+    assert isinstance(client, RedisCluster)
+    try:
+        yield client
+    finally:
+        for base in (f"{{{redis_prefix}}}", f"{{{redis_prefix}ref:}}"):
+            await drop_prefix(client, base)
+        await client.aclose()
+
+
+def _cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDIS_")}
+    return subprocess.run(
+        [sys.executable, "-m", "turnledger.cli", *args],
+        env={**env, "REDIS_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+async def test_a_projection_on_a_cluster_equals_one_on_a_single_redis_in_one_slot(
+    cluster: list[int],
+    cluster_url: str,
+    cluster_client: RedisCluster,
+    kafka_bootstrap: str,
+    redis_client: aioredis.Redis,
+    redis_prefix: str,
+    topic_name: Callable[[str], str],
+) -> None:
+    topics = Topics(prefix=topic_name("") + ".")
+    await ensure_topics(kafka_bootstrap, topics, partitions=2)
+    records = workload(6)
+    await produce(kafka_bootstrap, topics, records, per_transaction=5, transactional_id=topics.prefix)
+    await settled(kafka_bootstrap, topics.outputs)
+
+    run = _cli(
+        "project",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--topic-prefix",
+        topics.prefix,
+        "--key-prefix",
+        redis_prefix,
+        "--until-caught-up",
+        url=cluster_url,
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"applied {len(records)}, skipped 0 (already applied), undecodable 0" in run.stderr
+
+    reference = ProjectionKeys(redis_prefix + "ref:")
+    await project_records(redis_client, reference, records)
+    expected = await snapshot(redis_client, reference.base)
+    keys = ProjectionKeys.of(redis_prefix, cluster_client)
+    assert keys.base == "{" + redis_prefix + "}"
+    held = await snapshot(cluster_client, keys.base)
+    assert held and diff_snapshots(held, expected) == []
+
+    slot = key_slot(keys.base.encode())
+    owner = node_of_slot(cluster[0], slot)
+    for port in cluster:
+        with redis.Redis(port=port) as node:
+            assert node.dbsize() == (len(held) + 1 if port == owner else 0)  # + the offsets hash
+            if port == owner:
+                assert node.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == len(held) + 1
+
+    zero = {TopicPartition(t, p): 0 for t in topics.outputs for p in range(2)}
+    again = await Projector(cluster_client, kafka_bootstrap, topics, keys, batch_size=4).run_to_end(
+        start=zero
+    )
+    assert (again.applied, again.skipped) == (0, len(records))
+    assert await snapshot(cluster_client, keys.base) == held
+
+    assert await drop_prefix(cluster_client, keys.base) == len(held) + 1
+    assert await snapshot(cluster_client, keys.base) == {}
+    rebuilt = await Projector(cluster_client, kafka_bootstrap, topics, keys, batch_size=7).run_to_end()
+    assert (rebuilt.applied, rebuilt.skipped) == (len(records), 0)
+    assert await snapshot(cluster_client, keys.base) == held
+
+
+async def test_history_and_status_read_a_cluster_as_they_read_one_redis(
+    cluster_url: str,
+    cluster_client: RedisCluster,
+    redis_url: str,
+    redis_client: aioredis.Redis,
+    redis_prefix: str,
+) -> None:
+    records = conversation("c-7")
+    await project_records(cluster_client, ProjectionKeys.of(redis_prefix, cluster_client), records)
+    await project_records(redis_client, ProjectionKeys(redis_prefix), records)
+    for args in (["history", "c-7", "--json"], ["status", "c-7-op1", "--json"]):
+        on_cluster = _cli(*args, "--key-prefix", redis_prefix, url=cluster_url)
+        on_one = _cli(*args, "--key-prefix", redis_prefix, url=redis_url)
+        assert on_cluster.returncode == 0 == on_one.returncode, on_cluster.stderr + on_one.stderr
+        assert on_cluster.stdout == on_one.stdout
+        assert '"c-7' in on_cluster.stdout
+
+
+async def test_serve_answers_and_streams_from_a_cluster(
+    cluster_url: str,
+    cluster_client: RedisCluster,
+    kafka_bootstrap: str,
+    redis_prefix: str,
+    topic_name: Callable[[str], str],
+) -> None:
+    topics = Topics(prefix=topic_name("") + ".")
+    await ensure_topics(kafka_bootstrap, topics, partitions=2)
+    keys = ProjectionKeys.of(redis_prefix, cluster_client)
+    await project_records(cluster_client, keys, conversation("c-1"))
+    entries = await cluster_client.xrange(keys.events("c-1"))
+    served = await connect(cluster_url)  # its own client: the blocking XREADs
+    try:
+        config = ServeConfig(key_prefix=redis_prefix)
+        async with (
+            serving(served, kafka_bootstrap, topics, config) as url,
+            httpx.AsyncClient(base_url=url) as http,
+        ):
+            listing = (await http.get("/api/conversations")).json()["conversations"]
+            assert [c["conversationId"] for c in listing] == ["c-1"]
+            body = (await http.get("/api/conversations/c-1")).json()
+            assert [b["id"] for b in body["history"]] == ["c-1-b0", "c-1-b1", "c-1-b2"]
+            assert body["lastEventId"] == entries[-1][0].decode()
+            frames = await read_frames(http, "/api/conversations/c-1/events", len(entries))
+            assert [(f.id, f.event) for f in frames] == [
+                (i.decode(), fields[b"type"].decode()) for i, fields in entries
+            ]
+    finally:
+        await served.aclose()
+
+
+def test_a_cluster_url_naming_a_single_redis_is_refused(redis_url: str) -> None:
+    address = urlsplit(redis_url).netloc
+    run = _cli("history", "nobody", url=f"redis+cluster://{address}/0")
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"turnledger: Redis at 'redis+cluster://{address}/0' refused the connection (a Redis Cluster, "
+        "plaintext, no login): RedisClusterException: "
+    )
+    assert last.endswith(f"Cluster mode is not enabled on this node. {CHECK_NOT_CLUSTER}")
