@@ -97,3 +97,27 @@ def node_of_slot(port: int, slot: int) -> int:
             if start <= slot <= end:
                 return int(primary[1])
     raise AssertionError(f"no node serves slot {slot}")
+
+
+def node_id(port: int) -> str:
+    with redis.Redis(port=port) as client:
+        return str(client.execute_command("CLUSTER", "MYID").decode())
+
+
+def replicating(port: int) -> bool:
+    with redis.Redis(port=port) as client:
+        info = client.info("replication")
+    return bool(info["role"] == "slave" and info["master_link_status"] == "up")
+
+
+@contextmanager
+def replica_of(workdir: Path, ports: Sequence[int], primary: int) -> Iterator[int]:
+    """One more node, a replica of the primary at `primary`, in sync when yielded."""
+    with cluster_node(workdir, cluster_port(ports)) as port:
+        with redis.Redis(port=ports[0]) as first:
+            first.execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+        wait_for(lambda: cluster_ok(port, len(ports) + 1), f"node {port} to join the cluster")
+        with redis.Redis(port=port) as replica:
+            replica.execute_command("CLUSTER", "REPLICATE", node_id(primary))
+        wait_for(lambda: replicating(port), f"node {port} to replicate {primary}")
+        yield port

@@ -38,7 +38,13 @@ Bootstrap = Annotated[
     str | None, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka host:port[,...].")
 ]
 TopicPrefix = Annotated[str, typer.Option("--topic-prefix", help="Prepended to every topic name.")]
-KeyPrefix = Annotated[str, typer.Option("--key-prefix", help="Prefix of every projection key in Redis.")]
+KeyPrefix = Annotated[
+    str,
+    typer.Option(
+        "--key-prefix",
+        help="Prefix of every projection key in Redis (on a Redis Cluster in braces: {tl:}...).",
+    ),
+]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 

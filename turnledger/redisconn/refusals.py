@@ -55,7 +55,8 @@ CHECK_LOGIN = (
 )
 CHECK_PERMISSIONS = (
     "The user is logged in but may not run turnledger's commands on its keys: grant it the key prefix "
-    "and the commands (e.g. `~tl:* +@all`), or use another user."
+    "and the commands (e.g. `~tl:* +@all`; on a cluster the keys start with the prefix in braces: "
+    "`~{tl:}* +@all`), or use another user."
 )
 CHECK_CERTIFICATE = (
     f"The server's certificate could not be verified: set {ENV_CA_FILE} (or ?{QUERY_CA}= in {ENV_URL}) "
