@@ -11,12 +11,17 @@
 
 Run: `python -m bench.bench_projection [--conversations N]` (uses KAFKA_BOOTSTRAP_SERVERS /
 REDIS_URL, a `turnledger dev up` stack, or starts a private one).
+
+`--cluster-url redis+cluster://HOST:PORT` also projects the same topics into that Redis Cluster (every
+key in the hash slot of the prefix, `redisconn/cluster.py`), `--repeats` times each, alternating with
+the single Redis under a fresh prefix each time, and reports both medians and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 import uuid
 
@@ -31,6 +36,7 @@ from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.snapshot import drop_prefix
+from turnledger.redisconn.client import redis_client
 from turnledger.replay.audit import audit
 from turnledger.replay.refold import refold
 from turnledger.topology import Topics
@@ -127,7 +133,35 @@ async def raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
     return n, time.perf_counter() - began
 
 
-async def run(conversations: int) -> None:
+async def project_once(url: str, bootstrap: str, topics: Topics) -> float:
+    """Records per second of one projection of every output topic into a fresh prefix at `url`."""
+    redis = redis_client(url)
+    keys = ProjectionKeys.of(f"bench:{uuid.uuid4().hex[:8]}:", redis)
+    try:
+        stats = await Projector(redis, bootstrap, topics, keys).run_to_end()
+    finally:
+        await drop_prefix(redis, keys.base)
+        await redis.aclose()
+    return stats.records / stats.seconds
+
+
+async def compare_cluster(
+    cluster_url: str, bootstrap: str, redis_url: str, topics: Topics, repeats: int
+) -> None:
+    rates: dict[str, list[float]] = {"single": [], "cluster": []}
+    for _ in range(repeats):
+        rates["single"].append(await project_once(redis_url, bootstrap, topics))
+        rates["cluster"].append(await project_once(cluster_url, bootstrap, topics))
+    single, cluster = statistics.median(rates["single"]), statistics.median(rates["cluster"])
+    print(f"\nprojection, medians of {repeats} alternating runs\n")
+    print("| Redis | records/s (each run) | median | ratio |")
+    print("|---|---|---:|---:|")
+    for name, median in (("single", single), ("cluster", cluster)):
+        runs = ", ".join(f"{r:,.0f}" for r in rates[name])
+        print(f"| {name} | {runs} | {median:,.0f} | {median / single:.2f} |")
+
+
+async def run(conversations: int, cluster_url: str | None = None, repeats: int = 3) -> None:
     with session_endpoints() as endpoints:
         topics = Topics(prefix=f"bench-{uuid.uuid4().hex[:8]}.")
         await ensure_topics(endpoints.bootstrap, topics, partitions=3)
@@ -140,6 +174,8 @@ async def run(conversations: int) -> None:
             stats = await Projector(redis, endpoints.bootstrap, topics, keys).run_to_end()
             raw_n, raw_s = await raw_consume(endpoints.bootstrap, topics.ingress)
             report = await audit(endpoints.bootstrap, topics)
+            if cluster_url is not None:
+                await compare_cluster(cluster_url, endpoints.bootstrap, endpoints.redis_url, topics, repeats)
         finally:
             await drop_prefix(redis, keys.prefix)
             await redis.aclose()
@@ -163,8 +199,12 @@ async def run(conversations: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--conversations", type=int, default=2000)
+    parser.add_argument(
+        "--cluster-url", help="also project into this Redis Cluster (redis+cluster://HOST:PORT)"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs each, with --cluster-url")
     args, _ = parser.parse_known_args()
-    asyncio.run(run(args.conversations))
+    asyncio.run(run(args.conversations, args.cluster_url, args.repeats))
 
 
 if __name__ == "__main__":
