@@ -42,23 +42,26 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) 
         time.sleep(0.05)
 
 
-def _answers(port: int) -> bool:
-    with redis.Redis(port=port, socket_connect_timeout=1) as client:
+def _answers(port: int, password: str | None = None) -> bool:
+    with redis.Redis(port=port, password=password, socket_connect_timeout=1) as client:
         return bool(client.ping())
 
 
 @contextmanager
-def cluster_node(workdir: Path, port: int) -> Iterator[int]:
-    """One redis-server with cluster mode on, no slot assigned, stopped on exit."""
+def cluster_node(workdir: Path, port: int, password: str | None = None) -> Iterator[int]:
+    """One redis-server with cluster mode on, no slot assigned (and `requirepass` when a password is
+    given), stopped on exit."""
     binary = shutil.which("redis-server")
     assert binary is not None
     workdir.mkdir(parents=True, exist_ok=True)
     argv = redis_argv(binary, port, workdir, [], None)
     argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf")]
+    if password is not None:
+        argv += ["--requirepass", password, "--masterauth", password]
     with open(workdir / "redis.log", "wb") as log:
         server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: server.poll() is None and _answers(port), f"cluster node {port} to answer")
+        wait_for(lambda: server.poll() is None and _answers(port, password), f"cluster node {port} to answer")
         yield port
     finally:
         server.terminate()

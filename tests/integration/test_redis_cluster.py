@@ -22,7 +22,13 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from tests.integration.projections.workload import conversation, produce, settled, workload
-from tests.integration.redis_cluster_nodes import node_of_slot, three_node_cluster
+from tests.integration.redis_cluster_nodes import (
+    cluster_node,
+    cluster_port,
+    node_of_slot,
+    three_node_cluster,
+    wait_for,
+)
 from tests.integration.serve.conftest import serving
 from tests.integration.serve.sse import read_frames
 from turnledger.processors.topics import ensure_topics
@@ -31,7 +37,7 @@ from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
 from turnledger.redisconn.client import connect
-from turnledger.redisconn.refusals import CHECK_NOT_CLUSTER
+from turnledger.redisconn.refusals import CHECK_LOGIN, CHECK_NOT_CLUSTER
 from turnledger.serve.app import ServeConfig
 from turnledger.topology import Topics
 
@@ -192,3 +198,46 @@ def test_a_cluster_url_naming_a_single_redis_is_refused(redis_url: str) -> None:
         "plaintext, no login): RedisClusterException: "
     )
     assert last.endswith(f"Cluster mode is not enabled on this node. {CHECK_NOT_CLUSTER}")
+
+
+PASSWORD = "cluster-s3cret"
+
+
+@pytest.fixture(scope="module")
+def guarded_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A one-node cluster serving every slot, with a password."""
+    with cluster_node(tmp_path_factory.mktemp("guarded"), cluster_port(), PASSWORD) as port:
+        with redis.Redis(port=port, password=PASSWORD) as node:
+            node.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        wait_for(lambda: _ok_with_password(port), "the guarded node to serve its slots")
+        yield port
+
+
+def _ok_with_password(port: int) -> bool:
+    with redis.Redis(port=port, password=PASSWORD) as node:
+        return bool(node.cluster("info")["cluster_state"] == "ok")
+
+
+@pytest.mark.parametrize(
+    ("login", "shown", "tried"),
+    [
+        (":wrong-password@", ":***@", "the default user with a password"),
+        ("", "", "no login"),
+    ],
+)
+def test_a_cluster_that_refuses_the_login_is_refused_in_one_line(
+    guarded_node: int, login: str, shown: str, tried: str
+) -> None:
+    """redis-py raises the seed node's AuthenticationError wrapped in a RedisClusterException; the
+    refusal names the login, not the cluster."""
+    run = _cli("history", "nobody", url=f"redis+cluster://{login}127.0.0.1:{guarded_node}")
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"turnledger: Redis at 'redis+cluster://{shown}127.0.0.1:{guarded_node}/0' refused the connection "
+        f"(a Redis Cluster, plaintext, {tried}): AuthenticationError: "
+    )
+    assert last.endswith(f". {CHECK_LOGIN}")
+    assert "wrong-password" not in run.stderr
+    ok = _cli("history", "nobody", "--json", url=f"redis+cluster://:{PASSWORD}@127.0.0.1:{guarded_node}")
+    assert ok.returncode == 0, ok.stderr

@@ -6,6 +6,8 @@ The same on a real three-node cluster: tests/integration/test_redis_cluster.py.
 
 from __future__ import annotations
 
+import ssl
+
 import pytest
 import redis.asyncio as aioredis
 from hypothesis import given
@@ -27,7 +29,13 @@ from turnledger.redisconn import refusals
 from turnledger.redisconn.client import redis_client
 from turnledger.redisconn.cluster import drop_connections, is_cluster, node_url, slot_base, slot_tag
 from turnledger.redisconn.naming import client_url, describe, is_tls
-from turnledger.redisconn.refusals import CHECK_CLUSTER, CHECK_LOGIN, CHECK_NOT_CLUSTER, classify
+from turnledger.redisconn.refusals import (
+    CHECK_CERTIFICATE,
+    CHECK_CLUSTER,
+    CHECK_LOGIN,
+    CHECK_NOT_CLUSTER,
+    classify,
+)
 
 URL = "rediss+cluster://gateway:s3cret-pw@clustercfg.cache.example.net:6379"
 SHOWN = "rediss+cluster://gateway:***@clustercfg.cache.example.net:6379/0"
@@ -188,17 +196,64 @@ def test_the_cluster_table_replaces_the_single_node_s_cluster_refusal() -> None:
     ]
 
 
+def _seeding(
+    answer: BaseException, kind: type[RedisClusterException] = RedisClusterException
+) -> BaseException:
+    """As redis-py raises what its seed node answered while it reads the slot map."""
+    try:
+        raise kind(
+            f"Redis Cluster cannot be connected. Please provide at least one reachable node: {answer}"
+        ) from answer
+    except RedisClusterException as exc:
+        return exc
+
+
+TRIED = "a Redis Cluster, TLS, CA /etc/redis/ca.pem, user 'gateway' with a password"
+
+
 def test_a_seed_node_that_is_no_cluster_is_a_refusal(cluster: RedisCluster) -> None:
-    error = RedisClusterException(
-        "Redis Cluster cannot be connected. Please provide at least one reachable node: "
-        "Cluster mode is not enabled on this node"
-    )
-    failure = classify(error, cluster)
+    answer = RedisClusterException("Cluster mode is not enabled on this node")
+    failure = classify(_seeding(answer), cluster)
     assert isinstance(failure, RedisAccessError) and not failure.retriable
     assert str(failure) == (
-        f"Redis at {SHOWN!r} refused the connection (a Redis Cluster, TLS, CA /etc/redis/ca.pem, user "
-        f"'gateway' with a password): RedisClusterException: {error}. {CHECK_NOT_CLUSTER}"
+        f"Redis at {SHOWN!r} refused the connection ({TRIED}): RedisClusterException: "
+        f"Cluster mode is not enabled on this node. {CHECK_NOT_CLUSTER}"
     )
+
+
+@pytest.mark.parametrize(
+    ("answer", "check"),
+    [
+        (AuthenticationError("invalid username-password pair or user is disabled."), CHECK_LOGIN),
+        (AuthenticationError("HELLO must be called with the client already authenticated"), CHECK_LOGIN),
+        (
+            RedisConnectionError("Error 1 connecting to 10.0.0.7:7000. certificate verify failed."),
+            None,
+        ),
+    ],
+    ids=["wrong password", "no password", "outage"],
+)
+def test_what_the_seed_node_answered_is_judged_not_the_cluster_error_around_it(
+    cluster: RedisCluster, answer: BaseException, check: str | None
+) -> None:
+    failure = classify(_seeding(answer), cluster)
+    if check is None:
+        assert type(failure) is RedisUnavailableError and failure.cause is answer
+    else:
+        assert isinstance(failure, RedisAccessError)
+        assert str(failure) == (
+            f"Redis at {SHOWN!r} refused the connection ({TRIED}): {type(answer).__name__}: "
+            f"{str(answer).rstrip('.')}. {check}"
+        )
+
+
+def test_a_certificate_the_seed_node_s_client_cannot_verify_is_a_refusal(cluster: RedisCluster) -> None:
+    verify = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    try:
+        raise RedisConnectionError("Error 1 connecting to 10.0.0.7:7000.") from verify
+    except RedisConnectionError as exc:
+        failure = classify(_seeding(exc, RedisClusterUnreachableError), cluster)
+    assert isinstance(failure, RedisAccessError) and str(failure).endswith(f". {CHECK_CERTIFICATE}")
 
 
 @pytest.mark.parametrize(

@@ -12,10 +12,11 @@ from turnledger.redisconn.cluster import RedisClient, connection_kwargs, seed_ad
 
 
 def is_tls(client: RedisClient) -> bool:
-    kwargs = connection_kwargs(client)
     if isinstance(client, RedisCluster):
-        return issubclass(kwargs.get("connection_class", aioredis.Connection), aioredis.SSLConnection)
-    return issubclass(client.connection_pool.connection_class, aioredis.SSLConnection)
+        connection_class = client.get_connection_kwargs().get("connection_class") or aioredis.Connection
+    else:
+        connection_class = client.connection_pool.connection_class
+    return issubclass(connection_class, aioredis.SSLConnection)
 
 
 def client_url(client: RedisClient) -> str:

@@ -200,9 +200,18 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 )
 """A cluster client's: its seed node not a cluster is a refusal; a slot without a serving node
 (`CLUSTERDOWN`, a failover under way) or a slot being moved (`TRYAGAIN`) is an outage, as is any node
-the client cannot reach (`RedisClusterUnreachableError`: redis-py raises it when no node of the
-cluster answers, after its own retries). MOVED and ASK never reach here: the client follows them.
+the client cannot reach (`RedisClusterUnreachableError` with no error behind it: `classify` judges the
+seed node's own answer first, `seed_answer`). MOVED and ASK never reach here: the client follows them.
 Any other `RedisClusterException` (keys of one command in two slots) is a fault of ours, not judged."""
+
+
+def seed_answer(exc: BaseException) -> BaseException:
+    """What a cluster client's seed node answered: redis-py raises a `RedisClusterException` from it
+    while it reads the slot map (a refused login, a certificate it cannot verify, a node that is no
+    cluster, a connection refused), so the rules judge the error it was raised from."""
+    while isinstance(exc, RedisClusterException) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
 
 
 def classify(exc: BaseException, client: RedisClient) -> TurnledgerError | None:
@@ -211,7 +220,10 @@ def classify(exc: BaseException, client: RedisClient) -> TurnledgerError | None:
     `client`'s commands raised."""
     if isinstance(exc, RedisUnavailableError | RedisAccessError):
         return exc
-    for rule in CLUSTER_RULES if is_cluster(client) else RULES:
+    cluster = is_cluster(client)
+    if cluster:
+        exc = seed_answer(exc)
+    for rule in CLUSTER_RULES if cluster else RULES:
         reported = rule.match(exc)
         if reported is None:
             continue
