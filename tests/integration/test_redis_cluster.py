@@ -8,12 +8,15 @@ cluster is refused in one line."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -31,13 +34,17 @@ from tests.integration.redis_cluster_nodes import (
 )
 from tests.integration.serve.conftest import serving
 from tests.integration.serve.sse import read_frames
+from turnledger.devstack.redis_server import redis_argv
+from turnledger.devstack.redis_tls import RedisTls
+from turnledger.devstack.session import Endpoints, in_ci
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
 from turnledger.redisconn.client import connect
-from turnledger.redisconn.refusals import CHECK_LOGIN, CHECK_NOT_CLUSTER
+from turnledger.redisconn.client import redis_client as build_client
+from turnledger.redisconn.refusals import CHECK_CERTIFICATE, CHECK_LOGIN, CHECK_NOT_CLUSTER
 from turnledger.serve.app import ServeConfig
 from turnledger.topology import Topics
 
@@ -67,11 +74,11 @@ async def cluster_client(cluster_url: str, redis_prefix: str) -> AsyncIterator[R
         await client.aclose()
 
 
-def _cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REDIS_")}
+def _cli(*args: str, url: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("REDIS_")}
     return subprocess.run(
         [sys.executable, "-m", "turnledger.cli", *args],
-        env={**env, "REDIS_URL": url},
+        env={**inherited, **(env or {}), "REDIS_URL": url},
         capture_output=True,
         text=True,
         timeout=180,
@@ -241,3 +248,71 @@ def test_a_cluster_that_refuses_the_login_is_refused_in_one_line(
     assert "wrong-password" not in run.stderr
     ok = _cli("history", "nobody", "--json", url=f"redis+cluster://:{PASSWORD}@127.0.0.1:{guarded_node}")
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.fixture(scope="module")
+def tls_cluster_node(
+    devstack: Endpoints, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[int, str]]:
+    """A one-node cluster that speaks only TLS, on its clients' port and its bus (`tls-cluster yes`, as
+    ElastiCache Serverless requires), with the devstack's Redis certificate: its port and CA file."""
+    env = devstack.redis_tls_client_env()
+    if env is None:
+        message = "no devstack Redis TLS material (openssl missing, or an external Redis)"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    material = RedisTls.at(Path(env["REDIS_SSL_CA_FILE"]).parent)
+    workdir = tmp_path_factory.mktemp("tls-cluster")
+    port = cluster_port()
+    binary = shutil.which("redis-server")
+    assert binary is not None
+    tls = [
+        "--tls-port", str(port), "--tls-cert-file", str(material.cert_file), "--tls-key-file",
+        str(material.key_file), "--tls-ca-cert-file", str(material.ca_file), "--tls-auth-clients", "no",
+        "--tls-cluster", "yes", "--cluster-enabled", "yes",
+        "--cluster-config-file", str(workdir / "nodes.conf"),
+    ]  # fmt: skip
+    argv = redis_argv(binary, 0, workdir, [], tls)
+    with open(workdir / "redis.log", "wb") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+
+        def ask(*command: object) -> object:
+            with redis.Redis(port=port, ssl=True, ssl_ca_certs=str(material.ca_file)) as node:
+                return node.execute_command(*command)
+
+        wait_for(lambda: server.poll() is None and ask("PING") is True, "the TLS cluster node to answer")
+        ask("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        wait_for(lambda: b"cluster_state:ok" in ask("CLUSTER", "INFO"), "the TLS node to serve its slots")
+        yield port, str(material.ca_file)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+async def test_a_tls_cluster_is_reached_by_rediss_cluster_with_its_ca(
+    tls_cluster_node: tuple[int, str],
+) -> None:
+    """`rediss+cluster://` with REDIS_SSL_CA_FILE projects and reads; without the CA the certificate
+    is refused in one line (the seed node's error, which redis-py wraps in its cluster error)."""
+    port, ca_file = tls_cluster_node
+    url = f"rediss+cluster://127.0.0.1:{port}"
+    client = build_client(url, ssl_ca_certs=ca_file)
+    try:
+        keys = ProjectionKeys.of("tls:", client)
+        await project_records(client, keys, conversation("c-9"))
+        assert keys.base == "{tls:}" and await client.exists(keys.history("c-9")) == 1
+    finally:
+        await client.aclose()
+    ok = _cli("history", "c-9", "--json", "--key-prefix", "tls:", url=url, env={"REDIS_SSL_CA_FILE": ca_file})
+    assert ok.returncode == 0, ok.stderr
+    assert [b["id"] for b in orjson.loads(ok.stdout)["blocks"]] == ["c-9-b0", "c-9-b1", "c-9-b2"]
+    refused = _cli("history", "c-9", url=url)
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"turnledger: Redis at '{url}/0' refused the connection (a Redis Cluster, TLS, the system's CAs, "
+        "no login): SSLCertVerificationError: "
+    )
+    assert last.endswith(f". {CHECK_CERTIFICATE}")
