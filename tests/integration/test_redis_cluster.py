@@ -1,9 +1,11 @@
 """Redis Cluster, on three real redis-servers sharing the slots: `redis+cluster://` projects the topics
 into one hash slot of the cluster (every key under the prefix as a hash tag), the projection equals
 one on a single Redis, a re-delivered record is still a no-op, a dropped projection is projected
-again the same, `history` and `status` read it as they read a single Redis, and `serve` answers and
-streams from it (XREAD on the node of the slot). A `redis+cluster://` URL naming a Redis that is no
-cluster is refused in one line."""
+again the same, `history` and `status` read it as they read a single Redis, `serve` answers and
+streams from it (XREAD on the node of the slot), and `replay rebuild` verifies it against a fresh
+fold. Refused in one line: a `redis+cluster://` URL naming a Redis that is no cluster, a wrong or
+missing password (a one-node cluster with `requirepass`), a TLS cluster's certificate without its CA
+(`rediss+cluster://` on a TLS-only node, which reads and projects with it)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from tests.integration.redis_cluster_nodes import (
     three_node_cluster,
     wait_for,
 )
+from tests.integration.replay.ingress_workload import ingress_events, produce_ingress, run_processor
 from tests.integration.serve.conftest import serving
 from tests.integration.serve.sse import read_frames
 from turnledger.devstack.redis_server import redis_argv
@@ -316,3 +319,35 @@ async def test_a_tls_cluster_is_reached_by_rediss_cluster_with_its_ca(
         "no login): SSLCertVerificationError: "
     )
     assert last.endswith(f". {CHECK_CERTIFICATE}")
+
+
+async def test_replay_rebuild_on_a_cluster_equals_a_fresh_fold(
+    cluster_url: str,
+    cluster_client: RedisCluster,
+    kafka_bootstrap: str,
+    redis_prefix: str,
+    topic_name: Callable[[str], str],
+) -> None:
+    """`turnledger replay rebuild` drops the projection across the cluster's nodes (SCAN on every
+    primary), projects the topics again and compares it, key by key, with a projection of a fresh fold
+    of the ingress log, made beside it under the verification prefix (its own slot)."""
+    topics = Topics(prefix=topic_name("") + ".")
+    await ensure_topics(kafka_bootstrap, topics, partitions=3)
+    await produce_ingress(kafka_bootstrap, topics, ingress_events(4))
+    assert await run_processor(kafka_bootstrap, topics) > 0
+    await settled(kafka_bootstrap, topics.outputs)
+    keys = ProjectionKeys.of(redis_prefix, cluster_client)
+    await Projector(cluster_client, kafka_bootstrap, topics, keys).run_to_end()
+    before = await snapshot(cluster_client, keys.base)
+    assert before
+
+    args = ["replay", "rebuild", "--bootstrap", kafka_bootstrap, "--topic-prefix", topics.prefix]
+    run = _cli(*args, "--key-prefix", redis_prefix, url=cluster_url)
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert f"dropped {len(before) + 1} keys; projected " in run.stdout
+    assert "equal to a projection of a fresh fold (" in run.stdout
+    assert await snapshot(cluster_client, keys.base) == before
+    verify = keys.beside("verify:" + redis_prefix)
+    assert not [k async for k in cluster_client.scan_iter(match=verify.base + "*")], (
+        "verification keys are dropped"
+    )
