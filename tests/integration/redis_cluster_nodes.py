@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -47,25 +47,60 @@ def _answers(port: int, password: str | None = None) -> bool:
         return bool(client.ping())
 
 
+NODE_TIMEOUT_MS = 2_000
+"""`cluster-node-timeout`: how long the others wait before they hold a silent node failed (15 s by
+default), so that a stopped node's failure and its return are seen within a test's patience."""
+
+
+class ClusterNode:
+    """One redis-server with cluster mode on and no persistence: a restart keeps its identity and slots
+    (`nodes.conf`) and comes back with no data, as a cache node replaced under a managed cluster does."""
+
+    def __init__(self, workdir: Path, port: int, password: str | None = None) -> None:
+        self.workdir, self.port, self.password = workdir, port, password
+        self._server: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        argv = redis_argv(binary, self.port, self.workdir, [], None)
+        argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.workdir / "nodes.conf")]
+        argv += ["--cluster-node-timeout", str(NODE_TIMEOUT_MS)]
+        if self.password is not None:
+            argv += ["--requirepass", self.password, "--masterauth", self.password]
+        with open(self.workdir / "redis.log", "ab") as log:
+            server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._server = server
+        wait_for(
+            lambda: server.poll() is None and _answers(self.port, self.password), f"cluster node {self.port}"
+        )
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.terminate()
+            self._server.wait(timeout=30)
+            self._server = None
+
+
 @contextmanager
 def cluster_node(workdir: Path, port: int, password: str | None = None) -> Iterator[int]:
-    """One redis-server with cluster mode on, no slot assigned (and `requirepass` when a password is
-    given), stopped on exit."""
-    binary = shutil.which("redis-server")
-    assert binary is not None
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = redis_argv(binary, port, workdir, [], None)
-    argv += ["--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf")]
-    if password is not None:
-        argv += ["--requirepass", password, "--masterauth", password]
-    with open(workdir / "redis.log", "wb") as log:
-        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    """One cluster-mode node, no slot assigned (and `requirepass` when a password is given), stopped on
+    exit."""
+    with nodes_of([ClusterNode(workdir, port, password)]) as (node,):
+        yield node.port
+
+
+@contextmanager
+def nodes_of(nodes: Sequence[ClusterNode]) -> Iterator[Sequence[ClusterNode]]:
+    """`nodes` started, and stopped on exit whatever happened."""
     try:
-        wait_for(lambda: server.poll() is None and _answers(port, password), f"cluster node {port} to answer")
-        yield port
+        for node in nodes:
+            node.start()
+        yield nodes
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for node in nodes:
+            node.stop()
 
 
 def cluster_ok(port: int, nodes: int) -> bool:
@@ -75,12 +110,12 @@ def cluster_ok(port: int, nodes: int) -> bool:
 
 
 @contextmanager
-def three_node_cluster(workdir: Path) -> Iterator[list[int]]:
+def three_node_cluster(workdir: Path) -> Iterator[list[ClusterNode]]:
     """Three primaries, each serving a third of the slots, every one knowing the others."""
     ports: list[int] = []
-    with ExitStack() as stack:
-        for i in range(3):
-            ports.append(stack.enter_context(cluster_node(workdir / f"node{i}", cluster_port(ports))))
+    for _ in range(3):
+        ports.append(cluster_port(ports))
+    with nodes_of([ClusterNode(workdir / f"node{i}", port) for i, port in enumerate(ports)]) as nodes:
         bounds = [0, SLOTS // 3, 2 * SLOTS // 3, SLOTS]
         for i, port in enumerate(ports):
             with redis.Redis(port=port) as client:
@@ -90,7 +125,7 @@ def three_node_cluster(workdir: Path) -> Iterator[list[int]]:
                 first.execute_command("CLUSTER", "MEET", "127.0.0.1", port)
         for port in ports:
             wait_for(lambda p=port: cluster_ok(p, len(ports)), f"node {port} to see the cluster ok")
-        yield ports
+        yield list(nodes)
 
 
 def node_of_slot(port: int, slot: int) -> int:

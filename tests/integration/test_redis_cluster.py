@@ -56,8 +56,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
-    with three_node_cluster(tmp_path_factory.mktemp("cluster")) as ports:
-        yield ports
+    with three_node_cluster(tmp_path_factory.mktemp("cluster")) as nodes:
+        yield [node.port for node in nodes]
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[int
     """Three primaries and a replica of the one serving the projection's slot: (ports, primary, replica)."""
     workdir = tmp_path_factory.mktemp("cluster-failover")
     with ExitStack() as stack:
-        ports = stack.enter_context(three_node_cluster(workdir))
+        ports = [node.port for node in stack.enter_context(three_node_cluster(workdir))]
         primary = node_of_slot(ports[0], SLOT)
         replica = stack.enter_context(replica_of(workdir / "replica", ports, primary))
         yield ports, primary, replica

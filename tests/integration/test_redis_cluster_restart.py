@@ -1,0 +1,101 @@
+"""A projector following the topics goes on when the cluster node that holds the projection's slot
+is stopped and comes back empty (no persistence, as a cache node replaced under a managed cluster):
+while it is down the projector waits the outage out; when it is back its slot holds no offsets and no
+epoch, so the projector positions itself from offset 0 and the node ends holding the whole
+projection, equal to one made on a single Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from tests.integration.projections.checks import until
+from tests.integration.projections.workload import produce, settled, workload
+from tests.integration.redis_cluster_nodes import (
+    ClusterNode,
+    node_of_slot,
+    three_node_cluster,
+)
+from turnledger.processors.topics import ensure_topics
+from turnledger.projections.direct import project_records
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.projector import Projector
+from turnledger.projections.settings import FollowSettings
+from turnledger.projections.snapshot import diff_snapshots, snapshot
+from turnledger.redisconn.client import redis_client as build_client
+from turnledger.topology import Topics
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "rs:"
+SLOT = key_slot(b"rs:")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ClusterNode]]:
+    with three_node_cluster(tmp_path_factory.mktemp("cluster-restart")) as nodes:
+        yield nodes
+
+
+async def test_a_projector_goes_on_when_the_slot_s_node_comes_back_empty(
+    cluster: list[ClusterNode],
+    kafka_bootstrap: str,
+    redis_client: aioredis.Redis,
+    redis_prefix: str,
+    topic_name: Callable[[str], str],
+) -> None:
+    owner = next(node for node in cluster if node.port == node_of_slot(cluster[0].port, SLOT))
+    seed = next(node for node in cluster if node is not owner)
+    topics = Topics(prefix=topic_name("") + ".")
+    await ensure_topics(kafka_bootstrap, topics, partitions=2)
+    records = workload(4)
+    parts = [records[: len(records) // 2], records[len(records) // 2 :]]
+
+    async def reference(upto: int) -> dict[str, object]:
+        ref = ProjectionKeys(f"{redis_prefix}ref{upto}:")
+        await project_records(redis_client, ref, [r for part in parts[:upto] for r in part])
+        return await snapshot(redis_client, ref.base)
+
+    def holds(expected: dict[str, object]) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            node = aioredis.Redis(port=owner.port)
+            try:
+                return diff_snapshots(await snapshot(node, "{" + PREFIX + "}"), expected) == []
+            finally:
+                await node.aclose()
+
+        return check
+
+    client = build_client(f"redis+cluster://127.0.0.1:{seed.port}")
+    stop = asyncio.Event()
+    projector = Projector(client, kafka_bootstrap, topics, ProjectionKeys.of(PREFIX, client), batch_size=10)
+    task = asyncio.create_task(projector.run_forever(stop, follow=FollowSettings(verify_every_s=0.5)))
+    try:
+        await produce(
+            kafka_bootstrap, topics, parts[0], per_transaction=5, transactional_id=f"{topics.prefix}1"
+        )
+        await settled(kafka_bootstrap, topics.outputs)
+        await until(holds(await reference(1)), task, "the slot's node to hold the first half")
+
+        owner.stop()
+        await produce(
+            kafka_bootstrap, topics, parts[1], per_transaction=5, transactional_id=f"{topics.prefix}2"
+        )
+        await settled(kafka_bootstrap, topics.outputs)
+        await until(lambda: _outage(projector), task, "the projector to wait the outage out")
+
+        owner.start()
+        await until(holds(await reference(2)), task, "the node, back empty, to hold every record")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+        await client.aclose()
+
+
+async def _outage(projector: Projector) -> bool:
+    follower = projector.follower
+    return follower is not None and follower.outage is not None
