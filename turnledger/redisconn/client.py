@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
 from turnledger.redisconn.cluster import RedisClient, cluster_client, is_cluster_url, seed_address
@@ -57,10 +57,11 @@ async def connect(url: str) -> RedisClient:
 async def classified(client: RedisClient) -> AsyncIterator[RedisClient]:
     """Commands of `client` whose Redis error is raised as what it stands for (`refusals.classify`:
     a `RedisAccessError`, a `RedisUnavailableError`), so that a command that was refused after its
-    PING (a user's permissions, a cluster's replies) says so in one line, not in a traceback."""
+    PING (a user's permissions, a cluster's replies) says so in one line, not in a traceback. A cluster
+    client's own errors are no `RedisError` (`RedisClusterException`) and are judged alike."""
     try:
         yield client
-    except RedisError as exc:
+    except (RedisError, RedisClusterException) as exc:
         failure = classify(exc, client)
         if failure is None:
             raise

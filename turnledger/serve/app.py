@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any, cast
 
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -266,7 +266,7 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
         return _json({"error": str(exc)}, 503)
 
     async def redis_failed(request: Request, exc: Exception) -> Response:
-        status, error = redis_failures.answer(cast(RedisError, exc))
+        status, error = redis_failures.answer(cast(RedisError | RedisClusterException, exc))
         return _json({"error": error}, status)
 
     c = "/api/conversations/{conversation:str}"
@@ -289,6 +289,7 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
             ValueError: bad_body,
             KafkaUnavailableError: unavailable,
             RedisError: redis_failed,
+            RedisClusterException: redis_failed,
         },
     )
 

@@ -6,7 +6,8 @@ or an ACL user disabled, used to be answered as a plain outage (503 with redis-p
 500. `redisconn.refusals.classify` tells them apart: a refusal is answered 503 with what to check (the
 URL without its password) and logged at ERROR, once a minute per message at most, since only the
 operator can fix it; an outage is answered 503 as before; any other Redis error is not ours to judge
-and propagates (a 500, with its traceback in the log).
+and propagates (a 500, with its traceback in the log). A cluster client's own errors
+(`RedisClusterException`, no `RedisError`: no node of the cluster answers) are judged alike.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from turnledger.errors import RedisAccessError, RedisUnavailableError
 from turnledger.redisconn.cluster import RedisClient
@@ -36,7 +37,7 @@ class RedisFailures:
         self._clock = clock
         self._logged_at: dict[str, float] = {}
 
-    def answer(self, exc: RedisError) -> tuple[int, str]:
+    def answer(self, exc: RedisError | RedisClusterException) -> tuple[int, str]:
         """The status and the error text to answer with; re-raises `exc` when it is neither a refusal
         nor an outage."""
         failure = classify(exc, self._redis)

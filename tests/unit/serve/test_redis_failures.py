@@ -6,13 +6,24 @@ tests/integration/serve/test_redis_refusals.py."""
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    NoPermissionError,
+    RedisClusterException,
+    RedisClusterUnreachableError,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from turnledger.gateway.client import GatewayClient
+from turnledger.redisconn.client import redis_client
 from turnledger.redisconn.refusals import CHECK_LOGIN, CHECK_PERMISSIONS
+from turnledger.serve.app import create_app
 from turnledger.serve.redis_failures import LOG_EVERY_S, RedisFailures
 
 URL = "redis://serve:s3cret-pw@cache.example.net:6379/0"
@@ -99,3 +110,22 @@ def test_any_other_redis_error_is_not_judged_here(failures: RedisFailures) -> No
     with pytest.raises(ResponseError) as caught:
         failures.answer(error)
     assert caught.value is error
+
+
+def test_a_cluster_no_node_of_which_answers_is_an_outage_not_a_500() -> None:
+    """A cluster client's own error is no `RedisError`: `serve` answers it (app.py maps
+    `RedisClusterException` too) as the outage it is."""
+    cluster = redis_client("redis+cluster://10.0.0.7:7000")
+    error = RedisClusterUnreachableError(
+        "Redis Cluster cannot be connected. Please provide at least one reachable node"
+    )
+    assert RedisFailures(cluster).answer(error) == (503, str(error))
+    with pytest.raises(RedisClusterException):
+        RedisFailures(cluster).answer(
+            RedisClusterException("EVALSHA - all keys must map to the same key slot")
+        )
+
+
+def test_the_app_hands_a_cluster_s_own_errors_to_the_same_answer() -> None:
+    app = create_app(redis_client("redis+cluster://10.0.0.7:7000"), cast(GatewayClient, None))
+    assert app.exception_handlers[RedisClusterException] is app.exception_handlers[RedisError]
