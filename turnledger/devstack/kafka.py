@@ -31,6 +31,7 @@ import base64
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -174,6 +175,24 @@ def mtls_client_env(
 
 
 @dataclass(frozen=True)
+class ExtraListener:
+    """One more listener for a broker a test starts for itself (a Kerberos one: `devstack/kerberos.py`),
+    so that a test needing a login the shared devstack does not offer reuses this module's broker
+    rather than starting a second kind. Its lines are the listener's own (`listener.name.<name>.*`);
+    `jvm_options` are what its login needs of the JVM (`-Djava.security.krb5.conf=...`)."""
+
+    name: str
+    protocol: str
+    port: int
+    settings: tuple[str, ...]
+    jvm_options: tuple[str, ...] = ()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
 class KafkaProcess:
     pid: int
     bootstrap: str
@@ -209,19 +228,24 @@ def render_config(
     mtls_port: int | None = None,
     oauth_port: int | None = None,
     jwks: Path | None = None,
+    extra: Sequence[ExtraListener] = (),
 ) -> Path:
     """`server.properties` for these ports and secrets, mode 0600 (it holds the PLAIN user's and the
     keystore's passwords), and Kafka's log4j2 configuration. With `mtls_port`, the SSL listener that
-    requires a client certificate is there too; with `oauth_port` and `jwks`, the OAUTHBEARER one."""
+    requires a client certificate is there too; with `oauth_port` and `jwks`, the OAUTHBEARER one;
+    and each of `extra` after them."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "server.properties"
     bearer_port = oauth_port if jwks else None
     listeners = listener_ports(broker_port, controller_port, secure_port, mtls_port, bearer_port)
+    listeners |= {listener.name: listener.port for listener in extra}
+    protocols = LISTENER_PROTOCOLS | {listener.name: listener.protocol for listener in extra}
     text = Template(_template("server.properties")).substitute(
         listeners=",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items()),
-        protocol_map=",".join(f"{name}:{LISTENER_PROTOCOLS[name]}" for name in listeners),
+        protocol_map=",".join(f"{name}:{protocols[name]}" for name in listeners),
         mtls_settings="\n".join(mtls_settings(tls) if mtls_port is not None else []),
         oauth_settings="\n".join(oauth_settings(tls, jwks) if bearer_port is not None and jwks else []),
+        extra_settings="\n".join(line for listener in extra for line in listener.settings),
         controller_port=controller_port,
         sasl_mechanisms=",".join(SASL_MECHANISMS),
         sasl_username=SASL_USERNAME,
@@ -534,13 +558,18 @@ def start_kafka(
     tls_dir: Path | None = None,
     mtls_port: int | None = None,
     oauth_port: int | None = None,
+    extra_listeners: Sequence[ExtraListener] = (),
 ) -> KafkaProcess:
     """Format (idempotently) and start the broker detached; return once it is ready or raise.
 
     `tls_dir` holds the secured listeners' certificates (default: `tls/` beside `workdir`); a
     state dir's sessions share their state dir's, made once (devstack/tls.py). The SSL listener is
     there when that material has a client certificate, the OAUTH listener when openssl made the
-    token key."""
+    token key. `extra_listeners` are there too, but readiness is not probed on them: their logins
+    are their tests' business."""
+    for listener in extra_listeners:
+        if not port_is_free(listener.port):
+            raise PortInUse(f"the Kafka {listener.name} listener", listener.port)
     java = require_java()
     broker, controller, secure, mutual, bearer = _pick_ports(
         broker_port, controller_port, secure_port, mtls_port, oauth_port
@@ -560,13 +589,23 @@ def start_kafka(
     bearer_listener = _oauth_listener(workdir, tls_dir, bearer, tls.ca_file)
     jwks = workdir / OAUTH_JWKS_FILE if bearer_listener else None
     props = render_config(
-        workdir, broker, controller, secure, password, tls, mutual if mtls else None, bearer, jwks
+        workdir,
+        broker,
+        controller,
+        secure,
+        password,
+        tls,
+        mutual if mtls else None,
+        bearer,
+        jwks,
+        extra_listeners,
     )
     log = workdir / "kafka.log"
     if not formatted:
         tool = jvm_args(java, jars, workdir, heap, TOOL_TUNING)
         format_storage(tool, props, log, scram_arguments(SASL_USERNAME, password))
     allowed = [f"-D{ALLOWED_URLS_PROPERTY}={jwks.as_uri()}"] if jwks else []
+    allowed += [option for listener in extra_listeners for option in listener.jvm_options]
     broker_argv = [*jvm_args(java, jars, workdir, heap, BROKER_TUNING), *allowed, "kafka.Kafka", str(props)]
     pid = procs.spawn_detached(broker_argv, log, pidfile, cwd=workdir)
     secured = SecuredListener(f"127.0.0.1:{secure}", SASL_USERNAME, password_file, tls.ca_file)

@@ -12,12 +12,19 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
-def spawn_detached(argv: Sequence[str], log: Path, pidfile: Path, cwd: Path | None = None) -> int:
-    """Start `argv` in a new session with stdout+stderr appended to `log`; record its pid in `pidfile`."""
+def spawn_detached(
+    argv: Sequence[str],
+    log: Path,
+    pidfile: Path,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Start `argv` in a new session with stdout+stderr appended to `log`; record its pid in `pidfile`.
+    `env` adds to (or overrides) this process's environment for the child only."""
     log.parent.mkdir(parents=True, exist_ok=True)
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
@@ -29,6 +36,7 @@ def spawn_detached(argv: Sequence[str], log: Path, pidfile: Path, cwd: Path | No
             cwd=cwd,
             start_new_session=True,
             close_fds=True,
+            env={**os.environ, **env} if env is not None else None,
         )
     pidfile.write_text(f"{proc.pid}\n")
     return proc.pid

@@ -10,21 +10,29 @@ Redis is empty.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
 from turnledger.devstack import procs
 from turnledger.devstack.jars import KafkaJars, ensure_jars
-from turnledger.devstack.kafka import KafkaProcess, start_kafka
+from turnledger.devstack.kafka import ExtraListener, KafkaProcess, start_kafka
 from turnledger.devstack.ports import free_port
 from turnledger.devstack.redis_server import RedisProcess, start_redis
 from turnledger.devstack.settings import Settings
 
 
 class RestartableKafka:
-    def __init__(self, workdir: Path, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        settings: Settings | None = None,
+        extra_listeners: Sequence[ExtraListener] = (),
+    ) -> None:
+        """`extra_listeners`: listeners beyond the devstack's own (a Kerberos one), each on its port."""
         self.workdir = workdir
         self.settings = settings or Settings.from_env()
+        self.extra_listeners = tuple(extra_listeners)
         self.broker_port = free_port()
         self.controller_port = free_port()
         while self.controller_port == self.broker_port:
@@ -64,6 +72,7 @@ class RestartableKafka:
             secure_port=self.secure_port,
             mtls_port=self.mtls_port,
             oauth_port=self.oauth_port,
+            extra_listeners=self.extra_listeners,
         )
 
     def stop(self) -> None:
