@@ -133,8 +133,8 @@ def test_tls_with_a_ca_file_and_without_a_hostname_check(tmp_path: Path) -> None
     [
         ({"KAFKA_SECURITY_PROTOCOL": "TLS"}, "KAFKA_SECURITY_PROTOCOL must be one of PLAINTEXT, SSL, "
          "SASL_PLAINTEXT, SASL_SSL, not 'TLS'"),
-        ({**SCRAM, "KAFKA_SASL_MECHANISM": "GSSAPI"}, "KAFKA_SASL_MECHANISM must be one of PLAIN, "
-         "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, not 'GSSAPI'"),
+        ({**SCRAM, "KAFKA_SASL_MECHANISM": "KERBEROS"}, "KAFKA_SASL_MECHANISM must be one of PLAIN, "
+         "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI, not 'KERBEROS'"),
         ({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "KAFKA_SECURITY_PROTOCOL=SASL_SSL logs in with SASL: set "
          "KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE)"),
         ({**SCRAM, "KAFKA_SASL_USERNAME": " "}, "KAFKA_SECURITY_PROTOCOL=SASL_SSL logs in with SASL: set "

@@ -7,13 +7,14 @@ read once per process from the environment (a child process of `--processes N` i
 | variable | meaning | default |
 |---|---|---|
 | `KAFKA_SECURITY_PROTOCOL` | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL` | `PLAINTEXT` |
-| `KAFKA_SASL_MECHANISM` | `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER` (SASL only) | — |
+| `KAFKA_SASL_MECHANISM` | `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER`, `GSSAPI` (SASL) | — |
 | `KAFKA_SASL_USERNAME` | the SASL user | — |
 | `KAFKA_SASL_PASSWORD`, `KAFKA_SASL_PASSWORD_FILE` | its password, or a file holding it | — |
 | `KAFKA_SSL_CA_FILE` | PEM of the CAs that sign the brokers' certificates (TLS) | the system's |
 | `KAFKA_SSL_CERT_FILE`, `KAFKA_SSL_KEY_FILE` | a client certificate and its key (mutual TLS) | — |
 | `KAFKA_SSL_CHECK_HOSTNAME` | `false` accepts a certificate for another name (tests only) | `true` |
 | `KAFKA_SASL_OAUTHBEARER_*` | where OAUTHBEARER's tokens come from (`kafka/oauth.py`) | — |
+| `KAFKA_SASL_KERBEROS_*` | GSSAPI's broker principal (`kafka/kerberos.py`) | `kafka`/the host |
 
 A setting that cannot work (a mechanism without a SASL protocol, a password without a user, a file
 that cannot be read) is a `KafkaSettingsError` naming the variable, at start. The password is never
@@ -47,13 +48,14 @@ from aiokafka.conn import create_conn
 from aiokafka.helpers import create_ssl_context
 
 from turnledger.errors import KafkaAccessError, KafkaSettingsError
-from turnledger.kafka import oauth
+from turnledger.kafka import kerberos, kerberos_refusal, oauth
 from turnledger.kafka.secret import Secret, read_secret
 from turnledger.tls_alerts import certificate_alert, read_alert
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", kerberos.GSSAPI)
 OAUTHBEARER = "OAUTHBEARER"
+GSSAPI = kerberos.GSSAPI
 _TLS = frozenset({"SSL", "SASL_SSL"})
 _SASL = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
@@ -99,6 +101,8 @@ class KafkaSecurity:
     check_hostname: bool = True
     oauth: oauth.OAuthTokenProvider | None = field(default=None, compare=False)
     """OAUTHBEARER's tokens (`kafka/oauth.py`): one provider per process, shared by every client."""
+    kerberos: kerberos.KerberosSettings | None = None
+    """GSSAPI's broker principal and where MIT krb5 finds the client's tickets (`kafka/kerberos.py`)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> KafkaSecurity:
@@ -108,14 +112,19 @@ class KafkaSecurity:
         username = env.get(ENV_USERNAME, "").strip() or None
         password = read_secret(env, ENV_PASSWORD, ENV_PASSWORD_FILE, "Password")
         provider = None
-        if protocol in _SASL and mechanism == OAUTHBEARER:
+        krb = None
+        if protocol in _SASL and mechanism in (OAUTHBEARER, GSSAPI):
             given = [n for n, v in ((ENV_USERNAME, username), (ENV_PASSWORD, password)) if v is not None]
             if given:
+                how = "with a token" if mechanism == OAUTHBEARER else "with Kerberos (KRB5_* variables)"
                 raise KafkaSettingsError(
-                    f"{', '.join(given)} set, but {ENV_MECHANISM}=OAUTHBEARER logs in with a token: "
-                    "unset them"
+                    f"{', '.join(given)} set, but {ENV_MECHANISM}={mechanism} logs in {how}: unset them"
                 )
-            provider = oauth.provider_from_env(env)
+            if mechanism == OAUTHBEARER:
+                provider = oauth.provider_from_env(env)
+            else:
+                krb = kerberos.KerberosSettings.from_env(env)
+                kerberos_refusal.install()
         elif protocol in _SASL:
             missing = [
                 name
@@ -146,6 +155,13 @@ class KafkaSecurity:
                 f"{ENV_PROTOCOL}=SASL_SSL and {ENV_MECHANISM}=OAUTHBEARER to log in with a token, or "
                 "unset them"
             )
+        stray = kerberos.kerberos_variables_set(env) if krb is None else []
+        if stray:
+            raise KafkaSettingsError(
+                f"{', '.join(stray)} set, but {ENV_MECHANISM} is not GSSAPI: set {ENV_PROTOCOL}="
+                f"SASL_SSL (or SASL_PLAINTEXT) and {ENV_MECHANISM}=GSSAPI to log in with Kerberos, or "
+                "unset them"
+            )
         files = {name: _file(env, name) for name in (ENV_CA_FILE, ENV_CERT_FILE, ENV_KEY_FILE)}
         if protocol not in _TLS and any(files.values()):
             named = [name for name, path in files.items() if path is not None]
@@ -167,6 +183,7 @@ class KafkaSecurity:
             files[ENV_KEY_FILE],
             check == "true",
             provider,
+            krb,
         )
 
     @property
@@ -182,6 +199,8 @@ class KafkaSecurity:
         parts = [self.protocol]
         if self.oauth is not None:
             parts.append(f"OAUTHBEARER from {self.oauth.source.describe()}")
+        elif self.kerberos is not None:
+            parts.append(self.kerberos.describe())
         elif self.sasl:
             parts.append(f"{self.mechanism} as {self.username!r}")
         if self.tls:
@@ -212,10 +231,12 @@ class KafkaSecurity:
                 f"This listener does not take a SASL {self.mechanism} login: check the address (the broker's "
                 f"SASL listener, not its plaintext one) and {ENV_MECHANISM}."
             )
-        if isinstance(refused, oauth.TokenRefused):
+        if isinstance(refused, oauth.TokenRefused | kerberos.KerberosRefused):
             return refused.check
         if self.oauth is not None:
             return self.oauth.source.check()
+        if self.kerberos is not None:
+            return self.kerberos.broker_refused()
         return f"Check {ENV_USERNAME} and {ENV_PASSWORD} (or {ENV_PASSWORD_FILE})."
 
     @functools.cached_property
@@ -239,6 +260,8 @@ class KafkaSecurity:
             options["ssl_context"] = self.ssl_context
         if self.oauth is not None:
             options |= {"sasl_mechanism": OAUTHBEARER, "sasl_oauth_token_provider": self.oauth}
+        elif self.kerberos is not None:
+            options |= self.kerberos.client_options()
         elif self.sasl:
             assert self.password is not None
             options |= {
@@ -295,6 +318,8 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
             )
         except ACCESS_ERRORS as exc:
             raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix(exc)) from None
+        except kerberos.KdcUnavailable:  # the realm's KDC, not the broker: an outage to wait out
+            continue
         except kafka_errors.KafkaConnectionError as exc:
             alert = certificate_alert(exc.__cause__) or await _alert_a_reset_lost(host, int(port), settings)
             if alert is None:  # closed for another reason: an outage, not ours to judge here
