@@ -35,7 +35,7 @@ from turnledger.devstack.ports import free_port
 from turnledger.devstack.restartable import RestartableKafka
 from turnledger.errors import KafkaAccessError
 from turnledger.kafka import connection, kerberos
-from turnledger.kafka.clients import start_client
+from turnledger.kafka.clients import start_client, transactional_producer
 from turnledger.kafka.connection import KafkaSecurity, diagnose
 from turnledger.kafka.kerberos import KerberosRefused
 from turnledger.retry import Backoff
@@ -125,8 +125,8 @@ async def test_a_keytab_logs_in_and_carries_transactional_records(
     options = security.client_options()
     topic = topic_name("krb")
     await create_topic(realm.bootstrap, topic, **options)
-    producer = AIOKafkaProducer(bootstrap_servers=realm.bootstrap, transactional_id=f"{topic}-tx", **options)
-    await producer.start()
+    producer = transactional_producer(realm.bootstrap, f"{topic}-tx", transaction_timeout_ms=30000)
+    await producer.start()  # the services' own producer, built from `connection.security()`
     sent = [f"{topic}-{i}".encode() for i in range(5)]
     try:
         async with producer.transaction():
