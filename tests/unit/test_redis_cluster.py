@@ -78,11 +78,12 @@ def test_the_nodes_url_has_the_nodes_scheme(url: str, expected: str) -> None:
     assert node_url(url) == expected
 
 
-def test_a_cluster_has_only_database_0() -> None:
+@pytest.mark.parametrize("database", ["2", "X", "0/1"])
+def test_a_cluster_has_only_database_0(database: str) -> None:
     with pytest.raises(RedisSettingsError) as caught:
-        redis_client("redis+cluster://h:7000/2")
+        redis_client(f"redis+cluster://h:7000/{database}")
     assert str(caught.value) == (
-        "REDIS_URL: a Redis Cluster has only database 0, not '2' "
+        f"REDIS_URL: a Redis Cluster has only database 0, not {database!r} "
         "(redis+cluster://HOST:PORT or redis+cluster://HOST:PORT/0)"
     )
 
@@ -113,6 +114,8 @@ def test_an_option_no_cluster_client_takes_is_a_settings_error_not_a_type_error(
         ("x{", None),
         ("plain", None),
         ("}{z}", "z"),
+        ("{a}", "a"),
+        ("{ab", None),
     ],
 )
 def test_the_slot_tag_is_what_redis_hashes(key: str, tag: str | None) -> None:
@@ -175,16 +178,16 @@ def test_every_key_of_a_projection_on_a_cluster_is_in_one_slot(
 
 
 def test_keys_are_the_prefix_s_on_one_redis_and_tagged_on_a_cluster(cluster: RedisCluster) -> None:
-    one = ProjectionKeys.of("tl:", redis_client("redis://h:6379/0"))
-    tagged = ProjectionKeys.of("tl:", cluster)
-    assert (one.base, one.history("c-1"), one.offsets) == ("tl:", "tl:history:c-1", "tl:offsets")
+    one = ProjectionKeys.of("gw:", redis_client("redis://h:6379/0"))
+    tagged = ProjectionKeys.of("gw:", cluster)
+    assert (one.base, one.history("c-1"), one.offsets) == ("gw:", "gw:history:c-1", "gw:offsets")
     assert (tagged.base, tagged.history("c-1"), tagged.offsets) == (
-        "{tl:}",
-        "{tl:}history:c-1",
-        "{tl:}offsets",
+        "{gw:}",
+        "{gw:}history:c-1",
+        "{gw:}offsets",
     )
-    verify = tagged.beside("verify:tl:")
-    assert (verify.one_slot, verify.base) == (True, "{verify:tl:}")
+    verify = tagged.beside("verify:gw:")
+    assert (verify.one_slot, verify.base) == (True, "{verify:gw:}")
 
 
 def test_the_cluster_table_replaces_the_single_node_s_cluster_refusal() -> None:

@@ -94,7 +94,7 @@ async def explain(client: RedisClient, exc: BaseException) -> TurnledgerError | 
     fix = await other_protocol(host, port, tls=is_tls(client))
     if fix is not None:
         return RedisAccessError(client_url(client), describe(client), exc, fix)
-    alert = await certificate_refusal(client, host, port) if is_tls(client) else None
+    alert = await certificate_refusal(client, host, port)
     if alert is not None:
         return RedisAccessError(client_url(client), describe(client), alert, client_certificate_check(client))
     return failure

@@ -69,12 +69,18 @@ def connection_kwargs(client: RedisClient) -> dict[str, Any]:
     return dict(client.connection_pool.connection_kwargs)
 
 
+def seed_node(client: RedisCluster) -> tuple[str, int]:
+    """The node a cluster client asks for the slot map first: the URL's (redis-py refuses a cluster
+    client with none)."""
+    node = next(iter(client.nodes_manager.startup_nodes.values()))
+    return node.host, int(node.port)
+
+
 def seed_address(client: RedisClient) -> tuple[str, int] | None:
     """The host and port a client connects to first: the URL's node for a cluster; None for a Unix
-    socket."""
+    socket (whose pool has neither)."""
     if isinstance(client, RedisCluster):
-        node = next(iter(client.nodes_manager.startup_nodes.values()), None)
-        return None if node is None else (node.host, int(node.port))
+        return seed_node(client)
     kwargs = client.connection_pool.connection_kwargs
     host, port = kwargs.get("host"), kwargs.get("port")
     if not isinstance(host, str) or not isinstance(port, int):
@@ -97,7 +103,7 @@ def slot_tag(key: str) -> str | None:
     if start < 0:
         return None
     end = key.find("}", start + 1)
-    if end < 0 or end == start + 1:
+    if end <= start + 1:  # no "}" after it (-1), or nothing between
         return None
     return key[start + 1 : end]
 

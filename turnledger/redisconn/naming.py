@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 
-from turnledger.redisconn.cluster import RedisClient, connection_kwargs, seed_address
+from turnledger.redisconn.cluster import RedisClient, connection_kwargs, seed_node
 
 
 def is_tls(client: RedisClient) -> bool:
@@ -30,7 +30,7 @@ def client_url(client: RedisClient) -> str:
     login = f"{user or ''}:***@" if kwargs.get("password") else (f"{user}@" if user else "")
     scheme = "rediss" if is_tls(client) else "redis"
     if isinstance(client, RedisCluster):
-        host, port = seed_address(client) or ("localhost", 6379)
+        host, port = seed_node(client)
         return f"{scheme}+cluster://{login}{_address({'host': host, 'port': port})}/0"
     pool = client.connection_pool
     if isinstance(pool, SentinelConnectionPool):
