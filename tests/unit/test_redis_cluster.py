@@ -27,7 +27,14 @@ from turnledger.errors import RedisAccessError, RedisFailoverError, RedisSetting
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.redisconn import refusals
 from turnledger.redisconn.client import redis_client
-from turnledger.redisconn.cluster import drop_connections, is_cluster, node_url, slot_base, slot_tag
+from turnledger.redisconn.cluster import (
+    drop_connections,
+    is_cluster,
+    node_url,
+    seed_address,
+    slot_base,
+    slot_tag,
+)
 from turnledger.redisconn.naming import client_url, describe, is_tls
 from turnledger.redisconn.refusals import (
     CHECK_CERTIFICATE,
@@ -311,3 +318,11 @@ async def test_after_a_failover_only_a_single_node_client_drops_its_connections(
     await drop_connections(single)
     await drop_connections(cluster)
     assert calls == ["disconnect"]
+
+
+def test_a_client_is_first_asked_of_its_seed_node_or_its_host(cluster: RedisCluster) -> None:
+    """What `explain` probes when a command failed as an outage: the cluster's seed node, one Redis's
+    host and port, nothing for a Unix socket."""
+    assert seed_address(cluster) == ("clustercfg.cache.example.net", 6379)
+    assert seed_address(redis_client("rediss://cache.example.net:6380/0")) == ("cache.example.net", 6380)
+    assert seed_address(redis_client("unix:///run/redis.sock?db=0")) is None
