@@ -159,26 +159,29 @@ _CREDENTIALS = (
 )
 
 
+CHECKS: dict[int, str] = {
+    KDC_ERR_C_PRINCIPAL_UNKNOWN: f"The KDC does not know the client's principal: check {_CREDENTIALS}.",
+    AP_ERR_BAD_INTEGRITY: (
+        "The client's keys are not its principal's current ones (a keytab exported before its keys "
+        f"changed): get a fresh keytab for {ENV_CLIENT_KEYTAB}, or kinit again for {ENV_CCACHE}."
+    ),
+    KDC_ERR_S_PRINCIPAL_UNKNOWN: (
+        "The KDC has no principal {service} for the broker: check "
+        f"{ENV_SERVICE_NAME} and {ENV_DOMAIN_NAME} (default: the broker's host as the cluster names it), "
+        f"and {ENV_KRB5_CONFIG}."
+    ),
+    AP_ERR_SKEW: "This machine's clock and the KDC's are too far apart: synchronise the clock (NTP).",
+}
+"""What to check for each refusal krb5 names (`{service}`: the broker's principal); any other code
+asks to check the client's credentials."""
+CHECKS[KDC_ERR_PREAUTH_FAILED] = CHECKS[AP_ERR_BAD_INTEGRITY]
+
+
 def meaning(code: int, detail: str, broker_principal: str) -> KerberosRefused | KdcUnavailable:
     """What krb5's error `code` (GSS-API's minor status; `detail` is its text) means for a login to
     the broker principal `broker_principal` (`kafka@host`)."""
     if code in OUTAGES:
         return KdcUnavailable(f"the Kerberos KDC did not answer: {detail}")
     service = broker_principal.replace("@", "/", 1)
-    if code == KDC_ERR_C_PRINCIPAL_UNKNOWN:
-        check = f"The KDC does not know the client's principal: check {_CREDENTIALS}."
-    elif code in (AP_ERR_BAD_INTEGRITY, KDC_ERR_PREAUTH_FAILED):
-        check = (
-            f"The client's keys are not its principal's current ones (a keytab exported before its keys "
-            f"changed): get a fresh keytab for {ENV_CLIENT_KEYTAB}, or kinit again for {ENV_CCACHE}."
-        )
-    elif code == KDC_ERR_S_PRINCIPAL_UNKNOWN:
-        check = (
-            f"The KDC has no principal {service} for the broker: check {ENV_SERVICE_NAME} and "
-            f"{ENV_DOMAIN_NAME} (default: the broker's host as the cluster names it), and {ENV_KRB5_CONFIG}."
-        )
-    elif code == AP_ERR_SKEW:
-        check = "This machine's clock and the KDC's are too far apart: synchronise the clock (NTP)."
-    else:
-        check = f"Check {_CREDENTIALS}."
+    check = CHECKS.get(code, f"Check {_CREDENTIALS}.").replace("{service}", service)
     return KerberosRefused(f"Kerberos refused the login to {service}: {detail}", check)
