@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import redis
 
+from tests.integration.projections.checks import wait_for
 from turnledger.devstack.ports import port_is_free
 from turnledger.devstack.redis_server import redis_argv
 
@@ -28,18 +28,6 @@ def cluster_port(taken: Sequence[int] = ()) -> int:
         if port not in taken and port_is_free(port) and port_is_free(port + CLUSTER_BUS_OFFSET):
             return port
     raise AssertionError("no free port pair for a Redis Cluster node")
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if condition():
-                return
-        except redis.RedisError:
-            pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _answers(port: int, password: str | None = None) -> bool:

@@ -26,14 +26,9 @@ from aiokafka import TopicPartition
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
+from tests.integration.projections.checks import wait_for
 from tests.integration.projections.workload import conversation, produce, settled, workload
-from tests.integration.redis_cluster_nodes import (
-    cluster_node,
-    cluster_port,
-    node_of_slot,
-    three_node_cluster,
-    wait_for,
-)
+from tests.integration.redis_cluster_nodes import cluster_node, cluster_port, node_of_slot, three_node_cluster
 from tests.integration.replay.ingress_workload import ingress_events, produce_ingress, run_processor
 from tests.integration.serve.conftest import serving
 from tests.integration.serve.sse import read_frames

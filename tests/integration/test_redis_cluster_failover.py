@@ -15,15 +15,13 @@ import redis
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from tests.integration.projections.checks import until
+from tests.integration.projections.checks import direct_snapshot, node_holds, until, wait_for
 from tests.integration.projections.workload import produce, settled, workload
-from tests.integration.redis_cluster_nodes import node_of_slot, replica_of, three_node_cluster, wait_for
+from tests.integration.redis_cluster_nodes import node_of_slot, replica_of, three_node_cluster
 from turnledger.processors.topics import ensure_topics
-from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.settings import FollowSettings
-from turnledger.projections.snapshot import diff_snapshots, snapshot
 from turnledger.redisconn.client import redis_client as build_client
 from turnledger.topology import Topics
 
@@ -64,22 +62,12 @@ async def test_a_projector_follows_through_a_cluster_failover(
     parts = [records[: len(records) // 2], records[len(records) // 2 :]]
 
     async def reference(upto: int) -> dict[str, object]:
-        ref = ProjectionKeys(f"{redis_prefix}ref{upto}:")
-        await project_records(redis_client, ref, [r for part in parts[:upto] for r in part])
-        return await snapshot(redis_client, ref.base)
+        return await direct_snapshot(
+            redis_client, f"{redis_prefix}ref{upto}:", [r for p in parts[:upto] for r in p]
+        )
 
     def holds(port: int, expected: dict[str, object]) -> Callable[[], Awaitable[bool]]:
-        """The node at `port`, asked directly (a replica too: READONLY reads), holds `expected`."""
-
-        async def check() -> bool:
-            node = aioredis.Redis(port=port)
-            try:
-                await node.execute_command("READONLY")
-                return diff_snapshots(await snapshot(node, "{" + PREFIX + "}"), expected) == []
-            finally:
-                await node.aclose()
-
-        return check
+        return node_holds(port, "{" + PREFIX + "}", expected)
 
     client = build_client(f"redis+cluster://127.0.0.1:{ports[0]}")
     keys = ProjectionKeys.of(PREFIX, client)

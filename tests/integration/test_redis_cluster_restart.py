@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from tests.integration.projections.checks import until
+from tests.integration.projections.checks import direct_snapshot, node_holds, until
 from tests.integration.projections.workload import produce, settled, workload
 from tests.integration.redis_cluster_nodes import (
     ClusterNode,
@@ -21,11 +21,9 @@ from tests.integration.redis_cluster_nodes import (
     three_node_cluster,
 )
 from turnledger.processors.topics import ensure_topics
-from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.settings import FollowSettings
-from turnledger.projections.snapshot import diff_snapshots, snapshot
 from turnledger.redisconn.client import redis_client as build_client
 from turnledger.topology import Topics
 
@@ -56,19 +54,12 @@ async def test_a_projector_goes_on_when_the_slot_s_node_comes_back_empty(
     parts = [records[: len(records) // 2], records[len(records) // 2 :]]
 
     async def reference(upto: int) -> dict[str, object]:
-        ref = ProjectionKeys(f"{redis_prefix}ref{upto}:")
-        await project_records(redis_client, ref, [r for part in parts[:upto] for r in part])
-        return await snapshot(redis_client, ref.base)
+        return await direct_snapshot(
+            redis_client, f"{redis_prefix}ref{upto}:", [r for p in parts[:upto] for r in p]
+        )
 
     def holds(expected: dict[str, object]) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            node = aioredis.Redis(port=owner.port)
-            try:
-                return diff_snapshots(await snapshot(node, "{" + PREFIX + "}"), expected) == []
-            finally:
-                await node.aclose()
-
-        return check
+        return node_holds(owner.port, "{" + PREFIX + "}", expected)
 
     client = build_client(f"redis+cluster://127.0.0.1:{seed.port}")
     stop = asyncio.Event()

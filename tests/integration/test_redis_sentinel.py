@@ -18,7 +18,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from tests.integration.projections.checks import until
+from tests.integration.projections.checks import direct_snapshot, node_holds, until, wait_for
 from tests.integration.projections.workload import produce, settled, workload
 from turnledger.devstack.ports import free_port
 from turnledger.devstack.redis_tls import RedisTls
@@ -26,11 +26,9 @@ from turnledger.devstack.restartable import RestartableRedis
 from turnledger.devstack.session import Endpoints
 from turnledger.errors import RedisUnavailableError
 from turnledger.processors.topics import ensure_topics
-from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
 from turnledger.projections.settings import FollowSettings
-from turnledger.projections.snapshot import diff_snapshots, snapshot
 from turnledger.redisconn.client import connect
 from turnledger.redisconn.client import redis_client as build_client
 from turnledger.redisconn.naming import client_url, describe
@@ -51,18 +49,6 @@ class Nodes:
         with redis.Redis(port=self.sentinel_port) as sentinel:
             _, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
         return int(port)
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if condition():
-                return
-        except redis.RedisError:
-            pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +79,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
                     replicas = s.sentinel_slaves(SERVICE)
                 return any(r["is_slave"] and r["master-link-status"] == "ok" for r in replicas)
 
-            _wait(replica_known, "the sentinel to know the replica")
+            wait_for(replica_known, "the sentinel to know the replica")
             yield Nodes(a, b, port)
         finally:
             sentinel.terminate()
@@ -147,19 +133,12 @@ async def test_a_projector_follows_through_a_sentinel_failover(
     parts = [records[: len(records) // 2], records[len(records) // 2 :]]
 
     async def reference(upto: int) -> dict[str, object]:
-        ref = ProjectionKeys(f"{redis_prefix}ref{upto}:")
-        await project_records(redis_client, ref, [r for part in parts[:upto] for r in part])
-        return await snapshot(redis_client, ref.prefix)
+        return await direct_snapshot(
+            redis_client, f"{redis_prefix}ref{upto}:", [r for p in parts[:upto] for r in p]
+        )
 
     def holds(port: int, expected: dict[str, object]) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            node = aioredis.Redis(port=port)
-            try:
-                return diff_snapshots(await snapshot(node, PREFIX), expected) == []
-            finally:
-                await node.aclose()
-
-        return check
+        return node_holds(port, PREFIX, expected)
 
     first_primary = nodes.primary_port()
     client = build_client(nodes.url)
@@ -181,7 +160,7 @@ async def test_a_projector_follows_through_a_sentinel_failover(
         with redis.Redis(port=nodes.sentinel_port) as sentinel:
             assert sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
         second_primary = nodes.b.port if first_primary == nodes.a.port else nodes.a.port
-        _wait(lambda: nodes.primary_port() == second_primary, "the sentinel to name the new primary")
+        wait_for(lambda: nodes.primary_port() == second_primary, "the sentinel to name the new primary")
 
         await produce(
             kafka_bootstrap, topics, parts[1], per_transaction=5, transactional_id=f"{topics.prefix}2"
@@ -241,7 +220,7 @@ def tls_nodes(
                 replicas = s.sentinel_slaves(SERVICE)
             return any(r["is_slave"] and r["master-link-status"] == "ok" for r in replicas)
 
-        _wait(replica_known, "the TLS sentinel to know the TLS replica")
+        wait_for(replica_known, "the TLS sentinel to know the TLS replica")
         yield f"rediss+sentinel://127.0.0.1:{s_port}/{SERVICE}/0", str(material.ca_file), s_port
     finally:
         for server in servers:
@@ -269,7 +248,7 @@ async def test_rediss_sentinel_reaches_a_tls_primary_and_the_next_one_after_a_fa
                 _, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
                 return int(port) != first
 
-            _wait(moved, "the TLS sentinel to name the new primary")
+            wait_for(moved, "the TLS sentinel to name the new primary")
         deadline = time.monotonic() + 60
         while True:  # the old primary takes writes until the sentinel converts it, then answers READONLY
             try:

@@ -1,16 +1,18 @@
 """What several projection tests check the same way: a projector through some Redis client ends with
-the projection a direct projection of the same records makes, and waiting for a following projector
-without missing that it died."""
+the projection a direct projection of the same records makes (`round_trip`, `direct_snapshot`, a node
+asked directly: `node_holds`), and waiting for a following projector without missing that it died."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
+import redis
 import redis.asyncio as aioredis
 
 from tests.integration.projections.workload import produce, settled, workload
+from turnledger.model.base import Frozen
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.direct import project_records
 from turnledger.projections.keys import ProjectionKeys
@@ -67,3 +69,38 @@ async def until(
             raise AssertionError(f"the projector ended while waiting for {what}") from projector.exception()
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.1)
+
+
+async def direct_snapshot(
+    redis: aioredis.Redis, prefix: str, records: Sequence[tuple[str, Frozen]]
+) -> dict[str, object]:
+    """The projection of `records` made directly under `prefix`: what a projector must end with."""
+    keys = ProjectionKeys(prefix)
+    await project_records(redis, keys, records)
+    return await snapshot(redis, keys.base)
+
+
+def node_holds(port: int, base: str, expected: dict[str, object]) -> Callable[[], Awaitable[bool]]:
+    """A condition for `until`: the Redis node at `port`, asked directly, holds `expected` under `base`."""
+
+    async def check() -> bool:
+        node = aioredis.Redis(port=port)
+        try:
+            return diff_snapshots(await snapshot(node, base), expected) == []
+        finally:
+            await node.aclose()
+
+    return check
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Until `condition` holds (a Redis error counts as not yet), from code that is not a coroutine."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return
+        except redis.RedisError:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
