@@ -102,6 +102,7 @@ def test_gssapi_takes_the_broker_principal_from_its_variables_and_the_identity_f
         ({"KRB5_CLIENT_KTNAME": "/k.keytab", "KRB5CCNAME": "FILE:/tmp/cc"}, "keytab /k.keytab"),
         ({"KRB5CCNAME": "KEYRING:persistent:1000"}, "ticket cache KEYRING:persistent:1000"),
         ({"KRB5CCNAME": " "}, "the default ticket cache"),
+        ({}, "the default ticket cache"),
     ],
 )
 def test_the_identity_named_is_where_mit_krb5_looks_first(env: dict[str, str], identity: str) -> None:
@@ -130,6 +131,12 @@ def test_the_identity_named_is_where_mit_krb5_looks_first(env: dict[str, str], i
         ({**GSSAPI, "KAFKA_SASL_KERBEROS_SERVICE_NAME": "kafka/broker1@REALM"},
          "KAFKA_SASL_KERBEROS_SERVICE_NAME is the first part of the broker's principal (e.g. kafka), not "
          "'kafka/broker1@REALM'"),
+        ({**GSSAPI, "KAFKA_SASL_KERBEROS_SERVICE_NAME": "kafka/broker1"},
+         "KAFKA_SASL_KERBEROS_SERVICE_NAME is the first part of the broker's principal (e.g. kafka), not "
+         "'kafka/broker1'"),
+        ({**GSSAPI, "KAFKA_SASL_KERBEROS_SERVICE_NAME": "kafka@REALM"},
+         "KAFKA_SASL_KERBEROS_SERVICE_NAME is the first part of the broker's principal (e.g. kafka), not "
+         "'kafka@REALM'"),
         ({**GSSAPI, "KAFKA_SASL_MECHANISM": "KERBEROS"}, "KAFKA_SASL_MECHANISM must be one of PLAIN, "
          "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, GSSAPI, not 'KERBEROS'"),
     ],
@@ -334,3 +341,21 @@ def test_a_broker_refusing_the_ticket_names_the_broker_principal(
         "KAFKA_SASL_KERBEROS_SERVICE_NAME and KAFKA_SASL_KERBEROS_DOMAIN_NAME (the principal the broker "
         "runs as; its keytab must hold that principal's current keys)."
     )
+
+
+def test_a_broker_refusing_the_ticket_without_a_domain_names_each_broker_s_host(
+    installed: None, restore_authenticator: None
+) -> None:
+    settings = KafkaSecurity.from_env(GSSAPI)
+    assert settings.fix(SaslAuthenticationFailed("Authentication failed")) == (
+        "The broker refused the Kerberos ticket for kafka/<broker host>: check "
+        "KAFKA_SASL_KERBEROS_SERVICE_NAME and KAFKA_SASL_KERBEROS_DOMAIN_NAME (the principal the broker "
+        "runs as; its keytab must hold that principal's current keys)."
+    )
+
+
+def test_only_the_first_at_of_the_broker_principal_parts_service_and_host() -> None:
+    """aiokafka names the broker principal `service@host`; the message writes it `service/host` as
+    Kerberos does, whatever else the host part holds."""
+    failure = meaning(KDC_ERR_C_PRINCIPAL_UNKNOWN, "words", "kafka@odd@host")
+    assert str(failure) == "Kerberos refused the login to kafka/odd@host: words"
