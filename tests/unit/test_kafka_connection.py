@@ -427,3 +427,72 @@ async def test_diagnose_does_not_probe_a_plaintext_listener_that_closed() -> Non
     async with serving(server) as port, asyncio.timeout(5):
         await diagnose(f"{HOST}:{port}", settings)
     assert server.accepted == 1
+
+
+async def test_diagnose_connects_to_the_host_named_with_only_its_brackets_removed_and_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An IPv6 literal's brackets go, and nothing else of a host name (an `X` at either end included):
+    aiokafka's connection and the alert's probe (with the settings' own TLS context) reach the same host,
+    and aiokafka waits `timeout_s` for an answer, 10 s unless told."""
+    settings = KafkaSecurity.from_env(MTLS)
+    connected: list[tuple[str, int, dict[str, object]]] = []
+    probed: list[tuple[str, int, ssl.SSLContext]] = []
+
+    async def closed(host: str, port: int, **options: object) -> None:
+        connected.append((host, port, options))
+        raise _closed_because(ConnectionResetError(104, "Connection reset by peer"))
+
+    async def probe(host: str, port: int, context: ssl.SSLContext) -> None:
+        probed.append((host, port, context))
+
+    monkeypatch.setattr("turnledger.kafka.connection.create_conn", closed)
+    monkeypatch.setattr("turnledger.kafka.connection.read_alert", probe)
+    await diagnose("[::1]:9093, Xkafka-0.internalX:9094", settings)
+    await diagnose("[::1]:9093", settings, timeout_s=0.25)
+    options = {"security_protocol": "SSL", "ssl_context": settings.ssl_context}
+    assert connected == [
+        ("::1", 9093, {"request_timeout_ms": 10_000, **options}),
+        ("Xkafka-0.internalX", 9094, {"request_timeout_ms": 10_000, **options}),
+        ("::1", 9093, {"request_timeout_ms": 250, **options}),
+    ]
+    assert probed == [(host, port, settings.ssl_context) for host, port, _ in connected]
+
+
+@pytest.mark.parametrize(
+    ("refusal", "fix"),
+    [
+        (
+            SaslAuthenticationFailed("Authentication failed: invalid credentials"),
+            "Check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (or KAFKA_SASL_PASSWORD_FILE).",
+        ),
+        (
+            IllegalSaslStateError("Unexpected handshake request with client mechanism SCRAM-SHA-512"),
+            "This listener does not take a SASL SCRAM-SHA-512 login: check the address (the broker's SASL "
+            "listener, not its plaintext one) and KAFKA_SASL_MECHANISM.",
+        ),
+    ],
+    ids=["credentials", "mechanism"],
+)
+async def test_a_refusal_after_an_unreachable_address_is_said_whole(
+    refusal: Exception, fix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An address that cannot be reached says nothing and the next is asked; the refusal there is a
+    `KafkaAccessError` naming the whole bootstrap, the settings, the cause and what to check for it."""
+    asked: list[int] = []
+
+    async def connect(host: str, port: int, **_: object) -> None:
+        asked.append(port)
+        if port == 9092:
+            raise ConnectionRefusedError(111, "Connection refused")
+        raise refusal
+
+    monkeypatch.setattr("turnledger.kafka.connection.create_conn", connect)
+    with pytest.raises(KafkaAccessError) as caught:
+        await diagnose("127.0.0.1:9092,127.0.0.1:9093", KafkaSecurity.from_env(SCRAM))
+    assert asked == [9092, 9093]
+    assert (caught.value.bootstrap, caught.value.cause) == ("127.0.0.1:9092,127.0.0.1:9093", refusal)
+    assert str(caught.value) == (
+        "Kafka at '127.0.0.1:9092,127.0.0.1:9093' refused the connection (SASL_SSL, SCRAM-SHA-512 as "
+        f"'gateway', the system's CAs): {type(refusal).__name__}: {refusal}. {fix}"
+    )

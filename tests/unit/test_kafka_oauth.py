@@ -208,6 +208,11 @@ def test_a_token_file_is_a_source_read_again_at_every_login(tmp_path: Path) -> N
             "KAFKA_SASL_PASSWORD set, but KAFKA_SASL_MECHANISM=OAUTHBEARER logs in with a token: unset them",
         ),
         (
+            {**ENDPOINT, "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "p"},
+            "KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD set, but KAFKA_SASL_MECHANISM=OAUTHBEARER logs in "
+            "with a token: unset them",
+        ),
+        (
             {
                 **ENDPOINT,
                 "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
