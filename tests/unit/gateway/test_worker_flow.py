@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -87,6 +88,7 @@ class Flow:
 
     async def append(self, event: IngressEvent) -> None:
         self.events.append(event)
+        await asyncio.sleep(0)  # an append takes a turn of the loop: a worker looping on appends is bounded
         await self.worker.board.apply(self.answer(event))
 
     async def handler(self, request: httpx.Request) -> httpx.Response:
@@ -1006,6 +1008,57 @@ async def test_a_conversation_still_busy_is_asked_again_only_before_the_deadline
     assert answer.reason == (ReasonCode.CONVERSATION_BUSY if asked == 1 else ReasonCode.CAS_REVISION_MISMATCH)
 
 
+async def test_a_conversation_still_busy_at_its_deadline_s_own_millisecond_is_not_asked_again(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deadline's own millisecond is past it, as for the CAS (an attempt at `deadline_at_ms` is
+    refused): the busy answer is the answer."""
+    clock = SimpleNamespace(time=lambda: 5_000.0, monotonic=time.monotonic)  # now: 5,000,000 ms
+    monkeypatch.setattr(worker_module, "time", clock)
+    flow.decide(S.PREPARED)
+    flow.worker.board.apply_nowait(decision("op-0", S.STREAMING))
+    attempts: list[IngressEvent] = []
+
+    def fold(event: IngressEvent) -> Sequence[Observed]:
+        attempts.append(event)
+        return cas(event, state=S.PREPARED, accepted=False, reason=ReasonCode.CONVERSATION_BUSY,
+                   deadline_at_ms=5_000_000)  # fmt: skip
+
+    flow.answer = fold
+    answer = await flow.worker._cas(flow.manifest, flow.endpoint)
+    assert len(attempts) == 1 and answer == cas(attempts[0], state=S.PREPARED, accepted=False,
+        reason=ReasonCode.CONVERSATION_BUSY, deadline_at_ms=5_000_000)[0]  # fmt: skip
+
+
+async def test_a_busy_conversation_waits_for_its_other_operations_not_for_its_own(flow: Flow) -> None:
+    """Only the other operations' attempts hold the conversation: once they can produce nothing more the
+    attempt is asked again at once (here past the deadline), whatever the board shows of the operation
+    itself (another worker's attempt of it: the CAS says so)."""
+    flow.decide(S.PREPARED)
+    flow.worker.board.apply_nowait(decision("op-0", S.STREAMING))
+    asked: list[DispatchAttempt] = []
+
+    def fold(event: IngressEvent) -> Sequence[Observed]:
+        if not isinstance(event, DispatchAttempt):
+            return ()
+        asked.append(event)
+        if len(asked) == 1:  # busy; another worker's attempt of op-1 is seen, then op-0 ends
+            ours = decision("op-1", S.DISPATCHING, attempt_generation=2, lease_owner="w2")
+            loop = asyncio.get_running_loop()
+            loop.call_soon(flow.worker.board.apply_nowait, ours)
+            loop.call_soon(flow.worker.board.apply_nowait, decision("op-0", S.COMMITTED))
+            loop.call_soon(lambda: asyncio.ensure_future(flow.worker.board.apply([])))
+            return cas(event, state=S.PREPARED, accepted=False, reason=ReasonCode.CONVERSATION_BUSY,
+                       deadline_at_ms=1)  # fmt: skip
+        return cas(event, state=S.DISPATCHING, accepted=False, reason=ReasonCode.CAS_STATE_MISMATCH)
+
+    flow.answer = fold
+    answer = await flow.worker._cas(flow.manifest, flow.endpoint)
+    assert len(asked) == 2 and isinstance(answer, DispatchDecision)
+    assert answer.reason == ReasonCode.CAS_STATE_MISMATCH
+    assert flow.counts == {"attempts": 2, "conversation_busy": 1}
+
+
 # -- after a failed generation: refuse, give up, or pause -------------------------------------------------
 
 
@@ -1481,7 +1534,7 @@ async def test_a_failing_operation_is_counted_and_logged_and_its_task_forgotten(
 async def test_a_worker_wires_its_parts_with_its_settings() -> None:
     """One board, stats and event factory shared by the lease keeper, the reader and the sweeper, each
     with the worker's id and timings."""
-    config = WorkerConfig(worker_id="w9", lease_s=12.0, claim_grace_s=0.25, sweep_tick_s=0.5, flush_s=0.2)
+    config = WorkerConfig(worker_id="w9", lease_s=12.0, claim_grace_s=2.5, sweep_tick_s=0.5, flush_s=0.2)
     worker = DispatchWorker(None, endpoints_for(BASE, {}), config=config)  # type: ignore[arg-type]
     assert worker.events.worker_id == "w9" and worker.events.sink is None
     leases, reader, sweeper = worker.leases, worker.reader, worker.sweeper
@@ -1495,9 +1548,9 @@ async def test_a_worker_wires_its_parts_with_its_settings() -> None:
         worker.events, worker.board, worker.journal, worker.leases,
     )  # fmt: skip
     assert (sweeper.board, sweeper.events) == (worker.board, worker.events)
-    assert (sweeper.grace_ms, sweeper.adopt_after_ms, sweeper.tick_s) == (250, 12_000, 0.5)
+    assert (sweeper.grace_ms, sweeper.adopt_after_ms, sweeper.tick_s) == (2_500, 12_000, 0.5)
     assert sweeper._adopt == worker._adopt
-    assert worker.busy == 0 and not worker.live
+    assert worker.busy == 0 and worker.live is False
 
 
 async def test_a_worker_without_a_client_makes_its_own_and_closes_it(tmp_path: Path) -> None:
@@ -1567,6 +1620,33 @@ async def test_tasks_that_end_with_an_error_when_stopped_are_logged_and_the_rest
     assert [r.getMessage() for r in caplog.records] == [
         "dispatch-c1/failing ended with RuntimeError('broke while stopping')",
         f"12 tasks still running 0.05s after they were cancelled (the test stops them): {names}",
+    ]
+
+
+async def test_a_closing_worker_names_the_tasks_still_running_and_why(
+    flow: Flow, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`close` stops the operations' tasks as `release` does, and a task still running after
+    `stop_within_s` is named in a warning that says the worker was closing."""
+    done = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not done.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await done.wait()
+
+    task = flow.worker._tasks[KEY] = asyncio.create_task(stubborn(), name="dispatch-c1/op-1")
+    await asyncio.sleep(0)
+    flow.worker.config = replace(flow.worker.config, stop_within_s=0.05)
+    try:
+        with caplog.at_level(logging.WARNING, logger="turnledger.gateway.worker"):
+            await flow.worker.close()
+    finally:
+        done.set()
+        await task
+        flow.worker._tasks.clear()
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 tasks still running 0.05s after they were cancelled (the worker closes): dispatch-c1/op-1"
     ]
 
 
