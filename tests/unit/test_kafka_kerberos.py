@@ -123,6 +123,10 @@ def test_the_identity_named_is_where_mit_krb5_looks_first(env: dict[str, str], i
         ({"KAFKA_SASL_KERBEROS_SERVICE_NAME": "kafka"}, "KAFKA_SASL_KERBEROS_SERVICE_NAME set, but "
          "KAFKA_SASL_MECHANISM is not GSSAPI: set KAFKA_SECURITY_PROTOCOL=SASL_SSL (or SASL_PLAINTEXT) and "
          "KAFKA_SASL_MECHANISM=GSSAPI to log in with Kerberos, or unset them"),
+        ({"KAFKA_SASL_KERBEROS_SERVICE_NAME": "kafka", "KAFKA_SASL_KERBEROS_DOMAIN_NAME": "h"},
+         "KAFKA_SASL_KERBEROS_SERVICE_NAME, KAFKA_SASL_KERBEROS_DOMAIN_NAME set, but KAFKA_SASL_MECHANISM is "
+         "not GSSAPI: set KAFKA_SECURITY_PROTOCOL=SASL_SSL (or SASL_PLAINTEXT) and "
+         "KAFKA_SASL_MECHANISM=GSSAPI to log in with Kerberos, or unset them"),
         ({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u",
           "KAFKA_SASL_PASSWORD": "p", "KAFKA_SASL_KERBEROS_DOMAIN_NAME": "h"},
          "KAFKA_SASL_KERBEROS_DOMAIN_NAME set, but KAFKA_SASL_MECHANISM is not GSSAPI: set "
