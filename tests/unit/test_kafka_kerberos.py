@@ -6,7 +6,7 @@ decided per test. Logins against a real MIT KDC and broker: tests/integration/te
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -280,9 +280,11 @@ def test_install_makes_every_connection_use_it(restore_authenticator: None) -> N
     kerberos_refusal.install()
     kerberos_refusal.install()
     assert kerberos_refusal.installed()
-    fake = SimpleNamespace(_loop=None, sasl_principal="kafka@broker1")
+    loop = object()
+    fake = SimpleNamespace(_loop=loop, sasl_principal="kafka@broker1")
     made = conn.AIOKafkaConnection.authenticator_gssapi(fake)
     assert type(made) is KerberosAwareAuthenticator and made._principal == "kafka@broker1"
+    assert made._loop is loop  # its steps run in the connection's loop's executor
 
 
 def test_install_fails_loudly_when_aiokafka_changed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -363,3 +365,20 @@ def test_only_the_first_at_of_the_broker_principal_parts_service_and_host() -> N
     Kerberos does, whatever else the host part holds."""
     failure = meaning(KDC_ERR_C_PRINCIPAL_UNKNOWN, "words", "kafka@odd@host")
     assert str(failure) == "Kerberos refused the login to kafka/odd@host: words"
+
+
+async def test_each_step_hands_the_broker_s_token_to_the_exchange(fake_gssapi: None) -> None:
+    """The server's token is what the GSS-API context steps with: the wrapper passes it on."""
+    authenticator = KerberosAwareAuthenticator(loop=asyncio.get_running_loop(), principal="kafka@broker1")
+
+    def echo() -> Generator[tuple[bytes, bool], bytes | None, None]:
+        received = yield b"first", True
+        yield b"got:" + (received or b"nothing"), False
+
+    authenticator._authenticator = echo()
+    assert await authenticator.step(None) == (b"first", True)
+    assert await authenticator.step(b"server-token") == (b"got:server-token", False)
+
+
+def test_an_error_without_gss_api_s_codes_is_said_whole() -> None:
+    assert minor_detail(ValueError("no codes here")) == "no codes here"
