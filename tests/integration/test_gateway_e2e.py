@@ -56,6 +56,8 @@ async def test_small_demo_with_every_fault_kind_keeps_every_invariant(
     assert d.completed + d.cancelled >= options.conversations - 2
     assert len(result.metrics.given_up) == d.gave_up
     assert d.cancels_requested > 0 and d.cancelled > 0
+    # a text answer cancelled after its first preview retracts it (`driver.cancels_text`)
+    assert d.cancelled_text > 0 and result.metrics.preview_retractions >= d.cancelled_text
     assert result.metrics.cancelled == d.cancelled + d.interjections  # a superseded operation is cancelled
     # a worker was killed a third of the way through, and still every operation is final
     assert result.worker_crashed_after == options.conversations // 3

@@ -6,8 +6,10 @@ executor's results commit, then PREPARES it); after a text answer, the next user
 A few conversations also submit invalid tool results at the end (an orphaned result,
 a duplicate result) so the validator's rejections show up in the report, and a few
 cancel their first dispatch mid-stream (they ask for a slow stream with a marker the
-fake provider knows, wait for STREAMING and its first preview, then cancel), and a few interject: the user
-speaks while the model streams, the operation is superseded (CANCELLED, SUPERSEDED) and
+fake provider knows, wait for STREAMING and its first preview, then cancel): one in two of
+those (`cancels_text`) offers no tools in that dispatch, so the answer is text and the cancel retracts
+a preview that was shown; the others cancel an answer of tool calls, which shows none. A few
+interject: the user speaks while the model streams, the operation is superseded (CANCELLED, SUPERSEDED) and
 the conversation dispatches again at the new revision. Every dispatch asks for a
 streaming request (`stream_policy`, rendered into the manifest bytes by the adapter).
 
@@ -16,7 +18,9 @@ REJECTED / PAUSED / CANCELLED decision; and that an answer is mid-stream from th
 and, for a text answer, its first preview (`PREVIEW_WAIT_S`). (It waited for STREAMING alone before:
 whether text had been shown when its cancel landed then depended on how fast the processor answered,
 so a text answer cancelled "mid-stream" retracted a preview or not by timing, and a faster processor
-made a run with no retraction at all.) A worker
+made a run with no retraction at all. And every first dispatch offered tools, which the fake model always
+answers with calls: no cancel met a text answer, and a run retracted a preview only where a fault cut a
+text answer, which a CI run of 16 conversations did not draw.) A worker
 that gives up on an operation cancels it with its reason (`gateway.worker.GIVE_UP_PREFIX`), so the
 driver hears of it at once instead of waiting out its timeout. "Stalled" is only what got no outcome at all.
 """
@@ -61,6 +65,12 @@ def throttled_marker(index: int) -> str:
     return f"[demo: throttled {index}]"
 
 
+def cancels_text(index: int) -> bool:
+    """Does cancelling conversation `index` cancel a text answer (its first dispatch offers no tools) rather
+    than one of tool calls? Every other one, so any two cancelling conversations in a row show both."""
+    return index % 2 == 0
+
+
 def throttled(seed: int, index: int, rate: float) -> bool:
     """Is conversation `index` one whose first request the provider throttles (run.py builds the plan
     from the same draw)?"""
@@ -93,6 +103,7 @@ class DriverStats:
     failed: int = 0  # a dispatch REJECTED or PAUSED
     gave_up: int = 0  # the worker gave up on a dispatch (attempts exhausted)
     cancelled: int = 0  # the driver cancelled a dispatch mid-stream, and it settled as CANCELLED
+    cancelled_text: int = 0  # of those, text answers (`cancels_text`): each retracted a shown preview
     stalled: int = 0  # no outcome at all within the timeout (or still running at the drive's deadline)
     user_turns: int = 0
     dispatches: int = 0
@@ -192,8 +203,9 @@ class Driver:
             self.stats.user_turns += 1
             for _round in range(5):
                 outcome = await self._dispatch(
-                    conv, adapter, provider, model, cancel=cancel, interject=interject
-                )
+                    conv, adapter, provider, model, cancel=cancel, interject=interject,
+                    text_only=cancel and cancels_text(index),
+                )  # fmt: skip
                 if outcome is None:
                     self.stats.stalled += 1
                     return
@@ -211,6 +223,7 @@ class Driver:
                         self.stats.given_up[outcome.operation_id] = outcome.detail
                     elif outcome.state == S.CANCELLED and cancel:
                         self.stats.cancelled += 1
+                        self.stats.cancelled_text += cancels_text(index)
                     else:
                         self.stats.failed += 1
                     return
@@ -243,7 +256,10 @@ class Driver:
         *,
         cancel: bool = False,
         interject: bool = False,
+        text_only: bool = False,
     ) -> Frozen | None:
+        """One dispatch and its outcome (None: none within the timeout). `text_only` offers no tools, so
+        the answer is text: a cancel then waits for its first preview however long that takes."""
         op = f"op-{uuid.uuid4().hex[:16]}"
         future: asyncio.Future[Frozen] = asyncio.get_running_loop().create_future()
         self._waiting[op] = future
@@ -256,14 +272,14 @@ class Driver:
                 adapter=adapter,
                 provider=provider,
                 model_revision=model,
-                tools=DEMO_TOOLS,
+                tools=() if text_only else DEMO_TOOLS,
                 max_output_tokens=self.max_output_tokens,
                 stream=True,
                 settle_within_ms=self.settle_within_ms,
             )
             self.stats.dispatches += 1
             if cancel:
-                await self._cancel_mid_stream(conv, op, future)
+                await self._cancel_mid_stream(conv, op, future, text_only=text_only)
             elif interject:
                 await self._interject_mid_stream(conv, op, future)
             try:
@@ -275,10 +291,12 @@ class Driver:
             self._streaming.pop(op, None)
             self._shown.pop(op, None)
 
-    async def _cancel_mid_stream(self, conv: str, op: str, outcome: asyncio.Future[Frozen]) -> None:
+    async def _cancel_mid_stream(
+        self, conv: str, op: str, outcome: asyncio.Future[Frozen], *, text_only: bool
+    ) -> None:
         """Once the answer is mid-stream (`_mid_stream`), wait a little, then cancel (unless it is
         already settled)."""
-        if not await self._mid_stream(op, outcome):
+        if not await self._mid_stream(op, outcome, self.op_timeout_s if text_only else PREVIEW_WAIT_S):
             return
         await asyncio.sleep(self.rng.uniform(0.05, 0.25))
         await self.client.cancel(conv, op, reason="demo: the user cancelled mid-stream")
@@ -293,12 +311,14 @@ class Driver:
         await self.client.submit_user_turn(conv, "Actually, keep it short.")
         self.stats.user_turns += 1
 
-    async def _mid_stream(self, op: str, outcome: asyncio.Future[Frozen]) -> bool:
-        """Wait for STREAMING, then up to `PREVIEW_WAIT_S` for the first preview; False once settled."""
+    async def _mid_stream(
+        self, op: str, outcome: asyncio.Future[Frozen], preview_wait_s: float = PREVIEW_WAIT_S
+    ) -> bool:
+        """Wait for STREAMING, then up to `preview_wait_s` for the first preview; False once settled."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._streaming[op].wait(), self.op_timeout_s)  # set by an outcome too
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._shown[op].wait(), PREVIEW_WAIT_S)
+            await asyncio.wait_for(self._shown[op].wait(), preview_wait_s)
         return not outcome.done()
 
     async def _maybe_invalid(self, conv: str, answered: list[ToolResult]) -> None:

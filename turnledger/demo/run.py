@@ -76,7 +76,9 @@ class DemoOptions:
     #: per-event delay (ms) of the answer to the user turn that asks for it (`SLOW_MARKER`), which is what
     #: the cancelling and interjecting conversations act on: their first dispatch, which the fake model
     #: answers with tool calls (7-13 events, no preview, so the driver waits out PREVIEW_WAIT_S, 1 s, after
-    #: STREAMING): 300 ms streams those for 2.1-4 s. At 40 ms a fast processor committed every such answer
+    #: STREAMING): 300 ms streams those for 2.1-4 s (or, for one cancel in two, `driver.cancels_text`, with
+    #: text of 16-24 words in deltas of 1-3, which the driver cancels just after its first preview).
+    #: At 40 ms a fast processor committed every such answer
     #: first (a CI run with no cancel at all, test_gateway_e2e); at 150 ms a 7-event answer ended about
     #: when the driver's wait did. Only requests whose last turn is that user text are slow
     #: (`FaultPlan.by_last_user_marker`): with every request carrying the marker in its history slowed,
