@@ -68,7 +68,8 @@ class ServiceUnavailable(TurnledgerError):
 class KafkaUnavailableError(ServiceUnavailable):
     """Kafka could not be reached, or did not acknowledge, while doing `action`. `reachable_but`:
     Kafka answered, and this says why the action must still be retried (then the message does not
-    send the reader to check the broker list)."""
+    send the reader to check the broker list). A `cause` that knows what stood between us and the
+    brokers says what to do instead, as its `outage_fix` (`kafka.kerberos.KdcUnavailable`: the KDC)."""
 
     def __init__(
         self,
@@ -86,11 +87,11 @@ class KafkaUnavailableError(ServiceUnavailable):
         if reachable_but is not None:
             super().__init__(f"Kafka at {bootstrap!r} answered{doing}{detail}, but {reachable_but}.")
             return
-        super().__init__(
-            f"Kafka is not reachable at {bootstrap!r}{doing}{detail}. {_START_STACK} and export "
-            "KAFKA_BOOTSTRAP_SERVERS, or set KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable "
-            "broker list host:port[,host:port]."
+        fix = getattr(cause, "outage_fix", None) or (
+            f"{_START_STACK} and export KAFKA_BOOTSTRAP_SERVERS, or set KAFKA_BOOTSTRAP_SERVERS (or "
+            "--bootstrap) to a reachable broker list host:port[,host:port]."
         )
+        super().__init__(f"Kafka is not reachable at {bootstrap!r}{doing}{detail}. {fix}")
 
 
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)

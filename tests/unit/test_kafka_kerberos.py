@@ -13,8 +13,9 @@ import pytest
 from aiokafka import conn
 from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
-from turnledger.errors import KafkaAccessError, KafkaSettingsError
+from turnledger.errors import KafkaAccessError, KafkaSettingsError, KafkaUnavailableError
 from turnledger.kafka import kerberos, kerberos_refusal
+from turnledger.kafka.clients import start_client
 from turnledger.kafka.connection import KafkaSecurity, diagnose
 from turnledger.kafka.kerberos import (
     AP_ERR_BAD_INTEGRITY,
@@ -323,19 +324,77 @@ async def test_diagnose_leaves_a_kdc_that_does_not_answer_to_be_waited_out(
     """Over TLS too, without reading for a certificate alert: the KDC, not the broker, is away."""
     tried: list[str] = []
 
+    outages: list[KdcUnavailable] = []
+
     async def unreachable(host: str, port: int, **_: object) -> None:
         tried.append(f"{host}:{port}")
-        raise meaning(KDC_UNREACH, "Cannot contact any KDC", "kafka@h")
+        outages.append(meaning(KDC_UNREACH, f"Cannot contact any KDC ({host})", "kafka@h"))  # type: ignore[arg-type]
+        raise outages[-1]
 
     async def no_alert_read(*_: object) -> None:
         raise AssertionError("a KDC outage is no TLS alert to look for")
 
     monkeypatch.setattr("turnledger.kafka.connection.create_conn", unreachable)
     monkeypatch.setattr("turnledger.kafka.connection.read_alert", no_alert_read)
-    await diagnose(
+    found = await diagnose(
         "b1:9092,b2:9092", KafkaSecurity.from_env({**GSSAPI, "KAFKA_SECURITY_PROTOCOL": "SASL_SSL"})
     )
     assert tried == ["b1:9092", "b2:9092"]
+    assert found is outages[-1]  # the cause to report: the client's own error says only "bootstrap"
+
+
+async def test_diagnose_names_no_kdc_outage_when_an_address_logged_in(
+    installed: None, restore_authenticator: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[str] = []
+
+    async def first_kdc_down(host: str, port: int, **_: object) -> SimpleNamespace:
+        if host == "b1":
+            raise meaning(KDC_UNREACH, "Cannot contact any KDC", "kafka@b1")
+        return SimpleNamespace(close=lambda: closed.append(host))
+
+    async def no_connection(host: str, port: int, **_: object) -> None:
+        raise KafkaConnectionError("Connection refused")
+
+    monkeypatch.setattr("turnledger.kafka.connection.create_conn", first_kdc_down)
+    assert await diagnose("b1:9092,b2:9092", KafkaSecurity.from_env(GSSAPI)) is None
+    assert closed == ["b2"]
+    monkeypatch.setattr("turnledger.kafka.connection.create_conn", no_connection)
+    assert await diagnose("b1:9092", KafkaSecurity.from_env(GSSAPI)) is None  # nothing to name
+
+
+def test_giving_up_on_a_kdc_outage_sends_the_reader_to_the_kdc_not_the_broker_list() -> None:
+    outage = meaning(KDC_UNREACH, "Cannot contact any KDC for realm 'CORP.EXAMPLE'", "kafka@b1")
+    gave_up = KafkaUnavailableError("b1:9092", outage, action="start the processor's consumer")
+    assert str(gave_up) == (
+        "Kafka is not reachable at 'b1:9092' while trying to start the processor's consumer "
+        "(KdcUnavailable: the Kerberos KDC did not answer: Cannot contact any KDC for realm "
+        "'CORP.EXAMPLE'). No broker could be logged into: start the realm's KDC, or correct its kdc "
+        "entries in the krb5.conf that KRB5_CONFIG names (default /etc/krb5.conf)."
+    )
+    assert "turnledger dev up" in str(KafkaUnavailableError("b1:9092", KafkaConnectionError("refused")))
+
+
+async def test_a_client_that_cannot_start_for_the_kdc_is_an_outage_caused_by_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outage = meaning(KDC_UNREACH, "Cannot contact any KDC for realm 'R'", "kafka@b1")
+
+    async def kdc_down(bootstrap: str) -> KdcUnavailable:
+        return outage  # type: ignore[return-value]
+
+    class Client:
+        async def start(self) -> None:
+            raise KafkaConnectionError("Unable to bootstrap from [('b1', 9092)]")
+
+        async def stop(self) -> None:
+            return None
+
+    monkeypatch.setattr("turnledger.kafka.clients.diagnose", kdc_down)
+    with pytest.raises(KafkaUnavailableError) as caught:
+        await start_client(Client, bootstrap="b1:9092", action="start the processor's consumer")
+    assert caught.value.cause is outage
+    assert "start the realm's KDC" in str(caught.value)
 
 
 def test_a_broker_refusing_the_ticket_names_the_broker_principal(

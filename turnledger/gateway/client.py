@@ -283,8 +283,9 @@ class GatewayClient(EventFactory):
             await self._producer.start()
         except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
             await self._producer.stop()
-            await diagnose(self.bootstrap)  # a refused login or certificate: KafkaAccessError
-            raise KafkaUnavailableError(self.bootstrap, exc, action="start the ingress producer") from exc
+            # a refused login or certificate: KafkaAccessError; a KDC down: the outage's cause
+            cause = await diagnose(self.bootstrap) or exc
+            raise KafkaUnavailableError(self.bootstrap, cause, action="start the ingress producer") from exc
         self._started = True
 
     async def stop(self) -> None:

@@ -132,7 +132,10 @@ async def start_client(
         except BaseException as exc:
             await close_client(client)
             if isinstance(exc, KafkaConnectionError):
-                await diagnose(bootstrap)  # a refused login or certificate: no outage to wait out
+                # a refused login or certificate: no outage to wait out; a KDC down: the outage's cause
+                kdc_down = await diagnose(bootstrap)
+                if kdc_down is not None:
+                    raise kdc_down from exc
             raise
         return client
 

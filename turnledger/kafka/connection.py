@@ -302,14 +302,18 @@ def kafka_options() -> dict[str, Any]:
     return security().client_options()
 
 
-async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeout_s: float = 10.0) -> None:
+async def diagnose(
+    bootstrap: str, settings: KafkaSecurity | None = None, timeout_s: float = 10.0
+) -> kerberos.KdcUnavailable | None:
     """Connect to each bootstrap address once, by hand; raise `KafkaAccessError` if one was reached and
-    refused us (a login, a mechanism, a certificate). Anything else (nothing listening, a timeout)
-    says nothing and returns: the caller goes on treating it as an outage."""
+    refused us (a login, a mechanism, a certificate). Anything else (nothing listening, a timeout) is an
+    outage the caller goes on treating as one; returned is the Kerberos KDC's when no KDC answered for
+    any address (the client's own error only says it could not bootstrap), to report as the cause."""
     settings = settings or security()
     if settings.protocol == "PLAINTEXT":
-        return
+        return None
     options = settings.client_options()
+    kdc_down: kerberos.KdcUnavailable | None = None
     for address in bootstrap.split(","):
         host, _, port = address.strip().rpartition(":")
         try:
@@ -318,7 +322,8 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
             )
         except ACCESS_ERRORS as exc:
             raise KafkaAccessError(bootstrap, settings.describe(), exc, settings.fix(exc)) from None
-        except kerberos.KdcUnavailable:  # the realm's KDC, not the broker: an outage to wait out
+        except kerberos.KdcUnavailable as exc:  # the realm's KDC, not the broker: an outage to wait out
+            kdc_down = exc
             continue
         except kafka_errors.KafkaConnectionError as exc:
             alert = certificate_alert(exc.__cause__) or await _alert_a_reset_lost(host, int(port), settings)
@@ -328,7 +333,8 @@ async def diagnose(bootstrap: str, settings: KafkaSecurity | None = None, timeou
         except Exception:  # unreachable, or some other trouble: not ours to judge here
             continue
         conn.close()
-        return
+        return None
+    return kdc_down
 
 
 async def _alert_a_reset_lost(host: str, port: int, settings: KafkaSecurity) -> ssl.SSLError | None:

@@ -82,7 +82,13 @@ class KerberosRefused(kafka_errors.AuthenticationFailedError, TurnledgerError): 
 
 
 class KdcUnavailable(kafka_errors.KafkaConnectionError, TurnledgerError):  # type: ignore[misc]
-    """No KDC of the realm answered: an outage, which aiokafka and the services retry."""
+    """No KDC of the realm answered: an outage, which aiokafka and the services retry. A service that
+    gives up on it says `outage_fix` (the KDC, not the broker list, is what to look at)."""
+
+    outage_fix = (
+        "No broker could be logged into: start the realm's KDC, or correct its kdc entries in the "
+        f"krb5.conf that {ENV_KRB5_CONFIG} names (default /etc/krb5.conf)."
+    )
 
     def __str__(self) -> str:
         return str(self.args[0])

@@ -55,8 +55,8 @@ async def ensure_topics(
     try:
         await admin.start()
     except KafkaConnectionError as exc:
-        await diagnose(bootstrap)  # a refused login or certificate: KafkaAccessError
-        raise KafkaUnavailableError(bootstrap, exc) from exc
+        # a refused login or certificate: KafkaAccessError; a KDC down: the outage's cause
+        raise KafkaUnavailableError(bootstrap, await diagnose(bootstrap) or exc) from exc
     try:
         configs = topic_configs(topics, previews_retention_ms)
         new = [
