@@ -9,8 +9,9 @@ ticket cache, so that tickets of an earlier test never stand in for the KDC.
 
 The client's keytab logs in and carries transactional records read back read_committed; what the KDC
 refuses (a principal it does not know, a keytab of stale keys, a broker principal it lacks) is a
-`KafkaAccessError` naming what to check, and ends `turnledger process` in one line; a stopped KDC is an
-outage, waited out until it is back.
+`KafkaAccessError` naming what to check, and ends `turnledger process` in one line; so is a ticket the
+broker cannot read (its keytab lacks the principal's keys); a stopped KDC is an outage, waited out until it
+is back, and named as the cause when a service gives up on it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
 from tests.conftest import skip_unless_installed
 from tests.integration.test_secured_listener import _read
@@ -286,3 +287,28 @@ async def test_a_stopped_kdc_the_processor_gives_up_on_as_an_outage(realm: Realm
     )
     assert f'ERROR aiokafka: Unable connect to "{realm.bootstrap}": {said}' in run.stderr
     assert "Traceback" not in run.stderr
+
+
+async def test_a_ticket_the_broker_cannot_read_is_an_access_error_naming_the_broker_principal(
+    realm: Realm, as_client: Callable[..., KafkaSecurity], tmp_path: Path
+) -> None:
+    """The KDC knows kafka/localhost and gives the client a ticket for it, but the broker's keytab holds
+    only kafka/127.0.0.1's keys (as a broker whose keytab is not its principal's current one): the
+    broker, not the KDC, refuses the login, and says so in Kafka's own SaslAuthenticate answer."""
+    realm.kdc.add_principal("kafka/localhost", tmp_path / "never-given-to-the-broker.keytab")
+    security = as_client(realm.keytabs[CLIENT], KAFKA_SASL_KERBEROS_DOMAIN_NAME="localhost")
+    producer = AIOKafkaProducer(bootstrap_servers=realm.bootstrap, **security.client_options())
+    with pytest.raises(KafkaConnectionError):
+        await producer.start()
+    await producer.stop()
+    with pytest.raises(KafkaAccessError) as refused:
+        await diagnose(realm.bootstrap, security)
+    assert type(refused.value.cause) is SaslAuthenticationFailed
+    assert str(refused.value) == (
+        f"Kafka at {realm.bootstrap!r} refused the connection ({security.describe()}): "
+        "SaslAuthenticationFailed: [Error 58] SaslAuthenticationFailed: Authentication failed during "
+        "authentication due to invalid credentials with SASL mechanism GSSAPI. The broker refused the "
+        "Kerberos ticket for kafka/localhost: check KAFKA_SASL_KERBEROS_SERVICE_NAME and "
+        "KAFKA_SASL_KERBEROS_DOMAIN_NAME (the principal the broker runs as; its keytab must hold that "
+        "principal's current keys)."
+    )
