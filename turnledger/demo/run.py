@@ -228,7 +228,7 @@ async def run_demo(
         await Projector(redis, bootstrap, topics, ProjectionKeys.of(key_prefix, redis)).run_to_end()
         evidence = await read_all(bootstrap, prefix)
         checks = all_checks(evidence, requests)
-        checks += await check_projections(evidence, ProjectionReader(redis, key_prefix))
+        checks += await check_projections(evidence, await ProjectionReader.open(redis, key_prefix))
     finally:
         await redis.aclose()
     report = await audit(bootstrap, topics)

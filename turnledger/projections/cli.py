@@ -46,6 +46,17 @@ KeyPrefix = Annotated[
     ),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Shards = Annotated[
+    int | None,
+    typer.Option(
+        "--shards",
+        envvar="TURNLEDGER_PROJECTION_SHARDS",
+        min=1,
+        help="Redis Cluster only: split the projection in N slot groups, each conversation's keys in "
+        "one, so that it spreads over the cluster's shards (default: as the projection in Redis is, "
+        "1 for a new one). Fixed for the projection's life: changing it is a rebuild.",
+    ),
+]
 
 
 def require(value: str | None, name: str, flag: str) -> str:
@@ -63,7 +74,7 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
     try:
         return asyncio.run(factory())  # type: ignore[arg-type]
     except (ProjectionError, ServiceUnavailable, MissingTopicError, TopicMismatchError) as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
         raise typer.Exit(2) from exc
 
 
@@ -103,6 +114,7 @@ def project_command(
         ),
     ] = None,
     metrics_port: MetricsPort = 0,
+    shards: Shards = None,
 ) -> None:
     """Project the output topics into Redis, exactly once per partition offset.
 
@@ -144,8 +156,9 @@ def project_command(
             redis,
             servers,
             Topics(topic_prefix),
-            ProjectionKeys.of(key_prefix, redis),
+            ProjectionKeys.of(key_prefix, redis, shards or 1),
             batch_size=batch_size,
+            adopt_layout=shards is None,
             on_applied=lambda applied: spec.observe(d.record for d in applied if d.record is not None),
         )
         try:
@@ -187,7 +200,7 @@ def history_command(
         redis = await connect(url)
         try:
             async with classified(redis):
-                reader = ProjectionReader(redis, key_prefix)
+                reader = await ProjectionReader.open(redis, key_prefix)
                 return (
                     await reader.history(conversation),
                     await reader.previews(conversation) if previews else [],
@@ -254,7 +267,8 @@ def status_command(
         redis = await connect(url)
         try:
             async with classified(redis):
-                return await ProjectionReader(redis, key_prefix).find_operation(operation_id, conversation)
+                reader = await ProjectionReader.open(redis, key_prefix)
+                return await reader.find_operation(operation_id, conversation)
         finally:
             await redis.aclose()
 

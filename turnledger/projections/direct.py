@@ -13,6 +13,7 @@ from turnledger.model.base import Frozen
 from turnledger.projections.applier import ScriptApplier
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import DecodedRecord, Planner
+from turnledger.projections.shards import plan_groups
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.topology import PROJECTED_STREAMS
 
@@ -23,7 +24,8 @@ class DirectProjector:
     """Keeps the synthetic offsets across calls, so a fold can be projected batch by batch."""
 
     def __init__(self, redis: RedisClient, keys: ProjectionKeys, batch: int = 500) -> None:
-        self.planner, self.applier = Planner(keys), ScriptApplier(redis)
+        self.keys, self.applier = keys, ScriptApplier(redis)
+        self.planners = [Planner(group) for group in keys.groups]
         self.batch = batch
         self.offsets: dict[str, int] = {}
 
@@ -37,10 +39,18 @@ class DirectProjector:
             offset = self.offsets[stream] = self.offsets.get(stream, -1) + 1
             pending.append(DecodedRecord(stream, f"fold:{stream}", 0, offset, record))
             if len(pending) >= self.batch:
-                count += (await self.applier.apply(self.planner.plan(pending))).applied
+                count += await self._apply(pending)
                 pending = []
         if pending:
-            count += (await self.applier.apply(self.planner.plan(pending))).applied
+            count += await self._apply(pending)
+        return count
+
+    async def _apply(self, records: list[DecodedRecord]) -> int:
+        """One script call per slot group (`shards.plan_groups`): the records applied, marks not counted."""
+        count = 0
+        for group in plan_groups(self.keys, self.planners, records):
+            result = await self.applier.apply(group.plan)
+            count += sum(1 for i in result.applied_indexes() if i < len(group.records))
         return count
 
 

@@ -59,6 +59,7 @@ from turnledger.kafka.reading import partitions_of, source_record
 from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import EpochChangedError, ensure_epoch
 from turnledger.projections.settings import FollowSettings
+from turnledger.projections.shards import EPOCH_SEPARATOR
 from turnledger.records import SourceRecord
 from turnledger.redisconn.cluster import drop_connections
 from turnledger.retry import Classify, StopRequested, ride_out
@@ -223,7 +224,7 @@ class Follower:
 
         p = self.projector
         await ride_out(
-            p.applier.load,
+            p.prepare,
             waiting_for=f"Redis at {url_of(p.redis)} to load the projection script",
             classify=redis_outage(p.redis),
             backoff=self.settings.outage,
@@ -238,7 +239,9 @@ class Follower:
             self.unpositioned.clear()
             return
         p = self.projector
-        p.epoch = await ensure_epoch(p.redis, p.keys.offsets)  # before the offsets: see the module doc
+        await p.keep_layout()
+        # before the offsets: see the module doc (each slot group's: `shards.py`)
+        p.epoch = EPOCH_SEPARATOR.join([await ensure_epoch(p.redis, g.offsets) for g in p.keys.groups])
         start = await p.start_positions(sorted(pending))
         self.forget(pending)
         self.known.update({_field(tp): position - 1 for tp, position in start.items()})

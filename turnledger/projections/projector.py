@@ -24,10 +24,18 @@ from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
 from turnledger.model.base import Frozen
 from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import ScriptApplier, ensure_epoch
-from turnledger.projections.keys import EPOCH_FIELD, ProjectionKeys
+from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
-from turnledger.projections.replies import bytes_hash
 from turnledger.projections.settings import FollowSettings
+from turnledger.projections.shards import (
+    EPOCH_SEPARATOR,
+    GroupPlan,
+    applied_offsets_of,
+    discover,
+    ensure_layout,
+    group_epochs,
+    plan_groups,
+)
 from turnledger.records import SourceRecord
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.redisconn.naming import client_url
@@ -75,14 +83,15 @@ class ProjectorStats:
 
 
 async def applied_offsets(redis: RedisClient, keys: ProjectionKeys) -> dict[str, int]:
+    """`topic:partition` -> the applied offset (of a projection split in slot groups: the lowest of
+    the groups', `shards.lowest_applied`)."""
     try:
-        raw = bytes_hash(await redis.hgetall(keys.offsets))
+        return await applied_offsets_of(redis, keys)
     except Exception as exc:
         failure = classify(exc, redis)
         if failure is None:
             raise
         raise failure from exc
-    return {k.decode(): int(v) for k, v in raw.items() if k.decode() != EPOCH_FIELD}
 
 
 def _count(decoded: Sequence[DecodedRecord], applied: Sequence[DecodedRecord]) -> None:
@@ -119,9 +128,12 @@ class Projector:
         batch_size: int = 1000,
         before_apply: BeforeApply | None = None,
         on_applied: OnApplied | None = None,
+        adopt_layout: bool = False,
     ) -> None:
         """`on_applied(records)` runs after every script call with the decoded records that call
-        applied (never those it skipped as applied before): what the live metrics count."""
+        applied (never those it skipped as applied before): what the live metrics count.
+        `adopt_layout`: split the projection as Redis holds it, whatever `keys.shards` says (`prepare`)."""
+        self.adopt_layout = adopt_layout
         self.redis = redis
         self.bootstrap = bootstrap
         self.streams = topics.by_topic(PROJECTED_STREAMS)
@@ -129,12 +141,28 @@ class Projector:
         self.batch_size = batch_size
         self.before_apply = before_apply
         self.on_applied = on_applied
-        self.planner = Planner(keys)
+        self.planners = [Planner(group) for group in keys.groups]
         self.applier = ScriptApplier(redis)
         self.follower: Follower | None = None
         """The follow mode's state while `run_forever` runs (readiness)."""
         self.epoch: str | None = None
-        """The offsets hash's epoch token read before positioning (`applier.ensure_epoch`)."""
+        """The offsets hash's epoch token read before positioning (`applier.ensure_epoch`); of a
+        projection split in slot groups, each group's, joined (`shards.group_epochs`)."""
+
+    async def prepare(self) -> None:
+        """Load the script, and record or check how the projection is split (`shards.ensure_layout`:
+        a `ProjectionLayoutError` when Redis holds it split otherwise)."""
+        await self.applier.load()
+        if self.adopt_layout:
+            held = await discover(self.keys.prefix, self.redis)
+            if held.shards != self.keys.shards:
+                self.keys, self.planners = held, [Planner(group) for group in held.groups]
+        await ensure_layout(self.redis, self.keys)
+
+    async def keep_layout(self) -> None:
+        """Record the projection's split again if a node that held it came back empty (`prepare`);
+        before each positioning."""
+        await ensure_layout(self.redis, self.keys)
 
     async def start_positions(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """applied + 1 for every partition Redis knows; the others start at the beginning."""
@@ -147,31 +175,47 @@ class Projector:
         return positions
 
     async def apply(self, raw: Sequence[SourceRecord], stats: ProjectorStats) -> None:
-        """Plan and apply one batch in one script call, guarded by `self.epoch` when set
-        (`ScriptApplier.apply`)."""
+        """Plan and apply one batch in one script call (one per slot group, `shards.py`), guarded by
+        `self.epoch` when set (`ScriptApplier.apply`). What a group applied is counted even when
+        another group's call failed, whose failure is then raised."""
         decoded = [decode_record(self.streams[r.topic], r) for r in raw]
-        plan = self.planner.plan(decoded)
+        epochs = group_epochs(self.epoch, self.keys)
+        applied: list[DecodedRecord] = []
+        failure: BaseException | None = None
+        for group, epoch in zip(plan_groups(self.keys, self.planners, decoded), epochs, strict=True):
+            try:
+                applied += await self._apply_group(group, epoch, decoded)
+            except Exception as exc:
+                failure = failure or exc
+        _count(decoded, applied)
+        if self.on_applied is not None:
+            self.on_applied(applied)
+        if failure is not None:
+            raise failure
+        stats.batches += 1
+        stats.applied += len(applied)
+        stats.skipped += len(decoded) - len(applied)
+        stats.undecodable += sum(1 for d in decoded if d.record is None)
+        for d in decoded:
+            stats.by_stream[d.stream] = stats.by_stream.get(d.stream, 0) + 1
+
+    async def _apply_group(
+        self, group: GroupPlan, epoch: str | None, decoded: Sequence[DecodedRecord]
+    ) -> list[DecodedRecord]:
+        """One group's script call: the decoded records it applied (not its marks)."""
         if self.before_apply is not None:
-            await self.before_apply(plan)
+            await self.before_apply(group.plan)
         began = time.perf_counter()
         try:
-            result = await self.applier.apply(plan, epoch=self.epoch)
+            result = await self.applier.apply(group.plan, epoch=epoch)
         except Exception as exc:
             failure = classify(exc, self.redis)
             if failure is None:
                 raise
             raise failure from exc
         live.PROJECTOR_APPLY_SECONDS.observe(time.perf_counter() - began)
-        applied = [decoded[i] for i in result.applied_indexes()]
-        _count(decoded, applied)
-        if self.on_applied is not None:
-            self.on_applied(applied)
-        stats.batches += 1
-        stats.applied += result.applied
-        stats.skipped += result.skipped
-        stats.undecodable += sum(1 for d in decoded if d.record is None)
-        for d in decoded:
-            stats.by_stream[d.stream] = stats.by_stream.get(d.stream, 0) + 1
+        records = group.records
+        return [decoded[records[i]] for i in result.applied_indexes() if i < len(records)]
 
     async def run_to_end(self, start: Mapping[TopicPartition, int] | None = None) -> ProjectorStats:
         """Project everything up to the topics' current last stable offsets, then return.
@@ -179,8 +223,10 @@ class Projector:
         `start` overrides the Redis positions (tests use it to re-deliver from offset 0)."""
         stats = ProjectorStats()
         began = time.perf_counter()
-        await self.applier.load()
-        self.epoch = await ensure_epoch(self.redis, self.keys.offsets)
+        await self.prepare()
+        self.epoch = EPOCH_SEPARATOR.join(
+            [await ensure_epoch(self.redis, group.offsets) for group in self.keys.groups]
+        )
         consumer = await start_reader(self.bootstrap, action="project the output topics")
         try:
             partitions = await partitions_of(consumer, self.bootstrap, self.streams)

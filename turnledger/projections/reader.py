@@ -10,9 +10,10 @@ import orjson
 from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
 from turnledger.projections.errors import AmbiguousOperationError
-from turnledger.projections.keys import DEFAULT_KEY_PREFIX, EPOCH_FIELD, ProjectionKeys
+from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.plan import COMMITTED_MARKER, PREVIEW_TEXT_SUFFIX
-from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, text_or_none
+from turnledger.projections.replies import bytes_hash, bytes_list, bytes_set, scored_list, text_or_none
+from turnledger.projections.shards import applied_offsets_of, discover
 from turnledger.redisconn.cluster import RedisClient
 
 
@@ -60,9 +61,19 @@ def _int(value: str | None) -> int | None:
 
 
 class ProjectionReader:
-    def __init__(self, redis: RedisClient, prefix: str = DEFAULT_KEY_PREFIX) -> None:
+    def __init__(
+        self, redis: RedisClient, prefix: str = DEFAULT_KEY_PREFIX, keys: ProjectionKeys | None = None
+    ) -> None:
+        """The projection under `prefix`, as one slot group unless `keys` says otherwise: `open`
+        finds out from Redis."""
         self.redis = redis
-        self.keys = ProjectionKeys.of(prefix, redis)
+        self.keys = keys or ProjectionKeys.of(prefix, redis)
+
+    @classmethod
+    async def open(cls, redis: RedisClient, prefix: str = DEFAULT_KEY_PREFIX) -> ProjectionReader:
+        """A reader of the projection under `prefix` as Redis holds it (split in slot groups or not:
+        `shards.discover`)."""
+        return cls(redis, prefix, await discover(prefix, redis))
 
     async def history(self, conversation: str) -> list[Block]:
         """Committed blocks in conversation order."""
@@ -77,7 +88,9 @@ class ProjectionReader:
 
     async def conversations_of_operation(self, op_id: str) -> list[str]:
         """The conversations that have an operation of this id (usually one)."""
-        members = bytes_set(await self.redis.smembers(self.keys.operation_conversations(op_id)))
+        members: set[bytes] = set()
+        for group in self.keys.groups:
+            members |= bytes_set(await self.redis.smembers(group.operation_conversations(op_id)))
         return sorted(m.decode() for m in members)
 
     async def find_operation(self, op_id: str, conversation: str | None = None) -> OperationStatus | None:
@@ -154,10 +167,17 @@ class ProjectionReader:
         return sorted(out, key=lambda p: (p.operation_id, p.attempt_generation, p.block_index))
 
     async def rejections(self, conversation: str | None = None, limit: int = 100) -> list[Rejected]:
-        """Newest first; filtered by conversation when given (scans the capped log)."""
-        values = bytes_list(await self.redis.zrevrange(self.keys.rejections, 0, -1))
+        """Newest first; filtered by conversation when given (scans the capped log: of the
+        conversation's slot group, or of every group merged by time)."""
+        groups = self.keys.groups if conversation is None else (self.keys.group_of(conversation),)
+        scored: list[tuple[float, bytes]] = []
+        for group in groups:
+            rows = scored_list(await self.redis.zrevrange(group.rejections, 0, -1, withscores=True))
+            scored += [(score, value) for value, score in rows]
+        if len(groups) > 1:
+            scored.sort(reverse=True)  # as ZREVRANGE orders one group: by score, then member, descending
         out: list[Rejected] = []
-        for value in values:
+        for _, value in scored:
             rejected = Rejected.model_validate_json(value)
             if conversation is None or rejected.conversation_id == conversation:
                 out.append(rejected)
@@ -166,9 +186,13 @@ class ProjectionReader:
         return out
 
     async def stats(self) -> dict[str, int]:
-        raw = bytes_hash(await self.redis.hgetall(self.keys.stats))
-        return {k.decode(): int(v) for k, v in sorted(raw.items())}
+        """The counters, summed over the slot groups."""
+        total: dict[str, int] = {}
+        for group in self.keys.groups:
+            for name, value in bytes_hash(await self.redis.hgetall(group.stats)).items():
+                total[name.decode()] = total.get(name.decode(), 0) + int(value)
+        return dict(sorted(total.items()))
 
     async def applied_offsets(self) -> dict[str, int]:
-        raw = bytes_hash(await self.redis.hgetall(self.keys.offsets))
-        return {k.decode(): int(v) for k, v in sorted(raw.items()) if k.decode() != EPOCH_FIELD}
+        """Where the projection stands: each partition's applied offset (the lowest of the groups')."""
+        return await applied_offsets_of(self.redis, self.keys)

@@ -22,8 +22,9 @@ from turnledger.projections.replies import (
 )
 from turnledger.redisconn.cluster import RedisClient
 
-POSITION_KEYS = ("offsets",)
-"""Keys that record where a projection read from, not what it holds: left out of comparisons."""
+POSITION_KEYS = ("offsets", "layout")
+"""Keys that record where a projection read from and how it is split, not what it holds: left out of
+comparisons."""
 
 
 async def drop_prefix(redis: RedisClient, prefix: str, chunk: int = 500) -> int:
@@ -51,7 +52,7 @@ async def snapshot(redis: RedisClient, prefix: str) -> dict[str, Any]:
     Two projections of the same records compare equal however their sources were
     partitioned or interleaved: lists are per conversation (one partition each), the
     rejections log is ordered by time and content, previews carry their markers."""
-    skip = {ProjectionKeys(prefix).offsets}
+    skip = {f"{ProjectionKeys(prefix).base}{name}" for name in POSITION_KEYS}
     out: dict[str, Any] = {}
     async for raw_key in redis.scan_iter(match=_glob_escape(prefix) + "*", count=500):
         key = raw_key.decode()
@@ -59,6 +60,29 @@ async def snapshot(redis: RedisClient, prefix: str) -> dict[str, Any]:
             continue
         out[key[len(prefix) :]] = await _value(redis, key)
     return dict(sorted(out.items()))
+
+
+async def snapshot_projection(redis: RedisClient, keys: ProjectionKeys) -> dict[str, Any]:
+    """`snapshot` of the whole projection: of each slot group when split, its names then led by the
+    group's number (`#3/history:c-1`)."""
+    if not keys.split:
+        return await snapshot(redis, keys.base)
+    out: dict[str, Any] = {}
+    for index, group in enumerate(keys.groups):
+        for name, value in (await snapshot(redis, group.base)).items():
+            out[f"#{index}/{name}"] = value
+    return out
+
+
+async def drop_projection(redis: RedisClient, *layouts: ProjectionKeys) -> int:
+    """Drop every key of the projection (its layout, each slot group), as split in any of `layouts`
+    (what Redis holds, and what it is about to be)."""
+    bases = {base: None for keys in layouts for base in _bases(keys)}
+    return sum([await drop_prefix(redis, base) for base in bases])
+
+
+def _bases(keys: ProjectionKeys) -> tuple[str, ...]:
+    return (keys.base, *(group.base for group in keys.groups)) if keys.split else (keys.base,)
 
 
 async def _value(redis: RedisClient, key: str) -> Any:

@@ -200,10 +200,20 @@ def rebuild_command(
     max_record_bytes: MaxRecordBytes = None,
     max_turn_bytes: MaxTurnBytes = None,
     max_held_deltas: MaxHeldDeltas = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="Redis Cluster only: rebuild the projection split in N slot groups (default: as it "
+            "is split now; `turnledger project --shards`).",
+        ),
+    ] = None,
 ) -> None:
     """Drop the projection keys (SCAN+DEL by prefix), project the topics again, verify with a fresh fold.
 
     The fresh fold runs under the size limits given (the processor's)."""
+    from turnledger.projections.shards import discover
     from turnledger.replay.rebuild import RebuildReport, rebuild
     from turnledger.topology import Topics
 
@@ -225,9 +235,12 @@ def rebuild_command(
     async def main() -> RebuildReport:
         redis = await connect(url)
         try:
-            return await rebuild(
-                redis, servers, Topics(topic_prefix), ProjectionKeys.of(key_prefix, redis), verify=verify
+            keys = (
+                await discover(key_prefix, redis)
+                if shards is None
+                else ProjectionKeys.of(key_prefix, redis, shards)
             )
+            return await rebuild(redis, servers, Topics(topic_prefix), keys, verify=verify)
         finally:
             await redis.aclose()
 
@@ -267,7 +280,7 @@ def shadow_diff_command(
     try:
         items = read_legacy(legacy)
     except LegacyFormatError as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
         raise typer.Exit(2) from exc
 
     async def main() -> list[ShadowResult]:

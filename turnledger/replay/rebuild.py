@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from turnledger.projections.direct import DirectProjector
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
-from turnledger.projections.snapshot import diff_snapshots, drop_prefix, snapshot
+from turnledger.projections.shards import discover
+from turnledger.projections.snapshot import diff_snapshots, drop_projection, snapshot_projection
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.replay.refold import refold
 from turnledger.topology import Topics
@@ -45,18 +46,20 @@ async def project_fresh_fold(redis: RedisClient, bootstrap: str, topics: Topics,
 async def rebuild(
     redis: RedisClient, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool = True
 ) -> RebuildReport:
-    dropped = await drop_prefix(redis, keys.base)
+    """Drop the projection under `keys.prefix` (as Redis holds it split, and as `keys` splits it),
+    project the topics again split as `keys` says, and verify it against a fresh fold split alike."""
+    dropped = await drop_projection(redis, await discover(keys.prefix, redis), keys)
     stats = await Projector(redis, bootstrap, topics, keys).run_to_end()
     report = RebuildReport(dropped_keys=dropped, projected=stats, verified=verify)
     if not verify:
         return report
     check = keys.beside(VERIFY_PREFIX + keys.prefix)
-    await drop_prefix(redis, check.base)
+    await drop_projection(redis, check)
     try:
         report.folded_records = await project_fresh_fold(redis, bootstrap, topics, check)
         report.differences = diff_snapshots(
-            await snapshot(redis, keys.base), await snapshot(redis, check.base)
+            await snapshot_projection(redis, keys), await snapshot_projection(redis, check)
         )
     finally:
-        await drop_prefix(redis, check.base)
+        await drop_projection(redis, check)
     return report

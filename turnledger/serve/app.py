@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib import resources
@@ -33,6 +34,7 @@ from turnledger.observability.runtime_metrics import SERVE_EVENTS, SERVE_REQUEST
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
+from turnledger.projections.shards import discover
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.serve.redis_failures import RedisFailures
 
@@ -137,9 +139,25 @@ class RequestCounter:
         return "unmatched"
 
 
+class Layout:
+    """The projection's keys as Redis holds it (split in slot groups or not, `shards.discover`): the
+    page may be served before the first projector records the split, so an unsplit answer is asked
+    again after `recheck_s`; a split one is kept (it changes only by a rebuild)."""
+
+    def __init__(self, redis: RedisClient, prefix: str, recheck_s: float = 5.0) -> None:
+        self.redis, self.prefix, self.recheck_s = redis, prefix, recheck_s
+        self._keys: ProjectionKeys | None = None
+        self._read_at = 0.0
+
+    async def keys(self) -> ProjectionKeys:
+        now = time.monotonic()
+        if self._keys is None or (not self._keys.split and now - self._read_at >= self.recheck_s):
+            self._keys, self._read_at = await discover(self.prefix, self.redis), now
+        return self._keys
+
+
 def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig = ServeConfig()) -> Starlette:
-    reader = ProjectionReader(redis, config.key_prefix)
-    keys = ProjectionKeys.of(config.key_prefix, redis)
+    layout = Layout(redis, config.key_prefix)
     redis_failures = RedisFailures(redis)
 
     async def index(request: Request) -> Response:
@@ -155,7 +173,12 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
 
     async def conversations(request: Request) -> Response:
         limit = min(int(request.query_params.get("limit", "200")), 1000)
-        rows = scored_list(await redis.zrevrange(keys.conversations, 0, limit - 1, withscores=True))
+        keys = await layout.keys()
+        rows: list[tuple[bytes, float]] = []
+        for group in keys.groups:  # each slot group's newest, then the newest of them all
+            rows += scored_list(await redis.zrevrange(group.conversations, 0, limit - 1, withscores=True))
+        if keys.split:
+            rows = sorted(rows, key=lambda row: (row[1], row[0]), reverse=True)[:limit]
         out = []
         for member, score in rows:
             conv = member.decode()
@@ -173,6 +196,8 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
 
     async def conversation(request: Request) -> Response:
         conv = request.path_params["conversation"]
+        keys = await layout.keys()
+        reader = ProjectionReader(redis, config.key_prefix, keys)
         # the stream position first: whatever the snapshot holds beyond it comes again as events, which
         # the page applies idempotently (by block id, by operation and generation); nothing is missed
         last = cast(StreamEntries, await redis.xrevrange(keys.events(conv), count=1))
@@ -208,6 +233,7 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
         after = request.headers.get("last-event-id") or request.query_params.get("after") or "0-0"
         if not _STREAM_ID.match(after):
             return _json({"error": f"not a stream id: {after!r}"}, 400)
+        keys = await layout.keys()
         return StreamingResponse(
             _sse(redis, keys.events(conv), after, config),
             media_type="text/event-stream",

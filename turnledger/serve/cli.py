@@ -71,7 +71,7 @@ def serve_command(
             _serve(url, servers, Topics(prefix=topic_prefix).ingress, host, port, config, metrics_port)
         )
     except ServiceUnavailable as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
         raise typer.Exit(2) from exc
 
 

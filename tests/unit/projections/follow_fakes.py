@@ -170,10 +170,17 @@ class FakeProjector:
         self.redis = redis
         self.streams = {"a": "stream-a", "b": "stream-b"}
         self.epoch: str | None = None
+        self.layouts_kept = 0
         self.applier = FakeApplier()
         self.batches: list[list[SourceRecord]] = []
         self.failures: list[BaseException | None] = []
         self.asked: list[list[TopicPartition]] = []
+
+    async def prepare(self) -> None:
+        await self.applier.load()
+
+    async def keep_layout(self) -> None:
+        self.layouts_kept += 1
 
     async def apply(self, raw: Sequence[SourceRecord], stats: ProjectorStats) -> None:
         if self.failures:

@@ -46,6 +46,9 @@ class Projection:
         self.redis = redis
         self.keys = KEYS
 
+    async def keep_layout(self) -> None:
+        return None
+
 
 def _follower(applied: dict[str, int], *tps: TopicPartition) -> Follower:
     follower = Follower(Projection(OffsetsOnly(applied)), FollowSettings())  # type: ignore[arg-type]
