@@ -26,6 +26,7 @@ from redis.crc import key_slot
 from tests.integration.projections.checks import until
 from tests.integration.projections.workload import produce, settled, workload
 from tests.integration.redis_cluster_nodes import ClusterNode, node_of_slot, three_node_cluster
+from tests.integration.replay.ingress_workload import ingress_events, produce_ingress, run_processor
 from tests.integration.serve.conftest import serving
 from turnledger.model.base import Frozen
 from turnledger.processors.topics import ensure_topics
@@ -36,7 +37,7 @@ from turnledger.projections.projector import Projector
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.settings import FollowSettings
 from turnledger.projections.shards import discover
-from turnledger.projections.snapshot import diff_snapshots, drop_projection, snapshot
+from turnledger.projections.snapshot import diff_snapshots, drop_projection, snapshot, snapshot_projection
 from turnledger.redisconn.client import connect
 from turnledger.redisconn.client import redis_client as build_client
 from turnledger.serve.app import ServeConfig
@@ -349,3 +350,48 @@ async def test_a_node_back_empty_gets_its_groups_rebuilt_while_the_others_skip(
 async def _outage(projector: Projector) -> bool:
     follower = projector.follower
     return follower is not None and follower.outage is not None
+
+
+async def test_replay_rebuild_keeps_or_changes_the_split_and_equals_a_fresh_fold(
+    cluster: list[ClusterNode], client: RedisCluster, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """`turnledger replay rebuild` drops every group (and the layout), projects the topics again split
+    as the projection was, and compares it group by group with a fresh fold's projection split alike;
+    `--shards 3` rebuilds it in three groups, dropping the eight."""
+    await produce_ingress(kafka_bootstrap, topics, ingress_events(6))
+    assert await run_processor(kafka_bootstrap, topics) > 0
+    await settled(kafka_bootstrap, topics.outputs)
+    url = f"redis+cluster://127.0.0.1:{cluster[0].port}"
+    common = ["--bootstrap", kafka_bootstrap, "--topic-prefix", topics.prefix, "--key-prefix", PREFIX]
+    assert _cli("project", *common, "--until-caught-up", "--shards", str(SHARDS), url=url).returncode == 0
+    eight = ProjectionKeys.of(PREFIX, client, SHARDS)
+    before = await snapshot_projection(client, eight)
+    assert before and len({name.partition("/")[0] for name in before}) > 1
+
+    kept = _cli("replay", "rebuild", *common, url=url)
+    assert kept.returncode == 0, kept.stderr + kept.stdout
+    assert f"dropped {len(before) + SHARDS + 1} keys; projected " in kept.stdout  # + offsets, layout
+    assert "equal to a projection of a fresh fold (" in kept.stdout
+    assert await snapshot_projection(client, eight) == before
+
+    three = _cli("replay", "rebuild", *common, "--shards", "3", url=url)
+    assert three.returncode == 0, three.stderr + three.stdout
+    assert "equal to a projection of a fresh fold (" in three.stdout
+    assert (await discover(PREFIX, client)).shards == 3
+    for gone in eight.groups[3:]:  # groups 0-2 are the three's now ({sh:#0}...), 3-7 are dropped
+        assert await snapshot(client, gone.base) == {} and not await client.exists(gone.offsets)
+    split = await snapshot_projection(client, ProjectionKeys.of(PREFIX, client, 3))
+    assert merged_by_conversation(split) == merged_by_conversation(before)
+    leftovers = [k async for k in client.scan_iter(match="{verify:*")]
+    assert leftovers == [], "verification keys are dropped"
+
+
+def merged_by_conversation(named: dict[str, Any]) -> dict[str, Any]:
+    """A split projection's per-conversation keys without their group's number (`#3/history:c` ->
+    `history:c`): the same whatever the group count."""
+    out = {}
+    for name, value in named.items():
+        relative = name.partition("/")[2]
+        if _conversation_of(relative) is not None:
+            out[relative] = value
+    return dict(sorted(out.items()))

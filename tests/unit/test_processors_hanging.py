@@ -162,6 +162,108 @@ async def test_write_txn_markers_request_bytes_and_a_partition_error() -> None:
 
 
 @dataclass
+class LearningCluster:
+    """A metadata cache that knows `leaders` only once asked for each topic of `later` and updated."""
+
+    leaders: dict[TopicPartition, int | None]
+    later: dict[TopicPartition, int | None] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+    updates: int = 0
+
+    def leader_for_partition(self, tp: TopicPartition) -> int | None:
+        return self.leaders.get(tp)
+
+
+@dataclass
+class LearningClient:
+    cluster: LearningCluster
+    answer: bytes = b""
+    requests: list[Any] = field(default_factory=list)
+
+    async def add_topic(self, topic: str) -> None:
+        self.cluster.added.append(topic)
+
+    async def force_metadata_update(self) -> None:
+        self.cluster.updates += 1
+        self.cluster.leaders.update(
+            {tp: self.cluster.later[tp] for tp in self.cluster.later if tp.topic in self.cluster.added}
+        )
+
+    async def send(self, node_id: int, request: Any) -> Any:
+        self.requests.append((node_id, request))
+        built = request.prepare({request.API_KEY: (0, 2)})
+        return built.RESPONSE_TYPE.decode(self.answer)
+
+
+async def test_leaders_not_known_are_asked_for_by_topic_and_broker_0_is_a_leader() -> None:
+    """A partition without a known leader (-1 or none) makes its topic be added and the metadata
+    updated once; broker id 0 is a leader like any other; one still without a leader is refused."""
+    u0, u1, known = TopicPartition("u", 0), TopicPartition("v", 1), TopicPartition("k", 0)
+    cluster = LearningCluster({u0: -1, known: 0}, later={u0: 0, u1: 2})
+    by_leader = await producer_states._leaders(LearningClient(cluster), [u0, u1, known])  # type: ignore[arg-type]
+    assert (sorted(cluster.added), cluster.updates) == (["u", "v"], 1)
+    assert by_leader == {0: [u0, known], 2: [u1]}
+
+    settled = LearningCluster({known: 0})
+    assert await producer_states._leaders(LearningClient(settled), [known]) == {0: [known]}  # type: ignore[arg-type]
+    assert (settled.added, settled.updates) == ([], 0)
+
+    for still in (-1, None):
+        lost = LearningCluster({TP: -1}, later={TP: still})
+        with pytest.raises(producer_states.ProducerStatesError) as refused:
+            await producer_states._leaders(LearningClient(lost), [TP])  # type: ignore[arg-type]
+        assert str(refused.value) == "t-3 has no leader"
+
+
+async def test_a_partition_s_error_leaves_the_next_partitions_described() -> None:
+    """An error first (no message), then a partition with a transaction open at offset 0 and a
+    producer with none (-1)."""
+    first, second = TopicPartition("t", 1), TopicPartition("t", 2)
+    response = (
+        struct.pack(">i", 0)
+        + compact_len(1)
+        + compact_string("t")
+        + compact_len(2)
+        + struct.pack(">ih", 1, 6)
+        + b"\x00"  # error message: null
+        + compact_len(0)
+        + NO_TAGS
+        + struct.pack(">ih", 2, 0)
+        + b"\x00"
+        + compact_len(2)
+        + struct.pack(">qiiqiq", 7, 4, 11, 5, 2, 0)
+        + NO_TAGS
+        + struct.pack(">qiiqiq", 8, 1, 3, 6, 2, -1)
+        + NO_TAGS
+        + NO_TAGS
+        + NO_TAGS
+        + NO_TAGS
+    )
+    client = LearningClient(LearningCluster({first: 1, second: 1}), response)
+    described = await describe_producers(client, [first, second])  # type: ignore[arg-type]
+    assert described.errors == {first: "NotLeaderForPartitionError"}
+    assert described.states == [
+        ProducerState(second, 7, 4, 2, 5, 0, last_sequence=11),
+        ProducerState(second, 8, 1, 2, 6, None, last_sequence=3),
+    ]
+
+
+async def test_an_abort_sends_a_marker_that_is_not_a_commit() -> None:
+    ok = (
+        struct.pack(">q", 7)
+        + compact_len(1)
+        + compact_string("t")
+        + compact_len(1)
+        + struct.pack(">ih", 3, 0)
+    )
+    client = LearningClient(LearningCluster({TP: 2}), compact_len(1) + ok + NO_TAGS * 3 + NO_TAGS)
+    await abort_transaction(client, state(7, 4, 120))  # type: ignore[arg-type]
+    [(node, request)] = client.requests
+    [(producer, epoch, commit, *_)] = request._markers
+    assert (node, producer, epoch, commit) == (2, 7, 4, False) and commit is False
+
+
+@dataclass
 class FakeTxnManager:
     producer_id: int
     producer_epoch: int

@@ -223,6 +223,7 @@ async def test_a_redis_outage_while_positioning_is_waited_out(
     glue.epochs = [refused, "e2"]
     await follow_to_the_end(follower, consumer, projector)
     assert glue.ensured == [(projector.redis, KEYS.offsets)] * 2
+    assert projector.layouts_kept == 2  # before each epoch read: a node back empty lost the layout too
     assert (projector.epoch, glue.sought) == ("e2", [(consumer, [A0, A1], {A1: 7})])
     outage = str(RedisUnavailableError(REDIS_URL, refused))
     assert glue.ready_in_wait == [outage]
