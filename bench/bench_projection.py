@@ -14,7 +14,9 @@ REDIS_URL, a `turnledger dev up` stack, or starts a private one).
 
 `--cluster-url redis+cluster://HOST:PORT` also projects the same topics into that Redis Cluster (every
 key in the hash slot of the prefix, `redisconn/cluster.py`), `--repeats` times each, alternating with
-the single Redis under a fresh prefix each time, and reports both medians and their ratio.
+the single Redis under a fresh prefix each time, and reports both medians and their ratio. With
+`--shards N` a third projection, into the cluster split in N slot groups (`projections/shards.py`: one
+script call per group a batch, the groups' hash tags on every node), joins the alternation.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from turnledger.model.events import DispatchRequested, IngressEvent, SubmittedBl
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
-from turnledger.projections.snapshot import drop_prefix
+from turnledger.projections.snapshot import drop_prefix, drop_projection
 from turnledger.redisconn.client import redis_client
 from turnledger.replay.audit import audit
 from turnledger.replay.refold import refold
@@ -133,35 +135,40 @@ async def raw_consume(bootstrap: str, topic: str) -> tuple[int, float]:
     return n, time.perf_counter() - began
 
 
-async def project_once(url: str, bootstrap: str, topics: Topics) -> float:
+async def project_once(url: str, bootstrap: str, topics: Topics, shards: int = 1) -> float:
     """Records per second of one projection of every output topic into a fresh prefix at `url`."""
     redis = redis_client(url)
-    keys = ProjectionKeys.of(f"bench:{uuid.uuid4().hex[:8]}:", redis)
+    keys = ProjectionKeys.of(f"bench:{uuid.uuid4().hex[:8]}:", redis, shards)
     try:
         stats = await Projector(redis, bootstrap, topics, keys).run_to_end()
     finally:
-        await drop_prefix(redis, keys.base)
+        await drop_projection(redis, keys)
         await redis.aclose()
     return stats.records / stats.seconds
 
 
 async def compare_cluster(
-    cluster_url: str, bootstrap: str, redis_url: str, topics: Topics, repeats: int
+    cluster_url: str, bootstrap: str, redis_url: str, topics: Topics, repeats: int, shards: int | None
 ) -> None:
-    rates: dict[str, list[float]] = {"single": [], "cluster": []}
+    targets = {"single": (redis_url, 1), "cluster": (cluster_url, 1)}
+    if shards is not None:
+        targets[f"cluster, {shards} slot groups"] = (cluster_url, shards)
+    rates: dict[str, list[float]] = {name: [] for name in targets}
     for _ in range(repeats):
-        rates["single"].append(await project_once(redis_url, bootstrap, topics))
-        rates["cluster"].append(await project_once(cluster_url, bootstrap, topics))
-    single, cluster = statistics.median(rates["single"]), statistics.median(rates["cluster"])
+        for name, (url, groups) in targets.items():
+            rates[name].append(await project_once(url, bootstrap, topics, groups))
+    single = statistics.median(rates["single"])
     print(f"\nprojection, medians of {repeats} alternating runs\n")
     print("| Redis | records/s (each run) | median | ratio |")
     print("|---|---|---:|---:|")
-    for name, median in (("single", single), ("cluster", cluster)):
-        runs = ", ".join(f"{r:,.0f}" for r in rates[name])
-        print(f"| {name} | {runs} | {median:,.0f} | {median / single:.2f} |")
+    for name, runs in rates.items():
+        median = statistics.median(runs)
+        print(f"| {name} | {', '.join(f'{r:,.0f}' for r in runs)} | {median:,.0f} | {median / single:.2f} |")
 
 
-async def run(conversations: int, cluster_url: str | None = None, repeats: int = 3) -> None:
+async def run(
+    conversations: int, cluster_url: str | None = None, repeats: int = 3, shards: int | None = None
+) -> None:
     with session_endpoints() as endpoints:
         topics = Topics(prefix=f"bench-{uuid.uuid4().hex[:8]}.")
         await ensure_topics(endpoints.bootstrap, topics, partitions=3)
@@ -175,7 +182,9 @@ async def run(conversations: int, cluster_url: str | None = None, repeats: int =
             raw_n, raw_s = await raw_consume(endpoints.bootstrap, topics.ingress)
             report = await audit(endpoints.bootstrap, topics)
             if cluster_url is not None:
-                await compare_cluster(cluster_url, endpoints.bootstrap, endpoints.redis_url, topics, repeats)
+                await compare_cluster(
+                    cluster_url, endpoints.bootstrap, endpoints.redis_url, topics, repeats, shards
+                )
         finally:
             await drop_prefix(redis, keys.prefix)
             await redis.aclose()
@@ -203,8 +212,9 @@ def main() -> None:
         "--cluster-url", help="also project into this Redis Cluster (redis+cluster://HOST:PORT)"
     )
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs each, with --cluster-url")
+    parser.add_argument("--shards", type=int, help="with --cluster-url: also split in this many slot groups")
     args, _ = parser.parse_known_args()
-    asyncio.run(run(args.conversations, args.cluster_url, args.repeats))
+    asyncio.run(run(args.conversations, args.cluster_url, args.repeats, args.shards))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from turnledger.errors import ProjectionError
 from turnledger.model.events import ManifestIssued
-from turnledger.projections.keys import EPOCH_FIELD, ProjectionKeys, shard_of
+from turnledger.projections.keys import EPOCH_FIELD, MAX_SHARDS, ProjectionKeys, shard_of
 from turnledger.projections.plan import BatchPlan, DecodedRecord, Planner
 from turnledger.projections.replies import bytes_hash, text_or_none
 from turnledger.redisconn.cluster import RedisClient
@@ -91,12 +91,24 @@ def lowest_applied(held: Sequence[Mapping[str, int]]) -> dict[str, int]:
     return {source: min(group[source] for group in held) for source in sorted(common)}
 
 
+def _group_count(keys: ProjectionKeys, held: str | None) -> int:
+    """The group count a layout key holds (1 without one); a `ProjectionError` for anything else."""
+    if held is None:
+        return 1
+    if not held.isdigit() or not 0 < int(held) <= MAX_SHARDS:
+        raise ProjectionError(
+            f"{keys.layout} holds {held!r}, not a slot group count: rebuild the projection "
+            "(`turnledger replay rebuild --shards N`)"
+        )
+    return int(held)
+
+
 async def discover(prefix: str, redis: RedisClient) -> ProjectionKeys:
     """The keys of the projection under `prefix` as it is split in Redis (`layout`; 1 group when the
     projection has no layout, as one written before slot groups existed)."""
     keys = ProjectionKeys.of(prefix, redis)
-    held = text_or_none(await redis.get(keys.layout))
-    return keys if held is None or int(held) == 1 else ProjectionKeys.of(prefix, redis, int(held))
+    count = _group_count(keys, text_or_none(await redis.get(keys.layout)))
+    return keys if count == 1 else ProjectionKeys.of(prefix, redis, count)
 
 
 async def ensure_layout(redis: RedisClient, keys: ProjectionKeys) -> None:
@@ -109,7 +121,7 @@ async def ensure_layout(redis: RedisClient, keys: ProjectionKeys) -> None:
             raise ProjectionLayoutError(keys.prefix, 1, keys.shards)
         await redis.set(keys.layout, str(keys.shards), nx=True)
         held = text_or_none(await redis.get(keys.layout))
-    count = 1 if held is None else int(held)
+    count = _group_count(keys, held)
     if count != keys.shards:
         raise ProjectionLayoutError(keys.prefix, count, keys.shards)
 

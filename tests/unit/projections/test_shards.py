@@ -5,6 +5,7 @@ tests/integration/test_redis_cluster_shards.py."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from typing import Any
 
@@ -20,6 +21,8 @@ from turnledger.projections.plan import DecodedRecord, Planner
 from turnledger.projections.shards import (
     ProjectionLayoutError,
     conversation_of,
+    discover,
+    ensure_layout,
     group_epochs,
     lowest_applied,
     plan_groups,
@@ -161,3 +164,87 @@ def test_a_layout_refusal_says_how_to_start_or_rebuild() -> None:
         "started with --shards 4: start it with --shards 8 (or without --shards), or rebuild the "
         "projection in 4 with `turnledger replay rebuild --shards 4`"
     )
+
+
+class LayoutRedis:
+    """What `discover` and `ensure_layout` ask of Redis: GET, SET NX and EXISTS, by a cluster client
+    (so the keys are one-slot ones)."""
+
+    def __init__(self, **held: str) -> None:
+        self.held = {k: v.encode() for k, v in held.items()}
+        self.sets: list[tuple[str, str]] = []
+
+    async def get(self, key: str) -> bytes | None:
+        return self.held.get(key)
+
+    async def set(self, key: str, value: str, nx: bool = False) -> bool:
+        assert nx
+        self.sets.append((key, value))
+        self.held.setdefault(key, value.encode())
+        return True
+
+    async def exists(self, key: str) -> int:
+        return int(key in self.held)
+
+
+@pytest.fixture
+def cluster_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("turnledger.projections.keys.is_cluster", lambda client: True)
+
+
+@pytest.mark.usefixtures("cluster_client")
+async def test_the_group_count_is_recorded_once_and_found_by_every_reader() -> None:
+    redis = LayoutRedis()
+    await ensure_layout(redis, SPLIT)  # type: ignore[arg-type]
+    assert redis.sets == [("{tl:}layout", "4")]
+    found = await discover("tl:", redis)  # type: ignore[arg-type]
+    assert (found, found.groups) == (SPLIT, SPLIT.groups)
+    await ensure_layout(redis, SPLIT)  # type: ignore[arg-type]
+    assert len(redis.sets) == 1  # held already: checked, not written
+
+    plain = LayoutRedis()
+    await ensure_layout(plain, ProjectionKeys("tl:", one_slot=True))  # type: ignore[arg-type]
+    assert plain.sets == []  # one group has no layout, as before slot groups
+    assert await discover("tl:", plain) == ProjectionKeys("tl:", one_slot=True)  # type: ignore[arg-type]
+    assert await discover("tl:", LayoutRedis(**{"{tl:}layout": "1"})) == ProjectionKeys("tl:", one_slot=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("cluster_client")
+@pytest.mark.parametrize(
+    ("held", "keys", "said"),
+    [
+        (
+            {"{tl:}layout": "8"},
+            SPLIT,
+            "is split in 8 slot group(s), and this projector was started with --shards 4",
+        ),
+        (
+            {"{tl:}layout": "4"},
+            ProjectionKeys("tl:", one_slot=True),
+            "split in 4 slot group(s), and this projector was started with --shards 1",
+        ),
+        (
+            {"{tl:}offsets": "~"},
+            SPLIT,
+            "split in 1 slot group(s), and this projector was started with --shards 4",
+        ),
+    ],
+)
+async def test_a_projector_split_otherwise_than_the_projection_is_refused(
+    held: dict[str, str], keys: ProjectionKeys, said: str
+) -> None:
+    redis = LayoutRedis(**held)
+    with pytest.raises(ProjectionLayoutError, match=re.escape(said)):
+        await ensure_layout(redis, keys)  # type: ignore[arg-type]
+    assert redis.sets == []
+
+
+@pytest.mark.usefixtures("cluster_client")
+@pytest.mark.parametrize("held", ["", "x", "0", "-3", "1025", "4.0"])
+async def test_a_layout_that_is_no_group_count_is_refused_by_readers_and_projectors(held: str) -> None:
+    redis = LayoutRedis(**{"{tl:}layout": held})
+    said = re.escape(f"{{tl:}}layout holds {held!r}, not a slot group count: rebuild the projection")
+    with pytest.raises(ProjectionError, match=said):
+        await discover("tl:", redis)  # type: ignore[arg-type]
+    with pytest.raises(ProjectionError, match=said):
+        await ensure_layout(redis, SPLIT)  # type: ignore[arg-type]
