@@ -36,6 +36,7 @@ from turnledger.errors import (
 from turnledger.projections import follow
 from turnledger.projections.applier import EpochChangedError
 from turnledger.projections.follow import Follower
+from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import ProjectorStats, redis_outage
 from turnledger.projections.settings import FollowSettings
 from turnledger.retry import Backoff
@@ -286,3 +287,22 @@ async def test_a_refusal_of_redis_while_positioning_is_raised_as_a_redis_access_
         await follow_to_the_end(follower, consumer, projector)
     assert type(raised.value) is RedisAccessError and raised.value.__cause__ is wrong
     assert (glue.waits, fetches(consumer)) == ([], [])
+
+
+async def test_a_split_projection_is_positioned_under_every_group_s_epoch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each slot group's offsets hash has its epoch: all are read (in group order) before positioning,
+    and the projector applies under them joined (`shards.group_epochs` splits them again)."""
+    follower, consumer, projector, glue = following(
+        monkeypatch, applied={"a:1": 6}, settings=FollowSettings(verify_every_s=1e9)
+    )
+    split = ProjectionKeys("tl:", one_slot=True, shards=3)
+    projector.keys = split  # type: ignore[misc]
+    follower.unpositioned = {A0, A1}
+    glue.epochs = ["e1", "e2", "e3"]
+    await follow_to_the_end(follower, consumer, projector)
+    assert glue.ensured == [(projector.redis, group.offsets) for group in split.groups]
+    assert [offsets for _, offsets in glue.ensured] == ["{tl:#0}offsets", "{tl:#1}offsets", "{tl:#2}offsets"]
+    assert (projector.epoch, projector.layouts_kept) == ("e1,e2,e3", 1)
+    assert glue.sought == [(consumer, [A0, A1], {A1: 7})]
