@@ -95,7 +95,7 @@ def _group_count(keys: ProjectionKeys, held: str | None) -> int:
     """The group count a layout key holds (1 without one); a `ProjectionError` for anything else."""
     if held is None:
         return 1
-    if not held.isdigit() or not 0 < int(held) <= MAX_SHARDS:
+    if not (held.isascii() and held.isdigit()) or not 0 < int(held) <= MAX_SHARDS:
         raise ProjectionError(
             f"{keys.layout} holds {held!r}, not a slot group count: rebuild the projection "
             "(`turnledger replay rebuild --shards N`)"

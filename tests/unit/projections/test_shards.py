@@ -240,7 +240,7 @@ async def test_a_projector_split_otherwise_than_the_projection_is_refused(
 
 
 @pytest.mark.usefixtures("cluster_client")
-@pytest.mark.parametrize("held", ["", "x", "0", "-3", "1025", "4.0"])
+@pytest.mark.parametrize("held", ["", "x", "0", "-3", "1025", "4.0", "²"])
 async def test_a_layout_that_is_no_group_count_is_refused_by_readers_and_projectors(held: str) -> None:
     redis = LayoutRedis(**{"{tl:}layout": held})
     said = re.escape(f"{{tl:}}layout holds {held!r}, not a slot group count: rebuild the projection")
