@@ -40,6 +40,7 @@ def test_a_conversation_s_group_is_the_crc32_of_its_id_modulo_the_group_count() 
     assert [shard_of(c, 4) for c in ("c1", "c-a", "c-b", "c-c", "c-d", "c-e")] == [1, 2, 0, 2, 1, 3]
     assert shard_of("c-e", 4) == zlib.crc32(b"c-e") % 4 == 2820825939 % 4
     assert shard_of("c-e", 1) == 0 and shard_of(None, 4) == 0
+    assert [shard_of(c, 2) for c in ("c1", "c-a", "c-d", "c-e")] == [1, 0, 1, 1]
     assert shard_of("é", 7) == zlib.crc32("é".encode()) % 7  # UTF-8, as any other language computes it
 
 
@@ -67,6 +68,13 @@ def test_a_split_projection_keeps_each_conversation_in_its_group_s_hash_tag() ->
             assert getattr(SPLIT, name)(conversation) == getattr(group, name)(conversation)
         assert SPLIT.previews(conversation, "op") == group.previews(conversation, "op")
     assert SPLIT.groups[3].offsets == "{tl:#3}offsets" and SPLIT.groups[0].stats == "{tl:#0}stats"
+
+
+def test_up_to_1024_groups_and_a_projection_beside_split_alike() -> None:
+    widest = ProjectionKeys("tl:", one_slot=True, shards=1024)
+    assert len(widest.groups) == 1024 and widest.groups[-1].base == "{tl:#1023}"
+    beside = SPLIT.beside("verify:tl:")
+    assert (beside.shards, beside.groups[2].base) == (4, "{verify:tl:#2}")
 
 
 def test_what_each_group_holds_for_all_its_conversations_is_asked_of_the_groups() -> None:
@@ -102,8 +110,12 @@ def test_what_cannot_be_split_says_why(keys: dict[str, Any], said: str) -> None:
 
 
 def test_a_prefix_with_its_own_hash_tag_cannot_be_split() -> None:
-    with pytest.raises(RedisSettingsError, match="fixes its own hash tag"):
+    with pytest.raises(RedisSettingsError) as refused:
         ProjectionKeys("{tl}:", one_slot=True, shards=2)
+    assert str(refused.value) == (
+        "key prefix '{tl}:' fixes its own hash tag, which would put every slot group in one slot: use a "
+        "prefix without braces (such as 'tl:') with --shards"
+    )
     assert ProjectionKeys("{tl}:", one_slot=True).history("c") == "{tl}:history:c"
 
 
@@ -138,6 +150,18 @@ def test_a_batch_is_planned_per_group_with_a_mark_per_partition_in_every_group()
     assert c_a[2] == Planner(SPLIT.groups[2]).plan([batch[0]]).groups[0][2]
 
 
+def test_a_mark_is_the_highest_offset_of_its_partition_in_the_batch() -> None:
+    """Whatever order the batch lists a partition's records in; a partition whose only record is at
+    offset 0 is marked at 0."""
+    batch = [
+        rec(rejected("c-a"), 13, "rejections"),
+        rec(rejected("c-e"), 10, "rejections"),
+        DecodedRecord("committed", "x.committed", 0, 0, None),
+    ]
+    plans = plan_groups(SPLIT, [Planner(g) for g in SPLIT.groups], batch)
+    assert plans[1].plan.groups == [["x.committed:0", "0", []], ["x.rejections:0", "13", []]]
+
+
 def test_a_record_s_conversation_is_its_manifest_s_for_a_manifest() -> None:
     assert conversation_of(DecodedRecord("manifests", "t", 0, 1, manifest_issued("op1"))) == "c1"
     assert conversation_of(rec(rejected("c-e"))) == "c-e"
@@ -147,6 +171,7 @@ def test_a_record_s_conversation_is_its_manifest_s_for_a_manifest() -> None:
 def test_a_split_projection_stands_where_its_slowest_group_stands() -> None:
     held = [{"a:0": 9, "a:1": 4, "b:0": 2}, {"a:0": 7, "a:1": 5, "b:0": 2}, {"a:0": 8, "a:1": 6}]
     assert lowest_applied(held) == {"a:0": 7, "a:1": 4}  # b:0: a group never applied it
+    assert lowest_applied([held[0], held[2], held[1]]) == {"a:0": 7, "a:1": 4}  # whichever group lacks it
     assert lowest_applied([{"a:0": 3}]) == {"a:0": 3} and lowest_applied([]) == {}
 
 
