@@ -5,7 +5,6 @@ tests/integration/test_redis_cluster_shards.py."""
 
 from __future__ import annotations
 
-import re
 import zlib
 from typing import Any
 
@@ -192,8 +191,8 @@ def test_a_layout_refusal_says_how_to_start_or_rebuild() -> None:
 
 
 class LayoutRedis:
-    """What `discover` and `ensure_layout` ask of Redis: GET, SET NX and EXISTS, by a cluster client
-    (so the keys are one-slot ones)."""
+    """What `discover` and `ensure_layout` ask of Redis: GET, SET NX and EXISTS, as a cluster's client
+    (`cluster_client`: so the keys are one-slot ones)."""
 
     def __init__(self, **held: str) -> None:
         self.held = {k: v.encode() for k, v in held.items()}
@@ -214,7 +213,10 @@ class LayoutRedis:
 
 @pytest.fixture
 def cluster_client(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("turnledger.projections.keys.is_cluster", lambda client: True)
+    """A `LayoutRedis` counts as a cluster's client, nothing else does."""
+    monkeypatch.setattr(
+        "turnledger.projections.keys.is_cluster", lambda client: isinstance(client, LayoutRedis)
+    )
 
 
 @pytest.mark.usefixtures("cluster_client")
@@ -230,37 +232,37 @@ async def test_the_group_count_is_recorded_once_and_found_by_every_reader() -> N
     plain = LayoutRedis()
     await ensure_layout(plain, ProjectionKeys("tl:", one_slot=True))  # type: ignore[arg-type]
     assert plain.sets == []  # one group has no layout, as before slot groups
-    assert await discover("tl:", plain) == ProjectionKeys("tl:", one_slot=True)  # type: ignore[arg-type]
-    assert await discover("tl:", LayoutRedis(**{"{tl:}layout": "1"})) == ProjectionKeys("tl:", one_slot=True)  # type: ignore[arg-type]
+    one = ProjectionKeys("tl:", one_slot=True)
+    assert await discover("tl:", plain) == one  # type: ignore[arg-type]
+    assert await discover("tl:", LayoutRedis(**{"{tl:}layout": "1"})) == one  # type: ignore[arg-type]
+    for count in (2, 1024):
+        found = await discover("gw:", LayoutRedis(**{"{gw:}layout": str(count)}))  # type: ignore[arg-type]
+        assert found == ProjectionKeys("gw:", one_slot=True, shards=count)
+        assert found.groups[-1].base == f"{{gw:#{count - 1}}}"
 
 
 @pytest.mark.usefixtures("cluster_client")
 @pytest.mark.parametrize(
-    ("held", "keys", "said"),
+    ("held", "keys", "counts"),
     [
+        ({"{gw:}layout": "8"}, ProjectionKeys("gw:", one_slot=True, shards=4), (8, 4)),
+        ({"{gw:}layout": "4"}, ProjectionKeys("gw:", one_slot=True), (4, 1)),
         (
-            {"{tl:}layout": "8"},
-            SPLIT,
-            "is split in 8 slot group(s), and this projector was started with --shards 4",
-        ),
-        (
-            {"{tl:}layout": "4"},
-            ProjectionKeys("tl:", one_slot=True),
-            "split in 4 slot group(s), and this projector was started with --shards 1",
-        ),
-        (
-            {"{tl:}offsets": "~"},
-            SPLIT,
-            "split in 1 slot group(s), and this projector was started with --shards 4",
-        ),
+            {"{gw:}offsets": "~"},
+            ProjectionKeys("gw:", one_slot=True, shards=4),
+            (1, 4),
+        ),  # from before layouts
     ],
 )
 async def test_a_projector_split_otherwise_than_the_projection_is_refused(
-    held: dict[str, str], keys: ProjectionKeys, said: str
+    held: dict[str, str], keys: ProjectionKeys, counts: tuple[int, int]
 ) -> None:
     redis = LayoutRedis(**held)
-    with pytest.raises(ProjectionLayoutError, match=re.escape(said)):
+    with pytest.raises(ProjectionLayoutError) as refused:
         await ensure_layout(redis, keys)  # type: ignore[arg-type]
+    assert str(refused.value) == str(ProjectionLayoutError("gw:", *counts))
+    assert "under key prefix 'gw:'" in str(refused.value)
+    assert (refused.value.held, refused.value.asked) == counts
     assert redis.sets == []
 
 
@@ -268,8 +270,11 @@ async def test_a_projector_split_otherwise_than_the_projection_is_refused(
 @pytest.mark.parametrize("held", ["", "x", "0", "-3", "1025", "4.0", "²"])
 async def test_a_layout_that_is_no_group_count_is_refused_by_readers_and_projectors(held: str) -> None:
     redis = LayoutRedis(**{"{tl:}layout": held})
-    said = re.escape(f"{{tl:}}layout holds {held!r}, not a slot group count: rebuild the projection")
-    with pytest.raises(ProjectionError, match=said):
-        await discover("tl:", redis)  # type: ignore[arg-type]
-    with pytest.raises(ProjectionError, match=said):
-        await ensure_layout(redis, SPLIT)  # type: ignore[arg-type]
+    said = (
+        f"{{tl:}}layout holds {held!r}, not a slot group count: rebuild the projection "
+        "(`turnledger replay rebuild --shards N`)"
+    )
+    for asked in (discover("tl:", redis), ensure_layout(redis, SPLIT)):  # type: ignore[arg-type]
+        with pytest.raises(ProjectionError) as refused:
+            await asked
+        assert str(refused.value) == said
