@@ -175,18 +175,25 @@ class Projector:
         return positions
 
     async def apply(self, raw: Sequence[SourceRecord], stats: ProjectorStats) -> None:
-        """Plan and apply one batch in one script call (one per slot group, `shards.py`), guarded by
-        `self.epoch` when set (`ScriptApplier.apply`). What a group applied is counted even when
-        another group's call failed, whose failure is then raised."""
+        """Plan and apply one batch in one script call (one per slot group, `shards.py`, sent at once:
+        the groups live on several nodes; one after another, 8 groups projected 0.88x a single Redis,
+        at once 0.99x), guarded by `self.epoch` when set (`ScriptApplier.apply`). What a group applied
+        is counted even when another group's call failed, whose failure is then raised."""
         decoded = [decode_record(self.streams[r.topic], r) for r in raw]
         epochs = group_epochs(self.epoch, self.keys)
         applied: list[DecodedRecord] = []
         failure: BaseException | None = None
-        for group, epoch in zip(plan_groups(self.keys, self.planners, decoded), epochs, strict=True):
-            try:
-                applied += await self._apply_group(group, epoch, decoded)
-            except Exception as exc:
-                failure = failure or exc
+        plans = zip(plan_groups(self.keys, self.planners, decoded), epochs, strict=True)
+        outcomes = await asyncio.gather(
+            *(self._apply_group(group, epoch, decoded) for group, epoch in plans), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                failure = failure or outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                applied += outcome
         _count(decoded, applied)
         if self.on_applied is not None:
             self.on_applied(applied)
