@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from tests.integration.projections.checks import direct_snapshot, node_holds, until
+from tests.integration.projections.checks import direct_snapshot, node_holds, until, waiting_out_an_outage
 from tests.integration.projections.workload import produce, settled, workload
 from tests.integration.redis_cluster_nodes import (
     ClusterNode,
@@ -77,7 +77,7 @@ async def test_a_projector_goes_on_when_the_slot_s_node_comes_back_empty(
             kafka_bootstrap, topics, parts[1], per_transaction=5, transactional_id=f"{topics.prefix}2"
         )
         await settled(kafka_bootstrap, topics.outputs)
-        await until(lambda: _outage(projector), task, "the projector to wait the outage out")
+        await until(lambda: waiting_out_an_outage(projector), task, "the projector to wait the outage out")
 
         owner.start()
         await until(holds(await reference(2)), task, "the node, back empty, to hold every record")
@@ -85,8 +85,3 @@ async def test_a_projector_goes_on_when_the_slot_s_node_comes_back_empty(
         stop.set()
         await asyncio.wait_for(task, 60)
         await client.aclose()
-
-
-async def _outage(projector: Projector) -> bool:
-    follower = projector.follower
-    return follower is not None and follower.outage is not None

@@ -23,7 +23,7 @@ from aiokafka import TopicPartition
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from tests.integration.projections.checks import until
+from tests.integration.projections.checks import until, waiting_out_an_outage
 from tests.integration.projections.workload import produce, settled, workload
 from tests.integration.redis_cluster_nodes import ClusterNode, node_of_slot, three_node_cluster
 from tests.integration.replay.ingress_workload import ingress_events, produce_ingress, run_processor
@@ -337,7 +337,7 @@ async def test_a_node_back_empty_gets_its_groups_rebuilt_while_the_others_skip(
             kafka_bootstrap, topics, halves[1], per_transaction=5, transactional_id=f"{topics.prefix}2"
         )
         await settled(kafka_bootstrap, topics.outputs)
-        await until(lambda: _outage(projector), task, "the projector to wait the outage out")
+        await until(lambda: waiting_out_an_outage(projector), task, "the projector to wait the outage out")
         owner.start()
         await until(holds(expected[1]), task, "the node, back empty, to hold its groups again")
         assert await follower_client.get(keys.layout) == b"8"  # recorded again where the node lost it
@@ -345,11 +345,6 @@ async def test_a_node_back_empty_gets_its_groups_rebuilt_while_the_others_skip(
         stop.set()
         await asyncio.wait_for(task, 60)
         await follower_client.aclose()
-
-
-async def _outage(projector: Projector) -> bool:
-    follower = projector.follower
-    return follower is not None and follower.outage is not None
 
 
 async def test_replay_rebuild_keeps_or_changes_the_split_and_equals_a_fresh_fold(

@@ -71,6 +71,12 @@ async def until(
         await asyncio.sleep(0.1)
 
 
+async def waiting_out_an_outage(projector: Projector) -> bool:
+    """A condition for `until`: the following projector is waiting an outage out."""
+    follower = projector.follower
+    return follower is not None and follower.outage is not None
+
+
 async def direct_snapshot(
     redis: aioredis.Redis, prefix: str, records: Sequence[tuple[str, Frozen]]
 ) -> dict[str, object]:
