@@ -60,6 +60,12 @@ class ProjectionKeys:
     """The keys of each slot group, as a projection of its own; `(self,)` when not split."""
 
     def __post_init__(self) -> None:
+        if self.one_slot and SHARD_MARK in self.prefix:
+            raise RedisSettingsError(
+                f"key prefix {self.prefix!r}: on a Redis Cluster {SHARD_MARK!r} marks a slot group's number "
+                "in a projection's keys ({tl:#3}), so a prefix holding it could name another projection's "
+                "group; use a prefix without it"
+            )
         object.__setattr__(self, "base", slot_base(self.prefix) if self.one_slot else self.prefix)
         if self.shards == 1:
             object.__setattr__(self, "groups", (self,))

@@ -108,6 +108,18 @@ def test_what_cannot_be_split_says_why(keys: dict[str, Any], said: str) -> None:
         ProjectionKeys("tl:", **keys)
 
 
+@pytest.mark.parametrize("prefix", ["tl:#3", "{a#1}:", "#"])
+def test_a_cluster_prefix_cannot_hold_the_group_mark(prefix: str) -> None:
+    """`{tl:#3}` is group 3 of the projection under `tl:`: a projection under `tl:#3` would share its keys."""
+    with pytest.raises(RedisSettingsError) as refused:
+        ProjectionKeys(prefix, one_slot=True)
+    assert str(refused.value) == (
+        f"key prefix {prefix!r}: on a Redis Cluster '#' marks a slot group's number in a projection's keys "
+        "({tl:#3}), so a prefix holding it could name another projection's group; use a prefix without it"
+    )
+    assert ProjectionKeys(prefix).history("c") == f"{prefix}history:c"  # a single Redis has no groups
+
+
 def test_a_prefix_with_its_own_hash_tag_cannot_be_split() -> None:
     with pytest.raises(RedisSettingsError) as refused:
         ProjectionKeys("{tl}:", one_slot=True, shards=2)
