@@ -128,6 +128,16 @@ def _from_profile(profile: str) -> AwsCredentials:
     return aws_credentials_of(botocore_credentials(profile).get_frozen_credentials())
 
 
+NO_CREDENTIALS_WHERE = (
+    ": botocore looked in the profile's entries of the shared credentials and config files (and what "
+    "they name: a role, SSO, a process), then the container and instance metadata endpoints; a metadata "
+    "endpoint that did not answer in time counts as none (AWS_METADATA_SERVICE_TIMEOUT and "
+    "AWS_METADATA_SERVICE_NUM_ATTEMPTS give it longer)"
+)
+"""Why a profile can have no credentials: botocore answers None both where nothing is configured and
+where the instance metadata service (EC2, an EKS node) timed out, so the message names both."""
+
+
 def botocore_credentials(profile: str) -> Any:
     """botocore's credentials of `profile` (refreshable ones for temporary keys), checked readable."""
     import botocore.session
@@ -140,7 +150,7 @@ def botocore_credentials(profile: str) -> Any:
     except BotoCoreError as exc:
         raise CredentialError(f"AWS profile {profile!r}: {type(exc).__name__}") from None
     if found is None:
-        raise CredentialError(f"AWS profile {profile!r} has no credentials")
+        raise CredentialError(f"AWS profile {profile!r} has no credentials{NO_CREDENTIALS_WHERE}")
     return found
 
 

@@ -132,7 +132,13 @@ def test_aws_credentials_from_a_botocore_profile() -> None:
     )
     with pytest.raises(CredentialError) as empty:
         AwsCredentialSource(profile="empty").read({})
-    assert str(empty.value) == "AWS profile 'empty' has no credentials"
+    assert str(empty.value) == (
+        "AWS profile 'empty' has no credentials: botocore looked in the profile's entries of the shared "
+        "credentials and config files (and what they name: a role, SSO, a process), then the container and "
+        "instance metadata endpoints; a metadata endpoint that did not answer in time counts as none "
+        "(AWS_METADATA_SERVICE_TIMEOUT and "
+        "AWS_METADATA_SERVICE_NUM_ATTEMPTS give it longer)"
+    )
     with pytest.raises(CredentialError) as unknown:
         AwsCredentialSource(profile="nope").read({})
     assert str(unknown.value) == "AWS profile 'nope': ProfileNotFound"
