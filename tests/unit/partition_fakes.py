@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 
 from turnledger.errors import KafkaUnavailableError
 from turnledger.processors import partition
 from turnledger.processors.changelog import RestoreResult
-from turnledger.processors.config import ProcessorConfig
-from turnledger.processors.contract import StateStore
+from turnledger.processors.config import ProcessorConfig, transactional_id
+from turnledger.processors.contract import PoisonHook, StateStore
 from turnledger.processors.errors import ProducerFencedError
 from turnledger.processors.poison import json_poison_hook
 from turnledger.processors.store import PartitionStore
@@ -35,13 +36,17 @@ from turnledger.topology import Topics
 
 TOPICS = Topics("t.")
 INGRESS = TOPICS.ingress
+BOOTSTRAP = "kafka.test:9092"
+RESTORE_SECONDS = 0.25
+GROUP = "turnledger"
+TRANSACTIONAL_ID = transactional_id(GROUP, INGRESS, 0)
 QUICK = Backoff(initial_s=0.001, max_s=0.001, jitter=0)
 """Outages retried at once (a millisecond), for as long as they last."""
 
 
 def config(**overrides: Any) -> ProcessorConfig:
     base: dict[str, Any] = {
-        "bootstrap": "kafka.test:9092",
+        "bootstrap": BOOTSTRAP,
         "topics": TOPICS,
         "batch_max_records": 3,
         "batch_max_ms": 1,
@@ -53,9 +58,14 @@ def config(**overrides: Any) -> ProcessorConfig:
 
 
 class CounterFold:
-    """Counts records per key (state `key -> count`, output `key:count`); raises on a value `boom`."""
+    """Counts records per key (state `key -> count`, output `key:count`); raises on a value `boom`.
+    `calls` holds how many records each call was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
 
     def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]:
+        self.calls.append(len(records))
         out = []
         for record in records:
             if record.value == b"boom":
@@ -67,16 +77,32 @@ class CounterFold:
         return out
 
 
+def _fold_for(number: int) -> CounterFold:
+    assert number == 0
+    return CounterFold()
+
+
+def _poison_hook_for(fold: object) -> PoisonHook:
+    assert isinstance(fold, CounterFold)
+    return json_poison_hook(TOPICS)
+
+
 def processor(cfg: ProcessorConfig | None = None, **kwargs: Any) -> partition.PartitionProcessor:
-    return partition.PartitionProcessor(
-        cfg or config(), 0, lambda _: CounterFold(), lambda _: json_poison_hook(TOPICS), **kwargs
-    )
+    return partition.PartitionProcessor(cfg or config(), 0, _fold_for, _poison_hook_for, **kwargs)
 
 
-Outcome = BaseException | asyncio.Event | Callable[[], None] | None
-"""What a scripted commit does: raise the exception without writing, wait for the event then commit,
-call the function then commit (it may raise after the commit is written, as a lost acknowledgement
-does), or (None) just commit."""
+@dataclass
+class Wait:
+    """A commit that waits for `event`, then ends as `then` says."""
+
+    event: asyncio.Event
+    then: BaseException | None = None
+
+
+Outcome = BaseException | asyncio.Event | Wait | Callable[[], None] | None
+"""What a scripted commit does: raise the exception without writing, wait for the event then commit
+(`Wait`: then end as it says), commit then call the function (it may raise after the commit is
+written, as a lost acknowledgement does), or (None) just commit."""
 
 
 @dataclass
@@ -168,7 +194,10 @@ class FakeTransactions:
         kafka = self.kafka
         outcome = kafka.script.popleft() if kafka.script else None
         if isinstance(outcome, asyncio.Event):
-            await outcome.wait()
+            outcome = Wait(outcome)
+        if isinstance(outcome, Wait):
+            await outcome.event.wait()
+            outcome = outcome.then
         if self.producer.epoch != kafka.epoch:
             raise ProducerFencedError(self.transactional_id)
         if isinstance(outcome, BaseException):
@@ -182,9 +211,19 @@ class FakeFeed:
     """The partition's slice of the consumer: reads `kafka.log` from its position, at most the
     records asked for; once the log is read and committed it sets `stop` (the term then returns)."""
 
-    def __init__(self, kafka: FakeKafka, stop: asyncio.Event, *, stop_when_done: bool = True) -> None:
-        self.kafka, self.stop, self.stop_when_done = kafka, stop, stop_when_done
+    def __init__(
+        self,
+        kafka: FakeKafka,
+        stop: asyncio.Event,
+        *,
+        stop_when_done: bool = True,
+        per_fetch: int | None = None,
+    ) -> None:
+        self.kafka, self.stop, self.stop_when_done, self.per_fetch = kafka, stop, stop_when_done, per_fetch
         self.position = 0
+        self.idle_fetches = 0
+        """Fetches still to come back empty (nothing arrived yet) before the log is read."""
+        self.timeouts: list[int] = []
         self.paused = True
         self.seeks: list[int | None] = []
         self.closed = False
@@ -209,7 +248,13 @@ class FakeFeed:
         if self.stop.is_set():
             return []
         assert not self.paused, "a paused partition was fetched"
-        records = self.kafka.log[self.position : self.position + max_records]
+        self.timeouts.append(timeout_ms)
+        if self.idle_fetches:
+            self.idle_fetches -= 1
+            return []
+        records = self.kafka.log[
+            self.position : self.position + min(max_records, self.per_fetch or max_records)
+        ]
         self.position += len(records)
         if not records and self.stop_when_done and self.kafka.committed == len(self.kafka.log):
             self.stop.set()
@@ -230,15 +275,17 @@ def install(monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka) -> None:
         kafka.closed_producers += 1
 
     async def read_position(bootstrap: str, changelog: object) -> int | None:
+        assert (bootstrap, changelog) == (BOOTSTRAP, TopicPartition(TOPICS.changelog, 0))
         if kafka.position_errors:
             raise kafka.position_errors.popleft()
         return kafka.position
 
     async def restore(bootstrap: str, topic: str, number: int, store: PartitionStore) -> RestoreResult:
+        assert (bootstrap, topic, number) == (BOOTSTRAP, TOPICS.changelog, 0)
         kafka.restores += 1
         for key, value in kafka.state.items():
             store.put(key, value)
-        return RestoreResult(records=len(kafka.state), position=kafka.position, seconds=0.0)
+        return RestoreResult(records=len(kafka.state), position=kafka.position, seconds=RESTORE_SECONDS)
 
     async def settle(bootstrap: str, changelog: object, *, sweep: object) -> None:
         return None
@@ -250,7 +297,20 @@ def install(monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka) -> None:
         async def sweep_written(self) -> None:
             return None
 
-    def transactions(producer: FakeProducer, *, transactional_id: str, **_: object) -> FakeTransactions:
+    def transactions(
+        producer: FakeProducer,
+        *,
+        transactional_id: str,
+        source: TopicPartition,
+        changelog_topic: str,
+        offsets_group: str,
+    ) -> FakeTransactions:
+        assert (source, changelog_topic, offsets_group) == (
+            TopicPartition(INGRESS, 0),
+            TOPICS.changelog,
+            GROUP,
+        )
+        assert transactional_id == TRANSACTIONAL_ID
         return FakeTransactions(producer, kafka, transactional_id)
 
     for name, fake in {

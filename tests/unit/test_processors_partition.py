@@ -7,15 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sqlite3
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
 
 from tests.unit.partition_fakes import (
+    BOOTSTRAP,
+    RESTORE_SECONDS,
     TOPICS,
+    TRANSACTIONAL_ID,
     CounterFold,
     FakeFeed,
     FakeKafka,
+    Wait,
     config,
     install,
     processor,
@@ -24,8 +33,9 @@ from tests.unit.partition_fakes import (
 from turnledger.errors import KafkaUnavailableError
 from turnledger.processors.config import ProcessorExit
 from turnledger.processors.errors import ProducerFencedError, TooManyAbortsError
+from turnledger.processors.store import MemoryStateStore
 from turnledger.processors.transaction import BatchAborted, ProducerBroken
-from turnledger.retry import Backoff
+from turnledger.retry import Backoff, StopRequested
 
 
 @pytest.fixture
@@ -157,14 +167,25 @@ async def test_an_aborted_commit_folds_its_batch_again_from_the_committed_offset
     assert feed.seeks == [None, 3]
 
 
-async def test_the_same_batch_failing_max_consecutive_aborts_times_gives_up(kafka: FakeKafka) -> None:
+async def test_the_same_batch_failing_max_consecutive_aborts_times_gives_up(
+    kafka: FakeKafka, caplog: pytest.LogCaptureFixture
+) -> None:
     seven(kafka)
     kafka.then(None, *[aborted(ValueError("no")) for _ in range(3)])
     proc = processor(config(max_consecutive_aborts=3))
-    with pytest.raises(TooManyAbortsError, match="the batch at offset 3 failed to commit 3 times in a row"):
+    caplog.set_level(logging.WARNING, "turnledger.processors.partition")
+    with pytest.raises(
+        TooManyAbortsError, match="partition 0: the batch at offset 3 failed to commit 3 times in a row"
+    ) as raised:
         await run_term(proc, kafka)
     assert kafka.committed == 3 and kafka.counts() == EXPECTED[:3]
     assert proc.metrics.aborted_batches == 3
+    # the batch in flight [3..5] failed while [6] was folded on top of it: both are folded again
+    assert str(raised.value.__cause__) == "the commit of offsets 3..5 was aborted"
+    rolled_back = (
+        "partition 0: offsets 3..6 rolled back (transaction aborted: ValueError('no')); folding them again"
+    )
+    assert caplog.text.count(rolled_back) == 3
 
 
 async def test_aborts_for_an_outage_never_give_up_and_a_success_resets_the_count(kafka: FakeKafka) -> None:
@@ -225,6 +246,7 @@ async def test_a_kafka_error_inside_a_term_is_an_outage_and_any_other_error_ends
     assert proc.metrics.ownerships == 5 and kafka.closed_producers == 5
 
 
+CHANGELOG = TopicPartition(TOPICS.changelog, 0)
 NO_WAIT = Backoff(initial_s=0.001, max_s=0.001, jitter=0, max_outage_s=0)
 
 
@@ -236,8 +258,10 @@ async def test_no_committed_offset_although_the_changelog_holds_state_is_never_a
     proc = processor(config(outage=NO_WAIT))
     with pytest.raises(KafkaUnavailableError) as raised:
         await run_term(proc, kafka)
-    assert "has no committed offset for partition 0, although its changelog holds 2 state records" in str(
-        raised.value
+    assert str(raised.value).startswith(
+        f"Kafka is not reachable at {BOOTSTRAP!r} while trying to read the committed offset of partition 0 "
+        "(ProcessorError: the group 'turnledger' has no committed offset for partition 0, although its "
+        "changelog holds 2 state records)"
     )
     assert kafka.commits == 0
 
@@ -383,3 +407,307 @@ def test_the_later_of_two_offsets_none_being_before_any() -> None:
 
 async def test_producer_fenced_error_names_the_transactional_id() -> None:
     assert "'turnledger-t.in-0'" in str(ProducerFencedError("turnledger-t.in-0"))
+
+
+async def test_a_group_commit_batch_is_what_arrived_during_the_commit_before_it(kafka: FakeKafka) -> None:
+    seven(kafka)
+    gate = asyncio.Event()
+    kafka.then(gate)
+    proc = processor(config(group_commit=True, batch_max_records=100, batch_max_ms=60_000))
+    stop = proc.begin_term()
+    feed = FakeFeed(kafka, stop, per_fetch=1)
+    term = asyncio.ensure_future(proc.run(feed))
+    while feed.position < 7:  # the first batch closed at its first record; the rest arrive during its commit
+        await asyncio.sleep(0)
+    gate.set()
+    assert await asyncio.wait_for(term, timeout=30) is ProcessorExit.STOPPED
+    assert (kafka.commits, proc.metrics.batches, kafka.counts()) == (2, 2, EXPECTED)
+    assert isinstance(proc.fold, CounterFold) and proc.fold.calls == [1] * 7  # folded as each fetch arrived
+
+
+async def test_a_window_batch_is_folded_whole_when_it_closes(kafka: FakeKafka) -> None:
+    seven(kafka)
+    kafka.append("c")  # two full batches: neither waits out its window
+    proc = processor(config(batch_max_records=4, batch_max_ms=60_000))
+    await run_term(proc, kafka, per_fetch=1)
+    assert isinstance(proc.fold, CounterFold) and proc.fold.calls == [4, 4]
+    assert kafka.counts() == [*EXPECTED, "c:2"]
+
+
+class SteppedClock:
+    """`time.monotonic` for the partition module: every reading is `step` seconds after the last."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.mark.parametrize(("outages", "ends"), [(2, "processed"), (3, "raised")])
+async def test_an_outage_is_bounded_by_max_outage_from_its_first_failure(
+    kafka: FakeKafka,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    outages: int,
+    ends: str,
+) -> None:
+    from turnledger.processors import partition
+
+    monkeypatch.setattr(partition, "time", SteppedClock(10.0))
+    seven(kafka)
+    kafka.outages_at_init = outages
+    proc = processor(config(outage=Backoff(initial_s=0.001, max_s=0.001, jitter=0, max_outage_s=30)))
+    caplog.set_level(logging.WARNING, "turnledger.processors.partition")
+    if ends == "raised":  # began at 10; failures seen at 20, 30 and 40: 30 s into it, the limit
+        with pytest.raises(KafkaUnavailableError, match="initialise the producer of partition 0"):
+            await run_term(proc, kafka)
+        assert kafka.commits == 0
+    else:
+        await run_term(proc, kafka)
+        assert kafka.counts() == EXPECTED
+    waits = [r.getMessage() for r in caplog.records if "starting the partition over" in r.getMessage()]
+    assert len(waits) == 2
+    assert waits[0].startswith(
+        f"partition 0: Kafka is not reachable at {BOOTSTRAP!r} while trying to initialise the producer of "
+        "partition 0 (OSError: connection refused)"
+    )
+    assert waits[0].endswith("; starting the partition over in 0.0s (10.0s into the outage)")
+    assert waits[1].endswith("(20.0s into the outage)")
+
+
+async def test_an_outage_after_a_term_began_is_timed_from_its_own_start(
+    kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnledger.processors import partition
+
+    clock = SteppedClock(10.0)
+    monkeypatch.setattr(partition, "time", clock)
+    kafka.append("a", "b")
+    proc = processor(config(outage=Backoff(initial_s=0.001, max_s=0.001, jitter=0, max_outage_s=25)))
+    kafka.outages_at_init = 2  # 20 s of outage, then the term runs
+    await run_term(proc, kafka)
+    kafka.append("a")
+    kafka.position_errors.extend([KafkaConnectionError("gone"), KafkaConnectionError("gone")])
+    await run_term(proc, kafka)  # a new term: its outage starts at zero again
+    assert kafka.counts() == ["a:1", "b:1", "a:2"] and proc.metrics.ownerships == 6
+
+
+class RecordedWaits:
+    """The partition module's `asyncio` with `wait_for` recording its timeouts and returning at once, as
+    if each wait had run out (the backoffs between attempts)."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(asyncio, name)
+
+    async def wait_for(self, awaitable: Coroutine[object, object, object], timeout: float) -> None:
+        awaitable.close()
+        self.timeouts.append(timeout)
+        raise TimeoutError
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> RecordedWaits:
+    from turnledger.processors import partition
+
+    recorded = RecordedWaits()
+    monkeypatch.setattr(partition, "asyncio", recorded)
+    return recorded
+
+
+async def test_aborts_back_off_doubling_up_to_five_seconds_and_a_commit_resets_it(
+    kafka: FakeKafka, waits: RecordedWaits
+) -> None:
+    seven(kafka)
+    no = ValueError("no")
+    kafka.then(aborted(no), aborted(no), aborted(no), aborted(no), None, aborted(no))
+    proc = processor(config(pipelined_commits=False, retry_backoff_ms=1_500, max_consecutive_aborts=9))
+    await run_term(proc, kafka)
+    assert waits.timeouts == [1.5, 3.0, 5.0, 5.0, 1.5]
+    assert kafka.counts() == EXPECTED and proc.metrics.aborted_batches == 5
+
+
+async def test_outages_back_off_as_the_outage_backoff_says(kafka: FakeKafka, waits: RecordedWaits) -> None:
+    seven(kafka)
+    kafka.outages_at_init = 3
+    proc = processor(config(outage=Backoff(initial_s=2, max_s=5, multiplier=2, jitter=0)))
+    await run_term(proc, kafka)
+    assert waits.timeouts == [2.0, 4.0, 5.0] and kafka.counts() == EXPECTED
+
+
+async def test_a_commit_in_flight_aborted_with_nothing_folded_on_top_is_rolled_back_alone(
+    kafka: FakeKafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    kafka.append("a", "b", "a", "c", "a", "b")
+    gate = asyncio.Event()
+    kafka.then(None, Wait(gate, aborted(ValueError("no"))))
+    proc = processor()
+    stop = proc.begin_term()
+    feed = FakeFeed(kafka, stop, stop_when_done=False)
+    caplog.set_level(logging.WARNING, "turnledger.processors.partition")
+    term = asyncio.ensure_future(proc.run(feed))
+    while kafka.script or feed.position < 6:  # [3, 4, 5] waits to commit; nothing more arrives
+        await asyncio.sleep(0)
+    proc.stop()
+    gate.set()
+    assert await asyncio.wait_for(term, timeout=30) is ProcessorExit.STOPPED
+    assert kafka.committed == proc.committed_offset == 3 and feed.seeks[-1] == 3
+    assert "partition 0: offsets 3..5 rolled back (transaction aborted: ValueError('no'))" in caplog.text
+    await run_term(proc, kafka)
+    assert kafka.counts() == EXPECTED[:6] and kafka.restores == 1
+
+
+async def test_a_stop_while_the_term_starts_returns_stopped_before_any_fetch(
+    kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnledger.processors import partition
+
+    seven(kafka)
+    proc = processor()
+    stop = proc.begin_term()
+    feed = FakeFeed(kafka, stop)
+    read = partition.read_position
+
+    async def stopped_meanwhile(*args: object) -> int | None:
+        proc.stop()
+        return await read(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(partition, "settle", lambda *a, **k: stopped_meanwhile(BOOTSTRAP, CHANGELOG))
+    assert await asyncio.wait_for(proc.run(feed), timeout=30) is ProcessorExit.STOPPED
+    assert feed.timeouts == [] and kafka.commits == 0 and not proc.ready.is_set()
+
+
+async def test_a_stop_requested_while_waiting_for_kafka_returns_stopped(
+    kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnledger.processors import partition
+
+    async def stop_requested(*args: object, **kwargs: object) -> None:
+        raise StopRequested("stopped while waiting for Kafka")
+
+    monkeypatch.setattr(partition, "start_client", stop_requested)
+    seven(kafka)
+    exit_, feed = await run_term(processor(), kafka)
+    assert exit_ is ProcessorExit.STOPPED and feed.timeouts == [] and feed.closed
+
+
+async def test_the_ready_hook_gets_the_processor_and_fencing_is_logged(
+    kafka: FakeKafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    seven(kafka)
+    got: list[object] = []
+    proc = processor(config(pipelined_commits=False), on_ready=got.append)
+    kafka.then(lambda: setattr(kafka, "epoch", kafka.epoch + 1))
+    caplog.set_level(logging.ERROR, "turnledger.processors.partition")
+    exit_, _ = await run_term(proc, kafka)
+    assert exit_ is ProcessorExit.FENCED and got == [proc]
+    assert f"partition 0: producer {TRANSACTIONAL_ID!r} was fenced" in caplog.text
+
+
+async def test_an_outage_inside_a_term_names_the_partition_when_it_is_given_up_on(kafka: FakeKafka) -> None:
+    kafka.append("a")
+    proc = processor(config(outage=NO_WAIT))
+    await run_term(proc, kafka)
+    kafka.position_errors.append(KafkaConnectionError("gone"))
+    with pytest.raises(KafkaUnavailableError) as raised:
+        await run_term(proc, kafka)
+    assert str(raised.value).startswith(
+        f"Kafka is not reachable at {BOOTSTRAP!r} while trying to process partition 0 (KafkaConnectionError: "
+    )
+
+
+async def test_a_restore_opens_the_partition_s_store_file_and_counts_what_it_read(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnledger.processors import partition
+
+    tuned: list[int] = []
+    monkeypatch.setattr(partition, "tune_gc", tuned.append)
+    seven(kafka)
+    kafka.commit_elsewhere(CounterFold(), upto=4)
+    proc = processor(config(state_dir=tmp_path, gc_gen0_threshold=7_000))
+    await run_term(proc, kafka)
+    assert [f.name for f in tmp_path.iterdir() if f.suffix == ".sqlite"] == [
+        f"t.turnledger.changelog-0.{os.getpid()}.sqlite"
+    ]
+    m = proc.metrics
+    assert (m.restored_records, m.restore_seconds_last, m.restores, tuned) == (3, RESTORE_SECONDS, 1, [7_000])
+    assert kafka.counts() == EXPECTED and proc.store is not None
+    proc.close()
+
+
+async def test_a_restored_store_is_kept_by_the_next_term_even_if_its_term_committed_nothing(
+    kafka: FakeKafka,
+) -> None:
+    seven(kafka)
+    kafka.commit_elsewhere(CounterFold(), upto=7)
+    proc = processor()
+    await run_term(proc, kafka)
+    await run_term(proc, kafka)
+    assert kafka.restores == 1 and kafka.commits == 1
+
+
+async def test_a_store_that_failed_to_take_a_committed_batch_is_restored_by_the_next_term(
+    kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnledger.processors import partition
+
+    class FailsOnce(MemoryStateStore):
+        failed = False
+
+        def apply(self, writes: Mapping[str, bytes | None]) -> None:
+            if not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise sqlite3.OperationalError("database or disk is full")
+            super().apply(writes)
+
+    monkeypatch.setattr(partition, "open_partition_store", lambda *args: FailsOnce())
+    seven(kafka)
+    proc = processor(config(outage=NO_WAIT))
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        await run_term(proc, kafka)
+    assert kafka.committed == 3
+    await run_term(proc, kafka)
+    assert kafka.restores == 2 and kafka.counts() == EXPECTED
+
+
+async def test_an_empty_fetch_keeps_the_term_and_waits_idle_poll_ms(kafka: FakeKafka) -> None:
+    seven(kafka)
+    proc = processor(config(idle_poll_ms=7))
+    stop = proc.begin_term()
+    feed = FakeFeed(kafka, stop)
+    feed.idle_fetches = 3
+    assert await asyncio.wait_for(proc.run(feed), timeout=30) is ProcessorExit.STOPPED
+    assert feed.timeouts[:4] == [7, 7, 7, 7] and proc.metrics.ownerships == 1 and kafka.counts() == EXPECTED
+
+
+def _sample(name: str, labels: dict[str, str] | None = None) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+
+async def test_the_live_counters_count_what_committed_transactions_wrote_once(kafka: FakeKafka) -> None:
+    names = {
+        "records": ("turnledger_processor_input_records_total", {"partition": "0"}),
+        "outputs": ("turnledger_processor_output_records_total", {"stream": "t.out"}),
+        "rejections": ("turnledger_processor_output_records_total", {"stream": "rejections"}),
+        "changelog": ("turnledger_processor_changelog_records_total", None),
+        "poison": ("turnledger_processor_poison_records_total", None),
+        "aborts": ("turnledger_processor_aborted_transactions_total", None),
+    }
+    before = {key: _sample(*name) for key, name in names.items()}
+    kafka.append("a", "b")
+    kafka.append("x", value=b"boom")
+    kafka.append("a", "c")
+    kafka.append("y", value=b"boom")
+    kafka.then(None, aborted(ValueError("no")))
+    proc = processor(config(pipelined_commits=False))
+    await run_term(proc, kafka)
+    counted = {key: _sample(*name) - before[key] for key, name in names.items()}
+    assert counted == {"records": 6, "outputs": 4, "rejections": 2, "changelog": 4, "poison": 2, "aborts": 1}
+    assert proc.metrics.poison_records == 2

@@ -92,7 +92,8 @@ class _InFlight:
 
 
 class _CommitAborted(BatchAborted):
-    """The commit of `batch` (the one in flight, not the one just folded) was aborted."""
+    """The commit of `batch` was aborted (`_finish`, the one place a batch's transaction ends): raised
+    from what the transaction raised, `BatchAborted` from its own cause."""
 
     def __init__(self, batch: list[SourceRecord]) -> None:
         super().__init__(f"the commit of offsets {batch[0].offset}..{batch[-1].offset} was aborted")
@@ -397,9 +398,8 @@ class PartitionProcessor:
                             done, inflight = inflight, None
                             await self._finish(done)
                             aborts = failures = 0
-                except BatchAborted as exc:
-                    failed = exc.batch if isinstance(exc, _CommitAborted) else batch
-                    cause = exc.__cause__ if isinstance(exc, _CommitAborted) else exc
+                except _CommitAborted as exc:
+                    failed, cause = exc.batch, exc.__cause__
                     self.metrics.aborted_batches += 1
                     live.PROCESSOR_ABORTS.inc()
                     failures += 1
@@ -411,8 +411,8 @@ class PartitionProcessor:
                         cause,
                     )
                     await feed.seek(self.committed_offset)
-                    root = cause.__cause__ if cause is not None and cause.__cause__ is not None else cause
-                    if kafka_outage(cfg.bootstrap, "commit")(root or exc) is None:
+                    root = (cause.__cause__ if cause is not None else None) or cause or exc
+                    if kafka_outage(cfg.bootstrap, "commit")(root) is None:
                         aborts += 1
                         if aborts >= cfg.max_consecutive_aborts:
                             raise TooManyAbortsError(
