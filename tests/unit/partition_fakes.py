@@ -28,6 +28,7 @@ from turnledger.processors.changelog import RestoreResult
 from turnledger.processors.config import ProcessorConfig, transactional_id
 from turnledger.processors.contract import PoisonHook, StateStore
 from turnledger.processors.errors import ProducerFencedError
+from turnledger.processors.hanging_evidence import CLOCK_SLACK_MS
 from turnledger.processors.poison import json_poison_hook
 from turnledger.processors.store import PartitionStore
 from turnledger.records import OutputRecord, SourceRecord
@@ -39,6 +40,7 @@ INGRESS = TOPICS.ingress
 BOOTSTRAP = "kafka.test:9092"
 RESTORE_SECONDS = 0.25
 GROUP = "turnledger"
+CHANGELOG = TopicPartition(TOPICS.changelog, 0)
 TRANSACTIONAL_ID = transactional_id(GROUP, INGRESS, 0)
 QUICK = Backoff(initial_s=0.001, max_s=0.001, jitter=0)
 """Outages retried at once (a millisecond), for as long as they last."""
@@ -122,6 +124,8 @@ class FakeKafka:
     restores: int = 0
     closed_producers: int = 0
     script: deque[Outcome] = field(default_factory=deque)
+    producers: list[FakeProducer] = field(default_factory=list)
+    sweeps: list[str] = field(default_factory=list)
     position_errors: deque[Exception] = field(default_factory=deque)
     """Raised by the next reads of the changelog's position (a term that keeps its store reads it)."""
 
@@ -265,14 +269,32 @@ class FakeFeed:
 
 
 def install(monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka) -> None:
-    async def start_client(factory: object, *, bootstrap: str, action: str) -> FakeProducer:
+    def transactional_producer(bootstrap: str, txn_id: str, **options: int) -> Callable[[], FakeProducer]:
+        settings = {"transaction_timeout_ms": 60_000, "retry_backoff_ms": 20, "max_batch_size": 512 * 1024}
+        assert (bootstrap, txn_id, options) == (BOOTSTRAP, TRANSACTIONAL_ID, settings)
+        return lambda: FakeProducer(kafka)
+
+    async def start_client(
+        factory: Callable[[], Callable[[], FakeProducer]], *, bootstrap: str, action: str
+    ) -> FakeProducer:
         try:
-            return FakeProducer(kafka)
+            producer = factory()()  # made, then started: InitProducerId
         except OSError as exc:  # as `start_client` gives up with its default backoff (NO_WAIT)
             raise KafkaUnavailableError(bootstrap, exc, action=action) from exc
+        kafka.producers.append(producer)
+        return producer
 
     async def close_client(producer: FakeProducer) -> None:
+        assert producer is kafka.producers[-1]
         kafka.closed_producers += 1
+
+    class Evidence:
+        def __init__(self, bootstrap: str, changelog: TopicPartition, *, margin_ms: int) -> None:
+            assert (bootstrap, changelog, margin_ms) == (BOOTSTRAP, CHANGELOG, 60_000 + CLOCK_SLACK_MS)
+
+    class Coordinator:
+        def __init__(self, bootstrap: str, txn_id: str) -> None:
+            assert (bootstrap, txn_id) == (BOOTSTRAP, TRANSACTIONAL_ID)
 
     async def read_position(bootstrap: str, changelog: object) -> int | None:
         assert (bootstrap, changelog) == (BOOTSTRAP, TopicPartition(TOPICS.changelog, 0))
@@ -287,15 +309,27 @@ def install(monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka) -> None:
             store.put(key, value)
         return RestoreResult(records=len(kafka.state), position=kafka.position, seconds=RESTORE_SECONDS)
 
-    async def settle(bootstrap: str, changelog: object, *, sweep: object) -> None:
-        return None
+    async def settle(bootstrap: str, changelog: object, *, sweep: Callable[[], None]) -> None:
+        assert (bootstrap, changelog) == (BOOTSTRAP, CHANGELOG)
+        sweep()
 
     class Sweep:
-        def __init__(self, *args: object) -> None:
-            self.sweep_changelog = None
+        def __init__(
+            self,
+            producer: FakeProducer,
+            changelog: TopicPartition,
+            outputs: object,
+            evidence: object,
+            coordinator: object,
+        ) -> None:
+            assert producer is kafka.producers[-1] and (changelog, outputs) == (CHANGELOG, TOPICS.outputs)
+            assert isinstance(evidence, Evidence) and isinstance(coordinator, Coordinator)
 
         async def sweep_written(self) -> None:
-            return None
+            kafka.sweeps.append("written")
+
+        def sweep_changelog(self) -> None:
+            kafka.sweeps.append("changelog")
 
     def transactions(
         producer: FakeProducer,
@@ -320,8 +354,9 @@ def install(monkeypatch: pytest.MonkeyPatch, kafka: FakeKafka) -> None:
         "restore_from_changelog": restore,
         "settle": settle,
         "HangingSweep": Sweep,
-        "ChangelogEvidence": lambda *args, **kwargs: None,
-        "TransactionLogReader": lambda *args, **kwargs: None,
+        "transactional_producer": transactional_producer,
+        "ChangelogEvidence": Evidence,
+        "TransactionLogReader": Coordinator,
         "PartitionTransactions": transactions,
     }.items():
         monkeypatch.setattr(partition, name, fake)

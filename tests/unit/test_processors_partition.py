@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from tests.unit.partition_fakes import (
     BOOTSTRAP,
+    INGRESS,
     RESTORE_SECONDS,
     TOPICS,
     TRANSACTIONAL_ID,
@@ -78,7 +79,7 @@ async def test_a_term_folds_every_record_once_and_commits_outputs_state_and_offs
     assert (m.records_in, m.outputs_out, m.ownerships, m.restores, m.aborted_batches) == (7, 7, 1, 1, 0)
     assert m.batches == kafka.commits and m.changelog_out >= 3
     assert feed.seeks == [None] and feed.paused and feed.closed and not proc.ready.is_set()
-    assert kafka.restores == 1 and kafka.closed_producers == 1
+    assert kafka.restores == 1 and kafka.closed_producers == 1 and kafka.sweeps == ["written", "changelog"]
 
 
 async def test_batches_hold_at_most_batch_max_records_each_one_transaction(kafka: FakeKafka) -> None:
@@ -221,6 +222,7 @@ async def test_an_outage_at_the_start_is_ridden_out_by_starting_the_term_over(ka
     exit_, _ = await run_term(proc, kafka)
     assert exit_ is ProcessorExit.STOPPED and kafka.counts() == EXPECTED
     assert proc.metrics.ownerships == 3 and kafka.restores == 1
+    assert kafka.closed_producers == 1  # the two terms that found no broker had no producer to close
 
 
 async def test_an_outage_longer_than_max_outage_is_raised(kafka: FakeKafka) -> None:
@@ -556,7 +558,9 @@ async def test_a_commit_in_flight_aborted_with_nothing_folded_on_top_is_rolled_b
     gate.set()
     assert await asyncio.wait_for(term, timeout=30) is ProcessorExit.STOPPED
     assert kafka.committed == proc.committed_offset == 3 and feed.seeks[-1] == 3
-    assert "partition 0: offsets 3..5 rolled back (transaction aborted: ValueError('no'))" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "partition 0: offsets 3..5 rolled back (transaction aborted: ValueError('no')); folding them again"
+    ]
     await run_term(proc, kafka)
     assert kafka.counts() == EXPECTED[:6] and kafka.restores == 1
 
@@ -605,7 +609,9 @@ async def test_the_ready_hook_gets_the_processor_and_fencing_is_logged(
     caplog.set_level(logging.ERROR, "turnledger.processors.partition")
     exit_, _ = await run_term(proc, kafka)
     assert exit_ is ProcessorExit.FENCED and got == [proc]
-    assert f"partition 0: producer {TRANSACTIONAL_ID!r} was fenced" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        f"partition 0: {ProducerFencedError(TRANSACTIONAL_ID)}"
+    ]
 
 
 async def test_an_outage_inside_a_term_names_the_partition_when_it_is_given_up_on(kafka: FakeKafka) -> None:
@@ -637,7 +643,35 @@ async def test_a_restore_opens_the_partition_s_store_file_and_counts_what_it_rea
     m = proc.metrics
     assert (m.restored_records, m.restore_seconds_last, m.restores, tuned) == (3, RESTORE_SECONDS, 1, [7_000])
     assert kafka.counts() == EXPECTED and proc.store is not None
+    store = proc.store
     proc.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        len(store)  # type: ignore[arg-type]  # its connection is closed
+    processor().close()  # a processor that never restored has nothing to close
+
+
+def test_a_processor_stopped_before_its_first_term_says_so() -> None:
+    proc = processor()
+    proc.stop()
+    assert proc.stopping and not processor().stopping
+
+
+async def test_each_term_logs_its_producer_and_where_it_resumes_with_which_state(
+    kafka: FakeKafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    kafka.append("a", "b", "a")
+    proc = processor()
+    caplog.set_level(logging.INFO, "turnledger.processors.partition")
+    await run_term(proc, kafka)
+    await run_term(proc, kafka)
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    initialised = f"partition 0: producer {TRANSACTIONAL_ID!r} initialised (predecessors fenced)"
+    assert lines == [
+        initialised,
+        f"partition 0: resuming {INGRESS} at offset beginning; restored 0 state records",
+        initialised,
+        f"partition 0: resuming {INGRESS} at offset 3; kept the state of its previous term (2 keys)",
+    ]
 
 
 async def test_a_restored_store_is_kept_by_the_next_term_even_if_its_term_committed_nothing(

@@ -92,12 +92,13 @@ class _InFlight:
 
 
 class _CommitAborted(BatchAborted):
-    """The commit of `batch` was aborted (`_finish`, the one place a batch's transaction ends): raised
-    from what the transaction raised, `BatchAborted` from its own cause."""
+    """The commit of `batch` was aborted (`_finish`, the one place a batch's transaction ends), as
+    `aborted` (raised from its own cause) says."""
 
-    def __init__(self, batch: list[SourceRecord]) -> None:
+    def __init__(self, batch: list[SourceRecord], aborted: BatchAborted) -> None:
         super().__init__(f"the commit of offsets {batch[0].offset}..{batch[-1].offset} was aborted")
         self.batch = batch
+        self.aborted = aborted
 
 
 class PartitionProcessor:
@@ -399,7 +400,7 @@ class PartitionProcessor:
                             await self._finish(done)
                             aborts = failures = 0
                 except _CommitAborted as exc:
-                    failed, cause = exc.batch, exc.__cause__
+                    failed, cause = exc.batch, exc.aborted
                     self.metrics.aborted_batches += 1
                     live.PROCESSOR_ABORTS.inc()
                     failures += 1
@@ -411,8 +412,7 @@ class PartitionProcessor:
                         cause,
                     )
                     await feed.seek(self.committed_offset)
-                    root = (cause.__cause__ if cause is not None else None) or cause or exc
-                    if kafka_outage(cfg.bootstrap, "commit")(root) is None:
+                    if kafka_outage(cfg.bootstrap, "commit")(cause.__cause__ or cause) is None:
                         aborts += 1
                         if aborts >= cfg.max_consecutive_aborts:
                             raise TooManyAbortsError(
@@ -460,7 +460,7 @@ class PartitionProcessor:
             seconds = await inflight.task
         except BatchAborted as exc:
             inflight.overlay.discard()
-            raise _CommitAborted(inflight.batch) from exc
+            raise _CommitAborted(inflight.batch, exc) from exc
         except BaseException:
             inflight.overlay.discard()
             raise
