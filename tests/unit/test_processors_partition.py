@@ -223,6 +223,10 @@ async def test_an_outage_at_the_start_is_ridden_out_by_starting_the_term_over(ka
     assert exit_ is ProcessorExit.STOPPED and kafka.counts() == EXPECTED
     assert proc.metrics.ownerships == 3 and kafka.restores == 1
     assert kafka.closed_producers == 1  # the two terms that found no broker had no producer to close
+    kafka.append("a")
+    kafka.outages_at_init = 1  # the next term's first start finds none either: the old producer is gone
+    await run_term(proc, kafka)
+    assert kafka.closed_producers == 2 and kafka.counts() == [*EXPECTED, "a:5"]
 
 
 async def test_an_outage_longer_than_max_outage_is_raised(kafka: FakeKafka) -> None:
