@@ -214,6 +214,11 @@ class ProcessorError(TurnledgerError):
     """A failure of the Kafka partition-processor runtime."""
 
 
+class StateStoreError(ProcessorError):
+    """The local state store (`--state-dir`) cannot be opened: a disk or permission fault, never a
+    Kafka outage, so a partition does not wait for it to pass."""
+
+
 class ProjectionError(TurnledgerError):
     """A failure of the projections and the replay tools."""
 

@@ -31,7 +31,7 @@ from tests.unit.partition_fakes import (
     processor,
     run_term,
 )
-from turnledger.errors import KafkaUnavailableError
+from turnledger.errors import KafkaUnavailableError, StateStoreError
 from turnledger.processors.config import ProcessorExit
 from turnledger.processors.errors import ProducerFencedError, TooManyAbortsError
 from turnledger.processors.store import MemoryStateStore
@@ -535,6 +535,22 @@ async def test_aborts_back_off_doubling_up_to_five_seconds_and_a_commit_resets_i
     await run_term(proc, kafka)
     assert waits.timeouts == [1.5, 3.0, 5.0, 5.0, 1.5]
     assert kafka.counts() == EXPECTED and proc.metrics.aborted_batches == 5
+
+
+async def test_a_state_dir_it_cannot_use_ends_the_term_at_once_and_is_no_outage(
+    kafka: FakeKafka, waits: RecordedWaits, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`kafka_outage` counts every OSError as an outage; the store's own fault is typed so that it
+    is not ridden out for `max_outage_s` (or for ever) under a message that blames Kafka."""
+    seven(kafka)
+    taken = tmp_path / "state"
+    taken.write_text("a file")
+    proc = processor(config(state_dir=taken))
+    caplog.set_level(logging.WARNING, "turnledger.processors.partition")
+    with pytest.raises(StateStoreError, match=r"^cannot open the state store of partition 0 at "):
+        await run_term(proc, kafka)
+    assert (waits.timeouts, caplog.records, kafka.counts(), proc.ready.is_set()) == ([], [], [], False)
+    assert proc.metrics.ownerships == 1 and kafka.closed_producers == 1
 
 
 async def test_outages_back_off_as_the_outage_backoff_says(kafka: FakeKafka, waits: RecordedWaits) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
+from turnledger.errors import ProcessorError, StateStoreError
 from turnledger.processors.store import (
     PAGE_CACHE_KIB,
     MemoryStateStore,
@@ -381,6 +383,36 @@ def test_open_partition_store_keeps_live_processes_files_and_drops_its_own_and_t
     assert {signal for _pid, signal in signalled} == {0}
     assert sorted({pid for pid, _signal in signalled}) == [111, 222, 333]
     store.close()
+
+
+def test_a_state_dir_that_is_a_file_is_a_state_store_error_naming_the_path(tmp_path: Path) -> None:
+    """A disk fault is no Kafka outage: the processor must not wait for it to pass (`kafka_outage`
+    counts every OSError as one), so the store's OSError becomes a typed error that says what to fix."""
+    taken = tmp_path / "state"
+    taken.write_text("not a directory")
+    with pytest.raises(StateStoreError) as raised:
+        open_partition_store(taken, "log", 2)
+    assert isinstance(raised.value, ProcessorError) and not isinstance(raised.value, OSError)
+    assert isinstance(raised.value.__cause__, FileExistsError)
+    assert str(raised.value) == (
+        f"cannot open the state store of partition 2 at {taken}/log-2.{os.getpid()}.sqlite: "
+        f"{raised.value.__cause__} (--state-dir must be a directory this process can create files in)"
+    )
+
+
+def test_a_store_file_sqlite_cannot_open_is_a_state_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(sqlite3, "connect", full)
+    with pytest.raises(StateStoreError) as raised:
+        open_partition_store(tmp_path, "log", 0)
+    assert str(raised.value).startswith(
+        f"cannot open the state store of partition 0 at {tmp_path}/log-0.{os.getpid()}.sqlite: "
+        "database or disk is full ("
+    )
 
 
 def test_a_stale_file_another_process_removed_first_is_no_error(

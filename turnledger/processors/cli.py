@@ -223,6 +223,13 @@ def process(
         factory = load_fold_factory(fold)
     except FoldSpecError as exc:
         raise typer.BadParameter(str(exc), param_hint="--fold") from exc
+    if state_dir is not None:
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise typer.BadParameter(
+                f"cannot make {state_dir} a directory: {exc}", param_hint="--state-dir"
+            ) from exc
     try:
         config = ProcessorConfig(
             bootstrap=bootstrap,

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from turnledger.errors import StateStoreError
 from turnledger.processors.contract import StateStore
 
 Writes = Mapping[str, bytes | None]
@@ -294,10 +295,17 @@ def open_partition_store(state_dir: Path | None, changelog_topic: str, partition
     """
     if state_dir is None:
         return MemoryStateStore()
-    state_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{_SAFE.sub('_', changelog_topic)}-{partition}"
-    for stale in state_dir.glob(f"{stem}.*.sqlite*"):
-        pid = stale.name[len(stem) + 1 :].split(".", 1)[0]
-        if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
-            stale.unlink(missing_ok=True)
-    return SqliteStateStore(state_dir / f"{stem}.{os.getpid()}.sqlite")
+    path = state_dir / f"{stem}.{os.getpid()}.sqlite"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        for stale in state_dir.glob(f"{stem}.*.sqlite*"):
+            pid = stale.name[len(stem) + 1 :].split(".", 1)[0]
+            if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+                stale.unlink(missing_ok=True)
+        return SqliteStateStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise StateStoreError(
+            f"cannot open the state store of partition {partition} at {path}: {exc} "
+            "(--state-dir must be a directory this process can create files in)"
+        ) from exc
