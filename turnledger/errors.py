@@ -83,7 +83,7 @@ class KafkaUnavailableError(ServiceUnavailable):
         self.action = action
         self.cause = cause
         doing = f" while trying to {action}" if action else ""
-        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+        detail = f" ({described_cause(cause)})" if cause else ""
         if reachable_but is not None:
             super().__init__(f"Kafka at {bootstrap!r} answered{doing}{detail}, but {reachable_but}.")
             return
@@ -92,6 +92,15 @@ class KafkaUnavailableError(ServiceUnavailable):
             "--bootstrap) to a reachable broker list host:port[,host:port]."
         )
         super().__init__(f"Kafka is not reachable at {bootstrap!r}{doing}{detail}. {fix}")
+
+
+def described_cause(cause: BaseException) -> str:
+    """`Type: message`, once: aiokafka's errors already begin their text with their type's name, and
+    a bare `TimeoutError()` has no text at all."""
+    name, text = type(cause).__name__, str(cause)
+    if not text or text == name:
+        return name
+    return text if text.startswith(f"{name}: ") else f"{name}: {text}"
 
 
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
@@ -119,7 +128,7 @@ class RedisUnavailableError(ServiceUnavailable):
         url = redact_url(url)
         self.url = url
         self.cause = cause
-        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+        detail = f" ({described_cause(cause)})" if cause else ""
         super().__init__(
             f"Redis is not reachable at {url!r}{detail}. {_START_STACK}, or set REDIS_URL "
             "(or --redis-url) to a reachable Redis, e.g. redis://127.0.0.1:6379/0."

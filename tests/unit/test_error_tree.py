@@ -7,6 +7,7 @@ import inspect
 import pkgutil
 
 import pytest
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 import turnledger
 from turnledger.errors import (
@@ -66,6 +67,21 @@ def test_messages_say_what_was_tried_and_how_to_fix_it() -> None:
     assert "turnledger dev up" in kafka and "KAFKA_BOOTSTRAP_SERVERS" in kafka
     redis = str(RedisUnavailableError("redis://127.0.0.1:1/0"))
     assert "redis://127.0.0.1:1/0" in redis and "REDIS_URL" in redis
+
+
+@pytest.mark.parametrize(
+    ("cause", "shown"),
+    [
+        (OSError("refused"), "(OSError: refused)"),
+        (KafkaConnectionError("broker away"), "(KafkaConnectionError: broker away)"),  # its text has its name
+        (TimeoutError(), "(TimeoutError)"),
+        (KafkaTimeoutError(), "(KafkaTimeoutError)"),
+        (ValueError("ValueErrors: a word that starts like the name"), "(ValueError: ValueErrors: a word"),
+    ],
+)
+def test_a_cause_is_named_once_and_never_by_an_empty_text(cause: BaseException, shown: str) -> None:
+    message = str(KafkaUnavailableError("k:9092", cause, action="read"))
+    assert message.startswith(f"Kafka is not reachable at 'k:9092' while trying to read {shown}")
 
 
 @pytest.mark.parametrize(

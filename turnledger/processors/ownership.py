@@ -245,8 +245,9 @@ async def _keep_member_active(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if classify(exc) is None:
+            outage = classify(exc)
+            if outage is None:
                 fail(exc)
                 return
-            log.warning("consumer group: %s; retrying", exc)
+            log.warning("consumer group: %s; fetching again in 1s", outage)
             await asyncio.sleep(1)

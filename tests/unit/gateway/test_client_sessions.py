@@ -130,7 +130,7 @@ async def test_a_replacement_that_cannot_start_yet_is_started_by_the_next_append
     assert error.__cause__ is error.cause
     assert str(error).startswith(
         "Kafka is not reachable at '127.0.0.1:1' while trying to start the replacement ingress producer "
-        "to append to 'turnledger.ingress' (KafkaConnectionError: KafkaConnectionError: broker away). "
+        "to append to 'turnledger.ingress' (KafkaConnectionError: broker away). "
     )
     await client.append(turn(3))
 
@@ -249,7 +249,7 @@ async def test_a_start_kafka_refuses_is_an_outage_after_the_diagnosis(
     assert error.__cause__ is error.cause
     assert str(error).startswith(
         "Kafka is not reachable at 'broker:9092' while trying to start the ingress producer "
-        "(KafkaConnectionError: KafkaConnectionError: broker away). "
+        "(KafkaConnectionError: broker away). "
     )
     assert diagnosed == ["broker:9092"]
     assert (fake_producers[0].started, fake_producers[0].stopped) == (0, 1)
@@ -284,12 +284,16 @@ async def test_the_client_refuses_by_its_own_limits(fake_producers: list[FakePro
 
 
 @pytest.mark.parametrize(
-    "failure",
-    [KafkaConnectionError("gone"), KafkaTimeoutError(), NotLeaderForPartitionError()],
+    ("failure", "named"),
+    [
+        (KafkaConnectionError("gone"), "KafkaConnectionError: gone"),
+        (KafkaTimeoutError(), "KafkaTimeoutError"),
+        (NotLeaderForPartitionError(), "NotLeaderForPartitionError: [Error 6] NotLeaderForPartitionError"),
+    ],
     ids=["connection", "timeout", "retriable"],
 )
 async def test_an_outage_or_a_retriable_error_is_kafka_unavailable(
-    fake_producers: list[FakeProducer], failure: KafkaError
+    fake_producers: list[FakeProducer], failure: KafkaError, named: str
 ) -> None:
     """What a retry can cure is KafkaUnavailableError for the append, caused by the broker's error."""
     client = GatewayClient("127.0.0.1:1")
@@ -305,8 +309,7 @@ async def test_an_outage_or_a_retriable_error_is_kafka_unavailable(
     )
     assert error.__cause__ is failure
     assert str(error).startswith(
-        f"Kafka is not reachable at '127.0.0.1:1' while trying to append to 'turnledger.ingress' "
-        f"({type(failure).__name__}: {failure}). "
+        f"Kafka is not reachable at '127.0.0.1:1' while trying to append to 'turnledger.ingress' ({named}). "
     )
     assert client.sessions_replaced == 0
 
