@@ -311,11 +311,51 @@ async def test_a_member_waits_for_its_topic_subscribes_with_its_listener_and_kee
     assert [r.getMessage() for r in caplog.records] == [f"joining consumer group {GROUP!r} for {INGRESS!r}"]
     keepalive = group._keepalive
     assert keepalive is not None and keepalive.get_name() == "group-keepalive"
-    await _until(lambda: consumer.getmany_calls)
+    await _until(lambda: consumer.getmany_calls or host.calls)
     assert consumer.getmany_calls == [((NEVER_ASSIGNED,), 1000)] and host.calls == []
     await group.close()
     assert keepalive.cancelled() and group._keepalive is None
     await group.close()  # closing twice is no error
+
+
+async def test_a_member_s_keepalive_tells_its_host_what_waiting_cannot_fix(
+    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(ownership, "wait_for_topics", Waited())
+    refused = GroupAuthorizationFailedError()
+    group, consumer, host = (
+        GroupOwnership(config()),
+        Consumer([KafkaConnectionError("gone"), refused]),
+        Host(),
+    )
+    caplog.set_level(logging.WARNING, "turnledger.processors.ownership")
+    await group.start(host, consumer, asyncio.Event())  # type: ignore[arg-type]
+    assert group._keepalive is not None
+    await asyncio.wait_for(group._keepalive, timeout=30)
+    assert host.calls == [("fail", refused)] and sleeps.slept == [1] and len(consumer.getmany_calls) == 2
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(
+        f"consumer group: Kafka is not reachable at {BOOTSTRAP!r} while trying to stay in"
+    )
+
+
+async def test_a_member_stopped_before_its_keepalive_ran_fetches_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ownership, "wait_for_topics", Waited())
+    group, consumer, host, stop = GroupOwnership(config()), Consumer(), Host(), asyncio.Event()
+    stop.set()
+    await group.start(host, consumer, stop)  # type: ignore[arg-type]
+    keepalive = group._keepalive
+    assert keepalive is not None
+    await asyncio.wait_for(keepalive, timeout=30)
+    assert (keepalive.exception(), consumer.getmany_calls, host.calls) == (None, [], [])
+
+
+async def test_a_member_that_never_started_closes_with_nothing_to_cancel() -> None:
+    group = GroupOwnership(config())
+    await group.close()
+    assert group._keepalive is None
 
 
 async def test_a_fenced_member_warns_and_asks_its_group_to_rejoin(caplog: pytest.LogCaptureFixture) -> None:
