@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import signal
+
 import pytest
 
 from turnledger.processors.config import ProcessorConfig
 from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED, EXIT_USAGE
-from turnledger.processors.multiproc import ProcessGroup, split_round_robin, worst_exit
+from turnledger.processors.multiproc import CANCEL, STOP, ProcessGroup, split_round_robin, worst_exit
 
 
 @pytest.mark.parametrize(
@@ -62,3 +65,33 @@ def test_worst_exit() -> None:
     assert worst_exit([EXIT_FENCED, EXIT_USAGE, 0]) == EXIT_USAGE
     assert worst_exit([EXIT_USAGE, EXIT_FAILED, EXIT_FENCED]) == EXIT_FAILED
     assert worst_exit([0, 9]) == 9  # unknown statuses count as failures
+
+
+class Child:
+    """A child process as the group tells it what to do."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def tell(self, message: str) -> None:
+        self.told.append(message)
+
+
+def test_the_first_signal_commits_even_when_the_group_is_already_stopping(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The supervisor stops the others when one process failed; a SIGTERM then is the operator's first
+    and must let them commit, only a second one cancels."""
+    group = ProcessGroup(ProcessorConfig(bootstrap="x:1"), "m:f", [0, 1], 2)
+    child = Child()
+    group.children = [child]  # type: ignore[list-item]
+    group.stop()
+    caplog.set_level(logging.INFO, "turnledger.processors.multiproc")
+    group._on_signal(signal.SIGTERM)
+    assert child.told == [STOP, STOP] and not group._cancelled
+    group._on_signal(signal.SIGINT)
+    assert child.told == [STOP, STOP, CANCEL] and group._cancelled
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "received SIGTERM: asking the processes to commit their open batches and stop"),
+        (logging.WARNING, "received SIGINT again: cancelling the children without committing"),
+    ]

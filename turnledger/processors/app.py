@@ -57,7 +57,8 @@ class ProcessorApp:
         self.processors: dict[int, PartitionProcessor] = {}
         """Every partition this app has processed, with its metrics (and its state while it owns it)."""
         self.results: dict[int, ProcessorExit] = {}
-        """How each partition's last term ended."""
+        """How each partition's last term that returned ended (a cancelled or failed term leaves the
+        entry of the term before it)."""
         self._terms: dict[int, asyncio.Task[ProcessorExit]] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._stopping = asyncio.Event()
@@ -65,6 +66,7 @@ class ProcessorApp:
         self._failure: BaseException | None = None
         self._started = False
         self._assigned = False
+        self._signals = 0
 
     # ----------------------------------------------------------------------------------- control
 
@@ -108,7 +110,8 @@ class ProcessorApp:
         for p in self.owned:
             processor = self.processors[p]
             try:
-                end = consumer.last_stable_offset(processor.tp) or consumer.highwater(processor.tp)
+                stable = consumer.last_stable_offset(processor.tp)
+                end = stable if stable is not None else consumer.highwater(processor.tp)
             except (AssertionError, KeyError, ValueError):  # not (or no longer) assigned
                 continue
             if end is not None:
@@ -270,8 +273,10 @@ class ProcessorApp:
 
     def _on_signal(self, sig: signal.Signals) -> None:
         """First signal: commit the open batches and stop. Second: cancel at once (nothing more commits;
-        open transactions are aborted by the next owner's fencing or the transaction timeout)."""
-        if self._stopping.is_set():
+        open transactions are aborted by the next owner's fencing or the transaction timeout). Counted
+        apart from `stop()`: a process already stopping after a failure still commits on its first."""
+        self._signals += 1
+        if self._signals > 1:
             log.warning("received %s again: cancelling without committing open batches", sig.name)
             self.cancel()
             return

@@ -240,6 +240,7 @@ class ProcessGroup:
         self.children: list[_Child] = []
         self._stopping = False
         self._cancelled = False
+        self._signals = 0
 
     def stop(self) -> None:
         """Ask every child to commit its open batches and exit."""
@@ -359,7 +360,10 @@ class ProcessGroup:
         )
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        if self._stopping:
+        """The first signal commits, the second cancels, counted apart from `stop()`: a group already
+        stopping the others after one failed still lets them commit on the first signal."""
+        self._signals += 1
+        if self._signals > 1:
             log.warning("received %s again: cancelling the children without committing", sig.name)
             self.cancel()
             return
