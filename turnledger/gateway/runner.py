@@ -204,8 +204,9 @@ async def run_tool_executor(
     `started`: set after the first poll, as readiness.
 
     Kafka outages are ridden out as `outage` says: at start, while reading, and while appending a
-    batch's results (the batch is answered again once Kafka is back: its turn ids derive from the
-    call ids, so results that did reach the ledger are refused as DUPLICATE_TURN, never added twice)."""
+    turn's results (the append is retried, never the tools: each batch's calls run once here; a
+    retried append that had landed is refused as DUPLICATE_TURN, its turn id deriving from the call
+    ids, so no result is added twice)."""
     polled = asyncio.Event()
     async with serving(metrics_port, lambda: None if polled.is_set() else "waiting for Kafka"):
         await _run_tool_executor(
@@ -226,7 +227,6 @@ async def _run_tool_executor(
     started: asyncio.Event | None,
 ) -> None:
     topics = Topics(prefix)
-    classify = kafka_outage(bootstrap, "append tool results")
 
     async def on_polled() -> None:
         polled.set()
@@ -246,19 +246,12 @@ async def _run_tool_executor(
     except StopRequested:
         return
     try:
-        executor = ToolExecutor(client, tools, rollout_stage)
+        executor = ToolExecutor(RidingSink(client, bootstrap, stop, outage), tools, rollout_stage)
         if executor_box is not None:
             executor_box.append(executor)
 
         async def on_batch(records: list[Frozen]) -> None:
-            calls = [r for r in records if isinstance(r, ToolCallReady)]
-            await ride_out(
-                lambda: executor.handle(calls),
-                waiting_for=f"Kafka at {bootstrap} to append tool results",
-                classify=classify,
-                backoff=outage,
-                stop=stop,
-            )
+            await executor.handle([r for r in records if isinstance(r, ToolCallReady)])
 
         await tail_topic(
             bootstrap,

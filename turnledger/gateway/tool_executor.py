@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,8 @@ from turnledger.model.graph import ResultStatus
 from turnledger.model.tools import ToolDefinition
 from turnledger.observability import runtime_metrics as live
 from turnledger.streaming.strict_arguments import ArgumentError, validate_arguments
+
+log = logging.getLogger(__name__)
 
 ToolFn = Callable[[dict[str, Any]], str]
 
@@ -111,7 +114,10 @@ def is_partial(call: ToolCallReady, schemas: Mapping[str, Mapping[str, Any]]) ->
 
 
 def run_call(call: ToolCallReady, tools: Mapping[str, ToolFn]) -> ToolResult:
-    """Run one call; unknown tools, bad JSON and tool errors become `error` results."""
+    """Run one call; unknown tools, bad JSON and tool errors become `error` results. A tool that fails
+    in a way it did not mean to (any other exception: a bug in the tool, a file it could not read) is
+    an `error` result too, naming the exception, and logged with its traceback: the conversation gets
+    its answer, and the executor neither stops nor mistakes the failure for a Kafka outage."""
     status, text = ResultStatus.SUCCESS, ""
     fn = tools.get(call.tool_name)
     try:
@@ -123,6 +129,9 @@ def run_call(call: ToolCallReady, tools: Mapping[str, ToolFn]) -> ToolResult:
         text = fn(args)
     except (ToolError, ValueError) as exc:
         status, text = ResultStatus.ERROR, str(exc)
+    except Exception as exc:
+        log.error("tool %r failed on call %s", call.tool_name, call.call_id, exc_info=exc)
+        status, text = ResultStatus.ERROR, f"the tool failed: {type(exc).__name__}: {exc}"
     return ToolResult(
         call_id=call.call_id,
         tool_name=call.tool_name,

@@ -5,6 +5,7 @@ nothing run before the rollout hands tool calls to the protocol. Driven through 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from prometheus_client import REGISTRY
@@ -155,6 +156,35 @@ def test_run_call_answers_every_call_with_one_result_that_names_it(
     assert run_call(call("k1", tool, arguments), {"get_weather": get_weather}) == result(
         "k1", tool, text, status
     )
+
+
+def test_a_tool_that_fails_unexpectedly_is_an_error_result_naming_the_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not a crash of the executor, nor (an OSError) a Kafka outage its caller would wait out by
+    running the batch's tools again: the call gets its one result, and the traceback is logged."""
+
+    def broken(args: dict[str, object]) -> str:
+        return str(args["missing"])
+
+    def unreadable(args: dict[str, object]) -> str:
+        raise FileNotFoundError(2, "No such file or directory", "/srv/invoices.db")
+
+    tools = {"broken": broken, "unreadable": unreadable}
+    caplog.set_level(logging.ERROR, "turnledger.gateway.tool_executor")
+    assert run_call(call("k1", "broken", "{}"), tools) == result(
+        "k1", "broken", "the tool failed: KeyError: 'missing'", ERROR
+    )
+    assert run_call(call("k2", "unreadable", "{}"), tools) == result(
+        "k2",
+        "unreadable",
+        "the tool failed: FileNotFoundError: [Errno 2] No such file or directory: '/srv/invoices.db'",
+        ERROR,
+    )
+    assert [(r.getMessage(), type(r.exc_info[1]).__name__) for r in caplog.records if r.exc_info] == [
+        ("tool 'broken' failed on call k1", "KeyError"),
+        ("tool 'unreadable' failed on call k2", "FileNotFoundError"),
+    ]
 
 
 async def test_each_turns_calls_are_run_once_and_answered_in_one_turn() -> None:
