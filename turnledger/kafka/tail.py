@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -30,6 +31,7 @@ from turnledger.retry import NO_WAIT, Backoff, StopRequested, ride_out
 log = logging.getLogger(__name__)
 
 OnBatch = Callable[[list[Frozen]], Awaitable[None]]
+T = TypeVar("T")
 
 
 def decode_record(data: bytes) -> Frozen:
@@ -107,12 +109,23 @@ async def _follow(
 ) -> None:
     classify = kafka_outage(bootstrap, f"read {topic!r}")
     waiting_for = f"Kafka at {bootstrap} to read {topic!r}"
-    ends: dict[TopicPartition, int] = {}
-    if group_id is None:
+
+    def riding_out(attempt: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        return ride_out(attempt, waiting_for=waiting_for, classify=classify, backoff=backoff, stop=stop)
+
+    async def from_the_beginning() -> dict[TopicPartition, int]:
         partitions = await wait_for_partitions(consumer, bootstrap, topic)
         consumer.assign(list(partitions))
         await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(list(partitions))
+        offsets: dict[TopicPartition, int] = await consumer.end_offsets(list(partitions))
+        return offsets
+
+    async def positions() -> dict[TopicPartition, int]:
+        return {tp: await consumer.position(tp) for tp in ends}
+
+    ends: dict[TopicPartition, int] = {}
+    if group_id is None:
+        ends = await riding_out(from_the_beginning)
     else:
         consumer.subscribe([topic])
     caught_up = on_caught_up is None
@@ -128,9 +141,7 @@ async def _follow(
         return fetched
 
     while not stop.is_set():
-        batches = await ride_out(
-            fetch, waiting_for=waiting_for, classify=classify, backoff=backoff, stop=stop
-        )
+        batches = await riding_out(fetch)
         records = _decoded(topic, batches)
         if records:
             await on_batch(records)
@@ -142,8 +153,8 @@ async def _follow(
                     "%s: committing the group's offsets failed (%r); records may be redelivered", topic, exc
                 )
         if not caught_up:
-            positions = {tp: await consumer.position(tp) for tp in ends}
-            if all(positions[tp] >= end for tp, end in ends.items()):
+            reached = await riding_out(positions)
+            if all(reached[tp] >= end for tp, end in ends.items()):
                 caught_up = True
                 assert on_caught_up is not None
                 await on_caught_up()
