@@ -32,6 +32,7 @@ from turnledger.codec import CodecError
 from turnledger.gateway.board import DecisionBoard
 from turnledger.kafka.clients import (
     close_client,
+    kafka_outage,
     read_committed_consumer,
     start_topic_reader,
     step_until_stopped,
@@ -39,7 +40,7 @@ from turnledger.kafka.clients import (
 from turnledger.kafka.reading import wait_for_partitions
 from turnledger.kafka.tail import decode_record
 from turnledger.model.events import Rejected
-from turnledger.retry import Backoff, StopRequested
+from turnledger.retry import Backoff, StopRequested, ride_out
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,14 @@ class RefusalFeed:
                 backoff=self.outage,
                 stop=self.stop,
             )
-            await self._position(consumer)
+            positioning = consumer
+            await ride_out(
+                lambda: self._position(positioning),
+                waiting_for=f"Kafka at {self.bootstrap} to position on the ends of {self.topic!r}",
+                classify=kafka_outage(self.bootstrap, f"position on the ends of {self.topic!r}"),
+                backoff=self.outage,
+                stop=self.stop,
+            )
             step = partial(self._step, consumer)
             await step_until_stopped(
                 step, bootstrap=self.bootstrap, topic=self.topic, backoff=self.outage, stop=self.stop

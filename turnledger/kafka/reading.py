@@ -12,7 +12,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from turnledger.errors import MissingTopicError
+from turnledger.errors import KafkaUnavailableError, MissingTopicError
 from turnledger.kafka.clients import read_committed_consumer, start_client
 from turnledger.kafka.positions import seek_all
 from turnledger.records import SourceRecord
@@ -66,15 +66,22 @@ async def wait_for_partitions(
     consumer: AIOKafkaConsumer, bootstrap: str, topic: str, timeout_s: float = 5.0
 ) -> Sequence[TopicPartition]:
     """The partitions of `topic`, refreshing metadata for up to `timeout_s` while it is not known yet
-    (a topic created a moment ago reaches the client's metadata a little later)."""
+    (a topic created a moment ago reaches the client's metadata a little later).
+
+    Raises `MissingTopicError` when the brokers answered without the topic, and `KafkaUnavailableError`
+    (an outage, for the caller to ride out) when the last refresh reached no broker: a topic the client
+    could not ask about is not known to be missing."""
     deadline = asyncio.get_running_loop().time() + timeout_s
+    refreshed = True
     while True:
         parts = consumer.partitions_for_topic(topic)
         if parts:
             return [TopicPartition(topic, p) for p in sorted(parts)]
         if asyncio.get_running_loop().time() > deadline:
+            if not refreshed:
+                raise KafkaUnavailableError(bootstrap, action=f"read the partitions of {topic!r}")
             raise MissingTopicError(topic, bootstrap)
-        await consumer._client.force_metadata_update()
+        refreshed = bool(await consumer._client.force_metadata_update())
         await asyncio.sleep(0.1)
 
 

@@ -18,12 +18,13 @@ from aiokafka import TopicPartition
 
 from tests.unit.gateway.decisions import decision
 from turnledger.codec import encode
+from turnledger.errors import KafkaUnavailableError
 from turnledger.gateway import refusal_feed
 from turnledger.gateway.board import DecisionBoard
 from turnledger.gateway.refusal_feed import RefusalFeed
 from turnledger.model.events import DispatchState, Rejected
 from turnledger.model.reasons import ReasonCode
-from turnledger.retry import NO_WAIT, StopRequested
+from turnledger.retry import NO_WAIT, Backoff, StopRequested
 
 TOPIC = "turnledger.rejections"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -393,3 +394,45 @@ async def test_run_ends_quietly_when_stopped_while_starting(monkeypatch: pytest.
     glue.install(monkeypatch)
     await feed.run()
     assert not feed.positioned.is_set() and glue.closed == [] and glue.stepped == []
+
+
+async def test_an_outage_while_positioning_is_ridden_out_as_the_feed_s_outage_backoff_says(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The partitions and their ends are asked again once Kafka answers: the feed is positioned, not
+    stopped by the outage (with NO_WAIT the outage would end it)."""
+    deliver = Delivered()
+    feed = RefusalFeed(
+        board_following("c1"),
+        deliver,
+        "kafka:9092",
+        TOPIC,
+        stop=asyncio.Event(),
+        outage=Backoff(initial_s=0.001, max_s=0.001, jitter=0),
+        client_id="w1-refusals",
+    )
+    consumer = FakeConsumer(feed=feed)
+    glue = Glue(consumer)
+    glue.install(monkeypatch)
+    outages = [KafkaUnavailableError("kafka:9092", action=f"read the partitions of {TOPIC!r}")]
+
+    async def wait_for_partitions(*args: Any) -> list[TopicPartition]:
+        glue.waited.append(args)
+        if outages:
+            raise outages.pop(0)
+        return [P0, P1]
+
+    async def step_until_stopped(step: Callable[[], Awaitable[None]], **kwargs: Any) -> None:
+        kwargs["stop"].set()
+
+    monkeypatch.setattr(refusal_feed, "wait_for_partitions", wait_for_partitions)
+    monkeypatch.setattr(refusal_feed, "step_until_stopped", step_until_stopped)
+    caplog.set_level(logging.WARNING, "turnledger.retry")
+    async with asyncio.timeout(5):
+        await feed.run()
+    assert feed.positioned.is_set() and glue.waited == [(consumer, "kafka:9092", TOPIC)] * 2
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith(
+        f"waiting for Kafka at kafka:9092 to position on the ends of {TOPIC!r} (attempt 1, "
+    )
+    assert glue.closed == [consumer]
