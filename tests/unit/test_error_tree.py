@@ -11,10 +11,14 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 import turnledger
 from turnledger.errors import (
+    KafkaAccessError,
     KafkaUnavailableError,
+    MissingTopicError,
+    RedisAccessError,
     RedisFailoverError,
     RedisUnavailableError,
     ServiceUnavailable,
+    TokenRequiredError,
     TurnledgerError,
     redact_url,
 )
@@ -98,6 +102,13 @@ def test_a_cause_is_named_once_and_never_by_an_empty_text(cause: BaseException, 
         ("redis://gateway@cache.example.net/0", "redis://gateway@cache.example.net/0"),  # a user alone
         ("redis://cache.example.net/0?client_name=a@b", "redis://cache.example.net/0?client_name=a@b"),
         ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://u:s3cret:pw@h/0", "redis://u:***@h/0"),  # a password holding ':' is hidden whole
+        ("redis://u:s3cret@h/0?next=redis://x", "redis://u:***@h/0?next=redis://x"),  # '://' in the query
+        ("redis://h/0?note=a:b@c", "redis://h/0?note=a:b@c"),  # user-like text in the query, left alone
+        ("redis://h/0?x=1?note=a:b@c", "redis://h/0?x=1?note=a:b@c"),
+        ("redis://h/0#a:b@c", "redis://h/0#a:b@c"),  # ... in the fragment
+        ("redis://h/0#x#a:b@c#d", "redis://h/0#x#a:b@c#d"),
+        ("host:6379", "host:6379"),  # no scheme: nothing to find
     ],
 )
 def test_a_redis_password_is_never_in_the_message(url: str, shown: str) -> None:
@@ -105,3 +116,93 @@ def test_a_redis_password_is_never_in_the_message(url: str, shown: str) -> None:
     error = RedisUnavailableError(url, OSError("refused"))
     assert error.url == shown and repr(shown) in str(error)
     assert "s3cret" not in str(error) and "p@ss" not in str(error)
+
+
+def test_each_outage_message_says_what_was_tried_and_how_to_fix_it_whole() -> None:
+    fix = (
+        "Start the local stack with `turnledger dev up` and export KAFKA_BOOTSTRAP_SERVERS, or set "
+        "KAFKA_BOOTSTRAP_SERVERS (or --bootstrap) to a reachable broker list host:port[,host:port]."
+    )
+    assert str(KafkaUnavailableError("k:1")) == f"Kafka is not reachable at 'k:1'. {fix}"
+    assert str(KafkaUnavailableError("k:1", action="read 't'")) == (
+        f"Kafka is not reachable at 'k:1' while trying to read 't'. {fix}"
+    )
+    assert (
+        str(KafkaUnavailableError("k:1", OSError("refused")))
+        == f"Kafka is not reachable at 'k:1' (OSError: refused). {fix}"
+    )
+    answered = KafkaUnavailableError(
+        "k:1", OSError("x"), action="commit", reachable_but="the coordinator is loading"
+    )
+    assert (
+        str(answered)
+        == "Kafka at 'k:1' answered while trying to commit (OSError: x), but the coordinator is loading."
+    )
+    assert (
+        str(KafkaUnavailableError("k:1", reachable_but="it said wait"))
+        == "Kafka at 'k:1' answered, but it said wait."
+    )
+
+    class KdcDown(Exception):
+        outage_fix = "Start the KDC."
+
+    error = KafkaUnavailableError("k:1", KdcDown("no KDC"), action="log in")
+    assert (
+        str(error)
+        == "Kafka is not reachable at 'k:1' while trying to log in (KdcDown: no KDC). Start the KDC."
+    )
+    assert (error.bootstrap, error.action, str(error.cause)) == ("k:1", "log in", "no KDC")
+
+
+def test_the_redis_messages_whole() -> None:
+    fix = (
+        "Start the local stack with `turnledger dev up`, or set REDIS_URL (or --redis-url) to a reachable "
+        "Redis, e.g. redis://127.0.0.1:6379/0."
+    )
+    assert str(RedisUnavailableError("redis://r:1/0")) == f"Redis is not reachable at 'redis://r:1/0'. {fix}"
+    refused = ConnectionRefusedError("refused")
+    down = RedisUnavailableError("redis://u:pw@r:1/0", refused)
+    assert (
+        str(down)
+        == f"Redis is not reachable at 'redis://u:***@r:1/0' (ConnectionRefusedError: refused). {fix}"
+    )
+    assert (down.url, down.cause) == ("redis://u:***@r:1/0", refused)
+    failover = RedisFailoverError(
+        "redis://u:pw@r:1/0", OSError("READONLY You can't write against a replica.")
+    )
+    assert str(failover) == (
+        "Redis at 'redis://u:***@r:1/0' takes no writes "
+        "(OSError: READONLY You can't write against a replica): "
+        "a failover is under way; waiting for the primary. REDIS_URL must name the primary wherever it moves "
+        "(a managed primary endpoint, a proxy, or its sentinels: redis+sentinel://), not one node."
+    )
+    assert str(RedisFailoverError("redis://r:1/0")).startswith(
+        "Redis at 'redis://r:1/0' takes no writes: a failover"
+    )
+    access = RedisAccessError(
+        "redis://u:pw@r:1/0", "as user u", PermissionError("WRONGPASS invalid."), "Check it."
+    )
+    assert str(access) == (
+        "Redis at 'redis://u:***@r:1/0' refused the connection (as user u): "
+        "PermissionError: WRONGPASS invalid. Check it."
+    )
+    assert access.url == "redis://u:***@r:1/0"
+
+
+def test_the_other_messages_whole() -> None:
+    missing = MissingTopicError("t.x", "k:1")
+    assert (missing.topic, missing.bootstrap, str(missing)) == (
+        "t.x",
+        "k:1",
+        "topic 't.x' does not exist on 'k:1'. Check --topic-prefix, or start the processor (it creates the "
+        "topics) before projecting or replaying.",
+    )
+    assert str(TokenRequiredError("0.0.0.0")) == (
+        "binding '0.0.0.0' (not a loopback address) requires a bearer token: pass --token or set "
+        "TURNLEDGER_SERVE_TOKEN"
+    )
+    refused = KafkaAccessError("k:1", "SASL_SSL", PermissionError("bad password"), "Check the password.")
+    assert str(refused) == (
+        "Kafka at 'k:1' refused the connection (SASL_SSL): PermissionError: bad password. Check the password."
+    )
+    assert (refused.bootstrap, str(refused.cause)) == ("k:1", "bad password")
