@@ -19,6 +19,7 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from tests.unit.recorded_asyncio import RecordedAsyncio, record_asyncio
 from turnledger import retry
 from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka import clients
@@ -371,33 +372,9 @@ async def test_a_describe_stopped_raises_stop_requested(admin: type[Admin]) -> N
 # ------------------------------------------------------------------------------------ waiting for topics
 
 
-class Sleeps:
-    """`clients.asyncio` with its sleeps recorded and returning at once; a wait on the stop event times
-    out until `stop_after` waits were recorded, then returns as the event's own wait does."""
-
-    def __init__(self) -> None:
-        self.slept: list[tuple[str, float]] = []
-        self.stop_after: int | None = None
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(asyncio, name)
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(("sleep", seconds))
-
-    async def wait_for(self, waiting: Coroutine[Any, Any, Any], timeout: float | None) -> None:
-        self.slept.append(("wait", timeout or 0))
-        if self.stop_after is not None and len(self.slept) > self.stop_after:
-            await waiting
-            return
-        waiting.close()
-        raise TimeoutError
-
-
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
-    recorded = Sleeps()
-    monkeypatch.setattr(clients, "asyncio", recorded)
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> RecordedAsyncio:
+    recorded = record_asyncio(monkeypatch, clients)
     monkeypatch.setattr(retry.random, "uniform", lambda low, high: 0.0)  # no jitter: exact delays
     return recorded
 
@@ -418,20 +395,20 @@ class Topics:
 
 
 async def test_waiting_for_topics_logs_the_missing_ones_with_a_growing_delay_until_they_exist(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     topics = Topics(*[{"a"}] * 7, {"a", "b"})
     monkeypatch.setattr(clients, "describe_partitions", topics)
 
     async def sleep(seconds: float) -> None:
-        sleeps.slept.append(("sleep", seconds))
+        sleeps.waits.append(("sleep", seconds))
         topics.looks += 1
 
     sleeps.sleep = sleep  # type: ignore[method-assign]
     caplog.set_level(logging.WARNING, "turnledger.kafka.clients")
     await wait_for_topics(BOOTSTRAP, ["a", "b"], backoff=QUICK)
     delays = [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
-    assert sleeps.slept == [("sleep", d) for d in delays]
+    assert sleeps.waits == [("sleep", d) for d in delays]
     assert topics.asked == [(BOOTSTRAP, t, QUICK, None) for _ in range(8) for t in ("a", "b")]
     hint = "create them with `turnledger process --create-topics N`"
     assert [r.getMessage() for r in caplog.records] == [
@@ -440,18 +417,20 @@ async def test_waiting_for_topics_logs_the_missing_ones_with_a_growing_delay_unt
     ]
 
 
-async def test_topics_that_exist_are_not_waited_for(monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps) -> None:
+async def test_topics_that_exist_are_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio
+) -> None:
     topics = Topics({"a", "b"})
     monkeypatch.setattr(clients, "describe_partitions", topics)
     stop = asyncio.Event()
     await wait_for_topics(BOOTSTRAP, ["a", "b"], backoff=QUICK, stop=stop, hint="h")
     assert (
-        topics.asked == [(BOOTSTRAP, "a", QUICK, stop), (BOOTSTRAP, "b", QUICK, stop)] and sleeps.slept == []
+        topics.asked == [(BOOTSTRAP, "a", QUICK, stop), (BOOTSTRAP, "b", QUICK, stop)] and sleeps.waits == []
     )
 
 
 async def test_waiting_for_topics_waits_on_the_stop_event_and_ends_on_it(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(clients, "describe_partitions", Topics(set()))
     stop = asyncio.Event()
@@ -460,7 +439,7 @@ async def test_waiting_for_topics_waits_on_the_stop_event_and_ends_on_it(
     caplog.set_level(logging.WARNING, "turnledger.kafka.clients")
     with pytest.raises(StopRequested, match=r"^stop requested while waiting for topics$"):
         await wait_for_topics(BOOTSTRAP, ["a"], backoff=QUICK, stop=stop, hint="make it")
-    assert sleeps.slept == [("wait", 0.5), ("wait", 1.0), ("wait", 2.0)]
+    assert sleeps.waits == [("wait", 0.5), ("wait", 1.0), ("wait", 2.0)]
     assert caplog.records[0].getMessage() == (
         f"waiting for topics ['a'] to be created on {BOOTSTRAP} (make it); next look in 0.5s"
     )

@@ -17,6 +17,7 @@ from aiokafka.errors import GroupAuthorizationFailedError, KafkaConnectionError
 from prometheus_client import REGISTRY
 
 from tests.unit.partition_fakes import BOOTSTRAP, GROUP, INGRESS, config
+from tests.unit.recorded_asyncio import RecordedAsyncio, record_asyncio
 from turnledger.errors import ProcessorError
 from turnledger.processors import ownership
 from turnledger.processors.config import GroupSettings
@@ -319,7 +320,7 @@ async def test_a_member_waits_for_its_topic_subscribes_with_its_listener_and_kee
 
 
 async def test_a_member_s_keepalive_tells_its_host_what_waiting_cannot_fix(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(ownership, "wait_for_topics", Waited())
     refused = GroupAuthorizationFailedError()
@@ -391,24 +392,9 @@ def test_a_rejoin_of_a_consumer_without_a_coordinator_or_its_method_is_a_no_op()
 # ------------------------------------------------------------------------------------ the keepalive
 
 
-class Sleeps:
-    """The ownership module's `asyncio` with `sleep` recorded and returning at once."""
-
-    def __init__(self) -> None:
-        self.slept: list[float] = []
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(asyncio, name)
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-
-
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
-    recorded = Sleeps()
-    monkeypatch.setattr(ownership, "asyncio", recorded)
-    return recorded
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> RecordedAsyncio:
+    return record_asyncio(monkeypatch, ownership)
 
 
 def _keepalive(consumer: Consumer, stop: asyncio.Event, host: Host) -> Coroutine[Any, Any, None]:
@@ -416,7 +402,7 @@ def _keepalive(consumer: Consumer, stop: asyncio.Event, host: Host) -> Coroutine
 
 
 async def test_the_keepalive_rides_out_outages_a_second_apart_and_fails_the_host_on_anything_else(
-    sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     refused = GroupAuthorizationFailedError()
     consumer, host = Consumer([KafkaConnectionError("gone"), None, TimeoutError(), refused]), Host()
@@ -434,7 +420,7 @@ async def test_the_keepalive_rides_out_outages_a_second_apart_and_fails_the_host
     assert all(r.getMessage().endswith("; fetching again in 1s") for r in caplog.records)
 
 
-async def test_the_keepalive_ends_when_stopped_and_passes_cancellation_on(sleeps: Sleeps) -> None:
+async def test_the_keepalive_ends_when_stopped_and_passes_cancellation_on(sleeps: RecordedAsyncio) -> None:
     stop, host = asyncio.Event(), Host()
     stop.set()
     consumer = Consumer([None])
@@ -450,7 +436,9 @@ async def test_the_keepalive_ends_when_stopped_and_passes_cancellation_on(sleeps
     assert (host.calls, sleeps.slept) == ([], [])
 
 
-async def test_the_keepalive_fetches_again_after_an_empty_fetch_until_stopped(sleeps: Sleeps) -> None:
+async def test_the_keepalive_fetches_again_after_an_empty_fetch_until_stopped(
+    sleeps: RecordedAsyncio,
+) -> None:
     stop, host = asyncio.Event(), Host()
 
     class StopsAfterThree(Consumer):

@@ -9,7 +9,7 @@ import asyncio
 import logging
 import os
 import sqlite3
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,7 @@ from tests.unit.partition_fakes import (
     processor,
     run_term,
 )
+from tests.unit.recorded_asyncio import RecordedAsyncio, record_asyncio
 from turnledger.errors import KafkaUnavailableError, StateStoreError
 from turnledger.processors.config import ProcessorExit
 from turnledger.processors.errors import ProducerFencedError, TooManyAbortsError
@@ -500,33 +501,16 @@ async def test_an_outage_after_a_term_began_is_timed_from_its_own_start(
     assert kafka.counts() == ["a:1", "b:1", "a:2"] and proc.metrics.ownerships == 6
 
 
-class RecordedWaits:
-    """The partition module's `asyncio` with `wait_for` recording its timeouts and returning at once, as
-    if each wait had run out (the backoffs between attempts)."""
-
-    def __init__(self) -> None:
-        self.timeouts: list[float] = []
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(asyncio, name)
-
-    async def wait_for(self, awaitable: Coroutine[object, object, object], timeout: float) -> None:
-        awaitable.close()
-        self.timeouts.append(timeout)
-        raise TimeoutError
-
-
 @pytest.fixture
-def waits(monkeypatch: pytest.MonkeyPatch) -> RecordedWaits:
+def waits(monkeypatch: pytest.MonkeyPatch) -> RecordedAsyncio:
+    """The backoffs between attempts: each wait of the partition module runs out at once."""
     from turnledger.processors import partition
 
-    recorded = RecordedWaits()
-    monkeypatch.setattr(partition, "asyncio", recorded)
-    return recorded
+    return record_asyncio(monkeypatch, partition)
 
 
 async def test_aborts_back_off_doubling_up_to_five_seconds_and_a_commit_resets_it(
-    kafka: FakeKafka, waits: RecordedWaits
+    kafka: FakeKafka, waits: RecordedAsyncio
 ) -> None:
     seven(kafka)
     no = ValueError("no")
@@ -538,7 +522,7 @@ async def test_aborts_back_off_doubling_up_to_five_seconds_and_a_commit_resets_i
 
 
 async def test_a_state_dir_it_cannot_use_ends_the_term_at_once_and_is_no_outage(
-    kafka: FakeKafka, waits: RecordedWaits, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    kafka: FakeKafka, waits: RecordedAsyncio, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """`kafka_outage` counts every OSError as an outage; the store's own fault is typed so that it
     is not ridden out for `max_outage_s` (or for ever) under a message that blames Kafka."""
@@ -553,7 +537,7 @@ async def test_a_state_dir_it_cannot_use_ends_the_term_at_once_and_is_no_outage(
     assert proc.metrics.ownerships == 1 and kafka.closed_producers == 1
 
 
-async def test_outages_back_off_as_the_outage_backoff_says(kafka: FakeKafka, waits: RecordedWaits) -> None:
+async def test_outages_back_off_as_the_outage_backoff_says(kafka: FakeKafka, waits: RecordedAsyncio) -> None:
     seven(kafka)
     kafka.outages_at_init = 3
     proc = processor(config(outage=Backoff(initial_s=2, max_s=5, multiplier=2, jitter=0)))

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
+from tests.unit.recorded_asyncio import RecordedAsyncio, record_asyncio
 from turnledger import retry
 from turnledger.errors import KafkaAccessError, KafkaUnavailableError, ServiceUnavailable, TurnledgerError
 from turnledger.retry import FOREVER, NO_WAIT, Backoff, StopRequested, ride_out
@@ -52,30 +52,9 @@ class Clock:
         return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
 
 
-class Sleeps:
-    """`retry.asyncio` with its sleeps recorded and returning at once; a wait on a stop event is
-    recorded as ("wait", timeout) and times out unless the event is set."""
-
-    def __init__(self) -> None:
-        self.slept: list[tuple[str, float]] = []
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(asyncio, name)
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(("sleep", seconds))
-
-    async def wait_for(self, waiting: Coroutine[Any, Any, Any], timeout: float) -> None:
-        self.slept.append(("wait", timeout))
-        waiting.close()
-        raise TimeoutError
-
-
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
-    recorded = Sleeps()
-    monkeypatch.setattr(retry, "asyncio", recorded)
-    return recorded
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> RecordedAsyncio:
+    return record_asyncio(monkeypatch, retry)
 
 
 def clock(monkeypatch: pytest.MonkeyPatch, *readings: float) -> None:
@@ -90,14 +69,14 @@ def _lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
 
 
 async def test_outages_are_waited_out_as_the_backoff_says_and_each_wait_is_logged(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock(monkeypatch, 10.0, 10.5, 11.5, 13.5)
     down = [ConnectionError("down"), ConnectionError("still"), ConnectionError("again")]
     calls, attempt = _flaky(*down)
     caplog.set_level(logging.INFO, "turnledger.retry")
     assert await ride_out(attempt, waiting_for="Kafka at k:1", classify=_classify, backoff=STEADY) == "up"
-    assert calls[0] == 4 and sleeps.slept == [("sleep", 0.5), ("sleep", 1.0), ("sleep", 2.0)]
+    assert calls[0] == 4 and sleeps.waits == [("sleep", 0.5), ("sleep", 1.0), ("sleep", 2.0)]
     said = [str(KafkaUnavailableError("k:1", exc, action="read")) for exc in down]
     assert _lines(caplog) == [
         (logging.WARNING, f"waiting for Kafka at k:1 (attempt 1, 0.0s so far, next in 0.5s): {said[0]}"),
@@ -108,41 +87,43 @@ async def test_outages_are_waited_out_as_the_backoff_says_and_each_wait_is_logge
 
 
 async def test_a_first_attempt_that_works_logs_nothing_and_waits_for_nothing(
-    sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     calls, attempt = _flaky()
     caplog.set_level(logging.DEBUG, "turnledger.retry")
     assert await ride_out(attempt, waiting_for="x", classify=_classify) == "up"
-    assert (calls[0], sleeps.slept, _lines(caplog)) == (1, [], [])
+    assert (calls[0], sleeps.waits, _lines(caplog)) == (1, [], [])
 
 
-async def test_an_error_that_is_not_the_classifier_s_is_raised_as_it_is(sleeps: Sleeps) -> None:
+async def test_an_error_that_is_not_the_classifier_s_is_raised_as_it_is(sleeps: RecordedAsyncio) -> None:
     wrong = ValueError("bad")
     calls, attempt = _flaky(wrong)
     with pytest.raises(ValueError) as raised:
         await ride_out(attempt, waiting_for="x", classify=_classify, backoff=STEADY)
-    assert (raised.value, calls[0], sleeps.slept) == (wrong, 1, [])
+    assert (raised.value, calls[0], sleeps.waits) == (wrong, 1, [])
 
 
-async def test_a_refusal_the_classifier_names_is_raised_in_the_raw_error_s_place(sleeps: Sleeps) -> None:
+async def test_a_refusal_the_classifier_names_is_raised_in_the_raw_error_s_place(
+    sleeps: RecordedAsyncio,
+) -> None:
     refused = PermissionError("SASL authentication failed")
     calls, attempt = _flaky(refused)
     with pytest.raises(KafkaAccessError) as raised:
         await ride_out(attempt, waiting_for="x", classify=_classify, backoff=STEADY)
-    assert (raised.value.__cause__, calls[0], sleeps.slept) == (refused, 1, [])
+    assert (raised.value.__cause__, calls[0], sleeps.waits) == (refused, 1, [])
 
 
-async def test_a_typed_error_that_is_no_outage_is_raised_itself(sleeps: Sleeps) -> None:
+async def test_a_typed_error_that_is_no_outage_is_raised_itself(sleeps: RecordedAsyncio) -> None:
     """The classifier hands back a turnledger error as it is: not retriable, it is raised unchained."""
     typed = TurnledgerError("not a thing to wait for")
     _, attempt = _flaky(typed)
     with pytest.raises(TurnledgerError) as raised:
         await ride_out(attempt, waiting_for="x", classify=_classify, backoff=STEADY)
-    assert (raised.value, raised.value.__cause__, sleeps.slept) == (typed, None, [])
+    assert (raised.value, raised.value.__cause__, sleeps.waits) == (typed, None, [])
 
 
 async def test_the_first_outage_is_the_answer_with_no_wait_and_no_give_up_line(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock(monkeypatch, 5.0)
     down = ConnectionError("down")
@@ -151,11 +132,11 @@ async def test_the_first_outage_is_the_answer_with_no_wait_and_no_give_up_line(
     with pytest.raises(KafkaUnavailableError) as raised:
         await ride_out(attempt, waiting_for="x", classify=_classify, backoff=NO_WAIT)
     assert (raised.value.cause, raised.value.__cause__, calls[0]) == (down, down, 1)
-    assert (sleeps.slept, _lines(caplog)) == ([], [])
+    assert (sleeps.waits, _lines(caplog)) == ([], [])
 
 
 async def test_an_outage_that_lasts_max_outage_gives_up_with_one_error_line(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Given up once it has lasted `max_outage_s` (not a moment before: 2.9 s of 3 waits again)."""
     clock(monkeypatch, 100.0, 101.0, 102.9, 103.0)
@@ -164,12 +145,12 @@ async def test_an_outage_that_lasts_max_outage_gives_up_with_one_error_line(
     caplog.set_level(logging.ERROR, "turnledger.retry")
     with pytest.raises(KafkaUnavailableError):
         await ride_out(attempt, waiting_for="Kafka at k:1", classify=_classify, backoff=bounded)
-    assert calls[0] == 4 and sleeps.slept == [("sleep", 1.0)] * 3
+    assert calls[0] == 4 and sleeps.waits == [("sleep", 1.0)] * 3
     assert _lines(caplog) == [(logging.ERROR, "gave up waiting for Kafka at k:1 after 3.0s and 4 attempts")]
 
 
 async def test_an_outage_raised_typed_by_the_attempt_itself_is_given_up_as_it_is(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio
 ) -> None:
     """A `ServiceUnavailable` the attempt raised (the classifier returns it as it is) is re-raised
     itself, not chained to itself."""
@@ -179,7 +160,7 @@ async def test_an_outage_raised_typed_by_the_attempt_itself_is_given_up_as_it_is
     bounded = Backoff(initial_s=1, max_s=1, jitter=0, max_outage_s=1)
     with pytest.raises(KafkaUnavailableError) as raised:
         await ride_out(attempt, waiting_for="x", classify=_classify, backoff=bounded)
-    assert (raised.value, raised.value.__cause__, calls[0], sleeps.slept) == (
+    assert (raised.value, raised.value.__cause__, calls[0], sleeps.waits) == (
         outage,
         None,
         2,
@@ -187,7 +168,9 @@ async def test_an_outage_raised_typed_by_the_attempt_itself_is_given_up_as_it_is
     )
 
 
-async def test_a_stop_set_before_an_attempt_raises_stop_requested_without_trying(sleeps: Sleeps) -> None:
+async def test_a_stop_set_before_an_attempt_raises_stop_requested_without_trying(
+    sleeps: RecordedAsyncio,
+) -> None:
     stop = asyncio.Event()
     stop.set()
     calls, attempt = _flaky()
@@ -196,13 +179,13 @@ async def test_a_stop_set_before_an_attempt_raises_stop_requested_without_trying
     assert (str(raised.value), calls[0]) == ("stop requested before Redis at r:1", 0)
 
 
-async def test_with_a_stop_event_each_wait_is_a_wait_on_it(sleeps: Sleeps) -> None:
+async def test_with_a_stop_event_each_wait_is_a_wait_on_it(sleeps: RecordedAsyncio) -> None:
     calls, attempt = _flaky(ConnectionError("down"), ConnectionError("down"))
     assert (
         await ride_out(attempt, waiting_for="x", classify=_classify, backoff=STEADY, stop=asyncio.Event())
         == "up"
     )
-    assert (calls[0], sleeps.slept) == (3, [("wait", 0.5), ("wait", 1.0)])
+    assert (calls[0], sleeps.waits) == (3, [("wait", 0.5), ("wait", 1.0)])
 
 
 async def test_a_stop_set_during_a_wait_ends_it_at_once() -> None:
@@ -236,7 +219,7 @@ async def test_a_cancelled_attempt_is_never_classified() -> None:
 
 
 async def test_the_logger_given_gets_the_lines(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock(monkeypatch, 0.0)
     _, attempt = _flaky(ConnectionError("down"))
@@ -317,7 +300,7 @@ def test_the_edges_of_a_valid_backoff_and_the_shared_ones() -> None:
 
 
 async def test_a_give_up_after_a_second_attempt_is_logged(
-    monkeypatch: pytest.MonkeyPatch, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, sleeps: RecordedAsyncio, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock(monkeypatch, 0.0, 1.0)
     calls, attempt = _flaky(ConnectionError("down"), ConnectionError("down"))
