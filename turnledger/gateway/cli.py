@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
@@ -37,6 +36,7 @@ from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.worker import WorkerConfig
 from turnledger.observability.server import MetricsPort
 from turnledger.retry import Backoff
+from turnledger.shutdown import EXIT_STOPPED_AT_ONCE, StoppedAtOnce, run_until_signalled, stop_on_signals
 
 EXIT_UNAVAILABLE = 2
 
@@ -69,13 +69,14 @@ def _need_bootstrap(command: str, bootstrap: str | None) -> str:
 def _run_until_signal(command: str, body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     async def main() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        stop_on_signals(stop, f"turnledger {command}")
         await body(stop)
 
     try:
-        asyncio.run(main())
+        run_until_signalled(main())
+    except StoppedAtOnce as exc:
+        typer.echo(f"turnledger {command}: {exc}", err=True)
+        raise typer.Exit(EXIT_STOPPED_AT_ONCE) from exc
     except KafkaUnavailableError as exc:
         typer.echo(f"turnledger {command}: {exc}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -28,6 +27,7 @@ from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 from turnledger.redisconn.client import classified, connect, diagnose, redis_client
 from turnledger.redisconn.naming import client_url
+from turnledger.shutdown import EXIT_STOPPED_AT_ONCE, StoppedAtOnce, run_until_signalled, stop_on_signals
 
 T = TypeVar("T")
 console = Console()
@@ -72,7 +72,10 @@ def require(value: str | None, name: str, flag: str) -> str:
 def run(factory: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine; typed failures become a clear message and exit code 2, never a traceback."""
     try:
-        return asyncio.run(factory())  # type: ignore[arg-type]
+        return run_until_signalled(factory())  # type: ignore[arg-type]
+    except StoppedAtOnce as exc:
+        err.print(f"turnledger project: {exc}", style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_STOPPED_AT_ONCE) from exc
     except (ProjectionError, ServiceUnavailable, MissingTopicError, TopicMismatchError) as exc:
         err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
         raise typer.Exit(2) from exc
@@ -165,9 +168,7 @@ def project_command(
             if until_caught_up:
                 return await projector.run_to_end()
             stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+            stop_on_signals(stop, "turnledger project")
             how = "alone" if follow.group_id is None else f"in consumer group {follow.group_id!r}"
             err.print(
                 f"projecting {servers} -> {client_url(redis)} (keys {key_prefix!r}) {how}; Ctrl-C to stop",
