@@ -21,6 +21,10 @@ EXIT_STOPPED_AT_ONCE = 130
 """The exit status of a command stopped by a second signal (128 + SIGINT, as shells report Ctrl-C)."""
 
 
+SECOND_SIGNAL = "stopped at once by a second signal"
+"""The message of the cancellation a second signal makes: told apart from any other cancellation."""
+
+
 class StoppedAtOnce(TurnledgerError):
     """A second signal cancelled the command's main task (raised by `run_until_signalled`)."""
 
@@ -40,15 +44,18 @@ def stop_on_signals(stop: asyncio.Event, what: str) -> None:
             return
         log.warning("received %s again: %s stops at once", sig.name, what)
         if main is not None:
-            main.cancel()
+            main.cancel(SECOND_SIGNAL)
 
     for sig in SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
 
 
 def run_until_signalled(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)`, with the cancellation a second signal causes raised as `StoppedAtOnce`."""
+    """`asyncio.run(main)`, with the cancellation a second signal causes raised as `StoppedAtOnce` (any
+    other cancellation propagates as it is)."""
     try:
         return asyncio.run(main)
     except asyncio.CancelledError as exc:
-        raise StoppedAtOnce("stopped at once by a second signal") from exc
+        if exc.args != (SECOND_SIGNAL,):
+            raise
+        raise StoppedAtOnce(SECOND_SIGNAL) from exc

@@ -67,3 +67,16 @@ def test_without_signals_a_command_runs_to_its_end_and_the_handlers_go_with_its_
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     assert run_until_signalled(quick()) == 7
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_a_cancellation_that_no_signal_made_is_not_reported_as_one() -> None:
+    async def cancelled_otherwise() -> None:
+        stop_on_signals(asyncio.Event(), "turnledger test")
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel("something else")
+        await asyncio.sleep(30)
+
+    with pytest.raises(asyncio.CancelledError) as raised:
+        run_until_signalled(cancelled_otherwise())
+    assert raised.value.args == ("something else",)
