@@ -106,6 +106,7 @@ def test_a_cause_is_named_once_and_never_by_an_empty_text(cause: BaseException, 
         ("redis://u:s3cret@h/0?next=redis://x", "redis://u:***@h/0?next=redis://x"),  # '://' in the query
         ("redis://h/0?note=a:b@c", "redis://h/0?note=a:b@c"),  # user-like text in the query, left alone
         ("redis://h/0?x=1?note=a:b@c", "redis://h/0?x=1?note=a:b@c"),
+        ("redis://h/0?note=a:b@c?x=1", "redis://h/0?note=a:b@c?x=1"),
         ("redis://h/0#a:b@c", "redis://h/0#a:b@c"),  # ... in the fragment
         ("redis://h/0#x#a:b@c#d", "redis://h/0#x#a:b@c#d"),
         ("host:6379", "host:6379"),  # no scheme: nothing to find
@@ -176,6 +177,8 @@ def test_the_redis_messages_whole() -> None:
         "a failover is under way; waiting for the primary. REDIS_URL must name the primary wherever it moves "
         "(a managed primary endpoint, a proxy, or its sentinels: redis+sentinel://), not one node."
     )
+    boxed = RedisFailoverError("redis://r:1/0", OSError("READONLY in BOX."))
+    assert str(boxed).startswith("Redis at 'redis://r:1/0' takes no writes (OSError: READONLY in BOX): ")
     assert str(RedisFailoverError("redis://r:1/0")).startswith(
         "Redis at 'redis://r:1/0' takes no writes: a failover"
     )
@@ -187,6 +190,11 @@ def test_the_redis_messages_whole() -> None:
         "PermissionError: WRONGPASS invalid. Check it."
     )
     assert access.url == "redis://u:***@r:1/0"
+    tax = RedisAccessError("redis://r:1/0", "as user u", PermissionError("NOPERM for user X."), "Check it.")
+    assert str(tax) == (
+        "Redis at 'redis://r:1/0' refused the connection (as user u): PermissionError: NOPERM for user X. "
+        "Check it."
+    )
 
 
 def test_the_other_messages_whole() -> None:
@@ -197,6 +205,7 @@ def test_the_other_messages_whole() -> None:
         "topic 't.x' does not exist on 'k:1'. Check --topic-prefix, or start the processor (it creates the "
         "topics) before projecting or replaying.",
     )
+    assert TokenRequiredError("0.0.0.0").host == "0.0.0.0"
     assert str(TokenRequiredError("0.0.0.0")) == (
         "binding '0.0.0.0' (not a loopback address) requires a bearer token: pass --token or set "
         "TURNLEDGER_SERVE_TOKEN"

@@ -89,6 +89,50 @@ async def test_only_the_last_refresh_counts() -> None:
     assert consumer._client.asked >= 2
 
 
+class Clock:
+    """`reading.asyncio` on a clock that moves only when the reader sleeps, by `step` a sleep."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step, self.sleeps = 0.0, step, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(asyncio, name)
+
+    def get_running_loop(self) -> Clock:
+        return self
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        assert seconds == 0.1
+        self.sleeps += 1
+        self.now += self.step
+
+
+async def test_the_metadata_is_refreshed_until_the_deadline_is_passed_not_reached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five seconds by default, a refresh each 0.1 s; at the deadline itself it looks once more."""
+    clock = Clock(step=1.0)
+    monkeypatch.setattr(reading, "asyncio", clock)
+    consumer = Consumer(known_after=None)
+    with pytest.raises(MissingTopicError):
+        await wait_for_partitions(consumer, "k:1", "t")  # type: ignore[arg-type]
+    assert (consumer._client.asked, consumer.questions, clock.now) == (6, 7, 6.0)
+
+
+async def test_a_deadline_passed_before_any_refresh_is_a_missing_topic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client's own metadata (fetched when it started) answered without the topic."""
+    monkeypatch.setattr(reading, "asyncio", Clock(step=1.0))
+    consumer = Consumer(known_after=None)
+    with pytest.raises(MissingTopicError):
+        await wait_for_partitions(consumer, "k:1", "t", timeout_s=-1)  # type: ignore[arg-type]
+    assert consumer._client.asked == 0
+
+
 # ------------------------------------------------------------------------------------ reading to the end
 
 

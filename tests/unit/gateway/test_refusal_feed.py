@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError
 
 from tests.unit.gateway.decisions import decision
 from turnledger.codec import encode
@@ -396,29 +397,23 @@ async def test_run_ends_quietly_when_stopped_while_starting(monkeypatch: pytest.
     assert not feed.positioned.is_set() and glue.closed == [] and glue.stepped == []
 
 
-async def test_an_outage_while_positioning_is_ridden_out_as_the_feed_s_outage_backoff_says(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The partitions and their ends are asked again once Kafka answers: the feed is positioned, not
-    stopped by the outage (with NO_WAIT the outage would end it)."""
-    deliver = Delivered()
+def positioning_outage(
+    monkeypatch: pytest.MonkeyPatch, outage: Backoff, then: Callable[[RefusalFeed], None] = lambda feed: None
+) -> tuple[RefusalFeed, FakeConsumer, Glue]:
+    """A feed whose first look for its partitions meets a lost connection (`then` runs as it does)."""
     feed = RefusalFeed(
-        board_following("c1"),
-        deliver,
-        "kafka:9092",
-        TOPIC,
-        stop=asyncio.Event(),
-        outage=Backoff(initial_s=0.001, max_s=0.001, jitter=0),
+        board_following("c1"), Delivered(), "kafka:9092", TOPIC, stop=asyncio.Event(), outage=outage,
         client_id="w1-refusals",
-    )
+    )  # fmt: skip
     consumer = FakeConsumer(feed=feed)
     glue = Glue(consumer)
     glue.install(monkeypatch)
-    outages = [KafkaUnavailableError("kafka:9092", action=f"read the partitions of {TOPIC!r}")]
+    outages: list[BaseException] = [KafkaConnectionError("gone")]
 
     async def wait_for_partitions(*args: Any) -> list[TopicPartition]:
         glue.waited.append(args)
         if outages:
+            then(feed)
             raise outages.pop(0)
         return [P0, P1]
 
@@ -427,12 +422,44 @@ async def test_an_outage_while_positioning_is_ridden_out_as_the_feed_s_outage_ba
 
     monkeypatch.setattr(refusal_feed, "wait_for_partitions", wait_for_partitions)
     monkeypatch.setattr(refusal_feed, "step_until_stopped", step_until_stopped)
+    return feed, consumer, glue
+
+
+async def test_an_outage_while_positioning_is_ridden_out_as_the_feed_s_outage_backoff_says(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The partitions and their ends are asked again once Kafka answers: the feed is positioned, not
+    stopped by the outage."""
+    feed, consumer, glue = positioning_outage(monkeypatch, Backoff(initial_s=0.001, max_s=0.001, jitter=0))
     caplog.set_level(logging.WARNING, "turnledger.retry")
     async with asyncio.timeout(5):
         await feed.run()
     assert feed.positioned.is_set() and glue.waited == [(consumer, "kafka:9092", TOPIC)] * 2
     [line] = [r.getMessage() for r in caplog.records]
-    assert line.startswith(
-        f"waiting for Kafka at kafka:9092 to position on the ends of {TOPIC!r} (attempt 1, "
+    action = f"position on the ends of {TOPIC!r}"
+    assert line.startswith(f"waiting for Kafka at kafka:9092 to {action} (attempt 1, ")
+    assert (
+        f"Kafka is not reachable at 'kafka:9092' while trying to {action} (KafkaConnectionError: gone)"
+        in line
     )
     assert glue.closed == [consumer]
+
+
+async def test_an_outage_while_positioning_without_a_wait_ends_the_feed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    feed, consumer, glue = positioning_outage(monkeypatch, NO_WAIT)
+    with pytest.raises(KafkaUnavailableError):
+        async with asyncio.timeout(5):
+            await feed.run()
+    assert not feed.positioned.is_set() and len(glue.waited) == 1 and glue.closed == [consumer]
+
+
+async def test_a_stop_while_waiting_out_a_positioning_outage_ends_the_feed_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow = Backoff(initial_s=30, max_s=30, jitter=0)
+    feed, consumer, glue = positioning_outage(monkeypatch, slow, then=lambda feed: feed.stop.set())
+    async with asyncio.timeout(5):
+        await feed.run()
+    assert not feed.positioned.is_set() and len(glue.waited) == 1 and glue.closed == [consumer]
