@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import typer
+from click.testing import Result
 from typer.testing import CliRunner
+
+from turnledger.errors import KafkaUnavailableError, ProcessorError
+from turnledger.processors.config import ProcessorConfig, ProcessorExit
 
 FOLD = "tests.unit.test_processors_runtime:_counter_factory"
 
@@ -36,3 +41,87 @@ def test_a_state_dir_that_does_not_exist_yet_is_made(tmp_path: Path) -> None:
     result = CliRunner().invoke(_process_app(), args)
     assert result.exit_code == 2, result.output
     assert made.is_dir()
+
+
+class App:
+    """`ProcessorApp` as the command builds and runs it: `run` answers `outcome` (results, or raises)."""
+
+    outcome: dict[int, ProcessorExit] | BaseException = {}
+    built: list[dict[str, object]] = []
+
+    def __init__(self, config: ProcessorConfig, fold_factory: object, **kwargs: object) -> None:
+        App.built.append({"config": config, **kwargs})
+
+    async def run(self) -> dict[int, ProcessorExit]:
+        if isinstance(App.outcome, BaseException):
+            raise App.outcome
+        return App.outcome
+
+    def readiness(self) -> str | None:
+        return None
+
+
+@pytest.fixture
+def app(monkeypatch: pytest.MonkeyPatch) -> type[App]:
+    from turnledger.processors import cli
+
+    App.built = []
+    monkeypatch.setattr(cli, "ProcessorApp", App)
+    return App
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(
+        _process_app(), ["--bootstrap", "k:1", "--fold", FOLD, *args], env={"COLUMNS": "300"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code", "said"),
+    [
+        ({0: ProcessorExit.STOPPED}, 0, ""),
+        (
+            {0: ProcessorExit.FENCED, 1: ProcessorExit.STOPPED},
+            3,
+            "partitions [0] were fenced by another processor",
+        ),
+        (ProcessorError("partition 1: the store is corrupt"), 1, "partition 1: the store is corrupt"),
+        (
+            KafkaUnavailableError("k:1", action="start the processor's consumer"),
+            2,
+            "Kafka is not reachable at 'k:1'",
+        ),
+    ],
+    ids=["stopped", "fenced", "failed", "unreachable"],
+)
+def test_a_static_process_exits_as_its_partitions_ended(
+    app: type[App], outcome: dict[int, ProcessorExit] | BaseException, code: int, said: str
+) -> None:
+    app.outcome = outcome
+    result = _run("--partitions", "0,1")
+    assert result.exit_code == code, result.output
+    assert (
+        (f"turnledger process: {said}" in result.output)
+        if said
+        else ("turnledger process" not in result.output)
+    )
+    [built] = app.built
+    assert (built["partitions"], built["group"]) == ([0, 1], False)
+
+
+def test_a_group_member_is_never_an_exit_for_fencing(app: type[App]) -> None:
+    """In a group, a fenced partition moved to another member: no failure of this process."""
+    app.outcome = {0: ProcessorExit.FENCED}
+    result = _run()
+    assert result.exit_code == 0, result.output
+    [built] = app.built
+    assert (built["partitions"], built["group"]) == (None, True)
+
+
+def test_no_bootstrap_says_how_to_get_one() -> None:
+    result = CliRunner().invoke(_process_app(), ["--fold", FOLD], env={"KAFKA_BOOTSTRAP_SERVERS": ""})
+    assert result.exit_code == 2
+    assert (
+        "turnledger process: no Kafka bootstrap servers. Start the local stack with `turnledger dev up`"
+        in result.output
+    )
