@@ -1,11 +1,15 @@
-"""`run_tool_executor`'s wiring over fakes of its Kafka parts: a batch's tools run once, and only the
-append of their results rides out an outage (the tools are never run again for it)."""
+"""`gateway/runner.py`'s wiring over fakes of its Kafka parts. The tool executor: a batch's tools run
+once, and only the append of their results rides out an outage (the tools are never run again for it).
+The worker: its ingress producer behind a `RidingSink`, its journal by worker id, the refusal feed, then
+its group's share of the manifests, live once caught up."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,12 +17,14 @@ from aiokafka.errors import KafkaConnectionError
 
 from tests.unit.gateway.test_tool_executor import call
 from turnledger.gateway import runner
+from turnledger.gateway.worker import WorkerConfig
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent, TurnSubmitted
-from turnledger.retry import Backoff
+from turnledger.retry import Backoff, StopRequested
 from turnledger.topology import Topics
 
 QUICK = Backoff(initial_s=0.001, max_s=0.001, jitter=0)
+ROUTES = object()  # type: ignore[assignment]
 
 
 class Client:
@@ -95,3 +101,169 @@ async def test_an_outage_while_appending_results_retries_the_append_not_the_tool
         w.startswith("waiting for Kafka at k:9092 to append to 'p.turnledger.ingress' (attempt ")
         for w in waits
     )
+
+
+# ------------------------------------------------------------------------------------ the worker's wiring
+
+
+class Worker:
+    """`DispatchWorker` as `run_worker` uses it: entered, observed, taken live."""
+
+    made: list[Worker] = []
+
+    def __init__(self, sink: object, endpoints: object, *, config: WorkerConfig, journal: object) -> None:
+        self.sink, self.endpoints, self.config, self.journal = sink, endpoints, config, journal
+        self.board, self.live, self.observed, self.calls = object(), False, [], []  # type: ignore[var-annotated]
+        Worker.made.append(self)
+
+    async def __aenter__(self) -> Worker:
+        self.calls.append("enter")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.calls.append("exit")
+
+    async def observe(self, records: list[Frozen]) -> None:
+        self.observed.append(records)
+
+    async def go_live(self) -> None:
+        self.calls.append("live")
+        self.live = True
+
+
+class Refusals:
+    made: list[dict[str, Any]] = []
+    positioned = True
+
+    def __init__(self, board: object, deliver: object, bootstrap: str, topic: str, **kwargs: Any) -> None:
+        Refusals.made.append(
+            {"board": board, "deliver": deliver, "bootstrap": bootstrap, "topic": topic, **kwargs}
+        )
+
+    @contextlib.asynccontextmanager
+    async def following(self) -> AsyncIterator[bool]:
+        yield Refusals.positioned
+
+
+class Manifests:
+    made: list[dict[str, Any]] = []
+
+    def __init__(self, worker: Worker, bootstrap: str, topic: str, group: str, **kwargs: Any) -> None:
+        self.on_live = kwargs.pop("on_live")
+        Manifests.made.append(
+            {"worker": worker, "bootstrap": bootstrap, "topic": topic, "group": group, **kwargs}
+        )
+
+    async def run(self) -> None:
+        await self.on_live()
+        await self.on_live()  # caught up again (a partition given later): live once
+
+
+@pytest.fixture
+def wired(monkeypatch: pytest.MonkeyPatch) -> Client:
+    client = Client(failures=0)
+
+    async def start_client(make: Callable[[], object], **kwargs: Any) -> Client:
+        if kwargs["stop"].is_set():
+            raise StopRequested("stop requested before Kafka")
+        return client
+
+    Worker.made, Refusals.made, Manifests.made, Refusals.positioned = [], [], [], True
+    monkeypatch.setattr(runner, "start_client", start_client)
+    monkeypatch.setattr(runner, "DispatchWorker", Worker)
+    monkeypatch.setattr(runner, "RefusalFeed", Refusals)
+    monkeypatch.setattr(runner, "ManifestFeed", Manifests)
+    return client
+
+
+async def test_a_worker_follows_its_group_s_share_of_the_manifests_and_goes_live_once(
+    wired: Client, tmp_path: Path
+) -> None:
+    stop, started, box = asyncio.Event(), asyncio.Event(), []  # type: ignore[var-annotated]
+    config = WorkerConfig(worker_id="w7")
+    await asyncio.wait_for(
+        runner.run_worker(
+            "k:9092", ROUTES, stop=stop, prefix="p.", config=config, journal_dir=tmp_path, started=started,
+            worker_box=box, outage=QUICK, session_timeout_ms=8_000,
+        ),
+        timeout=30,
+    )  # fmt: skip
+    [worker] = Worker.made
+    assert box == [worker] and worker.calls == ["enter", "live", "exit"] and started.is_set()
+    assert isinstance(worker.sink, runner.RidingSink) and worker.sink.client is wired
+    assert (worker.sink.stop, worker.sink.backoff, worker.endpoints, worker.config) == (
+        stop,
+        QUICK,
+        ROUTES,
+        config,
+    )
+    assert worker.journal.path == tmp_path / "w7.jsonl"  # type: ignore[attr-defined]
+    rejections = "p.turnledger.rejections"
+    assert Refusals.made == [
+        {"board": worker.board, "deliver": worker.observe, "bootstrap": "k:9092", "topic": rejections,
+         "stop": stop, "outage": QUICK, "client_id": "w7-rejections"},
+    ]  # fmt: skip
+    manifests, group = "p.turnledger.manifests", "p.turnledger-workers"
+    assert Manifests.made == [
+        {"worker": worker, "bootstrap": "k:9092", "topic": manifests, "group": group,
+         "stop": stop, "outage": QUICK, "session_timeout_ms": 8_000, "heartbeat_interval_ms": 2_000},
+    ]  # fmt: skip
+    assert wired.stopped == 1
+
+
+async def test_a_worker_group_is_named_as_asked_with_a_heartbeat_of_at_least_half_a_second(
+    wired: Client,
+) -> None:
+    await runner.run_worker("k:9092", ROUTES, stop=asyncio.Event(), group_id="mine", session_timeout_ms=1_000)
+    [made] = Manifests.made
+    assert (made["group"], made["heartbeat_interval_ms"]) == ("mine", 500)
+
+
+async def test_a_worker_whose_refusals_never_positioned_follows_nothing(wired: Client) -> None:
+    Refusals.positioned = False
+    await runner.run_worker("k:9092", ROUTES, stop=asyncio.Event())
+    assert (Manifests.made, Worker.made[0].calls, wired.stopped) == ([], ["enter", "exit"], 1)
+
+
+async def test_a_worker_stopped_before_kafka_answered_starts_nothing(wired: Client, tmp_path: Path) -> None:
+    stop = asyncio.Event()
+    stop.set()
+    await runner.run_worker("k:9092", ROUTES, stop=stop, journal_dir=tmp_path)
+    assert (Worker.made, Refusals.made, wired.stopped) == ([], [], 0)
+
+
+def test_a_journal_lives_in_its_dir_by_worker_id(tmp_path: Path) -> None:
+    assert (runner.journal_path(tmp_path, "w1"), runner.journal_path(None, "w1")) == (
+        tmp_path / "w1.jsonl",
+        None,
+    )
+
+
+async def test_a_worker_alone_tails_every_manifest_and_observes_only_manifests_and_decisions(
+    wired: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tailed: list[dict[str, Any]] = []
+    manifest_like = [call("a1", "lookup", "{}")]  # a ToolCallReady: not for the worker
+
+    async def tail_topic(bootstrap: str, topic: str, on_batch: Any, **kwargs: Any) -> None:
+        on_caught_up = kwargs.pop("on_caught_up")
+        tailed.append({"bootstrap": bootstrap, "topic": topic, **kwargs})
+        await on_batch(manifest_like)
+        await on_caught_up()
+
+    monkeypatch.setattr(runner, "tail_topic", tail_topic)
+    stop, started = asyncio.Event(), asyncio.Event()
+    await runner.run_worker("k:9092", ROUTES, stop=stop, group_id=None, outage=QUICK, started=started)
+    [worker] = Worker.made
+    me = worker.config.worker_id
+    assert tailed == [
+        {
+            "bootstrap": "k:9092",
+            "topic": "turnledger.manifests",
+            "stop": stop,
+            "client_id": me,
+            "backoff": QUICK,
+        }
+    ]
+    assert worker.observed == [[]] and worker.calls == ["enter", "live", "exit"] and started.is_set()
+    assert Manifests.made == []
