@@ -16,11 +16,12 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from tests.unit.gateway.test_tool_executor import call
+from turnledger.errors import KafkaUnavailableError
 from turnledger.gateway import runner
 from turnledger.gateway.worker import WorkerConfig
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent, TurnSubmitted
-from turnledger.retry import Backoff, StopRequested
+from turnledger.retry import NO_WAIT, Backoff, StopRequested
 from turnledger.topology import Topics
 
 QUICK = Backoff(initial_s=0.001, max_s=0.001, jitter=0)
@@ -267,3 +268,149 @@ async def test_a_worker_alone_tails_every_manifest_and_observes_only_manifests_a
     ]
     assert worker.observed == [[]] and worker.calls == ["enter", "live", "exit"] and started.is_set()
     assert Manifests.made == []
+
+
+# ------------------------------------------------------------------------------------ what each part is given
+
+
+class Built:
+    """`GatewayClient` recording how it is built (the client the fakes hand back stands in for it)."""
+
+    made: list[tuple[str, dict[str, Any]]] = []
+
+    def __init__(self, bootstrap: str, **kwargs: Any) -> None:
+        Built.made.append((bootstrap, kwargs))
+
+
+class Served:
+    """`serving`: the port asked for, and the readiness callback (read by the tests)."""
+
+    def __init__(self) -> None:
+        self.ports: list[int] = []
+        self.ready: list[Callable[[], str | None]] = []
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, port: int, ready: Callable[[], str | None]) -> AsyncIterator[None]:
+        self.ports.append(port)
+        self.ready.append(ready)
+        yield None
+
+
+@pytest.fixture
+def glued(monkeypatch: pytest.MonkeyPatch, wired: Client) -> tuple[list[dict[str, Any]], Served]:
+    started: list[dict[str, Any]] = []
+    served = Served()
+    limits = object()
+
+    async def start_client(make: Callable[[], object], **kwargs: Any) -> Client:
+        started.append(kwargs)
+        assert make() is not None
+        return wired
+
+    Built.made = []
+    monkeypatch.setattr(runner, "start_client", start_client)
+    monkeypatch.setattr(runner, "GatewayClient", Built)
+    monkeypatch.setattr(runner, "load_limits", lambda: limits)
+    monkeypatch.setattr(runner, "serving", served)
+    started.append({"limits": limits})
+    return started, served
+
+
+async def test_a_worker_builds_and_starts_its_producer_as_its_settings_say(
+    glued: tuple[list[dict[str, Any]], Served],
+) -> None:
+    started, served = glued
+    limits = started.pop(0)["limits"]
+    stop = asyncio.Event()
+    await runner.run_worker(
+        "k:9092", ROUTES, stop=stop, prefix="p.", config=WorkerConfig(worker_id="w3"), outage=QUICK
+    )
+    assert started == [
+        {
+            "bootstrap": "k:9092",
+            "action": "start the worker's ingress producer",
+            "backoff": QUICK,
+            "stop": stop,
+        }
+    ]
+    assert Built.made == [("k:9092", {"topic": "p.turnledger.ingress", "client_id": "w3", "limits": limits})]
+    [worker] = Worker.made
+    assert (worker.sink.stop, worker.sink.backoff) == (stop, QUICK)  # type: ignore[attr-defined]
+    [made] = Manifests.made
+    assert (made["session_timeout_ms"], made["heartbeat_interval_ms"]) == (10_000, 2_500)
+    assert served.ports == [0]
+    box: list[Worker] = []
+    await runner.run_worker(
+        "k:9092", ROUTES, stop=stop, session_timeout_ms=10_002, metrics_port=9464, worker_box=box
+    )  # type: ignore[arg-type]
+    assert Manifests.made[-1]["heartbeat_interval_ms"] == 2_500 and served.ports == [0, 9464]
+    ready = served.ready[-1]
+    assert ready() is None  # live: the fake's manifests feed took it live
+    box[-1].live = False
+    assert ready() == "catching up on the manifests topic"
+    box.clear()
+    assert ready() == "waiting for Kafka to start the ingress producer"
+    box.extend([Worker.made[-1], Worker.made[0]])
+    Worker.made[0].live, Worker.made[-1].live = False, True
+    assert ready() == "catching up on the manifests topic"  # the last worker started is the one asked
+
+
+async def test_a_tool_executor_builds_and_starts_its_producer_as_its_settings_say(
+    glued: tuple[list[dict[str, Any]], Served], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, served = glued
+    limits = started.pop(0)["limits"]
+    polls: list[str | None] = []
+
+    async def tail_topic(
+        bootstrap: str, topic: str, on_batch: Any, *, on_caught_up: Any, **kwargs: Any
+    ) -> None:
+        polls.append(served.ready[-1]())
+        await on_caught_up()
+        polls.append(served.ready[-1]())
+
+    monkeypatch.setattr(runner, "tail_topic", tail_topic)
+    stop = asyncio.Event()
+    await runner.run_tool_executor("k:9092", stop=stop, outage=QUICK, metrics_port=9465)
+    await runner.run_tool_executor("k:9092", stop=stop)
+    action = "start the tool executor's ingress producer"
+    assert started == [
+        {"bootstrap": "k:9092", "action": action, "backoff": QUICK, "stop": stop},
+        {"bootstrap": "k:9092", "action": action, "backoff": runner.FOREVER, "stop": stop},
+    ]
+    assert (
+        Built.made
+        == [
+            (
+                "k:9092",
+                {"topic": "turnledger.ingress", "client_id": "turnledger-tool-executor", "limits": limits},
+            )
+        ]
+        * 2
+    )
+    assert served.ports == [9465, 0] and polls == ["waiting for Kafka", None] * 2
+
+
+async def test_the_riding_sink_rides_out_an_append_as_its_backoff_and_stop_say(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = Client(failures=1)
+    stop = asyncio.Event()
+    caplog.set_level(logging.WARNING, "turnledger.retry")
+    await runner.RidingSink(client, "k:9092", stop, QUICK).append(call("a1", "x", "{}"))  # type: ignore[arg-type]
+    [line] = [r.getMessage() for r in caplog.records]
+    assert f"Kafka is not reachable at 'k:9092' while trying to append to {client.topic!r}" in line
+    with pytest.raises(KafkaUnavailableError):
+        await runner.RidingSink(Client(failures=1), "k:9092", stop, NO_WAIT).append(call("a1", "x", "{}"))  # type: ignore[arg-type]
+    slow = Backoff(initial_s=30, max_s=30, jitter=0)
+    stopping = Client(failures=1)
+
+    async def fail_then_stop(event: IngressEvent) -> None:
+        stop.set()
+        raise KafkaConnectionError("broker away")
+
+    stopping.append = fail_then_stop  # type: ignore[method-assign]
+    with pytest.raises(StopRequested):
+        await asyncio.wait_for(
+            runner.RidingSink(stopping, "k:9092", stop, slow).append(call("a1", "x", "{}")), 5
+        )  # type: ignore[arg-type]
