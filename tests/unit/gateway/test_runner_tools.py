@@ -18,6 +18,7 @@ from aiokafka.errors import KafkaConnectionError
 from tests.unit.gateway.test_tool_executor import call
 from turnledger.errors import KafkaUnavailableError
 from turnledger.gateway import runner
+from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.worker import WorkerConfig
 from turnledger.model.base import Frozen
 from turnledger.model.events import IngressEvent, TurnSubmitted
@@ -63,7 +64,7 @@ async def test_an_outage_while_appending_results_retries_the_append_not_the_tool
         on_caught_up: Callable[[], Awaitable[None]],
         **kwargs: Any,
     ) -> None:
-        read.append({"topic": topic, "group_id": kwargs["group_id"], "backoff": kwargs["backoff"]})
+        read.append({"bootstrap": bootstrap, "topic": topic, **kwargs})
         await on_caught_up()
         await on_batch([call("a1", "lookup", "{}"), call("a2", "lookup", "{}")])
 
@@ -75,12 +76,12 @@ async def test_an_outage_while_appending_results_retries_the_append_not_the_tool
 
     monkeypatch.setattr(runner, "start_client", start_client)
     monkeypatch.setattr(runner, "tail_topic", tail_topic)
-    started, boxes = asyncio.Event(), []  # type: ignore[var-annotated]
+    started, boxes, stop = asyncio.Event(), [], asyncio.Event()  # type: ignore[var-annotated]
     caplog.set_level(logging.WARNING, "turnledger.retry")
     await asyncio.wait_for(
         runner.run_tool_executor(
             "k:9092",
-            stop=asyncio.Event(),
+            stop=stop,
             prefix="p.",
             tools={"lookup": lookup},
             executor_box=boxes,
@@ -93,8 +94,15 @@ async def test_an_outage_while_appending_results_retries_the_append_not_the_tool
     [turn] = client.appended
     assert isinstance(turn, TurnSubmitted) and turn.turn_id == "tr-a1+a2"
     assert read == [
-        {"topic": "p.turnledger.tool-calls", "group_id": "p.turnledger-tool-executor", "backoff": QUICK}
-    ]
+        {"bootstrap": "k:9092", "topic": "p.turnledger.tool-calls", "stop": stop,
+         "group_id": "p.turnledger-tool-executor", "client_id": "turnledger-tool-executor", "backoff": QUICK},
+    ]  # fmt: skip
+    sink = boxes[0].events.sink
+    assert isinstance(sink, runner.RidingSink) and (sink.client, sink.stop, sink.backoff) == (
+        client,
+        stop,
+        QUICK,
+    )
     assert [boxes[0].calls_run, boxes[0].errors] == [2, 0]
     waits = [r.getMessage() for r in caplog.records]
     assert len(waits) == 2
@@ -336,6 +344,7 @@ async def test_a_worker_builds_and_starts_its_producer_as_its_settings_say(
     assert Built.made == [("k:9092", {"topic": "p.turnledger.ingress", "client_id": "w3", "limits": limits})]
     [worker] = Worker.made
     assert (worker.sink.stop, worker.sink.backoff) == (stop, QUICK)  # type: ignore[attr-defined]
+    assert worker.sink._waiting_for == "Kafka at k:9092 to append to 'p.turnledger.ingress'"  # type: ignore[attr-defined]
     [made] = Manifests.made
     assert (made["session_timeout_ms"], made["heartbeat_interval_ms"]) == (10_000, 2_500)
     assert served.ports == [0]
@@ -414,3 +423,16 @@ async def test_the_riding_sink_rides_out_an_append_as_its_backoff_and_stop_say(
         await asyncio.wait_for(
             runner.RidingSink(stopping, "k:9092", stop, slow).append(call("a1", "x", "{}")), 5
         )  # type: ignore[arg-type]
+
+
+async def test_a_tool_executor_before_stage_all_leaves_the_calls_to_the_legacy_gateway(
+    wired: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def tail_topic(bootstrap: str, topic: str, on_batch: Any, **kwargs: Any) -> None:
+        await on_batch([call("a1", "lookup", "{}")])
+
+    monkeypatch.setattr(runner, "tail_topic", tail_topic)
+    boxes: list[Any] = []
+    stage = RolloutStage.WITHOUT_TOOLS
+    await runner.run_tool_executor("k:9092", stop=asyncio.Event(), executor_box=boxes, rollout_stage=stage)
+    assert (boxes[0].calls_run, boxes[0].left_to_legacy, wired.attempts) == (0, 1, 0)
