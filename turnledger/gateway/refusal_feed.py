@@ -96,9 +96,8 @@ class RefusalFeed:
                 backoff=self.outage,
                 stop=self.stop,
             )
-            positioning = consumer
             await ride_out(
-                lambda: self._position(positioning),
+                partial(self._position, consumer),
                 waiting_for=f"Kafka at {self.bootstrap} to position on the ends of {self.topic!r}",
                 classify=kafka_outage(self.bootstrap, f"position on the ends of {self.topic!r}"),
                 backoff=self.outage,
