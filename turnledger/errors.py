@@ -27,10 +27,12 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── BatchClosedError          (dispatch) a batch folded or closed after its close (engine.py)
     ├── InputFileError            (CLI files) LegacyExchangeError, LegacyFormatError, ProviderConfigError
     ├── ProcessorError            (processors) TopicMismatchError, ProducerFencedError, PoisonHookError,
-    │                                        TooManyAbortsError, ProcessesFailedError, LimitsConfigError;
+    │                                        TooManyAbortsError, ProcessesFailedError, LimitsConfigError,
+    │                                        StateStoreError (the --state-dir, here);
     │                                        BatchAborted, ProducerBroken stay inside (transaction.py)
     ├── ProjectionError           (projections) AmbiguousOperationError, EpochChangedError
     ├── StopRequested             (retry)    asked to stop while waiting out an outage
+    ├── StoppedAtOnce             (shutdown) a second signal cancelled a long-running command
     ├── GatewayError              (gateway)  UnknownEndpointError, ToolError, CredentialError,
     │                                        ProviderConfigError (also an InputFileError),
     │                                        RefusedEventError (what the ledger would refuse, not sent)
