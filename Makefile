@@ -8,6 +8,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.turnledger-installed
+# Packages go in with uv (installed into the venv by pip) when it can be had: a fresh venv takes ~2 s where
+# pip takes ~45, and uv keeps the wheel it built for gssapi, which pip built again (~20 s) for every clone.
+# pip does the job when uv cannot be installed or fails.
+INSTALL = $(BIN)/python -m pip install -q uv 2>/dev/null && $(BIN)/uv pip install --python $(BIN)/python -q $(1) \
+	|| $(BIN)/python -m pip install -q $(1)
+KERBEROS_EXTRA := -e '.[dev,kerberos]'
 PYTEST_ARGS ?=
 # workers of the first pass (the tests that need no broker, Redis or long run): pytest-xdist's -n
 TEST_WORKERS ?= auto
@@ -20,7 +26,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(call INSTALL,-e '.[dev]')
 	@touch $@
 
 # redis-server (unless REDIS_URL is given) and, for the local broker, Java 17+ and Maven
@@ -83,26 +89,30 @@ system-deps:
 # The `kerberos` extra (gssapi, built from source against MIT Kerberos) once krb5-config is there. A build
 # that fails says so and setup goes on: KAFKA_SASL_MECHANISM=GSSAPI then says how to install it, and the
 # Kerberos test is skipped (failed under CI). Built without optimisation unless CFLAGS says otherwise: its C
-# runs a few calls per login, and -O0 builds in 24 s where -O2 takes 67 (gssapi 1.12.0, 2 cores).
+# runs a few calls per login, and -O0 builds in 24 s where -O2 takes 67 (gssapi 1.12.0, 2 cores); with uv,
+# only a machine's first set-up builds it.
 kerberos: venv system-deps
 	@if command -v krb5-config >/dev/null && ! $(BIN)/python -c 'import gssapi' 2>/dev/null; then \
 	  echo "Building gssapi (the kerberos extra) against MIT Kerberos"; \
-	  CFLAGS="$${CFLAGS:--O0}" $(BIN)/python -m pip install -q --no-cache-dir -e '.[dev,kerberos]' \
+	  ( export CFLAGS="$${CFLAGS:--O0}"; $(call INSTALL,$(KERBEROS_EXTRA)) ) \
 	    || echo "Could not build gssapi: KAFKA_SASL_MECHANISM=GSSAPI will not work here." >&2; \
 	fi
 
 kafka-jars: venv system-deps
 	@if [ -z "$${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then $(BIN)/turnledger dev fetch; fi
 
-# Two passes over one collection: the tests that need no broker, Redis or long run, on TEST_WORKERS cores at
-# once (CPU-bound: about half the wall time of one process), then the integration and slow tests one at a time,
-# as they share the one broker and Redis and wait on conditions timed for a quiet box. Each pass runs whatever
-# the other did; either failing fails the target. pytest exit 5 means "no tests collected": a broken suite.
+# Two passes over one collection: the tests that need no broker or Redis (the slow ones among them too: CPU
+# work, such as the valgrind count) on TEST_WORKERS cores at once (about half the wall time of one process),
+# then the integration tests one at a time, as they share the one broker and Redis and wait on conditions timed
+# for a quiet box. Each pass runs whatever the other did; either failing fails the target. pytest exit 5 means
+# "no tests collected": a broken suite. Bytecode is written even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): each pass, each worker and each service a test starts would otherwise compile the
+# sources again, and pytest rewrite every test module's asserts (~6 s of a collection's 14).
 test: setup
-	@rc=0; \
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not integration and not slow" --durations=10 $(PYTEST_ARGS) tests || rc=$$?; \
+	@unset PYTHONDONTWRITEBYTECODE; rc=0; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not integration" --durations=10 $(PYTEST_ARGS) tests || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in the first pass: failing." >&2; fi; \
-	rc2=0; $(BIN)/python -m pytest -m "integration or slow" --durations=15 $(PYTEST_ARGS) tests || rc2=$$?; \
+	rc2=0; $(BIN)/python -m pytest -m "integration" --durations=15 $(PYTEST_ARGS) tests || rc2=$$?; \
 	if [ $$rc2 -eq 5 ]; then echo "pytest collected no tests in the second pass: failing." >&2; fi; \
 	echo "make test: first pass exited $$rc, second pass $$rc2"; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
