@@ -15,8 +15,10 @@ INSTALL = $(BIN)/python -m pip install -q uv 2>/dev/null && $(BIN)/uv pip instal
 	|| $(BIN)/python -m pip install -q $(1)
 KERBEROS_EXTRA := -e '.[dev,kerberos]'
 PYTEST_ARGS ?=
-# workers of the first pass (the tests that need no broker, Redis or long run): pytest-xdist's -n
+# workers of the first pass (the tests that need no broker or Redis): pytest-xdist's -n
 TEST_WORKERS ?= auto
+# workers of the integration pass, each with a stack of its own (0: one pytest process, no xdist)
+INTEGRATION_WORKERS ?= 2
 
 .PHONY: setup venv system-deps kafka-jars kerberos test demo lint bench dev-up dev-down clean mutation fuzz
 
@@ -103,8 +105,10 @@ kafka-jars: venv system-deps
 
 # Two passes over one collection: the tests that need no broker or Redis (the slow ones among them too: CPU
 # work, such as the valgrind count) on TEST_WORKERS cores at once (about half the wall time of one process),
-# then the integration tests one at a time, as they share the one broker and Redis and wait on conditions timed
-# for a quiet box. Each pass runs whatever the other did; either failing fails the target. pytest exit 5 means
+# then the integration tests on INTEGRATION_WORKERS workers, each starting a broker, Redis and Prometheus of
+# its own (a test that stops or restarts its broker disturbs no other) and taking whole modules (a module's
+# fixtures, such as a Redis cluster, are made once). They mostly wait on their services: one at a time left
+# ~74% of two cores idle. Each pass runs whatever the other did; either failing fails the target. Exit 5 means
 # "no tests collected": a broken suite. Bytecode is written even where the environment says not to
 # (PYTHONDONTWRITEBYTECODE): each pass, each worker and each service a test starts would otherwise compile the
 # sources again, and pytest rewrite every test module's asserts (~6 s of a collection's 14).
@@ -112,7 +116,8 @@ test: setup
 	@unset PYTHONDONTWRITEBYTECODE; rc=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not integration" --durations=10 $(PYTEST_ARGS) tests || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in the first pass: failing." >&2; fi; \
-	rc2=0; $(BIN)/python -m pytest -m "integration" --durations=15 $(PYTEST_ARGS) tests || rc2=$$?; \
+	rc2=0; $(BIN)/python -m pytest -n $(INTEGRATION_WORKERS) --dist loadfile -m "integration" --durations=15 \
+	  $(PYTEST_ARGS) tests || rc2=$$?; \
 	if [ $$rc2 -eq 5 ]; then echo "pytest collected no tests in the second pass: failing." >&2; fi; \
 	echo "make test: first pass exited $$rc, second pass $$rc2"; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2

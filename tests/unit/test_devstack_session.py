@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from turnledger.devstack import procs
-from turnledger.devstack.session import Endpoints, dev_up_broker_pid, session_endpoints
+from turnledger.devstack.session import Endpoints, dev_up_broker_pid, one_start_at_a_time, session_endpoints
 from turnledger.devstack.settings import Settings
 from turnledger.devstack.stack import LocalStack, reap_stale_sessions
 
@@ -183,3 +184,32 @@ def test_stale_session_of_a_dead_pytest_is_reaped(state_dir: Path) -> None:
     # `owns`, not `is_alive`: with pid_max at 32768 and CI's thread churn, the pid of the orphan
     # (stopped and reaped) may already be another task's; its command line says whether it is ours.
     assert not procs.owns(orphan, str(session / "kafka")) and not session.exists()
+
+
+def test_a_second_start_waits_for_the_first_to_finish(state_dir: Path) -> None:
+    """Two sessions starting at once (the integration pass's pytest-xdist workers) take turns: the
+    second enters only after the first has left, so it finds the shared TLS material whole."""
+    events: list[str] = []
+    first_in, second_tried = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with one_start_at_a_time(state_dir):
+            events.append("first in")
+            first_in.set()
+            assert second_tried.wait(10)
+            time.sleep(0.2)
+            events.append("first out")
+
+    def second() -> None:
+        assert first_in.wait(10)
+        second_tried.set()
+        with one_start_at_a_time(state_dir):
+            events.append("second in")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert events == ["first in", "first out", "second in"]
+    assert reap_stale_sessions(state_dir) == [], "the lock file is no session"

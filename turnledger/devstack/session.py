@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from turnledger.devstack.containers import container_stack, docker_available
 from turnledger.devstack.jars import cached
@@ -151,6 +153,20 @@ def dev_up_broker_pid(bootstrap: str, settings: Settings | None = None) -> int |
 
 
 @contextmanager
+def one_start_at_a_time(state_dir: Path) -> Iterator[None]:
+    """Hold the state dir's start lock: sessions that start at once (`make test`'s integration pass runs
+    one per pytest-xdist worker) share the TLS material and the jars beside their own dirs, which the
+    first to start makes; a second must not read them half-written or make them again."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / "start.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
 def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
     settings = settings or Settings.from_env()
     env_bootstrap = os.environ.get(ENV_BOOTSTRAP) or None
@@ -178,10 +194,11 @@ def session_endpoints(settings: Settings | None = None) -> Iterator[Endpoints]:
         with container_stack(need_kafka=env_bootstrap is None, need_redis=env_redis is None) as (b, r):
             yield Endpoints(env_bootstrap or str(b), env_redis or str(r), "docker")
         return
-    reap_stale_sessions(settings.state_dir)
     stack = LocalStack(settings.state_dir / f"session-{os.getpid()}", tls_dir=settings.state_dir / "tls")
     try:
-        state = stack.up(settings, external_bootstrap=env_bootstrap, external_redis=env_redis)
+        with one_start_at_a_time(settings.state_dir):
+            reap_stale_sessions(settings.state_dir)
+            state = stack.up(settings, external_bootstrap=env_bootstrap, external_redis=env_redis)
         yield (
             Endpoints(
                 state.bootstrap,
