@@ -5,7 +5,9 @@ topics and the step loop. The same calls against the real broker run in every in
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from collections.abc import Coroutine
 from typing import Any
 
@@ -86,6 +88,38 @@ def test_an_outage_already_typed_is_its_own_answer() -> None:
 )
 def test_fencing_refusals_and_everything_else_are_not_outages(exc: BaseException) -> None:
     assert kafka_outage(BOOTSTRAP, "read")(exc) is None
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        FileNotFoundError(errno.ENOENT, "No such file or directory", "/state/p-0"),
+        FileExistsError(errno.EEXIST, "File exists", "/state"),
+        IsADirectoryError(errno.EISDIR, "Is a directory", "/state/p-0.db"),
+        NotADirectoryError(errno.ENOTDIR, "Not a directory", "/state/p-0"),
+        PermissionError(errno.EACCES, "Permission denied", "/state"),
+        OSError(errno.ENOSPC, "No space left on device"),
+        OSError(errno.EROFS, "Read-only file system"),
+        OSError(errno.EDQUOT, "Disk quota exceeded"),
+    ],
+    ids=["missing", "exists", "is-dir", "not-dir", "permission", "disk-full", "read-only", "quota"],
+)
+def test_errors_of_local_files_are_no_kafka_outage(exc: OSError) -> None:
+    assert kafka_outage(BOOTSTRAP, "start partition 0")(exc) is None
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 9092)"),
+        OSError(errno.ENETUNREACH, "Network is unreachable"),
+        OSError(errno.EHOSTUNREACH, "No route to host"),
+        socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+    ],
+    ids=["refused", "net-unreachable", "host-unreachable", "dns"],
+)
+def test_network_oserrors_with_their_errno_are_outages(exc: OSError) -> None:
+    assert isinstance(kafka_outage(BOOTSTRAP, "read")(exc), KafkaUnavailableError)
 
 
 def test_a_fenced_producer_is_no_outage_although_kafka_calls_it_retriable() -> None:

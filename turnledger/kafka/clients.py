@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -33,15 +34,31 @@ READ_COMMITTED: dict[str, Any] = {
 }
 
 
+LOCAL_FILE_ERRORS: tuple[type[OSError], ...] = (
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+LOCAL_FILE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+"""`OSError`s of this machine's files and disks: no broker coming back ends them. Waiting one out as a
+Kafka outage would blame Kafka, for ever (a state dir that could not be made did, session 39)."""
+
+
+def local_file_error(exc: BaseException) -> bool:
+    return isinstance(exc, LOCAL_FILE_ERRORS) or (isinstance(exc, OSError) and exc.errno in LOCAL_FILE_ERRNOS)
+
+
 def kafka_outage(bootstrap: str, action: str) -> Classify:
     """Classifier for `ride_out`: connection losses, timeouts and the broker's retriable errors
-    (leader or coordinator moving, loading after a restart) are outages; a fenced producer and
-    every other error are not."""
+    (leader or coordinator moving, loading after a restart) are outages; a fenced producer, an
+    error of local files (`LOCAL_FILE_ERRORS`) and every other error are not."""
 
     def classify(exc: BaseException) -> ServiceUnavailable | None:
         if isinstance(exc, KafkaUnavailableError):
             return exc
-        if isinstance(exc, ProducerFenced):
+        if isinstance(exc, ProducerFenced) or local_file_error(exc):
             return None
         transient = (KafkaConnectionError, KafkaTimeoutError, TimeoutError, ConnectionError, OSError)
         if isinstance(exc, transient) or (isinstance(exc, KafkaError) and exc.retriable):
