@@ -29,7 +29,7 @@ import logging
 import multiprocessing as mp
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -224,8 +224,12 @@ class ProcessGroup:
         *,
         log_level: str = "INFO",
         metrics_port: int = 0,
+        target: Callable[[ChildSpec, Connection], None] = child_main,
+        stop_timeout_s: float = 30.0,
     ) -> None:
-        """`metrics_port`: child k (1-based) serves its metrics on `metrics_port + k` (0: off)."""
+        """`metrics_port`: child k (1-based) serves its metrics on `metrics_port + k` (0: off). `target`:
+        what each child runs (a test's fake); `stop_timeout_s`: how long `run()`, ending early, waits for
+        a child it told to stop before it kills it."""
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         self.groups: list[list[int] | None] = (
@@ -235,6 +239,8 @@ class ProcessGroup:
         self.fold = fold
         self.log_level = log_level
         self.metrics_port = metrics_port
+        self.target = target
+        self.stop_timeout_s = stop_timeout_s
         self.ready = asyncio.Event()
         """Set once every child has restored its partitions' state and is about to process."""
         self.children: list[_Child] = []
@@ -277,7 +283,7 @@ class ProcessGroup:
             port = self.metrics_port + index if self.metrics_port else 0
             spec = ChildSpec(index, count, self.config, self.fold, owned, self.log_level, port)
             parent_conn, child_conn = ctx.Pipe()
-            process = ctx.Process(target=child_main, args=(spec, child_conn), name=f"turnledger-{spec.name}")
+            process = ctx.Process(target=self.target, args=(spec, child_conn), name=f"turnledger-{spec.name}")
             with _signals_ignored():
                 process.start()
             child_conn.close()
@@ -376,9 +382,9 @@ class ProcessGroup:
         for child in alive:
             child.tell(STOP)
         for child in alive:
-            child.process.join(30)
+            child.process.join(self.stop_timeout_s)
             if child.process.exitcode is None:
-                log.error("%s did not stop within 30 s; killing it", child.describe())
+                log.error("%s did not stop within %g s; killing it", child.describe(), self.stop_timeout_s)
                 child.process.kill()
                 child.process.join()
         for child in self.children:

@@ -1,0 +1,485 @@
+"""`ProcessGroup`'s supervision with real children: each test spawns its children as `run()` does (the
+spawn context, one pipe each) over `multiproc_fakes.scripted_child`, which plays a script instead of a
+processor, and pins the outcome whole: what `run()` returns or raises (message and exit status), which
+child was told what, the log lines, the exit statuses, and what is left once `run()` returned.
+
+The tests wait on what the group sees (every message and exit it handles wakes them), never on time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import pytest
+
+from tests.unit.multiproc_fakes import FOLD, Step, child_main_with_fake_app, scripted_child
+from turnledger.processors.config import ProcessorConfig, ProcessorExit
+from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED, EXIT_USAGE, ProcessesFailedError
+from turnledger.processors.multiproc import CANCEL, STOP, ChildSpec, ProcessGroup, _Child
+
+WAIT_S = 20.0
+"""How long a condition may take to hold before the test fails (spawning a child takes ~0.5 s)."""
+LOGGER = "turnledger.processors.multiproc"
+CONFIG = ProcessorConfig(bootstrap="kafka.test:9092")
+STOPPED, FENCED = ProcessorExit.STOPPED, ProcessorExit.FENCED
+READY: Step = ("send", ("ready",))
+
+
+def result(**exits: str) -> Step:
+    """("send", ("result", {partition: exit})) from `p0="stopped", ...`."""
+    return ("send", ("result", {int(p[1:]): how for p, how in exits.items()}))
+
+
+class Watched:
+    """A group whose every handled message and exit wakes `until`; `calls` counts `_on_message` per child."""
+
+    def __init__(self, group: ProcessGroup) -> None:
+        self.group = group
+        self.changed = asyncio.Event()
+        self.calls: dict[int, int] = {}
+        self.task: asyncio.Task[dict[int, ProcessorExit]] | None = None
+        on_message, on_exit = group._on_message, group._on_exit
+
+        def message(child: _Child) -> None:
+            self.calls[child.spec.index] = self.calls.get(child.spec.index, 0) + 1
+            on_message(child)
+            self.changed.set()
+
+        def exited(child: _Child) -> None:
+            on_exit(child)
+            self.changed.set()
+
+        group._on_message = message  # type: ignore[method-assign]
+        group._on_exit = exited  # type: ignore[method-assign]
+
+    def start(self, **kwargs: Any) -> asyncio.Task[dict[int, ProcessorExit]]:
+        self.task = asyncio.create_task(self.group.run(**kwargs))
+        self.task.add_done_callback(lambda _: self.changed.set())
+        return self.task
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while not condition():
+                if self.task is not None and self.task.done():
+                    pytest.fail(f"run() ended before the condition held: {self.task!r}")
+                self.changed.clear()
+                await self.changed.wait()
+
+    async def finish(self) -> dict[int, ProcessorExit]:
+        assert self.task is not None
+        async with asyncio.timeout(WAIT_S):
+            return await self.task
+
+    def child(self, index: int) -> _Child:
+        return self.group.children[index - 1]
+
+    def messages(self, index: int) -> list[tuple[Any, ...]]:
+        """What child `index` sent so far (nothing before it started)."""
+        children = self.group.children
+        return children[index - 1].messages if index <= len(children) else []
+
+    def exited(self, index: int) -> bool:
+        children = self.group.children
+        return index <= len(children) and children[index - 1].exited.done()
+
+    def pid(self, index: int) -> int | None:
+        return self.child(index).process.pid
+
+
+@pytest.fixture
+async def watch(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[..., Watched]]:
+    """`watch(scripts, partitions=[0, 1], processes=2, **kwargs)`: a watched group of scripted children.
+    No child outlives the test, whatever it asserted."""
+    caplog.set_level(logging.INFO, LOGGER)
+    made: list[Watched] = []
+
+    def make(
+        scripts: Mapping[int, Sequence[Step]] | None = None,
+        partitions: Sequence[int] | None = (0, 1),
+        processes: int = 2,
+        **kwargs: Any,
+    ) -> Watched:
+        if scripts is not None:
+            kwargs["target"] = partial(scripted_child, scripts)
+        watched = Watched(ProcessGroup(CONFIG, FOLD, partitions, processes, **kwargs))
+        made.append(watched)
+        return watched
+
+    yield make
+    for watched in made:
+        if watched.task is not None and not watched.task.done():
+            watched.task.cancel()
+            await asyncio.gather(watched.task, return_exceptions=True)
+        for child in watched.group.children:
+            if child.process.exitcode is None:
+                child.process.kill()
+                child.process.join()
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+
+
+def started(watched: Watched, owned: Sequence[str]) -> list[tuple[str, str]]:
+    count = len(owned)
+    return [
+        ("INFO", f"started process {i}/{count} (pid {watched.pid(i)}, {what})")
+        for i, what in enumerate(owned, start=1)
+    ]
+
+
+def described(watched: Watched, index: int, what: str) -> str:
+    return f"process {index}/{len(watched.group.children)} (pid {watched.pid(index)}, {what})"
+
+
+# ------------------------------------------------------------------------------------ clean endings
+
+
+@pytest.mark.parametrize(("metrics_port", "ports"), [(0, (0, 0)), (9100, (9101, 9102))])
+async def test_children_get_their_share_ready_and_commit_on_stop(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture, metrics_port: int, ports: tuple[int, int]
+) -> None:
+    """Each child is spawned with its spec (its round-robin share, its metrics port, its name), SIGINT
+    and SIGTERM ignored until it installs its own handlers; `ready` once all said so; `stop()` tells
+    every child "stop" and `run()` returns every partition's exit. Nothing is left behind."""
+    script = [("signals",), ("spec",), READY, ("recv",)]
+    watched = watch(
+        {1: [*script, result(p0="stopped", p2="fenced")], 2: [*script, result(p1="stopped")]},
+        partitions=[0, 1, 2],
+        log_level="DEBUG",
+        metrics_port=metrics_port,
+    )
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+    watched.start(handle_signals=False)
+    await watched.until(watched.group.ready.is_set)
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers
+    watched.group.stop()
+    assert await watched.finish() == {0: STOPPED, 2: FENCED, 1: STOPPED}
+    specs = [
+        ChildSpec(1, 2, CONFIG, FOLD, (0, 2), "DEBUG", ports[0]),
+        ChildSpec(2, 2, CONFIG, FOLD, (1,), "DEBUG", ports[1]),
+    ]
+    ignored = ("signals", [signal.SIG_IGN, signal.SIG_IGN])
+    for index, spec in enumerate(specs, start=1):
+        assert watched.messages(index) == [
+            ignored,
+            ("spec", spec, f"turnledger-process {index}/2"),
+            ("ready",),
+            ("got", STOP),
+            ("result", {0: "stopped", 2: "fenced"} if index == 1 else {1: "stopped"}),
+        ]
+        child = watched.child(index)
+        assert child.process.exitcode == 0
+        assert child.conn.closed
+        assert not asyncio.get_running_loop().remove_reader(child.process.sentinel)
+    assert logged(caplog) == [
+        *started(watched, ["partitions [0, 2]", "partitions [1]"]),
+        ("INFO", "all 2 processes ready"),
+    ]
+
+
+async def test_group_members_own_no_partition_list(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    script = [("spec",), READY, ("recv",)]
+    watched = watch({1: [*script, result(p3="stopped")], 2: [*script, result(p5="stopped")]}, None, 2)
+    watched.start(handle_signals=False)
+    await watched.until(watched.group.ready.is_set)
+    watched.group.stop()
+    assert await watched.finish() == {3: STOPPED, 5: STOPPED}
+    assert [watched.messages(i)[0][1].partitions for i in (1, 2)] == [None, None]
+    assert logged(caplog) == [
+        *started(watched, ["group member", "group member"]),
+        ("INFO", "all 2 processes ready"),
+    ]
+
+
+async def test_ready_once_every_child_said_so_and_logged_once(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    watched = watch(
+        {
+            1: [READY, ("recv",), READY, result(p0="stopped")],  # says it twice
+            2: [("recv",), READY, result(p1="stopped")],  # only once stopped
+        }
+    )
+    watched.start(handle_signals=False)
+    await watched.until(lambda: ("ready",) in watched.messages(1))
+    assert not watched.group.ready.is_set()
+    watched.group.stop()
+    await watched.until(lambda: ("ready",) in watched.messages(2))
+    assert watched.group.ready.is_set()
+    assert await watched.finish() == {0: STOPPED, 1: STOPPED}
+    assert watched.messages(1) == [("ready",), ("got", STOP), ("ready",), ("result", {0: "stopped"})]
+    assert logged(caplog) == [
+        *started(watched, ["partitions [0]", "partitions [1]"]),
+        ("INFO", "all 2 processes ready"),
+    ]
+
+
+async def test_a_child_that_stopped_on_its_own_signal_stops_the_others(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    watched = watch({1: [READY, result(p0="stopped")], 2: [READY, ("recv",), result(p1="stopped")]})
+    watched.start(handle_signals=False)
+    assert await watched.finish() == {0: STOPPED, 1: STOPPED}
+    assert watched.messages(2) == [("ready",), ("got", STOP), ("result", {1: "stopped"})]
+    lines = logged(caplog)[2:]
+    lines.remove(("INFO", "all 2 processes ready"))  # before or after: child 1 may end before 2 is ready
+    assert lines == [
+        ("WARNING", f"{described(watched, 1, 'partitions [0]')} stopped on its own; stopping the others")
+    ]
+
+
+async def test_a_fenced_child_ends_alone_and_the_others_go_on(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its partitions were taken over, as a fenced partition ends alone in one process: the other child is
+    told nothing until the test cancels, and the fenced exits are results, not a failure."""
+    watched = watch(
+        {1: [READY, result(p0="fenced"), ("exit", EXIT_FENCED)], 2: [READY, ("recv",), result(p1="stopped")]}
+    )
+    watched.start(handle_signals=False)
+    await watched.until(lambda: watched.exited(1))
+    for _ in range(20):  # let the supervisor judge it
+        await asyncio.sleep(0)
+    watched.group.cancel()
+    assert await watched.finish() == {0: FENCED, 1: STOPPED}
+    assert watched.messages(2) == [("ready",), ("got", CANCEL), ("result", {1: "stopped"})]
+    assert watched.child(1).process.exitcode == EXIT_FENCED
+    assert logged(caplog)[2:] in ([], [("INFO", "all 2 processes ready")])
+
+
+@pytest.mark.parametrize("early", [STOP, CANCEL])
+async def test_a_stop_or_cancel_before_the_children_started_reaches_them_first(
+    watch: Callable[..., Watched], early: str
+) -> None:
+    script = [("recv",), result(p0="stopped")]
+    watched = watch({1: script, 2: script}, partitions=[0], processes=1)
+    (watched.group.stop if early == STOP else watched.group.cancel)()
+    watched.start(handle_signals=False)
+    assert await watched.finish() == {0: STOPPED}
+    assert watched.messages(1) == [("got", early), ("result", {0: "stopped"})]
+
+
+async def test_the_first_signal_commits_the_second_cancels(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the loop's own signal handlers, which `run()` installs (the spawn does not disturb them)
+    and removes."""
+    script = [READY, ("recv",), ("recv",)]
+    watched = watch({1: [*script, result(p0="stopped")], 2: [*script, result(p1="stopped")]})
+    watched.start()
+    await watched.until(watched.group.ready.is_set)
+    os.kill(os.getpid(), signal.SIGTERM)
+    await watched.until(lambda: all(("got", STOP) in watched.messages(i) for i in (1, 2)))
+    assert not watched.group._cancelled
+    os.kill(os.getpid(), signal.SIGINT)
+    assert await watched.finish() == {0: STOPPED, 1: STOPPED}
+    for index in (1, 2):
+        assert watched.messages(index)[1:3] == [("got", STOP), ("got", CANCEL)]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the loop's handlers removed
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert logged(caplog)[2:] == [
+        ("INFO", "all 2 processes ready"),
+        ("INFO", "received SIGTERM: asking the processes to commit their open batches and stop"),
+        ("WARNING", "received SIGINT again: cancelling the children without committing"),
+    ]
+
+
+# ------------------------------------------------------------------------------------------- failures
+
+
+@pytest.mark.parametrize(
+    ("code", "other", "status"),
+    [
+        (EXIT_FAILED, "stopped", EXIT_FAILED),
+        (EXIT_USAGE, "stopped", EXIT_USAGE),
+        (EXIT_USAGE, "fenced", EXIT_USAGE),
+    ],
+)
+async def test_a_failed_child_stops_the_others_and_fails_the_group_with_the_worst_status(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture, code: int, other: str, status: int
+) -> None:
+    watched = watch(
+        {
+            1: [("send", ("failed", code, "the fold broke")), ("exit", code)],
+            2: [READY, ("recv",), result(p1=other), ("exit", EXIT_FENCED if other == "fenced" else 0)],
+        }
+    )
+    watched.start(handle_signals=False)
+    with pytest.raises(ProcessesFailedError) as raised:
+        await watched.finish()
+    failure = f"{described(watched, 1, 'partitions [0]')} failed: the fold broke"
+    assert (str(raised.value), raised.value.exit_code) == (failure, status)
+    assert watched.messages(2) == [("ready",), ("got", STOP), ("result", {1: other})]
+    assert logged(caplog)[2:] == [("ERROR", failure), ("WARNING", "stopping the other processes")]
+
+
+def died(watched: Watched, index: int, how: str, partitions: list[int] | None) -> str:
+    if partitions is None:
+        return (
+            f"{described(watched, index, 'group member')} died unexpectedly: it {how}; its partitions move "
+            "to the other members of the group after the session timeout, but the process group was "
+            "stopped so that a supervisor restarts it whole"
+        )
+    return (
+        f"{described(watched, index, f'partitions {partitions}')} died unexpectedly: it {how}; partitions "
+        f"{partitions} are not processed, so the other processes were stopped too. Restart `turnledger "
+        "process` to resume them exactly once from their last committed transaction"
+    )
+
+
+KILLED: list[Step] = [READY, ("kill", signal.SIGKILL)]
+BEFORE_READY: list[Step] = [("exit", 7)]
+
+
+@pytest.mark.parametrize(
+    ("script", "how", "static"),
+    [
+        (KILLED, "was killed by SIGKILL", True),
+        (KILLED, "was killed by SIGKILL", False),
+        (BEFORE_READY, "exited with status 7 without reporting", True),
+        (BEFORE_READY, "exited with status 7 without reporting", False),
+        ([READY], "exited with status 0 without reporting", True),
+        (
+            [READY, result(p0="stopped"), ("exit", EXIT_FAILED)],
+            "exited with status 1 without reporting",
+            True,
+        ),
+        ([READY, ("send", ("stopping",))], "exited with status 0 without reporting", True),  # its last word
+    ],
+    ids=[
+        "killed",
+        "killed-member",
+        "before-ready",
+        "before-ready-member",
+        "exit-0-silent",
+        "result-then-1",
+        "last-word",
+    ],
+)
+async def test_a_child_that_dies_stops_the_others_and_fails_the_group(
+    watch: Callable[..., Watched],
+    caplog: pytest.LogCaptureFixture,
+    script: list[Step],
+    how: str,
+    static: bool,
+) -> None:
+    watched = watch(
+        {1: script, 2: [READY, ("recv",), result(p1="stopped")]},
+        partitions=[0, 1] if static else None,
+    )
+    watched.start(handle_signals=False)
+    with pytest.raises(ProcessesFailedError) as raised:
+        await watched.finish()
+    failure = died(watched, 1, how, [0] if static else None)
+    assert (str(raised.value), raised.value.exit_code) == (failure, EXIT_FAILED)
+    assert watched.messages(2)[1:] == [("got", STOP), ("result", {1: "stopped"})]
+    lines = [line for line in logged(caplog)[2:] if line != ("INFO", "all 2 processes ready")]
+    assert lines == [("ERROR", failure), ("WARNING", "stopping the other processes")]
+
+
+async def test_every_failure_is_named_and_the_last_one_stops_no_one(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The second child fails after the first stopped the group: both are named, in the order they
+    ended, and no second "stopping the other processes"."""
+    watched = watch(
+        {1: [("exit", 5)], 2: [("recv",), ("send", ("failed", EXIT_USAGE, "no Kafka")), ("exit", 2)]}
+    )
+    watched.start(handle_signals=False)
+    with pytest.raises(ProcessesFailedError) as raised:
+        await watched.finish()
+    first = died(watched, 1, "exited with status 5 without reporting", [0])
+    second = f"{described(watched, 2, 'partitions [1]')} failed: no Kafka"
+    assert (str(raised.value), raised.value.exit_code) == (f"{first}; {second}", EXIT_FAILED)
+    assert logged(caplog)[2:] == [
+        ("ERROR", first),
+        ("WARNING", "stopping the other processes"),
+        ("ERROR", second),
+    ]
+
+
+# -------------------------------------------------------------------------------------- pipes, reaping
+
+
+async def test_a_child_that_closed_its_pipe_is_no_longer_read(watch: Callable[..., Watched]) -> None:
+    """EOF on a child's pipe takes its reader off the loop (else the loop would spin on it)."""
+    watched = watch({1: [READY, ("close",)], 2: [READY, ("recv",), result(p1="stopped")]})
+    watched.start(handle_signals=False)
+    await watched.until(lambda: watched.calls.get(1, 0) >= 2)  # the ready, then the EOF
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert watched.calls[1] == 2
+    assert watched.child(1).process.exitcode is None
+    watched.child(1).process.kill()
+    with pytest.raises(ProcessesFailedError) as raised:
+        await watched.finish()
+    assert str(raised.value) == died(watched, 1, "was killed by SIGKILL", [0])
+
+
+async def test_run_cancelled_stops_the_children_and_kills_one_that_does_not_stop(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    watched = watch({1: [READY, ("recv",)], 2: [READY, ("echo until eof",)]}, stop_timeout_s=0.5)
+    task = watched.start(handle_signals=False)
+    await watched.until(watched.group.ready.is_set)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watched.finish()
+    assert [watched.child(i).process.exitcode for i in (1, 2)] == [0, -signal.SIGKILL]
+    assert all(watched.child(i).conn.closed for i in (1, 2))
+    assert logged(caplog)[3:] == [
+        ("ERROR", f"{described(watched, 2, 'partitions [1]')} did not stop within 0.5 s; killing it")
+    ]
+
+
+async def test_run_cancelled_lets_every_child_stop_in_time(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    watched = watch({1: [READY, ("recv",)], 2: [READY, ("recv",)]}, stop_timeout_s=WAIT_S)
+    task = watched.start(handle_signals=False)
+    await watched.until(watched.group.ready.is_set)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await watched.finish()
+    assert [watched.child(i).process.exitcode for i in (1, 2)] == [0, 0]
+    assert logged(caplog)[3:] == []
+
+
+def test_the_default_target_and_stop_timeout() -> None:
+    from turnledger.processors.multiproc import child_main
+
+    group = ProcessGroup(CONFIG, FOLD, [0, 1], 2)
+    assert (group.target, group.stop_timeout_s) == (child_main, 30.0)
+    assert (group.config, group.fold, group.log_level, group.metrics_port) == (CONFIG, FOLD, "INFO", 0)
+
+
+# ------------------------------------------------------------------------------ with child_main itself
+
+
+async def test_child_main_over_the_pipe_ready_stop_and_its_own_signal(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real child entry (`child_main`, `_run_child`) over a fake app in spawned children: both report
+    ready; a SIGTERM to one child stops it cleanly on its own, and the group stops the other."""
+    watched = watch(target=child_main_with_fake_app, partitions=[0, 1, 2])
+    watched.start(handle_signals=False)
+    await watched.until(watched.group.ready.is_set)
+    pid = watched.pid(1)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    assert await watched.finish() == {0: STOPPED, 2: STOPPED, 1: STOPPED}
+    assert watched.messages(1) == [("ready",), ("result", {0: "stopped", 2: "stopped"})]
+    assert watched.messages(2) == [("ready",), ("result", {1: "stopped"})]
+    assert [watched.child(i).process.exitcode for i in (1, 2)] == [0, 0]
+    assert logged(caplog)[2:] == [
+        ("INFO", "all 2 processes ready"),
+        ("WARNING", f"{described(watched, 1, 'partitions [0, 2]')} stopped on its own; stopping the others"),
+    ]
