@@ -28,9 +28,10 @@ from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.topology import Topics
 
 Step = tuple[Any, ...]
-"""One step of a script: ("send", message), ("recv",) (wait for the parent's next message and echo it
-as ("got", message)), ("echo until eof",), ("signals",), ("spec",), ("close",) (close our end, then wait
-to be killed), ("exit", status), ("kill", signal)."""
+"""One step of a script: ("send", message); ("recv",): wait for the parent's next message and echo it as
+("got", message); ("expect", message): exit with status 9 unless the parent's next message is that one
+(for when nobody reads the pipe any more); ("echo until eof",); ("signals",); ("spec",); ("close",):
+close our end, then wait to be killed; ("exit", status); ("kill", signal)."""
 
 
 def scripted_child(
@@ -48,6 +49,9 @@ def _play(script: Sequence[Step], spec: multiproc.ChildSpec, conn: Connection) -
             conn.send(args[0])
         elif what == "recv":
             conn.send(("got", conn.recv()))
+        elif what == "expect":
+            if conn.recv() != args[0]:
+                os._exit(9)
         elif what == "echo until eof":  # deaf to stop: only a kill or the parent's end closing ends it
             while True:
                 try:

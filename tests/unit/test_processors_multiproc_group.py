@@ -22,7 +22,7 @@ from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED, EXIT_USAGE, ProcessesFailedError
 from turnledger.processors.multiproc import CANCEL, STOP, ChildSpec, ProcessGroup, _Child
 
-WAIT_S = 20.0
+WAIT_S = 10.0
 """How long a condition may take to hold before the test fails (spawning a child takes ~0.5 s)."""
 LOGGER = "turnledger.processors.multiproc"
 CONFIG = ProcessorConfig(bootstrap="kafka.test:9092")
@@ -158,6 +158,7 @@ async def test_children_get_their_share_ready_and_commit_on_stop(
     watched.start(handle_signals=False)
     await watched.until(watched.group.ready.is_set)
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers
+    pipes = [child.conn.fileno() for child in watched.group.children]
     watched.group.stop()
     assert await watched.finish() == {0: STOPPED, 2: FENCED, 1: STOPPED}
     specs = [
@@ -176,7 +177,9 @@ async def test_children_get_their_share_ready_and_commit_on_stop(
         child = watched.child(index)
         assert child.process.exitcode == 0
         assert child.conn.closed
-        assert not asyncio.get_running_loop().remove_reader(child.process.sentinel)
+        loop = asyncio.get_running_loop()
+        assert not loop.remove_reader(child.process.sentinel)
+        assert not loop.remove_reader(pipes[index - 1])
     assert logged(caplog) == [
         *started(watched, ["partitions [0, 2]", "partitions [1]"]),
         ("INFO", "all 2 processes ready"),
@@ -253,6 +256,40 @@ async def test_a_fenced_child_ends_alone_and_the_others_go_on(
     assert watched.messages(2) == [("ready",), ("got", CANCEL), ("result", {1: "stopped"})]
     assert watched.child(1).process.exitcode == EXIT_FENCED
     assert logged(caplog)[2:] in ([], [("INFO", "all 2 processes ready")])
+
+
+@pytest.mark.parametrize(
+    ("partitions", "first", "status", "exits"),
+    [
+        ([0, 1, 2], result(p0="fenced", p2="stopped"), EXIT_FENCED, {0: FENCED, 2: STOPPED, 1: STOPPED}),
+        (None, result(p0="fenced"), 0, {0: FENCED, 1: STOPPED}),
+    ],
+    ids=["static", "member"],
+)
+async def test_a_child_stopped_on_its_own_after_a_partition_was_fenced_stops_the_others(
+    watch: Callable[..., Watched],
+    caplog: pytest.LogCaptureFixture,
+    partitions: list[int] | None,
+    first: Step,
+    status: int,
+    exits: dict[int, ProcessorExit],
+) -> None:
+    """A static child's exit status says fenced, but only partition 0 was: 2 stopped on the child's own
+    signal, so it is no longer processed and the group stops, as when a child stops on its own with
+    nothing fenced. A group member whose partitions were all fenced ended on its own signal too (the
+    group would have assigned it others)."""
+    watched = watch(
+        {1: [READY, first, ("exit", status)], 2: [READY, ("recv",), result(p1="stopped")]},
+        partitions=partitions,
+    )
+    watched.start(handle_signals=False)
+    assert await watched.finish() == exits
+    assert watched.messages(2) == [("ready",), ("got", STOP), ("result", {1: "stopped"})]
+    assert watched.child(1).process.exitcode == status
+    lines = logged(caplog)[2:]
+    lines.remove(("INFO", "all 2 processes ready"))
+    owned = "partitions [0, 2]" if partitions else "group member"
+    assert lines == [("WARNING", f"{described(watched, 1, owned)} stopped on its own; stopping the others")]
 
 
 @pytest.mark.parametrize("early", [STOP, CANCEL])
@@ -427,7 +464,7 @@ async def test_a_child_that_closed_its_pipe_is_no_longer_read(watch: Callable[..
 async def test_run_cancelled_stops_the_children_and_kills_one_that_does_not_stop(
     watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
 ) -> None:
-    watched = watch({1: [READY, ("recv",)], 2: [READY, ("echo until eof",)]}, stop_timeout_s=0.5)
+    watched = watch({1: [READY, ("expect", STOP)], 2: [READY, ("echo until eof",)]}, stop_timeout_s=0.5)
     task = watched.start(handle_signals=False)
     await watched.until(watched.group.ready.is_set)
     task.cancel()
@@ -443,7 +480,7 @@ async def test_run_cancelled_stops_the_children_and_kills_one_that_does_not_stop
 async def test_run_cancelled_lets_every_child_stop_in_time(
     watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
 ) -> None:
-    watched = watch({1: [READY, ("recv",)], 2: [READY, ("recv",)]}, stop_timeout_s=WAIT_S)
+    watched = watch({1: [READY, ("expect", STOP)], 2: [READY, ("expect", STOP)]}, stop_timeout_s=WAIT_S)
     task = watched.start(handle_signals=False)
     await watched.until(watched.group.ready.is_set)
     task.cancel()
@@ -451,6 +488,12 @@ async def test_run_cancelled_lets_every_child_stop_in_time(
         await watched.finish()
     assert [watched.child(i).process.exitcode for i in (1, 2)] == [0, 0]
     assert logged(caplog)[3:] == []
+
+
+@pytest.mark.parametrize("partitions", [None, [0, 1]])
+def test_a_group_of_no_process_is_refused(partitions: list[int] | None) -> None:
+    with pytest.raises(ValueError, match=r"^processes must be at least 1, got 0$"):
+        ProcessGroup(CONFIG, FOLD, partitions, 0)
 
 
 def test_the_default_target_and_stop_timeout() -> None:

@@ -205,6 +205,11 @@ class _Child:
             while self.conn.poll():
                 self.messages.append(self.conn.recv())
 
+    def all_fenced(self) -> bool:
+        """Whether every partition of its result (its last message) was fenced. A child that stopped on its
+        own signal after one of its partitions was fenced exits as fenced too, with the others stopped."""
+        return all(how == ProcessorExit.FENCED.value for how in self.messages[-1][1].values())
+
     def tell(self, message: str) -> None:
         if self.process.exitcode is None:
             with contextlib.suppress(OSError):
@@ -330,7 +335,7 @@ class ProcessGroup:
                 if failure is not None:
                     log.warning("stopping the other processes")
                     self.stop()
-                elif code == EXIT_OK:
+                elif code == EXIT_OK or not child.all_fenced():
                     log.warning("%s stopped on its own; stopping the others", child.describe())
                     self.stop()
                 # else all its partitions were fenced: the others go on, as in one process
