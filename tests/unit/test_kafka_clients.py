@@ -27,10 +27,13 @@ from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka import clients
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
+    LOCAL_FILE_ERRNOS,
+    LOCAL_FILE_ERRORS,
     READ_COMMITTED,
     close_client,
     describe_partitions,
     kafka_outage,
+    local_file_error,
     read_committed_consumer,
     start_client,
     start_topic_reader,
@@ -120,6 +123,48 @@ def test_errors_of_local_files_are_no_kafka_outage(exc: OSError) -> None:
 )
 def test_network_oserrors_with_their_errno_are_outages(exc: OSError) -> None:
     assert isinstance(kafka_outage(BOOTSTRAP, "read")(exc), KafkaUnavailableError)
+
+
+def test_the_local_file_errors_are_the_missing_existing_directory_and_permission_errors() -> None:
+    assert (
+        FileNotFoundError,
+        FileExistsError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
+    ) == LOCAL_FILE_ERRORS
+    assert {errno.ENOSPC, errno.EROFS, errno.EDQUOT} == LOCAL_FILE_ERRNOS
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        FileNotFoundError("no errno at all"),
+        PermissionError(errno.EPERM, "Operation not permitted"),
+        OSError(errno.ENOSPC, "No space left on device"),
+        OSError(errno.EROFS, "Read-only file system"),
+        OSError(errno.EDQUOT, "Disk quota exceeded"),
+    ],
+    ids=["typed-without-errno", "permission", "disk-full", "read-only", "quota"],
+)
+def test_a_local_file_error_is_told_by_its_type_or_its_errno(exc: OSError) -> None:
+    assert local_file_error(exc) is True
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError("no errno"),
+        OSError(errno.ECONNREFUSED, "Connect call failed"),
+        ConnectionResetError(errno.ECONNRESET, "reset"),
+        TimeoutError(),
+        ValueError("bad"),
+        KafkaConnectionError("gone"),
+    ],
+    ids=["bare-oserror", "refused", "reset", "timeout", "value", "kafka"],
+)
+def test_network_errors_and_non_oserrors_are_no_local_file_error(exc: BaseException) -> None:
+    assert local_file_error(exc) is False
 
 
 def test_a_fenced_producer_is_no_outage_although_kafka_calls_it_retriable() -> None:

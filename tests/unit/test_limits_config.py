@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 import typer
@@ -18,7 +19,10 @@ from turnledger.processors.limits_config import (
     LIMIT_ENV,
     LimitsConfigError,
     MaxBlockBytes,
+    MaxBlocksPerTurn,
+    MaxDeltasPerBlock,
     MaxHeldDeltas,
+    MaxRecordBytes,
     MaxTurnBytes,
     describe,
     export_limits,
@@ -156,3 +160,125 @@ def test_the_process_and_replay_commands_document_every_limit(command: list[str]
     for name, var in LIMIT_ENV.items():
         assert f"--{name.replace('_', '-')}" in result.output
         assert var in result.output
+
+
+# ------------------------------------------------------------------------------ every limit exactly
+
+
+def test_load_limits_reads_the_process_environment_when_given_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNLEDGER_MAX_BLOCKS_PER_TURN", "12")
+    assert load_limits() == Limits(max_blocks_per_turn=12)
+
+
+def test_every_variable_replaces_its_own_limit() -> None:
+    env = {
+        "TURNLEDGER_MAX_BLOCK_BYTES": "1",
+        "TURNLEDGER_MAX_DELTAS_PER_BLOCK": "2",
+        "TURNLEDGER_MAX_BLOCKS_PER_TURN": "3",
+        "TURNLEDGER_MAX_RECORD_BYTES": "4",
+        "TURNLEDGER_MAX_TURN_BYTES": "5",
+        "TURNLEDGER_MAX_HELD_DELTAS": "6",
+    }
+    assert load_limits(env) == Limits(1, 2, 3, 4, 5, 6)
+
+
+def test_a_blank_or_unset_variable_before_a_set_one_keeps_its_default() -> None:
+    assert load_limits({"TURNLEDGER_MAX_BLOCK_BYTES": "   ", "TURNLEDGER_MAX_HELD_DELTAS": "9"}) == Limits(
+        max_held_deltas=9
+    )
+    assert load_limits({"TURNLEDGER_MAX_DELTAS_PER_BLOCK": "9"}) == Limits(max_deltas_per_block=9)
+
+
+def test_one_is_the_smallest_limit_a_variable_may_set() -> None:
+    assert load_limits({"TURNLEDGER_MAX_RECORD_BYTES": "1"}) == Limits(max_record_bytes=1)
+    with pytest.raises(LimitsConfigError) as caught:
+        load_limits({"TURNLEDGER_MAX_RECORD_BYTES": "-5"})
+    assert str(caught.value) == "TURNLEDGER_MAX_RECORD_BYTES='-5' must be at least 1"
+
+
+def test_export_limits_writes_every_limit_into_the_process_environment_when_given_none() -> None:
+    export_limits(Limits(1, 2, 3, 4, 5, 6))
+    assert {var: os.environ[var] for var in ALL_VARS} == {
+        "TURNLEDGER_MAX_BLOCK_BYTES": "1",
+        "TURNLEDGER_MAX_DELTAS_PER_BLOCK": "2",
+        "TURNLEDGER_MAX_BLOCKS_PER_TURN": "3",
+        "TURNLEDGER_MAX_RECORD_BYTES": "4",
+        "TURNLEDGER_MAX_TURN_BYTES": "5",
+        "TURNLEDGER_MAX_HELD_DELTAS": "6",
+    }
+
+
+def test_describe_names_every_limit_in_one_line_and_says_when_they_are_the_defaults() -> None:
+    assert describe(DEFAULT_LIMITS) == (
+        "max_block_bytes=262144 max_deltas_per_block=65536 max_blocks_per_turn=256 "
+        "max_record_bytes=1048576 max_turn_bytes=1048576 max_held_deltas=4096 (defaults)"
+    )
+    assert describe(Limits(1, 2, 3, 4, 5, 6)) == (
+        "max_block_bytes=1 max_deltas_per_block=2 max_blocks_per_turn=3 "
+        "max_record_bytes=4 max_turn_bytes=5 max_held_deltas=6"
+    )
+
+
+def test_limits_of_takes_each_option_given_and_the_defaults_for_the_rest() -> None:
+    assert limits_of() == DEFAULT_LIMITS
+    assert limits_of(1, 2, 3, 4, 5, 6) == Limits(1, 2, 3, 4, 5, 6)
+    assert limits_of(max_deltas_per_block=2, max_record_bytes=4) == Limits(
+        max_deltas_per_block=2, max_record_bytes=4
+    )
+    assert limits_of(max_blocks_per_turn=3) == Limits(max_blocks_per_turn=3)
+
+
+@pytest.mark.parametrize(
+    ("option", "flag", "var", "help_text"),
+    [
+        (
+            MaxBlockBytes,
+            "--max-block-bytes",
+            "TURNLEDGER_MAX_BLOCK_BYTES",
+            "UTF-8 bytes of one block's text, arguments and signature (BLOCK_TOO_LARGE). Default 262,144.",
+        ),
+        (
+            MaxDeltasPerBlock,
+            "--max-deltas-per-block",
+            "TURNLEDGER_MAX_DELTAS_PER_BLOCK",
+            "Content deltas one streamed block may receive (TOO_MANY_DELTAS). Default 65,536.",
+        ),
+        (
+            MaxBlocksPerTurn,
+            "--max-blocks-per-turn",
+            "TURNLEDGER_MAX_BLOCKS_PER_TURN",
+            "Blocks of one turn or one streamed response (TOO_MANY_BLOCKS). Default 256.",
+        ),
+        (
+            MaxRecordBytes,
+            "--max-record-bytes",
+            "TURNLEDGER_MAX_RECORD_BYTES",
+            "Bytes of one encoded ingress record, refused before decoding (RECORD_TOO_LARGE)."
+            " Default 1,048,576.",
+        ),
+        (
+            MaxTurnBytes,
+            "--max-turn-bytes",
+            "TURNLEDGER_MAX_TURN_BYTES",
+            "Bytes of the CommittedTurn record a turn is written as, checked before it commits"
+            " (TURN_TOO_LARGE). Default 1,048,576.",
+        ),
+        (
+            MaxHeldDeltas,
+            "--max-held-deltas",
+            "TURNLEDGER_MAX_HELD_DELTAS",
+            "Deltas the assembler holds ahead of a sequence gap (TOO_MANY_HELD_DELTAS). Default 4,096.",
+        ),
+    ],
+    ids=["block-bytes", "deltas", "blocks", "record-bytes", "turn-bytes", "held-deltas"],
+)
+def test_each_limits_option_has_its_flag_variable_bound_panel_and_help(
+    option: Any, flag: str, var: str, help_text: str
+) -> None:
+    info = option.__metadata__[0]
+    assert (info.default, *info.param_decls) == (flag,)  # under Annotated, typer reads `default` as a flag
+    assert info.envvar == var
+    assert info.min == 1
+    assert info.show_default is False
+    assert info.rich_help_panel == "Size limits (a replay must be given the processor's)"
+    assert info.help == help_text
