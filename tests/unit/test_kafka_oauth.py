@@ -62,10 +62,13 @@ class Canned:
                 canned.requests.append((self.headers.get("Authorization"), parse_qs(body.decode())))
                 if canned.stall is not None:
                     canned.stall.wait(2)
-                self.send_response(canned.status)
-                self.send_header("Content-Length", str(len(canned.body)))
-                self.end_headers()
-                self.wfile.write(canned.body)
+                try:
+                    self.send_response(canned.status)
+                    self.send_header("Content-Length", str(len(canned.body)))
+                    self.end_headers()
+                    self.wfile.write(canned.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # a stalled answer's client gave up and left: nobody to answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
