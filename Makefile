@@ -12,7 +12,7 @@ STAMP := $(VENV)/.turnledger-installed
 # pip takes ~45, and uv keeps the wheel it built for gssapi, which pip built again (~20 s) for every clone.
 # pip does the job when uv cannot be installed or fails.
 INSTALL = $(BIN)/python -m pip install -q uv 2>/dev/null && $(BIN)/uv pip install --python $(BIN)/python -q $(1) \
-	|| $(BIN)/python -m pip install -q $(1)
+	|| { echo "uv could not install them: pip installs $(1) instead (slower)" >&2; $(BIN)/python -m pip install -q $(1); }
 KERBEROS_EXTRA := -e '.[dev,kerberos]'
 PYTEST_ARGS ?=
 # workers of the first pass (the tests that need no broker or Redis): pytest-xdist's -n

@@ -267,13 +267,14 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def _get(port: int, path: str) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    await writer.drain()
-    answer = await reader.read()
-    writer.close()
-    await writer.wait_closed()
+async def _get(port: int, path: str, host: str = "127.0.0.1") -> bytes:
+    async with asyncio.timeout(5):  # a server that never answers fails the test instead of hanging it
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        await writer.wait_closed()
     return answer
 
 
@@ -288,6 +289,17 @@ async def test_start_binds_the_host_and_port_given_and_logs_where(caplog: pytest
         assert [r.getMessage() for r in caplog.records] == [
             f"metrics on http://127.0.0.1:{port}/metrics (health: /healthz, /readyz)"
         ]
+    finally:
+        await server.close()
+
+
+async def test_start_binds_only_the_host_given() -> None:
+    server = MetricsServer(0, host="127.0.0.2", registry=CollectorRegistry())
+    await server.start()
+    try:
+        assert await _get(server.port, "/healthz", host="127.0.0.2") == _answer("200 OK", b"ok\n")
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection("127.0.0.1", server.port)
     finally:
         await server.close()
 
