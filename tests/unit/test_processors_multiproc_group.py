@@ -432,7 +432,8 @@ async def test_every_failure_is_named_and_the_last_one_stops_no_one(
 
 
 async def test_a_child_that_closed_its_pipe_is_no_longer_read(watch: Callable[..., Watched]) -> None:
-    """EOF on a child's pipe takes its reader off the loop (else the loop would spin on it)."""
+    """EOF on a child's pipe takes its reader off the loop (else the loop would spin on it); telling that
+    child to stop, while it lives, fails quietly (a broken pipe) and the others are told all the same."""
     watched = watch({1: [READY, ("close",)], 2: [READY, ("recv",), result(p1="stopped")]})
     watched.start(handle_signals=False)
     await watched.until(lambda: watched.calls.get(1, 0) >= 2)  # the ready, then the EOF
@@ -440,6 +441,9 @@ async def test_a_child_that_closed_its_pipe_is_no_longer_read(watch: Callable[..
         await asyncio.sleep(0)
     assert watched.calls[1] == 2
     assert watched.child(1).process.exitcode is None
+    watched.group.stop()
+    await watched.until(lambda: watched.exited(2))
+    assert watched.messages(2) == [("ready",), ("got", STOP), ("result", {1: "stopped"})]
     watched.child(1).process.kill()
     with pytest.raises(ProcessesFailedError) as raised:
         await watched.finish()
