@@ -17,7 +17,7 @@ from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
 from turnledger.model.reasons import ReasonCode
 from turnledger.projections.errors import AmbiguousOperationError
-from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.keys import EPOCH_FIELD, ProjectionKeys
 from turnledger.projections.plan import COMMITTED_MARKER
 from turnledger.projections.reader import OperationStatus, Preview, ProjectionReader
 
@@ -35,6 +35,7 @@ class MemoryRedis:
         self.zsets: dict[str, dict[bytes, float]] = {}
         self.sets: dict[str, set[bytes]] = {}
         self.lists: dict[str, list[bytes]] = {}
+        self.strings: dict[str, bytes] = {}
         self.calls: list[str] = []
 
     def hset(self, key: str, field: str | bytes, value: str | bytes) -> None:
@@ -79,6 +80,10 @@ class MemoryRedis:
         self.calls.append("smembers")
         return set(self.sets.get(key, set()))
 
+    async def get(self, key: str) -> bytes | None:
+        self.calls.append("get")
+        return self.strings.get(key)
+
     async def lrange(self, key: str, start: int, end: int) -> list[bytes]:
         self.calls.append("lrange")
         assert (start, end) == (0, -1)
@@ -98,6 +103,32 @@ def block(block_id: str, ordering: int, text: str) -> Block:
         id=block_id, role="user", kind="text", turn_id=f"turn-{ordering}", revision=ordering,
         ordering=ordering, trust_label="user", text=text,
     )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------- the projection
+
+
+def test_a_reader_reads_the_projection_under_its_prefix_as_one_group_unless_told() -> None:
+    redis = MemoryRedis()
+    assert ProjectionReader(redis).keys == ProjectionKeys("tl:")  # type: ignore[arg-type]
+    assert ProjectionReader(redis, "other:").keys == ProjectionKeys("other:")  # type: ignore[arg-type]
+    assert ProjectionReader(redis, "other:", SPLIT).keys is SPLIT  # type: ignore[arg-type]
+
+
+async def test_open_asks_redis_how_the_projection_under_the_prefix_is_split() -> None:
+    redis = MemoryRedis()
+    opened = await ProjectionReader.open(redis, "other:")  # type: ignore[arg-type]
+    assert opened.keys == ProjectionKeys("other:")
+    assert redis.calls == ["get"]
+    assert (await ProjectionReader.open(redis)).keys == ProjectionKeys("tl:")  # type: ignore[arg-type]
+
+
+async def test_the_applied_offsets_are_the_offsets_hash_without_its_epoch() -> None:
+    redis = MemoryRedis()
+    redis.hset(KEYS.offsets, "turnledger.committed:0", "41")
+    redis.hset(KEYS.offsets, "turnledger.previews:3", "7")
+    redis.hset(KEYS.offsets, EPOCH_FIELD, "a1b2")
+    assert await reader(redis).applied_offsets() == {"turnledger.committed:0": 41, "turnledger.previews:3": 7}
 
 
 # ------------------------------------------------------------------------------------------ history
@@ -249,9 +280,9 @@ async def test_previews_take_their_text_from_its_own_field_else_from_the_value_e
 
 async def test_a_committed_operation_shows_no_preview_and_the_rest_are_ordered_by_operation() -> None:
     redis = MemoryRedis()
-    redis.sadd(KEYS.operations("c1"), "op-b", "op-a", "op-done")
-    redis.hset(KEYS.previews("c1", "op-done"), "1:0", preview_json(1, 0, 1, text="late"))
-    redis.hset(KEYS.previews("c1", "op-done"), COMMITTED_MARKER, "1")
+    redis.sadd(KEYS.operations("c1"), "op-b", "op-a", "op-0-done")
+    redis.hset(KEYS.previews("c1", "op-0-done"), "1:0", preview_json(1, 0, 1, text="late"))
+    redis.hset(KEYS.previews("c1", "op-0-done"), COMMITTED_MARKER, "1")
     redis.hset(KEYS.previews("c1", "op-b"), "1:0", preview_json(1, 0, 4, text="b"))
     redis.hset(KEYS.previews("c1", "op-a"), "3:2", preview_json(3, 2, 9, text="a"))
     shown = await reader(redis).previews("c1")
@@ -330,6 +361,17 @@ def quarantined(generation: int) -> Quarantined:
         reason=ReasonCode.STALE_GENERATION, event_type="StreamDeltas", event_id=f"e{generation}",
         occurred_at_ms=generation,
     )  # fmt: skip
+
+
+async def test_rejections_of_two_groups_are_merged_too_and_at_most_100_are_read_by_default() -> None:
+    redis = MemoryRedis()
+    two = ProjectionKeys("tl:", one_slot=True, shards=2)
+    conversations = ["alpha", "beta", "gamma", "delta"]
+    assert len({two.group_of(c) for c in conversations}) == 2
+    for at_ms in range(101):
+        held_rejection(redis, two, rejected(conversations[at_ms % 4], 1000 + at_ms))
+    merged = await reader(redis, two).rejections()
+    assert [r.occurred_at_ms for r in merged] == list(range(1100, 1000, -1))
 
 
 async def test_the_quarantine_is_read_in_topic_order() -> None:
