@@ -44,7 +44,7 @@ def test_every_partition_exactly_once_and_balanced() -> None:
 
 
 def test_zero_processes_rejected() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^processes must be at least 1, got 0$"):
         split_round_robin([0, 1], 0)
 
 

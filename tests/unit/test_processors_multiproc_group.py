@@ -245,7 +245,10 @@ async def test_a_fenced_child_ends_alone_and_the_others_go_on(
     """Its partitions were taken over, as a fenced partition ends alone in one process: the other child is
     told nothing until the test cancels, and the fenced exits are results, not a failure."""
     watched = watch(
-        {1: [READY, result(p0="fenced"), ("exit", EXIT_FENCED)], 2: [READY, ("recv",), result(p1="stopped")]}
+        {  # child 1's result is its last message, not its second one
+            1: [("spec",), READY, result(p0="fenced"), ("exit", EXIT_FENCED)],
+            2: [READY, ("recv",), result(p1="stopped")],
+        }
     )
     watched.start(handle_signals=False)
     await watched.until(lambda: watched.exited(1))
