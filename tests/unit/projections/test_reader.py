@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from turnledger.model.events import Quarantined, Rejected
 from turnledger.model.graph import Block
@@ -115,10 +116,15 @@ def test_a_reader_reads_the_projection_under_its_prefix_as_one_group_unless_told
     assert ProjectionReader(redis, "other:", SPLIT).keys is SPLIT  # type: ignore[arg-type]
 
 
+def test_on_a_cluster_the_readers_keys_share_one_slot() -> None:
+    cluster = RedisCluster(host="127.0.0.1", port=1)  # never connected: nothing is sent
+    assert ProjectionReader(cluster, "other:").keys == ProjectionKeys("other:", one_slot=True)
+
+
 async def test_open_asks_redis_how_the_projection_under_the_prefix_is_split() -> None:
     redis = MemoryRedis()
     opened = await ProjectionReader.open(redis, "other:")  # type: ignore[arg-type]
-    assert opened.keys == ProjectionKeys("other:")
+    assert opened.keys == ProjectionKeys("other:") and opened.redis is redis  # type: ignore[comparison-overlap]
     assert redis.calls == ["get"]
     assert (await ProjectionReader.open(redis)).keys == ProjectionKeys("tl:")  # type: ignore[arg-type]
 
