@@ -31,7 +31,8 @@ Step = tuple[Any, ...]
 """One step of a script: ("send", message); ("recv",): wait for the parent's next message and echo it as
 ("got", message); ("expect", message): exit with status 9 unless the parent's next message is that one
 (for when nobody reads the pipe any more); ("echo until eof",); ("signals",); ("spec",); ("close",):
-close our end, then wait to be killed; ("exit", status); ("kill", signal)."""
+close our end, then wait to be killed; ("pause",): wait to be killed, reading nothing; ("exit", status);
+("kill", signal)."""
 
 
 def scripted_child(
@@ -66,6 +67,8 @@ def _play(script: Sequence[Step], spec: multiproc.ChildSpec, conn: Connection) -
         elif what == "close":
             conn.close()
             signal.pause()  # SIGTERM and SIGINT are ignored (inherited): the test kills it
+        elif what == "pause":
+            signal.pause()
         elif what == "exit":
             os._exit(args[0])
         elif what == "kill":

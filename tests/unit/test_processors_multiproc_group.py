@@ -453,6 +453,25 @@ async def test_a_child_that_closed_its_pipe_is_no_longer_read(watch: Callable[..
     assert str(raised.value) == died(watched, 1, "was killed by SIGKILL", [0])
 
 
+async def test_a_child_killed_with_its_stop_unread_is_judged_by_its_exit(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child that dies with the parent's "stop" unread in its pipe resets the connection: the parent's
+    read of that pipe fails (ConnectionResetError), quietly, and the child is judged all the same."""
+    watched = watch({1: [READY, ("pause",)], 2: [READY, ("recv",), result(p1="stopped")]})
+    watched.start(handle_signals=False)
+    await watched.until(watched.group.ready.is_set)
+    watched.group.stop()
+    await watched.until(lambda: watched.exited(2))
+    watched.child(1).process.kill()
+    with pytest.raises(ProcessesFailedError) as raised:
+        await watched.finish()
+    failure = died(watched, 1, "was killed by SIGKILL", [0])
+    assert (str(raised.value), raised.value.exit_code) == (failure, EXIT_FAILED)
+    assert watched.messages(1) == [("ready",)]
+    assert logged(caplog)[3:] == [("ERROR", failure)]
+
+
 async def test_run_cancelled_stops_the_children_and_kills_one_that_does_not_stop(
     watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
 ) -> None:
