@@ -27,12 +27,16 @@ from turnledger.processors import multiproc
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.topology import Topics
 
+FRESH = True
+"""A test sets it False in the parent: a spawned child, which imports this module anew, sees True."""
+
 Step = tuple[Any, ...]
 """One step of a script: ("send", message); ("recv",): wait for the parent's next message and echo it as
 ("got", message); ("expect", message): exit with status 9 unless the parent's next message is that one
 (for when nobody reads the pipe any more); ("echo until eof",); ("signals",); ("spec",); ("close",):
-close our end, then wait to be killed; ("pause",): wait to be killed, reading nothing; ("exit", status);
-("kill", signal)."""
+close our end, then wait to be killed; ("fresh",): ("fresh", FRESH), True unless this module was
+inherited from the parent (fork) rather than imported anew (spawn); ("pause",): wait to be killed,
+reading nothing; ("exit", status); ("kill", signal)."""
 
 
 def scripted_child(
@@ -67,6 +71,8 @@ def _play(script: Sequence[Step], spec: multiproc.ChildSpec, conn: Connection) -
         elif what == "close":
             conn.close()
             signal.pause()  # SIGTERM and SIGINT are ignored (inherited): the test kills it
+        elif what == "fresh":
+            conn.send(("fresh", FRESH))
         elif what == "pause":
             signal.pause()
         elif what == "exit":

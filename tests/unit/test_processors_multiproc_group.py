@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit import multiproc_fakes
 from tests.unit.multiproc_fakes import FOLD, Step, child_main_with_fake_app, scripted_child
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED, EXIT_USAGE, ProcessesFailedError
@@ -142,12 +143,17 @@ def described(watched: Watched, index: int, what: str) -> str:
 
 @pytest.mark.parametrize(("metrics_port", "ports"), [(0, (0, 0)), (9100, (9101, 9102))])
 async def test_children_get_their_share_ready_and_commit_on_stop(
-    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture, metrics_port: int, ports: tuple[int, int]
+    watch: Callable[..., Watched],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    metrics_port: int,
+    ports: tuple[int, int],
 ) -> None:
     """Each child is spawned with its spec (its round-robin share, its metrics port, its name), SIGINT
     and SIGTERM ignored until it installs its own handlers; `ready` once all said so; `stop()` tells
     every child "stop" and `run()` returns every partition's exit. Nothing is left behind."""
-    script = [("signals",), ("spec",), READY, ("recv",)]
+    monkeypatch.setattr(multiproc_fakes, "FRESH", False)
+    script = [("fresh",), ("signals",), ("spec",), READY, ("recv",)]
     watched = watch(
         {1: [*script, result(p0="stopped", p2="fenced")], 2: [*script, result(p1="stopped")]},
         partitions=[0, 1, 2],
@@ -168,6 +174,7 @@ async def test_children_get_their_share_ready_and_commit_on_stop(
     ignored = ("signals", [signal.SIG_IGN, signal.SIG_IGN])
     for index, spec in enumerate(specs, start=1):
         assert watched.messages(index) == [
+            ("fresh", True),  # spawned, not forked
             ignored,
             ("spec", spec, f"turnledger-process {index}/2"),
             ("ready",),
@@ -478,10 +485,13 @@ async def test_run_cancelled_stops_the_children_and_kills_one_that_does_not_stop
     watched = watch({1: [READY, ("expect", STOP)], 2: [READY, ("echo until eof",)]}, stop_timeout_s=0.5)
     task = watched.start(handle_signals=False)
     await watched.until(watched.group.ready.is_set)
+    fds = [fd for child in watched.group.children for fd in (child.process.sentinel, child.conn.fileno())]
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await watched.finish()
     assert [watched.child(i).process.exitcode for i in (1, 2)] == [0, -signal.SIGKILL]
+    loop = asyncio.get_running_loop()
+    assert [loop.remove_reader(fd) for fd in fds] == [False] * 4  # run() took its readers off the loop
     assert all(watched.child(i).conn.closed for i in (1, 2))
     assert logged(caplog)[3:] == [
         ("ERROR", f"{described(watched, 2, 'partitions [1]')} did not stop within 0.5 s; killing it")
