@@ -119,6 +119,7 @@ test: setup
 	rc2=0; $(BIN)/python -m pytest -n $(INTEGRATION_WORKERS) --dist loadfile -m "integration" --durations=15 \
 	  $(PYTEST_ARGS) tests || rc2=$$?; \
 	if [ $$rc2 -eq 5 ]; then echo "pytest collected no tests in the second pass: failing." >&2; fi; \
+	$(BIN)/turnledger dev reap || true; \
 	echo "make test: first pass exited $$rc, second pass $$rc2"; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -11,8 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from turnledger.devstack import procs
+from turnledger.devstack.cli import dev_app
 from turnledger.devstack.session import Endpoints, dev_up_broker_pid, one_start_at_a_time, session_endpoints
 from turnledger.devstack.settings import Settings
 from turnledger.devstack.stack import LocalStack, reap_stale_sessions
@@ -184,6 +187,37 @@ def test_stale_session_of_a_dead_pytest_is_reaped(state_dir: Path) -> None:
     # `owns`, not `is_alive`: with pid_max at 32768 and CI's thread churn, the pid of the orphan
     # (stopped and reaped) may already be another task's; its command line says whether it is ours.
     assert not procs.owns(orphan, str(session / "kafka")) and not session.exists()
+
+
+def test_dev_reap_stops_the_stack_of_a_dead_session_and_leaves_a_live_one(state_dir: Path) -> None:
+    """`make test` runs `turnledger dev reap` after its integration pass: a worker the watchdog ended
+    with `os._exit` leaves its session's stack running, which nothing else would stop until the next
+    session starts. A live session's stack (this process's pid) stays."""
+    owner_files = (state_dir / "owner.log", state_dir / "owner.pid")
+    dead_owner = procs.spawn_detached([sys.executable, "-c", "pass"], *owner_files)
+    while procs.is_alive(dead_owner):
+        time.sleep(0.02)
+    dead, live = state_dir / f"session-{dead_owner}", state_dir / f"session-{os.getpid()}"
+    orphan = procs.spawn_detached(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(dead / "kafka")],
+        dead / "kafka.log",
+        dead / "kafka.pid",
+    )
+    live.mkdir()
+    _wait_until_owned(orphan, str(dead / "kafka"))
+    result = CliRunner().invoke(dev_app, ["reap"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"Reaped the stack of a test session that is gone: {dead}\n"
+    assert not procs.owns(orphan, str(dead / "kafka")) and not dead.exists()
+    assert live.is_dir()
+    again = CliRunner().invoke(dev_app, ["reap"])
+    assert (again.exit_code, again.output) == (0, "No stack of a finished test session was left running.\n")
+
+
+def test_dev_reap_without_a_state_dir_reaps_nothing(state_dir: Path) -> None:
+    result = CliRunner().invoke(dev_app, ["reap"])
+    assert (result.exit_code, result.output) == (0, "No stack of a finished test session was left running.\n")
+    assert not state_dir.exists()
 
 
 def test_a_second_start_waits_for_the_first_to_finish(state_dir: Path) -> None:

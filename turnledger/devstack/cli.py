@@ -1,4 +1,4 @@
-"""`turnledger dev up|down|status|fetch`: the local Kafka + Redis stack as background processes."""
+"""`turnledger dev up|down|status|fetch|reap`: the local Kafka + Redis stack as background processes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import SASL_MECHANISMS
 from turnledger.devstack.redis_tls import OPENSSL_MISSING_FOR_REDIS
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
-from turnledger.devstack.stack import LocalStack, StackState
+from turnledger.devstack.stack import LocalStack, StackState, reap_stale_sessions
 from turnledger.devstack.tls import OPENSSL_MISSING, openssl
 
 dev_app = typer.Typer(
@@ -125,6 +125,23 @@ def down() -> None:
     settings = Settings.from_env()
     stopped = LocalStack(settings.state_dir).down()
     out.print(f"Stopped: {', '.join(stopped)}." if stopped else "Nothing was running.")
+
+
+@dev_app.command()
+def reap() -> None:
+    """Stop the stacks of test sessions whose process is gone and delete their data.
+
+    A pytest session ended abruptly (the test watchdog's exit, a kill) leaves its own stack running.
+    """
+    # Each pytest session (each worker of `make test`'s integration pass) runs a stack under
+    # `<state dir>/session-<pid>`; the next session's start reaps the dead ones, and `make test` runs
+    # this after its integration pass so that none outlives the run.
+    settings = Settings.from_env()
+    reaped = reap_stale_sessions(settings.state_dir) if settings.state_dir.is_dir() else []
+    for session in reaped:
+        print(f"Reaped the stack of a test session that is gone: {session}")
+    if not reaped:
+        print("No stack of a finished test session was left running.")
 
 
 @dev_app.command()
