@@ -96,7 +96,9 @@ class ManifestFeed:
         self.catching_up: dict[TopicPartition, int] = {}  # partition → the end to reach before taking work
         self.records_read = 0
         self._joined = False  # the group dealt this worker its share at least once (perhaps nothing)
-        self._last_commit = 0.0
+        self._last_commit: float | None = None
+        """`time.monotonic()` at the last commit; None before the first (the first step commits: the clock
+        counts from an unspecified point, the machine's boot, so 0 would wait for the machine's uptime)."""
 
     # -- group membership ------------------------------------------------------------------
 
@@ -189,7 +191,7 @@ class ManifestFeed:
                 await self.worker.board.apply(records)
             self._forget_settled(tp)
         await self._caught_up()
-        if time.monotonic() - self._last_commit >= self.commit_every_s:
+        if self._last_commit is None or time.monotonic() - self._last_commit >= self.commit_every_s:
             await self._commit(consumer.assignment())
 
     def _decoded(self, message: object) -> Record | None:

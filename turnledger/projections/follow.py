@@ -111,7 +111,9 @@ class Follower:
         """`topic:partition` -> the offset Redis was last seen to hold applied for an owned partition:
         read when it was positioned, raised by every batch (applied or skipped, Redis then holds at
         least the batch's offsets). Redis holding less is a failover that lost writes."""
-        self.verified_at = 0.0
+        self.verified_at: float | None = None
+        """`time.monotonic()` at the last comparison with Redis; None before the first, so the first idle
+        round compares at once whatever the clock's origin (the machine's boot)."""
 
     def readiness(self) -> str | None:
         """None once following: the consumer started, partitions assigned and positioned, no outage."""
@@ -273,7 +275,7 @@ class Follower:
                     self.saw_applied(raw)
                     if report is not None:
                         report(stats)
-                elif time.monotonic() - self.verified_at >= s.verify_every_s:
+                elif self.verified_at is None or time.monotonic() - self.verified_at >= s.verify_every_s:
                     self.verified_at = time.monotonic()
                     regressed = await self.regressed()
                     if regressed:

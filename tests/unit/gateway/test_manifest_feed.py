@@ -410,12 +410,23 @@ async def test_commits_wait_for_the_interval_and_skip_partitions_not_positioned(
     await feed._commit({P0, P1})
     assert commits(consumer) == [{P0: 7}]
     last = feed._last_commit
-    assert last > 0.0
+    assert last is not None
     await feed._commit(set())
     assert feed._last_commit == last  # nothing asked: nothing done
     feed.consumer = None
     await feed._commit({P0})
     assert feed._last_commit == last
+
+
+async def test_the_first_step_commits_whatever_the_clock_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`time.monotonic()` counts from the machine's boot: on one up for less than `commit_every_s` the
+    first commit must not wait for the uptime to reach it (it did, from a `_last_commit` of 0)."""
+    monkeypatch.setattr(manifest_feed, "time", SimpleNamespace(monotonic=lambda: 0.5))
+    consumer = FakeConsumer(owned={P0}, positions={P0: 4})
+    feed = make_feed(FakeWorker(live=True), consumer, commit_every_s=5.0)
+    assert feed._last_commit is None
+    await feed._step()
+    assert commits(consumer) == [{P0: 4}] and feed._last_commit == 0.5
 
 
 async def test_a_commit_is_due_once_commit_every_s_has_passed_to_the_tick(

@@ -95,6 +95,19 @@ async def test_without_a_report_the_batches_are_still_applied(monkeypatch: pytes
     assert (projector.batches, stats.batches, follower.known) == ([[source(B0, 0)]], 1, {"b:0": 0})
 
 
+async def test_the_first_idle_round_compares_whatever_the_clock_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`time.monotonic()` counts from the machine's boot: on one up for less than `verify_every_s` the
+    first comparison must not wait for the uptime to reach it (it did, from a `verified_at` of 0)."""
+    follower, consumer, projector, _ = following(
+        monkeypatch, {}, applied={"a:0": 3}, settings=FollowSettings(verify_every_s=30.0), now=2.0
+    )
+    follower.known = {"a:0": 3}
+    await follow_to_the_end(follower, consumer, projector)
+    assert (projector.redis.reads, follower.verified_at) == (1, 2.5)
+
+
 async def test_idle_rounds_compare_with_redis_at_once_then_every_verify_every_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -300,6 +313,7 @@ async def test_a_split_projection_is_positioned_under_every_group_s_epoch(
     split = ProjectionKeys("tl:", one_slot=True, shards=3)
     projector.keys = split  # type: ignore[misc]
     follower.unpositioned = {A0, A1}
+    follower.verified_at = 100.0  # compared just now, on the fakes' clock: no idle comparison follows
     glue.epochs = ["e1", "e2", "e3"]
     await follow_to_the_end(follower, consumer, projector)
     assert glue.ensured == [(projector.redis, group.offsets) for group in split.groups]

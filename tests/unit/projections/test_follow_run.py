@@ -301,11 +301,11 @@ def test_readiness_says_what_the_follower_waits_for() -> None:
 
 
 def test_a_new_follower_knows_no_offset_and_has_verified_nothing() -> None:
-    """Nothing started, assigned or known; `verified_at` 0: its first idle round compares at once."""
+    """Nothing started, assigned or known; nothing verified: its first idle round compares at once."""
     follower = Follower(FakeProjector(FakeRedis()), FollowSettings())  # type: ignore[arg-type]
     state = (follower.consumer, follower.unpositioned, follower.assigned, follower.outage, follower.known)
     assert state == (None, set(), False, None, {})
-    assert follower.verified_at == 0.0
+    assert follower.verified_at is None
 
 
 def test_partitions_to_position_are_paused_and_added_to_those_waiting(
