@@ -20,12 +20,13 @@ projections under two prefixes may live on two.
 from __future__ import annotations
 
 from typing import Any, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from turnledger.errors import RedisSettingsError
+from turnledger.redisconn.url_parts import split_url
 
 SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 """A cluster URL's scheme and the scheme of its nodes' connections."""
@@ -35,7 +36,7 @@ RedisClient: TypeAlias = aioredis.Redis | RedisCluster
 
 
 def is_cluster_url(url: str) -> bool:
-    return urlsplit(url).scheme.lower() in SCHEMES
+    return split_url(url).scheme.lower() in SCHEMES
 
 
 def is_cluster(client: RedisClient) -> bool:
@@ -45,7 +46,7 @@ def is_cluster(client: RedisClient) -> bool:
 def node_url(url: str) -> str:
     """The URL redis-py's `RedisCluster.from_url` reads: the scheme of the nodes' connections, and
     a `RedisSettingsError` for a database other than 0."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     database = parts.path.strip("/")
     if database not in ("", "0"):
         raise RedisSettingsError(

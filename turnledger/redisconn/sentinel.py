@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import parse_url
 from redis.asyncio.sentinel import Sentinel
 
 from turnledger.errors import RedisSettingsError
+from turnledger.redisconn.url_parts import split_url
 
 SCHEMES = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
 """A Sentinel URL's scheme and the scheme of its nodes' connections."""
@@ -45,12 +46,12 @@ class SentinelUrl:
 
 
 def is_sentinel(url: str) -> bool:
-    return urlsplit(url).scheme.lower() in SCHEMES
+    return split_url(url).scheme.lower() in SCHEMES
 
 
 def parse(url: str) -> SentinelUrl:
     """A Sentinel URL's parts, or a `RedisSettingsError` saying what is wrong with it."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     node_scheme = SCHEMES[parts.scheme.lower()]
     hosts = parts.netloc.rpartition("@")[2]
     sentinels = tuple(_address(host) for host in hosts.split(",")) if hosts else ()

@@ -31,7 +31,7 @@ import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
@@ -43,6 +43,7 @@ from redis.asyncio.connection import (
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
 from turnledger.errors import RedisSettingsError
+from turnledger.redisconn.url_parts import split_url
 
 ENV_URL = "REDIS_URL"
 ENV_CA_FILE = "REDIS_SSL_CA_FILE"
@@ -74,7 +75,7 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
     """The keyword arguments besides `url` that every redis-py client of this process is built with,
     checked against the URL: a `RedisSettingsError` when they cannot make one setting."""
     env = os.environ if env is None else env
-    parts = urlsplit(url)
+    parts = split_url(url)
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise RedisSettingsError(
@@ -127,7 +128,7 @@ def sentinel_password(url: str, env: Mapping[str, str] | None = None) -> str | N
     path = _readable(env, ENV_SENTINEL_PASSWORD_FILE)
     if path is None:
         return None
-    if not urlsplit(url).scheme.lower().endswith("+sentinel"):
+    if not split_url(url).scheme.lower().endswith("+sentinel"):
         raise RedisSettingsError(
             f"{ENV_SENTINEL_PASSWORD_FILE} set, but {ENV_URL} is not a redis+sentinel:// URL"
         )
