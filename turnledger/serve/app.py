@@ -40,7 +40,7 @@ from turnledger.serve.redis_failures import RedisFailures
 
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
-_STREAM_ID = re.compile(r"^\d+-\d+$")
+_STREAM_ID = re.compile(r"[0-9]+-[0-9]+")
 STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
 
 
@@ -231,7 +231,7 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
     async def events(request: Request) -> Response:
         conv = request.path_params["conversation"]
         after = request.headers.get("last-event-id") or request.query_params.get("after") or "0-0"
-        if not _STREAM_ID.match(after):
+        if not _is_stream_id(after):
             return _json({"error": f"not a stream id: {after!r}"}, 400)
         keys = await layout.keys()
         return StreamingResponse(
@@ -348,6 +348,13 @@ async def _sse(redis: RedisClient, key: str, after: str, config: ServeConfig) ->
             yield frame
     finally:
         SERVE_STREAMS.dec()
+
+
+def _is_stream_id(text: str) -> bool:
+    """What Redis takes for a stream entry id: two numbers of 64 bits, matched whole (with `$` a
+    trailing newline went through, with `\\d` digits other than ASCII's, and Redis refused them only
+    once the stream had started)."""
+    return _STREAM_ID.fullmatch(text) is not None and max(_stream_id(text)) < 2**64
 
 
 def _stream_id(text: str) -> tuple[int, int]:
