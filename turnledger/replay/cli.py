@@ -42,7 +42,6 @@ console = Console()
 err = Console(stderr=True)
 
 
-@shadow_app.callback()
 def _shadow() -> None:
     """Rollout step one: byte-level and semantic diffs against the legacy gateway's requests."""
     # a callback keeps `shadow` a command group even with one command (`turnledger shadow diff ...`)
@@ -59,7 +58,6 @@ def _progress() -> Progress:
     )
 
 
-@replay_app.command("audit")
 def audit_command(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = "",
@@ -127,7 +125,6 @@ def audit_command(
     console.print("[green]the output topics are exactly the fold of the ingress log[/green]")
 
 
-@replay_app.command("manifest")
 def manifest_command(
     operation_id: Annotated[str | None, typer.Argument(help="Operation id.")] = None,
     digest: Annotated[str | None, typer.Option("--digest", help="A manifest digest (sha256:...).")] = None,
@@ -187,7 +184,6 @@ def manifest_command(
     console.print(f"[green]{len(checks)} manifest(s) reproduced byte for byte[/green]")
 
 
-@replay_app.command("rebuild")
 def rebuild_command(
     redis_url: RedisUrl = None,
     bootstrap: Bootstrap = None,
@@ -260,7 +256,6 @@ def rebuild_command(
         )
 
 
-@shadow_app.command("diff")
 def shadow_diff_command(
     legacy: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Legacy requests, JSON Lines.")],
     bootstrap: Bootstrap = None,
@@ -291,6 +286,14 @@ def shadow_diff_command(
     print_shadow(results, details)
     if fail_on_diff and any(r.status != "equal" for r in results):
         raise typer.Exit(1)
+
+
+# registered here, not by decorators: mutmut mutates no decorated function
+shadow_app.callback()(_shadow)
+replay_app.command("audit")(audit_command)
+replay_app.command("manifest")(manifest_command)
+replay_app.command("rebuild")(rebuild_command)
+shadow_app.command("diff")(shadow_diff_command)
 
 
 def print_shadow(results: list[ShadowResult], details: bool = True) -> None:

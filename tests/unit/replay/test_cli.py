@@ -1,0 +1,813 @@
+"""`turnledger replay audit|manifest|rebuild`, `turnledger shadow diff` and `turnledger metrics`
+(`replay/cli.py`), with what they call faked: what each command hands the replay code (the bootstrap,
+the topics, the limits it exports, the keys), what it prints (recorded, tables cell by cell) and its
+exit code. The replay code itself has its own tests (`test_audit_*.py`, `test_manifest_check.py`,
+`test_shadow_matching.py`, `test_metrics*.py`); on the real broker: tests/integration/replay."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import typer
+from redis.asyncio.cluster import RedisCluster
+from rich.console import Console
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from typer.testing import CliRunner, Result
+
+from turnledger.cli import _register, app
+from turnledger.errors import ProjectionError
+from turnledger.model.limits import Limits
+from turnledger.processors.limits_config import LIMIT_ENV, describe, load_limits
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.projector import ProjectorStats
+from turnledger.replay import cli
+from turnledger.replay.audit import AuditReport, Coordinates, Divergence
+from turnledger.replay.manifest_check import Check, ManifestCheck
+from turnledger.replay.metrics import Metrics
+from turnledger.replay.metrics_report import metrics_json
+from turnledger.replay.rebuild import RebuildReport
+from turnledger.replay.semantic_diff import Difference, DiffKind, Side
+from turnledger.replay.shadow import LegacyRequest, ShadowResult
+from turnledger.topology import Topics
+
+
+class Recorder:
+    """Stands for `cli.console` and `cli.err`: every `print` with its keywords, every `status`."""
+
+    def __init__(self) -> None:
+        self.printed: list[tuple[Any, dict[str, Any]]] = []
+        self.statuses: list[tuple[str, int]] = []
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        [one] = objects
+        self.printed.append((one, kwargs))
+
+    @contextmanager
+    def status(self, text: str) -> Iterator[None]:
+        self.statuses.append((text, len(self.printed)))
+        yield
+
+    @property
+    def texts(self) -> list[Any]:
+        """What was printed: strings as they are, tables as (title, rows)."""
+        return [rows_of(one) if isinstance(one, Table) else one for one, _ in self.printed]
+
+
+def rows_of(table: Table) -> tuple[Any, list[tuple[str, ...]]]:
+    columns = [list(column._cells) for column in table.columns]
+    return table.title, [tuple(row) for row in zip(*columns, strict=True)]
+
+
+class FakeProgress:
+    def __init__(self) -> None:
+        self.tasks: list[tuple[str, Any]] = []
+        self.advanced: list[tuple[int, int]] = []
+        self.open = False
+
+    def __enter__(self) -> FakeProgress:
+        self.open = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.open = False
+
+    def add_task(self, description: str, total: Any = "unset") -> int:
+        self.tasks.append((description, total))
+        return len(self.tasks) + 40
+
+    def advance(self, task_id: int, advance: int) -> None:
+        assert self.open
+        self.advanced.append((task_id, advance))
+
+
+@pytest.fixture
+def out(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    recorder = Recorder()
+    monkeypatch.setattr(cli, "console", recorder)
+    return recorder
+
+
+@pytest.fixture
+def err(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    recorder = Recorder()
+    monkeypatch.setattr(cli, "err", recorder)
+    return recorder
+
+
+@pytest.fixture
+def shared_err(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    """`projections.cli.err`, where `require` and `run` print."""
+    recorder = Recorder()
+    monkeypatch.setattr("turnledger.projections.cli.err", recorder)
+    return recorder
+
+
+def not_set(name: str, flag: str) -> str:
+    return (
+        f"[red]{name} is not set.[/red] Set {name} or pass {flag}; for a local stack run "
+        "`turnledger dev up` and export the variables it prints."
+    )
+
+
+KAFKA_NOT_SET = not_set("KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bootstrap, Redis or limit from the machine; the limits a command exports are undone after."""
+    for var in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", *LIMIT_ENV.values()):
+        monkeypatch.delenv(var, raising=False)
+
+
+METRICS = typer.Typer()
+METRICS.command("metrics")(cli.metrics_command)
+METRICS.command("unused")(lambda: None)  # two commands: `metrics` stays a subcommand
+APPS = {"replay": cli.replay_app, "shadow": cli.shadow_app, "metrics": METRICS}
+
+
+def invoke(*args: str) -> Result:
+    """The command as `turnledger ...` runs it, from its own group (building the whole CLI's costs
+    a second an invocation)."""
+    group = APPS[args[0]]
+    return CliRunner().invoke(group, list(args if group is METRICS else args[1:]))
+
+
+def test_the_groups_are_the_cli_s() -> None:
+    _register()
+    groups = {info.name: info.typer_instance for info in app.registered_groups}
+    assert (groups["replay"], groups["shadow"]) == (cli.replay_app, cli.shadow_app)
+    # (`_register` adds its commands again each time it is called)
+    assert {c.callback for c in app.registered_commands if c.name == "metrics"} == {cli.metrics_command}
+
+
+LIMIT_ARGS = [
+    "--max-block-bytes", "1001", "--max-deltas-per-block", "1002", "--max-blocks-per-turn", "1003",
+    "--max-record-bytes", "1004", "--max-turn-bytes", "1005", "--max-held-deltas", "1006",
+]  # fmt: skip
+GIVEN = Limits(1001, 1002, 1003, 1004, 1005, 1006)
+
+
+# ---------------------------------------------------------------------------------------------- audit
+
+
+def test_the_progress_shows_the_records_counted_on_the_error_console_and_goes_away() -> None:
+    progress = cli._progress()
+    assert progress.console is cli.err and progress.live.transient
+    kinds = [type(column) for column in progress.columns]
+    assert kinds == [TextColumn, BarColumn, TextColumn, TimeElapsedColumn]
+    texts = [column.text_format for column in progress.columns if isinstance(column, TextColumn)]
+    assert texts == ["{task.description}", "{task.completed} records"]
+
+
+class FakeAudit:
+    def __init__(self, report: AuditReport) -> None:
+        self.report = report
+        self.calls: list[tuple[str, Topics]] = []
+        self.exported: Limits | None = None
+
+    async def __call__(self, bootstrap: str, topics: Topics, progress: Any) -> AuditReport:
+        self.calls.append((bootstrap, topics))
+        self.exported = load_limits()
+        progress("ingress", 3)
+        progress("outputs", 2)
+        progress("ingress", 1)
+        return self.report
+
+
+@pytest.fixture
+def progress(monkeypatch: pytest.MonkeyPatch) -> FakeProgress:
+    fake = FakeProgress()
+    monkeypatch.setattr(cli, "_progress", lambda: fake)
+    return fake
+
+
+def audited(monkeypatch: pytest.MonkeyPatch, report: AuditReport) -> FakeAudit:
+    fake = FakeAudit(report)
+    monkeypatch.setattr("turnledger.replay.audit.audit", fake)
+    return fake
+
+
+DEFAULTS = Limits()
+
+
+def summary(report: AuditReport, limits: Limits = DEFAULTS) -> tuple[str, list[tuple[str, str]]]:
+    return "replay audit", [
+        ("ingress records folded", str(report.ingress_records)),
+        ("expected output records", str(report.expected)),
+        ("output records on the topics", str(report.actual)),
+        ("records checked", str(report.checked)),
+        ("of them written with an older schema version", str(report.older_versions)),
+        ("divergences", str(len(report.divergences))),
+        ("seconds", f"{report.seconds:.2f}"),
+        ("size limits", describe(limits)),
+    ]
+
+
+def test_an_audit_with_no_divergence_says_so_under_its_summary(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+) -> None:
+    report = AuditReport(
+        ingress_records=11, expected=12, actual=13, checked=14, older_versions=2, seconds=1.256
+    )
+    fake = audited(monkeypatch, report)
+    result = invoke("replay", "audit", "--bootstrap", "k1:9092", "--topic-prefix", "pre.", *LIMIT_ARGS)
+    assert result.exit_code == 0, result.output
+    assert fake.calls == [("k1:9092", Topics("pre."))]
+    assert fake.exported == GIVEN, "the refold reads the limits given from the environment"
+    assert progress.tasks == [("folding ingress", None), ("reading outputs", None)]
+    assert progress.advanced == [(41, 3), (42, 2), (41, 1)]
+    assert out.texts == [
+        summary(report, GIVEN),
+        "[green]the output topics are exactly the fold of the ingress log[/green]",
+    ]
+    [(table, _), _] = out.printed
+    assert table.show_header is False
+
+
+def divergence(n: int, actual: Coordinates | None, source: Coordinates | None) -> Divergence:
+    return Divergence("differs", "committed", f"c{n}", n, actual, source)
+
+
+def test_divergences_are_listed_up_to_the_limit_and_fail_the_audit(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+) -> None:
+    found = [
+        divergence(0, Coordinates("t.out", 1, 70), Coordinates("t.in", 0, 5)),
+        divergence(1, None, Coordinates("t.in", 2, 6)),
+        divergence(2, Coordinates("t.out", 0, 9), None),
+    ]
+    report = AuditReport(ingress_records=3, divergences=found, seconds=2.5)
+    audited(monkeypatch, report)
+    result = invoke("replay", "audit", "--bootstrap", "k:1", "--limit", "2")
+    assert result.exit_code == 1
+    assert out.texts == [
+        summary(report),
+        (
+            "divergences (first 2)",
+            [
+                ("differs", "committed", "c0", "0", "t.out[1]@70", "t.in[0]@5"),
+                ("differs", "committed", "c1", "1", "-", "t.in[2]@6"),
+            ],
+        ),
+    ]
+    table = out.printed[1][0]
+    assert [(c.header, c.overflow) for c in table.columns] == [
+        ("kind", "fold"), ("stream", "fold"), ("key", "fold"), ("#", "fold"),
+        ("topic record (partition@offset)", "fold"), ("ingress source", "fold"),
+    ]  # fmt: skip
+    result = invoke("replay", "audit", "--bootstrap", "k:1")
+    assert result.exit_code == 1
+    assert out.texts[-1] == (
+        "divergences (first 3)",
+        [
+            ("differs", "committed", "c0", "0", "t.out[1]@70", "t.in[0]@5"),
+            ("differs", "committed", "c1", "1", "-", "t.in[2]@6"),
+            ("differs", "committed", "c2", "2", "t.out[0]@9", "-"),
+        ],
+    )
+
+
+def test_an_audit_lists_at_most_50_divergences_unless_told(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+) -> None:
+    found = [divergence(n, None, None) for n in range(51)]
+    audited(monkeypatch, AuditReport(divergences=found))
+    assert invoke("replay", "audit", "--bootstrap", "k:1").exit_code == 1
+    title, rows = out.texts[1]
+    assert (title, len(rows), rows[-1][2]) == ("divergences (first 50)", 50, "c49")
+
+
+def test_an_audit_without_a_bootstrap_stops_before_reading(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress, shared_err: Recorder
+) -> None:
+    fake = audited(monkeypatch, AuditReport())
+    result = invoke("replay", "audit")
+    assert result.exit_code == 2
+    assert shared_err.texts == [KAFKA_NOT_SET]
+    assert fake.calls == [] and out.printed == [] and progress.tasks == []
+
+
+def test_an_audit_called_as_a_function_has_the_command_s_defaults(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+) -> None:
+    """(typer passes every option; a caller in Python gets the function's own defaults)"""
+    fake = audited(monkeypatch, AuditReport(divergences=[divergence(n, None, None) for n in range(51)]))
+    with pytest.raises(typer.Exit) as exited:
+        cli.audit_command(bootstrap="k:1")
+    assert exited.value.exit_code == 1
+    assert fake.calls == [("k:1", Topics(""))] and fake.exported == Limits()
+    title, rows = out.texts[1]
+    assert (title, len(rows)) == ("divergences (first 50)", 50)
+
+
+# ------------------------------------------------------------------------------------------- manifest
+
+
+class FakeReproduce:
+    def __init__(self, checks: list[ManifestCheck]) -> None:
+        self.checks = checks
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def __call__(self, bootstrap: str, topics: Topics, operation_id: Any, digest: Any) -> Any:
+        self.calls.append((bootstrap, topics, operation_id, digest, load_limits()))
+        return self.checks
+
+
+def reproducing(monkeypatch: pytest.MonkeyPatch, checks: list[ManifestCheck]) -> FakeReproduce:
+    fake = FakeReproduce(checks)
+    monkeypatch.setattr("turnledger.replay.manifest_check.reproduce", fake)
+    return fake
+
+
+def manifest(op: str, checks: list[Check], error: str | None = None) -> ManifestCheck:
+    return ManifestCheck(op, f"sha256:{op}", "openai-chat@1", 4, checks, error)
+
+
+def test_each_reproduced_manifest_is_a_table_of_its_bindings(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    long = "x" * 80
+    checks = [
+        manifest("op-1", [Check("request bytes", "a" * 79, "a" * 79), Check("digest", long, long)]),
+        manifest("op-1", [Check("tools", "t", "t")]),
+    ]
+    fake = reproducing(monkeypatch, checks)
+    result = invoke("replay", "manifest", "op-1", "--bootstrap", "k:1", "--topic-prefix", "p.", *LIMIT_ARGS)
+    assert result.exit_code == 0, result.output
+    assert fake.calls == [("k:1", Topics("p."), "op-1", None, GIVEN)]
+    assert err.texts == [f"size limits: {describe(GIVEN)}"]
+    assert out.texts == [
+        (
+            "op-1 sha256:op-1 (openai-chat@1, rev 4)",
+            [
+                ("request bytes", "[green]yes[/green]", "a" * 79),
+                ("digest", "[green]yes[/green]", "x" * 77 + "..."),
+            ],
+        ),
+        ("op-1 sha256:op-1 (openai-chat@1, rev 4)", [("tools", "[green]yes[/green]", "t")]),
+        "[green]2 manifest(s) reproduced byte for byte[/green]",
+    ]
+    columns = out.printed[0][0].columns
+    assert [(c.header, c.overflow) for c in columns] == [
+        ("binding", "fold"), ("equal", "fold"), ("recorded", "fold"),
+    ]  # fmt: skip
+
+
+def test_a_binding_that_differs_or_an_error_fails_the_check(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    reproducing(monkeypatch, [manifest("op-2", [Check("digest", "sha256:a", "sha256:b")])])
+    result = invoke("replay", "manifest", "--digest", "sha256:op-2", "--bootstrap", "k:1")
+    assert result.exit_code == 1
+    assert out.texts == [
+        ("op-2 sha256:op-2 (openai-chat@1, rev 4)", [("digest", "[red]NO[/red]", "sha256:a")])
+    ]
+    out.printed.clear()
+    fake = reproducing(monkeypatch, [manifest("op-3", [Check("d", "1", "1")], error="turns missing")])
+    result = invoke("replay", "manifest", "--digest", "sha256:op-3", "--bootstrap", "k:1")
+    assert result.exit_code == 1
+    assert fake.calls == [("k:1", Topics(""), None, "sha256:op-3", Limits())]
+    assert out.texts[1:] == ["[red]turns missing[/red]"]
+
+
+def test_a_manifest_needs_an_operation_or_a_digest_before_a_bootstrap(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder
+) -> None:
+    fake = reproducing(monkeypatch, [])
+    result = invoke("replay", "manifest")
+    assert result.exit_code == 2
+    assert err.texts == [f"size limits: {describe(Limits())}", "give an OPERATION_ID or --digest sha256:..."]
+    result = invoke("replay", "manifest", "op-1")
+    assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
+    assert fake.calls == [] and out.printed == []
+
+
+def test_a_manifest_check_called_as_a_function_reads_topics_without_a_prefix(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    fake = reproducing(monkeypatch, [manifest("op-1", [Check("tools", "t", "t")])])
+    cli.manifest_command("op-1", bootstrap="k:1")
+    assert fake.calls == [("k:1", Topics(""), "op-1", None, Limits())]
+    assert out.texts[-1] == "[green]1 manifest(s) reproduced byte for byte[/green]"
+
+
+@pytest.mark.parametrize(("args", "named"), [(["op-9"], "'op-9'"), (["--digest", "sha256:d"], "'sha256:d'")])
+def test_no_manifest_found_is_an_exit_1_naming_what_was_asked(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, args: list[str], named: str
+) -> None:
+    reproducing(monkeypatch, [])
+    result = invoke("replay", "manifest", *args, "--bootstrap", "k:1")
+    assert result.exit_code == 1
+    assert err.texts[1:] == [f"no manifest found for {named} on the manifests topic"]
+    assert out.printed == []
+
+
+# -------------------------------------------------------------------------------------------- rebuild
+
+
+class FakeRedis(RedisCluster):
+    """Taken for a cluster client (a projection may be split); records its close."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def aclose(self, *args: Any, **kwargs: Any) -> None:
+        self.closed += 1
+
+
+class Rebuilding:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, report: RebuildReport | Exception) -> None:
+        self.redis = FakeRedis()
+        self.report = report
+        self.connected: list[str] = []
+        self.discovered: list[tuple[str, Any]] = []
+        self.calls: list[tuple[Any, ...]] = []
+        monkeypatch.setattr(cli, "connect", self.connect)
+        monkeypatch.setattr("turnledger.projections.shards.discover", self.discover)
+        monkeypatch.setattr("turnledger.replay.rebuild.rebuild", self.rebuild)
+
+    async def connect(self, url: str) -> FakeRedis:
+        self.connected.append(url)
+        return self.redis
+
+    async def discover(self, prefix: str, redis: Any) -> ProjectionKeys:
+        self.discovered.append((prefix, redis))
+        return ProjectionKeys(prefix, one_slot=True, shards=2)
+
+    async def rebuild(
+        self, redis: Any, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool
+    ) -> Any:
+        assert redis is self.redis and self.redis.closed == 0
+        self.calls.append((bootstrap, topics, keys, verify, load_limits()))
+        if isinstance(self.report, Exception):
+            raise self.report
+        return self.report
+
+
+def rebuilt(verified: bool, differences: list[str] | None = None) -> RebuildReport:
+    stats = ProjectorStats(applied=120, undecodable=3, seconds=4.256)
+    return RebuildReport(7, stats, verified, folded_records=99, differences=differences or [])
+
+
+def test_a_rebuild_drops_projects_and_verifies_as_the_projection_is_split(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    fake = Rebuilding(monkeypatch, rebuilt(True))
+    result = invoke(
+        "replay", "rebuild", "--redis-url", "redis://r:1/0", "--bootstrap", "k:1", "--topic-prefix", "p.",
+        "--key-prefix", "kp:", *LIMIT_ARGS,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert fake.connected == ["redis://r:1/0"] and fake.discovered == [("kp:", fake.redis)]
+    assert fake.calls == [("k:1", Topics("p."), ProjectionKeys("kp:", one_slot=True, shards=2), True, GIVEN)]
+    assert fake.redis.closed == 1
+    assert err.texts == [f"size limits of the fresh fold: {describe(GIVEN)}"]
+    assert err.statuses == [("rebuilding", 1)]
+    assert out.texts == [
+        "dropped 7 keys; projected 120 records (3 undecodable) in 4.26s",
+        "[green]equal to a projection of a fresh fold (99 records)[/green]",
+    ]
+
+
+def test_a_rebuild_told_its_shards_splits_the_keys_so_and_without_verify_says_no_more(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    fake = Rebuilding(monkeypatch, rebuilt(False, ["never shown"]))
+    result = invoke(
+        "replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1", "--shards", "3", "--no-verify"
+    )
+    assert result.exit_code == 0, result.output
+    assert fake.discovered == []
+    assert fake.calls == [
+        ("k:1", Topics(""), ProjectionKeys("tl:", one_slot=True, shards=3), False, Limits())
+    ]
+    assert err.texts == [] and err.statuses == [("rebuilding", 0)]
+    assert out.texts == ["dropped 7 keys; projected 120 records (3 undecodable) in 4.26s"]
+
+
+def test_a_rebuild_that_differs_lists_the_first_50_differences_and_fails(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    Rebuilding(monkeypatch, rebuilt(True, [f"key {n} differs" for n in range(51)]))
+    result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1")
+    assert result.exit_code == 1
+    assert out.texts[1:] == [f"[red]key {n} differs[/red]" for n in range(50)]
+
+
+def test_a_failed_rebuild_still_closes_redis_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder
+) -> None:
+    fake = Rebuilding(monkeypatch, ProjectionError("the layout is broken"))
+    result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1")
+    assert result.exit_code == 2
+    assert shared_err.printed == [
+        ("the layout is broken", {"style": "red", "markup": False, "soft_wrap": True})
+    ]
+    assert fake.redis.closed == 1 and out.printed == []
+
+
+@pytest.mark.parametrize(
+    ("args", "missing"),
+    [
+        (["--bootstrap", "k:1"], not_set("REDIS_URL", "--redis-url")),
+        (["--redis-url", "u"], KAFKA_NOT_SET),
+        ([], not_set("REDIS_URL", "--redis-url")),
+    ],
+)
+def test_a_rebuild_needs_redis_and_kafka(
+    monkeypatch: pytest.MonkeyPatch,
+    out: Recorder,
+    err: Recorder,
+    shared_err: Recorder,
+    args: list[str],
+    missing: str,
+) -> None:
+    fake = Rebuilding(monkeypatch, rebuilt(True))
+    result = invoke("replay", "rebuild", *args)
+    assert result.exit_code == 2 and shared_err.texts == [missing]
+    assert fake.connected == []
+
+
+def test_a_rebuild_called_as_a_function_verifies(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    fake = Rebuilding(monkeypatch, rebuilt(True))
+    cli.rebuild_command(redis_url="u", bootstrap="k:1")
+    assert fake.discovered == [("tl:", fake.redis)]
+    assert fake.calls == [("k:1", Topics(""), ProjectionKeys("tl:", one_slot=True, shards=2), True, Limits())]
+    assert err.texts == [f"size limits of the fresh fold: {describe(Limits())}"]
+    assert out.texts[-1] == "[green]equal to a projection of a fresh fold (99 records)[/green]"
+
+
+def test_a_rebuild_in_no_slot_group_is_refused(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    fake = Rebuilding(monkeypatch, rebuilt(True))
+    result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1", "--shards", "0")
+    assert result.exit_code == 2 and fake.connected == []
+    result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1", "--shards", "1")
+    assert result.exit_code == 0 and fake.calls[0][2] == ProjectionKeys("tl:", one_slot=True)
+
+
+# ---------------------------------------------------------------------------------------- shadow diff
+
+
+def difference(kind: DiffKind, side: Side = Side.BOTH) -> Difference:
+    return Difference(kind, "messages[1]", "detail of it", side)
+
+
+def results() -> list[ShadowResult]:
+    return [
+        ShadowResult("op-1", 1, "sha256:1", "openai-chat@1", bytes_equal=True),
+        ShadowResult(
+            "op-2", 2, "sha256:2", "anthropic-messages@2",
+            differences=[
+                difference(DiffKind.VALUE_CHANGED),
+                difference(DiffKind.EXTRA_FIELD, Side.LEGACY),
+                difference(DiffKind.VALUE_CHANGED),
+                difference(DiffKind.MISSING_FIELD, Side.OURS),
+            ],
+        ),
+        ShadowResult("op-3", 4, ambiguous=["c1", "c2"]),
+        ShadowResult("op-4", 5),
+        ShadowResult("op-5", 6, "sha256:5", "gemini@1"),
+    ]  # fmt: skip
+
+
+SHADOW_ROWS = [
+    ("1", "op-1", "openai-chat@1", "equal", "equal", ""),
+    (
+        "2", "op-2", "anthropic-messages@2", "differ", "differs",
+        "extra field (legacy), missing field (ours), value changed",
+    ),
+    ("4", "op-3", "-", "differ", "ambiguous", ""),
+    ("5", "op-4", "-", "differ", "no manifest", ""),
+    ("6", "op-5", "gemini@1", "differ", "same meaning", ""),
+]  # fmt: skip
+COUNTS = "ambiguous: 1 · differs: 1 · equal: 1 · no manifest: 1 · same meaning: 1"
+DETAILS = [
+    "  op-2  [bold]value changed[/bold] messages[1] (both): detail of it",
+    "  op-2  [bold]extra field[/bold] messages[1] (legacy): detail of it",
+    "  op-2  [bold]value changed[/bold] messages[1] (both): detail of it",
+    "  op-2  [bold]missing field[/bold] messages[1] (ours): detail of it",
+    '  op-3  [bold]ambiguous[/bold]: conversations c1, c2 all have this operation id; add "conversationId" '
+    "to line 4",
+]
+
+
+def test_the_shadow_report_is_a_row_per_line_the_counts_and_every_difference(out: Recorder) -> None:
+    cli.print_shadow(results())
+    assert out.texts == [("shadow diff: legacy vs manifests", SHADOW_ROWS), COUNTS, *DETAILS]
+    columns = out.printed[0][0].columns
+    assert [(c.header, c.overflow) for c in columns] == [
+        ("line", "fold"), ("operation", "fold"), ("adapter", "fold"), ("bytes", "fold"),
+        ("status", "fold"), ("differences", "fold"),
+    ]  # fmt: skip
+    out.printed.clear()
+    cli.print_shadow(results(), details=False)
+    assert out.texts == [("shadow diff: legacy vs manifests", SHADOW_ROWS), COUNTS]
+    out.printed.clear()
+    cli.print_shadow([ShadowResult("op-1", 1, "sha256:1", "a@1", bytes_equal=True)] * 2)
+    assert out.texts[1:] == ["equal: 2"]
+
+
+class Shadowing:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, found: list[ShadowResult]) -> None:
+        self.found = found
+        self.asked: list[tuple[Any, ...]] = []
+        self.compared: list[tuple[Any, ...]] = []
+        monkeypatch.setattr("turnledger.replay.manifest_check.latest_manifests", self.latest)
+        monkeypatch.setattr("turnledger.replay.shadow.compare_all", self.compare_all)
+
+    async def latest(self, bootstrap: str, topics: Topics, operation_ids: set[str]) -> Any:
+        self.asked.append((bootstrap, topics, operation_ids))
+        return {("c1", "op-1"): "manifest"}
+
+    def compare_all(self, items: list[LegacyRequest], manifests: Any) -> list[ShadowResult]:
+        self.compared.append((items, manifests))
+        return self.found
+
+
+def legacy_file(tmp_path: Path, *lines: bytes) -> str:
+    path = tmp_path / "legacy.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return str(path)
+
+
+LINES = [
+    b'{"operationId": "op-1", "request": {"a": 1}}',
+    b'{"operationId": "op-2", "request": {}, "conversationId": "c2"}',
+    b'{"operationId": "op-1", "request": {"b": 2}}',
+]
+
+
+def test_a_shadow_diff_compares_each_legacy_line_with_the_latest_manifests(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path
+) -> None:
+    fake = Shadowing(monkeypatch, results())
+    legacy = legacy_file(tmp_path, *LINES)
+    result = invoke("shadow", "diff", legacy, "--bootstrap", "k:1", "--topic-prefix", "p.")
+    assert result.exit_code == 0, result.output
+    assert fake.asked == [("k:1", Topics("p."), {"op-1", "op-2"})]
+    assert fake.compared == [
+        (
+            [
+                LegacyRequest("op-1", {"a": 1}, 1),
+                LegacyRequest("op-2", {}, 2, "c2"),
+                LegacyRequest("op-1", {"b": 2}, 3),
+            ],
+            {("c1", "op-1"): "manifest"},
+        )
+    ]
+    assert out.texts == [("shadow diff: legacy vs manifests", SHADOW_ROWS), COUNTS, *DETAILS]
+    invoke("shadow", "diff", legacy, "--bootstrap", "k:1", "--no-details")
+    assert out.texts[-1] == COUNTS
+
+
+def test_a_shadow_diff_fails_on_a_difference_only_when_told(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path
+) -> None:
+    legacy = legacy_file(tmp_path, *LINES)
+    Shadowing(monkeypatch, results())
+    assert invoke("shadow", "diff", legacy, "--bootstrap", "k:1").exit_code == 0
+    assert invoke("shadow", "diff", legacy, "--bootstrap", "k:1", "--fail-on-diff").exit_code == 1
+    Shadowing(monkeypatch, [ShadowResult("op-1", 1, "sha256:1", "a@1", bytes_equal=True)])
+    assert invoke("shadow", "diff", legacy, "--bootstrap", "k:1", "--fail-on-diff").exit_code == 0
+    Shadowing(
+        monkeypatch, [ShadowResult("op-1", 1, "sha256:1", "a@1", bytes_equal=True), ShadowResult("op-2", 2)]
+    )
+    assert invoke("shadow", "diff", legacy, "--bootstrap", "k:1", "--fail-on-diff").exit_code == 1
+
+
+def test_a_legacy_file_that_is_not_json_lines_is_one_red_line_and_an_exit_2(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, tmp_path: Path
+) -> None:
+    fake = Shadowing(monkeypatch, results())
+    legacy = legacy_file(tmp_path, LINES[0], b"[not] an object")
+    result = invoke("shadow", "diff", legacy, "--bootstrap", "k:1")
+    assert result.exit_code == 2
+    [(line, kwargs)] = err.printed
+    assert line.startswith(f"{legacy}:2: not JSON (") and line.endswith(
+        '. Expected one JSON object per line: {"operationId": "...", "request": {...}}'
+    )
+    assert kwargs == {"style": "red", "markup": False, "soft_wrap": True}
+    assert fake.asked == [] and out.printed == []
+
+
+def test_a_shadow_diff_needs_a_bootstrap_and_a_file_that_exists(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path, shared_err: Recorder
+) -> None:
+    fake = Shadowing(monkeypatch, results())
+    result = invoke("shadow", "diff", legacy_file(tmp_path, *LINES))
+    assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
+    assert invoke("shadow", "diff", str(tmp_path / "none.jsonl"), "--bootstrap", "k:1").exit_code == 2
+    assert invoke("shadow", "diff", str(tmp_path), "--bootstrap", "k:1").exit_code == 2
+    assert fake.asked == []
+
+
+def test_a_shadow_diff_called_as_a_function_lists_the_details_and_does_not_fail(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path
+) -> None:
+    fake = Shadowing(monkeypatch, results())
+    cli.shadow_diff_command(Path(legacy_file(tmp_path, *LINES)), bootstrap="k:1")
+    assert fake.asked == [("k:1", Topics(""), {"op-1", "op-2"})]
+    assert out.texts == [("shadow diff: legacy vs manifests", SHADOW_ROWS), COUNTS, *DETAILS]
+
+
+def test_shadow_is_a_group_even_with_one_command() -> None:
+    result = invoke("shadow", "--help")
+    assert result.exit_code == 0 and "diff" in result.output
+
+
+# -------------------------------------------------------------------------------------------- metrics
+
+
+def some_metrics(given_up: dict[str, str] | None = None) -> Metrics:
+    return Metrics(orphaned_results=2, operations=9, committed=5, given_up=given_up or {})
+
+
+class Measuring:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.read: list[tuple[str, str]] = []
+        self.computed: list[tuple[Any, int]] = []
+        monkeypatch.setattr("turnledger.replay.evidence.read_all", self.read_all)
+        monkeypatch.setattr("turnledger.replay.metrics.compute", self.compute)
+        monkeypatch.setattr(time, "time", lambda: 1_700_000_123.4567)
+
+    async def read_all(self, bootstrap: str, prefix: str) -> str:
+        self.read.append((bootstrap, prefix))
+        return "evidence"
+
+    def compute(self, evidence: Any, *, now_ms: int) -> Metrics:
+        self.computed.append((evidence, now_ms))
+        return self.metrics
+
+
+def test_the_metrics_are_computed_from_every_topic_now_and_printed_as_tables(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    from turnledger.replay.metrics_report import given_up_table, metrics_table
+
+    metrics = some_metrics({"c1/op-1": "gave up after 3 attempts"})
+    fake = Measuring(monkeypatch, metrics)
+    result = invoke("metrics", "--bootstrap", "k:1", "--topic-prefix", "p.")
+    assert result.exit_code == 0, result.output
+    assert fake.read == [("k:1", "p.")] and fake.computed == [("evidence", 1_700_000_123_456)]
+    assert err.statuses == [("reading the topics", 0)]
+    given = given_up_table(metrics)
+    assert given is not None
+    assert out.texts == ["operations 9, committed 5", rows_of(metrics_table(metrics)), rows_of(given)]
+    assert result.stdout == ""
+
+
+def test_metrics_without_a_worker_giving_up_print_no_table_for_it(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    from turnledger.replay.metrics_report import metrics_table
+
+    Measuring(monkeypatch, some_metrics())
+    assert invoke("metrics", "--bootstrap", "k:1").exit_code == 0
+    assert out.texts == ["operations 9, committed 5", rows_of(metrics_table(some_metrics()))]
+
+
+def test_metrics_as_json_are_one_object_with_sorted_keys(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    metrics = some_metrics()
+    Measuring(monkeypatch, metrics)
+    result = invoke("metrics", "--bootstrap", "k:1", "--json")
+    assert result.exit_code == 0
+    assert result.stdout == orjson.dumps(metrics_json(metrics), option=orjson.OPT_SORT_KEYS).decode() + "\n"
+    keys = list(orjson.loads(result.stdout))
+    assert keys == sorted(keys) and out.printed == []
+
+
+def test_metrics_need_a_bootstrap(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder
+) -> None:
+    fake = Measuring(monkeypatch, some_metrics())
+    result = invoke("metrics")
+    assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
+    assert fake.read == []
+
+
+def test_metrics_called_as_a_function_print_tables_of_topics_without_a_prefix(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+) -> None:
+    fake = Measuring(monkeypatch, some_metrics())
+    cli.metrics_command(bootstrap="k:1")
+    assert fake.read == [("k:1", "")]
+    assert out.texts[0] == "operations 9, committed 5"
+
+
+def test_the_consoles_are_stdout_and_stderr() -> None:
+    assert isinstance(cli.console, Console) and not cli.console.stderr
+    assert isinstance(cli.err, Console) and cli.err.stderr
