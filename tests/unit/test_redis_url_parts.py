@@ -73,6 +73,9 @@ def test_a_sentinel_url_keeps_its_netloc_as_written_and_urlsplit_reads_the_rest(
     )
     assert split_url("redis+sentinel://a,[::1]#f") == SplitResult("redis+sentinel", "a,[::1]", "", "", "f")
     assert split_url("redis+sentinel://a,[::1]") == SplitResult("redis+sentinel", "a,[::1]", "", "", "")
+    assert split_url("redis+sentinel://a,[::1]/m?client_name=x://y") == SplitResult(
+        "redis+sentinel", "a,[::1]", "/m", "client_name=x://y", ""
+    )
     assert split_url("redis://[::1]:6380/2") == SplitResult("redis", "[::1]:6380", "/2", "", "")
 
 
