@@ -47,15 +47,16 @@ Entry = tuple[bytes, dict[bytes, bytes]]
 class StreamRedis(MemoryRedis):
     """`MemoryRedis` with ranges of any length and streams: XRANGE, XREVRANGE and an XREAD that
     answers what is past the id it is given, else (a BLOCK that passed) an empty reply after one turn
-    of the loop, or, when `blocks`, waits until something is appended: a test sees what a stream sends
-    next without waiting for a timeout. `sent` records every command with its
-    arguments."""
+    of the loop (a thousand at most: a stream that reads on and sends nothing fails), or, when
+    `blocks`, waits until something is appended: a test sees what a stream sends next at once.
+    `sent` records every command with its arguments."""
 
     def __init__(self) -> None:
         super().__init__()
         self.streams: dict[str, list[Entry]] = {}
         self.sent: list[tuple[Any, ...]] = []
         self.blocks = False
+        self.idle = 0
         self.appended = asyncio.Event()
 
     def xadd(self, key: str, entry_id: str, **fields: str) -> None:
@@ -87,6 +88,8 @@ class StreamRedis(MemoryRedis):
             if after:
                 return [(key.encode(), after[:count])]
             if not self.blocks:
+                self.idle += 1
+                assert self.idle <= 1000, "a stream reads on and on and sends nothing"
                 await asyncio.sleep(0)
                 return []
             self.appended.clear()
@@ -397,7 +400,10 @@ async def test_a_layout_is_asked_once_within_its_recheck_time(clock: Clock) -> N
 
 
 async def frames_of(stream: AsyncIterator[bytes], count: int) -> list[bytes]:
-    return [await anext(stream) for _ in range(count)]
+    """The next `count` chunks; a stream that stops sending fails the test (its reads never block
+    unless `blocks` is set: 5 s is only a bound for a broken stream)."""
+    async with asyncio.timeout(5):
+        return [await anext(stream) for _ in range(count)]
 
 
 def test_a_frame_is_id_event_and_one_data_line() -> None:
@@ -442,8 +448,7 @@ async def test_a_block_that_passes_sends_a_keepalive_comment_and_reads_on() -> N
     stream = serve_app._sse(redis, key, "0-0", ServeConfig())  # type: ignore[arg-type]
     assert await frames_of(stream, 3) == [b"retry: 1000\n\n", b": keepalive\n\n", b": keepalive\n\n"]
     redis.xadd(key, "9-0", type="status", data="{}")
-    assert await anext(stream) == b"id: 9-0\nevent: status\ndata: {}\n\n"
-    assert await anext(stream) == b": keepalive\n\n"
+    assert await frames_of(stream, 2) == [b"id: 9-0\nevent: status\ndata: {}\n\n", b": keepalive\n\n"]
     assert redis.sent == [("xread", {key: "0-0"}, 200, 15_000)] * 3 + [("xread", {key: "9-0"}, 200, 15_000)]
     await stream.aclose()  # type: ignore[attr-defined]
 
