@@ -137,12 +137,14 @@ lint: venv
 # killing test counts and a function new since the last run gets every test that calls it; after a change
 # of pyproject.toml (a module joining [tool.mutmut] only_mutate) mutants/ is made afresh, since mutmut
 # does not mutate a module it copied unmutated before until that module's source changes.
+# Bytecode is written (PYTHONDONTWRITEBYTECODE unset): the multiproc tests spawn children, which otherwise
+# compile the whole mutated tree at every start and time out the stats run on a busy machine.
 MUTANTS ?=
 MUTATION_JOBS ?= 1
 mutation: venv
 	if [ pyproject.toml -nt mutants ]; then rm -rf mutants; fi
 	rm -rf mutants/tests mutants/mutmut-stats.json
-	nice -n 10 env -u PYTHONPATH $(abspath $(BIN))/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
+	nice -n 10 env -u PYTHONPATH -u PYTHONDONTWRITEBYTECODE $(abspath $(BIN))/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
 	$(abspath $(BIN))/mutmut export-cicd-stats
 	$(BIN)/python tests/mutation_summary.py
 
