@@ -4,6 +4,7 @@ does, without its prompt)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -21,18 +22,37 @@ CLUSTER_BUS_OFFSET = 10_000
 SLOTS = 16_384
 
 
+PORTS_PER_WORKER = 1_000
+FIRST_PORT = 20_000
+"""Each pytest-xdist worker takes its nodes' ports from a range of its own, from 20,000 up (their bus
+ports from 30,000 up, below the OS's ephemeral ports, 32,768-60,999 here): a test that stops a node and
+starts it again (`test_redis_cluster_restart.py`) leaves its port free meanwhile, and a cluster another
+worker started then took it (CI, session 41: the node came back to a port another worker's node held,
+which answered for it and then went away)."""
+
+
+def _worker_ports() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    span = 65_536 - CLUSTER_BUS_OFFSET - FIRST_PORT
+    start = FIRST_PORT + (index * PORTS_PER_WORKER) % span
+    return range(start, min(start + PORTS_PER_WORKER, FIRST_PORT + span))
+
+
 def cluster_port(taken: Sequence[int] = ()) -> int:
-    """A free port a cluster node can take, with its bus port free too: an ephemeral port from the OS
-    (up to 60,999 here) made redis-server refuse to start about one run in five."""
-    for port in range(30_000, 65_536 - CLUSTER_BUS_OFFSET):
+    """A free port a cluster node can take, with its bus port free too, from this worker's range: an
+    ephemeral port from the OS (up to 60,999 here) made redis-server refuse to start about one run in
+    five (its bus port would pass 65,535)."""
+    for port in _worker_ports():
         if port not in taken and port_is_free(port) and port_is_free(port + CLUSTER_BUS_OFFSET):
             return port
     raise AssertionError("no free port pair for a Redis Cluster node")
 
 
-def _answers(port: int, password: str | None = None) -> bool:
+def _served_by(port: int, password: str | None, pid: int) -> bool:
+    """Does the redis-server of `pid` answer at `port` (not another process that holds the port)?"""
     with redis.Redis(port=port, password=password, socket_connect_timeout=1) as client:
-        return bool(client.ping())
+        return int(client.info("server")["process_id"]) == pid
 
 
 NODE_TIMEOUT_MS = 2_000
@@ -61,7 +81,8 @@ class ClusterNode:
             server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._server = server
         wait_for(
-            lambda: server.poll() is None and _answers(self.port, self.password), f"cluster node {self.port}"
+            lambda: server.poll() is None and _served_by(self.port, self.password, server.pid),
+            f"cluster node {self.port}",
         )
 
     def stop(self) -> None:
