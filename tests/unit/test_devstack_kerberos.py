@@ -71,10 +71,19 @@ def test_the_realm_is_found_by_address_over_tcp_and_never_through_dns(tmp_path: 
         "    kdc = 127.0.0.1:18888",
         "  }",
     ]
-    text = kdc_config("EXAMPLE.TEST", 18888, tmp_path)
-    assert '  kdc_listen = ""' in text.splitlines()  # no UDP port: only the TCP one we picked free
-    assert "  kdc_tcp_listen = 127.0.0.1:18888" in text.splitlines()
-    assert f"    database_name = {tmp_path / 'principal'}" in text.splitlines()
+    assert kdc_config("EXAMPLE.TEST", 18888, tmp_path).splitlines() == [
+        "[kdcdefaults]",
+        '  kdc_listen = ""',  # no UDP port: only the TCP one we picked free
+        "  kdc_tcp_listen = 127.0.0.1:18888",
+        "[realms]",
+        "  EXAMPLE.TEST = {",
+        f"    database_name = {tmp_path / 'principal'}",
+        f"    key_stash_file = {tmp_path / 'stash'}",
+        f"    acl_file = {tmp_path / 'kadm5.acl'}",
+        "  }",
+        "[logging]",
+        f"  kdc = FILE:{tmp_path / 'kdc.log'}",
+    ]
 
 
 def test_a_client_of_the_realm_is_told_by_mit_krb5s_own_variables(tmp_path: Path) -> None:
