@@ -57,12 +57,32 @@ def _is_integer(value: Any) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, list)
+
+
+def _is_string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_boolean(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_null(value: Any) -> bool:
+    return value is None
+
+
 TYPES: Mapping[str, Check] = {
-    "object": lambda value: isinstance(value, dict),
-    "array": lambda value: isinstance(value, list),
-    "string": lambda value: isinstance(value, str),
-    "boolean": lambda value: isinstance(value, bool),
-    "null": lambda value: value is None,
+    "object": _is_object,
+    "array": _is_array,
+    "string": _is_string,
+    "boolean": _is_boolean,
+    "null": _is_null,
     "number": _is_number,
     "integer": _is_integer,
 }
@@ -133,7 +153,7 @@ def _additional_properties(additional: Any, schema: Mapping[str, Any]) -> Check 
 
 
 def _items(items: Any, _: Mapping[str, Any]) -> Check | None:
-    check = None if isinstance(items, list) else compile_schema(items)
+    check = compile_schema(items)  # an array of schemas (per position) is no schema: None
     if check is None:
         return None
     return lambda value: not isinstance(value, list) or all(check(item) for item in value)
@@ -143,17 +163,6 @@ def _pattern(pattern: Any, _: Mapping[str, Any]) -> Check | None:
     if not isinstance(pattern, str):
         return None
     return lambda value: not isinstance(value, str) or re.search(pattern, value) is not None
-
-
-def _bound(applies: Check, measure: Callable[[Any], Any], fails: Callable[[Any, Any], bool]) -> Compiler:
-    """A keyword that `fails` when the measure of a value it `applies` to compares with its number."""
-
-    def compile_bound(limit: Any, _: Mapping[str, Any]) -> Check | None:
-        if not _is_number(limit):
-            return None
-        return lambda value: not applies(value) or not fails(measure(value), limit)
-
-    return compile_bound
 
 
 def _itself(value: Any) -> Any:
@@ -185,20 +194,34 @@ KEYWORDS: Mapping[str, Compiler] = {
     "additionalProperties": _additional_properties,
     "items": _items,
     "pattern": _pattern,
-    "minLength": _bound(TYPES["string"], len, _below),
-    "maxLength": _bound(TYPES["string"], len, _above),
-    "minItems": _bound(TYPES["array"], len, _below),
-    "maxItems": _bound(TYPES["array"], len, _above),
-    "minProperties": _bound(TYPES["object"], len, _below),
-    "maxProperties": _bound(TYPES["object"], len, _above),
-    "minimum": _bound(_is_number, _itself, _below),
-    "maximum": _bound(_is_number, _itself, _above),
-    "exclusiveMinimum": _bound(_is_number, _itself, _at_or_below),
-    "exclusiveMaximum": _bound(_is_number, _itself, _at_or_above),
 }
 """Keyword → its compiler: the check of a value (True: the keyword holds), or None when the keyword's
 value is outside what is compiled. Each fails exactly where `jsonschema`'s function of that keyword
 yields an error."""
+
+Bound = tuple[Check, Callable[[Any], Any], Callable[[Any, Any], bool]]
+
+BOUNDS: Mapping[str, Bound] = {
+    "minLength": (_is_string, len, _below),
+    "maxLength": (_is_string, len, _above),
+    "minItems": (_is_array, len, _below),
+    "maxItems": (_is_array, len, _above),
+    "minProperties": (_is_object, len, _below),
+    "maxProperties": (_is_object, len, _above),
+    "minimum": (_is_number, _itself, _below),
+    "maximum": (_is_number, _itself, _above),
+    "exclusiveMinimum": (_is_number, _itself, _at_or_below),
+    "exclusiveMaximum": (_is_number, _itself, _at_or_above),
+}
+"""Keywords that bound a number: (the values it applies to, their measure, when the measure fails the
+bound). A value it does not apply to holds."""
+
+
+def _bound(limit: Any, bound: Bound) -> Check | None:
+    if not _is_number(limit):
+        return None
+    applies, measure, fails = bound
+    return lambda value: not applies(value) or not fails(measure(value), limit)
 
 
 def _always(_: Any) -> bool:
@@ -221,8 +244,11 @@ def compile_schema(schema: Any) -> Check | None:
     for keyword, value in schema.items():
         if keyword in ANNOTATIONS:
             continue
-        compiler = KEYWORDS.get(keyword)
-        check = None if compiler is None else compiler(value, schema)
+        compiler, bound = KEYWORDS.get(keyword), BOUNDS.get(keyword)
+        if compiler is not None:
+            check = compiler(value, schema)
+        else:
+            check = None if bound is None else _bound(value, bound)
         if check is None:
             return None
         checks.append(check)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import exceptions, validators
 
+from turnledger.model.canonical import digest_of
 from turnledger.streaming import strict_arguments
 from turnledger.streaming.schema_subset import DIALECTS, compile_root, compile_schema
 from turnledger.streaming.strict_arguments import ArgumentError, validate_arguments
@@ -255,7 +256,8 @@ def test_an_invalid_instance_is_refused_in_jsonschemas_words() -> None:
 def test_a_schema_outside_the_subset_is_still_validated_by_jsonschema() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}
     assert strict_arguments._validator(strict_arguments.canonical_json(schema))[1] is None
-    assert validate_arguments('{"n": 4}', schema).value == {"n": 4}
+    valid = validate_arguments('{"n": 4}', schema)
+    assert (valid.value, valid.digest) == ({"n": 4}, digest_of({"n": 4}))
     with pytest.raises(ArgumentError) as caught:
         validate_arguments('{"n": 3}', schema)
     assert caught.value.detail == "/n: 3 is not a multiple of 2"
