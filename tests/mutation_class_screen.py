@@ -6,8 +6,8 @@ attached to) and properties, so mutmut makes no mutant of it at all. This script
 operators to those statements (and, with `--functions`, to the functions' bodies too, edited into the
 source instead of switched on), plus the hand-written mutants of `HAND` for properties, writes each
 mutant into a copy of the repository and runs `pytest -x TEST ...` on it in a fresh interpreter (no
-conftest, no plugins: the tests named must need neither). Prints `killed` or `SURVIVED` and the
-mutation per mutant, then the counts.
+conftest, no plugins but those named with `--plugin`, e.g. `--plugin asyncio` for async tests). Prints
+`killed` or `SURVIVED` and the mutation per mutant, then the counts.
 
     .venv/bin/python tests/mutation_class_screen.py turnledger/model/events.py \\
         tests/unit/test_model_events.py tests/unit/test_shared_models.py tests/unit/test_model_base.py
@@ -73,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("module", help="the module's path from the repository root")
     parser.add_argument("tests", nargs="+", help="the tests that must kill each mutant")
     parser.add_argument("--functions", action="store_true", help="mutate the functions' bodies instead")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        help="a pytest plugin the tests need, loaded by name (e.g. asyncio); repeatable",
+    )
     args = parser.parse_args(argv)
     repo = Path.cwd()
     code = (repo / args.module).read_text()
@@ -84,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 shutil.copy(repo / name, root / name)
         command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--noconftest"]
+        command += [arg for plugin in args.plugin for arg in ("-p", plugin)]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"
         }

@@ -147,6 +147,34 @@ def test_the_groups_are_the_cli_s() -> None:
     assert {c.callback for c in app.registered_commands if c.name == "metrics"} == {cli.metrics_command}
 
 
+@pytest.mark.parametrize(
+    ("group", "words", "commands"),
+    [
+        (
+            "replay",
+            "Re-fold the ingress log, reproduce manifests, rebuild projections.",
+            ("audit", "manifest", "rebuild"),
+        ),
+        ("shadow", "Compare legacy provider requests with our manifests.", ("diff",)),
+    ],
+)
+def test_a_group_without_a_command_shows_its_help(group: str, words: str, commands: tuple[str, ...]) -> None:
+    result = invoke(group)
+    assert result.exit_code == 2
+    assert words in [line.strip() for line in result.output.splitlines()]
+    assert "Missing command" not in result.output
+    listed = [
+        line.split()[1] for line in result.output.splitlines() if line.startswith("│ ") and "  " in line[2:]
+    ]
+    assert [name for name in listed if name in commands] == list(commands)
+
+
+def test_shadow_diff_is_a_subcommand_of_shadow() -> None:
+    result = invoke("shadow", "diff", "--help")
+    assert result.exit_code == 0
+    assert "Usage: root diff [OPTIONS] {legacy" in result.output
+
+
 LIMIT_ARGS = [
     "--max-block-bytes", "1001", "--max-deltas-per-block", "1002", "--max-blocks-per-turn", "1003",
     "--max-record-bytes", "1004", "--max-turn-bytes", "1005", "--max-held-deltas", "1006",
