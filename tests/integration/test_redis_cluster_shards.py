@@ -26,7 +26,12 @@ from redis.crc import key_slot
 from tests.integration.projections.checks import until, waiting_out_an_outage
 from tests.integration.projections.workload import produce, settled, workload
 from tests.integration.redis_cluster_nodes import ClusterNode, node_of_slot, three_node_cluster
-from tests.integration.replay.ingress_workload import ingress_events, produce_ingress, run_processor
+from tests.integration.replay.ingress_workload import (
+    conversation_events,
+    ingress_events,
+    produce_ingress,
+    run_processor,
+)
 from tests.integration.serve.conftest import serving
 from turnledger.model.base import Frozen
 from turnledger.processors.topics import ensure_topics
@@ -390,3 +395,64 @@ def merged_by_conversation(named: dict[str, Any]) -> dict[str, Any]:
         if _conversation_of(relative) is not None:
             out[relative] = value
     return dict(sorted(out.items()))
+
+
+async def test_a_new_split_is_built_beside_the_old_one_and_followed_from_where_its_rebuild_ended(
+    cluster: list[ClusterNode], client: RedisCluster, kafka_bootstrap: str, topics: Topics
+) -> None:
+    """The README's way to change the group count while the readers keep the old projection: `replay
+    rebuild` under a new key prefix with the new count leaves the old projection as it was, then a
+    projector of a group of its own follows the new prefix from the offsets the rebuild applied (it
+    skips nothing: it reads only what came after, as the old projection's next run does), and the new
+    projection ends equal to the old one conversation by conversation."""
+    new_prefix, new_shards = "sh2:", 3
+    new = ProjectionKeys.of(new_prefix, client, new_shards)
+    await drop_projection(client, new)
+    await produce_ingress(kafka_bootstrap, topics, ingress_events(4))
+    assert await run_processor(kafka_bootstrap, topics) > 0
+    await settled(kafka_bootstrap, topics.outputs)
+    url = f"redis+cluster://127.0.0.1:{cluster[0].port}"
+    common = ["--bootstrap", kafka_bootstrap, "--topic-prefix", topics.prefix]
+    old_args = [*common, "--key-prefix", PREFIX, "--until-caught-up", "--shards", str(SHARDS)]
+    assert _cli("project", *old_args, url=url).returncode == 0
+    old = ProjectionKeys.of(PREFIX, client, SHARDS)
+    before = await snapshot_projection(client, old)
+    assert before
+
+    built = _cli(
+        "replay", "rebuild", *common, "--key-prefix", new_prefix, "--shards", str(new_shards), url=url
+    )
+    assert built.returncode == 0, built.stderr + built.stdout
+    assert "dropped 0 keys; projected " in built.stdout
+    assert "equal to a projection of a fresh fold (" in built.stdout
+    assert await snapshot_projection(client, old) == before
+    assert merged_by_conversation(await snapshot_projection(client, new)) == merged_by_conversation(before)
+
+    follower_client = build_client(url)
+    stop = asyncio.Event()
+    projector = Projector(follower_client, kafka_bootstrap, topics, new, batch_size=10)
+    follow = FollowSettings(group_id=f"{topics.prefix}projector-{new_prefix}", verify_every_s=0.5)
+    task = asyncio.create_task(projector.run_forever(stop, follow=follow))
+    try:
+        later = [e for i in range(4, 7) for e in conversation_events(f"conv-{i}", late_duplicate=False)]
+        await produce_ingress(kafka_bootstrap, topics, later)
+        written = await run_processor(kafka_bootstrap, topics)
+        assert written > 0
+        await settled(kafka_bootstrap, topics.outputs)
+        caught = _cli("project", *old_args, url=url)
+        assert caught.returncode == 0, caught.stderr
+        applied = int(caught.stderr.rpartition("applied ")[2].partition(",")[0])
+        assert f"applied {applied}, skipped 0 (already applied)" in caught.stderr
+        old_now = merged_by_conversation(await snapshot_projection(client, old))
+        assert len(old_now) > len(merged_by_conversation(before))
+
+        async def caught_up() -> bool:
+            return merged_by_conversation(await snapshot_projection(client, new)) == old_now
+
+        await until(caught_up, task, "the new split to hold what the old one holds")
+    finally:
+        stop.set()
+        stats = await asyncio.wait_for(task, 60)
+        await follower_client.aclose()
+        await drop_projection(client, new)
+    assert (stats.skipped, stats.applied) == (0, applied)  # what the old projector applied of it too
