@@ -44,6 +44,8 @@ QUICK: dict[str, list[str]] = {
     "bench_scaling": ["--records", "2000", "--repeats", "1", "--members", "1", "--partitions", "2"],
     "bench_sequence": ["--repeats", "1"],
     "bench_streaming": ["--repeats", "1", "--text-deltas", "100", "--calls", "1"],
+    # interpreted only: `--compiled` needs a C compiler for mypyc
+    "bench_typed_state": ["--steps", "2000", "--repeats", "1"],
 }
 
 
