@@ -43,6 +43,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.chaos.services import Service, fake_keys_env, read_request_log
+from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.demo.checks import all_checks, check_audit, check_projections
 from turnledger.demo.driver import OBSERVED_STREAMS, Driver
 from turnledger.demo.run import settle_times
@@ -132,7 +133,10 @@ class Stack:
 
 @contextlib.contextmanager
 def private_stack(tmp_path: Path) -> Iterator[Stack]:
-    with RestartableKafka(tmp_path / "kafka") as kafka, RestartableRedis(tmp_path / "redis") as redis:
+    with (
+        RestartableKafka(tmp_path / "kafka", port=RESTART_PORTS.take) as kafka,
+        RestartableRedis(tmp_path / "redis", port=RESTART_PORTS.take) as redis,
+    ):
         kafka.start()
         redis.start()
         prefix = f"chaos-{uuid.uuid4().hex[:6]}."

@@ -30,6 +30,7 @@ from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
 from tests.conftest import skip_unless_installed
 from tests.integration.test_secured_listener import _read
+from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.devstack.kafka_admin import create_topic
 from turnledger.devstack.kerberos import PACKAGES, Kdc, missing_tools
 from turnledger.devstack.ports import free_port
@@ -76,7 +77,7 @@ def realm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Realm]:
         kdc.delete_principal(DEPARTED)
         kdc.export_keytab(REKEYED, work / "rekeyed-now.keytab")
         listener = kdc.kafka_listener("KERBEROS", free_port(), keytabs["kafka/127.0.0.1"])
-        with RestartableKafka(work / "broker", extra_listeners=[listener]) as broker:
+        with RestartableKafka(work / "broker", extra_listeners=[listener], port=RESTART_PORTS.take) as broker:
             broker.start()
             yield Realm(kdc, listener.bootstrap, keytabs)
     finally:

@@ -29,6 +29,7 @@ from tests.dispatch_workload import build
 from tests.integration.projections.test_projector_follow import last_record_offsets
 from tests.integration.test_dispatch_processor import Keyed, actual_outputs, assert_same
 from tests.integration.test_processor_eos import Child, committed_offsets, wait_for
+from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.codec import encode
 from turnledger.devstack.restartable import RestartableKafka, RestartableRedis
 from turnledger.dispatch.engine import BatchEngine
@@ -187,7 +188,10 @@ async def test_processor_and_projector_start_with_kafka_down_and_ride_out_broker
     events = build(copies=4, global_ops=True).events
     app_id = f"{topics.prefix}app"
     keys = ProjectionKeys("live:")
-    with RestartableKafka(tmp_path / "kafka") as kafka, RestartableRedis(tmp_path / "redis") as redis_server:
+    with (
+        RestartableKafka(tmp_path / "kafka", port=RESTART_PORTS.take) as kafka,
+        RestartableRedis(tmp_path / "redis", port=RESTART_PORTS.take) as redis_server,
+    ):
         redis_server.start()
         common = [
             "--bootstrap",

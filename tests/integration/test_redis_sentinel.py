@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from tests.integration.projections.checks import direct_snapshot, node_holds, until, wait_for
 from tests.integration.projections.workload import produce, settled, workload
+from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.devstack.ports import free_port
 from turnledger.devstack.redis_tls import RedisTls
 from turnledger.devstack.restartable import RestartableRedis
@@ -55,7 +56,10 @@ class Nodes:
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     """A primary, its replica and one sentinel (quorum 1) watching them."""
     workdir = tmp_path_factory.mktemp("sentinel")
-    with RestartableRedis(workdir / "a") as a, RestartableRedis(workdir / "b") as b:
+    with (
+        RestartableRedis(workdir / "a", port=RESTART_PORTS.take) as a,
+        RestartableRedis(workdir / "b", port=RESTART_PORTS.take) as b,
+    ):
         a.start()
         b.start()
         with redis.Redis(port=b.port) as replica:

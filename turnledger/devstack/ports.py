@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable, Sequence
+
+from turnledger.errors import DevstackError
+
+PortSource = Callable[[], int]
+"""Where a service that restarts on the port it was given takes that port (`free_port` by default)."""
 
 
 def free_port() -> int:
@@ -40,3 +46,29 @@ def wait_tcp(host: str, port: int, deadline: float) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+class PortPool:
+    """Ports handed out from a fixed range, each one free when handed out and not handed out again
+    until the range has gone round: for services that are stopped and started again on their port.
+
+    A port `free_port` hands out is one of the kernel's ephemeral ports, which any other process's
+    `free_port` or outgoing connection may take while the service is down between its stop and its
+    start; a range of its own, below the ephemeral ones, leaves no one to take it (the tests give each
+    pytest-xdist worker one: `tests/integration/worker_ports.py`)."""
+
+    def __init__(self, ports: Sequence[int]) -> None:
+        if not ports:
+            raise DevstackError("a port pool needs at least one port")
+        self._ports = ports
+        self._next = 0
+
+    def take(self) -> int:
+        for step in range(len(self._ports)):
+            port = self._ports[(self._next + step) % len(self._ports)]
+            if port_is_free(port):
+                self._next = (self._next + step + 1) % len(self._ports)
+                return port
+        raise DevstackError(
+            f"no free port among the {len(self._ports)} from {self._ports[0]} to {self._ports[-1]}"
+        )

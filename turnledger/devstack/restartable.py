@@ -17,7 +17,7 @@ from types import TracebackType
 from turnledger.devstack import procs
 from turnledger.devstack.jars import KafkaJars, ensure_jars
 from turnledger.devstack.kafka import ExtraListener, KafkaProcess, start_kafka
-from turnledger.devstack.ports import free_port
+from turnledger.devstack.ports import PortSource, free_port
 from turnledger.devstack.redis_server import RedisProcess, start_redis
 from turnledger.devstack.settings import Settings
 
@@ -28,24 +28,19 @@ class RestartableKafka:
         workdir: Path,
         settings: Settings | None = None,
         extra_listeners: Sequence[ExtraListener] = (),
+        port: PortSource = free_port,
     ) -> None:
-        """`extra_listeners`: listeners beyond the devstack's own (a Kerberos one), each on its port."""
+        """`extra_listeners`: listeners beyond the devstack's own (a Kerberos one), each on its port;
+        `port`: where its five ports come from (`ports.PortPool.take` for a range no one else takes)."""
         self.workdir = workdir
         self.settings = settings or Settings.from_env()
         self.extra_listeners = tuple(extra_listeners)
-        self.broker_port = free_port()
-        self.controller_port = free_port()
-        while self.controller_port == self.broker_port:
-            self.controller_port = free_port()
-        self.secure_port = free_port()
-        while self.secure_port in (self.broker_port, self.controller_port):
-            self.secure_port = free_port()
-        self.mtls_port = free_port()
-        while self.mtls_port in (self.broker_port, self.controller_port, self.secure_port):
-            self.mtls_port = free_port()
-        self.oauth_port = free_port()
-        while self.oauth_port in (self.broker_port, self.controller_port, self.secure_port, self.mtls_port):
-            self.oauth_port = free_port()
+        picked: list[int] = []
+        while len(picked) < 5:
+            candidate = port()
+            if candidate not in picked:
+                picked.append(candidate)
+        self.broker_port, self.controller_port, self.secure_port, self.mtls_port, self.oauth_port = picked
         self.bootstrap = f"127.0.0.1:{self.broker_port}"
         self._jars: KafkaJars | None = None
         self._process: KafkaProcess | None = None
@@ -100,9 +95,10 @@ class RestartableKafka:
 
 
 class RestartableRedis:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, port: PortSource = free_port) -> None:
+        """`port`: where its port comes from (`ports.PortPool.take` for a range no one else takes)."""
         self.workdir = workdir
-        self.port = free_port()
+        self.port = port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._process: RedisProcess | None = None
 

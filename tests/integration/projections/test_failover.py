@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from tests.integration.projections.checks import until
 from tests.integration.projections.workload import produce, settled, workload
 from tests.integration.switchable_proxy import SwitchableProxy
+from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.devstack.restartable import RestartableRedis
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.direct import project_records
@@ -61,7 +62,10 @@ async def test_a_failover_that_lost_the_last_batches_is_projected_again_in_full(
 
         return check
 
-    with RestartableRedis(tmp_path / "a") as a_server, RestartableRedis(tmp_path / "b") as b_server:
+    with (
+        RestartableRedis(tmp_path / "a", port=RESTART_PORTS.take) as a_server,
+        RestartableRedis(tmp_path / "b", port=RESTART_PORTS.take) as b_server,
+    ):
         a_server.start()
         b_server.start()
         a, b = aioredis.from_url(a_server.url), aioredis.from_url(b_server.url)
