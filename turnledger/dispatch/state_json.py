@@ -192,12 +192,16 @@ class StateJson:
         """The request's part on the changelog (`state_layout.py`, format 8), `json`: its JSON, or, when
         it has tools, its toolset's digest, a newline, and its JSON with `"tools":[]`; `digest` and
         `toolset`, the toolset's digest and JSON (the JSON cut out, byte for byte), which the
-        changelog keeps once under the digest. Computed once per request."""
+        changelog keeps once under the digest. Computed once per request.
+
+        The request's whole JSON is not kept (`once`, not `model`): only `of` needs it, for a state
+        written whole, and keeping it beside the part kept ~800 bytes a cached conversation twice
+        (goal 4 of issue 20)."""
         key = id(request)
         hit = self.requests.get(key)
         if hit is not None and hit() is request:
             return hit
-        whole = self.model(request)
+        whole = self.once(request)
         digest, toolset, part = "", b"", whole
         if request.tools:
             toolset = toolset_json(request.tools)

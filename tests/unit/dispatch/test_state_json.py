@@ -91,8 +91,8 @@ def test_json_cache_callback_of_a_dead_entry_keeps_the_newer_one() -> None:
     assert json.entries.pop(id(old)) is newer
 
 
-def test_the_runs_of_a_split_state_leave_no_block_json_in_the_cache() -> None:
-    """A run's JSON is kept by its run (GraphParts); its blocks' JSON is not kept a second time."""
+def test_a_split_state_leaves_no_block_or_request_json_in_the_cache() -> None:
+    """A run's JSON is kept by its run (GraphParts), a request's by its part: neither a second time."""
     c = Conversation()
     c.user("hello")
     c.dispatch_to_streaming()
@@ -100,7 +100,8 @@ def test_the_runs_of_a_split_state_leave_no_block_json_in_the_cache() -> None:
     json = StateJson()
     parts, graph = state_parts(c.state, json)
     assert graph is not None and len(c.state.graph.blocks) >= 2 and c.state.graph.calls
-    cached = {type(entry()).__name__ for entry in json.entries.values()}
-    assert cached == {"DispatchRequested"}  # an operation's manifest is in its row (part_rows.py)
+    # an operation's manifest is in its row (part_rows.py), its request's JSON in its part
+    assert json.entries == {}
+    assert set(json.requests) == {id(c.state.operations["op-1"].request)}
     run = b"[" + b",".join(b.model_dump_json().encode() for b in c.state.graph.blocks[:1]) + b"]"
     assert parts[blocks_key("conv-1", 0)].split(b"\n")[0] == run
