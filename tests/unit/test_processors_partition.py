@@ -35,6 +35,7 @@ from tests.unit.recorded_asyncio import RecordedAsyncio, record_asyncio
 from turnledger.errors import KafkaUnavailableError, StateStoreError
 from turnledger.processors.config import ProcessorExit
 from turnledger.processors.errors import ProducerFencedError, TooManyAbortsError
+from turnledger.processors.poison import json_poison_hook
 from turnledger.processors.store import MemoryStateStore
 from turnledger.processors.transaction import BatchAborted, ProducerBroken
 from turnledger.retry import Backoff, StopRequested
@@ -654,6 +655,40 @@ async def test_a_restore_opens_the_partition_s_store_file_and_counts_what_it_rea
     processor().close()  # a processor that never restored has nothing to close
 
 
+async def test_the_store_keeps_as_many_values_in_its_read_cache_as_the_fold_asks(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fold is made before its store, which it sizes (`store_read_cache`); a restore after a lost
+    store sizes the new one the same."""
+    from turnledger.processors import partition
+    from turnledger.processors.store import SqliteStateStore
+
+    class AsksTwo(CounterFold):
+        store_read_cache = 2
+
+    folds: list[AsksTwo] = []
+
+    def fold_for(number: int) -> AsksTwo:
+        folds.append(AsksTwo())
+        return folds[-1]
+
+    seven(kafka)
+    kafka.commit_elsewhere(CounterFold(), upto=4)
+    proc = partition.PartitionProcessor(
+        config(state_dir=tmp_path), 0, fold_for, lambda fold: json_poison_hook(TOPICS)
+    )
+    await run_term(proc, kafka)
+    assert kafka.counts() == EXPECTED and proc.fold is folds[0]
+    store = proc.store
+    assert isinstance(store, SqliteStateStore) and store._cache_entries == 2
+    assert sorted(store._cache) == ["a", "b"]  # the last two keys written: b:2 then a:4
+    proc.drop_state()
+    await run_term(proc, kafka)
+    assert isinstance(proc.store, SqliteStateStore) and proc.store._cache_entries == 2
+    assert len(folds) == 2 and proc.fold is folds[1] and kafka.restores == 2
+    proc.close()
+
+
 def test_a_processor_stopped_before_its_first_term_says_so() -> None:
     proc = processor()
     proc.stop()
@@ -703,7 +738,7 @@ async def test_a_store_that_failed_to_take_a_committed_batch_is_restored_by_the_
                 raise sqlite3.OperationalError("database or disk is full")
             super().apply(writes)
 
-    monkeypatch.setattr(partition, "open_partition_store", lambda *args: FailsOnce())
+    monkeypatch.setattr(partition, "open_partition_store", lambda *args, **kwargs: FailsOnce())
     seven(kafka)
     proc = processor(config(outage=NO_WAIT))
     with pytest.raises(sqlite3.OperationalError, match="disk is full"):

@@ -11,10 +11,12 @@ import pytest
 from turnledger.errors import ProcessorError, StateStoreError
 from turnledger.processors.store import (
     PAGE_CACHE_KIB,
+    READ_CACHE_ENTRIES,
     MemoryStateStore,
     OverlayStore,
     SqliteStateStore,
     open_partition_store,
+    read_cache_of,
 )
 from turnledger.replay.memory_store import MemoryStore
 
@@ -177,6 +179,30 @@ def test_open_partition_store_is_per_process_and_removes_dead_files(tmp_path: Pa
     assert other_partition.exists()
     store.close()
     assert isinstance(open_partition_store(None, "x", 0), MemoryStateStore)
+    sized = open_partition_store(tmp_path, "p.turnledger.changelog", 5, read_cache=3)
+    assert isinstance(sized, SqliteStateStore) and sized._cache_entries == 3
+    sized.apply({"a": b"1", "b": b"2", "c": b"3", "d": b"4"})
+    assert list(sized._cache) == ["b", "c", "d"]
+    sized.close()
+
+
+class _Asks:
+    def __init__(self, entries: object) -> None:
+        self.store_read_cache = entries
+
+
+def test_a_fold_sizes_its_stores_read_cache_and_a_bad_size_is_a_typed_error() -> None:
+    """`store_read_cache` on the fold, else the default; the dispatch fold, whose engine keeps the
+    decoded states, asks for none."""
+    from turnledger.processors.dispatch_partition import DispatchPartitionFold
+
+    assert READ_CACHE_ENTRIES == 10_000
+    assert read_cache_of(object()) == READ_CACHE_ENTRIES
+    assert [read_cache_of(_Asks(n)) for n in (0, 1, 250)] == [0, 1, 250]
+    assert read_cache_of(DispatchPartitionFold) == 0
+    for bad in (-1, True, "3", 2.0, None):
+        with pytest.raises(StateStoreError, match=r"_Asks.store_read_cache must be a non-negative int, got "):
+            read_cache_of(_Asks(bad))
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,12 @@ from turnledger.topology import Stream, Topics
 class DispatchPartitionFold:
     """One per input partition; the engine's caches live as long as the partition's task."""
 
+    store_read_cache = 0
+    """The store keeps no values in a read cache (`processors/store.py`, `read_cache_of`): the engine
+    keeps the decoded states of the conversations it folds, so cached values would hold them a second
+    time. With the store's default 10,000 values, 100k conversations peaked 8 MB higher (380 vs 372
+    MB) at the same throughput (`bench_dispatch --phases rss --rss 100000:sqlite`, issue 20 goal 4)."""
+
     def __init__(self, topics: Topics, partition: int, engine: BatchEngine | None = None) -> None:
         self.partition = partition
         self._topics = topics

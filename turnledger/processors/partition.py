@@ -46,7 +46,7 @@ from turnledger.processors.folding import FoldingBatch, FoldOutcome, SegmentedBa
 from turnledger.processors.gc_tuning import tune_gc
 from turnledger.processors.hanging import HangingSweep, TransactionLogReader
 from turnledger.processors.hanging_evidence import CLOCK_SLACK_MS, ChangelogEvidence
-from turnledger.processors.store import OverlayStore, PartitionStore, open_partition_store
+from turnledger.processors.store import OverlayStore, PartitionStore, open_partition_store, read_cache_of
 from turnledger.processors.transaction import BatchAborted, PartitionTransactions, ProducerBroken
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.retry import StopRequested
@@ -322,9 +322,12 @@ class PartitionProcessor:
     async def _restore(self) -> RestoreResult:
         cfg = self.config
         self.drop_state()
-        self.store = open_partition_store(cfg.state_dir, cfg.topics.changelog, self.partition)
+        fold = self._fold_factory(self.partition)
+        self.store = open_partition_store(
+            cfg.state_dir, cfg.topics.changelog, self.partition, read_cache_of(fold)
+        )
         result = await restore_from_changelog(cfg.bootstrap, cfg.topics.changelog, self.partition, self.store)
-        self.fold = self._fold_factory(self.partition)
+        self.fold = fold
         self.on_poison = self._poison_hook_for(self.fold)
         self._store_current = True
         self.metrics.restored_records = result.records

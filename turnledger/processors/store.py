@@ -114,6 +114,22 @@ held 24 MB more at 100k conversations (411 vs 387 MB peak) for no measurable thr
 (`bench_dispatch --phases rss --rss 100000:sqlite`, alternating: 2,926 / 2,252 vs 2,738 / 2,524 events/s)."""
 
 
+READ_CACHE_ENTRIES = 10_000
+"""Values a SQLite store keeps in its LRU read cache unless the fold asks otherwise (`read_cache_of`)."""
+
+
+def read_cache_of(fold: object) -> int:
+    """The read cache the fold asks its store for: its `store_read_cache` attribute, else
+    `READ_CACHE_ENTRIES`. A fold that keeps its own decoded states asks 0, since cached values would hold
+    the same conversations a second time (`DispatchPartitionFold`)."""
+    entries = getattr(fold, "store_read_cache", READ_CACHE_ENTRIES)
+    if not isinstance(entries, int) or isinstance(entries, bool) or entries < 0:
+        raise StateStoreError(
+            f"{type(fold).__name__}.store_read_cache must be a non-negative int, got {entries!r}"
+        )
+    return entries
+
+
 class SqliteStateStore:
     """A key/value table in one SQLite file, with a bounded LRU read cache.
 
@@ -121,7 +137,7 @@ class SqliteStateStore:
     of the changelog and is rebuilt on every start, so fsyncs would buy nothing.
     """
 
-    def __init__(self, path: Path, *, cache_entries: int = 10_000) -> None:
+    def __init__(self, path: Path, *, cache_entries: int = READ_CACHE_ENTRIES) -> None:
         self.path = path
         self._cache: OrderedDict[str, bytes | None] = OrderedDict()
         self._cache_entries = cache_entries
@@ -286,8 +302,11 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def open_partition_store(state_dir: Path | None, changelog_topic: str, partition: int) -> PartitionStore:
-    """A fresh, empty store for one partition: in memory without `state_dir`, else a SQLite file in it.
+def open_partition_store(
+    state_dir: Path | None, changelog_topic: str, partition: int, read_cache: int = READ_CACHE_ENTRIES
+) -> PartitionStore:
+    """A fresh, empty store for one partition: in memory without `state_dir`, else a SQLite file in it
+    that keeps `read_cache` values in its LRU.
 
     The file name carries this process's pid, so two processes on the same partition
     (a zombie and its successor, during fencing) never share a file; files left by dead
@@ -303,7 +322,7 @@ def open_partition_store(state_dir: Path | None, changelog_topic: str, partition
             pid = stale.name[len(stem) + 1 :].split(".", 1)[0]
             if pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
                 stale.unlink(missing_ok=True)
-        return SqliteStateStore(path)
+        return SqliteStateStore(path, cache_entries=read_cache)
     except (OSError, sqlite3.Error) as exc:
         raise StateStoreError(
             f"cannot open the state store of partition {partition} at {path}: {exc} "
