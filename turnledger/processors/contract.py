@@ -22,6 +22,10 @@ class StateStore(Protocol):  # per partition; keys are str (the fold's), values 
 
 
 class PartitionFold(Protocol):
+    """Folds a batch against its partition's store. A fold may also have a `store_read_cache` int: how
+    many values the runtime's SQLite store keeps in its LRU read cache for it (10,000 when absent;
+    processors/store.py, `read_cache_of`). A fold that keeps its own decoded states asks 0."""
+
     def process_batch(self, records: Sequence[SourceRecord], store: StateStore) -> list[OutputRecord]: ...
 
 

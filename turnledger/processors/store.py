@@ -108,9 +108,9 @@ class MemoryStateStore:
 
 PAGE_CACHE_KIB = 4_000
 """SQLite's page cache per store. The interior pages of a store of 50k conversations (~150 MB) take
-about 1.5 MB; leaf pages are rarely read twice from it, since the engine caches the decoded states
-and the LRU below the values just written. At 16 MB a store, the two stores of the RSS benchmark
-held 24 MB more at 100k conversations (411 vs 387 MB peak) for no measurable throughput
+about 1.5 MB; leaf pages are rarely read twice from it, since the engine caches the decoded states.
+At 16 MB a store, the two stores of the RSS benchmark held 24 MB more at 100k conversations (411 vs
+387 MB peak) for no measurable throughput
 (`bench_dispatch --phases rss --rss 100000:sqlite`, alternating: 2,926 / 2,252 vs 2,738 / 2,524 events/s)."""
 
 
