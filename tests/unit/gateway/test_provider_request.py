@@ -95,6 +95,17 @@ def test_a_sigv4_request_without_content_is_signed_over_no_bytes() -> None:
         assert "/us-east-1/bedrock/aws4_request" in ours["Authorization"]
 
 
+def test_a_sigv4_signature_keeps_the_request_s_headers_and_signs_them() -> None:
+    """The headers a send carries go out as they were, beside the signature, and are signed with it."""
+    credential = AwsCredentials(Secret("AKIAHEADERS000111"), Secret("headers/secret/222"))
+    headers = {"content-type": "application/json", "accept": "application/json"}
+    url = "https://bedrock-runtime.us-east-1.amazonaws.com/model/x/converse"
+    signed = sigv4_headers("POST", url, headers, b"{}", credential, region="us-east-1", service="bedrock")
+    assert list(signed) == ["content-type", "accept", "X-Amz-Date", "Authorization"]
+    assert {k: signed[k] for k in headers} == headers
+    assert "SignedHeaders=accept;content-type;host;x-amz-date, Signature=" in signed["Authorization"]
+
+
 def test_a_sigv4_profile_must_name_its_signing_service() -> None:
     env = {"AWS_ACCESS_KEY_ID": "AKIANOSERVICE0111", "AWS_SECRET_ACCESS_KEY": "no/service/secret/222"}
     endpoint = endpoints_for("http://127.0.0.1:1", env).endpoint(
