@@ -110,18 +110,28 @@ async def test_buffered_records_are_taken_at_once_and_only_the_feed_s_partition(
 
 
 async def test_nothing_buffered_waits_for_a_fetch_of_at_most_the_timeout() -> None:
-    consumer = ScriptedConsumer({}, {TP: [Message(9)], OTHER: [Message(1)]})
+    consumer = ScriptedConsumer({}, {TP: [Message(9)], OTHER: [Message(1)]}, {}, {OTHER: [Message(2)]})
     feed = _feed(consumer)
     assert _offsets(await feed.fetch(250, 4)) == [("in", 3, 9, b"k9", b"v9", 1_009)]
-    assert consumer.calls == [("getmany", (TP,), 0, 4), ("getmany", (TP,), 250, 4)]
+    assert await feed.fetch(30, 2) == []  # the wait brought only another partition's records
+    assert consumer.calls == [
+        ("getmany", (TP,), 0, 4), ("getmany", (TP,), 250, 4),
+        ("getmany", (TP,), 0, 2), ("getmany", (TP,), 30, 2),
+    ]  # fmt: skip
+    waiter = feed._stopped
+    assert waiter is not None and not waiter.done()  # one stop waiter, kept across fetches
     feed.close()
+    await asyncio.sleep(0)
+    assert feed._stopped is None and waiter.cancelled()
+    feed.close()  # a second close is nothing
 
 
 async def test_a_fetch_with_no_time_to_wait_returns_what_is_buffered_or_nothing() -> None:
     for timeout_ms in (0, -5):
-        consumer = ScriptedConsumer({OTHER: [Message(1)]})
-        assert await _feed(consumer).fetch(timeout_ms, 3) == []
-        assert consumer.calls == [("getmany", (TP,), 0, 3)]
+        for buffered in ({}, {OTHER: [Message(1)]}):
+            consumer = ScriptedConsumer(buffered)
+            assert await _feed(consumer).fetch(timeout_ms, 3) == []
+            assert consumer.calls == [("getmany", (TP,), 0, 3)]
     consumer = ScriptedConsumer({}, {TP: [Message(2)]})
     assert _offsets(await _feed(consumer).fetch(1, 3)) == [("in", 3, 2, b"k2", b"v2", 1_002)]
     assert consumer.calls == [("getmany", (TP,), 0, 3), ("getmany", (TP,), 1, 3)]

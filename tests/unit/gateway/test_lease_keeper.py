@@ -97,7 +97,7 @@ async def test_one_pass_renews_what_it_holds_and_has_not_heard_from_and_counts_i
     board.apply_nowait(_streaming("op-spoke", "w1"))
     board.apply_nowait(_decided("op-final", "w1", S.COMMITTED))
     board.apply_nowait(_streaming("op-theirs", "w2"))
-    running = [("c1", op) for op in ("op-due", "op-spoke", "op-final", "op-theirs", "op-unknown")]
+    running = [("c1", op) for op in ("op-spoke", "op-final", "op-theirs", "op-unknown", "op-due")]
     sink, stats = _Sink(), WorkerStats()
     keeper = LeaseKeeper("w1", 30.0, board, WorkerEvents(sink, "w1"), stats, lambda: running)
     keeper.alive(("c1", "op-spoke"))
@@ -148,6 +148,13 @@ async def test_an_attempt_is_renewed_once_quiet_for_a_third_of_the_lease_and_not
 
     clock = [64.0]
     monkeypatch.setattr(lease_keeper, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    waits: list[float] = []
+
+    async def wait_for(awaitable: Any, timeout: float) -> Any:
+        waits.append(timeout)
+        return await asyncio.wait_for(awaitable, timeout)
+
+    monkeypatch.setattr(lease_keeper, "asyncio", SimpleNamespace(wait_for=wait_for))
     board = DecisionBoard()
     board.apply_nowait(_streaming("op-a", "w1"))
     passes = [0]
@@ -171,5 +178,25 @@ async def test_an_attempt_is_renewed_once_quiet_for_a_third_of_the_lease_and_not
     assert len(sink.events) == 1  # renewed at 64.125: next due at 64.25
     clock[0] = 64.25
     await until(lambda: len(sink.events) == 2)
+    stopping.set()
+    await asyncio.wait_for(task, WITHIN_S)
+    assert set(waits) == {0.0625}  # between passes, half the quiet time: a renewal is never later
+
+
+async def test_an_attempt_never_heard_from_is_due_at_once_whatever_the_clock_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from turnledger.gateway import lease_keeper
+
+    monkeypatch.setattr(lease_keeper, "time", SimpleNamespace(monotonic=lambda: 0.5))
+    board = DecisionBoard()
+    board.apply_nowait(_streaming("op-a", "w1"))
+    sink = _Sink()
+    keeper = LeaseKeeper(
+        "w1", 0.375, board, WorkerEvents(sink, "w1"), WorkerStats(), lambda: [("c1", "op-a")]
+    )
+    stopping = asyncio.Event()
+    task = asyncio.create_task(keeper.run(stopping))
+    await until(lambda: len(sink.events) == 1)
     stopping.set()
     await asyncio.wait_for(task, WITHIN_S)

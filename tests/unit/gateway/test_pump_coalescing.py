@@ -180,6 +180,11 @@ def test_coalescing_keeps_every_delta_in_order(gaps: list[float]) -> None:
         assert later - earlier >= 0.1 - 1e-9 or batch[-1].type is DeltaType.MESSAGE_STOP
 
 
+WITHIN_S = 10.0
+"""A bound on the reads below, which must each answer at once: a read that waits for ever (its idle
+timeout lost) fails the test instead of hanging it."""
+
+
 async def _gated(gate: asyncio.Event, chunks: list[bytes]) -> AsyncIterator[bytes]:
     for chunk in chunks:
         await gate.wait()
@@ -200,7 +205,7 @@ def test_timed_chunks_ticks_idle_and_keeps_the_chunk_it_reads() -> None:
         seen.append(await chunks.next(None))  # the end
         return seen
 
-    assert asyncio.run(go()) == [IDLE, b"a", IDLE, b"b", None]
+    assert asyncio.run(asyncio.wait_for(go(), WITHIN_S)) == [IDLE, b"a", IDLE, b"b", None]
 
 
 def test_timed_chunks_aclose_cancels_the_outstanding_read_and_waits_for_it() -> None:
@@ -213,4 +218,4 @@ def test_timed_chunks_aclose_cancels_the_outstanding_read_and_waits_for_it() -> 
         await chunks.aclose()
         return task.cancelled() and chunks._next is None
 
-    assert asyncio.run(go()) is True
+    assert asyncio.run(asyncio.wait_for(go(), WITHIN_S)) is True
