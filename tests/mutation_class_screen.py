@@ -42,7 +42,57 @@ HAND: dict[str, list[tuple[str, str]]] = {
         ("return self.text_offset + len(self.text)", "return self.text_offset - len(self.text)"),
         ("return self.text_offset + len(self.text)", "return len(self.text)"),
         ("return self.text_offset + len(self.text)", "return self.text_offset + len(self.text.encode())"),
-    ]
+    ],
+    "turnledger/streaming/outcomes.py": [
+        (
+            "return self.status in (FeedStatus.ACCEPTED, FeedStatus.HELD)",
+            "return self.status in (FeedStatus.ACCEPTED,)",
+        ),
+        (
+            "return self.status in (FeedStatus.ACCEPTED, FeedStatus.HELD)",
+            "return self.status in (FeedStatus.HELD,)",
+        ),
+        (
+            "return self.status in (FeedStatus.ACCEPTED, FeedStatus.HELD)",
+            "return self.status not in (FeedStatus.ACCEPTED, FeedStatus.HELD)",
+        ),
+        ("return self.status is FeedStatus.DUPLICATE", "return self.status is not FeedStatus.DUPLICATE"),
+        ("return self.status is FeedStatus.FOREIGN", "return self.status is not FeedStatus.FOREIGN"),
+        ('return tuple(b for b in self.blocks if b.kind == "tool_call")', "return self.blocks"),
+        (
+            'return tuple(b for b in self.blocks if b.kind == "tool_call")',
+            'return tuple(b for b in self.blocks if b.kind != "tool_call")',
+        ),
+    ],
+    "turnledger/sequence/validation.py": [
+        ("return frozenset(r.code for r in self.rejections)", "return frozenset()"),
+        (
+            "return frozenset(r.code for r in self.rejections)",
+            "return frozenset(r.code for r in self.rejections[:1])",
+        ),
+    ],
+    "turnledger/model/deltas.py": [
+        (
+            "return (self.response_handle, self.generation, self.block_index, self.delta_sequence)",
+            "return (self.response_handle, self.block_index, self.delta_sequence)",
+        ),
+        (
+            "return (self.response_handle, self.generation, self.block_index, self.delta_sequence)",
+            "return (self.response_handle, self.generation, self.delta_sequence)",
+        ),
+        (
+            "return self.delta_sequence + len(following) if following else self.delta_sequence",
+            "return self.delta_sequence - len(following) if following else self.delta_sequence",
+        ),
+        (
+            "return self.delta_sequence + len(following) if following else self.delta_sequence",
+            "return self.delta_sequence + len(following) - 1 if following else self.delta_sequence",
+        ),
+        (
+            "return self.delta_sequence + len(following) if following else self.delta_sequence",
+            "return self.delta_sequence",
+        ),
+    ],
 }
 """Mutants of property bodies (mutmut skips decorated functions), as (text, replacement)."""
 
