@@ -370,3 +370,17 @@ def test_validate_blocks_matches_the_incremental_fold() -> None:
     swapped = list(outcome.sequence.blocks)
     swapped[6], swapped[4] = swapped[4], swapped[6]
     assert isinstance(validate_blocks("conv-1", swapped), Invalid)
+
+
+def test_an_invalid_outcome_names_the_code_of_every_rejection_once() -> None:
+    from turnledger.sequence.validation import Rejection
+
+    outcome = Invalid(
+        (
+            Rejection(ReasonCode.DUPLICATE_CALL_ID, "first", "b1", "call-1"),
+            Rejection(ReasonCode.ORPHANED_RESULT, "second", "b2"),
+            Rejection(ReasonCode.DUPLICATE_CALL_ID, "third", "b3", "call-1"),
+        )
+    )
+    assert outcome.codes == frozenset({ReasonCode.DUPLICATE_CALL_ID, ReasonCode.ORPHANED_RESULT})
+    assert Invalid(()).codes == frozenset()
