@@ -231,3 +231,26 @@ def test_a_delta_s_dedup_key_is_its_handle_generation_block_and_sequence() -> No
     )
     assert delta.dedup_key == ("msg_1", 2, 3, 7)
     assert len({delta.dedup_key, delta.model_copy(update={"generation": 3}).dedup_key}) == 2
+
+
+def test_a_feed_result_says_accepted_duplicate_or_foreign_by_its_status() -> None:
+    """Accepted: applied now or held for a gap; the other two, exactly their status."""
+    S = FeedStatus
+    assert {s for s in S if FeedResult(s).accepted} == {S.ACCEPTED, S.HELD}
+    assert {s for s in S if FeedResult(s).duplicate} == {S.DUPLICATE}
+    assert {s for s in S if FeedResult(s).foreign} == {S.FOREIGN}
+
+
+def test_a_complete_response_s_tool_calls_are_its_tool_call_blocks_in_order() -> None:
+    from turnledger.model.deltas import StopReason
+    from turnledger.streaming.outcomes import CandidateBlock
+
+    blocks = (
+        CandidateBlock(0, "text", text="checking"),
+        CandidateBlock(1, "tool_call", call_id="c1", tool_name="a", arguments="{}"),
+        CandidateBlock(2, "thinking", text="hm"),
+        CandidateBlock(3, "tool_call", call_id="c2", tool_name="b", arguments="{}"),
+    )
+    complete = Complete(blocks, StopReason.TOOL_USE, "msg_1", 1)
+    assert complete.tool_calls == (blocks[1], blocks[3])
+    assert Complete(blocks[:1], StopReason.END_TURN, "msg_1", 1).tool_calls == ()
