@@ -221,14 +221,7 @@ def test_a_foreign_bad_run_is_not_this_streams_violation() -> None:
 def test_a_delta_s_dedup_key_is_its_handle_generation_block_and_sequence() -> None:
     """The key the spec dedups a delta by: a retried attempt (another generation) or another block at
     the same sequence is another delta."""
-    delta = NormalizedDelta(
-        response_handle="msg_1",
-        generation=2,
-        block_index=3,
-        delta_sequence=7,
-        type=DeltaType.TEXT_DELTA,
-        text="x",
-    )
+    delta = _text(7, block=3, response_handle="msg_1", generation=2)
     assert delta.dedup_key == ("msg_1", 2, 3, 7)
     assert len({delta.dedup_key, delta.model_copy(update={"generation": 3}).dedup_key}) == 2
 
