@@ -69,8 +69,7 @@ async def ensure_topics(
             if code == 0:
                 created.append(name)
             elif code != TOPIC_ALREADY_EXISTS:
-                message = rest[0] if rest else ""
-                raise KafkaError(f"creating topic {name!r} failed with error code {code}: {message}")
+                raise KafkaError(f"creating topic {name!r} failed with error code {code}{_said(rest)}")
         if created:
             log.info("created topics %s (%d partitions, replication %d)", created, partitions, replication)
         counts = await _wait_for_leaders(admin, topics.all, timeout_s)
@@ -95,27 +94,53 @@ async def _wait_for_leaders(
     while True:
         described = await admin.describe_topics(list(names))
         counts: dict[str, int] = {}
+        errors: dict[str, int] = {}
         ready = True
         for topic in described:
             parts = topic["partitions"]
+            if topic["error_code"] != 0:
+                errors[topic["topic"]] = topic["error_code"]
             if topic["error_code"] != 0 or not parts or any(p["leader"] < 0 for p in parts):
                 ready = False
             counts[topic["topic"]] = len(parts)
         if ready and all(n in counts for n in names):
             return counts
         if asyncio.get_running_loop().time() > deadline:
-            raise KafkaError(f"topics {sorted(names)} did not get partition leaders within {timeout_s}s")
+            seen = "".join(f"; {name}: error code {code}" for name, code in sorted(errors.items()))
+            raise KafkaError(
+                f"topics {sorted(names)} did not get partition leaders within {timeout_s}s{seen}"
+            )
         await asyncio.sleep(0.1)
 
 
+def _said(rest: list[object]) -> str:
+    """The broker's error message after an error code, when it sent one."""
+    return f": {rest[0]}" if rest and rest[0] else ""
+
+
 async def _check_compacted(admin: AIOKafkaAdminClient, changelog: str) -> None:
+    """Refuse a changelog that is not compacted, and one whose cleanup policy cannot be read: either
+    way the check cannot vouch that restored state keeps every conversation."""
     responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, changelog)])
+    policies: list[object] = []
     for response in responses:
-        for _code, _msg, _type, _name, entries in response.resources:
-            for entry in entries:
-                if entry[0] == "cleanup.policy" and "compact" not in str(entry[1]):
-                    raise TopicMismatchError(
-                        f"changelog topic {changelog!r} has cleanup.policy={entry[1]!r}; it must be "
-                        "compacted (cleanup.policy=compact), or restored state would lose conversations "
-                        "after retention."
-                    )
+        for code, *rest, _type, _name, entries in response.resources:
+            if code != 0:
+                raise TopicMismatchError(
+                    f"could not read the configs of changelog topic {changelog!r} (error code {code}"
+                    f"{_said(rest)}), so it cannot be checked to be compacted: allow this client "
+                    "DescribeConfigs on the topic."
+                )
+            policies += [entry[1] for entry in entries if entry[0] == "cleanup.policy"]
+    if not policies:
+        raise TopicMismatchError(
+            f"changelog topic {changelog!r}: the broker reported no cleanup.policy, so it cannot be "
+            "checked to be compacted (cleanup.policy=compact)."
+        )
+    for policy in policies:
+        if "compact" not in str(policy):
+            raise TopicMismatchError(
+                f"changelog topic {changelog!r} has cleanup.policy={policy!r}; it must be "
+                "compacted (cleanup.policy=compact), or restored state would lose conversations "
+                "after retention."
+            )
