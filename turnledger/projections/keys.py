@@ -1,8 +1,9 @@
 """Redis key names of the projection, all under one configurable prefix.
 
 Everything the projector writes lives under `prefix`, so a rebuild can drop it with
-SCAN + DEL and a verification can build a second projection beside the first under
-another prefix. The per-batch Lua script touches keys of many conversations, which a Redis
+SCAN + DEL (only the names this module makes: `is_key_under`, so that a projection under `tl:v2:` is not
+taken for part of one under `tl:`) and a verification can build a second projection beside the first
+under another prefix. The per-batch Lua script touches keys of many conversations, which a Redis
 Cluster allows only inside one hash slot: on a cluster (`one_slot`) every key starts with the
 prefix as a hash tag (`{tl:}history:c-1`, `redisconn.cluster.slot_base`), so the whole projection
 shares one slot. `base` is what every key starts with, the prefix or its tagged form.
@@ -31,6 +32,20 @@ EPOCH_FIELD = "~epoch"
 MAX_SHARDS = 1024
 SHARD_MARK = "#"
 """Between the prefix and the group number in a group's hash tag (`{tl:#3}`)."""
+WHOLE_NAMES = frozenset({"offsets", "stats", "rejections", "conversations", "layout"})
+"""What follows `base` in the keys a projection (or a slot group) names whole."""
+KINDS = (
+    "events:",
+    "conversation:",
+    "history:",
+    "history-order:",
+    "ops:",
+    "op:",
+    "op-conversations:",
+    "quarantine:",
+    "preview:",
+)
+"""What follows `base` in the keys a projection names by a kind and an id."""
 
 
 def shard_of(conversation_id: str | None, shards: int) -> int:
@@ -178,6 +193,19 @@ class ProjectionKeys:
     def previews(self, conversation_id: str, operation_id: str) -> str:
         """Hash `generation:block_index` -> preview JSON, plus `~` marker fields (see plan.py)."""
         return f"{self._of(conversation_id)}preview:{_scoped(conversation_id, operation_id)}"
+
+
+def is_key_under(base: str, key: str) -> bool:
+    """Whether `key` is a key the projection (or slot group) whose keys start with `base` names.
+
+    A prefix is matched as a string, so on a single Redis the keys of a projection under `tl:v2:` also
+    start with `tl:`; only their names tell them apart (`tl:v2:history:c-1` is not a key of `tl:`). A
+    prefix that is another's followed by a kind (`tl:op:` beside `tl:`) cannot be told apart.
+    """
+    if not key.startswith(base):
+        return False
+    name = key[len(base) :]
+    return name in WHOLE_NAMES or name.startswith(KINDS)
 
 
 def _scoped(conversation_id: str, operation_id: str) -> str:

@@ -2,7 +2,9 @@
 its hash-tagged form on a cluster): dump for comparison, drop for rebuild.
 
 Dropping uses SCAN + DEL on the prefix, never FLUSHALL/FLUSHDB: the Redis may hold
-other projections (a verification prefix) or other applications' data. On a cluster, SCAN asks
+other projections (a verification prefix) or other applications' data. Both drop and dump take only the
+keys a projection names (`keys.is_key_under`): on a single Redis, `tl:` is also what the keys of a
+projection under `tl:v2:` start with. On a cluster, SCAN asks
 every primary (`RedisCluster.scan_iter`), and a projection's keys share one slot, so one DEL
 takes many.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.keys import ProjectionKeys, is_key_under
 from turnledger.projections.replies import (
     bytes_hash,
     bytes_list,
@@ -28,11 +30,14 @@ comparisons."""
 
 
 async def drop_prefix(redis: RedisClient, prefix: str, chunk: int = 500) -> int:
+    """Delete the keys of the projection whose keys start with `prefix`; the count deleted."""
     if not prefix:
         raise ValueError("refusing to drop an empty key prefix (that would be the whole database)")
     dropped = 0
     batch: list[bytes] = []
     async for key in redis.scan_iter(match=_glob_escape(prefix) + "*", count=chunk):
+        if not is_key_under(prefix, key.decode()):
+            continue
         batch.append(key)
         if len(batch) >= chunk:
             dropped += await redis.delete(*batch)
@@ -56,7 +61,7 @@ async def snapshot(redis: RedisClient, prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async for raw_key in redis.scan_iter(match=_glob_escape(prefix) + "*", count=500):
         key = raw_key.decode()
-        if key in skip:
+        if key in skip or not is_key_under(prefix, key):
             continue
         out[key[len(prefix) :]] = await _value(redis, key)
     return dict(sorted(out.items()))
