@@ -30,7 +30,19 @@ class DirectProjector:
         self.offsets: dict[str, int] = {}
 
     async def apply(self, records: Iterable[tuple[str, Frozen]]) -> int:
-        """Apply `(stream, record)` pairs in order; streams the projector does not read are skipped."""
+        """Apply `(stream, record)` pairs in order; streams the projector does not read are skipped.
+
+        If a script call fails, the synthetic offsets go back to where this call found them, so that
+        the same records given again take the same offsets: what was applied before the failure is
+        skipped by the script, the rest applied once."""
+        start = dict(self.offsets)
+        try:
+            return await self._numbered(records)
+        except BaseException:
+            self.offsets = start
+            raise
+
+    async def _numbered(self, records: Iterable[tuple[str, Frozen]]) -> int:
         pending: list[DecodedRecord] = []
         count = 0
         for stream, record in records:
