@@ -119,6 +119,22 @@ async def test_drop_prefix_then_rebuild_is_identical(stack) -> None:  # type: ig
     assert await snapshot(redis, prefix + "live:") == before
 
 
+async def test_dropping_a_prefix_leaves_a_projection_under_a_longer_one_whole(stack) -> None:  # type: ignore[no-untyped-def]
+    _, _, redis, prefix = stack
+    await projector(stack).run_to_end()
+    await project_records(redis, ProjectionKeys(prefix + "live:v2:"), workload(CONVERSATIONS))
+    longer = await snapshot(redis, prefix + "live:v2:")
+    assert longer and await snapshot(redis, prefix + "live:") == await snapshot(redis, prefix + "ref:")
+    await redis.set(prefix + "live:not-ours", "x")
+
+    dropped = await drop_prefix(redis, prefix + "live:")
+
+    assert dropped > len(longer)
+    assert await snapshot(redis, prefix + "live:") == {}
+    assert await snapshot(redis, prefix + "live:v2:") == longer
+    assert await redis.get(prefix + "live:not-ours") == b"x"
+
+
 async def test_undecodable_record_is_counted_not_fatal(stack) -> None:  # type: ignore[no-untyped-def]
     bootstrap, topics, redis, prefix = stack
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
