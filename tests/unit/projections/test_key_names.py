@@ -43,8 +43,8 @@ def _key_members() -> dict[str, bool]:
     """Every key member of `ProjectionKeys`, and whether it takes ids (a method) or not (a property)."""
     out: dict[str, bool] = {}
     for name, member in vars(ProjectionKeys).items():
-        if name.startswith("_") or name in NOT_KEYS:
-            continue
+        if not name.isidentifier() or not name.isascii() or name.startswith("_") or name in NOT_KEYS:
+            continue  # mutmut's trampolines add members named `xǁProjectionKeysǁ...`
         if isinstance(member, property):
             out[name] = False
         elif inspect.isfunction(member):
