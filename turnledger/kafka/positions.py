@@ -34,11 +34,12 @@ async def seek_settled(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: i
 async def seek_all(
     consumer: AIOKafkaConsumer, partitions: Iterable[TopicPartition], start: Mapping[TopicPartition, int]
 ) -> None:
-    """`seek_settled` for many partitions: each at `start[tp]`, or at its beginning."""
+    """`seek_settled` for many partitions: each at `start[tp]`, or at its beginning (asked first, as
+    there, before the resets settle and the fetcher's first fetch sits in front of the request)."""
     partitions = list(partitions)
-    for tp in partitions:
-        await consumer.position(tp)
     fresh = [tp for tp in partitions if tp not in start]
     beginnings = await consumer.beginning_offsets(fresh) if fresh else {}
+    for tp in partitions:
+        await consumer.position(tp)
     for tp in partitions:
         consumer.seek(tp, start[tp] if tp in start else beginnings[tp])
