@@ -32,6 +32,10 @@ def load_fold_factory(spec: str) -> FoldSpecFactory:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise FoldSpecError(f"cannot load {spec!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise FoldSpecError(
+            f"cannot load {spec!r}: importing {module_name} raised {type(exc).__name__}: {exc}"
+        ) from exc
     if not callable(factory):
         raise FoldSpecError(f"{spec!r} is not callable")
     return factory  # type: ignore[no-any-return]
