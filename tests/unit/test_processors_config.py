@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from turnledger.errors import KafkaSettingsError
 from turnledger.processors.config import (
     GroupSettings,
     ProcessorConfig,
@@ -37,9 +38,13 @@ def test_group_defaults_are_a_10s_session_3s_heartbeats_and_the_session_as_rebal
 
 @pytest.mark.parametrize(("heartbeat_ms", "session_ms"), [(10_000, 10_000), (10_001, 10_000)])
 def test_a_heartbeat_not_below_the_session_timeout_is_refused(heartbeat_ms: int, session_ms: int) -> None:
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(KafkaSettingsError) as caught:
         GroupSettings(session_timeout_ms=session_ms, heartbeat_interval_ms=heartbeat_ms)
-    assert str(caught.value) == "heartbeat_interval_ms must be below session_timeout_ms"
+    assert str(caught.value) == (
+        f"--heartbeat-interval-ms {heartbeat_ms} must be below --session-timeout-ms {session_ms} "
+        "(a third of it at most is usual)"
+    )
+    assert isinstance(caught.value, ValueError)
 
 
 def test_a_heartbeat_just_below_the_session_timeout_is_accepted() -> None:

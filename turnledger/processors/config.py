@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from turnledger.kafka.group_timing import check_heartbeat
 from turnledger.processors.gc_tuning import GC_GEN0_THRESHOLD
 from turnledger.retry import FOREVER, Backoff
 from turnledger.topology import Topics
@@ -30,8 +31,7 @@ class GroupSettings:
     A member's revocation (committing its open batches) must fit in it."""
 
     def __post_init__(self) -> None:
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
+        check_heartbeat(self.heartbeat_interval_ms, self.session_timeout_ms)
 
     @property
     def revocation_budget_s(self) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from turnledger.kafka.group_timing import check_heartbeat
 from turnledger.retry import FOREVER, Backoff
 
 
@@ -23,5 +24,4 @@ class FollowSettings:
     empty) are found without waiting for the next record (`follow.py`, "Failover")."""
 
     def __post_init__(self) -> None:
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
+        check_heartbeat(self.heartbeat_interval_ms, self.session_timeout_ms)

@@ -64,8 +64,12 @@ def test_follow_rejects_a_heartbeat_not_below_the_session_timeout() -> None:
         "--heartbeat-interval-ms",
         "10000",
     ]
-    result = CliRunner().invoke(_project_app(), args)
-    assert result.exit_code == 2 and "heartbeat_interval_ms" in result.output
+    result = CliRunner().invoke(_project_app(), args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert (
+        "--heartbeat-interval-ms 10000 must be below --session-timeout-ms 10000 "
+        "(a third of it at most is usual)" in result.output
+    )
 
 
 def test_an_unreachable_redis_is_named_without_its_password() -> None:
