@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from turnledger import cli_checks
 from turnledger.errors import KafkaUnavailableError
 from turnledger.gateway.crash_points import crash_hook_from_env
 from turnledger.gateway.credentials import CredentialError
@@ -101,7 +102,9 @@ def worker(
             "credentials from OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY and AWS_* when set.",
         ),
     ] = "http://127.0.0.1:8790",
-    worker_id: Annotated[str, typer.Option(help="Stable id of this worker; recovery uses it.")] = "worker-1",
+    worker_id: Annotated[
+        str, typer.Option(help="Stable id of this worker; recovery uses it.", callback=cli_checks.worker_id)
+    ] = "worker-1",
     journal_dir: Annotated[
         Path | None, typer.Option(help="Directory of the ownership journal (crash recovery needs it).")
     ] = Path(".turnledger/worker"),
@@ -164,7 +167,9 @@ def worker(
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
     metrics_port: MetricsPort = 0,
-    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+    log_level: Annotated[
+        str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)
+    ] = "INFO",
 ) -> None:
     """Send accepted manifests to the provider and stream the answers back as ingress events.
 
@@ -223,7 +228,9 @@ def tool_executor(
         ),
     ] = None,
     metrics_port: MetricsPort = 0,
-    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+    log_level: Annotated[
+        str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)
+    ] = "INFO",
 ) -> None:
     """Run the demo tools (get_weather, lookup_invoice) for canonical tool calls and submit their results.
 
@@ -265,7 +272,10 @@ def legacy_record(
     bootstrap: Bootstrap = None,
     topic_prefix: Prefix = "",
     recorder_id: Annotated[
-        str, typer.Option(help="Worker id the DispatchAttempts name as their sender.")
+        str,
+        typer.Option(
+            help="Worker id the DispatchAttempts name as their sender.", callback=cli_checks.worker_id
+        ),
     ] = RECORDER_ID,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for every verdict.")] = 120.0,
 ) -> None:

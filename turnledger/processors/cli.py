@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from turnledger import cli_checks
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka.clients import kafka_outage
@@ -169,7 +170,9 @@ def process(
         ),
     ] = None,
     metrics_port: MetricsPort = 0,
-    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+    log_level: Annotated[
+        str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)
+    ] = "INFO",
     max_block_bytes: MaxBlockBytes = None,
     max_deltas_per_block: MaxDeltasPerBlock = None,
     max_blocks_per_turn: MaxBlocksPerTurn = None,

@@ -1,0 +1,72 @@
+"""Shared checks of command-line values (`turnledger/cli_checks.py`), alone and on the commands that use
+them: a bad value is a usage error naming the option, exit 2, before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from turnledger import cli_checks
+from turnledger.cli import _register, app
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands() -> None:
+    if not app.registered_groups:
+        _register()
+
+
+@pytest.mark.parametrize(("given", "level"), [("info", "INFO"), ("Debug", "DEBUG"), ("CRITICAL", "CRITICAL")])
+def test_a_log_level_is_read_in_any_case(given: str, level: str) -> None:
+    assert cli_checks.log_level(given) == level
+
+
+@pytest.mark.parametrize("given", ["bogus", "", "NOTSET", "WARN ", "10", "FATAL"])
+def test_anything_else_is_not_a_log_level(given: str) -> None:
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.log_level(given)
+    assert str(caught.value) == (
+        f"{given!r} is not a logging level: use one of CRITICAL, ERROR, WARNING, INFO, DEBUG"
+    )
+
+
+@pytest.mark.parametrize("given", ["worker-1", "w", "9", "a.b_c-d", "x" * 128])
+def test_a_worker_id_of_letters_digits_and_separators_is_kept(given: str) -> None:
+    assert cli_checks.worker_id(given) == given
+
+
+@pytest.mark.parametrize(
+    "given", ["", "-w", ".w", "_w", "a/b", "/tmp/abs", "..", "a b", "a:b", "wörker", "x" * 129, "w\n"]
+)
+def test_an_empty_or_path_like_worker_id_is_refused(given: str) -> None:
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.worker_id(given)
+    assert str(caught.value) == (
+        f"{given!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit, at most 128)"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["process", "--bootstrap", "127.0.0.1:1", "--log-level", "bogus"],
+        ["worker", "--bootstrap", "127.0.0.1:1", "--log-level", "bogus"],
+        ["tool-executor", "--bootstrap", "127.0.0.1:1", "--log-level", "bogus"],
+    ],
+    ids=["process", "worker", "tool-executor"],
+)
+def test_the_commands_refuse_a_bad_log_level_before_starting(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--log-level': 'bogus' is not a logging level" in result.output
+
+
+@pytest.mark.parametrize("option", ["--worker-id", "--recorder-id"])
+def test_the_commands_refuse_an_empty_worker_id_before_starting(option: str) -> None:
+    command = ["worker"] if option == "--worker-id" else ["legacy", "record", __file__]
+    result = CliRunner().invoke(
+        app, [*command, "--bootstrap", "127.0.0.1:1", option, ""], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}': '': use letters, digits" in result.output

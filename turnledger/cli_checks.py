@@ -1,0 +1,33 @@
+"""Checks of command-line values that several commands share, as typer callbacks: a bad value is a
+usage error (exit 2) naming the option, never a traceback later."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import typer
+
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A worker's id names its journal file (`<journal-dir>/<id>.jsonl`) and the leases it holds: an empty
+id would own nothing (the fold checks no lease of an empty owner) and a path would put the journal
+elsewhere."""
+
+
+def log_level(value: str) -> str:
+    """`--log-level`: one of Python's level names, in any case; the name in capitals."""
+    level = value.upper()
+    if level not in LOG_LEVELS or not isinstance(logging.getLevelName(level), int):
+        raise typer.BadParameter(f"{value!r} is not a logging level: use one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def worker_id(value: str) -> str:
+    """`--worker-id` (and `--recorder-id`): letters, digits, `.`, `_` and `-`, at most 128."""
+    if not WORKER_ID.fullmatch(value):
+        raise typer.BadParameter(
+            f"{value!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit, at most 128)"
+        )
+    return value
