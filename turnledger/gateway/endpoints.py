@@ -234,10 +234,20 @@ class ProviderRoutes:
             models = f" models {list(s.models)}" if s.models else ""
             cred = "credential set" if route.credential is not None else "no credential"
             lines.append(
-                f"{s.name}: {s.base_url} for {list(s.adapters)}{models}; {cred}; "
+                f"{s.name}: {shown_url(s.base_url)} for {list(s.adapters)}{models}; {cred}; "
                 f"concurrency {s.concurrency}; timeouts {s.connect_timeout_s}s/{s.read_timeout_s}s"
             )
         return lines
+
+
+def shown_url(url: str) -> str:
+    """`url` as a log line may show it: any user part (`https://user:key@host`, `https://key@host`) is a
+    credential of some proxy, so all of it becomes `***`."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if not sep or "@" not in authority:
+        return url
+    return f"{scheme}://***@{authority.rpartition('@')[2]}{slash}{path}"
 
 
 def endpoints_for(

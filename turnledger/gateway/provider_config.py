@@ -59,7 +59,7 @@ from turnledger.adapters.profiles import PROFILES, AuthScheme, profile_for
 from turnledger.adapters.registry import ADAPTERS
 from turnledger.errors import GatewayError, InputFileError
 from turnledger.gateway.credentials import AwsCredentialSource, CredentialError, SecretSource
-from turnledger.gateway.endpoints import ProviderRoute, ProviderRoutes, RouteSettings
+from turnledger.gateway.endpoints import ProviderRoute, ProviderRoutes, RouteSettings, shown_url
 from turnledger.gateway.live_credentials import CredentialSupply, supply_of_aws, supply_of_key
 
 log = logging.getLogger(__name__)
@@ -325,4 +325,6 @@ def load_routes(
         raise ProviderConfigError(
             f"no providers configured: pass --providers FILE (or set {PROVIDERS_ENV}) or --provider-url URL"
         )
+    if not provider_url.startswith(("http://", "https://")):
+        raise ProviderConfigError(f"--provider-url {shown_url(provider_url)!r}: must be an http(s) URL")
     return routes_for_base_url(provider_url, env, keeps_idempotency_keys=keeps_idempotency_keys)

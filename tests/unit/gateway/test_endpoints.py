@@ -15,6 +15,7 @@ from turnledger.gateway.endpoints import (
     RouteSettings,
     UnknownEndpointError,
     endpoints_for,
+    shown_url,
 )
 
 GPT = "openai/gpt-4o@2024-08"
@@ -223,3 +224,25 @@ def test_a_route_header_replaces_the_profiles_whatever_its_case() -> None:
     assert endpoint.headers == {"Anthropic-Version": "2024-01-01"}
     sent = httpx.Request("POST", endpoint.url, headers=endpoint.headers)
     assert sent.headers.get_list("anthropic-version") == ["2024-01-01"]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://u:S3CRET@proxy.example:8443/v1", "https://***@proxy.example:8443/v1"),
+        ("https://S3CRET@proxy.example", "https://***@proxy.example"),
+        ("http://a@b:c@proxy.example/p@th", "http://***@proxy.example/p@th"),
+        ("https://proxy.example/v1?key=x@y", "https://proxy.example/v1?key=x@y"),
+        ("https://proxy.example", "https://proxy.example"),
+        ("notaurl@x", "notaurl@x"),
+    ],
+)
+def test_a_url_is_shown_without_any_user_part(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
+
+
+def test_routes_are_described_without_the_credentials_in_their_urls() -> None:
+    settings = RouteSettings("proxy", "https://u:S3CRET@proxy.example/v1", ("gemini",))
+    [line] = ProviderRoutes([ProviderRoute(settings, None)]).describe()
+    assert line.startswith("proxy: https://***@proxy.example/v1 for ['gemini']; no credential;")
+    assert "S3CRET" not in line

@@ -254,3 +254,13 @@ def test_without_a_file_or_a_url_the_worker_is_told_both_ways() -> None:
     assert {(route.settings.base_url, route.settings.keeps_idempotency_keys) for route in routes} == {
         ("http://x", True)
     }
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [("notaurl", "notaurl"), ("", ""), ("ftp://u:S3CRET@h/x", "ftp://***@h/x"), ("HTTP://h", "HTTP://h")],
+)
+def test_a_provider_url_that_is_not_http_is_refused_without_its_credentials(url: str, shown: str) -> None:
+    with pytest.raises(ProviderConfigError) as refused:
+        load_routes(None, url, {})
+    assert str(refused.value) == f"--provider-url {shown!r}: must be an http(s) URL"
