@@ -4,13 +4,18 @@ record."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from bench.dispatch_workload import Mix, build
+from turnledger.adapters.encodings import EncodingUnavailableError
 from turnledger.codec import decode, encode
 from turnledger.model.events import Rejected
 from turnledger.model.reasons import ReasonCode
 from turnledger.processors.dispatch_partition import DispatchPartitionFold
+from turnledger.processors.model_registry import REGISTRY_ENV, load_model_registry
 from turnledger.processors.store import read_cache_of
 from turnledger.records import OutputRecord, SourceRecord
 from turnledger.topology import Stream, Topics
@@ -66,6 +71,25 @@ def test_outputs_are_kept_until_the_batch_closes_and_the_state_written_then() ->
     assert outputs and store
 
 
+def test_each_output_is_keyed_by_its_conversation() -> None:
+    records = _records()
+    outputs = DispatchPartitionFold(TOPICS, 0).process_batch(records, _Store())
+    assert {out.key for out in outputs} == {record.key for record in records}
+
+
+def test_the_fold_knows_its_partition_and_admits_with_the_operators_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    override = tmp_path / "models.json"
+    override.write_text(json.dumps({"models": {"openai/gpt-4o": {"context_window": 77}}}), "utf-8")
+    monkeypatch.setenv(REGISTRY_ENV, str(override))
+    fold = DispatchPartitionFold(TOPICS, 5)
+    assert fold.partition == 5
+    assert fold._engine._models is load_model_registry(override)
+    info = fold._engine._models.lookup("openai/gpt-4o@2024-11")
+    assert info is not None and info.context_window == 77
+
+
 def test_the_store_keeps_no_read_cache_beside_the_engines_states() -> None:
     assert read_cache_of(DispatchPartitionFold(TOPICS, 0)) == 0
 
@@ -109,3 +133,15 @@ def test_a_poisoned_records_detail_is_cut_at_2000_characters() -> None:
     rejected = decode(_poisoned(b"c", RuntimeError(long)).value)
     assert isinstance(rejected, Rejected)
     assert rejected.detail == ("RuntimeError: " + long)[:2000]
+
+
+def test_an_encoding_the_registry_names_but_no_vocabulary_ships_stops_the_fold_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    override = tmp_path / "models.json"
+    model = {"context_window": 77, "encoding": "p50k_base"}
+    override.write_text(json.dumps({"models": {"openai/gpt-4o": model}}), "utf-8")
+    monkeypatch.setenv(REGISTRY_ENV, str(override))
+    with pytest.raises(EncodingUnavailableError) as caught:
+        DispatchPartitionFold(TOPICS, 0)
+    assert str(caught.value).startswith("encoding 'p50k_base' is not available offline; known: ")
