@@ -7,6 +7,9 @@ import logging
 import re
 
 import typer
+from aiokafka.conn import get_ip_port_afi
+
+MAX_PORT = 65_535
 
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
@@ -30,4 +33,24 @@ def worker_id(value: str) -> str:
         raise typer.BadParameter(
             f"{value!r}: use letters, digits, '.', '_' and '-' (starting with a letter or digit, at most 128)"
         )
+    return value
+
+
+def bootstrap(value: str | None) -> str | None:
+    """`--bootstrap` (or KAFKA_BOOTSTRAP_SERVERS): `host[:port]` entries as aiokafka reads them
+    (`[v6]:port` for IPv6 literals), each port from 1 to 65535; unset passes (each command says how
+    to set it). Checked here because the Kafka client parses it only as it connects, with a bare
+    `ValueError` or `OverflowError`."""
+    if value is None:
+        return None
+    for entry in value.split(","):
+        try:
+            host, port, _family = get_ip_port_afi(entry)
+        except ValueError:
+            host, port = "", 0
+        if not host or not 0 < port <= MAX_PORT:
+            raise typer.BadParameter(
+                f"{entry.strip()!r} in {value!r}: expected host:port[,host:port], "
+                f"each port from 1 to {MAX_PORT}"
+            )
     return value

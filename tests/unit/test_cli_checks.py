@@ -70,3 +70,48 @@ def test_the_commands_refuse_an_empty_worker_id_before_starting(option: str) -> 
     )
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}': '': use letters, digits" in result.output
+
+
+@pytest.mark.parametrize(
+    "given",
+    [None, "k:9092", "k", "127.0.0.1:1,k2:65535", " k:1 , [::1]:9093", "[::1]", "::1", "k.example:9092"],
+)
+def test_bootstrap_servers_as_the_kafka_client_reads_them_are_kept(given: str | None) -> None:
+    assert cli_checks.bootstrap(given) == given
+
+
+@pytest.mark.parametrize(
+    ("given", "entry"),
+    [
+        ("127.0.0.1:abc", "127.0.0.1:abc"),
+        ("127.0.0.1:99999", "127.0.0.1:99999"),
+        ("k:0", "k:0"),
+        ("k:-1", "k:-1"),
+        ("k:1,", ""),
+        ("", ""),
+        (":9092", ":9092"),
+        ("[::1]x", "[::1]x"),
+        ("k:1,[::1", "[::1"),
+    ],
+)
+def test_a_bootstrap_entry_the_client_would_choke_on_is_refused(given: str, entry: str) -> None:
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.bootstrap(given)
+    assert str(caught.value) == (
+        f"{entry!r} in {given!r}: expected host:port[,host:port], each port from 1 to 65535"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["process"], ["worker"], ["tool-executor"], ["replay", "audit"], ["metrics"], ["project"]],
+    ids=lambda c: " ".join(c),
+)
+def test_the_kafka_commands_refuse_a_bad_bootstrap_from_the_flag_or_the_variable(command: list[str]) -> None:
+    flag = CliRunner().invoke(app, [*command, "--bootstrap", "127.0.0.1:abc"], env={"COLUMNS": "200"})
+    variable = CliRunner().invoke(
+        app, command, env={"COLUMNS": "200", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:99999"}
+    )
+    assert (flag.exit_code, variable.exit_code) == (2, 2), flag.output + variable.output
+    assert "'127.0.0.1:abc' in '127.0.0.1:abc': expected host:port" in flag.output
+    assert "'127.0.0.1:99999' in '127.0.0.1:99999': expected host:port" in variable.output

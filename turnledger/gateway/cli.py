@@ -43,7 +43,11 @@ EXIT_UNAVAILABLE = 2
 
 Bootstrap = Annotated[
     str | None,
-    typer.Option(envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers host:port[,host:port]."),
+    typer.Option(
+        envvar="KAFKA_BOOTSTRAP_SERVERS",
+        help="Kafka bootstrap servers host:port[,host:port].",
+        callback=cli_checks.bootstrap,
+    ),
 ]
 Prefix = Annotated[str, typer.Option(help="Prefix of every topic name.")]
 Stage = Annotated[

@@ -74,7 +74,11 @@ def parse_partitions(value: str) -> list[int] | None:
 def process(
     bootstrap: Annotated[
         str | None,
-        typer.Option(envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka bootstrap servers host:port[,host:port]."),
+        typer.Option(
+            envvar="KAFKA_BOOTSTRAP_SERVERS",
+            help="Kafka bootstrap servers host:port[,host:port].",
+            callback=cli_checks.bootstrap,
+        ),
     ] = None,
     partitions: Annotated[
         str | None,

@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from turnledger import cli_checks
 from turnledger.errors import MissingTopicError, ProjectionError, ServiceUnavailable
 from turnledger.observability.server import MetricsPort
 from turnledger.processors.errors import TopicMismatchError
@@ -35,7 +36,13 @@ err = Console(stderr=True)
 
 RedisUrl = Annotated[str | None, typer.Option("--redis-url", envvar="REDIS_URL", help="Redis URL.")]
 Bootstrap = Annotated[
-    str | None, typer.Option("--bootstrap", envvar="KAFKA_BOOTSTRAP_SERVERS", help="Kafka host:port[,...].")
+    str | None,
+    typer.Option(
+        "--bootstrap",
+        envvar="KAFKA_BOOTSTRAP_SERVERS",
+        help="Kafka host:port[,...].",
+        callback=cli_checks.bootstrap,
+    ),
 ]
 TopicPrefix = Annotated[str, typer.Option("--topic-prefix", help="Prepended to every topic name.")]
 KeyPrefix = Annotated[
