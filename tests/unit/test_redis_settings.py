@@ -354,3 +354,32 @@ async def test_what_the_check_refuses_redis_py_would_have_failed_on_at_the_first
 )
 def test_the_connections_own_options_pass(url: str) -> None:
     assert client_options(url, {}) == {"socket_connect_timeout": 5.0}
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://u:S3CRET@127.0.0.1:abc/0", "Port could not be cast to integer value as 'abc'"),
+        ("redis://127.0.0.1:99999/0", "Port out of range 0-65535"),
+        ("redis://127.0.0.1:1/0?socket_timeout=abc", "Invalid value for 'socket_timeout' in connection URL."),
+        ("redis+cluster://127.0.0.1:abc", "Port could not be cast to integer value as 'abc'"),
+        (
+            "redis://u:S3CRET@127.0.0.1:1/notadb",
+            "the database after the host must be a number (redis://host:6379/0), not 'notadb'",
+        ),
+        (
+            "rediss://127.0.0.1:1/0x",
+            "the database after the host must be a number (redis://host:6379/0), not '0x'",
+        ),
+    ],
+)
+def test_a_url_redis_py_cannot_read_is_a_settings_error_without_its_password(url: str, why: str) -> None:
+    with pytest.raises(RedisSettingsError) as refused:
+        redis_client(url)
+    assert str(refused.value) == f"REDIS_URL {url.replace(':S3CRET@', ':***@')!r}: {why}"
+    assert "S3CRET" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1", "redis://127.0.0.1:1/", "redis://127.0.0.1:1/15"])
+async def test_a_url_with_no_database_or_a_number_is_read(url: str) -> None:
+    await redis_client(url).aclose()

@@ -12,11 +12,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisClusterException, RedisError
 
-from turnledger.errors import RedisAccessError, RedisUnavailableError, TurnledgerError
+from turnledger.errors import (
+    RedisAccessError,
+    RedisSettingsError,
+    RedisUnavailableError,
+    TurnledgerError,
+    redact_url,
+)
 from turnledger.redisconn.cluster import RedisClient, cluster_client, is_cluster_url, seed_address
 from turnledger.redisconn.naming import client_url, describe, is_tls
 from turnledger.redisconn.probe import certificate_refusal, other_protocol
@@ -32,11 +39,23 @@ def redis_client(url: str, **options: Any) -> RedisClient:
     client connects to the primary its sentinels name (`sentinel.py`), a `redis+cluster://` URL's to
     the node of each key's slot (`cluster.py`)."""
     settings = client_options(url) | options
-    if is_cluster_url(url):
-        return cluster_client(url, settings)
-    if is_sentinel(url):
-        return sentinel_client(parse_sentinel_url(url), settings, sentinel_password(url))
-    return aioredis.from_url(url, **settings)
+    try:
+        if is_cluster_url(url):
+            return cluster_client(url, settings)
+        if is_sentinel(url):
+            return sentinel_client(parse_sentinel_url(url), settings, sentinel_password(url))
+        parts = urlsplit(url)
+        database = parts.path.lstrip("/")
+        if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
+            raise RedisSettingsError(
+                f"REDIS_URL {redact_url(url)!r}: the database after the host must be a number "
+                f"(redis://host:6379/0), not {database!r}"
+            )
+        return aioredis.from_url(url, **settings)
+    except RedisSettingsError:
+        raise
+    except ValueError as exc:  # redis-py's and urllib's reading of the URL: a port, a query value
+        raise RedisSettingsError(f"REDIS_URL {redact_url(url)!r}: {exc}") from exc
 
 
 async def connect(url: str) -> RedisClient:
