@@ -8,14 +8,16 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from turnledger.devstack.errors import DevstackError
 from turnledger.devstack.jars import ensure_jars
 from turnledger.devstack.kafka import SASL_MECHANISMS
 from turnledger.devstack.redis_tls import OPENSSL_MISSING_FOR_REDIS
 from turnledger.devstack.settings import ENV_BOOTSTRAP, ENV_REDIS_URL, Settings
-from turnledger.devstack.stack import LocalStack, StackState, reap_stale_sessions
+from turnledger.devstack.stack import LocalStack, StackState, export_line, reap_stale_sessions
 from turnledger.devstack.tls import OPENSSL_MISSING, openssl
+from turnledger.errors import redact_url
 
 dev_app = typer.Typer(
     name="dev",
@@ -44,7 +46,7 @@ def _print_state(state: StackState, settings: Settings) -> None:
             f"{state.oauth_token_file}, signed by {state.oauth_signing_key}; CA {state.ssl_ca_file})"
         )
     out.print(
-        f"[bold]Redis URL[/bold]        {state.redis_url}"
+        f"[bold]Redis URL[/bold]        {escape(redact_url(state.redis_url))}"
         + (f"  (pid {state.redis_pid})" if state.redis_pid else "  (external)")
     )
     _print_redis_tls_port(state)
@@ -153,7 +155,7 @@ def status() -> None:
         env_bootstrap, env_redis = os.environ.get(ENV_BOOTSTRAP), os.environ.get(ENV_REDIS_URL)
         if env_bootstrap and env_redis:
             out.print("No local stack; the environment points at external services:")
-            print(f"export KAFKA_BOOTSTRAP_SERVERS={env_bootstrap} REDIS_URL={env_redis}")
+            print(export_line(env_bootstrap, env_redis))
             return
         out.print(f"Not running (state dir {settings.state_dir}). Start it with `turnledger dev up`.")
         raise typer.Exit(1)

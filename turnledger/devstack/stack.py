@@ -33,6 +33,7 @@ from turnledger.devstack.kafka import (
 from turnledger.devstack.prometheus import prometheus_binary, prometheus_wanted, start_prometheus
 from turnledger.devstack.redis_server import redis_tls_client_env, start_redis
 from turnledger.devstack.settings import Settings
+from turnledger.errors import redact_url
 
 STATE_FILE = "stack.json"
 SECURE_EXPORT_PREFIX = "# SASL_SSL: "
@@ -85,7 +86,7 @@ class StackState:
 
     @property
     def export_line(self) -> str:
-        return f"export KAFKA_BOOTSTRAP_SERVERS={self.bootstrap} REDIS_URL={self.redis_url}"
+        return export_line(self.bootstrap, self.redis_url)
 
     def secure_client_env(self, mechanism: str = READY_MECHANISM) -> dict[str, str] | None:
         """The variables that point a client at the SASL_SSL listener; None when there is none."""
@@ -144,6 +145,16 @@ class StackState:
             (self.prometheus_pid, self.prometheus_marker),
         ]
         return all(pid is None or procs.owns(pid, marker or "") for pid, marker in checks)
+
+
+def export_line(bootstrap: str, redis_url: str) -> str:
+    """`export KAFKA_BOOTSTRAP_SERVERS=... REDIS_URL=...`, each value quoted for the shell that `eval`s it.
+    A Redis URL that holds a password (an external Redis given to `dev up`) is not printed: the line
+    then exports the bootstrap alone and says why after a `#`."""
+    line = f"export KAFKA_BOOTSTRAP_SERVERS={shlex.quote(bootstrap)}"
+    if redact_url(redis_url) != redis_url:
+        return f"{line}  # REDIS_URL holds a password, not printed: export it yourself"
+    return f"{line} REDIS_URL={shlex.quote(redis_url)}"
 
 
 def _commented_export(prefix: str, env: dict[str, str]) -> str:
