@@ -85,7 +85,8 @@ def demo(
     try:
         with session_endpoints() as endpoints:
             redis = redact_url(endpoints.redis_url)
-            console.print(f"stack: Kafka {endpoints.bootstrap}, Redis {redis} ({endpoints.source})")
+            stack = f"stack: Kafka {endpoints.bootstrap}, Redis {redis} ({endpoints.source})"
+            console.print(stack, markup=False)
             with Progress(
                 TextColumn("conversations"),
                 BarColumn(),
@@ -104,10 +105,10 @@ def demo(
                     )
                 )
     except KafkaUnavailableError as exc:
-        console.print(f"[red]turnledger demo: {exc}[/red]")
+        console.print(f"turnledger demo: {exc}", style="red", markup=False)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     except DevstackError as exc:
-        console.print(f"[red]turnledger demo: could not start the local stack: {exc}[/red]")
+        console.print(f"turnledger demo: could not start the local stack: {exc}", style="red", markup=False)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     render(result, console)
     if not result.ok:

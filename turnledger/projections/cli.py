@@ -31,8 +31,9 @@ from turnledger.redisconn.naming import client_url
 from turnledger.shutdown import EXIT_STOPPED_AT_ONCE, StoppedAtOnce, run_until_signalled, stop_on_signals
 
 T = TypeVar("T")
-console = Console()
-err = Console(stderr=True)
+console = Console(markup=False)
+err = Console(stderr=True, markup=False)
+"""No markup: what they print holds users' and models' text (`[/x]` in an answer is text, not a tag)."""
 
 RedisUrl = Annotated[str | None, typer.Option("--redis-url", envvar="REDIS_URL", help="Redis URL.")]
 Bootstrap = Annotated[
@@ -70,7 +71,7 @@ def require(value: str | None, name: str, flag: str) -> str:
     if value:
         return value
     err.print(
-        f"[red]{name} is not set.[/red] Set {name} or pass {flag}; for a local stack run "
+        f"{name} is not set. Set {name} or pass {flag}; for a local stack run "
         "`turnledger dev up` and export the variables it prints."
     )
     raise typer.Exit(2)
@@ -243,7 +244,7 @@ def history_command(
             pt.add_row(p.operation_id, str(p.attempt_generation), str(p.block_index), p.text)
         console.print(pt)
     if quarantined:
-        console.print(f"[yellow]{len(quarantined)} quarantined late block(s)[/yellow]")
+        console.print(f"{len(quarantined)} quarantined late block(s)", style="yellow")
 
 
 def _preview_json(p: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from turnledger.processors.limits_config import (
     MaxBlockBytes,
@@ -38,8 +39,9 @@ replay_app = typer.Typer(
     help="Re-fold the ingress log, reproduce manifests, rebuild projections.", no_args_is_help=True
 )
 shadow_app = typer.Typer(help="Compare legacy provider requests with our manifests.", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+console = Console(markup=False)
+err = Console(stderr=True, markup=False)
+"""No markup: what they print holds ids, paths and details from the topics, which are text."""
 
 
 def _shadow() -> None:
@@ -122,7 +124,7 @@ def audit_command(
             table.add_row(d.kind, d.stream, d.key, str(d.index), str(d.actual or "-"), str(d.source or "-"))
         console.print(table)
         raise typer.Exit(1)
-    console.print("[green]the output topics are exactly the fold of the ingress log[/green]")
+    console.print("the output topics are exactly the fold of the ingress log", style="green")
 
 
 def manifest_command(
@@ -175,13 +177,13 @@ def manifest_command(
             table.add_column(col, overflow="fold")
         for c in check.checks:
             recorded = c.recorded if len(c.recorded) < 80 else c.recorded[:77] + "..."
-            table.add_row(c.name, "[green]yes[/green]" if c.ok else "[red]NO[/red]", recorded)
+            table.add_row(c.name, Text("yes", style="green") if c.ok else Text("NO", style="red"), recorded)
         console.print(table)
         if check.error:
-            console.print(f"[red]{check.error}[/red]")
+            console.print(check.error, style="red")
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
-    console.print(f"[green]{len(checks)} manifest(s) reproduced byte for byte[/green]")
+    console.print(f"{len(checks)} manifest(s) reproduced byte for byte", style="green")
 
 
 def rebuild_command(
@@ -249,10 +251,10 @@ def rebuild_command(
     if report.verified:
         if report.differences:
             for line in report.differences[:50]:
-                console.print(f"[red]{line}[/red]")
+                console.print(line, style="red")
             raise typer.Exit(1)
         console.print(
-            f"[green]equal to a projection of a fresh fold ({report.folded_records} records)[/green]"
+            f"equal to a projection of a fresh fold ({report.folded_records} records)", style="green"
         )
 
 
@@ -321,11 +323,19 @@ def print_shadow(results: list[ShadowResult], details: bool = True) -> None:
         for r in results:
             if r.ambiguous:
                 console.print(
-                    f"  {r.operation_id}  [bold]ambiguous[/bold]: conversations {', '.join(r.ambiguous)} "
-                    'all have this operation id; add "conversationId" to line ' + str(r.line)
+                    Text.assemble(
+                        f"  {r.operation_id}  ",
+                        ("ambiguous", "bold"),
+                        f": conversations {', '.join(r.ambiguous)} all have this operation id; "
+                        f'add "conversationId" to line {r.line}',
+                    )
                 )
             for d in r.differences:
-                console.print(f"  {r.operation_id}  [bold]{d.kind}[/bold] {d.path} ({d.side}): {d.detail}")
+                console.print(
+                    Text.assemble(
+                        f"  {r.operation_id}  ", (d.kind, "bold"), f" {d.path} ({d.side}): {d.detail}"
+                    )
+                )
 
 
 def metrics_command(

@@ -22,7 +22,7 @@ from turnledger.redisconn.client import connect
 from turnledger.serve.app import DispatchDefaults, ServeConfig, create_app, is_loopback
 from turnledger.topology import Topics
 
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False)
 TOKEN_ENV = "TURNLEDGER_SERVE_TOKEN"
 
 
@@ -59,7 +59,7 @@ def serve_command(
     url = require(redis_url, "REDIS_URL", "--redis-url")
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     if not is_loopback(host) and not token:
-        err.print(f"[red]{TokenRequiredError(host)}[/red]")
+        err.print(str(TokenRequiredError(host)), style="red")
         raise typer.Exit(2)
     config = ServeConfig(
         key_prefix=key_prefix,

@@ -19,6 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 from typer.testing import CliRunner, Result
 
 from turnledger.cli import _register, app
@@ -56,12 +57,21 @@ class Recorder:
 
     @property
     def texts(self) -> list[Any]:
-        """What was printed: strings as they are, tables as (title, rows)."""
-        return [rows_of(one) if isinstance(one, Table) else one for one, _ in self.printed]
+        """What was printed as Rich markup would spell it (the consoles take no markup: a style is a
+        keyword or a `Text`'s), tables as (title, rows)."""
+        return [
+            rows_of(one) if isinstance(one, Table) else spelled(one, kw.get("style"))
+            for one, kw in self.printed
+        ]
+
+
+def spelled(one: Any, style: str | None = None) -> Any:
+    text = one.markup if isinstance(one, Text) else one
+    return f"[{style}]{text}[/{style}]" if style and isinstance(text, str) else text
 
 
 def rows_of(table: Table) -> tuple[Any, list[tuple[str, ...]]]:
-    columns = [list(column._cells) for column in table.columns]
+    columns = [[spelled(cell) for cell in column._cells] for column in table.columns]
     return table.title, [tuple(row) for row in zip(*columns, strict=True)]
 
 
@@ -111,7 +121,7 @@ def shared_err(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
 def not_set(name: str, flag: str) -> str:
     return (
-        f"[red]{name} is not set.[/red] Set {name} or pass {flag}; for a local stack run "
+        f"{name} is not set. Set {name} or pass {flag}; for a local stack run "
         "`turnledger dev up` and export the variables it prints."
     )
 
