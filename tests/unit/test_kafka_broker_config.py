@@ -199,4 +199,3 @@ async def test_a_describe_the_broker_refuses_is_unreadable_not_unset(
     )
     assert isinstance(caught.value, TurnledgerError)
     assert cluster.admins[0].closed == 1
-
