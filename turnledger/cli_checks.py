@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 
 import typer
 from aiokafka.conn import get_ip_port_afi
@@ -54,3 +55,13 @@ def bootstrap(value: str | None) -> str | None:
                 f"each port from 1 to {MAX_PORT}"
             )
     return value
+
+
+def made_directory(path: Path, option: str) -> Path:
+    """`path` made a directory (with its parents) for `option`, or a usage error saying why not (it is a
+    file, it cannot be written)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot make {path} a directory: {exc}", param_hint=option) from exc
+    return path

@@ -3,6 +3,8 @@ them: a bad value is a usage error naming the option, exit 2, before anything st
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -115,3 +117,26 @@ def test_the_kafka_commands_refuse_a_bad_bootstrap_from_the_flag_or_the_variable
     assert (flag.exit_code, variable.exit_code) == (2, 2), flag.output + variable.output
     assert "'127.0.0.1:abc' in '127.0.0.1:abc': expected host:port" in flag.output
     assert "'127.0.0.1:99999' in '127.0.0.1:99999': expected host:port" in variable.output
+
+
+def test_the_worker_refuses_a_journal_dir_that_is_a_file(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    args = ["worker", "--bootstrap", "127.0.0.1:1", "--journal-dir", str(afile)]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for --journal-dir: cannot make {afile} a directory" in result.output
+
+
+def test_the_worker_refuses_a_crash_count_that_is_not_a_number(tmp_path: Path) -> None:
+    env = {"TURNLEDGER_TEST_CRASH_AT": "journal-handle", "TURNLEDGER_TEST_CRASH_AFTER": "x"}
+    args = ["worker", "--bootstrap", "127.0.0.1:1", "--journal-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert "turnledger worker: TURNLEDGER_TEST_CRASH_AFTER='x' is not an integer" in result.output
+
+
+def test_made_directory_makes_it_with_its_parents(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b"
+    assert cli_checks.made_directory(target, "--x") == target and target.is_dir()
+    assert cli_checks.made_directory(target, "--x") == target

@@ -20,7 +20,7 @@ import typer
 
 from turnledger import cli_checks
 from turnledger.errors import KafkaUnavailableError
-from turnledger.gateway.crash_points import crash_hook_from_env
+from turnledger.gateway.crash_points import CrashPointError, crash_hook_from_env
 from turnledger.gateway.credentials import CredentialError
 from turnledger.gateway.legacy import (
     RECORDER_ID,
@@ -186,6 +186,13 @@ def worker(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_redaction()
     servers = _need_bootstrap("worker", bootstrap)
+    if journal_dir is not None:
+        cli_checks.made_directory(journal_dir, "--journal-dir")
+    try:
+        crash_hook = crash_hook_from_env()
+    except CrashPointError as exc:
+        typer.echo(f"turnledger worker: {exc}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
     try:
         keeps = True if provider_keeps_keys else None
         endpoints = load_routes(providers, provider_url, os.environ, keeps_idempotency_keys=keeps)
@@ -201,7 +208,7 @@ def worker(
         rollout_stage=rollout_stage,
         lease_s=lease_seconds,
         flush_s=flush_ms / 1000,
-        crash_hook=crash_hook_from_env(),
+        crash_hook=crash_hook,
     )
     _run_until_signal(
         "worker",

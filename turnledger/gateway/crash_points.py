@@ -11,11 +11,17 @@ from __future__ import annotations
 import os
 import sys
 
+from turnledger.errors import GatewayError
 from turnledger.gateway.worker_config import CrashHook
+from turnledger.processors.env_int import parse_env_int
 
 CRASH_AT_ENV = "TURNLEDGER_TEST_CRASH_AT"
 CRASH_AFTER_ENV = "TURNLEDGER_TEST_CRASH_AFTER"
 CRASH_EXIT = 86
+
+
+class CrashPointError(GatewayError, ValueError):
+    """TURNLEDGER_TEST_CRASH_AFTER that is not a non-negative integer."""
 
 
 def crash_hook_from_env(env: dict[str, str] | None = None) -> CrashHook | None:
@@ -23,7 +29,7 @@ def crash_hook_from_env(env: dict[str, str] | None = None) -> CrashHook | None:
     point = env.get(CRASH_AT_ENV)
     if not point:
         return None
-    remaining = [int(env.get(CRASH_AFTER_ENV, "0"))]
+    remaining = [parse_env_int(CRASH_AFTER_ENV, env.get(CRASH_AFTER_ENV, "0"), 0, CrashPointError)]
 
     def hook(reached: str) -> None:
         if reached != point:

@@ -231,12 +231,7 @@ def process(
     except FoldSpecError as exc:
         raise typer.BadParameter(str(exc), param_hint="--fold") from exc
     if state_dir is not None:
-        try:
-            state_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise typer.BadParameter(
-                f"cannot make {state_dir} a directory: {exc}", param_hint="--state-dir"
-            ) from exc
+        cli_checks.made_directory(state_dir, "--state-dir")
     try:
         config = ProcessorConfig(
             bootstrap=bootstrap,
