@@ -65,3 +65,11 @@ def made_directory(path: Path, option: str) -> Path:
     except OSError as exc:
         raise typer.BadParameter(f"cannot make {path} a directory: {exc}", param_hint=option) from exc
     return path
+
+
+def key_prefix(value: str) -> str:
+    """`--key-prefix`: not empty, or the projection's keys would sit at the top of the database among
+    any other application's, and a rebuild would have no prefix to drop by."""
+    if not value:
+        raise typer.BadParameter("must not be empty (the default is 'tl:')")
+    return value

@@ -140,3 +140,22 @@ def test_made_directory_makes_it_with_its_parents(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b"
     assert cli_checks.made_directory(target, "--x") == target and target.is_dir()
     assert cli_checks.made_directory(target, "--x") == target
+
+
+def test_an_empty_key_prefix_is_refused() -> None:
+    assert cli_checks.key_prefix("tl:") == "tl:"
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.key_prefix("")
+    assert str(caught.value) == "must not be empty (the default is 'tl:')"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["history", "c1"], ["status", "op1"], ["project"], ["serve"], ["replay", "rebuild"]],
+    ids=" ".join,
+)
+def test_the_redis_commands_refuse_an_empty_key_prefix_before_connecting(command: list[str]) -> None:
+    args = [*command, "--key-prefix", "", "--redis-url", "redis://127.0.0.1:1/0"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--key-prefix': must not be empty (the default is 'tl:')" in result.output

@@ -51,6 +51,7 @@ KeyPrefix = Annotated[
     typer.Option(
         "--key-prefix",
         help="Prefix of every projection key in Redis (on a Redis Cluster in braces: {tl:}...).",
+        callback=cli_checks.key_prefix,
     ),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

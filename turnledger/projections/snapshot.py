@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnledger.errors import ProjectionError
 from turnledger.projections.keys import ProjectionKeys, is_key_under
 from turnledger.projections.replies import (
     bytes_hash,
@@ -32,7 +33,7 @@ comparisons."""
 async def drop_prefix(redis: RedisClient, prefix: str, chunk: int = 500) -> int:
     """Delete the keys of the projection whose keys start with `prefix`; the count deleted."""
     if not prefix:
-        raise ValueError("refusing to drop an empty key prefix (that would be the whole database)")
+        raise ProjectionError("refusing to drop an empty key prefix (that would be the whole database)")
     dropped = 0
     batch: list[bytes] = []
     async for key in redis.scan_iter(match=_glob_escape(prefix) + "*", count=chunk):

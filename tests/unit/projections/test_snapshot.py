@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from turnledger.errors import ProjectionError
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.snapshot import (
     POSITION_KEYS,
@@ -151,7 +152,7 @@ STRANGERS = ["tl:", "tl:other-app:x", "tl:historyX", "tl:offsetsX", "tl:history"
 
 async def test_an_empty_prefix_is_refused_before_anything_is_asked() -> None:
     redis = Keyspace().put("k")
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ProjectionError) as refused:
         await bounded(drop_prefix(redis, ""))  # type: ignore[arg-type]
     assert str(refused.value) == "refusing to drop an empty key prefix (that would be the whole database)"
     assert (redis.scans, redis.deletes, list(redis.data)) == ([], [], ["k"])
