@@ -39,14 +39,28 @@ def _register() -> None:
 
 
 def main() -> None:
-    """Every command; a Kafka or Redis setting that cannot work, or a broker or Redis refusing our
-    login or TLS, is said in one line (exit 2) by whichever command met it."""
-    from turnledger.errors import KafkaAccessError, KafkaSettingsError, RedisAccessError, RedisSettingsError
+    """Every command; a Kafka or Redis setting that cannot work, a broker or Redis refusing our login or
+    TLS, or a metrics port that cannot be listened on, is said in one line (exit 2) by whichever command
+    met it."""
+    from turnledger.errors import (
+        KafkaAccessError,
+        KafkaSettingsError,
+        MetricsServeError,
+        RedisAccessError,
+        RedisSettingsError,
+    )
 
+    said_in_one_line = (
+        KafkaAccessError,
+        KafkaSettingsError,
+        MetricsServeError,
+        RedisAccessError,
+        RedisSettingsError,
+    )
     _register()
     try:
         app()
-    except (KafkaAccessError, KafkaSettingsError, RedisAccessError, RedisSettingsError) as exc:
+    except said_in_one_line as exc:
         typer.echo(f"turnledger: {exc}", err=True)
         raise SystemExit(2) from None
 

@@ -166,6 +166,10 @@ class KafkaAccessError(TurnledgerError):
         )
 
 
+class MetricsServeError(TurnledgerError):
+    """The metrics endpoint cannot listen where it was told (the port is taken, the host is not ours)."""
+
+
 class KafkaSettingsError(TurnledgerError, ValueError):
     """The KAFKA_* security variables are incomplete or contradict each other; names the variable."""
 

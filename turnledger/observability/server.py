@@ -17,6 +17,8 @@ from typing import Annotated
 import typer
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from turnledger.errors import MetricsServeError
+
 log = logging.getLogger(__name__)
 
 METRICS_PORT_ENV = "TURNLEDGER_METRICS_PORT"
@@ -59,7 +61,13 @@ class MetricsServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        except OSError as exc:
+            raise MetricsServeError(
+                f"cannot serve metrics on {self.host}:{self.port} ({exc.strerror or exc}): pick another "
+                f"--metrics-port (${METRICS_PORT_ENV}, 0: off) or host (${METRICS_HOST_ENV})"
+            ) from exc
         self.port = int(self._server.sockets[0].getsockname()[1])
         log.info("metrics on http://%s:%d/metrics (health: /healthz, /readyz)", self.host, self.port)
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, generate_latest
 
+from turnledger.errors import MetricsServeError
 from turnledger.observability.server import MetricsPort, MetricsServer, Readiness, always_ready, serving
 
 
@@ -346,3 +347,33 @@ async def test_serving_a_port_is_always_ready_unless_told() -> None:
 async def test_serving_no_port_serves_nothing() -> None:
     async with serving(None) as server:
         assert server is None
+
+
+async def test_a_port_already_taken_is_a_metrics_serve_error_saying_what_to_change() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = MetricsServer(port, host="127.0.0.1", registry=CollectorRegistry())
+        with pytest.raises(MetricsServeError) as caught:
+            await asyncio.wait_for(server.start(), 10)
+    said = str(caught.value)
+    assert said.startswith(f"cannot serve metrics on 127.0.0.1:{port} (")
+    assert "address already in use" in said
+    assert said.endswith(
+        "): pick another --metrics-port ($TURNLEDGER_METRICS_PORT, 0: off) or host ($TURNLEDGER_METRICS_HOST)"
+    )
+    assert isinstance(caught.value.__cause__, OSError)
+
+
+def test_the_commands_say_it_in_one_line_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnledger import cli
+
+    def taken() -> None:
+        raise MetricsServeError("cannot serve metrics on 127.0.0.1:1 (in use): pick another")
+
+    monkeypatch.setattr(cli, "app", taken)
+    monkeypatch.setattr(cli, "_register", lambda: None)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2
