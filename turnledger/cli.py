@@ -40,8 +40,9 @@ def _register() -> None:
 
 def main() -> None:
     """Every command; a Kafka or Redis setting that cannot work, a broker or Redis refusing our login or
-    TLS, or a metrics port that cannot be listened on, is said in one line (exit 2) by whichever command
-    met it."""
+    TLS, a metrics port that cannot be listened on, a size limit or a model registry override that cannot
+    be read, is said in one line (exit 2) by whichever command met it."""
+    from turnledger.adapters.admission import ModelRegistryError
     from turnledger.errors import (
         KafkaAccessError,
         KafkaSettingsError,
@@ -49,11 +50,14 @@ def main() -> None:
         RedisAccessError,
         RedisSettingsError,
     )
+    from turnledger.processors.limits_config import LimitsConfigError
 
     said_in_one_line = (
         KafkaAccessError,
         KafkaSettingsError,
+        LimitsConfigError,
         MetricsServeError,
+        ModelRegistryError,
         RedisAccessError,
         RedisSettingsError,
     )

@@ -41,6 +41,7 @@ from turnledger.processors.limits_config import (
     export_limits,
     limits_of,
 )
+from turnledger.processors.model_registry import load_model_registry
 from turnledger.processors.multiproc import ProcessGroup
 from turnledger.processors.ownership import owned_partitions
 from turnledger.processors.state_cache_config import STATE_CACHE_ENV
@@ -225,6 +226,7 @@ def process(
     if state_cache_size is not None:
         os.environ[STATE_CACHE_ENV] = str(state_cache_size)  # read by the default fold, as the limits
     log.info("size limits: %s", describe(limits))
+    load_model_registry()  # an override that cannot be read stops the command now, not each partition
     topics = Topics(prefix=topic_prefix)
     try:
         factory = load_fold_factory(fold)
