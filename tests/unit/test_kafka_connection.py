@@ -496,3 +496,36 @@ async def test_a_refusal_after_an_unreachable_address_is_said_whole(
         "Kafka at '127.0.0.1:9092,127.0.0.1:9093' refused the connection (SASL_SSL, SCRAM-SHA-512 as "
         f"'gateway', the system's CAs): {type(refusal).__name__}: {refusal}. {fix}"
     )
+
+
+def test_a_ca_file_that_holds_no_pem_certificate_is_a_settings_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate\n")
+    settings = KafkaSecurity.from_env({"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CA_FILE": str(bad)})
+    with pytest.raises(KafkaSettingsError) as refused:
+        settings.client_options()
+    assert str(refused.value) == (
+        f"KAFKA_SSL_CA_FILE: cannot load {bad} as PEM certificates (NO_CERTIFICATE_OR_CRL_FOUND)"
+    )
+    assert isinstance(refused.value.__cause__, ssl.SSLError)
+
+
+def test_a_client_certificate_and_key_that_do_not_load_are_a_settings_error_naming_both(
+    tmp_path: Path,
+) -> None:
+    ca, bad_key = _ca(tmp_path), tmp_path / "client.key"
+    bad_key.write_text("not a key\n")
+    env = {
+        "KAFKA_SECURITY_PROTOCOL": "SSL",
+        "KAFKA_SSL_CA_FILE": str(ca),
+        "KAFKA_SSL_CERT_FILE": CERT,
+        "KAFKA_SSL_KEY_FILE": str(bad_key),
+    }
+    with pytest.raises(KafkaSettingsError) as refused:
+        KafkaSecurity.from_env(env).client_options()
+    assert str(refused.value).startswith(
+        f"KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE: cannot load {CERT} and {bad_key} as a PEM certificate "
+        "and its key ("
+    )
+    good = {**env, "KAFKA_SSL_KEY_FILE": KEY}
+    assert KafkaSecurity.from_env(good).client_options()["ssl_context"].check_hostname is True

@@ -243,11 +243,21 @@ class KafkaSecurity:
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.tls:
             return None
-        context: ssl.SSLContext = create_ssl_context(
-            cafile=str(self.ca_file) if self.ca_file else None,
-            certfile=str(self.cert_file) if self.cert_file else None,
-            keyfile=str(self.key_file) if self.key_file else None,
-        )
+        try:
+            context: ssl.SSLContext = create_ssl_context(cafile=str(self.ca_file) if self.ca_file else None)
+        except ssl.SSLError as exc:
+            raise KafkaSettingsError(
+                f"{ENV_CA_FILE}: cannot load {self.ca_file} as PEM certificates ({exc.reason or exc})"
+            ) from exc
+        if self.cert_file:
+            try:
+                context.load_cert_chain(str(self.cert_file), str(self.key_file) if self.key_file else None)
+            except ssl.SSLError as exc:
+                raise KafkaSettingsError(
+                    f"{ENV_CERT_FILE} and {ENV_KEY_FILE}: cannot load {self.cert_file} and "
+                    f"{self.key_file or 'the key in it'} as a PEM certificate and its key "
+                    f"({exc.reason or exc})"
+                ) from exc
         context.check_hostname = self.check_hostname
         return context
 
