@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import typer
@@ -344,8 +345,35 @@ def test_parse_partitions() -> None:
     assert parse_partitions("all") is None
     assert parse_partitions("2,0, 1") == [0, 1, 2]
     assert parse_partitions("0-2,5") == [0, 1, 2, 5]
+    assert parse_partitions("99999") == [99_999]
+    assert parse_partitions("99998-99999") == [99_998, 99_999]
     with pytest.raises(typer.BadParameter):
         parse_partitions("x")
+
+
+@pytest.mark.parametrize("value", ["x", "3-1,5", "0-100000000", "-1", "-1-2", "1-x"])
+def test_a_partition_range_that_is_not_low_to_high_within_bounds_is_refused(value: str) -> None:
+    with pytest.raises(typer.BadParameter) as refused:
+        parse_partitions(value)
+    assert str(refused.value) == (
+        f"expected 'all' or e.g. '0,1,2' / '0-3' (ranges low to high, at most 99999), got {value!r}"
+    )
+
+
+@pytest.mark.parametrize("value", ["100000", "5,100000", ","])
+def test_partition_numbers_out_of_bounds_or_none_are_refused(value: str) -> None:
+    with pytest.raises(typer.BadParameter) as refused:
+        parse_partitions(value)
+    assert str(refused.value) == f"expected 'all' or partition numbers from 0 to 99999, got {value!r}"
+
+
+def test_partitions_are_checked_before_the_state_dir_is_made(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    state = tmp_path / "new-state"
+    args = ["--bootstrap", "127.0.0.1:1", "--partitions", "a", "--state-dir", str(state)]
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 2 and not state.exists()
 
 
 def _cli() -> typer.Typer:

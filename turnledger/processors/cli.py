@@ -52,6 +52,11 @@ from turnledger.topology import Topics
 log = logging.getLogger(__name__)
 
 
+MAX_PARTITION = 99_999
+"""The highest partition number `--partitions` takes: far above any topic's count, and a range is
+expanded into a list before the topic is asked."""
+
+
 def parse_partitions(value: str) -> list[int] | None:
     """`all` → None (every partition of the ingress topic); `0,1,2` or `0-3,7` → that list."""
     if value.strip().lower() == "all":
@@ -62,13 +67,20 @@ def parse_partitions(value: str) -> list[int] | None:
             part = part.strip()
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-", 1))
+                if not 0 <= lo <= hi <= MAX_PARTITION:
+                    raise ValueError(part)
                 result.update(range(lo, hi + 1))
             elif part:
                 result.add(int(part))
     except ValueError as exc:
-        raise typer.BadParameter(f"expected 'all' or e.g. '0,1,2' / '0-3', got {value!r}") from exc
-    if not result or min(result) < 0:
-        raise typer.BadParameter(f"expected 'all' or non-negative partition numbers, got {value!r}")
+        raise typer.BadParameter(
+            f"expected 'all' or e.g. '0,1,2' / '0-3' (ranges low to high, at most {MAX_PARTITION}), "
+            f"got {value!r}"
+        ) from exc
+    if not result or min(result) < 0 or max(result) > MAX_PARTITION:
+        raise typer.BadParameter(
+            f"expected 'all' or partition numbers from 0 to {MAX_PARTITION}, got {value!r}"
+        )
     return sorted(result)
 
 
@@ -214,6 +226,7 @@ def process(
             err=True,
         )
         raise typer.Exit(EXIT_USAGE)
+    owned = parse_partitions(partitions) if partitions is not None else None
     limits = limits_of(
         max_block_bytes,
         max_deltas_per_block,
@@ -252,7 +265,6 @@ def process(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     static = partitions is not None
-    owned = parse_partitions(partitions) if partitions is not None else None
 
     async def main() -> dict[int, ProcessorExit]:
         if create_topics:

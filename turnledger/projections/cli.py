@@ -95,7 +95,7 @@ def project_command(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = "",
     key_prefix: KeyPrefix = DEFAULT_KEY_PREFIX,
-    batch_size: Annotated[int, typer.Option(help="Records per fetch (one script call each).")] = 1000,
+    batch_size: Annotated[int, typer.Option(min=1, help="Records per fetch (one script call each).")] = 1000,
     until_caught_up: Annotated[
         bool, typer.Option(help="Stop at the current end of the topics (reads every partition, alone).")
     ] = False,

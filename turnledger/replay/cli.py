@@ -63,7 +63,7 @@ def _progress() -> Progress:
 def audit_command(
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = "",
-    limit: Annotated[int, typer.Option(help="Divergences to list (all are counted).")] = 50,
+    limit: Annotated[int, typer.Option(min=0, help="Divergences to list (all are counted).")] = 50,
     max_block_bytes: MaxBlockBytes = None,
     max_deltas_per_block: MaxDeltasPerBlock = None,
     max_blocks_per_turn: MaxBlocksPerTurn = None,
