@@ -44,6 +44,7 @@ def main() -> None:
     be read, is said in one line (exit 2) by whichever command met it."""
     from turnledger.adapters.admission import ModelRegistryError
     from turnledger.errors import (
+        DevstackSettingsError,
         KafkaAccessError,
         KafkaSettingsError,
         MetricsServeError,
@@ -53,6 +54,7 @@ def main() -> None:
     from turnledger.processors.limits_config import LimitsConfigError
 
     said_in_one_line = (
+        DevstackSettingsError,
         KafkaAccessError,
         KafkaSettingsError,
         LimitsConfigError,

@@ -246,6 +246,10 @@ class DevstackError(TurnledgerError):
     """Anything that prevents the local Kafka + Redis stack from coming up or going down."""
 
 
+class DevstackSettingsError(DevstackError, ValueError):
+    """A TURNLEDGER_* setting of the devstack that cannot work; names the variable."""
+
+
 class ServeError(TurnledgerError):
     """A failure of `turnledger serve`, the client API and web page."""
 

@@ -131,7 +131,11 @@ def configure_logging(log_file: Path | None) -> None:
     root = logging.getLogger()
     for handler in root.handlers:
         handler.setLevel(logging.WARNING)
-    to_file = logging.FileHandler(log_file, encoding="utf-8")
+    try:
+        to_file = logging.FileHandler(log_file, encoding="utf-8")
+    except OSError as exc:
+        said = f"cannot write {log_file}: {exc.strerror or exc}"
+        raise typer.BadParameter(said, param_hint="--log-file") from exc
     to_file.setFormatter(logging.Formatter(FORMAT))
     root.addHandler(to_file)
     root.setLevel(logging.INFO)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from turnledger.errors import DevstackSettingsError
 
 KAFKA_VERSIONS: tuple[str, ...] = ("4.4.0", "4.3.1")
 """Preferred first; later entries are fallbacks used when an earlier one cannot be resolved."""
@@ -28,6 +31,26 @@ def _repo_root() -> Path:
     return here if (here / "pyproject.toml").exists() else Path.cwd()
 
 
+BACKENDS = ("auto", "local", "docker")
+
+
+def _backend(raw: str) -> str:
+    backend = raw.strip().lower() or "auto"
+    if backend not in BACKENDS:
+        raise DevstackSettingsError(f"{ENV_BACKEND}={raw!r}: use one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def _seconds(var: str, raw: str) -> float:
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise DevstackSettingsError(f"{var}={raw!r}: a number of seconds above 0")
+    return seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     cache_root: Path
@@ -48,8 +71,8 @@ class Settings:
             cache_root=cache_root.expanduser().resolve(),
             state_dir=state_dir.expanduser().resolve(),
             kafka_versions=versions,
-            backend=env.get(ENV_BACKEND, "auto").strip().lower() or "auto",
-            ready_timeout_s=float(env.get(ENV_READY_TIMEOUT, "120")),
+            backend=_backend(env.get(ENV_BACKEND, "")),
+            ready_timeout_s=_seconds(ENV_READY_TIMEOUT, env.get(ENV_READY_TIMEOUT, "120")),
             kafka_heap=env.get(ENV_KAFKA_HEAP, "512m"),
         )
 

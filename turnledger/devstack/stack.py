@@ -32,8 +32,8 @@ from turnledger.devstack.kafka import (
 )
 from turnledger.devstack.prometheus import prometheus_binary, prometheus_wanted, start_prometheus
 from turnledger.devstack.redis_server import redis_tls_client_env, start_redis
-from turnledger.devstack.settings import Settings
-from turnledger.errors import redact_url
+from turnledger.devstack.settings import ENV_STATE_DIR, Settings
+from turnledger.errors import DevstackSettingsError, redact_url
 
 STATE_FILE = "stack.json"
 SECURE_EXPORT_PREFIX = "# SASL_SSL: "
@@ -185,10 +185,16 @@ class LocalStack:
         return self.root / "prometheus.pid"
 
     def state(self) -> StackState | None:
+        path = self.root / STATE_FILE
         try:
-            return StackState(**json.loads((self.root / STATE_FILE).read_text()))
+            return StackState(**json.loads(path.read_text()))
         except (FileNotFoundError, ValueError, TypeError):
             return None
+        except OSError as exc:  # the state dir is a file, the state file a directory, not ours to read
+            raise DevstackSettingsError(
+                f"{ENV_STATE_DIR}: cannot read {path} ({exc.strerror or exc}); point it at a directory "
+                "of the devstack's own"
+            ) from exc
 
     def running(self) -> StackState | None:
         """The recorded stack if all its processes are alive; None when nothing usable is recorded."""

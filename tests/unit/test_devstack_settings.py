@@ -1,0 +1,87 @@
+"""The devstack's TURNLEDGER_* settings (`devstack/settings.py`) and its state dir: a value that cannot
+work is a `DevstackSettingsError` naming the variable, one line, exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from turnledger.devstack.settings import Settings
+from turnledger.devstack.stack import LocalStack
+from turnledger.errors import DevstackSettingsError
+
+
+def test_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("TURNLEDGER_DEVSTACK_BACKEND", "TURNLEDGER_KAFKA_READY_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+    settings = Settings.from_env()
+    assert (settings.backend, settings.ready_timeout_s) == ("auto", 120.0)
+
+
+@pytest.mark.parametrize(("raw", "backend"), [("", "auto"), (" Local ", "local"), ("DOCKER", "docker")])
+def test_a_backend_is_read_in_any_case(monkeypatch: pytest.MonkeyPatch, raw: str, backend: str) -> None:
+    monkeypatch.setenv("TURNLEDGER_DEVSTACK_BACKEND", raw)
+    assert Settings.from_env().backend == backend
+
+
+def test_an_unknown_backend_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNLEDGER_DEVSTACK_BACKEND", "bogus")
+    with pytest.raises(DevstackSettingsError) as refused:
+        Settings.from_env()
+    assert str(refused.value) == "TURNLEDGER_DEVSTACK_BACKEND='bogus': use one of auto, local, docker"
+
+
+def test_a_ready_timeout_is_read_in_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNLEDGER_KAFKA_READY_TIMEOUT", "2.5")
+    assert Settings.from_env().ready_timeout_s == 2.5
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf", ""])
+def test_a_ready_timeout_that_is_no_positive_number_is_refused(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("TURNLEDGER_KAFKA_READY_TIMEOUT", raw)
+    with pytest.raises(DevstackSettingsError) as refused:
+        Settings.from_env()
+    assert str(refused.value) == f"TURNLEDGER_KAFKA_READY_TIMEOUT={raw!r}: a number of seconds above 0"
+
+
+def test_a_state_dir_that_is_a_file_is_refused_in_words(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(DevstackSettingsError) as refused:
+        LocalStack(afile).state()
+    assert str(refused.value) == (
+        f"TURNLEDGER_DEVSTACK_DIR: cannot read {afile / 'stack.json'} (Not a directory); point it at a "
+        "directory of the devstack's own"
+    )
+
+
+def test_a_missing_or_unreadable_record_is_no_stack(tmp_path: Path) -> None:
+    assert LocalStack(tmp_path / "absent").state() is None
+    (tmp_path / "stack.json").write_text("{not json")
+    assert LocalStack(tmp_path).state() is None
+
+
+def test_dev_status_says_it_in_one_line_exit_2(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TURNLEDGER_KAFKA_READY_TIMEOUT": "abc"}
+    done = subprocess.run(
+        [sys.executable, "-m", "turnledger.cli", "dev", "status"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "turnledger: TURNLEDGER_KAFKA_READY_TIMEOUT='abc': a number of seconds above 0\n"
+
+
+def test_demo_refuses_a_log_file_it_cannot_write_before_starting_anything(tmp_path: Path) -> None:
+    target = tmp_path / "missing" / "demo.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "turnledger.cli", "demo", "--log-file", str(target), "--no-serve"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "300"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"Invalid value for --log-file: cannot write {target}: No such file or directory" in done.stderr
