@@ -50,6 +50,14 @@ Bootstrap = Annotated[
     ),
 ]
 Prefix = Annotated[str, typer.Option(help="Prefix of every topic name.")]
+MaxOutage = Annotated[
+    float | None,
+    typer.Option(
+        min=0,
+        help="Seconds one Kafka outage may last before the command gives up and exits 2. Unset: ride out "
+        "any outage, retrying with backoff and logging what it waits for.",
+    ),
+]
 Stage = Annotated[
     RolloutStage,
     typer.Option(
@@ -170,6 +178,7 @@ def worker(
     ] = 10_000,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
+    max_outage: MaxOutage = None,
     metrics_port: MetricsPort = 0,
     log_level: Annotated[
         str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)
@@ -222,6 +231,7 @@ def worker(
             group_id=None if static else group_id,
             session_timeout_ms=session_timeout_ms,
             metrics_port=metrics_port,
+            outage=Backoff(max_outage_s=max_outage),
         ),
     )
 
@@ -230,14 +240,7 @@ def tool_executor(
     bootstrap: Bootstrap = None,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
-    max_outage: Annotated[
-        float | None,
-        typer.Option(
-            min=0,
-            help="Seconds one Kafka outage may last before the executor gives up and exits 2. Unset: ride "
-            "out any outage, retrying with backoff and logging what it waits for.",
-        ),
-    ] = None,
+    max_outage: MaxOutage = None,
     metrics_port: MetricsPort = 0,
     log_level: Annotated[
         str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)

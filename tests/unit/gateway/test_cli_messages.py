@@ -64,3 +64,21 @@ def test_help(command: list[str]) -> None:
         assert "--rollout-stage" in result.output and "TURNLEDGER_ROLLOUT_STAGE" in result.output
     if command[0] == "worker":
         assert "--lease-seconds" in result.output and "TURNLEDGER_LEASE_SECONDS" in result.output
+
+
+def test_the_worker_gives_up_on_an_outage_longer_than_max_outage(tmp_path: Path) -> None:
+    port = _closed_port()
+    args = [
+        "worker",
+        "--bootstrap",
+        f"127.0.0.1:{port}",
+        "--journal-dir",
+        str(tmp_path),
+        "--max-outage",
+        "0.2",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert f"Kafka is not reachable at '127.0.0.1:{port}' while trying to start the ingress producer" in (
+        result.output
+    )
