@@ -27,6 +27,9 @@ from turnledger.devstack.stack import STATE_FILE, LocalStack, StackState
 from turnledger.devstack.tls import openssl
 from turnledger.redisconn.settings import client_options
 
+FIXTURE_CA = Path(__file__).resolve().parents[1] / "fixtures" / "client_tls" / "ca.pem"
+"""A CA file that loads (the client TLS fixtures' own)."""
+
 OLD_STATE = {
     "bootstrap": "127.0.0.1:1111",
     "redis_url": "redis://127.0.0.1:2222/0",
@@ -182,7 +185,7 @@ def test_the_tls_material_lives_beside_the_broker_s_not_in_it(tmp_path: Path) ->
 def test_the_export_line_points_a_client_at_the_tls_port_by_the_password_s_file(tmp_path: Path) -> None:
     password_file, ca_file = tmp_path / "turnledger.password", tmp_path / "ca.pem"
     password_file.write_text("the-real-password\n")
-    ca_file.write_text("-----BEGIN CERTIFICATE-----\n")
+    ca_file.write_bytes(FIXTURE_CA.read_bytes())
     state = _state(**{**REDIS_TLS, "redis_password_file": str(password_file), "redis_ca_file": str(ca_file)})
     assert state.redis_tls_export_line == (
         "# REDIS TLS: export REDIS_URL=rediss://turnledger@127.0.0.1:5555/0 "

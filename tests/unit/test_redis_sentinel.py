@@ -23,6 +23,9 @@ from turnledger.redisconn.naming import client_url, describe
 from turnledger.redisconn.sentinel import SentinelUrl, is_sentinel, parse
 from turnledger.redisconn.settings import client_options, sentinel_password
 
+FIXTURE_CA = Path(__file__).resolve().parents[1] / "fixtures" / "client_tls" / "ca.pem"
+"""A CA file that loads (the client TLS fixtures' own)."""
+
 VARIABLES = (
     "REDIS_SSL_CA_FILE",
     "REDIS_SSL_CERT_FILE",
@@ -146,7 +149,7 @@ def test_the_client_asks_the_sentinels_for_the_primary_with_this_process_s_setti
 
 def test_tls_reaches_both_the_sentinels_and_the_nodes(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ca.write_bytes(FIXTURE_CA.read_bytes())
     clean_env.setenv("REDIS_SSL_CA_FILE", str(ca))
     client = redis_client(
         "rediss+sentinel://s1/m?ssl_check_hostname=false&socket_connect_timeout=2.5&ssl_password=key-pw"

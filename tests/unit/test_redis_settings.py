@@ -15,11 +15,14 @@ from turnledger.redisconn.client import redis_client
 from turnledger.redisconn.naming import client_url, describe
 from turnledger.redisconn.settings import client_options
 
+FIXTURE_CA = Path(__file__).resolve().parents[1] / "fixtures" / "client_tls" / "ca.pem"
+"""A CA file that loads (the client TLS fixtures' own)."""
+
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     ca, password = tmp_path / "ca.pem", tmp_path / "redis.password"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ca.write_bytes(FIXTURE_CA.read_bytes())
     password.write_text("s3cret-pw\n")
     return {"ca": ca, "password": password}
 
@@ -383,3 +386,18 @@ def test_a_url_redis_py_cannot_read_is_a_settings_error_without_its_password(url
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1", "redis://127.0.0.1:1/", "redis://127.0.0.1:1/15"])
 async def test_a_url_with_no_database_or_a_number_is_read(url: str) -> None:
     await redis_client(url).aclose()
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [("not a certificate\n", " (NO_CERTIFICATE_OR_CRL_FOUND)"), ("-----BEGIN CERTIFICATE-----\n", "")],
+    ids=["no PEM", "a PEM cut short"],
+)
+def test_a_ca_file_that_holds_no_pem_certificate_is_refused_at_start(
+    tmp_path: Path, content: str, why: str
+) -> None:
+    bad = tmp_path / "ca.pem"
+    bad.write_text(content)
+    with pytest.raises(RedisSettingsError) as refused:
+        client_options("rediss://cache:6380/0", {"REDIS_SSL_CA_FILE": str(bad)})
+    assert str(refused.value) == f"REDIS_SSL_CA_FILE: {bad} holds no PEM certificate{why}"

@@ -101,6 +101,8 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
         if option in query:
             raise RedisSettingsError(f"set {name} or ?{option}= in {ENV_URL}, not both")
         options[option] = str(path)
+    if files[ENV_CA_FILE] is not None:
+        _check_ca(files[ENV_CA_FILE])
     cert_file, key_file = files[ENV_CERT_FILE], files[ENV_KEY_FILE]
     if (cert_file is None) != (key_file is None):
         raise RedisSettingsError(f"a client certificate needs both {ENV_CERT_FILE} and {ENV_KEY_FILE}")
@@ -162,6 +164,16 @@ def _readable(env: Mapping[str, str], name: str) -> Path | None:
     if not path.is_file() or not os.access(path, os.R_OK):
         raise RedisSettingsError(f"{name}: cannot read the file {path}")
     return path
+
+
+def _check_ca(ca_file: Path) -> None:
+    """Load the CAs as a TLS client would: a file that holds no PEM certificate is a `RedisSettingsError`
+    now, not a handshake that fails on every connection as if the server spoke no TLS."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=ca_file)
+    except ssl.SSLError as exc:
+        said = f"{ca_file} holds no PEM certificate" + (f" ({exc.reason})" if exc.reason else "")
+        raise RedisSettingsError(f"{ENV_CA_FILE}: {said}") from None
 
 
 def _check_pair(cert_file: Path, key_file: Path) -> None:
