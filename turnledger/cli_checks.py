@@ -1,5 +1,6 @@
 """Checks of command-line values that several commands share, as typer callbacks: a bad value is a
-usage error (exit 2) naming the option, never a traceback later."""
+usage error (exit 2) naming the option, never a traceback later; and the commands' shared quieting of
+client logs."""
 
 from __future__ import annotations
 
@@ -73,3 +74,10 @@ def key_prefix(value: str) -> str:
     if not value:
         raise typer.BadParameter("must not be empty (the default is 'tl:')")
     return value
+
+
+def quiet_kafka_client_logs() -> None:
+    """In a one-shot command that configured no logging, aiokafka's own lines (a refused connection it
+    retries) would reach stderr through Python's last-resort handler before the command's one line."""
+    if not logging.getLogger().handlers:
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)

@@ -3,6 +3,7 @@ them: a bad value is a usage error naming the option, exit 2, before anything st
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -196,3 +197,21 @@ def test_a_size_limit_the_worker_cannot_read_is_one_line_exit_2(tmp_path: Path) 
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == "turnledger: TURNLEDGER_MAX_BLOCK_BYTES='abc' is not an integer"
     assert "Traceback" not in done.stderr
+
+
+def test_a_one_shot_command_without_logging_quiets_the_kafka_clients_own_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    aiokafka = logging.getLogger("aiokafka")
+    monkeypatch.setattr(aiokafka, "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    cli_checks.quiet_kafka_client_logs()
+    assert aiokafka.level == logging.CRITICAL
+
+
+def test_a_command_that_logs_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    aiokafka = logging.getLogger("aiokafka")
+    monkeypatch.setattr(aiokafka, "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [logging.NullHandler()])
+    cli_checks.quiet_kafka_client_logs()
+    assert aiokafka.level == logging.NOTSET

@@ -302,14 +302,19 @@ def legacy_record(
     servers = _need_bootstrap("legacy record", bootstrap)
     try:
         loaded = read_exchanges(exchanges)
-    except (LegacyExchangeError, UnicodeDecodeError) as exc:
+    except LegacyExchangeError as exc:
         typer.echo(f"turnledger legacy record: {exc}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
+    except UnicodeDecodeError as exc:
+        said = f"{exchanges}: not UTF-8 (byte {exc.start}: {exc.reason})"
+        typer.echo(f"turnledger legacy record: {said}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
 
     def progress(done: int, total: int) -> None:
         typer.echo(f"\rrecorded {done}/{total}", err=True, nl=False)
 
     try:
+        cli_checks.quiet_kafka_client_logs()
         results = asyncio.run(
             record_legacy(
                 servers,

@@ -80,6 +80,7 @@ def require(value: str | None, name: str, flag: str) -> str:
 
 def run(factory: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine; typed failures become a clear message and exit code 2, never a traceback."""
+    cli_checks.quiet_kafka_client_logs()
     try:
         return run_until_signalled(factory())  # type: ignore[arg-type]
     except StoppedAtOnce as exc:

@@ -101,8 +101,9 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
         if option in query:
             raise RedisSettingsError(f"set {name} or ?{option}= in {ENV_URL}, not both")
         options[option] = str(path)
-    if files[ENV_CA_FILE] is not None:
-        _check_ca(files[ENV_CA_FILE])
+    ca_file = files[ENV_CA_FILE]
+    if ca_file is not None:
+        _check_ca(ca_file)
     cert_file, key_file = files[ENV_CERT_FILE], files[ENV_KEY_FILE]
     if (cert_file is None) != (key_file is None):
         raise RedisSettingsError(f"a client certificate needs both {ENV_CERT_FILE} and {ENV_KEY_FILE}")

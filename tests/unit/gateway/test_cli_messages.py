@@ -82,3 +82,11 @@ def test_the_worker_gives_up_on_an_outage_longer_than_max_outage(tmp_path: Path)
     assert f"Kafka is not reachable at '127.0.0.1:{port}' while trying to start the ingress producer" in (
         result.output
     )
+
+
+def test_legacy_record_names_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    exchanges = tmp_path / "legacy.jsonl"
+    exchanges.write_bytes(b'{"conversationId": "caf\x96"}\n')
+    result = CliRunner().invoke(app, ["legacy", "record", str(exchanges), "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert f"turnledger legacy record: {exchanges}: not UTF-8 (byte 23: invalid start byte)" in result.output
