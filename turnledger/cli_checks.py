@@ -48,9 +48,10 @@ def bootstrap(value: str | None) -> str | None:
     for entry in value.split(","):
         try:
             host, port, _family = get_ip_port_afi(entry)
+            read = bool(host) and 0 < port <= MAX_PORT
         except ValueError:
-            host, port = "", 0
-        if not host or not 0 < port <= MAX_PORT:
+            read = False
+        if not read:
             raise typer.BadParameter(
                 f"{entry.strip()!r} in {value!r}: expected host:port[,host:port], "
                 f"each port from 1 to {MAX_PORT}"

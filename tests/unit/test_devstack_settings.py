@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from turnledger.devstack.settings import Settings
+from turnledger.devstack import settings as settings_module
+from turnledger.devstack.settings import KAFKA_VERSIONS, Settings
 from turnledger.devstack.stack import LocalStack
 from turnledger.errors import DevstackSettingsError
 
@@ -85,3 +86,48 @@ def test_demo_refuses_a_log_file_it_cannot_write_before_starting_anything(tmp_pa
     )
     assert done.returncode == 2, done.stderr
     assert f"Invalid value for --log-file: cannot write {target}: No such file or directory" in done.stderr
+
+
+def test_the_paths_heap_and_versions_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in (
+        "TURNLEDGER_CACHE_DIR",
+        "TURNLEDGER_DEVSTACK_DIR",
+        "TURNLEDGER_KAFKA_VERSION",
+        "TURNLEDGER_KAFKA_HEAP",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    settings = Settings.from_env()
+    checkout = Path(__file__).resolve().parents[2]
+    assert (checkout / "pyproject.toml").is_file()
+    assert settings.cache_root == tmp_path / ".cache" / "turnledger"
+    assert settings.state_dir == checkout / ".devstack"
+    assert settings.kafka_versions == KAFKA_VERSIONS == ("4.4.0", "4.3.1")
+    assert settings.kafka_heap == "512m"
+    assert settings.kafka_cache("4.4.0") == tmp_path / ".cache" / "turnledger" / "kafka-4.4.0"
+
+
+def test_the_variables_set_the_paths_heap_and_one_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TURNLEDGER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TURNLEDGER_DEVSTACK_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TURNLEDGER_KAFKA_VERSION", "4.3.1")
+    monkeypatch.setenv("TURNLEDGER_KAFKA_HEAP", "1g")
+    settings = Settings.from_env()
+    assert (settings.cache_root, settings.state_dir) == (tmp_path / "cache", tmp_path / "state")
+    assert (settings.kafka_versions, settings.kafka_heap) == (("4.3.1",), "1g")
+
+
+def test_outside_a_checkout_the_state_dir_is_under_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TURNLEDGER_DEVSTACK_DIR", raising=False)
+    monkeypatch.setattr(settings_module, "__file__", str(tmp_path / "a" / "b" / "c" / "settings.py"))
+    monkeypatch.chdir(tmp_path)
+    assert Settings.from_env().state_dir == tmp_path / ".devstack"
+
+
+def test_a_ready_timeout_just_above_zero_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNLEDGER_KAFKA_READY_TIMEOUT", "0.5")
+    assert Settings.from_env().ready_timeout_s == 0.5

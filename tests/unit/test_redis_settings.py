@@ -374,6 +374,10 @@ def test_the_connections_own_options_pass(url: str) -> None:
             "rediss://127.0.0.1:1/0x",
             "the database after the host must be a number (redis://host:6379/0), not '0x'",
         ),
+        (
+            "redis://127.0.0.1:1/X1",
+            "the database after the host must be a number (redis://host:6379/0), not 'X1'",
+        ),
     ],
 )
 def test_a_url_redis_py_cannot_read_is_a_settings_error_without_its_password(url: str, why: str) -> None:

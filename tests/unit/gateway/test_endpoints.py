@@ -235,6 +235,7 @@ def test_a_route_header_replaces_the_profiles_whatever_its_case() -> None:
         ("https://proxy.example/v1?key=x@y", "https://proxy.example/v1?key=x@y"),
         ("https://proxy.example", "https://proxy.example"),
         ("notaurl@x", "notaurl@x"),
+        ("https://u:S3CRET@proxy.example/v1?next=http://x", "https://***@proxy.example/v1?next=http://x"),
     ],
 )
 def test_a_url_is_shown_without_any_user_part(url: str, shown: str) -> None:

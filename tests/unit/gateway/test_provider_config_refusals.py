@@ -256,6 +256,12 @@ def test_without_a_file_or_a_url_the_worker_is_told_both_ways() -> None:
     }
 
 
+@pytest.mark.parametrize("url", ["http://fake:8790", "https://proxy.example/v1"])
+def test_a_provider_url_over_http_or_https_serves_every_api(url: str) -> None:
+    routes = load_routes(None, url, {}).routes
+    assert {route.settings.base_url for route in routes} == {url}
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [("notaurl", "notaurl"), ("", ""), ("ftp://u:S3CRET@h/x", "ftp://***@h/x"), ("HTTP://h", "HTTP://h")],

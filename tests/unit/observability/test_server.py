@@ -357,11 +357,10 @@ async def test_a_port_already_taken_is_a_metrics_serve_error_saying_what_to_chan
         server = MetricsServer(port, host="127.0.0.1", registry=CollectorRegistry())
         with pytest.raises(MetricsServeError) as caught:
             await asyncio.wait_for(server.start(), 10)
-    said = str(caught.value)
-    assert said.startswith(f"cannot serve metrics on 127.0.0.1:{port} (")
-    assert "address already in use" in said
-    assert said.endswith(
-        "): pick another --metrics-port ($TURNLEDGER_METRICS_PORT, 0: off) or host ($TURNLEDGER_METRICS_HOST)"
+    assert str(caught.value) == (
+        f"cannot serve metrics on 127.0.0.1:{port} (error while attempting to bind on address "
+        f"('127.0.0.1', {port}): address already in use): pick another --metrics-port "
+        "($TURNLEDGER_METRICS_PORT, 0: off) or host ($TURNLEDGER_METRICS_HOST)"
     )
     assert isinstance(caught.value.__cause__, OSError)
 
