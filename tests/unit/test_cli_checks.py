@@ -4,15 +4,13 @@ them: a bad value is a usage error naming the option, exit 2, before anything st
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.unit.cli_process import turnledger
 from turnledger import cli_checks
 from turnledger.cli import _register, app
 
@@ -165,16 +163,6 @@ def test_the_redis_commands_refuse_an_empty_key_prefix_before_connecting(command
     assert "Invalid value for '--key-prefix': must not be empty (the default is 'tl:')" in result.output
 
 
-def _turnledger(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnledger.cli", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize(
     "args",
     [("process", "--max-outage", "0.3"), ("replay", "audit")],
@@ -182,7 +170,7 @@ def _turnledger(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[
 )
 def test_a_model_registry_override_that_cannot_be_read_is_one_line_exit_2(args: tuple[str, ...]) -> None:
     env = {"TURNLEDGER_MODEL_REGISTRY": "/nonexistent/models.json", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    done = _turnledger(*args, env=env)
+    done = turnledger(*args, env=env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == (
         "turnledger: model registry override '/nonexistent/models.json': [Errno 2] No such file or "
@@ -193,7 +181,7 @@ def test_a_model_registry_override_that_cannot_be_read_is_one_line_exit_2(args: 
 
 def test_a_size_limit_the_worker_cannot_read_is_one_line_exit_2(tmp_path: Path) -> None:
     env = {"TURNLEDGER_MAX_BLOCK_BYTES": "abc", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    done = _turnledger("worker", "--journal-dir", str(tmp_path), env=env)
+    done = turnledger("worker", "--journal-dir", str(tmp_path), env=env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == "turnledger: TURNLEDGER_MAX_BLOCK_BYTES='abc' is not an integer"
     assert "Traceback" not in done.stderr

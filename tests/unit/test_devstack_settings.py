@@ -3,12 +3,11 @@ work is a `DevstackSettingsError` naming the variable, one line, exit 2, never a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.unit.cli_process import turnledger
 from turnledger.devstack import settings as settings_module
 from turnledger.devstack.settings import KAFKA_VERSIONS, Settings
 from turnledger.devstack.stack import LocalStack
@@ -69,21 +68,15 @@ def test_a_missing_or_unreadable_record_is_no_stack(tmp_path: Path) -> None:
 
 def test_dev_status_says_it_in_one_line_exit_2(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TURNLEDGER_KAFKA_READY_TIMEOUT": "abc"}
-    done = subprocess.run(
-        [sys.executable, "-m", "turnledger.cli", "dev", "status"], env=env, capture_output=True, text=True
-    )
+    done = turnledger("dev", "status", env=env, inherit=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr == "turnledger: TURNLEDGER_KAFKA_READY_TIMEOUT='abc': a number of seconds above 0\n"
 
 
 def test_demo_refuses_a_log_file_it_cannot_write_before_starting_anything(tmp_path: Path) -> None:
     target = tmp_path / "missing" / "demo.log"
-    done = subprocess.run(
-        [sys.executable, "-m", "turnledger.cli", "demo", "--log-file", str(target), "--no-serve"],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "300"},
-        capture_output=True,
-        text=True,
-    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "300"}
+    done = turnledger("demo", "--log-file", str(target), "--no-serve", env=env, inherit=False)
     assert done.returncode == 2, done.stderr
     assert f"Invalid value for --log-file: cannot write {target}: No such file or directory" in done.stderr
 
