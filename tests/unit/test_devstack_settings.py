@@ -90,6 +90,7 @@ def test_the_paths_heap_and_versions_by_default(monkeypatch: pytest.MonkeyPatch,
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     settings = Settings.from_env()
     checkout = Path(__file__).resolve().parents[2]
     assert (checkout / "pyproject.toml").is_file()
