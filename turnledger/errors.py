@@ -8,7 +8,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── ServiceUnavailable                   retriable: the service may come back
     │   ├── KafkaUnavailableError            every layer: Kafka unreachable / not acknowledging
     │   └── RedisUnavailableError            projections, serve: Redis unreachable
-    │       └── RedisFailoverError           Redis takes no writes: a replica now, or without its primary
+    │       ├── RedisFailoverError           Redis takes no writes: a replica now, or without its primary
+    │       └── RedisSentinelUnavailableError  no sentinel named a primary for the service
     ├── KafkaAccessError                     Kafka answered but refused our credentials or TLS
     ├── TokenRefused, TokenUnavailable (kafka/oauth) an OAUTHBEARER token's issuer refused us / is down;
     │                                        also aiokafka's AuthenticationFailedError / KafkaConnectionError
@@ -50,6 +51,7 @@ outages decide on it. Each message says what was tried and how to fix it.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import ClassVar
 
 _START_STACK = "Start the local stack with `turnledger dev up`"
@@ -149,6 +151,32 @@ class RedisFailoverError(RedisUnavailableError):
             f"Redis at {self.url!r} takes no writes{detail}: a failover is under way; waiting for the "
             "primary. REDIS_URL must name the primary wherever it moves (a managed primary endpoint, a "
             "proxy, or its sentinels: redis+sentinel://), not one node.",
+        )
+
+
+class RedisSentinelUnavailableError(RedisUnavailableError):
+    """No sentinel named a primary for `service`: the sentinels are down or out of reach, refuse our
+    login, do not monitor the service, or see its primary down (a failover not done yet). `answers`
+    is what they answered, without redis-py's repr of each sentinel's client (`redisconn.naming`),
+    cut to `MAX_ANSWERS_CHARS`."""
+
+    MAX_ANSWERS_CHARS: ClassVar[int] = 500
+
+    def __init__(
+        self, url: str, sentinels: Sequence[str], service: str, cause: BaseException, answers: str
+    ) -> None:
+        super().__init__(url, cause)
+        self.sentinels = tuple(sentinels)
+        self.service = service
+        if len(answers) > self.MAX_ANSWERS_CHARS:
+            answers = answers[: self.MAX_ANSWERS_CHARS - 1] + "…"
+        self.args = (
+            f"Redis is not reachable at {self.url!r}: no sentinel of {', '.join(self.sentinels)} named a "
+            f"primary for {service!r} ({type(cause).__name__}: {answers.rstrip('.')}). Check that the "
+            f"sentinels run and can be reached at those addresses, that they monitor {service!r} "
+            f"(`sentinel monitor {service} HOST PORT QUORUM`) and see its primary up, and that "
+            "REDIS_SENTINEL_PASSWORD_FILE holds their password if they require one; or set REDIS_URL "
+            "(or --redis-url) to sentinels that can: redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB].",
         )
 
 

@@ -25,7 +25,7 @@ from turnledger.devstack.ports import free_port
 from turnledger.devstack.redis_tls import RedisTls
 from turnledger.devstack.restartable import RestartableRedis
 from turnledger.devstack.session import Endpoints
-from turnledger.errors import RedisUnavailableError
+from turnledger.errors import RedisSentinelUnavailableError
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
@@ -103,10 +103,12 @@ async def test_the_client_reaches_the_primary_the_sentinel_names(nodes: Nodes) -
 
 async def test_a_service_the_sentinels_do_not_know_is_an_outage_naming_it(nodes: Nodes) -> None:
     url = nodes.url.replace(SERVICE, "no-such-service")
-    with pytest.raises(RedisUnavailableError) as caught:
+    with pytest.raises(RedisSentinelUnavailableError) as caught:
         await connect(url)
     assert str(caught.value).startswith(
-        f"Redis is not reachable at {url!r} (MasterNotFoundError: No master found for 'no-such-service'"
+        f"Redis is not reachable at {url!r}: no sentinel of 127.0.0.1:{nodes.sentinel_port} named a primary "
+        "for 'no-such-service' (MasterNotFoundError: No master found for 'no-such-service'). Check that the "
+        "sentinels run and can be reached at those addresses, that they monitor 'no-such-service' "
     )
 
 

@@ -53,15 +53,17 @@ def test_every_exception_class_has_the_one_root() -> None:
 
 
 def test_one_kafka_and_one_redis_unreachable_error_both_retriable() -> None:
-    """And a failover, a Redis outage of its own (it answers, but takes no writes)."""
+    """And a failover, a Redis outage of its own (it answers, but takes no writes), and sentinels that
+    name no primary."""
     unreachable = [c for c in _exception_classes() if issubclass(c, ServiceUnavailable)]
     assert sorted(c.__name__ for c in unreachable) == [
         "KafkaUnavailableError",
         "RedisFailoverError",
+        "RedisSentinelUnavailableError",
         "RedisUnavailableError",
         "ServiceUnavailable",
     ]
-    assert all(e.retriable for e in (KafkaUnavailableError, RedisUnavailableError, RedisFailoverError))
+    assert all(e.retriable for e in unreachable)
     assert not TurnledgerError.retriable
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -129,11 +130,13 @@ def test_the_table_has_one_rule_per_kind_and_the_outage_rule_last() -> None:
         None,
         None,
         None,
+        None,
     ]
-    assert [rule.outage for rule in refusals.RULES[-3:]] == [
-        RedisFailoverError,
-        RedisFailoverError,
-        RedisUnavailableError,
+    assert [rule.outage for rule in refusals.RULES[-4:]] == [
+        refusals.failover,
+        refusals.failover,
+        refusals.sentinels_unavailable,
+        refusals.unavailable,
     ]
 
 
@@ -291,9 +294,10 @@ def _deciding(error: BaseException) -> int | None:
         (MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."), 7),
         (ResponseError("NOREPLICAS Not enough good replicas to write."), 8),
         (ResponseError("ERR NOREPLICAS is not at the start"), None),
-        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 9),
-        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 9),
-        (ConnectionResetError(104, "Connection reset by peer"), 9),
+        (MasterNotFoundError("No master found for 'mymaster'"), 9),
+        (_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), 10),
+        (_wrapped(ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)")), 10),
+        (ConnectionResetError(104, "Connection reset by peer"), 10),
         (ResponseError("ERR WRONGPASS is not at the start"), None),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),

@@ -11,15 +11,20 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import (
+    MasterNotFoundError,
     Sentinel,
     SentinelConnectionPool,
     SentinelManagedConnection,
     SentinelManagedSSLConnection,
 )
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from turnledger.errors import RedisSettingsError
-from turnledger.redisconn.client import redis_client
-from turnledger.redisconn.naming import client_url, describe
+from tests.unit.tls_servers import HOST, closed_port
+from turnledger.errors import RedisSentinelUnavailableError, RedisSettingsError, RedisUnavailableError
+from turnledger.redisconn.client import connect, redis_client
+from turnledger.redisconn.naming import client_url, describe, without_client_reprs
+from turnledger.redisconn.refusals import classify
 from turnledger.redisconn.sentinel import SentinelUrl, is_sentinel, parse
 from turnledger.redisconn.settings import client_options, sentinel_password
 
@@ -226,3 +231,94 @@ def test_an_ipv6_address_is_named_in_brackets_and_a_missing_database_as_0() -> N
     assert client_url(aioredis.from_url("redis://[::1]:6380/2")) == "redis://[::1]:6380/2"
     primary = Sentinel([("s1", 26379)]).master_for("m")  # redis-py's own: no database given
     assert client_url(primary) == "redis+sentinel://s1:26379/m/0"
+
+
+FIX = (
+    "Check that the sentinels run and can be reached at those addresses, that they monitor 'mymaster' "
+    "(`sentinel monitor mymaster HOST PORT QUORUM`) and see its primary up, and that "
+    "REDIS_SENTINEL_PASSWORD_FILE holds their password if they require one; or set REDIS_URL (or "
+    "--redis-url) to sentinels that can: redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]."
+)
+
+
+async def test_sentinels_that_cannot_be_reached_are_named_by_their_addresses_not_their_clients(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    """redis-py's `MasterNotFoundError` names each sentinel it could not ask by its client's repr (the
+    pool and every connection setting, some 1.5 KB a sentinel); the outage names it by HOST:PORT."""
+    port = await closed_port()
+    url = f"redis+sentinel://gateway:s3cret-pw@{HOST}:{port}/mymaster/0"
+    with pytest.raises(RedisSentinelUnavailableError) as caught:
+        await connect(url)
+    message = str(caught.value)
+    assert message == (
+        f"Redis is not reachable at 'redis+sentinel://gateway:***@{HOST}:{port}/mymaster/0': no sentinel of "
+        f"{HOST}:{port} named a primary for 'mymaster' (MasterNotFoundError: No master found for 'mymaster' "
+        f": {HOST}:{port} - network:ConnectionError: Error 111 connecting to {HOST}:{port}. Connect call "
+        f"failed ('{HOST}', {port})). {FIX}"
+    )
+    assert caught.value.retriable
+    assert (caught.value.sentinels, caught.value.service) == ((f"{HOST}:{port}",), "mymaster")
+    assert len(message) < 800
+    assert "<" not in message and "ConnectionPool" not in message and "s3cret-pw" not in message
+
+
+def test_every_sentinel_asked_is_named_once_whatever_it_answered() -> None:
+    client = redis_client("redis+sentinel://s1:26380,[::1]:26381,s3/mymaster/2")
+    first, second, third = client.connection_pool.sentinel_manager.sentinels
+    refused = RedisConnectionError("Error 111 connecting to s1:26380. Connection refused.")
+    login = AuthenticationError("Authentication required.")
+    answers = f"{first} - {refused!r}: {refused}, {second} - {login!r}: {login}"  # as redis-py joins them
+    failure = classify(MasterNotFoundError(f"No master found for 'mymaster' : {answers}"), client)
+    assert type(failure) is RedisSentinelUnavailableError and len(repr(third)) > 1000
+    assert str(failure) == (
+        "Redis is not reachable at 'redis+sentinel://s1:26380,[::1]:26381,s3:26379/mymaster/2': no sentinel "
+        "of s1:26380, [::1]:26381, s3:26379 named a primary for 'mymaster' (MasterNotFoundError: No master "
+        f"found for 'mymaster' : s1:26380 - {refused!r}: Error 111 connecting to s1:26380. Connection "
+        f"refused., [::1]:26381 - {login!r}: Authentication required). {FIX}"
+    )
+
+
+def test_sentinels_that_answered_without_a_primary_say_so() -> None:
+    client = redis_client("redis+sentinel://s1/mymaster")
+    failure = classify(MasterNotFoundError("No master found for 'mymaster'"), client)
+    assert str(failure) == (
+        "Redis is not reachable at 'redis+sentinel://s1:26379/mymaster/0': no sentinel of s1:26379 named a "
+        f"primary for 'mymaster' (MasterNotFoundError: No master found for 'mymaster'). {FIX}"
+    )
+
+
+def test_what_the_sentinels_answered_is_cut_to_a_bound() -> None:
+    error = MasterNotFoundError("x" * 600)
+    failure = RedisSentinelUnavailableError("redis+sentinel://s1:1/m/0", ["s1:1"], "m", error, "x" * 600)
+    assert f"(MasterNotFoundError: {'x' * 499}…). Check that" in str(failure)
+    assert str(failure).count("x") == 499
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("Error 111 connecting to s1:26379.", "Error 111 connecting to s1:26379."),
+        (
+            "<a.Redis(<b.Pool(<c.Connection(db=0,host=s1,port=26379,x=<object at 0x1>)>)>)> - E",
+            "s1:26379 - E",
+        ),
+        ("<a.Connection(orig_host_address=h,port=1)> - E", " - E"),
+        ("<Connection(host=::1,port=7)>, <Connection(host=s2,port=8)>", "[::1]:7, s2:8"),
+        ("a < b", "a < b"),
+    ],
+)
+def test_a_client_s_repr_becomes_the_address_it_names(text: str, named: str) -> None:
+    assert without_client_reprs(text) == named
+
+
+@pytest.mark.parametrize("url", ["redis://cache:6379/0", "redis+cluster://n1:7000"])
+def test_no_primary_found_for_a_client_without_sentinels_is_a_plain_outage(url: str) -> None:
+    error = MasterNotFoundError("No master found for 'mymaster'")
+    failure = classify(error, redis_client(url))
+    assert type(failure) is RedisUnavailableError and failure.cause is error
+    assert str(failure) == (
+        f"Redis is not reachable at {client_url(redis_client(url))!r} (MasterNotFoundError: No master found "
+        "for 'mymaster'). Start the local stack with `turnledger dev up`, or set REDIS_URL (or --redis-url) "
+        "to a reachable Redis, e.g. redis://127.0.0.1:6379/0."
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import ssl
 
 import redis.asyncio as aioredis
@@ -9,6 +10,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from turnledger.redisconn.cluster import RedisClient, connection_kwargs, seed_node
+
+_REPR_ADDRESS = re.compile(r"\bhost=([^,()<>]+),port=(\d+)")
+"""Where a redis-py connection's repr names its address."""
 
 
 def is_tls(client: RedisClient) -> bool:
@@ -34,12 +38,36 @@ def client_url(client: RedisClient) -> str:
         return f"{scheme}+cluster://{login}{_address({'host': host, 'port': port})}/0"
     pool = client.connection_pool
     if isinstance(pool, SentinelConnectionPool):
-        sentinels = ",".join(
-            _address(sentinel.connection_pool.connection_kwargs)
-            for sentinel in pool.sentinel_manager.sentinels
-        )
+        sentinels = ",".join(sentinel_addresses(pool))
         return f"{scheme}+sentinel://{login}{sentinels}/{pool.service_name}/{kwargs.get('db', 0)}"
     return f"{scheme}://{login}{_address(kwargs)}/{kwargs.get('db', 0)}"
+
+
+def sentinel_addresses(pool: SentinelConnectionPool) -> list[str]:
+    """The HOST:PORT of each sentinel a Sentinel client's pool asks for the primary."""
+    return [_address(node.connection_pool.connection_kwargs) for node in pool.sentinel_manager.sentinels]
+
+
+def without_client_reprs(text: str) -> str:
+    """`text` with each object's repr in it replaced by the HOST:PORT the repr names, or dropped when it
+    names none. redis-py names each sentinel it could not ask for the primary (`MasterNotFoundError`)
+    by its client's repr, `<redis.asyncio.client.Redis(<...ConnectionPool(<...Connection(...,host=s1,
+    port=26379,...)>)>)>`: some 1.5 KB a sentinel, every setting of its connections."""
+    kept: list[str] = []
+    depth = start = 0
+    for at, char in enumerate(text):
+        if char == "<":
+            start = at if depth == 0 else start
+            depth += 1
+        elif char == ">" and depth:
+            depth -= 1
+            if depth == 0:
+                named = _REPR_ADDRESS.search(text, start, at)
+                kept.append(_address({"host": named[1], "port": named[2]}) if named else "")
+        elif depth == 0:
+            kept.append(char)
+    unclosed = text[start:] if depth else ""  # a "<" that starts no repr is text
+    return "".join(kept) + unclosed
 
 
 def _address(kwargs: dict[str, object]) -> str:

@@ -16,6 +16,8 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import MasterNotFoundError, SentinelConnectionPool
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -34,9 +36,15 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from turnledger.errors import RedisAccessError, RedisFailoverError, RedisUnavailableError, TurnledgerError
+from turnledger.errors import (
+    RedisAccessError,
+    RedisFailoverError,
+    RedisSentinelUnavailableError,
+    RedisUnavailableError,
+    TurnledgerError,
+)
 from turnledger.redisconn.cluster import RedisClient, connection_kwargs, is_cluster
-from turnledger.redisconn.naming import client_url, describe
+from turnledger.redisconn.naming import client_url, describe, sentinel_addresses, without_client_reprs
 from turnledger.redisconn.settings import (
     ENV_CA_FILE,
     ENV_CERT_FILE,
@@ -101,12 +109,35 @@ Check = Callable[[RedisClient], str]
 """What to check, for a refusal, by how the client connects."""
 
 
+Outage = Callable[[RedisClient, BaseException], RedisUnavailableError]
+"""The outage reported for a client's error."""
+
+
+def unavailable(client: RedisClient, exc: BaseException) -> RedisUnavailableError:
+    return RedisUnavailableError(client_url(client), exc)
+
+
+def failover(client: RedisClient, exc: BaseException) -> RedisUnavailableError:
+    return RedisFailoverError(client_url(client), exc)
+
+
+def sentinels_unavailable(client: RedisClient, exc: BaseException) -> RedisUnavailableError:
+    """No sentinel named the primary: named by the sentinels' addresses and the service, as redis-py's
+    own text names each sentinel it could not ask by its client's whole repr."""
+    pool = None if isinstance(client, RedisCluster) else client.connection_pool
+    if not isinstance(pool, SentinelConnectionPool):
+        return unavailable(client, exc)
+    return RedisSentinelUnavailableError(
+        client_url(client), sentinel_addresses(pool), pool.service_name, exc, without_client_reprs(str(exc))
+    )
+
+
 @dataclass(frozen=True)
 class Rule:
     match: Match
     check: str | Check | None
     """What to check, for a refusal; None: an outage."""
-    outage: type[RedisUnavailableError] = RedisUnavailableError
+    outage: Outage = unavailable
     """The outage reported, when `check` is None."""
 
 
@@ -177,8 +208,9 @@ RULES: tuple[Rule, ...] = (
     Rule(caused_by(ssl.SSLCertVerificationError), CHECK_CERTIFICATE),
     Rule(in_chain(certificate_alert), client_certificate_check),
     Rule(caused_by(ssl.SSLError, ssl.SSLEOFError, ssl.SSLZeroReturnError), CHECK_TLS),
-    Rule(of_type(ReadOnlyError, MasterDownError), None, RedisFailoverError),
-    Rule(response_starting("NOREPLICAS"), None, RedisFailoverError),
+    Rule(of_type(ReadOnlyError, MasterDownError), None, failover),
+    Rule(response_starting("NOREPLICAS"), None, failover),
+    Rule(of_type(MasterNotFoundError), None, sentinels_unavailable),
     Rule(of_type(RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError), None),
 )
 """A refused login before the outage rule (`AuthenticationError` is a `ConnectionError`); a Redis
@@ -189,7 +221,9 @@ any other TLS error; a TLS error that is only the peer going away (EOF, a closed
 the outage rule. A node that takes no writes (`READONLY`: demoted to a replica; `MASTERDOWN`: a replica
 without its primary; `NOREPLICAS`: a primary configured with `min-replicas-to-write` that lost its
 replicas, as an old primary does once a replica was promoted) is a failover under way, an outage too
-(`RedisFailoverError`): a `ResponseError` that used to end the projector."""
+(`RedisFailoverError`): a `ResponseError` that used to end the projector. No sentinel naming the primary
+(`MasterNotFoundError`, a `ConnectionError`) is an outage named by the sentinels and the service
+(`RedisSentinelUnavailableError`)."""
 
 
 CLUSTER_RULES: tuple[Rule, ...] = (
@@ -228,7 +262,7 @@ def classify(exc: BaseException, client: RedisClient) -> TurnledgerError | None:
         if reported is None:
             continue
         if rule.check is None:
-            return rule.outage(client_url(client), exc)
+            return rule.outage(client, exc)
         check = rule.check if isinstance(rule.check, str) else rule.check(client)
         return RedisAccessError(client_url(client), describe(client), reported, check)
     return None
