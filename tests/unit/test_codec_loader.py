@@ -178,6 +178,26 @@ def test_expanding_leaves_the_definitions_as_they_were() -> None:
     assert expand("ns.R", definitions) == first
 
 
+def test_changing_an_expansion_changes_neither_the_definitions_nor_the_next_expansion() -> None:
+    """Every list and dict of the expansion is its own: an inlined enum's symbols, a field's default, a
+    record's aliases and a wrapped type's attributes were the definitions' own objects."""
+    outer = record("R", colour="ns.Colour", tags={"type": "array", "items": "string"}, at="long")
+    outer["aliases"] = ["ns.Old"]
+    outer["fields"][1]["default"] = ["a"]
+    outer["fields"][2] = {"name": "at", "type": {"type": "long", "props": {"unit": "ms"}}}
+    definitions = {"ns.R": outer, "ns.Colour": copy.deepcopy(COLOUR)}
+    before = copy.deepcopy(definitions)
+    first = expand("ns.R", definitions)
+    expected = copy.deepcopy(first)
+    first["fields"][0]["type"]["symbols"].append("GREEN")
+    first["fields"][1]["default"].append("b")
+    first["fields"][2]["type"]["props"]["unit"] = "s"
+    first["aliases"].clear()
+    assert definitions == before
+    assert expand("ns.R", definitions) == expected
+    assert expected["fields"][0]["type"]["symbols"] == ["RED", "BLUE"]
+
+
 def test_an_enum_of_the_real_contracts_is_inlined_where_a_record_uses_it() -> None:
     files = load_schema_files()
     assert expand(f"{NS}.PreviewRetracted", files) == with_field_types(

@@ -13,6 +13,7 @@ shared named-schema state to read or write it.
 
 from __future__ import annotations
 
+import copy
 import json
 from importlib.resources import files
 from typing import Any
@@ -43,7 +44,8 @@ def load_schema_files() -> dict[str, Schema]:
 
 
 def expand(name: str, definitions: dict[str, Schema]) -> Schema:
-    """The named type `name` with every referenced named type inlined once."""
+    """The named type `name` with every referenced named type inlined once: a schema of the caller's
+    own, which shares no list or dict with `definitions` (`walk` rebuilds only what it inlines into)."""
     defined: set[str] = set()
 
     def walk(node: Any) -> Any:
@@ -65,5 +67,5 @@ def expand(name: str, definitions: dict[str, Schema]) -> Schema:
             return {**node, "values": walk(node["values"])}
         return {**node, "type": walk(kind)}
 
-    expanded: Schema = walk(definitions[name])
+    expanded: Schema = copy.deepcopy(walk(definitions[name]))
     return expanded
