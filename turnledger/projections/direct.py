@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from turnledger.errors import ProjectionError
 from turnledger.model.base import Frozen
 from turnledger.projections.applier import ScriptApplier
 from turnledger.projections.keys import ProjectionKeys
@@ -24,6 +25,8 @@ class DirectProjector:
     """Keeps the synthetic offsets across calls, so a fold can be projected batch by batch."""
 
     def __init__(self, redis: RedisClient, keys: ProjectionKeys, batch: int = 500) -> None:
+        if batch < 1:
+            raise ProjectionError(f"DirectProjector batch: at least 1 record per script call, not {batch}")
         self.keys, self.applier = keys, ScriptApplier(redis)
         self.planners = [Planner(group) for group in keys.groups]
         self.batch = batch

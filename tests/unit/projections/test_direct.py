@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from tests.unit.projections.projector_fakes import ScriptRedis, offsets_of
+from turnledger.errors import ProjectionError
 from turnledger.model.base import Frozen
 from turnledger.model.events import PreviewRetracted, Rejected
 from turnledger.model.reasons import ReasonCode
@@ -217,6 +218,21 @@ async def test_the_default_batch_is_500_records() -> None:
     assert await apply(direct(redis), rejections(501)) == 501
     assert await bounded(project_records(redis, KEYS, rejections(502))) == 1  # type: ignore[arg-type]
     assert sizes(redis) == [500, 1, 500, 2]
+
+
+@pytest.mark.parametrize("batch", [0, -1])
+def test_a_batch_of_no_records_is_refused_when_the_projector_is_made(batch: int) -> None:
+    redis = ScriptRedis()
+    with pytest.raises(ProjectionError) as caught:
+        direct(redis, batch=batch)
+    assert str(caught.value) == f"DirectProjector batch: at least 1 record per script call, not {batch}"
+    assert redis.calls == []
+
+
+async def test_a_batch_of_one_record_sends_each_record_alone() -> None:
+    redis = ScriptRedis()
+    assert await apply(direct(redis, batch=1), rejections(3)) == 3
+    assert sizes(redis) == [1, 1, 1]
 
 
 # -------------------------------------------------------------------------------------- slot groups
