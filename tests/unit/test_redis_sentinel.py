@@ -251,12 +251,16 @@ async def test_sentinels_that_cannot_be_reached_are_named_by_their_addresses_not
     with pytest.raises(RedisSentinelUnavailableError) as caught:
         await connect(url)
     message = str(caught.value)
-    assert message == (
+    ours_before = (
         f"Redis is not reachable at 'redis+sentinel://gateway:***@{HOST}:{port}/mymaster/0': no sentinel of "
-        f"{HOST}:{port} named a primary for 'mymaster' (MasterNotFoundError: No master found for 'mymaster' "
-        f": {HOST}:{port} - network:ConnectionError: Error 111 connecting to {HOST}:{port}. Connect call "
-        f"failed ('{HOST}', {port})). {FIX}"
+        f"{HOST}:{port} named a primary for 'mymaster' (MasterNotFoundError: "
     )
+    ours_after = f"). {FIX}"
+    assert message.startswith(ours_before) and message.endswith(ours_after)
+    said = message[len(ours_before) : -len(ours_after)]
+    # redis-py's own words (8.2: "No master found for 'mymaster' : HOST:PORT - network:ConnectionError:
+    # Error 111 ..."), which another release may phrase otherwise: only the address is ours to require.
+    assert f"{HOST}:{port}" in said and "mymaster" in said
     assert caught.value.retriable
     assert (caught.value.sentinels, caught.value.service) == ((f"{HOST}:{port}",), "mymaster")
     assert len(message) < 800
