@@ -97,7 +97,7 @@ def test_broker_not_ready_in_time_reports_log_tail_and_stops_it(tmp_path: Path) 
     state_dir = tmp_path / "state"
     env = _env(state_dir, TURNLEDGER_KAFKA_READY_TIMEOUT="0.5", REDIS_URL="redis://127.0.0.1:1/0")
     up = _dev(["up"], env)
-    assert up.returncode == 1
+    assert up.returncode == 2
     log = state_dir / "kafka" / "kafka.log"
     assert "Kafka did not become ready within" in up.stderr
     assert str(log) in up.stderr.replace("\n", "") and log.exists()

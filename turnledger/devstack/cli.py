@@ -28,6 +28,11 @@ dev_app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 
+EXIT_NOT_RUNNING = 1
+EXIT_UNAVAILABLE = 2
+"""A stack that cannot be started or fetched is "stack unavailable", exit 2 as in every other command
+(`turnledger demo`); `dev status` of no stack is an answer, exit 1."""
+
 
 def _print_state(state: StackState, settings: Settings) -> None:
     out.print(
@@ -101,6 +106,7 @@ def up(
     """Start Kafka and Redis detached (pid files in the state dir) and print how to reach them.
 
     A service whose variable (KAFKA_BOOTSTRAP_SERVERS, REDIS_URL) is already set is used, not started.
+    Exit 2 when the stack cannot start (the reason and what to do on stderr).
     """
     settings = Settings.from_env()
     stack = LocalStack(settings.state_dir)
@@ -116,7 +122,7 @@ def up(
         state = stack.up(settings, env_bootstrap, env_redis, kafka_port=kafka_port, redis_port=redis_port)
     except DevstackError as exc:
         err.print(f"dev up failed: {exc}", markup=False)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
     out.print(f"[green]Up in {time.monotonic() - started:.1f}s.[/green]")
     _print_state(state, settings)
 
@@ -158,17 +164,17 @@ def status() -> None:
             print(export_line(env_bootstrap, env_redis))
             return
         out.print(f"Not running (state dir {settings.state_dir}). Start it with `turnledger dev up`.")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_NOT_RUNNING)
     _print_state(state, settings)
 
 
 @dev_app.command()
 def fetch() -> None:
-    """Download the pinned Kafka broker jars into the cache (no-op when cached)."""
+    """Download the pinned Kafka broker jars into the cache (no-op when cached); exit 2 when it cannot."""
     settings = Settings.from_env()
     try:
         jars = ensure_jars(settings)
     except DevstackError as exc:
         err.print(f"dev fetch failed: {exc}", markup=False)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(EXIT_UNAVAILABLE) from exc
     out.print(f"Kafka {jars.version} jars: {jars.libs}", markup=False)
