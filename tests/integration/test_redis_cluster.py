@@ -244,8 +244,9 @@ def test_a_cluster_that_refuses_the_login_is_refused_in_one_line(
     )
     assert last.endswith(f". {CHECK_LOGIN}")
     assert "wrong-password" not in run.stderr
-    ok = _cli("history", "nobody", "--json", url=f"redis+cluster://:{PASSWORD}@127.0.0.1:{guarded_node}")
-    assert ok.returncode == 0, ok.stderr
+    read = _cli("history", "nobody", "--json", url=f"redis+cluster://:{PASSWORD}@127.0.0.1:{guarded_node}")
+    assert (read.returncode, read.stdout) == (1, ""), read.stderr
+    assert read.stderr == "conversation 'nobody' is not in the projection (key prefix 'tl:')\n"
 
 
 @pytest.fixture(scope="module")

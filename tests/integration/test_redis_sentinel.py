@@ -122,8 +122,8 @@ def test_history_reads_through_the_sentinel(nodes: Nodes) -> None:
         timeout=120,
         check=False,
     )
-    assert run.returncode == 0, run.stderr
-    assert '"conversationId": "nobody"' in run.stdout
+    assert (run.returncode, run.stdout) == (1, ""), run.stderr
+    assert run.stderr == "conversation 'nobody' is not in the projection (key prefix 'tl:')\n"
 
 
 async def test_a_projector_follows_through_a_sentinel_failover(

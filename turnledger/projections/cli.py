@@ -204,23 +204,32 @@ def history_command(
     as_json: JsonOut = False,
     previews: Annotated[bool, typer.Option(help="Also show current (revocable) previews.")] = True,
 ) -> None:
-    """The committed history of a conversation, block by block."""
+    """The committed history of a conversation, block by block; exit 1 when the projection does not
+    know the conversation (one it knows with no committed turn yet is an empty history)."""
     url = require(redis_url, "REDIS_URL", "--redis-url")
 
-    async def main() -> tuple[list[Any], list[Any], list[Any]]:
+    async def main() -> tuple[list[Any], list[Any], list[Any]] | None:
         redis = await connect(url)
         try:
             async with classified(redis):
                 reader = await ProjectionReader.open(redis, key_prefix)
-                return (
+                held = (
                     await reader.history(conversation),
                     await reader.previews(conversation) if previews else [],
                     await reader.quarantine(conversation),
                 )
+                return held if any(held) or await reader.knows(conversation) else None
         finally:
             await redis.aclose()
 
-    blocks, current, quarantined = run(main)
+    held = run(main)
+    if held is None:
+        err.print(
+            f"conversation {conversation!r} is not in the projection (key prefix {key_prefix!r})",
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)
+    blocks, current, quarantined = held
     if as_json:
         data = {
             "conversationId": conversation,
@@ -286,7 +295,10 @@ def status_command(
     op = run(main)
     if op is None:
         where = f" of conversation {conversation!r}" if conversation else ""
-        err.print(f"operation {operation_id!r}{where} is not in the projection (key prefix {key_prefix!r})")
+        err.print(
+            f"operation {operation_id!r}{where} is not in the projection (key prefix {key_prefix!r})",
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
     if as_json:
         console.print_json(orjson.dumps(op.to_json()).decode())

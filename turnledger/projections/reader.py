@@ -83,6 +83,14 @@ class ProjectionReader:
         values = await self.redis.hmget(self.keys.history(conversation), ids)
         return [Block.model_validate_json(v) for v in values if v is not None]
 
+    async def knows(self, conversation: str) -> bool:
+        """Whether the projection holds anything of `conversation`: its live events (every record of it
+        the projector applies appends one, a rejected submission's too) or its operations (a manifest,
+        which appends none). Known with no committed turn is an empty history; unknown is an id the
+        projection never saw (or another key prefix's)."""
+        keys = (self.keys.events(conversation), self.keys.operations(conversation))
+        return bool(await self.redis.exists(*keys))
+
     async def revision(self, conversation: str) -> int | None:
         return _int(text_or_none(await self.redis.hget(self.keys.conversation(conversation), "revision")))
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import socket
 
+import orjson
+import pytest
 import typer
+from click.testing import Result
 from typer.testing import CliRunner
 
+from tests.unit.projections.test_reader import KEYS, MemoryRedis, block
+from turnledger.projections import cli as projections_cli
 from turnledger.projections.cli import history_command, status_command
 
 
@@ -80,3 +85,71 @@ def test_an_unreachable_redis_is_named_without_its_password() -> None:
         assert result.exit_code == 2
         assert f"redis://gateway:***@127.0.0.1:{port}/0" in result.output.replace("\n", "")
         assert "s3cret" not in result.output
+
+
+# ---------------------------------------------------------------- history and status of what is not held
+
+
+class HeldProjection:
+    """`connect` answered by an in-memory projection (`test_reader.MemoryRedis`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.redis = MemoryRedis()
+        monkeypatch.setattr(projections_cli, "connect", self.connect)
+
+    async def connect(self, url: str) -> MemoryRedis:
+        return self.redis
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(_app(), [*args, "--redis-url", "redis://h:1/0"], env={"COLUMNS": "80"})
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_history_of_a_conversation_the_projection_does_not_know_is_exit_1_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, as_json: list[str]
+) -> None:
+    held = HeldProjection(monkeypatch)
+    held.redis.xadd(KEYS.events("c-other"), {"type": "status", "data": "{}"})
+    long_id = "c-" + "x" * 90
+    result = _run("history", long_id, "--key-prefix", "tl:", *as_json)
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == f"conversation {long_id!r} is not in the projection (key prefix 'tl:')\n"
+    assert held.redis.closed == 1
+
+
+def test_history_of_a_known_conversation_with_no_committed_turn_is_empty_exit_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    held = HeldProjection(monkeypatch)
+    held.redis.sadd(KEYS.operations("c1"), "op-1")
+    result = _run("history", "c1")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "no committed history for 'c1' under key prefix 'tl:'\n"
+    assert "history of c1" in result.stdout
+    as_json = _run("history", "c1", "--json")
+    assert as_json.exit_code == 0 and orjson.loads(as_json.stdout) == {
+        "conversationId": "c1", "blocks": [], "previews": [], "quarantine": [],
+    }  # fmt: skip
+
+
+def test_history_of_a_conversation_with_blocks_does_not_ask_whether_it_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    held = HeldProjection(monkeypatch)
+    held.redis.hset(KEYS.history("c1"), "b1", block("b1", 0, "hello there").model_dump_json())
+    held.redis.zadd(KEYS.history_order("c1"), "b1", 0)
+    result = _run("history", "c1", "--no-previews")
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert "hello there" in result.stdout
+    assert "exists" not in held.redis.calls
+
+
+def test_status_of_an_operation_the_projection_does_not_know_is_exit_1_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    HeldProjection(monkeypatch)
+    long_id = "op-" + "y" * 90
+    result = _run("status", long_id)
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == f"operation {long_id!r} is not in the projection (key prefix 'tl:')\n"

@@ -37,7 +37,9 @@ class MemoryRedis:
         self.sets: dict[str, set[bytes]] = {}
         self.lists: dict[str, list[bytes]] = {}
         self.strings: dict[str, bytes] = {}
+        self.streams: dict[str, list[dict[bytes, bytes]]] = {}
         self.calls: list[str] = []
+        self.closed = 0
 
     def hset(self, key: str, field: str | bytes, value: str | bytes) -> None:
         self.hashes.setdefault(key, {})[_b(field)] = _b(value)
@@ -50,6 +52,17 @@ class MemoryRedis:
 
     def rpush(self, key: str, value: str | bytes) -> None:
         self.lists.setdefault(key, []).append(_b(value))
+
+    def xadd(self, key: str, fields: dict[str, str]) -> None:
+        self.streams.setdefault(key, []).append({_b(k): _b(v) for k, v in fields.items()})
+
+    async def exists(self, *keys: str) -> int:
+        self.calls.append("exists")
+        stores = (self.hashes, self.zsets, self.sets, self.lists, self.strings, self.streams)
+        return sum(1 for key in keys for store in stores if key in store)
+
+    async def aclose(self) -> None:
+        self.closed += 1
 
     def _ordered(self, key: str) -> list[tuple[bytes, float]]:
         return sorted(self.zsets.get(key, {}).items(), key=lambda item: (item[1], item[0]))
@@ -162,6 +175,23 @@ async def test_a_conversation_without_history_is_empty_and_asks_for_no_block() -
     redis = MemoryRedis()
     assert await reader(redis).history("nobody") == []
     assert redis.calls == ["zrange"]
+
+
+async def test_a_conversation_is_known_by_its_events_or_its_operations_not_by_its_id() -> None:
+    redis = MemoryRedis()
+    redis.xadd(KEYS.events("rejected-only"), {"type": "rejected", "data": "{}"})
+    redis.sadd(KEYS.operations("manifest-only"), "op-1")
+    read = reader(redis)
+    assert [await read.knows(c) for c in ("rejected-only", "manifest-only", "nobody")] == [True, True, False]
+    assert redis.calls == ["exists"] * 3
+
+
+async def test_a_split_projection_knows_a_conversation_in_its_own_group() -> None:
+    redis = MemoryRedis()
+    one, other = apart_in_two_groups()
+    redis.xadd(SPLIT.events(one), {"type": "status", "data": "{}"})
+    assert SPLIT.events(one).startswith(SPLIT.group_of(one).base)
+    assert [await reader(redis, SPLIT).knows(c) for c in (one, other)] == [True, False]
 
 
 async def test_the_revision_is_an_int_or_none_when_the_conversation_is_unknown() -> None:
