@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from aiokafka.conn import get_ip_port_afi
@@ -19,6 +20,27 @@ WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """A worker's id names its journal file (`<journal-dir>/<id>.jsonl`) and the leases it holds: an empty
 id would own nothing (the fold checks no lease of an empty owner) and a path would put the journal
 elsewhere."""
+
+
+SESSION_TIMEOUT_MAX_MS = 2**31 - 1
+"""The JoinGroup request carries the session timeout as a signed 32-bit integer."""
+
+SessionTimeoutMs = Annotated[
+    int,
+    typer.Option(
+        "--session-timeout-ms",
+        min=1,
+        max=SESSION_TIMEOUT_MAX_MS,
+        help="Consumer group: a member silent for this long is declared dead and its partitions move to "
+        "the others. The broker refuses one outside its group.min.session.timeout.ms.."
+        "group.max.session.timeout.ms (6000..1800000 by default).",
+    ),
+]
+"""`--session-timeout-ms` of every consumer group (`worker`, `process`, `project`). The broker's range is
+the broker's setting, which an operator may lower or raise (a test broker often lowers the minimum),
+so no bound of it holds for every broker: only what no broker takes (below 1 ms, or more than the
+request's 32 bits hold) is refused here. Each group's heartbeat must also be below it
+(`kafka/group_timing.py`)."""
 
 
 def log_level(value: str) -> str:

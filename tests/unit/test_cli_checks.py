@@ -203,3 +203,77 @@ def test_a_command_that_logs_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(logging.getLogger(), "handlers", [logging.NullHandler()])
     cli_checks.quiet_kafka_client_logs()
     assert aiokafka.level == logging.NOTSET
+
+
+GROUP_COMMANDS = [["worker"], ["process"], ["project", "--redis-url", "redis://127.0.0.1:1/0"]]
+
+
+@pytest.mark.parametrize("command", GROUP_COMMANDS, ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [("0", "greater than or equal to 1"), ("2147483648", "less than or equal to 2147483647")],
+)
+def test_every_group_command_refuses_a_session_timeout_no_broker_takes(
+    command: list[str], given: str, said: str
+) -> None:
+    args = [*command, "--bootstrap", "127.0.0.1:1", "--max-outage", "0", "--session-timeout-ms", given]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--session-timeout-ms': Input should be {said}" in result.output
+
+
+def test_the_group_commands_share_one_session_timeout_option() -> None:
+    from turnledger.gateway.cli import worker
+    from turnledger.processors.cli import process
+    from turnledger.projections.cli import project_command
+
+    annotations = [f.__annotations__["session_timeout_ms"] for f in (worker, process, project_command)]
+    assert annotations == ["cli_checks.SessionTimeoutMs"] * 3
+
+
+class RunWorker:
+    """`run_worker` as the worker command calls it, recording the session timeout; nothing starts."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.session_timeouts: list[int] = []
+        monkeypatch.setattr("turnledger.gateway.cli.run_worker", self.run)
+
+    async def run(self, *args: object, session_timeout_ms: int, **kwargs: object) -> None:
+        self.session_timeouts.append(session_timeout_ms)
+
+
+@pytest.mark.parametrize("given", [501, 5_999, 2**31 - 1])
+def test_the_worker_takes_a_session_timeout_a_broker_may_allow(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: int
+) -> None:
+    ran = RunWorker(monkeypatch)
+    args = ["worker", "--bootstrap", "127.0.0.1:1", "--journal-dir", str(tmp_path), "--session-timeout-ms"]
+    result = CliRunner().invoke(app, [*args, str(given)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert ran.session_timeouts == [given]
+
+
+def test_the_worker_refuses_a_session_timeout_its_heartbeat_is_not_below(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ran = RunWorker(monkeypatch)
+    journal = tmp_path / "journal"
+    args = [
+        "worker",
+        "--bootstrap",
+        "127.0.0.1:1",
+        "--journal-dir",
+        str(journal),
+        "--session-timeout-ms",
+        "500",
+    ]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert (
+        "Invalid value: --session-timeout-ms 500 must be above the worker's heartbeat interval, 500 ms "
+        "(a quarter of the session timeout, at least 500)"
+    ) in result.output
+    assert ran.session_timeouts == [] and not journal.exists()
+    static = CliRunner().invoke(app, [*args, "--static"], env={"COLUMNS": "300"})
+    assert static.exit_code == 0, static.output
+    assert ran.session_timeouts == [500], "without a group the worker has no session to time out"

@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from turnledger import cli_checks
-from turnledger.errors import KafkaUnavailableError
+from turnledger.errors import KafkaSettingsError, KafkaUnavailableError
 from turnledger.gateway.crash_points import CrashPointError, crash_hook_from_env
 from turnledger.gateway.credentials import CredentialError
 from turnledger.gateway.legacy import (
@@ -35,6 +35,7 @@ from turnledger.gateway.redaction import install_log_redaction
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.worker import WorkerConfig
+from turnledger.kafka.group_timing import worker_heartbeat_ms
 from turnledger.observability.server import MetricsPort
 from turnledger.retry import Backoff
 from turnledger.shutdown import EXIT_STOPPED_AT_ONCE, StoppedAtOnce, run_until_signalled, stop_on_signals
@@ -170,12 +171,7 @@ def worker(
     static: Annotated[
         bool, typer.Option(help="Read every manifests partition from the beginning, without a group.")
     ] = False,
-    session_timeout_ms: Annotated[
-        int,
-        typer.Option(
-            min=6000, help="Group: a worker silent for this long loses its partitions to the others."
-        ),
-    ] = 10_000,
+    session_timeout_ms: cli_checks.SessionTimeoutMs = 10_000,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
     max_outage: MaxOutage = None,
@@ -195,6 +191,11 @@ def worker(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_redaction()
     servers = _need_bootstrap("worker", bootstrap)
+    if not static:
+        try:
+            worker_heartbeat_ms(session_timeout_ms)
+        except KafkaSettingsError as exc:
+            raise typer.BadParameter(str(exc)) from exc
     if journal_dir is not None:
         cli_checks.made_directory(journal_dir, "--journal-dir")
     try:

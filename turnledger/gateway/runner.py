@@ -15,6 +15,7 @@ from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.tool_executor import DEMO_IMPLEMENTATIONS, ToolExecutor, ToolFn
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
 from turnledger.kafka.clients import kafka_outage, start_client
+from turnledger.kafka.group_timing import worker_heartbeat_ms
 from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import DispatchDecision, IngressEvent, ManifestIssued, ToolCallReady
@@ -170,7 +171,7 @@ async def _follow_manifests(
             stop=stop,
             outage=outage,
             session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=max(500, session_timeout_ms // 4),
+            heartbeat_interval_ms=worker_heartbeat_ms(session_timeout_ms),
             on_live=on_caught_up,
         )
         await feed.run()

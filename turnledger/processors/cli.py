@@ -162,14 +162,7 @@ def process(
             "fencing and exactly-once are unchanged. 1: everything in this process.",
         ),
     ] = 1,
-    session_timeout_ms: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Group ownership: a member silent for this long is declared dead and its partitions move "
-            "to the others (the broker allows 6000..1800000 by default).",
-        ),
-    ] = 10_000,
+    session_timeout_ms: cli_checks.SessionTimeoutMs = 10_000,
     heartbeat_interval_ms: Annotated[
         int,
         typer.Option(

@@ -112,9 +112,7 @@ def project_command(
     static: Annotated[
         bool, typer.Option("--static", help="Read every partition without a consumer group (one projector).")
     ] = False,
-    session_timeout_ms: Annotated[
-        int, typer.Option(min=1, help="Group: a projector silent for this long loses its partitions.")
-    ] = 10_000,
+    session_timeout_ms: cli_checks.SessionTimeoutMs = 10_000,
     heartbeat_interval_ms: Annotated[
         int, typer.Option(min=1, help="Group: heartbeat interval; below a third of the session timeout.")
     ] = 3_000,
