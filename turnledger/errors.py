@@ -37,6 +37,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── GatewayError              (gateway)  UnknownEndpointError, ToolError, CredentialError,
     │                                        ProviderConfigError (also an InputFileError),
     │                                        RefusedEventError (what the ledger would refuse, not sent)
+    ├── ServeError                (serve)    TokenRequiredError, DispatchDefaultError (a --adapter,
+    │                                        --provider or --model-revision the processor would reject)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, KeytoolMissing, MavenMissing,
                                              MavenDownloadFailed, RedisServerMissing, PortInUse,
                                              ServiceNotReady, DockerUnavailable
@@ -291,3 +293,12 @@ class TokenRequiredError(ServeError, ValueError):
             "TURNLEDGER_SERVE_TOKEN"
         )
         self.host = host
+
+
+class DispatchDefaultError(ServeError, ValueError):
+    """A `turnledger serve --adapter/--provider/--model-revision` the processor would reject every
+    dispatch of the page for; names the option and the values it knows."""
+
+    def __init__(self, option: str, value: str, why: str) -> None:
+        super().__init__(f"{option} {value!r}: {why}")
+        self.option = option

@@ -12,14 +12,16 @@ import typer
 import uvicorn
 from rich.console import Console
 
-from turnledger.errors import ServiceUnavailable, TokenRequiredError
+from turnledger.errors import DispatchDefaultError, ServiceUnavailable, TokenRequiredError
 from turnledger.gateway.client import GatewayClient
 from turnledger.observability.server import MetricsPort, serving
 from turnledger.processors.limits_config import load_limits  # the processor's TURNLEDGER_MAX_*
+from turnledger.processors.model_registry import load_model_registry  # the processor's, as it admits
 from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, require
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX
 from turnledger.redisconn.client import connect
 from turnledger.serve.app import DispatchDefaults, ServeConfig, create_app, is_loopback
+from turnledger.serve.dispatch_defaults import check_dispatch_defaults
 from turnledger.topology import Topics
 
 err = Console(stderr=True, markup=False)
@@ -43,15 +45,20 @@ def serve_command(
             "page and its event stream). Required to bind a non-loopback address.",
         ),
     ] = None,
-    adapter: Annotated[str, typer.Option(help="Adapter of the dispatches the page requests.")] = (
-        DispatchDefaults.adapter
-    ),
-    provider: Annotated[str, typer.Option(help="Provider of the dispatches the page requests.")] = (
-        DispatchDefaults.provider
-    ),
-    model_revision: Annotated[str, typer.Option(help="Model of the dispatches the page requests.")] = (
-        DispatchDefaults.model_revision
-    ),
+    adapter: Annotated[
+        str, typer.Option(help="Adapter of the dispatches the page requests (a registered api@version).")
+    ] = DispatchDefaults.adapter,
+    provider: Annotated[
+        str, typer.Option(help="Provider of the dispatches the page requests: the adapter's.")
+    ] = DispatchDefaults.provider,
+    model_revision: Annotated[
+        str,
+        typer.Option(
+            help="Model of the dispatches the page requests: provider/model@revision, its provider/model "
+            "in the model registry (with TURNLEDGER_MODEL_REGISTRY's override, as the processor's) and of "
+            "the adapter's provider; the revision is free text."
+        ),
+    ] = DispatchDefaults.model_revision,
     metrics_port: MetricsPort = 0,
 ) -> None:
     """Serve the client API (a conversation's committed history; POST a user turn, a dispatch request or a
@@ -61,11 +68,13 @@ def serve_command(
     if not is_loopback(host) and not token:
         err.print(str(TokenRequiredError(host)), style="red")
         raise typer.Exit(2)
-    config = ServeConfig(
-        key_prefix=key_prefix,
-        token=token or None,
-        dispatch=DispatchDefaults(adapter=adapter, provider=provider, model_revision=model_revision),
-    )
+    dispatch = DispatchDefaults(adapter=adapter, provider=provider, model_revision=model_revision)
+    try:
+        check_dispatch_defaults(dispatch, load_model_registry())
+    except DispatchDefaultError as exc:
+        err.print(str(exc), style="red", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    config = ServeConfig(key_prefix=key_prefix, token=token or None, dispatch=dispatch)
     try:
         asyncio.run(
             _serve(url, servers, Topics(prefix=topic_prefix).ingress, host, port, config, metrics_port)

@@ -1,0 +1,67 @@
+"""What `turnledger serve` puts in the dispatch requests of its page (`--adapter`, `--provider`,
+`--model-revision`), checked at start against the tables the processor prepares a dispatch with: the
+adapter registry (`adapters/registry.py`) and the model registry (`processors/model_registry.py`, the
+built-in one merged with TURNLEDGER_MODEL_REGISTRY, which serve must then be given too). A value the
+processor would reject (UNKNOWN_ADAPTER, UNKNOWN_MODEL) is refused before serving, not on every
+dispatch of the page.
+
+The revision after `@` is free text (the registry is keyed by `provider/model`, an exact
+`provider/model@revision` key only overriding it), so only the model revision's form and its
+`provider/model` are checked. The request's provider is not what the processor sends to (the
+manifest takes the adapter's), so it is checked against the adapter's, lest the request contradict
+its manifest.
+"""
+
+from __future__ import annotations
+
+from turnledger.adapters.admission import ModelRegistry
+from turnledger.adapters.base import Adapter, InvalidModelRevisionError, parse_model_revision
+from turnledger.adapters.registry import ADAPTERS
+from turnledger.errors import DispatchDefaultError
+from turnledger.serve.app import DispatchDefaults
+
+
+def check_dispatch_defaults(defaults: DispatchDefaults, registry: ModelRegistry) -> None:
+    """Raise `DispatchDefaultError` for the first of adapter, provider and model revision that the
+    processor would not take; the adapter first, as the other two are checked against it."""
+    adapter = ADAPTERS.get(defaults.adapter)
+    if adapter is None:
+        why = f"not a registered adapter; use one of {', '.join(sorted(ADAPTERS))}"
+        raise DispatchDefaultError("--adapter", defaults.adapter, why)
+    provider_refused = _provider_refusal(defaults.provider, adapter)
+    if provider_refused is not None:
+        raise DispatchDefaultError("--provider", defaults.provider, provider_refused)
+    model_refused = _model_refusal(defaults.model_revision, adapter, registry)
+    if model_refused is not None:
+        known = ", ".join(
+            sorted(k for k, info in registry.models.items() if info.provider == adapter.provider)
+        )
+        why = (
+            f"{model_refused}; the registry's {adapter.provider} models: {known} (as provider/model@revision)"
+        )
+        raise DispatchDefaultError("--model-revision", defaults.model_revision, why)
+
+
+def _provider_refusal(provider: str, adapter: Adapter) -> str | None:
+    if provider == adapter.provider:
+        return None
+    known = sorted({a.provider for a in ADAPTERS.values()})
+    if provider not in known:
+        return f"no adapter's provider; use one of {', '.join(known)}"
+    return f"not the provider of adapter {adapter.adapter_id!r}; use {adapter.provider}"
+
+
+def _model_refusal(model_revision: str, adapter: Adapter, registry: ModelRegistry) -> str | None:
+    """Why the processor would reject this model for `adapter` (UNKNOWN_MODEL), as `admit` and the
+    adapters' rendering read it; None when it would not."""
+    try:
+        parse_model_revision(model_revision)
+    except InvalidModelRevisionError:
+        return "not provider/model@revision"
+    info = registry.lookup(model_revision)
+    if info is None:
+        return "not in the model registry"
+    if info.provider != adapter.provider:
+        sends_to = f"adapter {adapter.adapter_id!r} sends to {adapter.provider!r}"
+        return f"a model of provider {info.provider!r}, but {sends_to}"
+    return None
