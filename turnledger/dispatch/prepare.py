@@ -11,7 +11,13 @@ are cancelled (PAUSE_ENDED). A cancel ends it too (turns.py).
 from __future__ import annotations
 
 from turnledger.adapters.admission import Admitted, OverBudget, admit
-from turnledger.adapters.base import DispatchParams, UnknownAdapterError, UnsupportedKind
+from turnledger.adapters.base import (
+    DispatchParams,
+    InvalidModelRevisionError,
+    UnknownAdapterError,
+    UnsupportedKind,
+    parse_model_revision,
+)
 from turnledger.adapters.registry import get_adapter
 from turnledger.dispatch.manifest_blocks import manifest_refs
 from turnledger.dispatch.state import ManifestSeal, OperationState
@@ -72,6 +78,12 @@ def prepare(step: Step, op: OperationState, *, new: bool = False) -> None:
     sequence = outcome.sequence
     if not sequence.blocks:
         settle(step, op, previous, S.REJECTED, ReasonCode.EMPTY_SEQUENCE, "the conversation has no blocks")
+        return
+    try:
+        parse_model_revision(request.model_revision)
+    except InvalidModelRevisionError as exc:
+        # Rendering names the model on the wire and would raise: a request's own field, not a bug.
+        settle(step, op, previous, S.REJECTED, ReasonCode.UNKNOWN_MODEL, str(exc))
         return
     params = DispatchParams.of_request(request)
     rendered = adapter.render(sequence, params, step.renders)

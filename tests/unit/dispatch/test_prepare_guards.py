@@ -153,6 +153,16 @@ def test_every_refusal_of_a_new_request_is_decided_with_its_reason_and_detail() 
     assert _decisions(c, "op-model") == [
         (None, S.REJECTED, False, ReasonCode.UNKNOWN_MODEL, "model anthropic/no-such-model@1")
     ]
+    _request(c, "op-bare", model="anthropic/claude-sonnet-4")
+    assert _decisions(c, "op-bare") == [
+        (
+            None,
+            S.REJECTED,
+            False,
+            ReasonCode.UNKNOWN_MODEL,
+            "model revision 'anthropic/claude-sonnet-4' is not provider/model@revision",
+        )
+    ]
     _request(c, "op-big", max_output_tokens=10_000_000)
     [big] = _decisions(c, "op-big")
     assert big[:4] == (None, S.REJECTED, False, ReasonCode.TOKEN_BUDGET_EXCEEDED)
