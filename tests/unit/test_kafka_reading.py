@@ -238,6 +238,83 @@ async def test_partitions_already_at_their_end_are_not_fetched() -> None:
     assert await _read(consumer) == [] and [c for c in consumer.calls if c[0] == "getmany"] == []
 
 
+async def _read_telling(consumer: Log, **options: Any) -> list[tuple[str, Any]]:
+    """The batches read and the progress told, in the order they came."""
+    told: list[tuple[str, Any]] = []
+    async for batch in read_to_end(
+        consumer,  # type: ignore[arg-type]
+        [A, B],
+        progress=lambda done, total: told.append(("progress", (done, total))),
+        **options,
+    ):
+        told.append(("batch", [(r.partition, r.offset) for r in batch]))
+    return told
+
+
+async def test_the_progress_is_the_offsets_passed_of_those_to_the_end_told_after_each_fetch() -> None:
+    """Total first (5 offsets of A, 2 of B), then the offsets passed once the fetch's batches were
+    handled: the caller has applied what the progress counts."""
+    consumer = Log({A: [0, 1, 2, 3, 4], B: [7, 8]}, {A: 0, B: 7}, per_fetch=2)
+    assert await _read_telling(consumer) == [
+        ("progress", (0, 7)),
+        ("batch", [(0, 0), (0, 1)]),
+        ("batch", [(1, 7), (1, 8)]),
+        ("progress", (4, 7)),
+        ("batch", [(0, 2), (0, 3)]),
+        ("progress", (6, 7)),
+        ("batch", [(0, 4)]),
+        ("progress", (7, 7)),
+    ]
+
+
+async def test_the_progress_counts_from_where_the_read_starts_and_not_past_the_end() -> None:
+    """A from 3 of 5 (2 to read), B sought past its end (nothing to read, nothing counted)."""
+    consumer = Log({A: [0, 1, 2, 3, 4], B: [7, 8]}, {A: 0, B: 7}, per_fetch=10)
+    assert await _read_telling(consumer, start={A: 3, B: 12}) == [
+        ("progress", (0, 2)),
+        ("batch", [(0, 3), (0, 4)]),
+        ("progress", (2, 2)),
+    ]
+
+
+async def test_offsets_without_a_record_count_so_the_progress_ends_at_the_end() -> None:
+    """A transaction's marker at offset 2 takes an offset and yields no record: 4 records, 5 offsets.
+    Offset 5 came after the read began: fetched past the end, not counted."""
+    consumer = Log({A: [0, 1, 3, 4, 5], B: []}, {A: 0, B: 0}, per_fetch=3)
+
+    async def end_offsets(partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {A: 5, B: 0}
+
+    consumer.end_offsets = end_offsets  # type: ignore[method-assign]
+    assert await _read_telling(consumer) == [
+        ("progress", (0, 5)),
+        ("batch", [(0, 0), (0, 1), (0, 3)]),
+        ("progress", (4, 5)),
+        ("batch", [(0, 4)]),
+        ("progress", (5, 5)),
+    ]
+
+
+async def test_a_fetch_that_moves_nothing_tells_nothing_and_nothing_to_read_is_done_at_once() -> None:
+    consumer = Log({A: [0, 1], B: []}, {A: 0, B: 0}, per_fetch=10)
+    fetch, fetches = consumer.getmany, []
+
+    async def getmany(*tps: TopicPartition, timeout_ms: int, max_records: int) -> dict[TopicPartition, Any]:
+        fetches.append(tps)
+        if len(fetches) == 1:
+            return {}  # the fetch timed out
+        return await fetch(*tps, timeout_ms=timeout_ms, max_records=max_records)
+
+    consumer.getmany = getmany  # type: ignore[method-assign]
+    assert await _read_telling(consumer) == [
+        ("progress", (0, 2)),
+        ("batch", [(0, 0), (0, 1)]),
+        ("progress", (2, 2)),
+    ]
+    assert len(fetches) == 2
+    assert await _read_telling(Log({A: [], B: []}, {A: 4, B: 0}, per_fetch=10)) == [("progress", (0, 0))]
+
+
 def test_a_consumer_record_becomes_a_source_record() -> None:
     assert source_record(msg(B, 8)) == SourceRecord("t", 1, 8, b"k", b"v8", 1_008)
 

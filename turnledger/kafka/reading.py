@@ -7,7 +7,7 @@ replay tools start from the beginning, restore reads a changelog partition whole
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -19,6 +19,11 @@ from turnledger.records import SourceRecord
 from turnledger.retry import NO_WAIT, Backoff
 
 DEFAULT_BATCH = 1000
+
+ReadProgress = Callable[[int, int], None]
+"""`(done, total)` of a `read_to_end`: offsets passed of the offsets between the start and the end seen
+when the read began, over every partition read (offsets, not records: transaction markers, aborted and
+compacted records take offsets too, and `done` reaches `total` exactly when the read is at its end)."""
 
 
 def source_record(message: Any) -> SourceRecord:
@@ -90,13 +95,23 @@ async def read_to_end(
     partitions: list[TopicPartition],
     start: Mapping[TopicPartition, int] | None = None,
     batch: int = DEFAULT_BATCH,
+    progress: ReadProgress | None = None,
 ) -> AsyncIterator[list[SourceRecord]]:
     """Batches (each from one partition, in offset order) from `start` (default: the beginning) up to
-    the last stable offset observed when the call began."""
+    the last stable offset observed when the call began.
+
+    `progress(done, total)` is told the total first (`done` 0), then, after the batches of each fetch
+    were handled by the caller, every time `done` moved."""
     consumer.assign(partitions)
     await seek_all(consumer, partitions, start or {})
     ends = await consumer.end_offsets(partitions)
-    remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
+    began = {tp: await consumer.position(tp) for tp in partitions}
+    reached = dict(began)
+    total = offsets_passed(began, ends, ends)
+    if progress is not None:
+        progress(0, total)
+    done = 0
+    remaining = {tp for tp in partitions if began[tp] < ends[tp]}
     while remaining:
         fetched = await consumer.getmany(*remaining, timeout_ms=200, max_records=batch)
         for tp, records in fetched.items():
@@ -104,8 +119,22 @@ async def read_to_end(
             if batch_records:
                 yield batch_records
         for tp in list(remaining):
-            if await consumer.position(tp) >= ends[tp]:
+            reached[tp] = await consumer.position(tp)
+            if reached[tp] >= ends[tp]:
                 remaining.discard(tp)
+        passed = offsets_passed(began, reached, ends)
+        if progress is not None and passed != done:
+            progress(passed, total)
+        done = passed
+
+
+def offsets_passed(
+    began: Mapping[TopicPartition, int],
+    reached: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+) -> int:
+    """Offsets from `began` to `reached` (capped at `ends`), summed over the partitions of `began`."""
+    return sum(max(min(reached[tp], ends[tp]) - began[tp], 0) for tp in began)
 
 
 async def end_offsets(
