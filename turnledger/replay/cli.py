@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from turnledger.cli_progress import bars, moved
 from turnledger.processors.limits_config import (
     MaxBlockBytes,
     MaxBlocksPerTurn,
@@ -58,6 +59,11 @@ def _progress() -> Progress:
         console=err,
         transient=True,
     )
+
+
+def _bars() -> Progress:
+    """The bars of `replay manifest` and `shadow diff` (`cli_progress.py`)."""
+    return bars(err)
 
 
 def audit_command(
@@ -160,11 +166,20 @@ def manifest_command(
         err.print("give an OPERATION_ID or --digest sha256:...")
         raise typer.Exit(2)
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    topics = Topics(topic_prefix)
+    with _bars() as progress:
+        tasks = {
+            topic: progress.add_task(f"reading {topic}", total=None, unit="offsets")
+            for topic in (topics.manifests, topics.committed, topics.ingress)
+        }
 
-    async def main() -> list[ManifestCheck]:
-        return await reproduce(servers, Topics(topic_prefix), operation_id, digest)
+        def told(topic: str, done: int, total: int) -> None:
+            progress.update(tasks[topic], completed=done, total=total)
 
-    checks = run(main)
+        async def main() -> list[ManifestCheck]:
+            return await reproduce(servers, topics, operation_id, digest, told)
+
+        checks = run(main)
     if not checks:
         err.print(f"no manifest found for {operation_id or digest!r} on the manifests topic")
         raise typer.Exit(1)
@@ -280,11 +295,17 @@ def shadow_diff_command(
         err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
         raise typer.Exit(2) from exc
 
-    async def main() -> list[ShadowResult]:
-        manifests = await latest_manifests(servers, Topics(topic_prefix), {i.operation_id for i in items})
-        return compare_all(items, manifests)
+    topics = Topics(topic_prefix)
+    with _bars() as progress:
+        reading = progress.add_task(f"reading {topics.manifests}", total=None, unit="offsets")
+        comparing = progress.add_task("comparing", total=len(items), unit="lines")
 
-    results = run(main)
+        async def main() -> list[ShadowResult]:
+            operations = {i.operation_id for i in items}
+            manifests = await latest_manifests(servers, topics, operations, moved(progress, reading))
+            return compare_all(items, manifests, moved(progress, comparing))
+
+        results = run(main)
     print_shadow(results, details)
     if fail_on_diff and any(r.status != "equal" for r in results):
         raise typer.Exit(1)

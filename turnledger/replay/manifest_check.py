@@ -8,13 +8,14 @@ adapter the manifest names. Every binding of the manifest is then checked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from turnledger.adapters.base import DispatchParams, Rendered, UnsupportedKind
 from turnledger.adapters.registry import get_adapter
 from turnledger.codec import CodecError, decode
-from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
+from turnledger.kafka.reading import ReadProgress, partitions_of, read_to_end, start_reader
 from turnledger.model.canonical import sha256_digest
 from turnledger.model.events import CommittedTurn, DispatchRequested, ManifestIssued
 from turnledger.model.limits import DEFAULT_LIMITS, Limits
@@ -23,6 +24,9 @@ from turnledger.sequence.builder import append, sequence_of
 from turnledger.sequence.graph_state import GraphState
 from turnledger.sequence.validation import Invalid, Waiting
 from turnledger.topology import Topics
+
+TopicProgress = Callable[[str, int, int], None]
+"""`(topic, done, total)`: the `ReadProgress` of each topic read in turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +120,11 @@ class TopicEvidence:
 
 
 async def gather(
-    bootstrap: str, topics: Topics, operation_id: str | None = None, digest: str | None = None
+    bootstrap: str,
+    topics: Topics,
+    operation_id: str | None = None,
+    digest: str | None = None,
+    progress: TopicProgress | None = None,
 ) -> TopicEvidence:
     """Read the manifests, committed and ingress topics once and keep what the check needs."""
     evidence = TopicEvidence()
@@ -127,7 +135,8 @@ async def gather(
             partitions = await partitions_of(consumer, bootstrap, [topic])
             conversations = {m.conversation_id for m in evidence.manifests}
             operations = {(m.conversation_id, m.operation_id) for m in evidence.manifests}
-            async for batch in read_to_end(consumer, partitions):
+            told = None if progress is None else partial(progress, topic)
+            async for batch in read_to_end(consumer, partitions, progress=told):
                 for r in batch:
                     _collect(evidence, r.value, operation_id, digest, conversations, operations)
     finally:
@@ -164,14 +173,19 @@ def _collect(
 
 
 async def reproduce(
-    bootstrap: str, topics: Topics, operation_id: str | None = None, digest: str | None = None
+    bootstrap: str,
+    topics: Topics,
+    operation_id: str | None = None,
+    digest: str | None = None,
+    progress: TopicProgress | None = None,
 ) -> list[ManifestCheck]:
-    """One check per matching manifest (an operation re-prepared after WAITING has several)."""
+    """One check per matching manifest (an operation re-prepared after WAITING has several); `progress`
+    follows the reading of the topics (`gather`)."""
     if operation_id is None and digest is None:
         raise ValueError("give an operation id or a manifest digest")
     from turnledger.processors.limits_config import load_limits  # as the processor: TURNLEDGER_MAX_*
 
-    evidence = await gather(bootstrap, topics, operation_id, digest)
+    evidence = await gather(bootstrap, topics, operation_id, digest, progress)
     limits = load_limits()
     return [
         check_manifest(
@@ -185,7 +199,7 @@ async def reproduce(
 
 
 async def latest_manifests(
-    bootstrap: str, topics: Topics, operation_ids: set[str]
+    bootstrap: str, topics: Topics, operation_ids: set[str], progress: ReadProgress | None = None
 ) -> dict[tuple[str, str], DispatchManifest]:
     """The last manifest issued for each operation of `operation_ids`, keyed by (conversation, operation):
     the same operation id may exist in several conversations (what shadow diff compares against)."""
@@ -193,7 +207,7 @@ async def latest_manifests(
     consumer = await start_reader(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, [topics.manifests])
-        async for batch in read_to_end(consumer, partitions):
+        async for batch in read_to_end(consumer, partitions, progress=progress):
             for r in batch:
                 _collect(evidence, r.value, None, None, set(), set())
     finally:

@@ -17,7 +17,7 @@ the semantic diff says what differs when they are not equal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,12 @@ ManifestsByOperation = dict[tuple[str, str], DispatchManifest]
 """(conversation id, operation id) -> the last manifest issued for that operation."""
 
 
-def compare_all(legacy: Iterable[LegacyRequest], manifests: ManifestsByOperation) -> list[ShadowResult]:
+def compare_all(
+    legacy: Sequence[LegacyRequest],
+    manifests: ManifestsByOperation,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[ShadowResult]:
+    """A result per legacy line; `progress(done, total)`: the lines compared, after each."""
     by_operation: dict[str, dict[str, DispatchManifest]] = {}
     for (conversation_id, operation_id), manifest in manifests.items():
         by_operation.setdefault(operation_id, {})[conversation_id] = manifest
@@ -118,4 +123,6 @@ def compare_all(legacy: Iterable[LegacyRequest], manifests: ManifestsByOperation
             results.append(ShadowResult(item.operation_id, item.line, ambiguous=sorted(candidates)))
         else:
             results.append(compare(item, next(iter(candidates.values()), None)))
+        if progress is not None:
+            progress(len(results), len(legacy))
     return results

@@ -1,5 +1,6 @@
 """Topics in memory for the replay readers' unit tests: the three reading calls they make
-(`start_reader`, `partitions_of`, `read_to_end`), answered from lists of batches, no Kafka."""
+(`start_reader`, `partitions_of`, `read_to_end`), answered from lists of batches, no Kafka. A record
+takes one offset here (no transaction markers), so `read_to_end`'s progress is the records read."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from turnledger.kafka.reading import ReadProgress
 from turnledger.records import SourceRecord
 
 
@@ -55,13 +57,21 @@ class FakeTopics:
         partitions: list[str],
         start: Mapping[Any, int] | None = None,
         batch: int | None = None,
+        progress: ReadProgress | None = None,
     ) -> AsyncIterator[list[SourceRecord]]:
+        """`progress` as the real one tells it: the total first, then the offsets read after each batch."""
         self._live(consumer)
         assert start is None
         self.batch_sizes.append(batch)
-        for topic in partitions:
-            for records in self.batches[topic]:
-                yield records
+        read = [records for topic in partitions for records in self.batches[topic]]
+        total, done = sum(len(records) for records in read), 0
+        if progress is not None:
+            progress(0, total)
+        for records in read:
+            yield records
+            done += len(records)
+            if progress is not None:
+                progress(done, total)
 
     def install(self, monkeypatch: pytest.MonkeyPatch, module: str) -> None:
         for name in ("start_reader", "partitions_of", "read_to_end"):

@@ -6,9 +6,11 @@ exit code. The replay code itself has its own tests (`test_audit_*.py`, `test_ma
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 import typer
 from redis.asyncio.cluster import RedisCluster
 from rich.console import Console
-from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 from typer.testing import CliRunner, Result
@@ -76,9 +78,13 @@ def rows_of(table: Table) -> tuple[Any, list[tuple[str, ...]]]:
 
 
 class FakeProgress:
+    """Stands for a rich `Progress`: its tasks (description, total, fields) numbered from 41, and
+    every advance and update of them, made while it is open."""
+
     def __init__(self) -> None:
-        self.tasks: list[tuple[str, Any]] = []
+        self.tasks: list[tuple[str, Any, dict[str, Any]]] = []
         self.advanced: list[tuple[int, int]] = []
+        self.updated: list[tuple[int, int, int]] = []
         self.open = False
 
     def __enter__(self) -> FakeProgress:
@@ -88,13 +94,17 @@ class FakeProgress:
     def __exit__(self, *exc: object) -> None:
         self.open = False
 
-    def add_task(self, description: str, total: Any = "unset") -> int:
-        self.tasks.append((description, total))
+    def add_task(self, description: str, total: Any = "unset", **fields: Any) -> int:
+        self.tasks.append((description, total, fields))
         return len(self.tasks) + 40
 
     def advance(self, task_id: int, advance: int) -> None:
         assert self.open
         self.advanced.append((task_id, advance))
+
+    def update(self, task_id: int, *, completed: int, total: int) -> None:
+        assert self.open
+        self.updated.append((task_id, completed, total))
 
 
 @pytest.fixture
@@ -204,6 +214,33 @@ def test_the_progress_shows_the_records_counted_on_the_error_console_and_goes_aw
     assert texts == ["{task.description}", "{task.completed} records"]
 
 
+def test_the_bars_of_manifest_and_shadow_show_done_of_total_on_the_error_console_and_go_away() -> None:
+    progress = cli._bars()
+    assert progress.console is cli.err and progress.live.transient
+    kinds = [type(column) for column in progress.columns]
+    assert kinds == [TextColumn, BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn]
+    texts = [column.text_format for column in progress.columns if isinstance(column, TextColumn)]
+    assert texts == ["{task.description}", "{task.fields[unit]}"]
+
+
+def console_on(terminal: bool) -> tuple[Console, StringIO]:
+    written = StringIO()
+    return Console(file=written, force_terminal=terminal, width=100, markup=False), written
+
+
+def seen(written: StringIO) -> str:
+    """What a terminal shows of it, without its control codes (colors, cursor moves)."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written.getvalue())
+
+
+def drawing_consoles(monkeypatch: pytest.MonkeyPatch, err_is_a_terminal: bool) -> tuple[StringIO, StringIO]:
+    """The real bars on real consoles: stdout a terminal too, so a bar drawn there would show."""
+    (stdout, printed), (stderr, drawn) = console_on(True), console_on(err_is_a_terminal)
+    monkeypatch.setattr(cli, "console", stdout)
+    monkeypatch.setattr(cli, "err", stderr)
+    return printed, drawn
+
+
 class FakeAudit:
     def __init__(self, report: AuditReport) -> None:
         self.report = report
@@ -223,6 +260,14 @@ class FakeAudit:
 def progress(monkeypatch: pytest.MonkeyPatch) -> FakeProgress:
     fake = FakeProgress()
     monkeypatch.setattr(cli, "_progress", lambda: fake)
+    return fake
+
+
+@pytest.fixture
+def bars(monkeypatch: pytest.MonkeyPatch) -> FakeProgress:
+    """`replay manifest`'s and `shadow diff`'s."""
+    fake = FakeProgress()
+    monkeypatch.setattr(cli, "_bars", lambda: fake)
     return fake
 
 
@@ -259,7 +304,7 @@ def test_an_audit_with_no_divergence_says_so_under_its_summary(
     assert result.exit_code == 0, result.output
     assert fake.calls == [("k1:9092", Topics("pre."))]
     assert fake.exported == GIVEN, "the refold reads the limits given from the environment"
-    assert progress.tasks == [("folding ingress", None), ("reading outputs", None)]
+    assert progress.tasks == [("folding ingress", None, {}), ("reading outputs", None, {})]
     assert progress.advanced == [(41, 3), (42, 2), (41, 1)]
     assert out.texts == [
         summary(report, GIVEN),
@@ -353,9 +398,25 @@ class FakeReproduce:
         self.checks = checks
         self.calls: list[tuple[Any, ...]] = []
 
-    async def __call__(self, bootstrap: str, topics: Topics, operation_id: Any, digest: Any) -> Any:
+    async def __call__(
+        self, bootstrap: str, topics: Topics, operation_id: Any, digest: Any, progress: Any
+    ) -> Any:
+        """Tells the progress of the three topics, out of their order (the bar is the topic's)."""
         self.calls.append((bootstrap, topics, operation_id, digest, load_limits()))
+        progress(topics.ingress, 1, 9)
+        progress(topics.manifests, 2, 2)
+        progress(topics.committed, 0, 3)
         return self.checks
+
+
+def manifest_bars(prefix: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    return [
+        (f"reading {prefix}turnledger.{topic}", None, {"unit": "offsets"})
+        for topic in ("manifests", "committed", "ingress")
+    ]
+
+
+MANIFEST_TOLD = [(43, 1, 9), (41, 2, 2), (42, 0, 3)]
 
 
 def reproducing(monkeypatch: pytest.MonkeyPatch, checks: list[ManifestCheck]) -> FakeReproduce:
@@ -369,7 +430,7 @@ def manifest(op: str, checks: list[Check], error: str | None = None) -> Manifest
 
 
 def test_each_reproduced_manifest_is_a_table_of_its_bindings(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     long = "x" * 80
     checks = [
@@ -381,6 +442,7 @@ def test_each_reproduced_manifest_is_a_table_of_its_bindings(
     assert result.exit_code == 0, result.output
     assert fake.calls == [("k:1", Topics("p."), "op-1", None, GIVEN)]
     assert err.texts == [f"size limits: {describe(GIVEN)}"]
+    assert (bars.tasks, bars.updated, bars.open) == (manifest_bars("p."), MANIFEST_TOLD, False)
     assert out.texts == [
         (
             "op-1 sha256:op-1 (openai-chat@1, rev 4)",
@@ -398,8 +460,24 @@ def test_each_reproduced_manifest_is_a_table_of_its_bindings(
     ]  # fmt: skip
 
 
+def test_a_manifest_check_draws_a_bar_a_topic_on_the_error_console_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reproducing(monkeypatch, [manifest("op-1", [Check("tools", "t", "t")])])
+    printed, drawn = drawing_consoles(monkeypatch, err_is_a_terminal=True)
+    result = invoke("replay", "manifest", "op-1", "--bootstrap", "k:1", "--topic-prefix", "p.")
+    assert result.exit_code == 0, result.output
+    bars = [line.split() for line in seen(drawn).splitlines() if line.startswith("reading ")]
+    assert [(b[:2], b[3:5]) for b in bars[-3:]] == [  # as the bars were last drawn
+        (["reading", "p.turnledger.manifests"], ["2/2", "offsets"]),
+        (["reading", "p.turnledger.committed"], ["0/3", "offsets"]),
+        (["reading", "p.turnledger.ingress"], ["1/9", "offsets"]),
+    ]
+    assert "offsets" not in seen(printed) and "1 manifest(s) reproduced byte for byte" in seen(printed)
+
+
 def test_a_binding_that_differs_or_an_error_fails_the_check(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     reproducing(monkeypatch, [manifest("op-2", [Check("digest", "sha256:a", "sha256:b")])])
     result = invoke("replay", "manifest", "--digest", "sha256:op-2", "--bootstrap", "k:1")
@@ -416,7 +494,7 @@ def test_a_binding_that_differs_or_an_error_fails_the_check(
 
 
 def test_a_manifest_needs_an_operation_or_a_digest_before_a_bootstrap(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder, bars: FakeProgress
 ) -> None:
     fake = reproducing(monkeypatch, [])
     result = invoke("replay", "manifest")
@@ -424,21 +502,27 @@ def test_a_manifest_needs_an_operation_or_a_digest_before_a_bootstrap(
     assert err.texts == [f"size limits: {describe(Limits())}", "give an OPERATION_ID or --digest sha256:..."]
     result = invoke("replay", "manifest", "op-1")
     assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
-    assert fake.calls == [] and out.printed == []
+    assert fake.calls == [] and out.printed == [] and bars.tasks == []
 
 
 def test_a_manifest_check_called_as_a_function_reads_topics_without_a_prefix(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     fake = reproducing(monkeypatch, [manifest("op-1", [Check("tools", "t", "t")])])
     cli.manifest_command("op-1", bootstrap="k:1")
     assert fake.calls == [("k:1", Topics(""), "op-1", None, Limits())]
+    assert (bars.tasks, bars.updated) == (manifest_bars(""), MANIFEST_TOLD)
     assert out.texts[-1] == "[green]1 manifest(s) reproduced byte for byte[/green]"
 
 
 @pytest.mark.parametrize(("args", "named"), [(["op-9"], "'op-9'"), (["--digest", "sha256:d"], "'sha256:d'")])
 def test_no_manifest_found_is_an_exit_1_naming_what_was_asked(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, args: list[str], named: str
+    monkeypatch: pytest.MonkeyPatch,
+    out: Recorder,
+    err: Recorder,
+    bars: FakeProgress,
+    args: list[str],
+    named: str,
 ) -> None:
     reproducing(monkeypatch, [])
     result = invoke("replay", "manifest", *args, "--bootstrap", "k:1")
@@ -664,13 +748,26 @@ class Shadowing:
         monkeypatch.setattr("turnledger.replay.manifest_check.latest_manifests", self.latest)
         monkeypatch.setattr("turnledger.replay.shadow.compare_all", self.compare_all)
 
-    async def latest(self, bootstrap: str, topics: Topics, operation_ids: set[str]) -> Any:
+    async def latest(self, bootstrap: str, topics: Topics, operation_ids: set[str], progress: Any) -> Any:
         self.asked.append((bootstrap, topics, operation_ids))
+        progress(0, 4)
+        progress(4, 4)
         return {("c1", "op-1"): "manifest"}
 
-    def compare_all(self, items: list[LegacyRequest], manifests: Any) -> list[ShadowResult]:
+    def compare_all(self, items: list[LegacyRequest], manifests: Any, progress: Any) -> list[ShadowResult]:
         self.compared.append((items, manifests))
+        progress(len(items), len(items))
         return self.found
+
+
+def shadow_bars(prefix: str, lines: int) -> list[tuple[str, Any, dict[str, Any]]]:
+    return [
+        (f"reading {prefix}turnledger.manifests", None, {"unit": "offsets"}),
+        ("comparing", lines, {"unit": "lines"}),
+    ]
+
+
+SHADOW_TOLD = [(41, 0, 4), (41, 4, 4), (42, 3, 3)]
 
 
 def legacy_file(tmp_path: Path, *lines: bytes) -> str:
@@ -687,7 +784,7 @@ LINES = [
 
 
 def test_a_shadow_diff_compares_each_legacy_line_with_the_latest_manifests(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path, bars: FakeProgress
 ) -> None:
     fake = Shadowing(monkeypatch, results())
     legacy = legacy_file(tmp_path, *LINES)
@@ -705,12 +802,35 @@ def test_a_shadow_diff_compares_each_legacy_line_with_the_latest_manifests(
         )
     ]
     assert out.texts == [("shadow diff: legacy vs manifests", SHADOW_ROWS), COUNTS, *DETAILS]
+    assert (bars.tasks, bars.updated, bars.open) == (shadow_bars("p.", 3), SHADOW_TOLD, False)
     invoke("shadow", "diff", legacy, "--bootstrap", "k:1", "--no-details")
     assert out.texts[-1] == COUNTS
 
 
+@pytest.mark.parametrize("err_is_a_terminal", [True, False])
+def test_a_shadow_diff_draws_its_bars_on_the_error_console_only_and_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, err_is_a_terminal: bool
+) -> None:
+    Shadowing(monkeypatch, results())
+    printed, drawn = drawing_consoles(monkeypatch, err_is_a_terminal)
+    result = invoke(
+        "shadow", "diff", legacy_file(tmp_path, *LINES), "--bootstrap", "k:1", "--topic-prefix", "p."
+    )
+    assert result.exit_code == 0, result.output
+    if err_is_a_terminal:
+        bars = [line.split() for line in seen(drawn).splitlines() if line.strip()]
+        assert [(b[0], b[-3:-1]) for b in bars[-2:]] == [  # as the bars were last drawn
+            ("reading", ["4/4", "offsets"]),
+            ("comparing", ["3/3", "lines"]),
+        ]
+        assert bars[-2][1] == "p.turnledger.manifests"
+    else:
+        assert drawn.getvalue() == ""
+    assert "offsets" not in seen(printed) and "shadow diff: legacy vs manifests" in seen(printed)
+
+
 def test_a_shadow_diff_fails_on_a_difference_only_when_told(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path, bars: FakeProgress
 ) -> None:
     legacy = legacy_file(tmp_path, *LINES)
     Shadowing(monkeypatch, results())
@@ -725,7 +845,7 @@ def test_a_shadow_diff_fails_on_a_difference_only_when_told(
 
 
 def test_a_legacy_file_that_is_not_json_lines_is_one_red_line_and_an_exit_2(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, tmp_path: Path, bars: FakeProgress
 ) -> None:
     fake = Shadowing(monkeypatch, results())
     legacy = legacy_file(tmp_path, LINES[0], b"[not] an object")
@@ -736,7 +856,7 @@ def test_a_legacy_file_that_is_not_json_lines_is_one_red_line_and_an_exit_2(
         '. Expected one JSON object per line: {"operationId": "...", "request": {...}}'
     )
     assert kwargs == {"style": "red", "markup": False, "soft_wrap": True}
-    assert fake.asked == [] and out.printed == []
+    assert fake.asked == [] and out.printed == [] and bars.tasks == []
 
 
 def test_a_shadow_diff_needs_a_bootstrap_and_a_file_that_exists(
@@ -751,11 +871,12 @@ def test_a_shadow_diff_needs_a_bootstrap_and_a_file_that_exists(
 
 
 def test_a_shadow_diff_called_as_a_function_lists_the_details_and_does_not_fail(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, tmp_path: Path, bars: FakeProgress
 ) -> None:
     fake = Shadowing(monkeypatch, results())
     cli.shadow_diff_command(Path(legacy_file(tmp_path, *LINES)), bootstrap="k:1")
     assert fake.asked == [("k:1", Topics(""), {"op-1", "op-2"})]
+    assert (bars.tasks, bars.updated) == (shadow_bars("", 3), SHADOW_TOLD)
     assert out.texts == [("shadow diff: legacy vs manifests", SHADOW_ROWS), COUNTS, *DETAILS]
 
 

@@ -47,6 +47,16 @@ def test_a_repeated_operation_id_needs_the_conversation(tmp_path: Path) -> None:
     assert results[2].manifest_digest == a.manifest_digest
 
 
+def test_the_progress_is_the_lines_compared_of_all_told_after_each_line() -> None:
+    """Told after each result, whatever the line came to (ambiguous, compared, no manifest)."""
+    manifests = {(c, "op-1"): _manifest(c, f"hello from {c}") for c in ("A", "B")}
+    legacy = [LegacyRequest("op-1", {}, 1), LegacyRequest("op-1", {}, 2, "A"), LegacyRequest("op-9", {}, 4)]
+    told: list[tuple[int, int]] = []
+    results = compare_all(legacy, manifests, lambda done, total: told.append((done, total)))
+    assert told == [(1, 3), (2, 3), (3, 3)]
+    assert [r.status for r in results] == ["ambiguous", "differs", "no manifest"]
+
+
 def test_a_conversation_id_that_is_not_a_string_is_a_format_error(tmp_path: Path) -> None:
     path = _legacy(tmp_path, {"operationId": "op-1", "conversationId": 7, "request": {}})
     with pytest.raises(LegacyFormatError, match=r"legacy\.jsonl:1: conversationId must be a string"):
