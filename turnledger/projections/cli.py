@@ -13,14 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Annotated, Any, TypeVar
 
 import orjson
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from turnledger import cli_checks
+from turnledger.cli_progress import bars, moved
 from turnledger.errors import MissingTopicError, ProjectionError, ServiceUnavailable
 from turnledger.observability.server import MetricsPort
 from turnledger.processors.errors import TopicMismatchError
@@ -91,6 +94,11 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
         raise typer.Exit(2) from exc
 
 
+def _bars() -> Progress:
+    """`project --until-caught-up`'s bar (`cli_progress.py`)."""
+    return bars(err)
+
+
 def project_command(
     redis_url: RedisUrl = None,
     bootstrap: Bootstrap = None,
@@ -130,7 +138,8 @@ def project_command(
     """Project the output topics into Redis, exactly once per partition offset.
 
     Follows the topics until SIGTERM/Ctrl-C, as a member of a consumer group unless --static;
-    Kafka and Redis outages (at start or later, restarts included) are waited out.
+    Kafka and Redis outages (at start or later, restarts included) are waited out. With
+    --until-caught-up, a bar on stderr shows the offsets projected of the lag at start.
 
     --metrics-port P serves /metrics (the spec's metrics, counted from the records this projector
     applied, and its own), /healthz and /readyz (ready: partitions assigned and positioned, no outage).
@@ -155,6 +164,8 @@ def project_command(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    progress = _bars()
+    lag = progress.add_task("catching up", total=None, unit="offsets")
 
     async def main() -> ProjectorStats:
         # following waits for a Redis that is down, not for one that refuses us; a one-shot run
@@ -174,7 +185,7 @@ def project_command(
         )
         try:
             if until_caught_up:
-                return await projector.run_to_end()
+                return await projector.run_to_end(progress=moved(progress, lag))
             stop = asyncio.Event()
             stop_on_signals(stop, "turnledger project")
             how = "alone" if follow.group_id is None else f"in consumer group {follow.group_id!r}"
@@ -187,7 +198,8 @@ def project_command(
         finally:
             await redis.aclose()
 
-    stats = run(main)
+    with progress if until_caught_up else nullcontext():
+        stats = run(main)
     err.print(
         f"applied {stats.applied}, skipped {stats.skipped} (already applied), "
         f"undecodable {stats.undecodable}, "

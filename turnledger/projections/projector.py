@@ -20,7 +20,7 @@ from aiokafka import TopicPartition
 
 from turnledger.codec import CodecError, decode
 from turnledger.kafka.clients import close_client
-from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
+from turnledger.kafka.reading import ReadProgress, partitions_of, read_to_end, start_reader
 from turnledger.model.base import Frozen
 from turnledger.observability import runtime_metrics as live
 from turnledger.projections.applier import ScriptApplier, ensure_epoch
@@ -224,10 +224,13 @@ class Projector:
         records = group.records
         return [decoded[records[i]] for i in result.applied_indexes() if i < len(records)]
 
-    async def run_to_end(self, start: Mapping[TopicPartition, int] | None = None) -> ProjectorStats:
+    async def run_to_end(
+        self, start: Mapping[TopicPartition, int] | None = None, progress: ReadProgress | None = None
+    ) -> ProjectorStats:
         """Project everything up to the topics' current last stable offsets, then return.
 
-        `start` overrides the Redis positions (tests use it to re-deliver from offset 0)."""
+        `start` overrides the Redis positions (tests use it to re-deliver from offset 0).
+        `progress(done, total)`: the offsets applied of the lag when the read began (`read_to_end`)."""
         stats = ProjectorStats()
         began = time.perf_counter()
         await self.prepare()
@@ -238,7 +241,7 @@ class Projector:
         try:
             partitions = await partitions_of(consumer, self.bootstrap, self.streams)
             positions = dict(start) if start is not None else await self.start_positions(partitions)
-            async for batch in read_to_end(consumer, partitions, positions, self.batch_size):
+            async for batch in read_to_end(consumer, partitions, positions, self.batch_size, progress):
                 await self.apply(batch, stats)
         finally:
             await close_client(consumer)

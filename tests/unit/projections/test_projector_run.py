@@ -17,6 +17,8 @@ from aiokafka import TopicPartition
 
 from tests.unit.projections.projector_fakes import SHA, Clock, ScriptRedis, offsets_of, raw
 from tests.unit.projections.test_projector import PREV, REJ, SPLIT, projector, rejected, retracted
+from tests.unit.test_kafka_reading import Log
+from turnledger.kafka.reading import read_to_end
 from turnledger.projections import follow, keys
 from turnledger.projections import projector as module
 from turnledger.projections.keys import EPOCH_FIELD, ProjectionKeys
@@ -155,7 +157,7 @@ async def test_run_to_end_reads_every_projected_topic_from_redis_under_the_epoch
     assert glue.calls == [
         ("start_reader", (BOOTSTRAP,), {"action": "project the output topics"}),
         ("partitions_of", consumer, BOOTSTRAP, made.streams),
-        ("read_to_end", consumer, [R0, P0], {R0: 5}, 5),
+        ("read_to_end", consumer, [R0, P0], {R0: 5}, 5, None),
         ("close_client", (consumer,), {}),
     ]
     assert (redis.loads, made.epoch) == (1, "e7")
@@ -177,13 +179,37 @@ async def test_run_to_end_starts_where_it_is_told_and_makes_the_epochs_of_an_emp
     start = {R0: 0}
     stats = await made.run_to_end(start)
 
-    assert glue.calls[2] == ("read_to_end", glue.consumer, [R0, P0], {R0: 0}, 1000)
+    assert glue.calls[2] == ("read_to_end", glue.consumer, [R0, P0], {R0: 0}, 1000, None)
     tokens = [redis.hashes[g.offsets][EPOCH_FIELD.encode()].decode() for g in SPLIT.groups]
     assert len(set(tokens)) == 3 and all(len(t) == 16 for t in tokens)
     assert made.epoch == ",".join(tokens)
     assert [call[3] for call in redis.calls] == [(t,) for t in tokens]
     assert (stats.batches, stats.applied, stats.skipped) == (1, 0, 1)  # applied before
     assert stats.seconds == 2.75
+
+
+async def test_run_to_end_tells_the_offsets_applied_of_the_lag_when_it_began(
+    monkeypatch: pytest.MonkeyPatch, clock: Clock
+) -> None:
+    """Over the real `read_to_end` on a consumer in memory: Redis has applied the rejections up to 4,
+    so the lag is 2 of them (5, 6) and 3 previews (0-2); each count is told once its batches are
+    applied, and the last is the lag: caught up."""
+    redis = ScriptRedis(clock)
+    redis.hold("tl:offsets", "e7", **{f"{REJ}_0": 4})
+    glue = KafkaGlue(clock, [])
+    install(monkeypatch, glue)
+    monkeypatch.setattr(module, "read_to_end", read_to_end)
+    consumer = Log({R0: [3, 4, 5, 6], P0: [0, 1, 2]}, {R0: 3, P0: 0}, per_fetch=2)
+    glue.consumer = consumer  # type: ignore[assignment]
+    told: list[tuple[int, int, int]] = []
+    stats = await projector(redis).run_to_end(
+        progress=lambda done, total: told.append((done, total, len(redis.calls)))
+    )
+    assert told == [(0, 5, 0), (4, 5, 2), (5, 5, 3)]
+    assert offsets_of(redis.calls) == [
+        [f"{PREV}:0@0", f"{PREV}:0@1"], [f"{REJ}:0@5", f"{REJ}:0@6"], [f"{PREV}:0@2"],
+    ]  # fmt: skip
+    assert (stats.batches, stats.applied) == (3, 5)
 
 
 async def test_run_to_end_closes_its_consumer_when_a_read_fails(
