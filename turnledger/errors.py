@@ -38,7 +38,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        ProviderConfigError (also an InputFileError),
     │                                        RefusedEventError (what the ledger would refuse, not sent)
     ├── ServeError                (serve)    TokenRequiredError, DispatchDefaultError (a --adapter,
-    │                                        --provider or --model-revision the processor would reject)
+    │                                        --provider or --model-revision the processor would reject),
+    │                                        RequestBodyError (a POST body the API does not take: 400)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, KeytoolMissing, MavenMissing,
                                              MavenDownloadFailed, RedisServerMissing, PortInUse,
                                              ServiceNotReady, DockerUnavailable
@@ -302,3 +303,8 @@ class DispatchDefaultError(ServeError, ValueError):
     def __init__(self, option: str, value: str, why: str) -> None:
         super().__init__(f"{option} {value!r}: {why}")
         self.option = option
+
+
+class RequestBodyError(ServeError, ValueError):
+    """A POST body of the `turnledger serve` API that is not what its endpoint takes (`serve/bodies.py`);
+    names each field refused and what it must be, in one line. Answered 400."""

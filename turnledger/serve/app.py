@@ -5,7 +5,8 @@ capped Redis Stream the projector's script appends to in the same call that appl
 (`projections/script.py`): exactly once, whatever the number of projectors or `serve` instances. The SSE
 ids are the stream's entry ids, so a client that reconnects with `Last-Event-ID` (EventSource does it on
 its own) resumes right after the last event it saw: nothing lost, nothing repeated. The only writes are a
-user turn, a dispatch request and a cancel, all through the `GatewayClient` (ingress), never to Redis.
+user turn, a dispatch request and a cancel, all through the `GatewayClient` (ingress), never to Redis;
+their bodies are read strictly (`serve/bodies.py`), a body refused is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from redis.exceptions import RedisClusterException, RedisError
@@ -28,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from turnledger.errors import KafkaUnavailableError
+from turnledger.errors import KafkaUnavailableError, RequestBodyError
 from turnledger.gateway.client import GatewayClient, RefusedEventError
 from turnledger.observability.runtime_metrics import SERVE_EVENTS, SERVE_REQUESTS, SERVE_STREAMS
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
@@ -36,9 +37,11 @@ from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
 from turnledger.projections.shards import discover
 from turnledger.redisconn.cluster import RedisClient
+from turnledger.serve.bodies import CancelBody, DispatchBody, TurnBody, read_body
 from turnledger.serve.redis_failures import RedisFailures
 
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
+T = TypeVar("T")
 
 _STREAM_ID = re.compile(r"[0-9]+-[0-9]+")
 STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
@@ -240,47 +243,31 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        if not raw:
-            return {}
-        value = orjson.loads(raw)
-        if not isinstance(value, dict):
-            raise ValueError("the body must be a JSON object")
-        return value
-
     async def post_turn(request: Request) -> Response:
         conv = request.path_params["conversation"]
-        body = await body_of(request)
-        text = body.get("text")
-        if not isinstance(text, str) or not text.strip():
-            return _json({"error": "a non-empty 'text' is required"}, 400)
-        expected = body.get("expectedRevision")
-        event = await gateway.submit_user_turn(
-            conv, text, expected_revision=expected if isinstance(expected, int) else None
-        )
+        body = read_body(TurnBody, await request.body())
+        event = await gateway.submit_user_turn(conv, body.text, expected_revision=body.expected_revision)
         return _json({"turnId": event.turn_id, "eventId": event.event_id}, 202)
 
     async def post_dispatch(request: Request) -> Response:
         conv = request.path_params["conversation"]
-        body = await body_of(request)
+        body = read_body(DispatchBody, await request.body())
         d = config.dispatch
         event = await gateway.request_dispatch(
             conv,
-            adapter=str(body.get("adapter") or d.adapter),
-            provider=str(body.get("provider") or d.provider),
-            model_revision=str(body.get("modelRevision") or d.model_revision),
-            max_output_tokens=int(body.get("maxOutputTokens") or d.max_output_tokens),
-            operation_id=str(body["operationId"]) if body.get("operationId") else None,
+            adapter=_given(body.adapter, d.adapter),
+            provider=_given(body.provider, d.provider),
+            model_revision=_given(body.model_revision, d.model_revision),
+            max_output_tokens=_given(body.max_output_tokens, d.max_output_tokens),
+            operation_id=body.operation_id,
         )
         return _json({"operationId": event.operation_id, "eventId": event.event_id}, 202)
 
     async def post_cancel(request: Request) -> Response:
         conv = request.path_params["conversation"]
-        body = await body_of(request)
-        op = body.get("operationId")
-        await gateway.cancel(conv, str(op) if op else None, str(body.get("reason") or "cancelled from serve"))
-        return _json({"cancelled": op}, 202)
+        body = read_body(CancelBody, await request.body())
+        await gateway.cancel(conv, body.operation_id, _given(body.reason, "cancelled from serve"))
+        return _json({"cancelled": body.operation_id}, 202)
 
     async def refused(request: Request, exc: Exception) -> Response:
         return _json({"error": str(exc)}, 422)
@@ -312,12 +299,17 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
         exception_handlers={
             RefusedEventError: refused,
             orjson.JSONDecodeError: bad_body,
+            RequestBodyError: bad_body,
             ValueError: bad_body,
             KafkaUnavailableError: unavailable,
             RedisError: redis_failed,
             RedisClusterException: redis_failed,
         },
     )
+
+
+def _given(value: T | None, default: T) -> T:
+    return default if value is None else value
 
 
 def _page_headers() -> dict[str, str]:

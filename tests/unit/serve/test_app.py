@@ -646,31 +646,114 @@ async def post(app: Starlette, path: str, **kwargs: Any) -> httpx.Response:
         return await http.post(path, **kwargs)
 
 
-async def test_a_turn_is_submitted_with_its_text_as_given_and_an_int_expected_revision() -> None:
+async def test_a_turn_is_submitted_with_its_text_as_given_and_its_expected_revision() -> None:
     gateway = FakeGateway()
     app = make_app(StreamRedis(), gateway)
     answer = await post(app, "/api/conversations/c1/turns", json={"text": " hi ", "expectedRevision": 4})
     assert (answer.status_code, answer.json()) == (202, {"turnId": "turn-9", "eventId": "ev-turn"})
-    await post(app, "/api/conversations/c1/turns", json={"text": "x", "expectedRevision": "4"})
-    await post(app, "/api/conversations/c2/turns", json={"text": "y"})
+    for body in (
+        {"text": "x", "expectedRevision": 0},
+        {"text": "y", "expectedRevision": 2**63 - 1},
+        {"text": "z", "expectedRevision": None},
+        {"text": "w"},
+    ):
+        assert (await post(app, "/api/conversations/c2/turns", json=body)).status_code == 202
     assert gateway.calls == [
         ("turn", "c1", " hi ", {"expected_revision": 4}),
-        ("turn", "c1", "x", {"expected_revision": None}),
-        ("turn", "c2", "y", {"expected_revision": None}),
+        ("turn", "c2", "x", {"expected_revision": 0}),
+        ("turn", "c2", "y", {"expected_revision": 2**63 - 1}),
+        ("turn", "c2", "z", {"expected_revision": None}),
+        ("turn", "c2", "w", {"expected_revision": None}),
     ]
 
 
-@pytest.mark.parametrize("body", [{}, {"text": ""}, {"text": " \n"}, {"text": 5}, {"text": None}])
-async def test_a_turn_without_text_is_a_400_and_nothing_is_sent(body: dict[str, Any]) -> None:
+TURN_FIELDS = "its fields: text, expectedRevision"
+DISPATCH_FIELDS = "its fields: adapter, provider, modelRevision, maxOutputTokens, operationId"
+CANCEL_FIELDS = "its fields: operationId, reason"
+NOT_BLANK = "must be a string with a character that is not blank"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        # the turn's compare-and-set on the revision is never dropped: a revision not an integer of 0
+        # to the Avro long's largest, or under another name, refuses the turn
+        ("turns", {"text": "x", "expectedRevision": "3"}, "'expectedRevision' must be an integer, not \"3\""),
+        ("turns", {"text": "x", "expectedRevision": 3.0}, "'expectedRevision' must be an integer, not 3.0"),
+        ("turns", {"text": "x", "expectedRevision": True}, "'expectedRevision' must be an integer, not true"),
+        ("turns", {"text": "x", "expectedRevision": -1}, "'expectedRevision' must be at least 0, not -1"),
+        (
+            "turns",
+            {"text": "x", "expectedRevision": 2**63},
+            "'expectedRevision' must be at most 9223372036854775807, not 9223372036854775808",
+        ),
+        (
+            "turns",
+            {"text": "x", "expected_revision": 3},
+            f"'expected_revision' is not a field of this body ({TURN_FIELDS})",
+        ),
+        ("turns", {}, "'text' is required"),
+        ("turns", {"text": ""}, f"'text' {NOT_BLANK}, not \"\""),
+        ("turns", {"text": " \n"}, f"'text' {NOT_BLANK}, not \" \\n\""),
+        ("turns", {"text": 5}, "'text' must be a string, not 5"),
+        ("turns", {"text": None}, "'text' must be a string, not null"),
+        ("dispatch", {"maxOutputTokens": 1.9}, "'maxOutputTokens' must be an integer, not 1.9"),
+        ("dispatch", {"maxOutputTokens": True}, "'maxOutputTokens' must be an integer, not true"),
+        ("dispatch", {"maxOutputTokens": "300"}, "'maxOutputTokens' must be an integer, not \"300\""),
+        ("dispatch", {"maxOutputTokens": [1]}, "'maxOutputTokens' must be an integer, not [1]"),
+        ("dispatch", {"maxOutputTokens": {"n": 1}}, "'maxOutputTokens' must be an integer, not {\"n\":1}"),
+        ("dispatch", {"maxOutputTokens": 0}, "'maxOutputTokens' must be at least 1, not 0"),
+        ("dispatch", {"maxOutputTokens": -5}, "'maxOutputTokens' must be at least 1, not -5"),
+        (
+            "dispatch",
+            {"maxOutputTokens": 2**63},
+            "'maxOutputTokens' must be at most 9223372036854775807, not 9223372036854775808",
+        ),
+        ("dispatch", {"adapter": {"a": 1}}, "'adapter' must be a string, not {\"a\":1}"),
+        ("dispatch", {"adapter": ""}, "'adapter' must be a non-empty string, not \"\""),
+        ("dispatch", {"provider": 5}, "'provider' must be a string, not 5"),
+        ("dispatch", {"modelRevision": ["m"]}, "'modelRevision' must be a string, not [\"m\"]"),
+        ("dispatch", {"operationId": 42}, "'operationId' must be a string, not 42"),
+        ("dispatch", {"operationId": ""}, "'operationId' must be a non-empty string, not \"\""),
+        (
+            "dispatch",
+            {"max_output_tokens": 5},
+            f"'max_output_tokens' is not a field of this body ({DISPATCH_FIELDS})",
+        ),
+        ("cancel", {"operationId": 7}, "'operationId' must be a string, not 7"),
+        ("cancel", {"operationId": ""}, "'operationId' must be a non-empty string, not \"\""),
+        ("cancel", {"reason": {"why": "x"}}, '\'reason\' must be a string, not {"why":"x"}'),
+        ("cancel", {"reason": ""}, "'reason' must be a non-empty string, not \"\""),
+        ("cancel", {"operation": "op-1"}, f"'operation' is not a field of this body ({CANCEL_FIELDS})"),
+    ],
+)
+async def test_a_body_field_of_another_type_or_range_or_name_is_a_400_naming_it(
+    path: str, body: dict[str, Any], error: str
+) -> None:
     gateway = FakeGateway()
+    answer = await post(make_app(StreamRedis(), gateway), f"/api/conversations/c1/{path}", json=body)
+    assert (answer.status_code, answer.json()) == (400, {"error": f"bad request: {error}"})
+    assert gateway.calls == []
+
+
+async def test_every_refused_field_of_a_body_is_named_in_one_line_with_its_value_cut_short() -> None:
+    gateway = FakeGateway()
+    body = {"text": 5, "expectedRevision": "9" * 100, "expected_revision": 3}
     answer = await post(make_app(StreamRedis(), gateway), "/api/conversations/c1/turns", json=body)
-    assert (answer.status_code, answer.json()) == (400, {"error": "a non-empty 'text' is required"})
+    assert (answer.status_code, answer.json()) == (
+        400,
+        {
+            "error": "bad request: 'text' must be a string, not 5; "
+            f"'expectedRevision' must be an integer, not \"{'9' * 38}…; "
+            f"'expected_revision' is not a field of this body ({TURN_FIELDS})"
+        },
+    )
     assert gateway.calls == []
 
 
 async def test_an_empty_body_is_no_text() -> None:
     answer = await post(make_app(StreamRedis()), "/api/conversations/c1/turns", content=b"")
-    assert (answer.status_code, answer.json()) == (400, {"error": "a non-empty 'text' is required"})
+    assert (answer.status_code, answer.json()) == (400, {"error": "bad request: 'text' is required"})
 
 
 @pytest.mark.parametrize(
@@ -691,32 +774,48 @@ async def test_a_body_that_is_no_json_object_is_a_400(content: bytes, error: str
     assert gateway.calls == []
 
 
-async def test_a_dispatch_takes_the_configured_defaults_for_what_the_body_leaves_out() -> None:
+async def test_a_dispatch_takes_the_configured_defaults_for_what_the_body_leaves_out_or_nulls() -> None:
     gateway = FakeGateway()
     defaults = DispatchDefaults(adapter="a@1", provider="p", model_revision="m@1", max_output_tokens=77)
     app = make_app(StreamRedis(), gateway, dispatch=defaults)
     answer = await post(app, "/api/conversations/c1/dispatch")
     assert (answer.status_code, answer.json()) == (202, {"operationId": "op-new", "eventId": "ev-dispatch"})
-    empty = {"adapter": "", "provider": None, "modelRevision": "", "maxOutputTokens": 0, "operationId": ""}
-    await post(app, "/api/conversations/c1/dispatch", json=empty)
+    assert (await post(app, "/api/conversations/c1/dispatch", json={})).status_code == 202
+    nulls = dict.fromkeys(["adapter", "provider", "modelRevision", "maxOutputTokens", "operationId"])
+    assert (await post(app, "/api/conversations/c1/dispatch", json=nulls)).status_code == 202
+    chosen = {
+        "adapter": "a@1", "provider": "p", "model_revision": "m@1", "max_output_tokens": 77,
+        "operation_id": None,
+    }  # fmt: skip
+    assert gateway.calls == [("dispatch", "c1", chosen)] * 3
+
+
+async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
+    gateway = FakeGateway()
+    app = make_app(StreamRedis(), gateway)
     given = {
         "adapter": "openai-chat@1", "provider": "openai", "modelRevision": "openai/gpt@1",
-        "maxOutputTokens": "300", "operationId": 42,
+        "maxOutputTokens": 300, "operationId": "op-42",
     }  # fmt: skip
     answer = await post(app, "/api/conversations/c2/dispatch", json=given)
-    assert answer.json() == {"operationId": "42", "eventId": "ev-dispatch"}
-    chosen = {"adapter": "a@1", "provider": "p", "model_revision": "m@1", "max_output_tokens": 77}
+    assert (answer.status_code, answer.json()) == (202, {"operationId": "op-42", "eventId": "ev-dispatch"})
+    await post(app, "/api/conversations/c2/dispatch", json={"maxOutputTokens": 1})
+    await post(app, "/api/conversations/c2/dispatch", json={"maxOutputTokens": 2**63 - 1})
+    defaults = {
+        "adapter": "anthropic-messages@2", "provider": "anthropic",
+        "model_revision": "anthropic/claude-sonnet-4@2025-05", "operation_id": None,
+    }  # fmt: skip
     assert gateway.calls == [
-        ("dispatch", "c1", {**chosen, "operation_id": None}),
-        ("dispatch", "c1", {**chosen, "operation_id": None}),
         (
             "dispatch",
             "c2",
             {
                 "adapter": "openai-chat@1", "provider": "openai", "model_revision": "openai/gpt@1",
-                "max_output_tokens": 300, "operation_id": "42",
+                "max_output_tokens": 300, "operation_id": "op-42",
             },
         ),
+        ("dispatch", "c2", {**defaults, "max_output_tokens": 1}),
+        ("dispatch", "c2", {**defaults, "max_output_tokens": 2**63 - 1}),
     ]  # fmt: skip
 
 
@@ -733,11 +832,14 @@ async def test_a_cancel_names_its_operation_or_none_and_a_reason() -> None:
     assert (answer.status_code, answer.json()) == (202, {"cancelled": "op-1"})
     answer = await post(app, "/api/conversations/c2/cancel")
     assert (answer.status_code, answer.json()) == (202, {"cancelled": None})
-    await post(app, "/api/conversations/c3/cancel", json={"operationId": 7, "reason": ""})
+    answer = await post(app, "/api/conversations/c3/cancel", json={"operationId": None, "reason": None})
+    assert (answer.status_code, answer.json()) == (202, {"cancelled": None})
+    await post(app, "/api/conversations/c4/cancel", json={"operationId": "op-7"})
     assert gateway.calls == [
         ("cancel", "c1", "op-1", "stop"),
         ("cancel", "c2", None, "cancelled from serve"),
-        ("cancel", "c3", "7", "cancelled from serve"),
+        ("cancel", "c3", None, "cancelled from serve"),
+        ("cancel", "c4", "op-7", "cancelled from serve"),
     ]
 
 
@@ -757,8 +859,7 @@ async def test_an_event_the_client_refuses_is_a_422_with_its_reason() -> None:
 async def test_kafka_unreachable_is_a_503_with_its_words() -> None:
     error = KafkaUnavailableError("kafka.example.net:9092", action="appending to the ingress topic")
     gateway = FakeGateway(fails=error)
-    for path in ("turns", "dispatch", "cancel"):
-        body = {"text": "x"}
+    for path, body in [("turns", {"text": "x"}), ("dispatch", {}), ("cancel", {})]:
         answer = await post(make_app(StreamRedis(), gateway), f"/api/conversations/c1/{path}", json=body)
         assert (answer.status_code, answer.json()) == (503, {"error": str(error)})
 
