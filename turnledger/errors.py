@@ -39,7 +39,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        RefusedEventError (what the ledger would refuse, not sent)
     ├── ServeError                (serve)    TokenRequiredError, DispatchDefaultError (a --adapter,
     │                                        --provider or --model-revision the processor would reject),
-    │                                        RequestBodyError (a POST body the API does not take: 400)
+    │                                        RequestBodyError (a POST body the API does not take: 400),
+    │                                        QueryParameterError (a query parameter it does not take: 400)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, KeytoolMissing, MavenMissing,
                                              MavenDownloadFailed, RedisServerMissing, PortInUse,
                                              ServiceNotReady, DockerUnavailable
@@ -308,3 +309,8 @@ class DispatchDefaultError(ServeError, ValueError):
 class RequestBodyError(ServeError, ValueError):
     """A POST body of the `turnledger serve` API that is not what its endpoint takes (`serve/bodies.py`);
     names each field refused and what it must be, in one line. Answered 400."""
+
+
+class QueryParameterError(ServeError, ValueError):
+    """A query parameter of the `turnledger serve` API out of what its endpoint takes (`serve/bodies.py`);
+    names the parameter and what it must be. Answered 400."""

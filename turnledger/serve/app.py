@@ -37,7 +37,7 @@ from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
 from turnledger.projections.shards import discover
 from turnledger.redisconn.cluster import RedisClient
-from turnledger.serve.bodies import CancelBody, DispatchBody, TurnBody, read_body
+from turnledger.serve.bodies import CancelBody, DispatchBody, TurnBody, listing_limit, read_body
 from turnledger.serve.redis_failures import RedisFailures
 
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
@@ -175,7 +175,7 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
         return Response(body, media_type=STATIC_FILES[name], headers=_page_headers())
 
     async def conversations(request: Request) -> Response:
-        limit = min(int(request.query_params.get("limit", "200")), 1000)
+        limit = listing_limit(request.query_params.get("limit"))
         keys = await layout.keys()
         rows: list[tuple[bytes, float]] = []
         for group in keys.groups:  # each slot group's newest, then the newest of them all

@@ -20,9 +20,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, St
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from turnledger.errors import RequestBodyError
+from turnledger.errors import QueryParameterError, RequestBodyError
 
 AVRO_LONG_MAX = 2**63 - 1
+LISTED_AT_MOST = 1000
+"""The most conversations one listing returns, whatever its `limit` asks."""
+LISTED_BY_DEFAULT = 200
 SHOWN_CHARS = 40
 """How much of a refused value its message repeats (a refused text may be long)."""
 
@@ -109,3 +112,16 @@ def _problem(error: ErrorDetails, fields: str) -> str:
 def _shown(value: Any) -> str:
     shown = orjson.dumps(value).decode()
     return shown if len(shown) <= SHOWN_CHARS else shown[: SHOWN_CHARS - 1] + "…"
+
+
+def listing_limit(given: str | None) -> int:
+    """The listing's `limit` query parameter: how many of the newest conversations to return, a whole
+    number from 1, at most `LISTED_AT_MOST` (a larger one is cut to it). Refused below 1: Redis reads
+    `ZREVRANGE key 0 -1` as the whole set, so a limit of 0 listed every conversation the projection
+    holds, past the bound."""
+    if given is None:
+        return LISTED_BY_DEFAULT
+    if not given.isascii() or not given.isdigit() or int(given) < 1:
+        shown = given if len(given) <= SHOWN_CHARS else given[:SHOWN_CHARS] + "…"
+        raise QueryParameterError(f"'limit' must be a whole number from 1, not {shown!r}")
+    return min(int(given), LISTED_AT_MOST)

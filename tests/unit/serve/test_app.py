@@ -250,6 +250,32 @@ async def test_the_listing_reads_limit_rows_and_at_most_1000(given: str, last: i
     assert [c["conversationId"] for c in answer.json()["conversations"]] == ["c-2", "c-1", "c-0"][: last + 1]
 
 
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("0", "'0'"),
+        ("-5", "'-5'"),
+        ("abc", "'abc'"),
+        ("1.5", "'1.5'"),
+        ("", "''"),
+        ("٣", "'٣'"),
+        ("x" * 50, "'" + "x" * 40 + "…'"),
+    ],
+)
+async def test_a_listing_limit_below_1_or_not_a_whole_number_is_a_400_and_reads_nothing(
+    given: str, shown: str
+) -> None:
+    """`ZREVRANGE key 0 -1` is the whole set: a limit of 0 listed every conversation, past the bound."""
+    redis = StreamRedis()
+    for n in range(3):
+        listed(redis, KEYS, f"c-{n}", 100.0 + n)
+    async with client(make_app(redis)) as http:
+        answer = await http.get("/api/conversations", params={"limit": given})
+    assert answer.status_code == 400
+    assert answer.json() == {"error": f"bad request: 'limit' must be a whole number from 1, not {shown}"}
+    assert redis.sent == []
+
+
 def two_groups(keys: ProjectionKeys, names: list[str]) -> dict[int, list[str]]:
     by_group: dict[int, list[str]] = {}
     for name in names:
