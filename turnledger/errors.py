@@ -15,6 +15,7 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        also aiokafka's AuthenticationFailedError / KafkaConnectionError
     ├── KafkaSettingsError                   the KAFKA_* security variables do not make one setting
     ├── RedisAccessError                     Redis answered but refused our login, or TLS failed
+    │   └── RedisSentinelAccessError         sentinels refused our login, or none monitors the service
     ├── RedisSettingsError                   REDIS_URL and the REDIS_* variables do not make one setting
     ├── MissingTopicError                    a topic the command needs does not exist
     ├── CanonicalJsonError        (model)    a value that has no canonical JSON
@@ -159,8 +160,9 @@ class RedisFailoverError(RedisUnavailableError):
 
 
 class RedisSentinelUnavailableError(RedisUnavailableError):
-    """No sentinel named a primary for `service`: the sentinels are down or out of reach, refuse our
-    login, do not monitor the service, or see its primary down (a failover not done yet). `answers`
+    """No sentinel named a primary for `service`: the sentinels are down or out of reach, or see its
+    primary down (a failover not done yet); or, where nobody asked them again (`redisconn.sentinel_probe`,
+    which makes a `RedisSentinelAccessError` of it), refuse our login or do not monitor the service. `answers`
     is what they answered, without redis-py's repr of each sentinel's client (`redisconn.naming`),
     cut to `MAX_ANSWERS_CHARS`."""
 
@@ -219,6 +221,23 @@ class RedisAccessError(TurnledgerError):
         super().__init__(
             f"Redis at {url!r} refused the connection ({tried}): {type(cause).__name__}: "
             f"{str(cause).rstrip('.')}. {fix}"
+        )
+
+
+class RedisSentinelAccessError(RedisAccessError):
+    """The sentinels answered, and waiting will not make them name a primary for `service`: they refused
+    our login (or our TLS), or none of them monitors it (`redisconn.sentinel_probe`). `answers` says what
+    each sentinel said, by HOST:PORT; `cause` is the first refusal's error."""
+
+    def __init__(
+        self, url: str, service: str, answers: Sequence[str], cause: BaseException, fix: str
+    ) -> None:
+        super().__init__(url, "", cause, fix)
+        self.service = service
+        self.answers = tuple(answers)
+        self.args = (
+            f"Redis at {self.url!r}: no sentinel named a primary for {service!r}: {'; '.join(self.answers)}. "
+            f"{fix}",
         )
 
 

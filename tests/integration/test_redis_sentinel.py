@@ -25,7 +25,7 @@ from turnledger.devstack.ports import free_port
 from turnledger.devstack.redis_tls import RedisTls
 from turnledger.devstack.restartable import RestartableRedis
 from turnledger.devstack.session import Endpoints
-from turnledger.errors import RedisSentinelUnavailableError
+from turnledger.errors import RedisSentinelAccessError
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector
@@ -101,14 +101,17 @@ async def test_the_client_reaches_the_primary_the_sentinel_names(nodes: Nodes) -
         await client.aclose()
 
 
-async def test_a_service_the_sentinels_do_not_know_is_an_outage_naming_it(nodes: Nodes) -> None:
+async def test_a_service_the_sentinels_do_not_know_is_a_refusal_naming_it(nodes: Nodes) -> None:
+    """Every sentinel answered and none monitors it (`redisconn.sentinel_probe`): waiting cannot help."""
     url = nodes.url.replace(SERVICE, "no-such-service")
-    with pytest.raises(RedisSentinelUnavailableError) as caught:
+    with pytest.raises(RedisSentinelAccessError) as caught:
         await connect(url)
-    assert str(caught.value).startswith(
-        f"Redis is not reachable at {url!r}: no sentinel of 127.0.0.1:{nodes.sentinel_port} named a primary "
-        "for 'no-such-service' (MasterNotFoundError: No master found for 'no-such-service'). Check that the "
-        "sentinels run and can be reached at those addresses, that they monitor 'no-such-service' "
+    assert str(caught.value) == (
+        f"Redis at {url!r}: no sentinel named a primary for 'no-such-service': "
+        f"127.0.0.1:{nodes.sentinel_port} does not monitor 'no-such-service'. Name in REDIS_URL a service "
+        "they monitor (redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]; `SENTINEL MASTERS` on a "
+        "sentinel lists them), or have them monitor 'no-such-service' (`sentinel monitor no-such-service "
+        "HOST PORT QUORUM`)."
     )
 
 
@@ -268,5 +271,106 @@ async def test_rediss_sentinel_reaches_a_tls_primary_and_the_next_one_after_a_fa
             assert time.monotonic() < deadline, "the client never reached the new primary"
             await asyncio.sleep(0.2)
         assert await client.get("tl:sentinel-tls") == b"after"
+    finally:
+        await client.aclose()
+
+
+SENTINEL_PASSWORD = "s3ntinel-pw"
+SENTINEL_LOGIN_FIX = (
+    "Put the sentinels' own password (`requirepass` in sentinel.conf) in REDIS_SENTINEL_PASSWORD_FILE, or "
+    "unset it for sentinels that require none; a password in REDIS_URL or REDIS_PASSWORD_FILE is the Redis "
+    "nodes' login, not the sentinels'."
+)
+
+
+@pytest.fixture(scope="module")
+def locked_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    """A Redis and a sentinel with a password (`requirepass` in sentinel.conf) that monitors it: the
+    sentinel's port and the Redis's. Apart from `nodes`, whose failover it must not take part in."""
+    workdir = tmp_path_factory.mktemp("locked-sentinel")
+    with RestartableRedis(workdir / "c") as node:
+        node.start()
+        port = free_port()
+        conf = workdir / "sentinel.conf"
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {workdir}\nrequirepass {SENTINEL_PASSWORD}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {node.port} 1\n"
+        )
+        with open(workdir / "sentinel.log", "wb") as log:
+            sentinel = subprocess.Popen(
+                ["redis-server", str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+
+            def primary_known() -> bool:
+                with redis.Redis(port=port, password=SENTINEL_PASSWORD) as s:
+                    return s.sentinel_get_master_addr_by_name(SERVICE, return_responses=True) is not None
+
+            wait_for(primary_known, "the locked sentinel to name its primary")
+            yield port, node.port
+        finally:
+            sentinel.terminate()
+            sentinel.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("password", "login", "said"),
+    [
+        (
+            None,
+            "without a password",
+            ("HELLO must be called with the client already authenticated", "Authentication required"),
+        ),
+        (
+            "wr0ng-pw",
+            "with the password of REDIS_SENTINEL_PASSWORD_FILE",
+            ("invalid username-password pair or user is disabled",),
+        ),
+    ],
+    ids=["none sent", "a wrong one"],
+)
+async def test_a_sentinel_that_refuses_our_login_is_refused_at_once(
+    locked_sentinel: tuple[int, int],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    password: str | None,
+    login: str,
+    said: tuple[str, ...],
+) -> None:
+    """Where it was an outage waited out for ever: a `RedisAccessError` (exit 2), whatever redis-py's
+    protocol (HELLO under RESP3 is refused in other words than a command under RESP2)."""
+    sentinel_port, _ = locked_sentinel
+    for name in [n for n in os.environ if n.startswith("REDIS_")]:
+        monkeypatch.delenv(name)
+    if password is not None:
+        (tmp_path / "sentinel.password").write_text(password)
+        monkeypatch.setenv("REDIS_SENTINEL_PASSWORD_FILE", str(tmp_path / "sentinel.password"))
+    url = f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}/0"
+    began = time.monotonic()
+    with pytest.raises(RedisSentinelAccessError) as caught:
+        await connect(url)
+    assert time.monotonic() - began < 10
+    message = str(caught.value)
+    assert message.startswith(
+        f"Redis at {url!r}: no sentinel named a primary for {SERVICE!r}: 127.0.0.1:{sentinel_port} refused "
+        f"our login {login} (AuthenticationError: "
+    )
+    assert message.endswith(f"). {SENTINEL_LOGIN_FIX}")
+    cause = message[message.index("(AuthenticationError: ") : -len(f". {SENTINEL_LOGIN_FIX}")]
+    assert any(cause.startswith(f"(AuthenticationError: {words}") for words in said), cause
+    assert SENTINEL_PASSWORD not in message and "wr0ng-pw" not in message
+
+
+async def test_the_sentinel_password_file_logs_in_to_a_locked_sentinel(
+    locked_sentinel: tuple[int, int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sentinel_port, node_port = locked_sentinel
+    for name in [n for n in os.environ if n.startswith("REDIS_")]:
+        monkeypatch.delenv(name)
+    (tmp_path / "sentinel.password").write_text(f"{SENTINEL_PASSWORD}\n")
+    monkeypatch.setenv("REDIS_SENTINEL_PASSWORD_FILE", str(tmp_path / "sentinel.password"))
+    client = await connect(f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}/0")
+    try:
+        assert (await client.info("server"))["tcp_port"] == node_port
     finally:
         await client.aclose()

@@ -32,6 +32,10 @@ seconds after promoting another; a primary's writes that had not reached the rep
 anyway), and a projector that then has nothing to apply would never write again to find out. So
 while idle it compares, every `verify_every_s`, the applied offsets Redis holds for its partitions
 with those it saw applied (`known`); any that went back make it position every partition again.
+
+Sentinels that name no primary are an outage too, but each time they are asked why
+(`redisconn.sentinel_probe`): sentinels that refuse our login (their password changed under a running
+projector) end it, as a Redis that refuses it does.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from turnledger.errors import RedisFailoverError
+from turnledger.errors import RedisFailoverError, RedisSentinelUnavailableError
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
     close_client,
@@ -62,6 +66,7 @@ from turnledger.projections.settings import FollowSettings
 from turnledger.projections.shards import EPOCH_SEPARATOR
 from turnledger.records import SourceRecord
 from turnledger.redisconn.cluster import drop_connections
+from turnledger.redisconn.sentinel_probe import sentinel_refusal
 from turnledger.retry import Classify, StopRequested, ride_out
 
 if TYPE_CHECKING:
@@ -294,6 +299,8 @@ class Follower:
                 self.to_position(consumer.assignment())
             except Exception as exc:
                 outage = redis_classify(exc) or kafka_classify(exc)
+                if isinstance(outage, RedisSentinelUnavailableError):
+                    outage = await sentinel_refusal(p.redis, outage.cause or exc) or outage
                 if outage is None or (outage is exc and not outage.retriable):
                     raise
                 if not outage.retriable:

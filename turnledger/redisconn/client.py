@@ -19,6 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from turnledger.errors import (
     RedisAccessError,
+    RedisSentinelUnavailableError,
     RedisSettingsError,
     RedisUnavailableError,
     TurnledgerError,
@@ -30,6 +31,7 @@ from turnledger.redisconn.probe import certificate_refusal, other_protocol
 from turnledger.redisconn.refusals import classify, client_certificate_check
 from turnledger.redisconn.sentinel import is_sentinel, sentinel_client
 from turnledger.redisconn.sentinel import parse as parse_sentinel_url
+from turnledger.redisconn.sentinel_probe import sentinel_refusal
 from turnledger.redisconn.settings import client_options, sentinel_password
 
 
@@ -102,8 +104,12 @@ async def explain(client: RedisClient, exc: BaseException) -> TurnledgerError | 
     may also be a client speaking TLS to a plaintext port, or plaintext to a TLS port, which look
     like a hang or a reset from inside the connection: the port is asked once in the other protocol
     (`probe.other_protocol`) to tell them apart; or, over TLS, a client certificate refused with an
-    alert the reset lost, which one more handshake that only reads finds (`probe.certificate_refusal`)."""
+    alert the reset lost, which one more handshake that only reads finds (`probe.certificate_refusal`).
+    Sentinels that named no primary are asked why, each (`sentinel_probe`): one that refuses our login
+    or TLS, or all answering without the service, make a refusal of the outage."""
     failure = classify(exc, client)
+    if isinstance(failure, RedisSentinelUnavailableError):
+        return await sentinel_refusal(client, exc) or failure
     if not isinstance(failure, RedisUnavailableError):
         return failure
     address = seed_address(client)

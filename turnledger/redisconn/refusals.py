@@ -200,9 +200,16 @@ def in_chain(found: Match) -> Match:
     return match
 
 
+REFUSED_LOGIN: tuple[Match, ...] = (
+    of_type(AuthenticationError, AuthenticationWrongNumberOfArgsError),
+    response_starting("WRONGPASS", "NOAUTH"),
+)
+"""A refused login: redis-py's own error for it, or the server's code a parser left in a `ResponseError`
+(a Redis's, or a sentinel's: `sentinel_probe`)."""
+
+
 RULES: tuple[Rule, ...] = (
-    Rule(of_type(AuthenticationError, AuthenticationWrongNumberOfArgsError), CHECK_LOGIN),
-    Rule(response_starting("WRONGPASS", "NOAUTH"), CHECK_LOGIN),
+    *(Rule(match, CHECK_LOGIN) for match in REFUSED_LOGIN),
     Rule(of_type(NoPermissionError), CHECK_PERMISSIONS),
     Rule(cluster_reply, CHECK_CLUSTER),
     Rule(caused_by(ssl.SSLCertVerificationError), CHECK_CERTIFICATE),
@@ -223,7 +230,9 @@ without its primary; `NOREPLICAS`: a primary configured with `min-replicas-to-wr
 replicas, as an old primary does once a replica was promoted) is a failover under way, an outage too
 (`RedisFailoverError`): a `ResponseError` that used to end the projector. No sentinel naming the primary
 (`MasterNotFoundError`, a `ConnectionError`) is an outage named by the sentinels and the service
-(`RedisSentinelUnavailableError`)."""
+(`RedisSentinelUnavailableError`): redis-py keeps of each sentinel's error only its text, so whether
+they refused us is asked of them again where a command starts and where the projector waits
+(`sentinel_probe`)."""
 
 
 CLUSTER_RULES: tuple[Rule, ...] = (

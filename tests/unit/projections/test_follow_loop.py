@@ -10,6 +10,7 @@ import logging
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -30,6 +31,8 @@ from turnledger.errors import (
     KafkaUnavailableError,
     RedisAccessError,
     RedisFailoverError,
+    RedisSentinelAccessError,
+    RedisSentinelUnavailableError,
     RedisUnavailableError,
     TurnledgerError,
 )
@@ -300,6 +303,45 @@ async def test_a_refusal_of_redis_while_positioning_is_raised_as_a_redis_access_
         await follow_to_the_end(follower, consumer, projector)
     assert type(raised.value) is RedisAccessError and raised.value.__cause__ is wrong
     assert (glue.waits, fetches(consumer)) == ([], [])
+
+
+SENTINEL_URL = "redis+sentinel://s1:26379/mymaster/0"
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["they refuse us", "they are down"])
+async def test_sentinels_that_name_no_primary_are_asked_why_each_time(
+    refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sentinel_probe`: sentinels that refuse our login (a password changed under a running projector)
+    end the follow at once, as a Redis that refuses it does; sentinels that are down are waited out."""
+    none_found = MasterNotFoundError("No master found for 'mymaster'")
+    outage = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", none_found, "none")
+    login = AuthenticationError("Authentication required.")
+    refusal = RedisSentinelAccessError(SENTINEL_URL, "mymaster", ["s1:26379 refused our login"], login, "fix")
+    asked: list[tuple[object, BaseException]] = []
+
+    async def sentinel_refusal(client: object, exc: BaseException) -> RedisSentinelAccessError | None:
+        asked.append((client, exc))
+        return refusal if refused else None
+
+    monkeypatch.setattr(follow, "sentinel_refusal", sentinel_refusal)
+    batch = {A0: [message(A0, 4)]}
+    follower, consumer, projector, glue = following(
+        monkeypatch, batch, batch, applied={"a:0": 3}, settings=FollowSettings(outage=BACKOFF)
+    )
+    projector.failures = [outage]
+    if refused:
+        with pytest.raises(RedisSentinelAccessError) as raised:
+            await follow_to_the_end(follower, consumer, projector)
+        assert (raised.value, raised.value.__cause__, glue.waits) == (refusal, outage, [])
+    else:
+        await follow_to_the_end(follower, consumer, projector)
+        assert (glue.waits, glue.ready_in_wait, projector.batches) == (
+            [1.0],
+            [str(outage)],
+            [[source(A0, 4)]],
+        )
+    assert asked == [(projector.redis, none_found)]
 
 
 async def test_a_split_projection_is_positioned_under_every_group_s_epoch(

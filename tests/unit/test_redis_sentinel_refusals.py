@@ -1,0 +1,264 @@
+"""Sentinels that name no primary, asked why (`redisconn/sentinel_probe.py`): a sentinel that refuses our
+login or our TLS, or sentinels that all answer without the service, are a refusal (`RedisSentinelAccessError`,
+exit 2) where a command starts and where `turnledger project` would wait for ever; sentinels that cannot be
+reached, or that name the primary and see it down, stay the outage. No Redis: loopback fake sentinels
+(tests/unit/fake_sentinel.py). On real sentinels: tests/integration/test_redis_sentinel.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from redis.asyncio.sentinel import MasterNotFoundError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from tests.unit.fake_sentinel import NOAUTH, NOAUTH_HELLO, FakeSentinel
+from tests.unit.tls_servers import HOST, FakeTlsPort, closed_port, server_context, serving
+from turnledger.errors import RedisSentinelAccessError, RedisSentinelUnavailableError
+from turnledger.redisconn import sentinel_probe
+from turnledger.redisconn.client import connect, diagnose, redis_client
+from turnledger.redisconn.refusals import CHECK_CERTIFICATE
+from turnledger.redisconn.sentinel_probe import Answer, Said, ask, judge
+
+SERVICE = "mymaster"
+LOGIN_FIX = (
+    "Put the sentinels' own password (`requirepass` in sentinel.conf) in REDIS_SENTINEL_PASSWORD_FILE, or "
+    "unset it for sentinels that require none; a password in REDIS_URL or REDIS_PASSWORD_FILE is the Redis "
+    "nodes' login, not the sentinels'."
+)
+SERVICE_FIX = (
+    "Name in REDIS_URL a service they monitor (redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]; "
+    "`SENTINEL MASTERS` on a sentinel lists them), or have them monitor 'mymaster' "
+    "(`sentinel monitor mymaster HOST PORT QUORUM`)."
+)
+NODE_PASSWORD = "n0de-s3cret"
+SENTINEL_PASSWORD = "s3ntinel-pw"
+WRONG_PASSWORD = "wr0ng-pw"
+GUARD_S = 30.0
+"""No connect here takes this long (at most a connect timeout and a probe): one that does is a hang."""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No REDIS_* setting of the machine's."""
+    for name in list(os.environ):
+        if name.startswith("REDIS_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def without_login(fake: FakeSentinel) -> str:
+    """What a sentinel that wants a login answered redis-py's first command: HELLO (RESP3, redis-py 8)
+    is refused in other words than a command (RESP2)."""
+    said = NOAUTH_HELLO if fake.commands[0][0].upper() == "HELLO" else NOAUTH
+    return said.removeprefix("NOAUTH ").rstrip(".")
+
+
+async def refusal(url: str) -> RedisSentinelAccessError:
+    with pytest.raises(RedisSentinelAccessError) as caught:
+        await asyncio.wait_for(connect(url), GUARD_S)
+    return caught.value
+
+
+async def test_a_sentinel_that_wants_a_password_we_do_not_send_is_a_refusal() -> None:
+    fake = FakeSentinel(password=SENTINEL_PASSWORD, monitors={SERVICE: (HOST, 6379)})
+    async with serving(fake) as port:
+        failure = await refusal(f"redis+sentinel://gateway:{NODE_PASSWORD}@{HOST}:{port}/{SERVICE}/0")
+    said = f"{HOST}:{port} refused our login without a password (AuthenticationError: {without_login(fake)})"
+    assert str(failure) == (
+        f"Redis at 'redis+sentinel://gateway:***@{HOST}:{port}/mymaster/0': no sentinel named a primary for "
+        f"'mymaster': {said}. {LOGIN_FIX}"
+    )
+    assert (failure.retriable, failure.service, failure.answers) == (False, SERVICE, (said,))
+    assert isinstance(failure.__cause__, MasterNotFoundError)
+    assert NODE_PASSWORD not in str(failure)
+
+
+async def test_a_wrong_sentinel_password_is_a_refusal_that_never_shows_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "sentinel.password").write_text(f"{WRONG_PASSWORD}\n")
+    clean_env.setenv("REDIS_SENTINEL_PASSWORD_FILE", str(tmp_path / "sentinel.password"))
+    fake = FakeSentinel(password=SENTINEL_PASSWORD, monitors={SERVICE: (HOST, 6379)})
+    async with serving(fake) as port:
+        failure = await refusal(f"redis+sentinel://{HOST}:{port}/{SERVICE}")
+    assert str(failure) == (
+        f"Redis at 'redis+sentinel://{HOST}:{port}/mymaster/0': no sentinel named a primary for 'mymaster': "
+        f"{HOST}:{port} refused our login with the password of REDIS_SENTINEL_PASSWORD_FILE "
+        f"(AuthenticationError: invalid username-password pair or user is disabled). {LOGIN_FIX}"
+    )
+    assert WRONG_PASSWORD in " ".join(" ".join(command) for command in fake.commands), "the probe sent it"
+    assert WRONG_PASSWORD not in str(failure) and SENTINEL_PASSWORD not in str(failure)
+
+
+async def test_one_sentinel_refusing_our_login_and_one_unreachable_is_a_refusal_naming_both() -> None:
+    """A sentinel that refuses our login says the setting is wrong for all of them (they share their
+    password): waiting for the one that cannot be reached would not make ours right."""
+    down = await closed_port()
+    fake = FakeSentinel(password=SENTINEL_PASSWORD, monitors={SERVICE: (HOST, 6379)})
+    async with serving(fake) as port:
+        failure = await refusal(f"redis+sentinel://{HOST}:{down},{HOST}:{port}/{SERVICE}")
+    message = str(failure)
+    before = (
+        f"Redis at 'redis+sentinel://{HOST}:{down},{HOST}:{port}/mymaster/0': no sentinel named a primary "
+        f"for 'mymaster': {HOST}:{down} could not be asked (ConnectionError: "
+    )
+    after = (
+        f"); {HOST}:{port} refused our login without a password (AuthenticationError: "
+        f"{without_login(fake)}). {LOGIN_FIX}"
+    )
+    assert message.startswith(before) and message.endswith(after)
+    assert f"{HOST}:{down}" in message[len(before) : -len(after)], "redis-py's words name the address"
+    assert [answer.split(" ")[0] for answer in failure.answers] == [f"{HOST}:{down}", f"{HOST}:{port}"]
+
+
+async def test_sentinels_that_all_answer_without_the_service_are_a_refusal() -> None:
+    """As a URL that names a cluster node that is no cluster: the URL names what they do not have."""
+    others = FakeSentinel(monitors={"other": (HOST, 6379)})
+    async with serving(others) as first, serving(FakeSentinel()) as second:
+        failure = await refusal(f"redis+sentinel://{HOST}:{first},{HOST}:{second}/{SERVICE}")
+    assert str(failure) == (
+        f"Redis at 'redis+sentinel://{HOST}:{first},{HOST}:{second}/mymaster/0': no sentinel named a primary "
+        f"for 'mymaster': {HOST}:{first} does not monitor 'mymaster'; {HOST}:{second} does not monitor "
+        f"'mymaster'. {SERVICE_FIX}"
+    )
+    assert isinstance(failure.cause, MasterNotFoundError)
+
+
+async def test_a_sentinel_certificate_we_cannot_verify_is_a_refusal() -> None:
+    """The fixtures' certificate is signed by no CA the system trusts."""
+    async with serving(FakeTlsPort(server_context())) as port:
+        failure = await refusal(f"rediss+sentinel://{HOST}:{port}/{SERVICE}")
+    message = str(failure)
+    before = (
+        f"Redis at 'rediss+sentinel://{HOST}:{port}/mymaster/0': no sentinel named a primary for 'mymaster': "
+        f"{HOST}:{port} sent a certificate we cannot verify (ConnectionError: "
+    )
+    assert message.startswith(before) and message.endswith(f"). {CHECK_CERTIFICATE}")
+    assert "CERTIFICATE_VERIFY_FAILED" in message[len(before) :]
+
+
+@pytest.mark.parametrize("others", ["closed", "unknown service"])
+async def test_sentinels_that_cannot_be_reached_stay_the_outage(others: str) -> None:
+    """One that cannot be reached may monitor the service: waiting may help."""
+    first = await closed_port()
+    async with serving(FakeSentinel()) as unknowing:
+        second = await closed_port() if others == "closed" else unknowing
+        url = f"redis+sentinel://{HOST}:{first},{HOST}:{second}/{SERVICE}"
+        with pytest.raises(RedisSentinelUnavailableError) as caught:
+            await asyncio.wait_for(connect(url), GUARD_S)
+        assert await asyncio.wait_for(diagnose(url), GUARD_S) is None, "a service waits it out"
+    assert caught.value.retriable
+    assert caught.value.sentinels == (f"{HOST}:{first}", f"{HOST}:{second}")
+
+
+async def test_a_sentinel_that_names_the_primary_keeps_the_outage_whatever_the_others_say() -> None:
+    """It sees the primary down (a failover not done yet): the outage, though another refuses us."""
+    seeing_down = FakeSentinel(monitors={SERVICE: (HOST, 6379)}, down=frozenset({SERVICE}))
+    refusing = FakeSentinel(password=SENTINEL_PASSWORD)
+    async with serving(refusing) as first, serving(seeing_down) as second:
+        with pytest.raises(RedisSentinelUnavailableError) as caught:
+            await asyncio.wait_for(
+                connect(f"redis+sentinel://{HOST}:{first},{HOST}:{second}/{SERVICE}"), GUARD_S
+            )
+    assert caught.value.retriable
+    assert ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE] in seeing_down.commands
+
+
+async def test_a_refusing_sentinel_ends_the_start_of_a_service_that_waits_out_outages() -> None:
+    """`diagnose`, which `turnledger project` runs before following: the refusal, not a return."""
+    async with serving(FakeSentinel(password=SENTINEL_PASSWORD)) as port:
+        with pytest.raises(RedisSentinelAccessError):
+            await asyncio.wait_for(diagnose(f"redis+sentinel://{HOST}:{port}/{SERVICE}"), GUARD_S)
+
+
+async def test_a_silent_sentinel_is_asked_for_at_most_probe_timeout_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sentinel_probe, "PROBE_TIMEOUT_S", 0.3)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the probe closes
+        writer.close()
+
+    async with serving(silent) as port:
+        client = redis_client(f"redis+sentinel://{HOST}:{port}/{SERVICE}")
+        [sentinel] = client.connection_pool.sentinel_manager.sentinels
+        began = time.monotonic()
+        answer = await asyncio.wait_for(ask(sentinel, f"{HOST}:{port}", SERVICE), GUARD_S)
+        took = time.monotonic() - began
+    assert answer == Answer(f"{HOST}:{port}", Said.NOTHING, f"{HOST}:{port} did not answer within 0.3s")
+    assert 0.3 <= took < 2.0
+
+
+def test_a_client_without_sentinels_has_no_sentinel_refusal() -> None:
+    assert (
+        asyncio.run(
+            sentinel_probe.sentinel_refusal(redis_client("redis://cache:6379/0"), MasterNotFoundError("x"))
+        )
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("said", "refusal"),
+    [
+        ((), None),
+        ((Said.NOTHING,), None),
+        ((Said.NOTHING, Said.NO_SUCH_SERVICE), None),
+        ((Said.NO_SUCH_SERVICE, Said.NO_SUCH_SERVICE), SERVICE_FIX),
+        ((Said.NOTHING, Said.REFUSED), LOGIN_FIX),
+        ((Said.NO_SUCH_SERVICE, Said.REFUSED), LOGIN_FIX),
+        ((Said.REFUSED, Said.PRIMARY), None),
+    ],
+)
+def test_the_rule_over_what_the_sentinels_said(said: tuple[Said, ...], refusal: str | None) -> None:
+    refused = RedisConnectionError("refused")
+    answers = [
+        Answer(f"s{n}:1", kind, f"s{n} {kind.name}", refused if kind is Said.REFUSED else None, LOGIN_FIX)
+        for n, kind in enumerate(said)
+    ]
+    failure = judge("redis+sentinel://s0:1/mymaster/0", SERVICE, answers, MasterNotFoundError("none"))
+    if refusal is None:
+        assert failure is None
+        return
+    assert failure is not None
+    assert str(failure) == (
+        "Redis at 'redis+sentinel://s0:1/mymaster/0': no sentinel named a primary for 'mymaster': "
+        f"{'; '.join(answer.text for answer in answers)}. {refusal}"
+    )
+
+
+async def test_turnledger_project_ends_at_once_with_exit_2_where_it_waited_for_ever() -> None:
+    """The follower waits out outages (`diagnose` returns on one): sentinels that refuse our login were
+    one, waited out for ever."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("REDIS_")}
+    async with serving(FakeSentinel(password=SENTINEL_PASSWORD)) as port:
+        url = f"redis+sentinel://{HOST}:{port}/{SERVICE}"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "turnledger.cli",
+            "project",
+            env={**env, "REDIS_URL": url, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            _, stderr = await asyncio.wait_for(process.communicate(), 60)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            pytest.fail("turnledger project waited for sentinels that refuse its login")
+    last = stderr.decode().splitlines()[-1]
+    assert process.returncode == 2
+    assert last.startswith(
+        f"turnledger: Redis at 'redis+sentinel://{HOST}:{port}/mymaster/0': no sentinel named a primary for "
+        f"'mymaster': {HOST}:{port} refused our login without a password (AuthenticationError: "
+    )
+    assert last.endswith(f"). {LOGIN_FIX}")
+    assert "Traceback" not in stderr.decode()

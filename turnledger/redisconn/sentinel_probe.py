@@ -1,0 +1,158 @@
+"""Why no sentinel named a primary, asked of each sentinel ourselves: a refusal, or an outage.
+
+redis-py's `Sentinel.discover_master` asks every sentinel, catches each one's error and raises one
+`MasterNotFoundError` that keeps of them only their text: a sentinel that refused our login
+(`requirepass` in sentinel.conf, and REDIS_SENTINEL_PASSWORD_FILE unset or wrong) looks like one that
+is down, and a service would wait for ever for a password to become right. So where an outage may
+still be told from a refusal, when a command starts (`client.explain`) and each time the projector
+meets the outage (`projections.follow`), every sentinel is asked once more, at once, on a connection
+of its own with the settings and the password the client gave it, `SENTINEL GET-MASTER-ADDR-BY-NAME
+SERVICE`, for at most `PROBE_TIMEOUT_S`; its error, if any, is the real one.
+
+The rule, over what the sentinels answered:
+
+- any sentinel names an address for the service: an outage (it sees the primary down, or a failover
+  is under way; redis-py asks `SENTINEL MASTERS` and wants the primary up);
+- else any sentinel refused us (`REFUSALS`: our login, or a certificate we cannot verify): a refusal,
+  `RedisSentinelAccessError`, even when others could not be reached: the sentinels of one service share
+  their password and their CA, so the setting is wrong, and the unreachable ones are named with it;
+- else every sentinel answered and none monitors the service: a refusal too, as a URL naming a cluster
+  node that is no cluster is (`refusals.CHECK_NOT_CLUSTER`): the URL names what these sentinels do not
+  have, and waiting does not change it;
+- else (some could not be reached, the rest do not monitor it): the outage, as the unreachable ones may.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum, auto
+
+import redis.asyncio as aioredis
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import RedisError
+
+from turnledger.errors import RedisSentinelAccessError, described_cause
+from turnledger.redisconn.cluster import RedisClient
+from turnledger.redisconn.naming import client_url, sentinel_addresses
+from turnledger.redisconn.refusals import CHECK_CERTIFICATE, REFUSED_LOGIN, Match, caused_by
+from turnledger.redisconn.settings import ENV_PASSWORD_FILE, ENV_SENTINEL_PASSWORD_FILE, ENV_URL
+
+PROBE_TIMEOUT_S = 3.0
+"""Each sentinel's answer, login included; the sentinels are asked at once, so this bounds the probe."""
+
+CHECK_SENTINEL_LOGIN = (
+    f"Put the sentinels' own password (`requirepass` in sentinel.conf) in {ENV_SENTINEL_PASSWORD_FILE}, or "
+    f"unset it for sentinels that require none; a password in {ENV_URL} or {ENV_PASSWORD_FILE} is the Redis "
+    "nodes' login, not the sentinels'."
+)
+SENT_PASSWORD = {False: "without a password", True: f"with the password of {ENV_SENTINEL_PASSWORD_FILE}"}
+
+
+def check_service(service: str) -> str:
+    return (
+        f"Name in {ENV_URL} a service they monitor (redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]; "
+        f"`SENTINEL MASTERS` on a sentinel lists them), or have them monitor {service!r} "
+        f"(`sentinel monitor {service} HOST PORT QUORUM`)."
+    )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    match: Match
+    said: str
+    """What the sentinel did, `{login}` being how we logged in (`SENT_PASSWORD`)."""
+    fix: str
+
+
+REFUSALS: tuple[Refusal, ...] = (
+    *(Refusal(match, "refused our login {login}", CHECK_SENTINEL_LOGIN) for match in REFUSED_LOGIN),
+    Refusal(
+        caused_by(ssl.SSLCertVerificationError), "sent a certificate we cannot verify", CHECK_CERTIFICATE
+    ),
+)
+"""A sentinel's errors that waiting does not mend, read top down, each with what to check."""
+
+
+class Said(Enum):
+    PRIMARY = auto()
+    NO_SUCH_SERVICE = auto()
+    REFUSED = auto()
+    NOTHING = auto()
+    """It could not be asked: unreachable, silent, or an answer that is none of the above."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    sentinel: str
+    said: Said
+    text: str
+    """What it said, as the message says it: `HOST:PORT does not monitor 'mymaster'`."""
+    error: BaseException | None = None
+    fix: str | None = None
+
+
+async def sentinel_refusal(client: RedisClient, exc: BaseException) -> RedisSentinelAccessError | None:
+    """The refusal behind `exc`, a `MasterNotFoundError` of `client`'s, when its sentinels say there is
+    one (the module's rule); None for an outage, or a client that asks no sentinels."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return None
+    service = pool.service_name
+    sentinels = pool.sentinel_manager.sentinels
+    answers = await asyncio.gather(
+        *(
+            ask(sentinel, address, service)
+            for sentinel, address in zip(sentinels, sentinel_addresses(pool), strict=True)
+        )
+    )
+    return judge(client_url(client), service, answers, exc)
+
+
+def judge(
+    url: str, service: str, answers: Sequence[Answer], exc: BaseException
+) -> RedisSentinelAccessError | None:
+    """The module's rule: the refusal the sentinels' `answers` make, or None for the outage."""
+    if not answers or any(answer.said is Said.PRIMARY for answer in answers):
+        return None
+    said = [answer.text for answer in answers]
+    refused = [answer for answer in answers if answer.said is Said.REFUSED]
+    if refused and refused[0].error is not None and refused[0].fix is not None:
+        return RedisSentinelAccessError(url, service, said, refused[0].error, refused[0].fix)
+    if all(answer.said is Said.NO_SUCH_SERVICE for answer in answers):
+        return RedisSentinelAccessError(url, service, said, exc, check_service(service))
+    return None
+
+
+async def ask(sentinel: aioredis.Redis, address: str, service: str) -> Answer:
+    """`SENTINEL GET-MASTER-ADDR-BY-NAME service` of one sentinel, on a connection of its own with the
+    settings of the client's (TLS, timeouts, password), closed after."""
+    kwargs = sentinel.connection_pool.connection_kwargs
+    pool = aioredis.ConnectionPool(connection_class=sentinel.connection_pool.connection_class, **kwargs)
+    probe = aioredis.Redis.from_pool(pool)
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            try:
+                reply = await probe.sentinel_get_master_addr_by_name(service, return_responses=True)
+            finally:
+                await probe.aclose()
+    except TimeoutError:
+        return Answer(address, Said.NOTHING, f"{address} did not answer within {PROBE_TIMEOUT_S:g}s")
+    except (RedisError, OSError) as error:
+        return refused(address, error, sent_password=kwargs.get("password") is not None)
+    if not reply:  # nil: no such master
+        return Answer(address, Said.NO_SUCH_SERVICE, f"{address} does not monitor {service!r}")
+    return Answer(address, Said.PRIMARY, f"{address} names a primary for {service!r}")
+
+
+def refused(address: str, error: BaseException, *, sent_password: bool) -> Answer:
+    """What a sentinel's error says: the first of `REFUSALS` it matches, or that it could not be asked."""
+    cause = described_cause(error).rstrip(".")
+    for refusal in REFUSALS:
+        reported = refusal.match(error)
+        if reported is not None:
+            said = refusal.said.format(login=SENT_PASSWORD[sent_password])
+            return Answer(address, Said.REFUSED, f"{address} {said} ({cause})", reported, refusal.fix)
+    return Answer(address, Said.NOTHING, f"{address} could not be asked ({cause})", error)
