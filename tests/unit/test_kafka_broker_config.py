@@ -1,6 +1,6 @@
-"""One broker setting as a partition's leader reports it (`kafka/broker_config.py`), asked of a fake
-admin client: the leader from the metadata, one DescribeConfigs of that broker, the admin always
-closed."""
+"""Broker settings as a broker reports them (`kafka/broker_config.py`), asked of a fake admin client: one
+setting of a partition's leader (the leader from the metadata), or several of a consumer group's
+coordinator (found by FindCoordinator); one DescribeConfigs of that broker, the admin always closed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from aiokafka.errors import KafkaError
 
 from turnledger.errors import KafkaUnavailableError, TurnledgerError
 from turnledger.kafka import broker_config
-from turnledger.kafka.broker_config import PARTITION_VERIFICATION, BrokerSettingUnreadable, leader_setting
+from turnledger.kafka.broker_config import (
+    PARTITION_VERIFICATION,
+    BrokerSettingUnreadable,
+    coordinator_settings,
+    leader_setting,
+)
 
 TP = TopicPartition("turnledger.ingress", 3)
 OTHER = ("log.retention.ms", "604800000", False, 5, False, [])
@@ -59,6 +64,12 @@ class _Admin:
     async def fetch_all_metadata(self) -> _Metadata:
         return self.cluster.metadata
 
+    async def find_coordinator(self, group_id: str) -> int:
+        self.cluster.coordinators_asked.append(group_id)
+        if self.cluster.coordinator_error is not None:
+            raise self.cluster.coordinator_error
+        return self.cluster.coordinator
+
     async def describe_configs(self, resources: list[Any]) -> list[_Response]:
         self.described.append([vars(r) for r in resources])
         if self.cluster.describe_error is not None:
@@ -73,6 +84,9 @@ class _Cluster:
         self.start_error: BaseException | None = None
         self.describe_error: BaseException | None = None
         self.admins: list[_Admin] = []
+        self.coordinator = 4
+        self.coordinator_error: BaseException | None = None
+        self.coordinators_asked: list[str] = []
 
     def admin(self, **options: Any) -> _Admin:
         admin = _Admin(self, **options)
@@ -198,4 +212,71 @@ async def test_a_describe_the_broker_refuses_is_unreadable_not_unset(
         f"broker 2 refused to describe transaction.partition.verification.enable (error code 31{said})"
     )
     assert isinstance(caught.value, TurnledgerError)
+    assert cluster.admins[0].closed == 1
+
+
+MIN, MAX = "group.min.session.timeout.ms", "group.max.session.timeout.ms"
+
+
+async def read_coordinator(group: str = "projectors") -> dict[str, str | None]:
+    return await asyncio.wait_for(coordinator_settings("k:9092", group, (MIN, MAX)), 10)
+
+
+async def test_the_settings_are_asked_of_the_group_s_coordinator_and_returned_by_name(
+    cluster: _Cluster,
+) -> None:
+    cluster.broker("4", OTHER, entry(MIN, "6000"), entry(MAX, "1800000"))
+    assert await read_coordinator() == {MIN: "6000", MAX: "1800000"}
+    [admin] = cluster.admins
+    assert admin.options == {"bootstrap_servers": "k:9092", "security_protocol": "SSL"}
+    assert cluster.coordinators_asked == ["projectors"] and cluster.metadata.asked == []
+    assert admin.described == [
+        [{"resource_type": ConfigResourceType.BROKER, "name": "4", "configs": {MIN: None, MAX: None}}]
+    ]
+    assert (admin.started, admin.closed) == (1, 1)
+
+
+async def test_a_setting_the_coordinator_does_not_report_is_absent_one_without_a_value_none(
+    cluster: _Cluster,
+) -> None:
+    cluster.coordinator = 0
+    cluster.broker("0", entry(MAX, None), OTHER)
+    assert await read_coordinator() == {MAX: None}
+    assert cluster.admins[0].described[0][0]["name"] == "0"
+
+
+async def test_the_first_value_a_coordinator_reports_for_a_setting_is_kept(cluster: _Cluster) -> None:
+    cluster.broker("4", entry(MIN, "1000"))
+    cluster.broker("4", entry(MIN, "2000"), entry(MAX, "3000"))
+    assert await read_coordinator() == {MIN: "1000", MAX: "3000"}
+
+
+async def test_an_unreachable_cluster_is_reported_with_the_settings_it_was_for(cluster: _Cluster) -> None:
+    cluster.start_error = TimeoutError("no answer")
+    with pytest.raises(KafkaUnavailableError) as caught:
+        await read_coordinator()
+    assert str(caught.value).startswith(
+        "Kafka is not reachable at 'k:9092' while trying to read the broker settings "
+        f"{MIN}, {MAX} (TimeoutError: no answer). "
+    )
+    assert (cluster.admins[0].closed, cluster.coordinators_asked) == (1, [])
+
+
+async def test_a_coordinator_that_cannot_be_found_propagates_and_the_admin_is_closed(
+    cluster: _Cluster,
+) -> None:
+    cluster.coordinator_error = KafkaError("Unable to get coordinator id for projectors")
+    with pytest.raises(KafkaError) as caught:
+        await read_coordinator()
+    assert caught.value is cluster.coordinator_error
+    assert (cluster.admins[0].described, cluster.admins[0].closed) == ([], 1)
+
+
+async def test_a_describe_the_coordinator_refuses_names_every_setting(cluster: _Cluster) -> None:
+    cluster.resources.append((31, "Cluster authorization failed.", ConfigResourceType.BROKER.value, "4", []))
+    with pytest.raises(BrokerSettingUnreadable) as caught:
+        await read_coordinator()
+    assert str(caught.value) == (
+        f"broker 4 refused to describe {MIN}, {MAX} (error code 31: Cluster authorization failed.)"
+    )
     assert cluster.admins[0].closed == 1
