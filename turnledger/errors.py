@@ -13,7 +13,9 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── KafkaAccessError                     Kafka answered but refused our credentials or TLS
     ├── TokenRefused, TokenUnavailable (kafka/oauth) an OAUTHBEARER token's issuer refused us / is down;
     │                                        also aiokafka's AuthenticationFailedError / KafkaConnectionError
-    ├── KafkaSettingsError                   the KAFKA_* security variables do not make one setting
+    ├── KafkaSettingsError                   the KAFKA_* security variables do not make one setting;
+    │                                        SessionTimeoutRefusedError (kafka/group_member): a broker
+    │                                        refused a consumer group's --session-timeout-ms
     ├── RedisAccessError                     Redis answered but refused our login, or TLS failed
     │   └── RedisSentinelAccessError         sentinels refused our login, or none monitors the service
     ├── RedisSettingsError                   REDIS_URL and the REDIS_* variables do not make one setting
@@ -205,7 +207,8 @@ class MetricsServeError(TurnledgerError):
 
 
 class KafkaSettingsError(TurnledgerError, ValueError):
-    """The KAFKA_* security variables are incomplete or contradict each other; names the variable."""
+    """The KAFKA_* security variables are incomplete or contradict each other, or a consumer group's
+    timing cannot work (`kafka/group_timing.py`, `kafka/group_member.py`); names the variable or flag."""
 
 
 class RedisAccessError(TurnledgerError):

@@ -9,7 +9,9 @@ import typer
 from click.testing import Result
 from typer.testing import CliRunner
 
+from tests.unit.cli_entry import said_by_entry_point
 from turnledger.errors import KafkaUnavailableError, ProcessorError
+from turnledger.kafka.group_member import SessionTimeoutRefusedError
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 
 FOLD = "tests.unit.test_processors_runtime:_counter_factory"
@@ -125,3 +127,41 @@ def test_no_bootstrap_says_how_to_get_one() -> None:
         "turnledger process: no Kafka bootstrap servers. Start the local stack with `turnledger dev up`"
         in result.output
     )
+
+
+def test_a_session_timeout_the_broker_refuses_is_one_line_exit_2(
+    app: type[App], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Raised by the group member's consumer (`kafka/group_member.py`) out of `ProcessorApp.run`: no
+    ProcessorError (exit 1), no traceback."""
+
+    class Refused(App):
+        async def run(self) -> dict[int, ProcessorExit]:
+            [built] = App.built
+            config = built["config"]
+            assert isinstance(config, ProcessorConfig)
+            group = (config.offsets_group, config.group.session_timeout_ms)
+            raise SessionTimeoutRefusedError(config.bootstrap, *group, (6000, 1_800_000))
+
+    from turnledger.processors import cli
+
+    monkeypatch.setattr(cli, "ProcessorApp", Refused)
+    args = [
+        "--bootstrap",
+        "k:1",
+        "--fold",
+        FOLD,
+        "--session-timeout-ms",
+        "1000",
+        "--heartbeat-interval-ms",
+        "300",
+    ]
+    code, said = said_by_entry_point(monkeypatch, capsys, "process", *args)
+    assert code == 2
+    assert said[-1] == (
+        "turnledger: Kafka at 'k:1' refused --session-timeout-ms 1000 for consumer group 'turnledger' "
+        "(InvalidSessionTimeoutError): the group's coordinator takes 6000 to 1800000 ms "
+        "(group.min.session.timeout.ms to group.max.session.timeout.ms). Pass a --session-timeout-ms in "
+        "that range, or change those broker settings."
+    )
+    assert not any("Traceback" in line for line in said)

@@ -19,6 +19,7 @@ import pytest
 
 from tests.unit.multiproc_fakes import FOLD, Ending, FakeApp
 from turnledger.errors import KafkaUnavailableError, ProcessorError
+from turnledger.kafka.group_member import SessionTimeoutRefusedError
 from turnledger.processors import multiproc
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED, EXIT_USAGE, TopicMismatchError
@@ -220,10 +221,11 @@ async def test_fenced_partitions_end_a_static_child_as_fenced_a_member_as_ok(
     [
         (KafkaUnavailableError("kafka.test:9092", action="start the consumer"), EXIT_USAGE, False),
         (TopicMismatchError("t.ingress has 4 partitions, its changelog 2"), EXIT_USAGE, False),
+        (SessionTimeoutRefusedError("kafka.test:9092", "app", 1000, (6000, 1_800_000)), EXIT_USAGE, False),
         (ProcessorError("the fold refused its state"), EXIT_FAILED, False),
         (ValueError("a bug"), EXIT_FAILED, True),
     ],
-    ids=["kafka", "topics", "turnledger-error", "bug"],
+    ids=["kafka", "topics", "session-timeout-refused", "turnledger-error", "bug"],
 )
 async def test_a_failure_is_reported_with_its_exit_status(
     child: Child, caplog: pytest.LogCaptureFixture, error: Exception, status: int, traceback: bool

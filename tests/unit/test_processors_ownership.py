@@ -180,8 +180,9 @@ def test_a_static_owner_s_consumer_only_stores_offsets_under_the_group(
 def test_a_group_member_s_consumer_carries_the_group_settings_and_the_sticky_assignor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Built by `group_member_consumer`, whose consumer says a refused session timeout in one line."""
     built = Built()
-    monkeypatch.setattr(ownership, "read_committed_consumer", built)
+    monkeypatch.setattr(ownership, "group_member_consumer", built)
     group = GroupSettings(session_timeout_ms=7_000, heartbeat_interval_ms=900, rebalance_timeout_ms=12_000)
     GroupOwnership(config(app_id="billing", group=group)).consumer()
     assert built.calls == [

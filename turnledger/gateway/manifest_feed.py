@@ -37,10 +37,10 @@ from turnledger.gateway.board import OperationKey, key_of
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
     close_client,
-    read_committed_consumer,
     start_topic_reader,
     step_until_stopped,
 )
+from turnledger.kafka.group_member import group_member_consumer
 from turnledger.kafka.tail import decode_record
 from turnledger.model.events import DispatchDecision, ManifestIssued
 from turnledger.retry import Backoff, StopRequested
@@ -158,7 +158,7 @@ class ManifestFeed:
         await close_client(consumer, self.leave_step_s)
 
     def _new_consumer(self) -> AIOKafkaConsumer:
-        return read_committed_consumer(
+        return group_member_consumer(
             self.bootstrap,
             group_id=self.group_id,
             client_id=f"{self.worker.config.worker_id}-manifests",

@@ -69,11 +69,17 @@ def kafka_outage(bootstrap: str, action: str) -> Classify:
 
 
 def read_committed_consumer(
-    bootstrap: str, *, group_id: str | None = None, client_id: str = "turnledger", **options: Any
+    bootstrap: str,
+    *,
+    group_id: str | None = None,
+    client_id: str = "turnledger",
+    consumer: Callable[..., AIOKafkaConsumer] | None = None,
+    **options: Any,
 ) -> AIOKafkaConsumer:
     """A consumer (not started) that only sees committed transactional data; `options` override
-    or extend aiokafka's keyword arguments (fetch sizes, session timeout, assignors)."""
-    return AIOKafkaConsumer(
+    or extend aiokafka's keyword arguments (fetch sizes, session timeout, assignors). `consumer`:
+    the class, a subclass of aiokafka's (`group_member.GroupMemberConsumer`); None: aiokafka's."""
+    return (consumer or AIOKafkaConsumer)(
         bootstrap_servers=bootstrap,
         group_id=group_id,
         client_id=client_id,

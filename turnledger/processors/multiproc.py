@@ -36,6 +36,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from turnledger.errors import KafkaUnavailableError, TurnledgerError
+from turnledger.kafka.group_member import SessionTimeoutRefusedError
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import (
@@ -155,7 +156,7 @@ async def _run_child(spec: ChildSpec, conn: Connection) -> int:
     try:
         async with serve_processor_metrics(spec.metrics_port, app):
             results = await app.run(handle_signals=False)
-    except (KafkaUnavailableError, TopicMismatchError) as exc:
+    except (KafkaUnavailableError, TopicMismatchError, SessionTimeoutRefusedError) as exc:
         _send(conn, ("failed", EXIT_USAGE, str(exc)))
         return EXIT_USAGE
     except Exception as exc:

@@ -68,6 +68,7 @@ from turnledger.kafka.clients import (
     read_committed_consumer,
     wait_for_topics,
 )
+from turnledger.kafka.group_member import group_member_consumer
 from turnledger.observability import runtime_metrics as live
 from turnledger.processors.config import ProcessorConfig
 
@@ -184,7 +185,7 @@ class GroupOwnership:
     def consumer(self) -> AIOKafkaConsumer:
         config = self._config
         group = config.group
-        return read_committed_consumer(
+        return group_member_consumer(
             config.bootstrap,
             group_id=config.offsets_group,
             client_id=config.app_id,

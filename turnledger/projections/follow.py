@@ -45,7 +45,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
@@ -58,6 +58,7 @@ from turnledger.kafka.clients import (
     start_client,
     wait_for_topics,
 )
+from turnledger.kafka.group_member import group_member_consumer
 from turnledger.kafka.positions import seek_all
 from turnledger.kafka.reading import partitions_of, source_record
 from turnledger.observability import runtime_metrics as live
@@ -186,19 +187,19 @@ class Follower:
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         s = self.settings
-        group = {}
-        if s.group_id is not None:
-            group = {
-                "session_timeout_ms": s.session_timeout_ms,
-                "heartbeat_interval_ms": s.heartbeat_interval_ms,
-            }
-        return read_committed_consumer(
+        reading: dict[str, Any] = {
+            "client_id": "turnledger-projector",
+            "fetch_max_wait_ms": s.fetch_ms,
+            "max_partition_fetch_bytes": 4 * 1024 * 1024,
+        }
+        if s.group_id is None:
+            return read_committed_consumer(self.projector.bootstrap, group_id=None, **reading)
+        return group_member_consumer(
             self.projector.bootstrap,
             group_id=s.group_id,
-            client_id="turnledger-projector",
-            fetch_max_wait_ms=s.fetch_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-            **group,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            **reading,
         )
 
     async def _own(self, stop: asyncio.Event) -> None:

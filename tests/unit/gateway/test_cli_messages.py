@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.unit.cli_entry import said_by_entry_point
 from turnledger.cli import _register, app
+from turnledger.kafka.group_member import SessionTimeoutRefusedError
 
 
 def _closed_port() -> int:
@@ -90,3 +93,27 @@ def test_legacy_record_names_a_file_that_is_not_utf8(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["legacy", "record", str(exchanges), "--bootstrap", "127.0.0.1:1"])
     assert result.exit_code == 2
     assert f"turnledger legacy record: {exchanges}: not UTF-8 (byte 23: invalid start byte)" in result.output
+
+
+def test_a_session_timeout_the_broker_refuses_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Raised by the group member's consumer (`kafka/group_member.py`) out of the worker's manifest feed:
+    not a `KafkaUnavailableError`, yet one line, exit 2, no traceback."""
+    from turnledger.gateway import cli as gateway_cli
+
+    async def refused(bootstrap: str, endpoints: object, *, group_id: str | None, **kwargs: Any) -> None:
+        group = group_id or "turnledger-workers"
+        raise SessionTimeoutRefusedError(bootstrap, group, kwargs["session_timeout_ms"], (1000, 60_000))
+
+    monkeypatch.setattr(gateway_cli, "run_worker", refused)
+    args = ["--bootstrap", "k:1", "--journal-dir", str(tmp_path), "--session-timeout-ms", "900000"]
+    code, said = said_by_entry_point(monkeypatch, capsys, "worker", *args)
+    assert code == 2
+    assert said[-1] == (
+        "turnledger: Kafka at 'k:1' refused --session-timeout-ms 900000 for consumer group "
+        "'turnledger-workers' (InvalidSessionTimeoutError): the group's coordinator takes 1000 to 60000 ms "
+        "(group.min.session.timeout.ms to group.max.session.timeout.ms). Pass a --session-timeout-ms in "
+        "that range, or change those broker settings."
+    )
+    assert not any("Traceback" in line for line in said)

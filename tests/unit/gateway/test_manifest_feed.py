@@ -542,14 +542,15 @@ async def test_the_rebalance_listener_hands_the_group_s_moves_to_the_feed() -> N
 async def test_the_consumer_joins_the_group_as_this_worker_with_the_feed_s_timings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The group member is a read-committed consumer of the feed's group, named after the worker."""
+    """The group member is a read-committed consumer of the feed's group, named after the worker, built by
+    `group_member_consumer` (whose consumer says a refused session timeout in one line)."""
     made: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
-    def read_committed_consumer(*args: Any, **kwargs: Any) -> str:
+    def group_member_consumer(*args: Any, **kwargs: Any) -> str:
         made.append((args, kwargs))
         return "consumer"
 
-    monkeypatch.setattr(manifest_feed, "read_committed_consumer", read_committed_consumer)
+    monkeypatch.setattr(manifest_feed, "group_member_consumer", group_member_consumer)
     feed = make_feed(FakeWorker(), session_timeout_ms=6000, heartbeat_interval_ms=2000, fetch_ms=150)
     assert feed._new_consumer() == "consumer"
     assert made == [

@@ -10,9 +10,12 @@ import typer
 from click.testing import Result
 from typer.testing import CliRunner
 
+from tests.unit.cli_entry import said_by_entry_point
 from tests.unit.projections.test_reader import KEYS, MemoryRedis, block
+from turnledger.kafka.group_member import SessionTimeoutRefusedError
 from turnledger.projections import cli as projections_cli
 from turnledger.projections.cli import history_command, status_command
+from turnledger.projections.settings import FollowSettings
 
 
 def _closed_port() -> int:
@@ -153,3 +156,30 @@ def test_status_of_an_operation_the_projection_does_not_know_is_exit_1_in_one_li
     result = _run("status", long_id)
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == f"operation {long_id!r} is not in the projection (key prefix 'tl:')\n"
+
+
+def test_a_session_timeout_the_broker_refuses_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Raised by the group member's consumer (`kafka/group_member.py`) out of the projector's follow; the
+    coordinator's range could not be read, so the line gives Kafka's defaults."""
+    from turnledger.projections.projector import Projector
+
+    async def refused(
+        self: Projector, stop: object, report: object = None, *, follow: FollowSettings
+    ) -> None:
+        assert follow.group_id is not None
+        raise SessionTimeoutRefusedError(self.bootstrap, follow.group_id, follow.session_timeout_ms, None)
+
+    monkeypatch.setattr(Projector, "run_forever", refused)
+    url = f"redis://127.0.0.1:{_closed_port()}/0"
+    args = ["--redis-url", url, "--bootstrap", "k:1", "--session-timeout-ms", "1000"]
+    code, said = said_by_entry_point(monkeypatch, capsys, "project", *args, "--heartbeat-interval-ms", "300")
+    assert code == 2
+    assert said[-1] == (
+        "turnledger: Kafka at 'k:1' refused --session-timeout-ms 1000 for consumer group "
+        "'turnledger-projector' (InvalidSessionTimeoutError): the broker takes group.min.session.timeout.ms "
+        "to group.max.session.timeout.ms (6000 to 1800000 ms unless set otherwise). Pass a "
+        "--session-timeout-ms in that range, or change those broker settings."
+    )
+    assert not any("Traceback" in line for line in said)

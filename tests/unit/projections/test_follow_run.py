@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,10 +69,13 @@ class KafkaGlue:
 
 
 def install_kafka(monkeypatch: pytest.MonkeyPatch, glue: KafkaGlue) -> None:
-    def read_committed_consumer(*args: Any, **kwargs: Any) -> FakeConsumer:
-        glue.record("read_committed_consumer", *args, **kwargs)
-        glue.consumer = FakeConsumer(glue.clock, glue.stop, glue.steps, follower=glue.follower)
-        return glue.consumer
+    def consumer_made_by(name: str) -> Callable[..., FakeConsumer]:
+        def made(*args: Any, **kwargs: Any) -> FakeConsumer:
+            glue.record(name, *args, **kwargs)
+            glue.consumer = FakeConsumer(glue.clock, glue.stop, glue.steps, follower=glue.follower)
+            return glue.consumer
+
+        return made
 
     async def start_client(make: Any, **kwargs: Any) -> FakeConsumer:
         glue.record("start_client", make, **kwargs)
@@ -97,7 +101,8 @@ def install_kafka(monkeypatch: pytest.MonkeyPatch, glue: KafkaGlue) -> None:
         return list(glue.partitions)
 
     for name, fake in [
-        ("read_committed_consumer", read_committed_consumer),
+        ("read_committed_consumer", consumer_made_by("read_committed_consumer")),
+        ("group_member_consumer", consumer_made_by("group_member_consumer")),
         ("start_client", start_client),
         ("close_client", close_client),
         ("wait_for_topics", wait_for_topics),
@@ -230,9 +235,9 @@ async def test_in_a_group_it_follows_the_partitions_the_rebalances_assign_and_le
     await follower.run(kafka.stop, None)
     consumer = kafka.consumer
     assert consumer is not None and consumer.listener is not None
-    assert [call for call in kafka.calls if call[0] == "read_committed_consumer"] == [
+    assert [call for call in kafka.calls if call[0].endswith("_consumer")] == [
         (
-            "read_committed_consumer",
+            "group_member_consumer",
             (BOOTSTRAP,),
             {
                 "group_id": "projectors",
