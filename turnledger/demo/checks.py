@@ -125,24 +125,27 @@ def check_one_canonical(evidence: Evidence) -> Check:
 
 
 def check_accounted(evidence: Evidence) -> Check:
-    """No submitted turn unaccounted for: each TurnSubmitted → exactly one CommittedTurn or Rejected."""
+    """No submitted turn unaccounted for: each TurnSubmitted → exactly one CommittedTurn or Rejected.
+
+    One submission may be refused for several reasons (one Rejected per validator finding), and one
+    delivered twice is committed once and refused once more as a duplicate. A submission neither
+    committed nor refused, committed twice, or committed and refused though delivered once, is counted."""
     check = Check("every submitted turn is committed or rejected, exactly once")
-    outcomes: Counter[str] = Counter()
-    for turn in evidence.of("committed", CommittedTurn):
-        if turn.operation_id is None:
-            outcomes[turn.source_event_id] += 1
-    for rej in evidence.of("rejections", Rejected):
-        if rej.event_type == "TurnSubmitted" and rej.event_id:
-            outcomes[rej.event_id] += 1
-    rejected_ids = {
+    commits = Counter(
+        t.source_event_id for t in evidence.of("committed", CommittedTurn) if t.operation_id is None
+    )
+    refusals = Counter(
         r.event_id for r in evidence.of("rejections", Rejected) if r.event_type == "TurnSubmitted"
-    }
-    for event in evidence.of("ingress", TurnSubmitted):
+    )
+    submitted = evidence.of("ingress", TurnSubmitted)
+    deliveries = Counter(event.event_id for event in submitted)
+    for event in submitted:
         check.checked += 1
-        n = outcomes.get(event.event_id, 0)
-        # one submission may be refused for several reasons (one Rejected per validator finding)
-        if n == 0 or (n > 1 and event.event_id not in rejected_ids):
-            check.fail(f"turn {event.turn_id} of {event.conversation_id}: {n} outcomes")
+        committed, refused = commits[event.event_id], refusals[event.event_id]
+        twice = committed > 1 or (committed == 1 and refused > 0 and deliveries[event.event_id] == 1)
+        if committed + refused == 0 or twice:
+            turn = f"turn {event.turn_id} of {event.conversation_id}"
+            check.fail(f"{turn}: {committed} commits, {refused} rejections")
     return check
 
 

@@ -1,13 +1,15 @@
-"""The demo's check of the committed turns: at most one canonical assistant turn per conversation revision
-(promise 3). Clean workload, then each kind of violation seeded into it (`workload.py`)."""
+"""The demo's checks of the committed turns: at most one canonical assistant turn per conversation revision
+(promise 3), and every submitted turn committed or rejected, exactly once (promise 6). Clean workload,
+then each kind of violation seeded into it (`workload.py`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.unit.demo.workload import add, manifest_issued, one, workload
-from turnledger.demo.checks import check_one_canonical
-from turnledger.model.events import CommittedTurn, ManifestIssued
+from tests.unit.demo.workload import add, manifest_issued, one, without, workload
+from turnledger.demo.checks import check_accounted, check_one_canonical
+from turnledger.model.events import CommittedTurn, ManifestIssued, Rejected, TurnSubmitted
+from turnledger.model.reasons import ReasonCode
 from turnledger.replay.evidence import Evidence
 
 
@@ -123,3 +125,129 @@ def test_every_kind_is_counted_in_order() -> None:
         "operation a/op-2: 2 commits",
         "b: revision 1 committed 2 times",
     ]
+
+
+# ------------------------------------------------------------------ every turn accounted for (promise 6)
+
+
+def test_turns_committed_refused_for_two_reasons_or_delivered_twice_are_not_counted() -> None:
+    """a: u1 and the tool results committed; b: u1 committed; c: u1 delivered twice (committed, then
+    refused as a duplicate: both deliveries checked), t2 refused for two orphaned results."""
+    check = check_accounted(workload())
+    assert check.name == "every submitted turn is committed or rejected, exactly once"
+    assert (check.checked, check.violations, check.examples) == (6, 0, [])
+
+
+def test_no_submission_is_nothing_checked() -> None:
+    check = check_accounted(Evidence())
+    assert (check.checked, check.violations, check.examples) == (0, 0, [])
+
+
+def test_a_turn_neither_committed_nor_refused_is_counted() -> None:
+    evidence = workload()
+    without(evidence, _commit(evidence, "a", "t3"))
+    check = check_accounted(evidence)
+    assert (check.checked, check.violations, check.examples) == (
+        6,
+        1,
+        ["turn t3 of a: 0 commits, 0 rejections"],
+    )
+
+
+def test_a_turn_committed_twice_is_counted() -> None:
+    evidence = workload()
+    turn = _commit(evidence, "a", "t3")
+    add(evidence, turn.model_copy(update={"revision": 5}))
+    check = check_accounted(evidence)
+    assert (check.checked, check.violations, check.examples) == (
+        6,
+        1,
+        ["turn t3 of a: 2 commits, 0 rejections"],
+    )
+
+
+def test_a_turn_committed_twice_is_counted_even_when_also_refused_as_a_duplicate() -> None:
+    """c's u1, delivered twice: committed once and refused once is right; committed twice is not."""
+    evidence = workload()
+    add(evidence, _commit(evidence, "c", "u1").model_copy(update={"revision": 3}))
+    check = check_accounted(evidence)
+    assert (check.checked, check.violations) == (6, 2)
+    assert check.examples == ["turn u1 of c: 2 commits, 1 rejections"] * 2
+
+
+def test_a_turn_delivered_once_committed_and_refused_is_counted() -> None:
+    evidence = workload()
+    turn = one(evidence, TurnSubmitted, conversation_id="a", turn_id="t3")
+    add(
+        evidence,
+        Rejected(
+            conversation_id="a",
+            reason=ReasonCode.DUPLICATE_TURN,
+            detail="turn t3 is already committed",
+            event_type="TurnSubmitted",
+            event_id=turn.event_id,
+        ),
+    )
+    check = check_accounted(evidence)
+    assert (check.checked, check.violations, check.examples) == (
+        6,
+        1,
+        ["turn t3 of a: 1 commits, 1 rejections"],
+    )
+
+
+def test_a_refusal_of_another_event_type_or_of_no_event_accounts_for_no_turn() -> None:
+    evidence = workload()
+    without(evidence, _commit(evidence, "a", "t3"))
+    event_id = one(evidence, TurnSubmitted, conversation_id="a", turn_id="t3").event_id
+    add(
+        evidence,
+        Rejected(
+            conversation_id="a",
+            reason=ReasonCode.INVALID_EVENT,
+            event_type="DispatchRequested",
+            event_id=event_id,
+        ),
+        Rejected(conversation_id="a", reason=ReasonCode.UNDECODABLE_RECORD, event_type="TurnSubmitted"),
+    )
+    check = check_accounted(evidence)
+    assert (check.checked, check.violations, check.examples) == (
+        6,
+        1,
+        ["turn t3 of a: 0 commits, 0 rejections"],
+    )
+
+
+def test_an_answer_accounts_for_no_submitted_turn() -> None:
+    """An assistant turn's source is a StreamDeltas event: an answer whose source id were a submission's
+    would still not account for it."""
+    evidence = workload()
+    turn = _commit(evidence, "a", "t3")
+    without(evidence, turn)
+    add(
+        evidence,
+        _commit(evidence, "a", "op-2#1").model_copy(update={"source_event_id": turn.source_event_id}),
+    )
+    check = check_accounted(evidence)
+    assert (check.checked, check.violations, check.examples) == (
+        6,
+        1,
+        ["turn t3 of a: 0 commits, 0 rejections"],
+    )
+
+
+def test_a_refused_turn_is_accounted_for() -> None:
+    evidence = workload()
+    turn = _commit(evidence, "a", "t3")
+    without(evidence, turn)
+    add(
+        evidence,
+        Rejected(
+            conversation_id="a",
+            reason=ReasonCode.ORPHANED_RESULT,
+            event_type="TurnSubmitted",
+            event_id=turn.source_event_id,
+        ),
+    )
+    check = check_accounted(evidence)
+    assert (check.checked, check.violations, check.examples) == (6, 0, [])
