@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from tests.unit.replay.test_cli import FakeProgress, console_on, seen
+from tests.unit.progress_helpers import FakeProgress, console_on, seen
 from turnledger.projections import cli
 from turnledger.projections.projector import ProjectorStats
 

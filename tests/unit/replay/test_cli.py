@@ -6,7 +6,6 @@ exit code. The replay code itself has its own tests (`test_audit_*.py`, `test_ma
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.testing import CliRunner, Result
 
+from tests.unit.progress_helpers import FakeProgress, console_on, seen
 from turnledger.cli import _register, app
 from turnledger.errors import ProjectionError
 from turnledger.model.limits import Limits
@@ -75,36 +75,6 @@ def spelled(one: Any, style: str | None = None) -> Any:
 def rows_of(table: Table) -> tuple[Any, list[tuple[str, ...]]]:
     columns = [[spelled(cell) for cell in column._cells] for column in table.columns]
     return table.title, [tuple(row) for row in zip(*columns, strict=True)]
-
-
-class FakeProgress:
-    """Stands for a rich `Progress`: its tasks (description, total, fields) numbered from 41, and
-    every advance and update of them, made while it is open."""
-
-    def __init__(self) -> None:
-        self.tasks: list[tuple[str, Any, dict[str, Any]]] = []
-        self.advanced: list[tuple[int, int]] = []
-        self.updated: list[tuple[int, int, int]] = []
-        self.open = False
-
-    def __enter__(self) -> FakeProgress:
-        self.open = True
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.open = False
-
-    def add_task(self, description: str, total: Any = "unset", **fields: Any) -> int:
-        self.tasks.append((description, total, fields))
-        return len(self.tasks) + 40
-
-    def advance(self, task_id: int, advance: int) -> None:
-        assert self.open
-        self.advanced.append((task_id, advance))
-
-    def update(self, task_id: int, *, completed: int, total: int) -> None:
-        assert self.open
-        self.updated.append((task_id, completed, total))
 
 
 @pytest.fixture
@@ -221,16 +191,6 @@ def test_the_bars_of_manifest_and_shadow_show_done_of_total_on_the_error_console
     assert kinds == [TextColumn, BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn]
     texts = [column.text_format for column in progress.columns if isinstance(column, TextColumn)]
     assert texts == ["{task.description}", "{task.fields[unit]}"]
-
-
-def console_on(terminal: bool) -> tuple[Console, StringIO]:
-    written = StringIO()
-    return Console(file=written, force_terminal=terminal, width=100, markup=False), written
-
-
-def seen(written: StringIO) -> str:
-    """What a terminal shows of it, without its control codes (colors, cursor moves)."""
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written.getvalue())
 
 
 def drawing_consoles(monkeypatch: pytest.MonkeyPatch, err_is_a_terminal: bool) -> tuple[StringIO, StringIO]:
