@@ -20,6 +20,7 @@ from turnledger.kafka.reading import (
     read_to_end,
     source_record,
     start_reader,
+    told_as,
     wait_for_partitions,
 )
 from turnledger.records import SourceRecord
@@ -313,6 +314,15 @@ async def test_a_fetch_that_moves_nothing_tells_nothing_and_nothing_to_read_is_d
     ]
     assert len(fetches) == 2
     assert await _read_telling(Log({A: [], B: []}, {A: 4, B: 0}, per_fetch=10)) == [("progress", (0, 0))]
+
+
+def test_a_progress_told_as_a_name_tells_that_name_first_and_none_stays_none() -> None:
+    told: list[tuple[str, int, int]] = []
+    as_ingress = told_as(lambda *t: told.append(t), "ingress")
+    assert as_ingress is not None
+    as_ingress(3, 7)
+    assert told == [("ingress", 3, 7)]
+    assert told_as(None, "ingress") is None
 
 
 def test_a_consumer_record_becomes_a_source_record() -> None:

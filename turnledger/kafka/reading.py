@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,6 +25,15 @@ ReadProgress = Callable[[int, int], None]
 """`(done, total)` of a `read_to_end`: offsets passed of the offsets between the start and the end seen
 when the read began, over every partition read (offsets, not records: transaction markers, aborted and
 compacted records take offsets too, and `done` reaches `total` exactly when the read is at its end)."""
+
+NamedProgress = Callable[[str, int, int], None]
+"""`(name, done, total)`: the `ReadProgress` of each of several reads, told under the read's name (a
+topic, a phase of a command)."""
+
+
+def told_as(progress: NamedProgress | None, name: str) -> ReadProgress | None:
+    """The `ReadProgress` of the read named `name`: `progress` told under that name (None: none)."""
+    return None if progress is None else partial(progress, name)
 
 
 def source_record(message: Any) -> SourceRecord:

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from turnledger.codec import Codec, CodecError, default_codec
 from turnledger.codec.registry import HEADER_SIZE
-from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
+from turnledger.kafka.reading import NamedProgress, partitions_of, read_to_end, start_reader, told_as
 from turnledger.replay.refold import refold
 from turnledger.topology import OUTPUT_STREAMS, Topics
 
-Progress = Callable[[str, int], None]
 SequenceKey = tuple[str, bytes]
 
 
@@ -74,44 +72,44 @@ class AuditReport:
 
 
 async def read_outputs(
-    bootstrap: str, topics: Topics, progress: Progress | None = None
+    bootstrap: str, topics: Topics, progress: NamedProgress | None = None
 ) -> dict[SequenceKey, list[tuple[bytes | None, Coordinates]]]:
+    """The records of the output topics per (stream, key), where each is; `progress`: the offsets read
+    of the six topics, as "outputs"."""
     streams = topics.by_topic(OUTPUT_STREAMS)
     actual: dict[SequenceKey, list[tuple[bytes | None, Coordinates]]] = defaultdict(list)
     consumer = await start_reader(bootstrap)
     try:
         partitions = await partitions_of(consumer, bootstrap, streams)
-        async for batch in read_to_end(consumer, partitions):
+        async for batch in read_to_end(consumer, partitions, progress=told_as(progress, "outputs")):
             for r in batch:
                 actual[(streams[r.topic], r.key or b"")].append(
                     (r.value, Coordinates(r.topic, r.partition, r.offset))
                 )
-            if progress:
-                progress("outputs", len(batch))
     finally:
         await consumer.stop()
     return actual
 
 
 async def fold_expected(
-    bootstrap: str, topics: Topics, progress: Progress | None = None
+    bootstrap: str, topics: Topics, progress: NamedProgress | None = None
 ) -> tuple[dict[SequenceKey, list[tuple[bytes, Coordinates]]], int]:
-    """Expected output sequences per (stream, key), and the number of ingress records folded."""
+    """Expected output sequences per (stream, key), and the number of ingress records folded;
+    `progress`: the ingress offsets folded, as "ingress"."""
     expected: dict[SequenceKey, list[tuple[bytes, Coordinates]]] = defaultdict(list)
     ingress = 0
-    async for folded in refold(bootstrap, topics):
+    async for folded in refold(bootstrap, topics, progress=told_as(progress, "ingress")):
         ingress += len(folded.ingress)
         for o in folded.outputs:
             src = Coordinates(o.source.topic, o.source.partition, o.source.offset)
             expected[(o.stream, o.key or b"")].append((o.value, src))
-        if progress:
-            progress("ingress", len(folded.ingress))
     return expected, ingress
 
 
-async def audit(bootstrap: str, topics: Topics, progress: Progress | None = None) -> AuditReport:
+async def audit(bootstrap: str, topics: Topics, progress: NamedProgress | None = None) -> AuditReport:
     """Fold the ingress log, read the output topics, compare. Both are read up to their last stable
-    offsets at the time of reading: audit a quiet system (or expect divergences at the tail)."""
+    offsets at the time of reading: audit a quiet system (or expect divergences at the tail).
+    `progress` is told the offsets of each phase, "ingress" (folded) then "outputs" (read)."""
     began = time.perf_counter()
     report = AuditReport()
     expected, report.ingress_records = await fold_expected(bootstrap, topics, progress)

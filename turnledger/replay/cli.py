@@ -15,11 +15,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from turnledger.cli_progress import bars, moved
+from turnledger.cli_progress import bars, moved, moved_by_name
 from turnledger.processors.limits_config import (
     MaxBlockBytes,
     MaxBlocksPerTurn,
@@ -50,19 +50,8 @@ def _shadow() -> None:
     # a callback keeps `shadow` a command group even with one command (`turnledger shadow diff ...`)
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed} records"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    )
-
-
 def _bars() -> Progress:
-    """The bars of `replay manifest` and `shadow diff` (`cli_progress.py`)."""
+    """The bars of `replay audit`, `replay manifest` and `shadow diff` (`cli_progress.py`)."""
     return bars(err)
 
 
@@ -81,7 +70,8 @@ def audit_command(
 
     The fold runs under the size limits given (--max-block-bytes ..., or the TURNLEDGER_MAX_*
     variables): give the processor's, or turns it accepted may be refused here (or the reverse), and
-    those show up as divergences. The limits used are printed with the report."""
+    those show up as divergences. The limits used are printed with the report. On a terminal, bars on
+    stderr show the ingress offsets folded and the output topics' offsets read."""
     from turnledger.replay.audit import AuditReport, audit
     from turnledger.topology import Topics
 
@@ -96,17 +86,15 @@ def audit_command(
     export_limits(limits)  # the refold reads them, as the processor's fold does
 
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
-    with _progress() as progress:
+    topics = Topics(topic_prefix)
+    with _bars() as progress:
         tasks = {
-            "ingress": progress.add_task("folding ingress", total=None),
-            "outputs": progress.add_task("reading outputs", total=None),
+            "ingress": progress.add_task(f"folding {topics.ingress}", total=None, unit="offsets"),
+            "outputs": progress.add_task("reading the output topics", total=None, unit="offsets"),
         }
 
-        def tick(phase: str, n: int) -> None:
-            progress.advance(tasks[phase], n)
-
         async def main() -> AuditReport:
-            return await audit(servers, Topics(topic_prefix), tick)
+            return await audit(servers, topics, moved_by_name(progress, tasks))
 
         report = run(main)
     summary = Table(title="replay audit", show_header=False)
@@ -173,11 +161,8 @@ def manifest_command(
             for topic in (topics.manifests, topics.committed, topics.ingress)
         }
 
-        def told(topic: str, done: int, total: int) -> None:
-            progress.update(tasks[topic], completed=done, total=total)
-
         async def main() -> list[ManifestCheck]:
-            return await reproduce(servers, topics, operation_id, digest, told)
+            return await reproduce(servers, topics, operation_id, digest, moved_by_name(progress, tasks))
 
         checks = run(main)
     if not checks:

@@ -8,14 +8,20 @@ adapter the manifest names. Every binding of the manifest is then checked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 from turnledger.adapters.base import DispatchParams, Rendered, UnsupportedKind
 from turnledger.adapters.registry import get_adapter
 from turnledger.codec import CodecError, decode
-from turnledger.kafka.reading import ReadProgress, partitions_of, read_to_end, start_reader
+from turnledger.kafka.reading import (
+    NamedProgress,
+    ReadProgress,
+    partitions_of,
+    read_to_end,
+    start_reader,
+    told_as,
+)
 from turnledger.model.canonical import sha256_digest
 from turnledger.model.events import CommittedTurn, DispatchRequested, ManifestIssued
 from turnledger.model.limits import DEFAULT_LIMITS, Limits
@@ -25,7 +31,7 @@ from turnledger.sequence.graph_state import GraphState
 from turnledger.sequence.validation import Invalid, Waiting
 from turnledger.topology import Topics
 
-TopicProgress = Callable[[str, int, int], None]
+TopicProgress = NamedProgress
 """`(topic, done, total)`: the `ReadProgress` of each topic read in turn."""
 
 
@@ -135,8 +141,7 @@ async def gather(
             partitions = await partitions_of(consumer, bootstrap, [topic])
             conversations = {m.conversation_id for m in evidence.manifests}
             operations = {(m.conversation_id, m.operation_id) for m in evidence.manifests}
-            told = None if progress is None else partial(progress, topic)
-            async for batch in read_to_end(consumer, partitions, progress=told):
+            async for batch in read_to_end(consumer, partitions, progress=told_as(progress, topic)):
                 for r in batch:
                     _collect(evidence, r.value, operation_id, digest, conversations, operations)
     finally:

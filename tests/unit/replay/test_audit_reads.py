@@ -42,7 +42,7 @@ def _ingress(*conversations: str) -> list[SourceRecord]:
 
 
 async def _refold(
-    monkeypatch: pytest.MonkeyPatch, batches: list[list[SourceRecord]], **kw: int
+    monkeypatch: pytest.MonkeyPatch, batches: list[list[SourceRecord]], **kw: Any
 ) -> list[FoldedBatch]:
     topics = FakeTopics({INGRESS: batches})
     topics.install(monkeypatch, "turnledger.replay.refold")
@@ -83,6 +83,23 @@ async def test_refold_gives_the_engines_outputs_each_with_the_last_record_of_its
     assert _decisions(folded) == [("manifests", DispatchState.PREPARED, None)] * 2
 
 
+async def test_refold_tells_the_ingress_offsets_folded_once_each_folded_batch_was_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The total first, then each count after the caller took the batch folded up to it."""
+    monkeypatch.delenv(model_registry.REGISTRY_ENV, raising=False)
+    records = _ingress("A", "B")
+    told: list[tuple[int, int]] = []
+    handled: list[tuple[int, list[tuple[int, int]]]] = []
+    topics = FakeTopics({INGRESS: [records[:1], records[1:]]})
+    topics.install(monkeypatch, "turnledger.replay.refold")
+    async for folded in refold("b:1", Topics("x."), progress=lambda *t: told.append(t)):
+        handled.append((len(folded.ingress), list(told)))
+    assert len(records) == 4
+    assert handled == [(1, [(0, 4)]), (3, [(0, 4), (1, 4)])]
+    assert told == [(0, 4), (1, 4), (4, 4)]
+
+
 async def test_refold_admits_under_the_processors_model_registry(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -120,23 +137,29 @@ async def test_fold_expected_groups_outputs_per_stream_and_key_with_their_source
         FoldedBatch([one], [_output("committed", b"k", b"v1", one), _output("rejections", None, b"v2", one)]),
         FoldedBatch([one, two, two], [_output("committed", b"k", b"v3", two)]),
     ]
-    seen: list[tuple[str, Topics]] = []
+    seen: list[tuple[str, Topics, bool]] = []
 
-    async def fake_refold(bootstrap: str, topics: Topics) -> AsyncIterator[FoldedBatch]:
-        seen.append((bootstrap, topics))
-        for b in batches:
+    async def fake_refold(bootstrap: str, topics: Topics, progress: Any) -> AsyncIterator[FoldedBatch]:
+        """Tells the ingress offsets of 5 (one is a transaction marker) after each batch."""
+        seen.append((bootstrap, topics, progress is None))
+        if progress:
+            progress(0, 5)
+        for b, done in zip(batches, (1, 5), strict=True):
             yield b
+            if progress:
+                progress(done, 5)
 
     monkeypatch.setattr(audit_module, "refold", fake_refold)
-    progress: list[tuple[str, int]] = []
-    expected, ingress = await fold_expected("b:1", Topics("x."), lambda what, n: progress.append((what, n)))
-    assert seen == [("b:1", Topics("x."))]
+    progress: list[tuple[str, int, int]] = []
+    expected, ingress = await fold_expected("b:1", Topics("x."), lambda *told: progress.append(told))
+    assert seen == [("b:1", Topics("x."), False)]
     assert dict(expected) == {
         ("committed", b"k"): [(b"v1", Coordinates("in", 1, 10)), (b"v3", Coordinates("in", 2, 20))],
         ("rejections", b""): [(b"v2", Coordinates("in", 1, 10))],
     }
-    assert (ingress, progress) == (4, [("ingress", 1), ("ingress", 3)])
+    assert (ingress, progress) == (4, [("ingress", 0, 5), ("ingress", 1, 5), ("ingress", 5, 5)])
     assert (await fold_expected("b:1", Topics("x."))) == (expected, 4)
+    assert seen[-1] == ("b:1", Topics("x."), True)
 
 
 async def test_read_outputs_groups_records_per_stream_and_key_where_they_are(
@@ -159,8 +182,8 @@ async def test_read_outputs_groups_records_per_stream_and_key_where_they_are(
     ]
     topics.batches["x.turnledger.previews"] = [[SourceRecord("x.turnledger.previews", 2, 7, b"k", b"c")]]
     topics.install(monkeypatch, "turnledger.replay.audit")
-    progress: list[tuple[str, int]] = []
-    actual = await read_outputs("b:2", Topics("x."), lambda what, n: progress.append((what, n)))
+    progress: list[tuple[str, int, int]] = []
+    actual = await read_outputs("b:2", Topics("x."), lambda *told: progress.append(told))
     assert dict(actual) == {
         (Stream.COMMITTED, b"k"): [
             (b"a", Coordinates("x.turnledger.committed", 0, 3)),
@@ -169,7 +192,7 @@ async def test_read_outputs_groups_records_per_stream_and_key_where_they_are(
         (Stream.COMMITTED, b""): [(None, Coordinates("x.turnledger.committed", 0, 4))],
         (Stream.PREVIEWS, b"k"): [(b"c", Coordinates("x.turnledger.previews", 2, 7))],
     }
-    assert progress == [("outputs", 2), ("outputs", 1), ("outputs", 1)]
+    assert progress == [("outputs", 0, 4), ("outputs", 2, 4), ("outputs", 3, 4), ("outputs", 4, 4)]
     assert topics.asked == [("b:2", [Topics("x.").name(s) for s in OUTPUT_STREAMS])]
     assert topics.started == ["b:2"] and [c.stopped for c in topics.consumers] == [1]
     assert dict(await read_outputs("b:2", Topics("x."))) == dict(actual)
@@ -211,11 +234,13 @@ async def test_audit_counts_both_sides_compares_them_and_times_the_run(
 
     folded_from: list[tuple[str, Topics]] = []
 
-    async def fake_refold(bootstrap: str, topics: Topics) -> AsyncIterator[FoldedBatch]:
+    async def fake_refold(bootstrap: str, topics: Topics, progress: Any) -> AsyncIterator[FoldedBatch]:
         folded_from.append((bootstrap, topics))
+        progress(0, 2)
         yield FoldedBatch(
             [one, one], [_output("committed", b"k", sent, one), _output("committed", b"k", sent, one)]
         )
+        progress(2, 2)
 
     monkeypatch.setattr(audit_module, "refold", fake_refold)
     topics = FakeTopics(
@@ -228,8 +253,8 @@ async def test_audit_counts_both_sides_compares_them_and_times_the_run(
     topics.batches["turnledger.rejections"] = [[SourceRecord("turnledger.rejections", 0, 1, b"j", sent)]]
     topics.install(monkeypatch, "turnledger.replay.audit")
     monkeypatch.setattr(audit_module, "time", _Clock(100.0, 102.5))
-    progress: list[tuple[str, int]] = []
-    report = await audit("b", Topics(), lambda what, n: progress.append((what, n)))
+    progress: list[tuple[str, int, int]] = []
+    report = await audit("b", Topics(), lambda *told: progress.append(told))
     assert report == AuditReport(
         ingress_records=2,
         expected=2,
@@ -241,5 +266,7 @@ async def test_audit_counts_both_sides_compares_them_and_times_the_run(
         ],
         seconds=2.5,
     )
-    assert progress == [("ingress", 2), ("outputs", 1), ("outputs", 1)]
+    assert progress == [
+        ("ingress", 0, 2), ("ingress", 2, 2), ("outputs", 0, 2), ("outputs", 1, 2), ("outputs", 2, 2),
+    ]  # fmt: skip
     assert folded_from == [("b", Topics())] and topics.started == ["b"]

@@ -175,16 +175,7 @@ GIVEN = Limits(1001, 1002, 1003, 1004, 1005, 1006)
 # ---------------------------------------------------------------------------------------------- audit
 
 
-def test_the_progress_shows_the_records_counted_on_the_error_console_and_goes_away() -> None:
-    progress = cli._progress()
-    assert progress.console is cli.err and progress.live.transient
-    kinds = [type(column) for column in progress.columns]
-    assert kinds == [TextColumn, BarColumn, TextColumn, TimeElapsedColumn]
-    texts = [column.text_format for column in progress.columns if isinstance(column, TextColumn)]
-    assert texts == ["{task.description}", "{task.completed} records"]
-
-
-def test_the_bars_of_manifest_and_shadow_show_done_of_total_on_the_error_console_and_go_away() -> None:
+def test_the_bars_of_audit_manifest_and_shadow_show_done_of_total_on_the_error_console_and_go_away() -> None:
     progress = cli._bars()
     assert progress.console is cli.err and progress.live.transient
     kinds = [type(column) for column in progress.columns]
@@ -210,22 +201,26 @@ class FakeAudit:
     async def __call__(self, bootstrap: str, topics: Topics, progress: Any) -> AuditReport:
         self.calls.append((bootstrap, topics))
         self.exported = load_limits()
-        progress("ingress", 3)
-        progress("outputs", 2)
-        progress("ingress", 1)
+        progress("ingress", 0, 9)
+        progress("ingress", 9, 9)
+        progress("outputs", 0, 14)
+        progress("outputs", 13, 14)
         return self.report
 
 
-@pytest.fixture
-def progress(monkeypatch: pytest.MonkeyPatch) -> FakeProgress:
-    fake = FakeProgress()
-    monkeypatch.setattr(cli, "_progress", lambda: fake)
-    return fake
+AUDIT_TOLD = [(41, 0, 9), (41, 9, 9), (42, 0, 14), (42, 13, 14)]
+
+
+def audit_bars(prefix: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    return [
+        (f"folding {prefix}turnledger.ingress", None, {"unit": "offsets"}),
+        ("reading the output topics", None, {"unit": "offsets"}),
+    ]
 
 
 @pytest.fixture
 def bars(monkeypatch: pytest.MonkeyPatch) -> FakeProgress:
-    """`replay manifest`'s and `shadow diff`'s."""
+    """`replay audit`'s, `replay manifest`'s and `shadow diff`'s."""
     fake = FakeProgress()
     monkeypatch.setattr(cli, "_bars", lambda: fake)
     return fake
@@ -254,7 +249,7 @@ def summary(report: AuditReport, limits: Limits = DEFAULTS) -> tuple[str, list[t
 
 
 def test_an_audit_with_no_divergence_says_so_under_its_summary(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, bars: FakeProgress
 ) -> None:
     report = AuditReport(
         ingress_records=11, expected=12, actual=13, checked=14, older_versions=2, seconds=1.256
@@ -264,8 +259,7 @@ def test_an_audit_with_no_divergence_says_so_under_its_summary(
     assert result.exit_code == 0, result.output
     assert fake.calls == [("k1:9092", Topics("pre."))]
     assert fake.exported == GIVEN, "the refold reads the limits given from the environment"
-    assert progress.tasks == [("folding ingress", None, {}), ("reading outputs", None, {})]
-    assert progress.advanced == [(41, 3), (42, 2), (41, 1)]
+    assert (bars.tasks, bars.updated, bars.open) == (audit_bars("pre."), AUDIT_TOLD, False)
     assert out.texts == [
         summary(report, GIVEN),
         "[green]the output topics are exactly the fold of the ingress log[/green]",
@@ -279,7 +273,7 @@ def divergence(n: int, actual: Coordinates | None, source: Coordinates | None) -
 
 
 def test_divergences_are_listed_up_to_the_limit_and_fail_the_audit(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, bars: FakeProgress
 ) -> None:
     found = [
         divergence(0, Coordinates("t.out", 1, 70), Coordinates("t.in", 0, 5)),
@@ -318,7 +312,7 @@ def test_divergences_are_listed_up_to_the_limit_and_fail_the_audit(
 
 
 def test_an_audit_lists_at_most_50_divergences_unless_told(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, bars: FakeProgress
 ) -> None:
     found = [divergence(n, None, None) for n in range(51)]
     audited(monkeypatch, AuditReport(divergences=found))
@@ -328,17 +322,17 @@ def test_an_audit_lists_at_most_50_divergences_unless_told(
 
 
 def test_an_audit_without_a_bootstrap_stops_before_reading(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress, shared_err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, bars: FakeProgress, shared_err: Recorder
 ) -> None:
     fake = audited(monkeypatch, AuditReport())
     result = invoke("replay", "audit")
     assert result.exit_code == 2
     assert shared_err.texts == [KAFKA_NOT_SET]
-    assert fake.calls == [] and out.printed == [] and progress.tasks == []
+    assert fake.calls == [] and out.printed == [] and bars.tasks == []
 
 
 def test_an_audit_called_as_a_function_has_the_command_s_defaults(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, progress: FakeProgress
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, bars: FakeProgress
 ) -> None:
     """(typer passes every option; a caller in Python gets the function's own defaults)"""
     fake = audited(monkeypatch, AuditReport(divergences=[divergence(n, None, None) for n in range(51)]))
@@ -348,6 +342,27 @@ def test_an_audit_called_as_a_function_has_the_command_s_defaults(
     assert fake.calls == [("k:1", Topics(""))] and fake.exported == Limits()
     title, rows = out.texts[1]
     assert (title, len(rows)) == ("divergences (first 50)", 50)
+    assert (bars.tasks, bars.updated) == (audit_bars(""), AUDIT_TOLD)
+
+
+@pytest.mark.parametrize("err_is_a_terminal", [True, False])
+def test_an_audit_draws_its_bars_on_the_error_console_only_and_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, err_is_a_terminal: bool
+) -> None:
+    """Not a terminal: not a character on stderr, not even a blank line."""
+    audited(monkeypatch, AuditReport())
+    printed, drawn = drawing_consoles(monkeypatch, err_is_a_terminal)
+    result = invoke("replay", "audit", "--bootstrap", "k:1", "--topic-prefix", "p.")
+    assert result.exit_code == 0, result.output
+    if err_is_a_terminal:
+        bars = [line.split() for line in seen(drawn).splitlines() if line.strip()]
+        assert [(b[:-4], b[-3:-1]) for b in bars[-2:]] == [  # as the bars were last drawn
+            (["folding", "p.turnledger.ingress"], ["9/9", "offsets"]),
+            (["reading", "the", "output", "topics"], ["13/14", "offsets"]),
+        ]
+    else:
+        assert drawn.getvalue() == ""
+    assert "offsets" not in seen(printed) and "the output topics are exactly the fold" in seen(printed)
 
 
 # ------------------------------------------------------------------------------------------- manifest
