@@ -51,7 +51,8 @@ def _shadow() -> None:
 
 
 def _bars() -> Progress:
-    """The bars of `replay audit`, `replay manifest` and `shadow diff` (`cli_progress.py`)."""
+    """The bars of `replay audit`, `replay manifest`, `replay rebuild` and `shadow diff`
+    (`cli_progress.py`)."""
     return bars(err)
 
 
@@ -210,7 +211,8 @@ def rebuild_command(
 ) -> None:
     """Drop the projection keys (SCAN+DEL by prefix), project the topics again, verify with a fresh fold.
 
-    The fresh fold runs under the size limits given (the processor's)."""
+    The fresh fold runs under the size limits given (the processor's). On a terminal, bars on stderr
+    show the output topics' offsets projected and the ingress offsets folded."""
     from turnledger.projections.shards import discover
     from turnledger.replay.rebuild import RebuildReport, rebuild
     from turnledger.topology import Topics
@@ -229,20 +231,26 @@ def rebuild_command(
 
     url = require(redis_url, "REDIS_URL", "--redis-url")
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    topics = Topics(topic_prefix)
+    with _bars() as progress:
+        tasks = {"projecting": progress.add_task("projecting the output topics", total=None, unit="offsets")}
+        if verify:
+            tasks["folding"] = progress.add_task(f"folding {topics.ingress}", total=None, unit="offsets")
 
-    async def main() -> RebuildReport:
-        redis = await connect(url)
-        try:
-            keys = (
-                await discover(key_prefix, redis)
-                if shards is None
-                else ProjectionKeys.of(key_prefix, redis, shards)
-            )
-            return await rebuild(redis, servers, Topics(topic_prefix), keys, verify=verify)
-        finally:
-            await redis.aclose()
+        async def main() -> RebuildReport:
+            redis = await connect(url)
+            try:
+                keys = (
+                    await discover(key_prefix, redis)
+                    if shards is None
+                    else ProjectionKeys.of(key_prefix, redis, shards)
+                )
+                return await rebuild(
+                    redis, servers, topics, keys, verify=verify, progress=moved_by_name(progress, tasks)
+                )
+            finally:
+                await redis.aclose()
 
-    with err.status("rebuilding"):
         report = run(main)
     console.print(
         f"dropped {report.dropped_keys} keys; projected {report.projected.applied} records "

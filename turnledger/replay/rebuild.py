@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from turnledger.kafka.reading import NamedProgress, ReadProgress, told_as
 from turnledger.projections.direct import DirectProjector
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
@@ -35,28 +36,46 @@ class RebuildReport:
         return not self.differences
 
 
-async def project_fresh_fold(redis: RedisClient, bootstrap: str, topics: Topics, keys: ProjectionKeys) -> int:
-    """Project the engine's outputs for the whole ingress log under `keys`; returns records applied."""
+async def project_fresh_fold(
+    redis: RedisClient,
+    bootstrap: str,
+    topics: Topics,
+    keys: ProjectionKeys,
+    progress: ReadProgress | None = None,
+) -> int:
+    """Project the engine's outputs for the whole ingress log under `keys`; returns records applied.
+    `progress`: the ingress offsets folded and projected (`refold`'s)."""
     projection, applied = DirectProjector(redis, keys), 0
-    async for folded in refold(bootstrap, topics):
+    async for folded in refold(bootstrap, topics, progress=progress):
         applied += await projection.apply((o.stream, o.record) for o in folded.outputs)  # type: ignore[misc]
     return applied
 
 
 async def rebuild(
-    redis: RedisClient, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool = True
+    redis: RedisClient,
+    bootstrap: str,
+    topics: Topics,
+    keys: ProjectionKeys,
+    *,
+    verify: bool = True,
+    progress: NamedProgress | None = None,
 ) -> RebuildReport:
     """Drop the projection under `keys.prefix` (as Redis holds it split, and as `keys` splits it),
-    project the topics again split as `keys` says, and verify it against a fresh fold split alike."""
+    project the topics again split as `keys` says, and verify it against a fresh fold split alike.
+    `progress` is told the offsets of each phase: "projecting" the output topics, then (verifying)
+    "folding" the ingress topic."""
     dropped = await drop_projection(redis, await discover(keys.prefix, redis), keys)
-    stats = await Projector(redis, bootstrap, topics, keys).run_to_end()
+    projector = Projector(redis, bootstrap, topics, keys)
+    stats = await projector.run_to_end(progress=told_as(progress, "projecting"))
     report = RebuildReport(dropped_keys=dropped, projected=stats, verified=verify)
     if not verify:
         return report
     check = keys.beside(VERIFY_PREFIX + keys.prefix)
     await drop_projection(redis, check)
     try:
-        report.folded_records = await project_fresh_fold(redis, bootstrap, topics, check)
+        report.folded_records = await project_fresh_fold(
+            redis, bootstrap, topics, check, told_as(progress, "folding")
+        )
         report.differences = diff_snapshots(
             await snapshot_projection(redis, keys), await snapshot_projection(redis, check)
         )

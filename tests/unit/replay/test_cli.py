@@ -539,13 +539,29 @@ class Rebuilding:
         return ProjectionKeys(prefix, one_slot=True, shards=2)
 
     async def rebuild(
-        self, redis: Any, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool
+        self, redis: Any, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool, progress: Any
     ) -> Any:
+        """Tells the projection's progress, and the fold's when verifying."""
         assert redis is self.redis and self.redis.closed == 0
         self.calls.append((bootstrap, topics, keys, verify, load_limits()))
         if isinstance(self.report, Exception):
             raise self.report
+        progress("projecting", 0, 5)
+        progress("projecting", 5, 5)
+        if verify:
+            progress("folding", 0, 8)
+            progress("folding", 8, 8)
         return self.report
+
+
+def rebuild_bars(prefix: str, verify: bool) -> list[tuple[str, Any, dict[str, Any]]]:
+    projecting = ("projecting the output topics", None, {"unit": "offsets"})
+    folding = (f"folding {prefix}turnledger.ingress", None, {"unit": "offsets"})
+    return [projecting, folding] if verify else [projecting]
+
+
+PROJECTING_TOLD = [(41, 0, 5), (41, 5, 5)]
+REBUILD_TOLD = [*PROJECTING_TOLD, (42, 0, 8), (42, 8, 8)]
 
 
 def rebuilt(verified: bool, differences: list[str] | None = None) -> RebuildReport:
@@ -554,7 +570,7 @@ def rebuilt(verified: bool, differences: list[str] | None = None) -> RebuildRepo
 
 
 def test_a_rebuild_drops_projects_and_verifies_as_the_projection_is_split(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     fake = Rebuilding(monkeypatch, rebuilt(True))
     result = invoke(
@@ -566,7 +582,7 @@ def test_a_rebuild_drops_projects_and_verifies_as_the_projection_is_split(
     assert fake.calls == [("k:1", Topics("p."), ProjectionKeys("kp:", one_slot=True, shards=2), True, GIVEN)]
     assert fake.redis.closed == 1
     assert err.texts == [f"size limits of the fresh fold: {describe(GIVEN)}"]
-    assert err.statuses == [("rebuilding", 1)]
+    assert (bars.tasks, bars.updated, bars.open) == (rebuild_bars("p.", True), REBUILD_TOLD, False)
     assert out.texts == [
         "dropped 7 keys; projected 120 records (3 undecodable) in 4.26s",
         "[green]equal to a projection of a fresh fold (99 records)[/green]",
@@ -574,7 +590,7 @@ def test_a_rebuild_drops_projects_and_verifies_as_the_projection_is_split(
 
 
 def test_a_rebuild_told_its_shards_splits_the_keys_so_and_without_verify_says_no_more(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     fake = Rebuilding(monkeypatch, rebuilt(False, ["never shown"]))
     result = invoke(
@@ -585,12 +601,13 @@ def test_a_rebuild_told_its_shards_splits_the_keys_so_and_without_verify_says_no
     assert fake.calls == [
         ("k:1", Topics(""), ProjectionKeys("tl:", one_slot=True, shards=3), False, Limits())
     ]
-    assert err.texts == [] and err.statuses == [("rebuilding", 0)]
+    assert err.texts == []
+    assert (bars.tasks, bars.updated) == (rebuild_bars("", False), PROJECTING_TOLD)
     assert out.texts == ["dropped 7 keys; projected 120 records (3 undecodable) in 4.26s"]
 
 
 def test_a_rebuild_that_differs_lists_the_first_50_differences_and_fails(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     Rebuilding(monkeypatch, rebuilt(True, [f"key {n} differs" for n in range(51)]))
     result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1")
@@ -599,7 +616,7 @@ def test_a_rebuild_that_differs_lists_the_first_50_differences_and_fails(
 
 
 def test_a_failed_rebuild_still_closes_redis_and_exits_2(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder, bars: FakeProgress
 ) -> None:
     fake = Rebuilding(monkeypatch, ProjectionError("the layout is broken"))
     result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1")
@@ -607,7 +624,7 @@ def test_a_failed_rebuild_still_closes_redis_and_exits_2(
     assert shared_err.printed == [
         ("the layout is broken", {"style": "red", "markup": False, "soft_wrap": True})
     ]
-    assert fake.redis.closed == 1 and out.printed == []
+    assert fake.redis.closed == 1 and out.printed == [] and bars.open is False
 
 
 @pytest.mark.parametrize(
@@ -623,17 +640,18 @@ def test_a_rebuild_needs_redis_and_kafka(
     out: Recorder,
     err: Recorder,
     shared_err: Recorder,
+    bars: FakeProgress,
     args: list[str],
     missing: str,
 ) -> None:
     fake = Rebuilding(monkeypatch, rebuilt(True))
     result = invoke("replay", "rebuild", *args)
     assert result.exit_code == 2 and shared_err.texts == [missing]
-    assert fake.connected == []
+    assert fake.connected == [] and bars.tasks == []
 
 
 def test_a_rebuild_called_as_a_function_verifies(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     fake = Rebuilding(monkeypatch, rebuilt(True))
     cli.rebuild_command(redis_url="u", bootstrap="k:1")
@@ -641,10 +659,34 @@ def test_a_rebuild_called_as_a_function_verifies(
     assert fake.calls == [("k:1", Topics(""), ProjectionKeys("tl:", one_slot=True, shards=2), True, Limits())]
     assert err.texts == [f"size limits of the fresh fold: {describe(Limits())}"]
     assert out.texts[-1] == "[green]equal to a projection of a fresh fold (99 records)[/green]"
+    assert (bars.tasks, bars.updated) == (rebuild_bars("", True), REBUILD_TOLD)
+
+
+@pytest.mark.parametrize("err_is_a_terminal", [True, False])
+def test_a_rebuild_draws_its_bars_on_the_error_console_only_and_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, err_is_a_terminal: bool
+) -> None:
+    """Not a terminal: the limits line alone on stderr, no bar and no blank line."""
+    Rebuilding(monkeypatch, rebuilt(True))
+    printed, drawn = drawing_consoles(monkeypatch, err_is_a_terminal)
+    result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1", "--topic-prefix", "p.")
+    assert result.exit_code == 0, result.output
+    limits, limits_line = console_on(False)
+    limits.print(f"size limits of the fresh fold: {describe(Limits())}")
+    if err_is_a_terminal:
+        phases = ("projecting", "folding")
+        bars = [line.split() for line in seen(drawn).splitlines() if line.startswith(phases)]
+        assert [(b[:-4], b[-3:-1]) for b in bars[-2:]] == [  # as the bars were last drawn
+            (["projecting", "the", "output", "topics"], ["5/5", "offsets"]),
+            (["folding", "p.turnledger.ingress"], ["8/8", "offsets"]),
+        ]
+    else:
+        assert drawn.getvalue() == limits_line.getvalue()
+    assert "offsets" not in seen(printed) and "equal to a projection of a fresh fold" in seen(printed)
 
 
 def test_a_rebuild_in_no_slot_group_is_refused(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     fake = Rebuilding(monkeypatch, rebuilt(True))
     result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1", "--shards", "0")

@@ -1,0 +1,119 @@
+"""`replay rebuild` tells its progress a phase at a time: the projection's read of the output topics
+("projecting", what `Projector.run_to_end` tells, tested in `test_projector_run.py`), then, verifying,
+the ingress offsets of the fresh fold ("folding", the refold's read on topics in memory). Redis, the
+projectors and the drops are faked; the rebuild's Redis side has its own integration tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from tests.unit.replay.fake_topics import FakeTopics
+from tests.unit.replay.test_audit_reads import INGRESS, _ingress
+from turnledger.kafka.reading import ReadProgress
+from turnledger.processors import model_registry
+from turnledger.projections.keys import ProjectionKeys
+from turnledger.projections.projector import ProjectorStats
+from turnledger.replay import rebuild as module
+from turnledger.replay.rebuild import VERIFY_PREFIX, rebuild
+from turnledger.topology import Topics
+
+KEYS = ProjectionKeys("tl:")
+REDIS: Any = None
+STATS = ProjectorStats(applied=6)
+FOLDED = 3
+"""The engine's outputs for conversation A's two ingress records, read in two batches of one."""
+
+
+class Faked:
+    """The rebuild's Redis side: what was dropped and projected, and the progress the projector got."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.dropped: list[str] = []
+        self.projected: list[tuple[str, ProjectionKeys, bool]] = []
+        """(what, keys, whether it was given a progress)"""
+        records = _ingress("A")
+        self.topics = FakeTopics({INGRESS: [records[:1], records[1:]]})
+        self.topics.install(monkeypatch, "turnledger.replay.refold")
+        faked = self
+
+        class Projector:
+            def __init__(self, redis: Any, bootstrap: str, topics: Topics, keys: ProjectionKeys) -> None:
+                self.keys = keys
+
+            async def run_to_end(self, progress: ReadProgress | None = None) -> ProjectorStats:
+                """A lag of 6 offsets, caught up in one step."""
+                faked.projected.append(("topics", self.keys, progress is not None))
+                if progress is not None:
+                    progress(0, 6)
+                    progress(6, 6)
+                return STATS
+
+        class DirectProjector:
+            def __init__(self, redis: Any, keys: ProjectionKeys) -> None:
+                self.keys = keys
+
+            async def apply(self, records: Iterable[Any]) -> int:
+                faked.projected.append(("fold", self.keys, False))
+                return len(list(records))
+
+        async def discover(prefix: str, redis: Any) -> ProjectionKeys:
+            return KEYS
+
+        async def drop_projection(redis: Any, *layouts: ProjectionKeys) -> int:
+            self.dropped.extend(keys.prefix for keys in layouts)
+            return 3
+
+        async def snapshot_projection(redis: Any, keys: ProjectionKeys) -> dict[str, Any]:
+            return {}
+
+        monkeypatch.setattr(module, "Projector", Projector)
+        monkeypatch.setattr(module, "DirectProjector", DirectProjector)
+        monkeypatch.setattr(module, "discover", discover)
+        monkeypatch.setattr(module, "drop_projection", drop_projection)
+        monkeypatch.setattr(module, "snapshot_projection", snapshot_projection)
+        monkeypatch.delenv(model_registry.REGISTRY_ENV, raising=False)
+
+
+async def test_a_rebuild_tells_the_offsets_projected_then_the_ingress_offsets_folded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    faked = Faked(monkeypatch)
+    told: list[tuple[str, int, int]] = []
+    report = await rebuild(REDIS, "b:1", Topics("x."), KEYS, progress=lambda *t: told.append(t))
+    assert told == [
+        ("projecting", 0, 6), ("projecting", 6, 6),
+        ("folding", 0, 2), ("folding", 1, 2), ("folding", 2, 2),
+    ]  # fmt: skip
+    assert (report.dropped_keys, report.projected, report.folded_records, report.differences) == (
+        3, STATS, FOLDED, [],
+    )  # fmt: skip
+    check = KEYS.beside(VERIFY_PREFIX + "tl:")
+    assert faked.projected == [("topics", KEYS, True), ("fold", check, False), ("fold", check, False)]
+    assert faked.dropped == ["tl:", "tl:", "verify:tl:", "verify:tl:"]  # as found and as split; before, after
+
+
+async def test_a_rebuild_that_does_not_verify_tells_the_projection_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    faked = Faked(monkeypatch)
+    told: list[tuple[str, int, int]] = []
+    report = await rebuild(REDIS, "b:1", Topics("x."), KEYS, verify=False, progress=lambda *t: told.append(t))
+    assert told == [("projecting", 0, 6), ("projecting", 6, 6)]
+    assert (report.verified, faked.topics.started) == (False, [])
+
+
+async def test_a_rebuild_without_a_progress_gives_its_reads_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    faked = Faked(monkeypatch)
+    given: list[Any] = []
+    read = faked.topics.read_to_end
+
+    def recording(*args: Any) -> Any:
+        given.append(args[4])  # refold's read: consumer, partitions, start, batch, progress
+        return read(*args)
+
+    monkeypatch.setattr("turnledger.replay.refold.read_to_end", recording)
+    report = await rebuild(REDIS, "b:1", Topics("x."), KEYS)
+    assert (faked.projected[0], given, report.folded_records) == (("topics", KEYS, False), [None], FOLDED)
