@@ -96,7 +96,9 @@ def partial_tool_dispatches(check: Check) -> int:
 
 
 def check_one_canonical(evidence: Evidence) -> Check:
-    """At most one canonical assistant turn per (conversation, revision) and per operation."""
+    """At most one canonical assistant turn per (conversation, revision) and per operation; an assistant
+    turn commits only through a CAS-accepted attempt of a manifest, so one whose operation has no
+    manifest on the topic is a violation too (it has no revision to be counted under)."""
     check = Check("at most one canonical assistant turn per conversation revision")
     revision_of = {
         key_of(m.manifest): m.manifest.conversation_revision for m in evidence.of("manifests", ManifestIssued)
@@ -111,7 +113,11 @@ def check_one_canonical(evidence: Evidence) -> Check:
         check.checked += 1
         key = (turn.conversation_id, turn.operation_id)
         per_op[key] += 1
-        per_revision[(turn.conversation_id, revision_of.get(key, -1))] += 1
+        revision = revision_of.get(key)
+        if revision is None:
+            check.fail(f"operation {key[0]}/{key[1]}: committed with no manifest on the topic")
+            continue
+        per_revision[(turn.conversation_id, revision)] += 1
     for (conv, rev), n in per_revision.items():
         if n > 1:
             check.fail(f"{conv} revision {rev}: {n} assistant turns")

@@ -101,14 +101,27 @@ def test_turns_of_two_conversations_are_counted_apart() -> None:
     assert (check.checked, check.violations, check.examples) == (3, 0, [])
 
 
-def test_answers_whose_manifest_is_not_on_the_topic_are_counted_together_at_revision_minus_one() -> None:
+def test_an_answer_whose_manifest_is_not_on_the_topic_is_a_violation_of_its_own() -> None:
+    """Before, such answers were counted together under revision -1: one passed, two read as "a revision
+    -1: 2 assistant turns", two answers to one revision that no manifest names."""
     evidence = workload()
     add(evidence, _answer(evidence, "op-8", 5))
     one_answer = check_one_canonical(evidence)
-    assert (one_answer.checked, one_answer.violations, one_answer.examples) == (3, 0, [])
+    assert (one_answer.checked, one_answer.violations, one_answer.examples) == (
+        3,
+        1,
+        ["operation a/op-8: committed with no manifest on the topic"],
+    )
     add(evidence, _answer(evidence, "op-9", 6))
     check = check_one_canonical(evidence)
-    assert (check.checked, check.violations, check.examples) == (4, 1, ["a revision -1: 2 assistant turns"])
+    assert (check.checked, check.violations, check.examples) == (
+        4,
+        2,
+        [
+            "operation a/op-8: committed with no manifest on the topic",
+            "operation a/op-9: committed with no manifest on the topic",
+        ],
+    )
 
 
 def test_every_kind_is_counted_in_order() -> None:
