@@ -39,36 +39,17 @@ def _register() -> None:
 
 
 def main() -> None:
-    """Every command; a Kafka or Redis setting that cannot work, a broker or Redis refusing our login or
-    TLS, a metrics port that cannot be listened on, a size limit or a model registry override that cannot
-    be read, is said in one line (exit 2) by whichever command met it."""
-    from turnledger.adapters.admission import ModelRegistryError
-    from turnledger.errors import (
-        DevstackSettingsError,
-        KafkaAccessError,
-        KafkaSettingsError,
-        MetricsServeError,
-        RedisAccessError,
-        RedisSettingsError,
-    )
-    from turnledger.processors.limits_config import LimitsConfigError
+    """Every command; a refusal (`cli_refusals.REFUSALS`: a Kafka or Redis setting that cannot work, a
+    broker or Redis refusing our login or TLS, a metrics port that cannot be listened on, a size limit or a
+    model registry override that cannot be read) is said in one line (exit 2) by whichever command met it."""
+    from turnledger.cli_refusals import EXIT_REFUSED, REFUSALS, refusal_line
 
-    said_in_one_line = (
-        DevstackSettingsError,
-        KafkaAccessError,
-        KafkaSettingsError,
-        LimitsConfigError,
-        MetricsServeError,
-        ModelRegistryError,
-        RedisAccessError,
-        RedisSettingsError,
-    )
     _register()
     try:
         app()
-    except said_in_one_line as exc:
-        typer.echo(f"turnledger: {exc}", err=True)
-        raise SystemExit(2) from None
+    except REFUSALS as exc:
+        typer.echo(refusal_line(exc), err=True)
+        raise SystemExit(EXIT_REFUSED) from None
 
 
 if __name__ == "__main__":

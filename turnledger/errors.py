@@ -34,6 +34,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        TooManyAbortsError, ProcessesFailedError, LimitsConfigError,
     │                                        StateStoreError (the --state-dir, here);
     │                                        BatchAborted, ProducerBroken stay inside (transaction.py)
+    ├── ChildRefusedError         (processors) every failed child of `process --processes N` met a
+    │                                        refusal (`cli_refusals`): said as one process says it
     ├── ProjectionError           (projections) AmbiguousOperationError, EpochChangedError
     ├── StopRequested             (retry)    asked to stop while waiting out an outage
     ├── StoppedAtOnce             (shutdown) a second signal cancelled a long-running command

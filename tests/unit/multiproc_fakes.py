@@ -7,7 +7,8 @@ what the parent tells it as `("got", message)`, reports the signals it inherited
 given, closes its end, exits with a status or kills itself. `FakeApp` stands in for `ProcessorApp`:
 it records how it was built and driven, reports its partitions ready when the test (or, in a spawned
 child, its own run) says so, and ends as told once stopped. `child_main_with_fake_app` is `child_main`
-over a `FakeApp` in a real child.
+over a `FakeApp` in a real child; `child_main_refused` the same over one whose run meets a refusal of
+`REFUSALS`.
 
 This module is imported by every spawned child, so it stays small."""
 
@@ -23,8 +24,22 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from aiokafka.errors import SaslAuthenticationFailed
+
+from turnledger.adapters.admission import ModelRegistryError
+from turnledger.errors import (
+    DevstackSettingsError,
+    KafkaAccessError,
+    KafkaSettingsError,
+    MetricsServeError,
+    RedisAccessError,
+    RedisSettingsError,
+    TurnledgerError,
+)
+from turnledger.kafka.group_member import SessionTimeoutRefusedError
 from turnledger.processors import multiproc
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
+from turnledger.processors.limits_config import LimitsConfigError
 from turnledger.topology import Topics
 
 FRESH = True
@@ -178,4 +193,38 @@ def child_main_with_fake_app(spec: multiproc.ChildSpec, conn: Connection) -> Non
     FakeApp.ending = Ending(ready_by_itself=True)
     multiproc.ProcessorApp = FakeApp  # type: ignore[attr-defined, assignment]
     logging.getLogger(__name__).debug("child %s runs a fake app", spec.index)
+    multiproc.child_main(spec, conn)
+
+
+REFUSALS: dict[str, Callable[[], TurnledgerError]] = {
+    "kafka-access": lambda: KafkaAccessError(
+        "kafka.test:9093",
+        "SASL_SSL, SCRAM-SHA-512 as 'ledger'",
+        SaslAuthenticationFailed("Authentication failed: invalid credentials"),
+        "Check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD_FILE.",
+    ),
+    "kafka-settings": lambda: KafkaSettingsError(
+        "KAFKA_SECURITY_PROTOCOL must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, not 'BOGUS'"
+    ),
+    "session-timeout": lambda: SessionTimeoutRefusedError("kafka.test:9092", "app", 1000, (6000, 1_800_000)),
+    "redis-access": lambda: RedisAccessError(
+        "redis://ledger:hunter2@redis.test:6379/0",
+        "plaintext, as user 'ledger'",
+        PermissionError("WRONGPASS invalid username-password pair or user is disabled."),
+        "Check REDIS_PASSWORD_FILE.",
+    ),
+    "redis-settings": lambda: RedisSettingsError("REDIS_URL: 'rediss//x' is not a redis:// URL"),
+    "limits": lambda: LimitsConfigError("TURNLEDGER_MAX_TURN_BYTES must be a whole number >= 1, not 'lots'"),
+    "model-registry": lambda: ModelRegistryError("model registry: 'gpt' is not provider/model[@revision]"),
+    "devstack-settings": lambda: DevstackSettingsError("TURNLEDGER_KAFKA_PORT must be a port, not 'x'"),
+    "metrics-port": lambda: MetricsServeError("cannot serve metrics on 0.0.0.0:9101 (Address in use)"),
+}
+"""A refusal of each family (`cli_refusals.REFUSALS`) by name: a spawned child builds its own (most of
+them cannot be pickled whole)."""
+
+
+def child_main_refused(refusal: str, spec: multiproc.ChildSpec, conn: Connection) -> None:
+    """`child_main` in a spawned child, over a `FakeApp` whose run meets `REFUSALS[refusal]` at once."""
+    FakeApp.ending = Ending(error=REFUSALS[refusal](), at_once=True)
+    multiproc.ProcessorApp = FakeApp  # type: ignore[attr-defined, assignment]
     multiproc.child_main(spec, conn)

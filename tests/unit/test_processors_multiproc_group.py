@@ -20,7 +20,13 @@ import pytest
 from tests.unit import multiproc_fakes
 from tests.unit.multiproc_fakes import FOLD, Step, child_main_with_fake_app, scripted_child
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
-from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED, EXIT_USAGE, ProcessesFailedError
+from turnledger.processors.errors import (
+    EXIT_FAILED,
+    EXIT_FENCED,
+    EXIT_USAGE,
+    ChildRefusedError,
+    ProcessesFailedError,
+)
 from turnledger.processors.multiproc import CANCEL, STOP, ChildSpec, ProcessGroup, _Child
 
 WAIT_S = 10.0
@@ -436,6 +442,56 @@ async def test_every_failure_is_named_and_the_last_one_stops_no_one(
         ("WARNING", "stopping the other processes"),
         ("ERROR", second),
     ]
+
+
+REFUSED = "KAFKA_SECURITY_PROTOCOL must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, not 'BOGUS'"
+
+
+@pytest.mark.parametrize(
+    ("second", "raised"),
+    [
+        (REFUSED, [REFUSED]),
+        ("another refusal", [REFUSED, "another refusal"]),
+        (None, [REFUSED]),
+    ],
+    ids=["the-same", "another", "the-other-stopped"],
+)
+async def test_children_that_failed_only_on_refusals_raise_them_as_one_process_would(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture, second: str | None, raised: list[str]
+) -> None:
+    """`ChildRefusedError` (said by the entry point in one line, exit 2), with each message once; the log
+    still names each child that failed."""
+    ends: list[Step] = [READY, ("recv",), result(p1="stopped")]
+    if second is not None:
+        ends = [("recv",), ("send", ("refused", second)), ("exit", 2)]
+    watched = watch({1: [("send", ("refused", REFUSED)), ("exit", 2)], 2: ends})
+    watched.start(handle_signals=False)
+    with pytest.raises(ChildRefusedError) as refused:
+        await watched.finish()
+    assert (str(refused.value), refused.value.messages) == ("; ".join(raised), raised)
+    said = [(1, REFUSED)] + ([] if second is None else [(2, second)])
+    errors = [line for line in logged(caplog)[2:] if line[0] == "ERROR"]
+    assert errors == [
+        ("ERROR", f"{described(watched, i, f'partitions [{i - 1}]')} failed: {message}")
+        for i, message in said
+    ]
+
+
+async def test_a_refusal_beside_a_failure_is_a_failure_of_the_group(
+    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+) -> None:
+    watched = watch(
+        {
+            1: [("send", ("refused", REFUSED)), ("exit", 2)],
+            2: [("recv",), ("send", ("failed", EXIT_FAILED, "the fold broke")), ("exit", 1)],
+        }
+    )
+    watched.start(handle_signals=False)
+    with pytest.raises(ProcessesFailedError) as raised:
+        await watched.finish()
+    first = f"{described(watched, 1, 'partitions [0]')} failed: {REFUSED}"
+    second = f"{described(watched, 2, 'partitions [1]')} failed: the fold broke"
+    assert (str(raised.value), raised.value.exit_code) == (f"{first}; {second}", EXIT_FAILED)
 
 
 # -------------------------------------------------------------------------------------- pipes, reaping

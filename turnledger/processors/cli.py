@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from turnledger import cli_checks
+from turnledger.cli_refusals import REFUSALS
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka.clients import kafka_outage
@@ -285,6 +286,8 @@ def process(
     except (KafkaUnavailableError, TopicMismatchError) as exc:
         typer.echo(f"turnledger process: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from exc
+    except REFUSALS:  # LimitsConfigError is a ProcessorError, yet a refusal: the entry point says it
+        raise
     except ProcessorError as exc:
         typer.echo(f"turnledger process: {exc}", err=True)
         raise typer.Exit(EXIT_FAILED) from exc

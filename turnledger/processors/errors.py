@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnledger.errors import ProcessorError
+from turnledger.errors import ProcessorError, TurnledgerError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -13,6 +13,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_FENCED",
     "EXIT_USAGE",
+    "ChildRefusedError",
     "PoisonHookError",
     "ProcessesFailedError",
     "ProcessorError",
@@ -51,3 +52,13 @@ class ProcessesFailedError(ProcessorError):
     def __init__(self, message: str, exit_code: int) -> None:
         self.exit_code = exit_code
         super().__init__(message)
+
+
+class ChildRefusedError(TurnledgerError):
+    """Every child of `turnledger process --processes N` that failed met a refusal
+    (`cli_refusals.REFUSALS`): their messages, each once, so that the entry point ends with the line and
+    status of one process. Not a `ProcessorError`, which `process` says as a failure of its own (exit 1)."""
+
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = list(dict.fromkeys(messages))
+        super().__init__("; ".join(self.messages))

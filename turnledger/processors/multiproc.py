@@ -19,6 +19,9 @@ Failures: a child that fails, or dies (killed, or exits without reporting), make
 stop the others and raise `ProcessesFailedError` naming the partitions, as one partition's
 failure stops a `ProcessorApp`. A child whose partitions were all fenced ends alone, as fenced
 partitions do in one process; a child that stopped on its own signal stops the others cleanly.
+A refusal (`turnledger.cli_refusals`: a Kafka setting that cannot work, Kafka refusing our login, a metrics
+port taken) is reported as one: when every failed child met one, the parent raises `ChildRefusedError`
+with their messages, which the entry point says as it says the refusal of one process (exit 2).
 """
 
 from __future__ import annotations
@@ -35,14 +38,15 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from turnledger.cli_refusals import EXIT_REFUSED, REFUSALS
 from turnledger.errors import KafkaUnavailableError, TurnledgerError
-from turnledger.kafka.group_member import SessionTimeoutRefusedError
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import (
     EXIT_FAILED,
     EXIT_FENCED,
     EXIT_USAGE,
+    ChildRefusedError,
     ProcessesFailedError,
     TopicMismatchError,
 )
@@ -156,7 +160,10 @@ async def _run_child(spec: ChildSpec, conn: Connection) -> int:
     try:
         async with serve_processor_metrics(spec.metrics_port, app):
             results = await app.run(handle_signals=False)
-    except (KafkaUnavailableError, TopicMismatchError, SessionTimeoutRefusedError) as exc:
+    except REFUSALS as exc:
+        _send(conn, ("refused", str(exc)))
+        return EXIT_REFUSED
+    except (KafkaUnavailableError, TopicMismatchError) as exc:
         _send(conn, ("failed", EXIT_USAGE, str(exc)))
         return EXIT_USAGE
     except Exception as exc:
@@ -205,6 +212,11 @@ class _Child:
         with contextlib.suppress(EOFError, OSError):
             while self.conn.poll():
                 self.messages.append(self.conn.recv())
+
+    def refusal(self) -> str | None:
+        """The message of the refusal it reported (its last message), if it did."""
+        last = self.messages[-1] if self.messages else ("none",)
+        return str(last[1]) if last[0] == "refused" else None
 
     def all_fenced(self) -> bool:
         """Whether every partition of its result (its last message) was fenced. A child that stopped on its
@@ -321,6 +333,7 @@ class ProcessGroup:
         results: dict[int, ProcessorExit] = {}
         codes: list[int] = []
         failures: list[str] = []
+        refusals: list[str] = []
         pending = {child.exited: child for child in self.children}
         while pending:
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -331,6 +344,8 @@ class ProcessGroup:
                 if failure is not None:
                     failures.append(failure)
                     log.error("%s", failure)
+                if (refusal := child.refusal()) is not None:
+                    refusals.append(refusal)
                 if not pending or self._stopping:
                     continue
                 if failure is not None:
@@ -340,6 +355,8 @@ class ProcessGroup:
                     log.warning("%s stopped on its own; stopping the others", child.describe())
                     self.stop()
                 # else all its partitions were fenced: the others go on, as in one process
+        if failures and len(refusals) == len(failures):
+            raise ChildRefusedError(refusals)
         code = worst_exit(codes)
         if failures:
             raise ProcessesFailedError("; ".join(failures), code)
@@ -354,6 +371,8 @@ class ProcessGroup:
             return status, None
         if last[0] == "failed":
             return int(last[1]), f"{child.describe()} failed: {last[2]}"
+        if last[0] == "refused":
+            return EXIT_REFUSED, f"{child.describe()} failed: {last[1]}"
         if status is not None and status < 0:
             how = f"was killed by {signal.Signals(-status).name}"
         else:
