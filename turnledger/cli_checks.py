@@ -36,10 +36,10 @@ SessionTimeoutMs = Annotated[
         "group.max.session.timeout.ms (6000..1800000 by default).",
     ),
 ]
-"""`--session-timeout-ms` of every consumer group (`worker`, `process`, `project`). The broker's range is
-the broker's setting, which an operator may lower or raise (a test broker often lowers the minimum),
-so no bound of it holds for every broker: only what no broker takes (below 1 ms, or more than the
-request's 32 bits hold) is refused here. Each group's heartbeat must also be below it
+"""`--session-timeout-ms` of every consumer group (`worker`, `process`, `project`, `tool-executor`). The
+broker's range is the broker's setting, which an operator may lower or raise (a test broker often lowers
+the minimum), so no bound of it holds for every broker: only what no broker takes (below 1 ms, or more
+than the request's 32 bits hold) is refused here. Each group's heartbeat must also be below it
 (`kafka/group_timing.py`)."""
 
 

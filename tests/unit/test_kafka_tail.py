@@ -141,8 +141,9 @@ class Reader:
         self.calls: list[tuple[Any, ...]] = []
         self.stop = asyncio.Event()
         self.consumer: Consumer | None = None
-        self.built: list[tuple[str, dict[str, Any]]] = []
-        """What `read_committed_consumer` was given."""
+        self.built: list[tuple[str, str, dict[str, Any]]] = []
+        """Which of `read_committed_consumer` and `group_member_consumer` built the consumer, and what it
+        was given."""
         self.started: list[dict[str, Any]] = []
         """What `start_client` was given besides the factory."""
         self.looked_up: list[tuple[Consumer | None, str, str]] = []
@@ -173,7 +174,11 @@ def reader(monkeypatch: pytest.MonkeyPatch) -> Reader:
     fake = Reader()
 
     def read_committed_consumer(bootstrap: str, **kwargs: Any) -> Consumer | None:
-        fake.built.append((bootstrap, kwargs))
+        fake.built.append(("read_committed_consumer", bootstrap, kwargs))
+        return fake.consumer
+
+    def group_member_consumer(bootstrap: str, **kwargs: Any) -> Consumer | None:
+        fake.built.append(("group_member_consumer", bootstrap, kwargs))
         return fake.consumer
 
     async def start_client(make: Any, **kwargs: Any) -> Any:
@@ -191,6 +196,7 @@ def reader(monkeypatch: pytest.MonkeyPatch) -> Reader:
         await clients.close_client(client, within_s)
 
     monkeypatch.setattr(tail, "read_committed_consumer", read_committed_consumer)
+    monkeypatch.setattr(tail, "group_member_consumer", group_member_consumer)
     monkeypatch.setattr(tail, "start_client", start_client)
     monkeypatch.setattr(tail, "wait_for_partitions", wait_for_partitions)
     monkeypatch.setattr(tail, "close_client", close_client)
@@ -312,7 +318,9 @@ async def test_without_a_group_it_reads_every_partition_and_is_caught_up_once_ev
         getmany(),
         *CLOSED,
     ]
-    assert reader.built == [(BOOTSTRAP, {"group_id": None, "client_id": "turnledger-reader"})]
+    assert reader.built == [
+        ("read_committed_consumer", BOOTSTRAP, {"group_id": None, "client_id": "turnledger-reader"})
+    ]
     assert reader.started == [
         {"bootstrap": BOOTSTRAP, "action": READ, "backoff": NO_WAIT, "stop": reader.stop}
     ]
@@ -411,7 +419,9 @@ async def test_the_client_id_poll_and_batch_size_are_the_caller_s(reader: Reader
         getmany(50, 7),
         *CLOSED,
     ]
-    assert reader.built == [(BOOTSTRAP, {"group_id": None, "client_id": "worker-7"})]
+    assert reader.built == [
+        ("read_committed_consumer", BOOTSTRAP, {"group_id": None, "client_id": "worker-7"})
+    ]
     assert reader.started == [{"bootstrap": BOOTSTRAP, "action": READ, "backoff": QUICK, "stop": reader.stop}]
 
 
@@ -421,15 +431,23 @@ async def test_the_client_id_poll_and_batch_size_are_the_caller_s(reader: Reader
 async def test_with_a_group_it_subscribes_and_commits_after_each_fetch_that_brought_messages(
     reader: Reader,
 ) -> None:
-    """No assignment, no seek, no ends: the group places the reader. A fetch of only empty values is
-    committed too (its offsets are done with); an empty fetch is not."""
+    """No assignment, no seek, no ends: the group places the reader, whose consumer is a group member's
+    (`group_member.py`: a refused session timeout is said as such) with its timing. A fetch of only empty
+    values is committed too (its offsets are done with); an empty fetch is not."""
     reader.script(
         {TP0: [message(0, R[0])], TP1: [message(0, R[1])]},
         {},
         {TP1: [message(1, None)]},
         {TP0: [message(1, R[2])]},
     )
-    await reader.run(group_id="g", client_id="c", poll_ms=50, max_records=7)
+    await reader.run(
+        group_id="g",
+        client_id="c",
+        poll_ms=50,
+        max_records=7,
+        session_timeout_ms=7000,
+        heartbeat_interval_ms=900,
+    )
     assert reader.calls == [
         ("start",),
         ("subscribe", [TOPIC]),
@@ -445,7 +463,8 @@ async def test_with_a_group_it_subscribes_and_commits_after_each_fetch_that_brou
         getmany(50, 7),
         *LEFT,
     ]
-    assert reader.built == [(BOOTSTRAP, {"group_id": "g", "client_id": "c"})]
+    group = {"group_id": "g", "session_timeout_ms": 7000, "heartbeat_interval_ms": 900, "client_id": "c"}
+    assert reader.built == [("group_member_consumer", BOOTSTRAP, group)]
     assert reader.looked_up == []
 
 

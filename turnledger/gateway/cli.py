@@ -35,7 +35,7 @@ from turnledger.gateway.redaction import install_log_redaction
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
 from turnledger.gateway.worker import WorkerConfig
-from turnledger.kafka.group_timing import worker_heartbeat_ms
+from turnledger.kafka.group_timing import check_heartbeat, worker_heartbeat_ms
 from turnledger.observability.server import MetricsPort
 from turnledger.retry import Backoff
 from turnledger.shutdown import EXIT_STOPPED_AT_ONCE, StoppedAtOnce, run_until_signalled, stop_on_signals
@@ -241,6 +241,10 @@ def tool_executor(
     bootstrap: Bootstrap = None,
     topic_prefix: Prefix = "",
     rollout_stage: Stage = RolloutStage.ALL,
+    session_timeout_ms: cli_checks.SessionTimeoutMs = 10_000,
+    heartbeat_interval_ms: Annotated[
+        int, typer.Option(min=1, help="Group: heartbeat interval; below a third of the session timeout.")
+    ] = 3_000,
     max_outage: MaxOutage = None,
     metrics_port: MetricsPort = 0,
     log_level: Annotated[
@@ -249,10 +253,15 @@ def tool_executor(
 ) -> None:
     """Run the demo tools (get_weather, lookup_invoice) for canonical tool calls and submit their results.
 
-    Before the rollout stage `all`, tool turns belong to the legacy gateway: nothing is run.
-    Kafka outages (at start or later) are waited out."""
+    Executors share the tool calls as members of the consumer group
+    '<topic prefix>turnledger-tool-executor'. Before the rollout stage `all`, tool turns belong to the
+    legacy gateway: nothing is run. Kafka outages (at start or later) are waited out."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     servers = _need_bootstrap("tool-executor", bootstrap)
+    try:
+        check_heartbeat(heartbeat_interval_ms, session_timeout_ms)
+    except KafkaSettingsError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     outage = Backoff(max_outage_s=max_outage)
     _run_until_signal(
         "tool-executor",
@@ -263,6 +272,8 @@ def tool_executor(
             rollout_stage=rollout_stage,
             outage=outage,
             metrics_port=metrics_port,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
         ),
     )
 

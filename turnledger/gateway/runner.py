@@ -199,8 +199,11 @@ async def run_tool_executor(
     outage: Backoff = FOREVER,
     metrics_port: int = 0,
     started: asyncio.Event | None = None,
+    session_timeout_ms: int = 10_000,
+    heartbeat_interval_ms: int = 3_000,
 ) -> None:
-    """Consume canonical tool calls (a consumer group: each call is run by one executor).
+    """Consume canonical tool calls (a consumer group: each call is run by one executor, a member with
+    `session_timeout_ms` and `heartbeat_interval_ms`).
     `metrics_port`: serve /metrics, /healthz and /readyz (ready after its first poll); 0: off.
     `started`: set after the first poll, as readiness.
 
@@ -211,8 +214,9 @@ async def run_tool_executor(
     polled = asyncio.Event()
     async with serving(metrics_port, lambda: None if polled.is_set() else "waiting for Kafka"):
         await _run_tool_executor(
-            bootstrap, stop, prefix, tools, group_id, executor_box, rollout_stage, outage, polled, started
-        )
+            bootstrap, stop, prefix, tools, group_id, executor_box, rollout_stage, outage, polled, started,
+            session_timeout_ms, heartbeat_interval_ms,
+        )  # fmt: skip
 
 
 async def _run_tool_executor(
@@ -226,6 +230,8 @@ async def _run_tool_executor(
     outage: Backoff,
     polled: asyncio.Event,
     started: asyncio.Event | None,
+    session_timeout_ms: int,
+    heartbeat_interval_ms: int,
 ) -> None:
     topics = Topics(prefix)
 
@@ -263,6 +269,8 @@ async def _run_tool_executor(
             client_id="turnledger-tool-executor",
             backoff=outage,
             on_caught_up=on_polled,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
         )
     except StopRequested:
         return

@@ -1,5 +1,5 @@
 """The consumer of a consumer group's member whose session timeout is its command's `--session-timeout-ms`
-(`turnledger process`, `project`, `worker`), and the broker's refusal of that timeout.
+(`turnledger process`, `project`, `worker`, `tool-executor`), and the broker's refusal of that timeout.
 
 A broker takes a member's session timeout only within its group.min.session.timeout.ms ..
 group.max.session.timeout.ms, an operator's setting (`cli_checks.SessionTimeoutMs`). Outside it, the

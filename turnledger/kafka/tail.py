@@ -3,7 +3,9 @@
 Readers use `read_committed`, so they only see what the processor's transactions committed (an
 aborted batch of a crashed processor is never acted upon). Without a group id the reader assigns
 itself every partition and starts at the beginning; with one it joins that consumer group and
-commits its offsets after each handled batch (at least once: a handler must tolerate redelivery).
+commits its offsets after each handled batch (at least once: a handler must tolerate redelivery). A
+group member's consumer is `group_member.py`'s, whose session timeout is its command's
+`--session-timeout-ms`: a broker that refuses it ends the reader with a `SessionTimeoutRefusedError`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from turnledger.kafka.clients import (
     read_committed_consumer,
     start_client,
 )
+from turnledger.kafka.group_member import group_member_consumer
 from turnledger.kafka.reading import wait_for_partitions
 from turnledger.model.base import Frozen
 from turnledger.retry import NO_WAIT, Backoff, StopRequested, ride_out
@@ -69,15 +72,30 @@ async def tail_topic(
     poll_ms: int = 200,
     client_id: str = "turnledger-reader",
     backoff: Backoff = NO_WAIT,
+    session_timeout_ms: int = 10_000,
+    heartbeat_interval_ms: int = 3_000,
 ) -> None:
     """Deliver every decodable record of `topic` to `on_batch` until `stop` is set.
 
     Kafka outages are ridden out as `backoff` says (`NO_WAIT`: the first one raises
-    `KafkaUnavailableError`; services pass `FOREVER`)."""
+    `KafkaUnavailableError`; services pass `FOREVER`). `session_timeout_ms`, `heartbeat_interval_ms`:
+    the group member's (`group_timing.check_heartbeat`); unused without `group_id`."""
     action = f"read {topic!r}"
+
+    def new_consumer() -> AIOKafkaConsumer:
+        if group_id is None:
+            return read_committed_consumer(bootstrap, group_id=None, client_id=client_id)
+        return group_member_consumer(
+            bootstrap,
+            group_id=group_id,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            client_id=client_id,
+        )
+
     try:
         consumer = await start_client(
-            lambda: read_committed_consumer(bootstrap, group_id=group_id, client_id=client_id),
+            new_consumer,
             bootstrap=bootstrap,
             action=action,
             backoff=backoff,

@@ -117,3 +117,67 @@ def test_a_session_timeout_the_broker_refuses_is_one_line_exit_2(
         "that range, or change those broker settings."
     )
     assert not any("Traceback" in line for line in said)
+
+
+class IngressClient:
+    """The tool executor's ingress producer, started and stopped without Kafka."""
+
+    topic = "turnledger.ingress"
+
+    async def stop(self) -> None:
+        pass
+
+
+def test_a_session_timeout_the_broker_refuses_ends_the_tool_executor_in_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the runner and its reader (`kafka/tail.py`) down to aiokafka's `getmany`, which raises the
+    broker's refusal of the group member's --session-timeout-ms as it does after a refused JoinGroup."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.errors import InvalidSessionTimeoutError
+
+    from turnledger.gateway import runner
+    from turnledger.kafka import group_member
+
+    joined: list[tuple[str, int, int]] = []
+
+    async def start(consumer: AIOKafkaConsumer) -> None:
+        joined.append((consumer._group_id, consumer._session_timeout_ms, consumer._heartbeat_interval_ms))
+
+    async def getmany(consumer: AIOKafkaConsumer, *partitions: object, **kwargs: object) -> None:
+        raise InvalidSessionTimeoutError()
+
+    async def coordinator_settings(bootstrap: str, group_id: str, names: object) -> dict[str, str]:
+        return {group_member.MIN_SETTING: "6000", group_member.MAX_SETTING: "300000"}
+
+    async def start_client(make: object, **kwargs: object) -> IngressClient:
+        return IngressClient()
+
+    monkeypatch.setattr(runner, "start_client", start_client)
+    monkeypatch.setattr(AIOKafkaConsumer, "start", start)
+    monkeypatch.setattr(AIOKafkaConsumer, "getmany", getmany)
+    monkeypatch.setattr(group_member, "coordinator_settings", coordinator_settings)
+    args = ["--bootstrap", "k:1", "--topic-prefix", "p.", "--session-timeout-ms", "1000"]
+    code, said = said_by_entry_point(
+        monkeypatch, capsys, "tool-executor", *args, "--heartbeat-interval-ms", "300"
+    )
+    assert code == 2
+    assert said[-1] == (
+        "turnledger: Kafka at 'k:1' refused --session-timeout-ms 1000 for consumer group "
+        "'p.turnledger-tool-executor' (InvalidSessionTimeoutError): the group's coordinator takes 6000 to "
+        "300000 ms (group.min.session.timeout.ms to group.max.session.timeout.ms). Pass a "
+        "--session-timeout-ms in that range, or change those broker settings."
+    )
+    assert not any("Traceback" in line for line in said)
+    assert joined == [("p.turnledger-tool-executor", 1000, 300)]
+
+
+@pytest.mark.parametrize("heartbeat", ["3000", "4000"])
+def test_a_tool_executor_heartbeat_not_below_its_session_timeout_is_refused(heartbeat: str) -> None:
+    args = ["tool-executor", "--bootstrap", "k:1", "--session-timeout-ms", "3000"]
+    result = CliRunner().invoke(app, [*args, "--heartbeat-interval-ms", heartbeat], env={"COLUMNS": "300"})
+    assert result.exit_code == 2
+    assert (
+        f"Invalid value: --heartbeat-interval-ms {heartbeat} must be below --session-timeout-ms 3000 (a "
+        "third of it at most is usual)"
+    ) in result.output

@@ -87,6 +87,8 @@ async def test_an_outage_while_appending_results_retries_the_append_not_the_tool
             executor_box=boxes,
             outage=QUICK,
             started=started,
+            session_timeout_ms=7000,
+            heartbeat_interval_ms=900,
         ),
         timeout=30,
     )
@@ -95,7 +97,8 @@ async def test_an_outage_while_appending_results_retries_the_append_not_the_tool
     assert isinstance(turn, TurnSubmitted) and turn.turn_id == "tr-a1+a2"
     assert read == [
         {"bootstrap": "k:9092", "topic": "p.turnledger.tool-calls", "stop": stop,
-         "group_id": "p.turnledger-tool-executor", "client_id": "turnledger-tool-executor", "backoff": QUICK},
+         "group_id": "p.turnledger-tool-executor", "client_id": "turnledger-tool-executor", "backoff": QUICK,
+         "session_timeout_ms": 7000, "heartbeat_interval_ms": 900},
     ]  # fmt: skip
     sink = boxes[0].events.sink
     assert isinstance(sink, runner.RidingSink) and (sink.client, sink.stop, sink.backoff) == (
