@@ -42,13 +42,13 @@ def main() -> None:
     """Every command; a refusal (`cli_refusals.REFUSALS`: a Kafka or Redis setting that cannot work, a
     broker or Redis refusing our login or TLS, a metrics port that cannot be listened on, a size limit or a
     model registry override that cannot be read) is said in one line (exit 2) by whichever command met it."""
-    from turnledger.cli_refusals import EXIT_REFUSED, REFUSALS, refusal_line
+    from turnledger.cli_refusals import EXIT_REFUSED, REFUSALS
 
     _register()
     try:
         app()
-    except REFUSALS as exc:
-        typer.echo(refusal_line(exc), err=True)
+    except REFUSALS.families as exc:
+        typer.echo(REFUSALS.line(exc), err=True)
         raise SystemExit(EXIT_REFUSED) from None
 
 

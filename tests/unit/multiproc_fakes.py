@@ -31,6 +31,7 @@ from turnledger.errors import (
     DevstackSettingsError,
     KafkaAccessError,
     KafkaSettingsError,
+    KafkaUnavailableError,
     MetricsServeError,
     RedisAccessError,
     RedisSettingsError,
@@ -39,6 +40,7 @@ from turnledger.errors import (
 from turnledger.kafka.group_member import SessionTimeoutRefusedError
 from turnledger.processors import multiproc
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
+from turnledger.processors.errors import TopicMismatchError
 from turnledger.processors.limits_config import LimitsConfigError
 from turnledger.topology import Topics
 
@@ -218,9 +220,16 @@ REFUSALS: dict[str, Callable[[], TurnledgerError]] = {
     "model-registry": lambda: ModelRegistryError("model registry: 'gpt' is not provider/model[@revision]"),
     "devstack-settings": lambda: DevstackSettingsError("TURNLEDGER_KAFKA_PORT must be a port, not 'x'"),
     "metrics-port": lambda: MetricsServeError("cannot serve metrics on 0.0.0.0:9101 (Address in use)"),
+    "kafka-unavailable": lambda: KafkaUnavailableError("kafka.test:9092", action="start the consumer"),
+    "topic-mismatch": lambda: TopicMismatchError("t.ingress has 4 partitions, its changelog 2"),
 }
-"""A refusal of each family (`cli_refusals.REFUSALS`) by name: a spawned child builds its own (most of
-them cannot be pickled whole)."""
+"""An error of each family `turnledger process` says in one line, exit 2 (`cli_refusals.PROCESS_ENDINGS`)
+by name: a spawned child builds its own (most of them cannot be pickled whole)."""
+
+
+def speaker(refusal: str) -> str:
+    """Who says `REFUSALS[refusal]` when one process meets it: `process` itself, or the entry point."""
+    return "turnledger process" if refusal in ("kafka-unavailable", "topic-mismatch") else "turnledger"
 
 
 def child_main_refused(refusal: str, spec: multiproc.ChildSpec, conn: Connection) -> None:

@@ -17,18 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.unit.multiproc_fakes import FOLD, REFUSALS, Ending, FakeApp
+from tests.unit.multiproc_fakes import FOLD, REFUSALS, Ending, FakeApp, speaker
 from turnledger import cli_refusals
-from turnledger.errors import KafkaUnavailableError, ProcessorError
+from turnledger.errors import ProcessorError
 from turnledger.processors import multiproc
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
-from turnledger.processors.errors import (
-    EXIT_FAILED,
-    EXIT_FENCED,
-    EXIT_USAGE,
-    ChildRefusedError,
-    TopicMismatchError,
-)
+from turnledger.processors.errors import EXIT_FAILED, EXIT_FENCED
 from turnledger.processors.multiproc import CANCEL, STOP, ChildSpec
 from turnledger.topology import Topics
 
@@ -223,22 +217,17 @@ async def test_fenced_partitions_end_a_static_child_as_fenced_a_member_as_ok(
 
 
 @pytest.mark.parametrize(
-    ("error", "status", "traceback"),
-    [
-        (KafkaUnavailableError("kafka.test:9092", action="start the consumer"), EXIT_USAGE, False),
-        (TopicMismatchError("t.ingress has 4 partitions, its changelog 2"), EXIT_USAGE, False),
-        (ProcessorError("the fold refused its state"), EXIT_FAILED, False),
-        (ValueError("a bug"), EXIT_FAILED, True),
-    ],
-    ids=["kafka", "topics", "turnledger-error", "bug"],
+    ("error", "traceback"),
+    [(ProcessorError("the fold refused its state"), False), (ValueError("a bug"), True)],
+    ids=["turnledger-error", "bug"],
 )
-async def test_a_failure_is_reported_with_its_exit_status(
-    child: Child, caplog: pytest.LogCaptureFixture, error: Exception, status: int, traceback: bool
+async def test_a_failure_is_reported_with_exit_1(
+    child: Child, caplog: pytest.LogCaptureFixture, error: Exception, traceback: bool
 ) -> None:
     """Only an error that is not turnledger's own is logged with its traceback; the parent gets its words."""
     await child.start(ending=Ending(error=error, at_once=True))
-    assert await child.finish() == status
-    assert child.received() == [("failed", status, str(error))]
+    assert await child.finish() == EXIT_FAILED
+    assert child.received() == [("failed", EXIT_FAILED, str(error))]
     assert not child.still_read()
     lines = [(r.levelname, r.getMessage(), r.exc_info is not None and r.exc_info[1]) for r in caplog.records]
     assert lines == ([("ERROR", "processor failed", error)] if traceback else [])
@@ -248,21 +237,24 @@ async def test_a_failure_is_reported_with_its_exit_status(
 async def test_a_refusal_is_reported_as_one_with_exit_2(
     child: Child, caplog: pytest.LogCaptureFixture, refusal: str
 ) -> None:
-    """Whatever the entry point says in one line for one process (`cli_refusals.REFUSALS`): its words, as
-    a refusal the parent says in that line too, not as a failure of the child (exit 1)."""
+    """Whatever one process ends with in one line (`cli_refusals.PROCESS_ENDINGS`): who says it and its
+    words, as a refusal the parent says in that line too, not as a failure of the child."""
     error = REFUSALS[refusal]()
     await child.start(ending=Ending(error=error, at_once=True))
     assert await child.finish() == 2
-    assert child.received() == [("refused", str(error))]
+    assert child.received() == [("refused", speaker(refusal), str(error))]
     assert not child.still_read()
     assert caplog.records == []
 
 
-def test_a_refusal_of_every_family_the_entry_point_says_is_tried() -> None:
-    """`REFUSALS` (the fakes) holds one of each class of `cli_refusals.REFUSALS` but the parent's own."""
-    faked = {type(make()) for make in REFUSALS.values()}
-    families = set(cli_refusals.REFUSALS) - {ChildRefusedError}
-    assert {family for family in families if not any(issubclass(f, family) for f in faked)} == set()
+def test_a_refusal_of_every_family_one_process_says_in_one_line_is_tried() -> None:
+    """`REFUSALS` (the fakes) holds one of each family of `cli_refusals.PROCESS_ENDINGS`, and `speaker`
+    names who says it."""
+    said = {
+        family: refusals.speaker for refusals in cli_refusals.PROCESS_ENDINGS for family in refusals.families
+    }
+    faked = {family: speaker(name) for name, make in REFUSALS.items() for family in type(make()).__mro__}
+    assert {family: faked.get(family) for family in said} == said
 
 
 async def test_a_failure_the_parent_cannot_hear_still_sets_the_status(child: Child) -> None:

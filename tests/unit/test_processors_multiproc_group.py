@@ -445,6 +445,11 @@ async def test_every_failure_is_named_and_the_last_one_stops_no_one(
 
 
 REFUSED = "KAFKA_SECURITY_PROTOCOL must be one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, not 'BOGUS'"
+UNREACHABLE = "Kafka at kafka.test:9092 unreachable: no broker answered"
+
+
+def refused(message: str, speaker: str = "turnledger") -> Step:
+    return ("send", ("refused", speaker, message))
 
 
 @pytest.mark.parametrize(
@@ -459,16 +464,18 @@ REFUSED = "KAFKA_SECURITY_PROTOCOL must be one of PLAINTEXT, SSL, SASL_PLAINTEXT
 async def test_children_that_failed_only_on_refusals_raise_them_as_one_process_would(
     watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture, second: str | None, raised: list[str]
 ) -> None:
-    """`ChildRefusedError` (said by the entry point in one line, exit 2), with each message once; the log
-    still names each child that failed."""
+    """`ChildRefusedError` (said by `process` in the entry point's line, exit 2), with each message once;
+    the log still names each child that failed."""
     ends: list[Step] = [READY, ("recv",), result(p1="stopped")]
     if second is not None:
-        ends = [("recv",), ("send", ("refused", second)), ("exit", 2)]
-    watched = watch({1: [("send", ("refused", REFUSED)), ("exit", 2)], 2: ends})
+        ends = [("recv",), refused(second), ("exit", 2)]
+    watched = watch({1: [refused(REFUSED), ("exit", 2)], 2: ends})
     watched.start(handle_signals=False)
-    with pytest.raises(ChildRefusedError) as refused:
+    with pytest.raises(ChildRefusedError) as raised_by:
         await watched.finish()
-    assert (str(refused.value), refused.value.messages) == ("; ".join(raised), raised)
+    error = raised_by.value
+    line = f"turnledger: {'; '.join(raised)}"
+    assert (error.speaker, error.messages, error.line) == ("turnledger", raised, line)
     said = [(1, REFUSED)] + ([] if second is None else [(2, second)])
     errors = [line for line in logged(caplog)[2:] if line[0] == "ERROR"]
     assert errors == [
@@ -477,21 +484,51 @@ async def test_children_that_failed_only_on_refusals_raise_them_as_one_process_w
     ]
 
 
-async def test_a_refusal_beside_a_failure_is_a_failure_of_the_group(
-    watch: Callable[..., Watched], caplog: pytest.LogCaptureFixture
+async def test_children_that_failed_only_on_what_process_says_itself_raise_it_in_its_line(
+    watch: Callable[..., Watched],
 ) -> None:
+    """Kafka unreachable for longer than --max-outage (or a topic that does not fit), which one process
+    says as `turnledger process: ...`: each message once, in that line."""
+    other = "Kafka at kafka.test:9092 unreachable: the group coordinator did not answer"
     watched = watch(
         {
-            1: [("send", ("refused", REFUSED)), ("exit", 2)],
-            2: [("recv",), ("send", ("failed", EXIT_FAILED, "the fold broke")), ("exit", 1)],
-        }
+            1: [refused(UNREACHABLE, "turnledger process"), ("exit", 2)],
+            2: [("recv",), refused(other, "turnledger process"), ("exit", 2)],
+            3: [("recv",), refused(UNREACHABLE, "turnledger process"), ("exit", 2)],
+        },
+        partitions=None,
+        processes=3,
     )
+    watched.start(handle_signals=False)
+    with pytest.raises(ChildRefusedError) as raised:
+        await watched.finish()
+    error = raised.value
+    assert (error.speaker, error.messages, error.line) == (
+        "turnledger process",
+        [UNREACHABLE, other],
+        f"turnledger process: {UNREACHABLE}; {other}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("second", "said", "code"),
+    [
+        (("send", ("failed", EXIT_FAILED, "the fold broke")), "the fold broke", EXIT_FAILED),
+        (refused(UNREACHABLE, "turnledger process"), UNREACHABLE, EXIT_USAGE),
+    ],
+    ids=["a-failure", "said-by-another"],
+)
+async def test_a_refusal_beside_a_failure_or_one_said_by_another_is_a_failure_of_the_group(
+    watch: Callable[..., Watched], second: Step, said: str, code: int
+) -> None:
+    """One process would have ended on one of them only: the group names each child's, exit the worst."""
+    watched = watch({1: [refused(REFUSED), ("exit", 2)], 2: [("recv",), second, ("exit", code)]})
     watched.start(handle_signals=False)
     with pytest.raises(ProcessesFailedError) as raised:
         await watched.finish()
     first = f"{described(watched, 1, 'partitions [0]')} failed: {REFUSED}"
-    second = f"{described(watched, 2, 'partitions [1]')} failed: the fold broke"
-    assert (str(raised.value), raised.value.exit_code) == (f"{first}; {second}", EXIT_FAILED)
+    then = f"{described(watched, 2, 'partitions [1]')} failed: {said}"
+    assert (str(raised.value), raised.value.exit_code) == (f"{first}; {then}", code)
 
 
 # -------------------------------------------------------------------------------------- pipes, reaping

@@ -1,5 +1,6 @@
-"""`turnledger process --processes 2` ends on a refusal as `turnledger process` does: the entry point's one
-line (`cli_refusals`), exit 2, no traceback. The children are spawned for real."""
+"""`turnledger process --processes 2` ends on a refusal as `turnledger process` does: the same one line
+(`cli_refusals.PROCESS_ENDINGS`: the entry point's, or `process`'s own), exit 2, no traceback. The
+children are spawned for real."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from tests.unit.cli_entry import said_by_entry_point
 from tests.unit.cli_process import turnledger
-from tests.unit.multiproc_fakes import REFUSALS, child_main_refused
+from tests.unit.multiproc_fakes import REFUSALS, child_main_refused, speaker
 from turnledger.processors.config import ProcessorExit
 from turnledger.processors.multiproc import ProcessGroup
 
@@ -17,7 +18,16 @@ FOLD = "tests.unit.multiproc_fakes:fold"
 
 
 @pytest.mark.parametrize(
-    "refusal", ["kafka-access", "kafka-settings", "redis-access", "limits", "metrics-port"]
+    "refusal",
+    [
+        "kafka-access",
+        "kafka-settings",
+        "redis-access",
+        "limits",
+        "metrics-port",
+        "kafka-unavailable",
+        "topic-mismatch",
+    ],
 )
 def test_processes_end_a_refusal_as_one_process_does(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], refusal: str
@@ -45,7 +55,7 @@ def test_processes_end_a_refusal_as_one_process_does(
     args = ["process", "--bootstrap", "k:1", "--fold", FOLD]
     one_code, one = said_by_entry_point(monkeypatch, capsys, *args)
     two_code, two = said_by_entry_point(monkeypatch, capsys, *args, "--processes", "2")
-    assert (one_code, one[-1:]) == (2, [f"turnledger: {error}"])
+    assert (one_code, one[-1:]) == (2, [f"{speaker(refusal)}: {error}"])
     assert (two_code, two[-1:]) == (one_code, one[-1:])
     assert not any("Traceback" in line for line in one + two)
 

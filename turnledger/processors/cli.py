@@ -14,9 +14,8 @@ from typing import Annotated
 import typer
 
 from turnledger import cli_checks
-from turnledger.cli_refusals import REFUSALS
+from turnledger.cli_refusals import EXIT_REFUSED, PROCESS_REFUSALS, REFUSALS
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
-from turnledger.errors import KafkaUnavailableError
 from turnledger.kafka.clients import kafka_outage
 from turnledger.observability.server import MetricsPort
 from turnledger.processors.app import ProcessorApp
@@ -25,9 +24,9 @@ from turnledger.processors.errors import (
     EXIT_FAILED,
     EXIT_FENCED,
     EXIT_USAGE,
+    ChildRefusedError,
     ProcessesFailedError,
     ProcessorError,
-    TopicMismatchError,
 )
 from turnledger.processors.fold_spec import DEFAULT_FOLD_SPEC, FoldSpecError, load_fold_factory
 from turnledger.processors.health import serve_processor_metrics
@@ -208,9 +207,10 @@ def process(
     refuses past; the processor logs them at start. `turnledger replay audit` must be given the same
     (docs/architecture.md, "Size limits").
 
-    Exit codes: 1 a partition failed (or a child process died), 2 bad usage or Kafka unreachable
-    for longer than --max-outage, 3 fenced by another processor (static partitions); with
-    --processes, the worst of the children's.
+    Exit codes: 1 a partition failed (or a child process died), 2 bad usage, a refusal or Kafka
+    unreachable for longer than --max-outage, 3 fenced by another processor (static partitions); with
+    --processes, the worst of the children's (children that all ended on a 2 of the same kind end
+    with the one line of one process).
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not bootstrap:
@@ -283,10 +283,13 @@ def process(
     except ProcessesFailedError as exc:
         typer.echo(f"turnledger process: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from exc
-    except (KafkaUnavailableError, TopicMismatchError) as exc:
-        typer.echo(f"turnledger process: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE) from exc
-    except REFUSALS:  # LimitsConfigError is a ProcessorError, yet a refusal: the entry point says it
+    except ChildRefusedError as exc:  # the children's, said as one process says them
+        typer.echo(exc.line, err=True)
+        raise typer.Exit(EXIT_REFUSED) from exc
+    except PROCESS_REFUSALS.families as exc:
+        typer.echo(PROCESS_REFUSALS.line(exc), err=True)
+        raise typer.Exit(EXIT_REFUSED) from exc
+    except REFUSALS.families:  # LimitsConfigError is a ProcessorError, yet a refusal: the entry point says it
         raise
     except ProcessorError as exc:
         typer.echo(f"turnledger process: {exc}", err=True)

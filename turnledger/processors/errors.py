@@ -55,10 +55,15 @@ class ProcessesFailedError(ProcessorError):
 
 
 class ChildRefusedError(TurnledgerError):
-    """Every child of `turnledger process --processes N` that failed met a refusal
-    (`cli_refusals.REFUSALS`): their messages, each once, so that the entry point ends with the line and
-    status of one process. Not a `ProcessorError`, which `process` says as a failure of its own (exit 1)."""
+    """Every child of `turnledger process --processes N` that failed met what one process says in one line
+    by `speaker` (`cli_refusals.PROCESS_ENDINGS`): their messages, each once, so that `process` ends with
+    the line and status of one process. Not a `ProcessorError`, which `process` says as a failure (exit 1)."""
 
-    def __init__(self, messages: list[str]) -> None:
+    def __init__(self, speaker: str, messages: list[str]) -> None:
+        self.speaker = speaker
         self.messages = list(dict.fromkeys(messages))
         super().__init__("; ".join(self.messages))
+
+    @property
+    def line(self) -> str:
+        return f"{self.speaker}: {self}"

@@ -19,9 +19,11 @@ Failures: a child that fails, or dies (killed, or exits without reporting), make
 stop the others and raise `ProcessesFailedError` naming the partitions, as one partition's
 failure stops a `ProcessorApp`. A child whose partitions were all fenced ends alone, as fenced
 partitions do in one process; a child that stopped on its own signal stops the others cleanly.
-A refusal (`turnledger.cli_refusals`: a Kafka setting that cannot work, Kafka refusing our login, a metrics
-port taken) is reported as one: when every failed child met one, the parent raises `ChildRefusedError`
-with their messages, which the entry point says as it says the refusal of one process (exit 2).
+What one process ends with in one line, exit 2 (`turnledger.cli_refusals.PROCESS_ENDINGS`: a Kafka
+setting that cannot work, Kafka refusing our login, a metrics port taken, Kafka unreachable for longer
+than --max-outage, a topic that does not fit) a child reports as such, with who says it: when every
+failed child met one said by the same, the parent raises `ChildRefusedError` with their messages,
+which `process` says as one process says it.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from turnledger.cli_refusals import EXIT_REFUSED, REFUSALS
-from turnledger.errors import KafkaUnavailableError, TurnledgerError
+from turnledger.cli_refusals import EXIT_REFUSED, refusals_of
+from turnledger.errors import TurnledgerError
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import ProcessorConfig, ProcessorExit
 from turnledger.processors.errors import (
@@ -48,7 +50,6 @@ from turnledger.processors.errors import (
     EXIT_USAGE,
     ChildRefusedError,
     ProcessesFailedError,
-    TopicMismatchError,
 )
 from turnledger.processors.fold_spec import load_fold_factory
 from turnledger.processors.health import serve_processor_metrics
@@ -160,13 +161,10 @@ async def _run_child(spec: ChildSpec, conn: Connection) -> int:
     try:
         async with serve_processor_metrics(spec.metrics_port, app):
             results = await app.run(handle_signals=False)
-    except REFUSALS as exc:
-        _send(conn, ("refused", str(exc)))
-        return EXIT_REFUSED
-    except (KafkaUnavailableError, TopicMismatchError) as exc:
-        _send(conn, ("failed", EXIT_USAGE, str(exc)))
-        return EXIT_USAGE
     except Exception as exc:
+        if (refusals := refusals_of(exc)) is not None:
+            _send(conn, ("refused", refusals.speaker, str(exc)))
+            return EXIT_REFUSED
         if not isinstance(exc, TurnledgerError):
             log.exception("processor failed")
         _send(conn, ("failed", EXIT_FAILED, str(exc)))
@@ -213,10 +211,10 @@ class _Child:
             while self.conn.poll():
                 self.messages.append(self.conn.recv())
 
-    def refusal(self) -> str | None:
-        """The message of the refusal it reported (its last message), if it did."""
+    def refusal(self) -> tuple[str, str] | None:
+        """Who says the refusal it reported (its last message), and its message, if it did."""
         last = self.messages[-1] if self.messages else ("none",)
-        return str(last[1]) if last[0] == "refused" else None
+        return (str(last[1]), str(last[2])) if last[0] == "refused" else None
 
     def all_fenced(self) -> bool:
         """Whether every partition of its result (its last message) was fenced. A child that stopped on its
@@ -333,7 +331,7 @@ class ProcessGroup:
         results: dict[int, ProcessorExit] = {}
         codes: list[int] = []
         failures: list[str] = []
-        refusals: list[str] = []
+        refusals: list[tuple[str, str]] = []
         pending = {child.exited: child for child in self.children}
         while pending:
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -355,8 +353,9 @@ class ProcessGroup:
                     log.warning("%s stopped on its own; stopping the others", child.describe())
                     self.stop()
                 # else all its partitions were fenced: the others go on, as in one process
-        if failures and len(refusals) == len(failures):
-            raise ChildRefusedError(refusals)
+        speakers = {speaker for speaker, _ in refusals}
+        if failures and len(refusals) == len(failures) and len(speakers) == 1:
+            raise ChildRefusedError(speakers.pop(), [message for _, message in refusals])
         code = worst_exit(codes)
         if failures:
             raise ProcessesFailedError("; ".join(failures), code)
@@ -372,7 +371,7 @@ class ProcessGroup:
         if last[0] == "failed":
             return int(last[1]), f"{child.describe()} failed: {last[2]}"
         if last[0] == "refused":
-            return EXIT_REFUSED, f"{child.describe()} failed: {last[1]}"
+            return EXIT_REFUSED, f"{child.describe()} failed: {last[2]}"
         if status is not None and status < 0:
             how = f"was killed by {signal.Signals(-status).name}"
         else:
