@@ -257,6 +257,48 @@ def test_a_refusal_of_every_family_one_process_says_in_one_line_is_tried() -> No
     assert {family: faked.get(family) for family in said} == said
 
 
+async def test_a_fold_the_child_cannot_load_is_reported_as_a_failure(
+    child: Child, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The child imports the `--fold` spec again: when that fails, the parent gets its words, exit 1."""
+    spec = replace(SPEC, fold="tests.unit.multiproc_fakes:no_such_fold")
+    async with asyncio.timeout(WAIT_S):
+        assert await multiproc._run_child(spec, child.conn) == EXIT_FAILED
+    said = (
+        "cannot load 'tests.unit.multiproc_fakes:no_such_fold': module 'tests.unit.multiproc_fakes' has no "
+        "attribute 'no_such_fold'"
+    )
+    assert (child.received(), FakeApp.made, caplog.records) == ([("failed", EXIT_FAILED, said)], [], [])
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "message"),
+    [
+        (REFUSALS["limits"](), 2, ("refused", "turnledger", str(REFUSALS["limits"]()))),
+        (ValueError("a bug in the app"), EXIT_FAILED, ("failed", EXIT_FAILED, "a bug in the app")),
+    ],
+    ids=["refusal", "bug"],
+)
+async def test_an_app_that_cannot_be_built_is_reported_as_its_run_is(
+    child: Child,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    error: Exception,
+    status: int,
+    message: tuple[Any, ...],
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> FakeApp:
+        raise error
+
+    monkeypatch.setattr(multiproc, "ProcessorApp", refuse)
+    async with asyncio.timeout(WAIT_S):
+        assert await multiproc._run_child(SPEC, child.conn) == status
+    assert child.received() == [message]
+    assert not child.still_read()
+    lines = [(r.levelname, r.getMessage(), r.exc_info is not None and r.exc_info[1]) for r in caplog.records]
+    assert lines == ([("ERROR", "processor failed", error)] if status == EXIT_FAILED else [])
+
+
 async def test_a_failure_the_parent_cannot_hear_still_sets_the_status(child: Child) -> None:
     await child.start(ending=Ending(error=ValueError("a bug")))
     child.parent.close()

@@ -100,8 +100,9 @@ class Watched:
 
 @pytest.fixture
 async def watch(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[..., Watched]]:
-    """`watch(scripts, partitions=[0, 1], processes=2, **kwargs)`: a watched group of scripted children.
-    No child outlives the test, whatever it asserted."""
+    """`watch(scripts, partitions=[0, 1], processes=2, fold=FOLD, **kwargs)`: a watched group of scripted
+    children (without scripts, of `target`, by default `child_main`). No child outlives the test, whatever
+    it asserted."""
     caplog.set_level(logging.INFO, LOGGER)
     made: list[Watched] = []
 
@@ -109,11 +110,12 @@ async def watch(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[...,
         scripts: Mapping[int, Sequence[Step]] | None = None,
         partitions: Sequence[int] | None = (0, 1),
         processes: int = 2,
+        fold: str = FOLD,
         **kwargs: Any,
     ) -> Watched:
         if scripts is not None:
             kwargs["target"] = partial(scripted_child, scripts)
-        watched = Watched(ProcessGroup(CONFIG, FOLD, partitions, processes, **kwargs))
+        watched = Watched(ProcessGroup(CONFIG, fold, partitions, processes, **kwargs))
         made.append(watched)
         return watched
 
@@ -640,3 +642,25 @@ async def test_child_main_over_the_pipe_ready_stop_and_its_own_signal(
         ("INFO", "all 2 processes ready"),
         ("WARNING", f"{described(watched, 1, 'partitions [0, 2]')} stopped on its own; stopping the others"),
     ]
+
+
+MODULE = "tests.unit.multiproc_fakes"
+
+
+async def test_a_fold_only_the_parent_can_load_fails_the_child_with_its_words(
+    watch: Callable[..., Watched], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real child entry in a spawned child, whose import of the `--fold` spec fails where the parent's
+    did not (here: an attribute only this process has): the child reports the failure, exit 1, and the
+    group names it, as it names a failure in the run."""
+    monkeypatch.setattr(multiproc_fakes, "fold_in_this_process_only", multiproc_fakes.fold, raising=False)
+    spec = f"{MODULE}:fold_in_this_process_only"
+    watched = watch(partitions=[0], processes=1, fold=spec)
+    watched.start(handle_signals=False)
+    with pytest.raises(ProcessesFailedError) as raised:
+        await watched.finish()
+    said = f"cannot load {spec!r}: module {MODULE!r} has no attribute 'fold_in_this_process_only'"
+    failure = f"{described(watched, 1, 'partitions [0]')} failed: {said}"
+    assert (str(raised.value), raised.value.exit_code) == (failure, EXIT_FAILED)
+    assert (watched.messages(1), watched.child(1).process.exitcode) == ([("failed", EXIT_FAILED, said)], 1)
+    assert logged(caplog)[1:] == [("ERROR", failure)]

@@ -19,6 +19,7 @@ Failures: a child that fails, or dies (killed, or exits without reporting), make
 stop the others and raise `ProcessesFailedError` naming the partitions, as one partition's
 failure stops a `ProcessorApp`. A child whose partitions were all fenced ends alone, as fenced
 partitions do in one process; a child that stopped on its own signal stops the others cleanly.
+A child reports an error in building its app (it imports the `--fold` spec again) as one in its run.
 What one process ends with in one line, exit 2 (`turnledger.cli_refusals.PROCESS_ENDINGS`: a Kafka
 setting that cannot work, Kafka refusing our login, a metrics port taken, Kafka unreachable for longer
 than --max-outage, a topic that does not fit) a child reports as such, with who says it: when every
@@ -114,6 +115,32 @@ def _send(conn: Connection, message: tuple[Any, ...]) -> None:
 
 
 async def _run_child(spec: ChildSpec, conn: Connection) -> int:
+    """Run the child's app and tell the parent how it ended; the exit status. An error in building the
+    app (its fold is imported again here) is reported as one in its run is."""
+    try:
+        results = await _run_app(spec, conn)
+    except Exception as exc:
+        return _report(conn, exc)
+    fenced = spec.partitions is not None and any(how is ProcessorExit.FENCED for how in results.values())
+    _send(conn, ("result", {p: how.value for p, how in results.items()}))
+    return EXIT_FENCED if fenced else EXIT_OK
+
+
+def _report(conn: Connection, error: Exception) -> int:
+    """Tell the parent what ended the child: a refusal with who says it (`cli_refusals.refusals_of`),
+    else a failure; the exit status."""
+    if (refusals := refusals_of(error)) is not None:
+        _send(conn, ("refused", refusals.speaker, str(error)))
+        return EXIT_REFUSED
+    if not isinstance(error, TurnledgerError):
+        log.exception("processor failed", exc_info=error)
+    _send(conn, ("failed", EXIT_FAILED, str(error)))
+    return EXIT_FAILED
+
+
+async def _run_app(spec: ChildSpec, conn: Connection) -> dict[int, ProcessorExit]:
+    """Build the child's `ProcessorApp` and run it until it ends: stopped by the parent, by the parent's
+    end of the pipe closing or by a signal of its own, or cancelled by the parent."""
     topics = spec.config.topics
     factory = load_fold_factory(spec.fold)
     told = [False]
@@ -160,21 +187,10 @@ async def _run_child(spec: ChildSpec, conn: Connection) -> int:
     loop.add_reader(conn.fileno(), on_message)
     try:
         async with serve_processor_metrics(spec.metrics_port, app):
-            results = await app.run(handle_signals=False)
-    except Exception as exc:
-        if (refusals := refusals_of(exc)) is not None:
-            _send(conn, ("refused", refusals.speaker, str(exc)))
-            return EXIT_REFUSED
-        if not isinstance(exc, TurnledgerError):
-            log.exception("processor failed")
-        _send(conn, ("failed", EXIT_FAILED, str(exc)))
-        return EXIT_FAILED
+            return await app.run(handle_signals=False)
     finally:
         with contextlib.suppress(Exception):
             loop.remove_reader(conn.fileno())
-    fenced = spec.partitions is not None and any(how is ProcessorExit.FENCED for how in results.values())
-    _send(conn, ("result", {p: how.value for p, how in results.items()}))
-    return EXIT_FENCED if fenced else EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------- parent side
