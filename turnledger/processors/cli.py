@@ -17,6 +17,7 @@ from turnledger import cli_checks
 from turnledger.cli_refusals import EXIT_REFUSED, PROCESS_REFUSALS, REFUSALS
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.kafka.clients import kafka_outage
+from turnledger.kafka.connection import kafka_options
 from turnledger.observability.server import MetricsPort
 from turnledger.processors.app import ProcessorApp
 from turnledger.processors.config import GroupSettings, ProcessorConfig, ProcessorExit
@@ -234,6 +235,7 @@ def process(
         os.environ[STATE_CACHE_ENV] = str(state_cache_size)  # read by the default fold, as the limits
     log.info("size limits: %s", describe(limits))
     load_model_registry()  # an override that cannot be read stops the command now, not each partition
+    kafka_options()  # so does a KAFKA_* setting that cannot work: once, not in each child of --processes
     topics = Topics(prefix=topic_prefix)
     try:
         factory = load_fold_factory(fold)
