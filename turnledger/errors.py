@@ -41,7 +41,9 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     ├── StoppedAtOnce             (shutdown) a second signal cancelled a long-running command
     ├── GatewayError              (gateway)  UnknownEndpointError, ToolError, CredentialError,
     │                                        ProviderConfigError (also an InputFileError),
-    │                                        RefusedEventError (what the ledger would refuse, not sent)
+    │                                        RefusedEventError (what the ledger would refuse, not sent),
+    │                                        EventArgumentError (an argument a client builder cannot
+    │                                        make a valid event of, named; nothing sent)
     ├── ServeError                (serve)    TokenRequiredError, DispatchDefaultError (a --adapter,
     │                                        --provider or --model-revision the processor would reject),
     │                                        RequestBodyError (a POST body the API does not take: 400),

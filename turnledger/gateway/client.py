@@ -33,6 +33,7 @@ from aiokafka.errors import (
 from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import UnencodableRecord, encode
 from turnledger.errors import GatewayError, KafkaUnavailableError
+from turnledger.gateway.event_arguments import NAME, or_none, refuse_bad_arguments, whole_number
 from turnledger.kafka.connection import diagnose, kafka_options
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
@@ -191,7 +192,10 @@ class ToolResult:
 
 
 class EventFactory:
-    """Builds stamped ingress events; shared by the Kafka client and in-memory test sinks."""
+    """Builds stamped ingress events; shared by the Kafka client and in-memory test sinks.
+
+    The gateway-side builders check their arguments first (`event_arguments.py`): one a builder
+    cannot make a valid event of is an `EventArgumentError` naming it, and nothing is built."""
 
     def stamp(self, conversation_id: str) -> dict[str, Any]:
         return {"conversation_id": conversation_id, "event_id": new_event_id(), "occurred_at_ms": now_ms()}
@@ -205,9 +209,19 @@ class EventFactory:
         block_id: str | None = None,
         expected_revision: int | None = None,
     ) -> TurnSubmitted:
-        turn_id = turn_id or f"u-{uuid.uuid4().hex[:12]}"
+        refuse_bad_arguments(
+            "user_turn",
+            (
+                ("conversation_id", NAME, conversation_id),
+                ("text", NAME, text),
+                ("turn_id", or_none(NAME), turn_id),
+                ("block_id", or_none(NAME), block_id),
+                ("expected_revision", or_none(whole_number(0)), expected_revision),
+            ),
+        )
+        turn_id = f"u-{uuid.uuid4().hex[:12]}" if turn_id is None else turn_id
         block = SubmittedBlock(
-            id=block_id or f"{turn_id}/b0",
+            id=f"{turn_id}/b0" if block_id is None else block_id,
             role=Role.USER,
             kind=BlockKind.TEXT,
             trust_label=TrustLabel.USER,

@@ -1,0 +1,120 @@
+"""A caller's mistake in an argument of the gateway client is an `EventArgumentError` naming the
+argument, what it must be and what it was, before anything is built or sent: never a pydantic
+ValidationError, an AttributeError, a value silently replaced or coerced, nor an event the ledger
+would take for something else."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from turnledger.codec import decode
+from turnledger.errors import GatewayError, TurnledgerError
+from turnledger.gateway import client as client_module
+from turnledger.gateway.client import GatewayClient
+from turnledger.gateway.event_arguments import AVRO_LONG_MAX, EventArgumentError
+from turnledger.model.events import SubmittedBlock, TurnSubmitted
+
+Call = Callable[[GatewayClient], Awaitable[Any]]
+STAMP: dict[str, Any] = {"conversation_id": "conv-1", "event_id": "ev-1", "occurred_at_ms": 1234}
+NON_BLANK = "must be a string that is not empty or blank"
+REVISION = f"must be an integer from 0 to {AVRO_LONG_MAX}"
+
+
+class _Producer:
+    """Stands in for the AIOKafkaProducer: records what was sent, acknowledges at once."""
+
+    def __init__(self, **options: Any) -> None:
+        self.sent: list[bytes] = []
+
+    async def send(self, topic: str, *, value: bytes, key: bytes) -> Any:
+        self.sent.append(value)
+
+        async def ack() -> None:
+            return None
+
+        return ack()
+
+
+@pytest.fixture(autouse=True)
+def no_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "AIOKafkaProducer", _Producer)
+
+
+@pytest.fixture
+def fixed_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event built gets event id `ev-1` and time 1234 ms."""
+    monkeypatch.setattr(client_module, "new_event_id", lambda: "ev-1")
+    monkeypatch.setattr(client_module, "now_ms", lambda: 1234)
+
+
+def _client() -> tuple[GatewayClient, _Producer]:
+    client = GatewayClient("127.0.0.1:1")
+    return client, client._producer
+
+
+async def _refused(call: Call) -> str:
+    """The message of the refusal `call` meets, having checked that it is typed and sent nothing."""
+    client, producer = _client()
+    with pytest.raises(EventArgumentError) as caught:
+        await call(client)
+    assert isinstance(caught.value, GatewayError) and isinstance(caught.value, TurnledgerError)
+    assert isinstance(caught.value, ValueError)
+    assert producer.sent == []
+    return str(caught.value)
+
+
+async def _sent(call: Call) -> list[Any]:
+    client, producer = _client()
+    await call(client)
+    return [decode(value) for value in producer.sent]
+
+
+def _user(text: str = "hi", **kwargs: Any) -> Call:
+    return lambda client: client.submit_user_turn("conv-1", text, **kwargs)
+
+
+USER_TURN_REFUSALS: list[tuple[Call, str]] = [
+    (lambda c: c.submit_user_turn("", "hi"), f"conversation_id {NON_BLANK}, not ''"),
+    (lambda c: c.submit_user_turn("  ", "hi"), f"conversation_id {NON_BLANK}, not '  '"),
+    (lambda c: c.submit_user_turn(5, "hi"), f"conversation_id {NON_BLANK}, not 5"),  # type: ignore[arg-type]
+    (_user(""), f"text {NON_BLANK}, not ''"),
+    (_user(" \n\t"), f"text {NON_BLANK}, not ' \\n\\t'"),
+    (_user(5), f"text {NON_BLANK}, not 5"),  # type: ignore[arg-type]
+    (_user(None), f"text {NON_BLANK}, not None"),  # type: ignore[arg-type]
+    (_user(["a"]), f"text {NON_BLANK}, not ['a']"),  # type: ignore[arg-type]
+    (_user(turn_id=""), f"turn_id {NON_BLANK}, not ''"),
+    (_user(turn_id="  "), f"turn_id {NON_BLANK}, not '  '"),
+    (_user(turn_id=5), f"turn_id {NON_BLANK}, not 5"),
+    (_user(block_id=""), f"block_id {NON_BLANK}, not ''"),
+    (_user(expected_revision=-1), f"expected_revision {REVISION}, not -1"),
+    (_user(expected_revision="1"), f"expected_revision {REVISION}, not '1'"),
+    (_user(expected_revision=1.0), f"expected_revision {REVISION}, not 1.0"),
+    (_user(expected_revision=True), f"expected_revision {REVISION}, not True"),
+    (_user(expected_revision=2**63), f"expected_revision {REVISION}, not {2**63}"),
+]
+
+
+@pytest.mark.parametrize(("call", "problem"), USER_TURN_REFUSALS)
+async def test_a_user_turn_with_a_bad_argument_is_refused_naming_it(call: Call, problem: str) -> None:
+    """Before: an empty turn or block id was replaced by a fresh one, "1", 1.0 and True taken for
+    revision 1, an empty conversation id or text committed, other types a pydantic ValidationError."""
+    assert await _refused(call) == f"user_turn: nothing sent: {problem}"
+
+
+async def test_every_bad_argument_of_a_call_is_named_in_one_line() -> None:
+    message = await _refused(lambda c: c.submit_user_turn("", "", turn_id="", expected_revision=-2))
+    assert message == (
+        f"user_turn: nothing sent: conversation_id {NON_BLANK}, not ''; text {NON_BLANK}, not ''; "
+        f"turn_id {NON_BLANK}, not ''; expected_revision {REVISION}, not -2"
+    )
+
+
+async def test_a_user_turn_at_the_edges_of_its_arguments_is_sent(fixed_stamp: None) -> None:
+    """Revision 0 and the largest Avro long; text with blanks around it is kept as it is."""
+    for revision in (0, AVRO_LONG_MAX):
+        block = SubmittedBlock(id="u/b0", role="user", kind="text", trust_label="user", text=" hi ")
+        expected = TurnSubmitted(**STAMP, turn_id="u", blocks=(block,), expected_revision=revision)
+        assert await _sent(_user(" hi ", turn_id="u", expected_revision=revision)) == [expected]
