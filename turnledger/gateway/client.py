@@ -33,7 +33,15 @@ from aiokafka.errors import (
 from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import UnencodableRecord, encode
 from turnledger.errors import GatewayError, KafkaUnavailableError
-from turnledger.gateway.event_arguments import NAME, or_none, refuse_bad_arguments, whole_number
+from turnledger.gateway.event_arguments import (
+    NAME,
+    TEXT,
+    one_of,
+    or_none,
+    refuse_bad_arguments,
+    sequence_of,
+    whole_number,
+)
 from turnledger.kafka.connection import diagnose, kafka_options
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
@@ -56,7 +64,7 @@ from turnledger.model.events import (
     SubmittedBlock,
     TurnSubmitted,
 )
-from turnledger.model.graph import BlockKind, ResultStatus, Role, TrustLabel
+from turnledger.model.graph import TERMINAL_RESULT_STATUSES, BlockKind, ResultStatus, Role, TrustLabel
 from turnledger.model.limits import DEFAULT_LIMITS, Limits, has_utf8_form, printable, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
@@ -191,6 +199,23 @@ class ToolResult:
         )
 
 
+TOOL_RESULTS = sequence_of(
+    ToolResult,
+    fields={
+        "call_id": NAME,
+        "tool_name": NAME,
+        "argument_digest": NAME,
+        "generation": whole_number(1),
+        "text": TEXT,
+        "status": one_of(TERMINAL_RESULT_STATUSES),
+    },
+    unique="call_id",
+    non_empty=True,
+)
+"""The results of one tool-results turn: one terminal result per call (a call's generation is its
+attempt's, from 1), each call answered once."""
+
+
 class EventFactory:
     """Builds stamped ingress events; shared by the Kafka client and in-memory test sinks.
 
@@ -237,7 +262,15 @@ class EventFactory:
     def tool_results(
         self, conversation_id: str, results: Sequence[ToolResult], *, turn_id: str | None = None
     ) -> TurnSubmitted:
-        turn_id = turn_id or "tr-" + "+".join(r.call_id for r in results)
+        refuse_bad_arguments(
+            "tool_results",
+            (
+                ("conversation_id", NAME, conversation_id),
+                ("results", TOOL_RESULTS, results),
+                ("turn_id", or_none(NAME), turn_id),
+            ),
+        )
+        turn_id = "tr-" + "+".join(r.call_id for r in results) if turn_id is None else turn_id
         return TurnSubmitted(
             **self.stamp(conversation_id), turn_id=turn_id, blocks=tuple(r.block() for r in results)
         )

@@ -13,9 +13,10 @@ import pytest
 from turnledger.codec import decode
 from turnledger.errors import GatewayError, TurnledgerError
 from turnledger.gateway import client as client_module
-from turnledger.gateway.client import GatewayClient
+from turnledger.gateway.client import EventFactory, GatewayClient, ToolResult
 from turnledger.gateway.event_arguments import AVRO_LONG_MAX, EventArgumentError
 from turnledger.model.events import SubmittedBlock, TurnSubmitted
+from turnledger.model.graph import ResultStatus
 
 Call = Callable[[GatewayClient], Awaitable[Any]]
 STAMP: dict[str, Any] = {"conversation_id": "conv-1", "event_id": "ev-1", "occurred_at_ms": 1234}
@@ -118,3 +119,70 @@ async def test_a_user_turn_at_the_edges_of_its_arguments_is_sent(fixed_stamp: No
         block = SubmittedBlock(id="u/b0", role="user", kind="text", trust_label="user", text=" hi ")
         expected = TurnSubmitted(**STAMP, turn_id="u", blocks=(block,), expected_revision=revision)
         assert await _sent(_user(" hi ", turn_id="u", expected_revision=revision)) == [expected]
+
+
+def _result(**fields: Any) -> ToolResult:
+    return ToolResult(
+        **{"call_id": "c1", "tool_name": "t", "argument_digest": "d", "generation": 1, "text": "ok", **fields}
+    )
+
+
+def _results(*results: Any, **kwargs: Any) -> Call:
+    return lambda client: client.submit_tool_results("conv-1", list(results), **kwargs)
+
+
+RESULTS = "must be a non-empty list or tuple of ToolResult"
+GENERATION = f"must be an integer from 1 to {AVRO_LONG_MAX}"
+TERMINAL = "must be one of cancel, error, success"
+
+TOOL_RESULTS_REFUSALS: list[tuple[Call, str]] = [
+    (lambda c: c.submit_tool_results("", [_result()]), f"conversation_id {NON_BLANK}, not ''"),
+    (_results(), f"results {RESULTS}, not []"),
+    (
+        lambda c: c.submit_tool_results("conv-1", _result()),
+        f"results {RESULTS}, not ToolResult(call_id='c1', tool_name='t',…",
+    ),  # type: ignore[arg-type]
+    (
+        lambda c: c.submit_tool_results("conv-1", {"call_id": "c1"}),
+        f"results {RESULTS}, not {{'call_id': 'c1'}}",
+    ),  # type: ignore[arg-type]
+    (_results({"call_id": "c1"}), "results[0] must be a ToolResult, not dict {'call_id': 'c1'}"),
+    (
+        _results(_result(), _result(text="again"), _result(call_id="c2"), _result(text="thrice")),
+        "results[1].call_id 'c1' is also results[0]'s; results[3].call_id 'c1' is also results[0]'s",
+    ),
+    (_results(_result(call_id="")), f"results[0].call_id {NON_BLANK}, not ''"),
+    (_results(_result(tool_name=" ")), f"results[0].tool_name {NON_BLANK}, not ' '"),
+    (_results(_result(argument_digest="")), f"results[0].argument_digest {NON_BLANK}, not ''"),
+    (_results(_result(generation=0)), f"results[0].generation {GENERATION}, not 0"),
+    (_results(_result(generation="1")), f"results[0].generation {GENERATION}, not '1'"),
+    (_results(_result(generation=True)), f"results[0].generation {GENERATION}, not True"),
+    (_results(_result(generation=2**64)), f"results[0].generation {GENERATION}, not {2**64}"),
+    (_results(_result(text=None)), "results[0].text must be a string, not None"),
+    (_results(_result(text={"a": 1})), "results[0].text must be a string, not {'a': 1}"),
+    (
+        _results(_result(status=ResultStatus.PENDING)),
+        f"results[0].status {TERMINAL}, not <ResultStatus.PENDING: 'pending'>",
+    ),
+    (_results(_result(status="bogus")), f"results[0].status {TERMINAL}, not 'bogus'"),
+    (_results(_result(), turn_id=""), f"turn_id {NON_BLANK}, not ''"),
+]
+
+
+@pytest.mark.parametrize(("call", "problem"), TOOL_RESULTS_REFUSALS)
+async def test_tool_results_with_a_bad_argument_are_refused_naming_it(call: Call, problem: str) -> None:
+    """Before: no results, a result without a call id, tool name or text, a generation of 0 or a
+    status not terminal were sent for the ledger to reject (INVALID_EVENT, MALFORMED_BLOCK, ...), a
+    call answered twice in one turn too (DUPLICATE_BLOCK_ID); an empty turn id was replaced by a
+    fresh one, "1" and True taken for generation 1; a dict or one result alone raised an
+    AttributeError or TypeError, other types a pydantic ValidationError."""
+    assert await _refused(call) == f"tool_results: nothing sent: {problem}"
+
+
+async def test_tool_results_are_sent_with_a_status_given_as_its_text(fixed_stamp: None) -> None:
+    """ "error" is the status ERROR; a result's text may be empty (a tool that printed nothing)."""
+    [event] = await _sent(_results(_result(status="error", text=""), turn_id="tr"))
+    assert event == EventFactory().tool_results(
+        "conv-1", [_result(status=ResultStatus.ERROR, text="")], turn_id="tr"
+    )
+    assert event.blocks[0].result_status == "error"
