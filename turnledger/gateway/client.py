@@ -34,11 +34,16 @@ from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import UnencodableRecord, encode
 from turnledger.errors import GatewayError, KafkaUnavailableError
 from turnledger.gateway.event_arguments import (
+    AVRO_LONG_MAX,
+    FLAG,
     NAME,
     TEXT,
+    Check,
+    json_object,
     one_of,
     or_none,
     refuse_bad_arguments,
+    rule,
     sequence_of,
     whole_number,
 )
@@ -214,6 +219,21 @@ TOOL_RESULTS = sequence_of(
 )
 """The results of one tool-results turn: one terminal result per call (a call's generation is its
 attempt's, from 1), each call answered once."""
+
+
+TOOLS = sequence_of(ToolDefinition, fields={"name": NAME, "input_schema": json_object}, unique="name")
+"""The tools offered to the model: each a ToolDefinition, its schema JSON, no name twice (a provider
+refuses two tools of one name)."""
+
+
+def settle_within(occurred_at_ms: int) -> Check:
+    """A request's `settle_within_ms`: from 1, and its deadline (its time plus it) an Avro long."""
+    high = AVRO_LONG_MAX - occurred_at_ms
+    return rule(
+        f"an integer from 1 to {high} (the request's time, {occurred_at_ms} ms, plus it is its "
+        "deadline, an Avro long)",
+        lambda v: type(v) is int and 1 <= v <= high,
+    )
 
 
 class EventFactory:
@@ -440,10 +460,26 @@ class GatewayClient(EventFactory):
     ) -> DispatchRequested:
         """`stream` adds the adapter's `stream_policy` under `policy` (explicit policy keys win);
         `settle_within_ms` bounds how long the operation may stay non-final (the fold's default: 10 min)."""
+        stamp = self.stamp(conversation_id)
+        refuse_bad_arguments(
+            "request_dispatch",
+            (
+                ("conversation_id", NAME, conversation_id),
+                ("adapter", NAME, adapter),
+                ("provider", NAME, provider),
+                ("model_revision", NAME, model_revision),
+                ("max_output_tokens", whole_number(1), max_output_tokens),
+                ("tools", TOOLS, tools),
+                ("policy", or_none(json_object), policy),
+                ("operation_id", or_none(NAME), operation_id),
+                ("stream", FLAG, stream),
+                ("settle_within_ms", or_none(settle_within(stamp["occurred_at_ms"])), settle_within_ms),
+            ),
+        )
         policy = {**(stream_policy(adapter) if stream else {}), **(policy or {})}
         event = DispatchRequested(
-            **self.stamp(conversation_id),
-            operation_id=operation_id or f"op-{uuid.uuid4().hex[:16]}",
+            **stamp,
+            operation_id=f"op-{uuid.uuid4().hex[:16]}" if operation_id is None else operation_id,
             adapter=adapter,
             provider=provider,
             model_revision=model_revision,

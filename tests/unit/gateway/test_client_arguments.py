@@ -5,6 +5,7 @@ would take for something else."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,8 +16,9 @@ from turnledger.errors import GatewayError, TurnledgerError
 from turnledger.gateway import client as client_module
 from turnledger.gateway.client import EventFactory, GatewayClient, ToolResult
 from turnledger.gateway.event_arguments import AVRO_LONG_MAX, EventArgumentError
-from turnledger.model.events import SubmittedBlock, TurnSubmitted
+from turnledger.model.events import DispatchRequested, SubmittedBlock, TurnSubmitted
 from turnledger.model.graph import ResultStatus
+from turnledger.model.tools import ToolDefinition
 
 Call = Callable[[GatewayClient], Awaitable[Any]]
 STAMP: dict[str, Any] = {"conversation_id": "conv-1", "event_id": "ev-1", "occurred_at_ms": 1234}
@@ -186,3 +188,109 @@ async def test_tool_results_are_sent_with_a_status_given_as_its_text(fixed_stamp
         "conv-1", [_result(status=ResultStatus.ERROR, text="")], turn_id="tr"
     )
     assert event.blocks[0].result_status == "error"
+
+
+DISPATCH: dict[str, Any] = {
+    "adapter": "anthropic-messages@1",
+    "provider": "anthropic",
+    "model_revision": "anthropic/claude-sonnet-4@2025-05-14",
+    "max_output_tokens": 100,
+}
+
+
+def _dispatch(**changes: Any) -> Call:
+    return lambda client: client.request_dispatch("conv-1", **{**DISPATCH, **changes})
+
+
+TOKENS = f"must be an integer from 1 to {AVRO_LONG_MAX}"
+SETTLE = (
+    f"must be an integer from 1 to {AVRO_LONG_MAX - 1234} (the request's time, 1234 ms, plus it is its "
+    "deadline, an Avro long)"
+)
+TOOLS = "must be a list or tuple of ToolDefinition"
+JSON = "must be JSON (a dict with string keys, a list, a string, a finite number, a bool or None)"
+FINITE = "must be a finite number (JSON has no NaN or infinity)"
+
+DISPATCH_REFUSALS: list[tuple[Call, str]] = [
+    (lambda c: c.request_dispatch(" ", **DISPATCH), f"conversation_id {NON_BLANK}, not ' '"),
+    (_dispatch(adapter=""), f"adapter {NON_BLANK}, not ''"),
+    (_dispatch(adapter=5), f"adapter {NON_BLANK}, not 5"),
+    (_dispatch(provider=""), f"provider {NON_BLANK}, not ''"),
+    (_dispatch(model_revision=" "), f"model_revision {NON_BLANK}, not ' '"),
+    (_dispatch(max_output_tokens=0), f"max_output_tokens {TOKENS}, not 0"),
+    (_dispatch(max_output_tokens=-5), f"max_output_tokens {TOKENS}, not -5"),
+    (_dispatch(max_output_tokens="100"), f"max_output_tokens {TOKENS}, not '100'"),
+    (_dispatch(max_output_tokens=100.0), f"max_output_tokens {TOKENS}, not 100.0"),
+    (_dispatch(max_output_tokens=True), f"max_output_tokens {TOKENS}, not True"),
+    (_dispatch(max_output_tokens=None), f"max_output_tokens {TOKENS}, not None"),
+    (_dispatch(max_output_tokens=2**63), f"max_output_tokens {TOKENS}, not {2**63}"),
+    (_dispatch(tools=[{"name": "t"}]), "tools[0] must be a ToolDefinition, not dict {'name': 't'}"),
+    (
+        _dispatch(tools=ToolDefinition(name="t")),
+        f"tools {TOOLS}, not ToolDefinition(name='t', description=''…",
+    ),
+    (_dispatch(tools="abc"), f"tools {TOOLS}, not 'abc'"),
+    (_dispatch(tools=[ToolDefinition(name="")]), f"tools[0].name {NON_BLANK}, not ''"),
+    (
+        _dispatch(tools=[ToolDefinition(name="t"), ToolDefinition(name="u"), ToolDefinition(name="t")]),
+        "tools[2].name 't' is also tools[0]'s",
+    ),
+    (
+        _dispatch(tools=[ToolDefinition(name="t", input_schema={"enum": {"a"}})]),
+        f"tools[0].input_schema['enum'] {JSON}, not set {{'a'}}",
+    ),
+    (_dispatch(policy={"stop_sequences": {"a"}}), f"policy['stop_sequences'] {JSON}, not set {{'a'}}"),
+    (_dispatch(policy={"temperature": math.nan}), f"policy['temperature'] {FINITE}, not nan"),
+    (_dispatch(policy={"x": [1, {"y": -math.inf}]}), f"policy['x'][1]['y'] {FINITE}, not -inf"),
+    (_dispatch(policy={1: 2}), "policy must have string keys, not 1"),
+    (
+        _dispatch(policy={"seed": 2**64}),
+        f"policy['seed'] must be an integer from {-(2**63)} to {2**64 - 1}, not {2**64}",
+    ),
+    (_dispatch(policy=[("temperature", 1)]), "policy must be a dict, not [('temperature', 1)]"),
+    (_dispatch(operation_id=""), f"operation_id {NON_BLANK}, not ''"),
+    (_dispatch(operation_id=5), f"operation_id {NON_BLANK}, not 5"),
+    (_dispatch(stream="no"), "stream must be True or False, not 'no'"),
+    (_dispatch(settle_within_ms=0), f"settle_within_ms {SETTLE}, not 0"),
+    (_dispatch(settle_within_ms=-1), f"settle_within_ms {SETTLE}, not -1"),
+    (_dispatch(settle_within_ms="5"), f"settle_within_ms {SETTLE}, not '5'"),
+    (_dispatch(settle_within_ms=AVRO_LONG_MAX), f"settle_within_ms {SETTLE}, not {AVRO_LONG_MAX}"),
+]
+
+
+@pytest.mark.parametrize(("call", "problem"), DISPATCH_REFUSALS)
+async def test_a_dispatch_with_a_bad_argument_is_refused_naming_it(
+    fixed_stamp: None, call: Call, problem: str
+) -> None:
+    """Before: a max_output_tokens of 0 or less, a settle_within_ms of 0 or less, an empty provider
+    and tools without a name or with one name twice were sent, and the ledger prepared a manifest
+    with them; an empty operation id was replaced by a fresh one; "100", 100.0 and True taken for
+    an integer, "no" for stream=True; NaN and infinities in a policy were sent as null; a deadline
+    past the Avro long made the processor fail to encode its decision; a dict for a tool was taken
+    as one; a set in a policy or schema, or an integer past the Avro long, failed in the codec
+    without naming the argument; other types raised a ValidationError, AttributeError or TypeError."""
+    assert await _refused(call) == f"request_dispatch: nothing sent: {problem}"
+
+
+async def test_a_dispatch_at_the_edges_of_its_arguments_is_sent(fixed_stamp: None) -> None:
+    """One output token, the longest deadline an Avro long holds, JSON of every kind (a tuple is an
+    array), and no stream policy."""
+    policy = {"stop_sequences": ("a",), "seed": 2**64 - 1, "t": -1.5, "on": True, "none": None}
+    tool = ToolDefinition(name="t", input_schema={"type": "object", "properties": {}})
+    call = _dispatch(
+        max_output_tokens=1,
+        settle_within_ms=AVRO_LONG_MAX - 1234,
+        policy=policy,
+        tools=(tool,),
+        stream=False,
+        operation_id="op",
+    )
+    [event] = await _sent(call)
+    assert event == DispatchRequested(
+        **STAMP,
+        operation_id="op",
+        **{**DISPATCH, "max_output_tokens": 1},
+        tools=(tool,),
+        policy={**policy, "stop_sequences": ["a"]},
+        settle_within_ms=AVRO_LONG_MAX - 1234,
+    )
