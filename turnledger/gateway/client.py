@@ -492,6 +492,15 @@ class GatewayClient(EventFactory):
         return event
 
     async def cancel(self, conversation_id: str, operation_id: str | None = None, reason: str = "") -> None:
+        """Cancel the operation, or with None every open operation of the conversation."""
+        refuse_bad_arguments(
+            "cancel",
+            (
+                ("conversation_id", NAME, conversation_id),
+                ("operation_id", or_none(NAME), operation_id),
+                ("reason", TEXT, reason),
+            ),
+        )
         await self.append(
             CancelRequested(**self.stamp(conversation_id), operation_id=operation_id, reason=reason)
         )

@@ -16,7 +16,7 @@ from turnledger.errors import GatewayError, TurnledgerError
 from turnledger.gateway import client as client_module
 from turnledger.gateway.client import EventFactory, GatewayClient, ToolResult
 from turnledger.gateway.event_arguments import AVRO_LONG_MAX, EventArgumentError
-from turnledger.model.events import DispatchRequested, SubmittedBlock, TurnSubmitted
+from turnledger.model.events import CancelRequested, DispatchRequested, SubmittedBlock, TurnSubmitted
 from turnledger.model.graph import ResultStatus
 from turnledger.model.tools import ToolDefinition
 
@@ -294,3 +294,25 @@ async def test_a_dispatch_at_the_edges_of_its_arguments_is_sent(fixed_stamp: Non
         policy={**policy, "stop_sequences": ["a"]},
         settle_within_ms=AVRO_LONG_MAX - 1234,
     )
+
+
+CANCEL_REFUSALS: list[tuple[Call, str]] = [
+    (lambda c: c.cancel(""), f"conversation_id {NON_BLANK}, not ''"),
+    (lambda c: c.cancel("conv-1", ""), f"operation_id {NON_BLANK}, not ''"),
+    (lambda c: c.cancel("conv-1", 5), f"operation_id {NON_BLANK}, not 5"),  # type: ignore[arg-type]
+    (lambda c: c.cancel("conv-1", None, None), "reason must be a string, not None"),  # type: ignore[arg-type]
+    (lambda c: c.cancel("conv-1", "op", 5), "reason must be a string, not 5"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("call", "problem"), CANCEL_REFUSALS)
+async def test_a_cancel_with_a_bad_argument_is_refused_naming_it(call: Call, problem: str) -> None:
+    """Before: an empty operation id was sent (UNKNOWN_OPERATION, where None cancels every open
+    operation), an empty conversation id too; other types raised a pydantic ValidationError."""
+    assert await _refused(call) == f"cancel: nothing sent: {problem}"
+
+
+async def test_a_cancel_of_every_operation_with_an_empty_reason_is_sent(fixed_stamp: None) -> None:
+    assert await _sent(lambda c: c.cancel("conv-1")) == [
+        CancelRequested(**STAMP, operation_id=None, reason="")
+    ]
