@@ -39,6 +39,7 @@ from turnledger.gateway.event_arguments import (
     NAME,
     TEXT,
     Check,
+    each,
     json_object,
     one_of,
     or_none,
@@ -221,6 +222,8 @@ TOOL_RESULTS = sequence_of(
 attempt's, from 1), each call answered once."""
 
 
+INGRESS_EVENT = rule("an ingress event (an IngressEvent)", lambda v: isinstance(v, IngressEvent))
+ITERABLE = rule("an iterable of ingress events", lambda v: isinstance(v, Iterable))
 TOOLS = sequence_of(ToolDefinition, fields={"name": NAME, "input_schema": json_object}, unique="name")
 """The tools offered to the model: each a ToolDefinition, its schema JSON, no name twice (a provider
 refuses two tools of one name)."""
@@ -371,13 +374,18 @@ class GatewayClient(EventFactory):
 
     async def append(self, event: IngressEvent) -> None:
         """Append one event and wait for the broker's acknowledgement (acks=all)."""
+        refuse_bad_arguments("append", (("event", INGRESS_EVENT, event),))
         await self.append_many((event,))
 
     async def append_many(self, events: Iterable[IngressEvent]) -> None:
         """Send in order and wait for all acknowledgements; per-conversation order is kept by the key.
 
-        Every event is checked and encoded before the first is sent: RefusedEventError sends none."""
-        encoded = [(event, encode_for_sending(event, self.limits)) for event in events]
+        Every event is checked and encoded before the first is sent: RefusedEventError (or
+        EventArgumentError, for an item that is no ingress event) sends none."""
+        refuse_bad_arguments("append_many", (("events", ITERABLE, events),))
+        batch = tuple(events)
+        refuse_bad_arguments("append_many", (("events", each(INGRESS_EVENT), batch),))
+        encoded = [(event, encode_for_sending(event, self.limits)) for event in batch]
         action = f"append to {self.topic!r}"
         if self._replacement_pending:
             await self._start_replacement(f"start the replacement ingress producer to {action}")

@@ -86,6 +86,16 @@ def whole_number(low: int, high: int = AVRO_LONG_MAX) -> Check:
     return rule(f"an integer from {low} to {high}", lambda v: type(v) is int and low <= v <= high)
 
 
+def each(check: Check) -> Check:
+    """`check` on every item of a list or tuple, each named by its index."""
+
+    def every(name: str, value: Any) -> Iterator[str]:
+        for index, item in enumerate(value):
+            yield from check(f"{name}[{index}]", item)
+
+    return every
+
+
 def _non_blank(value: Any) -> bool:
     return isinstance(value, str) and value.strip() != ""
 

@@ -316,3 +316,27 @@ async def test_a_cancel_of_every_operation_with_an_empty_reason_is_sent(fixed_st
     assert await _sent(lambda c: c.cancel("conv-1")) == [
         CancelRequested(**STAMP, operation_id=None, reason="")
     ]
+
+
+EVENT = "must be an ingress event (an IngressEvent)"
+APPEND_REFUSALS: list[tuple[Call, str]] = [
+    (
+        lambda c: c.append("event"),
+        f"append: nothing sent: event {EVENT}, not 'event'",
+    ),  # type: ignore[arg-type]
+    (
+        lambda c: c.append_many(5),
+        "append_many: nothing sent: events must be an iterable of ingress events, not 5",
+    ),  # type: ignore[arg-type]
+    (
+        lambda c: c.append_many([c.user_turn("conv-1", "fine"), {"text": "bad"}]),  # type: ignore[list-item]
+        f"append_many: nothing sent: events[1] {EVENT}, not {{'text': 'bad'}}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), APPEND_REFUSALS)
+async def test_appending_what_is_no_ingress_event_is_refused_and_sends_none(call: Call, message: str) -> None:
+    """Before: an AttributeError (`model_dump`) or a TypeError; not even the good event ahead was sent,
+    and that stays so."""
+    assert await _refused(call) == message
