@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -29,6 +29,7 @@ from aiokafka.errors import (
     OutOfOrderSequenceNumber,
     UnknownProducerId,
 )
+from pydantic import ValidationError
 
 from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import UnencodableRecord, encode
@@ -39,10 +40,12 @@ from turnledger.gateway.event_arguments import (
     NAME,
     TEXT,
     Check,
+    EventArgumentError,
     each,
     json_object,
     one_of,
     or_none,
+    pydantic_problem,
     refuse_bad_arguments,
     rule,
     sequence_of,
@@ -78,6 +81,7 @@ from turnledger.streaming.runs import merge_runs
 from turnledger.topology import Topics
 
 log = logging.getLogger(__name__)
+E = TypeVar("E", bound=IngressEvent)
 
 
 def stream_policy(adapter: str) -> dict[str, Any]:
@@ -247,6 +251,13 @@ class EventFactory:
 
     def stamp(self, conversation_id: str) -> dict[str, Any]:
         return {"conversation_id": conversation_id, "event_id": new_event_id(), "occurred_at_ms": now_ms()}
+
+    def build(self, cls: type[E], conversation_id: str, **fields: Any) -> E:
+        """A stamped `cls` of `fields`; fields pydantic refuses are an EventArgumentError naming each."""
+        try:
+            return cls(**self.stamp(conversation_id), **fields)
+        except ValidationError as exc:
+            raise EventArgumentError(cls.__name__, map(pydantic_problem, exc.errors())) from None
 
     def user_turn(
         self,
@@ -531,8 +542,9 @@ class WorkerEvents(EventFactory):
         lease_ms: int = DEFAULT_LEASE_MS,
         replayable: bool = False,
     ) -> DispatchAttempt:
-        event = DispatchAttempt(
-            **self.stamp(conversation_id),
+        event = self.build(
+            DispatchAttempt,
+            conversation_id,
             operation_id=operation_id,
             expected_revision=expected_revision,
             expected_cancel_generation=expected_cancel_generation,
@@ -544,8 +556,8 @@ class WorkerEvents(EventFactory):
         return event
 
     async def sent(self, conversation_id: str, operation_id: str, generation: int) -> DispatchSent:
-        event = DispatchSent(
-            **self.stamp(conversation_id), operation_id=operation_id, attempt_generation=generation
+        event = self.build(
+            DispatchSent, conversation_id, operation_id=operation_id, attempt_generation=generation
         )
         await self.sink.append(event)
         return event
@@ -560,8 +572,9 @@ class WorkerEvents(EventFactory):
         *,
         resumable: bool = False,
     ) -> HandleBound:
-        event = HandleBound(
-            **self.stamp(conversation_id),
+        event = self.build(
+            HandleBound,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             response_handle=handle,
@@ -576,8 +589,9 @@ class WorkerEvents(EventFactory):
     ) -> StreamDeltas:
         """One record of a stream's deltas, consecutive content deltas of a block as one run
         (`streaming/runs.py`): the same deltas in a fraction of the bytes and of the fold's work."""
-        event = StreamDeltas(
-            **self.stamp(conversation_id),
+        event = self.build(
+            StreamDeltas,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             deltas=merge_runs(deltas),
@@ -595,8 +609,9 @@ class WorkerEvents(EventFactory):
         resumable: bool,
         last_delta_sequence: int,
     ) -> StreamEnded:
-        event = StreamEnded(
-            **self.stamp(conversation_id),
+        event = self.build(
+            StreamEnded,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             outcome=outcome,
@@ -607,8 +622,9 @@ class WorkerEvents(EventFactory):
         return event
 
     async def recovered(self, conversation_id: str, operation_id: str, generation: int) -> RecoveryReported:
-        event = RecoveryReported(
-            **self.stamp(conversation_id),
+        event = self.build(
+            RecoveryReported,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             worker_id=self.worker_id,
@@ -619,8 +635,9 @@ class WorkerEvents(EventFactory):
     async def resume_started(
         self, conversation_id: str, operation_id: str, generation: int, handle: str
     ) -> ResumeStarted:
-        event = ResumeStarted(
-            **self.stamp(conversation_id),
+        event = self.build(
+            ResumeStarted,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             response_handle=handle,
@@ -630,8 +647,9 @@ class WorkerEvents(EventFactory):
         return event
 
     async def replay_started(self, conversation_id: str, operation_id: str, generation: int) -> ReplayStarted:
-        event = ReplayStarted(
-            **self.stamp(conversation_id),
+        event = self.build(
+            ReplayStarted,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             worker_id=self.worker_id,
@@ -644,8 +662,9 @@ class WorkerEvents(EventFactory):
     ) -> CancelRequested:
         """The worker abandons the operation: a cancel marked `workerGaveUp`, with why in its reason
         (and `reason_code` on the CANCELLED decision, WORKER_GAVE_UP without one)."""
-        event = CancelRequested(
-            **self.stamp(conversation_id),
+        event = self.build(
+            CancelRequested,
+            conversation_id,
             operation_id=operation_id,
             reason=reason,
             worker_gave_up=True,
@@ -655,8 +674,9 @@ class WorkerEvents(EventFactory):
         return event
 
     async def terminated(self, conversation_id: str, operation_id: str, generation: int) -> AttemptTerminated:
-        event = AttemptTerminated(
-            **self.stamp(conversation_id),
+        event = self.build(
+            AttemptTerminated,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             worker_id=self.worker_id,
@@ -665,8 +685,9 @@ class WorkerEvents(EventFactory):
         return event
 
     async def renew(self, conversation_id: str, operation_id: str, generation: int) -> LeaseRenewed:
-        event = LeaseRenewed(
-            **self.stamp(conversation_id),
+        event = self.build(
+            LeaseRenewed,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             worker_id=self.worker_id,
@@ -675,8 +696,9 @@ class WorkerEvents(EventFactory):
         return event
 
     async def claim_expiry(self, conversation_id: str, operation_id: str, generation: int) -> ExpiryClaimed:
-        event = ExpiryClaimed(
-            **self.stamp(conversation_id),
+        event = self.build(
+            ExpiryClaimed,
+            conversation_id,
             operation_id=operation_id,
             attempt_generation=generation,
             worker_id=self.worker_id,

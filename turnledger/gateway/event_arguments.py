@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from pydantic_core import ErrorDetails
+
 from turnledger.errors import GatewayError
 
 AVRO_LONG_MAX = 2**63 - 1
@@ -59,6 +61,13 @@ def refuse_bad_arguments(method: str, arguments: Iterable[tuple[str, Check, Any]
     problems = [problem for name, check, value in arguments for problem in check(name, value)]
     if problems:
         raise EventArgumentError(method, problems)
+
+
+def pydantic_problem(error: ErrorDetails) -> str:
+    """A field pydantic refused, in its words: for the builders whose arguments have no rules here
+    (the worker's), so that its ValidationError does not escape them."""
+    field = ".".join(str(part) for part in error["loc"])
+    return f"{field}: {error['msg']}, not {shown(error['input'])}"
 
 
 def rule(must_be: str, accepts: Callable[[Any], bool]) -> Check:

@@ -14,9 +14,15 @@ import pytest
 from turnledger.codec import decode
 from turnledger.errors import GatewayError, TurnledgerError
 from turnledger.gateway import client as client_module
-from turnledger.gateway.client import EventFactory, GatewayClient, ToolResult
+from turnledger.gateway.client import EventFactory, GatewayClient, ToolResult, WorkerEvents
 from turnledger.gateway.event_arguments import AVRO_LONG_MAX, EventArgumentError
-from turnledger.model.events import CancelRequested, DispatchRequested, SubmittedBlock, TurnSubmitted
+from turnledger.model.events import (
+    CancelRequested,
+    DispatchRequested,
+    IngressEvent,
+    SubmittedBlock,
+    TurnSubmitted,
+)
 from turnledger.model.graph import ResultStatus
 from turnledger.model.tools import ToolDefinition
 
@@ -340,3 +346,41 @@ async def test_appending_what_is_no_ingress_event_is_refused_and_sends_none(call
     """Before: an AttributeError (`model_dump`) or a TypeError; not even the good event ahead was sent,
     and that stays so."""
     assert await _refused(call) == message
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.events: list[IngressEvent] = []
+
+    async def append(self, event: IngressEvent) -> None:
+        self.events.append(event)
+
+
+WorkerCall = Callable[[WorkerEvents], Awaitable[Any]]
+
+WORKER_REFUSALS: list[tuple[WorkerCall, str]] = [
+    (
+        lambda w: w.sent("conv-1", "op", None),  # type: ignore[arg-type]
+        "DispatchSent: nothing sent: attempt_generation: Input should be a valid integer, not None",
+    ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, "bogus", resumable=False, last_delta_sequence=0),  # type: ignore[arg-type]
+        "StreamEnded: nothing sent: outcome: Input should be 'completed', 'disconnected' or "
+        "'provider_error', not 'bogus'",
+    ),
+    (
+        lambda w: w.give_up("conv-1", 5, "why"),  # type: ignore[arg-type]
+        "CancelRequested: nothing sent: operation_id: Input should be a valid string, not 5",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), WORKER_REFUSALS)
+async def test_a_worker_event_pydantic_refuses_is_an_event_argument_error(
+    call: WorkerCall, message: str
+) -> None:
+    """Before: pydantic's ValidationError escaped the worker-side builders."""
+    sink = _Sink()
+    with pytest.raises(EventArgumentError) as caught:
+        await call(WorkerEvents(sink, "w-1"))
+    assert (str(caught.value), sink.events) == (message, [])
