@@ -26,6 +26,7 @@ from starlette.applications import Starlette
 
 from tests.unit.projections.test_reader import MemoryRedis, block, preview_json, quarantined, rejected
 from turnledger.errors import KafkaUnavailableError
+from turnledger.gateway import client as client_module
 from turnledger.gateway.client import GatewayClient, RefusedEventError
 from turnledger.model.reasons import ReasonCode
 from turnledger.projections.keys import ProjectionKeys
@@ -880,6 +881,43 @@ async def test_an_event_the_client_refuses_is_a_422_with_its_reason() -> None:
         422,
         {"error": "Submitted ev-5 not sent: BLOCK_TOO_LARGE: too big"},
     )
+
+
+class RecordingProducer:
+    """Stands in for the gateway client's AIOKafkaProducer: keeps what is sent, acknowledges at once."""
+
+    def __init__(self, **options: Any) -> None:
+        self.sent: list[bytes] = []
+
+    async def send(self, topic: str, *, value: bytes, key: bytes) -> Any:
+        self.sent.append(value)
+        return asyncio.sleep(0)
+
+
+BLANK = "must be a string that is not empty or blank, not"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        ("%20/turns", {"text": "hi"}, f"user_turn: nothing sent: conversation_id {BLANK} ' '"),
+        ("c1/dispatch", {"operationId": " "}, f"request_dispatch: nothing sent: operation_id {BLANK} ' '"),
+        ("c1/dispatch", {"provider": "\t"}, f"request_dispatch: nothing sent: provider {BLANK} '\\t'"),
+        ("c1/cancel", {"operationId": "  "}, f"cancel: nothing sent: operation_id {BLANK} '  '"),
+    ],
+)
+async def test_a_blank_id_or_name_the_gateway_client_refuses_is_a_400_and_nothing_is_sent(
+    monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, str], error: str
+) -> None:
+    """The bodies refuse an empty string; a blank one (or a blank conversation id in the path) is the
+    gateway client's `EventArgumentError`, a ValueError: 400 too. Before, the ids were sent as given."""
+    monkeypatch.setattr(client_module, "AIOKafkaProducer", RecordingProducer)
+    gateway = GatewayClient("127.0.0.1:1")
+    answer = await post(
+        create_app(StreamRedis(), gateway, ServeConfig()), f"/api/conversations/{path}", json=body
+    )
+    assert (answer.status_code, answer.json()) == (400, {"error": f"bad request: {error}"})
+    assert cast(RecordingProducer, gateway._producer).sent == []
 
 
 async def test_kafka_unreachable_is_a_503_with_its_words() -> None:
