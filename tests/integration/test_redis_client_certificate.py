@@ -239,8 +239,8 @@ def test_history_reads_with_the_certificate_and_exits_2_in_one_line_without(
     required_env: dict[str, str], material: RedisTls
 ) -> None:
     ok = _cli("history", "no-such-conversation", "--json", env=_with_certificate(required_env, material))
-    assert ok.returncode == 0, ok.stderr
-    assert '"conversationId": "no-such-conversation"' in ok.stdout
+    assert (ok.returncode, ok.stdout) == (1, ""), ok.stderr  # read over TLS: the projection answered
+    assert ok.stderr == "conversation 'no-such-conversation' is not in the projection (key prefix 'tl:')\n"
     run = _cli("history", "no-such-conversation", env=required_env)
     assert (run.returncode, run.stdout) == (2, "")
     [line] = run.stderr.splitlines()

@@ -224,8 +224,8 @@ def test_history_over_tls_reads_and_with_a_wrong_password_exits_2_in_one_line(
     tls_env: dict[str, str], wrong_password: Path
 ) -> None:
     ok = _cli("history", "no-such-conversation", "--json", env=tls_env)
-    assert ok.returncode == 0, ok.stderr
-    assert '"conversationId": "no-such-conversation"' in ok.stdout
+    assert (ok.returncode, ok.stdout) == (1, ""), ok.stderr  # read over TLS: the projection answered
+    assert ok.stderr == "conversation 'no-such-conversation' is not in the projection (key prefix 'tl:')\n"
     env = {**tls_env, "REDIS_PASSWORD_FILE": str(wrong_password)}
     run = _cli("history", "no-such-conversation", env=env)
     assert run.returncode == 2 and run.stdout == ""

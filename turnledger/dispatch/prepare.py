@@ -20,6 +20,7 @@ from turnledger.adapters.base import (
 )
 from turnledger.adapters.registry import get_adapter
 from turnledger.dispatch.manifest_blocks import manifest_refs
+from turnledger.dispatch.request_rules import request_refusal
 from turnledger.dispatch.state import ManifestSeal, OperationState
 from turnledger.dispatch.step import Step
 from turnledger.model.events import (
@@ -44,6 +45,10 @@ def on_dispatch_requested(step: Step, event: DispatchRequested) -> None:
             f"operation {event.operation_id} already exists",
             operation_id=event.operation_id,
         )
+        return
+    refusal = request_refusal(event)
+    if refusal is not None:
+        step.reject(ReasonCode.INVALID_EVENT, refusal, operation_id=event.operation_id)
         return
     op = OperationState(operation_id=event.operation_id, state=S.WAITING, request=event)
     prepare(step, op, new=True)

@@ -35,7 +35,6 @@ from turnledger.adapters.profiles import PROFILES, api_of
 from turnledger.codec import UnencodableRecord, encode
 from turnledger.errors import GatewayError, KafkaUnavailableError
 from turnledger.gateway.event_arguments import (
-    AVRO_LONG_MAX,
     FLAG,
     NAME,
     TEXT,
@@ -74,7 +73,7 @@ from turnledger.model.events import (
     TurnSubmitted,
 )
 from turnledger.model.graph import TERMINAL_RESULT_STATUSES, BlockKind, ResultStatus, Role, TrustLabel
-from turnledger.model.limits import DEFAULT_LIMITS, Limits, has_utf8_form, printable, utf8_size
+from turnledger.model.limits import AVRO_LONG_MAX, DEFAULT_LIMITS, Limits, has_utf8_form, printable, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.streaming.runs import merge_runs

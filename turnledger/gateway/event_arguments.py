@@ -24,9 +24,8 @@ from typing import Any
 from pydantic_core import ErrorDetails
 
 from turnledger.errors import GatewayError
+from turnledger.model.limits import AVRO_LONG_MAX
 
-AVRO_LONG_MAX = 2**63 - 1
-"""The largest integer an event's `long` field can carry."""
 JSON_INTEGERS = range(-(2**63), 2**64)
 """The integers canonical JSON (orjson) writes; it refuses any other."""
 PROBLEMS_SHOWN = 5

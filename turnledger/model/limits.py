@@ -30,7 +30,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "has_utf8_form", "printable", "utf8_length", "utf8_size"]
+AVRO_LONG_MAX = 2**63 - 1
+"""The largest value of an Avro `long`: every integer of an event or output record is one."""
+
+__all__ = [
+    "AVRO_LONG_MAX",
+    "DEFAULT_LIMITS",
+    "Limits",
+    "has_utf8_form",
+    "printable",
+    "utf8_length",
+    "utf8_size",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from turnledger.errors import QueryParameterError, RequestBodyError
+from turnledger.model.limits import AVRO_LONG_MAX
 
-AVRO_LONG_MAX = 2**63 - 1
 LISTED_AT_MOST = 1000
 """The most conversations one listing returns, whatever its `limit` asks."""
 LISTED_BY_DEFAULT = 200

@@ -185,3 +185,36 @@ def test_a_closed_batch_refuses_more_records_and_a_second_close() -> None:
         batch.fold(records[2:])
     with pytest.raises(BatchClosedError, match=r"^a batch closed twice$"):
         batch.close()
+
+
+def test_a_request_whose_deadline_is_past_the_avro_long_is_refused_with_its_operation_not_a_failed_fold() -> (
+    None
+):
+    """Its decision's `deadlineAtMs` could not be encoded: the engine raised, and the runtime wrote a
+    FOLD_FAILED with no operation id."""
+    from turnledger.model.events import DispatchRequested
+    from turnledger.model.limits import AVRO_LONG_MAX
+
+    user = _events()[0]
+    request = DispatchRequested(
+        conversation_id="conv-1",
+        event_id="e-late",
+        occurred_at_ms=user.occurred_at_ms + 1,
+        operation_id="op-far",
+        adapter="anthropic-messages@1",
+        provider="anthropic",
+        model_revision="anthropic/claude-sonnet-4@1",
+        max_output_tokens=64,
+        settle_within_ms=AVRO_LONG_MAX,
+    )
+    outputs = BatchEngine().process_batch(_records([user, request]), DictStore())
+    decoded = [decode(o.value) for o in outputs]
+    [rejected] = [r for r in decoded if isinstance(r, Rejected)]
+    assert (rejected.reason, rejected.operation_id, rejected.source_offset) == (
+        ReasonCode.INVALID_EVENT,
+        "op-far",
+        1,
+    )
+    assert rejected.detail == (
+        f"the deadline (occurredAtMs {request.occurred_at_ms} + settleWithinMs) is past {AVRO_LONG_MAX}"
+    )

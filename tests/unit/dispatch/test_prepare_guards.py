@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from turnledger.adapters.admission import Admitted, admit
 from turnledger.adapters.base import DispatchParams
 from turnledger.adapters.registry import get_adapter
 from turnledger.dispatch.state import ManifestSeal
 from turnledger.model.canonical import digest_of
 from turnledger.model.events import DispatchRequested, DispatchState, SubmittedBlock, TurnSubmitted
+from turnledger.model.limits import AVRO_LONG_MAX
 from turnledger.model.reasons import ReasonCode
+from turnledger.model.tools import ToolDefinition
 from turnledger.sequence.builder import sequence_of
 
 from .scenario import (
@@ -251,3 +255,73 @@ def test_an_operation_waiting_for_an_adapter_this_build_no_longer_has_is_refused
     assert _decisions(c, "op-w")[1:] == [
         (S.WAITING, S.REJECTED, False, ReasonCode.UNKNOWN_ADAPTER, "unknown adapter 'retired@9'")
     ]
+
+
+TOOL_A = ToolDefinition(name="a")
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"max_output_tokens": 0}, "maxOutputTokens must be at least 1, not 0"),
+        ({"max_output_tokens": -5}, "maxOutputTokens must be at least 1, not -5"),
+        ({"settle_within_ms": 0}, "settleWithinMs must be at least 1, not 0"),
+        ({"settle_within_ms": -1}, "settleWithinMs must be at least 1, not -1"),
+        (
+            {"settle_within_ms": AVRO_LONG_MAX},
+            f"the deadline (occurredAtMs {{at}} + settleWithinMs) is past {AVRO_LONG_MAX}",
+        ),
+        ({"tools": (ToolDefinition(name=""),)}, "a tool has an empty name"),
+        ({"tools": (TOOL_A, WEATHER, TOOL_A, WEATHER)}, "tool names given twice: ['a', 'get_weather']"),
+    ],
+)
+def test_a_request_no_provider_takes_is_refused_and_makes_no_operation(
+    fields: dict[str, Any], detail: str
+) -> None:
+    """Before, each was PREPARED (a manifest with `"max_tokens":-5`, two tools of one name), settled
+    at once (a deadline already past), or raised encoding its decision (a deadline past the Avro
+    long): a FOLD_FAILED with no operation."""
+    c = Conversation()
+    c.user("hi")
+    state_before = c.state
+    tools = fields.pop("tools", (WEATHER,))
+    c.apply(
+        DispatchRequested(
+            **c._common(),
+            operation_id="op-bad",
+            adapter=ADAPTER,
+            provider="anthropic",
+            model_revision=MODEL,
+            tools=tools,
+            max_output_tokens=fields.pop("max_output_tokens", 256),
+            **fields,
+        )
+    )
+    [rejected] = c.of(Rejected)
+    assert (rejected.operation_id, rejected.reason, rejected.event_type) == (
+        "op-bad",
+        ReasonCode.INVALID_EVENT,
+        "DispatchRequested",
+    )
+    assert rejected.detail == detail.format(at=rejected.occurred_at_ms)
+    assert c.of(DispatchDecision) == [] and c.of(ManifestIssued) == []
+    assert c.state.operations == state_before.operations
+
+
+def test_a_request_at_each_bound_is_prepared() -> None:
+    c = Conversation()
+    c.user("hi")
+    common = c._common()
+    request = DispatchRequested(
+        **common,
+        operation_id="op-edge",
+        adapter=ADAPTER,
+        provider="anthropic",
+        model_revision=MODEL,
+        max_output_tokens=1,
+        settle_within_ms=AVRO_LONG_MAX - common["occurred_at_ms"],
+    )
+    c.apply(request)
+    [decision] = c.of(DispatchDecision)
+    assert (decision.state, decision.deadline_at_ms) == (S.PREPARED, AVRO_LONG_MAX)
+    assert c.of(Rejected) == []

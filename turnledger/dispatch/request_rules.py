@@ -1,0 +1,58 @@
+"""What a DispatchRequested must hold before the fold makes an operation of it: one row per rule.
+
+The gateway client refuses these before sending (`gateway/event_arguments.py`), but any producer
+can write the ingress topic. Without them the fold PREPAREd requests every provider refuses (an
+output budget of 0 or below, a tool without a name, two tools of one name), settled at once ones
+whose deadline had passed before they were made (a `settleWithinMs` of 0 or below), and one whose
+deadline is past the largest Avro long raised when its decision was encoded: a FOLD_FAILED with no
+operation. Each is now refused (INVALID_EVENT, the rule's detail) and no operation is made.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from turnledger.model.events import DispatchRequested
+from turnledger.model.limits import AVRO_LONG_MAX
+
+Rule = Callable[[DispatchRequested], str | None]
+"""The detail of the request's refusal, or None when it keeps the rule."""
+
+
+def _output_budget(request: DispatchRequested) -> str | None:
+    if request.max_output_tokens >= 1:
+        return None
+    return f"maxOutputTokens must be at least 1, not {request.max_output_tokens}"
+
+
+def _settle_within(request: DispatchRequested) -> str | None:
+    within = request.settle_within_ms
+    if within is None or within >= 1:
+        return None
+    return f"settleWithinMs must be at least 1, not {within}"
+
+
+def _deadline(request: DispatchRequested) -> str | None:
+    if request.deadline_at_ms <= AVRO_LONG_MAX:
+        return None
+    return f"the deadline (occurredAtMs {request.occurred_at_ms} + settleWithinMs) is past {AVRO_LONG_MAX}"
+
+
+def _tool_names(request: DispatchRequested) -> str | None:
+    if any(not tool.name for tool in request.tools):
+        return "a tool has an empty name"
+    twice = sorted(name for name, n in Counter(tool.name for tool in request.tools).items() if n > 1)
+    return f"tool names given twice: {twice}" if twice else None
+
+
+RULES: tuple[Rule, ...] = (_output_budget, _settle_within, _deadline, _tool_names)
+
+
+def request_refusal(request: DispatchRequested) -> str | None:
+    """The detail of the first rule the request breaks, or None."""
+    for rule in RULES:
+        detail = rule(request)
+        if detail is not None:
+            return detail
+    return None
