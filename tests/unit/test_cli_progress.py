@@ -114,3 +114,38 @@ def test_the_handler_is_put_back_when_the_work_under_the_bars_fails(root: loggin
         assert [type(h) for h in ours(root.handlers)] == [PrintedOnConsole]
         raise RuntimeError("broker gone")
     assert ours(root.handlers) == [handler]
+
+
+def test_a_record_is_printed_as_formatted_whatever_the_console_reads_in_text(root: logging.Logger) -> None:
+    """The commands' consoles read no markup, but the line is the handler's on any console: no markup,
+    emoji code or highlighting of rich's defaults is read in it."""
+    written = StringIO()
+    console = Console(file=written, force_terminal=True, width=100)
+    root.addHandler(stream_handler(console.file))
+    message = "[bold]kept[/bold] :smile: at 10.0.0.1:9092 'a' True"
+    logged_during_bars(console, (logging.INFO, message))
+    assert f"\x1b[2KINFO turnledger.test: {message}\n" in written.getvalue()
+
+
+def test_a_record_that_does_not_format_is_reported_as_logging_reports_it(root: logging.Logger) -> None:
+    console, written = console_on(True)
+    handler = stream_handler(console.file)
+    handler.setFormatter(logging.Formatter("%(message)s of %(offsets)d offsets"))
+    root.addHandler(handler)
+    logged_during_bars(console, (logging.INFO, "caught up"))
+    lines = seen(written).splitlines()
+    assert lines.count("--- Logging error ---") == 1
+    assert "ValueError: Formatting field not found in record: 'offsets'" in lines
+    assert lines[lines.index("Message: 'caught up'") + 1] == "Arguments: ()"
+
+
+def test_the_handler_is_back_once_the_bars_stop_and_stopping_again_changes_nothing(
+    root: logging.Logger,
+) -> None:
+    console, _ = console_on(True)
+    handler = stream_handler(console.file)
+    root.addHandler(handler)
+    with bars(console) as progress:
+        progress.stop()
+        assert ours(root.handlers) == [handler]
+    assert ours(root.handlers) == [handler]

@@ -19,13 +19,14 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
+from pydantic import StrictBool
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 
 from tests.unit.projections.test_reader import MemoryRedis, block, preview_json, quarantined, rejected
-from turnledger.errors import KafkaUnavailableError
+from turnledger.errors import KafkaUnavailableError, RequestBodyError
 from turnledger.gateway import client as client_module
 from turnledger.gateway.client import GatewayClient, RefusedEventError
 from turnledger.model.reasons import ReasonCode
@@ -41,6 +42,7 @@ from turnledger.serve.app import (
     create_app,
     sse_frame,
 )
+from turnledger.serve.bodies import Body, Name, read_body
 
 Entry = tuple[bytes, dict[bytes, bytes]]
 
@@ -240,7 +242,7 @@ async def test_the_listing_is_newest_first_with_revision_and_turns() -> None:
     assert redis.calls == ["get", "zrevrange", "hgetall", "hgetall", "hgetall"]
 
 
-@pytest.mark.parametrize(("given", "last"), [("2", 1), ("1000", 999), ("5000", 999)])
+@pytest.mark.parametrize(("given", "last"), [("1", 0), ("2", 1), ("1000", 999), ("5000", 999)])
 async def test_the_listing_reads_limit_rows_and_at_most_1000(given: str, last: int) -> None:
     redis = StreamRedis()
     for n in range(3):
@@ -260,6 +262,7 @@ async def test_the_listing_reads_limit_rows_and_at_most_1000(given: str, last: i
         ("1.5", "'1.5'"),
         ("", "''"),
         ("٣", "'٣'"),
+        ("x" * 40, "'" + "x" * 40 + "'"),
         ("x" * 50, "'" + "x" * 40 + "…'"),
     ],
 )
@@ -708,6 +711,11 @@ NOT_BLANK = "must be a string with a character that is not blank"
         ("turns", {"text": "x", "expectedRevision": "3"}, "'expectedRevision' must be an integer, not \"3\""),
         ("turns", {"text": "x", "expectedRevision": 3.0}, "'expectedRevision' must be an integer, not 3.0"),
         ("turns", {"text": "x", "expectedRevision": True}, "'expectedRevision' must be an integer, not true"),
+        (
+            "turns",
+            {"text": "x", "expectedRevision": "9" * 38},
+            f"'expectedRevision' must be an integer, not \"{'9' * 38}\"",  # 40 characters: shown whole
+        ),
         ("turns", {"text": "x", "expectedRevision": -1}, "'expectedRevision' must be at least 0, not -1"),
         (
             "turns",
@@ -799,6 +807,22 @@ async def test_a_body_that_is_no_json_object_is_a_400(content: bytes, error: str
         )
         assert (answer.status_code, answer.json()) == (400, {"error": error})
     assert gateway.calls == []
+
+
+class Flags(Body):
+    """A body of fields no endpoint's body has (a boolean, a list): `read_body` words the refusal of any
+    body, not only of the three it is given today."""
+
+    dry_run: StrictBool = False
+    tags: list[Name] = []
+
+
+def test_a_refusal_the_table_does_not_word_is_in_pydantics_words_at_the_fields_whole_place() -> None:
+    with pytest.raises(RequestBodyError) as caught:
+        read_body(Flags, b'{"dryRun": 1, "tags": ["a", ""]}')
+    assert str(caught.value) == (
+        "'dryRun' Input should be a valid boolean, not 1; 'tags.1' must be a non-empty string, not \"\""
+    )
 
 
 async def test_a_dispatch_takes_the_configured_defaults_for_what_the_body_leaves_out_or_nulls() -> None:
