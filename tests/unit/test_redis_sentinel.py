@@ -20,6 +20,7 @@ from redis.asyncio.sentinel import (
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from tests.unit.fake_sentinel import NOAUTH_HELLO
 from tests.unit.tls_servers import HOST, closed_port
 from turnledger.errors import RedisSentinelUnavailableError, RedisSettingsError, RedisUnavailableError
 from turnledger.redisconn.client import connect, redis_client
@@ -310,10 +311,40 @@ def test_what_the_sentinels_answered_is_cut_to_a_bound() -> None:
         ("<a.Connection(orig_host_address=h,port=1)> - E", " - E"),
         ("<Connection(host=::1,port=7)>, <Connection(host=s2,port=8)>", "[::1]:7, s2:8"),
         ("a < b", "a < b"),
+        ("Redis<ConnectionPool<Connection<host=s9,port=7,db=0>>> - E", "s9:7 - E"),  # redis-py 3
+        ("Sentinel<sentinels=[s1:1]>: E", ": E"),
+        ("<<class 'redis.asyncio.sentinel.Sentinel'>.Sentinel(sentinels=[s1:1])>: E", ": E"),
+        ("<redis.asyncio.cluster.RedisCluster object at 0x7f71732d2c30>: E", ": E"),
+        ("HELLO <proto> AUTH <user> <pass> option", "HELLO <proto> AUTH <user> <pass> option"),
+        ("AUTH <password> called", "AUTH <password> called"),
+        ("a<b> and x < y > z", "a<b> and x < y > z"),
+        ("<Connection(host=s1,port=1)> <unclosed", "s1:1 <unclosed"),
+        ("9Redis<host=s1,port=2>", "9Redis<host=s1,port=2>"),  # a name starts a word
+        ("<with (parens) inside> <a.B(c)>", "<with (parens) inside> "),
     ],
 )
-def test_a_client_s_repr_becomes_the_address_it_names(text: str, named: str) -> None:
+def test_a_client_s_repr_becomes_the_address_it_names_and_other_angle_brackets_stay(
+    text: str, named: str
+) -> None:
     assert without_client_reprs(text) == named
+
+
+def test_redis_s_own_words_in_angle_brackets_survive_beside_real_client_reprs() -> None:
+    """A sentinel that wants a login refuses redis-py's `HELLO 3` in words with `<proto>`, `<user>` and
+    `<pass>`: what it said is kept whole, and each real client repr (redis-py's own, with its nested
+    `<REDACTED>`, `<... object at 0x...>`) becomes its address."""
+    client = redis_client("redis+sentinel://s1:26380,[::1]:26381/mymaster/2")
+    first, second = client.connection_pool.sentinel_manager.sentinels
+    refused = AuthenticationError(NOAUTH_HELLO.removeprefix("NOAUTH "))
+    text = f"No master found for 'mymaster' : {first} - {refused!r}: {refused}, {second} - {refused!r}"
+    assert len(repr(first)) > 1000 and "<REDACTED>" in repr(first) and " object at 0x" in repr(first)
+    kept = without_client_reprs(text)
+    assert kept == (
+        f"No master found for 'mymaster' : s1:26380 - {refused!r}: {refused}, [::1]:26381 - {refused!r}"
+    )
+    assert "the HELLO <proto> AUTH <user> <pass> option" in kept
+    failure = classify(MasterNotFoundError(text), client)
+    assert "the HELLO <proto> AUTH <user> <pass> option" in str(failure)
 
 
 @pytest.mark.parametrize("url", ["redis://cache:6379/0", "redis+cluster://n1:7000"])

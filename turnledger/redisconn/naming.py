@@ -13,6 +13,8 @@ from turnledger.redisconn.cluster import RedisClient, connection_kwargs, seed_no
 
 _REPR_ADDRESS = re.compile(r"\bhost=([^,()<>]+),port=(\d+)")
 """Where a redis-py connection's repr names its address."""
+_NAME = re.compile(r"[A-Za-z_][\w.]*")
+_NAME_PART = re.compile(r"[\w.]")
 
 
 def is_tls(client: RedisClient) -> bool:
@@ -48,26 +50,55 @@ def sentinel_addresses(pool: SentinelConnectionPool) -> list[str]:
     return [_address(node.connection_pool.connection_kwargs) for node in pool.sentinel_manager.sentinels]
 
 
+_CLIENT_REPRS = (
+    re.compile(r"<(?:<class '[\w.]+'>\.)?[A-Za-z_][\w.]*\(.*\)>", re.DOTALL),
+    re.compile(r"[A-Za-z_][\w.]*<.*=.*>", re.DOTALL),
+    re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>"),
+)
+"""The shapes of a redis-py object's repr, whole: redis-py 4 on's `<redis.asyncio.client.Redis(<...
+ConnectionPool(<...Connection(host=s1,port=26379,...)>)>)>` (an async `Sentinel`'s
+`<<class '...'>.Sentinel(sentinels=[...])>`), redis-py 3's `Redis<ConnectionPool<Connection<host=s1,
+port=26379,db=0>>>` and `Sentinel<sentinels=[...]>`, and Python's default `<... object at 0x...>`."""
+
+
 def without_client_reprs(text: str) -> str:
-    """`text` with each object's repr in it replaced by the HOST:PORT the repr names, or dropped when it
-    names none. redis-py names each sentinel it could not ask for the primary (`MasterNotFoundError`)
-    by its client's repr, `<redis.asyncio.client.Redis(<...ConnectionPool(<...Connection(...,host=s1,
-    port=26379,...)>)>)>`: some 1.5 KB a sentinel, every setting of its connections."""
+    """`text` with each redis-py client's, pool's or connection's repr in it (`_CLIENT_REPRS`) replaced
+    by the HOST:PORT the repr names, or dropped when it names none; any other text in angle brackets
+    is kept (Redis's own words: `HELLO <proto> AUTH <user> <pass>`). redis-py names each sentinel it
+    could not ask for the primary (`MasterNotFoundError`) by its client's repr: some 1.5 KB a sentinel,
+    every setting of its connections."""
     kept: list[str] = []
-    depth = start = 0
-    for at, char in enumerate(text):
-        if char == "<":
-            start = at if depth == 0 else start
-            depth += 1
-        elif char == ">" and depth:
-            depth -= 1
-            if depth == 0:
-                named = _REPR_ADDRESS.search(text, start, at)
-                kept.append(_address({"host": named[1], "port": named[2]}) if named else "")
-        elif depth == 0:
-            kept.append(char)
-    unclosed = text[start:] if depth else ""  # a "<" that starts no repr is text
-    return "".join(kept) + unclosed
+    at = 0
+    while at < len(text):
+        end = _client_repr_end(text, at)
+        if end is None:
+            kept.append(text[at])
+            at += 1
+            continue
+        named = _REPR_ADDRESS.search(text, at, end)
+        kept.append(_address({"host": named[1], "port": named[2]}) if named else "")
+        at = end
+    return "".join(kept)
+
+
+def _client_repr_end(text: str, start: int) -> int | None:
+    """Where the client repr that starts at `start` ends (past its `>`); None when none starts there: a
+    `<` and its matching `>` around no repr's shape, a `<` never closed, or a name not before a `<`."""
+    opening = start
+    if text[start] != "<":
+        named = _NAME.match(text, start)
+        if named is None or (start and _NAME_PART.fullmatch(text[start - 1])):
+            return None
+        opening = named.end()
+        if text[opening : opening + 1] != "<":
+            return None
+    depth = 0
+    for at in range(opening, len(text)):
+        depth += {"<": 1, ">": -1}.get(text[at], 0)
+        if depth == 0:
+            whole = text[start : at + 1]
+            return at + 1 if any(shape.fullmatch(whole) for shape in _CLIENT_REPRS) else None
+    return None
 
 
 def _address(kwargs: dict[str, object]) -> str:
