@@ -17,7 +17,7 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        SessionTimeoutRefusedError (kafka/group_member): a broker
     │                                        refused a consumer group's --session-timeout-ms
     ├── RedisAccessError                     Redis answered but refused our login, or TLS failed
-    │   └── RedisSentinelAccessError         sentinels refused our login, or none monitors the service
+    │   └── RedisSentinelAccessError         a sentinel refused us or is none, or none monitors the service
     ├── RedisSettingsError                   REDIS_URL and the REDIS_* variables do not make one setting
     ├── MissingTopicError                    a topic the command needs does not exist
     ├── CanonicalJsonError        (model)    a value that has no canonical JSON
@@ -232,9 +232,10 @@ class RedisAccessError(TurnledgerError):
 
 
 class RedisSentinelAccessError(RedisAccessError):
-    """The sentinels answered, and waiting will not make them name a primary for `service`: they refused
-    our login (or our TLS), or none of them monitors it (`redisconn.sentinel_probe`). `answers` says what
-    each sentinel said, by HOST:PORT; `cause` is the first refusal's error."""
+    """The sentinels answered, and waiting will not make them name a primary for `service`: one refused
+    us (our login, SENTINEL to our user, our TLS, or the protocol we speak), or is a Redis and no
+    sentinel, or none of them monitors it (`redisconn.sentinel_probe`). `answers` says what each sentinel
+    said, by HOST:PORT; `cause` is the first refusal's error."""
 
     def __init__(
         self, url: str, service: str, answers: Sequence[str], cause: BaseException, fix: str

@@ -2,13 +2,20 @@
 and for `redisconn.sentinel_probe`, with the logins a real one answers with `requirepass` in its
 sentinel.conf: `-NOAUTH` to a command before a login, `-WRONGPASS` to a wrong password, Redis's `-ERR AUTH
 <password> called without any password configured ...` to a password it has none for; and `SENTINEL
-MASTERS`, `SENTINEL GET-MASTER-ADDR-BY-NAME` for the services it monitors."""
+MASTERS`, `SENTINEL GET-MASTER-ADDR-BY-NAME` for the services it monitors.
+
+It may also stand for what is no sentinel, or one that will not serve us: a plain Redis (`-ERR unknown
+command 'SENTINEL' ...`, as a redis-server out of sentinel mode answers), a sentinel whose user may not run
+SENTINEL commands (`-NOPERM`), and, to a TLS ClientHello, which is no command, a plaintext port that
+closes the connection, one that waits for the rest of the line, or one that answers Redis's protocol
+error and closes (`on_tls`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 NOAUTH = "NOAUTH Authentication required."
 NOAUTH_HELLO = (
@@ -17,6 +24,8 @@ NOAUTH_HELLO = (
     "the same time"
 )
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
+PROTOCOL_ERROR = "ERR Protocol error: unbalanced quotes in request"
+NOPERM = "NOPERM User default has no permissions to run the '{}' command"
 NO_PASSWORD_SET = (
     "ERR AUTH <password> called without any password configured for the default user. Are you sure "
     "your configuration is correct?"
@@ -26,19 +35,29 @@ NO_PASSWORD_SET = (
 @dataclass
 class FakeSentinel:
     """`password`: its `requirepass` (None: none); `monitors`: service -> the primary's address; `down`:
-    the services whose primary it sees down (`s_down,o_down`); `commands`: what it was sent, in order."""
+    the services whose primary it sees down (`s_down,o_down`); `sentinel`: False for a plain Redis, to
+    which SENTINEL is an unknown command; `may_ask`: False when its default user may not run SENTINEL
+    commands; `on_tls`: what it does with bytes that are no command: "close", "wait" (for more) or
+    "error" (answer `PROTOCOL_ERROR`, then close);
+    `commands`: what it was sent, in order."""
 
     password: str | None = None
     monitors: dict[str, tuple[str, int]] = field(default_factory=dict)
     down: frozenset[str] = frozenset()
+    sentinel: bool = True
+    may_ask: bool = True
+    on_tls: Literal["close", "wait", "error"] = "close"
     commands: list[list[str]] = field(default_factory=list)
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = _Session(logged_in=self.password is None)
         try:
-            while (command := await _read_command(reader)) is not None:
+            while (command := await _read_command(reader, self.on_tls)) is not None:
                 self.commands.append(command)
                 writer.write(self._reply(session, command))
+                await writer.drain()
+            if self.on_tls == "error" and not reader.at_eof():
+                writer.write(_error(PROTOCOL_ERROR))
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # a client that leaves its connection open until the test's loop ends
@@ -68,13 +87,17 @@ class FakeSentinel:
             return b"+PONG\r\n"
         if name == "CLIENT":
             return b"+OK\r\n"
+        if name == "SENTINEL" and not self.sentinel:
+            return _unknown(command)
+        if name == "SENTINEL" and not self.may_ask:
+            return _error(NOPERM.format("|".join(command[:2]).lower()))
         if words[:2] == ["SENTINEL", "GET-MASTER-ADDR-BY-NAME"] and len(command) == 3:
             address = self.monitors.get(command[2])
             return session.null() if address is None else _array([address[0], str(address[1])])
         if words[:2] == ["SENTINEL", "MASTERS"]:
             states = [session.map(self._state(service, *at)) for service, at in self.monitors.items()]
             return f"*{len(states)}\r\n".encode() + b"".join(states)
-        return _error(f"ERR unknown command '{command[0] if command else ''}'")
+        return _unknown(command)
 
     def _auth(self, session: _Session, given: str, *, single: bool) -> bytes:
         if self.password is None:
@@ -117,9 +140,21 @@ def _error(text: str) -> bytes:
     return f"-{text}\r\n".encode()
 
 
-async def _read_command(reader: asyncio.StreamReader) -> list[str] | None:
-    """One command, a RESP array or inline; None at the client's close."""
-    line = await reader.readline()
+def _unknown(command: list[str]) -> bytes:
+    """Redis's words for a command it does not have."""
+    args = "".join(f"'{arg}' " for arg in command[1:])
+    return _error(f"ERR unknown command '{command[0] if command else ''}', with args beginning with: {args}")
+
+
+async def _read_command(reader: asyncio.StreamReader, on_tls: str) -> list[str] | None:
+    """One command, a RESP array or inline; None at the client's close, or at bytes that are no command
+    (a TLS ClientHello): at once, or with `on_tls` "wait" once the client closes."""
+    first = await reader.read(1)
+    if first and not 0x20 <= first[0] < 0x7F:
+        if on_tls == "wait":
+            await reader.read()
+        return None
+    line = first + await reader.readline()
     if not line:
         return None
     if not line.startswith(b"*"):

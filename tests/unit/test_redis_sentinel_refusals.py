@@ -8,20 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from tests.unit.fake_sentinel import NOAUTH, NOAUTH_HELLO, FakeSentinel
-from tests.unit.tls_servers import HOST, FakeTlsPort, closed_port, server_context, serving
+from tests.unit.tls_servers import CERT, HOST, KEY, TLS, FakeTlsPort, closed_port, server_context, serving
 from turnledger.errors import RedisSentinelAccessError, RedisSentinelUnavailableError
-from turnledger.redisconn import sentinel_probe
+from turnledger.redisconn import probe, sentinel_probe
 from turnledger.redisconn.client import connect, diagnose, redis_client
-from turnledger.redisconn.refusals import CHECK_CERTIFICATE
+from turnledger.redisconn.refusals import (
+    CHECK_CERTIFICATE,
+    CHECK_CLIENT_CERTIFICATE,
+    CHECK_NO_CLIENT_CERTIFICATE,
+    CHECK_TLS,
+)
 from turnledger.redisconn.sentinel_probe import Answer, Said, ask, judge
 
 SERVICE = "mymaster"
@@ -176,9 +184,11 @@ async def test_a_refusing_sentinel_ends_the_start_of_a_service_that_waits_out_ou
             await asyncio.wait_for(diagnose(f"redis+sentinel://{HOST}:{port}/{SERVICE}"), GUARD_S)
 
 
-async def test_a_silent_sentinel_is_asked_for_at_most_probe_timeout_s(
+async def test_a_silent_sentinel_is_asked_for_at_most_twice_probe_timeout_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Once in our protocol, once more in the other (`looked_again`: a TLS handshake it never answers),
+    each for `PROBE_TIMEOUT_S`, not for `probe.PROBE_TIMEOUT_S` (3 s)."""
     monkeypatch.setattr(sentinel_probe, "PROBE_TIMEOUT_S", 0.3)
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -192,7 +202,7 @@ async def test_a_silent_sentinel_is_asked_for_at_most_probe_timeout_s(
         answer = await asyncio.wait_for(ask(sentinel, f"{HOST}:{port}", SERVICE), GUARD_S)
         took = time.monotonic() - began
     assert answer == Answer(f"{HOST}:{port}", Said.NOTHING, f"{HOST}:{port} did not answer within 0.3s")
-    assert 0.3 <= took < 2.0
+    assert 0.6 <= took < 2.0
 
 
 def test_a_client_without_sentinels_has_no_sentinel_refusal() -> None:
@@ -262,3 +272,171 @@ async def test_turnledger_project_ends_at_once_with_exit_2_where_it_waited_for_e
     )
     assert last.endswith(f"). {LOGIN_FIX}")
     assert "Traceback" not in stderr.decode()
+
+
+# --- what is no sentinel, or will not serve us: refusals too ---------------------------------------------
+
+NOT_SENTINEL_FIX = (
+    "A redis+sentinel:// URL names sentinels (their port, 26379 by default), not Redis nodes: put the "
+    "sentinels' HOST:PORT in REDIS_URL, or name this Redis itself with redis:// (rediss:// for TLS)."
+)
+PERMISSIONS_FIX = (
+    "The sentinels' default user (the one REDIS_SENTINEL_PASSWORD_FILE's password logs in as) may not run "
+    "the SENTINEL commands turnledger asks: allow it `+sentinel|masters +sentinel|get-master-addr-by-name` "
+    "(or `+@all`) in each sentinel's ACL (`user default ...` in sentinel.conf, or ACL SETUSER)."
+)
+PLAINTEXT_PORT_FIX = (
+    "This sentinel's port speaks plaintext, not TLS: rediss+sentinel:// speaks TLS to the sentinels and the "
+    "nodes alike; use redis+sentinel:// in REDIS_URL for sentinels without TLS, or their TLS port."
+)
+TLS_PORT_FIX = (
+    "This sentinel's port speaks TLS: use rediss+sentinel:// in REDIS_URL (with REDIS_SSL_CA_FILE for a "
+    "private CA), or the sentinels' plaintext port."
+)
+
+
+def said_of(failure: RedisSentinelAccessError, url: str) -> tuple[str, str]:
+    """What the one sentinel said, and the fix, of a refusal's whole message (checked to be the
+    message's shape)."""
+    head = f"Redis at '{url}': no sentinel named a primary for 'mymaster': "
+    [said] = failure.answers
+    message = str(failure)
+    assert message.startswith(head + said + ". ")
+    return said, message[len(head + said + ". ") :]
+
+
+async def test_a_plain_redis_named_as_a_sentinel_is_a_refusal() -> None:
+    """A redis-server out of sentinel mode has no SENTINEL command: the URL names the wrong port."""
+    fake = FakeSentinel(sentinel=False, monitors={SERVICE: (HOST, 6379)})
+    async with serving(fake) as port:
+        url = f"redis+sentinel://{HOST}:{port}/mymaster/0"
+        failure = await refusal(url)
+    assert said_of(failure, url) == (
+        f"{HOST}:{port} is a Redis, not a sentinel (ResponseError: unknown command 'SENTINEL', with args "
+        "beginning with: 'GET-MASTER-ADDR-BY-NAME' 'mymaster' )",
+        NOT_SENTINEL_FIX,
+    )
+    assert (failure.retriable, type(failure.cause).__name__) == (False, "ResponseError")
+
+
+@pytest.mark.parametrize("reply", ["unknown command 'SENTINEL', with", "unknown command `SENTINEL`, with"])
+def test_both_spellings_of_an_unknown_sentinel_command_are_no_sentinel(reply: str) -> None:
+    """Redis 6.2 on quotes the command, older Redis put it in backticks."""
+    client = redis_client("redis+sentinel://s1:26379/mymaster")
+    [sentinel] = client.connection_pool.sentinel_manager.sentinels
+    answer = sentinel_probe.refused(sentinel, "s1:26379", ResponseError(reply))
+    assert (answer.said, answer.fix) == (Said.REFUSED, NOT_SENTINEL_FIX)
+    other = sentinel_probe.refused(sentinel, "s1:26379", ResponseError("unknown command 'MASTERS', with"))
+    assert other.said is Said.NOTHING
+
+
+@pytest.mark.parametrize("password", [False, True], ids=["no password", "a password"])
+async def test_a_sentinel_whose_user_may_not_run_sentinel_commands_is_a_refusal(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, password: bool
+) -> None:
+    """`-NOPERM`: its ACL takes our login but not SENTINEL; redis-py's NoPermissionError."""
+    if password:
+        (tmp_path / "sentinel.password").write_text(SENTINEL_PASSWORD)
+        clean_env.setenv("REDIS_SENTINEL_PASSWORD_FILE", str(tmp_path / "sentinel.password"))
+    fake = FakeSentinel(
+        password=SENTINEL_PASSWORD if password else None, monitors={SERVICE: (HOST, 6379)}, may_ask=False
+    )
+    async with serving(fake) as port:
+        url = f"redis+sentinel://{HOST}:{port}/mymaster/0"
+        failure = await refusal(url)
+    login = "with the password of REDIS_SENTINEL_PASSWORD_FILE" if password else "without a password"
+    assert said_of(failure, url) == (
+        f"{HOST}:{port} took our login {login} but may not let it run SENTINEL (NoPermissionError: User "
+        "default has no permissions to run the 'sentinel|get-master-addr-by-name' command)",
+        PERMISSIONS_FIX,
+    )
+    assert SENTINEL_PASSWORD not in str(failure)
+
+
+@pytest.mark.parametrize("on_tls", ["close", "wait"])
+async def test_tls_spoken_to_a_plaintext_sentinel_is_a_refusal(
+    monkeypatch: pytest.MonkeyPatch, on_tls: Literal["close", "wait"]
+) -> None:
+    """A ClientHello is no command: the sentinel closes, or waits for the rest of the line (the connect
+    timeout). Either is no refusal from inside the connection; a plaintext PING answered is."""
+    monkeypatch.setattr(sentinel_probe, "PROBE_TIMEOUT_S", 0.5)
+    fake = FakeSentinel(monitors={SERVICE: (HOST, 6379)}, on_tls=on_tls)
+    async with serving(fake) as port:
+        url = f"rediss+sentinel://{HOST}:{port}/mymaster/0"
+        failure = await refusal(f"{url}?socket_connect_timeout=0.5")
+    said, fix = said_of(failure, url)
+    happened = {
+        "close": f"ConnectionError: Error connecting to {HOST}:{port}",
+        "wait": "no answer within 0.5s",
+    }
+    assert said == f"{HOST}:{port} speaks plaintext, not TLS (in TLS: {happened[on_tls]})"
+    assert fix == PLAINTEXT_PORT_FIX
+    assert ["PING"] in fake.commands
+
+
+async def test_tls_answered_with_redis_s_protocol_error_is_a_failed_handshake() -> None:
+    """Its `-ERR` read as a TLS record: the TLS rule of the refusal table (`refusals.CHECK_TLS`)."""
+    fake = FakeSentinel(monitors={SERVICE: (HOST, 6379)}, on_tls="error")
+    async with serving(fake) as port:
+        url = f"rediss+sentinel://{HOST}:{port}/mymaster/0"
+        failure = await refusal(url)
+    said, fix = said_of(failure, url)
+    assert said.startswith(f"{HOST}:{port} failed the TLS handshake (ConnectionError: ")
+    assert "WRONG_VERSION_NUMBER" in said or "RECORD_LAYER_FAILURE" in said
+    assert fix == CHECK_TLS
+    assert isinstance(failure.cause, ssl.SSLError)
+
+
+async def test_plaintext_spoken_to_a_tls_sentinel_is_a_refusal() -> None:
+    """The TLS port takes our RESP for a broken handshake and closes; a handshake completes."""
+    async with serving(FakeTlsPort(server_context())) as port:
+        url = f"redis+sentinel://{HOST}:{port}/mymaster/0"
+        failure = await refusal(url)
+    assert said_of(failure, url) == (
+        f"{HOST}:{port} speaks TLS, not plaintext (in plaintext: ConnectionError: Connection closed by "
+        "server)",
+        TLS_PORT_FIX,
+    )
+
+
+@pytest.mark.parametrize("lost", [0, 2], ids=["read", "lost to a reset"])
+async def test_a_sentinel_that_refuses_our_client_certificate_is_a_refusal(
+    monkeypatch: pytest.MonkeyPatch, lost: int
+) -> None:
+    """Its alert read by the probe, or lost to a reset by redis-py's handshake and the probe's (then a
+    handshake that only reads finds it, `probe.certificate_refusal`)."""
+    monkeypatch.setattr(probe, "ALERT_WAIT_S", 0.5)
+    tls = FakeTlsPort(server_context(trusted=str(TLS / "ca.pem"), require=True), lose_alerts=lost)
+    async with serving(tls) as port:
+        url = f"rediss+sentinel://{HOST}:{port}/mymaster/0"
+        failure = await refusal(f"{url}?ssl_cert_reqs=none")
+    said, fix = said_of(failure, url)
+    assert said.startswith(f"{HOST}:{port} refused our client certificate (")
+    assert "TLSV13_ALERT_CERTIFICATE_REQUIRED" in said
+    assert fix == CHECK_NO_CLIENT_CERTIFICATE
+    assert isinstance(failure.cause, ssl.SSLError)
+    assert failure.cause.reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED"
+    assert tls.failures[:lost] == ["PEER_DID_NOT_RETURN_A_CERTIFICATE"] * lost
+
+
+async def test_a_refused_client_certificate_names_the_one_given(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("REDIS_SSL_CERT_FILE", CERT)
+    clean_env.setenv("REDIS_SSL_KEY_FILE", KEY)
+    async with serving(FakeTlsPort(server_context(trusted=None, require=True))) as port:
+        url = f"rediss+sentinel://{HOST}:{port}/mymaster/0"
+        failure = await refusal(f"{url}?ssl_cert_reqs=none")
+    said, fix = said_of(failure, url)
+    assert "TLSV1_ALERT_UNKNOWN_CA" in said and fix == CHECK_CLIENT_CERTIFICATE
+
+
+async def test_a_sentinel_that_is_down_is_asked_again_in_no_time() -> None:
+    """Nothing listens: the other protocol and the alert are asked of a closed port, which refuses at
+    once; the outage stays one."""
+    down = await closed_port()
+    for scheme in ("redis", "rediss"):
+        began = time.monotonic()
+        with pytest.raises(RedisSentinelUnavailableError):
+            await asyncio.wait_for(connect(f"{scheme}+sentinel://{HOST}:{down}/{SERVICE}"), GUARD_S)
+        assert time.monotonic() - began < 2.0
