@@ -8,14 +8,20 @@ It may also stand for what is no sentinel, or one that will not serve us: a plai
 command 'SENTINEL' ...`, as a redis-server out of sentinel mode answers), a sentinel whose user may not run
 SENTINEL commands (`-NOPERM`), and, to a TLS ClientHello, which is no command, a plaintext port that
 closes the connection, one that waits for the rest of the line, or one that answers Redis's protocol
-error and closes (`on_tls`)."""
+error and closes (`on_tls`).
+
+`served_in_a_thread` serves one on an event loop of its own, for a command that runs its own loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
+
+from tests.unit.tls_servers import HOST, Handler
 
 NOAUTH = "NOAUTH Authentication required."
 NOAUTH_HELLO = (
@@ -164,3 +170,29 @@ async def _read_command(reader: asyncio.StreamReader, on_tls: str) -> list[str] 
         size = int((await reader.readline())[1:])
         parts.append((await reader.readexactly(size + 2))[:-2].decode())
     return parts
+
+
+@contextlib.contextmanager
+def served_in_a_thread(handler: Handler) -> Iterator[int]:
+    """`handler` on a loopback port, served by an event loop of its own in a thread, for a block that runs
+    a loop of its own (a command's entry point); the port. Its connections are cancelled at the end."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = asyncio.run_coroutine_threadsafe(asyncio.start_server(handler, HOST, 0), loop).result(5)
+
+    async def close() -> None:
+        server.close()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await server.wait_closed()
+
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        asyncio.run_coroutine_threadsafe(close(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

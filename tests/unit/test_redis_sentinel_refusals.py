@@ -19,16 +19,19 @@ from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from tests.unit.fake_sentinel import NOAUTH, NOAUTH_HELLO, FakeSentinel
+from tests.unit.cli_entry import said_by_entry_point
+from tests.unit.fake_sentinel import NOAUTH, NOAUTH_HELLO, FakeSentinel, served_in_a_thread
 from tests.unit.tls_servers import CERT, HOST, KEY, TLS, FakeTlsPort, closed_port, server_context, serving
 from turnledger.errors import RedisSentinelAccessError, RedisSentinelUnavailableError
 from turnledger.redisconn import probe, sentinel_probe
-from turnledger.redisconn.client import connect, diagnose, redis_client
+from turnledger.redisconn.client import classified, connect, diagnose, redis_client
+from turnledger.redisconn.cluster import RedisClient
 from turnledger.redisconn.refusals import (
     CHECK_CERTIFICATE,
     CHECK_CLIENT_CERTIFICATE,
     CHECK_NO_CLIENT_CERTIFICATE,
     CHECK_TLS,
+    classify,
 )
 from turnledger.redisconn.sentinel_probe import Answer, Said, ask, judge
 
@@ -440,3 +443,87 @@ async def test_a_sentinel_that_is_down_is_asked_again_in_no_time() -> None:
         with pytest.raises(RedisSentinelUnavailableError):
             await asyncio.wait_for(connect(f"{scheme}+sentinel://{HOST}:{down}/{SERVICE}"), GUARD_S)
         assert time.monotonic() - began < 2.0
+
+
+# --- where the outage is met mid-run ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raised", ["redis-py's", "classified"])
+async def test_classified_asks_the_sentinels_of_an_outage_met_after_the_start(raised: str) -> None:
+    """`history`, `status`, `project --until-caught-up`, `replay rebuild`: a command after the start
+    meets sentinels that name no primary (redis-py's error, or the projector's classified one) and asks
+    them why."""
+    async with serving(FakeSentinel(password=SENTINEL_PASSWORD)) as port:
+        client = redis_client(f"redis+sentinel://{HOST}:{port}/{SERVICE}")
+        none_found = MasterNotFoundError("No master found for 'mymaster'")
+        error = none_found if raised == "redis-py's" else classify(none_found, client)
+        with pytest.raises(RedisSentinelAccessError) as caught:
+            async with classified(client):
+                raise error
+    assert caught.value.__cause__ is error
+    assert str(caught.value).endswith(LOGIN_FIX)
+
+
+async def test_classified_keeps_an_outage_of_sentinels_that_cannot_be_reached() -> None:
+    client = redis_client(f"redis+sentinel://{HOST}:{await closed_port()}/{SERVICE}")
+    outage = classify(MasterNotFoundError("No master found for 'mymaster'"), client)
+    with pytest.raises(RedisSentinelUnavailableError) as caught:
+        async with classified(client):
+            raise outage  # type: ignore[misc]
+    assert caught.value is outage
+
+
+@pytest.mark.parametrize(
+    "command", [["history", "c1"], ["status", "op-1"], ["project", "--until-caught-up", "--bootstrap", "k:1"]]
+)
+def test_a_command_that_meets_refusing_sentinels_after_its_start_ends_in_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """The client connected (`connect` stands in for a start when they still took us); its next
+    command finds sentinels that refuse our login (their password changed meanwhile)."""
+    from turnledger.projections import cli as projections_cli
+    from turnledger.projections.projector import Projector
+
+    async def connected(url: str) -> RedisClient:
+        return redis_client(url)
+
+    async def run_to_end(self: Projector, *args: object, **kwargs: object) -> None:
+        raise classify(MasterNotFoundError("No master found for 'mymaster'"), self.redis) or AssertionError()
+
+    monkeypatch.setattr(projections_cli, "connect", connected)
+    monkeypatch.setattr(Projector, "run_to_end", run_to_end)
+    with served_in_a_thread(FakeSentinel(password=SENTINEL_PASSWORD)) as port:
+        url = f"redis+sentinel://{HOST}:{port}/{SERVICE}"
+        code, said = said_by_entry_point(monkeypatch, capsys, *command, "--redis-url", url)
+    assert code == 2
+    assert said[-1].startswith(
+        f"turnledger: Redis at '{url}/0': no sentinel named a primary for 'mymaster': {HOST}:{port} refused "
+        "our login without a password (AuthenticationError: "
+    )
+    assert said[-1].endswith(f"). {LOGIN_FIX}")
+    assert not any("Traceback" in line for line in said)
+
+
+def test_a_rebuild_that_meets_refusing_sentinels_after_its_start_ends_in_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from turnledger.replay import cli as replay_cli
+
+    async def connected(url: str) -> RedisClient:
+        return redis_client(url)
+
+    async def rebuild(redis: RedisClient, *args: object, **kwargs: object) -> None:
+        await redis.ping()
+
+    monkeypatch.setattr(replay_cli, "connect", connected)
+    monkeypatch.setattr("turnledger.replay.rebuild.rebuild", rebuild)
+    with served_in_a_thread(FakeSentinel(password=SENTINEL_PASSWORD)) as port:
+        url = f"redis+sentinel://{HOST}:{port}/{SERVICE}"
+        args = ["--redis-url", url, "--bootstrap", "k:1", "--no-verify"]
+        code, said = said_by_entry_point(monkeypatch, capsys, "replay", "rebuild", *args)
+    assert code == 2
+    head = (
+        f"turnledger: Redis at '{url}/0': no sentinel named a primary for 'mymaster': {HOST}:{port} refused"
+    )
+    assert said[-1].startswith(head)
+    assert said[-1].endswith(f"). {LOGIN_FIX}")

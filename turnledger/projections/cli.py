@@ -185,7 +185,8 @@ def project_command(
         )
         try:
             if until_caught_up:
-                return await projector.run_to_end(progress=moved(progress, lag))
+                async with classified(redis):
+                    return await projector.run_to_end(progress=moved(progress, lag))
             stop = asyncio.Event()
             stop_on_signals(stop, "turnledger project")
             how = "alone" if follow.group_id is None else f"in consumer group {follow.group_id!r}"

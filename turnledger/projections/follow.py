@@ -33,8 +33,9 @@ anyway), and a projector that then has nothing to apply would never write again 
 while idle it compares, every `verify_every_s`, the applied offsets Redis holds for its partitions
 with those it saw applied (`known`); any that went back make it position every partition again.
 
-Sentinels that name no primary are an outage too, but each time they are asked why
-(`redisconn.sentinel_probe`): sentinels that refuse our login (their password changed under a running
+Sentinels that name no primary are an outage too, but they are asked why (`redisconn.sentinel_probe`,
+`Rechecks`: at the outage's first sighting, then at most every `RECHECK_EVERY_S` while it lasts), while
+following and while loading the script: sentinels that refuse us (their password changed under a running
 projector) end it, as a Redis that refuses it does.
 """
 
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from turnledger.errors import RedisFailoverError, RedisSentinelUnavailableError
+from turnledger.errors import RedisFailoverError
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
     close_client,
@@ -67,7 +68,7 @@ from turnledger.projections.settings import FollowSettings
 from turnledger.projections.shards import EPOCH_SEPARATOR
 from turnledger.records import SourceRecord
 from turnledger.redisconn.cluster import drop_connections
-from turnledger.redisconn.sentinel_probe import sentinel_refusal
+from turnledger.redisconn.sentinel_probe import Rechecks
 from turnledger.retry import Classify, StopRequested, ride_out
 
 if TYPE_CHECKING:
@@ -120,6 +121,8 @@ class Follower:
         self.verified_at: float | None = None
         """`time.monotonic()` at the last comparison with Redis; None before the first, so the first idle
         round compares at once whatever the clock's origin (the machine's boot)."""
+        self.rechecks = Rechecks(projector.redis)
+        """When the sentinels of a Sentinel URL are asked why they named no primary."""
 
     def readiness(self) -> str | None:
         """None once following: the consumer started, partitions assigned and positioned, no outage."""
@@ -232,7 +235,7 @@ class Follower:
 
         p = self.projector
         await ride_out(
-            p.prepare,
+            self.rechecks.attempting(p.prepare),
             waiting_for=f"Redis at {url_of(p.redis)} to load the projection script",
             classify=redis_outage(p.redis),
             backoff=self.settings.outage,
@@ -294,14 +297,14 @@ class Follower:
                         self.to_position(consumer.assignment())
                 outage_began = None
                 self.outage = None
+                self.rechecks.passed()
                 delays = s.outage.delays()
             except EpochChangedError as exc:
                 log.warning("%s: positioning every partition again", exc)
                 self.to_position(consumer.assignment())
             except Exception as exc:
                 outage = redis_classify(exc) or kafka_classify(exc)
-                if isinstance(outage, RedisSentinelUnavailableError):
-                    outage = await sentinel_refusal(p.redis, outage.cause or exc) or outage
+                outage = await self.rechecks.refusal(outage, exc) or outage
                 if outage is None or (outage is exc and not outage.retriable):
                     raise
                 if not outage.retriable:

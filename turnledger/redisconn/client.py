@@ -76,17 +76,27 @@ async def connect(url: str) -> RedisClient:
 
 @asynccontextmanager
 async def classified(client: RedisClient) -> AsyncIterator[RedisClient]:
-    """Commands of `client` whose Redis error is raised as what it stands for (`refusals.classify`:
-    a `RedisAccessError`, a `RedisUnavailableError`), so that a command that was refused after its
-    PING (a user's permissions, a cluster's replies) says so in one line, not in a traceback. A cluster
-    client's own errors are no `RedisError` (`RedisClusterException`) and are judged alike."""
+    """Commands of `client` whose Redis error is raised as what it stands for (`judged`: a
+    `RedisAccessError`, a `RedisUnavailableError`), so that a command that was refused after its PING
+    (a user's permissions, a cluster's replies, sentinels that stopped taking our login) says so in one
+    line, not in a traceback. A cluster client's own errors are no `RedisError` (`RedisClusterException`)
+    and are judged alike, as is a sentinel outage that code under it classified already."""
     try:
         yield client
-    except (RedisError, RedisClusterException) as exc:
-        failure = classify(exc, client)
-        if failure is None:
+    except (RedisError, RedisClusterException, RedisSentinelUnavailableError) as exc:
+        failure = await judged(client, exc)
+        if failure is None or failure is exc:
             raise
         raise failure from exc
+
+
+async def judged(client: RedisClient, exc: BaseException) -> TurnledgerError | None:
+    """`refusals.classify`, and sentinels that named no primary asked why (`sentinel_probe`): one that
+    refuses us, or all answering without the service, make a refusal of the outage."""
+    failure = classify(exc, client)
+    if isinstance(failure, RedisSentinelUnavailableError):
+        return await sentinel_refusal(client, failure.cause or exc) or failure
+    return failure
 
 
 async def diagnose(url: str) -> None:
@@ -105,15 +115,12 @@ async def explain(client: RedisClient, exc: BaseException) -> TurnledgerError | 
     like a hang or a reset from inside the connection: the port is asked once in the other protocol
     (`probe.other_protocol`) to tell them apart; or, over TLS, a client certificate refused with an
     alert the reset lost, which one more handshake that only reads finds (`probe.certificate_refusal`).
-    Sentinels that named no primary are asked why, each (`sentinel_probe`): one that refuses our login
-    or TLS, or all answering without the service, make a refusal of the outage."""
-    failure = classify(exc, client)
-    if isinstance(failure, RedisSentinelUnavailableError):
-        return await sentinel_refusal(client, exc) or failure
+    Sentinels that named no primary are asked why, each (`judged`)."""
+    failure = await judged(client, exc)
     if not isinstance(failure, RedisUnavailableError):
         return failure
     address = seed_address(client)
-    if address is None:
+    if address is None:  # a Unix socket's client, or a Sentinel client's (the sentinels name the node)
         return failure
     host, port = address
     fix = await other_protocol(host, port, tls=is_tls(client))

@@ -231,8 +231,8 @@ replicas, as an old primary does once a replica was promoted) is a failover unde
 (`RedisFailoverError`): a `ResponseError` that used to end the projector. No sentinel naming the primary
 (`MasterNotFoundError`, a `ConnectionError`) is an outage named by the sentinels and the service
 (`RedisSentinelUnavailableError`): redis-py keeps of each sentinel's error only its text, so whether
-they refused us is asked of them again where a command starts and where the projector waits
-(`sentinel_probe`)."""
+they refused us is asked of them again where a command starts or meets it, and where the projector
+waits (`sentinel_probe`)."""
 
 
 CLUSTER_RULES: tuple[Rule, ...] = (

@@ -2,15 +2,16 @@
 
 redis-py's `Sentinel.discover_master` asks every sentinel, catches each one's error and raises one
 `MasterNotFoundError` that keeps of them only their text: a sentinel that refused our login
-(`requirepass` in sentinel.conf, and REDIS_SENTINEL_PASSWORD_FILE unset or wrong) looks like one that is
-down, and a service would wait for ever for a password to become right. So where an outage may still be
-told from a refusal, when a command starts (`client.explain`) and each time the projector meets the
-outage (`projections.follow`), every sentinel is asked once more, at once, on a connection of its own
-with the settings and the password the client gave it, `SENTINEL GET-MASTER-ADDR-BY-NAME SERVICE`, for
-at most `PROBE_TIMEOUT_S`; its error, if any, is the real one. A sentinel that could not be asked (no
-answer in time, or an error that is none of `REFUSALS`) is asked again, for at most `PROBE_TIMEOUT_S`
-more, whether it speaks the other protocol than ours and whether it sends an alert about our client
-certificate (`looked_again`, with `redisconn.probe`'s questions): a reset or a silence can be either.
+(`requirepass` in sentinel.conf, and REDIS_SENTINEL_PASSWORD_FILE unset or wrong) looks like one that
+is down, and a service would wait for ever for a password to become right. So where an outage may
+still be told from a refusal, when a command starts (`client.explain`), where a one-shot command meets
+it (`client.classified`) and where a service waits it out (`Rechecks`: the projector), every sentinel
+is asked once more, at once, on a connection of its own with the settings and the password the client
+gave it, `SENTINEL GET-MASTER-ADDR-BY-NAME SERVICE`, for at most `PROBE_TIMEOUT_S`; its error, if any,
+is the real one. A sentinel that could not be asked (no answer in time, or an error that is none of
+`REFUSALS`) is asked again, for at most `PROBE_TIMEOUT_S` more, whether it speaks the other protocol
+than ours and whether it sends an alert about our client certificate (`looked_again`, with
+`redisconn.probe`'s questions): a reset or a silence can be either.
 
 The rule, over what the sentinels answered:
 
@@ -33,15 +34,22 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum, auto
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import NoPermissionError, RedisError
 
-from turnledger.errors import RedisSentinelAccessError, described_cause
+from turnledger.errors import (
+    RedisSentinelAccessError,
+    RedisSentinelUnavailableError,
+    TurnledgerError,
+    described_cause,
+)
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.redisconn.naming import client_url, sentinel_addresses
 from turnledger.redisconn.probe import certificate_refusal, other_protocol
@@ -52,6 +60,7 @@ from turnledger.redisconn.refusals import (
     Check,
     Match,
     caused_by,
+    classify,
     client_certificate_check,
     in_chain,
     of_type,
@@ -60,9 +69,17 @@ from turnledger.redisconn.refusals import (
 from turnledger.redisconn.settings import ENV_PASSWORD_FILE, ENV_SENTINEL_PASSWORD_FILE, ENV_URL
 from turnledger.tls_alerts import certificate_alert
 
+T = TypeVar("T")
+
 PROBE_TIMEOUT_S = 3.0
 """Each sentinel's answer, login included, and as long again for one that could not be asked
 (`looked_again`); the sentinels are asked at once, so twice this bounds the probe."""
+
+RECHECK_EVERY_S = 30.0
+"""While one sentinel outage lasts, how often a caller that waits it out asks the sentinels again
+(`Rechecks`): a refusal that begins during it (a password changed under a running projector) ends the
+wait within this long, and sentinels that are down are not asked on every retry (each time is a
+connection to every sentinel, and up to twice `PROBE_TIMEOUT_S`)."""
 
 CHECK_SENTINEL_LOGIN = (
     f"Put the sentinels' own password (`requirepass` in sentinel.conf) in {ENV_SENTINEL_PASSWORD_FILE}, or "
@@ -250,3 +267,47 @@ async def looked_again(
     except TimeoutError:
         return answer
     return answer if alert is None else refused(sentinel, answer.sentinel, alert)
+
+
+class Rechecks:
+    """Sentinel outages asked why where they are waited out (`sentinel_refusal`): at the first sighting
+    of one, then at most every `RECHECK_EVERY_S` while it lasts; a command that went through (`passed`)
+    ends it, so that the next is asked at once. `clock` is `time.monotonic` unless a test gives another."""
+
+    def __init__(self, client: RedisClient, clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.clock = clock
+        self.asked_at: float | None = None
+
+    async def refusal(
+        self, outage: TurnledgerError | None, exc: BaseException
+    ) -> RedisSentinelAccessError | None:
+        """The refusal that `outage`, what `exc` was classified as, turns out to be, when it is a
+        sentinel outage and its sentinels are due to be asked; else None."""
+        if not isinstance(outage, RedisSentinelUnavailableError):
+            return None
+        now = self.clock()
+        if self.asked_at is not None and now - self.asked_at < RECHECK_EVERY_S:
+            return None
+        self.asked_at = now
+        return await sentinel_refusal(self.client, outage.cause or exc)
+
+    def passed(self) -> None:
+        self.asked_at = None
+
+    def attempting(self, attempt: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """`attempt` for `retry.ride_out` with a `refusals.classify` classifier: a sentinel outage
+        that turns out a refusal raises that refusal instead, which ride_out raises at once."""
+
+        async def attempted() -> T:
+            try:
+                result = await attempt()
+            except Exception as exc:
+                refusal = await self.refusal(classify(exc, self.client), exc)
+                if refusal is None:
+                    raise
+                raise refusal from exc
+            self.passed()
+            return result
+
+        return attempted

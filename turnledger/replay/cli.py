@@ -33,7 +33,7 @@ from turnledger.processors.limits_config import (
 )
 from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, require, run
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
-from turnledger.redisconn.client import connect
+from turnledger.redisconn.client import classified, connect
 from turnledger.replay.shadow import ShadowResult
 
 replay_app = typer.Typer(
@@ -240,14 +240,15 @@ def rebuild_command(
         async def main() -> RebuildReport:
             redis = await connect(url)
             try:
-                keys = (
-                    await discover(key_prefix, redis)
-                    if shards is None
-                    else ProjectionKeys.of(key_prefix, redis, shards)
-                )
-                return await rebuild(
-                    redis, servers, topics, keys, verify=verify, progress=moved_by_name(progress, tasks)
-                )
+                async with classified(redis):
+                    keys = (
+                        await discover(key_prefix, redis)
+                        if shards is None
+                        else ProjectionKeys.of(key_prefix, redis, shards)
+                    )
+                    return await rebuild(
+                        redis, servers, topics, keys, verify=verify, progress=moved_by_name(progress, tasks)
+                    )
             finally:
                 await redis.aclose()
 

@@ -8,6 +8,11 @@ URL without its password) and logged at ERROR, once a minute per message at most
 operator can fix it; an outage is answered 503 as before; any other Redis error is not ours to judge
 and propagates (a 500, with its traceback in the log). A cluster client's own errors
 (`RedisClusterException`, no `RedisError`: no node of the cluster answers) are judged alike.
+
+Sentinels that name no primary are answered as an outage, 503, without asking them why
+(`redisconn.sentinel_probe`, as the projector and the one-shot commands do): `answer` is synchronous,
+called for each failed request, and a refusal would be a 503 as well; `serve` asked them once already,
+at its start (`redisconn.client.connect`).
 """
 
 from __future__ import annotations

@@ -269,6 +269,7 @@ def following(
     redis = FakeRedis(applied)
     projector = FakeProjector(redis)
     follower = Follower(projector, settings or FollowSettings())  # type: ignore[arg-type]
+    follower.rechecks.clock = clock.monotonic
     consumer = FakeConsumer(clock, asyncio.Event(), list(steps), set(owned), follower=follower)
     follower.consumer = consumer
     follower.assigned = True

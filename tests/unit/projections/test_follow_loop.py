@@ -42,6 +42,7 @@ from turnledger.projections.follow import Follower
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import ProjectorStats, redis_outage
 from turnledger.projections.settings import FollowSettings
+from turnledger.redisconn import sentinel_probe
 from turnledger.retry import Backoff
 
 #: 1 s, 2 s, 4 s, 4 s ... exactly (no jitter)
@@ -308,40 +309,94 @@ async def test_a_refusal_of_redis_while_positioning_is_raised_as_a_redis_access_
 SENTINEL_URL = "redis+sentinel://s1:26379/mymaster/0"
 
 
+NONE_FOUND = MasterNotFoundError("No master found for 'mymaster'")
+SENTINEL_OUTAGE = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", NONE_FOUND, "none")
+
+
+def asking_sentinels(
+    monkeypatch: pytest.MonkeyPatch, follower: Follower, refusal: RedisSentinelAccessError | None
+) -> list[tuple[object, BaseException, float]]:
+    """`sentinel_probe.sentinel_refusal` answering `refusal`; what it was asked, and when (the follower's
+    clock)."""
+    asked: list[tuple[object, BaseException, float]] = []
+
+    async def sentinel_refusal(client: object, exc: BaseException) -> RedisSentinelAccessError | None:
+        asked.append((client, exc, follower.rechecks.clock()))
+        return refusal
+
+    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    return asked
+
+
 @pytest.mark.parametrize("refused", [True, False], ids=["they refuse us", "they are down"])
-async def test_sentinels_that_name_no_primary_are_asked_why_each_time(
+async def test_sentinels_that_name_no_primary_are_asked_why(
     refused: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`sentinel_probe`: sentinels that refuse our login (a password changed under a running projector)
     end the follow at once, as a Redis that refuses it does; sentinels that are down are waited out."""
-    none_found = MasterNotFoundError("No master found for 'mymaster'")
-    outage = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", none_found, "none")
     login = AuthenticationError("Authentication required.")
     refusal = RedisSentinelAccessError(SENTINEL_URL, "mymaster", ["s1:26379 refused our login"], login, "fix")
-    asked: list[tuple[object, BaseException]] = []
-
-    async def sentinel_refusal(client: object, exc: BaseException) -> RedisSentinelAccessError | None:
-        asked.append((client, exc))
-        return refusal if refused else None
-
-    monkeypatch.setattr(follow, "sentinel_refusal", sentinel_refusal)
     batch = {A0: [message(A0, 4)]}
     follower, consumer, projector, glue = following(
         monkeypatch, batch, batch, applied={"a:0": 3}, settings=FollowSettings(outage=BACKOFF)
     )
-    projector.failures = [outage]
+    asked = asking_sentinels(monkeypatch, follower, refusal if refused else None)
+    projector.failures = [SENTINEL_OUTAGE]
     if refused:
         with pytest.raises(RedisSentinelAccessError) as raised:
             await follow_to_the_end(follower, consumer, projector)
-        assert (raised.value, raised.value.__cause__, glue.waits) == (refusal, outage, [])
+        assert (raised.value, raised.value.__cause__, glue.waits) == (refusal, SENTINEL_OUTAGE, [])
     else:
         await follow_to_the_end(follower, consumer, projector)
         assert (glue.waits, glue.ready_in_wait, projector.batches) == (
             [1.0],
-            [str(outage)],
+            [str(SENTINEL_OUTAGE)],
             [[source(A0, 4)]],
         )
-    assert asked == [(projector.redis, none_found)]
+    assert asked == [(projector.redis, NONE_FOUND, 100.0)]
+
+
+@pytest.mark.parametrize(("every_s", "asked_at"), [(30.0, [100.0]), (3.0, [100.0, 103.0, 107.0])])
+async def test_a_lasting_sentinel_outage_is_asked_why_at_its_first_sighting_then_every_recheck_every_s(
+    monkeypatch: pytest.MonkeyPatch, every_s: float, asked_at: list[float]
+) -> None:
+    """Not at every retry: asking is a connection to every sentinel, for up to twice the probe's
+    timeout. Retries at 100, 101, 103, 107 (waits of 1, 2, 4 s), then a batch that goes through."""
+    monkeypatch.setattr(sentinel_probe, "RECHECK_EVERY_S", every_s)
+    batch = {A0: [message(A0, 4)]}
+    follower, consumer, projector, glue = following(
+        monkeypatch, *[batch] * 5, applied={"a:0": 3}, settings=FollowSettings(outage=BACKOFF)
+    )
+    asked = asking_sentinels(monkeypatch, follower, None)
+    projector.failures = [SENTINEL_OUTAGE] * 4
+    await follow_to_the_end(follower, consumer, projector)
+    assert (glue.waits, projector.batches) == ([1.0, 2.0, 4.0, 4.0], [[source(A0, 4)]])
+    assert [when for _, _, when in asked] == asked_at
+
+
+async def test_a_round_that_went_through_ends_the_outage_so_the_next_is_asked_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batch = {A0: [message(A0, 4)]}
+    follower, consumer, projector, glue = following(
+        monkeypatch, *[batch] * 4, applied={"a:0": 3}, settings=FollowSettings(outage=BACKOFF)
+    )
+    asked = asking_sentinels(monkeypatch, follower, None)
+    projector.failures = [SENTINEL_OUTAGE, None, SENTINEL_OUTAGE]
+    await follow_to_the_end(follower, consumer, projector)
+    assert glue.waits == [1.0, 1.0]
+    assert [when for _, _, when in asked] == [100.0, 101.0]
+
+
+async def test_an_outage_that_is_no_sentinels_is_not_asked_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = {A0: [message(A0, 4)]}
+    follower, consumer, projector, glue = following(
+        monkeypatch, batch, batch, applied={"a:0": 3}, settings=FollowSettings(outage=BACKOFF)
+    )
+    asked = asking_sentinels(monkeypatch, follower, None)
+    projector.failures = [RedisUnavailableError(REDIS_URL, RedisConnectionError("refused"))]
+    await follow_to_the_end(follower, consumer, projector)
+    assert (glue.waits, asked) == ([1.0], [])
 
 
 async def test_a_split_projection_is_positioned_under_every_group_s_epoch(

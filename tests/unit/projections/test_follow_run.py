@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
+from redis.asyncio.sentinel import MasterNotFoundError
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tests.unit.projections.follow_fakes import (
@@ -33,13 +35,19 @@ from tests.unit.projections.follow_fakes import (
     message,
     source,
 )
-from turnledger.errors import KafkaUnavailableError, RedisUnavailableError
+from turnledger.errors import (
+    KafkaUnavailableError,
+    RedisSentinelAccessError,
+    RedisSentinelUnavailableError,
+    RedisUnavailableError,
+)
 from turnledger.kafka.clients import LEAVE_WITHIN_S
 from turnledger.observability import runtime_metrics as live
 from turnledger.projections import follow
 from turnledger.projections.follow import Follower, _Rebalances
 from turnledger.projections.projector import ProjectorStats
 from turnledger.projections.settings import FollowSettings
+from turnledger.redisconn import sentinel_probe
 from turnledger.retry import Backoff, Classify, StopRequested
 
 BACKOFF = Backoff(initial_s=1.0, max_s=4.0, jitter=0.0)
@@ -357,3 +365,45 @@ async def test_a_revocation_forgets_the_partitions_and_says_so_only_when_there_a
     await listener.on_partitions_revoked({A1, B0})
     assert (follower.known, follower.unpositioned) == ({"a:0": 9}, {A0}), "a:1 was never known"
     assert lines(caplog) == ["rebalance: 2 partitions revoked"]
+
+
+SENTINEL_URL = "redis+sentinel://s1:26379/mymaster/0"
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["they refuse us", "they are down"])
+async def test_sentinels_that_name_no_primary_while_the_script_loads_are_asked_why_once(
+    monkeypatch: pytest.MonkeyPatch, refused: bool
+) -> None:
+    """The load waits out Redis (`ride_out`) right after `diagnose`: sentinels that refuse us by then end
+    the start at once; sentinels that are down are asked at the outage's first sighting, not at each
+    retry (`sentinel_probe.Rechecks`), and the load goes on once Redis answers."""
+    none_found = MasterNotFoundError("No master found for 'mymaster'")
+    outage = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", none_found, "none")
+    login = AuthenticationError("Authentication required.")
+    refusal = RedisSentinelAccessError(SENTINEL_URL, "mymaster", ["s1:26379 refused our login"], login, "fix")
+    projector = FakeProjector(FakeRedis())
+    fast = Backoff(initial_s=0.001, max_s=0.001, jitter=0.0)
+    follower = Follower(projector, FollowSettings(outage=fast))  # type: ignore[arg-type]
+    failures = [outage] * 3
+    asked: list[tuple[object, BaseException]] = []
+
+    async def prepare() -> None:
+        if failures:
+            raise failures.pop(0)
+        await projector.applier.load()
+
+    async def sentinel_refusal(client: object, exc: BaseException) -> RedisSentinelAccessError | None:
+        asked.append((client, exc))
+        return refusal if refused else None
+
+    monkeypatch.setattr(projector, "prepare", prepare)
+    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    if refused:
+        with pytest.raises(RedisSentinelAccessError) as raised:
+            await follower._load_script(asyncio.Event())
+        assert (raised.value, raised.value.__cause__) == (refusal, outage)
+        assert (len(failures), projector.applier.loads) == (2, 0)
+    else:
+        await follower._load_script(asyncio.Event())
+        assert (len(failures), projector.applier.loads) == (0, 1)
+    assert asked == [(projector.redis, none_found)]
