@@ -49,8 +49,8 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        RequestBodyError (a POST body the API does not take: 400),
     │                                        QueryParameterError (a query parameter it does not take: 400)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, KeytoolMissing, MavenMissing,
-                                             MavenDownloadFailed, RedisServerMissing, PortInUse,
-                                             ServiceNotReady, DockerUnavailable
+                                             MavenDownloadFailed, RedisServerMissing, PrometheusMissing,
+                                             PortInUse, ServiceNotReady, DockerUnavailable
 
 The fake provider (`turnledger.fake_provider`) imports nothing of turnledger on purpose
 (it stands in for a third party), so its errors have their own root, `FakeProviderError`.

@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
+from pathlib import Path
 
 import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 import turnledger
+from turnledger import errors
 from turnledger.errors import (
     KafkaAccessError,
     KafkaUnavailableError,
@@ -50,6 +53,35 @@ def test_every_exception_class_has_the_one_root() -> None:
     ]
     assert len(classes) > 40
     assert strays == []
+
+
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+
+
+def _docstring_tree() -> str:
+    """The tree in `turnledger/errors.py`'s docstring, from its root to the blank line after it."""
+    lines = (errors.__doc__ or "").splitlines()
+    start = lines.index("    TurnledgerError")
+    end = lines.index("", start)
+    return "\n".join(line.removeprefix("    ") for line in lines[start:end])
+
+
+def _documented_tree() -> str:
+    """The tree in docs/architecture.md's "The error tree" section, its code block."""
+    section = ARCHITECTURE.read_text().split("## The error tree", 1)[1]
+    return section.split("```\n", 2)[1].removesuffix("\n")
+
+
+def test_the_architecture_doc_shows_the_tree_of_errors_py() -> None:
+    assert _documented_tree() == _docstring_tree()
+
+
+def test_the_tree_names_every_redis_error() -> None:
+    """The outages' kinds (a failover, sentinels that name no primary) and the refusals'."""
+    named = set(re.findall(r"\b[A-Z]\w+", _docstring_tree()))
+    redis_errors = {c.__name__ for c in _exception_classes() if c.__name__.startswith("Redis")}
+    assert {"RedisFailoverError", "RedisSentinelUnavailableError", "RedisSentinelAccessError"} <= redis_errors
+    assert redis_errors - named == set()
 
 
 def test_one_kafka_and_one_redis_unreachable_error_both_retriable() -> None:
