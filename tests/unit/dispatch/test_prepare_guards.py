@@ -281,6 +281,7 @@ def test_a_request_no_provider_takes_is_refused_and_makes_no_operation(
     """Before, each was PREPARED (a manifest with `"max_tokens":-5`, two tools of one name), settled
     at once (a deadline already past), or raised encoding its decision (a deadline past the Avro
     long): a FOLD_FAILED with no operation."""
+    fields = dict(fields)
     c = Conversation()
     c.user("hi")
     state_before = c.state
