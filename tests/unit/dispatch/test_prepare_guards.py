@@ -326,3 +326,24 @@ def test_a_request_at_each_bound_is_prepared() -> None:
     [decision] = c.of(DispatchDecision)
     assert (decision.state, decision.deadline_at_ms) == (S.PREPARED, AVRO_LONG_MAX)
     assert c.of(Rejected) == []
+
+
+def test_a_request_to_settle_within_one_millisecond_is_prepared() -> None:
+    """The least `settleWithinMs` the fold takes: 1 ms past the request's time."""
+    c = Conversation()
+    c.user("hi")
+    common = c._common()
+    c.apply(
+        DispatchRequested(
+            **common,
+            operation_id="op-soon",
+            adapter=ADAPTER,
+            provider="anthropic",
+            model_revision=MODEL,
+            max_output_tokens=256,
+            settle_within_ms=1,
+        )
+    )
+    [decision] = c.of(DispatchDecision)
+    assert (decision.state, decision.deadline_at_ms) == (S.PREPARED, common["occurred_at_ms"] + 1)
+    assert c.of(Rejected) == []
