@@ -94,6 +94,8 @@ USER_TURN_REFUSALS: list[tuple[Call, str]] = [
     (_user(5), f"text {NON_BLANK}, not 5"),  # type: ignore[arg-type]
     (_user(None), f"text {NON_BLANK}, not None"),  # type: ignore[arg-type]
     (_user(["a"]), f"text {NON_BLANK}, not ['a']"),  # type: ignore[arg-type]
+    (_user(" " * 38), f"text {NON_BLANK}, not '{' ' * 38}'"),  # a repr of 40 characters, shown whole
+    (_user(" " * 39), f"text {NON_BLANK}, not '{' ' * 38}…"),  # of 41, cut to 39 and an ellipsis
     (_user(turn_id=""), f"turn_id {NON_BLANK}, not ''"),
     (_user(turn_id="  "), f"turn_id {NON_BLANK}, not '  '"),
     (_user(turn_id=5), f"turn_id {NON_BLANK}, not 5"),
@@ -242,6 +244,21 @@ DISPATCH_REFUSALS: list[tuple[Call, str]] = [
         "tools[2].name 't' is also tools[0]'s",
     ),
     (
+        _dispatch(tools=[{"name": "t"}, ToolDefinition(name="")]),
+        f"tools[0] must be a ToolDefinition, not dict {{'name': 't'}}; tools[1].name {NON_BLANK}, not ''",
+    ),
+    (
+        _dispatch(
+            tools=[
+                ToolDefinition(name=""),
+                ToolDefinition(name=""),
+                ToolDefinition(name="t", input_schema={"enum": {"a"}}),
+            ]
+        ),
+        f"tools[0].name {NON_BLANK}, not ''; tools[1].name {NON_BLANK}, not ''; "
+        f"tools[2].input_schema['enum'] {JSON}, not set {{'a'}}",
+    ),  # a name refused is not also called a duplicate, and the tools after it are checked
+    (
         _dispatch(tools=[ToolDefinition(name="t", input_schema={"enum": {"a"}})]),
         f"tools[0].input_schema['enum'] {JSON}, not set {{'a'}}",
     ),
@@ -276,6 +293,24 @@ async def test_a_dispatch_with_a_bad_argument_is_refused_naming_it(
     as one; a set in a policy or schema, or an integer past the Avro long, failed in the codec
     without naming the argument; other types raised a ValidationError, AttributeError or TypeError."""
     assert await _refused(call) == f"request_dispatch: nothing sent: {problem}"
+
+
+async def test_past_five_problems_the_message_counts_the_rest_and_the_error_keeps_them_all() -> None:
+    client, producer = _client()
+    call = _dispatch(
+        adapter="", provider="", model_revision="", max_output_tokens=0, operation_id="", stream="no"
+    )
+    with pytest.raises(EventArgumentError) as caught:
+        await call(client)
+    refused = caught.value
+    assert str(refused) == (
+        f"request_dispatch: nothing sent: adapter {NON_BLANK}, not ''; provider {NON_BLANK}, not ''; "
+        f"model_revision {NON_BLANK}, not ''; max_output_tokens {TOKENS}, not 0; "
+        f"operation_id {NON_BLANK}, not ''; and 1 more"
+    )
+    assert refused.method == "request_dispatch"
+    assert refused.problems[5:] == ("stream must be True or False, not 'no'",)
+    assert producer.sent == []
 
 
 async def test_a_dispatch_at_the_edges_of_its_arguments_is_sent(fixed_stamp: None) -> None:
@@ -384,3 +419,13 @@ async def test_a_worker_event_pydantic_refuses_is_an_event_argument_error(
     with pytest.raises(EventArgumentError) as caught:
         await call(WorkerEvents(sink, "w-1"))
     assert (str(caught.value), sink.events) == (message, [])
+
+
+def test_a_field_pydantic_refuses_inside_a_list_is_named_by_its_path() -> None:
+    """A builder without rules of its own says pydantic's error at the field's place, its parts joined
+    by dots."""
+    with pytest.raises(EventArgumentError) as caught:
+        EventFactory().build(TurnSubmitted, "conv-1", turn_id="t", blocks=[{"id": "b"}], expected_revision=0)
+    assert caught.value.problems == tuple(
+        f"blocks.0.{field}: Field required, not {{'id': 'b'}}" for field in ("role", "kind", "trustLabel")
+    )
