@@ -12,7 +12,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import InvalidSessionTimeoutError, KafkaConnectionError, UnknownMemberIdError
 
-from turnledger.errors import KafkaAccessError, KafkaSettingsError, KafkaUnavailableError
+from turnledger.errors import KafkaAccessError, KafkaSettingsError, KafkaUnavailableError, described_cause
 from turnledger.kafka import clients, group_member
 from turnledger.kafka.broker_config import BrokerSettingUnreadable
 from turnledger.kafka.group_member import (
@@ -90,16 +90,31 @@ async def test_the_range_is_the_coordinator_s_two_settings(coordinator: Coordina
     assert coordinator.asked == [(BOOTSTRAP, "projectors", (MIN_SETTING, MAX_SETTING))]
 
 
+NOT_REPORTED = f"LookupError: the coordinator did not report {MIN_SETTING}"
+
+
 @pytest.mark.parametrize(
-    "answer",
+    ("answer", "cause"),
     [
-        BrokerSettingUnreadable("broker 4 refused to describe them (error code 31)"),
-        KafkaUnavailableError(BOOTSTRAP, TimeoutError("no answer")),
-        KafkaAccessError(BOOTSTRAP, "SASL_SSL", KafkaConnectionError("refused"), "check the password"),
-        KafkaConnectionError("Unable to get coordinator id for projectors"),
-        {MAX_SETTING: "1800000"},
-        {MIN_SETTING: None, MAX_SETTING: "1800000"},
-        {MIN_SETTING: "6000", MAX_SETTING: "lots"},
+        (
+            BrokerSettingUnreadable("broker 4 refused to describe them (error code 31)"),
+            "BrokerSettingUnreadable: broker 4 refused to describe them (error code 31)",
+        ),
+        (KafkaUnavailableError(BOOTSTRAP, TimeoutError("no answer")), None),
+        (
+            KafkaAccessError(BOOTSTRAP, "SASL_SSL", KafkaConnectionError("refused"), "check the password"),
+            None,
+        ),
+        (
+            KafkaConnectionError("Unable to get coordinator id for projectors"),
+            "KafkaConnectionError: Unable to get coordinator id for projectors",
+        ),
+        ({MAX_SETTING: "1800000"}, NOT_REPORTED),
+        ({MIN_SETTING: None, MAX_SETTING: "1800000"}, NOT_REPORTED),
+        (
+            {MIN_SETTING: "6000", MAX_SETTING: "lots"},
+            "ValueError: invalid literal for int() with base 10: 'lots'",
+        ),
     ],
     ids=[
         "describe-refused",
@@ -112,13 +127,21 @@ async def test_the_range_is_the_coordinator_s_two_settings(coordinator: Coordina
     ],
 )
 async def test_a_range_that_cannot_be_read_is_none_and_logged_never_raised(
-    coordinator: Coordinator, caplog: pytest.LogCaptureFixture, answer: dict[str, str | None] | BaseException
+    coordinator: Coordinator,
+    caplog: pytest.LogCaptureFixture,
+    answer: dict[str, str | None] | BaseException,
+    cause: str | None,
 ) -> None:
+    """The line says why, as `described_cause` words the failure (None: the error's own wording, pinned by
+    its module's tests)."""
     coordinator.answer = answer
     caplog.set_level("INFO", logger=group_member.log.name)
     assert await broker_session_range(BOOTSTRAP, "projectors") is None
+    if cause is None:
+        assert isinstance(answer, BaseException)
+        cause = described_cause(answer)
     [line] = caplog.records
-    assert line.getMessage().startswith(f"could not read {MIN_SETTING} and {MAX_SETTING} of the broker: ")
+    assert line.getMessage() == f"could not read {MIN_SETTING} and {MAX_SETTING} of the broker: {cause}"
 
 
 async def test_a_coordinator_slower_than_the_bound_leaves_the_range_out(
@@ -212,6 +235,7 @@ async def test_other_errors_and_the_records_pass_through_untouched(
     with pytest.raises(UnknownMemberIdError) as caught:
         await consumer.getmany()
     assert caught.value is other
+    assert fetches.calls[1] == ((), 0, None)
     assert coordinator.asked == []
 
 
@@ -219,7 +243,13 @@ async def test_the_member_s_consumer_joins_its_group_with_its_session_timeout(
     member: Callable[..., GroupMemberConsumer],
 ) -> None:
     consumer = member(6500)
-    assert (consumer._group_id, consumer._session_timeout_ms, consumer.member) == (
+    assert (
+        consumer._client._bootstrap_servers,
+        consumer._group_id,
+        consumer._session_timeout_ms,
+        consumer.member,
+    ) == (
+        BOOTSTRAP,
         "projectors",
         6500,
         (BOOTSTRAP, "projectors", 6500),
