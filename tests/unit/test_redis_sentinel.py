@@ -313,6 +313,8 @@ def test_what_the_sentinels_answered_is_cut_to_a_bound() -> None:
         ("a < b", "a < b"),
         ("Redis<ConnectionPool<Connection<host=s9,port=7,db=0>>> - E", "s9:7 - E"),  # redis-py 3
         ("Sentinel<sentinels=[s1:1]>: E", ": E"),
+        ("E: Sentinel<sentinels=[s1:1]>", "E: "),
+        ("<a.Connection(orig_host_address=h,port=1)> - E, <Connection(host=s2,port=8)>", " - E, s2:8"),
         ("<<class 'redis.asyncio.sentinel.Sentinel'>.Sentinel(sentinels=[s1:1])>: E", ": E"),
         ("<redis.asyncio.cluster.RedisCluster object at 0x7f71732d2c30>: E", ": E"),
         ("HELLO <proto> AUTH <user> <pass> option", "HELLO <proto> AUTH <user> <pass> option"),

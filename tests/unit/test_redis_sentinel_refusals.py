@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from redis.asyncio import Redis
 from redis.asyncio.sentinel import MasterNotFoundError
+from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
 from tests.unit.cli_entry import said_by_entry_point
 from tests.unit.fake_sentinel import NOAUTH, NOAUTH_HELLO, FakeSentinel, served_in_a_thread
@@ -464,6 +465,19 @@ async def test_classified_asks_the_sentinels_of_an_outage_met_after_the_start(ra
     assert str(caught.value).endswith(LOGIN_FIX)
 
 
+async def test_classified_keeps_redis_py_s_error_as_the_cause_of_a_service_none_monitors() -> None:
+    """Of a sentinel outage classified already, the refusal's cause is redis-py's error, not the outage."""
+    async with serving(FakeSentinel()) as port:
+        client = redis_client(f"redis+sentinel://{HOST}:{port}/{SERVICE}")
+        none_found = MasterNotFoundError("No master found for 'mymaster'")
+        outage = classify(none_found, client)
+        with pytest.raises(RedisSentinelAccessError) as caught:
+            async with classified(client):
+                raise outage  # type: ignore[misc]
+    assert (caught.value.cause, caught.value.__cause__) == (none_found, outage)
+    assert str(caught.value).endswith(SERVICE_FIX)
+
+
 async def test_classified_keeps_an_outage_of_sentinels_that_cannot_be_reached() -> None:
     client = redis_client(f"redis+sentinel://{HOST}:{await closed_port()}/{SERVICE}")
     outage = classify(MasterNotFoundError("No master found for 'mymaster'"), client)
@@ -527,3 +541,138 @@ def test_a_rebuild_that_meets_refusing_sentinels_after_its_start_ends_in_one_lin
     )
     assert said[-1].startswith(head)
     assert said[-1].endswith(f"). {LOGIN_FIX}")
+
+
+# --- the probe's parts, each answer whole -----------------------------------------------------------------
+
+
+def one_sentinel(url: str = "redis+sentinel://s1:26379/mymaster") -> Redis:
+    [sentinel] = redis_client(url).connection_pool.sentinel_manager.sentinels
+    return sentinel
+
+
+def test_what_one_sentinel_s_error_says_whole() -> None:
+    """The refusal, and what it reports; or that it could not be asked, with the error itself. The cause is
+    said without its closing period alone."""
+    login = AuthenticationError("Authentication required.")
+    assert sentinel_probe.refused(one_sentinel(), "s1:26379", login) == Answer(
+        "s1:26379",
+        Said.REFUSED,
+        "s1:26379 refused our login without a password (AuthenticationError: Authentication required)",
+        login,
+        LOGIN_FIX,
+    )
+    odd = ResponseError("ERR a reply ending in X.")
+    assert sentinel_probe.refused(one_sentinel(), "s1:26379", odd) == Answer(
+        "s1:26379", Said.NOTHING, "s1:26379 could not be asked (ResponseError: ERR a reply ending in X)", odd
+    )
+    assert sentinel_probe.cause_of(RedisConnectionError("down X")) == "ConnectionError: down X"
+
+
+async def test_what_a_sentinel_that_answers_says_whole() -> None:
+    fake = FakeSentinel(monitors={SERVICE: (HOST, 6379)})
+    async with serving(fake) as port:
+        sentinel = one_sentinel(f"redis+sentinel://{HOST}:{port}/{SERVICE}")
+        address = f"{HOST}:{port}"
+        named = await asyncio.wait_for(ask(sentinel, address, SERVICE), GUARD_S)
+        unknown = await asyncio.wait_for(ask(sentinel, address, "other"), GUARD_S)
+    assert named == Answer(address, Said.PRIMARY, f"{address} names a primary for 'mymaster'")
+    assert unknown == Answer(address, Said.NO_SUCH_SERVICE, f"{address} does not monitor 'other'")
+    assert (named.error, named.fix, unknown.error, unknown.fix) == (None, None, None, None)
+
+
+async def test_a_sentinel_asked_again_in_the_other_protocol_is_said_whole() -> None:
+    """What our own protocol met (its error, as `cause_of` says it) and the fix, the error kept."""
+    async with serving(FakeTlsPort(server_context())) as port:
+        address = f"{HOST}:{port}"
+        sentinel = one_sentinel(f"redis+sentinel://{address}/{SERVICE}")
+        error = RedisConnectionError("Connection closed by server X.")
+        before = Answer(address, Said.NOTHING, f"{address} could not be asked", error)
+        answer = await asyncio.wait_for(sentinel_probe.looked_again(sentinel, before, error, "it X"), GUARD_S)
+    assert answer == Answer(
+        address,
+        Said.REFUSED,
+        f"{address} speaks TLS, not plaintext (in plaintext: it X)",
+        error,
+        TLS_PORT_FIX,
+    )
+
+
+def test_a_cluster_client_has_no_sentinel_refusal() -> None:
+    """It has no connection pool of its own."""
+    client = redis_client("redis+cluster://n1:7000")
+    assert asyncio.run(sentinel_probe.sentinel_refusal(client, MasterNotFoundError("x"))) is None
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["they refuse us", "they are down"])
+async def test_an_attempt_whose_sentinels_refuse_us_raises_the_refusal(
+    monkeypatch: pytest.MonkeyPatch, refused: bool
+) -> None:
+    """`Rechecks.attempting`: redis-py's own error, classified with the client's sentinels, asked why."""
+    client = redis_client("redis+sentinel://s1:26379/mymaster")
+    none_found = MasterNotFoundError("No master found for 'mymaster'")
+    refusal = RedisSentinelAccessError("u", SERVICE, ["s1:26379 refused"], none_found, "fix")
+    asked: list[tuple[object, BaseException]] = []
+
+    async def sentinel_refusal(asked_of: object, exc: BaseException) -> RedisSentinelAccessError | None:
+        asked.append((asked_of, exc))
+        return refusal if refused else None
+
+    async def attempt() -> None:
+        raise none_found
+
+    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    with pytest.raises(Exception) as raised:
+        await sentinel_probe.Rechecks(client).attempting(attempt)()
+    assert raised.value is (refusal if refused else none_found)
+    assert asked == [(client, none_found)]
+
+
+def _raised_from(cause: BaseException) -> RedisConnectionError:
+    """redis-py's ConnectionError raised from `cause`, as its connection raises it."""
+    try:
+        raise RedisConnectionError("Error connecting to s1:26379") from cause
+    except RedisConnectionError as error:
+        return error
+
+
+@pytest.mark.parametrize(
+    ("cause", "said"),
+    [
+        (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), Said.NOTHING),
+        (ssl.SSLZeroReturnError(6, "TLS/SSL connection has been closed (EOF)"), Said.NOTHING),
+        (ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"), Said.REFUSED),
+    ],
+    ids=type,
+)
+def test_a_tls_connection_that_only_ended_is_no_failed_handshake(cause: BaseException, said: Said) -> None:
+    """An EOF or a closed session is the peer going away (asked again: `looked_again`); another TLS error
+    is a handshake that failed (`refusals.CHECK_TLS`)."""
+    answer = sentinel_probe.refused(one_sentinel(), "s1:26379", _raised_from(cause))
+    assert answer.said is said
+    assert answer.fix == (CHECK_TLS if said is Said.REFUSED else None)
+
+
+def test_the_bounds_the_docs_give() -> None:
+    """README and docs/architecture.md: 3 s for a sentinel's answer; asked again at most every 30 s."""
+    assert sentinel_probe.PROBE_TIMEOUT_S == 3.0
+
+
+@pytest.mark.parametrize(("then", "asked"), [(29.9, 1), (30.0, 2)])
+async def test_a_lasting_outage_is_asked_again_after_30_s(
+    monkeypatch: pytest.MonkeyPatch, then: float, asked: int
+) -> None:
+    now = [1000.0]
+    rechecks = sentinel_probe.Rechecks(redis_client("redis+sentinel://s1/mymaster"), clock=lambda: now[0])
+    asks: list[BaseException] = []
+
+    async def sentinel_refusal(client: object, exc: BaseException) -> None:
+        asks.append(exc)
+
+    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    none_found = MasterNotFoundError("No master found for 'mymaster'")
+    outage = RedisSentinelUnavailableError("u", ["s1:26379"], SERVICE, none_found, "none")
+    assert await rechecks.refusal(outage, none_found) is None
+    now[0] += then
+    assert await rechecks.refusal(outage, none_found) is None
+    assert asks == [none_found] * asked

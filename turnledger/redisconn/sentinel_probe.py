@@ -218,7 +218,7 @@ async def ask(sentinel: aioredis.Redis, address: str, service: str) -> Answer:
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
             try:
-                reply = await probe.sentinel_get_master_addr_by_name(service, return_responses=True)
+                reply = await probe.sentinel_get_master_addr_by_name(service)
             finally:
                 await probe.aclose()
     except TimeoutError as error:
@@ -228,7 +228,7 @@ async def ask(sentinel: aioredis.Redis, address: str, service: str) -> Answer:
         answer = refused(sentinel, address, error)
         if answer.said is not Said.NOTHING:
             return answer
-        return await looked_again(sentinel, answer, error, described_cause(error).rstrip("."))
+        return await looked_again(sentinel, answer, error, cause_of(error))
     if not reply:  # nil: no such master
         return Answer(address, Said.NO_SUCH_SERVICE, f"{address} does not monitor {service!r}")
     return Answer(address, Said.PRIMARY, f"{address} names a primary for {service!r}")
@@ -236,7 +236,7 @@ async def ask(sentinel: aioredis.Redis, address: str, service: str) -> Answer:
 
 def refused(sentinel: aioredis.Redis, address: str, error: BaseException) -> Answer:
     """What a sentinel's error says: the first of `REFUSALS` it matches, or that it could not be asked."""
-    cause = described_cause(error).rstrip(".")
+    cause = cause_of(error)
     sent_password = sentinel.connection_pool.connection_kwargs.get("password") is not None
     for refusal in REFUSALS:
         reported = refusal.match(error)
@@ -247,6 +247,11 @@ def refused(sentinel: aioredis.Redis, address: str, error: BaseException) -> Ans
     return Answer(address, Said.NOTHING, f"{address} could not be asked ({cause})", error)
 
 
+def cause_of(error: BaseException) -> str:
+    """`error` as an answer says it, in parentheses: its type and text, without a closing period."""
+    return described_cause(error).rstrip(".")
+
+
 async def looked_again(
     sentinel: aioredis.Redis, answer: Answer, error: BaseException, happened: str
 ) -> Answer:
@@ -255,7 +260,7 @@ async def looked_again(
     a plaintext port, a plaintext client's reset from a TLS port (`probe.other_protocol`), or a client
     certificate refused with an alert the reset lost (`probe.certificate_refusal`)."""
     kwargs = sentinel.connection_pool.connection_kwargs
-    host, port = str(kwargs.get("host")), int(kwargs.get("port", 0))
+    host, port = str(kwargs["host"]), int(kwargs["port"])
     tls = issubclass(sentinel.connection_pool.connection_class, aioredis.SSLConnection)
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
