@@ -265,7 +265,8 @@ class MissingTopicError(TurnledgerError):
 
 
 class CanonicalJsonError(TurnledgerError, ValueError):
-    """The value cannot be put in canonical JSON (non-string keys, NaN, unknown types)."""
+    """The value cannot be put in canonical JSON (non-string keys, unknown types; a NaN is written as
+    null, see `model/canonical.py`)."""
 
 
 class AdapterError(TurnledgerError):

@@ -151,3 +151,11 @@ def test_digest_ignores_key_order(value: object) -> None:
 def test_block_digests_are_recomputable(conv: Conversation) -> None:
     for block in blocks_of(conv):
         assert block.digest == block_digest(block)
+
+
+def test_a_nan_or_an_infinity_is_written_as_null_as_the_docstring_says() -> None:
+    """orjson does not refuse them; the ledger never folds one (module docstring)."""
+    assert (
+        canonical_json({"t": float("nan"), "u": float("inf"), "v": float("-inf")})
+        == b'{"t":null,"u":null,"v":null}'
+    )

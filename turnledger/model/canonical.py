@@ -4,6 +4,11 @@ Canonical form: UTF-8, object keys sorted, no insignificant whitespace, no NaN o
 infinities. orjson produces exactly that with OPT_SORT_KEYS, and its number and
 string formatting does not depend on the Python version, so digests are stable
 across processes and interpreters (pinned by golden vectors in the tests).
+
+orjson writes a float NaN or infinity as `null` rather than refusing it. Nothing the ledger
+folds can hold one: every value reaches it decoded from JSON or Avro, which have neither (the
+schemas carry no float), and the gateway client refuses them in what it sends
+(`gateway/event_arguments.py`). A caller of its own that passes one gets `null`.
 """
 
 from __future__ import annotations
