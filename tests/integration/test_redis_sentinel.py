@@ -374,3 +374,123 @@ async def test_the_sentinel_password_file_logs_in_to_a_locked_sentinel(
         assert (await client.info("server"))["tcp_port"] == node_port
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="module")
+def acl_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A sentinel whose default user may run everything but SENTINEL (`-sentinel` in its ACL), monitoring
+    a Redis of its own: the sentinel's port."""
+    workdir = tmp_path_factory.mktemp("acl-sentinel")
+    with RestartableRedis(workdir / "d") as node:
+        node.start()
+        port = free_port()
+        conf = workdir / "sentinel.conf"
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {workdir}\nuser default on nopass ~* &* +@all -sentinel\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {node.port} 1\n"
+        )
+        with open(workdir / "sentinel.log", "wb") as log:
+            sentinel = subprocess.Popen(
+                ["redis-server", str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+
+            def answers() -> bool:
+                with redis.Redis(port=port) as s:
+                    return bool(s.ping())
+
+            wait_for(answers, "the ACL-locked sentinel to answer")
+            yield port
+        finally:
+            sentinel.terminate()
+            sentinel.wait(timeout=30)
+
+
+def _without_redis_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("REDIS_")]:
+        monkeypatch.delenv(name)
+
+
+async def _refusal(url: str) -> str:
+    """What `connect` refuses `url` with, checked to come at once rather than after a wait."""
+    began = time.monotonic()
+    with pytest.raises(RedisSentinelAccessError) as caught:
+        await connect(url)
+    assert time.monotonic() - began < 30
+    return str(caught.value)
+
+
+async def test_a_sentinel_whose_acl_forbids_sentinel_commands_is_refused_at_once(
+    acl_sentinel: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOPERM from a real sentinel's ACL, where it was an outage waited out for ever."""
+    _without_redis_settings(monkeypatch)
+    url = f"redis+sentinel://127.0.0.1:{acl_sentinel}/{SERVICE}/0"
+    assert await _refusal(url) == (
+        f"Redis at {url!r}: no sentinel named a primary for {SERVICE!r}: 127.0.0.1:{acl_sentinel} took "
+        "our login without a password but may not let it run SENTINEL (NoPermissionError: this user has "
+        "no permissions to run the 'sentinel|get-master-addr-by-name' command). The sentinels' default "
+        "user (the one REDIS_SENTINEL_PASSWORD_FILE's password logs in as) may not run the SENTINEL "
+        "commands turnledger asks: allow it `+sentinel|masters +sentinel|get-master-addr-by-name` (or "
+        "`+@all`) in each sentinel's ACL (`user default ...` in sentinel.conf, or ACL SETUSER)."
+    )
+
+
+async def test_a_redis_named_as_a_sentinel_is_refused_at_once(
+    nodes: Nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _without_redis_settings(monkeypatch)
+    url = f"redis+sentinel://127.0.0.1:{nodes.a.port}/{SERVICE}/0"
+    assert await _refusal(url) == (
+        f"Redis at {url!r}: no sentinel named a primary for {SERVICE!r}: 127.0.0.1:{nodes.a.port} is a "
+        "Redis, not a sentinel (ResponseError: unknown command 'SENTINEL', with args beginning with: "
+        f"'GET-MASTER-ADDR-BY-NAME' '{SERVICE}' ). A redis+sentinel:// URL names sentinels (their port, "
+        "26379 by default), not Redis nodes: put the sentinels' HOST:PORT in REDIS_URL, or name this Redis "
+        "itself with redis:// (rediss:// for TLS)."
+    )
+
+
+def test_the_cli_refuses_a_redis_named_as_a_sentinel_in_one_line(nodes: Nodes) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDIS_")}
+    url = f"redis+sentinel://127.0.0.1:{nodes.a.port}/{SERVICE}/0"
+    run = subprocess.run(
+        [sys.executable, "-m", "turnledger.cli", "history", "nobody", "--json"],
+        env={**env, "REDIS_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (run.returncode, run.stdout, run.stderr.count("\n")) == (2, "", 1), run.stderr
+    head = f"turnledger: Redis at {url!r}: no sentinel named a primary for {SERVICE!r}: "
+    assert run.stderr.startswith(head)
+    assert "is a Redis, not a sentinel" in run.stderr
+
+
+async def test_tls_to_a_plaintext_sentinel_is_refused_naming_the_protocol(
+    nodes: Nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TLS hello a plaintext sentinel never answers: asked again in plaintext, which it answers."""
+    _without_redis_settings(monkeypatch)
+    url = f"rediss+sentinel://127.0.0.1:{nodes.sentinel_port}/{SERVICE}/0"
+    assert await _refusal(url) == (
+        f"Redis at {url!r}: no sentinel named a primary for {SERVICE!r}: 127.0.0.1:{nodes.sentinel_port} "
+        "speaks plaintext, not TLS (in TLS: no answer within 3s). This sentinel's port speaks plaintext, not "
+        "TLS: rediss+sentinel:// speaks TLS to the sentinels and the nodes alike; use redis+sentinel:// in "
+        "REDIS_URL for sentinels without TLS, or their TLS port."
+    )
+
+
+async def test_plaintext_to_a_tls_sentinel_is_refused_naming_the_protocol(
+    tls_nodes: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _without_redis_settings(monkeypatch)
+    _, _, sentinel_port = tls_nodes
+    url = f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}/0"
+    message = await _refusal(url)
+    head = f"Redis at {url!r}: no sentinel named a primary for {SERVICE!r}: 127.0.0.1:{sentinel_port} "
+    assert message.startswith(head + "speaks TLS, not plaintext (in plaintext: "), message
+    assert message.endswith(
+        "). This sentinel's port speaks TLS: use rediss+sentinel:// in REDIS_URL (with REDIS_SSL_CA_FILE "
+        "for a private CA), or the sentinels' plaintext port."
+    )
