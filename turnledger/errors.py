@@ -46,6 +46,7 @@ becomes a rejection record with a `ReasonCode`. Exceptions are for callers.
     │                                        make a valid event of, named; nothing sent)
     ├── ServeError                (serve)    TokenRequiredError, DispatchDefaultError (a --adapter,
     │                                        --provider or --model-revision the processor would reject),
+    │                                        DispatchRequestError (a dispatch body naming one: 422),
     │                                        RequestBodyError (a POST body the API does not take: 400),
     │                                        QueryParameterError (a query parameter it does not take: 400)
     └── DevstackError             (devstack) JavaMissing, JavaTooOld, KeytoolMissing, MavenMissing,
@@ -332,6 +333,16 @@ class DispatchDefaultError(ServeError, ValueError):
     def __init__(self, option: str, value: str, why: str) -> None:
         super().__init__(f"{option} {value!r}: {why}")
         self.option = option
+
+
+class DispatchRequestError(ServeError, ValueError):
+    """A POST `…/dispatch` of the `turnledger serve` API whose adapter, provider or model revision the
+    processor would reject (`serve/dispatch_defaults.py`); names the body's field and the values it
+    knows. Answered 422, nothing sent."""
+
+    def __init__(self, field: str, value: str, why: str) -> None:
+        super().__init__(f"{field} {value!r}: {why}")
+        self.field = field
 
 
 class RequestBodyError(ServeError, ValueError):

@@ -16,7 +16,7 @@ import ipaddress
 import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TypeVar, cast
 
@@ -29,30 +29,27 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from turnledger.errors import KafkaUnavailableError, RequestBodyError
+from turnledger.adapters.admission import ModelRegistry
+from turnledger.errors import DispatchRequestError, KafkaUnavailableError, RequestBodyError
 from turnledger.gateway.client import GatewayClient, RefusedEventError
 from turnledger.observability.runtime_metrics import SERVE_EVENTS, SERVE_REQUESTS, SERVE_STREAMS
+from turnledger.processors.model_registry import load_model_registry
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
 from turnledger.projections.shards import discover
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.serve.bodies import CancelBody, DispatchBody, TurnBody, listing_limit, read_body
+from turnledger.serve.dispatch_defaults import DispatchDefaults, dispatch_refusal
 from turnledger.serve.redis_failures import RedisFailures
 
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
+BODY_FIELDS = {"adapter": "adapter", "provider": "provider", "model_revision": "modelRevision"}
+"""A dispatch body's field by the `DispatchDefaults` field it overrides."""
 T = TypeVar("T")
 
 _STREAM_ID = re.compile(r"[0-9]+-[0-9]+")
 STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
-
-
-@dataclass(frozen=True)
-class DispatchDefaults:
-    adapter: str = "anthropic-messages@2"
-    provider: str = "anthropic"
-    model_revision: str = "anthropic/claude-sonnet-4@2025-05"
-    max_output_tokens: int = 512
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,9 @@ class ServeConfig:
     block_ms: int = 15_000
     """XREAD BLOCK timeout; an SSE comment is sent when it passes, to keep proxies from closing."""
     batch: int = 200
-    dispatch: DispatchDefaults = DispatchDefaults()
+    dispatch: DispatchDefaults = field(default_factory=DispatchDefaults)
+    models: ModelRegistry = field(default_factory=load_model_registry)
+    """What a dispatch's body may name (`dispatch_defaults.dispatch_refusal`)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -159,7 +158,13 @@ class Layout:
         return self._keys
 
 
-def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig = ServeConfig()) -> Starlette:
+def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig | None = None) -> Starlette:
+    """The serve API and page; `config` None is `ServeConfig()`, made on the call (it loads the model
+    registry, which TURNLEDGER_MODEL_REGISTRY may name: not at import)."""
+    return _app(redis, gateway, config or ServeConfig())
+
+
+def _app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig) -> Starlette:
     layout = Layout(redis, config.key_prefix)
     redis_failures = RedisFailures(redis)
 
@@ -253,11 +258,17 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
         conv = request.path_params["conversation"]
         body = read_body(DispatchBody, await request.body())
         d = config.dispatch
+        adapter = _given(body.adapter, d.adapter)
+        provider = _given(body.provider, d.provider)
+        model_revision = _given(body.model_revision, d.model_revision)
+        refusal = dispatch_refusal(adapter, provider, model_revision, config.models)
+        if refusal is not None:
+            raise DispatchRequestError(BODY_FIELDS[refusal.checked], refusal.value, refusal.why)
         event = await gateway.request_dispatch(
             conv,
-            adapter=_given(body.adapter, d.adapter),
-            provider=_given(body.provider, d.provider),
-            model_revision=_given(body.model_revision, d.model_revision),
+            adapter=adapter,
+            provider=provider,
+            model_revision=model_revision,
             max_output_tokens=_given(body.max_output_tokens, d.max_output_tokens),
             operation_id=body.operation_id,
         )
@@ -298,6 +309,7 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig =
         middleware=[Middleware(RequestCounter, routes=routes), Middleware(BearerToken, token=config.token)],
         exception_handlers={
             RefusedEventError: refused,
+            DispatchRequestError: refused,
             orjson.JSONDecodeError: bad_body,
             RequestBodyError: bad_body,
             ValueError: bad_body,

@@ -20,8 +20,8 @@ from turnledger.processors.model_registry import load_model_registry  # the proc
 from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, require
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX
 from turnledger.redisconn.client import connect
-from turnledger.serve.app import DispatchDefaults, ServeConfig, create_app, is_loopback
-from turnledger.serve.dispatch_defaults import check_dispatch_defaults
+from turnledger.serve.app import ServeConfig, create_app, is_loopback
+from turnledger.serve.dispatch_defaults import DispatchDefaults, check_dispatch_defaults
 from turnledger.topology import Topics
 
 err = Console(stderr=True, markup=False)
@@ -69,12 +69,13 @@ def serve_command(
         err.print(str(TokenRequiredError(host)), style="red")
         raise typer.Exit(2)
     dispatch = DispatchDefaults(adapter=adapter, provider=provider, model_revision=model_revision)
+    models = load_model_registry()
     try:
-        check_dispatch_defaults(dispatch, load_model_registry())
+        check_dispatch_defaults(dispatch, models)
     except DispatchDefaultError as exc:
         err.print(str(exc), style="red", soft_wrap=True)
         raise typer.Exit(2) from exc
-    config = ServeConfig(key_prefix=key_prefix, token=token or None, dispatch=dispatch)
+    config = ServeConfig(key_prefix=key_prefix, token=token or None, dispatch=dispatch, models=models)
     try:
         asyncio.run(
             _serve(url, servers, Topics(prefix=topic_prefix).ingress, host, port, config, metrics_port)

@@ -3,7 +3,9 @@
 adapter registry (`adapters/registry.py`) and the model registry (`processors/model_registry.py`, the
 built-in one merged with TURNLEDGER_MODEL_REGISTRY, which serve must then be given too). A value the
 processor would reject (UNKNOWN_ADAPTER, UNKNOWN_MODEL) is refused before serving, not on every
-dispatch of the page.
+dispatch of the page. A POST `…/dispatch` whose body names its own adapter, provider or model revision
+is checked by the same rule (`dispatch_refusal`) and answered 422, nothing sent, rather than accepted
+(202) for the processor to reject later.
 
 The revision after `@` is free text (the registry is keyed by `provider/model`, an exact
 `provider/model@revision` key only overriding it), so only the model revision's form and its
@@ -14,24 +16,51 @@ its manifest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from turnledger.adapters.admission import ModelRegistry
 from turnledger.adapters.base import Adapter, InvalidModelRevisionError, parse_model_revision
 from turnledger.adapters.registry import ADAPTERS
 from turnledger.errors import DispatchDefaultError
-from turnledger.serve.app import DispatchDefaults
+
+Checked = Literal["adapter", "provider", "model_revision"]
+
+FLAGS: dict[Checked, str] = {
+    "adapter": "--adapter",
+    "provider": "--provider",
+    "model_revision": "--model-revision",
+}
 
 
-def check_dispatch_defaults(defaults: DispatchDefaults, registry: ModelRegistry) -> None:
-    """Raise `DispatchDefaultError` for the first of adapter, provider and model revision that the
-    processor would not take; the adapter first, as the other two are checked against it."""
-    adapter = ADAPTERS.get(defaults.adapter)
+@dataclass(frozen=True)
+class DispatchDefaults:
+    adapter: str = "anthropic-messages@2"
+    provider: str = "anthropic"
+    model_revision: str = "anthropic/claude-sonnet-4@2025-05"
+    max_output_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class DispatchRefusal:
+    checked: Checked
+    value: str
+    why: str
+
+
+def dispatch_refusal(
+    adapter_id: str, provider: str, model_revision: str, registry: ModelRegistry
+) -> DispatchRefusal | None:
+    """The first of adapter, provider and model revision that the processor would not take; the
+    adapter first, as the other two are checked against it. None when it would take all three."""
+    adapter = ADAPTERS.get(adapter_id)
     if adapter is None:
         why = f"not a registered adapter; use one of {', '.join(sorted(ADAPTERS))}"
-        raise DispatchDefaultError("--adapter", defaults.adapter, why)
-    provider_refused = _provider_refusal(defaults.provider, adapter)
+        return DispatchRefusal("adapter", adapter_id, why)
+    provider_refused = _provider_refusal(provider, adapter)
     if provider_refused is not None:
-        raise DispatchDefaultError("--provider", defaults.provider, provider_refused)
-    model_refused = _model_refusal(defaults.model_revision, adapter, registry)
+        return DispatchRefusal("provider", provider, provider_refused)
+    model_refused = _model_refusal(model_revision, adapter, registry)
     if model_refused is not None:
         known = ", ".join(
             sorted(k for k, info in registry.models.items() if info.provider == adapter.provider)
@@ -39,7 +68,15 @@ def check_dispatch_defaults(defaults: DispatchDefaults, registry: ModelRegistry)
         why = (
             f"{model_refused}; the registry's {adapter.provider} models: {known} (as provider/model@revision)"
         )
-        raise DispatchDefaultError("--model-revision", defaults.model_revision, why)
+        return DispatchRefusal("model_revision", model_revision, why)
+    return None
+
+
+def check_dispatch_defaults(defaults: DispatchDefaults, registry: ModelRegistry) -> None:
+    """Raise `DispatchDefaultError`, naming the option, for the first value `dispatch_refusal` refuses."""
+    refusal = dispatch_refusal(defaults.adapter, defaults.provider, defaults.model_revision, registry)
+    if refusal is not None:
+        raise DispatchDefaultError(FLAGS[refusal.checked], refusal.value, refusal.why)
 
 
 def _provider_refusal(provider: str, adapter: Adapter) -> str | None:

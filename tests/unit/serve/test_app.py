@@ -26,6 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 
 from tests.unit.projections.test_reader import MemoryRedis, block, preview_json, quarantined, rejected
+from turnledger.adapters.admission import ModelRegistry, builtin_registry
 from turnledger.errors import KafkaUnavailableError, RequestBodyError
 from turnledger.gateway import client as client_module
 from turnledger.gateway.client import GatewayClient, RefusedEventError
@@ -827,7 +828,9 @@ def test_a_refusal_the_table_does_not_word_is_in_pydantics_words_at_the_fields_w
 
 async def test_a_dispatch_takes_the_configured_defaults_for_what_the_body_leaves_out_or_nulls() -> None:
     gateway = FakeGateway()
-    defaults = DispatchDefaults(adapter="a@1", provider="p", model_revision="m@1", max_output_tokens=77)
+    defaults = DispatchDefaults(
+        adapter="gemini@2", provider="google", model_revision="google/gemini-2.5-pro@1", max_output_tokens=77
+    )
     app = make_app(StreamRedis(), gateway, dispatch=defaults)
     answer = await post(app, "/api/conversations/c1/dispatch")
     assert (answer.status_code, answer.json()) == (202, {"operationId": "op-new", "eventId": "ev-dispatch"})
@@ -835,8 +838,8 @@ async def test_a_dispatch_takes_the_configured_defaults_for_what_the_body_leaves
     nulls = dict.fromkeys(["adapter", "provider", "modelRevision", "maxOutputTokens", "operationId"])
     assert (await post(app, "/api/conversations/c1/dispatch", json=nulls)).status_code == 202
     chosen = {
-        "adapter": "a@1", "provider": "p", "model_revision": "m@1", "max_output_tokens": 77,
-        "operation_id": None,
+        "adapter": "gemini@2", "provider": "google", "model_revision": "google/gemini-2.5-pro@1",
+        "max_output_tokens": 77, "operation_id": None,
     }  # fmt: skip
     assert gateway.calls == [("dispatch", "c1", chosen)] * 3
 
@@ -845,7 +848,7 @@ async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
     gateway = FakeGateway()
     app = make_app(StreamRedis(), gateway)
     given = {
-        "adapter": "openai-chat@1", "provider": "openai", "modelRevision": "openai/gpt@1",
+        "adapter": "openai-chat@1", "provider": "openai", "modelRevision": "openai/gpt-4o@1",
         "maxOutputTokens": 300, "operationId": "op-42",
     }  # fmt: skip
     answer = await post(app, "/api/conversations/c2/dispatch", json=given)
@@ -861,7 +864,7 @@ async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
             "dispatch",
             "c2",
             {
-                "adapter": "openai-chat@1", "provider": "openai", "model_revision": "openai/gpt@1",
+                "adapter": "openai-chat@1", "provider": "openai", "model_revision": "openai/gpt-4o@1",
                 "max_output_tokens": 300, "operation_id": "op-42",
             },
         ),
@@ -926,7 +929,6 @@ BLANK = "must be a string that is not empty or blank, not"
     [
         ("%20/turns", {"text": "hi"}, f"user_turn: nothing sent: conversation_id {BLANK} ' '"),
         ("c1/dispatch", {"operationId": " "}, f"request_dispatch: nothing sent: operation_id {BLANK} ' '"),
-        ("c1/dispatch", {"provider": "\t"}, f"request_dispatch: nothing sent: provider {BLANK} '\\t'"),
         ("c1/cancel", {"operationId": "  "}, f"cancel: nothing sent: operation_id {BLANK} '  '"),
     ],
 )
@@ -942,6 +944,65 @@ async def test_a_blank_id_or_name_the_gateway_client_refuses_is_a_400_and_nothin
     )
     assert (answer.status_code, answer.json()) == (400, {"error": f"bad request: {error}"})
     assert cast(RecordingProducer, gateway._producer).sent == []
+
+
+PROVIDERS = "use one of anthropic, bedrock, google, openai"
+OPENAI_MODELS = (
+    "the registry's openai models: openai/gpt-3.5-turbo, openai/gpt-4, openai/gpt-4-turbo, openai/gpt-4.1, "
+    "openai/gpt-4.1-mini, openai/gpt-4o, openai/gpt-4o-mini, openai/o3, openai/o4-mini (as "
+    "provider/model@revision)"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"adapter": "openai-chat@9"}, "adapter 'openai-chat@9': not a registered adapter; use one of "),
+        (
+            {"provider": "openai"},
+            "provider 'openai': not the provider of adapter 'anthropic-messages@2'; use anthropic",
+        ),
+        ({"provider": "\t"}, f"provider '\\t': no adapter's provider; {PROVIDERS}"),
+        (
+            {"adapter": "openai-chat@2", "provider": "openai"},
+            "modelRevision 'anthropic/claude-sonnet-4@2025-05': a model of provider 'anthropic', but adapter "
+            f"'openai-chat@2' sends to 'openai'; {OPENAI_MODELS}",
+        ),
+        (
+            {"adapter": "openai-chat@2", "provider": "openai", "modelRevision": "openai/gpt-5@1"},
+            f"modelRevision 'openai/gpt-5@1': not in the model registry; {OPENAI_MODELS}",
+        ),
+        (
+            {"adapter": "openai-chat@2", "provider": "openai", "modelRevision": "gpt-4o"},
+            f"modelRevision 'gpt-4o': not provider/model@revision; {OPENAI_MODELS}",
+        ),
+    ],
+    ids=["adapter", "provider", "blank provider", "default model", "model", "model's form"],
+)
+async def test_a_dispatch_the_processor_would_reject_is_a_422_naming_the_field_and_nothing_is_sent(
+    body: dict[str, str], error: str
+) -> None:
+    """Before, each was accepted (202) and the processor rejected it later (UNKNOWN_ADAPTER,
+    UNKNOWN_MODEL), or, for a provider not the adapter's, prepared it for the adapter's provider."""
+    gateway = FakeGateway()
+    answer = await post(make_app(StreamRedis(), gateway), "/api/conversations/c1/dispatch", json=body)
+    assert answer.status_code == 422
+    assert answer.json()["error"].startswith(error), answer.json()
+    assert gateway.calls == []
+
+
+async def test_a_dispatch_body_is_checked_against_the_registry_serve_was_given() -> None:
+    """TURNLEDGER_MODEL_REGISTRY's models, as serve loads them at start, not only the built-in ones."""
+    gateway = FakeGateway()
+    custom = {"models": {"openai/house-model": {"context_window": 8000}}}
+    models = ModelRegistry.from_data(custom, base=builtin_registry())
+    app = make_app(StreamRedis(), gateway, models=models)
+    given = {"adapter": "openai-chat@2", "provider": "openai", "modelRevision": "openai/house-model@1"}
+    answer = await post(app, "/api/conversations/c1/dispatch", json=given)
+    assert answer.status_code == 202, answer.json()
+    assert [call[2]["model_revision"] for call in gateway.calls] == ["openai/house-model@1"]
+    answer = await post(make_app(StreamRedis(), FakeGateway()), "/api/conversations/c1/dispatch", json=given)
+    assert answer.status_code == 422
 
 
 async def test_kafka_unreachable_is_a_503_with_its_words() -> None:

@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 from turnledger.adapters.admission import ModelInfo, ModelRegistry, builtin_registry
 from turnledger.cli import _register, app
 from turnledger.errors import DispatchDefaultError, ServeError
-from turnledger.serve.app import DispatchDefaults
-from turnledger.serve.dispatch_defaults import check_dispatch_defaults
+from turnledger.serve.dispatch_defaults import DispatchDefaults, check_dispatch_defaults
 
 ADAPTERS = (
     "anthropic-messages@0, anthropic-messages@1, anthropic-messages@2, bedrock-converse@1, gemini@1, "
