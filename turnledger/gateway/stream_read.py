@@ -4,7 +4,8 @@ A read appends HandleBound (journaled first: the handle is what a restart resume
 as the pump normalises them, and always a StreamEnded. It stops at once, between two appends, when
 the board shows the operation CANCELLED or the lease of the generation it reads expired, and closes
 the connection. An error status is a
-PROVIDER_ERROR outcome whose body is never kept (it may quote the credential).
+PROVIDER_ERROR outcome whose body is never kept (it may quote the credential); one whose body
+cannot be read (cut, stalled, garbled) is still that status's PROVIDER_ERROR, never a disconnect.
 """
 
 from __future__ import annotations
@@ -51,6 +52,17 @@ class Phase:
     """The board's position when the phase began (expiries after it end the phase)."""
     failure: ProviderFailure | None = None
     """What the provider's error answer or the stream's error event says of trying again, if it failed so."""
+
+
+async def error_body(response: httpx.Response) -> bytes:
+    """An error answer's body, read for its error type only (it may quote the credential). Empty when
+    it cannot be read whole (cut, stalled past the read timeout, a content-encoding it does not
+    have): the status and the headers, already here, still judge the failure."""
+    try:
+        return await response.aread()
+    except (httpx.TransportError, httpx.DecodingError) as exc:
+        log.debug("error body of HTTP %d not read: %r", response.status_code, exc)
+        return b""
 
 
 class StreamReader:
@@ -135,7 +147,7 @@ class StreamReader:
                 live.PROVIDER_REQUEST_SECONDS.labels(api).observe(time.monotonic() - sent_at)
                 if response.status_code >= 400:
                     live.PROVIDER_ERRORS.labels(api, str(response.status_code)).inc()
-                    body = await response.aread()  # read for its error type only: it may quote the credential
+                    body = await error_body(response)
                     phase.failure = http_failure(
                         api, response.status_code, response.headers, body, time.time()
                     )

@@ -336,6 +336,40 @@ async def test_an_error_status_is_a_provider_error_judged_by_its_status_headers_
     )
 
 
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        ({}, lambda: Body([b'{"type": "error", "error": {"type": "authe'], cut=httpx.ReadError("reset"))),
+        ({}, lambda: Body([], cut=httpx.ReadTimeout("no byte within the read timeout"))),
+        ({"content-encoding": "gzip"}, lambda: Body([b'{"type": "error", "error": {"type": "api_error"}}'])),
+    ],
+    ids=["cut", "stalled", "not-the-encoding-it-names"],
+)
+async def test_an_error_status_whose_body_cannot_be_read_is_judged_by_its_status_and_headers(
+    headers: dict[str, str], body: Callable[[], Body]
+) -> None:
+    """A 401 whose body is cut, stalls or is not the gzip it says: still PROVIDER_ERROR, refused by its
+    status (not a disconnect, which would be read again and again); a 429's retry-after is kept."""
+    read = reading(ANTHROPIC, lambda request: httpx.Response(401, headers=headers, stream=body()))
+    phase = await read.run()
+    [ended] = read.events
+    assert isinstance(ended, StreamEnded)
+    assert (ended.outcome, ended.resumable, phase.outcome) == (
+        StreamOutcome.PROVIDER_ERROR,
+        False,
+        StreamOutcome.PROVIDER_ERROR,
+    )
+    assert phase.failure == ProviderFailure(retryable=False, rule="status", status=401)
+    assert read.stats.counts == {"http_401": 1, "late_deltas": 0, "wire_duplicates": 0}
+    throttled = reading(
+        ANTHROPIC,
+        lambda request: httpx.Response(
+            429, headers={"retry-after": "7"}, stream=Body([b"{"], cut=httpx.ReadError("x"))
+        ),
+    )
+    assert (await throttled.run()).failure == ProviderFailure(True, "status", 429, None, 7.0)
+
+
 async def test_a_retry_after_date_is_read_against_the_time_of_the_answer() -> None:
     """A `retry-after` HTTP date is a pause counted from when the error answer arrived (the clock's
     now), not from the epoch: 30 s ahead is a pause of at most 30 s."""
