@@ -25,7 +25,12 @@ from turnledger.gateway.client import WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint
 from turnledger.gateway.journal import WorkerJournal
 from turnledger.gateway.lease_keeper import LeaseKeeper
-from turnledger.gateway.provider_failures import ProviderFailure, http_failure, stream_failure
+from turnledger.gateway.provider_failures import (
+    MAX_ERROR_BODY_BYTES,
+    ProviderFailure,
+    http_failure,
+    stream_failure,
+)
 from turnledger.gateway.provider_request import ProviderRequest
 from turnledger.gateway.pump import StreamPump
 from turnledger.gateway.worker_config import CrashHook, WorkerStats
@@ -55,14 +60,20 @@ class Phase:
 
 
 async def error_body(response: httpx.Response) -> bytes:
-    """An error answer's body, read for its error type only (it may quote the credential). Empty when
-    it cannot be read whole (cut, stalled past the read timeout, a content-encoding it does not
-    have): the status and the headers, already here, still judge the failure."""
+    """An error answer's body, read for its error type only (it may quote the credential), and only
+    up to one byte past what `http_failure` parses: a provider (or a proxy) sending an endless error
+    page costs no more. Empty when it cannot be read whole (cut, stalled past the read timeout, a
+    content-encoding it does not have): the status and the headers, already here, still judge it."""
+    body = bytearray()
     try:
-        return await response.aread()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_ERROR_BODY_BYTES:
+                break
     except (httpx.TransportError, httpx.DecodingError) as exc:
         log.debug("error body of HTTP %d not read: %r", response.status_code, exc)
         return b""
+    return bytes(body)
 
 
 class StreamReader:

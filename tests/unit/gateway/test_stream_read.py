@@ -25,7 +25,7 @@ from turnledger.gateway.board import DecisionBoard, OperationKey
 from turnledger.gateway.client import WorkerEvents
 from turnledger.gateway.endpoints import ProviderEndpoint, endpoints_for
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
-from turnledger.gateway.provider_failures import ProviderFailure
+from turnledger.gateway.provider_failures import MAX_ERROR_BODY_BYTES, ProviderFailure
 from turnledger.gateway.provider_request import ProviderRequest
 from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamReader
 from turnledger.gateway.worker_config import WorkerStats
@@ -368,6 +368,24 @@ async def test_an_error_status_whose_body_cannot_be_read_is_judged_by_its_status
         ),
     )
     assert (await throttled.run()).failure == ProviderFailure(True, "status", 429, None, 7.0)
+
+
+async def test_a_long_error_page_is_read_only_one_byte_past_what_is_parsed() -> None:
+    """An error body is read until it passes `MAX_ERROR_BODY_BYTES` and no further (an endless page
+    costs no memory); past the bound it is not parsed, so the status decides."""
+    sent = [0]
+
+    class Page(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for _ in range(1000):  # 4 MB
+                sent[0] += 1
+                yield b"<html>" + b" " * 4090
+
+    read = reading(ANTHROPIC, lambda request: httpx.Response(503, stream=Page()))
+    phase = await read.run()
+    assert sent[0] == MAX_ERROR_BODY_BYTES // 4096 + 1
+    assert phase.failure == ProviderFailure(retryable=True, rule="status", status=503)
+    assert [type(e).__name__ for e in read.events] == ["StreamEnded"]
 
 
 async def test_a_retry_after_date_is_read_against_the_time_of_the_answer() -> None:
