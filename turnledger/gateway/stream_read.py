@@ -167,7 +167,7 @@ class StreamReader:
                 else:
                     with stop.feeding():
                         await pump.on_response_headers(response.headers)
-                    chunks = TimedChunks(response.aiter_raw())
+                    chunks = TimedChunks(response.aiter_bytes())  # decoded: httpx asks for gzip
                     try:
                         while (chunk := await chunks.next(pump.flush_wait())) is not None:
                             with stop.feeding():
@@ -182,7 +182,7 @@ class StreamReader:
                     if not stop.fired:
                         with stop.feeding():
                             await pump.close()
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, httpx.DecodingError) as exc:  # cut, stalled, or garbled
             if not stop.fired:
                 with stop.feeding():
                     await pump.flush()  # what arrived before the cut is kept; a resume starts after it

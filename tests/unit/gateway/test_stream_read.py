@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import gzip
 import logging
 import re
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -456,6 +458,59 @@ async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_res
     assert (
         sample("turnledger_provider_errors_total", api="openai-responses", error="disconnect") == before + 1
     )
+
+
+async def test_a_gzip_stream_is_read_as_the_stream_it_encodes() -> None:
+    """httpx asks for gzip (`accept-encoding`), so a provider or a proxy may send the stream so: its
+    events are decoded before the pump reads them, and the answer is the one a plain stream gives."""
+    data = fixture("anthropic_text.sse")
+    expected = await all_deltas(ANTHROPIC, events_of(data))
+    packed = gzip.compress(data)
+    chunks = [packed[i : i + 64] for i in range(0, len(packed), 64)]
+    read = reading(
+        ANTHROPIC,
+        lambda request: httpx.Response(200, headers={"content-encoding": "gzip"}, stream=Body(chunks)),
+    )
+    phase = await read.run()
+    assert sequences(read) == expected and len(expected) > 3
+    assert (phase.outcome, phase.failure, read.stats.counts["final_in_stream"]) == (
+        StreamOutcome.COMPLETED,
+        None,
+        1,
+    )
+
+
+async def test_a_stream_garbled_in_its_content_encoding_keeps_what_arrived_and_ends_disconnected(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """gzip that breaks off into garbage mid-way: the events decoded before it are appended, the read
+    ends DISCONNECTED (counted as such), not with an exception out of the read."""
+    data = fixture("openai_responses_text.sse")
+    head = data[: data.index(b"event: response.output_text.done")]
+    packer = zlib.compressobj(wbits=zlib.MAX_WBITS | 16)
+    packed = packer.compress(head) + packer.flush(zlib.Z_SYNC_FLUSH)
+    expected = await all_deltas(RESPONSES, [head])
+    read = reading(
+        RESPONSES,
+        lambda request: httpx.Response(
+            200, headers={"content-encoding": "gzip"}, stream=Body([packed, b"\xff" * 32])
+        ),
+    )
+    with caplog.at_level(logging.DEBUG, logger=stream_read.__name__):
+        phase = await read.run()
+    ended = read.events[-1]
+    assert isinstance(ended, StreamEnded)
+    assert sequences(read) == expected and len(expected) > 2
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+        StreamOutcome.DISCONNECTED,
+        True,
+        expected[-1],
+    )
+    assert read.stats.counts["disconnects"] == 1 and phase.failure is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "op-1 generation 2: transport ended: "
+        "DecodingError('Error -3 while decompressing data: invalid block type')"
+    ]
 
 
 async def test_a_cut_before_any_handle_is_not_resumable() -> None:
