@@ -3,9 +3,12 @@
 A read appends HandleBound (journaled first: the handle is what a restart resumes by), StreamDeltas
 as the pump normalises them, and always a StreamEnded. It stops at once, between two appends, when
 the board shows the operation CANCELLED or the lease of the generation it reads expired, and closes
-the connection. An error status is a
-PROVIDER_ERROR outcome whose body is never kept (it may quote the credential); one whose body
-cannot be read (cut, stalled, garbled) is still that status's PROVIDER_ERROR, never a disconnect.
+the connection. It stops too after the chunk that carried the provider's final event (message stop,
+error): the fold settles the attempt there, and whatever a provider sends after it (more events, a
+connection held open) could only be quarantined, and would hold the operation's slot meanwhile.
+An error status is a PROVIDER_ERROR outcome whose body is never kept (it may quote the
+credential); one whose body cannot be read (cut, stalled, garbled) is still that status's
+PROVIDER_ERROR, never a disconnect.
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ class StreamReader:
                                     await pump.flush()
                                 else:
                                     await pump.feed(chunk)
-                            if stop.fired:
+                            if stop.fired or pump.saw_final:
                                 break  # leaving the block closes the connection
                     finally:
                         await chunks.aclose()

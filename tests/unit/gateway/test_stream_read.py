@@ -424,6 +424,28 @@ async def test_an_error_event_in_the_stream_is_the_read_s_failure() -> None:
     assert read.stats.counts["final_in_stream"] == 1
 
 
+async def test_the_read_stops_after_the_chunk_that_carried_the_final_event() -> None:
+    """A provider that sends more after its final event and then holds the connection open: the read
+    ends with the chunk that carried the final event (COMPLETED, the connection closed), and nothing the
+    provider sent after it is appended."""
+    data = fixture("anthropic_text.sse")
+    expected = await all_deltas(ANTHROPIC, events_of(data))
+    after = events_of(data)[1:4]  # a block of the same answer again, after its message stop
+    body = Body([*events_of(data), *after], hold=asyncio.Event())
+    read = reading(ANTHROPIC, lambda request: httpx.Response(200, stream=body))
+    async with asyncio.timeout(2):
+        phase = await read.run()
+    [ended] = read.of(StreamEnded)
+    assert sequences(read) == expected and ended.last_delta_sequence == expected[-1]
+    assert (phase.outcome, ended.outcome, body.closed) == (
+        StreamOutcome.COMPLETED,
+        StreamOutcome.COMPLETED,
+        True,
+    )
+    assert read.stats.counts["final_in_stream"] == 1 and read.stats.counts["disconnects"] == 0
+    assert await only_this_task()
+
+
 async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_resumable(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
