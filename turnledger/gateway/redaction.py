@@ -6,7 +6,8 @@ the worker did not write itself: an exception message of a transport, a log line
 library. `REDACTOR.scrub` replaces every registered value (and its Bearer/header forms,
 which contain it) by `***`; `RedactingFilter` applies it to every log record of the
 handlers it is installed on (`install_log_redaction`), and the worker passes every
-give-up detail through it before it becomes an event.
+give-up detail, and a provider's error text inside a stream (`stream_read.scrubbed`), through it
+before it becomes an event.
 """
 
 from __future__ import annotations

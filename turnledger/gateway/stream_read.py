@@ -36,8 +36,9 @@ from turnledger.gateway.provider_failures import (
 )
 from turnledger.gateway.provider_request import ProviderRequest
 from turnledger.gateway.pump import StreamPump
+from turnledger.gateway.redaction import REDACTOR
 from turnledger.gateway.worker_config import CrashHook, WorkerStats
-from turnledger.model.deltas import NormalizedDelta
+from turnledger.model.deltas import DeltaType, NormalizedDelta
 from turnledger.model.events import StreamOutcome
 from turnledger.model.manifest import DispatchManifest
 from turnledger.observability import runtime_metrics as live
@@ -77,6 +78,22 @@ async def error_body(response: httpx.Response) -> bytes:
         log.debug("error body of HTTP %d not read: %r", response.status_code, exc)
         return b""
     return bytes(body)
+
+
+def scrubbed(deltas: list[NormalizedDelta]) -> list[NormalizedDelta]:
+    """The deltas with every credential the worker holds masked in the provider's error text (an error
+    event's type and message, an undecodable event's bytes): they become a ledger event, and such text,
+    like an error body, may quote the request's credential."""
+    return [_scrubbed_error(d) if d.type is DeltaType.PROVIDER_ERROR else d for d in deltas]
+
+
+def _scrubbed_error(delta: NormalizedDelta) -> NormalizedDelta:
+    masked = {
+        name: REDACTOR.scrub(text)
+        for name, text in (("error_type", delta.error_type), ("error_message", delta.error_message))
+        if text is not None and REDACTOR.scrub(text) != text
+    }
+    return delta.model_copy(update=masked) if masked else delta
 
 
 class StreamReader:
@@ -132,7 +149,7 @@ class StreamReader:
                 first_delta[0] = False
                 live.PROVIDER_FIRST_DELTA_SECONDS.labels(api).observe(time.monotonic() - sent_at)
             self._leases.alive(key)
-            event = await self._events.deltas(conv, op, generation, deltas)
+            event = await self._events.deltas(conv, op, generation, scrubbed(deltas))
             phase.sources.add(event.event_id)
 
         pump = StreamPump(

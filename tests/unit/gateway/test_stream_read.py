@@ -446,6 +446,34 @@ async def test_the_read_stops_after_the_chunk_that_carried_the_final_event() -> 
     assert await only_this_task()
 
 
+async def test_a_credential_quoted_by_an_error_event_is_masked_before_it_is_appended() -> None:
+    """The route's key (`sk-test`) quoted in an error event's type and message, and in an undecodable
+    event, reaches the ledger as `***`; the rest of the text, and every other delta, as sent."""
+    data = fixture("anthropic_text.sse")
+    start = events_of(data)[0]
+    quoting = (
+        b'event: error\ndata: {"type": "error", "error": {"type": "sk-test", '
+        b'"message": "key sk-test refused; sk-tes is not it"}}\n\n'
+    )
+    read = reading(ANTHROPIC, lambda request: httpx.Response(200, stream=Body([start, quoting])))
+    phase = await read.run()
+    errors = [
+        (d.error_type, d.error_message)
+        for e in read.of(StreamDeltas)
+        for run in e.deltas
+        for d in expand(run)
+        if d.error_type is not None
+    ]
+    assert errors == [("***", "key *** refused; sk-tes is not it")]
+    assert phase.failure == ProviderFailure(True, "stream error")
+    garbage = reading(
+        ANTHROPIC, lambda request: httpx.Response(200, stream=Body([start, b"data: sk-test\n\n"]))
+    )
+    await garbage.run()
+    [*_, undecodable] = [d for e in garbage.of(StreamDeltas) for run in e.deltas for d in expand(run)]
+    assert (undecodable.error_type, undecodable.error_message) == ("undecodable_event", "***")
+
+
 async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_resumable(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
