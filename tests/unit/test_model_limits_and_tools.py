@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from turnledger.model import tools as tools_module
 from turnledger.model.canonical import digest_of
-from turnledger.model.limits import has_utf8_form, printable, utf8_length, utf8_size
+from turnledger.model.limits import has_utf8_form, is_blank, printable, utf8_length, utf8_size
 from turnledger.model.tools import (
     MAX_TOOLSET_DIGESTS,
     MAX_TOOLSETS_READ,
@@ -140,3 +140,39 @@ def test_a_toolset_finds_a_definition_by_name() -> None:
     assert toolset.get("search") is SEARCH
     assert toolset.get("nope") is None
     assert Toolset().get("weather") is None
+
+
+BLANKS = ("", " ", "\n\t\r", "\u3000", "\x85\xa0", "\x1c\x1f")
+NOT_BLANK = ("a", " .", "\u200b", "\ufeff", "\t\u3000x")
+
+
+def test_blank_is_empty_or_only_whitespace() -> None:
+    assert [is_blank(t) for t in BLANKS] == [True] * len(BLANKS)
+    assert [is_blank(t) for t in NOT_BLANK] == [False] * len(NOT_BLANK)
+
+
+def test_the_client_serve_and_the_validator_refuse_the_same_user_text() -> None:
+    """One definition of blank: what the gateway client and serve's body take, the ledger commits."""
+    from turnledger.errors import RequestBodyError
+    from turnledger.gateway.client import EventFactory
+    from turnledger.gateway.event_arguments import EventArgumentError
+    from turnledger.sequence import GraphState, Invalid, submit
+    from turnledger.serve.bodies import TurnBody, read_body
+
+    def verdicts(text: str) -> tuple[bool, bool, bool]:
+        try:
+            event = EventFactory().user_turn("conv-1", text)
+            client = True
+        except EventArgumentError:
+            event, client = EventFactory().user_turn("conv-1", "x"), False
+        try:
+            read_body(TurnBody, orjson.dumps({"text": text}))
+            served = True
+        except RequestBodyError:
+            served = False
+        block = event.blocks[0].model_copy(update={"text": text})
+        ledger = not isinstance(submit(GraphState.empty("conv-1"), "t1", [block]), Invalid)
+        return client, served, ledger
+
+    assert [verdicts(t) for t in BLANKS] == [(False, False, False)] * len(BLANKS)
+    assert [verdicts(t) for t in NOT_BLANK] == [(True, True, True)] * len(NOT_BLANK)

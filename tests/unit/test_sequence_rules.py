@@ -67,8 +67,10 @@ def result(id: str, call_id: str, tool: str = "search", args: str = '{"q": "x"}'
     return SubmittedBlock(**{**fields, **kw})
 
 
-def snippet(id: str, role: str = "user", trust: str = "retrieved", kind: str = "retrieved_snippet"):
-    return SubmittedBlock(id=id, role=role, kind=kind, trust_label=trust, text="doc")
+def snippet(
+    id: str, role: str = "user", trust: str = "retrieved", kind: str = "retrieved_snippet", body: str = "doc"
+):
+    return SubmittedBlock(id=id, role=role, kind=kind, trust_label=trust, text=body)
 
 
 def base() -> Turns:
@@ -123,6 +125,7 @@ CASES: dict[str, tuple[ReasonCode, Callable[[], ValidationOutcome]]] = {
         ReasonCode.MALFORMED_BLOCK,
         lambda: run(with_turn(3, [SubmittedBlock(id="u2", role="user", kind="text", trust_label="user")])),
     ),
+    "blank_text": (ReasonCode.MALFORMED_BLOCK, lambda: run(with_turn(3, [text("u2", body=" \n")]))),
     "out_of_sequence": (
         ReasonCode.BLOCK_OUT_OF_SEQUENCE,
         lambda: append_raw(lambda b: _first_copy(b, ordering=0)),
@@ -384,3 +387,48 @@ def test_an_invalid_outcome_names_the_code_of_every_rejection_once() -> None:
     )
     assert outcome.codes == frozenset({ReasonCode.DUPLICATE_CALL_ID, ReasonCode.ORPHANED_RESULT})
     assert Invalid(()).codes == frozenset()
+
+
+def _rejections(outcome: ValidationOutcome) -> list[tuple[ReasonCode, str, str | None]]:
+    assert isinstance(outcome, Invalid), outcome
+    return [(r.code, r.detail, r.block_id) for r in outcome.rejections]
+
+
+@pytest.mark.parametrize(
+    ("index", "blocks", "detail", "block_id"),
+    [
+        (0, [text("sys", "system", "operator", "")], "text of the system text block is blank", "sys"),
+        (3, [text("u2", body="")], "text of the user text block is blank", "u2"),
+        (3, [text("u2", body="\u3000\t\x85")], "text of the user text block is blank", "u2"),
+        (3, [text("u2"), snippet("s3", body=" ")], "text of the user retrieved_snippet block is blank", "s3"),
+        (
+            2,
+            [result("r2", "call-2", "read"), result("r1", "call-1"),
+             snippet("s2", role="tool", kind="compression_artifact", body="\n")],
+            "text of the tool compression_artifact block is blank",
+            "s2",
+        ),
+    ],
+)  # fmt: skip
+def test_blank_submitted_text_is_one_malformed_block_naming_role_and_kind(
+    index: int, blocks: list[SubmittedBlock], detail: str, block_id: str
+) -> None:
+    assert _rejections(run(with_turn(index, blocks))) == [(ReasonCode.MALFORMED_BLOCK, detail, block_id)]
+
+
+def test_text_with_one_visible_character_is_not_blank() -> None:
+    outcome = run(with_turn(3, [text("u2", body=" \n.\t"), snippet("s3", body="\u3000x")]))
+    assert isinstance(outcome, Valid)
+
+
+def test_blank_assistant_text_and_blank_tool_results_are_not_refused() -> None:
+    """Assistant text is what the provider said; a tool's output may be empty (the Anthropic and Bedrock
+    adapters render a blank result without text)."""
+    turns = base()
+    turns[1] = [text("a1", "assistant", "model", "\n\n"), call("c1", "call-1"), call("c2", "call-2", "read")]
+    turns[2] = [result("r2", "call-2", "read", text=""), result("r1", "call-1", text=" \n")]
+    turns.append([text("a2", "assistant", "model", "")])
+    outcome = run(turns)
+    assert isinstance(outcome, Valid)
+    texts = [b.text for b in outcome.sequence.blocks if b.id in ("a1", "r2", "r1", "a2")]
+    assert texts == ["\n\n", "", " \n", ""]

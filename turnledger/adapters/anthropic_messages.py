@@ -27,6 +27,7 @@ from turnledger.adapters.profiles import ANTHROPIC_IDS
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block
+from turnledger.model.limits import is_blank
 
 Part = dict[str, Any]
 
@@ -101,7 +102,7 @@ RULES_V0 = AnthropicRules(
 
 def _text(block: Block, rules: AnthropicRules) -> Part | None:
     # whitespace-only text blocks are a 400 ("text content blocks must contain non-whitespace text")
-    return {"type": "text", "text": block.text} if block.text and block.text.strip() else None
+    return {"type": "text", "text": block.text} if block.text and not is_blank(block.text) else None
 
 
 def _thinking(block: Block, rules: AnthropicRules) -> Part | None:
@@ -128,7 +129,7 @@ def _tool_result(block: Block, rules: AnthropicRules) -> Part | None:
     texts: list[str] = []
     if is_cancel(block):
         texts.append(rules.cancel_text)
-    if block.text:
+    if block.text and not is_blank(block.text):  # a blank text block is a 400, as in a message
         texts.append(block.text)
     if is_failure(block):
         part["is_error"] = True

@@ -28,6 +28,7 @@ from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block
+from turnledger.model.limits import is_blank
 
 Part = dict[str, Any]
 
@@ -84,7 +85,7 @@ def tool_use_id(call_id: str | None) -> str:
 
 
 def _text(block: Block, rules: BedrockRules) -> Part | None:
-    return {"text": block.text} if block.text and block.text.strip() else None
+    return {"text": block.text} if block.text and not is_blank(block.text) else None
 
 
 def _reasoning(block: Block, rules: BedrockRules) -> Part | None:
@@ -111,7 +112,7 @@ def _tool_result(block: Block, rules: BedrockRules) -> Part | None:
     texts: list[str] = []
     if is_cancel(block):
         texts.append(rules.cancel_text)
-    if block.text:
+    if block.text and not is_blank(block.text):  # a blank text block is a 400, as in a message
         texts.append(block.text)
     if is_failure(block) and not texts:
         texts.append(rules.empty_error_text)

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic_core import ErrorDetails
 
 from turnledger.errors import GatewayError
-from turnledger.model.limits import AVRO_LONG_MAX
+from turnledger.model.limits import AVRO_LONG_MAX, is_blank
 
 JSON_INTEGERS = range(-(2**63), 2**64)
 """The integers canonical JSON (orjson) writes; it refuses any other."""
@@ -105,11 +105,12 @@ def each(check: Check) -> Check:
 
 
 def _non_blank(value: Any) -> bool:
-    return isinstance(value, str) and value.strip() != ""
+    return isinstance(value, str) and not is_blank(value)
 
 
 NAME = rule("a string that is not empty or blank", _non_blank)
-"""Ids and names, and the user's text: an empty or blank one is a mistake, never a value meant."""
+"""Ids and names, and the user's text: an empty or blank one is a mistake, never a value meant (and
+blank user text is what the ledger refuses, MALFORMED_BLOCK: `is_blank` is the validator's)."""
 TEXT = rule("a string", lambda v: isinstance(v, str))
 FLAG = rule("True or False", lambda v: type(v) is bool)
 

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "Limits",
     "has_utf8_form",
+    "is_blank",
     "printable",
     "utf8_length",
     "utf8_size",
@@ -82,6 +83,13 @@ def utf8_length(text: str | None) -> int:
     if not text:
         return 0
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def is_blank(text: str) -> bool:
+    """Empty, or only whitespace (`str.isspace`): text a provider refuses as a content block
+    (Anthropic and Bedrock: "text content blocks must contain non-whitespace text"). The one
+    definition the validator, the adapters, the gateway client and `serve` share."""
+    return not text or text.isspace()
 
 
 def printable(text: str) -> str:

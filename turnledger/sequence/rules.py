@@ -19,6 +19,16 @@ Decisions the spec leaves open:
   `system` is only operator-labelled text, and the `operator` label only system.
 - A turn has at least one block, all with the next revision, one turn id, and
   orderings that continue the history without gaps.
+- A text, retrieved_snippet or compression_artifact block of any role but assistant has text that
+  is not blank (`is_blank`: empty or only whitespace). Anthropic and Bedrock refuse a blank text
+  block with a 400, so their adapters leave it out: a blank user turn left a request ending on the
+  assistant's turn (continued as a prefill, or a 400) or with no message at all, and the other APIs
+  got a text with nothing in it, in every later request too; a blank snippet or artifact carries
+  nothing. Assistant text is exempt: it is what the provider
+  said, committed by the assembler as it came (a text block may stop with no delta, or with only
+  newlines before a tool call), and refusing it would keep a complete answer from committing; the
+  Anthropic and Bedrock adapters leave a blank one out. Tool results are exempt too: a tool's output
+  may well be empty or a newline, and those adapters render a blank result as one without text.
 - Every string of a block has a UTF-8 form (no lone surrogates: Avro and canonical JSON
   cannot carry them); a block's content and a turn's block count stay within the
   `Limits` the scan carries (model/limits.py).
@@ -41,7 +51,7 @@ from turnledger.model.graph import (
     TrustLabel,
     block_digest,
 )
-from turnledger.model.limits import has_utf8_form, utf8_size
+from turnledger.model.limits import has_utf8_form, is_blank, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.strict_json import JsonRefusal
 from turnledger.sequence.arguments import argument_digest_of, argument_verdict
@@ -123,6 +133,16 @@ def malformed(block: Block, scan: TurnScan) -> str | None:
     if foreign := sorted(present - allowed):
         return f"{block.kind} block carries {', '.join(foreign)}"
     return None
+
+
+_TEXT_KINDS = frozenset({BlockKind.TEXT, *SCOPED_INPUT_KINDS})
+
+
+def blank_text(block: Block, scan: TurnScan) -> str | None:
+    """Submitted text that is empty or only whitespace (the module's Decisions: assistant text is exempt)."""
+    if block.kind not in _TEXT_KINDS or block.role == Role.ASSISTANT or block.text is None:
+        return None
+    return f"text of the {block.role} {block.kind} block is blank" if is_blank(block.text) else None
 
 
 def out_of_sequence(block: Block, scan: TurnScan) -> str | None:
@@ -299,6 +319,7 @@ RULES: tuple[Rule, ...] = (
     Rule(ReasonCode.UNKNOWN_KIND, unknown_kind),
     Rule(ReasonCode.PLANNED_BLOCK, planned),
     Rule(ReasonCode.MALFORMED_BLOCK, malformed),
+    Rule(ReasonCode.MALFORMED_BLOCK, blank_text),
     Rule(ReasonCode.BLOCK_OUT_OF_SEQUENCE, out_of_sequence),
     Rule(ReasonCode.DIGEST_MISMATCH, digest_mismatch),
     Rule(ReasonCode.DIGEST_MISMATCH, call_argument_digest_mismatch),

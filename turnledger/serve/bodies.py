@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from turnledger.errors import QueryParameterError, RequestBodyError
-from turnledger.model.limits import AVRO_LONG_MAX
+from turnledger.model.limits import AVRO_LONG_MAX, is_blank
 
 LISTED_AT_MOST = 1000
 """The most conversations one listing returns, whatever its `limit` asks."""
@@ -31,7 +31,7 @@ SHOWN_CHARS = 40
 
 
 def _non_blank(text: str) -> str:
-    if not text.strip():
+    if is_blank(text):  # the ledger's own test: it refuses blank user text (MALFORMED_BLOCK)
         raise PydanticCustomError("blank", "holds only blanks")
     return text
 

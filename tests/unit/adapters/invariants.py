@@ -36,8 +36,12 @@ def check_anthropic(body: Body) -> list[str]:
         if not content:
             v.append(f"messages.{i}: empty content")
         for j, p in enumerate(content):
-            if p["type"] == "text" and not p["text"].strip():
-                v.append(f"messages.{i}.content.{j}: text content blocks must contain non-whitespace text")
+            nested = p.get("content") if p["type"] == "tool_result" else None
+            for text in [p] if p["type"] == "text" else nested if isinstance(nested, list) else []:
+                if not text["text"].strip():
+                    v.append(
+                        f"messages.{i}.content.{j}: text content blocks must contain non-whitespace text"
+                    )
             if p["type"] == "thinking" and not p.get("signature"):
                 v.append(f"messages.{i}.content.{j}: thinking block without signature")
             if p["type"] in ("tool_use", "thinking") and m["role"] != "assistant":
@@ -100,8 +104,9 @@ def check_bedrock(body: Body) -> list[str]:
         if not content:
             v.append(f"messages.{i}: empty content")
         for p in content:
-            if "text" in p and not p["text"].strip():
-                v.append(f"messages.{i}: blank text")
+            for text in [p] if "text" in p else p["toolResult"]["content"] if "toolResult" in p else []:
+                if "text" in text and not text["text"].strip():
+                    v.append(f"messages.{i}: blank text")
         uses = [p["toolUse"]["toolUseId"] for p in content if "toolUse" in p]
         any_tool = any_tool or bool(uses)
         for u in uses:

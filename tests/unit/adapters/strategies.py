@@ -60,7 +60,7 @@ def conversations(draw: st.DrawFn) -> MessageSequence:
             c.next_turn()
             for call in draw(st.permutations(calls)):
                 status = draw(st.sampled_from(("success", "success", "error", "cancel")))
-                c.result(call, draw(st.one_of(st.just(""), content)), status=status)
+                c.result(call, draw(st.one_of(st.sampled_from(("", " ", "\n")), content)), status=status)
             if draw(st.booleans()):
                 c.snippet(draw(content), role=Role.TOOL)
             if t == turns - 1:

@@ -1,7 +1,7 @@
 """Adapter behaviour the golden conversations do not reach, pinned exactly: stub tools for a history
 with calls and a request without tools, a tool-role snippet with nothing to carry it, a signed
 thought another provider minted, user contents around a system block merged for Gemini, an empty
-successful result, and the call id rules' own boundaries (mutation survivors of the adapters)."""
+successful result, a blank one, and the call id rules' own boundaries (mutation survivors of the adapters)."""
 
 from __future__ import annotations
 
@@ -103,3 +103,43 @@ def test_an_adapter_names_its_class_id_and_digest_prefix() -> None:
     adapter = ADAPTERS["openai-chat@1"]
     assert repr(adapter) == f"<OpenAIChatAdapter openai-chat@1 {adapter.digest[:19]}>"
     assert adapter.digest[:19] == "sha256:ad710e25e53b"
+
+
+def _results_part(adapter_id: str, text: str, status: str) -> Any:
+    c = Conversation("blank-result")
+    c.next_turn().user("weather?")
+    call = c.next_turn().call("get_weather", {"city": "Oslo"}, call_id="call_1")
+    c.next_turn().result(call, text, status=status)
+    return _body(adapter_id, c.build())["messages"][2]["content"]
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n\t"])
+@pytest.mark.parametrize(
+    ("adapter_id", "status", "part"),
+    [
+        ("anthropic-messages@1", "success", {"tool_use_id": "call_1", "type": "tool_result"}),
+        (
+            "anthropic-messages@2",
+            "error",
+            {"content": [{"text": "Tool call failed.", "type": "text"}], "is_error": True,
+             "tool_use_id": "call_1", "type": "tool_result"},
+        ),
+        (
+            "bedrock-converse@1",
+            "success",
+            {"toolResult": {"content": [], "status": "success", "toolUseId": "call_1"}},
+        ),
+        (
+            "bedrock-converse@1",
+            "error",
+            {"toolResult": {"content": [{"text": "Tool call failed."}], "status": "error",
+                            "toolUseId": "call_1"}},
+        ),
+    ],
+)  # fmt: skip
+def test_a_blank_tool_result_is_sent_as_one_without_text(
+    adapter_id: str, status: str, part: Any, text: str
+) -> None:
+    """Anthropic and Bedrock refuse a whitespace-only text block inside a result too, and an error-status
+    Bedrock result must have content: a blank result is rendered as an empty one."""
+    assert _results_part(adapter_id, text, status) == [part]

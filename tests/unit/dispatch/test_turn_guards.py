@@ -3,6 +3,7 @@ expectedRevision, duplicate turns, submittable roles, and what a cancel refuses 
 
 from __future__ import annotations
 
+from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
 from turnledger.model.events import CancelRequested, DispatchState, SubmittedBlock, TurnSubmitted
 from turnledger.model.reasons import ReasonCode
 
@@ -117,3 +118,56 @@ def test_a_cancel_of_another_operation_leaves_the_pause_and_a_cancel_of_all_ends
     assert (c.state.operations["op-2"].state, c.state.paused) == (S.CANCELLED, {})
     c.request("op-4", adapter="anthropic-messages@0")  # nothing holds the conversation: it pauses anew
     assert (c.state.operations["op-4"].state, c.state.paused) == (S.PAUSED, {"anthropic-messages@0": "op-4"})
+
+
+def test_a_submitted_blank_text_is_refused_by_role_and_kind_and_nothing_commits() -> None:
+    """Anthropic and Bedrock refuse a blank text block with a 400: once committed it would be in
+    every later request of the conversation."""
+    c = Conversation()
+    c.user(" \n\t")
+    system = SubmittedBlock(id="s", role="system", kind="text", trust_label="operator", text="")
+    snippet = SubmittedBlock(id="d", role="user", kind="retrieved_snippet", trust_label="retrieved", text=" ")
+    _turn(c, "t2", system)
+    _turn(c, "t3", _user("t3-b0"), snippet)
+    details = [(r.reason, r.detail) for r in c.of(Rejected)]
+    assert details == [
+        (ReasonCode.MALFORMED_BLOCK, "text of the user text block is blank (block=u1-b0)"),
+        (ReasonCode.MALFORMED_BLOCK, "text of the system text block is blank (block=s)"),
+        (ReasonCode.MALFORMED_BLOCK, "text of the user retrieved_snippet block is blank (block=d)"),
+    ]
+    assert c.of(CommittedTurn) == []
+
+
+def test_a_streamed_answer_with_empty_text_blocks_commits_them_as_they_came() -> None:
+    """Assistant text is exempt from the blank-text rule: it is what the provider said (a text block
+    may stop without a delta, or with only whitespace)."""
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    stream = text_stream(["Paris."], stop=False)
+    d = stream[-1]
+    after = d.delta_sequence + 1
+
+    def more(type_: DeltaType, index: int, **fields: object) -> NormalizedDelta:
+        return d.model_copy(update={"type": type_, "block_index": index, "delta_sequence": after + len(tail),
+                                    "text": None, **fields})  # fmt: skip
+
+    tail: list[NormalizedDelta] = []
+    for delta in (
+        (DeltaType.BLOCK_START, 1, {"block_kind": "text"}),
+        (DeltaType.TEXT_DELTA, 1, {"text": "\n\n"}),
+        (DeltaType.BLOCK_STOP, 1, {}),
+        (DeltaType.BLOCK_START, 2, {"block_kind": "text"}),
+        (DeltaType.BLOCK_STOP, 2, {}),
+        (DeltaType.MESSAGE_STOP, -1, {"stop_reason": StopReason.END_TURN, "raw_stop_reason": "STOP"}),
+    ):
+        tail.append(more(delta[0], delta[1], **delta[2]))
+    c.deltas([*stream, *tail])
+    assert c.of(Rejected) == []
+    answer = c.of(CommittedTurn)[-1]
+    assert [(b.role, b.kind, b.text, b.signature) for b in answer.blocks] == [
+        ("assistant", "text", "Paris.", None),
+        ("assistant", "text", "\n\n", None),
+        ("assistant", "text", "", None),
+    ]
+    assert c.state.operations["op-1"].state == S.COMMITTED
