@@ -6,6 +6,13 @@ output budget of 0 or below, a tool without a name, two tools of one name), sett
 whose deadline had passed before they were made (a `settleWithinMs` of 0 or below), and one whose
 deadline is past the largest Avro long raised when its decision was encoded: a FOLD_FAILED with no
 operation. Each is now refused (INVALID_EVENT, the rule's detail) and no operation is made.
+
+The request's `provider` is the provider it is meant for, and the manifest binds the provider the
+adapter sends to (the spec: the manifest "binds the sequence, adapter, provider, model"). The fold
+took the adapter's and ignored the request's, so a request for "openai" with an Anthropic adapter
+was prepared for Anthropic: now a provider that is not its adapter's is refused. An adapter the
+registry does not know is left to UNKNOWN_ADAPTER, and a model of another provider than the
+adapter's to UNKNOWN_MODEL (`adapters/admission.py`), so each request has one refusal.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+from turnledger.adapters.base import UnknownAdapterError
+from turnledger.adapters.registry import get_adapter
 from turnledger.model.events import DispatchRequested
 from turnledger.model.limits import AVRO_LONG_MAX
 
@@ -46,7 +55,18 @@ def _tool_names(request: DispatchRequested) -> str | None:
     return f"tool names given twice: {twice}" if twice else None
 
 
-RULES: tuple[Rule, ...] = (_output_budget, _settle_within, _deadline, _tool_names)
+def _provider(request: DispatchRequested) -> str | None:
+    try:
+        adapter = get_adapter(request.adapter)
+    except UnknownAdapterError:
+        return None
+    if request.provider == adapter.provider:
+        return None
+    adapter_id = adapter.adapter_id
+    return f"provider {request.provider!r} is not {adapter.provider!r}, the provider of adapter {adapter_id}"
+
+
+RULES: tuple[Rule, ...] = (_provider, _output_budget, _settle_within, _deadline, _tool_names)
 
 
 def request_refusal(request: DispatchRequested) -> str | None:

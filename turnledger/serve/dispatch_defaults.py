@@ -9,9 +9,8 @@ is checked by the same rule (`dispatch_refusal`) and answered 422, nothing sent,
 
 The revision after `@` is free text (the registry is keyed by `provider/model`, an exact
 `provider/model@revision` key only overriding it), so only the model revision's form and its
-`provider/model` are checked. The request's provider is not what the processor sends to (the
-manifest takes the adapter's), so it is checked against the adapter's, lest the request contradict
-its manifest.
+`provider/model` are checked. The request's provider must be the adapter's: the processor refuses
+one that is not (INVALID_EVENT, `dispatch/request_rules.py`).
 """
 
 from __future__ import annotations

@@ -273,6 +273,14 @@ TOOL_A = ToolDefinition(name="a")
         ),
         ({"tools": (ToolDefinition(name=""),)}, "a tool has an empty name"),
         ({"tools": (TOOL_A, WEATHER, TOOL_A, WEATHER)}, "tool names given twice: ['a', 'get_weather']"),
+        (
+            {"provider": "openai"},
+            f"provider 'openai' is not 'anthropic', the provider of adapter {ADAPTER}",
+        ),
+        (
+            {"provider": "Anthropic", "max_output_tokens": 0},
+            f"provider 'Anthropic' is not 'anthropic', the provider of adapter {ADAPTER}",
+        ),
     ],
 )
 def test_a_request_no_provider_takes_is_refused_and_makes_no_operation(
@@ -291,7 +299,7 @@ def test_a_request_no_provider_takes_is_refused_and_makes_no_operation(
             **c._common(),
             operation_id="op-bad",
             adapter=ADAPTER,
-            provider="anthropic",
+            provider=fields.pop("provider", "anthropic"),
             model_revision=MODEL,
             tools=tools,
             max_output_tokens=fields.pop("max_output_tokens", 256),
@@ -346,4 +354,55 @@ def test_a_request_to_settle_within_one_millisecond_is_prepared() -> None:
     )
     [decision] = c.of(DispatchDecision)
     assert (decision.state, decision.deadline_at_ms) == (S.PREPARED, common["occurred_at_ms"] + 1)
+    assert c.of(Rejected) == []
+
+
+@pytest.mark.parametrize(
+    ("adapter", "model", "reason", "detail"),
+    [
+        ("retired@9", MODEL, ReasonCode.UNKNOWN_ADAPTER, "unknown adapter 'retired@9'"),
+        ("openai-chat@2", MODEL, ReasonCode.UNKNOWN_MODEL, f"model {MODEL}"),
+    ],
+)
+def test_a_request_gets_one_refusal_the_provider_rule_leaves_the_adapter_and_model_to_theirs(
+    adapter: str, model: str, reason: ReasonCode, detail: str
+) -> None:
+    """An unknown adapter has no provider to compare: UNKNOWN_ADAPTER. A request for the adapter's own
+    provider whose model is another provider's: UNKNOWN_MODEL, as before."""
+    c = Conversation()
+    c.user("hi")
+    provider = "openai" if adapter.startswith("openai") else "anthropic"
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-1", adapter=adapter, provider=provider, model_revision=model,
+            max_output_tokens=256,
+        )
+    )  # fmt: skip
+    assert c.of(Rejected) == []
+    assert _decisions(c, "op-1") == [(None, S.REJECTED, False, reason, detail)]
+
+
+@pytest.mark.parametrize(
+    ("adapter", "provider", "model"),
+    [
+        ("anthropic-messages@2", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
+        ("openai-chat@2", "openai", "openai/gpt-4o@2024-08"),
+        ("openai-responses@2", "openai", "openai/gpt-4.1@2025-04"),
+        ("gemini@2", "google", "google/gemini-2.5-pro@2025-06"),
+        ("bedrock-converse@1", "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05"),
+    ],
+)
+def test_a_request_for_its_adapters_provider_is_prepared_with_it(
+    adapter: str, provider: str, model: str
+) -> None:
+    c = Conversation()
+    c.user("hi")
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-1", adapter=adapter, provider=provider, model_revision=model,
+            max_output_tokens=256,
+        )
+    )  # fmt: skip
+    [issued] = c.of(ManifestIssued)
+    assert (issued.manifest.adapter, issued.manifest.provider) == (adapter, provider)
     assert c.of(Rejected) == []
