@@ -7,6 +7,7 @@ with the reason of the first check that failed (`attempt_conflict`, in order).
 
 from __future__ import annotations
 
+from turnledger.dispatch.request_rules import attempt_refusal
 from turnledger.dispatch.state import ConversationState, OperationState
 from turnledger.dispatch.step import Step
 from turnledger.model.canonical import digest_of
@@ -17,7 +18,12 @@ S = DispatchState
 
 
 def on_dispatch_attempt(step: Step, op: OperationState, event: DispatchAttempt) -> None:
-    """The send acceptance point: CAS on (revision, cancelGeneration, PREPARED)."""
+    """The send acceptance point: CAS on (revision, cancelGeneration, PREPARED), for an attempt that
+    keeps the attempt rules (`request_rules.py`; else INVALID_EVENT, the operation unchanged)."""
+    refusal = attempt_refusal(event)
+    if refusal is not None:
+        step.reject(ReasonCode.INVALID_EVENT, refusal, operation_id=op.operation_id)
+        return
     state = step.state
     conflict = attempt_conflict(state, op, event)
     if conflict is not None:

@@ -1,4 +1,5 @@
-"""What a DispatchRequested must hold before the fold makes an operation of it: one row per rule.
+"""What a DispatchRequested must hold before the fold makes an operation of it, and a DispatchAttempt
+before the fold answers its CAS: one row per rule.
 
 The gateway client refuses these before sending (`gateway/event_arguments.py`), but any producer
 can write the ingress topic. Without them the fold PREPAREd requests every provider refuses (an
@@ -13,20 +14,30 @@ took the adapter's and ignored the request's, so a request for "openai" with an 
 was prepared for Anthropic: now a provider that is not its adapter's is refused. An adapter the
 registry does not know is left to UNKNOWN_ADAPTER, and a model of another provider than the
 adapter's to UNKNOWN_MODEL (`adapters/admission.py`), so each request has one refusal.
+
+A DispatchAttempt's `leaseMs` is how long the accepted attempt is its worker's. The fold accepted
+one of 0 or below (a lease that had expired when it was granted: any worker's claim took the attempt
+at once) and one whose end (the attempt's time plus it) is past the largest Avro long, which raised
+when the accepting decision was encoded (a FOLD_FAILED). Such an attempt is now refused
+(INVALID_EVENT, the rule's detail) before its CAS is looked at, and the operation is unchanged.
+A lease that ends at that long, renewed by a later event of the attempt, would pass it too: the
+lease's end a decision carries is held there (`OperationState.lease_expires_at_ms`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import TypeVar
 
 from turnledger.adapters.base import UnknownAdapterError
 from turnledger.adapters.registry import get_adapter
-from turnledger.model.events import DispatchRequested
+from turnledger.model.events import DispatchAttempt, DispatchRequested, IngressEvent
 from turnledger.model.limits import AVRO_LONG_MAX
 
-Rule = Callable[[DispatchRequested], str | None]
-"""The detail of the request's refusal, or None when it keeps the rule."""
+E = TypeVar("E", bound=IngressEvent)
+Rule = Callable[[E], str | None]
+"""The detail of the event's refusal, or None when it keeps the rule."""
 
 
 def _output_budget(request: DispatchRequested) -> str | None:
@@ -66,13 +77,40 @@ def _provider(request: DispatchRequested) -> str | None:
     return f"provider {request.provider!r} is not {adapter.provider!r}, the provider of adapter {adapter_id}"
 
 
-RULES: tuple[Rule, ...] = (_provider, _output_budget, _settle_within, _deadline, _tool_names)
+def _lease(attempt: DispatchAttempt) -> str | None:
+    if attempt.lease_ms >= 1:
+        return None
+    return f"leaseMs must be at least 1, not {attempt.lease_ms}"
 
 
-def request_refusal(request: DispatchRequested) -> str | None:
-    """The detail of the first rule the request breaks, or None."""
-    for rule in RULES:
-        detail = rule(request)
+def _lease_end(attempt: DispatchAttempt) -> str | None:
+    if attempt.occurred_at_ms + attempt.lease_ms <= AVRO_LONG_MAX:
+        return None
+    return f"the lease's end (occurredAtMs {attempt.occurred_at_ms} + leaseMs) is past {AVRO_LONG_MAX}"
+
+
+RULES: tuple[Rule[DispatchRequested], ...] = (
+    _provider,
+    _output_budget,
+    _settle_within,
+    _deadline,
+    _tool_names,
+)
+ATTEMPT_RULES: tuple[Rule[DispatchAttempt], ...] = (_lease, _lease_end)
+
+
+def first_refusal(rules: tuple[Rule[E], ...], event: E) -> str | None:
+    """The detail of the first rule the event breaks, or None."""
+    for rule in rules:
+        detail = rule(event)
         if detail is not None:
             return detail
     return None
+
+
+def request_refusal(request: DispatchRequested) -> str | None:
+    return first_refusal(RULES, request)
+
+
+def attempt_refusal(attempt: DispatchAttempt) -> str | None:
+    return first_refusal(ATTEMPT_RULES, attempt)

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field
 
 from turnledger.model.base import FastCopy
 from turnledger.model.events import DispatchRequested, DispatchState
+from turnledger.model.limits import AVRO_LONG_MAX
 from turnledger.model.manifest import DispatchManifest
 from turnledger.sequence.graph_state import GraphState
 
@@ -145,7 +146,11 @@ class OperationState(_State):
 
     @property
     def lease_expires_at_ms(self) -> int | None:
-        return None if self.lease_owner is None else self.lease_renewed_at_ms + self.lease_ms
+        """At most the largest Avro long (a decision carries it): a lease the attempt rules let end
+        there, renewed by a later event, would pass it."""
+        if self.lease_owner is None:
+            return None
+        return min(self.lease_renewed_at_ms + self.lease_ms, AVRO_LONG_MAX)
 
     @property
     def kept_by_provider(self) -> bool:

@@ -8,11 +8,15 @@ operation of this conversation is in flight".
 
 from __future__ import annotations
 
+import pytest
+
+from turnledger.codec import decode, encode
 from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.step import rejection_detail
 from turnledger.model.canonical import digest_of
 from turnledger.model.deltas import DeltaType, StopReason
 from turnledger.model.events import DispatchState, StreamOutcome, SubmittedBlock, TurnSubmitted
+from turnledger.model.limits import AVRO_LONG_MAX
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import append, blocks_from_submission
 from turnledger.sequence.validation import Rejection
@@ -738,3 +742,74 @@ def test_a_decision_carries_the_attempt_key_and_the_manifest_digest() -> None:
     c.sent()
     sent = _last_decision(c)
     assert (sent.state, sent.manifest_digest, sent.idempotency_key, sent.detail) == (S.SENT, digest, key, "")
+
+
+@pytest.mark.parametrize(
+    ("lease_ms", "detail"),
+    [
+        (0, "leaseMs must be at least 1, not 0"),
+        (-30_000, "leaseMs must be at least 1, not -30000"),
+        (AVRO_LONG_MAX, f"the lease's end (occurredAtMs {{at}} + leaseMs) is past {AVRO_LONG_MAX}"),
+    ],
+)
+@pytest.mark.parametrize("second", [False, True], ids=["prepared", "dispatching"])
+def test_an_attempt_with_a_lease_that_cannot_hold_is_refused_and_changes_nothing(
+    lease_ms: int, detail: str, second: bool
+) -> None:
+    """Before, a lease of 0 or below was granted already expired (any claim took the attempt at once),
+    and one ending past the Avro long raised encoding the decision (FOLD_FAILED). Refused before the
+    CAS is looked at: INVALID_EVENT, not CAS_STATE_MISMATCH, for an attempt of a DISPATCHING operation."""
+    c = Conversation()
+    c.user("hello")
+    c.request()
+    if second:
+        c.attempt()
+    before, decisions = c.state, len(c.of(DispatchDecision))
+    [rejected] = c.attempt(worker="w2", lease_ms=lease_ms)
+    assert isinstance(rejected, Rejected)
+    assert (rejected.reason, rejected.operation_id, rejected.event_type) == (
+        ReasonCode.INVALID_EVENT,
+        "op-1",
+        "DispatchAttempt",
+    )
+    assert rejected.detail == detail.format(at=rejected.occurred_at_ms)
+    assert c.state == before and len(c.of(DispatchDecision)) == decisions
+
+
+def test_an_attempt_with_a_lease_at_each_bound_is_accepted() -> None:
+    c = Conversation()
+    c.user("hello")
+    c.request()
+    [decision] = c.attempt(lease_ms=1)
+    assert (decision.state, decision.lease_expires_at_ms) == (S.DISPATCHING, decision.occurred_at_ms + 1)
+    c.claim()
+    c.terminated(worker="w2")
+    at = c._common()["occurred_at_ms"] + 1  # the next event's time
+    [decision] = c.attempt(lease_ms=AVRO_LONG_MAX - at)
+    assert (decision.state, decision.attempt_generation, decision.lease_expires_at_ms) == (
+        S.DISPATCHING,
+        2,
+        AVRO_LONG_MAX,
+    )
+    assert c.of(Rejected) == []
+
+
+def test_an_attempt_of_an_unknown_operation_is_refused_as_unknown_whatever_its_lease() -> None:
+    c = Conversation()
+    c.user("hello")
+    [rejected] = c.attempt(op="op-9", lease_ms=0)
+    assert (rejected.reason, rejected.detail) == (ReasonCode.UNKNOWN_OPERATION, "no operation op-9")
+
+
+def test_a_lease_ending_at_the_largest_long_renewed_later_still_ends_there() -> None:
+    """Before, the next event of the attempt put its end 1 ms past the Avro long, and the decision
+    failed to encode (FOLD_FAILED)."""
+    c = Conversation()
+    c.user("hello")
+    c.request()
+    at = c._common()["occurred_at_ms"] + 1
+    c.attempt(lease_ms=AVRO_LONG_MAX - at)
+    [sent] = c.sent()
+    assert isinstance(sent, DispatchDecision)
+    assert (sent.state, sent.lease_expires_at_ms) == (S.SENT, AVRO_LONG_MAX)
+    assert decode(encode(sent)) == sent
