@@ -45,6 +45,17 @@ def test_every_missing_field_is_named() -> None:
     assert (R.MALFORMED_BLOCK, "r1", "tool_result block lacks generation, tool_name") in rejections(outcome)
 
 
+def test_only_an_assistant_text_may_carry_a_signature() -> None:
+    """Gemini signs an answer's text part; a signature on a user's text, or on a scoped input, is
+    still foreign."""
+    signed_answer = [text("a1", "assistant", "model", "let me look", signature="c2ln")]
+    assert isinstance(run(with_turn(1, [*signed_answer, *base()[1][1:]])), Valid)
+    outcome = append_raw(edited(0, signature="c2ln"))
+    assert rejections(outcome) == [(R.MALFORMED_BLOCK, "u2", "text block carries signature")]
+    outcome = append_raw(edited(1, signature="c2ln"))
+    assert rejections(outcome) == [(R.MALFORMED_BLOCK, "s3", "compression_artifact block carries signature")]
+
+
 def test_every_foreign_field_is_named() -> None:
     outcome = append_raw(edited(0, call_id="call-9", tool_name="search"))
     assert rejections(outcome) == [(R.MALFORMED_BLOCK, "u2", "text block carries call_id, tool_name")]

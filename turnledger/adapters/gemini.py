@@ -102,7 +102,11 @@ def _signed(part: Part, block: Block) -> Part:
 
 
 def _text(block: Block, rules: GeminiRules) -> Part | None:
-    return _signed({"text": block.text}, block) if block.text else None
+    """A text part; an empty one only when it carries a thought signature (Gemini's last chunk puts one
+    on an empty text part, and the next request must return it)."""
+    if not block.text and not block.signature:
+        return None
+    return _signed({"text": block.text or ""}, block)
 
 
 def _thought(block: Block, rules: GeminiRules) -> Part | None:

@@ -4,7 +4,8 @@ chunk script.
 Wire format: data-only SSE, each `data:` a whole GenerateContentResponse (`candidates[0].content`
 with role `model` and `parts`, `responseId`, `modelVersion`); text arrives as `parts[].text`
 fragments; a function call arrives whole in one part (`functionCall{name, args}`, without an
-`id`, as Gemini 2.x sends it); the last chunk carries `finishReason` and `usageMetadata`. Without
+`id`, as Gemini 2.x sends it); the last chunk carries `finishReason` and `usageMetadata` (and, after
+thinking, the thought signature on an empty text part, as Gemini 2.5 sends it). Without
 `alt=sse` the same chunks are one JSON array. Tool results are `functionResponse` parts of the last
 user content, one per call of the model content before it (else the API's 400).
 
@@ -15,6 +16,7 @@ malformed, a last chunk with `finishReason: MALFORMED_FUNCTION_CALL` and no call
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -52,10 +54,12 @@ def parse(body: dict[str, Any]) -> Conversation:
         if isinstance(d, dict) and isinstance(d.get("name"), str)
     )
     mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
+    thinking = (body.get("generationConfig") or {}).get("thinkingConfig") or {}
     conv: dict[str, Any] = {
         "model": str(body.get("model", "gemini-fake")),
         "tools": tools,
         "allow_tools": mode != "NONE",
+        "thinking": isinstance(thinking, dict) and thinking.get("includeThoughts") is True,
     }
     last = contents[-1]
     if last.get("role", "user") != "user":
@@ -114,6 +118,11 @@ def response_id(ctx: ScriptContext) -> str:
     return ctx.id("", "response", 22)
 
 
+def thought_signature(ctx: ScriptContext) -> str:
+    """An opaque token in base64, as Gemini's are; the same for the same answer."""
+    return base64.b64encode(f"sig:{response_id(ctx)}".encode()).decode()
+
+
 def _chunk(
     ctx: ScriptContext, parts: list[dict[str, Any]], finish: str | None = None, answer: Answer | None = None
 ) -> dict[str, Any]:
@@ -145,6 +154,11 @@ def chunks(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
         out.extend(
             _chunk(ctx, [{"text": piece, "thought": True}]) for piece in split_text(answer.thinking, rng)
         )
+    if answer.text and answer.thinking:
+        # as Gemini 2.5 ends a thought-through answer: the signature on an empty text part of the last chunk
+        out.extend(_chunk(ctx, [{"text": piece}]) for piece in split_text(answer.text, rng))
+        out.append(_chunk(ctx, [{"text": "", "thoughtSignature": thought_signature(ctx)}], "STOP", answer))
+        return out
     if answer.text:
         pieces = split_text(answer.text, rng)
         out.extend(_chunk(ctx, [{"text": piece}]) for piece in pieces[:-1])

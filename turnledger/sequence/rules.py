@@ -15,6 +15,8 @@ Decisions the spec leaves open:
   turn made only of scoped inputs is a user turn. So a snippet never sits inside
   an assistant response, never becomes system text, and never poses as a tool
   result in a turn without one.
+- A signature (the provider's opaque token for its own reasoning) rides on thinking, on a tool
+  call, and on an assistant's text (Gemini signs text parts); on no other block.
 - Roles and kinds pair: tool_call and thinking are assistant, tool_result is tool;
   `system` is only operator-labelled text, and the `operator` label only system.
 - A turn has at least one block, all with the next revision, one turn id, and
@@ -101,6 +103,10 @@ _FIELDS_BY_KIND: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"call_id", "tool_name", "argument_digest", "generation", "result_status", "text"}),
     ),
 }
+_SIGNED_BY_THE_MODEL: dict[str, frozenset[str]] = {BlockKind.TEXT: frozenset({"signature"})}
+"""Fields an assistant block of a kind may carry beyond the kind's own: Gemini returns a thought
+signature on a text part (provider-formats §2d: the final chunk's empty text part carries it, and the
+next request must return it), which the stream parser puts on the answer's text block."""
 _NON_EMPTY = ("id", "turn_id", "call_id", "tool_name")
 
 
@@ -127,6 +133,8 @@ def malformed(block: Block, scan: TurnScan) -> str | None:
     if block.kind not in _FIELDS_BY_KIND:
         return None
     required, allowed = _FIELDS_BY_KIND[block.kind]
+    if block.role == Role.ASSISTANT:
+        allowed = allowed | _SIGNED_BY_THE_MODEL.get(block.kind, frozenset())
     present = {name for name in _CONTENT_FIELDS if getattr(block, name) is not None}
     if missing := sorted(required - present):
         return f"{block.kind} block lacks {', '.join(missing)}"

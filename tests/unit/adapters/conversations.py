@@ -71,8 +71,8 @@ class Conversation:
     def artifact(self, text: str, role: str = Role.USER) -> Block:
         return self._add(role, BlockKind.COMPRESSION_ARTIFACT, TrustLabel.RETRIEVED, text=text)
 
-    def assistant(self, text: str) -> Block:
-        return self._add(Role.ASSISTANT, BlockKind.TEXT, text=text)
+    def assistant(self, text: str, signature: str | None = None) -> Block:
+        return self._add(Role.ASSISTANT, BlockKind.TEXT, text=text, signature=signature)
 
     def thinking(self, text: str, signature: str | None = None, block_id: str | None = None) -> Block:
         return self._add(

@@ -74,6 +74,40 @@ def test_gemini_merges_the_user_contents_a_system_block_stood_between() -> None:
     ]
 
 
+@pytest.mark.parametrize("adapter_id", ["gemini@1", "gemini@2"])
+def test_gemini_returns_a_text_signature_on_its_part_even_on_an_empty_text(adapter_id: str) -> None:
+    """Gemini's last chunk carries the thought signature on an empty text part (provider-formats §2d);
+    dropping the empty part would lose the signature the next request must return."""
+    c = Conversation("signed-text")
+    c.next_turn().user("q")
+    c.next_turn().assistant("a haiku", signature="c2lnLWE=")
+    c.next_turn().user("again")
+    c.next_turn().assistant("", signature="c2lnLWI=")
+    c.next_turn().assistant("")
+    c.next_turn().user("more")
+    assert _body(adapter_id, c.build())["contents"] == [
+        {"parts": [{"text": "q"}], "role": "user"},
+        {"parts": [{"text": "a haiku", "thoughtSignature": "c2lnLWE="}], "role": "model"},
+        {"parts": [{"text": "again"}], "role": "user"},
+        {"parts": [{"text": "", "thoughtSignature": "c2lnLWI="}], "role": "model"},
+        {"parts": [{"text": "more"}], "role": "user"},
+    ]
+
+
+@pytest.mark.parametrize("adapter_id", ["anthropic-messages@2", "openai-chat@2", "bedrock-converse@1"])
+def test_a_text_signature_gemini_minted_is_not_sent_to_another_provider(adapter_id: str) -> None:
+    c = Conversation("signed-elsewhere")
+    c.next_turn().user("q")
+    c.next_turn().assistant("a haiku", signature="c2lnLWE=")
+    c.next_turn().user("again")
+    unsigned = Conversation("signed-elsewhere")
+    unsigned.next_turn().user("q")
+    unsigned.next_turn().assistant("a haiku")
+    unsigned.next_turn().user("again")
+    assert "c2lnLWE=" not in json.dumps(_body(adapter_id, c.build()))
+    assert _body(adapter_id, c.build()) == _body(adapter_id, unsigned.build())
+
+
 def test_gemini_sends_an_empty_successful_result_as_an_empty_output() -> None:
     c = Conversation("empty-ok")
     c.next_turn().user("q")

@@ -4,6 +4,7 @@ accumulators), deterministic answers, every fault kind observed exactly, backgro
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from typing import Any
@@ -212,6 +213,28 @@ async def test_anthropic_thinking_block_has_signature(client: httpx.AsyncClient)
     assert "thinking_delta" in kinds and "signature_delta" in kinds
     final, _ = anthropic_final(events)
     assert final.content[0].type == "thinking" and final.content[0].signature
+
+
+GEMINI_PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+GEMINI_REQ = {"contents": [{"role": "user", "parts": [{"text": "Tell me about rain."}]}]}
+
+
+async def test_gemini_ends_a_thought_through_answer_with_its_signature_on_an_empty_text_part(
+    client: httpx.AsyncClient,
+) -> None:
+    """As Gemini 2.5 does (provider-formats §2d), when the request asks for thoughts; without, no
+    thought part and no signature."""
+    thinking = {"generationConfig": {"thinkingConfig": {"includeThoughts": True}}}
+    raw, _ = await stream_bytes(client, "POST", GEMINI_PATH, {**GEMINI_REQ, **thinking})
+    parts = [part for _, data in parse_sse(raw) for part in data["candidates"][0]["content"]["parts"]]
+    assert parts[0]["thought"] is True
+    assert parts[-1] == {"text": "", "thoughtSignature": parts[-1]["thoughtSignature"]}
+    assert base64.b64decode(parts[-1]["thoughtSignature"]).startswith(b"sig:")
+    assert parse_sse(raw)[-1][1]["candidates"][0]["finishReason"] == "STOP"
+    raw, _ = await stream_bytes(client, "POST", GEMINI_PATH, GEMINI_REQ)
+    parts = [part for _, data in parse_sse(raw) for part in data["candidates"][0]["content"]["parts"]]
+    assert [p for p in parts if "thought" in p or "thoughtSignature" in p] == []
+    assert all(p["text"] for p in parts)
 
 
 async def test_tool_results_give_text_mentioning_them(client: httpx.AsyncClient) -> None:
