@@ -24,7 +24,7 @@ from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.refusal_feed import RefusalFeed
 from turnledger.gateway.runner import run_worker
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
-from turnledger.model.events import DispatchState, Rejected
+from turnledger.model.events import DispatchState, Rejected, ReplayStarted
 from turnledger.model.reasons import ReasonCode
 from turnledger.replay.evidence import read_all
 from turnledger.retry import NO_WAIT
@@ -64,7 +64,12 @@ async def test_the_worker_s_board_holds_the_refusals_of_the_conversations_it_fol
             # before the worker starts: an operation that stays PREPARED, and a refusal of its conversation
             await client.submit_user_turn("before", "hello")
             await _dispatch(client, "before")
-            early = await someone.replay_started("before", "op-1", 0)  # PREPARED: ILLEGAL_TRANSITION
+            # generation 0, which WorkerEvents refuses, so built and appended as any producer could:
+            # PREPARED, ILLEGAL_TRANSITION
+            early = someone.build(
+                ReplayStarted, "before", operation_id="op-1", attempt_generation=0, worker_id="someone"
+            )
+            await client.append(early)
             await _processor_caught_up(kafka_bootstrap, prefix)  # its refusal is on the topic now
             box: list[DispatchWorker] = []
             started = asyncio.Event()

@@ -13,6 +13,7 @@ termination) go through the same client: they are ingress events like any other.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import time
 import uuid
@@ -48,6 +49,7 @@ from turnledger.gateway.event_arguments import (
     refuse_bad_arguments,
     rule,
     sequence_of,
+    span_after,
     whole_number,
 )
 from turnledger.kafka.connection import diagnose, kafka_options
@@ -73,7 +75,7 @@ from turnledger.model.events import (
     TurnSubmitted,
 )
 from turnledger.model.graph import TERMINAL_RESULT_STATUSES, BlockKind, ResultStatus, Role, TrustLabel
-from turnledger.model.limits import AVRO_LONG_MAX, DEFAULT_LIMITS, Limits, has_utf8_form, printable, utf8_size
+from turnledger.model.limits import DEFAULT_LIMITS, Limits, has_utf8_form, printable, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.streaming.runs import merge_runs
@@ -232,14 +234,19 @@ TOOLS = sequence_of(ToolDefinition, fields={"name": NAME, "input_schema": json_o
 refuses two tools of one name)."""
 
 
-def settle_within(occurred_at_ms: int) -> Check:
-    """A request's `settle_within_ms`: from 1, and its deadline (its time plus it) an Avro long."""
-    high = AVRO_LONG_MAX - occurred_at_ms
-    return rule(
-        f"an integer from 1 to {high} (the request's time, {occurred_at_ms} ms, plus it is its "
-        "deadline, an Avro long)",
-        lambda v: type(v) is int and 1 <= v <= high,
-    )
+GENERATION = whole_number(1)
+"""The generation of an attempt: the fold allocates them from 1."""
+DELTAS = sequence_of(
+    NormalizedDelta, fields={"generation": GENERATION, "delta_sequence": whole_number(0)}, non_empty=True
+)
+"""One record of a stream's deltas: at least one, each a NormalizedDelta of a generation and at a
+sequence a stream has (the assembler drops one below 0 as a duplicate). A delta repeated, or of
+another handle or generation, is the ledger's to drop or quarantine."""
+REASON_CODE = one_of(ReasonCode, called="a ReasonCode")
+INGRESS_SINK = rule(
+    "an ingress sink (with an async append(event))",
+    lambda v: inspect.iscoroutinefunction(getattr(v, "append", None)),
+)
 
 
 class EventFactory:
@@ -253,8 +260,12 @@ class EventFactory:
 
     def build(self, cls: type[E], conversation_id: str, **fields: Any) -> E:
         """A stamped `cls` of `fields`; fields pydantic refuses are an EventArgumentError naming each."""
+        return self.build_stamped(cls, self.stamp(conversation_id), **fields)
+
+    def build_stamped(self, cls: type[E], stamp: dict[str, Any], **fields: Any) -> E:
+        """`build` with the stamp given (a builder whose checks need the event's time takes it first)."""
         try:
-            return cls(**self.stamp(conversation_id), **fields)
+            return cls(**stamp, **fields)
         except ValidationError as exc:
             raise EventArgumentError(cls.__name__, map(pydantic_problem, exc.errors())) from None
 
@@ -491,7 +502,11 @@ class GatewayClient(EventFactory):
                 ("policy", or_none(json_object), policy),
                 ("operation_id", or_none(NAME), operation_id),
                 ("stream", FLAG, stream),
-                ("settle_within_ms", or_none(settle_within(stamp["occurred_at_ms"])), settle_within_ms),
+                (
+                    "settle_within_ms",
+                    or_none(span_after(stamp["occurred_at_ms"], ends="its deadline", of="request's")),
+                    settle_within_ms,
+                ),
             ),
         )
         policy = {**(stream_policy(adapter) if stream else {}), **(policy or {})}
@@ -524,12 +539,33 @@ class GatewayClient(EventFactory):
         )
 
 
+def _of_attempt(
+    conversation_id: str, operation_id: str, generation: int, generations: Check = GENERATION
+) -> tuple[tuple[str, Check, Any], ...]:
+    """The arguments that name an attempt, with their checks."""
+    return (
+        ("conversation_id", NAME, conversation_id),
+        ("operation_id", NAME, operation_id),
+        ("generation", generations, generation),
+    )
+
+
 class WorkerEvents(EventFactory):
-    """The worker-side events of one attempt lifecycle, appended through any `IngressSink`."""
+    """The worker-side events of one attempt lifecycle, appended through any `IngressSink`.
+
+    Each builder checks its arguments first (`event_arguments.py`), as the gateway-side ones do: one
+    it cannot make a valid event of is an `EventArgumentError` naming it, and nothing is appended."""
 
     def __init__(self, sink: IngressSink, worker_id: str) -> None:
+        """`worker_id` is the lease holder's name: an empty one would hold no lease (the fold checks
+        leases only against non-empty ids), so it is refused."""
+        refuse_bad_arguments("WorkerEvents", (("sink", INGRESS_SINK, sink), ("worker_id", NAME, worker_id)))
         self.sink = sink
         self.worker_id = worker_id
+
+    async def _appended(self, event: E) -> E:
+        await self.sink.append(event)
+        return event
 
     async def attempt(
         self,
@@ -541,25 +577,41 @@ class WorkerEvents(EventFactory):
         lease_ms: int = DEFAULT_LEASE_MS,
         replayable: bool = False,
     ) -> DispatchAttempt:
-        event = self.build(
-            DispatchAttempt,
-            conversation_id,
-            operation_id=operation_id,
-            expected_revision=expected_revision,
-            expected_cancel_generation=expected_cancel_generation,
-            worker_id=self.worker_id,
-            lease_ms=lease_ms,
-            replayable=replayable,
+        """`lease_ms`: from 1, and the lease's end at the attempt's time an Avro long (the fold's
+        decisions carry it)."""
+        stamp = self.stamp(conversation_id)
+        refuse_bad_arguments(
+            "attempt",
+            (
+                ("conversation_id", NAME, conversation_id),
+                ("operation_id", NAME, operation_id),
+                ("expected_revision", whole_number(0), expected_revision),
+                ("expected_cancel_generation", whole_number(0), expected_cancel_generation),
+                (
+                    "lease_ms",
+                    span_after(stamp["occurred_at_ms"], ends="when its lease ends", of="attempt's"),
+                    lease_ms,
+                ),
+                ("replayable", FLAG, replayable),
+            ),
         )
-        await self.sink.append(event)
-        return event
+        return await self._appended(
+            self.build_stamped(
+                DispatchAttempt,
+                stamp,
+                operation_id=operation_id,
+                expected_revision=expected_revision,
+                expected_cancel_generation=expected_cancel_generation,
+                worker_id=self.worker_id,
+                lease_ms=lease_ms,
+                replayable=replayable,
+            )
+        )
 
     async def sent(self, conversation_id: str, operation_id: str, generation: int) -> DispatchSent:
-        event = self.build(
-            DispatchSent, conversation_id, operation_id=operation_id, attempt_generation=generation
-        )
-        await self.sink.append(event)
-        return event
+        refuse_bad_arguments("sent", _of_attempt(conversation_id, operation_id, generation))
+        fields = {"operation_id": operation_id, "attempt_generation": generation}
+        return await self._appended(self.build(DispatchSent, conversation_id, **fields))
 
     async def handle_bound(
         self,
@@ -571,32 +623,44 @@ class WorkerEvents(EventFactory):
         *,
         resumable: bool = False,
     ) -> HandleBound:
-        event = self.build(
-            HandleBound,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            response_handle=handle,
-            manifest_digest=manifest_digest,
-            resumable=resumable,
+        refuse_bad_arguments(
+            "handle_bound",
+            (
+                *_of_attempt(conversation_id, operation_id, generation),
+                ("handle", NAME, handle),
+                ("manifest_digest", NAME, manifest_digest),
+                ("resumable", FLAG, resumable),
+            ),
         )
-        await self.sink.append(event)
-        return event
+        return await self._appended(
+            self.build(
+                HandleBound,
+                conversation_id,
+                operation_id=operation_id,
+                attempt_generation=generation,
+                response_handle=handle,
+                manifest_digest=manifest_digest,
+                resumable=resumable,
+            )
+        )
 
     async def deltas(
         self, conversation_id: str, operation_id: str, generation: int, deltas: Sequence[NormalizedDelta]
     ) -> StreamDeltas:
         """One record of a stream's deltas, consecutive content deltas of a block as one run
         (`streaming/runs.py`): the same deltas in a fraction of the bytes and of the fold's work."""
-        event = self.build(
-            StreamDeltas,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            deltas=merge_runs(deltas),
+        refuse_bad_arguments(
+            "deltas", (*_of_attempt(conversation_id, operation_id, generation), ("deltas", DELTAS, deltas))
         )
-        await self.sink.append(event)
-        return event
+        return await self._appended(
+            self.build(
+                StreamDeltas,
+                conversation_id,
+                operation_id=operation_id,
+                attempt_generation=generation,
+                deltas=merge_runs(deltas),
+            )
+        )
 
     async def ended(
         self,
@@ -608,99 +672,104 @@ class WorkerEvents(EventFactory):
         resumable: bool,
         last_delta_sequence: int,
     ) -> StreamEnded:
-        event = self.build(
-            StreamEnded,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            outcome=outcome,
-            resumable=resumable,
-            last_delta_sequence=last_delta_sequence,
+        """`last_delta_sequence`: the last delta appended, -1 for none."""
+        refuse_bad_arguments(
+            "ended",
+            (
+                *_of_attempt(conversation_id, operation_id, generation),
+                ("outcome", one_of(StreamOutcome), outcome),
+                ("resumable", FLAG, resumable),
+                ("last_delta_sequence", whole_number(-1), last_delta_sequence),
+            ),
         )
-        await self.sink.append(event)
-        return event
+        return await self._appended(
+            self.build(
+                StreamEnded,
+                conversation_id,
+                operation_id=operation_id,
+                attempt_generation=generation,
+                outcome=outcome,
+                resumable=resumable,
+                last_delta_sequence=last_delta_sequence,
+            )
+        )
+
+    async def _signed(
+        self,
+        method: str,
+        cls: type[E],
+        attempt: tuple[str, str, int],
+        *more: tuple[str, Check, Any],
+        first_generation: int = 1,
+        **fields: Any,
+    ) -> E:
+        """A `cls` of the attempt (conversation id, operation id, generation, its generations from
+        `first_generation`) signed with the worker's id, its arguments (and `more`) checked first."""
+        conversation_id, operation_id, generation = attempt
+        generations = whole_number(first_generation)
+        names = _of_attempt(conversation_id, operation_id, generation, generations)
+        refuse_bad_arguments(method, (*names, *more))
+        return await self._appended(
+            self.build(
+                cls,
+                conversation_id,
+                operation_id=operation_id,
+                attempt_generation=generation,
+                worker_id=self.worker_id,
+                **fields,
+            )
+        )
 
     async def recovered(self, conversation_id: str, operation_id: str, generation: int) -> RecoveryReported:
-        event = self.build(
-            RecoveryReported,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            worker_id=self.worker_id,
-        )
-        await self.sink.append(event)
-        return event
+        attempt = (conversation_id, operation_id, generation)
+        return await self._signed("recovered", RecoveryReported, attempt)
 
     async def resume_started(
         self, conversation_id: str, operation_id: str, generation: int, handle: str
     ) -> ResumeStarted:
-        event = self.build(
-            ResumeStarted,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            response_handle=handle,
-            worker_id=self.worker_id,
+        attempt = (conversation_id, operation_id, generation)
+        return await self._signed(
+            "resume_started", ResumeStarted, attempt, ("handle", NAME, handle), response_handle=handle
         )
-        await self.sink.append(event)
-        return event
 
     async def replay_started(self, conversation_id: str, operation_id: str, generation: int) -> ReplayStarted:
-        event = self.build(
-            ReplayStarted,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            worker_id=self.worker_id,
-        )
-        await self.sink.append(event)
-        return event
+        attempt = (conversation_id, operation_id, generation)
+        return await self._signed("replay_started", ReplayStarted, attempt)
 
     async def give_up(
         self, conversation_id: str, operation_id: str, reason: str, reason_code: ReasonCode | None = None
     ) -> CancelRequested:
         """The worker abandons the operation: a cancel marked `workerGaveUp`, with why in its reason
         (and `reason_code` on the CANCELLED decision, WORKER_GAVE_UP without one)."""
-        event = self.build(
-            CancelRequested,
-            conversation_id,
-            operation_id=operation_id,
-            reason=reason,
-            worker_gave_up=True,
-            reason_code=reason_code,
+        refuse_bad_arguments(
+            "give_up",
+            (
+                ("conversation_id", NAME, conversation_id),
+                ("operation_id", NAME, operation_id),
+                ("reason", NAME, reason),
+                ("reason_code", or_none(REASON_CODE), reason_code),
+            ),
         )
-        await self.sink.append(event)
-        return event
+        return await self._appended(
+            self.build(
+                CancelRequested,
+                conversation_id,
+                operation_id=operation_id,
+                reason=reason,
+                worker_gave_up=True,
+                reason_code=reason_code,
+            )
+        )
 
     async def terminated(self, conversation_id: str, operation_id: str, generation: int) -> AttemptTerminated:
-        event = self.build(
-            AttemptTerminated,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            worker_id=self.worker_id,
-        )
-        await self.sink.append(event)
-        return event
+        attempt = (conversation_id, operation_id, generation)
+        return await self._signed("terminated", AttemptTerminated, attempt)
 
     async def renew(self, conversation_id: str, operation_id: str, generation: int) -> LeaseRenewed:
-        event = self.build(
-            LeaseRenewed,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            worker_id=self.worker_id,
-        )
-        await self.sink.append(event)
-        return event
+        attempt = (conversation_id, operation_id, generation)
+        return await self._signed("renew", LeaseRenewed, attempt)
 
     async def claim_expiry(self, conversation_id: str, operation_id: str, generation: int) -> ExpiryClaimed:
-        event = self.build(
-            ExpiryClaimed,
-            conversation_id,
-            operation_id=operation_id,
-            attempt_generation=generation,
-            worker_id=self.worker_id,
-        )
-        await self.sink.append(event)
-        return event
+        """`generation` 0 claims the deadline of an operation no attempt was accepted for."""
+        attempt = (conversation_id, operation_id, generation)
+        return await self._signed("claim_expiry", ExpiryClaimed, attempt, first_generation=0)

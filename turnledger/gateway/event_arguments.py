@@ -5,14 +5,18 @@ type. Unchecked, an empty `turn_id` or `operation_id` was replaced by a fresh on
 `True` was taken for an integer and `stream="no"` for True, NaN in a policy went out as null; a value
 of another type escaped as pydantic's ValidationError, an AttributeError or a TypeError; and a
 `max_output_tokens` of 0 or a negative `settle_within_ms` reached the ledger, which prepares a
-manifest with it. Each builder lists its arguments with a `Check` each; an argument that breaks its
-check is an `EventArgumentError` naming the method, the argument (a path into it: `tools[1].name`,
+manifest with it. The worker's builders (`WorkerEvents`) took a lease of 0 ms, a generation of 0, a
+negative delta sequence and an empty list of deltas, and `"3"` for 3, as pydantic's lax mode does.
+Each builder lists its arguments with a `Check` each; an argument that breaks its check is an
+`EventArgumentError` naming the method, the argument (a path into it: `tools[1].name`,
 `policy['temperature']`), what it must be and what it was. Nothing is built, nothing sent.
 
 What only the ledger knows stays the ledger's: an adapter or a model it does not know
 (UNKNOWN_ADAPTER, UNKNOWN_MODEL), a turn id or operation id it already has (DUPLICATE_TURN,
 DUPLICATE_OPERATION), a result for a call it never emitted (ORPHANED_RESULT), a revision that moved on
-(CAS_REVISION_MISMATCH): such events are sent, and refused on `turnledger.rejections`.
+(CAS_REVISION_MISMATCH), a generation that is not the attempt's (STALE_GENERATION), a delta of another
+handle or generation (FOREIGN_HANDLE, quarantined): such events are sent, and refused on
+`turnledger.rejections` (or kept on `turnledger.quarantine`).
 """
 
 from __future__ import annotations
@@ -63,8 +67,8 @@ def refuse_bad_arguments(method: str, arguments: Iterable[tuple[str, Check, Any]
 
 
 def pydantic_problem(error: ErrorDetails) -> str:
-    """A field pydantic refused, in its words: for the builders whose arguments have no rules here
-    (the worker's), so that its ValidationError does not escape them."""
+    """A field pydantic refused, in its words: for `EventFactory.build`, whose fields have no rules
+    here, so that its ValidationError does not escape it."""
     field = ".".join(str(part) for part in error["loc"])
     return f"{field}: {error['msg']}, not {shown(error['input'])}"
 
@@ -115,9 +119,20 @@ TEXT = rule("a string", lambda v: isinstance(v, str))
 FLAG = rule("True or False", lambda v: type(v) is bool)
 
 
-def one_of(values: Iterable[str]) -> Check:
+def one_of(values: Iterable[str], *, called: str | None = None) -> Check:
+    """A string among `values`; the problem lists them, or says `called` when they are too many."""
     allowed = sorted(values)
-    return rule(f"one of {', '.join(allowed)}", lambda v: isinstance(v, str) and v in allowed)
+    must_be = called if called is not None else f"one of {', '.join(allowed)}"
+    return rule(must_be, lambda v: isinstance(v, str) and v in allowed)
+
+
+def span_after(occurred_at_ms: int, *, ends: str, of: str) -> Check:
+    """Milliseconds after an event's time (`of`'s), from 1, the end they make (`ends`) an Avro long."""
+    high = AVRO_LONG_MAX - occurred_at_ms
+    return rule(
+        f"an integer from 1 to {high} (the {of} time, {occurred_at_ms} ms, plus it is {ends}, an Avro long)",
+        lambda v: type(v) is int and 1 <= v <= high,
+    )
 
 
 def json_value(name: str, value: Any) -> Iterator[str]:
@@ -156,9 +171,11 @@ def json_object(name: str, value: Any) -> Iterator[str]:
     yield from json_value(name, value)
 
 
-def sequence_of(cls: type, *, fields: Mapping[str, Check], unique: str, non_empty: bool = False) -> Check:
+def sequence_of(
+    cls: type, *, fields: Mapping[str, Check], unique: str | None = None, non_empty: bool = False
+) -> Check:
     """A list or tuple of `cls` instances, each attribute in `fields` keeping its check, no two
-    with the same `unique` attribute."""
+    with the same `unique` attribute (when one is named)."""
     what = f"a {'non-empty ' if non_empty else ''}list or tuple of {cls.__name__}"
 
     def check(name: str, value: Any) -> Iterator[str]:
@@ -176,9 +193,9 @@ def sequence_of(cls: type, *, fields: Mapping[str, Check], unique: str, non_empt
             }
             for field_problems in problems.values():
                 yield from field_problems
-            key = getattr(item, unique)
-            if problems.get(unique):
+            if unique is None or problems.get(unique):
                 continue
+            key = getattr(item, unique)
             if key in first:
                 yield f"{where}.{unique} {shown(key)} is also {name}[{first[key]}]'s"
             else:

@@ -16,14 +16,22 @@ from turnledger.errors import GatewayError, TurnledgerError
 from turnledger.gateway import client as client_module
 from turnledger.gateway.client import EventFactory, GatewayClient, ToolResult, WorkerEvents
 from turnledger.gateway.event_arguments import AVRO_LONG_MAX, EventArgumentError
+from turnledger.model.deltas import DeltaType, NormalizedDelta
 from turnledger.model.events import (
     CancelRequested,
+    DispatchAttempt,
     DispatchRequested,
+    DispatchSent,
+    ExpiryClaimed,
     IngressEvent,
+    StreamDeltas,
+    StreamEnded,
+    StreamOutcome,
     SubmittedBlock,
     TurnSubmitted,
 )
 from turnledger.model.graph import ResultStatus
+from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 
 Call = Callable[[GatewayClient], Awaitable[Any]]
@@ -392,33 +400,292 @@ class _Sink:
 
 
 WorkerCall = Callable[[WorkerEvents], Awaitable[Any]]
+ATTEMPT_GENERATION = f"must be an integer from 1 to {AVRO_LONG_MAX}"
+CLAIM_GENERATION = f"must be an integer from 0 to {AVRO_LONG_MAX}"
+COUNTER = f"must be an integer from 0 to {AVRO_LONG_MAX}"
+LEASE = (
+    f"must be an integer from 1 to {AVRO_LONG_MAX - 1234} (the attempt's time, 1234 ms, plus it is when "
+    "its lease ends, an Avro long)"
+)
+DELTAS = "must be a non-empty list or tuple of NormalizedDelta"
+OUTCOME = "must be one of completed, disconnected, provider_error"
+LAST_SEQUENCE = f"must be an integer from -1 to {AVRO_LONG_MAX}"
+REASON_CODE = "must be a ReasonCode"
+
+
+def _delta(**fields: Any) -> NormalizedDelta:
+    """A text delta of generation 1; `fields` set as they are, unchecked (as `model_copy` does)."""
+    delta = NormalizedDelta(
+        response_handle="h",
+        generation=1,
+        block_index=0,
+        delta_sequence=0,
+        type=DeltaType.TEXT_DELTA,
+        text="a",
+    )
+    return delta.model_copy(update=fields)
+
+
+def _generation_refusals(method: str, call: Callable[[WorkerEvents, Any], Awaitable[Any]]) -> list[Any]:
+    """The generations every builder of an attempt refuses: below 1, past the Avro long, not an int."""
+    return [
+        (lambda w, g=bad: call(w, g), f"{method}: nothing sent: generation {ATTEMPT_GENERATION}, not {shown}")
+        for bad, shown in ((0, "0"), (-1, "-1"), ("3", "'3'"), (3.0, "3.0"), (True, "True"), (None, "None"),
+                           (2**63, str(2**63)))
+    ]  # fmt: skip
+
 
 WORKER_REFUSALS: list[tuple[WorkerCall, str]] = [
+    # attempt
+    (lambda w: w.attempt("", "op", 1, 0), f"attempt: nothing sent: conversation_id {NON_BLANK}, not ''"),
+    (lambda w: w.attempt("conv-1", " ", 1, 0), f"attempt: nothing sent: operation_id {NON_BLANK}, not ' '"),
+    (lambda w: w.attempt("conv-1", None, 1, 0), f"attempt: nothing sent: operation_id {NON_BLANK}, not None"),
     (
-        lambda w: w.sent("conv-1", "op", None),  # type: ignore[arg-type]
-        "DispatchSent: nothing sent: attempt_generation: Input should be a valid integer, not None",
+        lambda w: w.attempt("conv-1", "op", -1, 0),
+        f"attempt: nothing sent: expected_revision {COUNTER}, not -1",
     ),
     (
-        lambda w: w.ended("conv-1", "op", 1, "bogus", resumable=False, last_delta_sequence=0),  # type: ignore[arg-type]
-        "StreamEnded: nothing sent: outcome: Input should be 'completed', 'disconnected' or "
-        "'provider_error', not 'bogus'",
+        lambda w: w.attempt("conv-1", "op", "1", 0),
+        f"attempt: nothing sent: expected_revision {COUNTER}, not '1'",
     ),
     (
-        lambda w: w.give_up("conv-1", 5, "why"),  # type: ignore[arg-type]
-        "CancelRequested: nothing sent: operation_id: Input should be a valid string, not 5",
+        lambda w: w.attempt("conv-1", "op", True, 0),
+        f"attempt: nothing sent: expected_revision {COUNTER}, not True",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, -1),
+        f"attempt: nothing sent: expected_cancel_generation {COUNTER}, not -1",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0.0),
+        f"attempt: nothing sent: expected_cancel_generation {COUNTER}, not 0.0",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 2**63),
+        f"attempt: nothing sent: expected_cancel_generation {COUNTER}, not {2**63}",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0, lease_ms=0),
+        f"attempt: nothing sent: lease_ms {LEASE}, not 0",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0, lease_ms=-5),
+        f"attempt: nothing sent: lease_ms {LEASE}, not -5",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0, lease_ms="3"),
+        f"attempt: nothing sent: lease_ms {LEASE}, not '3'",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0, lease_ms=30.5),
+        f"attempt: nothing sent: lease_ms {LEASE}, not 30.5",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0, lease_ms=AVRO_LONG_MAX - 1233),
+        f"attempt: nothing sent: lease_ms {LEASE}, not {AVRO_LONG_MAX - 1233}",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0, replayable="no"),
+        "attempt: nothing sent: replayable must be True or False, not 'no'",
+    ),
+    (
+        lambda w: w.attempt("conv-1", "op", 1, 0, replayable=1),
+        "attempt: nothing sent: replayable must be True or False, not 1",
+    ),
+    # sent
+    (lambda w: w.sent("", "op", 1), f"sent: nothing sent: conversation_id {NON_BLANK}, not ''"),
+    (lambda w: w.sent("conv-1", "", 1), f"sent: nothing sent: operation_id {NON_BLANK}, not ''"),
+    *_generation_refusals("sent", lambda w, g: w.sent("conv-1", "op", g)),
+    # handle_bound
+    (
+        lambda w: w.handle_bound("conv-1", "op", 0, "h", "d"),
+        f"handle_bound: nothing sent: generation {ATTEMPT_GENERATION}, not 0",
+    ),
+    (
+        lambda w: w.handle_bound("conv-1", "op", 1, "", "d"),
+        f"handle_bound: nothing sent: handle {NON_BLANK}, not ''",
+    ),
+    (
+        lambda w: w.handle_bound("conv-1", "op", 1, None, "d"),
+        f"handle_bound: nothing sent: handle {NON_BLANK}, not None",
+    ),
+    (
+        lambda w: w.handle_bound("conv-1", "op", 1, "h", " "),
+        f"handle_bound: nothing sent: manifest_digest {NON_BLANK}, not ' '",
+    ),
+    (
+        lambda w: w.handle_bound("conv-1", "op", 1, "h", "d", resumable="yes"),
+        "handle_bound: nothing sent: resumable must be True or False, not 'yes'",
+    ),
+    # deltas
+    *_generation_refusals("deltas", lambda w, g: w.deltas("conv-1", "op", g, [_delta()])),
+    (
+        lambda w: w.deltas("", "op", 1, [_delta()]),
+        f"deltas: nothing sent: conversation_id {NON_BLANK}, not ''",
+    ),
+    (lambda w: w.deltas("conv-1", "op", 1, []), f"deltas: nothing sent: deltas {DELTAS}, not []"),
+    (lambda w: w.deltas("conv-1", "op", 1, ()), f"deltas: nothing sent: deltas {DELTAS}, not ()"),
+    (lambda w: w.deltas("conv-1", "op", 1, None), f"deltas: nothing sent: deltas {DELTAS}, not None"),
+    (lambda w: w.deltas("conv-1", "op", 1, "abc"), f"deltas: nothing sent: deltas {DELTAS}, not 'abc'"),
+    (
+        lambda w: w.deltas("conv-1", "op", 1, [_delta(), {"text": "b"}]),
+        "deltas: nothing sent: deltas[1] must be a NormalizedDelta, not dict {'text': 'b'}",
+    ),
+    (
+        lambda w: w.deltas("conv-1", "op", 1, [_delta(delta_sequence=-1)]),
+        f"deltas: nothing sent: deltas[0].delta_sequence {COUNTER}, not -1",
+    ),
+    (
+        lambda w: w.deltas("conv-1", "op", 1, [_delta(), _delta(generation=0, delta_sequence="1")]),
+        f"deltas: nothing sent: deltas[1].generation {ATTEMPT_GENERATION}, not 0; "
+        f"deltas[1].delta_sequence {COUNTER}, not '1'",
+    ),
+    # ended
+    *_generation_refusals(
+        "ended", lambda w, g: w.ended("conv-1", "op", g, "completed", resumable=False, last_delta_sequence=0)
+    ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, "bogus", resumable=False, last_delta_sequence=0),
+        f"ended: nothing sent: outcome {OUTCOME}, not 'bogus'",
+    ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, None, resumable=False, last_delta_sequence=0),
+        f"ended: nothing sent: outcome {OUTCOME}, not None",
+    ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, "completed", resumable=None, last_delta_sequence=0),
+        "ended: nothing sent: resumable must be True or False, not None",
+    ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, "completed", resumable=False, last_delta_sequence=-2),
+        f"ended: nothing sent: last_delta_sequence {LAST_SEQUENCE}, not -2",
+    ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, "completed", resumable=False, last_delta_sequence=False),
+        f"ended: nothing sent: last_delta_sequence {LAST_SEQUENCE}, not False",
+    ),
+    # the builders signed with the worker's id
+    *_generation_refusals("recovered", lambda w, g: w.recovered("conv-1", "op", g)),
+    (lambda w: w.recovered("conv-1", "", 1), f"recovered: nothing sent: operation_id {NON_BLANK}, not ''"),
+    *_generation_refusals("resume_started", lambda w, g: w.resume_started("conv-1", "op", g, "h")),
+    (
+        lambda w: w.resume_started("conv-1", "op", 1, ""),
+        f"resume_started: nothing sent: handle {NON_BLANK}, not ''",
+    ),
+    (
+        lambda w: w.resume_started(" ", "op", 1, 7),
+        f"resume_started: nothing sent: conversation_id {NON_BLANK}, not ' '; handle {NON_BLANK}, not 7",
+    ),
+    *_generation_refusals("replay_started", lambda w, g: w.replay_started("conv-1", "op", g)),
+    *_generation_refusals("terminated", lambda w, g: w.terminated("conv-1", "op", g)),
+    (lambda w: w.terminated("", "op", 1), f"terminated: nothing sent: conversation_id {NON_BLANK}, not ''"),
+    *_generation_refusals("renew", lambda w, g: w.renew("conv-1", "op", g)),
+    (lambda w: w.renew("conv-1", "\t", 1), f"renew: nothing sent: operation_id {NON_BLANK}, not '\\t'"),
+    (
+        lambda w: w.claim_expiry("conv-1", "op", -1),
+        f"claim_expiry: nothing sent: generation {CLAIM_GENERATION}, not -1",
+    ),
+    (
+        lambda w: w.claim_expiry("conv-1", "op", "0"),
+        f"claim_expiry: nothing sent: generation {CLAIM_GENERATION}, not '0'",
+    ),
+    (
+        lambda w: w.claim_expiry("conv-1", "op", False),
+        f"claim_expiry: nothing sent: generation {CLAIM_GENERATION}, not False",
+    ),
+    (
+        lambda w: w.claim_expiry("conv-1", "", 0),
+        f"claim_expiry: nothing sent: operation_id {NON_BLANK}, not ''",
+    ),
+    # give_up
+    (lambda w: w.give_up("", "op", "why"), f"give_up: nothing sent: conversation_id {NON_BLANK}, not ''"),
+    (lambda w: w.give_up("conv-1", 5, "why"), f"give_up: nothing sent: operation_id {NON_BLANK}, not 5"),
+    (
+        lambda w: w.give_up("conv-1", None, "why"),
+        f"give_up: nothing sent: operation_id {NON_BLANK}, not None",
+    ),
+    (lambda w: w.give_up("conv-1", "op", ""), f"give_up: nothing sent: reason {NON_BLANK}, not ''"),
+    (lambda w: w.give_up("conv-1", "op", None), f"give_up: nothing sent: reason {NON_BLANK}, not None"),
+    (
+        lambda w: w.give_up("conv-1", "op", "why", "NOT_A_CODE"),
+        f"give_up: nothing sent: reason_code {REASON_CODE}, not 'NOT_A_CODE'",
+    ),
+    (
+        lambda w: w.give_up("conv-1", "op", "why", 3),
+        f"give_up: nothing sent: reason_code {REASON_CODE}, not 3",
     ),
 ]
 
 
 @pytest.mark.parametrize(("call", "message"), WORKER_REFUSALS)
-async def test_a_worker_event_pydantic_refuses_is_an_event_argument_error(
-    call: WorkerCall, message: str
+async def test_a_worker_event_with_a_bad_argument_is_refused_naming_it_and_nothing_is_appended(
+    fixed_stamp: None, call: WorkerCall, message: str
 ) -> None:
-    """Before: pydantic's ValidationError escaped the worker-side builders."""
+    """Before: only what pydantic refused was an EventArgumentError, in pydantic's words. "3", 3.0 and
+    True were taken for an integer, "no" for True; a lease of 0 or less, a generation of 0 or less, a
+    negative revision, cancel generation or delta sequence, an empty id, handle, digest or give-up
+    reason and an empty list of deltas were sent; a lease past the Avro long failed the fold's
+    decision; a dict or a string for the deltas raised an AttributeError."""
     sink = _Sink()
     with pytest.raises(EventArgumentError) as caught:
         await call(WorkerEvents(sink, "w-1"))
+    assert isinstance(caught.value, GatewayError) and isinstance(caught.value, ValueError)
     assert (str(caught.value), sink.events) == (message, [])
+
+
+@pytest.mark.parametrize(
+    ("sink", "worker_id", "message"),
+    [
+        (_Sink(), "", f"worker_id {NON_BLANK}, not ''"),
+        (_Sink(), " ", f"worker_id {NON_BLANK}, not ' '"),
+        (_Sink(), None, f"worker_id {NON_BLANK}, not None"),
+        (None, "w-1", "sink must be an ingress sink (with an async append(event)), not None"),
+        ([], "w-1", "sink must be an ingress sink (with an async append(event)), not []"),
+    ],
+)
+def test_worker_events_without_a_sink_or_a_worker_id_are_refused(
+    sink: Any, worker_id: Any, message: str
+) -> None:
+    """Before: an empty worker id signed every event with no lease holder (the fold checks leases only
+    against non-empty ids); a sink without an async `append` failed at the first event."""
+    with pytest.raises(EventArgumentError) as caught:
+        WorkerEvents(sink, worker_id)
+    assert str(caught.value) == f"WorkerEvents: nothing sent: {message}"
+
+
+async def test_worker_events_at_the_edges_of_their_arguments_are_appended(fixed_stamp: None) -> None:
+    """Generation 1 and the largest Avro long, a claim of generation 0 (a deadline before any
+    attempt), revision and cancel generation 0, a lease of 1 ms and the longest an Avro long holds, no
+    delta appended (-1), a delta at sequence 0, an outcome and a reason code given as their text."""
+    sink = _Sink()
+    worker = WorkerEvents(sink, "w-1")
+    longest = AVRO_LONG_MAX - 1234
+    built = [
+        await worker.attempt("conv-1", "op", 0, 0, lease_ms=1),
+        await worker.attempt("conv-1", "op", AVRO_LONG_MAX, AVRO_LONG_MAX, lease_ms=longest),
+        await worker.sent("conv-1", "op", AVRO_LONG_MAX),
+        await worker.deltas("conv-1", "op", 1, (_delta(),)),
+        await worker.ended("conv-1", "op", 1, "disconnected", resumable=False, last_delta_sequence=-1),
+        await worker.claim_expiry("conv-1", "op", 0),
+        await worker.give_up("conv-1", "op", "why", "PROVIDER_ERROR"),
+    ]
+    op = {**STAMP, "operation_id": "op"}
+    assert built == [
+        DispatchAttempt(**op, expected_revision=0, expected_cancel_generation=0, worker_id="w-1", lease_ms=1),
+        DispatchAttempt(
+            **op,
+            expected_revision=AVRO_LONG_MAX,
+            expected_cancel_generation=AVRO_LONG_MAX,
+            worker_id="w-1",
+            lease_ms=longest,
+        ),
+        DispatchSent(**op, attempt_generation=AVRO_LONG_MAX),
+        StreamDeltas(**op, attempt_generation=1, deltas=(_delta(),)),
+        StreamEnded(**op, attempt_generation=1, outcome=StreamOutcome.DISCONNECTED, last_delta_sequence=-1),
+        ExpiryClaimed(**op, attempt_generation=0, worker_id="w-1"),
+        CancelRequested(**op, reason="why", worker_gave_up=True, reason_code=ReasonCode.PROVIDER_ERROR),
+    ]
+    assert sink.events == built
 
 
 def test_a_field_pydantic_refuses_inside_a_list_is_named_by_its_path() -> None:

@@ -52,8 +52,11 @@ RESPONSES_HANDLE = "resp_68a1f0c2b7e88190a1b2c3d4e5f60718"
 
 
 def manifest_of(adapter: str, model: str, body: str) -> DispatchManifest:
-    return manifest_issued("op-1").manifest.model_copy(
-        update={"adapter": adapter, "model_revision": model, "request_body": body}
+    """The manifest the fold issues (sealed: the worker binds a handle to its digest)."""
+    return (
+        manifest_issued("op-1")
+        .manifest.model_copy(update={"adapter": adapter, "model_revision": model, "request_body": body})
+        .sealed()
     )
 
 

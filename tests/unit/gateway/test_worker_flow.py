@@ -23,6 +23,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.unit.gateway.decisions import decision, manifest_issued
+from tests.unit.gateway.ledger import InMemoryLedger
 from turnledger.gateway import worker as worker_module
 from turnledger.gateway.board import Observed
 from turnledger.gateway.client import now_ms
@@ -122,8 +123,10 @@ async def flow() -> AsyncIterator[Flow]:
 @contextlib.asynccontextmanager
 async def flows(api: tuple[str, str, str], **config: Any) -> AsyncIterator[Flow]:
     adapter, model, body = api
-    manifest = manifest_issued("op-1").manifest.model_copy(
-        update={"adapter": adapter, "model_revision": model, "request_body": body}
+    manifest = (
+        manifest_issued("op-1")
+        .manifest.model_copy(update={"adapter": adapter, "model_revision": model, "request_body": body})
+        .sealed()  # as the fold issues it: a handle is bound to its digest
     )
     f = Flow(manifest)
     routes = endpoints_for(BASE, {"OPENAI_API_KEY": "sk-test"})
@@ -1535,8 +1538,9 @@ async def test_a_worker_wires_its_parts_with_its_settings() -> None:
     """One board, stats and event factory shared by the lease keeper, the reader and the sweeper, each
     with the worker's id and timings."""
     config = WorkerConfig(worker_id="w9", lease_s=12.0, claim_grace_s=2.5, sweep_tick_s=0.5, flush_s=0.2)
-    worker = DispatchWorker(None, endpoints_for(BASE, {}), config=config)  # type: ignore[arg-type]
-    assert worker.events.worker_id == "w9" and worker.events.sink is None
+    sink = InMemoryLedger()
+    worker = DispatchWorker(sink, endpoints_for(BASE, {}), config=config)
+    assert worker.events.worker_id == "w9" and worker.events.sink is sink
     leases, reader, sweeper = worker.leases, worker.reader, worker.sweeper
     assert (leases.worker_id, leases.lease_s) == ("w9", 12.0)
     assert (leases._board, leases._events, leases._stats) == (worker.board, worker.events, worker.stats)
@@ -1556,7 +1560,8 @@ async def test_a_worker_wires_its_parts_with_its_settings() -> None:
 async def test_a_worker_without_a_client_makes_its_own_and_closes_it(tmp_path: Path) -> None:
     config = WorkerConfig(read_timeout_s=7.0, connect_timeout_s=2.0, max_concurrency=3)
     journal = WorkerJournal(tmp_path / "journal")
-    async with DispatchWorker(None, endpoints_for(BASE, {}), config=config, journal=journal) as worker:  # type: ignore[arg-type]
+    routes = endpoints_for(BASE, {})
+    async with DispatchWorker(InMemoryLedger(), routes, config=config, journal=journal) as worker:
         own = worker._client()
         assert own.timeout == httpx.Timeout(7.0, connect=2.0)
         pool = own._transport._pool  # type: ignore[attr-defined]
@@ -1565,7 +1570,7 @@ async def test_a_worker_without_a_client_makes_its_own_and_closes_it(tmp_path: P
 
 
 def test_a_worker_used_outside_async_with_says_how_to_start_it() -> None:
-    worker = DispatchWorker(None, endpoints_for(BASE, {}))  # type: ignore[arg-type]
+    worker = DispatchWorker(InMemoryLedger(), endpoints_for(BASE, {}))
     with pytest.raises(AssertionError) as refused:
         worker._client()
     assert str(refused.value) == "the worker's HTTP client starts with `async with`"

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from tests.unit.gateway.ledger import InMemoryLedger
 from tests.unit.gateway.test_worker_liveness import _streaming, cluster
 from turnledger.fake_provider import FaultPlan
 from turnledger.fake_provider.faults import Fault, FaultKind
@@ -51,7 +52,7 @@ async def test_a_task_that_ignores_its_cancel_is_named_and_does_not_hold_release
                 continue
 
     worker = DispatchWorker(
-        sink=None,  # type: ignore[arg-type]
+        sink=InMemoryLedger(),
         endpoints=endpoints_for("http://127.0.0.1:9", {}),
         config=WorkerConfig(stop_within_s=0.2),
     )
