@@ -693,6 +693,8 @@ def test_a_field_pydantic_refuses_inside_a_list_is_named_by_its_path() -> None:
     by dots."""
     with pytest.raises(EventArgumentError) as caught:
         EventFactory().build(TurnSubmitted, "conv-1", turn_id="t", blocks=[{"id": "b"}], expected_revision=0)
-    assert caught.value.problems == tuple(
+    problems = tuple(
         f"blocks.0.{field}: Field required, not {{'id': 'b'}}" for field in ("role", "kind", "trustLabel")
     )
+    assert (caught.value.method, caught.value.problems) == ("TurnSubmitted", problems)
+    assert str(caught.value) == f"TurnSubmitted: nothing sent: {'; '.join(problems)}"
