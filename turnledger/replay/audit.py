@@ -74,18 +74,20 @@ class AuditReport:
 async def read_outputs(
     bootstrap: str, topics: Topics, progress: NamedProgress | None = None
 ) -> dict[SequenceKey, list[tuple[bytes | None, Coordinates]]]:
-    """The records of the output topics per (stream, key), where each is; `progress`: the offsets read
-    of the six topics, as "outputs"."""
+    """The records of the output topics per (stream, key), where each is. The topics are read one
+    after the other, each to its end as it is when its read begins, so that `progress` is told the
+    offsets read of each under its topic's name."""
     streams = topics.by_topic(OUTPUT_STREAMS)
     actual: dict[SequenceKey, list[tuple[bytes | None, Coordinates]]] = defaultdict(list)
     consumer = await start_reader(bootstrap)
     try:
-        partitions = await partitions_of(consumer, bootstrap, streams)
-        async for batch in read_to_end(consumer, partitions, progress=told_as(progress, "outputs")):
-            for r in batch:
-                actual[(streams[r.topic], r.key or b"")].append(
-                    (r.value, Coordinates(r.topic, r.partition, r.offset))
-                )
+        for topic, stream in streams.items():
+            partitions = await partitions_of(consumer, bootstrap, [topic])
+            async for batch in read_to_end(consumer, partitions, progress=told_as(progress, topic)):
+                for r in batch:
+                    actual[(stream, r.key or b"")].append(
+                        (r.value, Coordinates(r.topic, r.partition, r.offset))
+                    )
     finally:
         await consumer.stop()
     return actual
@@ -109,7 +111,8 @@ async def fold_expected(
 async def audit(bootstrap: str, topics: Topics, progress: NamedProgress | None = None) -> AuditReport:
     """Fold the ingress log, read the output topics, compare. Both are read up to their last stable
     offsets at the time of reading: audit a quiet system (or expect divergences at the tail).
-    `progress` is told the offsets of each phase, "ingress" (folded) then "outputs" (read)."""
+    `progress` is told the offsets of each read: "ingress" (folded), then each output topic (read)
+    under its name."""
     began = time.perf_counter()
     report = AuditReport()
     expected, report.ingress_records = await fold_expected(bootstrap, topics, progress)

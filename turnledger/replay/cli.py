@@ -72,7 +72,7 @@ def audit_command(
     The fold runs under the size limits given (--max-block-bytes ..., or the TURNLEDGER_MAX_*
     variables): give the processor's, or turns it accepted may be refused here (or the reverse), and
     those show up as divergences. The limits used are printed with the report. On a terminal, bars on
-    stderr show the ingress offsets folded and the output topics' offsets read."""
+    stderr show the ingress offsets folded and each output topic's offsets read."""
     from turnledger.replay.audit import AuditReport, audit
     from turnledger.topology import Topics
 
@@ -89,10 +89,9 @@ def audit_command(
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     topics = Topics(topic_prefix)
     with _bars() as progress:
-        tasks = {
-            "ingress": progress.add_task(f"folding {topics.ingress}", total=None, unit="offsets"),
-            "outputs": progress.add_task("reading the output topics", total=None, unit="offsets"),
-        }
+        tasks = {"ingress": progress.add_task(f"folding {topics.ingress}", total=None, unit="offsets")}
+        for topic in topics.outputs:
+            tasks[topic] = progress.add_task(f"reading {topic}", total=None, unit="offsets")
 
         async def main() -> AuditReport:
             return await audit(servers, topics, moved_by_name(progress, tasks))

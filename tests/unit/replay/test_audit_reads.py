@@ -165,8 +165,9 @@ async def test_fold_expected_groups_outputs_per_stream_and_key_with_their_source
 async def test_read_outputs_groups_records_per_stream_and_key_where_they_are(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Every output topic is read, the ingress topic never; records per (stream, key) in the order
-    read, a keyless one under b"", a tombstone kept as None, each with its coordinates."""
+    """Every output topic is read, one after the other, the ingress topic never; records per (stream,
+    key) in the order read, a keyless one under b"", a tombstone kept as None, each with its
+    coordinates; the progress of each read told under its topic's name."""
     topics = FakeTopics(
         {
             f"x.turnledger.{s}": []
@@ -192,8 +193,15 @@ async def test_read_outputs_groups_records_per_stream_and_key_where_they_are(
         (Stream.COMMITTED, b""): [(None, Coordinates("x.turnledger.committed", 0, 4))],
         (Stream.PREVIEWS, b"k"): [(b"c", Coordinates("x.turnledger.previews", 2, 7))],
     }
-    assert progress == [("outputs", 0, 4), ("outputs", 2, 4), ("outputs", 3, 4), ("outputs", 4, 4)]
-    assert topics.asked == [("b:2", [Topics("x.").name(s) for s in OUTPUT_STREAMS])]
+    assert progress == [
+        ("x.turnledger.committed", 0, 3), ("x.turnledger.committed", 2, 3), ("x.turnledger.committed", 3, 3),
+        ("x.turnledger.manifests", 0, 0),
+        ("x.turnledger.tool-calls", 0, 0),
+        ("x.turnledger.quarantine", 0, 0),
+        ("x.turnledger.previews", 0, 1), ("x.turnledger.previews", 1, 1),
+        ("x.turnledger.rejections", 0, 0),
+    ]  # fmt: skip
+    assert topics.asked == [("b:2", [Topics("x.").name(s)]) for s in OUTPUT_STREAMS]
     assert topics.started == ["b:2"] and [c.stopped for c in topics.consumers] == [1]
     assert dict(await read_outputs("b:2", Topics("x."))) == dict(actual)
 
@@ -267,6 +275,10 @@ async def test_audit_counts_both_sides_compares_them_and_times_the_run(
         seconds=2.5,
     )
     assert progress == [
-        ("ingress", 0, 2), ("ingress", 2, 2), ("outputs", 0, 2), ("outputs", 1, 2), ("outputs", 2, 2),
+        ("ingress", 0, 2), ("ingress", 2, 2),
+        ("turnledger.committed", 0, 1), ("turnledger.committed", 1, 1),
+        ("turnledger.manifests", 0, 0), ("turnledger.tool-calls", 0, 0), ("turnledger.quarantine", 0, 0),
+        ("turnledger.previews", 0, 0),
+        ("turnledger.rejections", 0, 1), ("turnledger.rejections", 1, 1),
     ]  # fmt: skip
     assert folded_from == [("b", Topics())] and topics.started == ["b"]

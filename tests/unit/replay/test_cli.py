@@ -199,22 +199,38 @@ class FakeAudit:
         self.exported: Limits | None = None
 
     async def __call__(self, bootstrap: str, topics: Topics, progress: Any) -> AuditReport:
+        """Tells the fold's progress, then each output topic's, the last two out of their order (the
+        bar is the topic's)."""
         self.calls.append((bootstrap, topics))
         self.exported = load_limits()
         progress("ingress", 0, 9)
         progress("ingress", 9, 9)
-        progress("outputs", 0, 14)
-        progress("outputs", 13, 14)
+        for n, topic in enumerate(topics.outputs[:4]):
+            progress(topic, n, 4)
+        progress(topics.rejections, 13, 14)
+        progress(topics.previews, 2, 3)
         return self.report
 
 
-AUDIT_TOLD = [(41, 0, 9), (41, 9, 9), (42, 0, 14), (42, 13, 14)]
+AUDIT_TOLD = [
+    (41, 0, 9),
+    (41, 9, 9),
+    (42, 0, 4),
+    (43, 1, 4),
+    (44, 2, 4),
+    (45, 3, 4),
+    (47, 13, 14),
+    (46, 2, 3),
+]
 
 
 def audit_bars(prefix: str) -> list[tuple[str, Any, dict[str, Any]]]:
     return [
         (f"folding {prefix}turnledger.ingress", None, {"unit": "offsets"}),
-        ("reading the output topics", None, {"unit": "offsets"}),
+        *(
+            (f"reading {prefix}turnledger.{stream}", None, {"unit": "offsets"})
+            for stream in ("committed", "manifests", "tool-calls", "quarantine", "previews", "rejections")
+        ),
     ]
 
 
@@ -356,9 +372,14 @@ def test_an_audit_draws_its_bars_on_the_error_console_only_and_only_on_a_termina
     assert result.exit_code == 0, result.output
     if err_is_a_terminal:
         bars = [line.split() for line in seen(drawn).splitlines() if line.strip()]
-        assert [(b[:-4], b[-3:-1]) for b in bars[-2:]] == [  # as the bars were last drawn
+        assert [(b[:-4], b[-3:-1]) for b in bars[-7:]] == [  # as the bars were last drawn
             (["folding", "p.turnledger.ingress"], ["9/9", "offsets"]),
-            (["reading", "the", "output", "topics"], ["13/14", "offsets"]),
+            (["reading", "p.turnledger.committed"], ["0/4", "offsets"]),
+            (["reading", "p.turnledger.manifests"], ["1/4", "offsets"]),
+            (["reading", "p.turnledger.tool-calls"], ["2/4", "offsets"]),
+            (["reading", "p.turnledger.quarantine"], ["3/4", "offsets"]),
+            (["reading", "p.turnledger.previews"], ["2/3", "offsets"]),
+            (["reading", "p.turnledger.rejections"], ["13/14", "offsets"]),
         ]
     else:
         assert drawn.getvalue() == ""
