@@ -1,7 +1,7 @@
 """The progress bars of the commands that work for long (`project --until-caught-up`, `replay audit`,
-`replay manifest`, `replay rebuild`, `shadow diff`): on the error console, so that stdout stays the
-command's output (tables, JSON), and transient: gone when the work is done, and not drawn at all on a
-console that is no terminal (a pipe, a file, a CI log).
+`replay manifest`, `replay rebuild`, `shadow diff`, `metrics`): on the error console, so that stdout
+stays the command's output (tables, JSON), and transient: gone when the work is done, and not drawn at
+all on a console that is no terminal (a pipe, a file, a CI log).
 
 While the bars show, a log line for the same console goes through the console, which prints it above
 the bars: written to the stream as it is, it would land at the end of a bar's line, and the next redraw

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from turnledger.codec import CodecError
-from turnledger.kafka.reading import partitions_of, read_to_end, start_reader
+from turnledger.kafka.reading import NamedProgress, partitions_of, read_to_end, start_reader, told_as
 from turnledger.kafka.tail import decode_record
 from turnledger.model.base import Frozen
 from turnledger.records import SourceRecord
@@ -34,8 +34,14 @@ class Evidence:
         return [r for r in self.records(stream) if isinstance(r, cls)]
 
 
-async def read_all(bootstrap: str, prefix: str, streams: tuple[Stream, ...] = STREAMS) -> Evidence:
-    """Every committed record of every stream, partition by partition in offset order.
+async def read_all(
+    bootstrap: str,
+    prefix: str,
+    streams: tuple[Stream, ...] = STREAMS,
+    progress: NamedProgress | None = None,
+) -> Evidence:
+    """Every committed record of every stream, partition by partition in offset order; the streams'
+    topics are read one after the other, `progress` told the offsets read of each under its name.
 
     Kafka unreachable or a topic missing: the projections' typed errors (`ProjectionError`)."""
     evidence = Evidence()
@@ -43,9 +49,10 @@ async def read_all(bootstrap: str, prefix: str, streams: tuple[Stream, ...] = ST
     consumer = await start_reader(bootstrap)
     try:
         for stream in streams:
-            parts = await partitions_of(consumer, bootstrap, [topics.name(stream)])
+            topic = topics.name(stream)
+            parts = await partitions_of(consumer, bootstrap, [topic])
             out: list[Raw] = []
-            async for batch in read_to_end(consumer, parts):
+            async for batch in read_to_end(consumer, parts, progress=told_as(progress, topic)):
                 out.extend(_raw(r) for r in batch if r.value is not None)
             out.sort(key=lambda r: (r.partition, r.offset))
             evidence.raw[stream] = out

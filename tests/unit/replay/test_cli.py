@@ -7,8 +7,6 @@ exit code. The replay code itself has its own tests (`test_audit_*.py`, `test_ma
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -42,20 +40,14 @@ from turnledger.topology import Topics
 
 
 class Recorder:
-    """Stands for `cli.console` and `cli.err`: every `print` with its keywords, every `status`."""
+    """Stands for `cli.console` and `cli.err`: every `print` with its keywords."""
 
     def __init__(self) -> None:
         self.printed: list[tuple[Any, dict[str, Any]]] = []
-        self.statuses: list[tuple[str, int]] = []
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         [one] = objects
         self.printed.append((one, kwargs))
-
-    @contextmanager
-    def status(self, text: str) -> Iterator[None]:
-        self.statuses.append((text, len(self.printed)))
-        yield
 
     @property
     def texts(self) -> list[Any]:
@@ -236,7 +228,7 @@ def audit_bars(prefix: str) -> list[tuple[str, Any, dict[str, Any]]]:
 
 @pytest.fixture
 def bars(monkeypatch: pytest.MonkeyPatch) -> FakeProgress:
-    """`replay audit`'s, `replay manifest`'s and `shadow diff`'s."""
+    """`replay audit`'s, `replay manifest`'s, `replay rebuild`'s, `shadow diff`'s and `metrics`'."""
     fake = FakeProgress()
     monkeypatch.setattr(cli, "_bars", lambda: fake)
     return fake
@@ -939,8 +931,15 @@ class Measuring:
         monkeypatch.setattr("turnledger.replay.metrics.compute", self.compute)
         monkeypatch.setattr(time, "time", lambda: 1_700_000_123.4567)
 
-    async def read_all(self, bootstrap: str, prefix: str) -> str:
+    async def read_all(self, bootstrap: str, prefix: str, *, progress: Any) -> str:
+        """Tells the ingress topic's progress, then two output topics', out of their order (the bar is
+        the topic's)."""
         self.read.append((bootstrap, prefix))
+        topics = Topics(prefix)
+        progress(topics.ingress, 0, 6)
+        progress(topics.ingress, 6, 6)
+        progress(topics.rejections, 1, 2)
+        progress(topics.committed, 0, 0)
         return "evidence"
 
     def compute(self, evidence: Any, *, now_ms: int) -> Metrics:
@@ -948,8 +947,20 @@ class Measuring:
         return self.metrics
 
 
+def metrics_bars(prefix: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    return [
+        (f"reading {prefix}turnledger.{stream}", None, {"unit": "offsets"})
+        for stream in (
+            "ingress", "committed", "manifests", "tool-calls", "quarantine", "previews", "rejections"
+        )
+    ]  # fmt: skip
+
+
+METRICS_TOLD = [(41, 0, 6), (41, 6, 6), (47, 1, 2), (42, 0, 0)]
+
+
 def test_the_metrics_are_computed_from_every_topic_now_and_printed_as_tables(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     from turnledger.replay.metrics_report import given_up_table, metrics_table
 
@@ -958,7 +969,8 @@ def test_the_metrics_are_computed_from_every_topic_now_and_printed_as_tables(
     result = invoke("metrics", "--bootstrap", "k:1", "--topic-prefix", "p.")
     assert result.exit_code == 0, result.output
     assert fake.read == [("k:1", "p.")] and fake.computed == [("evidence", 1_700_000_123_456)]
-    assert err.statuses == [("reading the topics", 0)]
+    assert (bars.tasks, bars.updated, bars.open) == (metrics_bars("p."), METRICS_TOLD, False)
+    assert err.printed == []
     given = given_up_table(metrics)
     assert given is not None
     assert out.texts == ["operations 9, committed 5", rows_of(metrics_table(metrics)), rows_of(given)]
@@ -966,7 +978,7 @@ def test_the_metrics_are_computed_from_every_topic_now_and_printed_as_tables(
 
 
 def test_metrics_without_a_worker_giving_up_print_no_table_for_it(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     from turnledger.replay.metrics_report import metrics_table
 
@@ -976,7 +988,7 @@ def test_metrics_without_a_worker_giving_up_print_no_table_for_it(
 
 
 def test_metrics_as_json_are_one_object_with_sorted_keys(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     metrics = some_metrics()
     Measuring(monkeypatch, metrics)
@@ -988,21 +1000,47 @@ def test_metrics_as_json_are_one_object_with_sorted_keys(
 
 
 def test_metrics_need_a_bootstrap(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, shared_err: Recorder, bars: FakeProgress
 ) -> None:
     fake = Measuring(monkeypatch, some_metrics())
     result = invoke("metrics")
     assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
-    assert fake.read == []
+    assert fake.read == [] and bars.tasks == []
 
 
 def test_metrics_called_as_a_function_print_tables_of_topics_without_a_prefix(
-    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     fake = Measuring(monkeypatch, some_metrics())
     cli.metrics_command(bootstrap="k:1")
     assert fake.read == [("k:1", "")]
     assert out.texts[0] == "operations 9, committed 5"
+    assert (bars.tasks, bars.updated) == (metrics_bars(""), METRICS_TOLD)
+
+
+@pytest.mark.parametrize("err_is_a_terminal", [True, False])
+def test_metrics_draw_a_bar_a_topic_on_the_error_console_only_and_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, err_is_a_terminal: bool
+) -> None:
+    """Not a terminal: not a character on stderr, not even a blank line."""
+    Measuring(monkeypatch, some_metrics())
+    printed, drawn = drawing_consoles(monkeypatch, err_is_a_terminal)
+    result = invoke("metrics", "--bootstrap", "k:1", "--topic-prefix", "p.")
+    assert result.exit_code == 0, result.output
+    if err_is_a_terminal:
+        bars = [line.split() for line in seen(drawn).splitlines() if line.strip()]
+        assert [(b[:-4], b[-3:-1]) for b in bars[-7:]] == [  # as the bars were last drawn
+            (["reading", "p.turnledger.ingress"], ["6/6", "offsets"]),
+            (["reading", "p.turnledger.committed"], ["0/0", "offsets"]),
+            (["reading", "p.turnledger.manifests"], ["0/?", "offsets"]),
+            (["reading", "p.turnledger.tool-calls"], ["0/?", "offsets"]),
+            (["reading", "p.turnledger.quarantine"], ["0/?", "offsets"]),
+            (["reading", "p.turnledger.previews"], ["0/?", "offsets"]),
+            (["reading", "p.turnledger.rejections"], ["1/2", "offsets"]),
+        ]
+    else:
+        assert drawn.getvalue() == ""
+    assert "offsets" not in seen(printed) and "operations 9, committed 5" in seen(printed)
 
 
 def test_the_consoles_are_stdout_and_stderr() -> None:

@@ -51,7 +51,8 @@ async def test_read_all_reads_each_stream_sorted_by_partition_and_offset(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Batches arrive per partition in any order; each stream's records come back sorted, the ones
-    without a value left out, under the prefixed topic names, and the reader is stopped."""
+    without a value left out, under the prefixed topic names, and the reader is stopped. The progress
+    of each topic's read is told under its name."""
     sent, turn = CODEC.encode(SENT), CODEC.encode(TURN)
     topics = FakeTopics(
         {
@@ -64,7 +65,10 @@ async def test_read_all_reads_each_stream_sorted_by_partition_and_offset(
         }
     )
     topics.install(monkeypatch, "turnledger.replay.evidence")
-    evidence = await read_all("broker:9092", "p.", (Stream.INGRESS, Stream.COMMITTED))
+    told: list[tuple[str, int, int]] = []
+    evidence = await read_all(
+        "broker:9092", "p.", (Stream.INGRESS, Stream.COMMITTED), progress=lambda *t: told.append(t)
+    )
     assert evidence.raw == {
         "ingress": [
             Raw(0, 2, b"c", turn, TURN),
@@ -78,6 +82,11 @@ async def test_read_all_reads_each_stream_sorted_by_partition_and_offset(
         ("broker:9092", ["p.turnledger.ingress"]),
         ("broker:9092", ["p.turnledger.committed"]),
     ]
+    assert told == [
+        ("p.turnledger.ingress", 0, 5), ("p.turnledger.ingress", 2, 5), ("p.turnledger.ingress", 4, 5),
+        ("p.turnledger.ingress", 5, 5),
+        ("p.turnledger.committed", 0, 0),
+    ]  # fmt: skip
     assert topics.started == ["broker:9092"] and [c.stopped for c in topics.consumers] == [1]
 
 
