@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from tests.unit.progress_helpers import console_on, seen
-from turnledger.cli_progress import PrintedOnConsole, bars
+from turnledger.cli_progress import PrintedOnConsole, bars, moved_by_name
 
 FORMAT = logging.Formatter("%(levelname)s %(name)s: %(message)s")
 LOG = logging.getLogger("turnledger.test")
@@ -149,3 +149,20 @@ def test_the_handler_is_back_once_the_bars_stop_and_stopping_again_changes_nothi
         progress.stop()
         assert ours(root.handlers) == [handler]
     assert ours(root.handlers) == [handler]
+
+
+def test_a_named_progress_told_no_total_draws_what_is_done_of_an_unknown_total() -> None:
+    """A phase that learns its total only at its end (`replay rebuild`'s drop: SCAN finds the keys as it
+    walks) draws `done/?` until told the total."""
+    console, written = console_on(True)
+    with bars(console) as progress:
+        tasks = {"dropping": progress.add_task("dropping the projection tl:", total=None, unit="keys")}
+        told = moved_by_name(progress, tasks)
+        told("dropping", 500, None)
+        progress.refresh()
+        drawn = [line.split() for line in seen(written).splitlines() if line.startswith("dropping")]
+        assert drawn[-1][-3:-1] == ["500/?", "keys"]
+        told("dropping", 1200, 1200)
+        progress.refresh()
+    drawn = [line.split() for line in seen(written).splitlines() if line.startswith("dropping")]
+    assert drawn[-1][-3:-1] == ["1200/1200", "keys"]

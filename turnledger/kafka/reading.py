@@ -26,9 +26,10 @@ ReadProgress = Callable[[int, int], None]
 when the read began, over every partition read (offsets, not records: transaction markers, aborted and
 compacted records take offsets too, and `done` reaches `total` exactly when the read is at its end)."""
 
-NamedProgress = Callable[[str, int, int], None]
+NamedProgress = Callable[[str, int, int | None], None]
 """`(name, done, total)`: the `ReadProgress` of each of several reads, told under the read's name (a
-topic, a phase of a command)."""
+topic, a phase of a command); a phase that is no read may tell a total of None, not known yet (a
+drop's keys while its SCAN walks)."""
 
 
 def told_as(progress: NamedProgress | None, name: str) -> ReadProgress | None:

@@ -11,6 +11,8 @@ takes many.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from turnledger.errors import ProjectionError
@@ -25,13 +27,21 @@ from turnledger.projections.replies import (
 )
 from turnledger.redisconn.cluster import RedisClient
 
+DropProgress = Callable[[int, int | None], None]
+"""`(deleted, total)` of a drop: the keys deleted so far, told after each DEL with a total of None (SCAN
+finds the keys as it walks, so how many there are is known only at its end), then, the drop over, the
+keys deleted as the total."""
+
 POSITION_KEYS = ("offsets", "layout")
 """Keys that record where a projection read from and how it is split, not what it holds: left out of
 comparisons."""
 
 
-async def drop_prefix(redis: RedisClient, prefix: str, chunk: int = 500) -> int:
-    """Delete the keys of the projection whose keys start with `prefix`; the count deleted."""
+async def drop_prefix(
+    redis: RedisClient, prefix: str, chunk: int = 500, deleted: Callable[[int], None] | None = None
+) -> int:
+    """Delete the keys of the projection whose keys start with `prefix`; the count deleted. `deleted`
+    is told the count so far after each DEL."""
     if not prefix:
         raise ProjectionError("refusing to drop an empty key prefix (that would be the whole database)")
     dropped = 0
@@ -43,8 +53,12 @@ async def drop_prefix(redis: RedisClient, prefix: str, chunk: int = 500) -> int:
         if len(batch) >= chunk:
             dropped += await redis.delete(*batch)
             batch = []
+            if deleted is not None:
+                deleted(dropped)
     if batch:
         dropped += await redis.delete(*batch)
+        if deleted is not None:
+            deleted(dropped)
     return dropped
 
 
@@ -80,11 +94,23 @@ async def snapshot_projection(redis: RedisClient, keys: ProjectionKeys) -> dict[
     return out
 
 
-async def drop_projection(redis: RedisClient, *layouts: ProjectionKeys) -> int:
+async def drop_projection(
+    redis: RedisClient, *layouts: ProjectionKeys, progress: DropProgress | None = None
+) -> int:
     """Drop every key of the projection (its layout, each slot group), as split in any of `layouts`
-    (what Redis holds, and what it is about to be)."""
+    (what Redis holds, and what it is about to be); `progress`: the keys deleted over all of them."""
     bases = {base: None for keys in layouts for base in _bases(keys)}
-    return sum([await drop_prefix(redis, base) for base in bases])
+    dropped = 0
+    for base in bases:
+        told = None if progress is None else partial(_deleted_after, progress, dropped)
+        dropped += await drop_prefix(redis, base, deleted=told)
+    if progress is not None:
+        progress(dropped, dropped)
+    return dropped
+
+
+def _deleted_after(progress: DropProgress, before: int, deleted: int) -> None:
+    progress(before + deleted, None)
 
 
 def _bases(keys: ProjectionKeys) -> tuple[str, ...]:

@@ -211,7 +211,8 @@ def rebuild_command(
     """Drop the projection keys (SCAN+DEL by prefix), project the topics again, verify with a fresh fold.
 
     The fresh fold runs under the size limits given (the processor's). On a terminal, bars on stderr
-    show the output topics' offsets projected and the ingress offsets folded."""
+    show the keys dropped (how many there are is known when the drop is over), the output topics'
+    offsets projected and the ingress offsets folded."""
     from turnledger.projections.shards import discover
     from turnledger.replay.rebuild import RebuildReport, rebuild
     from turnledger.topology import Topics
@@ -232,7 +233,10 @@ def rebuild_command(
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     topics = Topics(topic_prefix)
     with _bars() as progress:
-        tasks = {"projecting": progress.add_task("projecting the output topics", total=None, unit="offsets")}
+        tasks = {
+            "dropping": progress.add_task(f"dropping the projection {key_prefix}", total=None, unit="keys"),
+            "projecting": progress.add_task("projecting the output topics", total=None, unit="offsets"),
+        }
         if verify:
             tasks["folding"] = progress.add_task(f"folding {topics.ingress}", total=None, unit="offsets")
 

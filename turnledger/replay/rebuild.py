@@ -9,6 +9,7 @@ keys are dropped again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from turnledger.kafka.reading import NamedProgress, ReadProgress, told_as
 from turnledger.projections.direct import DirectProjector
@@ -62,9 +63,10 @@ async def rebuild(
 ) -> RebuildReport:
     """Drop the projection under `keys.prefix` (as Redis holds it split, and as `keys` splits it),
     project the topics again split as `keys` says, and verify it against a fresh fold split alike.
-    `progress` is told the offsets of each phase: "projecting" the output topics, then (verifying)
-    "folding" the ingress topic."""
-    dropped = await drop_projection(redis, await discover(keys.prefix, redis), keys)
+    `progress` is told each phase: the keys "dropping" deleted (`DropProgress`: no total until the drop
+    is over), the offsets "projecting" the output topics, then (verifying) "folding" the ingress topic."""
+    dropping = None if progress is None else partial(progress, "dropping")
+    dropped = await drop_projection(redis, await discover(keys.prefix, redis), keys, progress=dropping)
     projector = Projector(redis, bootstrap, topics, keys)
     stats = await projector.run_to_end(progress=told_as(progress, "projecting"))
     report = RebuildReport(dropped_keys=dropped, projected=stats, verified=verify)

@@ -165,6 +165,16 @@ async def test_keys_are_deleted_in_chunks_and_the_deleted_count_returned() -> No
     assert redis.deletes == [2, 2, 1] and redis.scans == [("tl:*", 2)] and redis.data == {}
 
 
+async def test_the_count_deleted_so_far_is_told_after_each_del() -> None:
+    """Told as DEL answered: a key SCAN reported though gone counts for nothing."""
+    redis = Keyspace()
+    fill(redis, "", *FIVE)
+    redis.ghosts = [TL.history("gone")]
+    told: list[int] = []
+    assert await bounded(drop_prefix(redis, "tl:", chunk=2, deleted=told.append)) == 5  # type: ignore[arg-type]
+    assert (redis.deletes, told) == ([2, 2, 2], [2, 4, 5])
+
+
 async def test_a_last_chunk_that_is_full_is_deleted_once() -> None:
     redis = Keyspace()
     fill(redis, "", *FIVE[:4])
@@ -422,8 +432,22 @@ async def test_dropping_a_projection_not_split_drops_its_base() -> None:
 
 async def test_dropping_no_layout_drops_nothing() -> None:
     redis = Keyspace().put("tl:stats")
-    assert await bounded(drop_projection(redis)) == 0  # type: ignore[arg-type]
-    assert redis.scans == []
+    told: list[tuple[int, int | None]] = []
+    assert await bounded(drop_projection(redis, progress=lambda *t: told.append(t))) == 0  # type: ignore[arg-type]
+    assert redis.scans == [] and told == [(0, 0)]
+
+
+async def test_a_drop_tells_the_keys_deleted_over_every_base_then_their_count_as_the_total() -> None:
+    """After each DEL the keys deleted so far under all the bases, with no total (SCAN learns how many
+    there are only at its end); the drop over, the count deleted as the total."""
+    redis = Keyspace()
+    fill(redis, "{tl:}", "layout")
+    fill(redis, "{tl:#0}", *(f"history:c-{i}" for i in range(501)))
+    fill(redis, "{tl:#1}", "stats")
+    told: list[tuple[int, int | None]] = []
+    dropped = await bounded(drop_projection(redis, SPLIT, progress=lambda *t: told.append(t)))  # type: ignore[arg-type]
+    assert dropped == 503 and redis.data == {}
+    assert told == [(1, None), (501, None), (502, None), (503, None), (503, 503)]
 
 
 # ------------------------------------------------------------------------------------- differences

@@ -554,11 +554,14 @@ class Rebuilding:
     async def rebuild(
         self, redis: Any, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool, progress: Any
     ) -> Any:
-        """Tells the projection's progress, and the fold's when verifying."""
+        """Tells the drop's progress (no total until it is over), the projection's, and the fold's when
+        verifying."""
         assert redis is self.redis and self.redis.closed == 0
         self.calls.append((bootstrap, topics, keys, verify, load_limits()))
         if isinstance(self.report, Exception):
             raise self.report
+        progress("dropping", 4, None)
+        progress("dropping", 7, 7)
         progress("projecting", 0, 5)
         progress("projecting", 5, 5)
         if verify:
@@ -567,14 +570,15 @@ class Rebuilding:
         return self.report
 
 
-def rebuild_bars(prefix: str, verify: bool) -> list[tuple[str, Any, dict[str, Any]]]:
+def rebuild_bars(prefix: str, verify: bool, key_prefix: str = "tl:") -> list[tuple[str, Any, dict[str, Any]]]:
+    dropping = (f"dropping the projection {key_prefix}", None, {"unit": "keys"})
     projecting = ("projecting the output topics", None, {"unit": "offsets"})
     folding = (f"folding {prefix}turnledger.ingress", None, {"unit": "offsets"})
-    return [projecting, folding] if verify else [projecting]
+    return [dropping, projecting, folding] if verify else [dropping, projecting]
 
 
-PROJECTING_TOLD = [(41, 0, 5), (41, 5, 5)]
-REBUILD_TOLD = [*PROJECTING_TOLD, (42, 0, 8), (42, 8, 8)]
+PROJECTING_TOLD = [(41, 4, None), (41, 7, 7), (42, 0, 5), (42, 5, 5)]
+REBUILD_TOLD = [*PROJECTING_TOLD, (43, 0, 8), (43, 8, 8)]
 
 
 def rebuilt(verified: bool, differences: list[str] | None = None) -> RebuildReport:
@@ -595,7 +599,7 @@ def test_a_rebuild_drops_projects_and_verifies_as_the_projection_is_split(
     assert fake.calls == [("k:1", Topics("p."), ProjectionKeys("kp:", one_slot=True, shards=2), True, GIVEN)]
     assert fake.redis.closed == 1
     assert err.texts == [f"size limits of the fresh fold: {describe(GIVEN)}"]
-    assert (bars.tasks, bars.updated, bars.open) == (rebuild_bars("p.", True), REBUILD_TOLD, False)
+    assert (bars.tasks, bars.updated, bars.open) == (rebuild_bars("p.", True, "kp:"), REBUILD_TOLD, False)
     assert out.texts == [
         "dropped 7 keys; projected 120 records (3 undecodable) in 4.26s",
         "[green]equal to a projection of a fresh fold (99 records)[/green]",
@@ -687,9 +691,10 @@ def test_a_rebuild_draws_its_bars_on_the_error_console_only_and_only_on_a_termin
     limits, limits_line = console_on(False)
     limits.print(f"size limits of the fresh fold: {describe(Limits())}")
     if err_is_a_terminal:
-        phases = ("projecting", "folding")
+        phases = ("dropping", "projecting", "folding")
         bars = [line.split() for line in seen(drawn).splitlines() if line.startswith(phases)]
-        assert [(b[:-4], b[-3:-1]) for b in bars[-2:]] == [  # as the bars were last drawn
+        assert [(b[:-4], b[-3:-1]) for b in bars[-3:]] == [  # as the bars were last drawn
+            (["dropping", "the", "projection", "tl:"], ["7/7", "keys"]),
             (["projecting", "the", "output", "topics"], ["5/5", "offsets"]),
             (["folding", "p.turnledger.ingress"], ["8/8", "offsets"]),
         ]

@@ -1,7 +1,9 @@
-"""`replay rebuild` tells its progress a phase at a time: the projection's read of the output topics
-("projecting", what `Projector.run_to_end` tells, tested in `test_projector_run.py`), then, verifying,
-the ingress offsets of the fresh fold ("folding", the refold's read on topics in memory). Redis, the
-projectors and the drops are faked; the rebuild's Redis side has its own integration tests."""
+"""`replay rebuild` tells its progress a phase at a time: the keys its drop deleted ("dropping", what
+`drop_projection` tells, tested in `test_snapshot.py`; the verification's own drops tell nothing), the
+projection's read of the output topics ("projecting", what `Projector.run_to_end` tells, tested in
+`test_projector_run.py`), then, verifying, the ingress offsets of the fresh fold ("folding", the
+refold's read on topics in memory). Redis, the projectors and the drops are faked; the rebuild's Redis
+side has its own integration tests."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ class Faked:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.dropped: list[str] = []
+        self.drops_told: list[bool] = []
+        """Whether each drop was given a progress."""
         self.projected: list[tuple[str, ProjectionKeys, bool]] = []
         """(what, keys, whether it was given a progress)"""
         records = _ingress("A")
@@ -62,8 +66,14 @@ class Faked:
         async def discover(prefix: str, redis: Any) -> ProjectionKeys:
             return KEYS
 
-        async def drop_projection(redis: Any, *layouts: ProjectionKeys) -> int:
+        async def drop_projection(redis: Any, *layouts: ProjectionKeys, progress: Any = None) -> int:
+            """3 keys, deleted in two DELs."""
             self.dropped.extend(keys.prefix for keys in layouts)
+            self.drops_told.append(progress is not None)
+            if progress is not None:
+                progress(2, None)
+                progress(3, None)
+                progress(3, 3)
             return 3
 
         async def snapshot_projection(redis: Any, keys: ProjectionKeys) -> dict[str, Any]:
@@ -81,9 +91,10 @@ async def test_a_rebuild_tells_the_offsets_projected_then_the_ingress_offsets_fo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     faked = Faked(monkeypatch)
-    told: list[tuple[str, int, int]] = []
+    told: list[tuple[str, int, int | None]] = []
     report = await rebuild(REDIS, "b:1", Topics("x."), KEYS, progress=lambda *t: told.append(t))
     assert told == [
+        ("dropping", 2, None), ("dropping", 3, None), ("dropping", 3, 3),
         ("projecting", 0, 6), ("projecting", 6, 6),
         ("folding", 0, 2), ("folding", 1, 2), ("folding", 2, 2),
     ]  # fmt: skip
@@ -93,15 +104,19 @@ async def test_a_rebuild_tells_the_offsets_projected_then_the_ingress_offsets_fo
     check = KEYS.beside(VERIFY_PREFIX + "tl:")
     assert faked.projected == [("topics", KEYS, True), ("fold", check, False), ("fold", check, False)]
     assert faked.dropped == ["tl:", "tl:", "verify:tl:", "verify:tl:"]  # as found and as split; before, after
+    assert faked.drops_told == [True, False, False]
 
 
 async def test_a_rebuild_that_does_not_verify_tells_the_projection_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     faked = Faked(monkeypatch)
-    told: list[tuple[str, int, int]] = []
+    told: list[tuple[str, int, int | None]] = []
     report = await rebuild(REDIS, "b:1", Topics("x."), KEYS, verify=False, progress=lambda *t: told.append(t))
-    assert told == [("projecting", 0, 6), ("projecting", 6, 6)]
+    assert told == [
+        ("dropping", 2, None), ("dropping", 3, None), ("dropping", 3, 3),
+        ("projecting", 0, 6), ("projecting", 6, 6),
+    ]  # fmt: skip
     assert (report.verified, faked.topics.started) == (False, [])
 
 
@@ -117,3 +132,4 @@ async def test_a_rebuild_without_a_progress_gives_its_reads_none(monkeypatch: py
     monkeypatch.setattr("turnledger.replay.refold.read_to_end", recording)
     report = await rebuild(REDIS, "b:1", Topics("x."), KEYS)
     assert (faked.projected[0], given, report.folded_records) == (("topics", KEYS, False), [None], FOLDED)
+    assert faked.drops_told == [False, False, False]
