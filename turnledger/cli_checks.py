@@ -5,6 +5,7 @@ client logs."""
 from __future__ import annotations
 
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Annotated
@@ -41,6 +42,14 @@ broker's range is the broker's setting, which an operator may lower or raise (a 
 the minimum), so no bound of it holds for every broker: only what no broker takes (below 1 ms, or more
 than the request's 32 bits hold) is refused here. Each group's heartbeat must also be below it
 (`kafka/group_timing.py`)."""
+
+
+def finite(value: float) -> float:
+    """A float option: a number, not `nan` or `inf`, which click's ranges let through (`nan` compares
+    false with either bound) and which would fail later, or never, where the value is used."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value!r} is not a finite number")
+    return value
 
 
 def log_level(value: str) -> str:

@@ -277,3 +277,41 @@ def test_the_worker_refuses_a_session_timeout_its_heartbeat_is_not_below(
     static = CliRunner().invoke(app, [*args, "--static"], env={"COLUMNS": "300"})
     assert static.exit_code == 0, static.output
     assert ran.session_timeouts == [500], "without a group the worker has no session to time out"
+
+
+@pytest.mark.parametrize("given", [0.0, -1.5, 1e300, 3.0])
+def test_a_finite_number_is_kept(given: float) -> None:
+    assert cli_checks.finite(given) == given
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"), [(float("inf"), "inf"), (float("-inf"), "-inf"), (float("nan"), "nan")]
+)
+def test_a_number_that_is_not_finite_is_refused(given: float, shown: str) -> None:
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.finite(given)
+    assert str(caught.value) == f"{shown} is not a finite number"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["worker", "--lease-seconds", "86401"], "Invalid value for '--lease-seconds'"),
+        (["worker", "--lease-seconds", "inf"], "Invalid value for '--lease-seconds'"),
+        (
+            ["legacy", "record", "x.jsonl", "--timeout", "inf"],
+            "Invalid value for '--timeout': inf is not a finite",
+        ),
+        (
+            ["legacy", "record", "x.jsonl", "--timeout", "nan"],
+            "Invalid value for '--timeout': ",
+        ),
+    ],
+    ids=["lease past a day", "lease inf", "legacy timeout inf", "legacy timeout nan"],
+)
+def test_a_float_option_out_of_its_range_is_a_usage_error(argv: list[str], said: str) -> None:
+    """Before, `--lease-seconds inf` passed and the worker failed at its first attempt (OverflowError),
+    and `legacy record --timeout inf` waited for ever."""
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "240"})
+    assert result.exit_code == 2
+    assert said in " ".join(result.output.split())

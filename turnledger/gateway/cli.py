@@ -41,6 +41,8 @@ from turnledger.retry import Backoff
 from turnledger.shutdown import EXIT_STOPPED_AT_ONCE, StoppedAtOnce, run_until_signalled, stop_on_signals
 
 EXIT_UNAVAILABLE = 2
+LONGEST_LEASE_S = 86_400.0
+"""A day: an attempt silent longer than that is lost, and the lease's end must fit the ledger's long."""
 
 Bootstrap = Annotated[
     str | None,
@@ -139,6 +141,7 @@ def worker(
         float,
         typer.Option(
             min=0.5,
+            max=LONGEST_LEASE_S,
             envvar="TURNLEDGER_LEASE_SECONDS",
             help="How long an accepted attempt stays this worker's without a sign of life; then any "
             "worker may take it over (this one renews it every third of it while it runs).",
@@ -303,7 +306,9 @@ def legacy_record(
             help="Worker id the DispatchAttempts name as their sender.", callback=cli_checks.worker_id
         ),
     ] = RECORDER_ID,
-    timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for every verdict.")] = 120.0,
+    timeout: Annotated[
+        float, typer.Option(min=1, callback=cli_checks.finite, help="Seconds to wait for every verdict.")
+    ] = 120.0,
 ) -> None:
     """Commit legacy answers as their operations' canonical responses (each must be PREPARED).
 
