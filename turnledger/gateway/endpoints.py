@@ -39,6 +39,13 @@ class UnknownEndpointError(GatewayError):
 DEFAULT_AWS_REGION = "us-east-1"
 
 
+LONGEST_COOL_DOWN_S = 3600.0
+"""The longest a route holds a model back for one answer's `Retry-After`. The operation that met the answer
+keeps the provider's word whole (a wait past its deadline ends it at once); the operations after it ask
+again after this at most, so one garbled or absurd delay (a proxy's `retry-after: 1e999`) does not close
+the model on this route until the worker restarts. A provider still throttling answers a new delay."""
+
+
 @dataclass(frozen=True, slots=True)
 class RouteSettings:
     """One route as configured: no secret values here, only where to read them."""
@@ -110,9 +117,11 @@ class ProviderRoute:
 
     def cool_down(self, model: str, seconds: float, now: float) -> None:
         """The provider asked to wait `seconds` from `now` after a request for `model`: no new generation
-        for that model goes out on this route until then. Per model, because every provider counts its
-        rate limits and quotas per model: a model throttled for hours must not hold the route's others."""
-        self._cooldowns[model] = max(self._cooldowns.get(model, 0.0), now + seconds)
+        for that model goes out on this route until then, or for `LONGEST_COOL_DOWN_S` at most. Per
+        model, because every provider counts its rate limits and quotas per model: a model throttled for
+        hours must not hold the route's others."""
+        until = now + min(seconds, LONGEST_COOL_DOWN_S)
+        self._cooldowns[model] = max(self._cooldowns.get(model, 0.0), until)
 
     def cooling_until(self, model: str) -> float:
         """The `time.monotonic()` before which `model` may not be sent here (0.0: it may now)."""

@@ -5,11 +5,14 @@ headers, region and replay rule, and the start-up lines (gateway/endpoints.py)."
 
 from __future__ import annotations
 
+import sys
+
 import httpx
 import pytest
 
 from turnledger.gateway.credentials import Secret
 from turnledger.gateway.endpoints import (
+    LONGEST_COOL_DOWN_S,
     ProviderRoute,
     ProviderRoutes,
     RouteSettings,
@@ -94,6 +97,18 @@ def test_a_route_has_its_slots_its_timeouts_and_a_cool_down_per_model_that_only_
     slow.cool_down(flash, 0.25, 0.5)  # a first wait is its own end, however early
     assert (slow.cooling_until(pro), slow.cooling_until(flash)) == (110.0, 0.75)
     assert repr(slow) == "<ProviderRoute slow https://slow.example ['gemini']>"
+
+
+def test_a_route_holds_a_model_back_for_an_hour_at_most_whatever_the_delay() -> None:
+    """Before, `retry-after: 1e999` (the longest pause) closed the model on the route until the worker
+    restarted: every later operation of it gave up at once."""
+    route = ProviderRoute(RouteSettings("r", "https://r.example", ("gemini",)), None)
+    route.cool_down("pro", sys.float_info.max, 100.0)
+    assert route.cooling_until("pro") == 100.0 + LONGEST_COOL_DOWN_S == 3700.0
+    route.cool_down("flash", 3599.5, 100.0)
+    assert route.cooling_until("flash") == 3699.5
+    route.cool_down("flash", 1e9, 200.0)
+    assert route.cooling_until("flash") == 3800.0
     default = ProviderRoute(RouteSettings("d", "https://d.example", ("gemini",)), None)
     assert (default.slots._value, default.timeout) == (64, httpx.Timeout(60.0, connect=5.0))
 
