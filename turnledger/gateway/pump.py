@@ -136,7 +136,11 @@ class StreamPump:
         batch: list[NormalizedDelta] = []
         for event in self._sse.flush():
             batch.extend(await self._event(event))
-        batch.extend(self._accept(self._parser.flush()))
+        flushed = self._parser.flush()  # Bedrock's held message stop (streaming/bedrock.py)
+        if self._bound:
+            batch.extend(self._accept(flushed))
+        else:
+            self._junk.extend(flushed)  # no handle: nothing of it can be appended
         await self._append(batch)
         await self.flush()
 

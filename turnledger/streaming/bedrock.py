@@ -7,8 +7,13 @@ provider errors. `feed_event` also takes the decoded form boto3 yields,
 
 ConverseStream has no response id in the stream: pass the `x-amzn-RequestId` header
 as `response_handle`. Text and reasoning blocks have no `contentBlockStart`, so the
-first delta of an unseen index starts its block. `metadata` (usage) follows
-`messageStop` and is emitted as a USAGE delta after the message stop.
+first delta of an unseen index starts its block.
+
+`metadata` (usage) follows `messageStop` as the stream's last event (API_runtime_ConverseStreamOutput).
+The message stop is held until then and emitted with the usage (or by `flush` when the stream ends
+without it): a final delta goes to the ledger at once (gateway/pump.py) and the fold settles the
+attempt on it, so a usage delta after it arrived for a committed operation and was quarantined
+(AFTER_COMMIT) on every answer.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class BedrockConverseParser(StreamParser):
         super().__init__(**kwargs)
         self._frames = EventStreamDecoder()
         self._blocks: set[int] = set()
+        self._held_stop: dict[str, Any] | None = None  # the message stop's fields, until `metadata`
 
     def feed(self, data: bytes) -> list[NormalizedDelta]:
         error: EventStreamError | None = None
@@ -64,6 +70,10 @@ class BedrockConverseParser(StreamParser):
         if error is not None:
             self._emit_error(MALFORMED_EVENT, str(error))
         return self._drain()
+
+    def flush(self) -> list[NormalizedDelta]:
+        self._release_stop()
+        return super().flush()
 
     def _dispatch(self, event: str | None, payload: Mapping[str, Any]) -> None:
         if event is None and len(payload) == 1:
@@ -127,15 +137,24 @@ class BedrockConverseParser(StreamParser):
     def _message_stop(self, payload: Mapping[str, Any]) -> None:
         raw = payload.get("stopReason")
         stop = None if raw is None else STOP_REASONS.get(str(raw), StopReason.OTHER)
-        self._emit(
-            DeltaType.MESSAGE_STOP, stop_reason=stop, raw_stop_reason=None if raw is None else str(raw)
-        )
+        self._release_stop()  # a second stop follows the first, as it came
+        self._held_stop = {"stop_reason": stop, "raw_stop_reason": None if raw is None else str(raw)}
 
     def _metadata(self, payload: Mapping[str, Any]) -> None:
         usage = payload.get("usage") or {}
-        self._emit(
-            DeltaType.USAGE, input_tokens=usage.get("inputTokens"), output_tokens=usage.get("outputTokens")
-        )
+        tokens: dict[str, Any] = {
+            "input_tokens": usage.get("inputTokens"),
+            "output_tokens": usage.get("outputTokens"),
+        }
+        if self._held_stop is None:
+            self._emit(DeltaType.USAGE, **tokens)
+            return
+        self._release_stop(**tokens)
+
+    def _release_stop(self, **tokens: Any) -> None:
+        if self._held_stop is not None:
+            fields, self._held_stop = self._held_stop, None
+            self._emit(DeltaType.MESSAGE_STOP, **fields, **tokens)
 
     handlers: ClassVar[Mapping[str, Handler]] = {
         "messageStart": _message_start,

@@ -7,11 +7,15 @@ and every attempt after it met the same end."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
 from tests.unit.dispatch.scenario import Conversation
-from tests.unit.streaming.support import TOOLS, api_of, fixture, parse
+from tests.unit.streaming.support import TOOLS, api_of, fixture
+from turnledger.gateway.pump import FINAL_TYPES
+from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
     CommittedTurn,
     DispatchRequested,
@@ -21,20 +25,29 @@ from turnledger.model.events import (
     Rejected,
     StreamOutcome,
 )
+from turnledger.streaming import parser_for
 
 REQUESTS = {
     "anthropic-messages": ("anthropic-messages@2", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
     "openai-chat": ("openai-chat@2", "openai", "openai/gpt-4o@2024-08"),
     "openai-responses": ("openai-responses@2", "openai", "openai/gpt-4o@2024-08"),
     "gemini": ("gemini@2", "google", "google/gemini-2.5-flash@2025-06"),
+    "bedrock-converse": ("bedrock-converse@1", "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05"),
 }
+HEADER_HANDLES = {"bedrock-converse": "7d1c4e2a-5b3f-4a8e-9c6d-2f0e1b3a4c5d"}
+"""The handle of an API whose stream names none: ConverseStream's `x-amzn-RequestId` header."""
 COMPLETE = {
     "anthropic_text.sse": 1,
     "anthropic_thinking.sse": 2,
+    "anthropic_thinking_tool_use.sse": 2,
+    "anthropic_tool_use_only.sse": 1,
+    "bedrock_reasoning_tool_use.eventstream": 3,
     "anthropic_tools_parallel.sse": 3,
     "gemini_parallel_calls.sse": 3,
     "gemini_text_thought.sse": 2,
+    "openai_chat_refusal.sse": 1,
     "openai_chat_text.sse": 1,
+    "openai_chat_tool_call_usage.sse": 1,
     "openai_chat_tools_parallel.sse": 2,
     "openai_responses_text.sse": 1,
     "openai_responses_tools.sse": 3,
@@ -59,11 +72,25 @@ def answered(name: str, op: str = "op-1") -> Conversation:
     )
     c.attempt(op)
     c.sent(op)
-    deltas = parse(api_of(name), [fixture(name)])
+    parser = parser_for(api_of(name), generation=1, response_handle=HEADER_HANDLES.get(api_of(name)))
+    deltas = parser.feed(fixture(name)) + parser.flush()
     c.bind(op, handle=next(d.response_handle for d in deltas if d.response_handle))
-    c.deltas(deltas, op)
+    for batch in appended(deltas):
+        c.deltas(batch, op)
     c.ended(StreamOutcome.COMPLETED, op)
     return c
+
+
+def appended(deltas: list[NormalizedDelta]) -> list[list[NormalizedDelta]]:
+    """The StreamDeltas records the gateway's pump appends for a stream: a final delta (message stop,
+    provider error) goes out at once with what is pending (`gateway/pump.py`), so what follows it comes
+    in a record of its own."""
+    batches: list[list[NormalizedDelta]] = [[]]
+    for delta in deltas:
+        batches[-1].append(delta)
+        if delta.type in FINAL_TYPES:
+            batches.append([])
+    return [batch for batch in batches if batch]
 
 
 @pytest.mark.parametrize("name", sorted(COMPLETE))
@@ -102,3 +129,77 @@ def test_the_gemini_text_signature_is_committed_and_sent_back_on_its_part() -> N
             }
         ],
     }
+
+
+def next_request(c: Conversation, api: str) -> dict[str, Any]:
+    """The body of the conversation's next request to `api`, after the results of every call of op-1
+    (or a user text when it made none)."""
+    (turn,) = [t for t in c.of(CommittedTurn) if t.operation_id == "op-1"]
+    calls = [(b.call_id, b.tool_name, b.arguments) for b in turn.blocks if b.kind == "tool_call"]
+    if calls:
+        c.tool_results(*calls)
+    else:
+        c.user("and again")
+    adapter, provider, model = REQUESTS[api]
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-2", adapter=adapter, provider=provider, model_revision=model,
+            tools=tuple(TOOLS.values()), max_output_tokens=256,
+        )
+    )  # fmt: skip
+    c.attempt("op-2")
+    (manifest,) = [m.manifest for m in c.of(ManifestIssued) if m.manifest.operation_id == "op-2"]
+    body: dict[str, Any] = orjson.loads(manifest.request_body)
+    return body
+
+
+def test_a_bedrock_answer_commits_on_its_stop_and_its_usage_after_it_is_no_late_delta() -> None:
+    """ConverseStream sends `metadata` (usage) after `messageStop`, as its last event
+    (https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ConverseStreamOutput.md;
+    provider-formats §2e). The pump appends a final delta at once, so the usage came in a record of its
+    own after the commit and was quarantined (AFTER_COMMIT '1 deltas while COMMITTED') on every answer.
+    The reasoning (text + signature), the text and the call split over three deltas commit, and the next
+    request returns the reasoning with its signature before the call, and the result after it."""
+    c = answered("bedrock_reasoning_tool_use.eventstream")
+    assert (c.of(Quarantined), c.of(Rejected)) == ([], [])
+    messages = next_request(c, "bedrock-converse")["messages"]
+    assert messages[1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "reasoningContent": {
+                        "reasoningText": {
+                            "text": "The user wants the weather in Madrid; call get_weather.",
+                            "signature": BEDROCK_SIGNATURE,
+                        }
+                    }
+                },
+                {"text": "Checking Madrid."},
+                {
+                    "toolUse": {
+                        "toolUseId": "tooluse_Qm3xV8nB2cL6zT1kR9sD3f",
+                        "name": "get_weather",
+                        "input": {"location": "Madrid, Spain"},
+                    }
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": "tooluse_Qm3xV8nB2cL6zT1kR9sD3f",
+                        "content": [{"text": "result of tooluse_Qm3xV8nB2cL6zT1kR9sD3f"}],
+                        "status": "success",
+                    }
+                }
+            ],
+        },
+    ]
+
+
+BEDROCK_SIGNATURE = (
+    "EqoBCkgIBxABGAIiQLx2Zq0fJz3aTnVg8pQk1mW4rE9sY7uB2cH5dK0jL6nM3oP8qR1tU4vX7yA0bC3eF6gI9jK2lM5nO8pQ=="
+)

@@ -42,6 +42,7 @@ API_BY_PREFIX = {
     "openai_chat": "openai-chat",
     "openai_responses": "openai-responses",
     "gemini": "gemini",
+    "bedrock": "bedrock-converse",
 }
 
 

@@ -568,7 +568,6 @@ def test_bedrock_blocks_deltas_and_stops() -> None:
         "signature 4 text=s",
         "block_stop 4",
         "message_stop -1 stop_reason=refusal raw_stop_reason=guardrail_intervened",
-        "usage -1",
     ]
 
 
@@ -585,6 +584,21 @@ def test_bedrock_blocks_deltas_and_stops() -> None:
 )
 def test_bedrock_stop_reasons(payload: dict[str, Any], expected: str) -> None:
     assert run("bedrock-converse", frame("messageStop", payload))[0] == [expected]
+
+
+def test_bedrock_holds_its_message_stop_for_the_usage_that_follows_it() -> None:
+    """`metadata` is ConverseStream's last event, after `messageStop`: the stop goes out with its usage,
+    or at `flush` when the stream ends without it; a second stop releases the first."""
+    parser = parser_for("bedrock-converse", generation=1, response_handle="req-1")
+    assert parser.feed(frame("messageStop", {"stopReason": "end_turn"})) == []
+    usage = {"usage": {"inputTokens": 7, "outputTokens": 9}, "metrics": {"latencyMs": 1}}
+    assert [brief(d) for d in parser.feed(frame("metadata", usage))] == [
+        "message_stop -1 stop_reason=end_turn raw_stop_reason=end_turn input_tokens=7 output_tokens=9"
+    ]
+    assert run("bedrock-converse", frame("messageStop", {"stopReason": "tool_use"}) * 2)[0] == [
+        "message_stop -1 stop_reason=tool_use raw_stop_reason=tool_use",
+        "message_stop -1 stop_reason=tool_use raw_stop_reason=tool_use",
+    ]
 
 
 def test_bedrock_decoded_events_as_boto3_yields_them() -> None:
