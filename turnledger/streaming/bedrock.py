@@ -45,6 +45,7 @@ class BedrockConverseParser(StreamParser):
         super().__init__(**kwargs)
         self._frames = EventStreamDecoder()
         self._blocks: set[int] = set()
+        self._unmodelled_blocks: set[int] = set()
         self._held_stop: dict[str, Any] | None = None  # the message stop's fields, until `metadata`
 
     def feed(self, data: bytes) -> list[NormalizedDelta]:
@@ -115,16 +116,28 @@ class BedrockConverseParser(StreamParser):
         elif "toolUse" in delta:
             self._emit(DeltaType.ARGUMENT_FRAGMENT, index, text=str(delta["toolUse"].get("input", "")))
         elif "reasoningContent" in delta:
-            self._ensure(index, "thinking")
             reasoning = delta["reasoningContent"]
+            if "redactedContent" in reasoning:
+                self._unmodelled(index, "redactedContent")
+                return
+            self._ensure(index, "thinking")
             if "text" in reasoning:
                 self._emit(DeltaType.THINKING_DELTA, index, text=str(reasoning["text"]))
             if "signature" in reasoning:
                 self._emit(DeltaType.SIGNATURE, index, text=str(reasoning["signature"]))
-            if "redactedContent" in reasoning:
-                self.unknown_events += 1
         else:
             self.unknown_events += 1
+
+    def _unmodelled(self, index: int, kind: str) -> None:
+        """A block of a kind we do not model (redacted reasoning: encrypted data the next request would
+        have to return as it came) is started with its raw kind, so the assembler refuses the answer
+        (UNKNOWN_KIND) instead of committing it without that block; started already, it is started
+        twice, which it refuses too. Its content is not kept: the answer cannot commit."""
+        if index in self._unmodelled_blocks:
+            return
+        self._unmodelled_blocks.add(index)
+        self._blocks.add(index)
+        self._emit(DeltaType.BLOCK_START, index, block_kind=kind)
 
     def _ensure(self, index: int, kind: str) -> None:
         if index not in self._blocks:

@@ -18,6 +18,7 @@ from turnledger.gateway.pump import FINAL_TYPES
 from turnledger.model.deltas import NormalizedDelta
 from turnledger.model.events import (
     CommittedTurn,
+    DispatchDecision,
     DispatchRequested,
     DispatchState,
     ManifestIssued,
@@ -25,6 +26,7 @@ from turnledger.model.events import (
     Rejected,
     StreamOutcome,
 )
+from turnledger.model.reasons import ReasonCode
 from turnledger.streaming import parser_for
 
 REQUESTS = {
@@ -203,3 +205,20 @@ def test_a_bedrock_answer_commits_on_its_stop_and_its_usage_after_it_is_no_late_
 BEDROCK_SIGNATURE = (
     "EqoBCkgIBxABGAIiQLx2Zq0fJz3aTnVg8pQk1mW4rE9sY7uB2cH5dK0jL6nM3oP8qR1tU4vX7yA0bC3eF6gI9jK2lM5nO8pQ=="
 )
+
+
+def test_a_bedrock_answer_with_redacted_reasoning_is_refused_not_committed_without_it() -> None:
+    """A reasoning block may be `redactedContent` only: encrypted reasoning the model provider
+    flagged (https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ReasoningContentBlock.md,
+    a union of reasoningText and redactedContent). The parser counted it as an unknown event and
+    committed an empty thinking block in its place, which the adapter leaves out: the redacted
+    reasoning was silently dropped from every later request. The graph has no block for it, so the
+    answer is refused with its kind named, as Anthropic's `redacted_thinking` is."""
+    c = answered("bedrock_redacted_reasoning.eventstream")
+    assert c.of(CommittedTurn)[-1].operation_id != "op-1"
+    assert c.state.operations["op-1"].state == DispatchState.UNKNOWN
+    (decision,) = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1:]
+    assert (decision.reason, decision.detail) == (
+        ReasonCode.UNKNOWN_KIND,
+        "block 0 has kind 'redactedContent'",
+    )

@@ -553,7 +553,7 @@ def test_bedrock_blocks_deltas_and_stops() -> None:
         ),
         response_handle="req-1",
     )
-    assert (unknown, handle) == (4, "req-1")  # the redacted reasoning, two unknown deltas, the new event
+    assert (unknown, handle) == (3, "req-1")  # two unknown deltas, the new event
     assert deltas == [
         "message_start -1",
         "block_start 0 block_kind=image",
@@ -563,7 +563,7 @@ def test_bedrock_blocks_deltas_and_stops() -> None:
         "block_start 3 block_kind=text",
         "text_delta 3 text=a",
         "text_delta 3 text=b",
-        "block_start 4 block_kind=thinking",
+        "block_start 4 block_kind=redactedContent",
         "thinking_delta 4 text=t",
         "signature 4 text=s",
         "block_stop 4",
@@ -701,7 +701,7 @@ def test_bedrock_each_message_after_an_exception_or_undecodable_one_still_counts
             )
         ),
     )
-    assert unknown == 2
+    assert unknown == 0
     assert deltas == [
         "provider_error -1 error_type=exception error_message={}",
         # not UTF-8: replaced, no crash
@@ -709,7 +709,7 @@ def test_bedrock_each_message_after_an_exception_or_undecodable_one_still_counts
         "provider_error -1 error_type=throttlingException error_message=",
         "block_start 0 block_kind=text",  # started once: the delta of a started block starts nothing
         "text_delta 0 text=a",
-        "block_start 1 block_kind=thinking",
+        "block_start 1 block_kind=redactedContent",  # started once, with its raw kind: never committed
     ]
 
 
