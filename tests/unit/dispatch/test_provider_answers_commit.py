@@ -222,3 +222,27 @@ def test_a_bedrock_answer_with_redacted_reasoning_is_refused_not_committed_witho
         ReasonCode.UNKNOWN_KIND,
         "block 0 has kind 'redactedContent'",
     )
+
+
+REFUSED = {
+    "anthropic_redacted_thinking.sse": (ReasonCode.UNKNOWN_KIND, "block 0 has kind 'redacted_thinking'"),
+    "anthropic_server_tool_pause.sse": (ReasonCode.UNKNOWN_KIND, "block 1 has kind 'server_tool_use'"),
+    "anthropic_max_tokens_tool_use.sse": (
+        ReasonCode.TRUNCATED_ARGUMENTS,
+        "tool block 1 at max_tokens: cut at 17: Unterminated string starting at at 13",
+    ),
+}
+"""Complete Anthropic answers the graph cannot hold whole (stop reasons and block types of
+https://platform.claude.com/docs/en/api/messages-streaming; provider-formats §1c, §2a): redacted
+thinking (data, no text) that the next request would have to return, a server tool's call and result
+with `pause_turn`, a call cut by `max_tokens`. Each is refused with its reason, never committed without
+the part it cannot carry."""
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_an_answer_the_graph_cannot_hold_whole_is_refused_with_its_reason(name: str) -> None:
+    c = answered(name)
+    assert [t.operation_id for t in c.of(CommittedTurn)] == [None]
+    assert c.state.operations["op-1"].state == DispatchState.UNKNOWN
+    decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
+    assert (decision.reason, decision.detail) == REFUSED[name]
