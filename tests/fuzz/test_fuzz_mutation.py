@@ -25,7 +25,8 @@ CORPUS_OUTCOMES = {
     "aws event-stream decoder": {"decoded"},
     "block assembler": {"Complete", "Incomplete PROVIDER_ERROR", "Incomplete OUTPUT_LIMIT_REACHED",
                         "Incomplete MISSING_STOP", "Incomplete TRUNCATED_ARGUMENTS",
-                        "Incomplete UNKNOWN_KIND"},  # redacted reasoning the graph cannot hold
+                        "Incomplete UNKNOWN_KIND",  # redacted reasoning the graph cannot hold
+                        "Incomplete PROVIDER_REFUSED"},  # an answer stopped for a refusal
     "fold interleavings": {"promises held"},
 }  # fmt: skip
 PARSER_OUTCOMES = {"clean", "errors provider"}  # the recorded streams include provider error events

@@ -132,12 +132,19 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     step.put(op, assembler=step.live.keep(assembler), lease_renewed_at_ms=step.at)
 
 
+SETTLED_BY = {ReasonCode.PROVIDER_REFUSED: S.CANCELLED}
+"""Where an incomplete answer settles the operation, by its reason: a refusal ends it (the same
+request meets the same refusal, so no new generation is sent: the worker's HTTP refusals end the same
+way); anything else is UNKNOWN, which a new generation may follow."""
+
+
 def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:
-    """The provider finished: commit through the canonical CAS, or settle UNKNOWN with why."""
+    """The provider finished: commit through the canonical CAS, or settle with why (`SETTLED_BY`)."""
     outcome = assembler.finish()
     if isinstance(outcome, Incomplete):
         op = step.retract(op, outcome.reason)
-        step.transition(op, S.UNKNOWN, reason=outcome.reason, detail=outcome.detail, attempt_terminated=True)
+        settled = SETTLED_BY.get(outcome.reason, S.UNKNOWN)
+        step.transition(op, settled, reason=outcome.reason, detail=outcome.detail, attempt_terminated=True)
         return
     assert isinstance(outcome, Complete)
     if not outcome.blocks:

@@ -36,6 +36,12 @@ BLOCK_TOO_LARGE; either is a violation and its content is dropped, so a runaway 
 at most the limits in memory. A delta that would be held past `max_held_deltas` ahead of a gap is
 TOO_MANY_HELD_DELTAS (REFUSED): the held deltas are dropped, and every later one ahead of the gap.
 
+Refusals. A message stopped for a refusal (`StopReason.REFUSAL`: Anthropic's `refusal`, OpenAI's
+`content_filter`, Gemini's SAFETY and kin, a Bedrock guardrail) is PROVIDER_REFUSED, with none of
+its blocks: what came before the stop is a partial answer the provider withdrew, and Anthropic asks
+that the context be reset after it, since a history that keeps it meets the same refusal again
+(https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals).
+
 Counters for metrics: `duplicates_dropped`, `previews_retracted` (text blocks whose
 preview was retracted), `unknown_events` (unknown block kinds), and
 `partial_tool_dispatches`: a final guard re-checks every tool call of a Complete
@@ -498,6 +504,8 @@ class BlockAssembler:
             return ReasonCode.MISSING_STOP, f"no {what}; open blocks {open_blocks}"
         if self._stop_reason is StopReason.ERROR:
             return ReasonCode.PROVIDER_ERROR, f"stopped with {self._raw_stop}"
+        if self._stop_reason is StopReason.REFUSAL:
+            return ReasonCode.PROVIDER_REFUSED, f"stopped with {self._raw_stop}, a refusal"
         if self._stop_reason is StopReason.MAX_TOKENS:
             limited = self._output_limit()
             if limited is not None:

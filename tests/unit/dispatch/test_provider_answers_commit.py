@@ -22,6 +22,7 @@ from turnledger.model.events import (
     DispatchRequested,
     DispatchState,
     ManifestIssued,
+    PreviewRetracted,
     Quarantined,
     Rejected,
     StreamOutcome,
@@ -246,3 +247,40 @@ def test_an_answer_the_graph_cannot_hold_whole_is_refused_with_its_reason(name: 
     assert c.state.operations["op-1"].state == DispatchState.UNKNOWN
     decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
     assert (decision.reason, decision.detail) == REFUSED[name]
+
+
+WITHDRAWN = {
+    "anthropic_refusal.sse": "stopped with refusal, a refusal",
+    "openai_chat_content_filter.sse": "stopped with content_filter, a refusal",
+}
+"""Answers the provider stopped for a refusal after some text: Anthropic's streaming classifiers
+(`stop_reason: "refusal"`, after which the context must be reset or the refusals go on:
+https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals)
+and OpenAI's content filter (`finish_reason: "content_filter"`)."""
+
+
+@pytest.mark.parametrize("name", sorted(WITHDRAWN))
+def test_an_answer_stopped_for_a_refusal_ends_the_operation_and_none_of_it_is_history(name: str) -> None:
+    """Before, its partial text ("I can") was committed, and with it every later request of the
+    conversation carried what the provider refuses; a new generation of the same bytes would meet the
+    same refusal, so the operation ends CANCELLED, as the worker's HTTP refusals end it."""
+    c = answered(name)
+    assert [t.operation_id for t in c.of(CommittedTurn)] == [None]
+    op = c.state.operations["op-1"]
+    assert (op.state, op.attempt_terminated) == (DispatchState.CANCELLED, True)
+    decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
+    assert (decision.state, decision.reason, decision.detail) == (
+        DispatchState.CANCELLED,
+        ReasonCode.PROVIDER_REFUSED,
+        WITHDRAWN[name],
+    )
+    assert [r.reason for r in c.of(PreviewRetracted)] == [ReasonCode.PROVIDER_REFUSED]
+    c.user("something else")
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-2", adapter=REQUESTS[api_of(name)][0],
+            provider=REQUESTS[api_of(name)][1], model_revision=REQUESTS[api_of(name)][2], tools=(),
+            max_output_tokens=64,
+        )
+    )  # fmt: skip
+    assert c.state.operations["op-2"].state == DispatchState.PREPARED
