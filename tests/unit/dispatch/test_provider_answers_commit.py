@@ -284,3 +284,32 @@ def test_an_answer_stopped_for_a_refusal_ends_the_operation_and_none_of_it_is_hi
         )
     )  # fmt: skip
     assert c.state.operations["op-2"].state == DispatchState.PREPARED
+
+
+def test_a_gemini_prompt_blocked_before_any_candidate_ends_the_operation_as_a_refusal() -> None:
+    """`promptFeedback.blockReason` with no candidate (provider-formats §2d): before, a complete empty
+    answer (COMMITTED EMPTY_RESPONSE); the same request is blocked again, so it is a refusal."""
+    parser = parser_for("gemini", generation=1)
+    blocked = b'data: {"promptFeedback": {"blockReason": "SAFETY"}, "responseId": "r-blocked"}\n\n'
+    deltas = parser.feed(blocked) + parser.flush()
+    c = Conversation("c1")
+    c.user("hello")
+    adapter, provider, model = REQUESTS["gemini"]
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-1", adapter=adapter, provider=provider, model_revision=model,
+            tools=(), max_output_tokens=64,
+        )
+    )  # fmt: skip
+    c.attempt()
+    c.sent()
+    c.bind(handle="r-blocked")
+    c.deltas(deltas)
+    c.ended(StreamOutcome.COMPLETED)
+    decision = c.of(DispatchDecision)[-1]
+    assert (decision.state, decision.reason, decision.detail) == (
+        DispatchState.CANCELLED,
+        ReasonCode.PROVIDER_REFUSED,
+        "stopped with SAFETY, a refusal",
+    )
+    assert (c.of(CommittedTurn)[-1].operation_id, c.of(PreviewRetracted)) == (None, [])
