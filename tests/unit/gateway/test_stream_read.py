@@ -29,8 +29,10 @@ from turnledger.gateway.endpoints import ProviderEndpoint, endpoints_for
 from turnledger.gateway.journal import JournalEntry, WorkerJournal
 from turnledger.gateway.provider_failures import MAX_ERROR_BODY_BYTES, ProviderFailure
 from turnledger.gateway.provider_request import ProviderRequest
+from turnledger.gateway.redaction import REDACTOR
 from turnledger.gateway.stream_read import OPERATION_EXTENSION, Phase, StreamReader
 from turnledger.gateway.worker_config import WorkerStats
+from turnledger.model.deltas import DeltaType, NormalizedDelta
 from turnledger.model.events import (
     DispatchState,
     HandleBound,
@@ -391,6 +393,59 @@ async def test_a_long_error_page_is_read_only_one_byte_past_what_is_parsed() -> 
     assert sent[0] == MAX_ERROR_BODY_BYTES // 4096 + 1
     assert phase.failure == ProviderFailure(retryable=True, rule="status", status=503)
     assert [type(e).__name__ for e in read.events] == ["StreamEnded"]
+
+
+async def test_an_error_body_is_what_was_read_up_to_one_chunk_past_the_bound() -> None:
+    """`error_body` keeps every byte it read, the chunk that passed the bound included, and no more."""
+    chunk = b"<html>" + b" " * 4090
+    page = Body([chunk] * 1000)
+    body = await stream_read.error_body(httpx.Response(503, stream=page, request=httpx.Request("GET", BASE)))
+    assert body == chunk * (MAX_ERROR_BODY_BYTES // 4096 + 1)
+
+
+@pytest.mark.parametrize(
+    ("headers", "stream", "logged"),
+    [
+        ({}, lambda: Body([b'{"type": "err'], cut=httpx.ReadError("reset")), "ReadError('reset')"),
+        ({}, lambda: Body([], cut=httpx.ReadTimeout("stalled")), "ReadTimeout('stalled')"),
+        (
+            {"content-encoding": "gzip"},
+            lambda: Body([b"{}"]),
+            "DecodingError('Error -3 while decompressing data: incorrect header check')",
+        ),
+    ],
+    ids=["cut", "stalled", "not-the-encoding-it-names"],
+)
+async def test_an_error_body_that_cannot_be_read_is_empty_and_says_why_at_debug(
+    headers: dict[str, str],
+    stream: Callable[[], Body],
+    logged: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cut, stalled or garbled error body is no body at all (not the part that arrived), and the debug
+    line names the status and the error."""
+    response = httpx.Response(401, headers=headers, stream=stream(), request=httpx.Request("GET", BASE))
+    with caplog.at_level(logging.DEBUG, logger=stream_read.__name__):
+        assert await stream_read.error_body(response) == b""
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.DEBUG, f"error body of HTTP 401 not read: {logged}")
+    ]
+
+
+def test_an_error_delta_without_a_message_is_scrubbed_in_its_type_only() -> None:
+    """A PROVIDER_ERROR delta may lack its type or message (the model allows None): the missing one stays
+    None while a registered credential is masked in the other; a delta quoting none is kept as it is."""
+    REDACTOR.register("sk-test")
+    error = NormalizedDelta(
+        response_handle="", generation=2, block_index=-1, delta_sequence=0, type=DeltaType.PROVIDER_ERROR
+    )
+    quoting = error.model_copy(update={"error_type": "sk-test"})
+    plain = error.model_copy(update={"error_message": "overloaded"})
+    assert stream_read.scrubbed([error, quoting, plain]) == [
+        error,
+        error.model_copy(update={"error_type": "***"}),
+        plain,
+    ]
 
 
 async def test_a_retry_after_date_is_read_against_the_time_of_the_answer() -> None:
