@@ -10,7 +10,8 @@ Mapping decisions:
   canonical JSON of `args`) + block stop;
 - a `thoughtSignature` is a SIGNATURE delta on the block of the part that carried
   it, including the empty text part of the last chunk (dropping it would lose the
-  signature the next request must return);
+  signature the next request must return), and a part with a `thoughtSignature` and no
+  data at all, which is that empty text part without its `text` key;
 - Gemini call ids are optional. A call without one gets the deterministic id
   `gemini:<responseId>:<block index>` (SYNTHETIC_CALL_ID_PREFIX), so that every
   committed call has an id that is unique within the turn; an adapter rendering a
@@ -44,6 +45,10 @@ STOP_REASONS: Mapping[str, StopReason] = {
     "UNEXPECTED_TOOL_CALL": StopReason.ERROR,
     "TOO_MANY_TOOL_CALLS": StopReason.ERROR,
 }
+
+SIGNATURE_ONLY_KEYS = frozenset({"thought", "thoughtSignature"})
+"""The keys of a part that carries a signature and nothing it signs: the last chunk of a Gemini 3
+answer may end with one (https://docs.apiyi.com/en/api-capabilities/gemini/response-handling)."""
 
 
 class GeminiParser(StreamParser):
@@ -81,10 +86,10 @@ class GeminiParser(StreamParser):
     def _part(self, part: Mapping[str, Any]) -> None:
         if "functionCall" in part:
             self._function_call(part)
-        elif "text" in part:
+        elif "text" in part or _signature_only(part):
             kind = "thinking" if part.get("thought") else "text"
             block = self._text_block(kind)
-            if part["text"]:
+            if part.get("text"):
                 delta = DeltaType.THINKING_DELTA if kind == "thinking" else DeltaType.TEXT_DELTA
                 self._emit(delta, block, text=str(part["text"]))
             self._signature(block, part)
@@ -149,3 +154,7 @@ class GeminiParser(StreamParser):
         )
 
     handlers: ClassVar[Mapping[str, Handler]] = {"chunk": _chunk, "error": _error}
+
+
+def _signature_only(part: Mapping[str, Any]) -> bool:
+    return bool(part.get("thoughtSignature")) and part.keys() <= SIGNATURE_ONLY_KEYS

@@ -134,6 +134,28 @@ def test_the_gemini_text_signature_is_committed_and_sent_back_on_its_part() -> N
     }
 
 
+def test_a_gemini_signature_in_a_part_without_text_is_committed_and_sent_back_on_its_text() -> None:
+    """The last chunk of a Gemini 3 answer may hold a part with a `thoughtSignature` and no `text` key
+    at all ("a part may contain only thoughtSignature and no text"; "the last chunk usually contains
+    only thoughtSignature and no text":
+    https://docs.apiyi.com/en/api-capabilities/gemini/response-handling, a gateway's page on the native
+    `streamGenerateContent` format; the empty-text form of the same signature is provider-formats §2d).
+    The parser counted such a part as unknown and dropped its signature, so the next request sent the
+    answer unsigned. It is read as the empty text part it stands for: the signature goes on the text."""
+    c = answered("gemini_signature_only_part.sse")
+    (turn,) = [t for t in c.of(CommittedTurn) if t.operation_id == "op-1"]
+    assert [(b.kind, b.text, b.signature) for b in turn.blocks] == [("text", GEMINI_HAIKU, GEMINI_SIGNATURE)]
+    contents = next_request(c, "gemini")["contents"]
+    assert contents[1:] == [
+        {"role": "model", "parts": [{"text": GEMINI_HAIKU, "thoughtSignature": GEMINI_SIGNATURE}]},
+        {"role": "user", "parts": [{"text": "and again"}]},
+    ]
+
+
+GEMINI_HAIKU = "Soft rain on the roof,\ngray café windows weep—\nthe kettle answers."
+GEMINI_SIGNATURE = "CiQBS3hu3z/CuRCQ7u7zKMu1W7R0NhA62Wol/NLCP9dhQbg="
+
+
 def next_request(c: Conversation, api: str) -> dict[str, Any]:
     """The body of the conversation's next request to `api`, after the results of every call of op-1
     (or a user text when it made none)."""

@@ -417,6 +417,43 @@ def test_gemini_parts_blocks_and_other_candidates() -> None:
     ]
 
 
+def test_gemini_a_part_with_a_signature_and_no_data_is_an_empty_text_part() -> None:
+    """A part with only a `thoughtSignature` (and perhaps `thought`) signs the block of its kind, as
+    the same part with `"text": ""` does; a signature beside data the parser does not model, or an
+    empty one, leaves the part unknown."""
+    chunk = {
+        "candidates": [
+            {
+                "content": {
+                    "parts": [
+                        {"text": "plan", "thought": True},
+                        {"thought": True, "thoughtSignature": "s1"},
+                        {"text": "Hi"},
+                        {"thoughtSignature": "s2"},
+                        {"thoughtSignature": "s3", "inlineData": {}},
+                        {"thoughtSignature": ""},
+                    ]
+                },
+                "finishReason": "STOP",
+            }
+        ]
+    }
+    deltas, unknown, _ = run("gemini", sse(chunk))
+    assert unknown == 2
+    assert deltas == [
+        "message_start -1",
+        "block_start 0 block_kind=thinking",
+        "thinking_delta 0 text=plan",
+        "signature 0 text=s1",
+        "block_stop 0",
+        "block_start 1 block_kind=text",
+        "text_delta 1 text=Hi",
+        "signature 1 text=s2",
+        "block_stop 1",
+        "message_stop -1 stop_reason=end_turn raw_stop_reason=STOP",
+    ]
+
+
 @pytest.mark.parametrize(
     ("finish", "expected"),
     [
