@@ -26,6 +26,7 @@ from turnledger.model.events import (
     Quarantined,
     Rejected,
     StreamOutcome,
+    ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
 from turnledger.streaming import parser_for
@@ -254,12 +255,20 @@ REFUSED = {
         ReasonCode.TRUNCATED_ARGUMENTS,
         "tool block 1 at max_tokens: cut at 17: Unterminated string starting at at 13",
     ),
+    "openai_chat_truncated_length.sse": (
+        ReasonCode.TRUNCATED_ARGUMENTS,
+        "tool block 0 at length: cut at 12: Expecting value at 12",
+    ),
+    "gemini_malformed_function_call.sse": (ReasonCode.PROVIDER_ERROR, "stopped with MALFORMED_FUNCTION_CALL"),
 }
-"""Complete Anthropic answers the graph cannot hold whole (stop reasons and block types of
+"""Complete answers the graph cannot hold whole. Anthropic's (stop reasons and block types of
 https://platform.claude.com/docs/en/api/messages-streaming; provider-formats §1c, §2a): redacted
 thinking (data, no text) that the next request would have to return, a server tool's call and result
-with `pause_turn`, a call cut by `max_tokens`. Each is refused with its reason, never committed without
-the part it cannot carry."""
+with `pause_turn`, a call cut by `max_tokens`. OpenAI Chat's call cut by `finish_reason: "length"`
+(provider-formats §2b, §3b: the SDK calls such arguments done). Gemini's `MALFORMED_FUNCTION_CALL`
+(provider-formats §2d; its `finishMessage` quotes the call the model wrote and no part holds it), an
+error another generation may not repeat. Each is refused with its reason, never committed without the
+part it cannot carry, and no call of it is dispatched."""
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -269,16 +278,22 @@ def test_an_answer_the_graph_cannot_hold_whole_is_refused_with_its_reason(name: 
     assert c.state.operations["op-1"].state == DispatchState.UNKNOWN
     decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
     assert (decision.reason, decision.detail) == REFUSED[name]
+    assert c.of(ToolCallReady) == []
 
 
 WITHDRAWN = {
     "anthropic_refusal.sse": "stopped with refusal, a refusal",
     "openai_chat_content_filter.sse": "stopped with content_filter, a refusal",
+    "openai_responses_content_filter.sse": "stopped with content_filter, a refusal",
+    "gemini_safety_after_text.sse": "stopped with SAFETY, a refusal",
 }
 """Answers the provider stopped for a refusal after some text: Anthropic's streaming classifiers
 (`stop_reason: "refusal"`, after which the context must be reset or the refusals go on:
-https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals)
-and OpenAI's content filter (`finish_reason: "content_filter"`)."""
+https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals),
+OpenAI's content filter (Chat's `finish_reason: "content_filter"`, Responses' `response.incomplete`
+with `incomplete_details.reason: "content_filter"`: provider-formats §2b, §2c) and Gemini's
+`finishReason: SAFETY` on a last chunk without content (provider-formats §2d: "streamed content is
+empty if blocked")."""
 
 
 @pytest.mark.parametrize("name", sorted(WITHDRAWN))
@@ -335,3 +350,53 @@ def test_a_gemini_prompt_blocked_before_any_candidate_ends_the_operation_as_a_re
         "stopped with SAFETY, a refusal",
     )
     assert (c.of(CommittedTurn)[-1].operation_id, c.of(PreviewRetracted)) == (None, [])
+
+
+CUT = {
+    "anthropic_max_tokens_text.sse": "The harbour wakes slowly: fishing boats nose out past the",
+    "anthropic_stop_sequence.sse": "1. Preheat the oven.\n2. Mix the flour and salt.\n",
+    "gemini_max_tokens_text.sse": "Rain taps the window,\npuddles gather the gray",
+    "openai_chat_length_text.sse": "The tide rolls in, the gulls",
+    "openai_responses_max_output_tokens_text.sse": "The tide rolls in, the gulls wheel over the",
+    "openai_responses_annotations.sse": (
+        "Lisbon is sunny today, around 24 °C, per [IPMA](https://www.ipma.pt/en/otempo/prev.localidade.hora/)."
+    ),
+}
+"""Text answers stopped by the output limit or a stop sequence, and one citing a URL. The limit:
+Anthropic's `stop_reason: "max_tokens"` after the block's stop (§2a), Gemini's `finishReason:
+MAX_TOKENS` on the last chunk (§2d), Chat's `finish_reason: "length"` (§2b) and Responses'
+`response.incomplete` with `max_output_tokens` after the message item is done with status
+`incomplete` (§2c; `ResponseOutputMessage.status` in openai 3.57.0). Anthropic's `stop_sequence` names
+the sequence, which the text leaves out (§1c's stop reasons). A Responses `output_text` with a
+`url_citation` annotation (`response.output_text.annotation.added`, the annotation again on the part's
+done: `openai/types/responses/response_output_text.py`, 3.57.0) is text like any other.
+
+Text has no syntax a cut can break: the assembler refuses at the limit only a tool call that is open,
+unparsable or last (`_output_limit`), so each commits its text whole, and the next request returns it as
+the assistant's text, nothing of the annotations or stop sequence added."""
+ASSISTANT_TEXT = {
+    "anthropic-messages": lambda text: {"role": "assistant", "content": [{"type": "text", "text": text}]},
+    "openai-chat": lambda text: {"role": "assistant", "content": [{"type": "text", "text": text}]},
+    "openai-responses": lambda text: {"type": "message", "role": "assistant", "content": text},
+    "gemini": lambda text: {"role": "model", "parts": [{"text": text}]},
+}
+"""The next request's entry of an assistant's text, per API."""
+
+
+@pytest.mark.parametrize("name", sorted(CUT))
+def test_a_text_answer_cut_by_the_limit_or_a_stop_sequence_commits_whole_and_is_sent_back(name: str) -> None:
+    c = answered(name)
+    assert (c.of(Quarantined), c.of(Rejected), c.of(PreviewRetracted)) == ([], [], [])
+    (turn,) = [t for t in c.of(CommittedTurn) if t.operation_id == "op-1"]
+    assert [(b.kind, b.text, b.signature) for b in turn.blocks] == [("text", CUT[name], None)]
+    api = api_of(name)
+    assert next_request(c, api)[HISTORY[api]][1] == ASSISTANT_TEXT[api](CUT[name])
+
+
+HISTORY = {
+    "anthropic-messages": "messages",
+    "openai-chat": "messages",
+    "openai-responses": "input",
+    "gemini": "contents",
+}
+"""The key of a request's history, per API."""
