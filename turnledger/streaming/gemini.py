@@ -18,6 +18,8 @@ Mapping decisions:
   Gemini request must leave ids with this prefix out (and match by position);
 - `finishReason` closes the open block, emits usage and the message stop;
   `promptFeedback.blockReason` without candidates is a refusal stop;
+- a part of a kind not modelled (an image, executed code) is a block of that kind, refused by the
+  assembler (UNKNOWN_KIND) rather than dropped;
 - only candidate 0 is assembled; other candidates are counted as unknown.
 """
 
@@ -94,7 +96,21 @@ class GeminiParser(StreamParser):
                 self._emit(delta, block, text=str(part["text"]))
             self._signature(block, part)
         else:
+            self._unmodelled(part)
+
+    def _unmodelled(self, part: Mapping[str, Any]) -> None:
+        """A part of a kind the graph has no block for (`inlineData`, `executableCode`,
+        `codeExecutionResult`, ...): a block of that kind, which the assembler refuses (UNKNOWN_KIND),
+        as Anthropic's parser does with a block type it does not model. Counted unknown and dropped, it
+        let the answer commit without it. A part with nothing in it is only counted."""
+        kinds = sorted(part.keys() - SIGNATURE_ONLY_KEYS)
+        if not kinds:
             self.unknown_events += 1
+            return
+        self._close()
+        block = self._new_block()
+        self._emit(DeltaType.BLOCK_START, block, block_kind=kinds[0])
+        self._emit(DeltaType.BLOCK_STOP, block)
 
     def _text_block(self, kind: str) -> int:
         if self._open is not None and self._open[1] == kind:

@@ -400,3 +400,37 @@ HISTORY = {
     "gemini": "contents",
 }
 """The key of a request's history, per API."""
+
+
+def test_a_gemini_answer_with_a_part_the_graph_has_no_block_for_is_refused_not_committed_without_it() -> None:
+    """An image (`inlineData`) or executed code (`executableCode`, `codeExecutionResult`) in an answer
+    (https://ai.google.dev/api/caching#Part): the parser counted such a part unknown and the answer
+    committed without it, so every later request left it out. It is a block of its kind now, which the
+    assembler refuses, as an Anthropic block type the graph does not model is refused."""
+    parser = parser_for("gemini", generation=1)
+    parts = [{"text": "Here is the plot:"}, {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}]
+    chunk = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}]}
+    deltas = (
+        parser.feed(b"data: " + orjson.dumps({**chunk, "responseId": "r-img"}) + b"\n\n") + parser.flush()
+    )
+    c = Conversation("c1")
+    c.user("plot it")
+    adapter, provider, model = REQUESTS["gemini"]
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-1", adapter=adapter, provider=provider, model_revision=model,
+            tools=(), max_output_tokens=64,
+        )
+    )  # fmt: skip
+    c.attempt()
+    c.sent()
+    c.bind(handle="r-img")
+    c.deltas(deltas)
+    c.ended(StreamOutcome.COMPLETED)
+    decision = c.of(DispatchDecision)[-1]
+    assert (decision.state, decision.reason, decision.detail) == (
+        DispatchState.UNKNOWN,
+        ReasonCode.UNKNOWN_KIND,
+        "block 1 has kind 'inlineData'",
+    )
+    assert c.of(CommittedTurn)[-1].operation_id is None

@@ -392,7 +392,7 @@ def test_gemini_parts_blocks_and_other_candidates() -> None:
             {"usageMetadata": {"promptTokenCount": 1}},
         ),
     )
-    assert (unknown, handle) == (3, "r1")  # candidates 1 (by index, then by position) and the inlineData
+    assert (unknown, handle) == (2, "r1")  # candidates 1 (by index, then by position)
     assert deltas == [
         "message_start -1 model=g",
         "block_start 0 block_kind=thinking",
@@ -401,26 +401,30 @@ def test_gemini_parts_blocks_and_other_candidates() -> None:
         "block_stop 0",  # a part of another kind closes the block
         "block_start 1 block_kind=text",
         "text_delta 1 text=Hello",
-        "text_delta 1 text= world",
         "block_stop 1",
-        "block_start 2 block_kind=tool_call call_id=gemini:r1:2 tool_name=get_time",
-        "argument_fragment 2 text={}",
-        "signature 2 text=s2",
+        "block_start 2 block_kind=inlineData",  # a block of its kind, which the assembler refuses
         "block_stop 2",
-        "block_start 3 block_kind=tool_call call_id=own tool_name=get_weather",
-        'argument_fragment 3 text={"a":2,"b":1}',
+        "block_start 3 block_kind=text",
+        "text_delta 3 text= world",
         "block_stop 3",
-        "block_start 4 block_kind=text",
-        "text_delta 4 text=done",
+        "block_start 4 block_kind=tool_call call_id=gemini:r1:4 tool_name=get_time",
+        "argument_fragment 4 text={}",
+        "signature 4 text=s2",
         "block_stop 4",
+        "block_start 5 block_kind=tool_call call_id=own tool_name=get_weather",
+        'argument_fragment 5 text={"a":2,"b":1}',
+        "block_stop 5",
+        "block_start 6 block_kind=text",
+        "text_delta 6 text=done",
+        "block_stop 6",
         "message_stop -1 stop_reason=refusal raw_stop_reason=SAFETY",
     ]
 
 
 def test_gemini_a_part_with_a_signature_and_no_data_is_an_empty_text_part() -> None:
     """A part with only a `thoughtSignature` (and perhaps `thought`) signs the block of its kind, as
-    the same part with `"text": ""` does; a signature beside data the parser does not model, or an
-    empty one, leaves the part unknown."""
+    the same part with `"text": ""` does; a signature beside data the parser does not model is a block
+    of that data's kind (refused by the assembler), and an empty one leaves the part unknown."""
     chunk = {
         "candidates": [
             {
@@ -439,7 +443,7 @@ def test_gemini_a_part_with_a_signature_and_no_data_is_an_empty_text_part() -> N
         ]
     }
     deltas, unknown, _ = run("gemini", sse(chunk))
-    assert unknown == 2
+    assert unknown == 1
     assert deltas == [
         "message_start -1",
         "block_start 0 block_kind=thinking",
@@ -450,6 +454,8 @@ def test_gemini_a_part_with_a_signature_and_no_data_is_an_empty_text_part() -> N
         "text_delta 1 text=Hi",
         "signature 1 text=s2",
         "block_stop 1",
+        "block_start 2 block_kind=inlineData",
+        "block_stop 2",
         "message_stop -1 stop_reason=end_turn raw_stop_reason=STOP",
     ]
 
