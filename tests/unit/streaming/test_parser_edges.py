@@ -785,3 +785,11 @@ def test_a_parser_made_directly_numbers_from_zero_and_stamps_no_handle_until_it_
     parser = AnthropicMessagesParser(generation=3)
     [delta] = parser.feed(sse({"type": "message_stop"}))
     assert (delta.delta_sequence, delta.response_handle, delta.generation) == (0, "", 3)
+
+
+def test_gemini_counts_every_part_with_nothing_in_it() -> None:
+    """An empty part, or one with an empty signature only, holds nothing to keep: counted, no block."""
+    chunk = {"candidates": [{"content": {"parts": [{}, {"thoughtSignature": ""}, {"text": "Hi"}]}}]}
+    deltas, unknown, _ = run("gemini", sse(chunk))
+    assert unknown == 2
+    assert deltas == ["message_start -1", "block_start 0 block_kind=text", "text_delta 0 text=Hi"]
