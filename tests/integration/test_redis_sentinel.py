@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -283,17 +284,19 @@ SENTINEL_LOGIN_FIX = (
 )
 
 
-@pytest.fixture(scope="module")
-def locked_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
-    """A Redis and a sentinel with a password (`requirepass` in sentinel.conf) that monitors it: the
-    sentinel's port and the Redis's. Apart from `nodes`, whose failover it must not take part in."""
-    workdir = tmp_path_factory.mktemp("locked-sentinel")
-    with RestartableRedis(workdir / "c") as node:
+@contextmanager
+def lone_sentinel(
+    workdir: Path, settings: str, ready: Callable[[int], bool], what: str
+) -> Iterator[tuple[int, int]]:
+    """A Redis of its own and a sentinel monitoring it with `settings` more in sentinel.conf, apart from
+    `nodes` (whose failover it must not take part in), once `ready(port)` holds: the sentinel's port and
+    the Redis's."""
+    with RestartableRedis(workdir / "node") as node:
         node.start()
         port = free_port()
         conf = workdir / "sentinel.conf"
         conf.write_text(
-            f"port {port}\nbind 127.0.0.1\ndir {workdir}\nrequirepass {SENTINEL_PASSWORD}\n"
+            f"port {port}\nbind 127.0.0.1\ndir {workdir}\n{settings}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {node.port} 1\n"
         )
         with open(workdir / "sentinel.log", "wb") as log:
@@ -301,16 +304,25 @@ def locked_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
                 ["redis-server", str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
             )
         try:
-
-            def primary_known() -> bool:
-                with redis.Redis(port=port, password=SENTINEL_PASSWORD) as s:
-                    return s.sentinel_get_master_addr_by_name(SERVICE, return_responses=True) is not None
-
-            wait_for(primary_known, "the locked sentinel to name its primary")
+            wait_for(lambda: ready(port), what)
             yield port, node.port
         finally:
             sentinel.terminate()
             sentinel.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def locked_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    """A sentinel with a password (`requirepass` in sentinel.conf): its port and its Redis's."""
+
+    def primary_known(port: int) -> bool:
+        with redis.Redis(port=port, password=SENTINEL_PASSWORD) as s:
+            return s.sentinel_get_master_addr_by_name(SERVICE, return_responses=True) is not None
+
+    workdir = tmp_path_factory.mktemp("locked-sentinel")
+    settings = f"requirepass {SENTINEL_PASSWORD}"
+    with lone_sentinel(workdir, settings, primary_known, "the locked sentinel to name its primary") as ports:
+        yield ports
 
 
 @pytest.mark.parametrize(
@@ -378,32 +390,16 @@ async def test_the_sentinel_password_file_logs_in_to_a_locked_sentinel(
 
 @pytest.fixture(scope="module")
 def acl_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A sentinel whose default user may run everything but SENTINEL (`-sentinel` in its ACL), monitoring
-    a Redis of its own: the sentinel's port."""
+    """A sentinel whose default user may run everything but SENTINEL (`-sentinel` in its ACL): its port."""
+
+    def answers(port: int) -> bool:
+        with redis.Redis(port=port) as s:
+            return bool(s.ping())
+
     workdir = tmp_path_factory.mktemp("acl-sentinel")
-    with RestartableRedis(workdir / "d") as node:
-        node.start()
-        port = free_port()
-        conf = workdir / "sentinel.conf"
-        conf.write_text(
-            f"port {port}\nbind 127.0.0.1\ndir {workdir}\nuser default on nopass ~* &* +@all -sentinel\n"
-            f"sentinel monitor {SERVICE} 127.0.0.1 {node.port} 1\n"
-        )
-        with open(workdir / "sentinel.log", "wb") as log:
-            sentinel = subprocess.Popen(
-                ["redis-server", str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
-            )
-        try:
-
-            def answers() -> bool:
-                with redis.Redis(port=port) as s:
-                    return bool(s.ping())
-
-            wait_for(answers, "the ACL-locked sentinel to answer")
-            yield port
-        finally:
-            sentinel.terminate()
-            sentinel.wait(timeout=30)
+    settings = "user default on nopass ~* &* +@all -sentinel"
+    with lone_sentinel(workdir, settings, answers, "the ACL-locked sentinel to answer") as (port, _):
+        yield port
 
 
 def _without_redis_settings(monkeypatch: pytest.MonkeyPatch) -> None:

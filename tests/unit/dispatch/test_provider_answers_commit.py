@@ -60,7 +60,14 @@ COMPLETE = {
 
 
 def answered(name: str, op: str = "op-1") -> Conversation:
-    adapter, provider, model = REQUESTS[api_of(name)]
+    """A conversation whose dispatch `op` the recorded stream `name` answered."""
+    return streamed(api_of(name), fixture(name), op)
+
+
+def streamed(api: str, data: bytes, op: str = "op-1") -> Conversation:
+    """A conversation (one user turn) whose dispatch `op`, for `api`'s adapter with the bench tools, the
+    stream `data` answered: parsed as the worker parses it, appended as its pump appends it."""
+    adapter, provider, model = REQUESTS[api]
     c = Conversation("c1")
     c.user("hello")
     c.apply(
@@ -76,8 +83,8 @@ def answered(name: str, op: str = "op-1") -> Conversation:
     )
     c.attempt(op)
     c.sent(op)
-    parser = parser_for(api_of(name), generation=1, response_handle=HEADER_HANDLES.get(api_of(name)))
-    deltas = parser.feed(fixture(name)) + parser.flush()
+    parser = parser_for(api, generation=1, response_handle=HEADER_HANDLES.get(api))
+    deltas = parser.feed(data) + parser.flush()
     c.bind(op, handle=next(d.response_handle for d in deltas if d.response_handle))
     for batch in appended(deltas):
         c.deltas(batch, op)
@@ -326,23 +333,8 @@ def test_an_answer_stopped_for_a_refusal_ends_the_operation_and_none_of_it_is_hi
 def test_a_gemini_prompt_blocked_before_any_candidate_ends_the_operation_as_a_refusal() -> None:
     """`promptFeedback.blockReason` with no candidate (provider-formats §2d): before, a complete empty
     answer (COMMITTED EMPTY_RESPONSE); the same request is blocked again, so it is a refusal."""
-    parser = parser_for("gemini", generation=1)
     blocked = b'data: {"promptFeedback": {"blockReason": "SAFETY"}, "responseId": "r-blocked"}\n\n'
-    deltas = parser.feed(blocked) + parser.flush()
-    c = Conversation("c1")
-    c.user("hello")
-    adapter, provider, model = REQUESTS["gemini"]
-    c.apply(
-        DispatchRequested(
-            **c._common(), operation_id="op-1", adapter=adapter, provider=provider, model_revision=model,
-            tools=(), max_output_tokens=64,
-        )
-    )  # fmt: skip
-    c.attempt()
-    c.sent()
-    c.bind(handle="r-blocked")
-    c.deltas(deltas)
-    c.ended(StreamOutcome.COMPLETED)
+    c = streamed("gemini", blocked)
     decision = c.of(DispatchDecision)[-1]
     assert (decision.state, decision.reason, decision.detail) == (
         DispatchState.CANCELLED,
@@ -407,26 +399,9 @@ def test_a_gemini_answer_with_a_part_the_graph_has_no_block_for_is_refused_not_c
     (https://ai.google.dev/api/caching#Part): the parser counted such a part unknown and the answer
     committed without it, so every later request left it out. It is a block of its kind now, which the
     assembler refuses, as an Anthropic block type the graph does not model is refused."""
-    parser = parser_for("gemini", generation=1)
     parts = [{"text": "Here is the plot:"}, {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}]
     chunk = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}]}
-    deltas = (
-        parser.feed(b"data: " + orjson.dumps({**chunk, "responseId": "r-img"}) + b"\n\n") + parser.flush()
-    )
-    c = Conversation("c1")
-    c.user("plot it")
-    adapter, provider, model = REQUESTS["gemini"]
-    c.apply(
-        DispatchRequested(
-            **c._common(), operation_id="op-1", adapter=adapter, provider=provider, model_revision=model,
-            tools=(), max_output_tokens=64,
-        )
-    )  # fmt: skip
-    c.attempt()
-    c.sent()
-    c.bind(handle="r-img")
-    c.deltas(deltas)
-    c.ended(StreamOutcome.COMPLETED)
+    c = streamed("gemini", b"data: " + orjson.dumps({**chunk, "responseId": "r-img"}) + b"\n\n")
     decision = c.of(DispatchDecision)[-1]
     assert (decision.state, decision.reason, decision.detail) == (
         DispatchState.UNKNOWN,
