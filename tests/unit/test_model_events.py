@@ -96,6 +96,7 @@ DUMPED_BLOCK = {
     "generation": None,
     "result_status": None,
     "signature": None,
+    "signed_by": None,
 }
 
 INGRESS_DEFAULTS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [

@@ -432,3 +432,26 @@ def test_blank_assistant_text_and_blank_tool_results_are_not_refused() -> None:
     assert isinstance(outcome, Valid)
     texts = [b.text for b in outcome.sequence.blocks if b.id in ("a1", "r2", "r1", "a2")]
     assert texts == ["\n\n", "", " \n", ""]
+
+
+def _assistant_text(**kw: object) -> SubmittedBlock:
+    return text("a9", "assistant", "model", "said", **kw)
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"signed_by": "gemini"}, "text block names who signed it (signed_by) but carries no signature"),
+        ({"signed_by": "", "signature": "c2ln"}, "empty signed_by"),
+    ],
+)
+def test_a_signer_without_a_signature_or_an_empty_one_is_malformed(fields: dict[str, object], detail: str) -> None:
+    outcome = run(with_turn(3, [text("u2"), _assistant_text(**fields)]))
+    assert isinstance(outcome, Invalid)
+    assert [(r.code, r.detail) for r in outcome.rejections] == [(ReasonCode.MALFORMED_BLOCK, detail)]
+
+
+def test_a_signature_with_its_signer_is_valid() -> None:
+    outcome = run(with_turn(3, [text("u2"), _assistant_text(signature="c2ln", signed_by="gemini")]))
+    assert isinstance(outcome, Valid)
+    assert [(b.signature, b.signed_by) for b in outcome.sequence.blocks[-1:]] == [("c2ln", "gemini")]

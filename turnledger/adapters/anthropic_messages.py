@@ -24,10 +24,13 @@ from turnledger.adapters.base import JsonObject
 from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.profiles import ANTHROPIC_IDS
+from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block
 from turnledger.model.limits import is_blank
+
+API = "anthropic-messages"
 
 Part = dict[str, Any]
 
@@ -106,9 +109,10 @@ def _text(block: Block, rules: AnthropicRules) -> Part | None:
 
 
 def _thinking(block: Block, rules: AnthropicRules) -> Part | None:
-    if not block.signature:
+    signature = own_signature(block, API)
+    if not signature:
         return None
-    return {"type": "thinking", "thinking": block.text or "", "signature": block.signature}
+    return {"type": "thinking", "thinking": block.text or "", "signature": signature}
 
 
 def _scoped_text(block: Block, rules: AnthropicRules) -> Part | None:
@@ -154,7 +158,7 @@ def _is_tool_result(part: Part) -> bool:
 
 
 class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
-    api = "anthropic-messages"
+    api = API
     provider = "anthropic"
     part_renderers = _RENDER
 

@@ -25,10 +25,13 @@ from turnledger.adapters._common import (
 )
 from turnledger.adapters.base import JsonObject
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block
 from turnledger.model.limits import is_blank
+
+API = "bedrock-converse"
 
 Part = dict[str, Any]
 
@@ -89,9 +92,10 @@ def _text(block: Block, rules: BedrockRules) -> Part | None:
 
 
 def _reasoning(block: Block, rules: BedrockRules) -> Part | None:
-    if not block.signature:
+    signature = own_signature(block, API)
+    if not signature:
         return None
-    return {"reasoningContent": {"reasoningText": {"text": block.text or "", "signature": block.signature}}}
+    return {"reasoningContent": {"reasoningText": {"text": block.text or "", "signature": signature}}}
 
 
 def _scoped_text(block: Block, rules: BedrockRules) -> Part | None:
@@ -138,7 +142,7 @@ def _is_tool_result(part: Part) -> bool:
 
 
 class BedrockConverseAdapter(AdapterBase[BedrockRules]):
-    api = "bedrock-converse"
+    api = API
     provider = "bedrock"
     part_renderers = _RENDER
 

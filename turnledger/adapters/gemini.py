@@ -26,9 +26,12 @@ from turnledger.adapters.base import JsonObject
 from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.profiles import GEMINI_IDS
+from turnledger.adapters.signatures import FOREIGN_CALL_SIGNATURE, foreign_signature, own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block, Role
+
+API = "gemini"
 
 Part = dict[str, Any]
 
@@ -96,21 +99,22 @@ RULES_V2 = GeminiRulesV2()
 
 
 def _signed(part: Part, block: Block) -> Part:
-    if block.signature:
-        part["thoughtSignature"] = block.signature
+    signature = own_signature(block, API)
+    if signature:
+        part["thoughtSignature"] = signature
     return part
 
 
 def _text(block: Block, rules: GeminiRules) -> Part | None:
     """A text part; an empty one only when it carries a thought signature (Gemini's last chunk puts one
     on an empty text part, and the next request must return it)."""
-    if not block.text and not block.signature:
+    if not block.text and not own_signature(block, API):
         return None
     return _signed({"text": block.text or ""}, block)
 
 
 def _thought(block: Block, rules: GeminiRules) -> Part | None:
-    if not block.signature:
+    if not own_signature(block, API):
         return None
     return _signed({"text": block.text or "", "thought": True}, block)
 
@@ -121,6 +125,8 @@ def _scoped_text(block: Block, rules: GeminiRules) -> Part | None:
 
 def _function_call(block: Block, rules: GeminiRules) -> Part | None:
     call = _with_id({"name": block.tool_name, "args": parse_arguments(block)}, rules.wire_id(block.call_id))
+    if foreign_signature(block, API):
+        return {"functionCall": call, "thoughtSignature": FOREIGN_CALL_SIGNATURE}
     return _signed({"functionCall": call}, block)
 
 
@@ -147,7 +153,7 @@ _RENDER: dict[str, PartRenderer[GeminiRules]] = {
 
 
 class GeminiAdapter(AdapterBase[GeminiRules]):
-    api = "gemini"
+    api = API
     provider = "google"
     part_renderers = _RENDER
 

@@ -25,9 +25,12 @@ from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.kinds import ASSISTANT, TOOL
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.profiles import OPENAI_RESPONSES_IDS
+from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, rendered_parts, results_carrying_scoped
 from turnledger.model.graph import Block
+
+API = "openai-responses"
 
 Item = dict[str, Any]
 
@@ -115,10 +118,11 @@ def _scoped_text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
 
 
 def _reasoning_item(block: Block, rules: OpenAIResponsesRules) -> Item | None:
-    if not block.signature or not block.id.startswith(rules.reasoning_id_prefix):
+    signature = own_signature(block, API)
+    if not signature or not block.id.startswith(rules.reasoning_id_prefix):
         return None
     summary = [{"type": "summary_text", "text": block.text}] if block.text else []
-    return {"type": "reasoning", "id": block.id, "summary": summary, "encrypted_content": block.signature}
+    return {"type": "reasoning", "id": block.id, "summary": summary, "encrypted_content": signature}
 
 
 def _function_call_item(block: Block, rules: OpenAIResponsesRules) -> Item | None:
@@ -148,7 +152,7 @@ _RENDER: dict[str, PartRenderer[OpenAIResponsesRules]] = {
 
 
 class OpenAIResponsesAdapter(AdapterBase[OpenAIResponsesRules]):
-    api = "openai-responses"
+    api = API
     provider = "openai"
     part_renderers = _RENDER
 

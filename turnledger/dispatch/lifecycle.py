@@ -4,6 +4,7 @@ terminated. Every event of the attempt is a sign of life of its lease holder (`l
 
 from __future__ import annotations
 
+from turnledger.adapters.registry import get_adapter
 from turnledger.dispatch.live_assemblers import tools_of
 from turnledger.dispatch.responses import candidate_blocks_to_committed
 from turnledger.dispatch.state import OperationState
@@ -173,7 +174,8 @@ def canonical_commit(step: Step, op: OperationState, outcome: Complete) -> None:
         refuse_commit(step, op, ReasonCode.CANONICAL_CAS_CONFLICT, detail)
         return
     turn_id = f"{op.operation_id}#{op.attempt_generation}"
-    blocks = candidate_blocks_to_committed(state.graph, turn_id, op.attempt_generation, outcome.blocks)
+    api = get_adapter(op.request.adapter).api
+    blocks = candidate_blocks_to_committed(state.graph, turn_id, op.attempt_generation, outcome.blocks, api)
     appended = append(state.graph, blocks, step.limits)
     if isinstance(appended, Invalid):
         detail = "; ".join(rejection_detail(r) for r in appended.rejections)

@@ -12,18 +12,19 @@ from turnledger.streaming.outcomes import CandidateBlock
 
 
 def candidate_blocks_to_committed(
-    graph: GraphState, turn_id: str, generation: int, candidates: Sequence[CandidateBlock]
+    graph: GraphState, turn_id: str, generation: int, candidates: Sequence[CandidateBlock], api: str
 ) -> tuple[Block, ...]:
-    """Assistant blocks with stable ids `<turn>/b<index>`, stamped with the attempt generation."""
+    """Assistant blocks with stable ids `<turn>/b<index>`, stamped with the attempt generation; a
+    signed block names `api` (the operation adapter's) as the one that minted its signature."""
     revision = graph.revision + 1
     schema_digests = {f"{turn_id}/b{c.block_index}": c.schema_digest for c in candidates}
     return tuple(
         committed_block(fields, turn_id, revision, graph.next_ordering + offset, schema_digests[fields["id"]])
-        for offset, fields in enumerate(_submitted(turn_id, generation, c) for c in candidates)
+        for offset, fields in enumerate(_submitted(turn_id, generation, c, api) for c in candidates)
     )
 
 
-def _submitted(turn_id: str, generation: int, c: CandidateBlock) -> dict[str, Any]:
+def _submitted(turn_id: str, generation: int, c: CandidateBlock, api: str) -> dict[str, Any]:
     """The fields of the `SubmittedBlock` the candidate is, as its `model_dump(exclude_none=True)`
     gives them (the same keys, values and types), without building it: the candidate's fields are
     already typed (the assembler's dataclass)."""
@@ -41,6 +42,7 @@ def _submitted(turn_id: str, generation: int, c: CandidateBlock) -> dict[str, An
         "arguments": c.arguments,
         "generation": generation if c.call_id else None,
         "signature": c.signature,
+        "signed_by": api if c.signature is not None else None,
     }
     fields.update((name, value) for name, value in optional.items() if value is not None)
     return fields

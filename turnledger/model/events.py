@@ -66,6 +66,7 @@ class SubmittedBlock(Frozen):
     generation: int | None = None
     result_status: str | None = None
     signature: str | None = None
+    signed_by: str | None = None
 
 
 class TurnSubmitted(IngressEvent):

@@ -76,6 +76,10 @@ class Block(Frozen):
         and `signature` where the provider attaches one to the call (Gemini)
       tool_result: `call_id`, `tool_name`, `argument_digest`, `generation`,
         `result_status`, `text` (the result payload as text)
+    `signed_by` names the API whose provider minted the `signature` (an adapter's `api`, e.g.
+    "anthropic-messages"): a signature is the provider's opaque token, valid only where it was
+    minted, so an adapter of another API does not send it (adapters/signatures.py). None: the
+    origin is unknown (older logs, blocks submitted without it), and every adapter sends it.
     """
 
     id: str
@@ -97,6 +101,7 @@ class Block(Frozen):
     generation: int | None = None
     result_status: str | None = None
     signature: str | None = None
+    signed_by: str | None = None
 
     _shared_names = field_validator("role", "kind", "trust_label", "status")(shared_name)
 
@@ -122,6 +127,7 @@ _CONTENT_FIELDS = (
     ("arguments", "arguments"),
     ("resultStatus", "result_status"),
     ("signature", "signature"),
+    ("signedBy", "signed_by"),
 )
 """(spec name, field) of what a block's content digest covers."""
 

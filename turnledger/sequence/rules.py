@@ -16,7 +16,8 @@ Decisions the spec leaves open:
   an assistant response, never becomes system text, and never poses as a tool
   result in a turn without one.
 - A signature (the provider's opaque token for its own reasoning) rides on thinking, on a tool
-  call, and on an assistant's text (Gemini signs text parts); on no other block.
+  call, and on an assistant's text (Gemini signs text parts); on no other block. `signed_by`
+  (the API that minted it) only beside a signature, and never empty.
 - Roles and kinds pair: tool_call and thinking are assistant, tool_result is tool;
   `system` is only operator-labelled text, and the `operator` label only system.
 - A turn has at least one block, all with the next revision, one turn id, and
@@ -107,7 +108,7 @@ _SIGNED_BY_THE_MODEL: dict[str, frozenset[str]] = {BlockKind.TEXT: frozenset({"s
 """Fields an assistant block of a kind may carry beyond the kind's own: Gemini returns a thought
 signature on a text part (provider-formats §2d: the final chunk's empty text part carries it, and the
 next request must return it), which the stream parser puts on the answer's text block."""
-_NON_EMPTY = ("id", "turn_id", "call_id", "tool_name")
+_NON_EMPTY = ("id", "turn_id", "call_id", "tool_name", "signed_by")
 
 
 def unknown_role(block: Block, scan: TurnScan) -> str | None:
@@ -140,6 +141,8 @@ def malformed(block: Block, scan: TurnScan) -> str | None:
         return f"{block.kind} block lacks {', '.join(missing)}"
     if foreign := sorted(present - allowed):
         return f"{block.kind} block carries {', '.join(foreign)}"
+    if block.signed_by is not None and block.signature is None:
+        return f"{block.kind} block names who signed it (signed_by) but carries no signature"
     return None
 
 
@@ -174,6 +177,7 @@ def digest_mismatch(block: Block, scan: TurnScan) -> str | None:
 _STRING_FIELDS = (
     "id", "role", "kind", "turn_id", "trust_label", "status", "digest", "text", "call_id", "tool_name",
     "arguments", "argument_state", "argument_digest", "schema_digest", "result_status", "signature",
+    "signed_by",
 )  # fmt: skip
 
 

@@ -71,12 +71,23 @@ class Conversation:
     def artifact(self, text: str, role: str = Role.USER) -> Block:
         return self._add(role, BlockKind.COMPRESSION_ARTIFACT, TrustLabel.RETRIEVED, text=text)
 
-    def assistant(self, text: str, signature: str | None = None) -> Block:
-        return self._add(Role.ASSISTANT, BlockKind.TEXT, text=text, signature=signature)
+    def assistant(self, text: str, signature: str | None = None, signed_by: str | None = None) -> Block:
+        return self._add(Role.ASSISTANT, BlockKind.TEXT, text=text, signature=signature, signed_by=signed_by)
 
-    def thinking(self, text: str, signature: str | None = None, block_id: str | None = None) -> Block:
+    def thinking(
+        self,
+        text: str,
+        signature: str | None = None,
+        block_id: str | None = None,
+        signed_by: str | None = None,
+    ) -> Block:
         return self._add(
-            Role.ASSISTANT, BlockKind.THINKING, block_id=block_id, text=text, signature=signature
+            Role.ASSISTANT,
+            BlockKind.THINKING,
+            block_id=block_id,
+            text=text,
+            signature=signature,
+            signed_by=signed_by,
         )
 
     def call(
@@ -85,6 +96,7 @@ class Conversation:
         arguments: dict[str, Any] | str,
         call_id: str | None = None,
         signature: str | None = None,
+        signed_by: str | None = None,
     ) -> Block:
         self._calls += 1
         raw = arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
@@ -99,6 +111,7 @@ class Conversation:
             schema_digest=None,
             generation=1,
             signature=signature,
+            signed_by=signed_by,
         )
 
     def result(self, call: Block, text: str, status: str = "success", role: Role = Role.TOOL) -> Block:

@@ -1,0 +1,157 @@
+"""A signature goes only to the API that minted it (`adapters/signatures.py`).
+
+A conversation may move from one API to another (a gateway's fallback, a user picking another model).
+Every adapter used to send a block's signature whoever minted it: an Anthropic thinking signature went
+to Gemini as a `thoughtSignature`, a Gemini one to Anthropic or Bedrock as a thinking `signature`, and
+the provider refused the request ("Corrupted thought signature.", an invalid thinking signature), as it
+refused every later request of the conversation. Each case renders a block signed by its own API, by
+an unknown one (sent as before) and by another API (sent as its unsigned twin is)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.unit.adapters.conversations import Conversation, params_for
+from turnledger.adapters.base import Rendered
+from turnledger.adapters.registry import ADAPTERS
+from turnledger.adapters.signatures import FOREIGN_CALL_SIGNATURE, foreign_signature, own_signature
+from turnledger.model.graph import Block, BlockKind, Role
+
+SIGNATURE = "c2lnLXJlYXNvbmluZy0x"
+
+
+def _body(adapter_id: str, conversation: Conversation) -> dict[str, Any]:
+    adapter = ADAPTERS[adapter_id]
+    rendered = adapter.render(conversation.build(), params_for(adapter.provider))
+    assert isinstance(rendered, Rendered), rendered
+    body: dict[str, Any] = json.loads(rendered.body)
+    return body
+
+
+def _thought_then_answer(signature: str | None, signed_by: str | None) -> Conversation:
+    c = Conversation("moved")
+    c.next_turn().user("q")
+    c.next_turn().thinking("deep", signature=signature, block_id="rs_1", signed_by=signed_by)
+    c.assistant("done")
+    c.next_turn().user("again")
+    return c
+
+
+REASONING_APIS = ["anthropic-messages@2", "bedrock-converse@1", "openai-responses@2", "gemini@2"]
+
+
+@pytest.mark.parametrize("adapter_id", REASONING_APIS)
+def test_reasoning_signed_by_the_adapters_own_api_or_an_unknown_one_is_sent_signed(adapter_id: str) -> None:
+    api = ADAPTERS[adapter_id].api
+    unsigned = _body(adapter_id, _thought_then_answer(None, None))
+    for signed_by in (api, None):
+        body = _body(adapter_id, _thought_then_answer(SIGNATURE, signed_by))
+        assert SIGNATURE in json.dumps(body)
+        assert body != unsigned
+
+
+MINTED_ELSEWHERE = [
+    (adapter_id, api)
+    for adapter_id in REASONING_APIS
+    for api in ("anthropic-messages", "gemini", "openai-responses", "bedrock-converse")
+    if ADAPTERS[adapter_id].api != api
+]
+
+
+@pytest.mark.parametrize(("adapter_id", "minted_by"), MINTED_ELSEWHERE)
+def test_reasoning_another_api_signed_is_sent_as_its_unsigned_twin(adapter_id: str, minted_by: str) -> None:
+    body = _body(adapter_id, _thought_then_answer(SIGNATURE, minted_by))
+    assert SIGNATURE not in json.dumps(body)
+    assert body == _body(adapter_id, _thought_then_answer(None, None))
+
+
+def _gemini_turn(add: Callable[[Conversation], Block]) -> list[dict[str, Any]]:
+    c = Conversation("to-gemini")
+    c.next_turn().user("q")
+    c.next_turn()
+    block = add(c)
+    if block.kind == BlockKind.TOOL_CALL:
+        c.next_turn().result(block, "4")
+    else:
+        c.next_turn().user("again")
+    contents: list[dict[str, Any]] = _body("gemini@2", c)["contents"]
+    return contents[1]["parts"] if contents[1]["role"] == "model" else []
+
+
+def test_gemini_sends_a_text_another_api_signed_without_the_signature() -> None:
+    parts = _gemini_turn(
+        lambda c: c.assistant("a haiku", signature=SIGNATURE, signed_by="anthropic-messages")
+    )
+    assert parts == [{"text": "a haiku"}]
+
+
+def test_gemini_leaves_out_an_empty_text_whose_only_content_is_another_apis_signature() -> None:
+    c = Conversation("to-gemini")
+    c.next_turn().user("q")
+    c.next_turn().assistant("", signature=SIGNATURE, signed_by="openai-responses")
+    c.next_turn().user("again")
+    assert _body("gemini@2", c)["contents"] == [{"parts": [{"text": "q"}, {"text": "again"}], "role": "user"}]
+
+
+def test_gemini_sends_its_own_text_signature_and_an_unknown_ones() -> None:
+    for signed_by in ("gemini", None):
+        parts = _gemini_turn(lambda c, s=signed_by: c.assistant("a", signature=SIGNATURE, signed_by=s))
+        assert parts == [{"text": "a", "thoughtSignature": SIGNATURE}]
+
+
+def test_gemini_sends_a_call_another_api_signed_with_the_signature_gemini_documents_for_it() -> None:
+    """Gemini 3 refuses a call of the current turn without a signature; the documented stand-in for a
+    call Gemini did not generate is `skip_thought_signature_validator`."""
+    parts = _gemini_turn(
+        lambda c: c.call("get_weather", {"city": "Oslo"}, "call-1", SIGNATURE, "openai-responses")
+    )
+    assert parts == [
+        {
+            "functionCall": {"id": "call-1", "name": "get_weather", "args": {"city": "Oslo"}},
+            "thoughtSignature": "skip_thought_signature_validator",
+        }
+    ]
+    assert FOREIGN_CALL_SIGNATURE == "skip_thought_signature_validator"
+
+
+@pytest.mark.parametrize("signed_by", ["gemini", None])
+def test_gemini_sends_its_own_call_signature_and_an_unknown_ones(signed_by: str | None) -> None:
+    parts = _gemini_turn(lambda c: c.call("get_weather", {"city": "Oslo"}, "call-1", SIGNATURE, signed_by))
+    assert parts == [
+        {
+            "functionCall": {"id": "call-1", "name": "get_weather", "args": {"city": "Oslo"}},
+            "thoughtSignature": SIGNATURE,
+        }
+    ]
+
+
+def test_gemini_sends_an_unsigned_call_as_it_always_did() -> None:
+    parts = _gemini_turn(lambda c: c.call("get_weather", {"city": "Oslo"}, "call-1"))
+    assert parts == [{"functionCall": {"id": "call-1", "name": "get_weather", "args": {"city": "Oslo"}}}]
+
+
+def _block(signature: str | None, signed_by: str | None) -> Block:
+    return Block(
+        id="b", role=Role.ASSISTANT, kind=BlockKind.THINKING, turn_id="t", revision=1, ordering=0,
+        trust_label="model", text="x", signature=signature, signed_by=signed_by,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("signature", "signed_by", "own", "foreign"),
+    [
+        (SIGNATURE, "gemini", SIGNATURE, False),
+        (SIGNATURE, None, SIGNATURE, False),
+        (SIGNATURE, "anthropic-messages", None, True),
+        (None, None, None, False),
+    ],
+)
+def test_own_and_foreign_signature(
+    signature: str | None, signed_by: str | None, own: str | None, foreign: bool
+) -> None:
+    block = _block(signature, signed_by)
+    assert (own_signature(block, "gemini"), foreign_signature(block, "gemini")) == (own, foreign)
