@@ -97,6 +97,7 @@ DUMPED_BLOCK = {
     "result_status": None,
     "signature": None,
     "signed_by": None,
+    "item_id": None,
 }
 
 INGRESS_DEFAULTS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [

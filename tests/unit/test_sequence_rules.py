@@ -443,9 +443,12 @@ def _assistant_text(**kw: object) -> SubmittedBlock:
     [
         ({"signed_by": "gemini"}, "text block names who signed it (signed_by) but carries no signature"),
         ({"signed_by": "", "signature": "c2ln"}, "empty signed_by"),
+        ({"item_id": "rs_1"}, "text block carries item_id"),
     ],
 )
-def test_a_signer_without_a_signature_or_an_empty_one_is_malformed(fields: dict[str, object], detail: str) -> None:
+def test_a_signer_without_a_signature_or_an_empty_one_is_malformed(
+    fields: dict[str, object], detail: str
+) -> None:
     outcome = run(with_turn(3, [text("u2"), _assistant_text(**fields)]))
     assert isinstance(outcome, Invalid)
     assert [(r.code, r.detail) for r in outcome.rejections] == [(ReasonCode.MALFORMED_BLOCK, detail)]
@@ -455,3 +458,17 @@ def test_a_signature_with_its_signer_is_valid() -> None:
     outcome = run(with_turn(3, [text("u2"), _assistant_text(signature="c2ln", signed_by="gemini")]))
     assert isinstance(outcome, Valid)
     assert [(b.signature, b.signed_by) for b in outcome.sequence.blocks[-1:]] == [("c2ln", "gemini")]
+
+
+def test_an_item_id_is_a_thinking_blocks_and_never_empty() -> None:
+    def thinking(**kw: object) -> SubmittedBlock:
+        return SubmittedBlock(id="th", role="assistant", kind="thinking", trust_label="model", text="t", **kw)
+
+    valid = run(
+        with_turn(3, [text("u2"), thinking(item_id="rs_1", signature="enc", signed_by="openai-responses")])
+    )
+    assert isinstance(valid, Valid)
+    assert valid.sequence.blocks[-1].item_id == "rs_1"
+    empty = run(with_turn(3, [text("u2"), thinking(item_id="")]))
+    assert isinstance(empty, Invalid)
+    assert [(r.code, r.detail) for r in empty.rejections] == [(ReasonCode.MALFORMED_BLOCK, "empty item_id")]

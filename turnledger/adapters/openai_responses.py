@@ -7,7 +7,9 @@ call order. Reasoning items are passed back (manual context) in their place in t
 run, i.e. before the calls they belong to; a reasoning item with no following item
 of its run is dropped (the API rejects "reasoning ... without its required following
 item"). Only reasoning this API produced can be replayed: a thinking block is sent
-only with its `encrypted_content` (the block signature) and its `rs_` item id.
+only with its `encrypted_content` (the block signature, `adapters/signatures.py`) and its
+`rs_` item id (`Block.item_id`, kept from the stream's reasoning item; a submitted block may
+instead carry it as its own id).
 
 System blocks stay in place as `system` message items, one input_text part per block,
 rather than joined into `instructions` (which would concatenate blocks into one
@@ -118,11 +120,14 @@ def _scoped_text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
 
 
 def _reasoning_item(block: Block, rules: OpenAIResponsesRules) -> Item | None:
+    """The reasoning item, named by its `rs_` id: the one the stream gave (`item_id`), or a submitted
+    block's own id; without one, or without its encrypted content, it cannot be sent."""
     signature = own_signature(block, API)
-    if not signature or not block.id.startswith(rules.reasoning_id_prefix):
+    item_id = block.item_id or block.id
+    if not signature or not item_id.startswith(rules.reasoning_id_prefix):
         return None
     summary = [{"type": "summary_text", "text": block.text}] if block.text else []
-    return {"type": "reasoning", "id": block.id, "summary": summary, "encrypted_content": signature}
+    return {"type": "reasoning", "id": item_id, "summary": summary, "encrypted_content": signature}
 
 
 def _function_call_item(block: Block, rules: OpenAIResponsesRules) -> Item | None:

@@ -43,6 +43,7 @@ def _submitted(turn_id: str, generation: int, c: CandidateBlock, api: str) -> di
         "generation": generation if c.call_id else None,
         "signature": c.signature,
         "signed_by": api if c.signature is not None else None,
+        "item_id": c.item_id,
     }
     fields.update((name, value) for name, value in optional.items() if value is not None)
     return fields

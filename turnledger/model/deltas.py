@@ -64,6 +64,9 @@ class NormalizedDelta(Frozen):
     the same type and block. None or empty: this delta alone. A list, not a tuple: a dump of it is
     an Avro datum as it is (fastavro reads a tuple in a union as its branch notation); never
     changed in place."""
+    item_id: str | None = None
+    """On block_start: the provider's own id of the item the block is, where the next request must
+    name it (OpenAI Responses: a reasoning item's `rs_` id)."""
 
     @property
     def dedup_key(self) -> tuple[str, int, int, int]:

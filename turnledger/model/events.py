@@ -67,6 +67,7 @@ class SubmittedBlock(Frozen):
     result_status: str | None = None
     signature: str | None = None
     signed_by: str | None = None
+    item_id: str | None = None
 
 
 class TurnSubmitted(IngressEvent):

@@ -80,6 +80,8 @@ class Block(Frozen):
     "anthropic-messages"): a signature is the provider's opaque token, valid only where it was
     minted, so an adapter of another API does not send it (adapters/signatures.py). None: the
     origin is unknown (older logs, blocks submitted without it), and every adapter sends it.
+    `item_id` (thinking only) is the provider's own id of the item the block is, where the next
+    request must name it: an OpenAI Responses reasoning item is sent back with its `rs_` id.
     """
 
     id: str
@@ -102,6 +104,7 @@ class Block(Frozen):
     result_status: str | None = None
     signature: str | None = None
     signed_by: str | None = None
+    item_id: str | None = None
 
     _shared_names = field_validator("role", "kind", "trust_label", "status")(shared_name)
 
@@ -128,6 +131,7 @@ _CONTENT_FIELDS = (
     ("resultStatus", "result_status"),
     ("signature", "signature"),
     ("signedBy", "signed_by"),
+    ("itemId", "item_id"),
 )
 """(spec name, field) of what a block's content digest covers."""
 

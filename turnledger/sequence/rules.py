@@ -17,7 +17,8 @@ Decisions the spec leaves open:
   result in a turn without one.
 - A signature (the provider's opaque token for its own reasoning) rides on thinking, on a tool
   call, and on an assistant's text (Gemini signs text parts); on no other block. `signed_by`
-  (the API that minted it) only beside a signature, and never empty.
+  (the API that minted it) only beside a signature, and never empty. `item_id` (the provider's id of
+  a reasoning item) only on thinking, and never empty.
 - Roles and kinds pair: tool_call and thinking are assistant, tool_result is tool;
   `system` is only operator-labelled text, and the `operator` label only system.
 - A turn has at least one block, all with the next revision, one turn id, and
@@ -84,6 +85,7 @@ _CONTENT_FIELDS = (
     "generation",
     "result_status",
     "signature",
+    "item_id",
 )
 _TEXTUAL = (frozenset({"text"}), frozenset({"text"}))
 _FIELDS_BY_KIND: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -91,7 +93,7 @@ _FIELDS_BY_KIND: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     BlockKind.TEXT: _TEXTUAL,
     BlockKind.RETRIEVED_SNIPPET: _TEXTUAL,
     BlockKind.COMPRESSION_ARTIFACT: _TEXTUAL,
-    BlockKind.THINKING: (frozenset(), frozenset({"text", "signature"})),
+    BlockKind.THINKING: (frozenset(), frozenset({"text", "signature", "item_id"})),
     BlockKind.TOOL_CALL: (
         frozenset({"call_id", "tool_name", "arguments", "argument_state", "generation"}),
         frozenset(
@@ -108,7 +110,7 @@ _SIGNED_BY_THE_MODEL: dict[str, frozenset[str]] = {BlockKind.TEXT: frozenset({"s
 """Fields an assistant block of a kind may carry beyond the kind's own: Gemini returns a thought
 signature on a text part (provider-formats §2d: the final chunk's empty text part carries it, and the
 next request must return it), which the stream parser puts on the answer's text block."""
-_NON_EMPTY = ("id", "turn_id", "call_id", "tool_name", "signed_by")
+_NON_EMPTY = ("id", "turn_id", "call_id", "tool_name", "signed_by", "item_id")
 
 
 def unknown_role(block: Block, scan: TurnScan) -> str | None:
@@ -177,7 +179,7 @@ def digest_mismatch(block: Block, scan: TurnScan) -> str | None:
 _STRING_FIELDS = (
     "id", "role", "kind", "turn_id", "trust_label", "status", "digest", "text", "call_id", "tool_name",
     "arguments", "argument_state", "argument_digest", "schema_digest", "result_status", "signature",
-    "signed_by",
+    "signed_by", "item_id",
 )  # fmt: skip
 
 

@@ -90,6 +90,7 @@ class _Block:
     shown: int = 0  # code points of `text` already previewed (a snapshot omits it when all of it)
     signature: str | None = None
     stopped: bool = False
+    item_id: str | None = None  # the provider's id of the item, from the block start (Responses reasoning)
     deltas: int = 0  # content deltas received (text, thinking, argument fragments, signatures)
     size: int = 0  # UTF-8 bytes of the content and signature (recomputed on restore)
 
@@ -109,6 +110,8 @@ class _Block:
         }
         if self.shown != len(self.text):
             data["shown"] = self.shown  # only when not all of it: the usual snapshot is unchanged
+        if self.item_id is not None:
+            data["item_id"] = self.item_id  # only where there is one: every other snapshot is unchanged
         return data
 
     @classmethod
@@ -116,7 +119,12 @@ class _Block:
         kind = str(data["kind"])
         content = str(data["content"])
         block = cls(
-            kind, data["call_id"], data["tool_name"], signature=data["signature"], stopped=data["stopped"]
+            kind,
+            data["call_id"],
+            data["tool_name"],
+            signature=data["signature"],
+            stopped=data["stopped"],
+            item_id=data.get("item_id"),  # absent: none (every snapshot before item ids)
         )
         if kind == "text":
             block.text = content
@@ -344,7 +352,7 @@ class BlockAssembler:
                 ReasonCode.TOO_MANY_BLOCKS, f"block {index} is block {len(self._blocks) + 1}, at most {limit}"
             )
             return
-        self._blocks[index] = _Block(kind, delta.call_id, delta.tool_name)
+        self._blocks[index] = _Block(kind, delta.call_id, delta.tool_name, item_id=delta.item_id)
 
     def _within_limits(self, block: _Block, index: int, fragment: str | None) -> bool:
         """Count one content delta of the block; False (and a violation, the content dropped) past a limit."""
@@ -535,7 +543,13 @@ class BlockAssembler:
         for index, block in sorted(self._blocks.items()):
             if block.kind != "tool_call":
                 candidates.append(
-                    CandidateBlock(index, block.kind, text=block.content(), signature=block.signature)
+                    CandidateBlock(
+                        index,
+                        block.kind,
+                        text=block.content(),
+                        signature=block.signature,
+                        item_id=block.item_id,
+                    )
                 )
                 continue
             try:

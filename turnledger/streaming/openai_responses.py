@@ -9,7 +9,8 @@ Typed SSE, event name = `data.type`, every event numbered by `sequence_number`
   from `output_item.added` to `output_item.done`;
 - a `reasoning` item → a thinking block: summary/reasoning text deltas are its text
   (parts concatenated), its `encrypted_content` (complete only on
-  `output_item.done`) is its signature;
+  `output_item.done`) is its signature, its `rs_` id its item id (the next request
+  names the item by it);
 - any other item or part type (built-in tool calls, …) → a block of that raw kind,
   which the assembler refuses to commit.
 
@@ -102,7 +103,15 @@ class OpenAIResponsesParser(StreamParser):
                     DeltaType.ARGUMENT_FRAGMENT, self._block(output_index), text=str(item["arguments"])
                 )
             return
-        self._start((output_index, -1), block_kind="thinking" if kind == "reasoning" else kind)
+        if kind == "reasoning":
+            item_id = item.get("id")
+            self._start(
+                (output_index, -1),
+                block_kind="thinking",
+                item_id=item_id if isinstance(item_id, str) else None,
+            )
+            return
+        self._start((output_index, -1), block_kind=kind)
 
     def _part_added(self, payload: Mapping[str, Any]) -> None:
         key = (int(payload["output_index"]), int(payload["content_index"]))

@@ -51,6 +51,7 @@ class CandidateBlock:
     argument_digest: str | None = None  # digest_of(parsed arguments)
     schema_digest: str | None = None
     signature: str | None = None
+    item_id: str | None = None  # the provider's id of the item (a Responses reasoning item's rs_ id)
 
 
 @dataclass(frozen=True, slots=True)

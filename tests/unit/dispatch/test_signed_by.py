@@ -55,3 +55,39 @@ def test_the_next_request_to_another_api_leaves_the_claude_thinking_out() -> Non
     bedrock = next_request(answered("anthropic_thinking_tool_use.sse"), "bedrock-converse")
     assert ANTHROPIC_SIGNATURE not in orjson.dumps(bedrock).decode()
     assert [list(part) for part in bedrock["messages"][1]["content"]] == [["toolUse"]]
+
+
+RS_ID = "rs_0b7d2e9f4c1a6b3e0168a1f1"
+RS_CONTENT = "gAAAAABoofEr0x9Zq3vN5mK8pL2wR7tY4uI1oP6aS3dF9gH0jK5lZ8xC2vB7nM4qW1eR6tY3uI9o"
+
+
+def test_a_responses_reasoning_item_commits_with_its_rs_id_and_is_sent_back_before_its_calls() -> None:
+    """Its blocks are named `<op>#<gen>/bN`, and the adapter sends reasoning only under an `rs_` id, so
+    the reasoning of every answer was left out of the next request (OpenAI: with manual context, pass
+    reasoning items back; provider-formats §1b). The stream's item id is now kept on the block."""
+    c = answered("openai_responses_tools.sse")
+    (turn,) = [t for t in c.of(CommittedTurn) if t.operation_id == "op-1"]
+    assert [(b.kind, b.item_id, b.signed_by) for b in turn.blocks] == [
+        ("thinking", RS_ID, "openai-responses"),
+        ("tool_call", None, None),
+        ("tool_call", None, None),
+    ]
+    items = next_request(c, "openai-responses")["input"]
+    assert [item["type"] for item in items] == [
+        "message", "reasoning", "function_call", "function_call",
+        "function_call_output", "function_call_output",
+    ]  # fmt: skip
+    assert items[1] == {
+        "type": "reasoning",
+        "id": RS_ID,
+        "summary": [
+            {"type": "summary_text", "text": "**Planning lookups** Need weather and local time for Tokyo."}
+        ],
+        "encrypted_content": RS_CONTENT,
+    }
+
+
+def test_responses_reasoning_goes_to_no_other_api() -> None:
+    for api in ("anthropic-messages", "gemini", "bedrock-converse"):
+        body = orjson.dumps(next_request(answered("openai_responses_tools.sse"), api)).decode()
+        assert RS_CONTENT not in body and RS_ID not in body

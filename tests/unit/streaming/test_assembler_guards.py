@@ -792,3 +792,39 @@ def test_a_tool_call_keeps_its_signature() -> None:
     outcome, _ = finish(stream)
     assert isinstance(outcome, Complete)
     assert outcome.blocks[0].signature == "sig"
+
+
+def test_a_block_keeps_its_item_id_through_a_snapshot_and_into_its_candidate() -> None:
+    """A Responses reasoning item's `rs_` id (the block start's `item_id`) is what the next request
+    names it by; a snapshot taken mid-stream (a processor restart) must not lose it."""
+    stream = Stream().start()
+    stream.add(DeltaType.BLOCK_START, 0, block_kind="thinking", item_id="rs_1")
+    stream.add(DeltaType.THINKING_DELTA, 0, text="th").add(DeltaType.SIGNATURE, 0, text="enc")
+    stream.add(DeltaType.BLOCK_STOP, 0).text(1, "hi").stop(StopReason.END_TURN, "completed")
+    assembler = BlockAssembler(TOOLS)
+    for delta in stream.deltas[:3]:
+        assembler.feed(delta)
+    snapshot = json.loads(json.dumps(assembler.snapshot()))
+    assert snapshot["blocks"] == [
+        {"index": 0, "kind": "thinking", "call_id": None, "tool_name": None, "content": "th",
+         "signature": None, "stopped": False, "deltas": 1, "item_id": "rs_1"},
+    ]  # fmt: skip
+    restored = BlockAssembler.restore(snapshot, TOOLS)
+    assert restored == assembler
+    for delta in stream.deltas[3:]:
+        restored.feed(delta)
+    outcome = restored.finish()
+    assert isinstance(outcome, Complete)
+    assert [(b.kind, b.item_id, b.signature) for b in outcome.blocks] == [
+        ("thinking", "rs_1", "enc"),
+        ("text", None, None),
+    ]
+
+
+def test_a_snapshot_before_item_ids_restores_its_blocks_without_one() -> None:
+    assembler = BlockAssembler(TOOLS)
+    for delta in Stream().start().text(0, "a", stop=False).deltas:
+        assembler.feed(delta)
+    snapshot = assembler.snapshot()
+    assert "item_id" not in snapshot["blocks"][0]
+    assert BlockAssembler.restore(snapshot, TOOLS)._blocks[0].item_id is None

@@ -90,6 +90,19 @@ def test_openai_chat_error_chunk_and_finish_without_done() -> None:
     assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.MISSING_STOP
 
 
+def test_openai_responses_reasoning_starts_with_its_rs_item_id_and_nothing_else_has_one() -> None:
+    """The next request names a reasoning item by its `rs_` id; a function call is paired by `call_id`
+    (never its `fc_` id) and a message part has none of its own."""
+    deltas = parse("openai-responses", [fixture("openai_responses_tools.sse")])
+    starts = [(d.block_kind, d.item_id) for d in deltas if d.type is DeltaType.BLOCK_START]
+    assert starts == [
+        ("thinking", "rs_0b7d2e9f4c1a6b3e0168a1f1"),
+        ("tool_call", None),
+        ("tool_call", None),
+    ]
+    assert {d.item_id for d in deltas if d.type is not DeltaType.BLOCK_START} == {None}
+
+
 def test_gemini_whole_calls_signatures_and_synthetic_ids() -> None:
     deltas = parse("gemini", [fixture("gemini_parallel_calls.sse")])
     calls = [d for d in deltas if d.type is DeltaType.BLOCK_START and d.block_kind == "tool_call"]
