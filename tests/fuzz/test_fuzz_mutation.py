@@ -23,7 +23,8 @@ CORPUS_OUTCOMES = {
     "avro decode": {"decoded"},
     "sse decoder": {"events"},
     "aws event-stream decoder": {"decoded"},
-    "block assembler": {"Complete", "Incomplete PROVIDER_ERROR", "Incomplete OUTPUT_LIMIT_REACHED",
+    "block assembler": {"Complete", "Incomplete PROVIDER_ERROR",
+                        "Incomplete OUTPUT_LIMIT_REACHED",  # a call open at the limit; thinking only, cut
                         "Incomplete MISSING_STOP", "Incomplete TRUNCATED_ARGUMENTS",
                         "Incomplete UNKNOWN_KIND",  # redacted reasoning the graph cannot hold
                         "Incomplete PROVIDER_REFUSED"},  # an answer stopped for a refusal

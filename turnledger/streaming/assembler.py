@@ -42,6 +42,10 @@ its blocks: what came before the stop is a partial answer the provider withdrew,
 that the context be reset after it, since a history that keeps it meets the same refusal again
 (https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals).
 
+Output limit. A message stopped by the output limit (`StopReason.MAX_TOKENS`) keeps text as it was cut,
+but a tool call that is open or last is OUTPUT_LIMIT_REACHED, one whose arguments do not parse
+TRUNCATED_ARGUMENTS, and an answer with nothing visible OUTPUT_LIMIT_REACHED (`_output_limit`).
+
 Counters for metrics: `duplicates_dropped`, `previews_retracted` (text blocks whose
 preview was retracted), `unknown_events` (unknown block kinds), and
 `partial_tool_dispatches`: a final guard re-checks every tool call of a Complete
@@ -57,7 +61,7 @@ from typing import Any
 
 from turnledger.model.canonical import digest_of
 from turnledger.model.deltas import DeltaType, NormalizedDelta, StopReason
-from turnledger.model.limits import DEFAULT_LIMITS, Limits, utf8_length, utf8_size
+from turnledger.model.limits import DEFAULT_LIMITS, Limits, is_blank, utf8_length, utf8_size
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
 from turnledger.streaming.outcomes import (
@@ -524,7 +528,12 @@ class BlockAssembler:
         return None
 
     def _output_limit(self) -> tuple[ReasonCode, str] | None:
-        """Output limit reached: a tool call that is open, unparsable or last may be cut."""
+        """Output limit reached: a tool call that is open, unparsable or last may be cut, and an answer
+        with nothing visible (no tool call, no text that is not blank) was cut while the model was still
+        reasoning. Committed, its thinking would be a turn that renders to nothing: the next request
+        merged the user's turns around it, or sent an assistant message of thinking alone. An answer
+        with no block at all is the same cut with the reasoning hidden (OpenAI's reasoning models,
+        Gemini without `includeThoughts`), so it is refused alike, not an empty answer."""
         tools = {i: b for i, b in self._blocks.items() if b.kind == "tool_call"}
         for index, block in sorted(tools.items()):
             if not block.stopped:
@@ -535,6 +544,9 @@ class BlockAssembler:
                 return ReasonCode.TRUNCATED_ARGUMENTS, f"tool block {index} at {self._raw_stop}: {exc.detail}"
         if self._blocks and max(self._blocks) in tools:
             return ReasonCode.OUTPUT_LIMIT_REACHED, f"last block is a tool call at {self._raw_stop}"
+        if not tools and all(b.kind != "text" or is_blank(b.text) for b in self._blocks.values()):
+            reached = f"limit reached at {self._raw_stop} while the model was still reasoning"
+            return ReasonCode.OUTPUT_LIMIT_REACHED, f"{reached}: nothing visible to commit"
         return None
 
     def _candidates(self) -> tuple[CandidateBlock, ...] | ArgumentError:

@@ -364,8 +364,9 @@ the sequence, which the text leaves out (§1c's stop reasons). A Responses `outp
 done: `openai/types/responses/response_output_text.py`, 3.57.0) is text like any other.
 
 Text has no syntax a cut can break: the assembler refuses at the limit only a tool call that is open,
-unparsable or last (`_output_limit`), so each commits its text whole, and the next request returns it as
-the assistant's text, nothing of the annotations or stop sequence added."""
+unparsable or last, and an answer with nothing visible (`_output_limit`), so each commits its text whole,
+and the next request returns it as the assistant's text, nothing of the annotations or stop sequence
+added."""
 ASSISTANT_TEXT = {
     "anthropic-messages": lambda text: {"role": "assistant", "content": [{"type": "text", "text": text}]},
     "openai-chat": lambda text: {"role": "assistant", "content": [{"type": "text", "text": text}]},
@@ -392,6 +393,76 @@ HISTORY = {
     "gemini": "contents",
 }
 """The key of a request's history, per API."""
+
+
+CUT_WHILE_REASONING = {
+    "anthropic_max_tokens_thinking.sse": "limit reached at max_tokens while the model was still reasoning",
+    "gemini_max_tokens_thought.sse": "limit reached at MAX_TOKENS while the model was still reasoning",
+}
+"""Answers the output limit cut before anything visible: thinking only. A model that thinks spends its
+output tokens on the thinking first, so a limit too small for it ends the answer inside its reasoning:
+Anthropic's `{"content": [{"type": "thinking", ...}], "stop_reason": "max_tokens"}` with thinking
+tokens all but the whole budget (https://github.com/Izzetee/PiPiMink/issues/45, a response body of
+Claude on Azure AI Foundry; streamed in the events of provider-formats §2a, the thinking block started
+as in `anthropic_thinking.sse`, with no `signature_delta` as that body shows none: a signed one is
+refused alike, `test_assembler_guards.py`), and Gemini 2.5's last chunk
+`{"content": {"role": "model"}, "finishReason": "MAX_TOKENS"}` with `thoughtsTokenCount` and no part
+(https://github.com/google/adk-python/issues/1357, a raw response; "Gemini models that support
+thinking can reach the max token limit during thinking, resulting in a response with no output text":
+https://github.com/stanford-crfm/helm/pull/3804) after a `thought: true` part, as the thoughts of
+`gemini_text_thought.sse` (a real capture) come when they are asked for (provider-formats §2d).
+Neither can be continued: "thinking blocks cannot be partially recovered" (§2a's error recovery)."""
+HELLO = {
+    "anthropic-messages": {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+    "gemini": {"role": "user", "parts": [{"text": "hello"}]},
+}
+"""The next request's entry of the conversation's one user turn, per API."""
+
+
+@pytest.mark.parametrize("name", sorted(CUT_WHILE_REASONING))
+def test_an_answer_cut_while_still_reasoning_commits_nothing_and_is_asked_again(name: str) -> None:
+    """Before, its thinking committed alone: a turn the next request rendered to nothing (the Anthropic
+    adapter leaves out unsigned thinking, the Gemini adapter every thought), so the user's next turn
+    merged into the previous one, and a signed one went out as an assistant message of thinking alone.
+    It is OUTPUT_LIMIT_REACHED now, as a call the limit cut is: UNKNOWN (terminated), nothing committed,
+    no preview to retract, and the next generation sends the same request again."""
+    c = answered(name)
+    assert (c.of(Quarantined), c.of(Rejected), c.of(PreviewRetracted)) == ([], [], [])
+    assert [t.operation_id for t in c.of(CommittedTurn)] == [None]
+    decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        DispatchState.UNKNOWN,
+        ReasonCode.OUTPUT_LIMIT_REACHED,
+        f"{CUT_WHILE_REASONING[name]}: nothing visible to commit",
+        True,
+    )
+    c.attempt("op-1")
+    retry = c.of(DispatchDecision)[-1]
+    assert (retry.state, retry.accepted, retry.attempt_generation) == (DispatchState.DISPATCHING, True, 2)
+    (manifest,) = [m.manifest for m in c.of(ManifestIssued) if m.manifest.operation_id == "op-1"]
+    api = api_of(name)
+    assert orjson.loads(manifest.request_body)[HISTORY[api]] == [HELLO[api]]
+
+
+def test_a_gemini_answer_cut_by_the_limit_with_its_thoughts_hidden_is_refused_alike() -> None:
+    """The same cut when the request does not ask for thoughts: no part at all, only the stop and the
+    thoughts' token count (the raw response of https://github.com/google/adk-python/issues/1357).
+    Before, a complete empty answer (COMMITTED EMPTY_RESPONSE, never asked again); whether the thoughts
+    were streamed no longer decides the outcome."""
+    chunk = {
+        "candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 1706, "thoughtsTokenCount": 2999, "totalTokenCount": 4705},
+        "modelVersion": "gemini-2.5-pro",
+        "responseId": "Dj9LaPCjJsCvgLUPgeGuqAU",
+    }
+    c = streamed("gemini", b"data: " + orjson.dumps(chunk) + b"\n\n")
+    decision = c.of(DispatchDecision)[-1]
+    assert (decision.state, decision.reason, decision.detail) == (
+        DispatchState.UNKNOWN,
+        ReasonCode.OUTPUT_LIMIT_REACHED,
+        "limit reached at MAX_TOKENS while the model was still reasoning: nothing visible to commit",
+    )
+    assert (c.of(CommittedTurn)[-1].operation_id, c.of(PreviewRetracted)) == (None, [])
 
 
 def test_a_gemini_answer_with_a_part_the_graph_has_no_block_for_is_refused_not_committed_without_it() -> None:

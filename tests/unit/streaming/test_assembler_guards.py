@@ -328,6 +328,79 @@ def test_output_limit_outcomes(stream: Stream, reason: ReasonCode, detail: str) 
         assert outcome.detail == detail
 
 
+def thinking(
+    stream: Stream, block: int, *parts: str, signature: str | None = None, stop: bool = True
+) -> Stream:
+    """`stream` with a thinking block of `parts` (and a signature) at `block`."""
+    stream.add(DeltaType.BLOCK_START, block, block_kind="thinking")
+    for part in parts:
+        stream.add(DeltaType.THINKING_DELTA, block, text=part)
+    if signature is not None:
+        stream.add(DeltaType.SIGNATURE, block, text=signature)
+    return stream.add(DeltaType.BLOCK_STOP, block) if stop else stream
+
+
+STILL_REASONING = "limit reached at max_tokens while the model was still reasoning: nothing visible to commit"
+
+
+@pytest.mark.parametrize(
+    ("build", "retract"),
+    [
+        (lambda: thinking(Stream().start(), 0, "Let me", " think"), False),
+        (lambda: thinking(Stream().start(), 0, "Let me think", signature="sig-0"), False),
+        (lambda: thinking(Stream().start(), 0, "Let me", stop=False), False),
+        (lambda: thinking(Stream().start(), 0, "Let me think").text(1), False),
+        (lambda: thinking(Stream().start(), 0, "Let me think").text(1, "\n", " \t"), True),
+        (lambda: Stream().start(), False),
+    ],
+    ids=["thinking", "signed", "open", "empty-text", "blank-text", "no-block"],
+)
+def test_an_answer_with_nothing_visible_at_the_output_limit_is_refused(build, retract: bool) -> None:  # type: ignore[no-untyped-def]
+    """Thinking only, beside text that is blank at most (`is_blank`), or no block at all (the reasoning
+    hidden): the limit cut the model while it was still reasoning. A blank text was previewed, and is
+    retracted."""
+    outcome, assembler = finish(build().stop(StopReason.MAX_TOKENS, "max_tokens"))
+    assert outcome == Incomplete(R.OUTPUT_LIMIT_REACHED, STILL_REASONING, retract_previews=retract)
+    assert (assembler.previews_retracted, assembler.previews()) == (int(retract), {})
+
+
+@pytest.mark.parametrize(
+    ("build", "kinds"),
+    [
+        (
+            lambda: thinking(Stream().start(), 0, "Let me think", signature="s").text(1, "The answ"),
+            ["thinking", "text"],
+        ),
+        (
+            lambda: thinking(Stream().start(), 0, "hm").text(1, "\n").text(2, "Rome"),
+            ["thinking", "text", "text"],
+        ),
+        (lambda: Stream().start().call(0, "c1", "get_weather", WEATHER).text(1, "\n"), ["tool_call", "text"]),
+        (
+            lambda: thinking(Stream().start().call(0, "c1", "get_weather", WEATHER), 1, "hm"),
+            ["tool_call", "thinking"],
+        ),
+    ],
+    ids=["thinking-and-text", "blank-then-visible-text", "call-and-blank-text", "call-and-thinking"],
+)
+def test_an_answer_with_something_visible_at_the_output_limit_commits(build, kinds: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Visible text, or a call the limit did not cut (not open, unparsable or last), commits as before."""
+    outcome, _ = finish(build().stop(StopReason.MAX_TOKENS, "max_tokens"))
+    assert isinstance(outcome, Complete) and outcome.stop_reason is StopReason.MAX_TOKENS
+    assert [b.kind for b in outcome.blocks] == kinds
+
+
+@pytest.mark.parametrize("stop", [StopReason.END_TURN, StopReason.STOP_SEQUENCE])
+def test_a_thinking_only_or_empty_answer_at_a_normal_stop_is_complete(stop: StopReason) -> None:
+    """Only the output limit refuses an answer with nothing visible: at a normal stop it is what the model
+    said (thinking only is committed; no block at all is the fold's EMPTY_RESPONSE)."""
+    outcome, _ = finish(thinking(Stream().start(), 0, "hm", signature="s").stop(stop, "end_turn"))
+    assert isinstance(outcome, Complete)
+    assert [(b.kind, b.text, b.signature) for b in outcome.blocks] == [("thinking", "hm", "s")]
+    empty, _ = finish(Stream().start().stop(stop, "end_turn"))
+    assert isinstance(empty, Complete) and empty.blocks == ()
+
+
 def test_an_output_limit_after_a_call_and_text_commits() -> None:
     stream = Stream().start().call(0, "c1", "get_weather", WEATHER).text(1, "done")
     outcome, _ = finish(stream.stop(StopReason.MAX_TOKENS, "length"))
