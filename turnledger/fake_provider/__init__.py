@@ -5,7 +5,8 @@ Speaks the real wire formats of Anthropic Messages, OpenAI Chat Completions, Ope
 binary AWS event stream), checks each API's credential as the real API does (`FakeKeys`), answers
 deterministically from (seed, request bytes), and injects
 scripted or seeded-random faults: disconnect at byte N, duplicated events, missing stop, truncated tool
-arguments, slow streams, provider error events, late events after a reconnect.
+arguments, slow streams, provider error events, late events after a reconnect; and scripted refusals only:
+HTTP 429 and error statuses (refusals.py), an answer stopped for a refusal (`refusal_after`).
 """
 
 from turnledger.fake_provider.auth import FakeKeys

@@ -2,6 +2,8 @@
 
 Wire format: `event: <type>` + `data: <json>` with matching type; message_start, ping, per block
 content_block_start / _delta / _stop, message_delta (stop_reason, cumulative usage), message_stop.
+A refused answer ends so too, its text block closed, with `stop_reason: "refusal"` (the streaming
+classifiers' stop: provider-formats §1c, tests/fixtures/streams/anthropic_refusal.sse).
 Tool results arrive as `tool_result` blocks inside the last user message.
 """
 
@@ -95,6 +97,8 @@ def _ev(data: dict[str, Any], terminal: bool = False) -> SseEvent:
 
 
 def _stop_reason(answer: Answer) -> str:
+    if answer.refused:
+        return "refusal"
     return "tool_use" if answer.is_tool_use else "end_turn"
 
 

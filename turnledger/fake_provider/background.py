@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnledger.fake_provider.delivery import WireEvent
+from turnledger.fake_provider.openai_responses import TERMINAL_TYPES
 
 SnapshotFn = Callable[[str, list[dict[str, Any]]], dict[str, Any]]
 
@@ -73,7 +74,7 @@ class BackgroundResponse:
         """The response object as `GET /v1/responses/{id}` shows it now."""
         produced = self.events[: self.produced]
         for ev in reversed(produced):
-            if isinstance(ev.data, dict) and ev.data.get("type") in ("response.completed", "response.failed"):
+            if isinstance(ev.data, dict) and ev.data.get("type") in TERMINAL_TYPES:
                 return dict(ev.data["response"])
         output = [
             ev.data["item"]

@@ -8,7 +8,9 @@ fragment>}}}…, contentBlockStop; messageStop{stopReason}; metadata{usage, metr
 payload carries the `p` padding field the service adds. Errors mid-stream are exception
 messages (`:message-type: exception`). The stream names no response: the response's
 `x-amzn-RequestId` header is its id. Tool results are `toolResult` blocks of the last user
-message; `toolUseId` must match `[a-zA-Z0-9_-]+` (1-64), as the service validates it.
+message; `toolUseId` must match `[a-zA-Z0-9_-]+` (1-64), as the service validates it. A refused
+answer ends with `messageStop{stopReason: "guardrail_intervened"}`, a guardrail's stop (StopReason of
+https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_MessageStopEvent.html).
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ def _tool_use_id(ctx: ScriptContext, k: int) -> str:
 
 
 def _stop_reason(answer: Answer) -> str:
+    if answer.refused:
+        return "guardrail_intervened"
     return "tool_use" if answer.is_tool_use else "end_turn"
 
 

@@ -44,6 +44,12 @@ class FaultKind(StrEnum):
     #: Refuse the request with HTTP status N (400-599, default 500) and the API's error for it
     #: (refusals.py). Scripted only: never drawn at random.
     HTTP_STATUS = "http_status"
+    #: Stop the answer for a refusal after the first N words of its text (value: N, default 1; 0: before
+    #: any text), with the API's own terminal events and refusal stop: Anthropic's `refusal`, OpenAI
+    #: Chat's `content_filter`, Responses' `response.incomplete` for `content_filter`, Gemini's
+    #: `SAFETY`, Bedrock's `guardrail_intervened`. The thinking streams whole, no tool call is sent
+    #: (model.refused). Scripted only: never drawn at random.
+    REFUSAL_AFTER = "refusal_after"
 
 
 DRAWN_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)[: list(FaultKind).index(FaultKind.RATE_LIMITED)]
@@ -52,7 +58,7 @@ server's draws stay what they were before the refusals were added)."""
 
 
 #: Faults that change what is generated (and so what a background response stores).
-CONTENT_FAULTS = frozenset({FaultKind.TRUNCATED_ARGS, FaultKind.ERROR_EVENT})
+CONTENT_FAULTS = frozenset({FaultKind.TRUNCATED_ARGS, FaultKind.ERROR_EVENT, FaultKind.REFUSAL_AFTER})
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,10 @@ user content, one per call of the model content before it (else the API's 400).
 Truncated arguments cannot be expressed on this wire (`args` is an object inside a complete
 JSON chunk): the truncate fault becomes what Gemini sends when the model's call is cut or
 malformed, a last chunk with `finishReason: MALFORMED_FUNCTION_CALL` and no call.
+
+A refused answer's text chunks are followed by a last chunk with `finishReason: SAFETY`, its blocking
+safety rating and no content (provider-formats §2d: "streamed content is empty if blocked";
+tests/fixtures/streams/gemini_safety_after_text.sse).
 """
 
 from __future__ import annotations
@@ -142,6 +146,16 @@ def _chunk(
     return data
 
 
+BLOCKED_RATING = {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}
+
+
+def _refusal_chunk(ctx: ScriptContext, answer: Answer) -> dict[str, Any]:
+    """The last chunk of a refused answer: its stop and the rating that blocked it, no content."""
+    data = _chunk(ctx, [], "SAFETY", answer)
+    data["candidates"] = [{"finishReason": "SAFETY", "index": 0, "safetyRatings": [BLOCKED_RATING]}]
+    return data
+
+
 def _call_part(answer: Answer, k: int) -> dict[str, Any]:
     call = answer.tool_calls[k]
     return {"functionCall": {"name": call.name, "args": call.arguments}}
@@ -154,6 +168,10 @@ def chunks(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
         out.extend(
             _chunk(ctx, [{"text": piece, "thought": True}]) for piece in split_text(answer.thinking, rng)
         )
+    if answer.refused:
+        out.extend(_chunk(ctx, [{"text": piece}]) for piece in split_text(answer.text, rng) if piece)
+        out.append(_refusal_chunk(ctx, answer))
+        return out
     if answer.text and answer.thinking:
         # as Gemini 2.5 ends a thought-through answer: the signature on an empty text part of the last chunk
         out.extend(_chunk(ctx, [{"text": piece}]) for piece in split_text(answer.text, rng))
@@ -192,6 +210,8 @@ def error_event(ctx: ScriptContext, index: int) -> SseEvent:
 
 
 def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    if answer.refused:
+        return _refusal_chunk(ctx, answer)
     parts: list[dict[str, Any]] = []
     if answer.text:
         parts.append({"text": answer.text})

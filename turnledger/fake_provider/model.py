@@ -68,12 +68,15 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """The model's reply: optional thinking, optional text, zero or more tool calls."""
+    """The model's reply: optional thinking, optional text, zero or more tool calls. `refused`: the
+    provider stopped it for a refusal (the `refusal_after` fault); each API ends it with its own
+    refusal stop."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     thinking: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    refused: bool = False
 
     @property
     def is_tool_use(self) -> bool:
@@ -99,6 +102,18 @@ def decide(conv: Conversation, rng: random.Random) -> Answer:
     words = [rng.choice(_FILLER) for _ in range(rng.randint(6, 14))]
     topic = _clip(conv.user_text, 60) if conv.user_text else "your request"
     return Answer(text=f"About {topic}: " + " ".join(words) + ".", thinking=thinking)
+
+
+DEFAULT_REFUSAL_WORDS = 1
+
+
+def refused(answer: Answer, words: int | None) -> tuple[Answer, int]:
+    """The answer as the provider stops it for a refusal (the `refusal_after` fault), and the words
+    of its text kept: its thinking whole, the first `words` words of its text (default 1, at most
+    all of them, 0 for none), no tool call, since the refusal ends the answer where it comes."""
+    tokens = answer.text.split(" ") if answer.text else []
+    kept = min(DEFAULT_REFUSAL_WORDS if words is None else words, len(tokens))
+    return Answer(text=" ".join(tokens[:kept]), thinking=answer.thinking, refused=True), kept
 
 
 def _thinking(conv: Conversation, rng: random.Random) -> str:

@@ -3,6 +3,8 @@
 Wire format: data-only SSE of `chat.completion.chunk` objects; tool call fragments routed by
 `delta.tool_calls[].index` (id/type/name on the first fragment only); `finish_reason` on a last chunk with
 an empty delta; an optional usage chunk (`choices: []`) with `stream_options.include_usage`; `data: [DONE]`.
+A refused answer ends so too, with `finish_reason: "content_filter"` (provider-formats §2b,
+tests/fixtures/streams/openai_chat_content_filter.sse).
 Tool results are trailing `role: "tool"` messages.
 """
 
@@ -111,6 +113,8 @@ def _chunk(ctx: ScriptContext, delta: dict[str, Any], finish: str | None = None)
 
 
 def _finish(answer: Answer) -> str:
+    if answer.refused:
+        return "content_filter"
     return "tool_calls" if answer.is_tool_use else "stop"
 
 

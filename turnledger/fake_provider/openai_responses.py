@@ -4,6 +4,10 @@ Wire format: `event: <type>` + `data: <json>`, every event with a `sequence_numb
 per response (the resume cursor of background mode). Items: `message` (`msg_…`) with `output_text`
 parts, `function_call` (`fc_…` item id, `call_…` call id). Tool results are trailing
 `function_call_output` items of `input`.
+
+A refused answer ends with its message item done with status `incomplete` and a terminal
+`response.incomplete` whose `incomplete_details.reason` is `content_filter` (provider-formats §2c,
+tests/fixtures/streams/openai_responses_content_filter.sse).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from turnledger.fake_provider.model import (
 from turnledger.fake_provider.sse import SseEvent
 
 MAX_CALL_ID = 64
+REFUSED_DETAILS = {"reason": "content_filter"}
+"""The `incomplete_details` of a refused answer."""
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
@@ -90,6 +96,7 @@ def response_object(
     output: list[dict[str, Any]],
     usage: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
+    incomplete_details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     req = ctx.request
     tools = [t for t in req.get("tools") or [] if isinstance(t, dict)]
@@ -100,7 +107,7 @@ def response_object(
         "status": status,
         "background": ctx.background,
         "error": error,
-        "incomplete_details": None,
+        "incomplete_details": incomplete_details,
         "instructions": req.get("instructions"),
         "max_output_tokens": req.get("max_output_tokens"),
         "model": ctx.model,
@@ -138,7 +145,7 @@ def _items(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
             {
                 "type": "message",
                 "id": ctx.id("msg_", "message", 40),
-                "status": "completed",
+                "status": "incomplete" if answer.refused else "completed",
                 "role": "assistant",
                 "content": [{"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}],
             }
@@ -211,13 +218,8 @@ def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
                 }
             )
         add({"type": "response.output_item.done", "output_index": out_index, "item": item})
-    add(
-        {
-            "type": "response.completed",
-            "response": response_object(ctx, "completed", items, _usage(answer, ctx)),
-        },
-        terminal=True,
-    )
+    final = final_object(answer, ctx)
+    add({"type": f"response.{final['status']}", "response": final}, terminal=True)
     return events
 
 
@@ -232,6 +234,11 @@ def error_event(ctx: ScriptContext, index: int) -> SseEvent:
 
 
 def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    """The finished response: `completed`, or `incomplete` for a content filter when refused."""
+    if answer.refused:
+        return response_object(
+            ctx, "incomplete", _items(answer, ctx), _usage(answer, ctx), None, dict(REFUSED_DETAILS)
+        )
     return response_object(ctx, "completed", _items(answer, ctx), _usage(answer, ctx))
 
 

@@ -48,7 +48,7 @@ from turnledger.fake_provider.httpio import (
     read_request,
 )
 from turnledger.fake_provider.ids import rng_for
-from turnledger.fake_provider.model import Answer, Conversation, LastTurn, decide
+from turnledger.fake_provider.model import Answer, Conversation, LastTurn, decide, refused
 from turnledger.fake_provider.refusals import refusal_for
 
 LOOPBACK = "127.0.0.1"
@@ -345,6 +345,10 @@ class FakeProvider:
             return
 
         # content faults: they change what is generated
+        refusal_stop = by_kind.get(FaultKind.REFUSAL_AFTER)
+        if refusal_stop is not None:
+            answer, words = refused(answer, refusal_stop.value)
+            applied.append(Fault(FaultKind.REFUSAL_AFTER, words))
         trunc = resolve(
             [f for f in by_kind.values() if f.kind is FaultKind.TRUNCATED_ARGS],
             StreamShape(0, len(answer.tool_calls), False),

@@ -19,6 +19,7 @@ from botocore.config import Config
 from botocore.eventstream import EventStreamBuffer
 from google import genai
 from google.genai import types as gtypes
+from openai.types.responses.response import IncompleteDetails
 
 from turnledger.fake_provider import FakeProvider
 
@@ -236,3 +237,68 @@ async def test_every_sdk_reads_the_fakes_refusals_as_the_apis_own() -> None:
         with pytest.raises(bedrock.exceptions.ThrottlingException) as refused:
             await asyncio.to_thread(_converse_stream, bedrock, "hi", False)
         assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
+
+
+async def test_every_sdk_reads_the_refusal_stop_as_its_apis_own() -> None:
+    """`refusal_after=2`: each client meets the refusal as it meets the real one: anthropic's
+    `stop_reason`, openai's `ContentFilterFinishReasonError` (Chat) and `response.incomplete` (Responses;
+    its stream helper has no final response without `response.completed`), google-genai's
+    `FinishReason.SAFETY`, botocore's `messageStop`."""
+    refuse = {"x-fake-fault": "refusal_after=2"}
+    async with FakeProvider(seed=2) as fp:
+        claude = anthropic.AsyncAnthropic(
+            base_url=fp.base_url, api_key=fp.keys.anthropic, max_retries=0, default_headers=refuse
+        )
+        async with claude.messages.stream(
+            model="claude-sonnet-4", max_tokens=64, messages=[{"role": "user", "content": "tell me"}]
+        ) as stream:
+            async for _ in stream:
+                pass
+            message = await stream.get_final_message()
+        assert message.stop_reason == "refusal"
+        assert [(b.type, b.text) for b in message.content] == [("text", "About tell")]  # type: ignore[union-attr]
+
+        gpt = openai.AsyncOpenAI(
+            base_url=f"{fp.base_url}/v1", api_key=fp.keys.openai, max_retries=0, default_headers=refuse
+        )
+        with pytest.raises(openai.ContentFilterFinishReasonError):
+            async with gpt.chat.completions.stream(
+                model="gpt-4o", messages=[{"role": "user", "content": "tell me"}]
+            ) as chat:
+                async for _ in chat:
+                    pass
+                await chat.get_final_completion()
+        async with gpt.responses.stream(model="gpt-4.1", input="tell me") as responses:
+            events = [event async for event in responses]
+        last = events[-1]
+        assert last.type == "response.incomplete"
+        assert (last.response.status, last.response.incomplete_details) == (
+            "incomplete",
+            IncompleteDetails(reason="content_filter"),
+        )
+        assert last.response.output_text == "About tell"
+
+        options = gtypes.HttpOptions(base_url=fp.base_url, api_version="v1beta", headers=refuse)
+        gemini = genai.Client(api_key=fp.keys.gemini, http_options=options)
+        chunks = [
+            chunk
+            async for chunk in await gemini.aio.models.generate_content_stream(
+                model="gemini-2.5-pro", contents="tell me"
+            )
+        ]
+        assert [chunk.candidates[0].finish_reason for chunk in chunks if chunk.candidates] == [None] * (
+            len(chunks) - 1
+        ) + [gtypes.FinishReason.SAFETY]
+        assert "".join(chunk.text or "" for chunk in chunks[:-1]) == "About tell"
+
+        bedrock = _bedrock_client(fp.base_url, fp.keys.aws_access_key_id, fp.keys.aws_secret_access_key)
+
+        def add_fault(request: Any, **_: Any) -> None:
+            request.headers["x-fake-fault"] = "refusal_after=2"
+
+        bedrock.meta.events.register("before-sign.bedrock-runtime.ConverseStream", add_fault)
+        converse = await asyncio.to_thread(_converse_stream, bedrock, "tell me", False)
+        assert [next(iter(e)) for e in converse][-3:] == ["contentBlockStop", "messageStop", "metadata"]
+        assert converse[-2]["messageStop"]["stopReason"] == "guardrail_intervened"
+        text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in converse if "contentBlockDelta" in e)
+        assert text == "About tell"
