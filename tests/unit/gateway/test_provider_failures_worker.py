@@ -14,7 +14,7 @@ from turnledger.fake_provider import FaultPlan, ReceivedRequest
 from turnledger.fake_provider.faults import Fault, FaultKind
 from turnledger.gateway.provider_failures import BackoffPolicy
 from turnledger.gateway.worker import WorkerConfig, gave_up
-from turnledger.model.events import CancelRequested, DispatchState
+from turnledger.model.events import CancelRequested, DispatchState, PreviewRetracted, PreviewUpdated
 from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
@@ -218,4 +218,47 @@ async def test_a_pause_that_would_pass_the_deadline_gives_up_at_once() -> None:
         )
         assert len(posts(h)) == 1
         assert h.worker.stats.counts["pauses_past_deadline"] == 1
+        assert h.worker.stats.counts["pauses"] == 0
+
+
+#: adapter → the refusal stop its API's answer ends with (`refusal_after`, fake_provider/faults.py)
+REFUSAL_STOPS = {
+    "anthropic-messages@2": "refusal",
+    "openai-chat@2": "content_filter",
+    "openai-responses@2": "content_filter",
+    "gemini@2": "SAFETY",
+    "bedrock-converse@1": "guardrail_intervened",
+}
+
+
+@pytest.mark.parametrize("adapter", list(REFUSAL_STOPS))
+async def test_an_answer_stopped_for_a_refusal_is_not_sent_again_and_none_of_it_is_history(
+    adapter: str,
+) -> None:
+    """The provider's refusal mid-stream is its answer, not a transport failure: one request, the
+    operation CANCELLED PROVIDER_REFUSED, the text it had streamed retracted, no assistant turn. Each
+    event comes 50 ms after the last and each is appended at once (no coalescing), so every text
+    delta before the refusal is previewed before it."""
+    refusal = Fault(FaultKind.REFUSAL_AFTER, 4)
+    plan = FaultPlan(by_marker={"REFUSED": (refusal, Fault(FaultKind.SLOW, 50))})
+    async for h in harness(plan, config=config(flush_s=0.0)):
+        await h.converse("c1", adapter, text="REFUSED tell me something", tools=False)
+        final = await h.settled("c1", "op-1")
+        assert (final.state, final.reason, final.attempt_generation) == (
+            S.CANCELLED,
+            ReasonCode.PROVIDER_REFUSED,
+            1,
+        )
+        assert final.detail == f"stopped with {REFUSAL_STOPS[adapter]}, a refusal"
+        [sent] = posts(h)
+        assert [(r.request_id, r.fault) for r in h.fp.fault_log] == [
+            (sent.request_id, refusal),
+            (sent.request_id, Fault(FaultKind.SLOW, 50)),
+        ]
+        previews = h.ledger.of_type(PreviewUpdated)
+        assert "".join(p.text for p in previews) == "About REFUSED tell me"
+        assert [
+            (r.operation_id, r.attempt_generation, r.reason) for r in h.ledger.of_type(PreviewRetracted)
+        ] == [("op-1", 1, ReasonCode.PROVIDER_REFUSED)]
+        assert h.assistant_turns("c1") == []
         assert h.worker.stats.counts["pauses"] == 0
