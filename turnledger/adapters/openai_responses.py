@@ -100,8 +100,17 @@ class OpenAIResponsesRulesV2(OpenAIResponsesRules):
         return wire_call_id(self.call_ids, call_id)
 
 
+def _policy_v3() -> dict[str, str]:
+    """Version 3 passes what a reasoning model needs with manual context: `reasoning` (its effort
+    and summary) and `include` (`["reasoning.encrypted_content"]` returns each reasoning item's
+    encrypted content, which is the block's signature, so the next request can send the item back;
+    provider-formats §1b). Without `include`, no reasoning item can be replayed."""
+    return {**_policy_v1(), "reasoning": "reasoning", "include": "include"}
+
+
 RULES_V1 = OpenAIResponsesRules()
 RULES_V2 = OpenAIResponsesRulesV2()
+RULES_V3 = OpenAIResponsesRulesV2(policy_fields=_policy_v3())
 
 
 def _text(block: Block, rules: OpenAIResponsesRules) -> Item | None:
@@ -216,3 +225,4 @@ def _assistant_items(rendered: list[Item], rules: OpenAIResponsesRules) -> list[
 
 OPENAI_RESPONSES_V1 = OpenAIResponsesAdapter(1, RULES_V1)
 OPENAI_RESPONSES_V2 = OpenAIResponsesAdapter(2, RULES_V2)
+OPENAI_RESPONSES_V3 = OpenAIResponsesAdapter(3, RULES_V3)

@@ -20,7 +20,7 @@ from turnledger.adapters.base import Adapter, UnknownAdapterError
 from turnledger.adapters.bedrock_converse import BEDROCK_CONVERSE_V1
 from turnledger.adapters.gemini import GEMINI_V1, GEMINI_V2
 from turnledger.adapters.openai_chat import OPENAI_CHAT_V1, OPENAI_CHAT_V2
-from turnledger.adapters.openai_responses import OPENAI_RESPONSES_V1, OPENAI_RESPONSES_V2
+from turnledger.adapters.openai_responses import OPENAI_RESPONSES_V1, OPENAI_RESPONSES_V2, OPENAI_RESPONSES_V3
 
 _ALL: tuple[Adapter, ...] = (
     OPENAI_CHAT_V1,
@@ -34,6 +34,8 @@ _ALL: tuple[Adapter, ...] = (
     OPENAI_RESPONSES_V2,
     ANTHROPIC_MESSAGES_V2,
     GEMINI_V2,
+    # version 3: the reasoning policy a reasoning model needs to have its reasoning items sent back
+    OPENAI_RESPONSES_V3,
 )
 
 ADAPTERS: Mapping[str, Adapter] = MappingProxyType({a.adapter_id: a for a in _ALL})
@@ -41,7 +43,7 @@ ADAPTERS: Mapping[str, Adapter] = MappingProxyType({a.adapter_id: a for a in _AL
 LATEST: Mapping[str, str] = MappingProxyType(
     {
         "openai-chat": OPENAI_CHAT_V2.adapter_id,
-        "openai-responses": OPENAI_RESPONSES_V2.adapter_id,
+        "openai-responses": OPENAI_RESPONSES_V3.adapter_id,
         "anthropic-messages": ANTHROPIC_MESSAGES_V2.adapter_id,
         "gemini": GEMINI_V2.adapter_id,
         "bedrock-converse": BEDROCK_CONVERSE_V1.adapter_id,

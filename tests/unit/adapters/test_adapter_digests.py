@@ -22,6 +22,8 @@ SHIPPED_DIGESTS = {
     "gemini@2": "sha256:322e022b83d5cadc81bb0847ebc78ee61be1cee2c2954af376c87269636da046",
     "openai-chat@2": "sha256:8d9a704f3eb7bc36be0f7707f0536205768708ea71bb1738de56260f31d4072f",
     "openai-responses@2": "sha256:790c59f5ff2da467f66b9eb671cdb184922307fbb4021287358706f2483754aa",
+    # version 3: `reasoning` and `include` policy (a reasoning model's items sent back)
+    "openai-responses@3": "sha256:df57156119dd6f5dac187014fa26bc2ead60d0b5f08ae2416222632aaa24f991",
 }
 
 

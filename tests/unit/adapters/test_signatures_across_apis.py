@@ -9,6 +9,7 @@ an unknown one (sent as before) and by another API (sent as its unsigned twin is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -155,3 +156,24 @@ def test_own_and_foreign_signature(
 ) -> None:
     block = _block(signature, signed_by)
     assert (own_signature(block, "gemini"), foreign_signature(block, "gemini")) == (own, foreign)
+
+
+def test_responses_v3_passes_the_reasoning_policy_and_v2_drops_it() -> None:
+    """Without `include: ["reasoning.encrypted_content"]` a Responses answer carries no encrypted
+    content, so no reasoning item could ever be sent back."""
+    policy = {"include": ["reasoning.encrypted_content"], "reasoning": {"effort": "high"}, "store": False}
+    c = Conversation("policy")
+    c.next_turn().user("q")
+    bodies = {}
+    for adapter_id in ("openai-responses@2", "openai-responses@3"):
+        adapter = ADAPTERS[adapter_id]
+        params = dataclasses.replace(params_for(adapter.provider), policy=policy)
+        rendered = adapter.render(c.build(), params)
+        assert isinstance(rendered, Rendered)
+        bodies[adapter_id] = json.loads(rendered.body)
+    assert {k: bodies["openai-responses@3"].get(k) for k in policy} == policy
+    assert {k: bodies["openai-responses@2"].get(k) for k in policy} == {
+        "include": None,
+        "reasoning": None,
+        "store": False,
+    }
