@@ -367,16 +367,20 @@ async def test_connect_to_a_port_nothing_listens_on_is_an_outage() -> None:
     assert caught.value.__cause__ is caught.value.cause
 
 
-async def test_diagnose_raises_a_refusal_and_returns_on_an_outage_or_an_answer() -> None:
-    """A service that waits out outages is told only of refusals."""
+async def test_diagnose_raises_a_refusal_and_returns_the_outage_or_none_on_an_answer() -> None:
+    """A service that waits out outages is told only of refusals; the outage it goes on to wait out is
+    given back (its sentinels, of a Sentinel URL, asked already)."""
     async with serving(FakeRedis(b"-NOAUTH Authentication required.\r\n", login_first=True)) as port:
         with pytest.raises(RedisAccessError) as caught:
             await guarded(diagnose(f"redis://{HOST}:{port}/0"))
     assert str(caught.value).endswith(CHECK_LOGIN)
-    await guarded(diagnose(f"redis://{HOST}:{await closed_port()}/0"))
+    down = f"redis://{HOST}:{await closed_port()}/0"
+    outage = await guarded(diagnose(down))
+    assert type(outage) is RedisUnavailableError
+    assert (outage.url, type(outage.cause)) == (down, RedisConnectionError)
     redis = FakeRedis(b"+PONG\r\n")
     async with serving(redis) as port:
-        await guarded(diagnose(f"redis://{HOST}:{port}/0"))
+        assert await guarded(diagnose(f"redis://{HOST}:{port}/0")) is None
     assert redis.heard[-1] == b"*1\r\n$4\r\nPING\r\n"
 
 

@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from tests.unit.cli_entry import said_by_entry_point
 from tests.unit.fake_sentinel import NOAUTH, NOAUTH_HELLO, FakeSentinel, served_in_a_thread
 from tests.unit.tls_servers import CERT, HOST, KEY, TLS, FakeTlsPort, closed_port, server_context, serving
-from turnledger.errors import RedisSentinelAccessError, RedisSentinelUnavailableError
+from turnledger.errors import RedisSentinelAccessError, RedisSentinelUnavailableError, RedisUnavailableError
 from turnledger.redisconn import probe, sentinel_probe
 from turnledger.redisconn.client import classified, connect, diagnose, redis_client
 from turnledger.redisconn.cluster import RedisClient
@@ -163,9 +163,11 @@ async def test_sentinels_that_cannot_be_reached_stay_the_outage(others: str) -> 
         url = f"redis+sentinel://{HOST}:{first},{HOST}:{second}/{SERVICE}"
         with pytest.raises(RedisSentinelUnavailableError) as caught:
             await asyncio.wait_for(connect(url), GUARD_S)
-        assert await asyncio.wait_for(diagnose(url), GUARD_S) is None, "a service waits it out"
+        waited = await asyncio.wait_for(diagnose(url), GUARD_S)  # a service waits it out
     assert caught.value.retriable
     assert caught.value.sentinels == (f"{HOST}:{first}", f"{HOST}:{second}")
+    assert isinstance(waited, RedisSentinelUnavailableError)
+    assert str(waited) == str(caught.value)
 
 
 async def test_a_sentinel_that_names_the_primary_keeps_the_outage_whatever_the_others_say() -> None:
@@ -276,6 +278,25 @@ async def test_turnledger_project_ends_at_once_with_exit_2_where_it_waited_for_e
     )
     assert last.endswith(f"). {LOGIN_FIX}")
     assert "Traceback" not in stderr.decode()
+
+
+def test_turnledger_project_asks_sentinels_that_see_the_primary_down_once_at_its_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`diagnose` asks them why before following; the script's load, which meets the same outage at once
+    (here given up on at once: --max-outage 0), does not ask them again (`Rechecks.asked`)."""
+    fake = FakeSentinel(monitors={SERVICE: (HOST, 6379)}, down=frozenset({SERVICE}))
+    with served_in_a_thread(fake) as port:
+        url = f"redis+sentinel://{HOST}:{port}/{SERVICE}"
+        args = ["--redis-url", url, "--bootstrap", "k:1", "--static", "--max-outage", "0"]
+        code, said = said_by_entry_point(monkeypatch, capsys, "project", *args)
+    asked = [command for command in fake.commands if command[:2] == ["SENTINEL", "GET-MASTER-ADDR-BY-NAME"]]
+    assert code == 2
+    assert said[-1].startswith(
+        f"Redis is not reachable at '{url}/0': no sentinel of {HOST}:{port} named a primary for 'mymaster' "
+        "(MasterNotFoundError: No master found for 'mymaster'). Check that the sentinels run"
+    )
+    assert asked == [["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]]
 
 
 # --- what is no sentinel, or will not serve us: refusals too ---------------------------------------------
@@ -656,6 +677,50 @@ def test_a_tls_connection_that_only_ended_is_no_failed_handshake(cause: BaseExce
 def test_the_bounds_the_docs_give() -> None:
     """README and docs/architecture.md: 3 s for a sentinel's answer; asked again at most every 30 s."""
     assert sentinel_probe.PROBE_TIMEOUT_S == 3.0
+
+
+@pytest.mark.parametrize(("then", "asked"), [(29.9, 0), (30.0, 1)])
+async def test_an_outage_diagnose_asked_about_is_asked_again_30_s_later_not_at_its_first_sighting(
+    monkeypatch: pytest.MonkeyPatch, then: float, asked: int
+) -> None:
+    """`Rechecks.asked`: `turnledger project`'s `diagnose` asked the sentinels just before the load meets
+    the outage."""
+    now = [1000.0]
+    rechecks = sentinel_probe.Rechecks(redis_client("redis+sentinel://s1/mymaster"), clock=lambda: now[0])
+    asks: list[BaseException] = []
+
+    async def sentinel_refusal(client: object, exc: BaseException) -> None:
+        asks.append(exc)
+
+    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    none_found = MasterNotFoundError("No master found for 'mymaster'")
+    outage = RedisSentinelUnavailableError("u", ["s1:26379"], SERVICE, none_found, "none")
+    rechecks.asked(outage)
+    now[0] += then
+    assert await rechecks.refusal(outage, none_found) is None
+    assert asks == [none_found] * asked
+
+
+@pytest.mark.parametrize(
+    "diagnosed",
+    [None, RedisUnavailableError("redis://r:1/0", RedisConnectionError("refused"))],
+    ids=["Redis answered", "not a sentinel outage"],
+)
+async def test_what_diagnose_met_without_asking_sentinels_leaves_the_first_sighting_asked(
+    monkeypatch: pytest.MonkeyPatch, diagnosed: RedisUnavailableError | None
+) -> None:
+    rechecks = sentinel_probe.Rechecks(redis_client("redis+sentinel://s1/mymaster"), clock=lambda: 1000.0)
+    asks: list[BaseException] = []
+
+    async def sentinel_refusal(client: object, exc: BaseException) -> None:
+        asks.append(exc)
+
+    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    none_found = MasterNotFoundError("No master found for 'mymaster'")
+    rechecks.asked(diagnosed)
+    outage = RedisSentinelUnavailableError("u", ["s1:26379"], SERVICE, none_found, "none")
+    assert await rechecks.refusal(outage, none_found) is None
+    assert asks == [none_found]
 
 
 @pytest.mark.parametrize(("then", "asked"), [(29.9, 1), (30.0, 2)])

@@ -170,8 +170,7 @@ def project_command(
     async def main() -> ProjectorStats:
         # following waits for a Redis that is down, not for one that refuses us; a one-shot run
         # says either at once
-        if not until_caught_up:
-            await diagnose(url)
+        diagnosed = None if until_caught_up else await diagnose(url)
         redis = await connect(url) if until_caught_up else redis_client(url)
         spec = SpecMetrics()
         projector = Projector(
@@ -195,7 +194,7 @@ def project_command(
                 markup=False,
             )
             async with serve_spec_metrics(metrics_port, spec, projector.readiness):
-                return await projector.run_forever(stop, follow=follow)
+                return await projector.run_forever(stop, follow=follow, diagnosed=diagnosed)
         finally:
             await redis.aclose()
 

@@ -36,7 +36,8 @@ with those it saw applied (`known`); any that went back make it position every p
 Sentinels that name no primary are an outage too, but they are asked why (`redisconn.sentinel_probe`,
 `Rechecks`: at the outage's first sighting, then at most every `RECHECK_EVERY_S` while it lasts), while
 following and while loading the script: sentinels that refuse us (their password changed under a running
-projector) end it, as a Redis that refuses it does.
+projector) end it, as a Redis that refuses it does. An outage `turnledger project`'s `diagnose` met at the
+start was sighted, and its sentinels asked, there: the load asks them next `RECHECK_EVERY_S` later.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from turnledger.errors import RedisFailoverError
+from turnledger.errors import RedisFailoverError, RedisUnavailableError
 from turnledger.kafka.clients import (
     LEAVE_WITHIN_S,
     close_client,
@@ -104,7 +105,10 @@ def _names(tps: set[TopicPartition]) -> str:
 
 
 class Follower:
-    def __init__(self, projector: Projector, settings: FollowSettings) -> None:
+    def __init__(
+        self, projector: Projector, settings: FollowSettings, diagnosed: RedisUnavailableError | None = None
+    ) -> None:
+        """`diagnosed`: the outage `client.diagnose` met just before (its sentinels asked why already)."""
         self.projector = projector
         self.settings = settings
         self.consumer: AIOKafkaConsumer | None = None
@@ -123,6 +127,7 @@ class Follower:
         round compares at once whatever the clock's origin (the machine's boot)."""
         self.rechecks = Rechecks(projector.redis)
         """When the sentinels of a Sentinel URL are asked why they named no primary."""
+        self.rechecks.asked(diagnosed)
 
     def readiness(self) -> str | None:
         """None once following: the consumer started, partitions assigned and positioned, no outage."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from aiokafka import TopicPartition
 
 from turnledger.codec import CodecError, decode
+from turnledger.errors import RedisUnavailableError
 from turnledger.kafka.clients import close_client
 from turnledger.kafka.reading import ReadProgress, partitions_of, read_to_end, start_reader
 from turnledger.model.base import Frozen
@@ -254,13 +255,15 @@ class Projector:
         report: Callable[[ProjectorStats], None] | None = None,
         *,
         follow: FollowSettings | None = None,
+        diagnosed: RedisUnavailableError | None = None,
     ) -> ProjectorStats:
         """Follow the topics until `stop` is set (or the task is cancelled): every partition by static
         assignment, or, with `follow.group_id`, the partitions the consumer group assigns; outages of
-        Kafka and Redis are ridden out as `follow.outage` says (`follow.py`)."""
+        Kafka and Redis are ridden out as `follow.outage` says (`follow.py`). `diagnosed`: the outage
+        `client.diagnose` met just before, whose sentinels are not asked again at once."""
         from turnledger.projections.follow import Follower
 
-        self.follower = Follower(self, follow or FollowSettings())
+        self.follower = Follower(self, follow or FollowSettings(), diagnosed)
         return await self.follower.run(stop or asyncio.Event(), report)
 
     def readiness(self) -> str | None:

@@ -99,14 +99,17 @@ async def judged(client: RedisClient, exc: BaseException) -> TurnledgerError | N
     return failure
 
 
-async def diagnose(url: str) -> None:
-    """Raise `RedisAccessError` when Redis at `url` refuses us (see `explain`); anything else (it
-    answers, it is down) returns: a service that waits out outages goes on to wait."""
+async def diagnose(url: str) -> RedisUnavailableError | None:
+    """Raise `RedisAccessError` when Redis at `url` refuses us (see `explain`); else the outage it met
+    (None: Redis answered), for a service that waits out outages to go on to wait. A sentinel outage's
+    sentinels were asked why already (`judged`), which that service's next asking may count
+    (`sentinel_probe.Rechecks.asked`)."""
     try:
         client = await connect(url)
-    except RedisUnavailableError:
-        return
+    except RedisUnavailableError as outage:
+        return outage
     await client.aclose()
+    return None
 
 
 async def explain(client: RedisClient, exc: BaseException) -> TurnledgerError | None:

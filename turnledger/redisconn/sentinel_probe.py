@@ -297,6 +297,12 @@ class Rechecks:
         self.asked_at = now
         return await sentinel_refusal(self.client, outage.cause or exc)
 
+    def asked(self, outage: TurnledgerError | None) -> None:
+        """`outage` was asked why already (`client.diagnose`, just before the caller waits): a sentinel
+        outage's sentinels are asked next `RECHECK_EVERY_S` from now, not again at its first sighting."""
+        if isinstance(outage, RedisSentinelUnavailableError):
+            self.asked_at = self.clock()
+
     def passed(self) -> None:
         self.asked_at = None
 

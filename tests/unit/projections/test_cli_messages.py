@@ -166,7 +166,7 @@ def test_a_session_timeout_the_broker_refuses_is_one_line_exit_2(
     from turnledger.projections.projector import Projector
 
     async def refused(
-        self: Projector, stop: object, report: object = None, *, follow: FollowSettings
+        self: Projector, stop: object, report: object = None, *, follow: FollowSettings, diagnosed: object
     ) -> None:
         assert follow.group_id is not None
         raise SessionTimeoutRefusedError(self.bootstrap, follow.group_id, follow.session_timeout_ms, None)

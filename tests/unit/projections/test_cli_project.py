@@ -50,7 +50,9 @@ class FakeProjector:
         progress(5, 5)
         return STATS
 
-    async def run_forever(self, stop: Any, report: Any = None, *, follow: Any) -> ProjectorStats:
+    async def run_forever(
+        self, stop: Any, report: Any = None, *, follow: Any, diagnosed: Any = None
+    ) -> ProjectorStats:
         logging.getLogger("turnledger.projections.projector").info(WAITING)
         return STATS
 

@@ -407,3 +407,30 @@ async def test_sentinels_that_name_no_primary_while_the_script_loads_are_asked_w
         await follower._load_script(asyncio.Event())
         assert (len(failures), projector.applier.loads) == (0, 1)
     assert asked == [(projector.redis, none_found)]
+
+
+async def test_sentinels_diagnose_asked_at_the_start_are_not_asked_again_while_the_script_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`turnledger project` asked them why in `diagnose` just before (`Projector.run_forever`'s `diagnosed`):
+    the load waits the outage out without asking them again within `RECHECK_EVERY_S`."""
+    none_found = MasterNotFoundError("No master found for 'mymaster'")
+    outage = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", none_found, "none")
+    projector = FakeProjector(FakeRedis())
+    fast = Backoff(initial_s=0.001, max_s=0.001, jitter=0.0)
+    follower = Follower(projector, FollowSettings(outage=fast), outage)  # type: ignore[arg-type]
+    failures = [outage] * 3
+    asked: list[tuple[object, BaseException]] = []
+
+    async def prepare() -> None:
+        if failures:
+            raise failures.pop(0)
+        await projector.applier.load()
+
+    async def sentinel_refusal(client: object, exc: BaseException) -> None:
+        asked.append((client, exc))
+
+    monkeypatch.setattr(projector, "prepare", prepare)
+    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    await follower._load_script(asyncio.Event())
+    assert (len(failures), projector.applier.loads, asked) == (0, 1, [])

@@ -18,6 +18,7 @@ from aiokafka import TopicPartition
 from tests.unit.projections.projector_fakes import SHA, Clock, ScriptRedis, offsets_of, raw
 from tests.unit.projections.test_projector import PREV, REJ, SPLIT, projector, rejected, retracted
 from tests.unit.test_kafka_reading import Log
+from turnledger.errors import RedisUnavailableError
 from turnledger.kafka.reading import read_to_end
 from turnledger.projections import follow, keys
 from turnledger.projections import projector as module
@@ -248,8 +249,8 @@ async def test_run_to_end_closes_its_consumer_when_a_batch_fails(
 class FakeFollower:
     made: list[FakeFollower] = []
 
-    def __init__(self, projector: Any, settings: FollowSettings) -> None:
-        self.projector, self.settings = projector, settings
+    def __init__(self, projector: Any, settings: FollowSettings, diagnosed: Any) -> None:
+        self.projector, self.settings, self.diagnosed = projector, settings, diagnosed
         self.ran: tuple[Any, ...] = ()
         self.stats = ProjectorStats(batches=4)
         FakeFollower.made.append(self)
@@ -270,7 +271,7 @@ async def test_run_forever_hands_the_projector_to_a_follower(monkeypatch: pytest
     [follower] = FakeFollower.made
     assert made.follower is follower  # type: ignore[comparison-overlap]
     assert follower.projector is made and stats is follower.stats
-    assert follower.settings == FollowSettings()
+    assert (follower.settings, follower.diagnosed) == (FollowSettings(), None)
     stop, report = follower.ran
     assert isinstance(stop, asyncio.Event) and not stop.is_set() and report is None
     assert made.readiness() == "positioning 2 partitions"
@@ -278,7 +279,8 @@ async def test_run_forever_hands_the_projector_to_a_follower(monkeypatch: pytest
     told_stop = asyncio.Event()
     settings = FollowSettings(group_id="projectors", outage=Backoff(initial_s=2.0))
     reports: list[ProjectorStats] = []
-    await made.run_forever(told_stop, reports.append, follow=settings)
+    outage = RedisUnavailableError("redis://r:1/0", ConnectionError("refused"))
+    await made.run_forever(told_stop, reports.append, follow=settings, diagnosed=outage)
     follower = FakeFollower.made[-1]
-    assert made.follower is follower and follower.settings is settings
+    assert made.follower is follower and follower.settings is settings and follower.diagnosed is outage
     assert follower.ran == (told_stop, reports.append)
