@@ -27,10 +27,10 @@ from turnledger.projections.replies import (
 )
 from turnledger.redisconn.cluster import RedisClient
 
-DropProgress = Callable[[int, int | None], None]
-"""`(deleted, total)` of a drop: the keys deleted so far, told after each DEL with a total of None (SCAN
-finds the keys as it walks, so how many there are is known only at its end), then, the drop over, the
-keys deleted as the total."""
+KeysProgress = Callable[[int, int | None], None]
+"""`(keys, total)` of a walk over a projection's keys: the keys done so far (a drop's deleted, told after
+each DEL; a comparison's read, told after each key) with a total of None (SCAN finds the keys as it walks,
+so how many there are is known only at its end), then, the walk over, the keys done as the total."""
 
 POSITION_KEYS = ("offsets", "layout")
 """Keys that record where a projection read from and how it is split, not what it holds: left out of
@@ -66,8 +66,11 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-async def snapshot(redis: RedisClient, prefix: str) -> dict[str, Any]:
-    """Every key under `prefix` (name relative to it) with its full value, positions excluded.
+async def snapshot(
+    redis: RedisClient, prefix: str, read: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Every key under `prefix` (name relative to it) with its full value, positions excluded; `read`
+    is told the count read so far after each key.
 
     Two projections of the same records compare equal however their sources were
     partitioned or interleaved: lists are per conversation (one partition each), the
@@ -79,38 +82,61 @@ async def snapshot(redis: RedisClient, prefix: str) -> dict[str, Any]:
         if key in skip or not is_key_under(prefix, key):
             continue
         out[key[len(prefix) :]] = await _value(redis, key)
+        if read is not None:
+            read(len(out))
     return dict(sorted(out.items()))
 
 
-async def snapshot_projection(redis: RedisClient, keys: ProjectionKeys) -> dict[str, Any]:
+async def snapshot_projection(
+    redis: RedisClient, keys: ProjectionKeys, read: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     """`snapshot` of the whole projection: of each slot group when split, its names then led by the
-    group's number (`#3/history:c-1`)."""
+    group's number (`#3/history:c-1`); `read`: the count read so far over every group."""
     if not keys.split:
-        return await snapshot(redis, keys.base)
+        return await snapshot(redis, keys.base, read)
     out: dict[str, Any] = {}
     for index, group in enumerate(keys.groups):
-        for name, value in (await snapshot(redis, group.base)).items():
+        told = None if read is None else partial(_after, read, len(out))
+        for name, value in (await snapshot(redis, group.base, told)).items():
             out[f"#{index}/{name}"] = value
     return out
 
 
+async def compare_projections(
+    redis: RedisClient, left: ProjectionKeys, right: ProjectionKeys, progress: KeysProgress | None = None
+) -> list[str]:
+    """`diff_snapshots` of the two projections, `left` read first; `progress`: the keys read of both."""
+    told = None if progress is None else partial(_counted, progress, 0)
+    first = await snapshot_projection(redis, left, told)
+    told = None if progress is None else partial(_counted, progress, len(first))
+    second = await snapshot_projection(redis, right, told)
+    if progress is not None:
+        progress(len(first) + len(second), len(first) + len(second))
+    return diff_snapshots(first, second)
+
+
 async def drop_projection(
-    redis: RedisClient, *layouts: ProjectionKeys, progress: DropProgress | None = None
+    redis: RedisClient, *layouts: ProjectionKeys, progress: KeysProgress | None = None
 ) -> int:
     """Drop every key of the projection (its layout, each slot group), as split in any of `layouts`
     (what Redis holds, and what it is about to be); `progress`: the keys deleted over all of them."""
     bases = {base: None for keys in layouts for base in _bases(keys)}
     dropped = 0
     for base in bases:
-        told = None if progress is None else partial(_deleted_after, progress, dropped)
+        told = None if progress is None else partial(_counted, progress, dropped)
         dropped += await drop_prefix(redis, base, deleted=told)
     if progress is not None:
         progress(dropped, dropped)
     return dropped
 
 
-def _deleted_after(progress: DropProgress, before: int, deleted: int) -> None:
-    progress(before + deleted, None)
+def _counted(progress: KeysProgress, before: int, done: int) -> None:
+    """`progress` told `before + done` keys, of a total not known yet."""
+    progress(before + done, None)
+
+
+def _after(read: Callable[[int], None], before: int, done: int) -> None:
+    read(before + done)
 
 
 def _bases(keys: ProjectionKeys) -> tuple[str, ...]:

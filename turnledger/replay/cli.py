@@ -212,7 +212,7 @@ def rebuild_command(
 
     The fresh fold runs under the size limits given (the processor's). On a terminal, bars on stderr
     show the keys dropped (how many there are is known when the drop is over), the output topics'
-    offsets projected and the ingress offsets folded."""
+    offsets projected, the ingress offsets folded and the keys of both projections compared."""
     from turnledger.projections.shards import discover
     from turnledger.replay.rebuild import RebuildReport, rebuild
     from turnledger.topology import Topics
@@ -239,6 +239,9 @@ def rebuild_command(
         }
         if verify:
             tasks["folding"] = progress.add_task(f"folding {topics.ingress}", total=None, unit="offsets")
+            tasks["comparing"] = progress.add_task(
+                f"comparing the projection {key_prefix} with the fresh fold's", total=None, unit="keys"
+            )
 
         async def main() -> RebuildReport:
             redis = await connect(url)

@@ -16,7 +16,7 @@ from turnledger.projections.direct import DirectProjector
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.projector import Projector, ProjectorStats
 from turnledger.projections.shards import discover
-from turnledger.projections.snapshot import diff_snapshots, drop_projection, snapshot_projection
+from turnledger.projections.snapshot import compare_projections, drop_projection
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.replay.refold import refold
 from turnledger.topology import Topics
@@ -63,8 +63,9 @@ async def rebuild(
 ) -> RebuildReport:
     """Drop the projection under `keys.prefix` (as Redis holds it split, and as `keys` splits it),
     project the topics again split as `keys` says, and verify it against a fresh fold split alike.
-    `progress` is told each phase: the keys "dropping" deleted (`DropProgress`: no total until the drop
-    is over), the offsets "projecting" the output topics, then (verifying) "folding" the ingress topic."""
+    `progress` is told each phase: the keys "dropping" deleted (`KeysProgress`: no total until the drop
+    is over), the offsets "projecting" the output topics, then (verifying) "folding" the ingress topic
+    and the keys of both projections read "comparing" them (no total until both are read)."""
     dropping = None if progress is None else partial(progress, "dropping")
     dropped = await drop_projection(redis, await discover(keys.prefix, redis), keys, progress=dropping)
     projector = Projector(redis, bootstrap, topics, keys)
@@ -78,9 +79,8 @@ async def rebuild(
         report.folded_records = await project_fresh_fold(
             redis, bootstrap, topics, check, told_as(progress, "folding")
         )
-        report.differences = diff_snapshots(
-            await snapshot_projection(redis, keys), await snapshot_projection(redis, check)
-        )
+        comparing = None if progress is None else partial(progress, "comparing")
+        report.differences = await compare_projections(redis, keys, check, comparing)
     finally:
         await drop_projection(redis, check)
     return report

@@ -18,6 +18,7 @@ from turnledger.projections.keys import ProjectionKeys
 from turnledger.projections.snapshot import (
     POSITION_KEYS,
     _glob_escape,
+    compare_projections,
     diff_snapshots,
     drop_prefix,
     drop_projection,
@@ -448,6 +449,55 @@ async def test_a_drop_tells_the_keys_deleted_over_every_base_then_their_count_as
     dropped = await bounded(drop_projection(redis, SPLIT, progress=lambda *t: told.append(t)))  # type: ignore[arg-type]
     assert dropped == 503 and redis.data == {}
     assert told == [(1, None), (501, None), (502, None), (503, None), (503, 503)]
+
+
+async def test_a_snapshot_tells_the_keys_read_after_each_and_not_the_positions_it_leaves_out() -> None:
+    redis = Keyspace()
+    fill(redis, "tl:", "offsets", "history:c-1", "layout", "stats", "history")
+    told: list[int] = []
+    taken = await bounded(snapshot(redis, "tl:", told.append))  # type: ignore[arg-type]
+    assert (list(taken), told) == (["history:c-1", "stats"], [1, 2])
+
+
+async def test_a_split_projection_s_snapshot_tells_the_keys_read_over_every_group() -> None:
+    redis = Keyspace()
+    fill(redis, "{tl:}", "layout", "stray")
+    fill(redis, "{tl:#0}", "stats", "offsets", "history:c-1")
+    fill(redis, "{tl:#1}", "history:c-2", "stats", "history:c-3")
+    told: list[int] = []
+    taken = await bounded(snapshot_projection(redis, SPLIT, told.append))  # type: ignore[arg-type]
+    assert (len(taken), told) == (5, [1, 2, 3, 4, 5])
+
+
+async def test_a_comparison_tells_the_keys_read_of_both_projections_then_their_count_as_the_total() -> None:
+    """The first's, then the second's after them, with no total (SCAN learns how many there are only at
+    its end); both read, the count read as the total."""
+    redis = Keyspace()
+    fill(redis, "{tl:#0}", "stats", "offsets")
+    fill(redis, "{tl:#1}", "history:c-1", "history:c-2")
+    check = SPLIT.beside("verify:tl:")
+    fill(redis, "{verify:tl:#0}", "stats", "layout")
+    fill(redis, "{verify:tl:#1}", "history:c-1", "history:c-3")
+    told: list[tuple[int, int | None]] = []
+    differences = await bounded(compare_projections(redis, SPLIT, check, lambda *t: told.append(t)))  # type: ignore[arg-type]
+    assert differences == ["only in the first: #1/history:c-2", "only in the second: #1/history:c-3"]
+    assert told == [(1, None), (2, None), (3, None), (4, None), (5, None), (6, None), (6, 6)]
+    assert [m for m, _ in redis.scans] == ["{tl:#0}*", "{tl:#1}*", "{verify:tl:#0}*", "{verify:tl:#1}*"]
+
+
+async def test_a_comparison_without_a_progress_lists_the_differences_alone() -> None:
+    redis = Keyspace()
+    fill(redis, "tl:", "stats", "history:c-1")
+    fill(redis, "verify:tl:", "stats")
+    assert await bounded(compare_projections(redis, TL, TL.beside("verify:tl:"))) == [  # type: ignore[arg-type]
+        "only in the first: history:c-1"
+    ]
+
+
+async def test_comparing_empty_projections_tells_0_keys_of_0() -> None:
+    told: list[tuple[int, int | None]] = []
+    assert await bounded(compare_projections(Keyspace(), TL, TL, lambda *t: told.append(t))) == []  # type: ignore[arg-type]
+    assert told == [(0, 0)]
 
 
 # ------------------------------------------------------------------------------------- differences

@@ -554,8 +554,8 @@ class Rebuilding:
     async def rebuild(
         self, redis: Any, bootstrap: str, topics: Topics, keys: ProjectionKeys, *, verify: bool, progress: Any
     ) -> Any:
-        """Tells the drop's progress (no total until it is over), the projection's, and the fold's when
-        verifying."""
+        """Tells the drop's progress (no total until it is over), the projection's, and the fold's and the
+        comparison's (no total until both projections are read) when verifying."""
         assert redis is self.redis and self.redis.closed == 0
         self.calls.append((bootstrap, topics, keys, verify, load_limits()))
         if isinstance(self.report, Exception):
@@ -567,6 +567,8 @@ class Rebuilding:
         if verify:
             progress("folding", 0, 8)
             progress("folding", 8, 8)
+            progress("comparing", 9, None)
+            progress("comparing", 12, 12)
         return self.report
 
 
@@ -574,11 +576,12 @@ def rebuild_bars(prefix: str, verify: bool, key_prefix: str = "tl:") -> list[tup
     dropping = (f"dropping the projection {key_prefix}", None, {"unit": "keys"})
     projecting = ("projecting the output topics", None, {"unit": "offsets"})
     folding = (f"folding {prefix}turnledger.ingress", None, {"unit": "offsets"})
-    return [dropping, projecting, folding] if verify else [dropping, projecting]
+    comparing = (f"comparing the projection {key_prefix} with the fresh fold's", None, {"unit": "keys"})
+    return [dropping, projecting, folding, comparing] if verify else [dropping, projecting]
 
 
 PROJECTING_TOLD = [(41, 4, None), (41, 7, 7), (42, 0, 5), (42, 5, 5)]
-REBUILD_TOLD = [*PROJECTING_TOLD, (43, 0, 8), (43, 8, 8)]
+REBUILD_TOLD = [*PROJECTING_TOLD, (43, 0, 8), (43, 8, 8), (44, 9, None), (44, 12, 12)]
 
 
 def rebuilt(verified: bool, differences: list[str] | None = None) -> RebuildReport:
@@ -691,12 +694,13 @@ def test_a_rebuild_draws_its_bars_on_the_error_console_only_and_only_on_a_termin
     limits, limits_line = console_on(False)
     limits.print(f"size limits of the fresh fold: {describe(Limits())}")
     if err_is_a_terminal:
-        phases = ("dropping", "projecting", "folding")
+        phases = ("dropping", "projecting", "folding", "comparing")
         bars = [line.split() for line in seen(drawn).splitlines() if line.startswith(phases)]
-        assert [(b[:-4], b[-3:-1]) for b in bars[-3:]] == [  # as the bars were last drawn
+        assert [(b[:-4], b[-3:-1]) for b in bars[-4:]] == [  # as the bars were last drawn
             (["dropping", "the", "projection", "tl:"], ["7/7", "keys"]),
             (["projecting", "the", "output", "topics"], ["5/5", "offsets"]),
             (["folding", "p.turnledger.ingress"], ["8/8", "offsets"]),
+            (["comparing", "the", "projection", "tl:", "with", "the", "fresh", "fold's"], ["12/12", "keys"]),
         ]
     else:
         assert drawn.getvalue() == limits_line.getvalue()

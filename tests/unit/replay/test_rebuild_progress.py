@@ -2,8 +2,9 @@
 `drop_projection` tells, tested in `test_snapshot.py`; the verification's own drops tell nothing), the
 projection's read of the output topics ("projecting", what `Projector.run_to_end` tells, tested in
 `test_projector_run.py`), then, verifying, the ingress offsets of the fresh fold ("folding", the
-refold's read on topics in memory). Redis, the projectors and the drops are faked; the rebuild's Redis
-side has its own integration tests."""
+refold's read on topics in memory) and the keys of both projections read to compare them ("comparing",
+what `compare_projections` tells, tested in `test_snapshot.py`). Redis, the projectors, the drops and the
+comparison are faked; the rebuild's Redis side has its own integration tests."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ class Faked:
         """Whether each drop was given a progress."""
         self.projected: list[tuple[str, ProjectionKeys, bool]] = []
         """(what, keys, whether it was given a progress)"""
+        self.compared: list[tuple[str, str, bool]] = []
+        """(the first projection's prefix, the second's, whether it was given a progress)"""
         records = _ingress("A")
         self.topics = FakeTopics({INGRESS: [records[:1], records[1:]]})
         self.topics.install(monkeypatch, "turnledger.replay.refold")
@@ -76,18 +79,26 @@ class Faked:
                 progress(3, 3)
             return 3
 
-        async def snapshot_projection(redis: Any, keys: ProjectionKeys) -> dict[str, Any]:
-            return {}
+        async def compare_projections(
+            redis: Any, left: ProjectionKeys, right: ProjectionKeys, progress: Any = None
+        ) -> list[str]:
+            """4 keys read of each, equal."""
+            self.compared.append((left.prefix, right.prefix, progress is not None))
+            if progress is not None:
+                progress(4, None)
+                progress(8, None)
+                progress(8, 8)
+            return []
 
         monkeypatch.setattr(module, "Projector", Projector)
         monkeypatch.setattr(module, "DirectProjector", DirectProjector)
         monkeypatch.setattr(module, "discover", discover)
         monkeypatch.setattr(module, "drop_projection", drop_projection)
-        monkeypatch.setattr(module, "snapshot_projection", snapshot_projection)
+        monkeypatch.setattr(module, "compare_projections", compare_projections)
         monkeypatch.delenv(model_registry.REGISTRY_ENV, raising=False)
 
 
-async def test_a_rebuild_tells_the_offsets_projected_then_the_ingress_offsets_folded(
+async def test_a_rebuild_tells_the_keys_dropped_the_offsets_projected_and_folded_then_the_keys_compared(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     faked = Faked(monkeypatch)
@@ -97,6 +108,7 @@ async def test_a_rebuild_tells_the_offsets_projected_then_the_ingress_offsets_fo
         ("dropping", 2, None), ("dropping", 3, None), ("dropping", 3, 3),
         ("projecting", 0, 6), ("projecting", 6, 6),
         ("folding", 0, 2), ("folding", 1, 2), ("folding", 2, 2),
+        ("comparing", 4, None), ("comparing", 8, None), ("comparing", 8, 8),
     ]  # fmt: skip
     assert (report.dropped_keys, report.projected, report.folded_records, report.differences) == (
         3, STATS, FOLDED, [],
@@ -105,6 +117,7 @@ async def test_a_rebuild_tells_the_offsets_projected_then_the_ingress_offsets_fo
     assert faked.projected == [("topics", KEYS, True), ("fold", check, False), ("fold", check, False)]
     assert faked.dropped == ["tl:", "tl:", "verify:tl:", "verify:tl:"]  # as found and as split; before, after
     assert faked.drops_told == [True, False, False]
+    assert faked.compared == [("tl:", "verify:tl:", True)]
 
 
 async def test_a_rebuild_that_does_not_verify_tells_the_projection_alone(
@@ -117,7 +130,7 @@ async def test_a_rebuild_that_does_not_verify_tells_the_projection_alone(
         ("dropping", 2, None), ("dropping", 3, None), ("dropping", 3, 3),
         ("projecting", 0, 6), ("projecting", 6, 6),
     ]  # fmt: skip
-    assert (report.verified, faked.topics.started) == (False, [])
+    assert (report.verified, faked.topics.started, faked.compared) == (False, [], [])
 
 
 async def test_a_rebuild_without_a_progress_gives_its_reads_none(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,3 +146,4 @@ async def test_a_rebuild_without_a_progress_gives_its_reads_none(monkeypatch: py
     report = await rebuild(REDIS, "b:1", Topics("x."), KEYS)
     assert (faked.projected[0], given, report.folded_records) == (("topics", KEYS, False), [None], FOLDED)
     assert faked.drops_told == [False, False, False]
+    assert faked.compared == [("tl:", "verify:tl:", False)]
