@@ -107,6 +107,11 @@ HAND: dict[str, list[tuple[str, str]]] = {
         ('return f"{self.speaker}: {refusal}"', "return str(refusal)"),
         ('return f"{self.speaker}: {refusal}"', 'return f"{self.speaker}: {refusal!r}"'),
     ],
+    "turnledger/replay/rebuild.py": [
+        ("return not self.differences", "return self.differences"),
+        ("return not self.differences", "return True"),
+        ("return not self.differences", "return False"),
+    ],
 }
 """Mutants of property bodies (mutmut skips decorated functions), and of tables mutmut's operators leave whole
 (a family dropped from `cli_refusals`'s), as (text, replacement)."""

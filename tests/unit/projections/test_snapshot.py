@@ -469,6 +469,14 @@ async def test_a_split_projection_s_snapshot_tells_the_keys_read_over_every_grou
     assert (len(taken), told) == (5, [1, 2, 3, 4, 5])
 
 
+async def test_a_projection_not_split_tells_the_keys_read_of_its_base() -> None:
+    redis = Keyspace()
+    fill(redis, "tl:", "stats", "offsets", "history:c-1")
+    told: list[int] = []
+    taken = await bounded(snapshot_projection(redis, TL, told.append))  # type: ignore[arg-type]
+    assert (list(taken), told) == (["history:c-1", "stats"], [1, 2])
+
+
 async def test_a_comparison_tells_the_keys_read_of_both_projections_then_their_count_as_the_total() -> None:
     """The first's, then the second's after them, with no total (SCAN learns how many there are only at
     its end); both read, the count read as the total."""

@@ -24,7 +24,8 @@ from turnledger.replay.rebuild import VERIFY_PREFIX, rebuild
 from turnledger.topology import Topics
 
 KEYS = ProjectionKeys("tl:")
-REDIS: Any = None
+REDIS: Any = object()
+"""The rebuild's Redis client, which only the faked parts are handed (`test_rebuild.py` checks they are)."""
 STATS = ProjectorStats(applied=6)
 FOLDED = 3
 """The engine's outputs for conversation A's two ingress records, read in two batches of one."""
@@ -41,6 +42,10 @@ class Faked:
         """(what, keys, whether it was given a progress)"""
         self.compared: list[tuple[str, str, bool]] = []
         """(the first projection's prefix, the second's, whether it was given a progress)"""
+        self.calls: list[tuple[Any, ...]] = []
+        """Each part's name and what it was handed (of keys, their prefixes), in order."""
+        self.differences: list[str] = []
+        """What the comparison finds."""
         records = _ingress("A")
         self.topics = FakeTopics({INGRESS: [records[:1], records[1:]]})
         self.topics.install(monkeypatch, "turnledger.replay.refold")
@@ -48,6 +53,7 @@ class Faked:
 
         class Projector:
             def __init__(self, redis: Any, bootstrap: str, topics: Topics, keys: ProjectionKeys) -> None:
+                faked.calls.append(("Projector", redis, bootstrap, topics, keys.prefix))
                 self.keys = keys
 
             async def run_to_end(self, progress: ReadProgress | None = None) -> ProjectorStats:
@@ -60,6 +66,7 @@ class Faked:
 
         class DirectProjector:
             def __init__(self, redis: Any, keys: ProjectionKeys) -> None:
+                faked.calls.append(("DirectProjector", redis, keys.prefix))
                 self.keys = keys
 
             async def apply(self, records: Iterable[Any]) -> int:
@@ -67,10 +74,12 @@ class Faked:
                 return len(list(records))
 
         async def discover(prefix: str, redis: Any) -> ProjectionKeys:
+            self.calls.append(("discover", prefix, redis))
             return KEYS
 
         async def drop_projection(redis: Any, *layouts: ProjectionKeys, progress: Any = None) -> int:
             """3 keys, deleted in two DELs."""
+            self.calls.append(("drop_projection", redis, *(keys.prefix for keys in layouts)))
             self.dropped.extend(keys.prefix for keys in layouts)
             self.drops_told.append(progress is not None)
             if progress is not None:
@@ -82,13 +91,14 @@ class Faked:
         async def compare_projections(
             redis: Any, left: ProjectionKeys, right: ProjectionKeys, progress: Any = None
         ) -> list[str]:
-            """4 keys read of each, equal."""
+            """4 keys read of each, the differences as set."""
+            self.calls.append(("compare_projections", redis, left.prefix, right.prefix))
             self.compared.append((left.prefix, right.prefix, progress is not None))
             if progress is not None:
                 progress(4, None)
                 progress(8, None)
                 progress(8, 8)
-            return []
+            return self.differences
 
         monkeypatch.setattr(module, "Projector", Projector)
         monkeypatch.setattr(module, "DirectProjector", DirectProjector)
