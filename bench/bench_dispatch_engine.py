@@ -20,7 +20,9 @@ every conversation's state back from the store afterwards (restore µs/conversat
 three passes: what taking the conversations over from the changelog costs a processor, e.g. after
 a failover), and whether their outputs are byte-identical and their final states identical (each
 conversation's state JSON as the engine reads it back, so a change of the layout on the changelog
-compares the states, not the records).
+compares the states, not the records). The decoded comparisons leave out fields that hold None, so
+an optional field added since the baseline does not count where it is unset; a baseline whose
+schema history lacks a current record schema is given the workload encoded by its own codec.
 The StreamDeltas events carry their text deltas as runs, as the worker appends them
 (`streaming/runs.py`); a baseline tree without runs folds the same deltas expanded, encoded by its
 own codec (`encode_runner.py`), and its outputs and final state are compared as they are.
@@ -68,7 +70,7 @@ from bench.cputime import machine_steal_s
 from bench.dispatch_workload import Mix, build, offered_tools
 from bench.engine_runner import BARRIER_ENV
 from turnledger.codec import encode
-from turnledger.model.events import IngressEvent, StreamDeltas
+from turnledger.model.events import IngressEvent, StreamDeltas, TurnSubmitted
 from turnledger.streaming.runs import expand
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -268,23 +270,45 @@ def _has_runs(tree: Path) -> bool:
     return (tree / "turnledger" / "streaming" / "runs.py").exists()
 
 
-def _expanded_for(tree: Path, workload: Sequence[IngressEvent], tmp: Path) -> Path:
-    """The workload for a tree without delta runs: every run expanded into the deltas it stands for,
-    encoded by that tree's own codec (`encode_runner.py`), so it reads them in its schema versions;
+def _reads_current_schemas(tree: Path) -> bool:
+    """Does the tree's schema history hold every record schema of the current tree (can it decode
+    the workload as the current codec encodes it)?"""
+    from turnledger.codec.history import current_record_schemas, file_name
+
+    history = tree / "turnledger" / "_schemas" / "history"
+    return all((history / file_name(schema)).exists() for schema in current_record_schemas())
+
+
+def _encoded_for(tree: Path, workload: Sequence[IngressEvent], tmp: Path, *, expand_runs: bool) -> Path:
+    """The workload encoded by the tree's own codec (`encode_runner.py`), so it reads it in its schema
+    versions: for a tree without delta runs (`expand_runs`: every run expanded into the deltas it
+    stands for), or one that predates a schema version of the current tree (a new optional field);
     its outputs and state are then compared with the current tree's as they are. A field the tree
     does not know is left out when it holds its default (e.g. `settleWithinMs` before 4815045)."""
     events = []
     for event in workload:
         data = event.model_dump(mode="json")
         if isinstance(event, StreamDeltas):
-            deltas = [p.model_dump(mode="json") for d in event.deltas for p in expand(d)]
-            data["deltas"] = [{k: v for k, v in d.items() if k != "following_texts"} for d in deltas]
+            if expand_runs:
+                deltas = [p.model_dump(mode="json") for d in event.deltas for p in expand(d)]
+                data["deltas"] = [{k: v for k, v in d.items() if k != "following_texts"} for d in deltas]
+            data["deltas"] = [_without_nones(d) for d in data["deltas"]]
+        if isinstance(event, TurnSubmitted):
+            data["blocks"] = [_without_nones(b) for b in data["blocks"]]
         events.append((event.conversation_id.encode(), type(event).__name__, data, _at_default(event)))
-    source, target = tmp / "events-expanded.pickle", tmp / "records-expanded.pickle"
+    suffix = "expanded" if expand_runs else "own"
+    source, target = tmp / f"events-{suffix}.pickle", tmp / f"records-{suffix}.pickle"
     source.write_bytes(pickle.dumps(events))
     env = {**os.environ, "PYTHONPATH": str(tree)}
     subprocess.run([sys.executable, str(ENCODER), str(source), str(target)], check=True, env=env)
     return target
+
+
+def _without_nones(item: dict[str, Any]) -> dict[str, Any]:
+    """A delta or block without its fields that hold None: every such field is optional with None for
+    default, so any tree reads the same item without them, including one that predates the field
+    (`encode_runner.py` checks only the event's own fields)."""
+    return {k: v for k, v in item.items() if v is not None}
 
 
 def _at_default(event: IngressEvent) -> list[str]:
@@ -401,7 +425,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.baseline:
             baseline = _export(args.baseline, Path(tmp))
             trees = {f"baseline {args.baseline}": baseline, **trees}
-            inputs[baseline] = records if _has_runs(baseline) else _expanded_for(baseline, events, Path(tmp))
+            if not _has_runs(baseline):
+                inputs[baseline] = _encoded_for(baseline, events, Path(tmp), expand_runs=True)
+            elif not _reads_current_schemas(baseline):
+                inputs[baseline] = _encoded_for(baseline, events, Path(tmp), expand_runs=False)
+            else:
+                inputs[baseline] = records
         if args.processes > 1:
             _processes(args, records, len(rows), what)
             return

@@ -28,8 +28,20 @@ import time
 from typing import Any
 
 
+def without_nones(value: Any) -> Any:
+    """`value` with every field that holds None left out, at any depth: an optional field a newer
+    schema added reads None in the older tree's records, so a tree before it compares equal where
+    the two say the same."""
+    if isinstance(value, dict):
+        return {k: without_nones(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nones(v) for v in value]
+    return value
+
+
 def decoded_digest(values: list[bytes]) -> str:
-    """sha256 over the decoded outputs, previews as whole texts (works with any tree's codec)."""
+    """sha256 over the decoded outputs, previews as whole texts, fields that hold None left out
+    (works with any tree's codec, and across an added optional field)."""
     import orjson
 
     from turnledger.codec import decode
@@ -48,7 +60,7 @@ def decoded_digest(values: list[bytes]) -> str:
             )
             offset = data.pop("textOffset", 0)
             data["text"] = texts[block] = texts.get(block, "")[:offset] + data["text"]
-        digest.update(orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
+        digest.update(orjson.dumps(without_nones(data), option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()
 
 
@@ -83,6 +95,8 @@ def decoded_state_digest(store: DictStore, conversation_ids: list[str]) -> tuple
     reads took, the fastest of `RESTORE_READS` passes (what a processor pays to take the
     conversations over from the changelog, e.g. after a failover: its first event for each
     conversation reads the state so)."""
+    import orjson
+
     from turnledger.dispatch import engine
 
     read_state = getattr(engine, "read_state", None)  # format 4; a baseline before it reads one key
@@ -102,7 +116,12 @@ def decoded_state_digest(store: DictStore, conversation_ids: list[str]) -> tuple
     digest = hashlib.sha256()
     for conversation_id, state in zip(conversation_ids, states, strict=True):
         digest.update(conversation_id.encode())
-        digest.update(b"-" if state is None else state.model_dump_json().encode())
+        if state is None:
+            digest.update(b"-")
+        else:
+            digest.update(
+                orjson.dumps(without_nones(state.model_dump(mode="json")), option=orjson.OPT_SORT_KEYS)
+            )
     return digest.hexdigest(), cpu
 
 
