@@ -102,6 +102,7 @@ class DriverStats:
     completed: int = 0
     failed: int = 0  # a dispatch REJECTED or PAUSED
     gave_up: int = 0  # the worker gave up on a dispatch (attempts exhausted)
+    refused: int = 0  # the provider refused the answer (a refusal stop: CANCELLED PROVIDER_REFUSED)
     cancelled: int = 0  # the driver cancelled a dispatch mid-stream, and it settled as CANCELLED
     cancelled_text: int = 0  # of those, text answers (`cancels_text`): each retracted a shown preview
     stalled: int = 0  # no outcome at all within the timeout (or still running at the drive's deadline)
@@ -118,7 +119,7 @@ class DriverStats:
 
     @property
     def conversations(self) -> int:
-        return self.completed + self.failed + self.gave_up + self.cancelled + self.stalled
+        return self.completed + self.failed + self.gave_up + self.refused + self.cancelled + self.stalled
 
 
 class Driver:
@@ -221,6 +222,8 @@ class Driver:
                     if gave_up(outcome):
                         self.stats.gave_up += 1
                         self.stats.given_up[outcome.operation_id] = outcome.detail
+                    elif outcome.state == S.CANCELLED and outcome.reason == ReasonCode.PROVIDER_REFUSED:
+                        self.stats.refused += 1
                     elif outcome.state == S.CANCELLED and cancel:
                         self.stats.cancelled += 1
                         self.stats.cancelled_text += cancels_text(index)

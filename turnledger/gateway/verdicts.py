@@ -24,9 +24,13 @@ GIVE_UP_REASONS = frozenset(
 
 def gave_up(decision: DispatchDecision) -> bool:
     """Is this the CANCELLED decision of an operation a worker abandoned? Decisions written before the
-    typed give-up (reason WORKER_GAVE_UP) are recognized by the detail's prefix."""
+    typed give-up (reason WORKER_GAVE_UP) are recognized by the detail's prefix. PROVIDER_REFUSED is
+    also how the fold settles an answer the provider stopped for a refusal (no worker gave up on it):
+    only a detail with the give-up prefix makes that reason a give-up."""
     if decision.state != S.CANCELLED:
         return False
+    if decision.reason is ReasonCode.PROVIDER_REFUSED:
+        return decision.detail.startswith(GIVE_UP_PREFIX)
     return decision.reason in GIVE_UP_REASONS or (
         decision.reason is None and decision.detail.startswith(GIVE_UP_PREFIX)
     )

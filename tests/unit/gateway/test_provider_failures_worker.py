@@ -250,6 +250,7 @@ async def test_an_answer_stopped_for_a_refusal_is_not_sent_again_and_none_of_it_
             1,
         )
         assert final.detail == f"stopped with {REFUSAL_STOPS[adapter]}, a refusal"
+        assert not gave_up(final)  # the provider refused the answer: no worker gave up on it
         [sent] = posts(h)
         assert [(r.request_id, r.fault) for r in h.fp.fault_log] == [
             (sent.request_id, refusal),

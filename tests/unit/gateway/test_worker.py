@@ -384,6 +384,18 @@ def test_gave_up_recognizes_decisions_written_before_the_typed_give_up() -> None
     assert not gave_up(base.model_copy(update={"reason": ReasonCode.AFTER_CANCEL}))
 
 
+def test_a_refusal_the_fold_settled_is_no_give_up_and_a_worker_refusal_is() -> None:
+    """PROVIDER_REFUSED is the reason of the worker's give-up on a refused request and of the fold's
+    settle of an answer the provider stopped for a refusal; only the give-up's detail has the prefix."""
+    fold = DispatchDecision(
+        conversation_id="c", operation_id="o", state=DispatchState.CANCELLED, conversation_revision=1,
+        cancel_generation=0, source_event_id="e", occurred_at_ms=0, reason=ReasonCode.PROVIDER_REFUSED,
+        detail="stopped with refusal, a refusal",
+    )  # fmt: skip
+    assert not gave_up(fold)
+    assert gave_up(fold.model_copy(update={"detail": GIVE_UP_PREFIX + "the provider refused the request"}))
+
+
 @pytest.mark.parametrize("flush_s", [0.0, 0.1])
 async def test_a_slow_stream_is_appended_at_most_once_per_flush_interval(flush_s: float) -> None:
     """The worker coalesces a stream's deltas (`flush_s`, the CLI's --flush-ms): at most one StreamDeltas
