@@ -11,7 +11,7 @@ Which, by the first rule that applies:
 | rule | what it reads | verdict |
 |---|---|---|
 | header | `x-should-retry` (Anthropic and OpenAI send it beside an error) | `true` retry, `false` refused |
-| error type | a name in the API's row of `ERROR_TYPES` (where: `_type_candidates`) | the name's verdict |
+| error type | the first of its names (`error_names`) the API's row of `ERROR_TYPES` knows | its verdict |
 | status | HTTP 408, 409, 429 or 5xx | retry |
 | status | any other HTTP 4xx | refused |
 | stream error | any other error event of a 200 stream (ours too: undecodable, malformed) | retry |
@@ -221,10 +221,12 @@ def http_failure(
     return ProviderFailure(retryable, "status", status, None, retry_after)
 
 
-def stream_failure(api: str, error_type: str) -> ProviderFailure:
-    """An error event inside a stream (or one our parser raised for it): a documented type decides;
-    any other may pass on a new generation."""
-    known = _known_type(api, [error_type])
+def stream_failure(api: str, error_type: str, error: Any = None) -> ProviderFailure:
+    """An error event inside a stream (or one our parser raised for it), with the error object the
+    event carried, if any: the first documented name among the object's (`error_names`, as for an
+    HTTP error body) and then the parser's `error_type` decides; any other may pass on a new
+    generation."""
+    known = _known_type(api, [*error_names(error), error_type])
     if known is not None:
         return ProviderFailure(ERROR_TYPES[api][known.lower()], "error type", None, known)
     return ProviderFailure(RETRY, "stream error", None, None)
@@ -246,20 +248,31 @@ def _known_type(api: str, candidates: list[str]) -> str | None:
 
 def _type_candidates(headers: Mapping[str, str], parsed: Any) -> list[str]:
     """Where an HTTP error names its type: Bedrock's `x-amzn-errortype` header (before its `:`), the
-    body's error object (Anthropic's `details.error_code`, then `code`, `type`, Gemini's `status`), a
-    body's `__type` (after its `#`)."""
+    body's error object (`error_names`), a body's `__type` (after its `#`)."""
     found = []
     amzn = headers.get("x-amzn-errortype")
     if amzn:
         found.append(amzn.partition(":")[0])
-    error = _error_object(parsed)
-    if isinstance(error, Mapping):
-        details = error.get("details")  # Gemini's is a list: its RetryInfo is read by `_retry_delay`
-        if isinstance(details, Mapping) and isinstance(details.get("error_code"), str):
-            found.append(str(details["error_code"]))
-        found.extend(str(error[f]) for f in _ERROR_TYPE_FIELDS if isinstance(error.get(f), str))
+    found.extend(error_names(_error_object(parsed)))
     if isinstance(parsed, Mapping) and isinstance(parsed.get("__type"), str):
         found.append(str(parsed["__type"]).rpartition("#")[2])
+    return found
+
+
+def error_names(error: Any) -> list[str]:
+    """The names an error object gives its error, most specific first: Anthropic's
+    `details.error_code`, then `code`, `type`, Gemini's `status` (`_ERROR_TYPE_FIELDS`). An HTTP error
+    body's object and a stream's error event are read by this one rule, so the first name the API's
+    row knows decides either way: OpenAI's `{"type": "requests", "code": "insufficient_quota"}` is
+    refused by its code, `{"type": "invalid_request_error", "code": "<a code no row names>"}` by its
+    type."""
+    if not isinstance(error, Mapping):
+        return []
+    found = []
+    details = error.get("details")  # Gemini's is a list: its RetryInfo is read by `_retry_delay`
+    if isinstance(details, Mapping) and isinstance(details.get("error_code"), str):
+        found.append(str(details["error_code"]))
+    found.extend(str(error[f]) for f in _ERROR_TYPE_FIELDS if isinstance(error.get(f), str))
     return found
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from turnledger.adapters.profiles import PROFILES, Framing
 from turnledger.model.deltas import DeltaType, NormalizedDelta
@@ -101,6 +102,9 @@ class StreamPump:
         self.saw_final = False
         self.error_type: str | None = None
         """The type of the first error the stream carried (the provider's or our parser's), if any."""
+        self.error: Mapping[str, Any] | None = None
+        """That error's object as the provider sent it (None for our parser's own, or a Bedrock exception):
+        what `provider_failures.stream_failure` reads its names from."""
         self.stats = PumpStats()
         self._interval = flush_interval_s
         self._clock = clock
@@ -213,6 +217,7 @@ class StreamPump:
                 self.saw_final = True
             if delta.type is DeltaType.PROVIDER_ERROR and self.error_type is None:
                 self.error_type = delta.error_type or ""
+                self.error = self._parser.error_objects.get(delta.delta_sequence)
         return fresh
 
     async def _append(self, batch: list[NormalizedDelta]) -> None:

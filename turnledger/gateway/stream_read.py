@@ -232,7 +232,7 @@ class StreamReader:
             log.debug("%s generation %d: cancelled, stopped reading", op, generation)
             outcome = StreamOutcome.DISCONNECTED
         if pump.error_type is not None:
-            phase.failure = stream_failure(api, pump.error_type)
+            phase.failure = stream_failure(api, pump.error_type, pump.error)
         self._stats.bump("late_deltas", pump.stats.late_deltas)
         self._stats.bump("wire_duplicates", pump.stats.wire_duplicates)
         phase.acked = pump.acked

@@ -166,7 +166,7 @@ class GeminiParser(StreamParser):
     def _error(self, payload: Mapping[str, Any]) -> None:
         error = payload.get("error") or {}
         self._emit_error(
-            str(error.get("status") or error.get("code") or "error"), str(error.get("message", ""))
+            str(error.get("status") or error.get("code") or "error"), str(error.get("message", "")), error
         )
 
     handlers: ClassVar[Mapping[str, Handler]] = {"chunk": _chunk, "error": _error}

@@ -143,7 +143,7 @@ class OpenAIChatParser(StreamParser):
         if not isinstance(error, Mapping):
             error = {"message": str(error)}
         self._emit_error(
-            str(error.get("type") or error.get("code") or "error"), str(error.get("message", ""))
+            str(error.get("type") or error.get("code") or "error"), str(error.get("message", "")), error
         )
 
     handlers: ClassVar[Mapping[str, Handler]] = {

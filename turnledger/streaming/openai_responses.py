@@ -175,10 +175,10 @@ class OpenAIResponsesParser(StreamParser):
 
     def _failed(self, payload: Mapping[str, Any]) -> None:
         error = (payload.get("response") or {}).get("error") or {}
-        self._emit_error(str(error.get("code") or "response.failed"), str(error.get("message", "")))
+        self._emit_error(str(error.get("code") or "response.failed"), str(error.get("message", "")), error)
 
     def _error(self, payload: Mapping[str, Any]) -> None:
-        self._emit_error(str(payload.get("code") or "error"), str(payload.get("message", "")))
+        self._emit_error(str(payload.get("code") or "error"), str(payload.get("message", "")), payload)
 
     handlers: ClassVar[Mapping[str, Handler]] = {
         "response.created": _created,

@@ -96,6 +96,10 @@ class StreamParser:
         self.generation = generation
         self.response_handle = response_handle
         self.unknown_events = 0
+        self.error_objects: dict[int, Mapping[str, Any]] = {}
+        """By the sequence of its PROVIDER_ERROR delta, the error object a provider's error event carried,
+        as sent: the worker judges the error by the names in it (`provider_failures.error_names`) and
+        keeps none of its text (its message may quote the credential)."""
         self._next_sequence = start_sequence
         self._sse = SseDecoder()
         self._out: list[NormalizedDelta] = []
@@ -161,7 +165,9 @@ class StreamParser:
         self._out.append(_construct(fields))
         self._next_sequence += 1
 
-    def _emit_error(self, error_type: str, message: str) -> None:
+    def _emit_error(self, error_type: str, message: str, error: Mapping[str, Any] | None = None) -> None:
+        if error is not None:
+            self.error_objects[self._next_sequence] = error
         self._emit(DeltaType.PROVIDER_ERROR, error_type=error_type, error_message=message)
 
     def _emit_undecodable(self, data: str) -> None:

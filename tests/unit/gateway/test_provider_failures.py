@@ -190,6 +190,34 @@ def test_stream_errors_a_documented_type_decides_else_they_are_retried() -> None
         assert stream_failure("gemini", ours) == ProviderFailure(True, "stream error")
 
 
+def test_a_stream_error_s_object_is_read_by_the_names_an_error_body_is_read_by() -> None:
+    """The error object a stream's error event carried is read as an HTTP error body's: Anthropic's
+    `details.error_code`, then `code`, `type`, `status`; the parser's own type comes after them; an
+    object that is not one names nothing."""
+    spend_cap = {
+        "type": "rate_limit_error",
+        "message": "m",
+        "details": {"error_code": "enforced_spend_limit_reached"},
+    }
+    assert stream_failure("anthropic-messages", "rate_limit_error", spend_cap) == ProviderFailure(
+        False, "error type", None, "enforced_spend_limit_reached"
+    )
+    assert http_failure("anthropic-messages", 429, {}, _body({"error": spend_cap}), NOW) == ProviderFailure(
+        False, "error type", 429, "enforced_spend_limit_reached"
+    )
+    quota = {"type": "requests", "code": "insufficient_quota", "param": "invalid_request_error"}
+    assert stream_failure("openai-chat", "requests", quota) == ProviderFailure(
+        False, "error type", None, "insufficient_quota"
+    )
+    unavailable = {"code": 503, "status": "UNAVAILABLE", "message": "invalid_argument"}
+    assert stream_failure("gemini", "UNAVAILABLE", unavailable).retryable is True
+    assert stream_failure("openai-chat", "server_error", {"type": "some_new_type"}) == ProviderFailure(
+        True, "error type", None, "server_error"
+    )
+    for not_an_object in (None, ["insufficient_quota"], "insufficient_quota"):
+        assert stream_failure("openai-chat", "new", not_an_object) == ProviderFailure(True, "stream error")
+
+
 def test_every_api_has_a_row_and_every_name_is_lower_case() -> None:
     assert set(ERROR_TYPES) == {
         "anthropic-messages",

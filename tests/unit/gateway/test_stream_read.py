@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from prometheus_client import REGISTRY
 
@@ -50,6 +51,7 @@ KEY = ("c1", "op-1")
 BASE = "http://provider.test"
 RESPONSES = ("openai-responses@2", "openai/gpt-4.1@2025-04", '{"stream":true,"background":true}')
 ANTHROPIC = ("anthropic-messages@2", "anthropic/claude-sonnet-4@2025-05", '{"stream":true}')
+OPENAI_CHAT = ("openai-chat@2", "openai/gpt-4o@2024-08", '{"stream":true}')
 RESPONSES_HANDLE = "resp_68a1f0c2b7e88190a1b2c3d4e5f60718"
 
 
@@ -480,6 +482,54 @@ async def test_an_error_event_in_the_stream_is_the_read_s_failure() -> None:
     phase = await read.run()
     assert phase.failure is not None and phase.failure.error_type == "overloaded_error"
     assert read.stats.counts["final_in_stream"] == 1
+
+
+CHAT_CHUNK = (
+    b'data: {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-4o", '
+    b'"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]}\n\n'
+)
+
+#: an OpenAI error object's (type, code) → the name that decides and whether it is retried: the first
+#: of `code`, `type` that the API's row knows, in an HTTP error body and in a stream's error event alike
+OPENAI_ERROR_NAMES = {
+    "code-known": (("requests", "insufficient_quota"), "insufficient_quota", False),
+    "type-known": (("invalid_request_error", "unsupported_value"), "invalid_request_error", False),
+    "both-code-retries": (("invalid_request_error", "rate_limit_exceeded"), "rate_limit_exceeded", True),
+    "both-code-refuses": (("server_error", "insufficient_quota"), "insufficient_quota", False),
+}
+
+
+def openai_error(kind: str, code: str) -> bytes:
+    return orjson.dumps({"error": {"message": "sk-leak", "type": kind, "param": None, "code": code}})
+
+
+@pytest.mark.parametrize(
+    ("names", "decides", "retried"), OPENAI_ERROR_NAMES.values(), ids=list(OPENAI_ERROR_NAMES)
+)
+async def test_an_openai_error_is_judged_by_its_first_known_name_in_a_stream_and_in_an_error_body(
+    names: tuple[str, str], decides: str, retried: bool
+) -> None:
+    """`{"type": "requests", "code": "insufficient_quota"}` mid-stream is refused as the same error in a
+    429 body is: both read the error's `code`, then its `type`, and the first name the row knows decides
+    (an unknown code under a known type is judged by the type)."""
+    event = b"data: " + openai_error(*names) + b"\n\n"
+    streamed = reading(OPENAI_CHAT, lambda request: httpx.Response(200, stream=Body([CHAT_CHUNK, event])))
+    answered = reading(OPENAI_CHAT, lambda request: httpx.Response(429, content=openai_error(*names)))
+    assert (await streamed.run()).failure == ProviderFailure(retried, "error type", None, decides)
+    assert (await answered.run()).failure == ProviderFailure(retried, "error type", 429, decides)
+    assert streamed.stats.counts["final_in_stream"] == 1
+
+
+async def test_an_openai_error_with_no_known_name_keeps_each_path_s_default() -> None:
+    """Neither its `code` nor its `type` known: a stream's error is retried, an error body's status
+    decides."""
+    body = openai_error("requests", "some_new_code")
+    event = b"data: " + body + b"\n\n"
+    streamed = reading(OPENAI_CHAT, lambda request: httpx.Response(200, stream=Body([CHAT_CHUNK, event])))
+    assert (await streamed.run()).failure == ProviderFailure(True, "stream error")
+    for status, retryable in ((400, False), (503, True)):
+        answered = reading(OPENAI_CHAT, lambda request, status=status: httpx.Response(status, content=body))
+        assert (await answered.run()).failure == ProviderFailure(retryable, "status", status)
 
 
 async def test_the_read_stops_after_the_chunk_that_carried_the_final_event() -> None:

@@ -217,3 +217,44 @@ def test_fast_constructed_deltas_equal_validated_ones(name: str) -> None:
         assert validated == delta and delta == validated
         assert validated.model_dump() == delta.model_dump()
         assert validated.dedup_key == delta.dedup_key
+
+
+#: (api, the error event's JSON, where in it the error object is): the object the worker judges by
+ERROR_OBJECTS = [
+    (
+        "anthropic-messages",
+        {
+            "type": "error",
+            "error": {"type": "rate_limit_error", "message": "m", "details": {"error_code": "x"}},
+        },
+        ("error",),
+    ),
+    (
+        "openai-chat",
+        {"error": {"message": "m", "type": "requests", "code": "insufficient_quota"}},
+        ("error",),
+    ),
+    ("openai-responses", {"type": "error", "code": "server_error", "message": "m"}, ()),
+    (
+        "openai-responses",
+        {"type": "response.failed", "response": {"error": {"code": "invalid_image", "message": "m"}}},
+        ("response", "error"),
+    ),
+    ("gemini", {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "m"}}, ("error",)),
+]
+
+
+@pytest.mark.parametrize(("api", "event", "path"), ERROR_OBJECTS)
+def test_an_error_event_s_object_is_kept_by_its_delta_s_sequence(
+    api: str, event: dict[str, Any], path: tuple[str, ...]
+) -> None:
+    """Each SSE API's error event: the error object it carried, under the sequence of its PROVIDER_ERROR
+    delta (a later error's under its own); our parser's own errors carry none."""
+    parser = parser_for(api, generation=1, start_sequence=7)
+    data = b"data: " + json.dumps(event).encode() + b"\n\n"
+    deltas = parser.feed(b"data: {not json\n\n" + data + data)
+    expected: Any = event
+    for key in path:
+        expected = expected[key]
+    assert [(d.type, d.delta_sequence) for d in deltas] == [(DeltaType.PROVIDER_ERROR, s) for s in (7, 8, 9)]
+    assert parser.error_objects == {8: expected, 9: expected}
