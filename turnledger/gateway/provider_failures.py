@@ -6,6 +6,10 @@ large, a quota spent) is refused again by every later generation: such a failure
 operation at once, CANCELLED with PROVIDER_REFUSED. Throttling, overload, a server error, a timeout
 and a stream that broke or arrived garbled may pass later: the next generation waits first.
 
+An answer is read as the API's stream only when it is one (`is_stream`): a 2xx whose `content-type`
+is the API's stream type, or that names none. Any other is a failure judged here: an error status, a
+redirect (never followed) or a 2xx of another type (a proxy's HTML page, a JSON object).
+
 Which, by the first rule that applies:
 
 | rule | what it reads | verdict |
@@ -14,12 +18,16 @@ Which, by the first rule that applies:
 | error type | the first of its names (`error_names`) the API's row of `ERROR_TYPES` knows | its verdict |
 | status | HTTP 408, 409, 429 or 5xx | retry |
 | status | any other HTTP 4xx | refused |
+| status | HTTP 3xx: the route's URL is not the API's, which every generation would meet again | refused |
+| status | a 2xx that is not the API's stream: a proxy's page, often transient | retry |
 | stream error | any other error event of a 200 stream (ours too: undecodable, malformed) | retry |
 
-The status rows are the ones the Stainless-generated SDKs (anthropic, openai) retry on; the type
-rows follow each API's documented error types (provider documentation, docs/architecture.md
-"Provider failures" names them). Only names from `ERROR_TYPES` are kept from an error body, never
-its text: an error body may quote the credential.
+The 4xx and 5xx rows are the ones the Stainless-generated SDKs (anthropic, openai) retry on; a 2xx
+that is not the stream is sent again as such a client would send it (here a new generation, after the
+pause), and a redirect is never followed (the request is signed for its URL; the route's URL is the
+API's own). The type rows follow each API's documented error types (provider documentation,
+docs/architecture.md "Provider failures" names them). Only names from `ERROR_TYPES` are kept from an
+error body, never its text: an error body may quote the credential.
 
 How long to wait (`pause_s`): what the provider asked for, when it said — `retry-after-ms`
 (milliseconds), `retry-after` (seconds, or an HTTP date), Gemini's `google.rpc.RetryInfo`
@@ -37,6 +45,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,8 +53,21 @@ from typing import Any
 
 import orjson
 
+from turnledger.adapters.profiles import Framing
+
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
-"""HTTP statuses below 500 that may pass later (timeout, conflict, throttled); every 5xx may too."""
+"""HTTP statuses below 500 that may pass later (timeout, conflict, throttled); every 5xx may too, and
+so may a 2xx that is not the API's stream (`http_failure`)."""
+
+STREAM_TYPES: Mapping[Framing, str] = {
+    Framing.SSE: "text/event-stream",
+    Framing.AWS_EVENT_STREAM: "application/vnd.amazon.eventstream",
+}
+"""The media type of each framing's stream, as the providers (and the fake provider) name it."""
+
+MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}")
+"""A media type as RFC 6838 names one (in lower case; each name bounded here): the only shape of a
+`content-type` a failure repeats."""
 
 RETRY_INFO = "google.rpc.RetryInfo"
 """The `@type` suffix of the error detail in which Gemini says how long to wait (`retryDelay`)."""
@@ -186,6 +208,9 @@ class ProviderFailure:
     status: int | None = None
     error_type: str | None = None
     retry_after_s: float | None = None
+    not_a_stream: str | None = None
+    """What a 2xx or a 3xx answered instead of the stream: `a redirect not followed`, `text/html not the
+    API's stream`."""
 
     def pause_s(self, failed_attempts: int, backoff: BackoffPolicy, draw: float) -> float:
         """How long to wait before the next generation: the provider's word, else the backoff."""
@@ -194,31 +219,61 @@ class ProviderFailure:
         return backoff.pause_s(failed_attempts, draw)
 
     def describe(self) -> str:
-        """E.g. `HTTP 429 rate_limit_error, retry after 2s`, `stream error overloaded_error`."""
+        """E.g. `HTTP 429 rate_limit_error, retry after 2s`, `stream error overloaded_error`,
+        `HTTP 200, text/html not the API's stream`, `HTTP 302, a redirect not followed`."""
         what = f"HTTP {self.status}" if self.status is not None else "stream error"
         if self.error_type is not None:
             what += f" {self.error_type}"
+        if self.not_a_stream is not None:
+            what += f", {self.not_a_stream}"
         if self.retry_after_s is not None:
             what += f", retry after {self.retry_after_s:g}s"
         return what
 
 
+def is_stream(status: int, headers: Mapping[str, str], framing: Framing) -> bool:
+    """Is this answer the API's stream, to be read as one? A 2xx whose `content-type` is the framing's
+    media type (in any case, whatever its parameters: `text/event-stream; charset=utf-8`), or that
+    names none. Anything else is a failure, for `http_failure`."""
+    content_type = headers.get("content-type")
+    return 200 <= status < 300 and (not content_type or media_type(content_type) == STREAM_TYPES[framing])
+
+
+def media_type(content_type: str) -> str:
+    """`Text/HTML; charset=UTF-8` → `text/html`."""
+    return content_type.partition(";")[0].strip().lower()
+
+
 def http_failure(
     api: str, status: int, headers: Mapping[str, str], body: bytes, now_s: float
 ) -> ProviderFailure:
-    """An HTTP error answer (status ≥ 400): its verdict, its known type, the pause it asked for.
-    `headers` are looked up in lower case (httpx's headers are case-insensitive already)."""
+    """An answer that is not the API's stream (`is_stream`): an error status, a redirect, a 2xx of
+    another type. Its verdict, its known type, the pause it asked for. `headers` are looked up in
+    lower case (httpx's headers are case-insensitive already)."""
     parsed = _json(body)
     error_type = _known_type(api, _type_candidates(headers, parsed))
     retry_after = _retry_after_s(headers, parsed, now_s)
+    instead = _not_a_stream(status, headers)
     verdict = _header_verdict(headers)
     if verdict is not None:
-        return ProviderFailure(verdict, "x-should-retry", status, error_type, retry_after)
+        return ProviderFailure(verdict, "x-should-retry", status, error_type, retry_after, instead)
     if error_type is not None:
         verdict = ERROR_TYPES[api][error_type.lower()]
-        return ProviderFailure(verdict, "error type", status, error_type, retry_after)
-    retryable = status in RETRYABLE_STATUSES or status >= 500
-    return ProviderFailure(retryable, "status", status, None, retry_after)
+        return ProviderFailure(verdict, "error type", status, error_type, retry_after, instead)
+    retryable = status < 300 or status in RETRYABLE_STATUSES or status >= 500
+    return ProviderFailure(retryable, "status", status, None, retry_after, instead)
+
+
+def _not_a_stream(status: int, headers: Mapping[str, str]) -> str | None:
+    """What a status below 400 answered instead of the stream (an error status says it itself). Of a
+    `content-type`, only a media type's shape is repeated: the header is the provider's (or a proxy's)
+    text."""
+    if status >= 400:
+        return None
+    if status >= 300:
+        return "a redirect not followed"
+    shown = media_type(headers.get("content-type", ""))
+    return f"{shown if MEDIA_TYPE.fullmatch(shown) else 'a content-type'} not the API's stream"
 
 
 def stream_failure(api: str, error_type: str, error: Any = None) -> ProviderFailure:

@@ -6,9 +6,11 @@ the board shows the operation CANCELLED or the lease of the generation it reads 
 the connection. It stops too after the chunk that carried the provider's final event (message stop,
 error): the fold settles the attempt there, and whatever a provider sends after it (more events, a
 connection held open) could only be quarantined, and would hold the operation's slot meanwhile.
-An error status is a PROVIDER_ERROR outcome whose body is never kept (it may quote the
-credential); one whose body cannot be read (cut, stalled, garbled) is still that status's
-PROVIDER_ERROR, never a disconnect.
+An answer that is not the API's stream (`provider_failures.is_stream`: an error status, a redirect,
+a 2xx whose content-type is another, such as a proxy's HTML page) is a PROVIDER_ERROR outcome, judged
+before a byte of it is read as a stream, whose body is never kept (it may quote the credential); one
+whose body cannot be read (cut, stalled, garbled) is still that status's PROVIDER_ERROR, never a
+disconnect.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from turnledger.gateway.provider_failures import (
     MAX_ERROR_BODY_BYTES,
     ProviderFailure,
     http_failure,
+    is_stream,
     stream_failure,
 )
 from turnledger.gateway.provider_request import ProviderRequest
@@ -176,7 +179,7 @@ class StreamReader:
                 extensions={OPERATION_EXTENSION: key},
             ) as response:
                 live.PROVIDER_REQUEST_SECONDS.labels(api).observe(time.monotonic() - sent_at)
-                if response.status_code >= 400:
+                if not is_stream(response.status_code, response.headers, endpoint.profile.framing):
                     live.PROVIDER_ERRORS.labels(api, str(response.status_code)).inc()
                     body = await error_body(response)
                     phase.failure = http_failure(

@@ -94,7 +94,8 @@ PROVIDER_FIRST_DELTA_SECONDS = Histogram(
 )
 PROVIDER_ERRORS = Counter(
     "turnledger_provider_errors",
-    "Provider requests that failed: an HTTP error status (status=4xx/5xx code) or a disconnect.",
+    "Provider requests that failed: an answer that is not the API's stream (error=its status: an error "
+    "status, a redirect, a 2xx of another content-type) or a disconnect.",
     ["api", "error"],
 )
 PROVIDER_FAILURES = Counter(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 
+import httpx
+
 from tests.unit.gateway.ledger import InMemoryLedger
 from turnledger.fake_provider import FakeProvider, FaultPlan, ReceivedRequest
 from turnledger.gateway.client import EventFactory, stream_policy
@@ -110,9 +112,11 @@ async def harness(
     tools_run: bool = False,
     config: WorkerConfig | None = None,
     on_request: Callable[[FakeProvider, ReceivedRequest], None] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Harness]:
     """`config`: the worker's (else a 10 s settle timeout and 3 attempts); `on_request`: called as the
-    fake receives each request, before it answers."""
+    fake receives each request, before it answers; `transport`: the worker's HTTP transport (a proxy in
+    front of the fake), else its own client's."""
     ledger = InMemoryLedger()
     provider: list[FakeProvider] = []
 
@@ -120,11 +124,16 @@ async def harness(
         if on_request is not None:
             on_request(provider[0], request)
 
-    async with FakeProvider(seed=4, fault_plan=plan, on_request=received) as fp:
+    async with (
+        FakeProvider(seed=4, fault_plan=plan, on_request=received) as fp,
+        httpx.AsyncClient(transport=transport or httpx.AsyncHTTPTransport()) as http,
+    ):
         provider.append(fp)
         config = config or WorkerConfig(settle_timeout_s=10, max_attempts=3)
         routes = routes_of(fp)
-        async with DispatchWorker(ledger, routes, config=config) as worker:
+        async with DispatchWorker(
+            ledger, routes, config=config, http=None if transport is None else http
+        ) as worker:
 
             async def observe(records: list) -> None:  # type: ignore[type-arg]
                 await worker.observe([r for r in records if isinstance(r, ManifestIssued | DispatchDecision)])

@@ -10,16 +10,20 @@ import time
 import orjson
 import pytest
 
+from turnledger.adapters.profiles import Framing
 from turnledger.gateway.provider_failures import (
     ERROR_TYPES,
     MAX_ERROR_BODY_BYTES,
     BackoffPolicy,
     ProviderFailure,
     http_failure,
+    is_stream,
     stream_failure,
 )
 
 NOW = 1_800_000_000.0
+REDIRECT = "a redirect not followed"
+JSON_INSTEAD = "application/json not the API's stream"
 
 
 def _body(obj: object) -> bytes:
@@ -88,6 +92,17 @@ def gemini_error(status: str, details: list[object] | None = None) -> bytes:
         ("gemini", 404, {}, b"", ProviderFailure(False, "status", 404)),
         ("bedrock-converse", 424, {}, b"", ProviderFailure(False, "status", 424)),
         ("anthropic-messages", 499, {}, b"", ProviderFailure(False, "status", 499)),
+        # not the stream: a redirect is refused, a 2xx of another type retried
+        ("openai-chat", 302, {"location": "https://elsewhere.test/"}, b"",
+         ProviderFailure(False, "status", 302, not_a_stream=REDIRECT)),
+        ("gemini", 300, {}, b"", ProviderFailure(False, "status", 300, not_a_stream=REDIRECT)),
+        ("gemini", 399, {}, b"", ProviderFailure(False, "status", 399, not_a_stream=REDIRECT)),
+        ("anthropic-messages", 200, {"content-type": "text/html"}, b"<html>bad gateway</html>",
+         ProviderFailure(True, "status", 200, not_a_stream="text/html not the API's stream")),
+        ("anthropic-messages", 299, {"content-type": "text/plain"}, b"",
+         ProviderFailure(True, "status", 299, not_a_stream="text/plain not the API's stream")),
+        ("openai-chat", 200, {"content-type": "application/json"}, openai_error("x", "insufficient_quota"),
+         ProviderFailure(False, "error type", 200, "insufficient_quota", None, JSON_INSTEAD)),
     ],
 )  # fmt: skip
 def test_each_rule_in_its_order(
@@ -249,7 +264,65 @@ def test_the_pause_is_the_providers_word_else_the_backoff() -> None:
     assert ProviderFailure(True, "status", 503).pause_s(2, policy, 0.0) == 1.0
 
 
+@pytest.mark.parametrize(
+    ("status", "content_type", "framing", "read"),
+    [
+        (200, None, Framing.SSE, True),
+        (200, "", Framing.SSE, True),
+        (200, "text/event-stream", Framing.SSE, True),
+        (201, "Text/Event-Stream; charset=UTF-8", Framing.SSE, True),
+        (299, " text/event-stream ;charset=utf-8", Framing.SSE, True),
+        (200, "application/vnd.amazon.eventstream", Framing.AWS_EVENT_STREAM, True),
+        (200, None, Framing.AWS_EVENT_STREAM, True),
+        (200, "application/vnd.amazon.eventstream", Framing.SSE, False),
+        (200, "text/event-stream", Framing.AWS_EVENT_STREAM, False),
+        (200, "text/html; charset=utf-8", Framing.SSE, False),
+        (200, "application/json", Framing.SSE, False),
+        (200, "text/event-stream-ish", Framing.SSE, False),
+        (199, "text/event-stream", Framing.SSE, False),
+        (300, "text/event-stream", Framing.SSE, False),
+        (302, None, Framing.SSE, False),
+        (400, "text/event-stream", Framing.SSE, False),
+    ],
+)
+def test_only_a_2xx_of_the_framing_s_type_or_of_none_is_read_as_a_stream(
+    status: int, content_type: str | None, framing: Framing, read: bool
+) -> None:
+    headers = {} if content_type is None else {"content-type": content_type}
+    assert is_stream(status, headers, framing) is read
+
+
+def test_a_content_type_is_repeated_only_in_a_media_type_s_shape() -> None:
+    """The header is the provider's (or a proxy's) text: anything but a bounded `type/subtype` is not
+    repeated (here it quotes the credential)."""
+    secret = "sk-ant-api03-" + "x" * 40
+    longest = "a" * 64 + "/" + "b" * 64
+
+    def shown(content_type: str) -> str | None:
+        return http_failure("openai-chat", 200, {"content-type": content_type}, b"", NOW).not_a_stream
+
+    assert shown("Application/Problem+JSON; charset=utf-8") == "application/problem+json not the API's stream"
+    assert shown(longest) == f"{longest} not the API's stream"
+    for unshaped in (
+        secret,
+        f"text/{secret}x{'y' * 60}",
+        "a" * 65 + "/b",
+        "text/html/x",
+        "/html",
+        "text/",
+        "-x/y",
+    ):
+        assert shown(unshaped) == "a content-type not the API's stream"
+    assert secret not in (http_failure("gemini", 200, {"content-type": secret}, b"", NOW).describe())
+
+
 def test_descriptions() -> None:
+    assert ProviderFailure(True, "status", 200, not_a_stream="text/html not the API's stream").describe() == (
+        "HTTP 200, text/html not the API's stream"
+    )
+    assert ProviderFailure(
+        False, "error type", 302, "invalid_request_error", 1.0, "a redirect not followed"
+    ).describe() == ("HTTP 302 invalid_request_error, a redirect not followed, retry after 1s")
     assert ProviderFailure(True, "status", 503).describe() == "HTTP 503"
     assert (
         ProviderFailure(True, "error type", 429, "rate_limit_error", 2.0).describe()

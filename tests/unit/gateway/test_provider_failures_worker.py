@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from tests.unit.gateway.provider_harness import APIS, Harness, harness
@@ -14,7 +15,13 @@ from turnledger.fake_provider import FaultPlan, ReceivedRequest
 from turnledger.fake_provider.faults import Fault, FaultKind
 from turnledger.gateway.provider_failures import BackoffPolicy
 from turnledger.gateway.worker import WorkerConfig, gave_up
-from turnledger.model.events import CancelRequested, DispatchState, PreviewRetracted, PreviewUpdated
+from turnledger.model.events import (
+    CancelRequested,
+    DispatchDecision,
+    DispatchState,
+    PreviewRetracted,
+    PreviewUpdated,
+)
 from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
@@ -127,6 +134,78 @@ async def test_an_error_event_inside_the_stream_is_retried() -> None:
         assert final.state == S.COMMITTED and final.attempt_generation == 2
         assert len(posts(h)) == 2
         assert h.worker.stats.counts["pauses"] == 1
+
+
+class Proxy(httpx.AsyncBaseTransport):
+    """A proxy in front of the fake provider: answers the first `times` requests itself (they never
+    reach the fake), then passes every request on."""
+
+    def __init__(self, answer: Callable[[], httpx.Response], times: int) -> None:
+        self.answer, self.left, self.answered = answer, times, 0
+        self.inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.answered < self.left:
+            self.answered += 1
+            return self.answer()
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def bad_gateway_page() -> httpx.Response:
+    page = b"<html><body><h1>502 Bad Gateway</h1> sk-fake-key</body></html>"
+    return httpx.Response(200, headers={"content-type": "text/html; charset=utf-8"}, content=page)
+
+
+@pytest.mark.parametrize("adapter", list(APIS))
+async def test_a_proxy_s_page_in_place_of_the_stream_is_a_provider_error_retried(adapter: str) -> None:
+    """A 200 HTML page (a proxy's error page) where the stream should be: the attempt ends UNKNOWN with
+    PROVIDER_ERROR (it was MISSING_STOP), and the next generation, after the backoff, reaches the
+    provider, whose own stream type (Bedrock's is not SSE's) is read."""
+    proxy = Proxy(bad_gateway_page, times=1)
+    async for h in harness(config=config(), transport=proxy):
+        await h.converse("c1", adapter, tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.COMMITTED and final.attempt_generation == 2
+        first = [
+            (d.reason, d.detail)
+            for d in h.ledger.of_type(DispatchDecision)
+            if d.attempt_generation == 1 and d.state == S.UNKNOWN
+        ]
+        assert first == [(ReasonCode.PROVIDER_ERROR, "stream ended before any delta")]
+        assert (proxy.answered, len(posts(h))) == (1, 1)
+        assert (h.worker.stats.counts["http_200"], h.worker.stats.counts["pauses"]) == (1, 1)
+
+
+async def test_a_proxy_s_page_every_time_the_give_up_says_what_came_instead() -> None:
+    proxy = Proxy(bad_gateway_page, times=3)
+    async for h in harness(config=config(), transport=proxy):
+        await h.converse("c1", "anthropic-messages@2", tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.CANCELLED and final.reason == ReasonCode.WORKER_GAVE_UP
+        assert final.detail.startswith("worker gave up: 3 attempts failed; last UNKNOWN PROVIDER_ERROR")
+        assert final.detail.endswith("at generation 3; HTTP 200, text/html not the API's stream")
+        assert "sk-fake-key" not in final.detail
+        assert (proxy.answered, posts(h)) == (3, [])
+
+
+async def test_a_redirect_ends_the_operation_at_once_never_followed() -> None:
+    """A 3xx: the route's URL is not the API's; every generation would meet it again: CANCELLED
+    PROVIDER_REFUSED at once, the location never requested."""
+    proxy = Proxy(lambda: httpx.Response(307, headers={"location": "/elsewhere"}), times=10)
+    async for h in harness(config=config(), transport=proxy):
+        await h.converse("c1", "openai-chat@2", tools=False)
+        final = await h.settled("c1", "op-1")
+        assert final.state == S.CANCELLED and gave_up(final)
+        assert final.reason == ReasonCode.PROVIDER_REFUSED
+        assert final.detail == (
+            "worker gave up: the provider refused the request (HTTP 307, a redirect not followed); "
+            "not sent again: it would be too"
+        )
+        assert (proxy.answered, posts(h)) == (1, [])
+        assert (h.worker.stats.counts["http_307"], h.worker.stats.counts["pauses"]) == (1, 0)
 
 
 async def test_the_attempts_spent_the_give_up_names_the_last_failure() -> None:

@@ -460,12 +460,109 @@ async def test_a_retry_after_date_is_read_against_the_time_of_the_answer() -> No
     assert 28 < phase.failure.retry_after_s <= 30
 
 
-async def test_a_status_of_399_is_read_as_a_stream() -> None:
-    """Only 400 and above is an error status."""
+@pytest.mark.parametrize("status", [300, 301, 302, 303, 307, 308, 399])
+async def test_a_redirect_is_not_followed_nor_read_it_is_refused(status: int) -> None:
+    """A 3xx, whatever its body (here a whole stream) and content-type: the route's URL is not the
+    API's, which every generation would meet again: PROVIDER_ERROR, refused, counted by its status; the
+    body is read as an error body is (for its error's names only), nothing but the StreamEnded
+    appended, and the location never requested."""
     data = fixture("anthropic_text.sse")
-    read = reading(ANTHROPIC, lambda request: httpx.Response(399, stream=Body([data])))
-    await read.run()
-    assert read.of(StreamEnded)[0].outcome == StreamOutcome.COMPLETED and read.stats.counts["http_399"] == 0
+    headers = {
+        "location": "https://elsewhere.test/v1/messages?key=sk-test",
+        "content-type": "text/event-stream",
+    }
+    read = reading(ANTHROPIC, lambda request: httpx.Response(status, headers=headers, stream=Body([data])))
+    before = sample("turnledger_provider_errors_total", api="anthropic-messages", error=str(status))
+    phase = await read.run()
+    assert [type(e).__name__ for e in read.events] == ["StreamEnded"] and len(read.requests) == 1
+    assert (read.events[0].outcome, phase.outcome) == (
+        StreamOutcome.PROVIDER_ERROR,
+        StreamOutcome.PROVIDER_ERROR,
+    )
+    assert phase.failure == ProviderFailure(False, "status", status, not_a_stream="a redirect not followed")
+    assert phase.failure.describe() == f"HTTP {status}, a redirect not followed"
+    assert read.stats.counts == {f"http_{status}": 1, "late_deltas": 0, "wire_duplicates": 0}
+    assert (
+        sample("turnledger_provider_errors_total", api="anthropic-messages", error=str(status)) == before + 1
+    )
+
+
+#: content-types of a 200 that is not the API's stream → what the failure repeats of it
+NOT_A_STREAM = {
+    "text/html; charset=utf-8": "text/html",
+    "application/json": "application/json",
+    "TEXT/PLAIN": "text/plain",
+    "text/event-streams": "text/event-streams",
+    "application/vnd.amazon.eventstream": "application/vnd.amazon.eventstream",  # Bedrock's, not this API's
+    "sk-test is not a media type": "a content-type",
+    "text/html/sk-test": "a content-type",
+}
+
+
+@pytest.mark.parametrize(("content_type", "shown"), NOT_A_STREAM.items(), ids=list(NOT_A_STREAM))
+async def test_a_2xx_that_is_not_the_api_s_stream_is_a_provider_error_retried(
+    content_type: str, shown: str
+) -> None:
+    """A 200 whose content-type is not the API's stream (a proxy's HTML page, a JSON object), whatever
+    its body (here a whole stream): PROVIDER_ERROR before a byte is read as a stream, retried (a
+    proxy's page is often transient), the failure naming the media type only when it has a media type's
+    shape (the header is the provider's text: here quoting the credential)."""
+    data = fixture("anthropic_text.sse")
+    answer = httpx.Response(200, headers={"content-type": content_type}, stream=Body([data]))
+    read = reading(ANTHROPIC, lambda request: answer)
+    phase = await read.run()
+    assert [type(e).__name__ for e in read.events] == ["StreamEnded"]
+    assert (read.events[0].outcome, phase.outcome) == (
+        StreamOutcome.PROVIDER_ERROR,
+        StreamOutcome.PROVIDER_ERROR,
+    )
+    expected = ProviderFailure(True, "status", 200, not_a_stream=f"{shown} not the API's stream")
+    assert phase.failure == expected and "sk-test" not in phase.failure.describe()
+    assert phase.failure.describe() == f"HTTP 200, {shown} not the API's stream"
+    assert read.stats.counts == {"http_200": 1, "late_deltas": 0, "wire_duplicates": 0}
+
+
+async def test_a_2xx_that_is_not_a_stream_is_judged_by_its_error_s_names_and_headers_first() -> None:
+    """A JSON error object under a 200 is judged as in an error body: by its known type, then as the
+    provider's `x-should-retry` and delay say; its words are never kept."""
+    body = {"error": {"type": "invalid_request_error", "message": "sk-test"}}
+    refused = reading(ANTHROPIC, lambda request: httpx.Response(200, json=body))
+    assert (await refused.run()).failure == ProviderFailure(
+        False, "error type", 200, "invalid_request_error", None, "application/json not the API's stream"
+    )
+    headers = {"x-should-retry": "false", "retry-after": "3", "content-type": "text/html"}
+    told = reading(ANTHROPIC, lambda request: httpx.Response(200, headers=headers, content=b"<html>"))
+    assert (await told.run()).failure == ProviderFailure(
+        False, "x-should-retry", 200, None, 3.0, "text/html not the API's stream"
+    )
+
+
+#: content-types the SSE APIs' streams are read under: none at all, and the stream's in any case, with
+#: any parameters
+READ_AS_A_STREAM = [
+    None,
+    "",
+    "text/event-stream",
+    "text/event-stream; charset=utf-8",
+    " Text/Event-Stream ;charset=UTF-8",
+]
+
+
+@pytest.mark.parametrize("content_type", READ_AS_A_STREAM)
+@pytest.mark.parametrize("status", [200, 299])
+async def test_a_2xx_of_the_stream_s_type_or_of_none_is_read_as_the_stream(
+    content_type: str | None, status: int
+) -> None:
+    data = fixture("anthropic_text.sse")
+    expected = await all_deltas(ANTHROPIC, [data])
+    headers = {} if content_type is None else {"content-type": content_type}
+    read = reading(ANTHROPIC, lambda request: httpx.Response(status, headers=headers, stream=Body([data])))
+    phase = await read.run()
+    assert sequences(read) == expected and phase.failure is None
+    assert (read.of(StreamEnded)[0].outcome, read.stats.counts[f"http_{status}"]) == (
+        StreamOutcome.COMPLETED,
+        0,
+    )
 
 
 async def test_a_previous_failure_is_cleared_by_a_read_that_does_not_fail() -> None:
@@ -837,20 +934,40 @@ async def test_deltas_held_for_coalescing_are_appended_when_the_stream_ends() ->
     assert len(read.of(StreamDeltas)) == 2  # the first at once, the rest held until the end
 
 
-async def test_an_api_that_names_its_response_in_a_header_is_bound_by_it() -> None:
-    """Bedrock's stream names no response: the `x-amzn-requestid` header is the handle bound."""
+def bedrock_read(content_type: str | None) -> Read:
     manifest = manifest_of("bedrock-converse@1", "bedrock/anthropic.claude-sonnet-4@2025-05", "{}")
     routes = endpoints_for(
         BASE, {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_REGION": "us-east-1"}
     )
-    read = Read(
+    headers = {"x-amzn-requestid": "req-9"}
+    if content_type is not None:
+        headers["content-type"] = content_type
+    return Read(
         manifest,
         routes.endpoint_for(manifest),
-        lambda request: httpx.Response(200, headers={"x-amzn-requestid": "req-9"}, stream=Body([])),
+        lambda request: httpx.Response(200, headers=headers, stream=Body([])),
     )
+
+
+@pytest.mark.parametrize("content_type", [None, "application/vnd.amazon.eventstream"])
+async def test_an_api_that_names_its_response_in_a_header_is_bound_by_it(content_type: str | None) -> None:
+    """Bedrock's stream names no response: the `x-amzn-requestid` header is the handle bound."""
+    read = bedrock_read(content_type)
     phase = await read.run()
     [bound] = read.of(HandleBound)
     assert bound.response_handle == "req-9" and phase.handle == "req-9"
+    assert phase.failure is None
+
+
+async def test_a_bedrock_answer_that_is_not_its_event_stream_binds_no_handle() -> None:
+    """An SSE stream's type is not Bedrock's: judged before its headers are read, so the request id of
+    an answer that is not the stream is bound to nothing."""
+    read = bedrock_read("text/event-stream")
+    phase = await read.run()
+    assert [type(e).__name__ for e in read.events] == ["StreamEnded"] and phase.handle is None
+    assert phase.failure == ProviderFailure(
+        True, "status", 200, not_a_stream="text/event-stream not the API's stream"
+    )
 
 
 async def test_a_cancel_seen_during_an_append_stops_the_read_right_after_it(

@@ -222,7 +222,8 @@ FAMILIES: list[tuple[MetricWrapperBase, str, str, tuple[str, ...], tuple[float, 
         "counter",
         ("api", "error"),
         None,
-        "Provider requests that failed: an HTTP error status (status=4xx/5xx code) or a disconnect.",
+        "Provider requests that failed: an answer that is not the API's stream (error=its status: an error "
+        "status, a redirect, a 2xx of another content-type) or a disconnect.",
     ),
     (
         PROVIDER_FAILURES,
