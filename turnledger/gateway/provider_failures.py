@@ -273,7 +273,9 @@ def _not_a_stream(status: int, headers: Mapping[str, str]) -> str | None:
     if status >= 300:
         return "a redirect not followed"
     shown = media_type(headers.get("content-type", ""))
-    return f"{shown if MEDIA_TYPE.fullmatch(shown) else 'a content-type'} not the API's stream"
+    if not MEDIA_TYPE.fullmatch(shown):
+        shown = "a content-type" if shown else "no content-type"
+    return f"{shown} not the API's stream"
 
 
 def stream_failure(api: str, error_type: str, error: Any = None) -> ProviderFailure:

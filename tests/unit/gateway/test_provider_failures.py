@@ -314,6 +314,11 @@ def test_a_content_type_is_repeated_only_in_a_media_type_s_shape() -> None:
     ):
         assert shown(unshaped) == "a content-type not the API's stream"
     assert secret not in (http_failure("gemini", 200, {"content-type": secret}, b"", NOW).describe())
+    # an answer below 200 is not the stream either, whether or not it names a type (a 2xx naming none is read)
+    assert shown("") == "no content-type not the API's stream"
+    assert http_failure("openai-chat", 101, {}, b"", NOW) == ProviderFailure(
+        True, "status", 101, not_a_stream="no content-type not the API's stream"
+    )
 
 
 def test_descriptions() -> None:

@@ -91,6 +91,44 @@ def test_a_provider_error_is_final() -> None:
     assert pump.saw_final is True
 
 
+def _pumped(api: str, data: bytes, headers: dict[str, str] | None = None) -> StreamPump:
+    sink = Sink()
+    pump = StreamPump(api, 3, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
+
+    async def go() -> None:
+        await pump.on_response_headers(headers or {})
+        await pump.feed(data)
+        await pump.close()
+
+    asyncio.run(go())
+    return pump
+
+
+def _anthropic_error(error: dict[str, str]) -> bytes:
+    return b"event: error\ndata: " + json.dumps({"type": "error", "error": error}).encode() + b"\n\n"
+
+
+def test_the_first_error_s_type_and_object_are_kept_for_the_judgement() -> None:
+    """`error_type` and `error` are the first error's: the provider's type and the object it sent, ours
+    (or a Bedrock exception's name) with no object; a stream without an error has neither."""
+    clean, _ = pump_all("anthropic_text.sse", "anthropic-messages")
+    assert (clean.error_type, clean.error) == (None, None)
+    start = fixture("anthropic_text.sse").split(b"\n\n")[0] + b"\n\n"
+    first, second = {"type": "overloaded_error", "message": "m"}, {"type": "api_error", "message": "n"}
+    pump = _pumped("anthropic-messages", start + _anthropic_error(first) + _anthropic_error(second))
+    assert (pump.error_type, pump.error) == ("overloaded_error", first)
+    unnamed = {"type": "", "message": "m"}
+    pump = _pumped("anthropic-messages", start + _anthropic_error(unnamed))
+    assert (pump.error_type, pump.error) == ("", unnamed)
+    pump = _pumped("anthropic-messages", start + b"data: {not json\n\n" + _anthropic_error(first))
+    assert (pump.error_type, pump.error) == ("undecodable_event", None)
+    exception = encode_message(
+        {":message-type": "exception", ":exception-type": "throttlingException"}, b'{"message":"slow"}'
+    )
+    pump = _pumped("bedrock-converse", exception, {"x-amzn-requestid": "req-1"})
+    assert (pump.error_type, pump.error) == ("throttlingException", None)
+
+
 def test_numbered_events_seen_again_are_dropped_before_the_parser() -> None:
     """OpenAI Responses numbers its events: a resent event (same or lower number) is a wire duplicate."""
     data = fixture("openai_responses_text.sse")
