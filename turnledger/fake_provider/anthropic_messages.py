@@ -5,6 +5,10 @@ content_block_start / _delta / _stop, message_delta (stop_reason, cumulative usa
 A refused answer ends so too, its text block closed, with `stop_reason: "refusal"` (the streaming
 classifiers' stop: provider-formats §1c, tests/fixtures/streams/anthropic_refusal.sse).
 Tool results arrive as `tool_result` blocks inside the last user message.
+
+A thinking block's `signature` is one only this API mints and checks (signatures.py), over the
+thinking text: a request whose history holds another is refused, `invalid_request_error`
+"messages.N.content.M: Invalid `signature` in `thinking` block".
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from turnledger.fake_provider.model import (
     split_json,
     split_text,
 )
+from turnledger.fake_provider.signatures import SignatureRule, Signed
 from turnledger.fake_provider.sse import SseEvent
 
 
@@ -141,7 +146,7 @@ def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
                     }
                 )
             )
-        signature = ctx.id("", "signature", 64)
+        signature = _signature(answer, ctx)
         events.append(
             _ev(
                 {
@@ -207,7 +212,7 @@ def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if answer.thinking:
         content.append(
-            {"type": "thinking", "thinking": answer.thinking, "signature": ctx.id("", "signature", 64)}
+            {"type": "thinking", "thinking": answer.thinking, "signature": _signature(answer, ctx)}
         )
     if answer.text:
         content.append({"type": "text", "text": answer.text})
@@ -223,8 +228,34 @@ def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     return _message(ctx, content, _stop_reason(answer), output_tokens(answer))
 
 
-def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
+def _signed(body: dict[str, Any]) -> list[Signed]:
+    """The signed thinking blocks of the request's assistant messages."""
+    return [
+        Signed(f"messages.{i}.content.{j}", str(b["signature"]), str(b.get("thinking") or ""))
+        for i, m in enumerate(body.get("messages") or [])
+        if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), list)
+        for j, b in enumerate(m["content"])
+        if isinstance(b, dict) and b.get("type") == "thinking" and b.get("signature") is not None
+    ]
+
+
+def _invalid_signature(signed: Signed) -> BadRequestError:
+    return BadRequestError(f"{signed.where}: Invalid `signature` in `thinking` block")
+
+
+SIGNATURES = SignatureRule(
+    "anthropic-messages", b"\x12\xaa\x01", _signed, _invalid_signature, binds_text=True
+)
+
+
+def _signature(answer: Answer, ctx: ScriptContext) -> str:
+    return SIGNATURES.mint(ctx.seed, ctx.basis, "signature", answer.thinking)
+
+
+def error_body(message: str, kind: str, param: str | None, code: str | None) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-SPEC = ApiSpec("anthropic-messages", parse, script, error_event, final_object, error_body)
+SPEC = ApiSpec(
+    "anthropic-messages", parse, script, error_event, final_object, error_body, signatures=SIGNATURES
+)

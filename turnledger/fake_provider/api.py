@@ -10,6 +10,7 @@ from typing import Any
 from turnledger.fake_provider.eventstream import EventStreamEvent
 from turnledger.fake_provider.ids import make_id
 from turnledger.fake_provider.model import Answer, Conversation
+from turnledger.fake_provider.signatures import SignatureRule
 from turnledger.fake_provider.sse import SseEvent
 
 WireEvent = SseEvent | EventStreamEvent
@@ -48,10 +49,14 @@ class ApiSpec:
     error_event: Callable[[ScriptContext, int], WireEvent]
     #: the non-streaming response body
     final_object: Callable[[Answer, ScriptContext], dict[str, Any]]
-    #: an HTTP error body in this API's shape: (message, error type, param)
-    error_body: Callable[[str, str, str | None], dict[str, Any]]
+    #: an HTTP error body in this API's shape: (message, error type, param, code)
+    error_body: Callable[[str, str, str | None, str | None], dict[str, Any]]
     #: can events of an earlier stream be told from this one's? (not on a stream without ids: Bedrock)
     late_events: bool = True
+    #: how the API mints and checks reasoning signatures (None: it has none)
+    signatures: SignatureRule | None = None
+    #: the headers of an HTTP error answer of this status (Bedrock names its type in `x-amzn-errortype`)
+    error_headers: Callable[[int], dict[str, str]] = field(default=lambda status: {})
 
 
 def output_tokens(answer: Answer) -> int:

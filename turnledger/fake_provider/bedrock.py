@@ -8,7 +8,14 @@ fragment>}}}…, contentBlockStop; messageStop{stopReason}; metadata{usage, metr
 payload carries the `p` padding field the service adds. Errors mid-stream are exception
 messages (`:message-type: exception`). The stream names no response: the response's
 `x-amzn-RequestId` header is its id. Tool results are `toolResult` blocks of the last user
-message; `toolUseId` must match `[a-zA-Z0-9_-]+` (1-64), as the service validates it. A refused
+message; `toolUseId` must match `[a-zA-Z0-9_-]+` (1-64), as the service validates it. Reasoning
+(asked for as Claude's, `additionalModelRequestFields.thinking`) comes first:
+contentBlockDelta{delta:{reasoningContent:{text}}}…, then {reasoningContent:{signature}}, then
+contentBlockStop (tests/fixtures/streams/bedrock_reasoning_tool_use.eventstream). The signature is one
+only this API mints and checks, over the reasoning text (signatures.py): a request whose history holds
+another is refused, a ValidationException "The model returned the following errors:
+messages.N.content.M: Invalid signature in thinking block". An error answer names its type in the
+`x-amzn-errortype` header (refusals.py). A refused
 answer ends with `messageStop{stopReason: "guardrail_intervened"}`, a guardrail's stop (StopReason of
 https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_MessageStopEvent.html).
 """
@@ -32,6 +39,8 @@ from turnledger.fake_provider.model import (
     split_json,
     split_text,
 )
+from turnledger.fake_provider.refusals import ERROR_TYPES
+from turnledger.fake_provider.signatures import SignatureRule, Signed
 
 TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -58,7 +67,12 @@ def parse(body: dict[str, Any]) -> Conversation:
                     )
                     if kind == "toolUse":
                         names[str(inner["toolUseId"])] = str(inner.get("name"))
-    conv: dict[str, Any] = {"model": str(body.get("model", "bedrock-fake")), "tools": tools}
+    thinking = (body.get("additionalModelRequestFields") or {}).get("thinking") or {}
+    conv: dict[str, Any] = {
+        "model": str(body.get("model", "bedrock-fake")),
+        "tools": tools,
+        "thinking": isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"),
+    }
     last = messages[-1]
     if last.get("role") != "user":
         return Conversation(last=LastTurn.OTHER, **conv)
@@ -114,6 +128,14 @@ def script(answer: Answer, ctx: ScriptContext) -> list[EventStreamEvent]:
 
     events = [ev("messageStart", {"role": "assistant"})]
     index = 0
+    if answer.thinking:
+        for piece in split_text(answer.thinking, rng):
+            delta = {"reasoningContent": {"text": piece}}
+            events.append(ev("contentBlockDelta", {"contentBlockIndex": index, "delta": delta}))
+        delta = {"reasoningContent": {"signature": _signature(answer, ctx)}}
+        events.append(ev("contentBlockDelta", {"contentBlockIndex": index, "delta": delta}))
+        events.append(ev("contentBlockStop", {"contentBlockIndex": index}))
+        index += 1
     if answer.text:
         for piece in split_text(answer.text, rng):
             events.append(ev("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": piece}}))
@@ -144,6 +166,9 @@ def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     import json
 
     content: list[dict[str, Any]] = []
+    if answer.thinking:
+        reasoning = {"text": answer.thinking, "signature": _signature(answer, ctx)}
+        content.append({"reasoningContent": {"reasoningText": reasoning}})
     if answer.text:
         content.append({"text": answer.text})
     for k, call in enumerate(answer.tool_calls):
@@ -165,8 +190,52 @@ def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     }
 
 
-def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
+def _signed(body: dict[str, Any]) -> list[Signed]:
+    """The signed reasoning blocks of the request's messages."""
+    return [
+        Signed(f"messages.{i}.content.{j}", str(r["signature"]), str(r.get("text") or ""))
+        for i, m in enumerate(body.get("messages") or [])
+        if isinstance(m, dict)
+        for j, b in enumerate(m.get("content") or [])
+        if isinstance(b, dict)
+        and isinstance(r := (b.get("reasoningContent") or {}).get("reasoningText"), dict)
+        and r.get("signature") is not None
+    ]
+
+
+def _invalid_signature(signed: Signed) -> BadRequestError:
+    return BadRequestError(
+        f"The model returned the following errors: {signed.where}: Invalid signature in thinking block"
+    )
+
+
+SIGNATURES = SignatureRule("bedrock-converse", b"\x12\xaa\x01", _signed, _invalid_signature, binds_text=True)
+
+
+def _signature(answer: Answer, ctx: ScriptContext) -> str:
+    return SIGNATURES.mint(ctx.seed, ctx.basis, "signature", answer.thinking)
+
+
+def error_headers(status: int) -> dict[str, str]:
+    """The error type of an HTTP error, as Bedrock names it: in `x-amzn-errortype` (the body has only
+    a message)."""
+    types, client_type, server_type = ERROR_TYPES["bedrock-converse"]
+    aws_type = types.get(status, server_type if status >= 500 else client_type)
+    return {"x-amzn-errortype": f"{aws_type}:http://internal.amazon.com/coral/com.amazon.bedrock/"}
+
+
+def error_body(message: str, kind: str, param: str | None, code: str | None) -> dict[str, Any]:
     return {"message": message}
 
 
-SPEC = ApiSpec("bedrock-converse", parse, script, error_event, final_object, error_body, late_events=False)
+SPEC = ApiSpec(
+    "bedrock-converse",
+    parse,
+    script,
+    error_event,
+    final_object,
+    error_body,
+    late_events=False,
+    signatures=SIGNATURES,
+    error_headers=error_headers,
+)

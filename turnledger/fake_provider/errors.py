@@ -20,10 +20,14 @@ class NonLoopbackBindError(FakeProviderError, ValueError):
 
 
 class BadRequestError(FakeProviderError):
-    """A request the fake provider cannot serve; answered with HTTP 400 in the API's own error shape."""
+    """A request the fake provider cannot serve; answered with HTTP 400 in the API's own error shape
+    (`code`: the specific error name, where the API gives one: OpenAI's `code`)."""
 
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.param = param
+        self.code = code

@@ -9,6 +9,12 @@ thinking, the thought signature on an empty text part, as Gemini 2.5 sends it). 
 `alt=sse` the same chunks are one JSON array. Tool results are `functionResponse` parts of the last
 user content, one per call of the model content before it (else the API's 400).
 
+A thought-through answer's calls carry a `thoughtSignature` on the first `functionCall` part (only the
+first of parallel calls is signed, provider-formats §1d). Signatures are the API's own (signatures.py):
+a request whose contents hold one this API did not mint is refused, 400 INVALID_ARGUMENT "Corrupted
+thought signature.", except `skip_thought_signature_validator` on a function call, the stand-in Gemini
+documents for a call it did not generate (ai.google.dev/gemini-api/docs/thought-signatures, FAQ).
+
 Truncated arguments cannot be expressed on this wire (`args` is an object inside a complete
 JSON chunk): the truncate fault becomes what Gemini sends when the model's call is cut or
 malformed, a last chunk with `finishReason: MALFORMED_FUNCTION_CALL` and no call.
@@ -20,7 +26,6 @@ tests/fixtures/streams/gemini_safety_after_text.sse).
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -36,6 +41,7 @@ from turnledger.fake_provider.model import (
     last_text_part,
     split_text,
 )
+from turnledger.fake_provider.signatures import SignatureRule, Signed
 from turnledger.fake_provider.sse import SseEvent
 
 PARALLEL_MISMATCH = (
@@ -122,9 +128,32 @@ def response_id(ctx: ScriptContext) -> str:
     return ctx.id("", "response", 22)
 
 
+FOREIGN_CALL_SIGNATURE = "skip_thought_signature_validator"
+
+
+def _signed(body: dict[str, Any]) -> list[Signed]:
+    """Every part of the request's contents that carries a `thoughtSignature`."""
+    return [
+        Signed(f"contents[{i}].parts[{j}]", str(p["thoughtSignature"]), on_call="functionCall" in p)
+        for i, c in enumerate(body.get("contents") or [])
+        if isinstance(c, dict)
+        for j, p in enumerate(c.get("parts") or [])
+        if isinstance(p, dict) and p.get("thoughtSignature") is not None
+    ]
+
+
+def _corrupted(signed: Signed) -> BadRequestError:
+    return BadRequestError("Corrupted thought signature.")
+
+
+SIGNATURES = SignatureRule(
+    "gemini", b"\n$\x01", _signed, _corrupted, call_stand_ins=frozenset({FOREIGN_CALL_SIGNATURE})
+)
+
+
 def thought_signature(ctx: ScriptContext) -> str:
-    """An opaque token in base64, as Gemini's are; the same for the same answer."""
-    return base64.b64encode(f"sig:{response_id(ctx)}".encode()).decode()
+    """An opaque token in base64, as Gemini's are (`CiQB…`); the same for the same answer."""
+    return SIGNATURES.mint(ctx.seed, ctx.basis, "thought-signature")
 
 
 def _chunk(
@@ -156,9 +185,13 @@ def _refusal_chunk(ctx: ScriptContext, answer: Answer) -> dict[str, Any]:
     return data
 
 
-def _call_part(answer: Answer, k: int) -> dict[str, Any]:
+def _call_part(answer: Answer, k: int, ctx: ScriptContext) -> dict[str, Any]:
+    """A call part; a thought-through answer's first one signed."""
     call = answer.tool_calls[k]
-    return {"functionCall": {"name": call.name, "args": call.arguments}}
+    part: dict[str, Any] = {"functionCall": {"name": call.name, "args": call.arguments}}
+    if k == 0 and answer.thinking:
+        part["thoughtSignature"] = thought_signature(ctx)
+    return part
 
 
 def chunks(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
@@ -188,10 +221,11 @@ def chunks(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
     if ctx.truncated:
         # the first cut call ends the stream: Gemini reports the malformed call, and sends none of it
         first_cut = min(ctx.truncated)
-        calls = [_call_part(answer, k) for k in range(first_cut)]
+        calls = [_call_part(answer, k, ctx) for k in range(first_cut)]
         out.append(_chunk(ctx, calls or [{"text": ""}], "MALFORMED_FUNCTION_CALL", answer))
         return out
-    out.append(_chunk(ctx, [_call_part(answer, k) for k in range(len(answer.tool_calls))], "STOP", answer))
+    calls = [_call_part(answer, k, ctx) for k in range(len(answer.tool_calls))]
+    out.append(_chunk(ctx, calls, "STOP", answer))
     return out
 
 
@@ -215,13 +249,13 @@ def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     if answer.text:
         parts.append({"text": answer.text})
-    parts.extend(_call_part(answer, k) for k in range(len(answer.tool_calls)))
+    parts.extend(_call_part(answer, k, ctx) for k in range(len(answer.tool_calls)))
     return _chunk(ctx, parts or [{"text": ""}], "STOP", answer)
 
 
-def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
-    status, code = _GOOGLE_STATUS.get(kind, ("INVALID_ARGUMENT", 400))
-    return {"error": {"code": code, "message": message, "status": status}}
+def error_body(message: str, kind: str, param: str | None, code: str | None) -> dict[str, Any]:
+    status, number = _GOOGLE_STATUS.get(kind, ("INVALID_ARGUMENT", 400))
+    return {"error": {"code": number, "message": message, "status": status}}
 
 
 _GOOGLE_STATUS = {
@@ -230,4 +264,4 @@ _GOOGLE_STATUS = {
     "invalid_request_error": ("INVALID_ARGUMENT", 400),
 }
 
-SPEC = ApiSpec("gemini", parse, script, error_event, final_object, error_body)
+SPEC = ApiSpec("gemini", parse, script, error_event, final_object, error_body, signatures=SIGNATURES)

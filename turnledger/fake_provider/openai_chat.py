@@ -199,8 +199,8 @@ def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     }
 
 
-def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+def error_body(message: str, kind: str, param: str | None, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 SPEC = ApiSpec("openai-chat", parse, script, error_event, final_object, error_body)

@@ -242,8 +242,8 @@ def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     return response_object(ctx, "completed", _items(answer, ctx), _usage(answer, ctx))
 
 
-def error_body(message: str, kind: str, param: str | None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+def error_body(message: str, kind: str, param: str | None, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 SPEC = ApiSpec("openai-responses", parse, script, error_event, final_object, error_body)

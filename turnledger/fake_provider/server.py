@@ -134,9 +134,15 @@ class FakeProvider:
         background_tick_s: float = 0.002,
         keys: FakeKeys | None = None,
         on_request: Callable[[ReceivedRequest], None] | None = None,
+        thinking: bool = False,
     ) -> None:
         """As the real APIs: a body without `"stream": true` gets one JSON reply, and only a Responses
-        request with `"background": true` is kept and can be read again by its id."""
+        request with `"background": true` is kept and can be read again by its id.
+
+        `thinking`: every answer is thought through, whether or not the request asks (as a model whose
+        thinking is on by default): the Anthropic, Gemini and Bedrock adapters have no setting that asks
+        for it, so a test through the worker turns it on here. Each API signs the reasoning as it does
+        (signatures.py), and every request's signatures are checked whatever this says."""
         if host != LOOPBACK:
             raise NonLoopbackBindError(host)
         self.host = host
@@ -146,6 +152,7 @@ class FakeProvider:
         self.background_tick_s = background_tick_s
         self.keys = keys or FakeKeys()
         self._on_request = on_request
+        self.thinking = thinking
         self.auth_failures: list[tuple[str, int]] = []  # (request id, status)
         self.fault_log: list[FaultRecord] = []
         self.requests: list[ReceivedRequest] = []
@@ -233,7 +240,8 @@ class FakeProvider:
                 kind = {404: "not_found_error", 409: "conflict_error"}.get(
                     exc.status, "invalid_request_error"
                 )
-                await out.send_json(exc.status, api.error_body(exc.message, kind, exc.param))
+                out.extra_headers.update(api.error_headers(exc.status))
+                await out.send_json(exc.status, api.error_body(exc.message, kind, exc.param, exc.code))
 
     async def _route(self, req: HttpRequest, received: ReceivedRequest, out: ResponseWriter) -> None:
         if req.path == "/healthz":
@@ -284,8 +292,12 @@ class FakeProvider:
         if not isinstance(body, dict):
             raise BadRequestError("request body must be a JSON object")
         conv = api.parse(body)
+        if api.signatures is not None:
+            api.signatures.check(body, self.seed)
         if target.model is not None:
             conv = replace(conv, model=target.model)
+        if self.thinking:
+            conv = replace(conv, thinking=True)
         body_hash = hashlib.sha256(req.body).hexdigest()
         key = req.headers.get(IDEMPOTENCY_HEADER)
         connection = 0
@@ -484,7 +496,7 @@ class FakeProvider:
                 (529, "overloaded_error") if api is anthropic_messages.SPEC else (500, "server_error")
             )
             await out.send_json(
-                status, api.error_body("Overloaded" if status == 529 else "server error", kind, None)
+                status, api.error_body("Overloaded" if status == 529 else "server error", kind, None, None)
             )
             return
         if FaultKind.DISCONNECT in by_kind:

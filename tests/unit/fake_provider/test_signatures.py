@@ -1,0 +1,287 @@
+"""Reasoning signatures in the fake provider: each API mints its own, checks every one a request
+holds, and refuses one it did not mint with its own 400, as the real APIs do (signatures.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import botocore.exceptions
+import httpx
+import pytest
+
+from tests.unit.fake_provider.test_sdk_clients import _bedrock_client
+from turnledger.fake_provider import FakeProvider, anthropic_messages, bedrock, gemini
+from turnledger.fake_provider.signatures import SignatureRule, Signed
+
+pytestmark = pytest.mark.timeout(60)
+
+SEED = 7
+RULES = {"anthropic-messages": anthropic_messages.SIGNATURES, "gemini": gemini.SIGNATURES,
+         "bedrock-converse": bedrock.SIGNATURES}  # fmt: skip
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+# the rule itself ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", list(RULES))
+def test_a_token_is_checked_by_the_api_and_seed_that_minted_it_only(api: str) -> None:
+    rule = RULES[api]
+    token = rule.mint(SEED, "basis", "signature", "thought")
+    assert token == rule.mint(SEED, "basis", "signature", "thought")  # deterministic
+    assert token != rule.mint(SEED, "basis", "other", "thought")
+    assert token != rule.mint(SEED, "other basis", "signature", "thought")
+    assert rule.minted(SEED, Signed("x", token, "thought"))
+    assert not rule.minted(SEED + 1, Signed("x", token, "thought"))
+    for other in RULES.values():
+        if other is not rule:
+            assert not other.minted(SEED, Signed("x", token, "thought"))
+
+
+def test_tokens_begin_as_the_real_apis_do() -> None:
+    assert anthropic_messages.SIGNATURES.mint(SEED, "b", "l", "t").startswith("EqoB")
+    assert bedrock.SIGNATURES.mint(SEED, "b", "l", "t").startswith("EqoB")
+    assert gemini.SIGNATURES.mint(SEED, "b", "l").startswith("CiQB")
+
+
+@pytest.mark.parametrize(("api", "binds"), [("anthropic-messages", True), ("bedrock-converse", True),
+                                            ("gemini", False)])  # fmt: skip
+def test_claude_signs_the_thinking_text_gemini_signs_nothing_the_request_shows(api: str, binds: bool) -> None:
+    rule = RULES[api]
+    token = rule.mint(SEED, "basis", "signature", "the thought")
+    assert rule.minted(SEED, Signed("x", token, "another thought")) is not binds
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "not base64 at all!",
+        "EqoB",  # the header alone
+        "c2lnOnJlc3A=",  # base64 of another header
+    ],
+)
+def test_anything_else_is_not_a_signature(token: str) -> None:
+    assert not anthropic_messages.SIGNATURES.minted(SEED, Signed("x", token, ""))
+
+
+def test_a_cut_lengthened_or_changed_token_is_not_a_signature() -> None:
+    rule = anthropic_messages.SIGNATURES
+    token = rule.mint(SEED, "basis", "signature", "t")
+    assert not rule.minted(SEED, Signed("x", token[:-8], "t"))
+    for lengthened in (token + "!", token[:8] + "\n" + token[8:], token + "AAAA"):
+        assert not rule.minted(SEED, Signed("x", lengthened, "t"))
+    changed = token[:-6] + ("A" if token[-6] != "A" else "B") + token[-5:]
+    assert not rule.minted(SEED, Signed("x", changed, "t"))
+
+
+def test_gemini_takes_its_stand_in_on_a_function_call_only() -> None:
+    rule: SignatureRule = gemini.SIGNATURES
+    assert rule.minted(SEED, Signed("x", "skip_thought_signature_validator", on_call=True))
+    assert not rule.minted(SEED, Signed("x", "skip_thought_signature_validator", on_call=False))
+    assert not anthropic_messages.SIGNATURES.minted(
+        SEED, Signed("x", "skip_thought_signature_validator", on_call=True)
+    )
+
+
+# over HTTP -----------------------------------------------------------------------------------------
+
+
+def headers(fp: FakeProvider) -> dict[str, str]:
+    return {
+        "x-api-key": fp.keys.anthropic,
+        "anthropic-version": "2023-06-01",
+        "authorization": f"Bearer {fp.keys.openai}",
+        "x-goog-api-key": fp.keys.gemini,
+    }
+
+
+async def post(fp: FakeProvider, path: str, body: dict[str, Any]) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=fp.base_url, headers=headers(fp), timeout=10) as client:
+        return await client.post(path, json=body)
+
+
+ANTHROPIC_ASK = {
+    "model": "claude-sonnet-4",
+    "max_tokens": 256,
+    "thinking": {"type": "enabled", "budget_tokens": 1024},
+    "tools": [{"name": "get_weather", "input_schema": WEATHER}],
+    "messages": [{"role": "user", "content": "weather in Oslo?"}],
+}
+
+
+def anthropic_history(answer: dict[str, Any]) -> dict[str, Any]:
+    """The request after `answer` (thinking + calls): the answer, then a result for each call."""
+    results = [
+        {"type": "tool_result", "tool_use_id": b["id"], "content": "sunny"}
+        for b in answer["content"]
+        if b["type"] == "tool_use"
+    ]
+    messages = [*ANTHROPIC_ASK["messages"], {"role": "assistant", "content": answer["content"]},
+                {"role": "user", "content": results}]  # fmt: skip
+    return {**ANTHROPIC_ASK, "messages": messages}
+
+
+def anthropic_refusal(where: str) -> dict[str, Any]:
+    message = f"{where}: Invalid `signature` in `thinking` block"
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+
+
+async def test_anthropic_takes_back_its_own_signature_and_refuses_any_other() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        answer = (await post(fp, "/v1/messages", ANTHROPIC_ASK)).json()
+        thinking = answer["content"][0]
+        assert thinking["type"] == "thinking" and thinking["signature"].startswith("EqoB")
+        assert answer["content"][1]["type"] == "tool_use"
+        again = anthropic_history(answer)
+        assert (await post(fp, "/v1/messages", again)).status_code == 200
+
+        foreign = gemini.SIGNATURES.mint(SEED, "basis", "thought-signature")
+        for changed in ({"signature": foreign}, {"thinking": thinking["thinking"] + " And more."}):
+            body = anthropic_history({"content": [{**thinking, **changed}, *answer["content"][1:]]})
+            refused = await post(fp, "/v1/messages", body)
+            assert (refused.status_code, refused.json()) == (400, anthropic_refusal("messages.1.content.0"))
+
+
+async def test_anthropic_streams_the_signature_it_checks() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        async with httpx.AsyncClient(base_url=fp.base_url, headers=headers(fp), timeout=10) as client:
+            raw = (await client.post("/v1/messages", json={**ANTHROPIC_ASK, "stream": True})).text
+        events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+        deltas = [e["delta"] for e in events if e["type"] == "content_block_delta" and e["index"] == 0]
+        text = "".join(d.get("thinking", "") for d in deltas)
+        [signature] = [d["signature"] for d in deltas if d["type"] == "signature_delta"]
+        assert anthropic_messages.SIGNATURES.minted(SEED, Signed("x", signature, text))
+
+
+GEMINI_PATH = "/v1beta/models/gemini-2.5-pro:generateContent"
+GEMINI_ASK = {
+    "contents": [{"role": "user", "parts": [{"text": "Oslo, Rome, Paris weather"}]}],
+    "generationConfig": {"thinkingConfig": {"includeThoughts": True}},
+    "tools": [{"functionDeclarations": [{"name": "get_weather", "parameters": WEATHER}]}],
+}
+CORRUPTED = {"error": {"code": 400, "message": "Corrupted thought signature.", "status": "INVALID_ARGUMENT"}}
+
+
+def gemini_history(model_parts: list[dict[str, Any]]) -> dict[str, Any]:
+    responses = [
+        {"functionResponse": {"name": p["functionCall"]["name"], "response": {"output": "sunny"}}}
+        for p in model_parts
+        if "functionCall" in p
+    ]
+    contents = [*GEMINI_ASK["contents"], {"role": "model", "parts": model_parts},
+                {"role": "user", "parts": responses}]  # fmt: skip
+    return {**GEMINI_ASK, "contents": contents}
+
+
+async def test_gemini_signs_the_first_call_of_a_thought_through_answer() -> None:
+    async with FakeProvider(seed=SEED, thinking=True) as fp:
+        streamed = await post(
+            fp, GEMINI_PATH.replace(":generateContent", ":streamGenerateContent"), GEMINI_ASK
+        )
+        parts = [p for chunk in streamed.json() for p in chunk["candidates"][0]["content"]["parts"]]
+        calls = [p for p in parts if "functionCall" in p]
+        assert len(calls) >= 2, "the seed gives parallel calls"
+        assert [("thoughtSignature" in p) for p in calls] == [True] + [False] * (len(calls) - 1)
+        assert gemini.SIGNATURES.minted(SEED, Signed("x", calls[0]["thoughtSignature"], on_call=True))
+        assert all(p.get("thought") for p in parts if "functionCall" not in p)
+
+
+async def test_gemini_takes_back_its_own_signature_and_its_stand_in_on_a_call_only() -> None:
+    async with FakeProvider(seed=SEED, thinking=True) as fp:
+        answer = (await post(fp, GEMINI_PATH, GEMINI_ASK)).json()
+        parts = answer["candidates"][0]["content"]["parts"]
+        assert "thoughtSignature" in parts[0]
+        assert (await post(fp, GEMINI_PATH, gemini_history(parts))).status_code == 200
+
+        stand_in = "skip_thought_signature_validator"
+        call = {k: v for k, v in parts[0].items() if k != "thoughtSignature"}
+        assert (
+            await post(fp, GEMINI_PATH, gemini_history([{**call, "thoughtSignature": stand_in}]))
+        ).status_code == 200
+
+        foreign = anthropic_messages.SIGNATURES.mint(SEED, "basis", "signature", "")
+        for wrong in (
+            [{**call, "thoughtSignature": foreign}],
+            [{"text": "", "thoughtSignature": stand_in}, call],
+            [{"text": "thinking", "thought": True, "thoughtSignature": foreign}, call],
+        ):
+            refused = await post(fp, GEMINI_PATH, gemini_history(wrong))
+            assert (refused.status_code, refused.json()) == (400, CORRUPTED)
+
+
+def _converse(client: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return client.converse(  # type: ignore[no-any-return]
+        modelId="anthropic.claude-sonnet-4-20250514-v1:0",
+        messages=messages,
+        toolConfig={"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": WEATHER}}}]},
+        additionalModelRequestFields={"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    )
+
+
+async def test_bedrock_reasons_signs_and_refuses_another_signature_with_a_validation_exception() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        client = _bedrock_client(fp.base_url, fp.keys.aws_access_key_id, fp.keys.aws_secret_access_key)
+        ask = [{"role": "user", "content": [{"text": "weather in Oslo?"}]}]
+        answer = await asyncio.to_thread(_converse, client, ask)
+        content = answer["output"]["message"]["content"]
+        reasoning = content[0]["reasoningContent"]["reasoningText"]
+        assert reasoning["signature"].startswith("EqoB") and reasoning["text"].startswith("Considering")
+        calls = [b["toolUse"] for b in content if "toolUse" in b]
+        assert calls
+
+        def history(assistant: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            results = [
+                {"toolResult": {"toolUseId": c["toolUseId"], "content": [{"text": "sunny"}]}} for c in calls
+            ]
+            return [*ask, {"role": "assistant", "content": assistant}, {"role": "user", "content": results}]
+
+        again = await asyncio.to_thread(_converse, client, history(content))
+        assert again["stopReason"] == "end_turn"
+        foreign = anthropic_messages.SIGNATURES.mint(SEED, "basis", "signature", reasoning["text"])
+        wrong = [{"reasoningContent": {"reasoningText": {**reasoning, "signature": foreign}}}, *content[1:]]
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            await asyncio.to_thread(_converse, client, history(wrong))
+        error = refused.value.response["Error"]
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        assert error == {
+            "Code": "ValidationException",
+            "Message": "The model returned the following errors: messages.1.content.0: "
+            "Invalid signature in thinking block",
+        }
+
+
+async def test_bedrock_streams_its_reasoning_as_the_service_does() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        client = _bedrock_client(fp.base_url, fp.keys.aws_access_key_id, fp.keys.aws_secret_access_key)
+
+        def stream() -> list[dict[str, Any]]:
+            response = client.converse_stream(
+                modelId="anthropic.claude-sonnet-4-20250514-v1:0",
+                messages=[{"role": "user", "content": [{"text": "tell me something"}]}],
+                additionalModelRequestFields={"thinking": {"type": "enabled", "budget_tokens": 1024}},
+            )
+            return list(response["stream"])
+
+        events = await asyncio.to_thread(stream)
+        deltas = [e["contentBlockDelta"] for e in events if "contentBlockDelta" in e]
+        reasoning = [d["delta"]["reasoningContent"] for d in deltas if d["contentBlockIndex"] == 0]
+        assert [next(iter(r)) for r in reasoning][-1] == "signature"
+        assert {next(iter(r)) for r in reasoning[:-1]} == {"text"}
+        text = "".join(r["text"] for r in reasoning[:-1])
+        assert bedrock.SIGNATURES.minted(SEED, Signed("x", reasoning[-1]["signature"], text))
+        assert [next(iter(e)) for e in events][:1] == ["messageStart"]
+        stop = [e["contentBlockStop"]["contentBlockIndex"] for e in events if "contentBlockStop" in e]
+        assert stop == [0, 1]
+
+
+async def test_a_request_without_thinking_gets_no_signature() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        ask = {k: v for k, v in ANTHROPIC_ASK.items() if k != "thinking"}
+        answer = (await post(fp, "/v1/messages", ask)).json()
+        assert [b["type"] for b in answer["content"]] == ["tool_use"] * len(answer["content"])
+        gemini_ask = {k: v for k, v in GEMINI_ASK.items() if k != "generationConfig"}
+        parts = (await post(fp, GEMINI_PATH, gemini_ask)).json()["candidates"][0]["content"]["parts"]
+        assert all("thoughtSignature" not in p for p in parts)
