@@ -5,6 +5,17 @@ per response (the resume cursor of background mode). Items: `message` (`msg_…`
 parts, `function_call` (`fc_…` item id, `call_…` call id). Tool results are trailing
 `function_call_output` items of `input`.
 
+A request with `reasoning` (any effort) is answered by a reasoning model: the output starts with a
+`reasoning` item (`rs_…`) whose summary streams as `response.reasoning_summary_text.delta` (always,
+whatever `reasoning.summary` says: a fake's simplification), shaped as
+tests/fixtures/streams/openai_responses_tools.sse. When `include` names
+`reasoning.encrypted_content`, the item's `output_item.done` (and the final output) carries its
+`encrypted_content`, a token only this API mints (signatures.py). A reasoning item in `input` is
+checked as the API checks it (provider-formats §1b): it must be followed by an item of its answer
+(a function call or an assistant message), else "Item 'rs_…' of type 'reasoning' was provided without
+its required following item."; its `encrypted_content` must be one this API minted, else "The
+encrypted content gAAA...XXXX could not be verified." (code `invalid_encrypted_content`).
+
 A refused answer ends with its message item done with status `incomplete` and a terminal
 `response.incomplete` whose `incomplete_details.reason` is `content_filter` (provider-formats §2c,
 tests/fixtures/streams/openai_responses_content_filter.sse).
@@ -28,12 +39,17 @@ from turnledger.fake_provider.model import (
     split_json,
     split_text,
 )
+from turnledger.fake_provider.signatures import SignatureRule, Signed, abbreviated
 from turnledger.fake_provider.sse import SseEvent
 
 MAX_CALL_ID = 64
 REFUSED_DETAILS = {"reason": "content_filter"}
 """The `incomplete_details` of a refused answer."""
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
+ENCRYPTED_CONTENT = "reasoning.encrypted_content"
+"""The `include` value that asks for each reasoning item's encrypted content."""
+FOLLOWS_REASONING = frozenset({"function_call", "message"})
+"""The items a reasoning item of an answer may be followed by (an assistant message, a call)."""
 
 
 def parse(body: dict[str, Any]) -> Conversation:
@@ -57,12 +73,14 @@ def parse(body: dict[str, Any]) -> Conversation:
                 f"{MAX_CALL_ID}, but got a string with length {len(call_id)} instead.",
                 param=f"input[{n}].call_id",
             )
+    _check_reasoning_followed(items)
     names = {str(i.get("call_id")): str(i.get("name")) for i in items if i.get("type") == "function_call"}
     conv: dict[str, Any] = {
         "model": str(body.get("model", "gpt-fake")),
         "tools": tools,
         "allow_tools": body.get("tool_choice") != "none",
         "parallel": body.get("parallel_tool_calls", True) is not False,
+        "thinking": isinstance(body.get("reasoning"), dict),
     }
     last = items[-1]
     if last.get("type") == "function_call_output":
@@ -84,6 +102,49 @@ def parse(body: dict[str, Any]) -> Conversation:
             **conv,
         )
     return Conversation(last=LastTurn.OTHER, **conv)
+
+
+def _check_reasoning_followed(items: list[dict[str, Any]]) -> None:
+    """A reasoning item must be followed by an item of its answer: a call, or an assistant message."""
+    for n, item in enumerate(items):
+        if item.get("type") != "reasoning":
+            continue
+        after = items[n + 1] if n + 1 < len(items) else {}
+        kind = after.get("type", "message" if "role" in after else None)
+        if kind not in FOLLOWS_REASONING or (kind == "message" and after.get("role") != "assistant"):
+            raise BadRequestError(
+                f"Item '{item.get('id')}' of type 'reasoning' was provided without its required "
+                "following item.",
+                param="input",
+            )
+
+
+def _signed(body: dict[str, Any]) -> list[Signed]:
+    """The encrypted content of every reasoning item of the request's input."""
+    items = body.get("input")
+    return [
+        Signed(f"input[{n}]", str(item["encrypted_content"]))
+        for n, item in enumerate(items if isinstance(items, list) else [])
+        if isinstance(item, dict)
+        and item.get("type") == "reasoning"
+        and item.get("encrypted_content") is not None
+    ]
+
+
+def _unverified(signed: Signed) -> BadRequestError:
+    return BadRequestError(
+        f"The encrypted content {abbreviated(signed.token)} could not be verified.",
+        code="invalid_encrypted_content",
+    )
+
+
+SIGNATURES = SignatureRule(
+    "openai-responses",
+    b"\x80" + CREATED_AT.to_bytes(8, "big"),  # a Fernet token's version and time: "gAAAAABo…"
+    _signed,
+    _unverified,
+    urlsafe=True,
+)
 
 
 def response_id(ctx: ScriptContext) -> str:
@@ -132,7 +193,7 @@ def _usage(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
         "input_tokens": ctx.input_tokens,
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": out,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": len(answer.thinking) // 4},
         "total_tokens": ctx.input_tokens + out,
     }
 
@@ -140,6 +201,8 @@ def _usage(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
 def _items(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
     """The final output items."""
     items: list[dict[str, Any]] = []
+    if answer.thinking:
+        items.append(_reasoning_item(answer, ctx))
     if answer.text:
         items.append(
             {
@@ -164,6 +227,15 @@ def _items(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
     return items
 
 
+def _reasoning_item(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
+    item: dict[str, Any] = {"id": ctx.id("rs_", "reasoning", 40), "type": "reasoning"}
+    include = ctx.request.get("include")
+    if isinstance(include, list) and ENCRYPTED_CONTENT in include:
+        item["encrypted_content"] = SIGNATURES.mint(ctx.seed, ctx.basis, "encrypted-content")
+    item["summary"] = [{"type": "summary_text", "text": answer.thinking}]
+    return item
+
+
 def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
     rng = ctx.rng
     events: list[SseEvent] = []
@@ -181,7 +253,28 @@ def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
     add({"type": "response.in_progress", "response": response_object(ctx, "in_progress", [])})
     items = _items(answer, ctx)
     for out_index, item in enumerate(items):
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            add(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": out_index,
+                    "item": {"id": item["id"], "type": "reasoning", "summary": []},
+                }
+            )
+            where = {"item_id": item["id"], "output_index": out_index, "summary_index": 0}
+            summary = {"type": "summary_text", "text": ""}
+            add({"type": "response.reasoning_summary_part.added", **where, "part": summary})
+            for piece in split_text(answer.thinking, rng):
+                add({"type": "response.reasoning_summary_text.delta", **where, "delta": piece})
+            add({"type": "response.reasoning_summary_text.done", **where, "text": answer.thinking})
+            add(
+                {
+                    "type": "response.reasoning_summary_part.done",
+                    **where,
+                    "part": {**summary, "text": answer.thinking},
+                }
+            )
+        elif item["type"] == "message":
             text = answer.text
             add(
                 {
@@ -246,4 +339,6 @@ def error_body(message: str, kind: str, param: str | None, code: str | None) -> 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-SPEC = ApiSpec("openai-responses", parse, script, error_event, final_object, error_body)
+SPEC = ApiSpec(
+    "openai-responses", parse, script, error_event, final_object, error_body, signatures=SIGNATURES
+)

@@ -121,9 +121,11 @@ def test_openai_responses_ends_with_the_item_incomplete_and_response_incomplete_
     )
     assert (incomplete.event, incomplete.terminal) == ("response.incomplete", True)
     response = incomplete.data["response"]
-    assert (response["status"], response["incomplete_details"], response["output"]) == (
+    reasoning, *rest = response["output"]  # the answer's thinking is its reasoning item
+    assert (response["status"], response["incomplete_details"], reasoning["type"], rest) == (
         "incomplete",
         {"reason": "content_filter"},
+        "reasoning",
         [item],
     )
     assert [e.data["sequence_number"] for e in events if isinstance(e.data, dict)] == list(range(len(events)))

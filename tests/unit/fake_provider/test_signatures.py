@@ -1,5 +1,6 @@
 """Reasoning signatures in the fake provider: each API mints its own, checks every one a request
-holds, and refuses one it did not mint with its own 400, as the real APIs do (signatures.py)."""
+holds, and refuses one it did not mint with its own 400, as the real APIs do (signatures.py); a
+Responses reasoning model's reasoning item, and the checks on one sent back."""
 
 from __future__ import annotations
 
@@ -10,16 +11,21 @@ from typing import Any
 import botocore.exceptions
 import httpx
 import pytest
+from openai import omit
+from openai._models import construct_type
+from openai.lib.streaming.responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
 
 from tests.unit.fake_provider.test_sdk_clients import _bedrock_client
-from turnledger.fake_provider import FakeProvider, anthropic_messages, bedrock, gemini
+from turnledger.fake_provider import FakeProvider, anthropic_messages, bedrock, gemini, openai_responses
 from turnledger.fake_provider.signatures import SignatureRule, Signed
 
 pytestmark = pytest.mark.timeout(60)
 
 SEED = 7
 RULES = {"anthropic-messages": anthropic_messages.SIGNATURES, "gemini": gemini.SIGNATURES,
-         "bedrock-converse": bedrock.SIGNATURES}  # fmt: skip
+         "bedrock-converse": bedrock.SIGNATURES,
+         "openai-responses": openai_responses.SIGNATURES}  # fmt: skip
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
@@ -44,6 +50,7 @@ def test_tokens_begin_as_the_real_apis_do() -> None:
     assert anthropic_messages.SIGNATURES.mint(SEED, "b", "l", "t").startswith("EqoB")
     assert bedrock.SIGNATURES.mint(SEED, "b", "l", "t").startswith("EqoB")
     assert gemini.SIGNATURES.mint(SEED, "b", "l").startswith("CiQB")
+    assert openai_responses.SIGNATURES.mint(SEED, "b", "l").startswith("gAAAAABo")
 
 
 @pytest.mark.parametrize(("api", "binds"), [("anthropic-messages", True), ("bedrock-converse", True),
@@ -285,3 +292,101 @@ async def test_a_request_without_thinking_gets_no_signature() -> None:
         gemini_ask = {k: v for k, v in GEMINI_ASK.items() if k != "generationConfig"}
         parts = (await post(fp, GEMINI_PATH, gemini_ask)).json()["candidates"][0]["content"]["parts"]
         assert all("thoughtSignature" not in p for p in parts)
+
+
+RESPONSES_ASK = {
+    "model": "o4-mini",
+    "reasoning": {"effort": "low"},
+    "include": ["reasoning.encrypted_content"],
+    "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER}],
+    "input": "weather in Oslo?",
+}
+
+
+def sse(raw: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+
+
+async def test_a_responses_reasoning_model_streams_its_reasoning_item_first() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        raw = (await post(fp, "/v1/responses", {**RESPONSES_ASK, "stream": True})).text
+        events = sse(raw)
+        state = ResponseStreamState(input_tools=omit, text_format=omit)
+        for event in events:
+            state.handle_event(construct_type(type_=ResponseStreamEvent, value=event))
+        final = state._completed_response
+        assert final is not None and [o.type for o in final.output][:2] == ["reasoning", "function_call"]
+        reasoning = final.output[0]
+        assert reasoning.id.startswith("rs_") and reasoning.encrypted_content.startswith("gAAAAABo")
+        summary = reasoning.summary[0].text
+        assert summary.startswith("Considering the request; ")
+        mine = [e for e in events if e.get("item_id") == reasoning.id or e.get("output_index") == 0]
+        assert [e["type"] for e in mine][:3] == [
+            "response.output_item.added",
+            "response.reasoning_summary_part.added",
+            "response.reasoning_summary_text.delta",
+        ]
+        assert "".join(e["delta"] for e in mine if e["type"].endswith("summary_text.delta")) == summary
+        added, done = mine[0]["item"], next(e for e in mine if e["type"] == "response.output_item.done")
+        assert "encrypted_content" not in added and added["summary"] == []
+        assert done["item"]["encrypted_content"] == reasoning.encrypted_content
+        token = Signed("x", reasoning.encrypted_content)
+        assert openai_responses.SIGNATURES.minted(SEED, token)
+        assert (
+            final.usage is not None
+            and final.usage.output_tokens_details.reasoning_tokens == len(summary) // 4
+        )
+
+
+async def test_reasoning_without_include_has_no_encrypted_content_and_none_without_reasoning() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        ask = {k: v for k, v in RESPONSES_ASK.items() if k != "include"}
+        output = (await post(fp, "/v1/responses", ask)).json()["output"]
+        assert output[0]["type"] == "reasoning" and "encrypted_content" not in output[0]
+        plain = {k: v for k, v in ask.items() if k != "reasoning"}
+        output = (await post(fp, "/v1/responses", plain)).json()["output"]
+        assert [o["type"] for o in output] == ["function_call"] * len(output)
+
+
+def responses_history(output: list[dict[str, Any]]) -> dict[str, Any]:
+    """The request after `output`: the user's words, the answer's items, a result per call."""
+    results = [
+        {"type": "function_call_output", "call_id": o["call_id"], "output": "sunny"}
+        for o in output
+        if o["type"] == "function_call"
+    ]
+    user = {"type": "message", "role": "user", "content": RESPONSES_ASK["input"]}
+    return {**RESPONSES_ASK, "input": [user, *output, *results]}
+
+
+def unverified(token: str) -> dict[str, Any]:
+    message = f"The encrypted content {token[:4]}...{token[-4:]} could not be verified."
+    error = {"message": message, "type": "invalid_request_error", "param": None}
+    return {"error": {**error, "code": "invalid_encrypted_content"}}
+
+
+def orphan(item_id: str) -> dict[str, Any]:
+    message = f"Item '{item_id}' of type 'reasoning' was provided without its required following item."
+    return {"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": None}}
+
+
+async def test_responses_takes_back_its_reasoning_item_before_its_call_and_nothing_else() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        output = (await post(fp, "/v1/responses", RESPONSES_ASK)).json()["output"]
+        reasoning, call = output[0], output[1]
+        assert (reasoning["type"], call["type"]) == ("reasoning", "function_call")
+        again = await post(fp, "/v1/responses", responses_history(output))
+        assert again.status_code == 200 and again.json()["status"] == "completed"
+
+        foreign = anthropic_messages.SIGNATURES.mint(SEED, "basis", "signature", "")
+        refused = await post(
+            fp, "/v1/responses", responses_history([{**reasoning, "encrypted_content": foreign}, *output[1:]])
+        )
+        assert (refused.status_code, refused.json()) == (400, unverified(foreign))
+
+        history = responses_history(output)
+        user, *rest = history["input"]
+        for alone in ([user, *rest[1:], reasoning], [user, reasoning, *rest[len(output):]],
+                      [user, reasoning, user, *rest[1:]]):  # fmt: skip
+            refused = await post(fp, "/v1/responses", {**history, "input": alone})
+            assert (refused.status_code, refused.json()) == (400, orphan(reasoning["id"]))
