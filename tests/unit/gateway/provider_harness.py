@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import httpx
 
@@ -39,6 +40,8 @@ APIS: Mapping[str, tuple[str, str, str]] = {
     "bedrock-converse@1": ("bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05", "/model/"),
 }
 ROLLBACK = {"anthropic-messages@0": ("anthropic", "anthropic/claude-sonnet-4@2025-05", "/v1/messages")}
+LATEST = {"openai-responses@3": ("openai", "openai/o4-mini@2025-04", "/v1/responses")}
+"""Adapters newer than those every API's tests run (test_signatures_worker.py)."""
 
 
 class Harness:
@@ -54,9 +57,10 @@ class Harness:
         text: str = "weather in Paris?",
         tools: bool = True,
         model: str | None = None,
+        policy: Mapping[str, Any] | None = None,
     ) -> None:
         await self.ledger.append(self.factory.user_turn(conv, text))
-        await self.request(conv, adapter, op, tools=tools, model=model)
+        await self.request(conv, adapter, op, tools=tools, model=model, policy=policy)
 
     async def request(
         self,
@@ -66,9 +70,11 @@ class Harness:
         tools: bool = True,
         settle_within_ms: int | None = None,
         model: str | None = None,
+        policy: Mapping[str, Any] | None = None,
     ) -> None:
-        """`model`: a model revision other than the adapter's in `APIS` (the same route serves it)."""
-        provider, model_of_api, _ = {**APIS, **ROLLBACK}[adapter]
+        """`model`: a model revision other than the adapter's in `APIS` (the same route serves it);
+        `policy`: dispatch policy keys beside the streaming ones."""
+        provider, model_of_api, _ = {**APIS, **ROLLBACK, **LATEST}[adapter]
         model = model or model_of_api
         await self.ledger.append(
             DispatchRequested(
@@ -79,7 +85,7 @@ class Harness:
                 model_revision=model,
                 tools=DEMO_TOOLS if tools else (),
                 max_output_tokens=512,
-                policy=stream_policy(adapter),
+                policy={**stream_policy(adapter), **(policy or {})},
                 settle_within_ms=settle_within_ms,
             )
         )
@@ -113,10 +119,11 @@ async def harness(
     config: WorkerConfig | None = None,
     on_request: Callable[[FakeProvider, ReceivedRequest], None] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    thinking: bool = False,
 ) -> AsyncIterator[Harness]:
     """`config`: the worker's (else a 10 s settle timeout and 3 attempts); `on_request`: called as the
     fake receives each request, before it answers; `transport`: the worker's HTTP transport (a proxy in
-    front of the fake), else its own client's."""
+    front of the fake), else its own client's; `thinking`: the fake thinks on every answer."""
     ledger = InMemoryLedger()
     provider: list[FakeProvider] = []
 
@@ -125,7 +132,7 @@ async def harness(
             on_request(provider[0], request)
 
     async with (
-        FakeProvider(seed=4, fault_plan=plan, on_request=received) as fp,
+        FakeProvider(seed=4, fault_plan=plan, on_request=received, thinking=thinking) as fp,
         httpx.AsyncClient(transport=transport or httpx.AsyncHTTPTransport()) as http,
     ):
         provider.append(fp)

@@ -1,0 +1,108 @@
+"""Reasoning signatures through the worker, the real fold and the fake provider, which checks every
+signature it is sent as the providers do (fake_provider/signatures.py): a conversation answered with
+thinking and tool calls by one API and continued on another commits, and its second request holds
+none of the first API's signatures; continued on the same API, it holds them all; a Responses
+reasoning item goes back under its rs_ id with its encrypted content, before its call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from tests.unit.gateway.provider_harness import Harness, harness
+from turnledger.adapters.profiles import api_of
+from turnledger.model.events import CommittedTurn, DispatchState
+from turnledger.model.graph import Block, BlockKind
+
+S = DispatchState
+
+REASONING: Mapping[str, Any] = {"reasoning": {"effort": "low"}, "include": ["reasoning.encrypted_content"]}
+"""The dispatch policy of a Responses reasoning model whose reasoning items can be sent back."""
+
+
+def policy_of(adapter: str) -> Mapping[str, Any] | None:
+    return REASONING if api_of(adapter) == "openai-responses" else None
+
+
+async def first_answer(h: Harness, adapter: str) -> tuple[CommittedTurn, list[Block]]:
+    """The committed first answer (thinking and tool calls) and its signed blocks."""
+    await h.converse("c1", adapter, policy=policy_of(adapter))
+    assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+    [answer] = h.assistant_turns("c1")
+    assert BlockKind.THINKING in [b.kind for b in answer.blocks]
+    assert BlockKind.TOOL_CALL in [b.kind for b in answer.blocks]
+    signed = [b for b in answer.blocks if b.signature]
+    assert signed and {b.signed_by for b in signed} == {api_of(adapter)}
+    return answer, signed
+
+
+async def continued(h: Harness, adapter: str, answer: CommittedTurn) -> bytes:
+    """Continue the conversation on `adapter`: it commits an answer naming every tool result, at its
+    first request; the bytes of that request."""
+    await h.request("c1", adapter, "op-2", policy=policy_of(adapter))
+    second = await h.settled("c1", "op-2")
+    assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+    [text] = [b for b in h.assistant_turns("c1")[-1].blocks if b.kind == BlockKind.TEXT]
+    calls = [b for b in answer.blocks if b.kind == BlockKind.TOOL_CALL]
+    assert text.text is not None and text.text.count(" returned: ") == len(calls)
+    _, second_post = h.posts()  # one request each: nothing refused, nothing sent again
+    assert h.fp.auth_failures == []
+    return second_post
+
+
+MOVES = [
+    ("anthropic-messages@2", "gemini@2"),
+    ("anthropic-messages@2", "bedrock-converse@1"),
+    ("bedrock-converse@1", "anthropic-messages@2"),
+    ("openai-responses@3", "anthropic-messages@2"),
+    ("openai-responses@3", "gemini@2"),
+    ("gemini@2", "anthropic-messages@2"),
+]
+"""(first API, next API): each but the last sent the first API's signature on before 37fe5bf, and
+the next API refused it; Gemini signs only calls and text, which Anthropic sends unsigned anyway."""
+
+
+@pytest.mark.parametrize(("first", "then"), MOVES)
+async def test_a_conversation_moved_to_another_api_sends_it_none_of_the_first_api_s_signatures(
+    first: str, then: str
+) -> None:
+    async for h in harness(tools_run=True, thinking=True):
+        answer, signed = await first_answer(h, first)
+        body = await continued(h, then, answer)
+        assert [b.signature for b in signed if b.signature and b.signature.encode() in body] == []
+
+
+STAYS = ["anthropic-messages@2", "gemini@2", "bedrock-converse@1"]
+
+
+@pytest.mark.parametrize("adapter", STAYS)
+async def test_a_conversation_that_stays_on_its_api_sends_every_signature_back(adapter: str) -> None:
+    """The provider takes them: the worker kept each signature, and the thinking text it signs, intact."""
+    async for h in harness(tools_run=True, thinking=True):
+        answer, signed = await first_answer(h, adapter)
+        body = await continued(h, adapter, answer)
+        assert all(b.signature and b.signature.encode() in body for b in signed)
+
+
+async def test_a_responses_reasoning_item_goes_back_under_its_rs_id_before_its_call() -> None:
+    async for h in harness(tools_run=True):
+        answer, signed = await first_answer(h, "openai-responses@3")
+        [thinking] = signed
+        assert thinking.kind == BlockKind.THINKING and thinking.item_id is not None
+        assert thinking.item_id.startswith("rs_") and thinking.signature is not None
+        assert thinking.signature.startswith("gAAAAABo")
+        first_call = next(b for b in answer.blocks if b.kind == BlockKind.TOOL_CALL)
+        body = json.loads(await continued(h, "openai-responses@3", answer))
+        assert (body["reasoning"], body["include"]) == (REASONING["reasoning"], REASONING["include"])
+        items = body["input"]
+        [n] = [i for i, item in enumerate(items) if item["type"] == "reasoning"]
+        assert items[n] == {
+            "type": "reasoning",
+            "id": thinking.item_id,
+            "summary": [{"type": "summary_text", "text": thinking.text}],
+            "encrypted_content": thinking.signature,
+        }
+        assert (items[n + 1]["type"], items[n + 1]["call_id"]) == ("function_call", first_call.call_id)
