@@ -141,7 +141,13 @@ INGRESS_DEFAULTS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "StreamEnded",
         {**ATTEMPT, "outcome": "disconnected"},
-        {**DUMPED_ATTEMPT, "outcome": "disconnected", "resumable": False, "last_delta_sequence": -1},
+        {
+            **DUMPED_ATTEMPT,
+            "outcome": "disconnected",
+            "resumable": False,
+            "last_delta_sequence": -1,
+            "detail": None,
+        },
     ),
     (
         "CancelRequested",

@@ -235,7 +235,9 @@ def on_stream_ended(step: Step, op: OperationState, event: StreamEnded) -> None:
         return
     if event.outcome == StreamOutcome.DISCONNECTED:
         # The provider may still be generating: UNKNOWN until resumed or confirmed terminated.
-        step.transition(op, S.UNKNOWN, reason=ReasonCode.STREAM_DISCONNECTED, detail=resumable(event))
+        step.transition(
+            op, S.UNKNOWN, reason=ReasonCode.STREAM_DISCONNECTED, detail=with_why(resumable(event), event)
+        )
         return
     assembler = step.live.restore(op, step.limits)
     if assembler is None:
@@ -243,7 +245,11 @@ def on_stream_ended(step: Step, op: OperationState, event: StreamEnded) -> None:
         if event.outcome == StreamOutcome.PROVIDER_ERROR:
             reason = ReasonCode.PROVIDER_ERROR
         step.transition(
-            op, S.UNKNOWN, reason=reason, detail="stream ended before any delta", attempt_terminated=True
+            op,
+            S.UNKNOWN,
+            reason=reason,
+            detail=with_why("stream ended before any delta", event),
+            attempt_terminated=True,
         )
         return
     finish(step, op, assembler)
@@ -251,6 +257,18 @@ def on_stream_ended(step: Step, op: OperationState, event: StreamEnded) -> None:
 
 def resumable(event: StreamEnded) -> str:
     return "resumable" if event.resumable else "not resumable"
+
+
+ENDED_DETAIL_CHARS = 300
+"""At most this much of a StreamEnded's `detail` goes into the decision (the worker's are short)."""
+
+
+def with_why(detail: str, event: StreamEnded) -> str:
+    """`detail`, then what the worker said of the stream's end, when it said something: a decision
+    of an older log (no detail) reads as it always did."""
+    if not event.detail:
+        return detail
+    return f"{detail}: {event.detail[:ENDED_DETAIL_CHARS]}"
 
 
 def on_recovery(step: Step, op: OperationState, event: RecoveryReported) -> None:

@@ -671,8 +671,10 @@ class WorkerEvents(EventFactory):
         *,
         resumable: bool,
         last_delta_sequence: int,
+        detail: str | None = None,
     ) -> StreamEnded:
-        """`last_delta_sequence`: the last delta appended, -1 for none."""
+        """`last_delta_sequence`: the last delta appended, -1 for none; `detail`: why it ended, in
+        names only (the fold's decision repeats it)."""
         refuse_bad_arguments(
             "ended",
             (
@@ -680,6 +682,7 @@ class WorkerEvents(EventFactory):
                 ("outcome", one_of(StreamOutcome), outcome),
                 ("resumable", FLAG, resumable),
                 ("last_delta_sequence", whole_number(-1), last_delta_sequence),
+                ("detail", or_none(NAME), detail),
             ),
         )
         return await self._appended(
@@ -691,6 +694,7 @@ class WorkerEvents(EventFactory):
                 outcome=outcome,
                 resumable=resumable,
                 last_delta_sequence=last_delta_sequence,
+                detail=detail,
             )
         )
 

@@ -166,6 +166,7 @@ class StreamReader:
         )
         outcome = StreamOutcome.COMPLETED
         phase.failure = None
+        why: str | None = None  # why the read ended, when not by the provider's final event
         lease_lost = self._board.lease_lost_signal(key, generation)
         stop = StopOnCancel(self._board.cancel_signal(key), lease_lost)
         live.PROVIDER_REQUESTS.labels(api, "resume" if request.method == "GET" else "send").inc()
@@ -213,6 +214,7 @@ class StreamReader:
             self._stats.bump("disconnects")
             log.debug("%s generation %d: transport ended: %r", op, generation, exc)
             outcome = StreamOutcome.DISCONNECTED
+            why = f"transport ended: {type(exc).__name__}"
         except asyncio.CancelledError:
             if not stop.absorb():
                 raise
@@ -228,12 +230,14 @@ class StreamReader:
             self._stats.bump("lost_lease_reads")
             log.info("%s generation %d: lease lost, stopped reading", op, generation)
             outcome = StreamOutcome.DISCONNECTED
+            why = "the lease was lost: stopped reading"
         elif stop.fired:
             # The operation is CANCELLED: nothing more it sends can be kept. The read stopped and the
             # connection is closed; the verdict CANCELLED confirms the attempt terminated.
             self._stats.bump("cancelled_reads")
             log.debug("%s generation %d: cancelled, stopped reading", op, generation)
             outcome = StreamOutcome.DISCONNECTED
+            why = "cancelled: stopped reading"
         if pump.error_type is not None:
             phase.failure = stream_failure(api, pump.error_type, pump.error)
         self._stats.bump("late_deltas", pump.stats.late_deltas)
@@ -253,5 +257,6 @@ class StreamReader:
             outcome,
             resumable=outcome == StreamOutcome.DISCONNECTED and phase.handle is not None and resumable,
             last_delta_sequence=phase.acked,
+            detail=phase.failure.describe() if phase.failure is not None else why,
         )
         phase.sources.add(ended.event_id)

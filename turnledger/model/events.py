@@ -148,6 +148,9 @@ class StreamEnded(IngressEvent):
     outcome: StreamOutcome
     resumable: bool = False
     last_delta_sequence: int = -1
+    detail: str | None = None
+    """Why the stream ended, as the worker saw it, in names only (`HTTP 429 rate_limit_error`,
+    `transport ended: ReadTimeout`); the fold's decision repeats it (at most `ENDED_DETAIL_CHARS`)."""
 
 
 class CancelRequested(IngressEvent):

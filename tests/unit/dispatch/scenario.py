@@ -202,7 +202,12 @@ class Conversation:
         )
 
     def ended(
-        self, outcome: StreamOutcome, op: str = "op-1", gen: int = 1, resumable: bool = False
+        self,
+        outcome: StreamOutcome,
+        op: str = "op-1",
+        gen: int = 1,
+        resumable: bool = False,
+        detail: str | None = None,
     ) -> list[Frozen]:
         return self.apply(
             StreamEnded(
@@ -211,6 +216,7 @@ class Conversation:
                 attempt_generation=gen,
                 outcome=outcome,
                 resumable=resumable,
+                detail=detail,
             )
         )
 

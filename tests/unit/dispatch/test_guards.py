@@ -15,7 +15,12 @@ from turnledger.dispatch.state import ConversationState
 from turnledger.dispatch.step import rejection_detail
 from turnledger.model.canonical import digest_of
 from turnledger.model.deltas import DeltaType, StopReason
-from turnledger.model.events import DispatchState, StreamOutcome, SubmittedBlock, TurnSubmitted
+from turnledger.model.events import (
+    DispatchState,
+    StreamOutcome,
+    SubmittedBlock,
+    TurnSubmitted,
+)
 from turnledger.model.limits import AVRO_LONG_MAX
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import append, blocks_from_submission
@@ -409,6 +414,36 @@ def test_a_stream_that_ends_before_its_handle_is_terminated_unknown_with_why() -
         )
         assert decision.attempt_terminated is True and decision.lease_owner is None
         assert c.state.operations["op-1"].attempt_terminated is True
+
+
+@pytest.mark.parametrize(
+    ("outcome", "resumable", "before"),
+    [
+        (StreamOutcome.PROVIDER_ERROR, False, "stream ended before any delta"),
+        (StreamOutcome.COMPLETED, False, "stream ended before any delta"),
+        (StreamOutcome.DISCONNECTED, True, "resumable"),
+        (StreamOutcome.DISCONNECTED, False, "not resumable"),
+    ],
+)
+def test_the_workers_word_on_a_streams_end_is_in_the_decision_bounded(
+    outcome: StreamOutcome, resumable: bool, before: str
+) -> None:
+    """The worker says why a stream ended (`StreamEnded.detail`, e.g. the status and error type of an
+    answer that never streamed); the decision said only "stream ended before any delta". An older
+    StreamEnded without it decides as it did; a long one is cut at ENDED_DETAIL_CHARS."""
+    for detail, expected in [
+        (None, before),
+        ("HTTP 503 overloaded_error", f"{before}: HTTP 503 overloaded_error"),
+        ("x" * 400, f"{before}: {'x' * 300}"),
+    ]:
+        c = Conversation()
+        c.user("hello")
+        c.request()
+        c.attempt()
+        c.sent()
+        (decision,) = c.ended(outcome, resumable=resumable, detail=detail)
+        assert isinstance(decision, DispatchDecision)
+        assert (decision.state, decision.detail) == (S.UNKNOWN, expected)
 
 
 def test_a_recovery_names_the_worker_and_renews_its_lease() -> None:

@@ -564,6 +564,14 @@ WORKER_REFUSALS: list[tuple[WorkerCall, str]] = [
         lambda w: w.ended("conv-1", "op", 1, "completed", resumable=False, last_delta_sequence=False),
         f"ended: nothing sent: last_delta_sequence {LAST_SEQUENCE}, not False",
     ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, "completed", resumable=False, last_delta_sequence=0, detail=" "),
+        f"ended: nothing sent: detail {NON_BLANK}, not ' '",
+    ),
+    (
+        lambda w: w.ended("conv-1", "op", 1, "completed", resumable=False, last_delta_sequence=0, detail=7),
+        f"ended: nothing sent: detail {NON_BLANK}, not 7",
+    ),
     # the builders signed with the worker's id
     *_generation_refusals("recovered", lambda w, g: w.recovered("conv-1", "op", g)),
     (lambda w: w.recovered("conv-1", "", 1), f"recovered: nothing sent: operation_id {NON_BLANK}, not ''"),

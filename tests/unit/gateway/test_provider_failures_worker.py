@@ -174,7 +174,12 @@ async def test_a_proxy_s_page_in_place_of_the_stream_is_a_provider_error_retried
             for d in h.ledger.of_type(DispatchDecision)
             if d.attempt_generation == 1 and d.state == S.UNKNOWN
         ]
-        assert first == [(ReasonCode.PROVIDER_ERROR, "stream ended before any delta")]
+        assert first == [
+            (
+                ReasonCode.PROVIDER_ERROR,
+                "stream ended before any delta: HTTP 200, text/html not the API's stream",
+            )
+        ]
         assert (proxy.answered, len(posts(h))) == (1, 1)
         assert (h.worker.stats.counts["http_200"], h.worker.stats.counts["pauses"]) == (1, 1)
 

@@ -219,10 +219,11 @@ async def test_a_complete_read_journals_the_handle_binds_it_appends_every_delta_
     total = len(sequences(read))
     assert total > 3 and sequences(read) == list(range(total))
     assert all(e.attempt_generation == 2 for e in read.of(StreamDeltas))
-    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence, ended.detail) == (
         StreamOutcome.COMPLETED,
         False,
         total - 1,
+        None,
     )
     assert (ended.attempt_generation, ended.operation_id, ended.conversation_id) == (2, "op-1", "c1")
     assert read.trace[-2:] == [("settled", KEY), ("append", "StreamEnded")]
@@ -330,10 +331,11 @@ async def test_an_error_status_is_a_provider_error_judged_by_its_status_headers_
     phase = await read.run()
     [ended] = read.events
     assert isinstance(ended, StreamEnded)
-    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence, ended.detail) == (
         StreamOutcome.PROVIDER_ERROR,
         False,
         -1,
+        f"HTTP {status} rate_limit_error, retry after 7s",  # names only: never the body's words
     )
     assert phase.outcome == StreamOutcome.PROVIDER_ERROR
     assert phase.failure == ProviderFailure(
@@ -702,10 +704,11 @@ async def test_a_cut_connection_keeps_what_arrived_and_ends_disconnected_and_res
     assert isinstance(ended, StreamEnded)
     got = sequences(read)
     assert got == expected and len(got) > 2
-    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence, ended.detail) == (
         StreamOutcome.DISCONNECTED,
         True,
         got[-1],
+        "transport ended: ReadError",  # the exception's words (here "peer reset") are not kept
     )
     assert phase.outcome == StreamOutcome.DISCONNECTED and phase.acked == got[-1]
     assert read.stats.counts["disconnects"] == 1 and read.stats.counts["final_in_stream"] == 0
@@ -851,7 +854,11 @@ async def test_a_cancelled_operation_stops_the_read_and_closes_the_connection(
         )
     ended = read.events[-1]
     assert isinstance(ended, StreamEnded)
-    assert (ended.outcome, ended.resumable) == (StreamOutcome.DISCONNECTED, True)
+    assert (ended.outcome, ended.resumable, ended.detail) == (
+        StreamOutcome.DISCONNECTED,
+        True,
+        "cancelled: stopped reading",
+    )
     assert phase.outcome == StreamOutcome.DISCONNECTED and body.closed
     assert read.stats.counts["cancelled_reads"] == 1 and read.stats.counts["lost_lease_reads"] == 0
     assert read.stats.counts["disconnects"] == 0
@@ -880,6 +887,7 @@ async def test_a_lost_lease_stops_the_read(caplog: pytest.LogCaptureFixture) -> 
         read, _, body = await stopped(RESPONSES, expire)
     ended = read.events[-1]
     assert isinstance(ended, StreamEnded) and ended.outcome == StreamOutcome.DISCONNECTED
+    assert ended.detail == "the lease was lost: stopped reading"
     assert read.stats.counts["lost_lease_reads"] == 1 and read.stats.counts["cancelled_reads"] == 0
     assert body.closed and read.board._lease_signals == {}
     assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == stream_read.__name__] == [
