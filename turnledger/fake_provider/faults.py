@@ -34,7 +34,8 @@ class FaultKind(StrEnum):
     TRUNCATED_ARGS = "truncate_tool_args"
     #: Wait N milliseconds before every event (value: N).
     SLOW = "slow_ms"
-    #: Replace event K and everything after it by the provider's error event (value: K).
+    #: Replace event K and everything after it by the provider's error event (value: K; drawn at random,
+    #: K >= 1). K = 0, scripted: the error is the whole stream, before anything names the response.
     ERROR_EVENT = "error_event"
     #: Before the stream, re-send N events the client already saw / of the previous stream (value: N).
     LATE_EVENTS = "late_events"
@@ -196,12 +197,9 @@ def resolve(faults: Iterable[Fault], shape: StreamShape, rng: random.Random) -> 
             continue
         seen.add(f.kind)
         mid = max(1, shape.n_events - 2)
-        if f.kind is FaultKind.DUPLICATE:
+        if f.kind in (FaultKind.DUPLICATE, FaultKind.ERROR_EVENT):
             v = f.value if f.value is not None else rng.randint(1, mid)
             out.append(Fault(f.kind, min(v, shape.n_events - 1)))
-        elif f.kind is FaultKind.ERROR_EVENT:
-            v = f.value if f.value is not None else rng.randint(1, mid)
-            out.append(Fault(f.kind, max(1, min(v, shape.n_events - 1))))
         elif f.kind is FaultKind.TRUNCATED_ARGS:
             if shape.n_tool_calls:
                 v = f.value if f.value is not None else shape.n_tool_calls - 1

@@ -447,6 +447,20 @@ async def test_provider_error_events(client: httpx.AsyncClient) -> None:
     assert r[-1][1]["response"]["status"] == "failed"
 
 
+async def test_an_error_event_at_0_is_the_whole_stream(client: httpx.AsyncClient) -> None:
+    """`error_event=0`: the provider fails before anything names the response (it used to be read as 1,
+    after the event that names it)."""
+    h = {"x-fake-fault": "error_event=0"}
+    a = parse_sse((await stream_bytes(client, "POST", "/v1/messages", ANTHROPIC_REQ, h))[0])
+    assert a == [("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]
+    c = parse_sse((await stream_bytes(client, "POST", "/v1/chat/completions", CHAT_REQ, h))[0])
+    assert [set(data) for _, data in c] == [{"error"}]
+    r = parse_sse((await stream_bytes(client, "POST", "/v1/responses", RESP_REQ, h))[0])
+    assert [(event, data["sequence_number"]) for event, data in r] == [("response.failed", 0)]
+    g = parse_sse((await stream_bytes(client, "POST", GEMINI_PATH, GEMINI_REQ, h))[0])
+    assert [data["error"]["status"] for _, data in g] == ["UNAVAILABLE"]
+
+
 async def test_late_events_of_the_old_stream_after_a_reconnect(
     fp: FakeProvider, client: httpx.AsyncClient
 ) -> None:
