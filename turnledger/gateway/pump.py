@@ -12,6 +12,14 @@ the connection rather than on the bytes of one response:
   then restarted at sequence 0 on the event that carried the handle, so this
   response's numbering does not depend on how much junk preceded it (a resumed read
   of the same response must produce the same sequence numbers).
+- An error before the handle. A provider that fails before naming a response (an
+  OpenAI Chat stream whose first event is `data: {"error": ...}`, Anthropic's
+  `event: error` before `message_start`) sends nothing else: an error held back
+  with the junk is this stream's failure (`error_type`, `error`, `unnamed_failure`)
+  unless the stream names its response after it, which shows it late (and drops
+  it with the rest of the junk). Of several, the last counts: late events come
+  before the stream's own. Nothing of it is appended (the fold takes no delta
+  before `HandleBound`): the read ends PROVIDER_ERROR (gateway/stream_read.py).
 - Wire dedup. An API whose profile names a `wire_sequence_field` (OpenAI Responses:
   `sequence_number`) numbers its events; an event at or below the last one seen on
   this connection is a duplicate and is dropped before the parser sees it, since a
@@ -101,7 +109,8 @@ class StreamPump:
         self.acked = acked
         self.saw_final = False
         self.error_type: str | None = None
-        """The type of the first error the stream carried (the provider's or our parser's), if any."""
+        """The type of the first error the stream carried (the provider's or our parser's), if any; before
+        the response is named, of the last error held back with the junk."""
         self.error: Mapping[str, Any] | None = None
         """That error's object as the provider sent it (None for our parser's own, or a Bedrock exception):
         what `provider_failures.stream_failure` reads its names from."""
@@ -114,6 +123,12 @@ class StreamPump:
     @property
     def response_handle(self) -> str | None:
         return self._parser.response_handle
+
+    @property
+    def unnamed_failure(self) -> bool:
+        """Did the stream carry an error and name no response: it failed before anything of it could be
+        appended?"""
+        return self.error_type is not None and not self._bound
 
     async def on_response_headers(self, headers: Mapping[str, str]) -> None:
         """The response arrived: an API whose stream names no response is bound by its header."""
@@ -144,7 +159,7 @@ class StreamPump:
         if self._bound:
             batch.extend(self._accept(flushed))
         else:
-            self._junk.extend(flushed)  # no handle: nothing of it can be appended
+            self._hold(flushed)
         await self._append(batch)
         await self.flush()
 
@@ -168,7 +183,7 @@ class StreamPump:
         deltas = self._parser.feed(chunk)
         if self._bound:
             return self._accept(deltas)
-        self._junk.extend(deltas)  # no handle: nothing of it can be appended
+        self._hold(deltas)
         return []
 
     async def _event(self, sse: SseEvent) -> list[NormalizedDelta]:
@@ -181,10 +196,11 @@ class StreamPump:
         if self._bound:
             return self._accept(deltas)
         if self._parser.response_handle is None:
-            self._junk.extend(deltas)
+            self._hold(deltas)
             self._junk_events += 1
             return []
         handle = self._parser.response_handle
+        self.error_type, self.error = None, None  # a held error was an earlier stream's
         self._last_wire_sequence = self._wire_sequence(event)
         if self._junk_events:
             # restart numbering at this response's first event
@@ -197,6 +213,14 @@ class StreamPump:
             await self._on_deltas(self._junk)
             self._junk = []
         return self._accept(deltas)
+
+    def _hold(self, deltas: list[NormalizedDelta]) -> None:
+        """Deltas before the response is named: junk, never appended under no handle."""
+        self._junk.extend(deltas)
+        for delta in deltas:
+            if delta.type is DeltaType.PROVIDER_ERROR:
+                self.error_type = delta.error_type or ""
+                self.error = self._parser.error_objects.get(delta.delta_sequence)
 
     def _is_wire_duplicate(self, event: ParsedEvent) -> bool:
         if self._sequence_field is None or not self._bound:

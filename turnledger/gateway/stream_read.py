@@ -10,7 +10,9 @@ An answer that is not the API's stream (`provider_failures.is_stream`: an error 
 a 2xx whose content-type is another, such as a proxy's HTML page) is a PROVIDER_ERROR outcome, judged
 before a byte of it is read as a stream, whose body is never kept (it may quote the credential); one
 whose body cannot be read (cut, stalled, garbled) is still that status's PROVIDER_ERROR, never a
-disconnect.
+disconnect. So is a stream whose error event came before anything named its response, and nothing
+named one after it (`StreamPump.unnamed_failure`): the fold takes no delta before `HandleBound`, so the
+error is not appended; its names judge the read's failure as a mid-stream error's do.
 """
 
 from __future__ import annotations
@@ -223,6 +225,11 @@ class StreamReader:
             self._board.release_cancel_signal(key)
             self._board.release_lease_lost_signal(key)
         live.PROVIDER_STREAM_SECONDS.labels(api).observe(time.monotonic() - sent_at)
+        if pump.unnamed_failure:
+            # An error before anything named the response, and nothing after it did (`StreamPump`):
+            # the provider failed this request at once, closed or cut; nothing of it is kept.
+            self._stats.bump("errors_before_handle")
+            outcome = StreamOutcome.PROVIDER_ERROR
         if stop.fired and lease_lost.is_set() and not self._board.cancelled(key):
             # The lease expired: another worker continues a kept response, and a plain stream's
             # attempt is over (the fold keeps nothing more of it). Reading on would only pay for a

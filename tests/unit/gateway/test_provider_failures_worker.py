@@ -23,6 +23,7 @@ from turnledger.model.events import (
     PreviewUpdated,
 )
 from turnledger.model.reasons import ReasonCode
+from turnledger.streaming.eventstream import encode_message
 
 S = DispatchState
 
@@ -182,6 +183,102 @@ async def test_a_proxy_s_page_in_place_of_the_stream_is_a_provider_error_retried
         ]
         assert (proxy.answered, len(posts(h))) == (1, 1)
         assert (h.worker.stats.counts["http_200"], h.worker.stats.counts["pauses"]) == (1, 1)
+
+
+def sse_answer(event: bytes) -> Callable[[], httpx.Response]:
+    return lambda: httpx.Response(200, headers={"content-type": "text/event-stream"}, content=event)
+
+
+BEDROCK_ACCESS_DENIED = encode_message(
+    {":message-type": "exception", ":exception-type": "accessDeniedException"}, b'{"message":"no"}'
+)
+
+#: per API, a 200 whose stream is the provider's error before anything names a response (Bedrock's
+#: without its `x-amzn-requestid` header, its handle), and the name the refusal gives
+EARLY_REFUSALS: dict[str, tuple[Callable[[], httpx.Response], str]] = {
+    "anthropic-messages@2": (
+        sse_answer(b'event: error\ndata: {"type": "error", "error": {"type": "billing_error"}}\n\n'),
+        "billing_error",
+    ),
+    "openai-chat@2": (
+        sse_answer(b'data: {"error": {"type": "requests", "code": "insufficient_quota"}}\n\n'),
+        "insufficient_quota",
+    ),
+    "openai-responses@2": (
+        sse_answer(b'event: error\ndata: {"type": "error", "code": "insufficient_quota"}\n\n'),
+        "insufficient_quota",
+    ),
+    "gemini@2": (
+        sse_answer(b'data: {"error": {"code": 403, "status": "PERMISSION_DENIED"}}\n\n'),
+        "PERMISSION_DENIED",
+    ),
+    "bedrock-converse@1": (
+        lambda: httpx.Response(
+            200, headers={"content-type": "application/vnd.amazon.eventstream"}, content=BEDROCK_ACCESS_DENIED
+        ),
+        "accessDeniedException",
+    ),
+}
+
+
+def first_attempt(h: Harness) -> list[tuple[str, str]]:
+    """The reason and detail of generation 1's UNKNOWN decision (how the fold ended it)."""
+    return [
+        (d.reason, d.detail)
+        for d in h.ledger.of_type(DispatchDecision)
+        if d.attempt_generation == 1 and d.state == S.UNKNOWN
+    ]
+
+
+@pytest.mark.parametrize("adapter", list(EARLY_REFUSALS))
+async def test_a_refusing_error_before_anything_names_the_response_ends_the_operation_at_once(
+    adapter: str,
+) -> None:
+    """It was dropped as an earlier stream's event: the fold said MISSING_STOP and the worker sent the
+    request again, `insufficient_quota` included, until its attempts were spent. Now the attempt ends
+    UNKNOWN PROVIDER_ERROR and the error's names judge it as mid-stream: refused, one request."""
+    answer, name = EARLY_REFUSALS[adapter]
+    proxy = Proxy(answer, times=10)
+    async for h in harness(config=config(), transport=proxy):
+        await h.converse("c1", adapter, tools=False)
+        final = await h.settled("c1", "op-1")
+        assert (final.state, final.reason, gave_up(final)) == (S.CANCELLED, ReasonCode.PROVIDER_REFUSED, True)
+        assert final.detail == (
+            f"worker gave up: the provider refused the request (stream error {name}); "
+            "not sent again: it would be too"
+        )
+        assert first_attempt(h) == [(ReasonCode.PROVIDER_ERROR, "stream ended before any delta")]
+        assert (proxy.answered, posts(h)) == (1, [])
+        assert (h.worker.stats.counts["errors_before_handle"], h.worker.stats.counts["pauses"]) == (1, 0)
+
+
+#: per API, how the fold ends the attempt whose stream the fake's `error_event=0` replaced by its
+#: (retried) error; Bedrock's stream is named by its header, so its error is a named response's
+ERROR_FIRST = {
+    **{a: (ReasonCode.PROVIDER_ERROR, "stream ended before any delta", 1) for a in APIS},
+    "bedrock-converse@1": (
+        ReasonCode.PROVIDER_ERROR,
+        'internalServerException: {"message":"The server encountered an internal error."}',
+        0,
+    ),
+}
+
+
+@pytest.mark.parametrize("adapter", list(APIS))
+async def test_a_retried_error_before_anything_names_the_response_is_sent_again_after_the_pause(
+    adapter: str,
+) -> None:
+    """The fake's error event alone (overloaded, a server error, UNAVAILABLE): a provider error, retried
+    after the backoff, not a missing stop; the next generation commits."""
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.ERROR_EVENT, 0),)})
+    async for h in harness(plan, config=config()):
+        await h.converse("c1", adapter, tools=False)
+        final = await h.settled("c1", "op-1")
+        assert (final.state, final.attempt_generation) == (S.COMMITTED, 2)
+        reason, detail, early = ERROR_FIRST[adapter]
+        assert first_attempt(h) == [(reason, detail)]
+        assert len(posts(h)) == 2
+        assert (h.worker.stats.counts["errors_before_handle"], h.worker.stats.counts["pauses"]) == (early, 1)
 
 
 async def test_a_proxy_s_page_every_time_the_give_up_says_what_came_instead() -> None:

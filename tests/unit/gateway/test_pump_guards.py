@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from tests.unit.streaming.support import fixture
 from turnledger.gateway.pump import StreamPump
 from turnledger.model.deltas import DeltaType, NormalizedDelta
@@ -242,3 +244,119 @@ def test_headers_do_not_bind_an_api_whose_stream_names_its_response() -> None:
     pump = StreamPump("anthropic-messages", 1, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
     asyncio.run(pump.on_response_headers({"x-amzn-requestid": "req-1"}))
     assert sink.handles == [] and pump.response_handle is None
+
+
+#: per API, a stream that fails before anything names its response: its error event, first; the type
+#: the parser names and the object the provider sent
+EARLY_ERRORS = {
+    "anthropic-messages": (
+        b'event: error\ndata: {"type": "error", "error": {"type": "billing_error", "message": "m"}}\n\n',
+        "billing_error",
+        {"type": "billing_error", "message": "m"},
+    ),
+    "openai-chat": (
+        b'data: {"error": {"message": "m", "type": "requests", "param": null, '
+        b'"code": "insufficient_quota"}}\n\n',
+        "requests",
+        {"message": "m", "type": "requests", "param": None, "code": "insufficient_quota"},
+    ),
+    "openai-responses": (
+        b'event: error\ndata: {"type": "error", "code": "insufficient_quota", "message": "m", '
+        b'"param": null, "sequence_number": 0}\n\n',
+        "insufficient_quota",
+        {"type": "error", "code": "insufficient_quota", "message": "m", "param": None, "sequence_number": 0},
+    ),
+    "gemini": (
+        b'data: {"error": {"code": 403, "message": "m", "status": "PERMISSION_DENIED"}}\n\n',
+        "PERMISSION_DENIED",
+        {"code": 403, "message": "m", "status": "PERMISSION_DENIED"},
+    ),
+}
+
+#: per API, a whole answer that names its response (after which an earlier error is shown late)
+NAMED_ANSWERS = {
+    "anthropic-messages": "anthropic_text.sse",
+    "openai-chat": "openai_chat_text.sse",
+    "openai-responses": "openai_responses_text.sse",
+    "gemini": "gemini_text_thought.sse",
+}
+
+
+def _sse_pump(api: str, chunks: list[bytes]) -> tuple[StreamPump, Sink]:
+    sink = Sink()
+    pump = StreamPump(api, 3, on_handle=sink.on_handle, on_deltas=sink.on_deltas)
+
+    async def go() -> None:
+        for chunk in chunks:
+            await pump.feed(chunk)
+        await pump.close()
+
+    asyncio.run(go())
+    return pump, sink
+
+
+@pytest.mark.parametrize("api", list(EARLY_ERRORS))
+def test_an_error_before_anything_names_the_response_is_the_stream_s_failure(api: str) -> None:
+    """The stream's first event is the provider's error and nothing names a response: the error is this
+    stream's (its type and object kept for the judgement), nothing is appended (there is no handle to
+    append it under), and the read goes on to the provider's close (no final flag: a response named
+    later would show the error an earlier stream's)."""
+    event, error_type, error = EARLY_ERRORS[api]
+    pump, sink = _sse_pump(api, [event])
+    assert (pump.error_type, pump.error, pump.unnamed_failure) == (error_type, error, True)
+    assert (sink.handles, sink.batches, pump.response_handle, pump.saw_final) == ([], [], None, False)
+    assert (pump.stats.late_deltas, pump.stats.deltas_appended) == (0, 0)
+
+
+@pytest.mark.parametrize("api", list(EARLY_ERRORS))
+def test_an_error_before_a_response_named_after_it_is_an_earlier_stream_s_late_event(api: str) -> None:
+    """The rule for late events holds for an error among them: the stream names its response after the
+    error, so the error was an earlier stream's. It goes to the fold under the empty handle (quarantined)
+    and judges nothing; this stream's deltas are numbered from 0 as without it."""
+    event, _, _ = EARLY_ERRORS[api]
+    answer = fixture(NAMED_ANSWERS[api])
+    _, clean_sink = _sse_pump(api, [answer])
+    pump, sink = _sse_pump(api, [event, answer])
+    late, *rest = sink.batches
+    assert [(d.type, d.response_handle) for d in late] == [(DeltaType.PROVIDER_ERROR, "")]
+    clean = [d.model_dump() for b in clean_sink.batches for d in b]
+    assert [d.model_dump() for b in rest for d in b] == clean
+    assert sink.handles == clean_sink.handles and len(sink.handles) == 1
+    assert (pump.error_type, pump.error, pump.unnamed_failure) == (None, None, False)
+    assert (pump.stats.late_deltas, pump.saw_final) == (1, True)
+
+
+def test_of_errors_before_any_name_the_last_is_the_stream_s() -> None:
+    """Late events come before the stream's own: of two errors and no response named, the second is this
+    stream's; our parser's own error (an undecodable event) has no object."""
+    first, _, _ = EARLY_ERRORS["anthropic-messages"]
+    second = _anthropic_error({"type": "overloaded_error", "message": "n"})
+    pump, _ = _sse_pump("anthropic-messages", [first + second])
+    assert (pump.error_type, pump.error) == ("overloaded_error", {"type": "overloaded_error", "message": "n"})
+    pump, _ = _sse_pump("anthropic-messages", [second, b"data: {not json\n\n"])
+    assert (pump.error_type, pump.error, pump.unnamed_failure) == ("undecodable_event", None, True)
+    pump, _ = _sse_pump("anthropic-messages", [b": keep-alive\n\n", b"event: ping\ndata: {}\n\n"])
+    assert (pump.error_type, pump.error, pump.unnamed_failure) == (None, None, False)
+
+
+def test_a_bedrock_exception_without_the_request_id_header_is_the_stream_s_failure() -> None:
+    """Bedrock's handle is its `x-amzn-requestid` header: with it, an exception first is a mid-stream
+    error of a named response (appended); without it nothing names the response, and the exception is
+    the stream's failure as an SSE stream's early error is."""
+    exception = encode_message(
+        {":message-type": "exception", ":exception-type": "accessDeniedException"}, b'{"message":"no"}'
+    )
+    named = _pumped("bedrock-converse", exception, {"x-amzn-requestid": "req-1"})
+    assert (named.error_type, named.unnamed_failure, named.saw_final) == (
+        "accessDeniedException",
+        False,
+        True,
+    )
+    assert named.stats.deltas_appended == 1
+    unnamed = _pumped("bedrock-converse", exception)
+    assert (unnamed.error_type, unnamed.error, unnamed.unnamed_failure) == (
+        "accessDeniedException",
+        None,
+        True,
+    )
+    assert (unnamed.response_handle, unnamed.stats.deltas_appended) == (None, 0)

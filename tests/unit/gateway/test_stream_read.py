@@ -157,7 +157,9 @@ def reading(
     api: tuple[str, str, str], response: Callable[[httpx.Request], httpx.Response], **kw: Any
 ) -> Read:
     manifest = manifest_of(*api)
-    routes = endpoints_for(BASE, {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-test"})
+    routes = endpoints_for(
+        BASE, {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-test", "GEMINI_API_KEY": "sk-test"}
+    )
     return Read(manifest, routes.endpoint_for(manifest), response, **kw)
 
 
@@ -581,6 +583,86 @@ async def test_an_error_event_in_the_stream_is_the_read_s_failure() -> None:
     phase = await read.run()
     assert phase.failure is not None and phase.failure.error_type == "overloaded_error"
     assert read.stats.counts["final_in_stream"] == 1
+
+
+GEMINI = ("gemini@2", "google/gemini-2.5-pro@2025-06", '{"contents":[]}')
+
+#: per API, a stream whose first event is the provider's error (nothing names a response), and the
+#: failure its names make of it: refused at once, as the same error mid-stream is
+EARLY_ERRORS = {
+    "anthropic": (
+        ANTHROPIC,
+        b'event: error\ndata: {"type": "error", '
+        b'"error": {"type": "billing_error", "message": "sk-test"}}\n\n',
+        ProviderFailure(False, "error type", None, "billing_error"),
+    ),
+    "openai-chat": (
+        OPENAI_CHAT,
+        b'data: {"error": {"message": "m", "type": "requests", "param": null, '
+        b'"code": "insufficient_quota"}}\n\n',
+        ProviderFailure(False, "error type", None, "insufficient_quota"),
+    ),
+    "openai-responses": (
+        RESPONSES,
+        b'event: error\ndata: {"type": "error", "code": "insufficient_quota", "message": "m", "param": null, '
+        b'"sequence_number": 0}\n\n',
+        ProviderFailure(False, "error type", None, "insufficient_quota"),
+    ),
+    "gemini": (
+        GEMINI,
+        b'data: {"error": {"code": 429, "message": "m", "status": "RESOURCE_EXHAUSTED"}}\n\n',
+        ProviderFailure(True, "error type", None, "RESOURCE_EXHAUSTED"),
+    ),
+}
+
+
+def stream_of(chunks: list[bytes], cut: Exception | None = None) -> Callable[[httpx.Request], httpx.Response]:
+    return lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=Body(chunks, cut=cut)
+    )
+
+
+@pytest.mark.parametrize(("api", "event", "failure"), EARLY_ERRORS.values(), ids=list(EARLY_ERRORS))
+async def test_an_error_before_anything_names_the_response_ends_the_read_as_a_provider_error(
+    api: tuple[str, str, str], event: bytes, failure: ProviderFailure
+) -> None:
+    """It was dropped as an earlier stream's: the read ended COMPLETED with no failure, the fold said
+    MISSING_STOP and the worker retried even `insufficient_quota`. Now it is this read's failure, judged
+    by its names as a mid-stream error is; nothing is appended but the StreamEnded PROVIDER_ERROR (the
+    fold takes no delta before a handle), not resumable, naming no delta."""
+    read = reading(api, stream_of([event]))
+    phase = await read.run()
+    [ended] = read.events
+    assert isinstance(ended, StreamEnded)
+    assert (ended.outcome, ended.resumable, ended.last_delta_sequence) == (
+        StreamOutcome.PROVIDER_ERROR,
+        False,
+        -1,
+    )
+    assert (phase.outcome, phase.failure, phase.handle) == (StreamOutcome.PROVIDER_ERROR, failure, None)
+    assert read.stats.counts == {"errors_before_handle": 1, "late_deltas": 0, "wire_duplicates": 0}
+
+
+async def test_an_error_before_any_name_then_a_cut_is_a_provider_error_not_a_disconnect() -> None:
+    """The connection dropped after the early error: there is no response to resume, the provider said
+    why: PROVIDER_ERROR, judged by the error."""
+    api, event, failure = EARLY_ERRORS["openai-chat"]
+    read = reading(api, stream_of([event], cut=httpx.ReadError("peer reset")))
+    phase = await read.run()
+    [ended] = read.of(StreamEnded)
+    assert (ended.outcome, phase.failure, len(read.events)) == (StreamOutcome.PROVIDER_ERROR, failure, 1)
+    assert read.stats.counts["disconnects"] == 1 and read.stats.counts["errors_before_handle"] == 1
+
+
+async def test_an_error_before_a_response_named_after_it_judges_nothing() -> None:
+    """Late events of an earlier stream: the error came before this stream named its response, so it is
+    not this read's failure; it reaches the fold under the empty handle and the read completes."""
+    api, event, _ = EARLY_ERRORS["anthropic"]
+    read = reading(api, stream_of([event, *events_of(fixture("anthropic_text.sse"))]))
+    phase = await read.run()
+    assert (phase.outcome, phase.failure) == (StreamOutcome.COMPLETED, None)
+    assert len(read.of(HandleBound)) == 1 and read.stats.counts["late_deltas"] == 1
+    assert read.stats.counts["errors_before_handle"] == 0
 
 
 CHAT_CHUNK = (
