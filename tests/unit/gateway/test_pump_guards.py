@@ -335,6 +335,8 @@ def test_of_errors_before_any_name_the_last_is_the_stream_s() -> None:
     assert (pump.error_type, pump.error) == ("overloaded_error", {"type": "overloaded_error", "message": "n"})
     pump, _ = _sse_pump("anthropic-messages", [second, b"data: {not json\n\n"])
     assert (pump.error_type, pump.error, pump.unnamed_failure) == ("undecodable_event", None, True)
+    pump, _ = _sse_pump("anthropic-messages", [_anthropic_error({"type": "", "message": "m"})])
+    assert (pump.error_type, pump.error, pump.unnamed_failure) == ("", {"type": "", "message": "m"}, True)
     pump, _ = _sse_pump("anthropic-messages", [b": keep-alive\n\n", b"event: ping\ndata: {}\n\n"])
     assert (pump.error_type, pump.error, pump.unnamed_failure) == (None, None, False)
 
