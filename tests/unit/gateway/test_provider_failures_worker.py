@@ -247,7 +247,9 @@ async def test_a_refusing_error_before_anything_names_the_response_ends_the_oper
             f"worker gave up: the provider refused the request (stream error {name}); "
             "not sent again: it would be too"
         )
-        assert first_attempt(h) == [(ReasonCode.PROVIDER_ERROR, "stream ended before any delta")]
+        assert first_attempt(h) == [
+            (ReasonCode.PROVIDER_ERROR, f"stream ended before any delta: stream error {name}")
+        ]
         assert (proxy.answered, posts(h)) == (1, [])
         assert (h.worker.stats.counts["errors_before_handle"], h.worker.stats.counts["pauses"]) == (1, 0)
 
@@ -255,7 +257,15 @@ async def test_a_refusing_error_before_anything_names_the_response_ends_the_oper
 #: per API, how the fold ends the attempt whose stream the fake's `error_event=0` replaced by its
 #: (retried) error; Bedrock's stream is named by its header, so its error is a named response's
 ERROR_FIRST = {
-    **{a: (ReasonCode.PROVIDER_ERROR, "stream ended before any delta", 1) for a in APIS},
+    **{
+        a: (ReasonCode.PROVIDER_ERROR, f"stream ended before any delta: stream error {error}", 1)
+        for a, error in [
+            ("anthropic-messages@2", "overloaded_error"),
+            ("openai-chat@2", "server_error"),
+            ("openai-responses@2", "server_error"),
+            ("gemini@2", "UNAVAILABLE"),
+        ]
+    },
     "bedrock-converse@1": (
         ReasonCode.PROVIDER_ERROR,
         'internalServerException: {"message":"The server encountered an internal error."}',
