@@ -104,6 +104,15 @@ def test_gemini_sends_its_own_text_signature_and_an_unknown_ones() -> None:
         assert parts == [{"text": "a", "thoughtSignature": SIGNATURE}]
 
 
+@pytest.mark.parametrize("signed_by", ["gemini", None])
+def test_gemini_sends_an_empty_text_carrying_its_own_signature_or_an_unknown_ones(
+    signed_by: str | None,
+) -> None:
+    """Gemini's last chunk puts its signature on an empty text part; the next request must return it."""
+    parts = _gemini_turn(lambda c: c.assistant("", signature=SIGNATURE, signed_by=signed_by))
+    assert parts == [{"text": "", "thoughtSignature": SIGNATURE}]
+
+
 def test_gemini_sends_a_call_another_api_signed_with_the_signature_gemini_documents_for_it() -> None:
     """Gemini 3 refuses a call of the current turn without a signature; the documented stand-in for a
     call Gemini did not generate is `skip_thought_signature_validator`."""

@@ -169,6 +169,24 @@ def test_streamed_block_bytes_at_the_limit_and_one_past() -> None:
     assert [t.revision for t in past.of(CommittedTurn)] == [1]
 
 
+def test_an_answer_streamed_under_higher_limits_is_refused_at_commit_under_the_folds_own() -> None:
+    """A processor restarted with a lower `max_block_bytes` mid-answer: the restored assembler does not
+    re-measure what it holds, so the commit's validation, under the fold's limits, refuses the block."""
+    c = Conversation()
+    c.user("hello")
+    c.dispatch_to_streaming()
+    stream = text_stream(["abcdefgh"])
+    c.deltas(stream[:-1])
+    c.limits = Limits(max_block_bytes=4)
+    c.deltas(stream[-1:])
+    assert _last_decision(c) == (
+        S.UNKNOWN,
+        R.BLOCK_TOO_LARGE,
+        "content is 8 bytes, at most 4 (block=op-1#1/b0)",
+    )
+    assert [t.revision for t in c.of(CommittedTurn)] == [1]
+
+
 def _stream_calls(limits: Limits, count: int, arguments: str = '{"city": "Paris"}') -> Conversation:
     c = Conversation(limits=limits)
     c.user("weather?")

@@ -342,6 +342,27 @@ def test_openai_responses_items_of_every_kind_and_a_completion_without_a_status(
     ]
 
 
+def test_openai_responses_an_item_we_do_not_model_is_stopped_by_its_done() -> None:
+    deltas, unknown, _ = run(
+        "openai-responses",
+        sse(
+            {"type": "response.output_item.added", "output_index": 0, "item": {"type": "web_search_call"}},
+            {"type": "response.output_item.done", "output_index": 0, "item": {"type": "web_search_call"}},
+        ),
+    )
+    assert (deltas, unknown) == (["block_start 0 block_kind=web_search_call", "block_stop 0"], 0)
+
+
+def test_openai_responses_a_reasoning_item_id_that_is_not_a_string_is_no_item_id() -> None:
+    deltas, unknown, _ = run(
+        "openai-responses",
+        sse(
+            {"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning", "id": 7}}
+        ),
+    )
+    assert (deltas, unknown) == (["block_start 0 block_kind=thinking"], 0)
+
+
 def test_openai_responses_completion_without_a_call_ends_the_turn_and_keeps_its_status() -> None:
     deltas, _, handle = run(
         "openai-responses",
