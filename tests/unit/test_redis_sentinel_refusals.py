@@ -12,7 +12,7 @@ import ssl
 import sys
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import pytest
 from redis.asyncio import Redis
@@ -679,12 +679,17 @@ def test_the_bounds_the_docs_give() -> None:
     assert sentinel_probe.PROBE_TIMEOUT_S == 3.0
 
 
-@pytest.mark.parametrize(("then", "asked"), [(29.9, 0), (30.0, 1)])
-async def test_an_outage_diagnose_asked_about_is_asked_again_30_s_later_not_at_its_first_sighting(
-    monkeypatch: pytest.MonkeyPatch, then: float, asked: int
-) -> None:
-    """`Rechecks.asked`: `turnledger project`'s `diagnose` asked the sentinels just before the load meets
-    the outage."""
+class _Asking(NamedTuple):
+    """Rechecks on a clock the test moves, the sentinel answers it asked for, and an outage."""
+
+    rechecks: sentinel_probe.Rechecks
+    asks: list[BaseException]
+    now: list[float]
+    none_found: MasterNotFoundError
+    outage: RedisSentinelUnavailableError
+
+
+def _asking(monkeypatch: pytest.MonkeyPatch) -> _Asking:
     now = [1000.0]
     rechecks = sentinel_probe.Rechecks(redis_client("redis+sentinel://s1/mymaster"), clock=lambda: now[0])
     asks: list[BaseException] = []
@@ -695,10 +700,20 @@ async def test_an_outage_diagnose_asked_about_is_asked_again_30_s_later_not_at_i
     monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
     none_found = MasterNotFoundError("No master found for 'mymaster'")
     outage = RedisSentinelUnavailableError("u", ["s1:26379"], SERVICE, none_found, "none")
-    rechecks.asked(outage)
-    now[0] += then
-    assert await rechecks.refusal(outage, none_found) is None
-    assert asks == [none_found] * asked
+    return _Asking(rechecks, asks, now, none_found, outage)
+
+
+@pytest.mark.parametrize(("then", "asked"), [(29.9, 0), (30.0, 1)])
+async def test_an_outage_diagnose_asked_about_is_asked_again_30_s_later_not_at_its_first_sighting(
+    monkeypatch: pytest.MonkeyPatch, then: float, asked: int
+) -> None:
+    """`Rechecks.asked`: `turnledger project`'s `diagnose` asked the sentinels just before the load meets
+    the outage."""
+    a = _asking(monkeypatch)
+    a.rechecks.asked(a.outage)
+    a.now[0] += then
+    assert await a.rechecks.refusal(a.outage, a.none_found) is None
+    assert a.asks == [a.none_found] * asked
 
 
 @pytest.mark.parametrize(
@@ -709,35 +724,18 @@ async def test_an_outage_diagnose_asked_about_is_asked_again_30_s_later_not_at_i
 async def test_what_diagnose_met_without_asking_sentinels_leaves_the_first_sighting_asked(
     monkeypatch: pytest.MonkeyPatch, diagnosed: RedisUnavailableError | None
 ) -> None:
-    rechecks = sentinel_probe.Rechecks(redis_client("redis+sentinel://s1/mymaster"), clock=lambda: 1000.0)
-    asks: list[BaseException] = []
-
-    async def sentinel_refusal(client: object, exc: BaseException) -> None:
-        asks.append(exc)
-
-    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
-    none_found = MasterNotFoundError("No master found for 'mymaster'")
-    rechecks.asked(diagnosed)
-    outage = RedisSentinelUnavailableError("u", ["s1:26379"], SERVICE, none_found, "none")
-    assert await rechecks.refusal(outage, none_found) is None
-    assert asks == [none_found]
+    a = _asking(monkeypatch)
+    a.rechecks.asked(diagnosed)
+    assert await a.rechecks.refusal(a.outage, a.none_found) is None
+    assert a.asks == [a.none_found]
 
 
 @pytest.mark.parametrize(("then", "asked"), [(29.9, 1), (30.0, 2)])
 async def test_a_lasting_outage_is_asked_again_after_30_s(
     monkeypatch: pytest.MonkeyPatch, then: float, asked: int
 ) -> None:
-    now = [1000.0]
-    rechecks = sentinel_probe.Rechecks(redis_client("redis+sentinel://s1/mymaster"), clock=lambda: now[0])
-    asks: list[BaseException] = []
-
-    async def sentinel_refusal(client: object, exc: BaseException) -> None:
-        asks.append(exc)
-
-    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
-    none_found = MasterNotFoundError("No master found for 'mymaster'")
-    outage = RedisSentinelUnavailableError("u", ["s1:26379"], SERVICE, none_found, "none")
-    assert await rechecks.refusal(outage, none_found) is None
-    now[0] += then
-    assert await rechecks.refusal(outage, none_found) is None
-    assert asks == [none_found] * asked
+    a = _asking(monkeypatch)
+    assert await a.rechecks.refusal(a.outage, a.none_found) is None
+    a.now[0] += then
+    assert await a.rechecks.refusal(a.outage, a.none_found) is None
+    assert a.asks == [a.none_found] * asked
