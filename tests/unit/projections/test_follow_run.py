@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from aiokafka import TopicPartition
@@ -370,21 +370,29 @@ async def test_a_revocation_forgets_the_partitions_and_says_so_only_when_there_a
 SENTINEL_URL = "redis+sentinel://s1:26379/mymaster/0"
 
 
-@pytest.mark.parametrize("refused", [True, False], ids=["they refuse us", "they are down"])
-async def test_sentinels_that_name_no_primary_while_the_script_loads_are_asked_why_once(
-    monkeypatch: pytest.MonkeyPatch, refused: bool
-) -> None:
-    """The load waits out Redis (`ride_out`) right after `diagnose`: sentinels that refuse us by then end
-    the start at once; sentinels that are down are asked at the outage's first sighting, not at each
-    retry (`sentinel_probe.Rechecks`), and the load goes on once Redis answers."""
-    none_found = MasterNotFoundError("No master found for 'mymaster'")
-    outage = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", none_found, "none")
-    login = AuthenticationError("Authentication required.")
-    refusal = RedisSentinelAccessError(SENTINEL_URL, "mymaster", ["s1:26379 refused our login"], login, "fix")
+NONE_FOUND = MasterNotFoundError("No master found for 'mymaster'")
+OUTAGE = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", NONE_FOUND, "none")
+
+
+class _Loading(NamedTuple):
+    """A follower whose script load meets the sentinel outage three times, and what it asked them."""
+
+    follower: Follower
+    projector: FakeProjector
+    failures: list[BaseException]
+    asked: list[tuple[object, BaseException]]
+
+
+def _loading(
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    diagnosed: RedisSentinelUnavailableError | None = None,
+    refusal: RedisSentinelAccessError | None = None,
+) -> _Loading:
     projector = FakeProjector(FakeRedis())
     fast = Backoff(initial_s=0.001, max_s=0.001, jitter=0.0)
-    follower = Follower(projector, FollowSettings(outage=fast))  # type: ignore[arg-type]
-    failures = [outage] * 3
+    follower = Follower(projector, FollowSettings(outage=fast), diagnosed)  # type: ignore[arg-type]
+    failures: list[BaseException] = [OUTAGE] * 3
     asked: list[tuple[object, BaseException]] = []
 
     async def prepare() -> None:
@@ -394,19 +402,32 @@ async def test_sentinels_that_name_no_primary_while_the_script_loads_are_asked_w
 
     async def sentinel_refusal(client: object, exc: BaseException) -> RedisSentinelAccessError | None:
         asked.append((client, exc))
-        return refusal if refused else None
+        return refusal
 
     monkeypatch.setattr(projector, "prepare", prepare)
     monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
+    return _Loading(follower, projector, failures, asked)
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["they refuse us", "they are down"])
+async def test_sentinels_that_name_no_primary_while_the_script_loads_are_asked_why_once(
+    monkeypatch: pytest.MonkeyPatch, refused: bool
+) -> None:
+    """The load waits out Redis (`ride_out`) right after `diagnose`: sentinels that refuse us by then end
+    the start at once; sentinels that are down are asked at the outage's first sighting, not at each
+    retry (`sentinel_probe.Rechecks`), and the load goes on once Redis answers."""
+    login = AuthenticationError("Authentication required.")
+    refusal = RedisSentinelAccessError(SENTINEL_URL, "mymaster", ["s1:26379 refused our login"], login, "fix")
+    load = _loading(monkeypatch, refusal=refusal if refused else None)
     if refused:
         with pytest.raises(RedisSentinelAccessError) as raised:
-            await follower._load_script(asyncio.Event())
-        assert (raised.value, raised.value.__cause__) == (refusal, outage)
-        assert (len(failures), projector.applier.loads) == (2, 0)
+            await load.follower._load_script(asyncio.Event())
+        assert (raised.value, raised.value.__cause__) == (refusal, OUTAGE)
+        assert (len(load.failures), load.projector.applier.loads) == (2, 0)
     else:
-        await follower._load_script(asyncio.Event())
-        assert (len(failures), projector.applier.loads) == (0, 1)
-    assert asked == [(projector.redis, none_found)]
+        await load.follower._load_script(asyncio.Event())
+        assert (len(load.failures), load.projector.applier.loads) == (0, 1)
+    assert load.asked == [(load.projector.redis, NONE_FOUND)]
 
 
 async def test_sentinels_diagnose_asked_at_the_start_are_not_asked_again_while_the_script_loads(
@@ -414,23 +435,6 @@ async def test_sentinels_diagnose_asked_at_the_start_are_not_asked_again_while_t
 ) -> None:
     """`turnledger project` asked them why in `diagnose` just before (`Projector.run_forever`'s `diagnosed`):
     the load waits the outage out without asking them again within `RECHECK_EVERY_S`."""
-    none_found = MasterNotFoundError("No master found for 'mymaster'")
-    outage = RedisSentinelUnavailableError(SENTINEL_URL, ["s1:26379"], "mymaster", none_found, "none")
-    projector = FakeProjector(FakeRedis())
-    fast = Backoff(initial_s=0.001, max_s=0.001, jitter=0.0)
-    follower = Follower(projector, FollowSettings(outage=fast), outage)  # type: ignore[arg-type]
-    failures = [outage] * 3
-    asked: list[tuple[object, BaseException]] = []
-
-    async def prepare() -> None:
-        if failures:
-            raise failures.pop(0)
-        await projector.applier.load()
-
-    async def sentinel_refusal(client: object, exc: BaseException) -> None:
-        asked.append((client, exc))
-
-    monkeypatch.setattr(projector, "prepare", prepare)
-    monkeypatch.setattr(sentinel_probe, "sentinel_refusal", sentinel_refusal)
-    await follower._load_script(asyncio.Event())
-    assert (len(failures), projector.applier.loads, asked) == (0, 1, [])
+    load = _loading(monkeypatch, diagnosed=OUTAGE)
+    await load.follower._load_script(asyncio.Event())
+    assert (len(load.failures), load.projector.applier.loads, load.asked) == (0, 1, [])
