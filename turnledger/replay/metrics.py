@@ -75,6 +75,7 @@ class Metrics:
     final_states: Counter[str] = field(default_factory=Counter)
     other_rejections: Counter[str] = field(default_factory=Counter)
     cancelled: int = 0  # cancelled by a client
+    refused: int = 0  # answers the provider stopped for a refusal (the fold's CANCELLED PROVIDER_REFUSED)
     cancelled_in_flight: Counter[str] = field(default_factory=Counter)  # state the cancel found
     given_up: dict[str, str] = field(default_factory=dict)  # "conversation/operation" → the worker's reason
 
@@ -116,9 +117,12 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
         last = decisions[-1]
         # the accepted transition to CANCELLED (a refused attempt after it repeats the state)
         cancel = next((d for d in decisions if d.state == S.CANCELLED and d.accepted), None)
-        m.final_states["CANCELLED (worker gave up)" if cancel and gave_up(cancel) else last.state.value] += 1
-        if cancel is not None and gave_up(cancel):
+        ended_by = None if cancel is None else _cancelled_by(cancel)
+        m.final_states[last.state.value if ended_by is None else f"CANCELLED ({ended_by})"] += 1
+        if cancel is not None and ended_by == "worker gave up":
             m.given_up[f"{cancel.conversation_id}/{cancel.operation_id}"] = cancel.detail
+        elif ended_by == "provider refused":
+            m.refused += 1
         elif cancel is not None:
             m.cancelled += 1
             m.cancelled_in_flight[(cancel.previous_state or S.CANCELLED).value] += 1
@@ -126,6 +130,16 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
             m.committed += 1
             m.generations[last.attempt_generation] += 1
     return m
+
+
+def _cancelled_by(cancel: DispatchDecision) -> str | None:
+    """Who ended a CANCELLED operation, when not a client: the worker giving up, or the provider's
+    refusal stop (which the fold settles CANCELLED PROVIDER_REFUSED with no cancel behind it)."""
+    if gave_up(cancel):
+        return "worker gave up"
+    if cancel.reason == R.PROVIDER_REFUSED:
+        return "provider refused"
+    return None
 
 
 def _unknown_ages(m: Metrics, decisions: list[DispatchDecision], now_ms: int) -> None:

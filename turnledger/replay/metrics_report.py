@@ -49,6 +49,7 @@ def metrics_rows(m: Metrics) -> list[tuple[str, str]]:
             f"{m.cancelled} ({counter_text(m.cancelled_in_flight)})",
         ),
         ("operations the worker gave up", str(len(m.given_up))),
+        ("answers the provider refused", str(m.refused)),
         ("other rejections", counter_text(m.other_rejections)),
     ]
 
@@ -108,5 +109,6 @@ def metrics_json(m: Metrics) -> dict[str, Any]:
         "cancelled": m.cancelled,
         "cancelledInFlight": dict(m.cancelled_in_flight),
         "givenUp": dict(m.given_up),
+        "refused": m.refused,
         "otherRejections": dict(m.other_rejections),
     }

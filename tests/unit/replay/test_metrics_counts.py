@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from tests.unit.dispatch.scenario import WEATHER, Conversation, text_stream, tool_stream
+from tests.unit.dispatch.test_provider_answers_commit import answered
 from turnledger.dispatch.engine import STREAM_OF
 from turnledger.model.events import (
     CancelRequested,
@@ -323,7 +324,8 @@ def test_every_count_is_exercised(metrics: Metrics) -> None:
     """Guard against a metric silently dropping to zero: every field of the workload's metrics is set."""
     empty = Metrics()
     unset = [name for name in Metrics.__dataclass_fields__ if getattr(metrics, name) == getattr(empty, name)]
-    assert unset == ["partial_tool_dispatches"]  # zero by the promise; counted in its own test
+    # zero by the promise, and no refusal stop in the workload: each counted in its own test
+    assert unset == ["partial_tool_dispatches", "refused"]
     assert Counter(type(r).__name__ for r in workload()[0].records("rejections")) == {"Rejected": 3}
 
 
@@ -411,3 +413,11 @@ def test_every_disconnect_of_an_operation_counts_not_only_its_first() -> None:
     early.deltas(text_stream(["ok"], handle="resp_2", gen=2), gen=2)
     m = compute(_evidence(early), now_ms=NOW)
     assert (m.disconnects_without_handle, m.handle_episodes, m.handle_recovered) == (1, 1, 1)
+
+
+def test_an_answer_the_provider_refused_is_counted_as_refused_not_as_a_cancel_or_a_give_up() -> None:
+    """The fold settles a refusal stop CANCELLED PROVIDER_REFUSED with no cancel behind it: it was counted
+    as a worker's give-up (the reason of the worker's give-up on a refused request is the same)."""
+    m = compute(_evidence(answered("anthropic_refusal.sse")), now_ms=NOW)
+    assert (m.refused, m.cancelled, m.given_up) == (1, 0, {})
+    assert dict(m.final_states) == {"CANCELLED (provider refused)": 1}

@@ -47,6 +47,7 @@ def busy() -> Metrics:
         cancelled=17,
         cancelled_in_flight=Counter({"STREAMING": 15, "PREPARED": 2}),
         given_up={"c/op-2": "no handle", "a/op-1": "3 attempts failed"},
+        refused=19,
     )
 
 
@@ -81,6 +82,7 @@ def test_every_row_shows_its_own_metrics() -> None:
         ("partial tool dispatches", "13"),
         ("cancelled by a client (state the cancel found)", "17 (PREPARED 2, STREAMING 15)"),
         ("operations the worker gave up", "2"),
+        ("answers the provider refused", "19"),
         ("other rejections", "BAD_REQUEST 1, UNKNOWN_TOOL 16"),
     ]
 
@@ -99,6 +101,7 @@ def test_empty_metrics_show_zeros_dashes_and_no_recovery_rate() -> None:
         ("partial tool dispatches", "0"),
         ("cancelled by a client (state the cancel found)", "0 (-)"),
         ("operations the worker gave up", "0"),
+        ("answers the provider refused", "0"),
         ("other rejections", "-"),
     ]
 
@@ -186,6 +189,7 @@ def test_the_json_has_every_metric_by_name_and_the_ages_summarized() -> None:
         "cancelled": 17,
         "cancelledInFlight": {"STREAMING": 15, "PREPARED": 2},
         "givenUp": {"c/op-2": "no handle", "a/op-1": "3 attempts failed"},
+        "refused": 19,
         "otherRejections": {"UNKNOWN_TOOL": 16, "BAD_REQUEST": 1},
     }
 
@@ -215,6 +219,7 @@ def test_the_json_of_empty_metrics_has_zeros_empty_objects_and_no_rate() -> None
         "cancelled": 0,
         "cancelledInFlight": {},
         "givenUp": {},
+        "refused": 0,
         "otherRejections": {},
     }
 
