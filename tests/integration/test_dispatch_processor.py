@@ -21,6 +21,7 @@ from tests.integration.test_processor_eos import (
     app_args,
     produce,
     read_committed,
+    settled,
     wait_all_committed,
 )
 from turnledger.codec import decode, encode
@@ -92,6 +93,7 @@ def _without_coordinates(topic: str, value: bytes, topics: Topics) -> bytes:
 async def actual_outputs(bootstrap: str, topics: Topics) -> Keyed:
     actual: Keyed = defaultdict(list)
     for topic in topics.outputs:
+        await settled(bootstrap, topic)
         for key, value in await read_committed(bootstrap, topic):
             assert value is not None
             actual[(topic, key)].append(value)

@@ -156,6 +156,36 @@ async def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None,
         await consumer.stop()
 
 
+async def settled(bootstrap: str, topic: str, within_s: float = 60.0) -> None:
+    """Wait until no transaction is open on any partition of `topic` (its LSO is its high watermark).
+
+    A transaction's offsets and its output records become visible by markers the coordinator writes to
+    each partition, not at once: a test that saw the input's offsets committed may read an output
+    partition whose marker is still on its way and miss the last transaction's records (seen under load:
+    a conversation's last outputs missing). Call it once the processors have stopped."""
+    committed = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    uncommitted = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await committed.start()
+    await uncommitted.start()
+    try:
+        parts = sorted(committed.partitions_for_topic(topic) or await _partitions(bootstrap, topic))
+        tps = [TopicPartition(topic, p) for p in parts]
+        deadline = time.monotonic() + within_s
+        while True:
+            stable, high = await committed.end_offsets(tps), await uncommitted.end_offsets(tps)
+            open_ = sorted(tp.partition for tp in tps if stable[tp] < high[tp])
+            if not open_:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}: partitions {open_} still hold an open transaction")
+            await asyncio.sleep(0.1)
+    finally:
+        await committed.stop()
+        await uncommitted.stop()
+
+
 async def _partitions(bootstrap: str, topic: str) -> set[int]:
     from turnledger.kafka.clients import describe_partitions
 
