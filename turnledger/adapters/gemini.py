@@ -7,11 +7,16 @@ thought signatures are returned on exactly the part they arrived on (a call's
 signature rides on its `functionCall` part). The function-response content holds only
 the tool role's blocks (responses, then any tool-scoped snippets): user text that
 follows is its own user content, so the response turn stays what Gemini counts.
+A signature another API minted is not sent (`adapters/signatures.py`); the first call of an
+answer another API made (a run holding a block it signed) carries Gemini's documented stand-in,
+`skip_thought_signature_validator`, as Gemini 3 refuses a step's first call without one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from turnledger.adapters._common import (
@@ -29,7 +34,7 @@ from turnledger.adapters.profiles import GEMINI_IDS
 from turnledger.adapters.signatures import FOREIGN_CALL_SIGNATURE, foreign_signature, own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
-from turnledger.model.graph import Block, Role
+from turnledger.model.graph import Block, BlockKind, Role
 
 API = "gemini"
 
@@ -169,9 +174,13 @@ class GeminiAdapter(AdapterBase[GeminiRules]):
 
     def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns:
         rules = self.rules
+        stand_ins = _calls_made_elsewhere(runs)
+        render = self.render_block
+        if stand_ins:
+            render = partial(_with_stand_in, self.render_block, stand_ins)
         return system_aside_turns(
             runs,
-            self.render_block,
+            render,
             system=[{"text": notice}] if notice else [],
             content_key="parts",
             assistant_role=rules.assistant_role,
@@ -185,6 +194,31 @@ class GeminiAdapter(AdapterBase[GeminiRules]):
         if description:
             decl["description"] = description
         return decl
+
+
+def _calls_made_elsewhere(runs: list[Run]) -> frozenset[str]:
+    """The first call of each assistant run another API made, when it carries no signature of its own:
+    a run with a block another API signed (a Claude answer's thinking) is that API's answer, so its
+    calls are not Gemini's, and Gemini 3 refuses the first call of a step without a signature. Decided
+    per run, as the prefix render cache reuses whole runs (`adapters/prefix.py`)."""
+    chosen: list[str] = []
+    for run in runs:
+        if run.role != Role.ASSISTANT or not any(foreign_signature(b, API) for b in run.blocks):
+            continue
+        first = next((b for b in run.blocks if b.kind == BlockKind.TOOL_CALL), None)
+        if first is not None and first.signature is None:
+            chosen.append(first.id)
+    return frozenset(chosen)
+
+
+def _with_stand_in(
+    render: Callable[[Block], Part | None], stand_ins: frozenset[str], block: Block
+) -> Part | None:
+    """The block's part, and for a call another API made, Gemini's stand-in for its signature."""
+    part = render(block)
+    if part is not None and block.id in stand_ins:
+        part["thoughtSignature"] = FOREIGN_CALL_SIGNATURE
+    return part
 
 
 GEMINI_V1 = GeminiAdapter(1, RULES_V1)

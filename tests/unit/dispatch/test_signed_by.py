@@ -4,9 +4,14 @@ as a `thoughtSignature` (Gemini: "Corrupted thought signature.", on every later 
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
+from tests.unit.adapters.conversations import Conversation, params_for
 from tests.unit.dispatch.test_provider_answers_commit import answered, next_request
+from turnledger.adapters.base import Rendered
+from turnledger.adapters.registry import ADAPTERS
 from turnledger.model.events import CommittedTurn
 
 ANTHROPIC_SIGNATURE = (
@@ -51,7 +56,7 @@ def test_the_next_request_to_another_api_leaves_the_claude_thinking_out() -> Non
     a reasoningContent with Claude's signature."""
     gemini = next_request(answered("anthropic_thinking_tool_use.sse"), "gemini")
     assert ANTHROPIC_SIGNATURE not in orjson.dumps(gemini).decode()
-    assert [list(part) for part in gemini["contents"][1]["parts"]] == [["functionCall"]]
+    assert [sorted(part) for part in gemini["contents"][1]["parts"]] == [["functionCall", "thoughtSignature"]]
     bedrock = next_request(answered("anthropic_thinking_tool_use.sse"), "bedrock-converse")
     assert ANTHROPIC_SIGNATURE not in orjson.dumps(bedrock).decode()
     assert [list(part) for part in bedrock["messages"][1]["content"]] == [["toolUse"]]
@@ -91,3 +96,48 @@ def test_responses_reasoning_goes_to_no_other_api() -> None:
     for api in ("anthropic-messages", "gemini", "bedrock-converse"):
         body = orjson.dumps(next_request(answered("openai_responses_tools.sse"), api)).decode()
         assert RS_CONTENT not in body and RS_ID not in body
+
+
+def test_a_claude_answers_first_call_goes_to_gemini_with_gemini_s_stand_in_for_a_signature() -> None:
+    """Claude's tool_use carries no signature, so its call went to Gemini unsigned, and Gemini 3 refuses the
+    first call of a step without one ("Function call is missing a thought_signature"); the turn's thinking,
+    signed by Anthropic, says another API made it."""
+    gemini = next_request(answered("anthropic_thinking_tool_use.sse"), "gemini")
+    model_turn = gemini["contents"][1]
+    assert model_turn["role"] == "model"
+    assert [sorted(part) for part in model_turn["parts"]] == [["functionCall", "thoughtSignature"]]
+    assert model_turn["parts"][0]["thoughtSignature"] == "skip_thought_signature_validator"
+
+
+def test_parallel_calls_of_another_apis_answer_get_the_stand_in_on_the_first_only() -> None:
+    c = Conversation("moved")
+    c.next_turn().user("q")
+    c.next_turn().thinking("plan", signature=SIGNATURE_OF_CLAUDE, signed_by="anthropic-messages")
+    x = c.call("get_weather", {"city": "Oslo"}, "call-1")
+    y = c.call("get_weather", {"city": "Rome"}, "call-2")
+    c.next_turn().result(x, "4")
+    c.result(y, "20")
+    parts = _gemini_body(c)["contents"][1]["parts"]
+    assert [part.get("thoughtSignature") for part in parts] == ["skip_thought_signature_validator", None]
+
+
+def test_an_unsigned_call_of_an_answer_with_no_foreign_signature_is_sent_as_before() -> None:
+    """A Gemini 2.5 answer without thinking has unsigned calls, as does a history submitted without
+    signatures: nothing says another API made them, and their bytes do not change."""
+    c = Conversation("plain")
+    c.next_turn().user("q")
+    x = c.call("get_weather", {"city": "Oslo"}, "call-1")
+    c.next_turn().result(x, "4")
+    parts = _gemini_body(c)["contents"][1]["parts"]
+    assert parts == [{"functionCall": {"id": "call-1", "name": "get_weather", "args": {"city": "Oslo"}}}]
+
+
+SIGNATURE_OF_CLAUDE = "RXJVQkNrWUlCeGdDSWtCMWtaM3BMMHc4"
+
+
+def _gemini_body(c: Conversation) -> dict[str, Any]:
+    adapter = ADAPTERS["gemini@2"]
+    rendered = adapter.render(c.build(), params_for(adapter.provider))
+    assert isinstance(rendered, Rendered)
+    body: dict[str, Any] = orjson.loads(rendered.body)
+    return body
