@@ -141,3 +141,18 @@ def _gemini_body(c: Conversation) -> dict[str, Any]:
     assert isinstance(rendered, Rendered)
     body: dict[str, Any] = orjson.loads(rendered.body)
     return body
+
+
+def test_a_gemini_answer_whose_own_signature_is_on_its_text_keeps_its_unsigned_call_as_it_was() -> None:
+    """Only a signature another API minted says another API made the answer: Gemini's own (here on the
+    text, the call unsigned) does not."""
+    c = Conversation("own")
+    c.next_turn().user("q")
+    c.next_turn().assistant("checking", signature="CiQBS3hu", signed_by="gemini")
+    x = c.call("get_weather", {"city": "Oslo"}, "call-1")
+    c.next_turn().result(x, "4")
+    parts = _gemini_body(c)["contents"][1]["parts"]
+    assert parts == [
+        {"text": "checking", "thoughtSignature": "CiQBS3hu"},
+        {"functionCall": {"id": "call-1", "name": "get_weather", "args": {"city": "Oslo"}}},
+    ]
