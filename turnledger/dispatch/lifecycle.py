@@ -10,7 +10,7 @@ from turnledger.dispatch.responses import candidate_blocks_to_committed
 from turnledger.dispatch.state import OperationState
 from turnledger.dispatch.step import Step, rejection_detail
 from turnledger.dispatch.turn_size import turn_too_large
-from turnledger.model.deltas import DeltaType
+from turnledger.model.deltas import DeltaType, StopReason
 from turnledger.model.events import (
     AttemptTerminated,
     CommittedTurn,
@@ -197,8 +197,15 @@ def canonical_commit(step: Step, op: OperationState, outcome: Complete) -> None:
         return
     step.state = state.model_copy(update={"graph": appended, "turn_ids": (*state.turn_ids, turn_id)})
     step.outputs.append(turn)
+    reason, detail = commit_note(outcome)
     step.transition(
-        op, S.COMMITTED, committed_revision=appended.revision, assembler=None, attempt_terminated=True
+        op,
+        S.COMMITTED,
+        reason=reason,
+        detail=detail,
+        committed_revision=appended.revision,
+        assembler=None,
+        attempt_terminated=True,
     )
     for block in blocks:
         if block.kind == BlockKind.TOOL_CALL:
@@ -218,6 +225,22 @@ def canonical_commit(step: Step, op: OperationState, outcome: Complete) -> None:
                     occurred_at_ms=step.at,
                 )
             )
+
+
+COMMIT_NOTED_BY = {StopReason.MAX_TOKENS: ReasonCode.OUTPUT_LIMIT_REACHED}
+"""A commit whose stop a client must know of, by stop reason: an answer cut by the output limit is
+committed as far as it went (its text; a cut tool call never commits, see the assembler), and the
+COMMITTED decision says so, as a provider's `finish_reason: "length"` does; any other stop commits
+with no reason."""
+
+
+def commit_note(outcome: Complete) -> tuple[ReasonCode | None, str]:
+    """The COMMITTED decision's reason and detail for the answer's stop (`COMMIT_NOTED_BY`)."""
+    reason = COMMIT_NOTED_BY.get(outcome.stop_reason)
+    if reason is None:
+        return None, ""
+    stop = outcome.raw_stop_reason or outcome.stop_reason.value
+    return reason, f"the answer was cut at the output limit ({stop}) and is committed as far as it went"
 
 
 def refuse_commit(step: Step, op: OperationState, reason: ReasonCode, detail: str) -> None:

@@ -76,6 +76,7 @@ class Metrics:
     other_rejections: Counter[str] = field(default_factory=Counter)
     cancelled: int = 0  # cancelled by a client
     refused: int = 0  # answers the provider stopped for a refusal (the fold's CANCELLED PROVIDER_REFUSED)
+    committed_cut: int = 0  # answers committed as far as they went, cut by the output limit
     cancelled_in_flight: Counter[str] = field(default_factory=Counter)  # state the cancel found
     given_up: dict[str, str] = field(default_factory=dict)  # "conversation/operation" → the worker's reason
 
@@ -129,6 +130,9 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
         if last.state == S.COMMITTED:
             m.committed += 1
             m.generations[last.attempt_generation] += 1
+            # the accepted commit (a log may hold only a refusal repeating the state)
+            commit = next((d for d in decisions if d.state == S.COMMITTED and d.accepted), last)
+            m.committed_cut += commit.reason == R.OUTPUT_LIMIT_REACHED
     return m
 
 

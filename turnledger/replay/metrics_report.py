@@ -50,6 +50,7 @@ def metrics_rows(m: Metrics) -> list[tuple[str, str]]:
         ),
         ("operations the worker gave up", str(len(m.given_up))),
         ("answers the provider refused", str(m.refused)),
+        ("answers committed cut at the output limit", str(m.committed_cut)),
         ("other rejections", counter_text(m.other_rejections)),
     ]
 
@@ -110,5 +111,6 @@ def metrics_json(m: Metrics) -> dict[str, Any]:
         "cancelledInFlight": dict(m.cancelled_in_flight),
         "givenUp": dict(m.given_up),
         "refused": m.refused,
+        "committedCut": m.committed_cut,
         "otherRejections": dict(m.other_rejections),
     }

@@ -382,8 +382,33 @@ def test_a_text_answer_cut_by_the_limit_or_a_stop_sequence_commits_whole_and_is_
     assert (c.of(Quarantined), c.of(Rejected), c.of(PreviewRetracted)) == ([], [], [])
     (turn,) = [t for t in c.of(CommittedTurn) if t.operation_id == "op-1"]
     assert [(b.kind, b.text, b.signature) for b in turn.blocks] == [("text", CUT[name], None)]
+    decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
+    assert (decision.state, decision.reason, decision.detail) == (
+        DispatchState.COMMITTED,
+        *COMMIT_NOTES[name],
+    )
     api = api_of(name)
     assert next_request(c, api)[HISTORY[api]][1] == ASSISTANT_TEXT[api](CUT[name])
+
+
+def _cut_at(stop: str) -> tuple[ReasonCode, str]:
+    return (
+        ReasonCode.OUTPUT_LIMIT_REACHED,
+        f"the answer was cut at the output limit ({stop}) and is committed as far as it went",
+    )
+
+
+COMMIT_NOTES: dict[str, tuple[ReasonCode | None, str]] = {
+    "anthropic_max_tokens_text.sse": _cut_at("max_tokens"),
+    "anthropic_stop_sequence.sse": (None, ""),
+    "gemini_max_tokens_text.sse": _cut_at("MAX_TOKENS"),
+    "openai_chat_length_text.sse": _cut_at("length"),
+    "openai_responses_max_output_tokens_text.sse": _cut_at("max_output_tokens"),
+    "openai_responses_annotations.sse": (None, ""),
+}
+"""What the COMMITTED decision tells the client of each answer's stop: a cut at the output limit is named,
+as the provider's own `finish_reason: "length"` is (a client deciding whether to ask for more needs it);
+a stop sequence or a normal end says nothing."""
 
 
 HISTORY = {

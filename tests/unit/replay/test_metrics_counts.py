@@ -324,8 +324,8 @@ def test_every_count_is_exercised(metrics: Metrics) -> None:
     """Guard against a metric silently dropping to zero: every field of the workload's metrics is set."""
     empty = Metrics()
     unset = [name for name in Metrics.__dataclass_fields__ if getattr(metrics, name) == getattr(empty, name)]
-    # zero by the promise, and no refusal stop in the workload: each counted in its own test
-    assert unset == ["partial_tool_dispatches", "refused"]
+    # zero by the promise, and no refusal stop nor output limit in the workload: each counted in its own test
+    assert unset == ["partial_tool_dispatches", "refused", "committed_cut"]
     assert Counter(type(r).__name__ for r in workload()[0].records("rejections")) == {"Rejected": 3}
 
 
@@ -421,3 +421,10 @@ def test_an_answer_the_provider_refused_is_counted_as_refused_not_as_a_cancel_or
     m = compute(_evidence(answered("anthropic_refusal.sse")), now_ms=NOW)
     assert (m.refused, m.cancelled, m.given_up) == (1, 0, {})
     assert dict(m.final_states) == {"CANCELLED (provider refused)": 1}
+
+
+def test_an_answer_committed_cut_at_the_output_limit_is_counted_apart_from_whole_ones() -> None:
+    """Its COMMITTED decision says OUTPUT_LIMIT_REACHED; a whole answer's says nothing."""
+    for name, cut in (("openai_chat_length_text.sse", 1), ("anthropic_stop_sequence.sse", 0)):
+        m = compute(_evidence(answered(name)), now_ms=NOW)
+        assert (m.committed, m.committed_cut, dict(m.final_states)) == (1, cut, {"COMMITTED": 1}), name

@@ -48,6 +48,7 @@ def busy() -> Metrics:
         cancelled_in_flight=Counter({"STREAMING": 15, "PREPARED": 2}),
         given_up={"c/op-2": "no handle", "a/op-1": "3 attempts failed"},
         refused=19,
+        committed_cut=21,
     )
 
 
@@ -83,6 +84,7 @@ def test_every_row_shows_its_own_metrics() -> None:
         ("cancelled by a client (state the cancel found)", "17 (PREPARED 2, STREAMING 15)"),
         ("operations the worker gave up", "2"),
         ("answers the provider refused", "19"),
+        ("answers committed cut at the output limit", "21"),
         ("other rejections", "BAD_REQUEST 1, UNKNOWN_TOOL 16"),
     ]
 
@@ -102,6 +104,7 @@ def test_empty_metrics_show_zeros_dashes_and_no_recovery_rate() -> None:
         ("cancelled by a client (state the cancel found)", "0 (-)"),
         ("operations the worker gave up", "0"),
         ("answers the provider refused", "0"),
+        ("answers committed cut at the output limit", "0"),
         ("other rejections", "-"),
     ]
 
@@ -190,6 +193,7 @@ def test_the_json_has_every_metric_by_name_and_the_ages_summarized() -> None:
         "cancelledInFlight": {"STREAMING": 15, "PREPARED": 2},
         "givenUp": {"c/op-2": "no handle", "a/op-1": "3 attempts failed"},
         "refused": 19,
+        "committedCut": 21,
         "otherRejections": {"UNKNOWN_TOOL": 16, "BAD_REQUEST": 1},
     }
 
@@ -220,6 +224,7 @@ def test_the_json_of_empty_metrics_has_zeros_empty_objects_and_no_rate() -> None
         "cancelledInFlight": {},
         "givenUp": {},
         "refused": 0,
+        "committedCut": 0,
         "otherRejections": {},
     }
 
