@@ -15,6 +15,11 @@ checked as the API checks it (provider-formats §1b): it must be followed by an 
 (a function call or an assistant message), else "Item 'rs_…' of type 'reasoning' was provided without
 its required following item."; its `encrypted_content` must be one this API minted, else "The
 encrypted content gAAA...XXXX could not be verified." (code `invalid_encrypted_content`).
+A call of an answer that had a reasoning item must come back after that item (the answer's other
+calls and its message may stand between), else "Item 'fc_…' of type 'function_call' was provided
+without its required 'reasoning' item: 'rs_…'." (invalid_request_error, param `input`, as users quote
+it: continuedev/continue#10018, cline/cline#12242). The fake can tell only for a call id it minted
+itself (`ReasonedCalls`, kept by the server); any other call goes unchecked.
 
 A refused answer ends with its message item done with status `incomplete` and a terminal
 `response.incomplete` whose `incomplete_details.reason` is `content_filter` (provider-formats §2c,
@@ -23,6 +28,7 @@ tests/fixtures/streams/openai_responses_content_filter.sse).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
@@ -104,19 +110,75 @@ def parse(body: dict[str, Any]) -> Conversation:
     return Conversation(last=LastTurn.OTHER, **conv)
 
 
+def _of_an_answer(item: dict[str, Any]) -> bool:
+    """Is the item one a reasoning item of an answer may be followed by (a call, an assistant message)?"""
+    kind = item.get("type", "message" if "role" in item else None)
+    return kind in FOLLOWS_REASONING and (kind != "message" or item.get("role") == "assistant")
+
+
 def _check_reasoning_followed(items: list[dict[str, Any]]) -> None:
     """A reasoning item must be followed by an item of its answer: a call, or an assistant message."""
     for n, item in enumerate(items):
         if item.get("type") != "reasoning":
             continue
-        after = items[n + 1] if n + 1 < len(items) else {}
-        kind = after.get("type", "message" if "role" in after else None)
-        if kind not in FOLLOWS_REASONING or (kind == "message" and after.get("role") != "assistant"):
+        if not _of_an_answer(items[n + 1] if n + 1 < len(items) else {}):
             raise BadRequestError(
                 f"Item '{item.get('id')}' of type 'reasoning' was provided without its required "
                 "following item.",
                 param="input",
             )
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonedCall:
+    """A call of an answer that had a reasoning item: the call's item id and the reasoning item's."""
+
+    item_id: str
+    reasoning_id: str
+
+
+@dataclass
+class ReasonedCalls:
+    """The calls this server answered after a reasoning item, by call id: which reasoning item each
+    must come back after."""
+
+    by_call_id: dict[str, ReasonedCall] = field(default_factory=dict)
+
+    def remember(self, answer: Answer, ctx: ScriptContext) -> None:
+        items = _items(answer, ctx)
+        if items and items[0]["type"] == "reasoning":
+            self.by_call_id.update(
+                (item["call_id"], ReasonedCall(item["id"], items[0]["id"]))
+                for item in items
+                if item["type"] == "function_call"
+            )
+
+    def check(self, body: dict[str, Any]) -> None:
+        """Refuse the first call of the input known to need a reasoning item that does not lead it."""
+        items = body.get("input")
+        if not isinstance(items, list):
+            return
+        for n, item in enumerate(items):
+            known = self.by_call_id.get(str(item.get("call_id")))
+            if (
+                item.get("type") == "function_call"
+                and known is not None
+                and _leading_reasoning(items[:n]) != known.reasoning_id
+            ):
+                raise BadRequestError(
+                    f"Item '{known.item_id}' of type 'function_call' was provided without its required "
+                    f"'reasoning' item: '{known.reasoning_id}'.",
+                    param="input",
+                )
+
+
+def _leading_reasoning(before: list[dict[str, Any]]) -> object:
+    """The id of the reasoning item that leads the answer the next item is in: the nearest item before
+    it other than the answer's calls and assistant messages, when that is a reasoning item."""
+    for item in reversed(before):
+        if not _of_an_answer(item):
+            return item.get("id") if item.get("type") == "reasoning" else None
+    return None
 
 
 def _signed(body: dict[str, Any]) -> list[Signed]:

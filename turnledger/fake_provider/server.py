@@ -165,6 +165,7 @@ class FakeProvider:
         self._previous: dict[tuple[str, str], list[WireEvent]] = {}  # last stream per (api, body hash)
         self._background: dict[str, BackgroundResponse] = {}
         self._stored: dict[str, dict[str, Any]] = {}  # finished non-background Responses objects
+        self._reasoned = openai_responses.ReasonedCalls()
 
     # lifecycle -------------------------------------------------------------------------------------
 
@@ -294,6 +295,8 @@ class FakeProvider:
         conv = api.parse(body)
         if api.signatures is not None:
             api.signatures.check(body, self.seed)
+        if api is openai_responses.SPEC:
+            self._reasoned.check(body)
         if target.model is not None:
             conv = replace(conv, model=target.model)
         if self.thinking:
@@ -370,6 +373,8 @@ class FakeProvider:
             assert f.value is not None
             ctx.truncated[f.value] = truncate_mid_string(answer.tool_calls[f.value].arguments_json)
         applied.extend(trunc)
+        if api is openai_responses.SPEC:
+            self._reasoned.remember(answer, ctx)
         if api is bedrock.SPEC:
             out.extra_headers[BEDROCK_REQUEST_ID] = bedrock.request_id(ctx)
             out.stream_content_type = EVENT_STREAM

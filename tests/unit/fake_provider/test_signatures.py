@@ -390,3 +390,40 @@ async def test_responses_takes_back_its_reasoning_item_before_its_call_and_nothi
                       [user, reasoning, user, *rest[1:]]):  # fmt: skip
             refused = await post(fp, "/v1/responses", {**history, "input": alone})
             assert (refused.status_code, refused.json()) == (400, orphan(reasoning["id"]))
+
+
+def without_reasoning(call: dict[str, Any], reasoning: dict[str, Any]) -> dict[str, Any]:
+    message = (
+        f"Item '{call['id']}' of type 'function_call' was provided without its required 'reasoning' item: "
+        f"'{reasoning['id']}'."
+    )
+    return {"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": None}}
+
+
+async def test_responses_refuses_a_call_it_made_after_reasoning_sent_back_without_that_reasoning() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        output = (await post(fp, "/v1/responses", RESPONSES_ASK)).json()["output"]
+        reasoning, first, second, third = output
+        history = responses_history(output)
+        user, *rest = history["input"]
+        results = rest[len(output) :]
+        other = (await post(fp, "/v1/responses", {**RESPONSES_ASK, "input": "weather in Lima?"})).json()
+        other_reasoning = other["output"][0]
+        assert other_reasoning["type"] == "reasoning" and other_reasoning["id"] != reasoning["id"]
+        said = {"type": "message", "role": "assistant", "content": "Checking."}
+        for inputs, call in [
+            ([user, first, second, third, *results], first),
+            ([user, reasoning, first, results[0], second, results[1], third, results[2]], second),
+            ([user, other_reasoning, first, second, third, *results], first),
+            ([user, reasoning, first, user, second, third, *results], second),
+        ]:
+            refused = await post(fp, "/v1/responses", {**history, "input": inputs})
+            assert (refused.status_code, refused.json()) == (400, without_reasoning(call, reasoning))
+
+        said_first = [user, reasoning, said, first, second, third, *results]
+        plain = {k: v for k, v in RESPONSES_ASK.items() if k not in ("reasoning", "include")}
+        plain_calls = (await post(fp, "/v1/responses", plain)).json()["output"]
+        mine = {"type": "function_call", "call_id": "call_mine", "name": "get_weather", "arguments": "{}"}
+        for inputs in (said_first, responses_history(plain_calls)["input"], [user, mine]):
+            taken = await post(fp, "/v1/responses", {**history, "input": inputs})
+            assert (taken.status_code, taken.json()["status"]) == (200, "completed")

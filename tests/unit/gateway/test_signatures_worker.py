@@ -2,19 +2,22 @@
 signature it is sent as the providers do (fake_provider/signatures.py): a conversation answered with
 thinking and tool calls by one API and continued on another commits, and its second request holds
 none of the first API's signatures; continued on the same API, it holds them all; a Responses
-reasoning item goes back under its rs_ id with its encrypted content, before its call."""
+reasoning item goes back under its rs_ id with its encrypted content, before its call, which the
+provider refuses without it."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from tests.unit.fake_provider.test_signatures import post
 from tests.unit.gateway.provider_harness import Harness, harness
 from turnledger.adapters.profiles import api_of
-from turnledger.model.events import CommittedTurn, DispatchState
+from turnledger.model.events import CommittedTurn, DispatchState, ReasonCode
 from turnledger.model.graph import Block, BlockKind
 
 S = DispatchState
@@ -106,3 +109,40 @@ async def test_a_responses_reasoning_item_goes_back_under_its_rs_id_before_its_c
             "encrypted_content": thinking.signature,
         }
         assert (items[n + 1]["type"], items[n + 1]["call_id"]) == ("function_call", first_call.call_id)
+        alone = await post(h.fp, "/v1/responses", {**body, "input": items[:n] + items[n + 1 :]})
+        assert alone.status_code == 400 and needs(thinking.item_id, alone.json()["error"]["message"])
+
+
+def needs(reasoning_id: str, message: str) -> bool:
+    """Are these the provider's words on a call sent back without the reasoning item its answer began
+    with? (The call's fc_ item id is the provider's, which the graph does not keep.)"""
+    words = f"of type 'function_call' was provided without its required 'reasoning' item: '{reasoning_id}'."
+    return re.fullmatch(rf"Item 'fc_\w{{40}}' {re.escape(words)}", message) is not None
+
+
+async def test_a_responses_call_whose_reasoning_cannot_go_back_is_refused_and_not_sent_again() -> None:
+    """Without `include`, a reasoning item comes without its encrypted content, so openai-responses@3
+    cannot send it back (adapters/openai_responses.py); its calls go back alone, and the provider
+    refuses them as the real API does."""
+    async for h in harness(tools_run=True):
+        policy = {"reasoning": REASONING["reasoning"]}
+        await h.converse("c1", "openai-responses@3", policy=policy)
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        [thinking] = [b for b in h.assistant_turns("c1")[0].blocks if b.kind == BlockKind.THINKING]
+        assert thinking.signature is None and thinking.item_id is not None
+        await h.request("c1", "openai-responses@3", "op-2", policy=policy)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.reason, second.attempt_generation) == (
+            S.CANCELLED,
+            ReasonCode.PROVIDER_REFUSED,
+            1,
+        )
+        assert second.detail == (
+            "worker gave up: the provider refused the request (HTTP 400 invalid_request_error); "
+            "not sent again: it would be too"
+        )
+        _, sent = h.posts()
+        body = json.loads(sent)
+        assert [i["type"] for i in body["input"]].count("reasoning") == 0
+        again = await post(h.fp, "/v1/responses", body)
+        assert again.status_code == 400 and needs(thinking.item_id, again.json()["error"]["message"])
