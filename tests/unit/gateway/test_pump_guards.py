@@ -362,3 +362,40 @@ def test_a_bedrock_exception_without_the_request_id_header_is_the_stream_s_failu
         True,
     )
     assert (unnamed.response_handle, unnamed.stats.deltas_appended) == (None, 0)
+
+
+def _responses_event(payload: dict[str, object]) -> bytes:
+    return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n".encode()
+
+
+FAILED_ERROR = {"code": "server_error", "message": "The model failed to generate a response."}
+FAILED_FIRST = _responses_event(
+    {
+        "type": "response.failed",
+        "sequence_number": 0,
+        "response": {"id": "resp_early", "status": "failed", "error": FAILED_ERROR},
+    }
+)
+COMPLETED_FIRST = _responses_event(
+    {"type": "response.completed", "sequence_number": 0, "response": {"id": "resp_early", "output": []}}
+)
+
+
+def test_a_responses_stream_that_fails_before_it_is_created_is_its_unnamed_failure() -> None:
+    """`response.failed` carries its response's id, but only `response.created` binds the handle (the
+    parser): a stream that fails first (the fake's `error_event=0`) is judged by its error's code with
+    nothing appended (stream_read: PROVIDER_ERROR, "stream ended before any delta"); an earlier stream's
+    `response.failed` before this stream's `response.created` is a late event, and this stream is bound
+    to its own id; a stream that completes uncreated names nothing and fails nothing: a missing stop."""
+    pump, sink = _sse_pump("openai-responses", [FAILED_FIRST])
+    assert (pump.error_type, pump.error, pump.unnamed_failure) == ("server_error", FAILED_ERROR, True)
+    assert (sink.handles, sink.batches, pump.response_handle, pump.saw_final) == ([], [], None, False)
+
+    pump, sink = _sse_pump("openai-responses", [FAILED_FIRST, fixture("openai_responses_text.sse")])
+    assert sink.handles == ["resp_68a1f0c2b7e88190a1b2c3d4e5f60718"]
+    assert [(d.type, d.response_handle) for d in sink.batches[0]] == [(DeltaType.PROVIDER_ERROR, "")]
+    assert (pump.error_type, pump.unnamed_failure, pump.saw_final) == (None, False, True)
+
+    pump, sink = _sse_pump("openai-responses", [COMPLETED_FIRST])
+    assert (sink.handles, sink.batches, pump.response_handle) == ([], [], None)
+    assert (pump.error_type, pump.unnamed_failure, pump.saw_final) == (None, False, False)

@@ -249,6 +249,42 @@ def test_openai_responses_errors(event: dict[str, Any], expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        (
+            {"type": "response.failed", "response": {"id": "resp_b", "error": {"code": "server_error"}}},
+            "provider_error -1 error_type=server_error error_message=",
+        ),
+        (
+            {"type": "response.completed", "response": {"id": "resp_b", "status": "completed"}},
+            "message_stop -1 stop_reason=end_turn raw_stop_reason=completed",
+        ),
+        (
+            {
+                "type": "response.incomplete",
+                "response": {"id": "resp_b", "incomplete_details": {"reason": "max_output_tokens"}},
+            },
+            "message_stop -1 stop_reason=max_tokens raw_stop_reason=max_output_tokens",
+        ),
+    ],
+)
+def test_openai_responses_a_terminal_event_before_created_names_no_response(
+    event: dict[str, Any], expected: str
+) -> None:
+    """A terminal event carries `response.id` too, but only `response.created` (every stream's first
+    event) binds the handle: before it, a terminal event may be an earlier stream's, re-sent late
+    (gateway/pump.py), and binding its id would put this stream's deltas under another response. A
+    stream that fails first is judged by its error all the same (`StreamPump.unnamed_failure`)."""
+    assert run("openai-responses", sse(event)) == ([expected], 0, None)
+    created = {"type": "response.created", "response": {"id": "resp_a", "model": "m"}}
+    assert run("openai-responses", sse(event, created)) == (
+        [expected, "message_start -1 model=m"],
+        0,
+        "resp_a",
+    )
+
+
+@pytest.mark.parametrize(
     ("response", "expected"),
     [
         (
