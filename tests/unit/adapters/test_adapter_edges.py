@@ -9,9 +9,12 @@ import hashlib
 import json
 from typing import Any
 
+import botocore.session
 import pytest
+from botocore.validate import ParamValidator
 
 from tests.unit.adapters.conversations import Conversation, parallel_tools, params_for
+from tests.unit.adapters.invariants import CHECKERS
 from turnledger.adapters.base import Rendered, UnsupportedKind
 from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.registry import ADAPTERS
@@ -177,3 +180,35 @@ def test_a_blank_tool_result_is_sent_as_one_without_text(
     """Anthropic and Bedrock refuse a whitespace-only text block inside a result too, and an error-status
     Bedrock result must have content: a blank result is rendered as an empty one."""
     assert _results_part(adapter_id, text, status) == [part]
+
+
+def test_a_blank_bedrock_result_s_empty_content_is_what_the_service_model_allows() -> None:
+    """Bedrock's model does not refuse `"content": []`, so bedrock-converse@1 keeps it (no new version).
+    botocore's service model (github boto/botocore at e3091ae01b90bb7fb4838f91a1fe545abbb47dd5,
+    botocore/data/bedrock-runtime/2023-09-30/service-2.json, and every earlier version of it that has the
+    shape): `ToolResultBlock` requires `toolUseId` and `content`, and `ToolResultContentBlocks` is
+    `{"type": "list", "member": {"shape": "ToolResultContentBlock"}}`, with no `min`. AWS's API reference
+    (API_runtime_ToolResultBlock) says the same: content, an array of ToolResultContentBlock, required,
+    no minimum. What the service does refuse is the alternative, an empty text block ("text content
+    blocks must be non-empty", a ValidationException: NousResearch/hermes-agent#55093,
+    anomalyco/opencode#17381), which invariants.check_bedrock names "blank text"."""
+    conversation = Conversation("blank-result")
+    conversation.next_turn().user("weather?")
+    call = conversation.next_turn().call("get_weather", {"city": "Oslo"}, call_id="call_1")
+    conversation.next_turn().result(call, "", status="success")
+    body = _body("bedrock-converse@1", conversation.build())
+    assert body["messages"][2]["content"] == [
+        {"toolResult": {"content": [], "status": "success", "toolUseId": "call_1"}}
+    ]
+    model = botocore.session.get_session().get_service_model("bedrock-runtime")
+    result_block, contents = model.shape_for("ToolResultBlock"), model.shape_for("ToolResultContentBlocks")
+    assert (result_block.required_members, contents.type_name, contents.metadata) == (
+        ["toolUseId", "content"],
+        "list",
+        {},
+    )
+    operation = model.operation_model("ConverseStream")
+    report = ParamValidator().validate({"modelId": "m", **body}, operation.input_shape)
+    assert (report.has_errors(), CHECKERS["bedrock-converse"](body)) == (False, [])
+    empty_text = json.loads(json.dumps(body).replace('"content": []', '"content": [{"text": ""}]'))
+    assert CHECKERS["bedrock-converse"](empty_text) == ["messages.2: blank text"]
