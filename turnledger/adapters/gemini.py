@@ -7,9 +7,11 @@ thought signatures are returned on exactly the part they arrived on (a call's
 signature rides on its `functionCall` part). The function-response content holds only
 the tool role's blocks (responses, then any tool-scoped snippets): user text that
 follows is its own user content, so the response turn stays what Gemini counts.
-A signature another API minted is not sent (`adapters/signatures.py`); the first call of an
-answer another API made (a run holding a block it signed) carries Gemini's documented stand-in,
-`skip_thought_signature_validator`, as Gemini 3 refuses a step's first call without one.
+A signature another API minted is not sent (`adapters/signatures.py`). Gemini 3 refuses a step
+whose first call has no signature, and documents a stand-in, `skip_thought_signature_validator`, for
+calls it did not generate: the first unsigned call of an assistant run gets it where the rules say
+(`first_call_stand_in`, `STAND_IN_RUNS`): version 3 in every run, versions 1 and 2 only in a run
+holding a block another API signed (an answer that API made with thinking).
 """
 
 from __future__ import annotations
@@ -87,6 +89,12 @@ class GeminiRules:
         """The id sent in functionCall/functionResponse: version 1 sends the graph's id as it is."""
         return call_id
 
+    @property
+    def first_call_stand_in(self) -> str:
+        """Which assistant runs' first unsigned call carries the stand-in (`STAND_IN_RUNS`). Versions 1
+        and 2 predate the field, so it is not in their rules table (nor their digest)."""
+        return "runs_another_api_signed"
+
 
 @dataclass(frozen=True)
 class GeminiRulesV2(GeminiRules):
@@ -99,8 +107,19 @@ class GeminiRulesV2(GeminiRules):
         return wire_call_id(self.call_ids, call_id)
 
 
+@dataclass(frozen=True)
+class GeminiRulesV3(GeminiRulesV2):
+    """Version 3: the first call of every assistant run that carries no signature of its own gets the
+    stand-in. An answer another API made without reasoning (Claude without thinking, any OpenAI Chat
+    answer, Bedrock without reasoning) has no signature to tell it by, and Gemini 3 refuses its call
+    unsigned; Gemini 3 signs the first call of each step of its own, so an unsigned one is not its."""
+
+    first_call_stand_in: str = "every_run"
+
+
 RULES_V1 = GeminiRules()
 RULES_V2 = GeminiRulesV2()
+RULES_V3 = GeminiRulesV3()
 
 
 def _signed(part: Part, block: Block) -> Part:
@@ -174,7 +193,7 @@ class GeminiAdapter(AdapterBase[GeminiRules]):
 
     def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns:
         rules = self.rules
-        stand_ins = _calls_made_elsewhere(runs)
+        stand_ins = _unsigned_first_calls(runs, STAND_IN_RUNS[rules.first_call_stand_in])
         render = self.render_block
         if stand_ins:
             render = partial(_with_stand_in, self.render_block, stand_ins)
@@ -196,17 +215,32 @@ class GeminiAdapter(AdapterBase[GeminiRules]):
         return decl
 
 
-def _calls_made_elsewhere(runs: list[Run]) -> frozenset[str]:
-    """The first call of each assistant run another API made, when it carries no signature of its own:
-    a run with a block another API signed (a Claude answer's thinking) is that API's answer, so its
-    calls are not Gemini's, and Gemini 3 refuses the first call of a step without a signature. Decided
-    per run, as the prefix render cache reuses whole runs (`adapters/prefix.py`)."""
+def _signed_elsewhere(run: Run) -> bool:
+    """A run with a block another API signed (a Claude answer's thinking) is that API's answer."""
+    return any(foreign_signature(b, API) for b in run.blocks)
+
+
+def _any_run(run: Run) -> bool:
+    return True
+
+
+STAND_IN_RUNS: dict[str, Callable[[Run], bool]] = {
+    "runs_another_api_signed": _signed_elsewhere,
+    "every_run": _any_run,
+}
+"""`first_call_stand_in` → which assistant runs' first unsigned call carries the stand-in."""
+
+
+def _unsigned_first_calls(runs: list[Run], chosen_run: Callable[[Run], bool]) -> frozenset[str]:
+    """The first call of each chosen assistant run, when it carries no signature of its own (one
+    another API signed already renders with the stand-in). Decided per run, as the prefix render
+    cache reuses whole runs (`adapters/prefix.py`)."""
     chosen: list[str] = []
     for run in runs:
-        if run.role != Role.ASSISTANT or not any(foreign_signature(b, API) for b in run.blocks):
+        if run.role != Role.ASSISTANT or not chosen_run(run):
             continue
         first = next((b for b in run.blocks if b.kind == BlockKind.TOOL_CALL), None)
-        if first is not None and first.signature is None:
+        if first is not None and own_signature(first, API) is None:
             chosen.append(first.id)
     return frozenset(chosen)
 
@@ -223,3 +257,4 @@ def _with_stand_in(
 
 GEMINI_V1 = GeminiAdapter(1, RULES_V1)
 GEMINI_V2 = GeminiAdapter(2, RULES_V2)
+GEMINI_V3 = GeminiAdapter(3, RULES_V3)

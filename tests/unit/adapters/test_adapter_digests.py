@@ -24,6 +24,8 @@ SHIPPED_DIGESTS = {
     "openai-responses@2": "sha256:790c59f5ff2da467f66b9eb671cdb184922307fbb4021287358706f2483754aa",
     # version 3: `reasoning` and `include` policy (a reasoning model's items sent back)
     "openai-responses@3": "sha256:df57156119dd6f5dac187014fa26bc2ead60d0b5f08ae2416222632aaa24f991",
+    # version 3: Gemini's stand-in signature on the first unsigned call of every assistant run
+    "gemini@3": "sha256:c563c58e901d982a6c0c9dda855a57acc77ca46c7095ae5674bc704ef8409a53",
 }
 
 

@@ -186,3 +186,90 @@ def test_responses_v3_passes_the_reasoning_policy_and_v2_drops_it() -> None:
         "reasoning": None,
         "store": False,
     }
+
+
+STAND_IN = "skip_thought_signature_validator"
+
+
+def _two_steps(first_signature: str | None = None, signed_by: str | None = None) -> Conversation:
+    """Two answers with calls, no signature anywhere but the first call's (when given): as Claude
+    without thinking, OpenAI Chat or Bedrock without reasoning answer."""
+    c = Conversation("unsigned")
+    c.next_turn().user("q")
+    c.next_turn().assistant("checking")
+    x = c.call("get_weather", {"city": "Oslo"}, "call-1", first_signature, signed_by)
+    y = c.call("get_weather", {"city": "Rome"}, "call-2")
+    c.next_turn().result(x, "4")
+    c.result(y, "20")
+    c.next_turn()
+    z = c.call("get_weather", {"city": "Lima"}, "call-3")
+    c.next_turn().result(z, "17")
+    return c
+
+
+def _call_signatures(adapter_id: str, c: Conversation) -> list[list[str | None]]:
+    """Each model content's functionCall parts' thoughtSignature (None: none)."""
+    return [
+        [part.get("thoughtSignature") for part in content["parts"] if "functionCall" in part]
+        for content in _body(adapter_id, c)["contents"]
+        if content["role"] == "model"
+    ]
+
+
+def test_gemini_v3_gives_the_stand_in_to_the_first_unsigned_call_of_every_answer() -> None:
+    """An answer another API made without reasoning carries no signature that says so, and Gemini 3
+    refuses its first call unsigned ("Function call is missing a thought_signature")."""
+    assert _call_signatures("gemini@3", _two_steps()) == [[STAND_IN, None], [STAND_IN]]
+    parts = _body("gemini@3", _two_steps())["contents"][1]["parts"]
+    assert parts == [
+        {"text": "checking"},
+        {
+            "functionCall": {"id": "call-1", "name": "get_weather", "args": {"city": "Oslo"}},
+            "thoughtSignature": STAND_IN,
+        },
+        {"functionCall": {"id": "call-2", "name": "get_weather", "args": {"city": "Rome"}}},
+    ]
+
+
+def test_gemini_v2_sends_unsigned_calls_with_no_foreign_signature_as_before() -> None:
+    assert _call_signatures("gemini@2", _two_steps()) == [[None, None], [None]]
+    assert _call_signatures("gemini@1", _two_steps()) == [[None, None], [None]]
+
+
+@pytest.mark.parametrize("signed_by", ["gemini", None])
+def test_gemini_v3_keeps_a_first_call_s_own_signature_and_adds_no_stand_in(signed_by: str | None) -> None:
+    """Gemini signed its own step (or an older log does not say who did): the call keeps its signature,
+    and the step's later calls stay unsigned, as Gemini sent them."""
+    signed = _two_steps(SIGNATURE, signed_by)
+    assert _call_signatures("gemini@3", signed) == [[SIGNATURE, None], [STAND_IN]]
+
+
+def test_gemini_v3_gives_a_first_call_another_api_signed_the_stand_in_once() -> None:
+    signed = _two_steps(SIGNATURE, "openai-responses")
+    assert _call_signatures("gemini@3", signed) == [[STAND_IN, None], [STAND_IN]]
+    assert _call_signatures("gemini@2", signed) == [[STAND_IN, None], [None]]
+
+
+def test_gemini_v3_stands_in_for_a_call_after_the_run_s_own_signed_text() -> None:
+    """Whatever the run holds: Gemini 3 signs the first call of its own step, so an answer whose call is
+    unsigned did not come from it, a signature elsewhere in the run notwithstanding."""
+    c = Conversation("own-text")
+    c.next_turn().user("q")
+    c.next_turn().assistant("checking", signature="CiQBS3hu", signed_by="gemini")
+    x = c.call("get_weather", {"city": "Oslo"}, "call-1")
+    c.next_turn().result(x, "4")
+    assert _body("gemini@3", c)["contents"][1]["parts"] == [
+        {"text": "checking", "thoughtSignature": "CiQBS3hu"},
+        {
+            "functionCall": {"id": "call-1", "name": "get_weather", "args": {"city": "Oslo"}},
+            "thoughtSignature": STAND_IN,
+        },
+    ]
+
+
+def test_gemini_v3_adds_nothing_to_an_answer_without_calls() -> None:
+    c = Conversation("text")
+    c.next_turn().user("q")
+    c.next_turn().assistant("a")
+    c.next_turn().user("again")
+    assert _body("gemini@3", c) == _body("gemini@2", c)
