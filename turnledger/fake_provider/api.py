@@ -30,6 +30,9 @@ class ScriptContext:
     truncated: dict[int, str] = field(default_factory=dict)
     request: dict[str, Any] = field(default_factory=dict)
     background: bool = False
+    #: the server's strict signatures are on: the API signs as its strict models do (Gemini 3 every
+    #: answer's first call, thinking or not)
+    strict_signatures: bool = False
 
     def id(self, prefix: str, label: str, length: int = 24) -> str:
         return make_id(prefix, self.seed, self.basis, label, length)

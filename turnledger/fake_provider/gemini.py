@@ -14,6 +14,9 @@ first of parallel calls is signed, provider-formats §1d). Signatures are the AP
 a request whose contents hold one this API did not mint is refused, 400 INVALID_ARGUMENT "Corrupted
 thought signature.", except `skip_thought_signature_validator` on a function call, the stand-in Gemini
 documents for a call it did not generate (ai.google.dev/gemini-api/docs/thought-signatures, FAQ).
+With `FakeProvider(gemini_strict_signatures=True)` it is Gemini 3: every answer's first call is signed,
+and a request whose current turn has a step whose first call carries no signature is refused
+(`unsigned_step`, `MISSING_SIGNATURE`); Gemini 2.5, where the signature is optional, is the default.
 
 Truncated arguments cannot be expressed on this wire (`args` is an object inside a complete
 JSON chunk): the truncate fault becomes what Gemini sends when the model's call is cut or
@@ -146,8 +149,51 @@ def _corrupted(signed: Signed) -> BadRequestError:
     return BadRequestError("Corrupted thought signature.")
 
 
+MISSING_SIGNATURE = (
+    "Function call is missing a thought_signature in functionCall parts. This is required for tools to "
+    "work correctly, and missing thought_signature may lead to degraded model performance. Additional "
+    "data, function call `default_api:{name}` , position {position}. Please refer to "
+    "https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+)
+"""Gemini 3's 400 INVALID_ARGUMENT, as users quote it (manthanabc/paws#103, lbjlaq/Antigravity-Manager#2157,
+nanbingxyz/5ire#405: gemini-3-pro-preview, "this does not happen with gemini-2.5"). `position` is the
+model content's place in `contents` counting from 1, as the quoted ones put a first step after one user
+content at position 2."""
+
+
+def _current_turn(contents: list[dict[str, Any]]) -> int:
+    """Where the current turn starts: after the last user content that is not only function responses."""
+    for i in range(len(contents) - 1, -1, -1):
+        content = contents[i]
+        parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+        if content.get("role", "user") == "user" and not all("functionResponse" in p for p in parts):
+            return i + 1
+    return 0
+
+
+def unsigned_step(body: dict[str, Any]) -> BadRequestError | None:
+    """Gemini 3's refusal of a request whose current turn has a step (a model content) whose first
+    functionCall part carries no thoughtSignature, or None (provider-formats §1d)."""
+    contents = [c for c in body.get("contents") or [] if isinstance(c, dict)]
+    start = _current_turn(contents)
+    for i, content in enumerate(contents[start:], start):
+        if content.get("role") != "model":
+            continue
+        parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+        first = next((p for p in parts if isinstance(p.get("functionCall"), dict)), None)
+        if first is not None and first.get("thoughtSignature") is None:
+            name = first["functionCall"].get("name")
+            return BadRequestError(MISSING_SIGNATURE.format(name=name, position=i + 1), param="contents")
+    return None
+
+
 SIGNATURES = SignatureRule(
-    "gemini", b"\n$\x01", _signed, _corrupted, call_stand_ins=frozenset({FOREIGN_CALL_SIGNATURE})
+    "gemini",
+    b"\n$\x01",
+    _signed,
+    _corrupted,
+    call_stand_ins=frozenset({FOREIGN_CALL_SIGNATURE}),
+    unsigned=unsigned_step,
 )
 
 
@@ -186,10 +232,10 @@ def _refusal_chunk(ctx: ScriptContext, answer: Answer) -> dict[str, Any]:
 
 
 def _call_part(answer: Answer, k: int, ctx: ScriptContext) -> dict[str, Any]:
-    """A call part; a thought-through answer's first one signed."""
+    """A call part; the first one signed after thinking, and always by Gemini 3 (strict signatures)."""
     call = answer.tool_calls[k]
     part: dict[str, Any] = {"functionCall": {"name": call.name, "args": call.arguments}}
-    if k == 0 and answer.thinking:
+    if k == 0 and (answer.thinking or ctx.strict_signatures):
         part["thoughtSignature"] = thought_signature(ctx)
     return part
 

@@ -135,6 +135,7 @@ class FakeProvider:
         keys: FakeKeys | None = None,
         on_request: Callable[[ReceivedRequest], None] | None = None,
         thinking: bool = False,
+        gemini_strict_signatures: bool = False,
     ) -> None:
         """As the real APIs: a body without `"stream": true` gets one JSON reply, and only a Responses
         request with `"background": true` is kept and can be read again by its id.
@@ -142,7 +143,12 @@ class FakeProvider:
         `thinking`: every answer is thought through, whether or not the request asks (as a model whose
         thinking is on by default): the Anthropic, Gemini and Bedrock adapters have no setting that asks
         for it, so a test through the worker turns it on here. Each API signs the reasoning as it does
-        (signatures.py), and every request's signatures are checked whatever this says."""
+        (signatures.py), and every request's signatures are checked whatever this says.
+
+        `gemini_strict_signatures`: Gemini answers as Gemini 3 does: it signs the first call of every
+        answer, and refuses a request whose current turn has a step whose first call is unsigned
+        (gemini.py, `unsigned_step`). Off, it is Gemini 2.5, where the signature is optional: seeded
+        scenarios send Gemini histories without signatures."""
         if host != LOOPBACK:
             raise NonLoopbackBindError(host)
         self.host = host
@@ -153,6 +159,7 @@ class FakeProvider:
         self.keys = keys or FakeKeys()
         self._on_request = on_request
         self.thinking = thinking
+        self.gemini_strict_signatures = gemini_strict_signatures
         self.auth_failures: list[tuple[str, int]] = []  # (request id, status)
         self.fault_log: list[FaultRecord] = []
         self.requests: list[ReceivedRequest] = []
@@ -294,7 +301,7 @@ class FakeProvider:
             raise BadRequestError("request body must be a JSON object")
         conv = api.parse(body)
         if api.signatures is not None:
-            api.signatures.check(body, self.seed)
+            api.signatures.check(body, self.seed, strict=self.gemini_strict_signatures)
         if api is openai_responses.SPEC:
             self._reasoned.check(body)
         if target.model is not None:
@@ -325,6 +332,7 @@ class FakeProvider:
             rng=rng_for(self.seed, "split", req.body),
             request=body,
             background=background,
+            strict_signatures=self.gemini_strict_signatures,
         )
         if background:
             rid = openai_responses.response_id(ctx)

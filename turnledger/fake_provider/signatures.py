@@ -62,6 +62,9 @@ class SignatureRule:
     urlsafe: bool = False
     call_stand_ins: frozenset[str] = frozenset()
     """Values the API takes on a function call in place of a signature it minted."""
+    unsigned: Callable[[dict[str, Any]], BadRequestError | None] | None = None
+    """The refusal of a request missing a signature its strict models require (Gemini 3: the first
+    call of each step of the current turn), or None; checked only when the server is strict."""
 
     def mint(self, seed: int, basis: str, label: str, text: str = "") -> str:
         """The token for (seed, request basis, label), over `text` when the API binds it."""
@@ -87,11 +90,15 @@ class SignatureRule:
             return False
         return hmac.compare_digest(mac, self._mac(seed, nonce, signed.text))
 
-    def check(self, body: dict[str, Any], seed: int) -> None:
-        """Raise the API's refusal for the first signature of the request it did not mint."""
+    def check(self, body: dict[str, Any], seed: int, strict: bool = False) -> None:
+        """Raise the API's refusal for the first signature of the request it did not mint, and, when
+        `strict`, for a signature missing where the API requires one."""
         for signed in self.signed(body):
             if not self.minted(seed, signed):
                 raise self.refusal(signed)
+        missing = self.unsigned(body) if strict and self.unsigned is not None else None
+        if missing is not None:
+            raise missing
 
     def _mac(self, seed: int, nonce: bytes, text: str) -> bytes:
         key = digest(seed, "signature-key", self.api)

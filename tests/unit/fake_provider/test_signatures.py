@@ -219,6 +219,113 @@ async def test_gemini_takes_back_its_own_signature_and_its_stand_in_on_a_call_on
             assert (refused.status_code, refused.json()) == (400, CORRUPTED)
 
 
+def missing_signature(name: str, position: int) -> dict[str, Any]:
+    message = (
+        "Function call is missing a thought_signature in functionCall parts. This is required for tools to "
+        "work correctly, and missing thought_signature may lead to degraded model performance. Additional "
+        f"data, function call `default_api:{name}` , position {position}. Please refer to "
+        "https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+    )
+    return {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+
+
+def call_part(city: str, signature: str | None = None) -> dict[str, Any]:
+    part: dict[str, Any] = {"functionCall": {"name": "get_weather", "args": {"city": city}}}
+    return part if signature is None else {**part, "thoughtSignature": signature}
+
+
+def response_part(city: str) -> dict[str, Any]:
+    return {"functionResponse": {"name": "get_weather", "response": {"output": f"{city}: sunny"}}}
+
+
+def steps(*model_parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ask, then each step (a model content) answered by one function response per call."""
+    contents = list(GEMINI_ASK["contents"])
+    for parts in model_parts:
+        answered = [response_part(p["functionCall"]["args"]["city"]) for p in parts if "functionCall" in p]
+        contents += [{"role": "model", "parts": parts}, {"role": "user", "parts": answered}]
+    return {**GEMINI_ASK, "contents": contents}
+
+
+STAND_IN = "skip_thought_signature_validator"
+
+
+async def test_strict_gemini_refuses_a_step_of_the_current_turn_whose_first_call_is_unsigned() -> None:
+    """Gemini 3 (not 2.5) requires the first call of each step of the current turn signed."""
+    unsigned_first = steps([{"text": "checking"}, call_part("Oslo"), call_part("Rome")])
+    second_step = steps([call_part("Oslo", STAND_IN)], [call_part("Rome")])
+    async with FakeProvider(seed=SEED, gemini_strict_signatures=True) as fp:
+        refused = await post(fp, GEMINI_PATH, unsigned_first)
+        assert (refused.status_code, refused.json()) == (400, missing_signature("get_weather", 2))
+        refused = await post(fp, GEMINI_PATH, second_step)
+        assert (refused.status_code, refused.json()) == (400, missing_signature("get_weather", 4))
+    async with FakeProvider(seed=SEED) as fp:
+        assert (await post(fp, GEMINI_PATH, unsigned_first)).status_code == 200
+        assert (await post(fp, GEMINI_PATH, second_step)).status_code == 200
+
+
+async def test_strict_gemini_takes_a_signed_or_stood_in_first_call_and_unsigned_calls_of_past_turns() -> None:
+    async with FakeProvider(seed=SEED, gemini_strict_signatures=True) as fp:
+        answer = (await post(fp, GEMINI_PATH, GEMINI_ASK)).json()
+        own = answer["candidates"][0]["content"]["parts"][0]["thoughtSignature"]
+        next_question = {"role": "user", "parts": [{"text": "and Rome?"}]}
+        past_turn = [*steps([call_part("Oslo")])["contents"], next_question]
+        for body in (
+            steps([call_part("Oslo", own), call_part("Rome")]),
+            steps([call_part("Oslo", STAND_IN), call_part("Rome")], [call_part("Paris", STAND_IN)]),
+            steps([{"text": "no calls"}]),
+            {**GEMINI_ASK, "contents": past_turn},
+        ):
+            answered = await post(fp, GEMINI_PATH, body)
+            assert answered.status_code == 200, (body, answered.json())
+
+
+async def test_strict_gemini_signs_the_first_call_of_an_answer_without_thinking() -> None:
+    """Gemini 3 returns a signature on the first call of every answer, thinking asked for or not."""
+    ask = {k: v for k, v in GEMINI_ASK.items() if k != "generationConfig"}
+    async with FakeProvider(seed=SEED, gemini_strict_signatures=True) as fp:
+        parts = (await post(fp, GEMINI_PATH, ask)).json()["candidates"][0]["content"]["parts"]
+        calls = [p for p in parts if "functionCall" in p]
+        assert len(calls) >= 2, "the seed gives parallel calls"
+        assert [("thoughtSignature" in p) for p in calls] == [True] + [False] * (len(calls) - 1)
+        assert gemini.SIGNATURES.minted(SEED, Signed("x", calls[0]["thoughtSignature"], on_call=True))
+        assert all("thought" not in p for p in parts)
+        assert (await post(fp, GEMINI_PATH, steps(calls))).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("contents", "position"),
+    [
+        # a user content with text beside its function responses starts the current turn
+        ([{"role": "model", "parts": [call_part("Oslo")]},
+          {"role": "user", "parts": [response_part("Oslo"), {"text": "and Rome?"}]},
+          {"role": "model", "parts": [call_part("Rome")]}], 3),
+        # a content without a role is the user's; its text starts the current turn
+        ([{"role": "model", "parts": [call_part("Oslo")]}, {"parts": [{"text": "q"}]},
+          {"role": "model", "parts": [{"text": "x"}, call_part("Rome", STAND_IN), call_part("Lima")]}], None),
+        # no user text at all: the whole request is the current turn
+        ([{"role": "model", "parts": [call_part("Oslo")]}], 1),
+        ([{"role": "user", "parts": [response_part("Oslo")]},
+          {"role": "model", "parts": [call_part("Oslo")]}], 2),
+        # a part that is not an object, and a call that is not one, are no first call
+        ([{"role": "user", "parts": [{"text": "q"}]},
+          {"role": "model", "parts": ["text", {"functionCall": "x"}, call_part("Rome")]}], 2),
+    ],
+)  # fmt: skip
+def test_the_current_turn_is_what_follows_the_last_user_content_that_is_not_only_function_responses(
+    contents: list[dict[str, Any]], position: int | None
+) -> None:
+    refusal = gemini.unsigned_step({"contents": contents})
+    if position is None:
+        assert refusal is None
+    else:
+        assert refusal is not None
+        assert (refusal.message, refusal.status) == (
+            missing_signature("get_weather", position)["error"]["message"],
+            400,
+        )
+
+
 def _converse(client: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
     return client.converse(  # type: ignore[no-any-return]
         modelId="anthropic.claude-sonnet-4-20250514-v1:0",
