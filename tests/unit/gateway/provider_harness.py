@@ -40,7 +40,10 @@ APIS: Mapping[str, tuple[str, str, str]] = {
     "bedrock-converse@1": ("bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05", "/model/"),
 }
 ROLLBACK = {"anthropic-messages@0": ("anthropic", "anthropic/claude-sonnet-4@2025-05", "/v1/messages")}
-LATEST = {"openai-responses@3": ("openai", "openai/o4-mini@2025-04", "/v1/responses")}
+LATEST = {
+    "openai-responses@3": ("openai", "openai/o4-mini@2025-04", "/v1/responses"),
+    "gemini@3": APIS["gemini@2"],
+}
 """Adapters newer than those every API's tests run (test_signatures_worker.py)."""
 
 
@@ -120,10 +123,12 @@ async def harness(
     on_request: Callable[[FakeProvider, ReceivedRequest], None] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     thinking: bool = False,
+    gemini_strict_signatures: bool = False,
 ) -> AsyncIterator[Harness]:
     """`config`: the worker's (else a 10 s settle timeout and 3 attempts); `on_request`: called as the
     fake receives each request, before it answers; `transport`: the worker's HTTP transport (a proxy in
-    front of the fake), else its own client's; `thinking`: the fake thinks on every answer."""
+    front of the fake), else its own client's; `thinking`: the fake thinks on every answer;
+    `gemini_strict_signatures`: the fake's Gemini requires signatures as Gemini 3 does."""
     ledger = InMemoryLedger()
     provider: list[FakeProvider] = []
 
@@ -132,7 +137,13 @@ async def harness(
             on_request(provider[0], request)
 
     async with (
-        FakeProvider(seed=4, fault_plan=plan, on_request=received, thinking=thinking) as fp,
+        FakeProvider(
+            seed=4,
+            fault_plan=plan,
+            on_request=received,
+            thinking=thinking,
+            gemini_strict_signatures=gemini_strict_signatures,
+        ) as fp,
         httpx.AsyncClient(transport=transport or httpx.AsyncHTTPTransport()) as http,
     ):
         provider.append(fp)

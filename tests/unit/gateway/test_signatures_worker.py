@@ -3,7 +3,9 @@ signature it is sent as the providers do (fake_provider/signatures.py): a conver
 thinking and tool calls by one API and continued on another commits, and its second request holds
 none of the first API's signatures; continued on the same API, it holds them all; a Responses
 reasoning item goes back under its rs_ id with its encrypted content, before its call, which the
-provider refuses without it."""
+provider refuses without it; an answer another API made without reasoning goes to a Gemini that
+requires signatures as Gemini 3 does (`FakeProvider(gemini_strict_signatures=True)`) with Gemini's
+stand-in on its first call."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ import pytest
 from tests.unit.fake_provider.test_signatures import post
 from tests.unit.gateway.provider_harness import Harness, harness
 from turnledger.adapters.profiles import api_of
-from turnledger.model.events import CommittedTurn, DispatchState, ReasonCode
+from turnledger.fake_provider.gemini import MISSING_SIGNATURE, unsigned_step
+from turnledger.model.events import CommittedTurn, DispatchState
 from turnledger.model.graph import Block, BlockKind
+from turnledger.model.reasons import ReasonCode
 
 S = DispatchState
 
@@ -146,3 +150,49 @@ async def test_a_responses_call_whose_reasoning_cannot_go_back_is_refused_and_no
         assert [i["type"] for i in body["input"]].count("reasoning") == 0
         again = await post(h.fp, "/v1/responses", body)
         assert again.status_code == 400 and needs(thinking.item_id, again.json()["error"]["message"])
+
+
+UNSIGNED = ["anthropic-messages@2", "openai-chat@2"]
+"""APIs whose answer here has tool calls and no signature: Claude without thinking, OpenAI Chat."""
+
+
+async def unsigned_answer(h: Harness, adapter: str) -> CommittedTurn:
+    """The committed first answer: tool calls, and no signature anywhere."""
+    await h.converse("c1", adapter)
+    assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+    [answer] = h.assistant_turns("c1")
+    assert BlockKind.TOOL_CALL in [b.kind for b in answer.blocks]
+    assert [b.signature for b in answer.blocks] == [None] * len(answer.blocks)
+    return answer
+
+
+@pytest.mark.parametrize("first", UNSIGNED)
+async def test_an_answer_made_without_reasoning_goes_to_gemini_3_with_the_stand_in_on_its_first_call(
+    first: str,
+) -> None:
+    async for h in harness(tools_run=True, gemini_strict_signatures=True):
+        answer = await unsigned_answer(h, first)
+        body = json.loads(await continued(h, "gemini@3", answer))
+        [step] = [content for content in body["contents"] if content["role"] == "model"]
+        calls = [part for part in step["parts"] if "functionCall" in part]
+        assert len(calls) == len([b for b in answer.blocks if b.kind == BlockKind.TOOL_CALL])
+        first_stood_in = ["skip_thought_signature_validator"] + [None] * (len(calls) - 1)
+        assert [part.get("thoughtSignature") for part in calls] == first_stood_in
+
+
+@pytest.mark.parametrize("first", UNSIGNED)
+async def test_gemini_2_sends_that_first_call_unsigned_and_gemini_3_refuses_it(first: str) -> None:
+    async for h in harness(tools_run=True, gemini_strict_signatures=True):
+        answer = await unsigned_answer(h, first)
+        await h.request("c1", "gemini@2", "op-2")
+        final = await h.settled("c1", "op-2")
+        assert (final.state, final.reason) == (S.CANCELLED, ReasonCode.PROVIDER_REFUSED)
+        assert final.detail == (
+            "worker gave up: the provider refused the request (HTTP 400 INVALID_ARGUMENT); "
+            "not sent again: it would be too"
+        )
+        _, refused = h.posts()
+        first_call = next(b for b in answer.blocks if b.kind == BlockKind.TOOL_CALL)
+        refusal = unsigned_step(json.loads(refused))
+        assert refusal is not None
+        assert refusal.message == MISSING_SIGNATURE.format(name=first_call.tool_name, position=2)
