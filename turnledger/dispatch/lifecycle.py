@@ -133,10 +133,11 @@ def on_deltas(step: Step, op: OperationState, event: StreamDeltas) -> None:
     step.put(op, assembler=step.live.keep(assembler), lease_renewed_at_ms=step.at)
 
 
-SETTLED_BY = {ReasonCode.PROVIDER_REFUSED: S.CANCELLED}
-"""Where an incomplete answer settles the operation, by its reason: a refusal ends it (the same
-request meets the same refusal, so no new generation is sent: the worker's HTTP refusals end the same
-way); anything else is UNKNOWN, which a new generation may follow."""
+SETTLED_BY = {ReasonCode.PROVIDER_REFUSED: S.CANCELLED, ReasonCode.OUTPUT_LIMIT_REACHED: S.CANCELLED}
+"""Where an incomplete answer settles the operation, by its reason: a refusal, or an answer cut at the
+output limit, ends it (the same request meets the same refusal, or the same limit with the same
+budget, so no new generation is sent: the worker's HTTP refusals end the same way); anything else is
+UNKNOWN, which a new generation may follow."""
 
 
 def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:

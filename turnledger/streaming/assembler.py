@@ -43,8 +43,9 @@ that the context be reset after it, since a history that keeps it meets the same
 (https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals).
 
 Output limit. A message stopped by the output limit (`StopReason.MAX_TOKENS`) keeps text as it was cut,
-but a tool call that is open or last is OUTPUT_LIMIT_REACHED, one whose arguments do not parse
-TRUNCATED_ARGUMENTS, and an answer with nothing visible OUTPUT_LIMIT_REACHED (`_output_limit`).
+but a tool call that is open, last or whose arguments do not parse, and an answer with nothing visible,
+are OUTPUT_LIMIT_REACHED (`_cut_by_the_limit`), the detail saying what was cut and what the client can do
+(`LIMIT_ADVICE`). TRUNCATED_ARGUMENTS is left to arguments cut at any other stop.
 
 Counters for metrics: `duplicates_dropped`, `previews_retracted` (text blocks whose
 preview was retracted), `unknown_events` (unknown block kinds), and
@@ -76,6 +77,12 @@ from turnledger.streaming.runs import expand_piece, is_run_head
 from turnledger.streaming.strict_arguments import ArgumentError, parse_strict, validate_arguments
 
 SNAPSHOT_VERSION = 1
+RAISE_THE_LIMIT = "raise maxOutputTokens"
+LIMIT_ADVICE: Mapping[str, str] = {
+    "model_context_window_exceeded": "the context window is full: send less history",
+}
+"""What the client can do about an answer cut at the output limit, by the provider's stop where
+raising `maxOutputTokens` would not help (the same request meets the same limit: it is not sent again)."""
 KNOWN_KINDS = frozenset({"text", "thinking", "tool_call"})
 _CONTENT_TYPES: Mapping[DeltaType, str] = {
     DeltaType.TEXT_DELTA: "text",
@@ -519,34 +526,36 @@ class BlockAssembler:
         if self._stop_reason is StopReason.REFUSAL:
             return ReasonCode.PROVIDER_REFUSED, f"stopped with {self._raw_stop}, a refusal"
         if self._stop_reason is StopReason.MAX_TOKENS:
-            limited = self._output_limit()
-            if limited is not None:
-                return limited
+            cut = self._cut_by_the_limit()
+            if cut is not None:
+                advice = LIMIT_ADVICE.get(self._raw_stop or "", RAISE_THE_LIMIT)
+                return ReasonCode.OUTPUT_LIMIT_REACHED, f"{cut}; {advice}"
         open_blocks = sorted(i for i, b in self._blocks.items() if not b.stopped)
         if open_blocks:
             return ReasonCode.STREAM_INCOMPLETE, f"message stopped with open blocks {open_blocks}"
         return None
 
-    def _output_limit(self) -> tuple[ReasonCode, str] | None:
-        """Output limit reached: a tool call that is open, unparsable or last may be cut, and an answer
-        with nothing visible (no tool call, no text that is not blank) was cut while the model was still
-        reasoning. Committed, its thinking would be a turn that renders to nothing: the next request
-        merged the user's turns around it, or sent an assistant message of thinking alone. An answer
-        with no block at all is the same cut with the reasoning hidden (OpenAI's reasoning models,
-        Gemini without `includeThoughts`), so it is refused alike, not an empty answer."""
+    def _cut_by_the_limit(self) -> str | None:
+        """What the output limit cut, if the answer cannot commit as cut: a tool call that is open,
+        unparsable (its arguments cut: the parse error is kept) or last, or an answer with nothing
+        visible (no tool call, no text that is not blank), cut while the model was still reasoning.
+        Committed, such thinking would be a turn that renders to nothing: the next request merged the
+        user's turns around it, or sent an assistant message of thinking alone. An answer with no block
+        at all is the same cut with the reasoning hidden (OpenAI's reasoning models, Gemini without
+        `includeThoughts`), so it is refused alike, not an empty answer."""
         tools = {i: b for i, b in self._blocks.items() if b.kind == "tool_call"}
         for index, block in sorted(tools.items()):
             if not block.stopped:
-                return ReasonCode.OUTPUT_LIMIT_REACHED, f"tool block {index} open at {self._raw_stop}"
+                return f"tool block {index} open at {self._raw_stop}"
             try:
                 parse_strict(block.content())
             except ArgumentError as exc:
-                return ReasonCode.TRUNCATED_ARGUMENTS, f"tool block {index} at {self._raw_stop}: {exc.detail}"
+                return f"tool block {index} at {self._raw_stop}: {exc.detail}"
         if self._blocks and max(self._blocks) in tools:
-            return ReasonCode.OUTPUT_LIMIT_REACHED, f"last block is a tool call at {self._raw_stop}"
+            return f"last block is a tool call at {self._raw_stop}"
         if not tools and all(b.kind != "text" or is_blank(b.text) for b in self._blocks.values()):
             reached = f"limit reached at {self._raw_stop} while the model was still reasoning"
-            return ReasonCode.OUTPUT_LIMIT_REACHED, f"{reached}: nothing visible to commit"
+            return f"{reached}: nothing visible to commit"
         return None
 
     def _candidates(self) -> tuple[CandidateBlock, ...] | ArgumentError:

@@ -698,14 +698,32 @@ def test_an_incomplete_answer_records_the_assembler_reason_and_detail() -> None:
     c = Conversation()
     c.user("weather?")
     c.dispatch_to_streaming()
-    c.deltas(tool_stream([("call_1", "get_weather", ['{"city": "Par'])], stop_reason=StopReason.MAX_TOKENS))
+    c.deltas(tool_stream([("call_1", "get_weather", ['{"city": "Par'])], stop_reason=StopReason.TOOL_USE))
     decision = _last_decision(c)
     assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
         S.UNKNOWN,
         ReasonCode.TRUNCATED_ARGUMENTS,
-        "tool block 0 at max_tokens: cut at 13: Unterminated string starting at at 9",
+        "tool block 0: cut at 13: Unterminated string starting at at 9",
         True,
     )
+
+
+def test_arguments_cut_at_the_output_limit_end_the_operation_and_say_what_to_do() -> None:
+    """They settled UNKNOWN TRUNCATED_ARGUMENTS, and the worker sent the same request with the same
+    budget again, to meet the same limit, until it gave up; now the operation ends at once."""
+    c = Conversation()
+    c.user("weather?")
+    c.dispatch_to_streaming()
+    c.deltas(tool_stream([("call_1", "get_weather", ['{"city": "Par'])], stop_reason=StopReason.MAX_TOKENS))
+    decision = _last_decision(c)
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        S.CANCELLED,
+        ReasonCode.OUTPUT_LIMIT_REACHED,
+        "tool block 0 at max_tokens: cut at 13: Unterminated string starting at at 9; raise maxOutputTokens",
+        True,
+    )
+    assert [r.reason for r in c.of(PreviewRetracted)] == []  # a call is never previewed
+    assert [t.turn_id for t in c.of(CommittedTurn)] == ["u1"]
 
 
 def test_an_empty_complete_answer_commits_nothing_and_says_so() -> None:

@@ -258,21 +258,12 @@ def test_a_bedrock_answer_with_redacted_reasoning_is_refused_not_committed_witho
 REFUSED = {
     "anthropic_redacted_thinking.sse": (ReasonCode.UNKNOWN_KIND, "block 0 has kind 'redacted_thinking'"),
     "anthropic_server_tool_pause.sse": (ReasonCode.UNKNOWN_KIND, "block 1 has kind 'server_tool_use'"),
-    "anthropic_max_tokens_tool_use.sse": (
-        ReasonCode.TRUNCATED_ARGUMENTS,
-        "tool block 1 at max_tokens: cut at 17: Unterminated string starting at at 13",
-    ),
-    "openai_chat_truncated_length.sse": (
-        ReasonCode.TRUNCATED_ARGUMENTS,
-        "tool block 0 at length: cut at 12: Expecting value at 12",
-    ),
     "gemini_malformed_function_call.sse": (ReasonCode.PROVIDER_ERROR, "stopped with MALFORMED_FUNCTION_CALL"),
 }
 """Complete answers the graph cannot hold whole. Anthropic's (stop reasons and block types of
 https://platform.claude.com/docs/en/api/messages-streaming; provider-formats §1c, §2a): redacted
 thinking (data, no text) that the next request would have to return, a server tool's call and result
-with `pause_turn`, a call cut by `max_tokens`. OpenAI Chat's call cut by `finish_reason: "length"`
-(provider-formats §2b, §3b: the SDK calls such arguments done). Gemini's `MALFORMED_FUNCTION_CALL`
+with `pause_turn`. Gemini's `MALFORMED_FUNCTION_CALL`
 (provider-formats §2d; its `finishMessage` quotes the call the model wrote and no part holds it), an
 error another generation may not repeat. Each is refused with its reason, never committed without the
 part it cannot carry, and no call of it is dispatched."""
@@ -286,6 +277,38 @@ def test_an_answer_the_graph_cannot_hold_whole_is_refused_with_its_reason(name: 
     decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
     assert (decision.reason, decision.detail) == REFUSED[name]
     assert c.of(ToolCallReady) == []
+
+
+CUT_CALLS = {
+    "anthropic_max_tokens_tool_use.sse": (
+        "tool block 1 at max_tokens: cut at 17: Unterminated string starting at at 13"
+    ),
+    "openai_chat_truncated_length.sse": "tool block 0 at length: cut at 12: Expecting value at 12",
+    "openai_responses_incomplete.sse": "tool block 0 open at max_output_tokens",
+}
+"""Calls the output limit cut: Anthropic's by `max_tokens` (provider-formats §1c, §2a), OpenAI Chat's by
+`finish_reason: "length"` (provider-formats §2b, §3b: the SDK calls such arguments done), Responses'
+by `response.incomplete` for `max_output_tokens`, the call's item never done."""
+
+
+@pytest.mark.parametrize("name", sorted(CUT_CALLS))
+def test_a_call_cut_by_the_output_limit_ends_the_operation_and_none_of_it_is_history(name: str) -> None:
+    """It settled UNKNOWN (TRUNCATED_ARGUMENTS for arguments that do not parse), and a new generation
+    sent the same request with the same budget, to be cut again. Now CANCELLED OUTPUT_LIMIT_REACHED, the
+    detail saying what was cut and what to do; no call dispatched; the conversation may dispatch again."""
+    c = answered(name)
+    assert [t.operation_id for t in c.of(CommittedTurn)] == [None]
+    decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        DispatchState.CANCELLED,
+        ReasonCode.OUTPUT_LIMIT_REACHED,
+        f"{CUT_CALLS[name]}; raise maxOutputTokens",
+        True,
+    )
+    assert c.of(ToolCallReady) == []
+    c.attempt("op-1")
+    again = c.of(DispatchDecision)[-1]
+    assert (again.accepted, again.reason) == (False, ReasonCode.CAS_STATE_MISMATCH)
 
 
 WITHDRAWN = {
@@ -449,23 +472,30 @@ def test_an_answer_cut_while_still_reasoning_commits_nothing_and_is_asked_again(
     """Before, its thinking committed alone: a turn the next request rendered to nothing (the Anthropic
     adapter leaves out unsigned thinking, the Gemini adapter every thought), so the user's next turn
     merged into the previous one, and a signed one went out as an assistant message of thinking alone.
-    It is OUTPUT_LIMIT_REACHED now, as a call the limit cut is: UNKNOWN (terminated), nothing committed,
-    no preview to retract, and the next generation sends the same request again."""
+    It is OUTPUT_LIMIT_REACHED now, as a call the limit cut is: CANCELLED (the same request with the same
+    budget would be cut again, so no new generation), nothing committed, no preview to retract; the
+    conversation's next dispatch sends the history without it."""
     c = answered(name)
     assert (c.of(Quarantined), c.of(Rejected), c.of(PreviewRetracted)) == ([], [], [])
     assert [t.operation_id for t in c.of(CommittedTurn)] == [None]
     decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
     assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
-        DispatchState.UNKNOWN,
+        DispatchState.CANCELLED,
         ReasonCode.OUTPUT_LIMIT_REACHED,
-        f"{CUT_WHILE_REASONING[name]}: nothing visible to commit",
+        f"{CUT_WHILE_REASONING[name]}: nothing visible to commit; raise maxOutputTokens",
         True,
     )
     c.attempt("op-1")
-    retry = c.of(DispatchDecision)[-1]
-    assert (retry.state, retry.accepted, retry.attempt_generation) == (DispatchState.DISPATCHING, True, 2)
-    (manifest,) = [m.manifest for m in c.of(ManifestIssued) if m.manifest.operation_id == "op-1"]
+    again = c.of(DispatchDecision)[-1]
+    assert (again.accepted, again.reason) == (False, ReasonCode.CAS_STATE_MISMATCH)
     api = api_of(name)
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-2", adapter=REQUESTS[api][0], provider=REQUESTS[api][1],
+            model_revision=REQUESTS[api][2], tools=(), max_output_tokens=4096,
+        )
+    )  # fmt: skip
+    (manifest,) = [m.manifest for m in c.of(ManifestIssued) if m.manifest.operation_id == "op-2"]
     assert orjson.loads(manifest.request_body)[HISTORY[api]] == [HELLO[api]]
 
 
@@ -483,9 +513,10 @@ def test_a_gemini_answer_cut_by_the_limit_with_its_thoughts_hidden_is_refused_al
     c = streamed("gemini", b"data: " + orjson.dumps(chunk) + b"\n\n")
     decision = c.of(DispatchDecision)[-1]
     assert (decision.state, decision.reason, decision.detail) == (
-        DispatchState.UNKNOWN,
+        DispatchState.CANCELLED,
         ReasonCode.OUTPUT_LIMIT_REACHED,
-        "limit reached at MAX_TOKENS while the model was still reasoning: nothing visible to commit",
+        "limit reached at MAX_TOKENS while the model was still reasoning: nothing visible to commit; "
+        "raise maxOutputTokens",
     )
     assert (c.of(CommittedTurn)[-1].operation_id, c.of(PreviewRetracted)) == (None, [])
 

@@ -130,7 +130,9 @@ def test_output_limit_rules() -> None:
     open_call = Stream().start().call(0, "c1", "get_weather", '{"loc', stop=False).stop(StopReason.MAX_TOKENS)
     assert reason_of(open_call) is ReasonCode.OUTPUT_LIMIT_REACHED
     cut = Stream().start().call(0, "c1", "get_weather", '{"loc').stop(StopReason.MAX_TOKENS)
-    assert reason_of(cut) is ReasonCode.TRUNCATED_ARGUMENTS
+    assert reason_of(cut) is ReasonCode.OUTPUT_LIMIT_REACHED
+    cut_elsewhere = Stream().start().call(0, "c1", "get_weather", '{"loc').stop(StopReason.TOOL_USE)
+    assert reason_of(cut_elsewhere) is ReasonCode.TRUNCATED_ARGUMENTS
     last = Stream().start().call(0, "c1", "get_weather", WEATHER).stop(StopReason.MAX_TOKENS)
     assert reason_of(last) is ReasonCode.OUTPUT_LIMIT_REACHED
     text_only, _ = outcome_of(Stream().start().text(0, "long answer, cut").stop(StopReason.MAX_TOKENS))

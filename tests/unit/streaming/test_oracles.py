@@ -99,7 +99,7 @@ def test_anthropic_sdk_accepts_truncated_arguments_we_refuse() -> None:
     assert bufs[0] == b'{"location": "Par'
     outcome, assembler = run("anthropic_truncated_args.sse")
     assert isinstance(outcome, Incomplete)
-    assert outcome.reason is ReasonCode.TRUNCATED_ARGUMENTS
+    assert outcome.reason is ReasonCode.OUTPUT_LIMIT_REACHED  # the limit's cut, not sent again
     assert assembler.partial_tool_dispatches == 0
 
 
@@ -141,7 +141,7 @@ def test_openai_chat_sdk_accepts_truncated_length_we_refuse() -> None:
     assert choice.finish_reason == "length"
     assert choice.message.tool_calls[0].function.arguments == '{"location":'  # "done" in SDK terms
     outcome, assembler = run("openai_chat_truncated_length.sse")
-    assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.TRUNCATED_ARGUMENTS
+    assert isinstance(outcome, Incomplete) and outcome.reason is ReasonCode.OUTPUT_LIMIT_REACHED
     assert assembler.partial_tool_dispatches == 0
 
 
