@@ -60,6 +60,7 @@ async def test_small_demo_with_every_fault_kind_keeps_every_invariant(
     assert d.cancelled_text > 0 and result.metrics.preview_retractions >= d.cancelled_text
     assert result.metrics.cancelled == d.cancelled + d.interjections  # a superseded operation is cancelled
     assert result.metrics.refused == d.refused  # the fake's refusal_after: the provider's own answer
+    assert result.metrics.output_limited == d.output_limited  # an answer cut at the limit: no cancel
     # a worker was killed a third of the way through, and still every operation is final
     assert result.worker_crashed_after == options.conversations // 3
     assert result.settle.not_final == 0 and result.settle.operations == d.dispatches

@@ -105,6 +105,7 @@ class DriverStats:
     failed: int = 0  # a dispatch REJECTED or PAUSED
     gave_up: int = 0  # the worker gave up on a dispatch (attempts exhausted)
     refused: int = 0  # the provider refused the answer (a refusal stop: CANCELLED PROVIDER_REFUSED)
+    output_limited: int = 0  # the answer was cut at the output limit (CANCELLED OUTPUT_LIMIT_REACHED)
     cancelled: int = 0  # the driver cancelled a dispatch mid-stream, and it settled as CANCELLED
     cancelled_text: int = 0  # of those, text answers (`cancels_text`): each retracted a shown preview
     stalled: int = 0  # no outcome at all within the timeout (or still running at the drive's deadline)
@@ -121,7 +122,8 @@ class DriverStats:
 
     @property
     def conversations(self) -> int:
-        return self.completed + self.failed + self.gave_up + self.refused + self.cancelled + self.stalled
+        ended = self.gave_up + self.refused + self.output_limited + self.cancelled
+        return self.completed + self.failed + ended + self.stalled
 
 
 class Driver:
@@ -226,6 +228,8 @@ class Driver:
                         self.stats.given_up[outcome.operation_id] = outcome.detail
                     elif outcome.state == S.CANCELLED and outcome.reason == ReasonCode.PROVIDER_REFUSED:
                         self.stats.refused += 1
+                    elif outcome.state == S.CANCELLED and outcome.reason == ReasonCode.OUTPUT_LIMIT_REACHED:
+                        self.stats.output_limited += 1
                     elif outcome.state == S.CANCELLED and cancel:
                         self.stats.cancelled += 1
                         self.stats.cancelled_text += cancels_text(index)

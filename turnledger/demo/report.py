@@ -19,8 +19,9 @@ def render(result: DemoResult, console: Console) -> None:
     run = Table(title="run", show_header=False)
     rows = [
         (
-            "conversations completed / cancelled / gave up / refused / failed / stalled",
-            f"{d.completed} / {d.cancelled} / {d.gave_up} / {d.refused} / {d.failed} / {d.stalled}",
+            "conversations completed / cancelled / gave up / refused / cut at the limit / failed / stalled",
+            f"{d.completed} / {d.cancelled} / {d.gave_up} / {d.refused} / {d.output_limited} / {d.failed}"
+            f" / {d.stalled}",
         ),
         ("user turns, dispatches, tool rounds", f"{d.user_turns}, {d.dispatches}, {d.tool_rounds}"),
         (

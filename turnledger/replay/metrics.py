@@ -77,6 +77,7 @@ class Metrics:
     cancelled: int = 0  # cancelled by a client
     refused: int = 0  # answers the provider stopped for a refusal (the fold's CANCELLED PROVIDER_REFUSED)
     committed_cut: int = 0  # answers committed as far as they went, cut by the output limit
+    output_limited: int = 0  # answers cut at the output limit (the fold's CANCELLED OUTPUT_LIMIT_REACHED)
     cancelled_in_flight: Counter[str] = field(default_factory=Counter)  # state the cancel found
     given_up: dict[str, str] = field(default_factory=dict)  # "conversation/operation" → the worker's reason
 
@@ -124,6 +125,8 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
             m.given_up[f"{cancel.conversation_id}/{cancel.operation_id}"] = cancel.detail
         elif ended_by == "provider refused":
             m.refused += 1
+        elif ended_by == "output limit":
+            m.output_limited += 1
         elif cancel is not None:
             m.cancelled += 1
             m.cancelled_in_flight[(cancel.previous_state or S.CANCELLED).value] += 1
@@ -136,14 +139,17 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
     return m
 
 
+ENDED_BY_THE_ANSWER = {R.PROVIDER_REFUSED: "provider refused", R.OUTPUT_LIMIT_REACHED: "output limit"}
+"""The reasons the fold settles an answer CANCELLED with, no cancel behind it (`lifecycle.SETTLED_BY`):
+a refusal stop, a cut at the output limit."""
+
+
 def _cancelled_by(cancel: DispatchDecision) -> str | None:
-    """Who ended a CANCELLED operation, when not a client: the worker giving up, or the provider's
-    refusal stop (which the fold settles CANCELLED PROVIDER_REFUSED with no cancel behind it)."""
+    """Who ended a CANCELLED operation, when not a client: the worker giving up, or the answer itself
+    (`ENDED_BY_THE_ANSWER`)."""
     if gave_up(cancel):
         return "worker gave up"
-    if cancel.reason == R.PROVIDER_REFUSED:
-        return "provider refused"
-    return None
+    return None if cancel.reason is None else ENDED_BY_THE_ANSWER.get(cancel.reason)
 
 
 def _unknown_ages(m: Metrics, decisions: list[DispatchDecision], now_ms: int) -> None:

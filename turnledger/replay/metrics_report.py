@@ -51,6 +51,7 @@ def metrics_rows(m: Metrics) -> list[tuple[str, str]]:
         ("operations the worker gave up", str(len(m.given_up))),
         ("answers the provider refused", str(m.refused)),
         ("answers committed cut at the output limit", str(m.committed_cut)),
+        ("answers cut at the output limit (cancelled)", str(m.output_limited)),
         ("other rejections", counter_text(m.other_rejections)),
     ]
 
@@ -112,5 +113,6 @@ def metrics_json(m: Metrics) -> dict[str, Any]:
         "givenUp": dict(m.given_up),
         "refused": m.refused,
         "committedCut": m.committed_cut,
+        "outputLimited": m.output_limited,
         "otherRejections": dict(m.other_rejections),
     }

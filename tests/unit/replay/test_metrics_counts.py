@@ -324,8 +324,8 @@ def test_every_count_is_exercised(metrics: Metrics) -> None:
     """Guard against a metric silently dropping to zero: every field of the workload's metrics is set."""
     empty = Metrics()
     unset = [name for name in Metrics.__dataclass_fields__ if getattr(metrics, name) == getattr(empty, name)]
-    # zero by the promise, and no refusal stop nor output limit in the workload: each counted in its own test
-    assert unset == ["partial_tool_dispatches", "refused", "committed_cut"]
+    # zero by the promise; no refusal stop nor cut at the limit in the workload: each counted in its own test
+    assert unset == ["partial_tool_dispatches", "refused", "committed_cut", "output_limited"]
     assert Counter(type(r).__name__ for r in workload()[0].records("rejections")) == {"Rejected": 3}
 
 
@@ -428,3 +428,12 @@ def test_an_answer_committed_cut_at_the_output_limit_is_counted_apart_from_whole
     for name, cut in (("openai_chat_length_text.sse", 1), ("anthropic_stop_sequence.sse", 0)):
         m = compute(_evidence(answered(name)), now_ms=NOW)
         assert (m.committed, m.committed_cut, dict(m.final_states)) == (1, cut, {"COMMITTED": 1}), name
+
+
+@pytest.mark.parametrize("name", ["openai_chat_truncated_length.sse", "anthropic_max_tokens_thinking.sse"])
+def test_an_answer_cut_at_the_output_limit_is_counted_on_its_own_line(name: str) -> None:
+    """The fold settles it CANCELLED OUTPUT_LIMIT_REACHED with no cancel behind it: not a client's cancel,
+    not a worker's give-up (before, the worker's new generations ended in one)."""
+    m = compute(_evidence(answered(name)), now_ms=NOW)
+    assert (m.output_limited, m.refused, m.cancelled, m.given_up) == (1, 0, 0, {})
+    assert dict(m.final_states) == {"CANCELLED (output limit)": 1}

@@ -49,6 +49,7 @@ def busy() -> Metrics:
         given_up={"c/op-2": "no handle", "a/op-1": "3 attempts failed"},
         refused=19,
         committed_cut=21,
+        output_limited=20,
     )
 
 
@@ -85,6 +86,7 @@ def test_every_row_shows_its_own_metrics() -> None:
         ("operations the worker gave up", "2"),
         ("answers the provider refused", "19"),
         ("answers committed cut at the output limit", "21"),
+        ("answers cut at the output limit (cancelled)", "20"),
         ("other rejections", "BAD_REQUEST 1, UNKNOWN_TOOL 16"),
     ]
 
@@ -105,6 +107,7 @@ def test_empty_metrics_show_zeros_dashes_and_no_recovery_rate() -> None:
         ("operations the worker gave up", "0"),
         ("answers the provider refused", "0"),
         ("answers committed cut at the output limit", "0"),
+        ("answers cut at the output limit (cancelled)", "0"),
         ("other rejections", "-"),
     ]
 
@@ -194,6 +197,7 @@ def test_the_json_has_every_metric_by_name_and_the_ages_summarized() -> None:
         "givenUp": {"c/op-2": "no handle", "a/op-1": "3 attempts failed"},
         "refused": 19,
         "committedCut": 21,
+        "outputLimited": 20,
         "otherRejections": {"UNKNOWN_TOOL": 16, "BAD_REQUEST": 1},
     }
 
@@ -225,6 +229,7 @@ def test_the_json_of_empty_metrics_has_zeros_empty_objects_and_no_rate() -> None
         "givenUp": {},
         "refused": 0,
         "committedCut": 0,
+        "outputLimited": 0,
         "otherRejections": {},
     }
 
