@@ -3,7 +3,9 @@
 Wire format: `event: <type>` + `data: <json>` with matching type; message_start, ping, per block
 content_block_start / _delta / _stop, message_delta (stop_reason, cumulative usage), message_stop.
 A refused answer ends so too, its text block closed, with `stop_reason: "refusal"` (the streaming
-classifiers' stop: provider-formats §1c, tests/fixtures/streams/anthropic_refusal.sse).
+classifiers' stop: provider-formats §1c, tests/fixtures/streams/anthropic_refusal.sse). An answer the
+output limit cut in a call closes the cut `tool_use` block and stops with `max_tokens`
+(tests/fixtures/streams/anthropic_truncated_args.sse).
 Tool results arrive as `tool_result` blocks inside the last user message.
 
 A thinking block's `signature` is one only this API mints and checks (signatures.py), over the
@@ -104,6 +106,8 @@ def _ev(data: dict[str, Any], terminal: bool = False) -> SseEvent:
 def _stop_reason(answer: Answer) -> str:
     if answer.refused:
         return "refusal"
+    if answer.limited:
+        return "max_tokens"
     return "tool_use" if answer.is_tool_use else "end_turn"
 
 

@@ -17,7 +17,8 @@ another is refused, a ValidationException "The model returned the following erro
 messages.N.content.M: Invalid signature in thinking block". An error answer names its type in the
 `x-amzn-errortype` header (refusals.py). A refused
 answer ends with `messageStop{stopReason: "guardrail_intervened"}`, a guardrail's stop (StopReason of
-https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_MessageStopEvent.html).
+https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_MessageStopEvent.html); one the
+output limit cut in a call closes the cut call's block and stops with `max_tokens` (the same page).
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ def _tool_use_id(ctx: ScriptContext, k: int) -> str:
 def _stop_reason(answer: Answer) -> str:
     if answer.refused:
         return "guardrail_intervened"
+    if answer.limited:
+        return "max_tokens"
     return "tool_use" if answer.is_tool_use else "end_turn"
 
 

@@ -51,6 +51,13 @@ class FaultKind(StrEnum):
     #: `SAFETY`, Bedrock's `guardrail_intervened`. The thinking streams whole, no tool call is sent
     #: (model.refused). Scripted only: never drawn at random.
     REFUSAL_AFTER = "refusal_after"
+    #: End the answer at the output limit inside tool call K's arguments (value: K, default the last
+    #: call; the calls after it never come), cut mid-string as `truncate_tool_args` cuts, with the API's
+    #: own max-tokens stop: Anthropic's and Bedrock's `max_tokens`, OpenAI Chat's `length`, Responses'
+    #: `response.incomplete` for `max_output_tokens` (the call's item never done), Gemini's `MAX_TOKENS`
+    #: (a call cannot be cut on its wire: the calls before it, or no part at all). An answer without a
+    #: call is left whole, the fault not recorded (model.cut_at_limit). Scripted only: never drawn.
+    MAX_TOKENS_IN_CALL = "max_tokens_in_call"
 
 
 DRAWN_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)[: list(FaultKind).index(FaultKind.RATE_LIMITED)]
@@ -59,7 +66,9 @@ server's draws stay what they were before the refusals were added)."""
 
 
 #: Faults that change what is generated (and so what a background response stores).
-CONTENT_FAULTS = frozenset({FaultKind.TRUNCATED_ARGS, FaultKind.ERROR_EVENT, FaultKind.REFUSAL_AFTER})
+CONTENT_FAULTS = frozenset(
+    {FaultKind.TRUNCATED_ARGS, FaultKind.ERROR_EVENT, FaultKind.REFUSAL_AFTER, FaultKind.MAX_TOKENS_IN_CALL}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +209,7 @@ def resolve(faults: Iterable[Fault], shape: StreamShape, rng: random.Random) -> 
         if f.kind in (FaultKind.DUPLICATE, FaultKind.ERROR_EVENT):
             v = f.value if f.value is not None else rng.randint(1, mid)
             out.append(Fault(f.kind, min(v, shape.n_events - 1)))
-        elif f.kind is FaultKind.TRUNCATED_ARGS:
+        elif f.kind in (FaultKind.TRUNCATED_ARGS, FaultKind.MAX_TOKENS_IN_CALL):
             if shape.n_tool_calls:
                 v = f.value if f.value is not None else shape.n_tool_calls - 1
                 out.append(Fault(f.kind, min(v, shape.n_tool_calls - 1)))

@@ -24,7 +24,9 @@ malformed, a last chunk with `finishReason: MALFORMED_FUNCTION_CALL` and no call
 
 A refused answer's text chunks are followed by a last chunk with `finishReason: SAFETY`, its blocking
 safety rating and no content (provider-formats §2d: "streamed content is empty if blocked";
-tests/fixtures/streams/gemini_safety_after_text.sse).
+tests/fixtures/streams/gemini_safety_after_text.sse). An answer the output limit cut in a call ends
+with a last chunk with `finishReason: MAX_TOKENS` holding the calls before the cut one, or no part at
+all (`{"content": {"role": "model"}}`, as tests/fixtures/streams/gemini_max_tokens_thought.sse ends).
 """
 
 from __future__ import annotations
@@ -231,6 +233,15 @@ def _refusal_chunk(ctx: ScriptContext, answer: Answer) -> dict[str, Any]:
     return data
 
 
+def _limit_chunk(ctx: ScriptContext, answer: Answer) -> dict[str, Any]:
+    """The last chunk of an answer the output limit cut in its last call: the calls before it."""
+    calls = [_call_part(answer, k, ctx) for k in range(len(answer.tool_calls) - 1)]
+    data = _chunk(ctx, calls, "MAX_TOKENS", answer)
+    if not calls:
+        data["candidates"][0]["content"] = {"role": "model"}
+    return data
+
+
 def _call_part(answer: Answer, k: int, ctx: ScriptContext) -> dict[str, Any]:
     """A call part; the first one signed after thinking, and always by Gemini 3 (strict signatures)."""
     call = answer.tool_calls[k]
@@ -250,6 +261,10 @@ def chunks(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
     if answer.refused:
         out.extend(_chunk(ctx, [{"text": piece}]) for piece in split_text(answer.text, rng) if piece)
         out.append(_refusal_chunk(ctx, answer))
+        return out
+    if answer.limited:
+        out.extend(_chunk(ctx, [{"text": piece}]) for piece in split_text(answer.text, rng) if piece)
+        out.append(_limit_chunk(ctx, answer))
         return out
     if answer.text and answer.thinking:
         # as Gemini 2.5 ends a thought-through answer: the signature on an empty text part of the last chunk
@@ -292,6 +307,8 @@ def error_event(ctx: ScriptContext, index: int) -> SseEvent:
 def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
     if answer.refused:
         return _refusal_chunk(ctx, answer)
+    if answer.limited:
+        return _limit_chunk(ctx, answer)
     parts: list[dict[str, Any]] = []
     if answer.text:
         parts.append({"text": answer.text})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -70,13 +70,15 @@ class ToolCall:
 class Answer:
     """The model's reply: optional thinking, optional text, zero or more tool calls. `refused`: the
     provider stopped it for a refusal (the `refusal_after` fault); each API ends it with its own
-    refusal stop."""
+    refusal stop. `limited`: the output limit cut its last call (the `max_tokens_in_call` fault); each
+    API ends it with its own max-tokens stop."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     thinking: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     refused: bool = False
+    limited: bool = False
 
     @property
     def is_tool_use(self) -> bool:
@@ -114,6 +116,12 @@ def refused(answer: Answer, words: int | None) -> tuple[Answer, int]:
     tokens = answer.text.split(" ") if answer.text else []
     kept = min(DEFAULT_REFUSAL_WORDS if words is None else words, len(tokens))
     return Answer(text=" ".join(tokens[:kept]), thinking=answer.thinking, refused=True), kept
+
+
+def cut_at_limit(answer: Answer, call: int) -> Answer:
+    """The answer as the output limit cuts it inside call `call` (the `max_tokens_in_call` fault): its
+    thinking and text whole, the calls up to that one, which is the last; the server cuts its arguments."""
+    return replace(answer, tool_calls=answer.tool_calls[: call + 1], limited=True)
 
 
 def _thinking(conv: Conversation, rng: random.Random) -> str:

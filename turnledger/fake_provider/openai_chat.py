@@ -4,7 +4,8 @@ Wire format: data-only SSE of `chat.completion.chunk` objects; tool call fragmen
 `delta.tool_calls[].index` (id/type/name on the first fragment only); `finish_reason` on a last chunk with
 an empty delta; an optional usage chunk (`choices: []`) with `stream_options.include_usage`; `data: [DONE]`.
 A refused answer ends so too, with `finish_reason: "content_filter"` (provider-formats §2b,
-tests/fixtures/streams/openai_chat_content_filter.sse).
+tests/fixtures/streams/openai_chat_content_filter.sse); one the output limit cut in a call, with
+`finish_reason: "length"` after the cut fragment (tests/fixtures/streams/openai_chat_truncated_length.sse).
 Tool results are trailing `role: "tool"` messages.
 """
 
@@ -115,6 +116,8 @@ def _chunk(ctx: ScriptContext, delta: dict[str, Any], finish: str | None = None)
 def _finish(answer: Answer) -> str:
     if answer.refused:
         return "content_filter"
+    if answer.limited:
+        return "length"
     return "tool_calls" if answer.is_tool_use else "stop"
 
 

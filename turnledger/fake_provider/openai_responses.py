@@ -23,7 +23,9 @@ itself (`ReasonedCalls`, kept by the server); any other call goes unchecked.
 
 A refused answer ends with its message item done with status `incomplete` and a terminal
 `response.incomplete` whose `incomplete_details.reason` is `content_filter` (provider-formats §2c,
-tests/fixtures/streams/openai_responses_content_filter.sse).
+tests/fixtures/streams/openai_responses_content_filter.sse). One the output limit cut in a call ends
+after the cut argument deltas, the call's item never done (`incomplete` in the final output), with
+`response.incomplete` for `max_output_tokens` (tests/fixtures/streams/openai_responses_incomplete.sse).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from turnledger.fake_provider.sse import SseEvent
 MAX_CALL_ID = 64
 REFUSED_DETAILS = {"reason": "content_filter"}
 """The `incomplete_details` of a refused answer."""
+LIMITED_DETAILS = {"reason": "max_output_tokens"}
+"""The `incomplete_details` of an answer the output limit cut."""
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 ENCRYPTED_CONTENT = "reasoning.encrypted_content"
 """The `include` value that asks for each reasoning item's encrypted content."""
@@ -275,6 +279,7 @@ def _items(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
                 "content": [{"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}],
             }
         )
+    cut = len(answer.tool_calls) - 1 if answer.limited else None
     for k, call in enumerate(answer.tool_calls):
         items.append(
             {
@@ -283,7 +288,7 @@ def _items(answer: Answer, ctx: ScriptContext) -> list[dict[str, Any]]:
                 "call_id": ctx.id("call_", f"call{k}"),
                 "name": call.name,
                 "arguments": ctx.arguments(answer, k),
-                "status": "completed",
+                "status": "incomplete" if k == cut else "completed",
             }
         )
     return items
@@ -364,6 +369,8 @@ def script(answer: Answer, ctx: ScriptContext) -> list[SseEvent]:
             where = {"item_id": item["id"], "output_index": out_index}
             for piece in split_json(args, rng):
                 add({"type": "response.function_call_arguments.delta", **where, "delta": piece})
+            if item["status"] == "incomplete":
+                break  # cut by the output limit: the call is never done
             add(
                 {
                     "type": "response.function_call_arguments.done",
@@ -389,10 +396,12 @@ def error_event(ctx: ScriptContext, index: int) -> SseEvent:
 
 
 def final_object(answer: Answer, ctx: ScriptContext) -> dict[str, Any]:
-    """The finished response: `completed`, or `incomplete` for a content filter when refused."""
-    if answer.refused:
+    """The finished response: `completed`, or `incomplete` for a content filter when refused and for
+    `max_output_tokens` when the output limit cut it."""
+    if answer.refused or answer.limited:
+        details = REFUSED_DETAILS if answer.refused else LIMITED_DETAILS
         return response_object(
-            ctx, "incomplete", _items(answer, ctx), _usage(answer, ctx), None, dict(REFUSED_DETAILS)
+            ctx, "incomplete", _items(answer, ctx), _usage(answer, ctx), None, dict(details)
         )
     return response_object(ctx, "completed", _items(answer, ctx), _usage(answer, ctx))
 

@@ -48,7 +48,7 @@ from turnledger.fake_provider.httpio import (
     read_request,
 )
 from turnledger.fake_provider.ids import rng_for
-from turnledger.fake_provider.model import Answer, Conversation, LastTurn, decide, refused
+from turnledger.fake_provider.model import Answer, Conversation, LastTurn, cut_at_limit, decide, refused
 from turnledger.fake_provider.refusals import refusal_for
 
 LOOPBACK = "127.0.0.1"
@@ -372,6 +372,16 @@ class FakeProvider:
         if refusal_stop is not None:
             answer, words = refused(answer, refusal_stop.value)
             applied.append(Fault(FaultKind.REFUSAL_AFTER, words))
+        limit = resolve(
+            [f for f in by_kind.values() if f.kind is FaultKind.MAX_TOKENS_IN_CALL],
+            StreamShape(0, len(answer.tool_calls), False),
+            fault_rng,
+        )
+        for f in limit:
+            assert f.value is not None
+            answer = cut_at_limit(answer, f.value)
+            ctx.truncated[f.value] = truncate_mid_string(answer.tool_calls[f.value].arguments_json)
+        applied.extend(limit)
         trunc = resolve(
             [f for f in by_kind.values() if f.kind is FaultKind.TRUNCATED_ARGS],
             StreamShape(0, len(answer.tool_calls), False),

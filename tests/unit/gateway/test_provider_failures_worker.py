@@ -5,6 +5,7 @@ what it is ends at once; a pause holds no slot, ends at a cancel, and never outl
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
 import httpx
@@ -21,6 +22,7 @@ from turnledger.model.events import (
     DispatchState,
     PreviewRetracted,
     PreviewUpdated,
+    ToolCallReady,
 )
 from turnledger.model.reasons import ReasonCode
 from turnledger.streaming.eventstream import encode_message
@@ -454,3 +456,47 @@ async def test_an_answer_stopped_for_a_refusal_is_not_sent_again_and_none_of_it_
         ] == [("op-1", 1, ReasonCode.PROVIDER_REFUSED)]
         assert h.assistant_turns("c1") == []
         assert h.worker.stats.counts["pauses"] == 0
+
+
+_CUT_ARGUMENTS = r"cut at \d+: Unterminated string starting at at \d+"
+#: adapter → the decision's detail for an answer the output limit cut in its first call
+#: (`max_tokens_in_call=0`, fake_provider/faults.py): each API's own max-tokens stop; Gemini cannot send
+#: a cut call, so nothing came
+OUTPUT_LIMIT_DETAILS = {
+    "anthropic-messages@2": rf"tool block 0 at max_tokens: {_CUT_ARGUMENTS}; raise maxOutputTokens",
+    "openai-chat@2": rf"tool block 0 at length: {_CUT_ARGUMENTS}; raise maxOutputTokens",
+    "openai-responses@2": r"tool block 0 open at max_output_tokens; raise maxOutputTokens",
+    "gemini@2": (
+        r"limit reached at MAX_TOKENS while the model was still reasoning: nothing visible to commit; "
+        r"raise maxOutputTokens"
+    ),
+    "bedrock-converse@1": rf"tool block 0 at max_tokens: {_CUT_ARGUMENTS}; raise maxOutputTokens",
+}
+
+
+@pytest.mark.parametrize("adapter", list(OUTPUT_LIMIT_DETAILS))
+async def test_an_answer_cut_at_the_output_limit_is_not_sent_again_and_none_of_it_is_history(
+    adapter: str,
+) -> None:
+    """The same request with the same budget meets the same limit: before, the fold settled the cut UNKNOWN
+    and the worker sent new generations, each cut again, until it gave up (WORKER_GAVE_UP, the limit lost
+    behind it). Now one request, the operation CANCELLED OUTPUT_LIMIT_REACHED at generation 1, the detail
+    saying what was cut and what to do, no call dispatched, no assistant turn, no worker give-up."""
+    cut = Fault(FaultKind.MAX_TOKENS_IN_CALL, 0)
+    async for h in harness(FaultPlan(by_marker={"CUT": (cut,)}), config=config()):
+        await h.converse("c1", adapter, text="CUT weather in Paris?")
+        final = await h.settled("c1", "op-1")
+        assert (final.state, final.reason, final.attempt_generation) == (
+            S.CANCELLED,
+            ReasonCode.OUTPUT_LIMIT_REACHED,
+            1,
+        )
+        assert re.fullmatch(OUTPUT_LIMIT_DETAILS[adapter], final.detail), final.detail
+        assert not gave_up(final)  # the limit ended the answer: no worker gave up on it
+        [sent] = posts(h)
+        assert [(r.request_id, r.fault) for r in h.fp.fault_log] == [(sent.request_id, cut)]
+        decisions = [d for d in h.ledger.of_type(DispatchDecision) if d.operation_id == "op-1" and d.accepted]
+        assert [d.state for d in decisions if d.state in (S.UNKNOWN, S.CANCELLED)] == [S.CANCELLED]
+        assert (h.ledger.of_type(ToolCallReady), h.ledger.of_type(PreviewRetracted)) == ([], [])
+        assert h.assistant_turns("c1") == []
+        assert (h.worker.stats.counts["pauses"], h.worker.stats.counts["gave_up"]) == (0, 0)
