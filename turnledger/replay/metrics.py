@@ -7,6 +7,7 @@ Operations are named by (conversation id, operation id): ids are unique per conv
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,7 +140,10 @@ def compute(evidence: Evidence, *, now_ms: int, partial_tool_dispatches: int | N
     return m
 
 
-ENDED_BY_THE_ANSWER = {R.PROVIDER_REFUSED: "provider refused", R.OUTPUT_LIMIT_REACHED: "output limit"}
+ENDED_BY_THE_ANSWER: Mapping[R | None, str] = {
+    R.PROVIDER_REFUSED: "provider refused",
+    R.OUTPUT_LIMIT_REACHED: "output limit",
+}
 """The reasons the fold settles an answer CANCELLED with, no cancel behind it (`lifecycle.SETTLED_BY`):
 a refusal stop, a cut at the output limit."""
 
@@ -149,7 +153,7 @@ def _cancelled_by(cancel: DispatchDecision) -> str | None:
     (`ENDED_BY_THE_ANSWER`)."""
     if gave_up(cancel):
         return "worker gave up"
-    return None if cancel.reason is None else ENDED_BY_THE_ANSWER.get(cancel.reason)
+    return ENDED_BY_THE_ANSWER.get(cancel.reason)
 
 
 def _unknown_ages(m: Metrics, decisions: list[DispatchDecision], now_ms: int) -> None:

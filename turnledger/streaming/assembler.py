@@ -78,7 +78,7 @@ from turnledger.streaming.strict_arguments import ArgumentError, parse_strict, v
 
 SNAPSHOT_VERSION = 1
 RAISE_THE_LIMIT = "raise maxOutputTokens"
-LIMIT_ADVICE: Mapping[str, str] = {
+LIMIT_ADVICE: Mapping[str | None, str] = {
     "model_context_window_exceeded": "the context window is full: send less history",
 }
 """What the client can do about an answer cut at the output limit, by the provider's stop where
@@ -528,7 +528,7 @@ class BlockAssembler:
         if self._stop_reason is StopReason.MAX_TOKENS:
             cut = self._cut_by_the_limit()
             if cut is not None:
-                advice = LIMIT_ADVICE.get(self._raw_stop or "", RAISE_THE_LIMIT)
+                advice = LIMIT_ADVICE.get(self._raw_stop, RAISE_THE_LIMIT)
                 return ReasonCode.OUTPUT_LIMIT_REACHED, f"{cut}; {advice}"
         open_blocks = sorted(i for i, b in self._blocks.items() if not b.stopped)
         if open_blocks:

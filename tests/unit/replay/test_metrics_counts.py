@@ -418,9 +418,10 @@ def test_every_disconnect_of_an_operation_counts_not_only_its_first() -> None:
 def test_an_answer_the_provider_refused_is_counted_as_refused_not_as_a_cancel_or_a_give_up() -> None:
     """The fold settles a refusal stop CANCELLED PROVIDER_REFUSED with no cancel behind it: it was counted
     as a worker's give-up (the reason of the worker's give-up on a refused request is the same)."""
-    m = compute(_evidence(answered("anthropic_refusal.sse")), now_ms=NOW)
-    assert (m.refused, m.cancelled, m.given_up) == (1, 0, {})
-    assert dict(m.final_states) == {"CANCELLED (provider refused)": 1}
+    refusals = answered("anthropic_refusal.sse"), answered("openai_chat_content_filter.sse", "op-2")
+    m = compute(_evidence(*refusals), now_ms=NOW)
+    assert (m.refused, m.cancelled, m.given_up) == (2, 0, {})
+    assert dict(m.final_states) == {"CANCELLED (provider refused)": 2}
 
 
 def test_an_answer_committed_cut_at_the_output_limit_is_counted_apart_from_whole_ones() -> None:
@@ -430,10 +431,11 @@ def test_an_answer_committed_cut_at_the_output_limit_is_counted_apart_from_whole
         assert (m.committed, m.committed_cut, dict(m.final_states)) == (1, cut, {"COMMITTED": 1}), name
 
 
-@pytest.mark.parametrize("name", ["openai_chat_truncated_length.sse", "anthropic_max_tokens_thinking.sse"])
-def test_an_answer_cut_at_the_output_limit_is_counted_on_its_own_line(name: str) -> None:
+def test_an_answer_cut_at_the_output_limit_is_counted_on_its_own_line() -> None:
     """The fold settles it CANCELLED OUTPUT_LIMIT_REACHED with no cancel behind it: not a client's cancel,
-    not a worker's give-up (before, the worker's new generations ended in one)."""
-    m = compute(_evidence(answered(name)), now_ms=NOW)
-    assert (m.output_limited, m.refused, m.cancelled, m.given_up) == (1, 0, 0, {})
-    assert dict(m.final_states) == {"CANCELLED (output limit)": 1}
+    not a worker's give-up (before, the worker's new generations ended in one). A call cut, and thinking
+    alone: one each."""
+    cuts = answered("openai_chat_truncated_length.sse"), answered("anthropic_max_tokens_thinking.sse", "op-2")
+    m = compute(_evidence(*cuts), now_ms=NOW)
+    assert (m.output_limited, m.refused, m.cancelled, m.given_up) == (2, 0, 0, {})
+    assert dict(m.final_states) == {"CANCELLED (output limit)": 2}
