@@ -14,8 +14,9 @@ import pytest
 
 from tests.unit.dispatch.scenario import Conversation
 from tests.unit.streaming.support import TOOLS, api_of, fixture
+from turnledger.dispatch.lifecycle import commit_note
 from turnledger.gateway.pump import FINAL_TYPES
-from turnledger.model.deltas import NormalizedDelta
+from turnledger.model.deltas import NormalizedDelta, StopReason
 from turnledger.model.events import (
     CommittedTurn,
     DispatchDecision,
@@ -30,6 +31,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.reasons import ReasonCode
 from turnledger.streaming import parser_for
+from turnledger.streaming.outcomes import CandidateBlock, Complete
 
 REQUESTS = {
     "anthropic-messages": ("anthropic-messages@2", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
@@ -536,3 +538,21 @@ def test_a_gemini_answer_with_a_part_the_graph_has_no_block_for_is_refused_not_c
         "block 1 has kind 'inlineData'",
     )
     assert c.of(CommittedTurn)[-1].operation_id is None
+
+
+@pytest.mark.parametrize(
+    ("stop", "raw", "note"),
+    [
+        (StopReason.MAX_TOKENS, None, (ReasonCode.OUTPUT_LIMIT_REACHED, _cut_at("max_tokens")[1])),
+        (StopReason.MAX_TOKENS, "model_context_window_exceeded", _cut_at("model_context_window_exceeded")),
+        (StopReason.END_TURN, "end_turn", (None, "")),
+        (StopReason.TOOL_USE, "tool_use", (None, "")),
+        (StopReason.STOP_SEQUENCE, None, (None, "")),
+    ],
+)
+def test_a_commit_names_the_output_limit_and_the_stop_the_provider_gave(
+    stop: StopReason, raw: str | None, note: tuple[ReasonCode | None, str]
+) -> None:
+    """The provider's own word for the stop when it gave one, else the normalized one."""
+    answer = Complete((CandidateBlock(0, "text", "cut"),), stop, "resp-1", 1, raw_stop_reason=raw)
+    assert commit_note(answer) == note
