@@ -35,7 +35,9 @@ from tests.unit.dispatch.test_provider_answers_commit import answered
 from turnledger.dispatch.engine import STREAM_OF
 from turnledger.model.events import (
     CancelRequested,
+    DispatchDecision,
     DispatchRequested,
+    DispatchState,
     ManifestIssued,
     StreamOutcome,
     ToolCallReady,
@@ -425,10 +427,20 @@ def test_an_answer_the_provider_refused_is_counted_as_refused_not_as_a_cancel_or
 
 
 def test_an_answer_committed_cut_at_the_output_limit_is_counted_apart_from_whole_ones() -> None:
-    """Its COMMITTED decision says OUTPUT_LIMIT_REACHED; a whole answer's says nothing."""
+    """Its COMMITTED decision says OUTPUT_LIMIT_REACHED; a whole answer's says nothing. Two cuts count two;
+    a log holding only a refusal that repeats COMMITTED (no accepted commit of the operation in it) is
+    judged by that refusal's reason."""
     for name, cut in (("openai_chat_length_text.sse", 1), ("anthropic_stop_sequence.sse", 0)):
         m = compute(_evidence(answered(name)), now_ms=NOW)
         assert (m.committed, m.committed_cut, dict(m.final_states)) == (1, cut, {"COMMITTED": 1}), name
+    cuts = answered("openai_chat_length_text.sse"), answered("gemini_max_tokens_text.sse", "op-2")
+    m = compute(_evidence(*cuts), now_ms=NOW)
+    assert (m.committed, m.committed_cut) == (2, 2)
+    [commit] = [d for d in cuts[0].of(DispatchDecision) if d.state == DispatchState.COMMITTED]
+    evidence = Evidence()
+    evidence.raw["manifests"] = [Raw(0, 0, None, b"", commit.model_copy(update={"accepted": False}))]
+    refused_only = compute(evidence, now_ms=NOW)
+    assert (refused_only.committed, refused_only.committed_cut) == (1, 1)
 
 
 def test_an_answer_cut_at_the_output_limit_is_counted_on_its_own_line() -> None:
