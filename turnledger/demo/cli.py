@@ -44,6 +44,15 @@ def demo(
             "asks for a second's wait (the worker waits it out, and so does the route).",
         ),
     ] = 0.03,
+    move_rate: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of conversations that move between APIs: each dispatch (a tool loop's too) goes "
+            "to the next API's current adapter, asking it to think where the adapter can.",
+        ),
+    ] = 0.1,
     crash_worker: Annotated[
         bool, typer.Option(help="Kill one of the two workers a third of the way through.")
     ] = True,
@@ -76,6 +85,7 @@ def demo(
         cancel_rate=cancel_rate,
         interject_rate=interject_rate,
         throttle_rate=throttle_rate,
+        move_rate=move_rate,
         crash_worker_at=1 / 3 if crash_worker else None,
         seed=seed,
         partitions=partitions,

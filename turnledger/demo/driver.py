@@ -10,7 +10,9 @@ fake provider knows, wait for STREAMING and its first preview, then cancel): one
 those (`cancels_text`) offers no tools in that dispatch, so the answer is text and the cancel retracts
 a preview that was shown; the others cancel an answer of tool calls, which shows none. A few
 interject: the user speaks while the model streams, the operation is superseded (CANCELLED, SUPERSEDED) and
-the conversation dispatches again at the new revision. Every dispatch asks for a
+the conversation dispatches again at the new revision. A few move between APIs (none of those cancels or
+interjects): each of their dispatches goes to another API's current adapter, asking it to think where
+it can (`demo/moving.py`). Every dispatch asks for a
 streaming request (`stream_policy`, rendered into the manifest bytes by the adapter).
 
 The driver learns outcomes only from the output topics (`OBSERVED_STREAMS`): a committed turn, or a
@@ -34,6 +36,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from turnledger.demo.moving import move_target, moves, thinking_policy
 from turnledger.dispatch.state import FINAL_STATES
 from turnledger.gateway.client import GatewayClient, ToolResult
 from turnledger.gateway.tool_executor import DEMO_TOOLS
@@ -117,6 +120,8 @@ class DriverStats:
     interjections: int = 0  # the user spoke mid-stream and the operation was superseded
     interjections_too_late: int = 0  # the answer committed before the user spoke
     throttled: int = 0  # conversations whose first provider request the provider refused with a 429
+    moving: list[str] = field(default_factory=list)  # conversations moving between APIs (demo/moving.py)
+    api_changes: int = 0  # dispatches of a moving conversation sent to another API than its previous one
     invalid_submitted: Counter[str] = field(default_factory=Counter)
     given_up: dict[str, str] = field(default_factory=dict)  # operation id → the worker's reason
 
@@ -137,6 +142,7 @@ class Driver:
         cancel_rate: float = 0.0,
         interject_rate: float = 0.0,
         throttle_rate: float = 0.0,
+        move_rate: float = 0.0,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
         settle_within_ms: int | None = None,
@@ -149,6 +155,7 @@ class Driver:
         self.cancel_rate = cancel_rate
         self.interject_rate = interject_rate
         self.throttle_rate = throttle_rate
+        self.move_rate = move_rate
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
         self.settle_within_ms = settle_within_ms
@@ -199,6 +206,11 @@ class Driver:
         )
         throttle = throttled(self.seed, index, self.throttle_rate)
         self.stats.throttled += throttle
+        move = not cancel and not interject and moves(self.seed, index, self.move_rate)
+        if move:
+            self.stats.moving.append(conv)
+        policy: dict[str, object] = {}
+        dispatched = 0
         for turn in range(self.turns):
             question = QUESTIONS[(index + turn) % len(QUESTIONS)]
             if throttle and turn == 0:
@@ -207,9 +219,15 @@ class Driver:
             await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if slow else question)
             self.stats.user_turns += 1
             for _round in range(5):
+                if move:
+                    target = move_target(index, dispatched)
+                    adapter, provider, model = target.adapter, target.provider, target.model_revision
+                    policy = thinking_policy(target.api)
+                    self.stats.api_changes += dispatched > 0
+                dispatched += 1
                 outcome = await self._dispatch(
                     conv, adapter, provider, model, cancel=cancel, interject=interject,
-                    text_only=cancel and cancels_text(index),
+                    text_only=cancel and cancels_text(index), policy=policy,
                 )  # fmt: skip
                 if outcome is None:
                     self.stats.stalled += 1
@@ -266,6 +284,7 @@ class Driver:
         cancel: bool = False,
         interject: bool = False,
         text_only: bool = False,
+        policy: dict[str, object] | None = None,
     ) -> Frozen | None:
         """One dispatch and its outcome (None: none within the timeout). `text_only` offers no tools, so
         the answer is text: a cancel then waits for its first preview however long that takes."""
@@ -282,6 +301,7 @@ class Driver:
                 provider=provider,
                 model_revision=model,
                 tools=() if text_only else DEMO_TOOLS,
+                policy=policy or None,
                 max_output_tokens=self.max_output_tokens,
                 stream=True,
                 settle_within_ms=self.settle_within_ms,

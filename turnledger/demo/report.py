@@ -33,6 +33,7 @@ def render(result: DemoResult, console: Console) -> None:
             f"{d.interjections} ({d.interjections_too_late})",
         ),
         ("conversations throttled (a 429 on their first request)", str(d.throttled)),
+        ("conversations moving between APIs, API changes", f"{len(d.moving)}, {d.api_changes}"),
         (
             "worker killed mid-run",
             "no"

@@ -3,7 +3,8 @@ driver; then the invariants against the topics, the Redis projections and a repl
 
 One of the two workers is killed a third of the way through (no goodbye: its tasks are cancelled
 where they stand); the other takes its operations over once their leases expire. Some
-conversations cancel mid-stream, some interject (the user speaks while the model streams).
+conversations cancel mid-stream, some interject (the user speaks while the model streams), some move
+between APIs. The fake provider's Gemini is Gemini 3 (`gemini_strict_signatures`).
 
 The worker, the tool executor, the fake provider and the driver run in this process's
 event loop; the processor and the projector run as subprocesses (`turnledger project`),
@@ -70,6 +71,8 @@ class DemoOptions:
     #: share of conversations whose first provider request is refused with a 429 naming `throttle_ms`
     throttle_rate: float = 0.03
     throttle_ms: int = 1000
+    #: share of conversations that move between APIs, asking each to think where it can (demo/moving.py)
+    move_rate: float = 0.1
     #: kill one of the two workers once this share of the conversations is done (None: never)
     crash_worker_at: float | None = 1 / 3
     lease_s: float = 3.0
@@ -160,7 +163,8 @@ async def run_demo(
     tasks: list[asyncio.Task[None]] = []
     try:
         plan = _fault_plan(options)
-        async with FakeProvider(seed=options.seed, fault_plan=plan) as fp:
+        # Gemini as Gemini 3: a call of another API's answer sent without a signature is refused
+        async with FakeProvider(seed=options.seed, fault_plan=plan, gemini_strict_signatures=True) as fp:
             workers: list[DispatchWorker] = []
             executors: list[ToolExecutor] = []
             ready = [asyncio.Event(), asyncio.Event()]
@@ -195,6 +199,7 @@ async def run_demo(
                     cancel_rate=options.cancel_rate,
                     interject_rate=options.interject_rate,
                     throttle_rate=options.throttle_rate,
+                    move_rate=options.move_rate,
                     op_timeout_s=options.op_timeout_s,
                 )
                 for stream in OBSERVED_STREAMS:
