@@ -20,6 +20,7 @@ from turnledger.gateway.tool_executor import DEMO_TOOLS
 from turnledger.kafka.tail import tail_topic
 from turnledger.model.base import Frozen
 from turnledger.model.events import CommittedTurn, DispatchDecision, DispatchState
+from turnledger.model.graph import BlockKind
 from turnledger.model.reasons import ReasonCode
 from turnledger.replay.evidence import read_all
 from turnledger.topology import Topics
@@ -38,6 +39,7 @@ async def test_small_demo_with_every_fault_kind_keeps_every_invariant(
         fault_rate=0.05,
         invalid_rate=0.3,
         cancel_rate=0.2,
+        move_rate=0.2,  # seed 7: five of the 24 move (2, 3, 5, 11, 19; 7 cancels and 12 interjects instead)
         partitions=2,
         every_fault_kind=True,
         timeout_s=150,
@@ -68,6 +70,16 @@ async def test_small_demo_with_every_fault_kind_keeps_every_invariant(
     assert expected <= set(result.faults)
     assert result.metrics.partial_tool_dispatches == 0
     assert result.metrics.orphaned_results + result.metrics.duplicate_results > 0
+    # conversations moving between APIs (demo/moving.py): each of their dispatches to another API, every
+    # one completed or ended by an injected fault, none refused by the provider (Gemini as Gemini 3)
+    assert len(d.moving) >= 2 and d.api_changes >= len(d.moving)
+    moving = next(c for c in result.checks if c.name.startswith("every dispatch of a conversation moving"))
+    assert moving.checked == len(d.moving) + d.api_changes and moving.ok
+    assert set(result.requests_by_api) == {"anthropic-messages", "openai-chat", "openai-responses", "gemini",
+                                           "bedrock-converse"}  # fmt: skip
+    moved_blocks = [b for t in result.evidence.of("committed", CommittedTurn) if t.conversation_id in d.moving
+                    for b in t.blocks]  # fmt: skip
+    assert any(b.kind == BlockKind.THINKING and b.signed_by == "openai-responses" for b in moved_blocks)
 
 
 def _worker_cmd(bootstrap: str, prefix: str, url: str, journal: Path) -> list[str]:

@@ -3,22 +3,25 @@ and a replay audit.
 
 Each check returns a `Check` with the number of violations and up to a few examples;
 the demo exits non-zero if any check has a violation. They read only the topics, the
-Redis projections, `turnledger.replay.audit` and the fake provider's request log, never
-the services' memory, so they also hold the services to account.
+Redis projections, `turnledger.replay.audit`, the fake provider's request log and which
+conversations the driver moved between APIs, never the services' memory, so they also hold
+the services to account.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from turnledger.fake_provider import ReceivedRequest
 from turnledger.gateway.board import key_of
+from turnledger.gateway.verdicts import gave_up
 from turnledger.model.events import (
     CommittedTurn,
     DispatchDecision,
+    DispatchRequested,
     DispatchState,
     ManifestIssued,
     Quarantined,
@@ -189,6 +192,50 @@ def check_cancel(evidence: Evidence) -> Check:
     return check
 
 
+FAULT_ENDINGS = frozenset(
+    {ReasonCode.WORKER_GAVE_UP, ReasonCode.OUTPUT_LIMIT_REACHED, ReasonCode.PROVIDER_REFUSED}
+)
+"""The CANCELLED reasons the demo's injected faults end a dispatch with, whatever API it went to: its
+attempts spent on drawn faults, a scripted `max_tokens_in_call`, a scripted `refusal_after`'s refusal
+stop. A PROVIDER_REFUSED that is a worker's give-up is not one: the provider refused the request itself."""
+
+
+def moving_violation(decision: DispatchDecision | None) -> str | None:
+    """What is wrong with how a moving conversation's dispatch ended (its last decision), or None: it
+    committed, or an injected fault ended it. The provider refusing the request (a foreign signature, a
+    Gemini 3 call without one, a Responses call without its reasoning item: HTTP 400, the worker gives up
+    with PROVIDER_REFUSED) is counted, and so is any other end or none."""
+    if decision is None:
+        return "did not complete: no decision"
+    if decision.state == S.COMMITTED:
+        return None
+    if gave_up(decision) and decision.reason is ReasonCode.PROVIDER_REFUSED:
+        return f"refused by the provider: {decision.detail}"
+    if decision.state == S.CANCELLED and decision.reason in FAULT_ENDINGS:
+        return None
+    return f"did not complete: {decision.state.value} ({decision.reason or ''} {decision.detail})"
+
+
+def check_moving(evidence: Evidence, moving: Collection[str]) -> Check:
+    """Every dispatch of a conversation that moves between APIs (`moving`: the ids the driver moved,
+    demo/moving.py) completes, none refused by the provider (`moving_violation`)."""
+    check = Check("every dispatch of a conversation moving between APIs completes, none refused")
+    last: dict[tuple[str, str], DispatchDecision] = {}
+    for d in evidence.of("manifests", DispatchDecision):
+        last[key_of(d)] = d
+    requested = {
+        (r.conversation_id, r.operation_id): r.adapter
+        for r in evidence.of("ingress", DispatchRequested)
+        if r.conversation_id in moving
+    }  # a request delivered twice is one dispatch
+    for (conv, op), adapter in requested.items():
+        check.checked += 1
+        violation = moving_violation(last.get((conv, op)))
+        if violation is not None:
+            check.fail(f"{conv}/{op} ({adapter}): {violation}")
+    return check
+
+
 def check_audit(report: AuditReport) -> Check:
     """Replay reproduces: `turnledger.replay.audit` re-folds the ingress log and compares byte for byte."""
     check = Check("replay audit: re-fold of the ingress log is byte-identical")
@@ -250,8 +297,10 @@ async def check_projections(evidence: Evidence, reader: ProjectionReader) -> lis
     return [history, status, previews, quarantine]
 
 
-def all_checks(evidence: Evidence, requests: Sequence[ReceivedRequest]) -> list[Check]:
-    """The checks that need only the topics and the provider's request log."""
+def all_checks(
+    evidence: Evidence, requests: Sequence[ReceivedRequest], moving: Collection[str] = ()
+) -> list[Check]:
+    """The checks that need only the topics, the provider's request log and which conversations moved."""
     return [
         check_sends(evidence, requests),
         check_tool_dispatches(evidence),
@@ -259,6 +308,7 @@ def all_checks(evidence: Evidence, requests: Sequence[ReceivedRequest]) -> list[
         check_accounted(evidence),
         check_cancel(evidence),
         check_settled(evidence),
+        check_moving(evidence, moving),
     ]
 
 

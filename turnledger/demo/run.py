@@ -232,7 +232,7 @@ async def run_demo(
         # the live projector was stopped wherever it was; the rest is applied exactly once here
         await Projector(redis, bootstrap, topics, ProjectionKeys.of(key_prefix, redis)).run_to_end()
         evidence = await read_all(bootstrap, prefix)
-        checks = all_checks(evidence, requests)
+        checks = all_checks(evidence, requests, moving=driver.stats.moving)
         checks += await check_projections(evidence, await ProjectionReader.open(redis, key_prefix))
     finally:
         await redis.aclose()

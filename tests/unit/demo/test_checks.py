@@ -345,9 +345,9 @@ def test_each_divergence_is_a_violation_named_where_it_is_or_whence_it_came() ->
 # ------------------------------------------------------------------ the list and the summary
 
 
-def test_all_checks_are_the_six_of_the_topics_and_the_requests_in_order() -> None:
+def test_all_checks_are_the_seven_of_the_topics_and_the_requests_in_order() -> None:
     evidence = workload()
-    checks = all_checks(evidence, requests_of(evidence))
+    checks = all_checks(evidence, requests_of(evidence), moving=["a"])
     assert [(c.name, c.checked, c.violations) for c in checks] == [
         ("every provider request = bytes of a CAS-accepted manifest", 6, 0),
         ("every dispatched tool call is complete and schema-valid", 1, 0),
@@ -355,14 +355,27 @@ def test_all_checks_are_the_six_of_the_topics_and_the_requests_in_order() -> Non
         ("every submitted turn is committed or rejected, exactly once", 6, 0),
         ("no commit or tool call of a cancelled operation", 2, 0),
         ("every dispatch settled (committed, rejected or cancelled)", 3, 0),
+        ("every dispatch of a conversation moving between APIs completes, none refused", 2, 0),
     ]
+
+
+def test_all_checks_without_moving_conversations_check_none_moving() -> None:
+    evidence = workload()
+    assert (all_checks(evidence, requests_of(evidence))[-1].checked) == 0
+
+
+def test_all_checks_pass_the_moving_conversations_to_the_moving_check() -> None:
+    """b's only dispatch was cancelled by its client: not a completed one."""
+    evidence = workload()
+    check = all_checks(evidence, requests_of(evidence), moving=["b"])[-1]
+    assert (check.checked, check.violations) == (1, 1)
 
 
 def test_all_checks_pass_the_requests_to_the_requests_check() -> None:
     evidence = workload()
     checks = all_checks(evidence, [get("req_9", "/v1/responses/resp_zz")])
     assert (checks[0].checked, checks[0].violations) == (1, 1)
-    assert [c.violations for c in checks[1:]] == [0, 0, 0, 0, 0]
+    assert [c.violations for c in checks[1:]] == [0, 0, 0, 0, 0, 0]
 
 
 def test_the_summary_is_one_json_list_of_name_checked_and_violations() -> None:
