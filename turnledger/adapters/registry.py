@@ -20,7 +20,12 @@ from turnledger.adapters.base import Adapter, UnknownAdapterError
 from turnledger.adapters.bedrock_converse import BEDROCK_CONVERSE_V1
 from turnledger.adapters.gemini import GEMINI_V1, GEMINI_V2, GEMINI_V3
 from turnledger.adapters.openai_chat import OPENAI_CHAT_V1, OPENAI_CHAT_V2
-from turnledger.adapters.openai_responses import OPENAI_RESPONSES_V1, OPENAI_RESPONSES_V2, OPENAI_RESPONSES_V3
+from turnledger.adapters.openai_responses import (
+    OPENAI_RESPONSES_V1,
+    OPENAI_RESPONSES_V2,
+    OPENAI_RESPONSES_V3,
+    OPENAI_RESPONSES_V4,
+)
 
 _ALL: tuple[Adapter, ...] = (
     OPENAI_CHAT_V1,
@@ -38,6 +43,9 @@ _ALL: tuple[Adapter, ...] = (
     OPENAI_RESPONSES_V3,
     # version 3: Gemini's stand-in signature on the first unsigned call of every assistant run
     GEMINI_V3,
+    # version 4: an unsigned reasoning item referenced by its rs_ id when stored; encrypted content asked
+    # for when not stored
+    OPENAI_RESPONSES_V4,
 )
 
 ADAPTERS: Mapping[str, Adapter] = MappingProxyType({a.adapter_id: a for a in _ALL})
@@ -45,7 +53,7 @@ ADAPTERS: Mapping[str, Adapter] = MappingProxyType({a.adapter_id: a for a in _AL
 LATEST: Mapping[str, str] = MappingProxyType(
     {
         "openai-chat": OPENAI_CHAT_V2.adapter_id,
-        "openai-responses": OPENAI_RESPONSES_V3.adapter_id,
+        "openai-responses": OPENAI_RESPONSES_V4.adapter_id,
         "anthropic-messages": ANTHROPIC_MESSAGES_V2.adapter_id,
         "gemini": GEMINI_V3.adapter_id,
         "bedrock-converse": BEDROCK_CONVERSE_V1.adapter_id,

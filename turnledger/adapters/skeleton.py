@@ -70,6 +70,8 @@ class AdapterBase(ABC, Generic[R]):
         self.rules = rules
         self.layout = self.body_layout(rules)
         self.adapter_id = f"{self.api}@{self.version}"
+        self.render_key = self.adapter_id
+        """Whose renders of a conversation `render`'s cache holds: this adapter's, by default."""
         self._digest = digest_of({"api": self.api, "version": self.version, "rules": rules.as_data()})
 
     @property
@@ -114,7 +116,7 @@ class AdapterBase(ABC, Generic[R]):
         With `cache`, the conversation's last render with this adapter is continued where it may be
         (adapters/prefix.py): only the new blocks are rendered and only the new bytes hashed.
         """
-        key = (self.adapter_id, sequence.conversation_id)
+        key = (self.render_key, sequence.conversation_id)
         blocks = sequence.blocks
         prefix = (cache.get(key) if cache is not None else None) or EMPTY
         if len(prefix.blocks) > len(blocks) or blocks[: len(prefix.blocks)] != prefix.blocks:

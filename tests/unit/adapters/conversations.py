@@ -80,6 +80,7 @@ class Conversation:
         signature: str | None = None,
         block_id: str | None = None,
         signed_by: str | None = None,
+        item_id: str | None = None,
     ) -> Block:
         return self._add(
             Role.ASSISTANT,
@@ -88,6 +89,7 @@ class Conversation:
             text=text,
             signature=signature,
             signed_by=signed_by,
+            item_id=item_id,
         )
 
     def call(

@@ -42,6 +42,7 @@ APIS: Mapping[str, tuple[str, str, str]] = {
 ROLLBACK = {"anthropic-messages@0": ("anthropic", "anthropic/claude-sonnet-4@2025-05", "/v1/messages")}
 LATEST = {
     "openai-responses@3": ("openai", "openai/o4-mini@2025-04", "/v1/responses"),
+    "openai-responses@4": ("openai", "openai/o4-mini@2025-04", "/v1/responses"),
     "gemini@3": APIS["gemini@2"],
 }
 """Adapters newer than those every API's tests run (test_signatures_worker.py)."""
