@@ -10,7 +10,8 @@ from turnledger.demo.driver import ADAPTERS
 
 def test_the_demo_sends_with_every_current_adapter_and_older_ones_beside_them() -> None:
     """A new version made LATEST without the demo using it (gemini@3 and openai-responses@3 were left
-    out at first) would never meet the demo's invariants."""
+    out at first; openai-responses@4 replaced @3 as current, @2 stays beside it) would never meet the
+    demo's invariants."""
     used = [adapter for adapter, _, _ in ADAPTERS]
     assert set(LATEST.values()) <= set(used)
     assert all(adapter in REGISTERED for adapter in used)
