@@ -21,13 +21,21 @@ class NonLoopbackBindError(FakeProviderError, ValueError):
 
 class BadRequestError(FakeProviderError):
     """A request the fake provider cannot serve; answered with HTTP 400 in the API's own error shape
-    (`code`: the specific error name, where the API gives one: OpenAI's `code`)."""
+    (`code`: the specific error name, where the API gives one: OpenAI's `code`; `kind`: the error
+    type where the API's differs from the one of its status)."""
 
     def __init__(
-        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.param = param
         self.code = code
+        self.kind = kind

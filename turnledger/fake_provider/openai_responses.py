@@ -20,6 +20,15 @@ calls and its message may stand between), else "Item 'fc_…' of type 'function_
 without its required 'reasoning' item: 'rs_…'." (invalid_request_error, param `input`, as users quote
 it: continuedev/continue#10018, cline/cline#12242). The fake can tell only for a call id it minted
 itself (`ReasonedCalls`, kept by the server); any other call goes unchecked.
+A reasoning item may also come back by its id alone, as an `item_reference` (`{"type":
+"item_reference", "id": "rs_…"}`) or as the item without `encrypted_content`: the API then looks up the
+item it stored. The server keeps the reasoning ids of the answers it gave to stored requests (`store`
+not false, the API's default), and takes such an item when the request is stored and the id is one of
+them; else it answers 404 (invalid_request_error) "Item with id 'rs_…' not found." and, for a
+request with `store: false`, adds "Items are not persisted when `store` is set to false. Try again
+with `store` set to true, or remove this item from your input." (as users quote the API:
+vercel/ai#7543, can1357/oh-my-pi#41). Found, it counts as the reasoning item that leads its answer's
+calls, and must be followed as one.
 
 A refused answer ends with its message item done with status `incomplete` and a terminal
 `response.incomplete` whose `incomplete_details.reason` is `content_filter` (provider-formats §2c,
@@ -144,9 +153,10 @@ class ReasonedCall:
 @dataclass
 class ReasonedCalls:
     """The calls this server answered after a reasoning item, by call id: which reasoning item each
-    must come back after."""
+    must come back after; and the reasoning items it stored, which may come back by id alone."""
 
     by_call_id: dict[str, ReasonedCall] = field(default_factory=dict)
+    stored: set[str] = field(default_factory=set)
 
     def remember(self, answer: Answer, ctx: ScriptContext) -> None:
         items = _items(answer, ctx)
@@ -156,12 +166,16 @@ class ReasonedCalls:
                 for item in items
                 if item["type"] == "function_call"
             )
+            if _stored(ctx.request):
+                self.stored.add(items[0]["id"])
 
     def check(self, body: dict[str, Any]) -> None:
-        """Refuse the first call of the input known to need a reasoning item that does not lead it."""
+        """Refuse the first item sent by id alone that is not stored, then the first call of the input
+        known to need a reasoning item that does not lead it."""
         items = body.get("input")
         if not isinstance(items, list):
             return
+        self._check_by_id(items, _stored(body))
         for n, item in enumerate(items):
             known = self.by_call_id.get(str(item.get("call_id")))
             if (
@@ -175,13 +189,55 @@ class ReasonedCalls:
                     param="input",
                 )
 
+    def _check_by_id(self, items: list[dict[str, Any]], stored: bool) -> None:
+        """Items sent by id alone must name a reasoning item this server stored, in a stored request,
+        and be followed as a reasoning item is."""
+        for n, item in enumerate(items):
+            item_id = _by_id_alone(item)
+            if item_id is None:
+                continue
+            if not stored or item_id not in self.stored:
+                raise BadRequestError(
+                    f"Item with id '{item_id}' not found." + ("" if stored else NOT_PERSISTED),
+                    status=404,
+                    param="input",
+                    kind="invalid_request_error",
+                )
+            if not _of_an_answer(items[n + 1] if n + 1 < len(items) else {}):
+                raise BadRequestError(
+                    f"Item '{item_id}' of type 'reasoning' was provided without its required following item.",
+                    param="input",
+                )
+
+
+NOT_PERSISTED = (
+    " Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove"
+    " this item from your input."
+)
+"""What the API adds to "Item with id '…' not found." for a request with `store: false`."""
+
+
+def _stored(request: dict[str, Any]) -> bool:
+    """Is the request stored? (`store` is true unless the request says false.)"""
+    return request.get("store", True) is not False
+
+
+def _by_id_alone(item: dict[str, Any]) -> str | None:
+    """The id of an item the API must look up: an `item_reference`, or a reasoning item without its
+    encrypted content."""
+    kind = item.get("type")
+    if kind == "item_reference" or (kind == "reasoning" and item.get("encrypted_content") is None):
+        return str(item.get("id"))
+    return None
+
 
 def _leading_reasoning(before: list[dict[str, Any]]) -> object:
     """The id of the reasoning item that leads the answer the next item is in: the nearest item before
-    it other than the answer's calls and assistant messages, when that is a reasoning item."""
+    it other than the answer's calls and assistant messages, when that is a reasoning item or a
+    reference to one."""
     for item in reversed(before):
         if not _of_an_answer(item):
-            return item.get("id") if item.get("type") == "reasoning" else None
+            return item.get("id") if item.get("type") in ("reasoning", "item_reference") else None
     return None
 
 

@@ -245,7 +245,7 @@ class FakeProvider:
             await self._route(req, received, out)
         except BadRequestError as exc:
             if not out.started:
-                kind = {404: "not_found_error", 409: "conflict_error"}.get(
+                kind = exc.kind or {404: "not_found_error", 409: "conflict_error"}.get(
                     exc.status, "invalid_request_error"
                 )
                 out.extra_headers.update(api.error_headers(exc.status))

@@ -534,3 +534,70 @@ async def test_responses_refuses_a_call_it_made_after_reasoning_sent_back_withou
         for inputs in (said_first, responses_history(plain_calls)["input"], [user, mine]):
             taken = await post(fp, "/v1/responses", {**history, "input": inputs})
             assert (taken.status_code, taken.json()["status"]) == (200, "completed")
+
+
+def not_found(item_id: str, stored: bool) -> dict[str, Any]:
+    message = f"Item with id '{item_id}' not found."
+    if not stored:
+        message += (
+            " Items are not persisted when `store` is set to false. Try again with `store` set to true, or "
+            "remove this item from your input."
+        )
+    return {"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": None}}
+
+
+def by_reference(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The answer's items with its reasoning item as a reference to its id."""
+    reasoning, *rest = output
+    return [{"type": "item_reference", "id": reasoning["id"]}, *rest]
+
+
+UNINCLUDED = {k: v for k, v in RESPONSES_ASK.items() if k != "include"}
+"""A reasoning model asked for no encrypted content: its reasoning items come by id alone."""
+
+
+async def test_a_stored_reasoning_item_comes_back_by_reference_or_by_id_alone() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        for store in ({}, {"store": True}):
+            ask = {**UNINCLUDED, **store}
+            output = (await post(fp, "/v1/responses", ask)).json()["output"]
+            assert output[0]["type"] == "reasoning" and "encrypted_content" not in output[0]
+            for sent in (by_reference(output), output):
+                taken = await post(fp, "/v1/responses", {**responses_history(sent), **store})
+                assert (taken.status_code, taken.json()["status"]) == (200, "completed")
+            call = output[1]
+            refused = await post(fp, "/v1/responses", {**responses_history(output[1:]), **store})
+            assert (refused.status_code, refused.json()) == (400, without_reasoning(call, output[0]))
+
+
+async def test_a_reasoning_item_by_id_alone_is_not_found_unless_this_server_stored_it() -> None:
+    """Stored by another server (or never), made for a request with `store: false`, or sent in one."""
+    async with FakeProvider(seed=SEED) as fp:
+        stored = (await post(fp, "/v1/responses", UNINCLUDED)).json()["output"]
+        not_stored = await post(
+            fp, "/v1/responses", {**UNINCLUDED, "input": "weather in Lima?", "store": False}
+        )
+        unstored = not_stored.json()["output"]
+        foreign = [{**stored[0], "id": "rs_elsewhere"}, *stored[1:]]
+        for output, store, item_id in [
+            (foreign, True, "rs_elsewhere"),
+            (unstored, True, unstored[0]["id"]),
+            (unstored, False, unstored[0]["id"]),
+            (stored, False, stored[0]["id"]),
+        ]:
+            for sent in (by_reference(output), output):
+                refused = await post(fp, "/v1/responses", {**responses_history(sent), "store": store})
+                assert (refused.status_code, refused.json()) == (404, not_found(item_id, store))
+        signed = (await post(fp, "/v1/responses", {**RESPONSES_ASK, "store": False})).json()["output"]
+        taken = await post(fp, "/v1/responses", {**responses_history(signed), "store": False})
+        assert (taken.status_code, taken.json()["status"]) == (200, "completed")
+
+
+async def test_a_reference_to_reasoning_must_be_followed_by_an_item_of_its_answer() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        output = (await post(fp, "/v1/responses", UNINCLUDED)).json()["output"]
+        reference, *_ = by_reference(output)
+        history = responses_history(output)
+        user, *_ = history["input"]
+        refused = await post(fp, "/v1/responses", {**history, "input": [user, reference, user]})
+        assert (refused.status_code, refused.json()) == (400, orphan(output[0]["id"]))
