@@ -3,7 +3,9 @@ signature it is sent as the providers do (fake_provider/signatures.py): a conver
 thinking and tool calls by one API and continued on another commits, and its second request holds
 none of the first API's signatures; continued on the same API, it holds them all; a Responses
 reasoning item goes back under its rs_ id with its encrypted content, before its call, which the
-provider refuses without it; an answer another API made without reasoning goes to a Gemini that
+provider refuses without it; one without encrypted content goes back (openai-responses@4) as a
+reference to its rs_ id when the request is stored, and a request that is not stored asks for the
+encrypted content; an answer another API made without reasoning goes to a Gemini that
 requires signatures as Gemini 3 does (`FakeProvider(gemini_strict_signatures=True)`) with Gemini's
 stand-in on its first call."""
 
@@ -150,6 +152,56 @@ async def test_a_responses_call_whose_reasoning_cannot_go_back_is_refused_and_no
         assert [i["type"] for i in body["input"]].count("reasoning") == 0
         again = await post(h.fp, "/v1/responses", body)
         assert again.status_code == 400 and needs(thinking.item_id, again.json()["error"]["message"])
+
+
+async def test_openai_responses_4_refers_to_that_reasoning_item_by_its_rs_id_and_the_call_is_taken() -> None:
+    """The same conversation on openai-responses@4: the request is stored (the API's default), so the
+    reasoning item goes back as a reference to its rs_ id, which the provider finds; the answer
+    commits at its first request."""
+    async for h in harness(tools_run=True):
+        policy = {"reasoning": REASONING["reasoning"]}
+        await h.converse("c1", "openai-responses@4", policy=policy)
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        answer = h.assistant_turns("c1")[0]
+        [thinking] = [b for b in answer.blocks if b.kind == BlockKind.THINKING]
+        assert thinking.signature is None and thinking.item_id is not None
+        await h.request("c1", "openai-responses@4", "op-2", policy=policy)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+        first_post, sent = h.posts()
+        assert "include" not in json.loads(first_post)
+        items = json.loads(sent)["input"]
+        [n] = [i for i, item in enumerate(items) if item["type"] == "item_reference"]
+        first_call = next(b for b in answer.blocks if b.kind == BlockKind.TOOL_CALL)
+        assert items[n] == {"type": "item_reference", "id": thinking.item_id}
+        assert (items[n + 1]["type"], items[n + 1]["call_id"]) == ("function_call", first_call.call_id)
+        assert [i["type"] for i in items].count("reasoning") == 0
+
+
+async def test_openai_responses_4_asks_for_the_encrypted_content_of_a_request_that_is_not_stored() -> None:
+    """With `store: false` nothing can be referred to: @4 adds `include`, so the answer's reasoning item
+    comes with its encrypted content and goes back whole; @3 sends the policy as it is, and the next
+    request is refused. (Background mode needs a stored response, so the policy turns it off.)"""
+    async for h in harness(tools_run=True):
+        policy = {"reasoning": REASONING["reasoning"], "store": False, "background": False}
+        await h.converse("c1", "openai-responses@4", policy=policy)
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        answer = h.assistant_turns("c1")[0]
+        [thinking] = [b for b in answer.blocks if b.kind == BlockKind.THINKING]
+        assert thinking.signature is not None and thinking.signature.startswith("gAAAAABo")
+        await h.request("c1", "openai-responses@4", "op-2", policy=policy)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+        first_post, sent = h.posts()
+        assert json.loads(first_post)["include"] == REASONING["include"]
+        [reasoning] = [i for i in json.loads(sent)["input"] if i["type"] == "reasoning"]
+        assert (reasoning["id"], reasoning["encrypted_content"]) == (thinking.item_id, thinking.signature)
+    async for h in harness(tools_run=True):
+        await h.converse("c1", "openai-responses@3", policy=policy)
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        await h.request("c1", "openai-responses@3", "op-2", policy=policy)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.reason) == (S.CANCELLED, ReasonCode.PROVIDER_REFUSED)
 
 
 UNSIGNED = ["anthropic-messages@2", "openai-chat@2"]
