@@ -352,16 +352,13 @@ def _assistant_items(rendered: list[Item], rules: OpenAIResponsesRules) -> list[
     if not rules.drop_reasoning_without_following_item:
         return rendered
     out = list(rendered)
-    while out and _is_reasoning(out[-1], rules):
+    while out and out[-1]["type"] in REASONING_ITEMS:
         out.pop()
     return out
 
 
-def _is_reasoning(item: Item, rules: OpenAIResponsesRules) -> bool:
-    """A reasoning item, or a reference to one (by its `rs_` id)."""
-    kind = item["type"]
-    item_id = str(item.get("id"))
-    return kind == "reasoning" or (kind == "item_reference" and item_id.startswith(rules.reasoning_id_prefix))
+REASONING_ITEMS = frozenset({"reasoning", "item_reference"})
+"""A reasoning item, or a reference to one: the only items this adapter refers to are reasoning items."""
 
 
 OPENAI_RESPONSES_V1 = OpenAIResponsesAdapter(1, RULES_V1)
