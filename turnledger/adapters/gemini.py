@@ -12,6 +12,17 @@ whose first call has no signature, and documents a stand-in, `skip_thought_signa
 calls it did not generate: the first unsigned call of an assistant run gets it where the rules say
 (`first_call_stand_in`, `STAND_IN_RUNS`): version 3 in every run, versions 1 and 2 only in a run
 holding a block another API signed (an answer that API made with thinking).
+
+Thinking (version 3): the dispatch policy's `thinking_config` goes, as it is, to
+`generationConfig.thinkingConfig`, Gemini's "configuration for thinking features" (the GenerationConfig
+reference), whose fields are `includeThoughts` (return the thought parts, "thought summaries"),
+`thinkingBudget` (tokens; 0 disables, -1 is dynamic; Gemini 2.5) and `thinkingLevel` (Gemini 3; refused
+beside `thinkingBudget`): ai.google.dev/gemini-api/docs/thinking, and the GenAI SDK's ThinkingConfig
+(googleapis.github.io/js-genai/release_docs/interfaces/types.ThinkingConfig.html). Asked with
+`{"includeThoughts": true}`, an answer carries thought parts and a signature on its first call, which
+the next request returns on that part. The value goes as it is, as openai-responses' `reasoning` does:
+the API judges it (and refuses it for a model that does not think). The key is Gemini's own, not
+Anthropic's `thinking`, whose value has another shape.
 """
 
 from __future__ import annotations
@@ -64,6 +75,11 @@ def _policy_v1() -> dict[str, str]:
     }
 
 
+def _policy_v3() -> dict[str, str]:
+    """Version 3 adds what asks Gemini to think, and to return its thoughts (module docstring)."""
+    return {**_policy_v1(), "thinking_config": "thinkingConfig"}
+
+
 @dataclass(frozen=True)
 class GeminiRules:
     """The Gemini generateContent rules table."""
@@ -112,9 +128,11 @@ class GeminiRulesV3(GeminiRulesV2):
     """Version 3: the first call of every assistant run that carries no signature of its own gets the
     stand-in. An answer another API made without reasoning (Claude without thinking, any OpenAI Chat
     answer, Bedrock without reasoning) has no signature to tell it by, and Gemini 3 refuses its call
-    unsigned; Gemini 3 signs the first call of each step of its own, so an unsigned one is not its."""
+    unsigned; Gemini 3 signs the first call of each step of its own, so an unsigned one is not its.
+    Its policy passes `thinking_config` (module docstring)."""
 
     first_call_stand_in: str = "every_run"
+    policy_fields: dict[str, str] = field(default_factory=_policy_v3)
 
 
 RULES_V1 = GeminiRules()

@@ -141,7 +141,7 @@ class FakeProvider:
         request with `"background": true` is kept and can be read again by its id.
 
         `thinking`: every answer is thought through, whether or not the request asks (as a model whose
-        thinking is on by default): the Anthropic, Gemini and Bedrock adapters have no setting that asks
+        thinking is on by default): the Anthropic, Bedrock and gemini@1-2 adapters have no setting that asks
         for it, so a test through the worker turns it on here. Each API signs the reasoning as it does
         (signatures.py), and every request's signatures are checked whatever this says.
 

@@ -24,8 +24,9 @@ SHIPPED_DIGESTS = {
     "openai-responses@2": "sha256:790c59f5ff2da467f66b9eb671cdb184922307fbb4021287358706f2483754aa",
     # version 3: `reasoning` and `include` policy (a reasoning model's items sent back)
     "openai-responses@3": "sha256:df57156119dd6f5dac187014fa26bc2ead60d0b5f08ae2416222632aaa24f991",
-    # version 3: Gemini's stand-in signature on the first unsigned call of every assistant run
-    "gemini@3": "sha256:c563c58e901d982a6c0c9dda855a57acc77ca46c7095ae5674bc704ef8409a53",
+    # version 3: Gemini's stand-in signature on the first unsigned call of every assistant run, and the
+    # `thinking_config` policy (generationConfig.thinkingConfig)
+    "gemini@3": "sha256:6d63b27021c466eec622051cf1c648392e775413755a21b15dc1ecb960aae169",
     # version 4: an unsigned reasoning item referenced by its rs_ id when stored, its encrypted content
     # asked for when not
     "openai-responses@4": "sha256:2a6ddef3374b2cd5c64871e71d4afc834ee58f17a171d74a9b5101c4eb4ad257",

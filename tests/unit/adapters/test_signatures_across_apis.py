@@ -188,6 +188,47 @@ def test_responses_v3_passes_the_reasoning_policy_and_v2_drops_it() -> None:
     }
 
 
+THINKING_CONFIG = {"includeThoughts": True, "thinkingLevel": "low"}
+
+
+def _gemini_config(adapter_id: str, policy: dict[str, Any]) -> Any:
+    c = Conversation("policy")
+    c.next_turn().user("q")
+    adapter = ADAPTERS[adapter_id]
+    rendered = adapter.render(c.build(), dataclasses.replace(params_for(adapter.provider), policy=policy))
+    assert isinstance(rendered, Rendered)
+    return json.loads(rendered.body)["generationConfig"]
+
+
+def test_gemini_v3_passes_the_thinking_config_policy_into_the_generation_config() -> None:
+    """As it is, beside the sampling policy; without it, no `thinkingConfig`."""
+    policy = {"temperature": 0.2, "thinking_config": THINKING_CONFIG}
+    assert _gemini_config("gemini@3", policy) == {
+        "maxOutputTokens": 1600,
+        "temperature": 0.2,
+        "thinkingConfig": {"includeThoughts": True, "thinkingLevel": "low"},
+    }
+    assert _gemini_config("gemini@3", {"temperature": 0.2}) == {"maxOutputTokens": 1600, "temperature": 0.2}
+
+
+@pytest.mark.parametrize("adapter_id", ["gemini@1", "gemini@2"])
+def test_gemini_v1_and_v2_drop_the_thinking_config_policy(adapter_id: str) -> None:
+    policy = {"temperature": 0.2, "thinking_config": THINKING_CONFIG}
+    assert _gemini_config(adapter_id, policy) == {"maxOutputTokens": 1600, "temperature": 0.2}
+
+
+def test_only_gemini_v3_s_policy_fields_gained_thinking_config() -> None:
+    """Versions 1 and 2 keep the sampling fields (their digests are pinned); version 3 adds one."""
+    sampling = {"temperature": "temperature", "top_p": "topP", "top_k": "topK",
+                "stop_sequences": "stopSequences", "seed": "seed"}  # fmt: skip
+    fields = {a: ADAPTERS[a].rules.policy_fields for a in ("gemini@1", "gemini@2", "gemini@3")}  # type: ignore[attr-defined]
+    assert fields == {
+        "gemini@1": sampling,
+        "gemini@2": sampling,
+        "gemini@3": {**sampling, "thinking_config": "thinkingConfig"},
+    }
+
+
 STAND_IN = "skip_thought_signature_validator"
 
 

@@ -196,6 +196,44 @@ async def test_gemini_signs_the_first_call_of_a_thought_through_answer() -> None
         assert all(p.get("thought") for p in parts if "functionCall" not in p)
 
 
+async def test_gemini_thinks_and_signs_when_the_request_asks_for_its_thoughts() -> None:
+    """`generationConfig.thinkingConfig.includeThoughts: true` alone (the fake not told to think) gives
+    thought parts and a signed first call; the same request without it, neither (Gemini 2.5)."""
+    path = GEMINI_PATH.replace(":generateContent", ":streamGenerateContent")
+    async with FakeProvider(seed=SEED) as fp:
+        parts = [p for chunk in (await post(fp, path, GEMINI_ASK)).json()
+                 for p in chunk["candidates"][0]["content"]["parts"]]  # fmt: skip
+        calls = [p for p in parts if "functionCall" in p]
+        assert [p["thought"] for p in parts if "functionCall" not in p] == [True] * (len(parts) - len(calls))
+        assert len(parts) > len(calls) >= 1
+        assert gemini.SIGNATURES.minted(SEED, Signed("x", calls[0]["thoughtSignature"], on_call=True))
+        unasked = {key: value for key, value in GEMINI_ASK.items() if key != "generationConfig"}
+        parts = [p for chunk in (await post(fp, path, unasked)).json()
+                 for p in chunk["candidates"][0]["content"]["parts"]]  # fmt: skip
+        assert [p for p in parts if "thought" in p or "thoughtSignature" in p] == []
+
+
+@pytest.mark.parametrize(
+    ("generation_config", "thinks"),
+    [
+        ({"thinkingConfig": {"includeThoughts": True}}, True),
+        ({"thinkingConfig": {"includeThoughts": True, "thinkingLevel": "low"}}, True),
+        ({"thinkingConfig": {"includeThoughts": False}}, False),
+        ({"thinkingConfig": {"includeThoughts": "true"}}, False),
+        ({"thinkingConfig": {"thinkingBudget": 1024}}, False),
+        ({"thinkingConfig": ["includeThoughts"]}, False),
+        ({"temperature": 0.2}, False),
+        (None, False),
+    ],
+)
+def test_gemini_reads_a_request_for_thoughts_from_include_thoughts_true_only(
+    generation_config: dict[str, Any] | None, thinks: bool
+) -> None:
+    """A budget or a level makes Gemini think but returns no thought part: only `includeThoughts` does."""
+    body = {"contents": GEMINI_ASK["contents"], "generationConfig": generation_config}
+    assert gemini.parse(body).thinking is thinks
+
+
 async def test_gemini_takes_back_its_own_signature_and_its_stand_in_on_a_call_only() -> None:
     async with FakeProvider(seed=SEED, thinking=True) as fp:
         answer = (await post(fp, GEMINI_PATH, GEMINI_ASK)).json()

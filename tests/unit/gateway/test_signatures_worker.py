@@ -7,7 +7,8 @@ provider refuses without it; one without encrypted content goes back (openai-res
 reference to its rs_ id when the request is stored, and a request that is not stored asks for the
 encrypted content; an answer another API made without reasoning goes to a Gemini that
 requires signatures as Gemini 3 does (`FakeProvider(gemini_strict_signatures=True)`) with Gemini's
-stand-in on its first call."""
+stand-in on its first call; gemini@3 asked, by its `thinking_config` policy, for Gemini's thoughts gets
+them, and sends back the signature that came with them."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ import pytest
 from tests.unit.fake_provider.test_signatures import post
 from tests.unit.gateway.provider_harness import Harness, harness
 from turnledger.adapters.profiles import api_of
+from turnledger.fake_provider import gemini
 from turnledger.fake_provider.gemini import MISSING_SIGNATURE, unsigned_step
+from turnledger.fake_provider.signatures import Signed
 from turnledger.model.events import CommittedTurn, DispatchState
 from turnledger.model.graph import Block, BlockKind
 from turnledger.model.reasons import ReasonCode
@@ -248,3 +251,39 @@ async def test_gemini_2_sends_that_first_call_unsigned_and_gemini_3_refuses_it(f
         refusal = unsigned_step(json.loads(refused))
         assert refusal is not None
         assert refusal.message == MISSING_SIGNATURE.format(name=first_call.tool_name, position=2)
+
+
+GEMINI_THOUGHTS: Mapping[str, Any] = {"thinking_config": {"includeThoughts": True}}
+"""The dispatch policy that asks gemini@3 for Gemini's thoughts (generationConfig.thinkingConfig)."""
+
+
+async def test_gemini_3_asked_for_its_thoughts_commits_them_and_sends_their_signature_back() -> None:
+    """The fake thinks only because the request asks (the harness does not tell it to). Gemini signs the
+    answer's first call, not its thought parts: the thinking block commits unsigned and is not sent back
+    (adapters/gemini.py drops a thought without a signature), the call's signature is, on its part, and
+    the provider takes it (the second request commits at its first attempt)."""
+    async for h in harness(tools_run=True, gemini_strict_signatures=True):
+        await h.converse("c1", "gemini@3", policy=GEMINI_THOUGHTS)
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        [answer] = h.assistant_turns("c1")
+        kinds = [b.kind for b in answer.blocks]
+        assert kinds == [BlockKind.THINKING] + [BlockKind.TOOL_CALL] * (len(kinds) - 1)
+        assert len(kinds) >= 2 and answer.blocks[0].text and answer.blocks[0].signature is None
+        call = answer.blocks[1]
+        assert call.signed_by == "gemini" and call.signature is not None
+        assert gemini.SIGNATURES.minted(h.fp.seed, Signed("x", call.signature, on_call=True))
+        await h.request("c1", "gemini@3", "op-2", policy=GEMINI_THOUGHTS)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+        first_post, second_post = h.posts()
+        assert json.loads(first_post)["generationConfig"]["thinkingConfig"] == {"includeThoughts": True}
+        body = json.loads(second_post)
+        assert body["generationConfig"]["thinkingConfig"] == {"includeThoughts": True}
+        [step] = [content for content in body["contents"] if content["role"] == "model"]
+        assert [part.get("thoughtSignature") for part in step["parts"]] == [call.signature] + [None] * (
+            len(kinds) - 2
+        )
+        assert [part["functionCall"]["name"] for part in step["parts"]] == [
+            b.tool_name for b in answer.blocks[1:]
+        ]
+        assert BlockKind.THINKING in [b.kind for b in h.assistant_turns("c1")[-1].blocks]
