@@ -9,10 +9,11 @@ number of dispatches lets them.
 
 Thinking: a moving conversation asks each API to think where the API's current adapter passes a policy
 for it (`THINKING_POLICIES`), so its answers carry signatures: OpenAI Responses' `reasoning` with
-`include: ["reasoning.encrypted_content"]` (openai-responses@3). gemini@3 passes no `thinkingConfig` and
-bedrock-converse@1 no `additionalModelRequestFields`, so neither is asked (the demo's Gemini signs every
-answer's first call anyway: it runs as Gemini 3, `gemini_strict_signatures`); OpenAI Chat takes no
-reasoning input. Anthropic's `thinking` waits behind `ANTHROPIC_THINKING`.
+`include: ["reasoning.encrypted_content"]` (openai-responses@3), Gemini's `thinking_config` with
+`includeThoughts` (gemini@3: its thought parts, and the signature on the answer's first call, which the
+demo's Gemini signs anyway as Gemini 3 does, `gemini_strict_signatures`). bedrock-converse@1 passes no
+`additionalModelRequestFields`, so it is not asked; OpenAI Chat takes no reasoning input. Anthropic's
+`thinking` waits behind `ANTHROPIC_THINKING`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ THINKING_POLICIES: dict[str, dict[str, Any]] = {
         "reasoning": {"effort": "low", "summary": "auto"},
         "include": ["reasoning.encrypted_content"],
     },
+    "gemini": {"thinking_config": {"includeThoughts": True}},
 }
 """The dispatch policy that asks an API to think, by API, for the APIs whose current adapter passes one."""
 

@@ -71,7 +71,7 @@ async def test_a_moving_conversation_sends_each_dispatch_to_the_next_api_asking_
         (LATEST["anthropic-messages"], "anthropic", "anthropic/claude-sonnet-4@2025-05",
          stream_policy(LATEST["anthropic-messages"])),
         (LATEST["openai-responses"], "openai", "openai/o4-mini@2025-04", RESPONSES_POLICY),
-        (LATEST["gemini"], "google", "google/gemini-2.5-pro@2025-06", {}),
+        (LATEST["gemini"], "google", "google/gemini-2.5-pro@2025-06", THINKING_POLICIES["gemini"]),
         (LATEST["bedrock-converse"], "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05", {}),
     ]  # fmt: skip
     s = driver.stats

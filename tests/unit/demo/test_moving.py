@@ -99,7 +99,7 @@ def test_the_thinking_policies_per_api() -> None:
             "reasoning": {"effort": "low", "summary": "auto"},
             "include": ["reasoning.encrypted_content"],
         },
-        "gemini": {},
+        "gemini": {"thinking_config": {"includeThoughts": True}},
         "bedrock-converse": {},
         "openai-chat": {},
     }
@@ -144,13 +144,18 @@ def test_each_api_thinks_exactly_when_the_demo_asks_it_to(api: str) -> None:
     """A policy key the current adapter does not pass would be dropped without a word: the fake provider,
     which reads a request as the API does, is what says whether the request asks to think."""
     _, thinks = _asked(api, thinking_policy(api))
-    assert thinks is (api == "openai-responses")
+    assert thinks is (api in ("openai-responses", "gemini"))
 
 
 def test_the_responses_request_asks_for_the_reasoning_items_content() -> None:
     body, _ = _asked("openai-responses", thinking_policy("openai-responses"))
     assert body["reasoning"] == {"effort": "low", "summary": "auto"}
     assert body["include"] == ["reasoning.encrypted_content"]
+
+
+def test_the_gemini_request_asks_for_its_thoughts() -> None:
+    body, _ = _asked("gemini", thinking_policy("gemini"))
+    assert body["generationConfig"] == {"maxOutputTokens": 512, "thinkingConfig": {"includeThoughts": True}}
 
 
 def test_anthropic_thinks_with_the_switch_on_only_through_an_adapter_that_passes_thinking() -> None:
