@@ -5,11 +5,27 @@ travel in a *user* message immediately after the assistant message with the
 `tool_use` blocks, all results of one assistant turn in ONE user message and before
 any text (text before a `tool_result` is a 400); the server merges consecutive
 same-role turns, so we merge them ourselves and keep the results first.
+
+Thinking (version 3, the first to send the policy's `thinking`): with thinking on, the API refuses
+a request whose current tool loop did not open with a thinking block (400 "messages.N.content.0.type:
+Expected `thinking` or `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final
+`assistant` message must start with a thinking block ..."), in every request of that loop. A tool loop
+is one assistant turn: the assistant messages after the last user message that holds no tool result,
+the request ending on one that does; Claude thinks at the start of the turn only ("will not output
+another thinking block until after the next non-tool_result user turn"), so it is the turn's FIRST
+assistant message that must start with thinking. The adapter sends only thinking Anthropic signed
+(`adapters/signatures.py`), so a loop another API opened (a gateway's fallback from Gemini, OpenAI or
+Bedrock), or one Claude opened without thinking, can never meet the rule. Version 3 then sends the
+request without `thinking` (the API's own advice: "To avoid this requirement, disable `thinking`"),
+and without every policy field that needs it (`policy_without_loop_thinking`), for as long as that
+loop lasts; the next user message opens a turn that thinks again. The manifest's bytes show it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import chain, groupby
 from typing import Any
 
 from turnledger.adapters._common import (
@@ -19,15 +35,17 @@ from turnledger.adapters._common import (
     is_cancel,
     is_failure,
     parse_arguments,
+    place_results,
 )
-from turnledger.adapters.base import JsonObject
+from turnledger.adapters.base import DispatchParams, JsonObject
 from turnledger.adapters.call_ids import IdRule, wire_call_id
+from turnledger.adapters.kinds import ASSISTANT, SYSTEM, TOOL_RESULT, USER
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.profiles import ANTHROPIC_IDS
 from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
-from turnledger.model.graph import Block
+from turnledger.model.graph import Block, BlockKind
 from turnledger.model.limits import is_blank
 
 API = "anthropic-messages"
@@ -79,6 +97,13 @@ class AnthropicRules:
         """The call id as sent: versions 0 and 1 send the graph's id as it is."""
         return call_id
 
+    @property
+    def policy_without_loop_thinking(self) -> tuple[str, ...]:
+        """The policy fields left out of a request whose tool loop did not open with thinking the
+        adapter sends. Versions 0 to 2 send no `thinking`, so they leave nothing out, and the field is
+        not in their rules table (nor their digest)."""
+        return ()
+
 
 @dataclass(frozen=True)
 class AnthropicRulesV2(AnthropicRules):
@@ -91,8 +116,26 @@ class AnthropicRulesV2(AnthropicRules):
         return wire_call_id(self.call_ids, call_id)
 
 
+def _policy_v3() -> dict[str, str]:
+    """Version 3 passes the policy's `thinking` as it is (`{"type": "enabled", "budget_tokens": N}` or
+    `{"type": "adaptive"}`): without it Claude never thinks, and no thinking block is ever signed."""
+    return {**_policy_v1(), "thinking": "thinking"}
+
+
+@dataclass(frozen=True)
+class AnthropicRulesV3(AnthropicRulesV2):
+    """Version 3: the policy's `thinking` is sent, except in a tool loop that did not open with
+    thinking the adapter sends (the module docstring says why): then the request goes without the
+    policy fields named here. `budget_tokens` travels inside `thinking`, and the adapter sends no
+    interleaved-thinking beta header, so `thinking` is all that depends on it."""
+
+    policy_fields: dict[str, str] = field(default_factory=_policy_v3)
+    policy_without_loop_thinking: tuple[str, ...] = ("thinking",)
+
+
 RULES_V1 = AnthropicRules()
 RULES_V2 = AnthropicRulesV2()
+RULES_V3 = AnthropicRulesV3()
 
 # Version 0: the adapter as it was before thinking blocks and scoped inputs existed.
 # Kept registered so a rollback still reads the same graph; a graph with a newer kind
@@ -153,8 +196,71 @@ _RENDER: dict[str, PartRenderer[AnthropicRules]] = {
 }
 
 
+def _text_sent(block: Block) -> bool:
+    return bool(block.text) and not is_blank(block.text or "")
+
+
+def _thinking_sent(block: Block) -> bool:
+    return bool(own_signature(block, API))
+
+
+def _always_sent(block: Block) -> bool:
+    return True
+
+
+SENT: dict[str, Callable[[Block], bool]] = {
+    "text": _text_sent,
+    "thinking": _thinking_sent,
+    "scoped_text": _always_sent,
+    "tool_use": _always_sent,
+    "tool_result": _always_sent,
+}
+"""Renderer name → does its part go in the request (the renderer returns one)? Read without rendering,
+so deciding a request's policy renders no block a cached prefix holds already."""
+
+
+def _sent(block: Block, rules: AnthropicRules) -> bool:
+    """Does the block go in a message? (System blocks go in `system`.)"""
+    return block.role != SYSTEM and SENT[rules.renderers[block.kind]](block)
+
+
 def _is_tool_result(part: Part) -> bool:
     return bool(part["type"] == "tool_result")
+
+
+THINKING_ON = frozenset({"enabled", "adaptive"})
+"""The `thinking.type`s that turn thinking on (`disabled` does not)."""
+
+
+def enables_thinking(policy: Mapping[str, Any]) -> bool:
+    thinking = policy.get("thinking")
+    return isinstance(thinking, Mapping) and thinking.get("type") in THINKING_ON
+
+
+def _side(block: Block) -> str:
+    """The API role of the message a block goes in: tool and user blocks share the user's."""
+    return ASSISTANT if block.role == ASSISTANT else USER
+
+
+def loop_opening(sent_backward: Iterator[Block]) -> Block | None:
+    """The first block of the assistant message the request's current tool loop opened with, given the
+    blocks the adapter sends (system blocks set aside), last first; None: the request is not in a tool
+    loop (its last message is a user message without a tool result, or an assistant message).
+
+    The blocks are grouped into the messages the adapter merges them into; the loop runs back from the
+    last message, a user message with a tool result, over assistant messages and user messages with
+    tool results, and ends at a user message without one, or at the start."""
+    opening: Block | None = None
+    for n, (side, group) in enumerate(groupby(sent_backward, key=_side)):
+        message = list(group)
+        if side == USER:
+            if not any(b.kind == TOOL_RESULT for b in message):
+                return opening
+        elif n == 0:
+            return None
+        else:
+            opening = message[-1]
+    return opening
 
 
 class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
@@ -183,6 +289,20 @@ class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
             results_first=_is_tool_result if rules.results_before_text else None,
         )
 
+    def request_policy_fields(
+        self, earlier: Sequence[Block], new: Sequence[Block], params: DispatchParams
+    ) -> Mapping[str, str]:
+        """The rules table's policy fields, less `policy_without_loop_thinking` when the request turns
+        thinking on in a tool loop that did not open with a thinking block this adapter sends."""
+        fields = self.rules.policy_fields
+        dropped = self.rules.policy_without_loop_thinking
+        if not dropped or not enables_thinking(params.policy):
+            return fields
+        opening = loop_opening(b for b in chain(_backward(new), _backward(earlier)) if _sent(b, self.rules))
+        if opening is None or opening.kind == BlockKind.THINKING:
+            return fields
+        return {key: name for key, name in fields.items() if key not in dropped}
+
     def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
         tool: JsonObject = {"name": name, "input_schema": schema}
         if description:
@@ -190,6 +310,13 @@ class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
         return tool
 
 
+def _backward(blocks: Sequence[Block]) -> Iterator[Block]:
+    """The blocks placed as sent (`place_results`), last first; placed only when first read, so a
+    loop found in the new blocks never places the rest of the history."""
+    yield from reversed(place_results(blocks))
+
+
 ANTHROPIC_MESSAGES_V1 = AnthropicMessagesAdapter(1, RULES_V1)
 ANTHROPIC_MESSAGES_V2 = AnthropicMessagesAdapter(2, RULES_V2)
+ANTHROPIC_MESSAGES_V3 = AnthropicMessagesAdapter(3, RULES_V3)
 ANTHROPIC_MESSAGES_V0 = AnthropicMessagesAdapter(0, RULES_V0)

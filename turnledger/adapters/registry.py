@@ -15,6 +15,7 @@ from turnledger.adapters.anthropic_messages import (
     ANTHROPIC_MESSAGES_V0,
     ANTHROPIC_MESSAGES_V1,
     ANTHROPIC_MESSAGES_V2,
+    ANTHROPIC_MESSAGES_V3,
 )
 from turnledger.adapters.base import Adapter, UnknownAdapterError
 from turnledger.adapters.bedrock_converse import BEDROCK_CONVERSE_V1
@@ -46,6 +47,8 @@ _ALL: tuple[Adapter, ...] = (
     # version 4: an unsigned reasoning item referenced by its rs_ id when stored; encrypted content asked
     # for when not stored
     OPENAI_RESPONSES_V4,
+    # version 3: the policy's thinking, left out in a tool loop that did not open with thinking it sends
+    ANTHROPIC_MESSAGES_V3,
 )
 
 ADAPTERS: Mapping[str, Adapter] = MappingProxyType({a.adapter_id: a for a in _ALL})
@@ -54,7 +57,7 @@ LATEST: Mapping[str, str] = MappingProxyType(
     {
         "openai-chat": OPENAI_CHAT_V2.adapter_id,
         "openai-responses": OPENAI_RESPONSES_V4.adapter_id,
-        "anthropic-messages": ANTHROPIC_MESSAGES_V2.adapter_id,
+        "anthropic-messages": ANTHROPIC_MESSAGES_V3.adapter_id,
         "gemini": GEMINI_V3.adapter_id,
         "bedrock-converse": BEDROCK_CONVERSE_V1.adapter_id,
     }

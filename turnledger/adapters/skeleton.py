@@ -10,7 +10,8 @@ three hooks.
    with the scoped-input notice when the graph has scoped input;
 3. the offered tools as the API defines them (`tool_definition`), or, where the layout
    says so, the tools the history uses;
-4. all of it laid out in the body (`body_layout`), policy keys picked by the rules table.
+4. all of it laid out in the body (`body_layout`), policy keys picked by the rules table
+   (`request_policy_fields`: an API may leave some out for the history at hand).
 
 `render` pauses on a kind the rules table has no renderer for, else returns the
 canonical bytes of `build` and their digest.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import orjson
@@ -90,6 +91,14 @@ class AdapterBase(ABC, Generic[R]):
     def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
         """One offered tool as the API declares it."""
 
+    def request_policy_fields(
+        self, earlier: Sequence[Block], new: Sequence[Block], params: DispatchParams
+    ) -> Mapping[str, str]:
+        """The policy fields this request sends: the rules table's. The history is `earlier` then `new`,
+        each cut where placing results never crosses (`build` passes it all as `new`); an API whose
+        rules leave a field out for some histories overrides this."""
+        return self.rules.policy_fields
+
     def render_block(self, block: Block) -> JsonObject | None:
         """The block as an API part, by the renderer its rules table names; None: the API omits it."""
         return self.part_renderers[self.rules.renderers[block.kind]](block, self.rules)
@@ -106,7 +115,8 @@ class AdapterBase(ABC, Generic[R]):
         tools = [self.tool_definition(t.name, t.description, t.input_schema) for t in params.tools]
         if not tools and self.layout.stub_tools and has_tool_blocks(blocks):
             tools = [self.tool_definition(name, "", {"type": "object"}) for name in call_tool_names(blocks)]
-        return request_body(self.layout, params, rendered, tools, self.rules.policy_fields)
+        fields = self.request_policy_fields((), blocks, params)
+        return request_body(self.layout, params, rendered, tools, fields)
 
     def render(
         self, sequence: MessageSequence, params: DispatchParams, cache: RenderCache | None = None
@@ -176,7 +186,8 @@ class AdapterBase(ABC, Generic[R]):
         tools = [self.tool_definition(t.name, t.description, t.input_schema) for t in params.tools]
         if not tools and self.layout.stub_tools and tool_blocks:
             tools = [self.tool_definition(name, "", {"type": "object"}) for name in tool_names]
-        body = request_body(self.layout, params, RenderedTurns([], system), tools, self.rules.policy_fields)
+        fields = self.request_policy_fields(prefix.blocks, new, params)
+        body = request_body(self.layout, params, RenderedTurns([], system), tools, fields)
         body[self.layout.turns] = _HOLE
         head, tail = canonical_json(body).split(_HOLE_BYTES)  # the one raw NUL is the hole
         hashed = b"".join((head, b"[", *inner))  # the one copy of the history's bytes

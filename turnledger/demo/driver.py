@@ -81,7 +81,7 @@ def throttled(seed: int, index: int, rate: float) -> bool:
 
 
 ADAPTERS: tuple[tuple[str, str, str], ...] = (
-    ("anthropic-messages@2", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
+    ("anthropic-messages@3", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
     ("openai-chat@2", "openai", "openai/gpt-4o@2024-08"),
     ("openai-responses@4", "openai", "openai/gpt-4.1@2025-04"),
     ("gemini@3", "google", "google/gemini-2.5-pro@2025-06"),

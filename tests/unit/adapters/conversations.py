@@ -199,7 +199,13 @@ MODEL_BY_PROVIDER = {
     "bedrock": "bedrock/anthropic.claude-sonnet-4@2025-05",
 }
 
-POLICY = {"temperature": 0.2, "top_p": 0.9, "parallel_tool_calls": True, "not_an_api_key": "dropped"}
+POLICY = {
+    "temperature": 0.2,
+    "top_p": 0.9,
+    "parallel_tool_calls": True,
+    "not_an_api_key": "dropped",
+    "thinking": {"type": "enabled", "budget_tokens": 1024},  # sent by anthropic-messages@3 only
+}
 
 
 def params_for(
@@ -350,6 +356,23 @@ def edge_shapes() -> MessageSequence:
     return c.build()
 
 
+def thinking_tool_loop() -> MessageSequence:
+    """A tool loop Claude opened with thinking and continued a step without (Claude thinks once a
+    turn), a tool result last: the loop's first assistant message starts with thinking, so
+    anthropic-messages@3 keeps `thinking` on."""
+    c = Conversation("thinking-loop")
+    c.next_turn().user("Weather in Oslo, then in the warmer of Oslo and Lima?")
+    c.next_turn().thinking(
+        "Oslo first.", signature="c2lnLWxvb3AtMQ==", signed_by="anthropic-messages", block_id="th_loop_1"
+    )
+    x = c.call("get_weather", {"city": "Oslo"})
+    c.next_turn().result(x, '{"temp_c": 4}')
+    c.next_turn().assistant("Now Lima.")
+    y = c.call("get_weather", {"city": "Lima"})
+    c.next_turn().result(y, '{"temp_c": 19}')
+    return c.build()
+
+
 GOLDEN_CONVERSATIONS = {
     "plain_text": plain_text,
     "parallel_tools": parallel_tools,
@@ -359,4 +382,5 @@ GOLDEN_CONVERSATIONS = {
     "injection": injection,
     "foreign_call_ids": foreign_call_ids,
     "edge_shapes": edge_shapes,
+    "thinking_tool_loop": thinking_tool_loop,
 }

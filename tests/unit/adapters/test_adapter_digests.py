@@ -30,6 +30,8 @@ SHIPPED_DIGESTS = {
     # version 4: an unsigned reasoning item referenced by its rs_ id when stored, its encrypted content
     # asked for when not
     "openai-responses@4": "sha256:2a6ddef3374b2cd5c64871e71d4afc834ee58f17a171d74a9b5101c4eb4ad257",
+    # version 3: the policy's `thinking`, left out in a tool loop that did not open with thinking it sends
+    "anthropic-messages@3": "sha256:160cddca5cb18aa124242fd478afc8842bef62c4c7ec0bbf043ee58c9138dabb",
 }
 
 

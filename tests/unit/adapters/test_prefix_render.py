@@ -139,6 +139,9 @@ class _Counting(AdapterBase):  # type: ignore[type-arg]
     def tool_definition(self, name, description, schema):  # type: ignore[no-untyped-def]
         return self._inner.tool_definition(name, description, schema)
 
+    def request_policy_fields(self, earlier, new, params):  # type: ignore[no-untyped-def]
+        return self._inner.request_policy_fields(earlier, new, params)
+
     def render_block(self, block):  # type: ignore[no-untyped-def]
         self.rendered += 1
         return super().render_block(block)
