@@ -11,6 +11,11 @@ Tool results arrive as `tool_result` blocks inside the last user message.
 A thinking block's `signature` is one only this API mints and checks (signatures.py), over the
 thinking text: a request whose history holds another is refused, `invalid_request_error`
 "messages.N.content.M: Invalid `signature` in `thinking` block".
+
+With thinking on (`thinking.type` enabled or adaptive), a request in a tool loop whose first assistant
+message does not start with a thinking block is refused as the API refuses it (`unthought_loop`,
+`LOOP_WITHOUT_THINKING`), whether or not the fake thinks by default (`FakeProvider(thinking=True)`
+answers think; the request did not ask).
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ def parse(body: dict[str, Any]) -> Conversation:
     last = messages[-1]
     if not isinstance(last, dict):
         raise BadRequestError("messages: every message must be an object", param="messages")
+    refusal = unthought_loop(body)
+    if refusal is not None:
+        raise refusal
     choice = body.get("tool_choice") or {}
     thinking = body.get("thinking") or {}
     conv: dict[str, Any] = {
@@ -91,6 +99,59 @@ def parse(body: dict[str, Any]) -> Conversation:
 
 
 TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+THINKING_ON = ("enabled", "adaptive")
+THINKING_TYPES = ("thinking", "redacted_thinking")
+
+LOOP_WITHOUT_THINKING = (
+    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. "
+    "When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding "
+    "the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks "
+    "from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation "
+    "at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+"""The API's 400 invalid_request_error, as users quote it (OpenRouterTeam/ai-sdk-provider#162,
+n8n-io/n8n#15715, anthropics/claude-code#1183; on Bedrock and Vertex the same words, anomalyco/opencode#3077
+and #8010). `index` is the assistant message the current tool loop opened with: Claude thinks at the
+start of a turn only ("Claude will not output another thinking block until after the next
+non-tool_result user turn", Anthropic's extended-thinking-with-tool-use cookbook), and a tool-use loop
+is one assistant turn, so later steps need not start with thinking."""
+
+
+def _holds_result(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    )
+
+
+def unthought_loop(body: dict[str, Any]) -> BadRequestError | None:
+    """The refusal of a request that turns thinking on in a tool loop whose first assistant message does
+    not start with a thinking block, or None. The loop runs back from the last message, a user message
+    with a tool result, to the last user message without one."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") not in THINKING_ON:
+        return None
+    messages = body.get("messages") or []
+    if not messages or not _holds_result(messages[-1]) or messages[-1].get("role") != "user":
+        return None
+    opening: int | None = None
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if not isinstance(message, dict):
+            break
+        if message.get("role") == "assistant":
+            opening = i
+        elif not _holds_result(message):
+            break
+    if opening is None:
+        return None
+    content = messages[opening].get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    found = first.get("type") if isinstance(first, dict) else "text"
+    if found in THINKING_TYPES:
+        return None
+    return BadRequestError(LOOP_WITHOUT_THINKING.format(index=opening, found=found))
 
 
 def _check_id(value: Any, where: str) -> None:

@@ -141,9 +141,9 @@ class FakeProvider:
         request with `"background": true` is kept and can be read again by its id.
 
         `thinking`: every answer is thought through, whether or not the request asks (as a model whose
-        thinking is on by default): the Anthropic, Bedrock and gemini@1-2 adapters have no setting that asks
-        for it, so a test through the worker turns it on here. Each API signs the reasoning as it does
-        (signatures.py), and every request's signatures are checked whatever this says.
+        thinking is on by default): the Bedrock adapter, gemini@1-2 and Anthropic's before version 3 have
+        no setting that asks for it, so a test through the worker turns it on here. Each API signs the
+        reasoning as it does (signatures.py), and every request's signatures are checked whatever this says.
 
         `gemini_strict_signatures`: Gemini answers as Gemini 3 does: it signs the first call of every
         answer, and refuses a request whose current turn has a step whose first call is unsigned

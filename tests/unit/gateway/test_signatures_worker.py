@@ -8,10 +8,13 @@ reference to its rs_ id when the request is stored, and a request that is not st
 encrypted content; an answer another API made without reasoning goes to a Gemini that
 requires signatures as Gemini 3 does (`FakeProvider(gemini_strict_signatures=True)`) with Gemini's
 stand-in on its first call; gemini@3 asked, by its `thinking_config` policy, for Gemini's thoughts gets
-them, and sends back the signature that came with them."""
+them, and sends back the signature that came with them; a tool loop another API opened, or Claude without
+thinking, continues on anthropic-messages@3 with a thinking policy, which sends that request without
+`thinking` (with it, the fake refuses the request, as Anthropic does)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -21,8 +24,10 @@ import pytest
 
 from tests.unit.fake_provider.test_signatures import post
 from tests.unit.gateway.provider_harness import Harness, harness
+from turnledger.adapters.anthropic_messages import ANTHROPIC_MESSAGES_V3, RULES_V3
 from turnledger.adapters.profiles import api_of
 from turnledger.fake_provider import gemini
+from turnledger.fake_provider.anthropic_messages import LOOP_WITHOUT_THINKING, unthought_loop
 from turnledger.fake_provider.gemini import MISSING_SIGNATURE, unsigned_step
 from turnledger.fake_provider.signatures import Signed
 from turnledger.model.events import CommittedTurn, DispatchState
@@ -287,3 +292,94 @@ async def test_gemini_3_asked_for_its_thoughts_commits_them_and_sends_their_sign
             b.tool_name for b in answer.blocks[1:]
         ]
         assert BlockKind.THINKING in [b.kind for b in h.assistant_turns("c1")[-1].blocks]
+
+
+THINKING: Mapping[str, Any] = {"thinking": {"type": "enabled", "budget_tokens": 256}}
+"""The dispatch policy of a Claude asked to think (anthropic-messages@3 sends it)."""
+
+LOOPS_OPENED_WITHOUT_CLAUDE_S_THINKING = [
+    ("gemini@3", True),  # Gemini thinks, signs its call: nothing Anthropic takes
+    ("openai-chat@2", False),
+    ("anthropic-messages@3", False),  # Claude asked without thinking
+]
+
+
+async def opened_elsewhere(h: Harness, first: str) -> CommittedTurn:
+    """The first answer, tool calls and no thinking block Anthropic signed; its results given."""
+    await h.converse("c1", first)
+    assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+    [answer] = h.assistant_turns("c1")
+    assert BlockKind.TOOL_CALL in [b.kind for b in answer.blocks]
+    assert not [b for b in answer.blocks if b.signature and b.signed_by == "anthropic-messages"]
+    return answer
+
+
+@pytest.mark.parametrize(("first", "thinks"), LOOPS_OPENED_WITHOUT_CLAUDE_S_THINKING)
+async def test_a_loop_opened_without_claude_s_thinking_continues_on_anthropic_3_without_thinking(
+    first: str, thinks: bool
+) -> None:
+    """anthropic-messages@3 leaves `thinking` out of that request, and it commits at its first try; the
+    same body with `thinking` is what the provider refuses."""
+    async for h in harness(tools_run=True, thinking=thinks):
+        answer = await opened_elsewhere(h, first)
+        await h.request("c1", "anthropic-messages@3", "op-2", policy=THINKING)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+        [text] = [b for b in h.assistant_turns("c1")[-1].blocks if b.kind == BlockKind.TEXT]
+        calls = [b for b in answer.blocks if b.kind == BlockKind.TOOL_CALL]
+        assert text.text is not None and text.text.count(" returned: ") == len(calls)
+        _, sent = h.posts()
+        body = json.loads(sent)
+        assert "thinking" not in body
+        assert body["messages"][1]["content"][0]["type"] == "tool_use"
+        refusal = unthought_loop({**body, **THINKING})
+        assert refusal is not None
+        assert refusal.message == LOOP_WITHOUT_THINKING.format(index=1, found="tool_use")
+
+
+@pytest.mark.parametrize(("first", "thinks"), LOOPS_OPENED_WITHOUT_CLAUDE_S_THINKING)
+async def test_without_the_rule_that_request_goes_with_thinking_and_is_refused(
+    first: str, thinks: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """anthropic-messages@3 with the rule taken out (`policy_without_loop_thinking` empty): the request
+    turns thinking on, the provider refuses it, and the operation ends CANCELLED PROVIDER_REFUSED, not
+    sent again: every request of that loop would be refused alike."""
+    unruled = dataclasses.replace(RULES_V3, policy_without_loop_thinking=())
+    monkeypatch.setattr(ANTHROPIC_MESSAGES_V3, "rules", unruled)
+    async for h in harness(tools_run=True, thinking=thinks):
+        await opened_elsewhere(h, first)
+        await h.request("c1", "anthropic-messages@3", "op-2", policy=THINKING)
+        final = await h.settled("c1", "op-2")
+        assert (final.state, final.reason, final.attempt_generation) == (
+            S.CANCELLED,
+            ReasonCode.PROVIDER_REFUSED,
+            1,
+        )
+        assert final.detail == (
+            "worker gave up: the provider refused the request (HTTP 400 invalid_request_error); "
+            "not sent again: it would be too"
+        )
+        _, refused = h.posts()
+        body = json.loads(refused)
+        assert body["thinking"] == THINKING["thinking"]
+        refusal = unthought_loop(body)
+        assert refusal is not None
+        assert refusal.message == LOOP_WITHOUT_THINKING.format(index=1, found="tool_use")
+
+
+async def test_a_loop_claude_opened_with_thinking_keeps_thinking_on_anthropic_3() -> None:
+    """Its thinking goes back signed, so the request keeps `thinking`, and Claude thinks again."""
+    async for h in harness(tools_run=True):
+        await h.converse("c1", "anthropic-messages@3", policy=THINKING)
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        [answer] = h.assistant_turns("c1")
+        assert answer.blocks[0].kind == BlockKind.THINKING
+        assert answer.blocks[0].signed_by == "anthropic-messages"
+        await h.request("c1", "anthropic-messages@3", "op-2", policy=THINKING)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+        _, sent = h.posts()
+        body = json.loads(sent)
+        assert body["thinking"] == THINKING["thinking"]
+        assert body["messages"][1]["content"][0]["signature"] == answer.blocks[0].signature
+        assert h.assistant_turns("c1")[-1].blocks[0].kind == BlockKind.THINKING
