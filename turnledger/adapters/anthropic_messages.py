@@ -197,7 +197,7 @@ _RENDER: dict[str, PartRenderer[AnthropicRules]] = {
 
 
 def _text_sent(block: Block) -> bool:
-    return bool(block.text) and not is_blank(block.text or "")
+    return block.text is not None and not is_blank(block.text)
 
 
 def _thinking_sent(block: Block) -> bool:

@@ -309,3 +309,44 @@ def test_only_layouts_with_stub_tools_keep_the_tool_names_of_the_history() -> No
     assert {names for stub, names in kept.values() if stub} == {("search_docs", "fetch_page")}
     assert {names for stub, names in kept.values() if not stub} == {()}
     assert any(stub for stub, _ in kept.values()) and not all(stub for stub, _ in kept.values())
+
+
+def _renders_in_steps(sequence: MessageSequence, cuts: tuple[int, ...], params: DispatchParams) -> None:
+    """Every adapter renders the sequence cut by cut with one cache: each render is a render from nothing."""
+    for adapter_id in ADAPTER_IDS:
+        adapter = ADAPTERS[adapter_id]
+        cache = RenderCache()
+        for cut in (*cuts, len(sequence.blocks)):
+            part = _prefix(sequence, cut)
+            assert adapter.render(part, params, cache) == _fresh(adapter, part, params), (adapter_id, cut)
+
+
+def test_a_continued_render_keeps_the_tool_names_of_its_prefix_and_adds_the_new_ones() -> None:
+    """Stub tools (no tools offered) name every tool the history used, the prefix's first."""
+    c = Conversation("names-grow")
+    c.next_turn().user("Weather?")
+    c.next_turn().assistant("Checking.")
+    w = c.call("get_weather", {"city": "Oslo"})
+    c.next_turn().result(w, "4")
+    cut = len(c.blocks)
+    c.next_turn().assistant("Searching.")
+    s = c.call("search_docs", {"query": "oslo"})
+    c.next_turn().result(s, "none")
+    c.next_turn().assistant("Done.")
+    c.next_turn().user("Thanks.")
+    _renders_in_steps(c.build(), (cut,), NO_TOOLS["anthropic"])
+
+
+def test_a_call_the_last_continued_render_added_still_stops_the_next_from_continuing() -> None:
+    """The call ids a continued render adds are kept: a result of that call among the next new blocks
+    is placed back inside the prefix, so that render starts from nothing."""
+    c = Conversation("ids-grow")
+    c.next_turn().user("Weather?")
+    first = len(c.blocks)
+    c.next_turn().assistant("Checking.")
+    w = c.call("get_weather", {"city": "Oslo"})
+    c.next_turn().user("Still there?")
+    second = len(c.blocks)
+    c.next_turn().assistant("Yes.")
+    c.next_turn().result(w, "4")
+    _renders_in_steps(c.build(), (first, second), PARAMS["anthropic"])
