@@ -36,7 +36,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from turnledger.demo.moving import move_target, moves, thinking_policy
+from turnledger.demo.moving import THINKING_MAX_OUTPUT_TOKENS, move_target, moves, thinking_policy
 from turnledger.dispatch.state import FINAL_STATES
 from turnledger.gateway.client import GatewayClient, ToolResult
 from turnledger.gateway.tool_executor import DEMO_TOOLS
@@ -302,7 +302,9 @@ class Driver:
                 model_revision=model,
                 tools=() if text_only else DEMO_TOOLS,
                 policy=policy or None,
-                max_output_tokens=self.max_output_tokens,
+                max_output_tokens=max(self.max_output_tokens, THINKING_MAX_OUTPUT_TOKENS)
+                if policy
+                else self.max_output_tokens,
                 stream=True,
                 settle_within_ms=self.settle_within_ms,
             )

@@ -13,7 +13,8 @@ for it (`THINKING_POLICIES`), so its answers carry signatures: OpenAI Responses'
 `includeThoughts` (gemini@3: its thought parts, and the signature on the answer's first call, which the
 demo's Gemini signs anyway as Gemini 3 does, `gemini_strict_signatures`). bedrock-converse@1 passes no
 `additionalModelRequestFields`, so it is not asked; OpenAI Chat takes no reasoning input. Anthropic's
-`thinking` waits behind `ANTHROPIC_THINKING`.
+`thinking` (anthropic-messages@3, which leaves it out of a request in a tool loop another API opened, as
+Anthropic refuses thinking there).
 """
 
 from __future__ import annotations
@@ -25,12 +26,9 @@ from typing import Any
 
 from turnledger.adapters.registry import LATEST
 
-ANTHROPIC_THINKING = False
-"""Switch: do moving conversations ask Anthropic to think? Off until Anthropic's refusal of a thinking
-request whose current tool loop did not start with a thinking block is handled (anthropic-messages@3):
-with it on, every Anthropic dispatch after a tool call another API made is refused. Turning it on also
-needs an adapter that passes the policy's `thinking` (anthropic-messages@2 drops it):
-tests/unit/demo/test_moving.py says so."""
+THINKING_MAX_OUTPUT_TOKENS = 2048
+"""The output budget of a dispatch that asks to think: Anthropic takes `budget_tokens` of at least 1,024
+and refuses a `max_tokens` that is not above it (the demo's other dispatches ask for 512)."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +75,6 @@ def move_target(index: int, dispatch: int) -> MoveTarget:
     return MOVE_TARGETS[(index + dispatch * step) % len(MOVE_TARGETS)]
 
 
-def thinking_policy(api: str, anthropic_thinking: bool = ANTHROPIC_THINKING) -> dict[str, Any]:
-    """The policy that asks `api` to think (a fresh copy); none for Anthropic while the switch is off."""
-    if api == "anthropic-messages" and not anthropic_thinking:
-        return {}
+def thinking_policy(api: str) -> dict[str, Any]:
+    """The policy that asks `api` to think (a fresh copy); none where its adapter has no such policy."""
     return copy.deepcopy(THINKING_POLICIES.get(api, {}))

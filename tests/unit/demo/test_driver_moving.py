@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from turnledger.adapters.registry import LATEST
 from turnledger.demo.driver import ADAPTERS, Driver
-from turnledger.demo.moving import THINKING_POLICIES
+from turnledger.demo.moving import THINKING_MAX_OUTPUT_TOKENS, THINKING_POLICIES
 from turnledger.gateway.client import GatewayClient, stream_policy
 from turnledger.model.events import CommittedTurn, DispatchRequested, IngressEvent, TurnSubmitted
 from turnledger.model.graph import Block, BlockKind
@@ -69,11 +69,13 @@ async def test_a_moving_conversation_sends_each_dispatch_to_the_next_api_asking_
     driver, client = await _drive(0, move_rate=1.0)
     assert client.dispatched() == [
         (LATEST["anthropic-messages"], "anthropic", "anthropic/claude-sonnet-4@2025-05",
-         stream_policy(LATEST["anthropic-messages"])),
+         {**stream_policy(LATEST["anthropic-messages"]), **THINKING_POLICIES["anthropic-messages"]}),
         (LATEST["openai-responses"], "openai", "openai/o4-mini@2025-04", RESPONSES_POLICY),
         (LATEST["gemini"], "google", "google/gemini-2.5-pro@2025-06", THINKING_POLICIES["gemini"]),
         (LATEST["bedrock-converse"], "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05", {}),
     ]  # fmt: skip
+    budgets = [e.max_output_tokens for e in client.events if isinstance(e, DispatchRequested)]
+    assert budgets == [THINKING_MAX_OUTPUT_TOKENS] * 3 + [512]  # Bedrock is not asked to think
     s = driver.stats
     assert (len(s.moving), s.api_changes, s.dispatches, s.tool_rounds, s.completed) == (1, 3, 4, 2, 1)
     assert s.moving == [client.events[0].conversation_id]

@@ -13,8 +13,8 @@ from turnledger.adapters.base import DispatchParams
 from turnledger.adapters.profiles import api_of
 from turnledger.adapters.registry import LATEST, get_adapter
 from turnledger.demo.moving import (
-    ANTHROPIC_THINKING,
     MOVE_TARGETS,
+    THINKING_MAX_OUTPUT_TOKENS,
     THINKING_POLICIES,
     move_target,
     moves,
@@ -92,9 +92,8 @@ def test_a_conversation_moves_by_a_seeded_draw_of_its_own() -> None:
 
 
 def test_the_thinking_policies_per_api() -> None:
-    assert ANTHROPIC_THINKING is False
     assert {api: thinking_policy(api) for api in APIS} == {
-        "anthropic-messages": {},
+        "anthropic-messages": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
         "openai-responses": {
             "reasoning": {"effort": "low", "summary": "auto"},
             "include": ["reasoning.encrypted_content"],
@@ -105,11 +104,11 @@ def test_the_thinking_policies_per_api() -> None:
     }
 
 
-def test_the_switch_asks_anthropic_to_think() -> None:
-    assert thinking_policy("anthropic-messages", anthropic_thinking=True) == {
-        "thinking": {"type": "enabled", "budget_tokens": 1024}
-    }
-    assert thinking_policy("openai-responses", anthropic_thinking=True) == thinking_policy("openai-responses")
+def test_a_thinking_dispatch_has_room_above_anthropics_budget() -> None:
+    """Anthropic refuses `max_tokens` not above `budget_tokens` (at least 1,024)."""
+    budget = THINKING_POLICIES["anthropic-messages"]["thinking"]["budget_tokens"]
+    assert budget >= 1024
+    assert budget < THINKING_MAX_OUTPUT_TOKENS
 
 
 def test_a_thinking_policy_is_a_fresh_copy() -> None:
@@ -144,7 +143,7 @@ def test_each_api_thinks_exactly_when_the_demo_asks_it_to(api: str) -> None:
     """A policy key the current adapter does not pass would be dropped without a word: the fake provider,
     which reads a request as the API does, is what says whether the request asks to think."""
     _, thinks = _asked(api, thinking_policy(api))
-    assert thinks is (api in ("openai-responses", "gemini"))
+    assert thinks is (api in ("anthropic-messages", "openai-responses", "gemini"))
 
 
 def test_the_responses_request_asks_for_the_reasoning_items_content() -> None:
@@ -158,9 +157,7 @@ def test_the_gemini_request_asks_for_its_thoughts() -> None:
     assert body["generationConfig"] == {"maxOutputTokens": 512, "thinkingConfig": {"includeThoughts": True}}
 
 
-def test_anthropic_thinks_with_the_switch_on_only_through_an_adapter_that_passes_thinking() -> None:
-    """anthropic-messages@2 drops the policy's `thinking`: the switch needs an adapter that passes it."""
-    adapter = get_adapter(LATEST["anthropic-messages"])
-    passes = "thinking" in adapter.rules.policy_fields  # type: ignore[attr-defined]
-    _, thinks = _asked("anthropic-messages", thinking_policy("anthropic-messages", anthropic_thinking=True))
-    assert thinks is passes
+def test_the_anthropic_request_asks_to_think() -> None:
+    """anthropic-messages@3 passes the policy's `thinking` (versions before it dropped it)."""
+    body, _ = _asked("anthropic-messages", thinking_policy("anthropic-messages"))
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
