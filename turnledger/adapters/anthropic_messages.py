@@ -19,13 +19,13 @@ Bedrock), or one Claude opened without thinking, can never meet the rule. Versio
 request without `thinking` (the API's own advice: "To avoid this requirement, disable `thinking`"),
 and without every policy field that needs it (`policy_without_loop_thinking`), for as long as that
 loop lasts; the next user message opens a turn that thinks again. The manifest's bytes show it.
+The rule is Claude's, shared with bedrock-converse@2 (`adapters/tool_loop.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import chain, groupby
 from typing import Any
 
 from turnledger.adapters._common import (
@@ -35,17 +35,16 @@ from turnledger.adapters._common import (
     is_cancel,
     is_failure,
     parse_arguments,
-    place_results,
 )
 from turnledger.adapters.base import DispatchParams, JsonObject
 from turnledger.adapters.call_ids import IdRule, wire_call_id
-from turnledger.adapters.kinds import ASSISTANT, SYSTEM, TOOL_RESULT, USER
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.profiles import ANTHROPIC_IDS
 from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
+from turnledger.adapters.tool_loop import policy_in_loop, unthought_loop
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
-from turnledger.model.graph import Block, BlockKind
+from turnledger.model.graph import Block
 from turnledger.model.limits import is_blank
 
 API = "anthropic-messages"
@@ -99,9 +98,9 @@ class AnthropicRules:
 
     @property
     def policy_without_loop_thinking(self) -> tuple[str, ...]:
-        """The policy fields left out of a request whose tool loop did not open with thinking the
-        adapter sends. Versions 0 to 2 send no `thinking`, so they leave nothing out, and the field is
-        not in their rules table (nor their digest)."""
+        """The policy keys (dotted paths, `tool_loop.policy_in_loop`) left out of a request whose tool
+        loop did not open with thinking the adapter sends. Versions 0 to 2 send no `thinking`, so they
+        leave nothing out, and the field is not in their rules table (nor their digest)."""
         return ()
 
 
@@ -220,47 +219,12 @@ so deciding a request's policy renders no block a cached prefix holds already.""
 
 
 def _sent(block: Block, rules: AnthropicRules) -> bool:
-    """Does the block go in a message? (System blocks go in `system`.)"""
-    return block.role != SYSTEM and SENT[rules.renderers[block.kind]](block)
+    """Does the block's part go in the request?"""
+    return SENT[rules.renderers[block.kind]](block)
 
 
 def _is_tool_result(part: Part) -> bool:
     return bool(part["type"] == "tool_result")
-
-
-THINKING_ON = frozenset({"enabled", "adaptive"})
-"""The `thinking.type`s that turn thinking on (`disabled` does not)."""
-
-
-def enables_thinking(policy: Mapping[str, Any]) -> bool:
-    thinking = policy.get("thinking")
-    return isinstance(thinking, Mapping) and thinking.get("type") in THINKING_ON
-
-
-def _side(block: Block) -> str:
-    """The API role of the message a block goes in: tool and user blocks share the user's."""
-    return ASSISTANT if block.role == ASSISTANT else USER
-
-
-def loop_opening(sent_backward: Iterator[Block]) -> Block | None:
-    """The first block of the assistant message the request's current tool loop opened with, given the
-    blocks the adapter sends (system blocks set aside), last first; None: the request is not in a tool
-    loop (its last message is a user message without a tool result, or an assistant message).
-
-    The blocks are grouped into the messages the adapter merges them into; the loop runs back from the
-    last message, a user message with a tool result, over assistant messages and user messages with
-    tool results, and ends at a user message without one, or at the start."""
-    opening: Block | None = None
-    for n, (side, group) in enumerate(groupby(sent_backward, key=_side)):
-        message = list(group)
-        if side == USER:
-            if not any(b.kind == TOOL_RESULT for b in message):
-                return opening
-        elif n == 0:
-            return None
-        else:
-            opening = message[-1]
-    return opening
 
 
 class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
@@ -289,31 +253,23 @@ class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
             results_first=_is_tool_result if rules.results_before_text else None,
         )
 
-    def request_policy_fields(
+    def request_policy(
         self, earlier: Sequence[Block], new: Sequence[Block], params: DispatchParams
-    ) -> Mapping[str, str]:
-        """The rules table's policy fields, less `policy_without_loop_thinking` when the request turns
-        thinking on in a tool loop that did not open with a thinking block this adapter sends."""
-        fields = self.rules.policy_fields
-        dropped = self.rules.policy_without_loop_thinking
-        if not dropped or not enables_thinking(params.policy):
-            return fields
-        opening = loop_opening(b for b in chain(_backward(new), _backward(earlier)) if _sent(b, self.rules))
-        if opening is None or opening.kind == BlockKind.THINKING:
-            return fields
-        return {key: name for key, name in fields.items() if key not in dropped}
+    ) -> Mapping[str, Any]:
+        """The request's policy, less `policy_without_loop_thinking` when that turns thinking on in a
+        tool loop that did not open with a thinking block this adapter sends (`adapters/tool_loop.py`)."""
+        rules = self.rules
+        return policy_in_loop(
+            params.policy,
+            rules.policy_without_loop_thinking,
+            lambda: unthought_loop(earlier, new, lambda block: _sent(block, rules)),
+        )
 
     def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
         tool: JsonObject = {"name": name, "input_schema": schema}
         if description:
             tool["description"] = description
         return tool
-
-
-def _backward(blocks: Sequence[Block]) -> Iterator[Block]:
-    """The blocks placed as sent (`place_results`), last first; placed only when first read, so a
-    loop found in the new blocks never places the rest of the history."""
-    yield from reversed(place_results(blocks))
 
 
 ANTHROPIC_MESSAGES_V1 = AnthropicMessagesAdapter(1, RULES_V1)

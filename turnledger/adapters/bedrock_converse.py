@@ -6,12 +6,23 @@ assistant turn goes in the next user message, results before text; an error-stat
 result must have non-empty content; `toolConfig` must be present whenever the history
 has toolUse/toolResult; `toolUseId` is 1-64 chars of `[a-zA-Z0-9_-]` (ids minted by
 other providers are mapped deterministically, on the call and on its result alike).
+
+Thinking (version 2): Claude on Bedrock thinks when asked in `additionalModelRequestFields` (`{"thinking":
+{"type": "enabled", "budget_tokens": N}}`, Claude 3.7 and 4; the model's own request fields, which
+Converse passes on: AWS's "Extended thinking" user guide and the Converse API reference). Version 2 sends
+the policy's `additional_model_request_fields` as it is, at the body's root. Claude's tool-loop rule then
+applies as on Anthropic's own API (`adapters/tool_loop.py`; through Bedrock a ValidationException "The
+model returned the following errors: messages.N.content.0.type: Expected `thinking` or
+`redacted_thinking`, but found `tool_use`. ...", anomalyco/opencode#3077, pydantic/pydantic-ai#2453):
+in a tool loop that did not open with a reasoning block this adapter sends (Bedrock's own signature),
+the request goes without `additionalModelRequestFields.thinking`, its other keys kept.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,10 +34,11 @@ from turnledger.adapters._common import (
     is_failure,
     parse_arguments,
 )
-from turnledger.adapters.base import JsonObject
+from turnledger.adapters.base import DispatchParams, JsonObject
 from turnledger.adapters.layout import BodyLayout
 from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
+from turnledger.adapters.tool_loop import policy_in_loop, unthought_loop
 from turnledger.adapters.turns import RenderedTurns, system_aside_turns
 from turnledger.model.graph import Block
 from turnledger.model.limits import is_blank
@@ -75,8 +87,37 @@ class BedrockRules:
     def as_data(self) -> JsonObject:
         return asdict(self)
 
+    @property
+    def policy_at_root(self) -> tuple[str, ...]:
+        """The API policy fields that go at the body's root, not in `inferenceConfig`: none in version 1
+        (the field is not in its rules table, nor its digest)."""
+        return ()
+
+    @property
+    def policy_without_loop_thinking(self) -> tuple[str, ...]:
+        """The policy keys (dotted paths, `tool_loop.policy_in_loop`) left out of a request whose tool
+        loop did not open with thinking the adapter sends: none in version 1, which sends no thinking."""
+        return ()
+
+
+def _policy_v2() -> dict[str, str]:
+    """Version 2 passes the policy's `additional_model_request_fields` as it is: the model's own
+    request fields, Claude's `thinking` among them."""
+    return {**_policy_v1(), "additional_model_request_fields": "additionalModelRequestFields"}
+
+
+@dataclass(frozen=True)
+class BedrockRulesV2(BedrockRules):
+    """Version 2: `additionalModelRequestFields` sent, at the body's root; its `thinking` left out in a
+    tool loop that did not open with thinking the adapter sends (the module docstring says why)."""
+
+    policy_fields: dict[str, str] = field(default_factory=_policy_v2)
+    policy_at_root: tuple[str, ...] = ("additionalModelRequestFields",)
+    policy_without_loop_thinking: tuple[str, ...] = ("additional_model_request_fields.thinking",)
+
 
 RULES_V1 = BedrockRules()
+RULES_V2 = BedrockRulesV2()
 
 
 def tool_use_id(call_id: str | None) -> str:
@@ -137,6 +178,29 @@ _RENDER: dict[str, PartRenderer[BedrockRules]] = {
 }
 
 
+def _text_sent(block: Block) -> bool:
+    return block.text is not None and not is_blank(block.text)
+
+
+def _reasoning_sent(block: Block) -> bool:
+    return bool(own_signature(block, API))
+
+
+def _always_sent(block: Block) -> bool:
+    return True
+
+
+SENT: dict[str, Callable[[Block], bool]] = {
+    "text": _text_sent,
+    "reasoning": _reasoning_sent,
+    "scoped_text": _always_sent,
+    "tool_use": _always_sent,
+    "tool_result": _always_sent,
+}
+"""Renderer name → does its part go in the request (the renderer returns one)? Read without rendering,
+so deciding a request's policy renders no block a cached prefix holds already."""
+
+
 def _is_tool_result(part: Part) -> bool:
     return "toolResult" in part
 
@@ -155,6 +219,7 @@ class BedrockConverseAdapter(AdapterBase[BedrockRules]):
             system=("system",),
             tools=("toolConfig", "tools"),
             stub_tools=rules.stub_tools_when_history_has_tools,
+            root_policy=rules.policy_at_root,
         )
 
     def turns(self, runs: list[Run], notice: str | None) -> RenderedTurns:
@@ -170,6 +235,18 @@ class BedrockConverseAdapter(AdapterBase[BedrockRules]):
             results_first=_is_tool_result if rules.results_before_text else None,
         )
 
+    def request_policy(
+        self, earlier: Sequence[Block], new: Sequence[Block], params: DispatchParams
+    ) -> Mapping[str, Any]:
+        """The request's policy, less `policy_without_loop_thinking` when that turns thinking on in a
+        tool loop that did not open with a reasoning block this adapter sends (`adapters/tool_loop.py`)."""
+        sent = self.rules.renderers
+        return policy_in_loop(
+            params.policy,
+            self.rules.policy_without_loop_thinking,
+            lambda: unthought_loop(earlier, new, lambda block: SENT[sent[block.kind]](block)),
+        )
+
     def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
         spec: JsonObject = {"name": name, "inputSchema": {"json": schema}}
         if description:
@@ -178,3 +255,4 @@ class BedrockConverseAdapter(AdapterBase[BedrockRules]):
 
 
 BEDROCK_CONVERSE_V1 = BedrockConverseAdapter(1, RULES_V1)
+BEDROCK_CONVERSE_V2 = BedrockConverseAdapter(2, RULES_V2)

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnledger.adapters._common import pick_policy
 from turnledger.adapters.base import DispatchParams, JsonObject, parse_model_revision
 from turnledger.adapters.turns import RenderedTurns
 
@@ -34,6 +33,7 @@ class BodyLayout:
     tool_group: str | None = None  # all definitions in one `[{tool_group: [...]}]` entry
     stub_tools: bool = False  # when none are offered, declare the tools the history uses
     parallel_tool_calls: str | None = None  # sent, as a bool, only when tools are offered
+    root_policy: tuple[str, ...] = ()  # policy fields that go at the body's root, not in generation
 
 
 def request_body(
@@ -41,9 +41,10 @@ def request_body(
     params: DispatchParams,
     rendered: RenderedTurns,
     tools: Sequence[JsonObject],
-    policy_fields: Mapping[str, str],
+    policy: Mapping[str, Any],
 ) -> JsonObject:
-    """The request body; the picked policy is applied last, into the budget's object."""
+    """The request body; the picked policy (API field names) is applied last, into the budget's object
+    (or the body's root, for the layout's `root_policy` fields)."""
     body: JsonObject = {layout.turns: rendered.turns}
     if layout.model is not None:
         body[layout.model] = parse_model_revision(params.model_revision).model
@@ -53,10 +54,11 @@ def request_body(
         _put(body, layout.system, rendered.system)
     if tools:
         _put(body, layout.tools, [{layout.tool_group: list(tools)}] if layout.tool_group else list(tools))
-    policy = pick_policy(params.policy, policy_fields)
+    picked = dict(policy)
     if layout.parallel_tool_calls and params.tools and "parallel_tool_calls" in params.policy:
-        policy[layout.parallel_tool_calls] = bool(params.policy["parallel_tool_calls"])
-    generation.update(policy)
+        picked[layout.parallel_tool_calls] = bool(params.policy["parallel_tool_calls"])
+    for name, value in picked.items():
+        (body if name in layout.root_policy else generation)[name] = value
     return body
 
 

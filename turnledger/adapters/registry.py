@@ -18,7 +18,7 @@ from turnledger.adapters.anthropic_messages import (
     ANTHROPIC_MESSAGES_V3,
 )
 from turnledger.adapters.base import Adapter, UnknownAdapterError
-from turnledger.adapters.bedrock_converse import BEDROCK_CONVERSE_V1
+from turnledger.adapters.bedrock_converse import BEDROCK_CONVERSE_V1, BEDROCK_CONVERSE_V2
 from turnledger.adapters.gemini import GEMINI_V1, GEMINI_V2, GEMINI_V3
 from turnledger.adapters.openai_chat import OPENAI_CHAT_V1, OPENAI_CHAT_V2
 from turnledger.adapters.openai_responses import (
@@ -49,6 +49,9 @@ _ALL: tuple[Adapter, ...] = (
     OPENAI_RESPONSES_V4,
     # version 3: the policy's thinking, left out in a tool loop that did not open with thinking it sends
     ANTHROPIC_MESSAGES_V3,
+    # version 2: additionalModelRequestFields (Claude's thinking), its thinking left out in a tool loop
+    # that did not open with thinking it sends
+    BEDROCK_CONVERSE_V2,
 )
 
 ADAPTERS: Mapping[str, Adapter] = MappingProxyType({a.adapter_id: a for a in _ALL})
@@ -59,7 +62,7 @@ LATEST: Mapping[str, str] = MappingProxyType(
         "openai-responses": OPENAI_RESPONSES_V4.adapter_id,
         "anthropic-messages": ANTHROPIC_MESSAGES_V3.adapter_id,
         "gemini": GEMINI_V3.adapter_id,
-        "bedrock-converse": BEDROCK_CONVERSE_V1.adapter_id,
+        "bedrock-converse": BEDROCK_CONVERSE_V2.adapter_id,
     }
 )
 

@@ -10,8 +10,8 @@ three hooks.
    with the scoped-input notice when the graph has scoped input;
 3. the offered tools as the API defines them (`tool_definition`), or, where the layout
    says so, the tools the history uses;
-4. all of it laid out in the body (`body_layout`), policy keys picked by the rules table
-   (`request_policy_fields`: an API may leave some out for the history at hand).
+4. all of it laid out in the body (`body_layout`), policy keys picked by the rules table from the
+   request's policy (`request_policy`: an API may leave some of it out for the history at hand).
 
 `render` pauses on a kind the rules table has no renderer for, else returns the
 canonical bytes of `build` and their digest.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
@@ -31,6 +31,7 @@ from turnledger.adapters._common import (
     call_tool_names,
     has_scoped,
     has_tool_blocks,
+    pick_policy,
     place_results,
     role_runs,
 )
@@ -91,13 +92,13 @@ class AdapterBase(ABC, Generic[R]):
     def tool_definition(self, name: str, description: str, schema: JsonObject) -> JsonObject:
         """One offered tool as the API declares it."""
 
-    def request_policy_fields(
+    def request_policy(
         self, earlier: Sequence[Block], new: Sequence[Block], params: DispatchParams
-    ) -> Mapping[str, str]:
-        """The policy fields this request sends: the rules table's. The history is `earlier` then `new`,
-        each cut where placing results never crosses (`build` passes it all as `new`); an API whose
-        rules leave a field out for some histories overrides this."""
-        return self.rules.policy_fields
+    ) -> Mapping[str, Any]:
+        """The dispatch policy this request's fields are picked from: the request's. The history is
+        `earlier` then `new`, each cut where placing results never crosses (`build` passes it all as
+        `new`); an API whose rules leave some of the policy out for some histories overrides this."""
+        return params.policy
 
     def render_block(self, block: Block) -> JsonObject | None:
         """The block as an API part, by the renderer its rules table names; None: the API omits it."""
@@ -115,8 +116,8 @@ class AdapterBase(ABC, Generic[R]):
         tools = [self.tool_definition(t.name, t.description, t.input_schema) for t in params.tools]
         if not tools and self.layout.stub_tools and has_tool_blocks(blocks):
             tools = [self.tool_definition(name, "", {"type": "object"}) for name in call_tool_names(blocks)]
-        fields = self.request_policy_fields((), blocks, params)
-        return request_body(self.layout, params, rendered, tools, fields)
+        policy = pick_policy(self.request_policy((), blocks, params), self.rules.policy_fields)
+        return request_body(self.layout, params, rendered, tools, policy)
 
     def render(
         self, sequence: MessageSequence, params: DispatchParams, cache: RenderCache | None = None
@@ -186,8 +187,8 @@ class AdapterBase(ABC, Generic[R]):
         tools = [self.tool_definition(t.name, t.description, t.input_schema) for t in params.tools]
         if not tools and self.layout.stub_tools and tool_blocks:
             tools = [self.tool_definition(name, "", {"type": "object"}) for name in tool_names]
-        fields = self.request_policy_fields(prefix.blocks, new, params)
-        body = request_body(self.layout, params, RenderedTurns([], system), tools, fields)
+        policy = pick_policy(self.request_policy(prefix.blocks, new, params), self.rules.policy_fields)
+        body = request_body(self.layout, params, RenderedTurns([], system), tools, policy)
         body[self.layout.turns] = _HOLE
         head, tail = canonical_json(body).split(_HOLE_BYTES)  # the one raw NUL is the hole
         hashed = b"".join((head, b"[", *inner))  # the one copy of the history's bytes

@@ -85,11 +85,12 @@ ADAPTERS: tuple[tuple[str, str, str], ...] = (
     ("openai-chat@2", "openai", "openai/gpt-4o@2024-08"),
     ("openai-responses@4", "openai", "openai/gpt-4.1@2025-04"),
     ("gemini@3", "google", "google/gemini-2.5-pro@2025-06"),
-    ("bedrock-converse@1", "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05"),
+    ("bedrock-converse@2", "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05"),
     ("anthropic-messages@1", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
     ("openai-chat@1", "openai", "openai/gpt-4o@2024-08"),
     ("openai-responses@2", "openai", "openai/gpt-4.1@2025-04"),
     ("gemini@2", "google", "google/gemini-2.5-pro@2025-06"),
+    ("bedrock-converse@1", "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05"),
 )
 """Conversations go round these: every API (Bedrock over its binary event stream), current and
 previous adapter versions side by side."""

@@ -205,6 +205,8 @@ POLICY = {
     "parallel_tool_calls": True,
     "not_an_api_key": "dropped",
     "thinking": {"type": "enabled", "budget_tokens": 1024},  # sent by anthropic-messages@3 only
+    # sent by bedrock-converse@2 only
+    "additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
 }
 
 

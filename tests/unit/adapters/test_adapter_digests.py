@@ -32,6 +32,9 @@ SHIPPED_DIGESTS = {
     "openai-responses@4": "sha256:2a6ddef3374b2cd5c64871e71d4afc834ee58f17a171d74a9b5101c4eb4ad257",
     # version 3: the policy's `thinking`, left out in a tool loop that did not open with thinking it sends
     "anthropic-messages@3": "sha256:160cddca5cb18aa124242fd478afc8842bef62c4c7ec0bbf043ee58c9138dabb",
+    # version 2: `additionalModelRequestFields` (Claude's thinking), its `thinking` left out in a tool loop
+    # that did not open with thinking it sends
+    "bedrock-converse@2": "sha256:c76895ab59f75a54afa0e22499e732064e248b37914e0239fab30e3ae6c2d230",
 }
 
 

@@ -139,8 +139,8 @@ class _Counting(AdapterBase):  # type: ignore[type-arg]
     def tool_definition(self, name, description, schema):  # type: ignore[no-untyped-def]
         return self._inner.tool_definition(name, description, schema)
 
-    def request_policy_fields(self, earlier, new, params):  # type: ignore[no-untyped-def]
-        return self._inner.request_policy_fields(earlier, new, params)
+    def request_policy(self, earlier, new, params):  # type: ignore[no-untyped-def]
+        return self._inner.request_policy(earlier, new, params)
 
     def render_block(self, block):  # type: ignore[no-untyped-def]
         self.rendered += 1
@@ -249,7 +249,7 @@ def test_a_continued_render_hashes_on_from_the_saved_state(monkeypatch: pytest.M
     cut = len(sequence.blocks) - 6
     for adapter_id in ADAPTER_IDS:
         adapter = ADAPTERS[adapter_id]
-        params = params_for(adapter.provider)
+        params = _without_root_thinking(params_for(adapter.provider))
         counting = _CountingSha256()
         monkeypatch.setattr(skeleton, "hashlib", counting)
         cache = RenderCache()
@@ -262,6 +262,32 @@ def test_a_continued_render_hashes_on_from_the_saved_state(monkeypatch: pytest.M
         assert len(counting.started) == 1, adapter_id  # the second only continues
         monkeypatch.undo()
         assert continued == adapter.render(sequence, params), adapter_id
+
+
+def _without_root_thinking(params: DispatchParams) -> DispatchParams:
+    """The policy without `additional_model_request_fields` (see the next test)."""
+    policy = {k: v for k, v in params.policy.items() if k != "additional_model_request_fields"}
+    return replace(params, policy=policy)
+
+
+def test_a_continued_render_whose_head_changed_hashes_from_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bedrock-converse@2 puts `additionalModelRequestFields` at the body's root, before `messages`: the
+    prefix asked to think, the continuation is in a tool loop that did not open with thinking, so the
+    head before the turns differs and the digest is computed afresh, the bytes a fresh render's."""
+    sequence = long_history(200)
+    adapter = ADAPTERS["bedrock-converse@2"]
+    params = params_for("bedrock")
+    counting = _CountingSha256()
+    monkeypatch.setattr(skeleton, "hashlib", counting)
+    cache = RenderCache()
+    first = adapter.render(_prefix(sequence, len(sequence.blocks) - 6), params, cache)
+    continued = adapter.render(sequence, params, cache)
+    monkeypatch.undo()
+    assert len(counting.started) == 2
+    assert isinstance(first, Rendered) and isinstance(continued, Rendered)
+    field = b"additionalModelRequestFields"
+    assert field in first.body and field not in continued.body
+    assert continued == adapter.render(sequence, params)
 
 
 def test_the_same_history_rendered_again_continues_from_its_whole_prefix(

@@ -22,12 +22,11 @@ from turnledger.adapters.anthropic_messages import (
     RULES_V3,
     SENT,
     AnthropicMessagesAdapter,
-    enables_thinking,
-    loop_opening,
 )
 from turnledger.adapters.base import DispatchParams, Rendered
 from turnledger.adapters.prefix import RenderCache
 from turnledger.adapters.registry import ADAPTERS, LATEST
+from turnledger.adapters.tool_loop import loop_opening, thinking_on
 from turnledger.model.graph import Block, BlockKind, MessageSequence, Role
 
 V3 = ADAPTERS["anthropic-messages@3"]
@@ -245,11 +244,10 @@ def test_the_user_side_of_a_loop_is_tool_and_user_blocks_merged() -> None:
     assert sent["thinking"] == ENABLED
 
 
-def test_enables_thinking_reads_the_type() -> None:
-    assert [enables_thinking({"thinking": t}) for t in (ENABLED, {"type": "adaptive"})] == [True, True]
+def test_thinking_on_reads_the_type() -> None:
+    assert [thinking_on(t) for t in (ENABLED, {"type": "adaptive"})] == [True, True]
     off = [{"type": "disabled"}, {}, "enabled", None, {"type": "ENABLED"}]
-    assert [enables_thinking({"thinking": t}) for t in off] == [False] * 5
-    assert enables_thinking({}) is False
+    assert [thinking_on(t) for t in off] == [False] * 5
 
 
 def test_a_continued_render_decides_as_a_render_from_nothing() -> None:

@@ -18,6 +18,7 @@ def test_the_demo_sends_with_every_current_adapter_and_older_ones_beside_them() 
     older = [adapter for adapter in used if adapter not in LATEST.values()]
     assert sorted(older) == [
         "anthropic-messages@1",
+        "bedrock-converse@1",
         "gemini@2",
         "openai-chat@1",
         "openai-responses@2",

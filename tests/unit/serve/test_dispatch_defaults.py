@@ -17,8 +17,8 @@ from turnledger.serve.dispatch_defaults import DispatchDefaults, check_dispatch_
 
 ADAPTERS = (
     "anthropic-messages@0, anthropic-messages@1, anthropic-messages@2, anthropic-messages@3, "
-    "bedrock-converse@1, gemini@1, gemini@2, gemini@3, openai-chat@1, openai-chat@2, openai-responses@1, "
-    "openai-responses@2, openai-responses@3, openai-responses@4"
+    "bedrock-converse@1, bedrock-converse@2, gemini@1, gemini@2, gemini@3, openai-chat@1, openai-chat@2, "
+    "openai-responses@1, openai-responses@2, openai-responses@3, openai-responses@4"
 )
 ANTHROPIC_MODELS = (
     "the registry's anthropic models: anthropic/claude-3-5-haiku, anthropic/claude-3-7-sonnet, "
