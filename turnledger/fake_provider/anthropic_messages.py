@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
@@ -125,15 +126,21 @@ def _holds_result(message: Any) -> bool:
     )
 
 
-def unthought_loop(body: dict[str, Any]) -> BadRequestError | None:
-    """The refusal of a request that turns thinking on in a tool loop whose first assistant message does
-    not start with a thinking block, or None. The loop runs back from the last message, a user message
-    with a tool result, to the last user message without one."""
-    thinking = body.get("thinking")
-    if not isinstance(thinking, dict) or thinking.get("type") not in THINKING_ON:
+def _first_type(content: Any) -> str:
+    first = content[0] if isinstance(content, list) and content else None
+    return str(first.get("type")) if isinstance(first, dict) else "text"
+
+
+def loop_opened_without_thinking(
+    messages: Any, holds_result: Callable[[Any], bool], first_type: Callable[[Any], str]
+) -> tuple[int, str] | None:
+    """Claude's rule over a request's messages, thinking on: the index of the assistant message the
+    current tool loop opened with and the type of its first block (`first_type` of its content, in
+    Anthropic's names), when that is no thinking block; else None. The loop runs back from the last
+    message, a user message with a tool result (`holds_result`), to the last user message without one."""
+    if not isinstance(messages, list) or not messages:
         return None
-    messages = body.get("messages") or []
-    if not messages or not _holds_result(messages[-1]) or messages[-1].get("role") != "user":
+    if not holds_result(messages[-1]) or messages[-1].get("role") != "user":
         return None
     opening: int | None = None
     for i in range(len(messages) - 1, -1, -1):
@@ -142,16 +149,24 @@ def unthought_loop(body: dict[str, Any]) -> BadRequestError | None:
             break
         if message.get("role") == "assistant":
             opening = i
-        elif not _holds_result(message):
+        elif not holds_result(message):
             break
     if opening is None:
         return None
-    content = messages[opening].get("content")
-    first = content[0] if isinstance(content, list) and content else None
-    found = first.get("type") if isinstance(first, dict) else "text"
-    if found in THINKING_TYPES:
+    found = first_type(messages[opening].get("content"))
+    return None if found in THINKING_TYPES else (opening, found)
+
+
+def unthought_loop(body: dict[str, Any]) -> BadRequestError | None:
+    """The refusal of a request that turns thinking on in a tool loop whose first assistant message does
+    not start with a thinking block, or None."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") not in THINKING_ON:
         return None
-    return BadRequestError(LOOP_WITHOUT_THINKING.format(index=opening, found=found))
+    found = loop_opened_without_thinking(body.get("messages"), _holds_result, _first_type)
+    if found is None:
+        return None
+    return BadRequestError(LOOP_WITHOUT_THINKING.format(index=found[0], found=found[1]))
 
 
 def _check_id(value: Any, where: str) -> None:

@@ -15,7 +15,12 @@ contentBlockStop (tests/fixtures/streams/bedrock_reasoning_tool_use.eventstream)
 only this API mints and checks, over the reasoning text (signatures.py): a request whose history holds
 another is refused, a ValidationException "The model returned the following errors:
 messages.N.content.M: Invalid signature in thinking block". An error answer names its type in the
-`x-amzn-errortype` header (refusals.py). A refused
+`x-amzn-errortype` header (refusals.py). Thinking on, a tool loop whose first assistant message does
+not start with a reasoning block is refused as Claude refuses it through Bedrock (`unthought_loop`): a
+ValidationException "The model returned the following errors: messages.N.content.0.type: Expected
+`thinking` or `redacted_thinking`, but found `tool_use`. ..." (anomalyco/opencode#3077,
+langchain-ai/langchain-aws#844), Claude's words and block types, Anthropic's rule
+(`anthropic_messages.loop_opened_without_thinking`). A refused
 answer ends with `messageStop{stopReason: "guardrail_intervened"}`, a guardrail's stop (StopReason of
 https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_MessageStopEvent.html); one the
 output limit cut in a call closes the cut call's block and stops with `max_tokens` (the same page).
@@ -26,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from turnledger.fake_provider.anthropic_messages import LOOP_WITHOUT_THINKING, loop_opened_without_thinking
 from turnledger.fake_provider.api import ApiSpec, ScriptContext, output_tokens
 from turnledger.fake_provider.errors import BadRequestError
 from turnledger.fake_provider.eventstream import EventStreamEvent
@@ -68,11 +74,14 @@ def parse(body: dict[str, Any]) -> Conversation:
                     )
                     if kind == "toolUse":
                         names[str(inner["toolUseId"])] = str(inner.get("name"))
-    thinking = (body.get("additionalModelRequestFields") or {}).get("thinking") or {}
+    thinking = _thinking_on(body)
+    refusal = unthought_loop(body) if thinking else None
+    if refusal is not None:
+        raise refusal
     conv: dict[str, Any] = {
         "model": str(body.get("model", "bedrock-fake")),
         "tools": tools,
-        "thinking": isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"),
+        "thinking": thinking,
     }
     last = messages[-1]
     if last.get("role") != "user":
@@ -92,6 +101,41 @@ def parse(body: dict[str, Any]) -> Conversation:
         return Conversation(last=LastTurn.TOOL_RESULTS, results=results, **conv)
     return Conversation(
         last=LastTurn.USER_TEXT, user_text=content_text(blocks), last_user_part=last_text_part(blocks), **conv
+    )
+
+
+def _thinking_on(body: dict[str, Any]) -> bool:
+    """Does the request ask Claude to think (`additionalModelRequestFields.thinking` enabled or adaptive)?"""
+    fields = body.get("additionalModelRequestFields")
+    thinking = fields.get("thinking") if isinstance(fields, dict) else None
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+CLAUDE_TYPES = {"reasoningContent": "thinking", "toolUse": "tool_use", "toolResult": "tool_result"}
+"""A Converse content block's key → the type Claude's refusal names it by (a text block, and any other,
+is `text`)."""
+
+
+def _holds_result(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(isinstance(b, dict) and "toolResult" in b for b in content)
+
+
+def _first_type(content: Any) -> str:
+    first = content[0] if isinstance(content, list) and content else None
+    key = next(iter(first), "text") if isinstance(first, dict) else "text"
+    return CLAUDE_TYPES.get(key, "text")
+
+
+def unthought_loop(body: dict[str, Any]) -> BadRequestError | None:
+    """The ValidationException of a thinking request whose current tool loop's first assistant message
+    does not start with a reasoning block, or None."""
+    found = loop_opened_without_thinking(body.get("messages"), _holds_result, _first_type)
+    if found is None:
+        return None
+    return BadRequestError(
+        "The model returned the following errors: "
+        + LOOP_WITHOUT_THINKING.format(index=found[0], found=found[1])
     )
 
 

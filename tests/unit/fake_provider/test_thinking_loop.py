@@ -4,13 +4,17 @@ message does not start with a thinking block, with the API's 400 and the message
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import botocore.exceptions
 import pytest
 
-from tests.unit.fake_provider.test_signatures import ANTHROPIC_ASK, anthropic_history, post
-from turnledger.fake_provider import FakeProvider
+from tests.unit.fake_provider.test_sdk_clients import _bedrock_client
+from tests.unit.fake_provider.test_signatures import ANTHROPIC_ASK, SEED, _converse, anthropic_history, post
+from turnledger.fake_provider import FakeProvider, bedrock
 from turnledger.fake_provider.anthropic_messages import LOOP_WITHOUT_THINKING, unthought_loop
+from turnledger.fake_provider.errors import BadRequestError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -110,3 +114,89 @@ def test_an_assistant_message_of_plain_text_or_nothing_is_found_text() -> None:
 def test_a_message_that_is_not_an_object_ends_the_walk() -> None:
     assert unthought_loop(request("junk", RESULT)) is None  # type: ignore[arg-type]
     assert refused_at(1, "tool_use", request("junk", said(CALL), RESULT))  # type: ignore[arg-type]
+
+
+# Bedrock: the same rule, Claude's words in a ValidationException (anomalyco/opencode#3077,
+# langchain-ai/langchain-aws#844: "The model returned the following errors: messages.1.content.0.type:
+# Expected `thinking` or `redacted_thinking`, but found `tool_use`. ...").
+
+BEDROCK_REFUSAL_1 = "The model returned the following errors: " + REFUSAL_1
+REASONING = {"reasoningContent": {"reasoningText": {"text": "t", "signature": "s"}}}
+TOOL_USE = {"toolUse": {"toolUseId": "tooluse_1", "name": "get_weather", "input": {}}}
+TOOL_RESULT = {
+    "role": "user",
+    "content": [{"toolResult": {"toolUseId": "tooluse_1", "content": [{"text": "4"}]}}],
+}
+QUESTION = {"role": "user", "content": [{"text": "weather?"}]}
+
+
+def converse(*messages: Any, thinking: Any = ON) -> dict[str, Any]:
+    return {"additionalModelRequestFields": {"thinking": thinking}, "messages": list(messages)}
+
+
+def bedrock_refused_at(index: int, found: str, body: dict[str, Any]) -> bool:
+    with pytest.raises(BadRequestError) as refused:
+        bedrock.parse(body)
+    expected = "The model returned the following errors: " + LOOP_WITHOUT_THINKING.format(
+        index=index, found=found
+    )
+    return (refused.value.message, refused.value.status) == (expected, 400)
+
+
+def test_bedrock_refuses_a_thinking_loop_that_did_not_open_with_reasoning() -> None:
+    refusal = bedrock.unthought_loop(converse(QUESTION, said(TOOL_USE), TOOL_RESULT))
+    assert refusal is not None and refusal.message == BEDROCK_REFUSAL_1
+    assert bedrock_refused_at(1, "tool_use", converse(QUESTION, said(TOOL_USE), TOOL_RESULT))
+    assert bedrock_refused_at(1, "text", converse(QUESTION, said({"text": "hm"}, TOOL_USE), TOOL_RESULT))
+    assert bedrock_refused_at(1, "text", converse(QUESTION, said(), TOOL_RESULT))
+    assert bedrock_refused_at(1, "text", converse(QUESTION, said("x"), TOOL_RESULT))  # type: ignore[arg-type]
+    adaptive = converse(QUESTION, said(TOOL_USE), TOOL_RESULT, thinking={"type": "adaptive"})
+    assert bedrock_refused_at(1, "tool_use", adaptive)
+    later = converse(QUESTION, said(TOOL_USE), TOOL_RESULT, said(REASONING, TOOL_USE), TOOL_RESULT)
+    assert bedrock_refused_at(1, "tool_use", later)
+
+
+def test_bedrock_takes_a_loop_opened_with_reasoning_and_what_is_no_loop_or_does_not_think() -> None:
+    taken = [
+        converse(QUESTION, said(REASONING, TOOL_USE), TOOL_RESULT, said(TOOL_USE), TOOL_RESULT),
+        converse(QUESTION, said(TOOL_USE), TOOL_RESULT, said({"text": "4C"}), QUESTION),
+        converse(QUESTION, said(TOOL_USE), TOOL_RESULT, thinking={"type": "disabled"}),
+        converse(QUESTION, said(TOOL_USE), TOOL_RESULT, thinking="enabled"),
+        {"messages": [QUESTION, said(TOOL_USE), TOOL_RESULT]},
+        {"additionalModelRequestFields": "thinking", "messages": [QUESTION, said(TOOL_USE), TOOL_RESULT]},
+    ]
+    assert [bedrock.parse(body).thinking for body in taken] == [True, True, False, False, False, False]
+    assert [bedrock.unthought_loop(body) for body in taken[:2]] == [None, None]
+
+
+def test_bedrock_names_the_first_block_by_claude_s_type() -> None:
+    assert [bedrock._first_type(c) for c in ([REASONING], [TOOL_USE], [{"text": "x"}], [{"image": {}}])] == [
+        "thinking",
+        "tool_use",
+        "text",
+        "text",
+    ]
+    assert [bedrock._first_type(c) for c in ([], None, ["x"], [{}])] == ["text"] * 4
+    assert bedrock._holds_result(TOOL_RESULT) and not bedrock._holds_result(QUESTION)
+    assert not bedrock._holds_result({"content": "x"}) and not bedrock._holds_result("x")
+
+
+async def test_bedrock_refuses_an_answer_sent_back_without_its_reasoning_over_http() -> None:
+    async with FakeProvider(seed=SEED) as fp:
+        client = _bedrock_client(fp.base_url, fp.keys.aws_access_key_id, fp.keys.aws_secret_access_key)
+        ask = [{"role": "user", "content": [{"text": "weather in Oslo?"}]}]
+        content = (await asyncio.to_thread(_converse, client, ask))["output"]["message"]["content"]
+        assert "reasoningContent" in content[0]
+        results = [{"toolResult": {"toolUseId": b["toolUse"]["toolUseId"], "content": [{"text": "4"}]}}
+                   for b in content if "toolUse" in b]  # fmt: skip
+        stripped = [*ask, {"role": "assistant", "content": content[1:]}, {"role": "user", "content": results}]
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            await asyncio.to_thread(_converse, client, stripped)
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        first = next(iter(content[1]))
+        found = {"text": "text", "toolUse": "tool_use"}[first]
+        assert refused.value.response["Error"] == {
+            "Code": "ValidationException",
+            "Message": "The model returned the following errors: "
+            + LOOP_WITHOUT_THINKING.format(index=1, found=found),
+        }

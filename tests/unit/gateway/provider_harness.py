@@ -45,6 +45,7 @@ LATEST = {
     "openai-responses@4": ("openai", "openai/o4-mini@2025-04", "/v1/responses"),
     "gemini@3": APIS["gemini@2"],
     "anthropic-messages@3": APIS["anthropic-messages@2"],
+    "bedrock-converse@2": APIS["bedrock-converse@1"],
 }
 """Adapters newer than those every API's tests run (test_signatures_worker.py)."""
 

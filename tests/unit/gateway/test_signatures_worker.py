@@ -10,7 +10,9 @@ requires signatures as Gemini 3 does (`FakeProvider(gemini_strict_signatures=Tru
 stand-in on its first call; gemini@3 asked, by its `thinking_config` policy, for Gemini's thoughts gets
 them, and sends back the signature that came with them; a tool loop another API opened, or Claude without
 thinking, continues on anthropic-messages@3 with a thinking policy, which sends that request without
-`thinking` (with it, the fake refuses the request, as Anthropic does)."""
+`thinking` (with it, the fake refuses the request, as Anthropic does); on bedrock-converse@2 alike, which
+leaves out `additionalModelRequestFields.thinking` (the fake Bedrock refuses it with a
+ValidationException)."""
 
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ import pytest
 from tests.unit.fake_provider.test_signatures import post
 from tests.unit.gateway.provider_harness import Harness, harness
 from turnledger.adapters.anthropic_messages import ANTHROPIC_MESSAGES_V3, RULES_V3
+from turnledger.adapters.bedrock_converse import BEDROCK_CONVERSE_V2
+from turnledger.adapters.bedrock_converse import RULES_V2 as BEDROCK_RULES_V2
 from turnledger.adapters.profiles import api_of
-from turnledger.fake_provider import gemini
+from turnledger.fake_provider import bedrock, gemini
 from turnledger.fake_provider.anthropic_messages import LOOP_WITHOUT_THINKING, unthought_loop
 from turnledger.fake_provider.gemini import MISSING_SIGNATURE, unsigned_step
 from turnledger.fake_provider.signatures import Signed
@@ -382,4 +386,80 @@ async def test_a_loop_claude_opened_with_thinking_keeps_thinking_on_anthropic_3(
         body = json.loads(sent)
         assert body["thinking"] == THINKING["thinking"]
         assert body["messages"][1]["content"][0]["signature"] == answer.blocks[0].signature
+        assert h.assistant_turns("c1")[-1].blocks[0].kind == BlockKind.THINKING
+
+
+BEDROCK_THINKING: Mapping[str, Any] = {
+    "additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 256}}
+}
+"""The dispatch policy of a Claude on Bedrock asked to think (bedrock-converse@2 sends it)."""
+
+BEDROCK_REFUSAL = "The model returned the following errors: " + LOOP_WITHOUT_THINKING.format(
+    index=1, found="tool_use"
+)
+
+
+async def test_a_loop_another_api_opened_continues_on_bedrock_2_without_thinking() -> None:
+    """bedrock-converse@2 leaves `additionalModelRequestFields.thinking` out of that request, and it
+    commits at its first try; the same body with it is what the provider refuses."""
+    async for h in harness(tools_run=True):
+        answer = await opened_elsewhere(h, "openai-chat@2")
+        await h.request("c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+        [text] = [b for b in h.assistant_turns("c1")[-1].blocks if b.kind == BlockKind.TEXT]
+        calls = [b for b in answer.blocks if b.kind == BlockKind.TOOL_CALL]
+        assert text.text is not None and text.text.count(" returned: ") == len(calls)
+        _, sent = h.posts()
+        body = json.loads(sent)
+        assert "additionalModelRequestFields" not in body
+        assert list(body["messages"][1]["content"][0]) == ["toolUse"]
+        fields = {"additionalModelRequestFields": BEDROCK_THINKING["additional_model_request_fields"]}
+        refusal = bedrock.unthought_loop({**body, **fields})
+        assert refusal is not None and refusal.message == BEDROCK_REFUSAL
+
+
+async def test_without_the_rule_bedrock_2_sends_thinking_and_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bedrock-converse@2 with the rule taken out: the request turns thinking on, Bedrock refuses it (a
+    ValidationException), and the operation ends CANCELLED PROVIDER_REFUSED, not sent again."""
+    unruled = dataclasses.replace(BEDROCK_RULES_V2, policy_without_loop_thinking=())
+    monkeypatch.setattr(BEDROCK_CONVERSE_V2, "rules", unruled)
+    async for h in harness(tools_run=True):
+        await opened_elsewhere(h, "openai-chat@2")
+        await h.request("c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING)
+        final = await h.settled("c1", "op-2")
+        assert (final.state, final.reason, final.attempt_generation) == (
+            S.CANCELLED,
+            ReasonCode.PROVIDER_REFUSED,
+            1,
+        )
+        assert final.detail == (
+            "worker gave up: the provider refused the request (HTTP 400 ValidationException); "
+            "not sent again: it would be too"
+        )
+        _, refused = h.posts()
+        body = json.loads(refused)
+        assert body["additionalModelRequestFields"] == BEDROCK_THINKING["additional_model_request_fields"]
+        refusal = bedrock.unthought_loop(body)
+        assert refusal is not None and refusal.message == BEDROCK_REFUSAL
+
+
+async def test_a_loop_claude_opened_with_thinking_on_bedrock_keeps_thinking_on_bedrock_2() -> None:
+    """Its reasoning goes back signed, so the request keeps `thinking`, and Claude thinks again."""
+    async for h in harness(tools_run=True):
+        await h.converse("c1", "bedrock-converse@2", policy=BEDROCK_THINKING)
+        assert (await h.settled("c1", "op-1")).state == S.COMMITTED
+        [answer] = h.assistant_turns("c1")
+        assert answer.blocks[0].kind == BlockKind.THINKING
+        assert answer.blocks[0].signed_by == "bedrock-converse"
+        await h.request("c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING)
+        second = await h.settled("c1", "op-2")
+        assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
+        _, sent = h.posts()
+        body = json.loads(sent)
+        assert body["additionalModelRequestFields"] == BEDROCK_THINKING["additional_model_request_fields"]
+        reasoning = body["messages"][1]["content"][0]["reasoningContent"]["reasoningText"]
+        assert reasoning["signature"] == answer.blocks[0].signature
         assert h.assistant_turns("c1")[-1].blocks[0].kind == BlockKind.THINKING
