@@ -11,10 +11,10 @@ Thinking: a moving conversation asks each API to think where the API's current a
 for it (`THINKING_POLICIES`), so its answers carry signatures: OpenAI Responses' `reasoning` with
 `include: ["reasoning.encrypted_content"]` (openai-responses@3), Gemini's `thinking_config` with
 `includeThoughts` (gemini@3: its thought parts, and the signature on the answer's first call, which the
-demo's Gemini signs anyway as Gemini 3 does, `gemini_strict_signatures`). bedrock-converse@1 passes no
-`additionalModelRequestFields`, so it is not asked; OpenAI Chat takes no reasoning input. Anthropic's
-`thinking` (anthropic-messages@3, which leaves it out of a request in a tool loop another API opened, as
-Anthropic refuses thinking there).
+demo's Gemini signs anyway as Gemini 3 does, `gemini_strict_signatures`), Anthropic's `thinking`
+(anthropic-messages@3) and Claude's on Bedrock, `additional_model_request_fields.thinking`
+(bedrock-converse@2): both leave it out of a request in a tool loop another API opened, as Claude refuses
+thinking there. OpenAI Chat takes no reasoning input.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any
 from turnledger.adapters.registry import LATEST
 
 THINKING_MAX_OUTPUT_TOKENS = 2048
-"""The output budget of a dispatch that asks to think: Anthropic takes `budget_tokens` of at least 1,024
-and refuses a `max_tokens` that is not above it (the demo's other dispatches ask for 512)."""
+"""The output budget of a dispatch that asks to think: Claude (on Anthropic's API and on Bedrock) takes
+`budget_tokens` of at least 1,024 and refuses a `max_tokens` that is not above it (the demo's other
+dispatches ask for 512)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ THINKING_POLICIES: dict[str, dict[str, Any]] = {
         "include": ["reasoning.encrypted_content"],
     },
     "gemini": {"thinking_config": {"includeThoughts": True}},
+    "bedrock-converse": {
+        "additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    },
 }
 """The dispatch policy that asks an API to think, by API, for the APIs whose current adapter passes one."""
 

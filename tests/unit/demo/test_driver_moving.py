@@ -72,10 +72,11 @@ async def test_a_moving_conversation_sends_each_dispatch_to_the_next_api_asking_
          {**stream_policy(LATEST["anthropic-messages"]), **THINKING_POLICIES["anthropic-messages"]}),
         (LATEST["openai-responses"], "openai", "openai/o4-mini@2025-04", RESPONSES_POLICY),
         (LATEST["gemini"], "google", "google/gemini-2.5-pro@2025-06", THINKING_POLICIES["gemini"]),
-        (LATEST["bedrock-converse"], "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05", {}),
+        (LATEST["bedrock-converse"], "bedrock", "bedrock/anthropic.claude-sonnet-4@2025-05",
+         THINKING_POLICIES["bedrock-converse"]),
     ]  # fmt: skip
     budgets = [e.max_output_tokens for e in client.events if isinstance(e, DispatchRequested)]
-    assert budgets == [THINKING_MAX_OUTPUT_TOKENS] * 3 + [512]  # Bedrock is not asked to think
+    assert budgets == [THINKING_MAX_OUTPUT_TOKENS] * 4
     s = driver.stats
     assert (len(s.moving), s.api_changes, s.dispatches, s.tool_rounds, s.completed) == (1, 3, 4, 2, 1)
     assert s.moving == [client.events[0].conversation_id]

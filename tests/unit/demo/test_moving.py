@@ -99,16 +99,22 @@ def test_the_thinking_policies_per_api() -> None:
             "include": ["reasoning.encrypted_content"],
         },
         "gemini": {"thinking_config": {"includeThoughts": True}},
-        "bedrock-converse": {},
+        "bedrock-converse": {
+            "additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+        },
         "openai-chat": {},
     }
 
 
-def test_a_thinking_dispatch_has_room_above_anthropics_budget() -> None:
-    """Anthropic refuses `max_tokens` not above `budget_tokens` (at least 1,024)."""
-    budget = THINKING_POLICIES["anthropic-messages"]["thinking"]["budget_tokens"]
-    assert budget >= 1024
-    assert budget < THINKING_MAX_OUTPUT_TOKENS
+def test_a_thinking_dispatch_has_room_above_claude_s_budget() -> None:
+    """Claude refuses `max_tokens` not above `budget_tokens` (at least 1,024), on Anthropic's API and on
+    Bedrock."""
+    budgets = [
+        THINKING_POLICIES["anthropic-messages"]["thinking"]["budget_tokens"],
+        THINKING_POLICIES["bedrock-converse"]["additional_model_request_fields"]["thinking"]["budget_tokens"],
+    ]
+    assert budgets == [1024, 1024]
+    assert max(budgets) < THINKING_MAX_OUTPUT_TOKENS
 
 
 def test_a_thinking_policy_is_a_fresh_copy() -> None:
@@ -143,7 +149,7 @@ def test_each_api_thinks_exactly_when_the_demo_asks_it_to(api: str) -> None:
     """A policy key the current adapter does not pass would be dropped without a word: the fake provider,
     which reads a request as the API does, is what says whether the request asks to think."""
     _, thinks = _asked(api, thinking_policy(api))
-    assert thinks is (api in ("anthropic-messages", "openai-responses", "gemini"))
+    assert thinks is (api != "openai-chat")
 
 
 def test_the_responses_request_asks_for_the_reasoning_items_content() -> None:
@@ -155,6 +161,14 @@ def test_the_responses_request_asks_for_the_reasoning_items_content() -> None:
 def test_the_gemini_request_asks_for_its_thoughts() -> None:
     body, _ = _asked("gemini", thinking_policy("gemini"))
     assert body["generationConfig"] == {"maxOutputTokens": 512, "thinkingConfig": {"includeThoughts": True}}
+
+
+def test_the_bedrock_request_asks_claude_to_think() -> None:
+    """bedrock-converse@2 passes the policy's `additional_model_request_fields` at the body's root
+    (version 1 dropped it)."""
+    body, _ = _asked("bedrock-converse", thinking_policy("bedrock-converse"))
+    assert body["additionalModelRequestFields"] == {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    assert body["inferenceConfig"] == {"maxTokens": 512}
 
 
 def test_the_anthropic_request_asks_to_think() -> None:
