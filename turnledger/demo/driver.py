@@ -80,6 +80,43 @@ def throttled(seed: int, index: int, rate: float) -> bool:
     return random.Random(f"{seed}:throttle:{index}").random() < rate
 
 
+def cancels(seed: int, index: int, rate: float) -> bool:
+    """Does conversation `index` cancel its first dispatch mid-stream (a draw of its own)?"""
+    return random.Random(f"{seed}:cancel:{index}").random() < rate
+
+
+def interjects(seed: int, index: int, rate: float, cancel_rate: float) -> bool:
+    """Does conversation `index` speak again mid-stream (never one that cancels)?"""
+    return (
+        not cancels(seed, index, cancel_rate) and random.Random(f"{seed}:interject:{index}").random() < rate
+    )
+
+
+def limit_marker(index: int) -> str:
+    """Text in the first user turn of the conversation whose first answer the provider cuts at the output
+    limit inside a call (`FaultPlan.first_with_marker`, `max_tokens_in_call`)."""
+    return f"[demo: output limit {index}]"
+
+
+def limited_conversation(
+    seed: int, conversations: int, *, cancel_rate: float, interject_rate: float, throttle_rate: float
+) -> int | None:
+    """The first conversation that neither cancels, speaks mid-stream nor meets a 429: its first dispatch
+    offers tools, which the fake model answers with calls, so a cut inside a call always applies (a
+    fault scripted by request number met a text answer when that request was a tool round's reply, and
+    was then not applied at all)."""
+    return next(
+        (
+            i
+            for i in range(conversations)
+            if not cancels(seed, i, cancel_rate)
+            and not interjects(seed, i, interject_rate, cancel_rate)
+            and not throttled(seed, i, throttle_rate)
+        ),
+        None,
+    )
+
+
 ADAPTERS: tuple[tuple[str, str, str], ...] = (
     ("anthropic-messages@3", "anthropic", "anthropic/claude-sonnet-4@2025-05"),
     ("openai-chat@2", "openai", "openai/gpt-4o@2024-08"),
@@ -144,6 +181,7 @@ class Driver:
         interject_rate: float = 0.0,
         throttle_rate: float = 0.0,
         move_rate: float = 0.0,
+        limited_conversation: int | None = None,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
         settle_within_ms: int | None = None,
@@ -157,6 +195,7 @@ class Driver:
         self.interject_rate = interject_rate
         self.throttle_rate = throttle_rate
         self.move_rate = move_rate
+        self.limited_conversation = limited_conversation
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
         self.settle_within_ms = settle_within_ms
@@ -201,10 +240,8 @@ class Driver:
         conv = f"conv-{index:05d}-{uuid.uuid4().hex[:6]}"
         adapter, provider, model = ADAPTERS[index % len(ADAPTERS)]
         answered: list[ToolResult] = []
-        cancel = random.Random(f"{self.seed}:cancel:{index}").random() < self.cancel_rate
-        interject = (
-            not cancel and random.Random(f"{self.seed}:interject:{index}").random() < self.interject_rate
-        )
+        cancel = cancels(self.seed, index, self.cancel_rate)
+        interject = interjects(self.seed, index, self.interject_rate, self.cancel_rate)
         throttle = throttled(self.seed, index, self.throttle_rate)
         self.stats.throttled += throttle
         move = not cancel and not interject and moves(self.seed, index, self.move_rate)
@@ -216,6 +253,8 @@ class Driver:
             question = QUESTIONS[(index + turn) % len(QUESTIONS)]
             if throttle and turn == 0:
                 question = f"{throttled_marker(index)} {question}"
+            if index == self.limited_conversation and turn == 0:
+                question = f"{limit_marker(index)} {question}"
             slow = cancel or interject
             await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if slow else question)
             self.stats.user_turns += 1

@@ -36,6 +36,8 @@ from turnledger.demo.driver import (
     SLOW_MARKER,
     Driver,
     DriverStats,
+    limit_marker,
+    limited_conversation,
     throttled,
     throttled_marker,
 )
@@ -200,6 +202,7 @@ async def run_demo(
                     interject_rate=options.interject_rate,
                     throttle_rate=options.throttle_rate,
                     move_rate=options.move_rate,
+                    limited_conversation=_limited(options),
                     op_timeout_s=options.op_timeout_s,
                 )
                 for stream in OBSERVED_STREAMS:
@@ -320,20 +323,45 @@ def _by_api(requests: list[ReceivedRequest]) -> dict[str, int]:
     return dict(counts)
 
 
+def _limited(options: DemoOptions) -> int | None:
+    """With every fault kind: the conversation whose first answer is cut inside a call (`driver.py`)."""
+    if not options.every_fault_kind:
+        return None
+    return limited_conversation(
+        options.seed,
+        options.conversations,
+        cancel_rate=options.cancel_rate,
+        interject_rate=options.interject_rate,
+        throttle_rate=options.throttle_rate,
+    )
+
+
+BY_MARKER_ONLY = frozenset({FaultKind.MAX_TOKENS_IN_CALL})
+"""Kinds the every-fault-kind run scripts by a conversation's marker, not by request number: they apply
+only to an answer with a call."""
+
+
 def _fault_plan(options: DemoOptions) -> FaultPlan:
     rates = FaultPlan.uniform(options.fault_rate).rates if options.fault_rate > 0 else {}
-    scripted = {i: (Fault(kind),) for i, kind in enumerate(FaultKind)} if options.every_fault_kind else {}
+    scripted = (
+        {i: (Fault(kind),) for i, kind in enumerate(FaultKind) if kind not in BY_MARKER_ONLY}
+        if options.every_fault_kind
+        else {}
+    )
     slow = (
         {SLOW_MARKER: (Fault(FaultKind.SLOW, options.slow_ms),)}
         if options.cancel_rate or options.interject_rate
         else {}
     )
     throttle = Fault(FaultKind.RATE_LIMITED, options.throttle_ms)
-    throttles = {
+    throttles: dict[str, tuple[Fault, ...]] = {
         throttled_marker(i): (throttle,)
         for i in range(options.conversations)
         if throttled(options.seed, i, options.throttle_rate)
     }
+    limited = _limited(options)
+    if limited is not None:
+        throttles[limit_marker(limited)] = tuple(Fault(kind) for kind in sorted(BY_MARKER_ONLY))
     return FaultPlan(rates=rates, by_request=scripted, by_last_user_marker=slow, first_with_marker=throttles)
 
 
