@@ -9,7 +9,10 @@ shared: new adapter versions copy `id_rule` into their rules (so into their dige
 
 Facts (provider-formats.md): only an OpenAI Responses request with `"background": true`
 and `"stream": true` is kept by the provider and can be streamed again by its id;
-every other stream is gone with its connection. Gemini and Bedrock stream by
+every other stream is gone with its connection. Background mode keeps the response
+data for about 10 minutes whatever `store` says (OpenAI's background-mode guide:
+"not Zero Data Retention (ZDR) compatible"), so a dispatch that asks for `store: false`
+is sent without it and is not resumed (`ResumeRule.ruled_out_by`). Gemini and Bedrock stream by
 endpoint (no body flag); Bedrock's stream is the binary AWS event stream and carries
 no response id, so its handle is the `x-amzn-RequestId` response header. None of the
 five APIs documents replay by idempotency key (the pinned SDKs set no idempotency
@@ -47,11 +50,16 @@ class AuthScheme(StrEnum):
 @dataclass(frozen=True)
 class ResumeRule:
     """A kept response is read again with GET `path` (`{handle}` filled) when every flag is true, and
-    stopped at the provider with POST `cancel_path` (how a cancelled attempt is confirmed terminated)."""
+    stopped at the provider with POST `cancel_path` (how a cancelled attempt is confirmed terminated).
+
+    `ruled_out_by`: (key, value) pairs of a dispatch policy, or a request body, that rule keeping out:
+    the stream policy of such a dispatch leaves out the flags only keeping needs (every flag but the
+    stream flag), and such a request is not resumable whatever its flags say."""
 
     path: str
     requires_flags: tuple[str, ...]
     cancel_path: str | None = None
+    ruled_out_by: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,9 +79,21 @@ class ProviderProfile:
     fixed_headers: Mapping[str, str] = field(default_factory=dict)  # defaults; configuration may override
     signing_service: str | None = None  # SigV4 service name
 
-    def stream_policy(self) -> dict[str, Any]:
-        """The dispatch policy that makes this API's adapter render a streaming request (a fresh copy)."""
-        return copy.deepcopy(dict(self.stream_policy_data))
+    def stream_policy(self, policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The dispatch policy that makes this API's adapter render a streaming request (a fresh copy),
+        for a dispatch of `policy`: one that rules keeping out gets none of the flags only keeping needs."""
+        data = copy.deepcopy(dict(self.stream_policy_data))
+        if self.resume is not None and self.rules_out_keeping(policy):
+            for flag in self.resume.requires_flags:
+                if flag != self.stream_flag:
+                    data.pop(flag, None)
+        return data
+
+    def rules_out_keeping(self, values: Mapping[str, Any] | None) -> bool:
+        """Does this policy or body hold a value that rules keeping the response out?"""
+        if self.resume is None or values is None:
+            return False
+        return any(values.get(key) is value for key, value in self.resume.ruled_out_by)
 
     def path_for(self, model: str) -> str:
         return self.request_path.format(model=quote(model, safe=""))
@@ -94,7 +114,7 @@ class ProviderProfile:
 
     def resumable(self, body: Mapping[str, Any] | None) -> bool:
         """Can a broken stream of this exact request be read again from its handle?"""
-        if self.resume is None or body is None:
+        if self.resume is None or body is None or self.rules_out_keeping(body):
             return False
         return all(body.get(flag) is True for flag in self.resume.requires_flags)
 
@@ -129,10 +149,14 @@ _PROFILES: tuple[ProviderProfile, ...] = (
         framing=Framing.SSE,
         auth=AuthScheme.BEARER,
         id_rule=OPENAI_RESPONSES_IDS,
-        # background mode is what makes a Responses stream resumable by its id after a disconnect
+        # background mode is what makes a Responses stream resumable by its id after a disconnect; it
+        # keeps the response for a while even with `store: false`, which asks that nothing be kept
         stream_policy_data={"stream": True, "background": True},
         resume=ResumeRule(
-            "/v1/responses/{handle}?stream=true", ("stream", "background"), "/v1/responses/{handle}/cancel"
+            "/v1/responses/{handle}?stream=true",
+            ("stream", "background"),
+            "/v1/responses/{handle}/cancel",
+            ruled_out_by=(("store", False),),
         ),
         wire_sequence_field="sequence_number",
     ),

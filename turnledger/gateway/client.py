@@ -17,7 +17,7 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -85,14 +85,20 @@ log = logging.getLogger(__name__)
 E = TypeVar("E", bound=IngressEvent)
 
 
-def stream_policy(adapter: str) -> dict[str, Any]:
+def stream_policy(adapter: str, policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The dispatch policy that makes the adapter render a streaming request (the worker only streams).
 
     The adapters render it into the request bytes (so into the manifest digest); it is the API's
-    profile's (adapters/profiles.py): APIs that stream by endpoint (Gemini, Bedrock) need nothing.
-    An adapter of an unknown API gets none (the fold rejects the adapter)."""
+    profile's (adapters/profiles.py): APIs that stream by endpoint (Gemini, Bedrock) need nothing, and
+    a dispatch whose `policy` rules keeping the response out (Responses' `store: false`) gets no
+    background mode. An adapter of an unknown API gets none (the fold rejects the adapter)."""
     profile = PROFILES.get(api_of(adapter))
-    return profile.stream_policy() if profile is not None else {}
+    return profile.stream_policy(policy) if profile is not None else {}
+
+
+def streaming_policy(adapter: str, policy: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A dispatch's `policy` over the adapter's `stream_policy` for it (the dispatch's keys win)."""
+    return {**stream_policy(adapter, policy), **(policy or {})}
 
 
 def new_event_id() -> str:
@@ -487,7 +493,7 @@ class GatewayClient(EventFactory):
         stream: bool = True,
         settle_within_ms: int | None = None,
     ) -> DispatchRequested:
-        """`stream` adds the adapter's `stream_policy` under `policy` (explicit policy keys win);
+        """`stream` adds the adapter's `stream_policy` for `policy` under it (`streaming_policy`);
         `settle_within_ms` bounds how long the operation may stay non-final (the fold's default: 10 min)."""
         stamp = self.stamp(conversation_id)
         refuse_bad_arguments(
@@ -509,7 +515,7 @@ class GatewayClient(EventFactory):
                 ),
             ),
         )
-        policy = {**(stream_policy(adapter) if stream else {}), **(policy or {})}
+        policy = streaming_policy(adapter, policy) if stream else dict(policy or {})
         event = DispatchRequested(
             **stamp,
             operation_id=f"op-{uuid.uuid4().hex[:16]}" if operation_id is None else operation_id,

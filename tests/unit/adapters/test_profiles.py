@@ -47,6 +47,9 @@ def test_only_a_kept_response_has_resume_and_cancel_paths() -> None:
     ("body", "streams", "resumable"),
     [
         ({"stream": True, "background": True}, True, True),
+        ({"stream": True, "background": True, "store": True}, True, True),
+        ({"stream": True, "background": True, "store": False}, True, False),  # asked not to be kept
+        ({"stream": True, "background": True, "store": 0}, True, True),  # `store` is the JSON false or not
         ({"stream": True}, True, False),
         ({"stream": "true", "background": True}, False, False),  # a flag is the JSON true, nothing else
         ({}, False, False),
@@ -67,6 +70,47 @@ def test_a_stream_policy_is_a_fresh_copy_every_time() -> None:
     policy["stream_options"]["include_usage"] = False
     policy["stream"] = False
     assert chat.stream_policy() == {"stream": True, "stream_options": {"include_usage": True}}
+
+
+@pytest.mark.parametrize(
+    ("policy", "stream_policy"),
+    [
+        (None, {"stream": True, "background": True}),
+        ({}, {"stream": True, "background": True}),
+        ({"store": True, "temperature": 0}, {"stream": True, "background": True}),
+        ({"store": False}, {"stream": True}),  # background mode would keep what is asked not to be stored
+        ({"store": None}, {"stream": True, "background": True}),
+    ],
+)
+def test_a_dispatch_asked_not_to_be_stored_gets_no_background_mode(
+    policy: dict[str, object] | None, stream_policy: dict[str, object]
+) -> None:
+    assert RESPONSES.stream_policy(policy) == stream_policy
+    assert RESPONSES.rules_out_keeping(policy) is ("background" not in stream_policy)
+    assert RESPONSES.resumable({**(policy or {}), **stream_policy}) is ("background" in stream_policy)
+
+
+def test_only_the_flags_that_keeping_alone_needs_are_left_out() -> None:
+    """The stream flag stays (the request must still stream), and so does every key the resume rule
+    does not name; an API without a resume rule keeps its whole stream policy."""
+    kept = ProviderProfile(
+        api="kept",
+        request_path="/v1/kept",
+        framing=Framing.SSE,
+        auth=AuthScheme.BEARER,
+        id_rule=IdRule(),
+        stream_flag="streaming",
+        stream_policy_data={"streaming": True, "keep": True, "hold": True, "level": 2},
+        resume=ResumeRule(
+            "/v1/kept/{handle}", ("streaming", "keep", "hold", "absent"), ruled_out_by=(("x", True),)
+        ),
+    )
+    assert kept.stream_policy({"x": True}) == {"streaming": True, "level": 2}
+    assert kept.stream_policy({"x": False}) == {"streaming": True, "keep": True, "hold": True, "level": 2}
+    assert kept.rules_out_keeping({"x": True}) and not kept.rules_out_keeping({"y": True})
+    chat = PROFILES["openai-chat"]
+    assert chat.stream_policy({"store": False}) == {"stream": True, "stream_options": {"include_usage": True}}
+    assert chat.rules_out_keeping({"store": False}) is False
 
 
 def test_a_profile_is_found_by_adapter_id_or_api_and_an_unknown_one_is_named() -> None:

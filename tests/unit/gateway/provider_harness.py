@@ -11,7 +11,7 @@ import httpx
 
 from tests.unit.gateway.ledger import InMemoryLedger
 from turnledger.fake_provider import FakeProvider, FaultPlan, ReceivedRequest
-from turnledger.gateway.client import EventFactory, stream_policy
+from turnledger.gateway.client import EventFactory, streaming_policy
 from turnledger.gateway.endpoints import ProviderRoutes, endpoints_for
 from turnledger.gateway.tool_executor import DEMO_TOOLS, ToolExecutor
 from turnledger.gateway.worker import DispatchWorker, WorkerConfig
@@ -91,7 +91,7 @@ class Harness:
                 model_revision=model,
                 tools=DEMO_TOOLS if tools else (),
                 max_output_tokens=512,
-                policy={**stream_policy(adapter), **(policy or {})},
+                policy=streaming_policy(adapter, policy),
                 settle_within_ms=settle_within_ms,
             )
         )

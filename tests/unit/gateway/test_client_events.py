@@ -17,6 +17,7 @@ from turnledger.gateway.client import (
     encode_for_sending,
     now_ms,
     stream_policy,
+    streaming_policy,
 )
 from turnledger.model.deltas import DeltaType, NormalizedDelta
 from turnledger.model.events import (
@@ -76,6 +77,25 @@ def test_the_stream_policy_is_the_apis_and_none_for_an_unknown_api() -> None:
     assert stream_policy("openai-responses@1") == {"stream": True, "background": True}
     assert stream_policy("gemini@1") == {}
     assert stream_policy("no-such-api@1") == {}
+
+
+def test_a_dispatch_asked_not_to_be_stored_streams_without_background_mode() -> None:
+    """Background mode keeps the response whatever `store` says: `store: false` leaves it out; the
+    dispatch's own keys still win, a `background` it names included."""
+    assert stream_policy("openai-responses@4", {"store": False}) == {"stream": True}
+    assert streaming_policy("openai-responses@4", {"store": False}) == {"stream": True, "store": False}
+    assert streaming_policy("openai-responses@4", {"store": True}) == {
+        "stream": True,
+        "background": True,
+        "store": True,
+    }
+    assert streaming_policy("openai-responses@4", {"store": False, "background": True}) == {
+        "stream": True,
+        "background": True,
+        "store": False,
+    }
+    assert streaming_policy("openai-responses@4", None) == {"stream": True, "background": True}
+    assert streaming_policy("no-such-api@1", {"store": False}) == {"store": False}
 
 
 def test_a_user_turn_is_one_user_text_block(fixed_stamp: None) -> None:

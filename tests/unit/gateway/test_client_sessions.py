@@ -24,6 +24,7 @@ from turnledger.codec import decode
 from turnledger.errors import KafkaUnavailableError
 from turnledger.gateway import client as client_module
 from turnledger.gateway.client import EventFactory, GatewayClient, RefusedEventError, ToolResult
+from turnledger.model.events import DispatchRequested
 from turnledger.model.limits import Limits
 from turnledger.model.reasons import ReasonCode
 from turnledger.model.tools import ToolDefinition
@@ -379,3 +380,31 @@ async def test_the_gateway_calls_append_exactly_the_event_they_return(
         ("conv-1", None, ""),
     ]
     assert [type(e).__name__ for e in sent[4:]] == ["CancelRequested"] * 2
+
+
+async def test_a_responses_dispatch_asked_not_to_be_stored_is_sent_without_background_mode(
+    fake_producers: list[FakeProducer],
+) -> None:
+    """Background mode keeps the response whatever `store` says (adapters/profiles.py): the event asks
+    for a stream alone; without `stream`, the policy is the one given."""
+    client = GatewayClient("127.0.0.1:1")
+    await client.start()
+
+    async def dispatch(policy: dict[str, Any], stream: bool = True) -> DispatchRequested:
+        return await client.request_dispatch(
+            "conv-1",
+            adapter="openai-responses@4",
+            provider="openai",
+            model_revision="o4@1",
+            max_output_tokens=8,
+            policy=policy,
+            stream=stream,
+        )
+
+    streamed = await dispatch({"store": False})
+    stored = await dispatch({"store": True})
+    plain = await dispatch({"store": False}, stream=False)
+    assert [decode(v) for v in fake_producers[0].sent] == [streamed, stored, plain]
+    assert streamed.policy == {"stream": True, "store": False}
+    assert stored.policy == {"stream": True, "background": True, "store": True}
+    assert plain.policy == {"store": False}

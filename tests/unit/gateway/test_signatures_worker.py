@@ -193,9 +193,10 @@ async def test_openai_responses_4_refers_to_that_reasoning_item_by_its_rs_id_and
 async def test_openai_responses_4_asks_for_the_encrypted_content_of_a_request_that_is_not_stored() -> None:
     """With `store: false` nothing can be referred to: @4 adds `include`, so the answer's reasoning item
     comes with its encrypted content and goes back whole; @3 sends the policy as it is, and the next
-    request is refused. (Background mode needs a stored response, so the policy turns it off.)"""
+    request is refused. Neither request is in background mode, which would keep the response (the
+    stream policy leaves it out for `store: false`; the fake refuses the two together)."""
     async for h in harness(tools_run=True):
-        policy = {"reasoning": REASONING["reasoning"], "store": False, "background": False}
+        policy = {"reasoning": REASONING["reasoning"], "store": False}
         await h.converse("c1", "openai-responses@4", policy=policy)
         assert (await h.settled("c1", "op-1")).state == S.COMMITTED
         answer = h.assistant_turns("c1")[0]
@@ -205,6 +206,9 @@ async def test_openai_responses_4_asks_for_the_encrypted_content_of_a_request_th
         second = await h.settled("c1", "op-2")
         assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
         first_post, sent = h.posts()
+        for request in (first_post, sent):
+            body = json.loads(request)
+            assert (body["stream"], body["store"], "background" in body) == (True, False, False)
         assert json.loads(first_post)["include"] == REASONING["include"]
         [reasoning] = [i for i in json.loads(sent)["input"] if i["type"] == "reasoning"]
         assert (reasoning["id"], reasoning["encrypted_content"]) == (thinking.item_id, thinking.signature)
