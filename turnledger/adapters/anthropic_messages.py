@@ -39,6 +39,7 @@ from turnledger.adapters._common import (
 from turnledger.adapters.base import DispatchParams, JsonObject
 from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.policy_rules import CLAUDE_RULES
 from turnledger.adapters.profiles import ANTHROPIC_IDS
 from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
@@ -274,5 +275,5 @@ class AnthropicMessagesAdapter(AdapterBase[AnthropicRules]):
 
 ANTHROPIC_MESSAGES_V1 = AnthropicMessagesAdapter(1, RULES_V1)
 ANTHROPIC_MESSAGES_V2 = AnthropicMessagesAdapter(2, RULES_V2)
-ANTHROPIC_MESSAGES_V3 = AnthropicMessagesAdapter(3, RULES_V3)
+ANTHROPIC_MESSAGES_V3 = AnthropicMessagesAdapter(3, RULES_V3, CLAUDE_RULES)
 ANTHROPIC_MESSAGES_V0 = AnthropicMessagesAdapter(0, RULES_V0)

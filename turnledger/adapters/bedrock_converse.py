@@ -36,6 +36,7 @@ from turnledger.adapters._common import (
 )
 from turnledger.adapters.base import DispatchParams, JsonObject
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.policy_rules import BEDROCK_CLAUDE_RULES
 from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
 from turnledger.adapters.tool_loop import policy_in_loop, unthought_loop
@@ -255,4 +256,4 @@ class BedrockConverseAdapter(AdapterBase[BedrockRules]):
 
 
 BEDROCK_CONVERSE_V1 = BedrockConverseAdapter(1, RULES_V1)
-BEDROCK_CONVERSE_V2 = BedrockConverseAdapter(2, RULES_V2)
+BEDROCK_CONVERSE_V2 = BedrockConverseAdapter(2, RULES_V2, BEDROCK_CLAUDE_RULES)

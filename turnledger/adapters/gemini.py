@@ -43,6 +43,7 @@ from turnledger.adapters._common import (
 from turnledger.adapters.base import JsonObject
 from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.layout import BodyLayout
+from turnledger.adapters.policy_rules import GEMINI_RULES
 from turnledger.adapters.profiles import GEMINI_IDS
 from turnledger.adapters.signatures import FOREIGN_CALL_SIGNATURE, foreign_signature, own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
@@ -275,4 +276,4 @@ def _with_stand_in(
 
 GEMINI_V1 = GeminiAdapter(1, RULES_V1)
 GEMINI_V2 = GeminiAdapter(2, RULES_V2)
-GEMINI_V3 = GeminiAdapter(3, RULES_V3)
+GEMINI_V3 = GeminiAdapter(3, RULES_V3, GEMINI_RULES)

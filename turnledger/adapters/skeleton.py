@@ -46,6 +46,7 @@ from turnledger.adapters.base import (
 )
 from turnledger.adapters.kinds import ASSISTANT, TOOL, USER
 from turnledger.adapters.layout import BodyLayout, request_body
+from turnledger.adapters.policy_rules import PolicyRule, policy_refusal
 from turnledger.adapters.prefix import EMPTY, BlockFacts, RenderCache, RenderedPrefix, facts_of
 from turnledger.adapters.turns import RenderedTurns
 from turnledger.model.canonical import canonical_json, digest_of
@@ -67,9 +68,12 @@ class AdapterBase(ABC, Generic[R]):
     provider: str
     part_renderers: Mapping[str, PartRenderer[R]]  # renderer name (a rules-table value) → function
 
-    def __init__(self, version: int, rules: R) -> None:
+    def __init__(self, version: int, rules: R, policy_rules: tuple[PolicyRule, ...] = ()) -> None:
         self.version = version
         self.rules = rules
+        self.policy_rules = policy_rules
+        """The rows of `adapters/policy_rules.py` that judge the policy this version sends: a check, not
+        rendering, so not in the digest."""
         self.layout = self.body_layout(rules)
         self.adapter_id = f"{self.api}@{self.version}"
         self.render_key = self.adapter_id
@@ -79,6 +83,10 @@ class AdapterBase(ABC, Generic[R]):
     @property
     def digest(self) -> str:
         return self._digest
+
+    def policy_refusal(self, max_output_tokens: int, policy: Mapping[str, Any]) -> str | None:
+        """Why the provider is sure to refuse a request with this policy and output budget, or None."""
+        return policy_refusal(self.policy_rules, max_output_tokens, policy)
 
     @abstractmethod
     def body_layout(self, rules: R) -> BodyLayout:

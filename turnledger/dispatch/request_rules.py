@@ -15,6 +15,12 @@ was prepared for Anthropic: now a provider that is not its adapter's is refused.
 registry does not know is left to UNKNOWN_ADAPTER, and a model of another provider than the
 adapter's to UNKNOWN_MODEL (`adapters/admission.py`), so each request has one refusal.
 
+A policy its adapter sends and the provider is sure to refuse for what it is (a Claude thinking budget
+below 1,024 or not below `maxOutputTokens`, Gemini's thinking budget beside a thinking level, an
+effort OpenAI does not know, ...) was prepared, sent, and ended CANCELLED PROVIDER_REFUSED after a
+round trip. The adapter now judges it (`adapters/policy_rules.py`, the rows its version sends), and
+such a request is refused here; a version that does not send the key takes the request as before.
+
 A DispatchAttempt's `leaseMs` is how long the accepted attempt is its worker's. The fold accepted
 one of 0 or below (a lease that had expired when it was granted: any worker's claim took the attempt
 at once) and one whose end (the attempt's time plus it) is past the largest Avro long, which raised
@@ -77,6 +83,14 @@ def _provider(request: DispatchRequested) -> str | None:
     return f"provider {request.provider!r} is not {adapter.provider!r}, the provider of adapter {adapter_id}"
 
 
+def _policy(request: DispatchRequested) -> str | None:
+    try:
+        adapter = get_adapter(request.adapter)
+    except UnknownAdapterError:
+        return None
+    return adapter.policy_refusal(request.max_output_tokens, request.policy)
+
+
 def _lease(attempt: DispatchAttempt) -> str | None:
     if attempt.lease_ms >= 1:
         return None
@@ -95,6 +109,7 @@ RULES: tuple[Rule[DispatchRequested], ...] = (
     _settle_within,
     _deadline,
     _tool_names,
+    _policy,
 )
 ATTEMPT_RULES: tuple[Rule[DispatchAttempt], ...] = (_lease, _lease_end)
 

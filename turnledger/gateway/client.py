@@ -33,6 +33,7 @@ from aiokafka.errors import (
 from pydantic import ValidationError
 
 from turnledger.adapters.profiles import PROFILES, api_of
+from turnledger.adapters.registry import ADAPTERS
 from turnledger.codec import UnencodableRecord, encode
 from turnledger.errors import GatewayError, KafkaUnavailableError
 from turnledger.gateway.event_arguments import (
@@ -99,6 +100,20 @@ def stream_policy(adapter: str, policy: Mapping[str, Any] | None = None) -> dict
 def streaming_policy(adapter: str, policy: Mapping[str, Any] | None) -> dict[str, Any]:
     """A dispatch's `policy` over the adapter's `stream_policy` for it (the dispatch's keys win)."""
     return {**stream_policy(adapter, policy), **(policy or {})}
+
+
+def _sent_policy(adapter: str, max_output_tokens: int) -> Check:
+    """The policy the adapter sends, judged by its rows of `adapters/policy_rules.py`, as the ledger
+    judges it (`dispatch/request_rules.py`): a policy the provider is sure to refuse is not sent. An
+    adapter the registry does not know is the ledger's to refuse (UNKNOWN_ADAPTER)."""
+
+    def check(name: str, value: Any) -> Iterator[str]:
+        known = ADAPTERS.get(adapter)
+        detail = None if known is None else known.policy_refusal(max_output_tokens, value)
+        if detail is not None:
+            yield f"{detail} (adapter {adapter})"
+
+    return check
 
 
 def new_event_id() -> str:
@@ -494,7 +509,9 @@ class GatewayClient(EventFactory):
         settle_within_ms: int | None = None,
     ) -> DispatchRequested:
         """`stream` adds the adapter's `stream_policy` for `policy` under it (`streaming_policy`);
-        `settle_within_ms` bounds how long the operation may stay non-final (the fold's default: 10 min)."""
+        `settle_within_ms` bounds how long the operation may stay non-final (the fold's default: 10 min).
+        A policy the adapter's provider is sure to refuse (`adapters/policy_rules.py`, the ledger's rule)
+        is refused here, nothing sent."""
         stamp = self.stamp(conversation_id)
         refuse_bad_arguments(
             "request_dispatch",
@@ -516,6 +533,9 @@ class GatewayClient(EventFactory):
             ),
         )
         policy = streaming_policy(adapter, policy) if stream else dict(policy or {})
+        refuse_bad_arguments(
+            "request_dispatch", (("policy", _sent_policy(adapter, max_output_tokens), policy),)
+        )
         event = DispatchRequested(
             **stamp,
             operation_id=f"op-{uuid.uuid4().hex[:16]}" if operation_id is None else operation_id,

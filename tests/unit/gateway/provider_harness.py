@@ -64,9 +64,12 @@ class Harness:
         tools: bool = True,
         model: str | None = None,
         policy: Mapping[str, Any] | None = None,
+        max_output_tokens: int = 512,
     ) -> None:
         await self.ledger.append(self.factory.user_turn(conv, text))
-        await self.request(conv, adapter, op, tools=tools, model=model, policy=policy)
+        await self.request(
+            conv, adapter, op, tools=tools, model=model, policy=policy, max_output_tokens=max_output_tokens
+        )
 
     async def request(
         self,
@@ -77,9 +80,11 @@ class Harness:
         settle_within_ms: int | None = None,
         model: str | None = None,
         policy: Mapping[str, Any] | None = None,
+        max_output_tokens: int = 512,
     ) -> None:
         """`model`: a model revision other than the adapter's in `APIS` (the same route serves it);
-        `policy`: dispatch policy keys beside the streaming ones."""
+        `policy`: dispatch policy keys beside the streaming ones; `max_output_tokens` above a thinking
+        budget where the policy asks Claude to think (the ledger refuses one that is not)."""
         provider, model_of_api, _ = {**APIS, **ROLLBACK, **LATEST}[adapter]
         model = model or model_of_api
         await self.ledger.append(
@@ -90,7 +95,7 @@ class Harness:
                 provider=provider,
                 model_revision=model,
                 tools=DEMO_TOOLS if tools else (),
-                max_output_tokens=512,
+                max_output_tokens=max_output_tokens,
                 policy=streaming_policy(adapter, policy),
                 settle_within_ms=settle_within_ms,
             )

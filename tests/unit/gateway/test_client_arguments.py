@@ -227,6 +227,8 @@ TOOLS = "must be a list or tuple of ToolDefinition"
 JSON = "must be JSON (a dict with string keys, a list, a string, a finite number, a bool or None)"
 FINITE = "must be a finite number (JSON has no NaN or infinity)"
 
+THINKING_1024 = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+
 DISPATCH_REFUSALS: list[tuple[Call, str]] = [
     (lambda c: c.request_dispatch(" ", **DISPATCH), f"conversation_id {NON_BLANK}, not ' '"),
     (_dispatch(adapter=""), f"adapter {NON_BLANK}, not ''"),
@@ -279,6 +281,16 @@ DISPATCH_REFUSALS: list[tuple[Call, str]] = [
         f"policy['seed'] must be an integer from {-(2**63)} to {2**64 - 1}, not {2**64}",
     ),
     (_dispatch(policy=[("temperature", 1)]), "policy must be a dict, not [('temperature', 1)]"),
+    (
+        _dispatch(adapter="anthropic-messages@3", policy=THINKING_1024),
+        "policy thinking.budget_tokens must be below maxOutputTokens (100), not 1024 "
+        "(adapter anthropic-messages@3)",
+    ),
+    (
+        _dispatch(adapter="openai-responses@4", provider="openai", policy={"reasoning": {"summary": "long"}}),
+        "policy reasoning.summary must be one of auto, concise, detailed, not 'long' "
+        "(adapter openai-responses@4)",
+    ),
     (_dispatch(operation_id=""), f"operation_id {NON_BLANK}, not ''"),
     (_dispatch(operation_id=5), f"operation_id {NON_BLANK}, not 5"),
     (_dispatch(stream="no"), "stream must be True or False, not 'no'"),
@@ -301,6 +313,24 @@ async def test_a_dispatch_with_a_bad_argument_is_refused_naming_it(
     as one; a set in a policy or schema, or an integer past the Avro long, failed in the codec
     without naming the argument; other types raised a ValidationError, AttributeError or TypeError."""
     assert await _refused(call) == f"request_dispatch: nothing sent: {problem}"
+
+
+@pytest.mark.parametrize(
+    ("adapter", "max_output_tokens"),
+    [("anthropic-messages@3", 1025), ("anthropic-messages@2", 100), ("anthropic-messages@9", 100)],
+)
+async def test_a_thinking_policy_is_sent_when_its_adapter_takes_it_or_is_the_ledgers_to_judge(
+    fixed_stamp: None, adapter: str, max_output_tokens: int
+) -> None:
+    """Below the output budget; sent to a version that does not send `thinking`; or to an adapter the
+    registry does not know (the ledger refuses it, UNKNOWN_ADAPTER)."""
+    call = _dispatch(adapter=adapter, max_output_tokens=max_output_tokens, policy=THINKING_1024, stream=False)
+    [event] = await _sent(call)
+    assert (event.adapter, event.max_output_tokens, event.policy) == (
+        adapter,
+        max_output_tokens,
+        THINKING_1024,
+    )
 
 
 async def test_past_five_problems_the_message_counts_the_rest_and_the_error_keeps_them_all() -> None:

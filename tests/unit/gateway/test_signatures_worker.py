@@ -302,8 +302,10 @@ async def test_gemini_3_asked_for_its_thoughts_commits_them_and_sends_their_sign
         assert BlockKind.THINKING in [b.kind for b in h.assistant_turns("c1")[-1].blocks]
 
 
-THINKING: Mapping[str, Any] = {"thinking": {"type": "enabled", "budget_tokens": 256}}
-"""The dispatch policy of a Claude asked to think (anthropic-messages@3 sends it)."""
+THINKING: Mapping[str, Any] = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+"""The dispatch policy of a Claude asked to think (anthropic-messages@3 sends it): the least budget Claude
+takes, below the output budget (`THINKING_OUTPUT`)."""
+THINKING_OUTPUT = 2048
 
 LOOPS_OPENED_WITHOUT_CLAUDE_S_THINKING = [
     ("gemini@3", True),  # Gemini thinks, signs its call: nothing Anthropic takes
@@ -330,7 +332,9 @@ async def test_a_loop_opened_without_claude_s_thinking_continues_on_anthropic_3_
     same body with `thinking` is what the provider refuses."""
     async for h in harness(tools_run=True, thinking=thinks):
         answer = await opened_elsewhere(h, first)
-        await h.request("c1", "anthropic-messages@3", "op-2", policy=THINKING)
+        await h.request(
+            "c1", "anthropic-messages@3", "op-2", policy=THINKING, max_output_tokens=THINKING_OUTPUT
+        )
         second = await h.settled("c1", "op-2")
         assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
         [text] = [b for b in h.assistant_turns("c1")[-1].blocks if b.kind == BlockKind.TEXT]
@@ -356,7 +360,9 @@ async def test_without_the_rule_that_request_goes_with_thinking_and_is_refused(
     monkeypatch.setattr(ANTHROPIC_MESSAGES_V3, "rules", unruled)
     async for h in harness(tools_run=True, thinking=thinks):
         await opened_elsewhere(h, first)
-        await h.request("c1", "anthropic-messages@3", "op-2", policy=THINKING)
+        await h.request(
+            "c1", "anthropic-messages@3", "op-2", policy=THINKING, max_output_tokens=THINKING_OUTPUT
+        )
         final = await h.settled("c1", "op-2")
         assert (final.state, final.reason, final.attempt_generation) == (
             S.CANCELLED,
@@ -378,12 +384,14 @@ async def test_without_the_rule_that_request_goes_with_thinking_and_is_refused(
 async def test_a_loop_claude_opened_with_thinking_keeps_thinking_on_anthropic_3() -> None:
     """Its thinking goes back signed, so the request keeps `thinking`, and Claude thinks again."""
     async for h in harness(tools_run=True):
-        await h.converse("c1", "anthropic-messages@3", policy=THINKING)
+        await h.converse("c1", "anthropic-messages@3", policy=THINKING, max_output_tokens=THINKING_OUTPUT)
         assert (await h.settled("c1", "op-1")).state == S.COMMITTED
         [answer] = h.assistant_turns("c1")
         assert answer.blocks[0].kind == BlockKind.THINKING
         assert answer.blocks[0].signed_by == "anthropic-messages"
-        await h.request("c1", "anthropic-messages@3", "op-2", policy=THINKING)
+        await h.request(
+            "c1", "anthropic-messages@3", "op-2", policy=THINKING, max_output_tokens=THINKING_OUTPUT
+        )
         second = await h.settled("c1", "op-2")
         assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
         _, sent = h.posts()
@@ -394,7 +402,7 @@ async def test_a_loop_claude_opened_with_thinking_keeps_thinking_on_anthropic_3(
 
 
 BEDROCK_THINKING: Mapping[str, Any] = {
-    "additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 256}}
+    "additional_model_request_fields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}
 }
 """The dispatch policy of a Claude on Bedrock asked to think (bedrock-converse@2 sends it)."""
 
@@ -408,7 +416,9 @@ async def test_a_loop_another_api_opened_continues_on_bedrock_2_without_thinking
     commits at its first try; the same body with it is what the provider refuses."""
     async for h in harness(tools_run=True):
         answer = await opened_elsewhere(h, "openai-chat@2")
-        await h.request("c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING)
+        await h.request(
+            "c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING, max_output_tokens=THINKING_OUTPUT
+        )
         second = await h.settled("c1", "op-2")
         assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
         [text] = [b for b in h.assistant_turns("c1")[-1].blocks if b.kind == BlockKind.TEXT]
@@ -432,7 +442,9 @@ async def test_without_the_rule_bedrock_2_sends_thinking_and_is_refused(
     monkeypatch.setattr(BEDROCK_CONVERSE_V2, "rules", unruled)
     async for h in harness(tools_run=True):
         await opened_elsewhere(h, "openai-chat@2")
-        await h.request("c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING)
+        await h.request(
+            "c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING, max_output_tokens=THINKING_OUTPUT
+        )
         final = await h.settled("c1", "op-2")
         assert (final.state, final.reason, final.attempt_generation) == (
             S.CANCELLED,
@@ -453,12 +465,16 @@ async def test_without_the_rule_bedrock_2_sends_thinking_and_is_refused(
 async def test_a_loop_claude_opened_with_thinking_on_bedrock_keeps_thinking_on_bedrock_2() -> None:
     """Its reasoning goes back signed, so the request keeps `thinking`, and Claude thinks again."""
     async for h in harness(tools_run=True):
-        await h.converse("c1", "bedrock-converse@2", policy=BEDROCK_THINKING)
+        await h.converse(
+            "c1", "bedrock-converse@2", policy=BEDROCK_THINKING, max_output_tokens=THINKING_OUTPUT
+        )
         assert (await h.settled("c1", "op-1")).state == S.COMMITTED
         [answer] = h.assistant_turns("c1")
         assert answer.blocks[0].kind == BlockKind.THINKING
         assert answer.blocks[0].signed_by == "bedrock-converse"
-        await h.request("c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING)
+        await h.request(
+            "c1", "bedrock-converse@2", "op-2", policy=BEDROCK_THINKING, max_output_tokens=THINKING_OUTPUT
+        )
         second = await h.settled("c1", "op-2")
         assert (second.state, second.attempt_generation) == (S.COMMITTED, 1), second.detail
         _, sent = h.posts()
