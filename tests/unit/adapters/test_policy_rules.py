@@ -328,3 +328,13 @@ def test_the_demos_thinking_policies_are_taken(api: str) -> None:
 
 def test_the_rules_table_has_one_row_per_name() -> None:
     assert len(pr.BY_NAME) == len(RULES) == 11
+
+
+def test_top_k_is_looked_for_beside_the_thinking_wherever_that_is() -> None:
+    """At the policy's root beside a root `thinking` (as Anthropic's API would take it), in the object
+    holding the thinking on Bedrock; never inside the thinking."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    assert pr.top_k_with_thinking(("thinking",), OUT, {"thinking": thinking, "top_k": 5}) == (
+        "policy top_k must be left out beside thinking turned on, not 5"
+    )
+    assert pr.top_k_with_thinking(("thinking",), OUT, {"thinking": {**thinking, "top_k": 5}}) is None
