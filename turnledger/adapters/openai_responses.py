@@ -47,7 +47,6 @@ from turnledger.adapters.base import DispatchParams, JsonObject, RenderOutcome, 
 from turnledger.adapters.call_ids import IdRule, wire_call_id
 from turnledger.adapters.kinds import ASSISTANT, TOOL
 from turnledger.adapters.layout import BodyLayout
-from turnledger.adapters.policy_rules import OPENAI_REASONING_RULES, PolicyRule
 from turnledger.adapters.profiles import OPENAI_RESPONSES_IDS
 from turnledger.adapters.signatures import own_signature
 from turnledger.adapters.skeleton import AdapterBase, PartRenderer
@@ -251,10 +250,8 @@ class OpenAIResponsesAdapter(AdapterBase[OpenAIResponsesRules]):
     provider = "openai"
     part_renderers = _RENDER
 
-    def __init__(
-        self, version: int, rules: OpenAIResponsesRules, policy_rules: tuple[PolicyRule, ...] = ()
-    ) -> None:
-        super().__init__(version, rules, policy_rules)
+    def __init__(self, version: int, rules: OpenAIResponsesRules) -> None:
+        super().__init__(version, rules)
         self._not_stored = self
         if NOT_STORED[rules.not_stored].renderers:
             self._not_stored = _NotStoredTwin(self)
@@ -366,5 +363,5 @@ REASONING_ITEMS = frozenset({"reasoning", "item_reference"})
 
 OPENAI_RESPONSES_V1 = OpenAIResponsesAdapter(1, RULES_V1)
 OPENAI_RESPONSES_V2 = OpenAIResponsesAdapter(2, RULES_V2)
-OPENAI_RESPONSES_V3 = OpenAIResponsesAdapter(3, RULES_V3, OPENAI_REASONING_RULES)
-OPENAI_RESPONSES_V4 = OpenAIResponsesAdapter(4, RULES_V4, OPENAI_REASONING_RULES)
+OPENAI_RESPONSES_V3 = OpenAIResponsesAdapter(3, RULES_V3)
+OPENAI_RESPONSES_V4 = OpenAIResponsesAdapter(4, RULES_V4)

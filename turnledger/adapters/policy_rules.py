@@ -13,10 +13,6 @@ later is a new row, not a new adapter version.
 
 The rules and their sources:
 
-- Claude's `thinking.type` is one of `adaptive`, `between_tools`, `disabled`, `enabled`: the pinned
-  SDK's request type (anthropic 2.14.0 `ThinkingConfigParam`, the union the Messages API validates).
-  Anthropic's own API only: on Bedrock which types a model takes depends on the model (Sonnet 4.5
-  refuses `adaptive`: mnfst/modelparams.dev models/bedrock/claude-sonnet-4-5.yaml, probed live).
 - With `thinking.type` `enabled`, `budget_tokens` is given and is at least 1,024, and below
   `max_tokens` (the request's `maxOutputTokens`): "Must be ≥1024 and less than `max_tokens`" (anthropic
   2.14.0 `ThinkingConfigEnabledParam`, `budget_tokens` Required; platform.claude.com extended-thinking).
@@ -42,10 +38,13 @@ The rules and their sources:
   "thinking_budget and thinking_level are not supported together"). Google's JSON takes either
   spelling of a field (the proto3 JSON mapping, protobuf.dev/programming-guides/json: a parser accepts
   the lowerCamelCase and the proto field name), so both are read; a null is a field left out.
-- OpenAI's `reasoning.effort` is one of `none`, `minimal`, `low`, `medium`, `high`, `xhigh`, `max`, and
-  `reasoning.summary` one of `auto`, `concise`, `detailed` (or null, each): the pinned SDK's request
-  types (openai 3.57.0 `ReasoningEffort`, `Reasoning.summary`). Which efforts a model takes is the
-  model's, and not judged here.
+
+Not judged: a value from a list the provider grows. Claude's `thinking.type` (`adaptive` and
+`between_tools` came after `enabled`), OpenAI's `reasoning.effort` (`xhigh` and `max` came after `high`)
+and `reasoning.summary` are checked by the provider alone: a list pinned here from an SDK would refuse
+at the ledger what a newer model takes, until a release caught up, while a misspelt value costs one
+round trip and comes back as the provider's own refusal (CANCELLED `PROVIDER_REFUSED`, its words in the
+detail). The rows below hold rules that do not move with the model list: numbers and pairs of fields.
 
 Dropped, for want of a source that holds for every model the adapter may send to: which `thinking.type`
 a Claude model on Bedrock takes, `thinkingBudget`'s range and `thinkingLevel`'s values (both "model
@@ -69,9 +68,6 @@ request's `maxOutputTokens` and its policy: the refusal's detail, or None."""
 
 MIN_THINKING_BUDGET = 1024
 MIN_TOP_P_WITH_THINKING = 0.95
-CLAUDE_THINKING_TYPES = frozenset({"adaptive", "between_tools", "disabled", "enabled"})
-REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
-REASONING_SUMMARIES = frozenset({"auto", "concise", "detailed"})
 GEMINI_BUDGET_FIELDS = ("thinkingBudget", "thinking_budget")
 GEMINI_LEVEL_FIELDS = ("thinkingLevel", "thinking_level")
 
@@ -117,21 +113,8 @@ def _enabled(thinking: Any) -> bool:
     return isinstance(thinking, Mapping) and thinking.get("type") == "enabled"
 
 
-def _one_of(values: frozenset[str]) -> str:
-    return ", ".join(sorted(values))
-
-
 def _beside_thinking(path: tuple[str, ...]) -> str:
     return f"beside {_named(path)} turned on"
-
-
-def thinking_type(path: tuple[str, ...], max_output_tokens: int, policy: Mapping[str, Any]) -> str | None:
-    """Claude's `thinking.type` is one the API knows."""
-    thinking = _at(policy, path)
-    if not isinstance(thinking, Mapping) or thinking.get("type") in CLAUDE_THINKING_TYPES:
-        return None
-    kind = thinking.get("type")
-    return f"policy {_named((*path, 'type'))} must be one of {_one_of(CLAUDE_THINKING_TYPES)}, not {kind!r}"
 
 
 def thinking_budget_floor(
@@ -215,27 +198,7 @@ def gemini_budget_or_level(
     return f"policy thinking_config must set thinkingBudget or thinkingLevel, not both: {given}"
 
 
-def _reasoning_value(policy: Mapping[str, Any], key: str, values: frozenset[str]) -> str | None:
-    """OpenAI's `reasoning.<key>` is one of `values`, or null."""
-    reasoning = policy.get("reasoning")
-    if not isinstance(reasoning, Mapping):
-        return None
-    value = reasoning.get(key)
-    if value is None or value in values:
-        return None
-    return f"policy reasoning.{key} must be one of {_one_of(values)}, not {value!r}"
-
-
-def reasoning_effort(path: tuple[str, ...], max_output_tokens: int, policy: Mapping[str, Any]) -> str | None:
-    return _reasoning_value(policy, "effort", REASONING_EFFORTS)
-
-
-def reasoning_summary(path: tuple[str, ...], max_output_tokens: int, policy: Mapping[str, Any]) -> str | None:
-    return _reasoning_value(policy, "summary", REASONING_SUMMARIES)
-
-
 RULES: tuple[PolicyRule, ...] = (
-    PolicyRule("claude_thinking_type", thinking_type, ANTHROPIC_THINKING),
     PolicyRule("claude_thinking_budget_floor", thinking_budget_floor, ANTHROPIC_THINKING),
     PolicyRule("claude_thinking_budget_below_output", thinking_budget_below_output, ANTHROPIC_THINKING),
     PolicyRule("bedrock_claude_thinking_budget_floor", thinking_budget_floor, BEDROCK_THINKING),
@@ -244,8 +207,6 @@ RULES: tuple[PolicyRule, ...] = (
     PolicyRule("bedrock_claude_thinking_top_p", top_p_with_thinking, BEDROCK_THINKING),
     PolicyRule("bedrock_claude_thinking_top_k", top_k_with_thinking, BEDROCK_THINKING),
     PolicyRule("gemini_thinking_budget_or_level", gemini_budget_or_level),
-    PolicyRule("openai_reasoning_effort", reasoning_effort),
-    PolicyRule("openai_reasoning_summary", reasoning_summary),
 )
 """Every rule, by name; an adapter picks its rows with `rules_named`."""
 
@@ -257,9 +218,7 @@ def rules_named(*names: str) -> tuple[PolicyRule, ...]:
     return tuple(BY_NAME[name] for name in names)
 
 
-CLAUDE_RULES = rules_named(
-    "claude_thinking_type", "claude_thinking_budget_floor", "claude_thinking_budget_below_output"
-)
+CLAUDE_RULES = rules_named("claude_thinking_budget_floor", "claude_thinking_budget_below_output")
 BEDROCK_CLAUDE_RULES = rules_named(
     "bedrock_claude_thinking_budget_floor",
     "bedrock_claude_thinking_budget_below_output",
@@ -268,7 +227,6 @@ BEDROCK_CLAUDE_RULES = rules_named(
     "bedrock_claude_thinking_top_k",
 )
 GEMINI_RULES = rules_named("gemini_thinking_budget_or_level")
-OPENAI_REASONING_RULES = rules_named("openai_reasoning_effort", "openai_reasoning_summary")
 
 
 def policy_refusal(

@@ -69,14 +69,6 @@ def _request(
             "policy thinking_config must set thinkingBudget or thinkingLevel, not both: thinkingBudget 1024 "
             "and thinkingLevel 'high'",
         ),
-        (
-            "openai-responses@4",
-            "openai",
-            "openai/o4-mini@2025-04",
-            {"reasoning": {"effort": "maximal"}},
-            "policy reasoning.effort must be one of high, low, max, medium, minimal, none, xhigh, "
-            "not 'maximal'",
-        ),
     ],
 )
 def test_a_policy_the_provider_refuses_is_refused_and_makes_no_operation(

@@ -286,11 +286,6 @@ DISPATCH_REFUSALS: list[tuple[Call, str]] = [
         "policy thinking.budget_tokens must be below maxOutputTokens (100), not 1024 "
         "(adapter anthropic-messages@3)",
     ),
-    (
-        _dispatch(adapter="openai-responses@4", provider="openai", policy={"reasoning": {"summary": "long"}}),
-        "policy reasoning.summary must be one of auto, concise, detailed, not 'long' "
-        "(adapter openai-responses@4)",
-    ),
     (_dispatch(operation_id=""), f"operation_id {NON_BLANK}, not ''"),
     (_dispatch(operation_id=5), f"operation_id {NON_BLANK}, not 5"),
     (_dispatch(stream="no"), "stream must be True or False, not 'no'"),
