@@ -30,7 +30,7 @@ from turnledger.model.graph import BlockKind
 from turnledger.model.reasons import ReasonCode
 from turnledger.sequence.builder import append
 from turnledger.sequence.validation import Invalid
-from turnledger.streaming.assembler import BlockAssembler
+from turnledger.streaming.assembler import BlockAssembler, is_visible
 from turnledger.streaming.outcomes import Complete, Incomplete
 
 S = DispatchState
@@ -140,8 +140,36 @@ budget, so no new generation is sent: the worker's HTTP refusals end the same wa
 UNKNOWN, which a new generation may follow."""
 
 
+NOTHING_VISIBLE = {
+    frozenset(): "the provider's complete answer has no content: nothing enters the history",
+    frozenset({"thinking"}): (
+        "the provider's complete answer holds only thinking: nothing visible enters the history"
+    ),
+    frozenset({"text"}): (
+        "the provider's complete answer holds only blank text: nothing visible enters the history"
+    ),
+    frozenset({"thinking", "text"}): (
+        "the provider's complete answer holds only thinking and blank text: "
+        "nothing visible enters the history"
+    ),
+}
+"""The EMPTY_RESPONSE detail of a complete answer with nothing visible (`assembler.is_visible`: no tool
+call, no text that is not blank), by the kinds of its blocks. It ends as an answer with no block always
+did: COMMITTED, nothing appended, the previews of its blank text retracted; the conversation may
+dispatch again. Committed, its thinking and blank text were a turn that renders to nothing, or to an
+assistant message with nothing in it, in every later request (the adapters' renderers): Anthropic and
+Bedrock leave out unsigned thinking and blank text (the user's turns around it merged into one message)
+and send signed thinking as an assistant message of thinking alone; Gemini sends no unsigned thought
+back (the user's turns merged) and the last chunk's signature as a model turn of one empty text part;
+OpenAI Responses drops a reasoning item with nothing after it in its run (two user messages in a row);
+OpenAI Chat sends no thinking (two user messages in a row) and blank text as an assistant message of
+blank text. At the output limit the same answer is not complete (`OUTPUT_LIMIT_REACHED`, the assembler's
+`_cut_by_the_limit`). Before session 49 only an answer with no block ended here; the rest committed."""
+
+
 def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:
-    """The provider finished: commit through the canonical CAS, or settle with why (`SETTLED_BY`)."""
+    """The provider finished: commit through the canonical CAS, settle with why (`SETTLED_BY`), or, for
+    an answer with nothing visible, commit nothing and say so (`NOTHING_VISIBLE`)."""
     outcome = assembler.finish()
     if isinstance(outcome, Incomplete):
         op = step.retract(op, outcome.reason)
@@ -149,15 +177,11 @@ def finish(step: Step, op: OperationState, assembler: BlockAssembler) -> None:
         step.transition(op, settled, reason=outcome.reason, detail=outcome.detail, attempt_terminated=True)
         return
     assert isinstance(outcome, Complete)
-    if not outcome.blocks:
-        detail = "the provider's complete answer has no content: nothing enters the history"
+    if not any(is_visible(block.kind, block.text) for block in outcome.blocks):
+        detail = NOTHING_VISIBLE[frozenset(block.kind for block in outcome.blocks)]
+        op = step.retract(op, ReasonCode.EMPTY_RESPONSE)
         step.transition(
-            op,
-            S.COMMITTED,
-            reason=ReasonCode.EMPTY_RESPONSE,
-            detail=detail,
-            assembler=None,
-            attempt_terminated=True,
+            op, S.COMMITTED, reason=ReasonCode.EMPTY_RESPONSE, detail=detail, attempt_terminated=True
         )
         return
     canonical_commit(step, op, outcome)

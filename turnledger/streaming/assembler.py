@@ -45,7 +45,9 @@ that the context be reset after it, since a history that keeps it meets the same
 Output limit. A message stopped by the output limit (`StopReason.MAX_TOKENS`) keeps text as it was cut,
 but a tool call that is open, last or whose arguments do not parse, and an answer with nothing visible,
 are OUTPUT_LIMIT_REACHED (`_cut_by_the_limit`), the detail saying what was cut and what the client can do
-(`LIMIT_ADVICE`). TRUNCATED_ARGUMENTS is left to arguments cut at any other stop.
+(`LIMIT_ADVICE`). TRUNCATED_ARGUMENTS is left to arguments cut at any other stop. An answer with nothing
+visible (`is_visible`) at any other stop is Complete: the fold ends it EMPTY_RESPONSE, nothing of it
+committed (`lifecycle.NOTHING_VISIBLE`).
 
 Counters for metrics: `duplicates_dropped`, `previews_retracted` (text blocks whose
 preview was retracted), `unknown_events` (unknown block kinds), and
@@ -89,6 +91,14 @@ _CONTENT_TYPES: Mapping[DeltaType, str] = {
     DeltaType.THINKING_DELTA: "thinking",
     DeltaType.ARGUMENT_FRAGMENT: "tool_call",
 }
+
+
+def is_visible(kind: str, text: str) -> bool:
+    """Does a block of `kind` with `text` show the client anything: a tool call, or text that is not
+    blank (`is_blank`)? Thinking never does. An answer with no visible block is refused at the output
+    limit (`BlockAssembler._cut_by_the_limit`) and commits nothing at any other stop (the fold's
+    `lifecycle.NOTHING_VISIBLE`)."""
+    return kind == "tool_call" or (kind == "text" and not is_blank(text))
 
 
 @dataclass
@@ -538,11 +548,12 @@ class BlockAssembler:
     def _cut_by_the_limit(self) -> str | None:
         """What the output limit cut, if the answer cannot commit as cut: a tool call that is open,
         unparsable (its arguments cut: the parse error is kept) or last, or an answer with nothing
-        visible (no tool call, no text that is not blank), cut while the model was still reasoning.
-        Committed, such thinking would be a turn that renders to nothing: the next request merged the
-        user's turns around it, or sent an assistant message of thinking alone. An answer with no block
-        at all is the same cut with the reasoning hidden (OpenAI's reasoning models, Gemini without
-        `includeThoughts`), so it is refused alike, not an empty answer."""
+        visible (`is_visible`: no tool call, no text that is not blank), cut while the model was still
+        reasoning. Committed, such thinking would be a turn that renders to nothing: the next request merged
+        the user's turns around it, or sent an assistant message of thinking alone (at any other stop the
+        fold commits nothing of it: `lifecycle.NOTHING_VISIBLE`). An answer with no block at all is the
+        same cut with the reasoning hidden (OpenAI's reasoning models, Gemini without `includeThoughts`),
+        so it is refused alike, not an empty answer."""
         tools = {i: b for i, b in self._blocks.items() if b.kind == "tool_call"}
         for index, block in sorted(tools.items()):
             if not block.stopped:
@@ -553,7 +564,7 @@ class BlockAssembler:
                 return f"tool block {index} at {self._raw_stop}: {exc.detail}"
         if self._blocks and max(self._blocks) in tools:
             return f"last block is a tool call at {self._raw_stop}"
-        if not tools and all(b.kind != "text" or is_blank(b.text) for b in self._blocks.values()):
+        if not any(is_visible(b.kind, b.text) for b in self._blocks.values()):
             reached = f"limit reached at {self._raw_stop} while the model was still reasoning"
             return f"{reached}: nothing visible to commit"
         return None

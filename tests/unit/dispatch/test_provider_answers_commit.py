@@ -31,6 +31,7 @@ from turnledger.model.events import (
 )
 from turnledger.model.reasons import ReasonCode
 from turnledger.streaming import parser_for
+from turnledger.streaming.eventstream import EventStreamDecoder, encode_message
 from turnledger.streaming.outcomes import CandidateBlock, Complete
 
 REQUESTS = {
@@ -441,6 +442,7 @@ HISTORY = {
     "openai-chat": "messages",
     "openai-responses": "input",
     "gemini": "contents",
+    "bedrock-converse": "messages",
 }
 """The key of a request's history, per API."""
 
@@ -465,6 +467,13 @@ Neither can be continued: "thinking blocks cannot be partially recovered" (§2a'
 HELLO = {
     "anthropic-messages": {"role": "user", "content": [{"type": "text", "text": "hello"}]},
     "gemini": {"role": "user", "parts": [{"text": "hello"}]},
+    "openai-chat": {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+    "openai-responses": {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "hello"}],
+    },
+    "bedrock-converse": {"role": "user", "content": [{"text": "hello"}]},
 }
 """The next request's entry of the conversation's one user turn, per API."""
 
@@ -556,3 +565,128 @@ def test_a_commit_names_the_output_limit_and_the_stop_the_provider_gave(
     """The provider's own word for the stop when it gave one, else the normalized one."""
     answer = Complete((CandidateBlock(0, "text", "cut"),), stop, "resp-1", 1, raw_stop_reason=raw)
     assert commit_note(answer) == note
+
+
+def events_of(name: str) -> list[str]:
+    """The SSE events of the recorded stream `name`, each as written."""
+    return [event for event in fixture(name).decode().split("\n\n") if event.strip()]
+
+
+def sse(events: list[str]) -> bytes:
+    return "".join(f"{event}\n\n" for event in events).encode()
+
+
+def anthropic_thinking_only() -> bytes:
+    """`anthropic_thinking.sse` without its text block: signed thinking, then `end_turn`."""
+    return sse([event for event in events_of("anthropic_thinking.sse") if '"index":1' not in event])
+
+
+def gemini_thought_only(signed: bool) -> bytes:
+    """`gemini_text_thought.sse`'s thought chunk and its last chunk (`STOP`), the text chunks between
+    left out; the last chunk's empty text part with its `thoughtSignature` kept, or no part at all."""
+    first, *_, last = events_of("gemini_text_thought.sse")
+    if not signed:
+        chunk = orjson.loads(last.removeprefix("data: "))
+        del chunk["candidates"][0]["content"]["parts"]
+        last = "data: " + orjson.dumps(chunk).decode()
+    return sse([first, last])
+
+
+def responses_reasoning_only() -> bytes:
+    """`openai_responses_tools.sse`'s reasoning item (its events up to `response.output_item.done`), then
+    `response.completed` with that item alone in its output: the calls after it left out."""
+    events = events_of("openai_responses_tools.sse")
+    done = next(i for i, event in enumerate(events) if "response.output_item.done" in event)
+    name, data = events[-1].split("\ndata: ")
+    completed = orjson.loads(data)
+    completed["response"]["output"] = completed["response"]["output"][:1]
+    return sse([*events[: done + 1], f"{name}\ndata: {orjson.dumps(completed).decode()}"])
+
+
+def chat_blank_text() -> bytes:
+    """`openai_chat_text.sse` with its text "\\n\\n": its first text chunk's content, the others left out."""
+    events: list[str] = []
+    texts = 0
+    for event in events_of("openai_chat_text.sse"):
+        chunk = orjson.loads(event.removeprefix("data: ")) if event.startswith("data: {") else None
+        content = chunk["choices"][0]["delta"].get("content") if chunk and chunk["choices"] else None
+        if content:
+            texts += 1
+            if texts > 1:
+                continue
+            chunk["choices"][0]["delta"]["content"] = "\n\n"  # type: ignore[index]
+            event = "data: " + orjson.dumps(chunk).decode()
+        events.append(event)
+    return sse(events)
+
+
+def bedrock_reasoning_only() -> bytes:
+    """`bedrock_reasoning_tool_use.eventstream`'s reasoning (text and signature), its text and call left
+    out, stopped with `end_turn`, and its `metadata`."""
+    out = b""
+    for message in EventStreamDecoder().feed(fixture("bedrock_reasoning_tool_use.eventstream")):
+        payload = orjson.loads(message.payload)
+        if payload.get("contentBlockIndex", 0) != 0:
+            continue
+        if "stopReason" in payload:
+            payload["stopReason"] = "end_turn"
+        out += encode_message(message.headers, orjson.dumps(payload))
+    return out
+
+
+ONLY_THINKING = "the provider's complete answer holds only thinking: nothing visible enters the history"
+NOTHING_VISIBLE_ANSWERS = {
+    "anthropic signed thinking": ("anthropic-messages", anthropic_thinking_only, ONLY_THINKING),
+    "gemini thought, its signature on an empty text": (
+        "gemini",
+        lambda: gemini_thought_only(signed=True),
+        "the provider's complete answer holds only thinking and blank text: "
+        "nothing visible enters the history",
+    ),
+    "gemini thought": ("gemini", lambda: gemini_thought_only(signed=False), ONLY_THINKING),
+    "responses reasoning item": ("openai-responses", responses_reasoning_only, ONLY_THINKING),
+    "bedrock signed reasoning": ("bedrock-converse", bedrock_reasoning_only, ONLY_THINKING),
+    "chat blank text": (
+        "openai-chat",
+        chat_blank_text,
+        "the provider's complete answer holds only blank text: nothing visible enters the history",
+    ),
+}
+"""Complete answers with nothing visible, each API's own shape of them, made from its recorded streams
+(the visible part left out): Claude's thinking alone at `end_turn` ("Claude models intermittently return
+a response containing only thinking blocks with no text or tool_use content":
+https://github.com/boldsoftware/shelley/pull/177; the same on Bedrock), Gemini's thought at `STOP` (a
+thinking-only normal stop: https://github.com/router-for-me/CLIProxyAPI/pull/5858), with or without
+the last chunk's signature on an empty text part, a Responses reasoning item alone in a completed
+response, and Chat's blank text (Chat streams no reasoning)."""
+
+
+@pytest.mark.parametrize("name", list(NOTHING_VISIBLE_ANSWERS))
+def test_a_complete_answer_with_nothing_visible_is_no_turn_and_the_next_request_sends_none(name: str) -> None:
+    """Before, it committed: a turn each adapter rendered to nothing (unsigned thinking, Gemini's thoughts,
+    a Responses reasoning item with nothing after it, all left out: the user's turns around it merged, or
+    two user messages in a row) or to an assistant message with nothing in it (signed thinking alone, an
+    empty text part carrying a signature, blank text). Now COMMITTED EMPTY_RESPONSE with the detail
+    naming what it held, nothing appended, the blank text's previews retracted, and the next request
+    sends the history without it."""
+    api, stream, detail = NOTHING_VISIBLE_ANSWERS[name]
+    c = streamed(api, stream())
+    assert (c.of(Quarantined), c.of(Rejected)) == ([], [])
+    assert [t.operation_id for t in c.of(CommittedTurn)] == [None]
+    decision = [d for d in c.of(DispatchDecision) if d.operation_id == "op-1"][-1]
+    assert (decision.state, decision.reason, decision.detail, decision.attempt_terminated) == (
+        DispatchState.COMMITTED,
+        ReasonCode.EMPTY_RESPONSE,
+        detail,
+        True,
+    )
+    blank_text = ["chat blank text"]
+    assert [r.reason for r in c.of(PreviewRetracted)] == [ReasonCode.EMPTY_RESPONSE] * (name in blank_text)
+    c.apply(
+        DispatchRequested(
+            **c._common(), operation_id="op-2", adapter=REQUESTS[api][0], provider=REQUESTS[api][1],
+            model_revision=REQUESTS[api][2], tools=(), max_output_tokens=4096,
+        )
+    )  # fmt: skip
+    (manifest,) = [m.manifest for m in c.of(ManifestIssued) if m.manifest.operation_id == "op-2"]
+    assert orjson.loads(manifest.request_body)[HISTORY[api]] == [HELLO[api]]

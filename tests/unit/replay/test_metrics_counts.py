@@ -31,7 +31,12 @@ from typing import Any
 import pytest
 
 from tests.unit.dispatch.scenario import WEATHER, Conversation, text_stream, tool_stream
-from tests.unit.dispatch.test_provider_answers_commit import answered
+from tests.unit.dispatch.test_provider_answers_commit import (
+    answered,
+    anthropic_thinking_only,
+    chat_blank_text,
+    streamed,
+)
 from turnledger.dispatch.engine import STREAM_OF
 from turnledger.model.events import (
     CancelRequested,
@@ -441,6 +446,17 @@ def test_an_answer_committed_cut_at_the_output_limit_is_counted_apart_from_whole
     evidence.raw["manifests"] = [Raw(0, 0, None, b"", commit.model_copy(update={"accepted": False}))]
     refused_only = compute(evidence, now_ms=NOW)
     assert (refused_only.committed, refused_only.committed_cut) == (1, 1)
+
+
+def test_an_answer_with_nothing_visible_is_counted_committed_as_an_empty_one_is() -> None:
+    """COMMITTED EMPTY_RESPONSE with no turn (`lifecycle.NOTHING_VISIBLE`): an operation committed at its
+    generation, as it was when its thinking or blank text committed, never cut; the retraction of its
+    blank text's previews is counted."""
+    thinking = streamed("anthropic-messages", anthropic_thinking_only())
+    blank = streamed("openai-chat", chat_blank_text(), "op-2")
+    m = compute(_evidence(thinking, blank), now_ms=NOW)
+    assert (m.operations, m.committed, m.committed_cut, m.cancelled, m.preview_retractions) == (2, 2, 0, 0, 1)
+    assert (dict(m.final_states), dict(m.generations)) == ({"COMMITTED": 2}, {1: 2})
 
 
 def test_an_answer_cut_at_the_output_limit_is_counted_on_its_own_line() -> None:

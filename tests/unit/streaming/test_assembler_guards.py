@@ -414,7 +414,8 @@ def test_an_answer_with_something_visible_at_the_output_limit_commits(build, kin
 @pytest.mark.parametrize("stop", [StopReason.END_TURN, StopReason.STOP_SEQUENCE])
 def test_a_thinking_only_or_empty_answer_at_a_normal_stop_is_complete(stop: StopReason) -> None:
     """Only the output limit refuses an answer with nothing visible: at a normal stop it is what the model
-    said (thinking only is committed; no block at all is the fold's EMPTY_RESPONSE)."""
+    said, Complete, and the fold ends it COMMITTED EMPTY_RESPONSE with nothing of it in the history
+    (`lifecycle.NOTHING_VISIBLE`, `tests/unit/dispatch/test_nothing_visible.py`)."""
     outcome, _ = finish(thinking(Stream().start(), 0, "hm", signature="s").stop(stop, "end_turn"))
     assert isinstance(outcome, Complete)
     assert [(b.kind, b.text, b.signature) for b in outcome.blocks] == [("thinking", "hm", "s")]
