@@ -46,7 +46,11 @@ def serve_command(
         ),
     ] = None,
     adapter: Annotated[
-        str, typer.Option(help="Adapter of the dispatches the page requests (a registered api@version).")
+        str,
+        typer.Option(
+            help="Adapter of the dispatches the page requests (a registered api@version; the default is the "
+            "registry's latest anthropic-messages)."
+        ),
     ] = DispatchDefaults.adapter,
     provider: Annotated[
         str, typer.Option(help="Provider of the dispatches the page requests: the adapter's.")

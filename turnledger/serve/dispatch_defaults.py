@@ -20,7 +20,7 @@ from typing import Literal
 
 from turnledger.adapters.admission import ModelRegistry
 from turnledger.adapters.base import Adapter, InvalidModelRevisionError, parse_model_revision
-from turnledger.adapters.registry import ADAPTERS
+from turnledger.adapters.registry import ADAPTERS, LATEST
 from turnledger.errors import DispatchDefaultError
 
 Checked = Literal["adapter", "provider", "model_revision"]
@@ -32,10 +32,16 @@ FLAGS: dict[Checked, str] = {
 }
 
 
+DEFAULT_API = "anthropic-messages"
+"""The API of the page's dispatches when `--adapter` names none: its adapter is the registry's latest
+version of it (`LATEST`), its provider that adapter's, so a new version is the default as it is registered
+(`anthropic-messages@2` stayed the default after `@3` was)."""
+
+
 @dataclass(frozen=True)
 class DispatchDefaults:
-    adapter: str = "anthropic-messages@2"
-    provider: str = "anthropic"
+    adapter: str = LATEST[DEFAULT_API]
+    provider: str = ADAPTERS[LATEST[DEFAULT_API]].provider
     model_revision: str = "anthropic/claude-sonnet-4@2025-05"
     max_output_tokens: int = 512
 

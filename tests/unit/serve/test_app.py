@@ -856,7 +856,7 @@ async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
     await post(app, "/api/conversations/c2/dispatch", json={"maxOutputTokens": 1})
     await post(app, "/api/conversations/c2/dispatch", json={"maxOutputTokens": 2**63 - 1})
     defaults = {
-        "adapter": "anthropic-messages@2", "provider": "anthropic",
+        "adapter": "anthropic-messages@3", "provider": "anthropic",
         "model_revision": "anthropic/claude-sonnet-4@2025-05", "operation_id": None,
     }  # fmt: skip
     assert gateway.calls == [
@@ -875,7 +875,7 @@ async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
 
 def test_the_dispatch_defaults() -> None:
     assert ServeConfig().dispatch == DispatchDefaults(
-        "anthropic-messages@2", "anthropic", "anthropic/claude-sonnet-4@2025-05", 512
+        "anthropic-messages@3", "anthropic", "anthropic/claude-sonnet-4@2025-05", 512
     )
 
 
@@ -960,7 +960,7 @@ OPENAI_MODELS = (
         ({"adapter": "openai-chat@9"}, "adapter 'openai-chat@9': not a registered adapter; use one of "),
         (
             {"provider": "openai"},
-            "provider 'openai': not the provider of adapter 'anthropic-messages@2'; use anthropic",
+            "provider 'openai': not the provider of adapter 'anthropic-messages@3'; use anthropic",
         ),
         ({"provider": "\t"}, f"provider '\\t': no adapter's provider; {PROVIDERS}"),
         (

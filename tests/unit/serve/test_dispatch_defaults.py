@@ -11,6 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from turnledger.adapters.admission import ModelInfo, ModelRegistry, builtin_registry
+from turnledger.adapters.registry import ADAPTERS as REGISTERED
+from turnledger.adapters.registry import LATEST
 from turnledger.cli import _register, app
 from turnledger.errors import DispatchDefaultError, ServeError
 from turnledger.serve.dispatch_defaults import DispatchDefaults, check_dispatch_defaults
@@ -52,6 +54,28 @@ def test_what_the_processor_would_prepare_is_taken(given: dict[str, str]) -> Non
     check_dispatch_defaults(DispatchDefaults(**given), builtin_registry())  # type: ignore[arg-type]
 
 
+def test_the_default_adapter_is_the_registrys_latest_anthropic_messages_its_provider_that_adapters() -> None:
+    """It was `anthropic-messages@2`, written here, and stayed so after `@3` was registered as the latest
+    (session 48): the page's dispatches named a version the registry no longer calls current. It is the
+    registry's latest now, the highest version registered, and the provider is that adapter's."""
+    defaults = DispatchDefaults()
+    assert (defaults.adapter, defaults.provider) == (LATEST["anthropic-messages"], "anthropic")
+    versions = [a.version for a in REGISTERED.values() if a.api == "anthropic-messages"]
+    assert defaults.adapter == f"anthropic-messages@{max(versions)}" == "anthropic-messages@3"
+    assert REGISTERED[defaults.adapter].provider == defaults.provider
+
+
+def test_serve_help_names_the_default_adapter() -> None:
+    _register()
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 0
+    words = " ".join(result.output.replace("│", " ").split())  # the option table's lines and borders
+    assert (
+        "--adapter <str> Adapter of the dispatches the page requests (a registered api@version; the default "
+        "is the registry's latest anthropic-messages). [default: anthropic-messages@3] --provider"
+    ) in words
+
+
 def test_an_adapter_not_registered_is_refused_listing_those_that_are() -> None:
     assert refused(adapter="anthropic-messages@9") == (
         f"--adapter 'anthropic-messages@9': not a registered adapter; use one of {ADAPTERS}"
@@ -66,7 +90,7 @@ def test_a_provider_no_adapter_has_is_refused_listing_those_they_have() -> None:
 
 def test_a_provider_other_than_the_adapters_is_refused_naming_the_adapters() -> None:
     assert refused(provider="openai") == (
-        "--provider 'openai': not the provider of adapter 'anthropic-messages@2'; use anthropic"
+        "--provider 'openai': not the provider of adapter 'anthropic-messages@3'; use anthropic"
     )
 
 
@@ -79,7 +103,7 @@ def test_a_provider_other_than_the_adapters_is_refused_naming_the_adapters() -> 
         ("anthropic/claude-9@2025-05", "not in the model registry"),
         (
             "openai/gpt-4o@2024-08-06",
-            "a model of provider 'openai', but adapter 'anthropic-messages@2' sends to 'anthropic'",
+            "a model of provider 'openai', but adapter 'anthropic-messages@3' sends to 'anthropic'",
         ),
     ],
 )
