@@ -58,6 +58,11 @@ class FaultKind(StrEnum):
     #: (a call cannot be cut on its wire: the calls before it, or no part at all). An answer without a
     #: call is left whole, the fault not recorded (model.cut_at_limit). Scripted only: never drawn.
     MAX_TOKENS_IN_CALL = "max_tokens_in_call"
+    #: After the stream's last event (its final one, or the error event `error_event` put in its place),
+    #: keep the connection open without ending the body, sending nothing, for N milliseconds (value: N;
+    #: default: until the client closes it): a provider, or a proxy, that does not close after its final
+    #: event. How each hold ended is in `FakeProvider.holds`. Scripted only: never drawn at random.
+    HOLD_OPEN = "hold_open"
 
 
 DRAWN_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)[: list(FaultKind).index(FaultKind.RATE_LIMITED)]

@@ -9,6 +9,7 @@ Streams use chunked transfer encoding like the real providers, so a disconnect m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -111,6 +112,8 @@ class ResponseWriter:
 
     writer: asyncio.StreamWriter
     extra_headers: dict[str, str] = field(default_factory=dict)
+    reader: asyncio.StreamReader | None = None
+    """The connection's read side (`client_closed` waits on it)."""
     body_bytes_sent: int = 0
     started: bool = False
     stream_content_type: str = "text/event-stream; charset=utf-8"
@@ -163,6 +166,25 @@ class ResponseWriter:
         self.writer.write(f"{len(data) + 1:x}\r\n".encode() + data)
         self.body_bytes_sent += len(data)
         await self.writer.drain()
+
+    async def client_closed(self, within_s: float | None) -> bool:
+        """Send nothing and wait: True once the client has closed the connection, False when `within_s`
+        seconds passed first (None: wait for the client). One request per connection: whatever else the
+        client sends is read and ignored."""
+        if self.reader is None:
+            raise RuntimeError("client_closed needs the connection's reader")
+        reader = self.reader
+
+        async def until_eof() -> None:
+            with contextlib.suppress(ConnectionError):
+                while await reader.read(4096):
+                    pass
+
+        try:
+            await asyncio.wait_for(until_eof(), within_s)
+        except TimeoutError:
+            return False
+        return True
 
     async def end_stream(self) -> None:
         self.writer.write(b"0\r\n\r\n")

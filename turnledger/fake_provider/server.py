@@ -15,7 +15,7 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
@@ -26,7 +26,7 @@ from turnledger.fake_provider import anthropic_messages, bedrock, gemini, openai
 from turnledger.fake_provider.api import ApiSpec, ScriptContext, WireEvent
 from turnledger.fake_provider.auth import FakeKeys, check
 from turnledger.fake_provider.background import BackgroundResponse
-from turnledger.fake_provider.delivery import Planned, deliver, plan, planned_bytes
+from turnledger.fake_provider.delivery import HoldEnd, HoldRecord, Planned, deliver, plan, planned_bytes
 from turnledger.fake_provider.errors import BadRequestError, NonLoopbackBindError
 from turnledger.fake_provider.faults import (
     CONTENT_FAULTS,
@@ -113,6 +113,7 @@ class _Delivery:
     drop_terminal: bool = False
     delay_s: float = 0.0
     late: int = 0
+    hold: Fault | None = None
     records: list[Fault] = field(default_factory=list)
 
 
@@ -162,6 +163,9 @@ class FakeProvider:
         self.gemini_strict_signatures = gemini_strict_signatures
         self.auth_failures: list[tuple[str, int]] = []  # (request id, status)
         self.fault_log: list[FaultRecord] = []
+        self.holds: list[HoldRecord] = []
+        """How each connection the `hold_open` fault held after its last event ended: the client closed
+        it, or its time was up (the fake then ended the body)."""
         self.requests: list[ReceivedRequest] = []
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -238,7 +242,7 @@ class FakeProvider:
         self.requests.append(received)
         if self._on_request is not None:
             self._on_request(received)
-        out = ResponseWriter(writer, extra_headers={"request-id": rid, "x-request-id": rid})
+        out = ResponseWriter(writer, extra_headers={"request-id": rid, "x-request-id": rid}, reader=reader)
         target = target_of(req.path, req.query)
         api = target.api if target is not None else _api_for(req.path)
         try:
@@ -452,12 +456,24 @@ class FakeProvider:
             )
             disconnect = self._cut(delivery, planned, delivery_rng)
             self._log(received, applied + delivery.records)
-            await deliver(out, planned, disconnect_at=disconnect, wait_for=rec.wait_for)
+            await deliver(
+                out,
+                planned,
+                disconnect_at=disconnect,
+                wait_for=rec.wait_for,
+                hold=self._hold(delivery, received, out),
+            )
             return
         planned = plan(events, duplicate=delivery.duplicate, drop_terminal=delivery.drop_terminal, late=late)
         disconnect = self._cut(delivery, planned, delivery_rng)
         self._log(received, applied + delivery.records)
-        complete = await deliver(out, planned, disconnect_at=disconnect, delay_s=delivery.delay_s)
+        complete = await deliver(
+            out,
+            planned,
+            disconnect_at=disconnect,
+            delay_s=delivery.delay_s,
+            hold=self._hold(delivery, received, out),
+        )
         if complete and api is openai_responses.SPEC and not err and body.get("store") is not False:
             self._stored[received.response_id or ""] = openai_responses.final_object(answer, ctx)
 
@@ -477,8 +493,27 @@ class FakeProvider:
                 d.delay_s = (f.value or 0) / 1000.0
             elif f.kind is FaultKind.LATE_EVENTS:
                 d.late = f.value or 0
+            elif f.kind is FaultKind.HOLD_OPEN:
+                d.hold = f
             d.records.append(f)
         return d
+
+    def _hold(
+        self, delivery: _Delivery, received: ReceivedRequest, out: ResponseWriter
+    ) -> Callable[[], Awaitable[HoldEnd]] | None:
+        """The `hold_open` fault of this connection, which records how it ended in `holds`."""
+        fault = delivery.hold
+        if fault is None:
+            return None
+
+        async def hold() -> HoldEnd:
+            began = time.monotonic()
+            within_s = None if fault.value is None else fault.value / 1000.0
+            ended = HoldEnd.CLIENT_CLOSED if await out.client_closed(within_s) else HoldEnd.TIME_UP
+            self.holds.append(HoldRecord(received.request_id, ended, time.monotonic() - began))
+            return ended
+
+        return hold
 
     @staticmethod
     def _cut(delivery: _Delivery, planned: list[Planned], rng: random.Random) -> int | None:
@@ -601,7 +636,14 @@ class FakeProvider:
         )
         disconnect = self._cut(delivery, planned, rng)
         self._log(received, delivery.records)
-        await deliver(out, planned, disconnect_at=disconnect, delay_s=delivery.delay_s, wait_for=rec.wait_for)
+        await deliver(
+            out,
+            planned,
+            disconnect_at=disconnect,
+            delay_s=delivery.delay_s,
+            wait_for=rec.wait_for,
+            hold=self._hold(delivery, received, out),
+        )
 
     async def _cancel(self, response_id: str, out: ResponseWriter) -> None:
         rec = self._background.get(response_id)

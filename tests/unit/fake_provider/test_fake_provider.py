@@ -27,7 +27,8 @@ from turnledger.fake_provider import (
     FaultRecord,
     NonLoopbackBindError,
 )
-from turnledger.fake_provider.faults import truncate_mid_string
+from turnledger.fake_provider.delivery import HoldEnd
+from turnledger.fake_provider.faults import parse_fault_header, truncate_mid_string
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -472,6 +473,74 @@ async def test_late_events_of_the_old_stream_after_a_reconnect(
     assert new[:2] == old[-3:-1]  # the old stream's last two events before its [DONE]
     assert new[0][1]["id"] != new[2][1]["id"]  # the old generation's id, then the new one's
     assert fp.fault_log == [FaultRecord("req_000002", Fault(FaultKind.LATE_EVENTS, 2))]
+
+
+async def until_held(fp: FakeProvider, n: int = 1) -> None:
+    """Until the fake has recorded how `n` holds ended (a condition, polled; the test's timeout bounds it)."""
+    while len(fp.holds) < n:
+        await asyncio.sleep(0.01)
+
+
+TERMINAL = {"anthropic": "message_stop", "chat": "[DONE]", "responses": "response.completed"}
+
+
+@pytest.mark.parametrize("api", list(PATHS))
+async def test_hold_open_keeps_the_connection_after_the_last_event_until_the_client_closes_it(
+    fp: FakeProvider, client: httpx.AsyncClient, api: str
+) -> None:
+    """`hold_open`: every event is sent, the terminal one last, and then nothing: the body does not end.
+    The client closing the connection ends the hold, which the fake records."""
+    received: list[tuple[str | None, Any]] = []
+    raw = b""
+    async with client.stream(
+        "POST", PATHS[api], json=REQS[api], headers={"x-fake-fault": "hold_open"}
+    ) as resp:
+        chunks = resp.aiter_raw()
+        while not received or kind(received[-1][1]) != TERMINAL[api]:
+            raw += await anext(chunks)
+            received = parse_sse(raw)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await anext(chunks)
+    async with asyncio.timeout(5):
+        await until_held(fp)
+    [hold] = fp.holds
+    assert (hold.request_id, hold.ended) == ("req_000001", HoldEnd.CLIENT_CLOSED) and hold.held_s >= 0.3
+    assert fp.fault_log == [FaultRecord("req_000001", Fault(FaultKind.HOLD_OPEN))]
+
+
+def kind(data: Any) -> str:
+    return data if isinstance(data, str) else str(data.get("type", "chunk"))
+
+
+async def test_hold_open_for_n_ms_then_ends_the_body_after_the_error_event(
+    fp: FakeProvider, client: httpx.AsyncClient
+) -> None:
+    """`hold_open=N` after `error_event`: the error is the last event; N ms later the body ends cleanly."""
+    began = time.monotonic()
+    raw, err = await stream_bytes(
+        client, "POST", "/v1/messages", ANTHROPIC_REQ, {"x-fake-fault": "error_event=2, hold_open=300"}
+    )
+    assert err is None and time.monotonic() - began >= 0.3
+    assert parse_sse(raw)[-1] == (
+        "error",
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    )
+    [hold] = fp.holds
+    assert (hold.request_id, hold.ended) == ("req_000001", HoldEnd.TIME_UP) and hold.held_s >= 0.3
+    assert fp.fault_log == [
+        FaultRecord("req_000001", Fault(FaultKind.ERROR_EVENT, 2)),
+        FaultRecord("req_000001", Fault(FaultKind.HOLD_OPEN, 300)),
+    ]
+
+
+def test_hold_open_is_scripted_only() -> None:
+    with pytest.raises(ValueError, match=r"faults \['hold_open'\] are scripted only"):
+        FaultPlan(rates={FaultKind.HOLD_OPEN: 0.5})
+    assert parse_fault_header("hold_open, hold_open=250") == (
+        Fault(FaultKind.HOLD_OPEN),
+        Fault(FaultKind.HOLD_OPEN, 250),
+    )
 
 
 async def test_unknown_fault_is_a_400(client: httpx.AsyncClient) -> None:
