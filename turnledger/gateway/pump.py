@@ -36,6 +36,12 @@ names no response, so its handle is a response header (`handle_header`), bound b
 Deltas at or below `acked` (already appended by an earlier read of the same
 generation) are not appended again.
 
+The stream ends at its final event (message stop, provider error): nothing the provider sends after
+it is parsed or appended, whether it came in the same chunk or later (`stats.after_final` counts
+it: SSE events; Bedrock's deltas, whose frames are decoded a chunk at a time). The fold settles the
+attempt on that event and ignores the rest of its record; an error after a message stop must not
+judge a read that completed, and more text after it is no part of the answer.
+
 Coalescing (`flush_interval_s` > 0, the worker's `--flush-ms`): a provider sends one event per
 token or two, and one StreamDeltas record per network chunk would make every token a ledger
 record. The pump appends at most once per interval per stream instead: deltas that arrive within
@@ -77,6 +83,7 @@ class PumpStats:
     wire_duplicates: int = 0
     deltas_appended: int = 0
     events: int = 0
+    after_final: int = 0
 
 
 class StreamPump:
@@ -109,7 +116,7 @@ class StreamPump:
         self.acked = acked
         self.saw_final = False
         self.error_type: str | None = None
-        """The type of the first error the stream carried (the provider's or our parser's), if any; before
+        """The type of the error that ended the stream (the provider's or our parser's), if any; before
         the response is named, of the last error held back with the junk."""
         self.error: Mapping[str, Any] | None = None
         """That error's object as the provider sent it (None for our parser's own, or a Bedrock exception):
@@ -147,6 +154,9 @@ class StreamPump:
             return
         batch: list[NormalizedDelta] = []
         for event in self._sse.feed(chunk):
+            if self.saw_final:
+                self.stats.after_final += 1
+                continue
             batch.extend(await self._event(event))
         await self._append(batch)
 
@@ -234,15 +244,21 @@ class StreamPump:
         return False
 
     def _accept(self, deltas: list[NormalizedDelta]) -> list[NormalizedDelta]:
+        """This response's deltas not yet appended, up to and including its final one."""
+        if self.saw_final:
+            self.stats.after_final += len(deltas)
+            return []
         seen = self._pending[-1].delta_sequence if self._pending else self.acked
-        fresh = [d for d in deltas if d.delta_sequence > seen]
-        for delta in deltas:
-            if delta.type in FINAL_TYPES:
-                self.saw_final = True
-            if delta.type is DeltaType.PROVIDER_ERROR and self.error_type is None:
+        for end, delta in enumerate(deltas, 1):
+            if delta.type is DeltaType.PROVIDER_ERROR:
                 self.error_type = delta.error_type or ""
                 self.error = self._parser.error_objects.get(delta.delta_sequence)
-        return fresh
+            if delta.type in FINAL_TYPES:
+                self.saw_final = True
+                self.stats.after_final += len(deltas) - end
+                deltas = deltas[:end]
+                break
+        return [d for d in deltas if d.delta_sequence > seen]
 
     async def _append(self, batch: list[NormalizedDelta]) -> None:
         if not batch:

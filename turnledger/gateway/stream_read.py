@@ -4,8 +4,9 @@ A read appends HandleBound (journaled first: the handle is what a restart resume
 as the pump normalises them, and always a StreamEnded. It stops at once, between two appends, when
 the board shows the operation CANCELLED or the lease of the generation it reads expired, and closes
 the connection. It stops too after the chunk that carried the provider's final event (message stop,
-error): the fold settles the attempt there, and whatever a provider sends after it (more events, a
-connection held open) could only be quarantined, and would hold the operation's slot meanwhile.
+error): the fold settles the attempt there, nothing after it is read as part of the answer
+(gateway/pump.py), and a provider (or a proxy) that sends more, or holds the connection open, would
+hold the operation's slot meanwhile.
 An answer that is not the API's stream (`provider_failures.is_stream`: an error status, a redirect,
 a 2xx whose content-type is another, such as a proxy's HTML page) is a PROVIDER_ERROR outcome, judged
 before a byte of it is read as a stream, whose body is never kept (it may quote the credential); one
@@ -249,6 +250,8 @@ class StreamReader:
             phase.failure = stream_failure(api, pump.error_type, pump.error)
         self._stats.bump("late_deltas", pump.stats.late_deltas)
         self._stats.bump("wire_duplicates", pump.stats.wire_duplicates)
+        if pump.stats.after_final:
+            self._stats.bump("after_final", pump.stats.after_final)
         phase.acked = pump.acked
         phase.outcome = outcome
         phase.handle = pump.response_handle or phase.handle

@@ -7,7 +7,9 @@ verbatim, except that it calls `parser_feed` / `parser_flush` (the 1088e6f
 `StreamParser.feed` / `flush`, at the end of this module) instead of the parser's methods,
 so that neither side of the comparison runs the new input path. One deliberate change since: JSON
 is parsed with orjson, as `streaming.parser.parse_event` now does (a lone surrogate or NaN makes an
-event malformed), so that the comparison is about decoding once, not about the JSON rule.
+event malformed), so that the comparison is about decoding once, not about the JSON rule. Another
+(session 49): the stream ends at its final event, as the pump's does (nothing after it is parsed or
+appended, `after_final` counts it), so that the comparison is not about that rule either.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class PumpStats:
     wire_duplicates: int = 0
     deltas_appended: int = 0
     events: int = 0
+    after_final: int = 0
 
 
 class StreamPump:
@@ -77,6 +80,9 @@ class StreamPump:
     async def feed(self, chunk: bytes) -> None:
         batch: list[NormalizedDelta] = []
         for event in self._sse.feed(chunk):
+            if self.saw_final:
+                self.stats.after_final += 1
+                continue
             batch.extend(await self._event(event))
         await self._append(batch)
 
@@ -126,10 +132,15 @@ class StreamPump:
         return False
 
     def _accept(self, deltas: list[NormalizedDelta]) -> list[NormalizedDelta]:
-        fresh = [d for d in deltas if d.delta_sequence > self.acked]
-        if any(d.type in FINAL_TYPES for d in deltas):
+        if self.saw_final:
+            self.stats.after_final += len(deltas)
+            return []
+        final = next((i for i, d in enumerate(deltas) if d.type in FINAL_TYPES), None)
+        if final is not None:
             self.saw_final = True
-        return fresh
+            self.stats.after_final += len(deltas) - final - 1
+            deltas = deltas[: final + 1]
+        return [d for d in deltas if d.delta_sequence > self.acked]
 
     async def _append(self, batch: list[NormalizedDelta]) -> None:
         if not batch:

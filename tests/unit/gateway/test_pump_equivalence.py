@@ -196,9 +196,12 @@ def test_each_garbage_event_gives_the_reference_deltas(garbage: bytes) -> None:
 
 
 def test_undecodable_and_non_object_events_are_provider_errors() -> None:
+    """Each is the stream's final event: the first ends it, and nothing after it is parsed."""
     first, *rest = EVENTS["anthropic_text.sse"]
-    trace = assert_same("anthropic-messages", [first + b"data: {not json\n\ndata: [1]\n\n" + b"".join(rest)])
-    assert [d.type for d in trace.deltas()[1:3]] == [DeltaType.PROVIDER_ERROR] * 2
+    for bad in (b"data: {not json\n\n", b"data: [1]\n\n"):
+        trace = assert_same("anthropic-messages", [first + bad + bad + b"".join(rest)])
+        assert [d.type for d in trace.deltas()[1:]] == [DeltaType.PROVIDER_ERROR]
+        assert trace.stats["after_final"] == 1 + len(rest)
 
 
 @pytest.mark.parametrize("handle", [None, "resp_given"])

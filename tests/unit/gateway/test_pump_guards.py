@@ -399,3 +399,68 @@ def test_a_responses_stream_that_fails_before_it_is_created_is_its_unnamed_failu
     pump, sink = _sse_pump("openai-responses", [COMPLETED_FIRST])
     assert (sink.handles, sink.batches, pump.response_handle) == ([], [], None)
     assert (pump.error_type, pump.unnamed_failure, pump.saw_final) == (None, False, False)
+
+
+MORE_TEXT = (
+    b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+    b'"delta": {"type": "text_delta", "text": "MORE"}}\n\n'
+)
+
+
+def test_nothing_after_the_final_event_is_parsed_or_appended() -> None:
+    """More text and an error after the message stop, in its chunk and in the next: the parser would
+    number them on (test_parser_edges.py); the pump parses none of them, appends none (more text is no
+    part of the answer) and the error judges nothing (`error_type`); `after_final` counts the events."""
+    clean, clean_sink = pump_all("anthropic_text.sse", "anthropic-messages")
+    late_error = _anthropic_error({"type": "overloaded_error", "message": "m"})
+    pump, sink = _sse_pump(
+        "anthropic-messages", [fixture("anthropic_text.sse") + MORE_TEXT + late_error, MORE_TEXT]
+    )
+    assert [d.model_dump() for b in sink.batches for d in b] == [
+        d.model_dump() for b in clean_sink.batches for d in b
+    ]
+    assert (pump.error_type, pump.error, pump.saw_final, pump.acked) == (None, None, True, clean.acked)
+    assert (pump.stats.after_final, pump.stats.events) == (3, clean.stats.events)
+
+
+def test_an_error_ends_the_stream_and_the_stop_after_it_is_not_appended() -> None:
+    """The first of two finals ends the stream: an error, then a message stop in the next chunk."""
+    start = fixture("anthropic_text.sse").split(b"\n\n")[0] + b"\n\n"
+    error = _anthropic_error({"type": "overloaded_error", "message": "m"})
+    pump, sink = _sse_pump(
+        "anthropic-messages", [start + error, b'event: message_stop\ndata: {"type": "message_stop"}\n\n']
+    )
+    assert [d.type for b in sink.batches for d in b] == [DeltaType.MESSAGE_START, DeltaType.PROVIDER_ERROR]
+    assert (pump.error_type, pump.stats.after_final) == ("overloaded_error", 1)
+
+
+def _bedrock_of(*messages: tuple[str, dict[str, object]]) -> bytes:
+    """Bedrock's event stream of `(event type, payload)` messages; `!name` is an exception message."""
+    return b"".join(
+        encode_message(
+            {":message-type": "exception", ":exception-type": name[1:]}, json.dumps(payload).encode()
+        )
+        if name.startswith("!")
+        else encode_message({":message-type": "event", ":event-type": name}, json.dumps(payload).encode())
+        for name, payload in messages
+    )
+
+
+def test_a_bedrock_stream_ends_at_its_exception_even_with_a_stop_held_for_the_close() -> None:
+    """Bedrock's frames are decoded a chunk at a time: the deltas after the exception in its chunk are
+    dropped, and so is the message stop its parser held for the metadata and gives up at the close
+    (`after_final` counts the deltas)."""
+    data = _bedrock_of(
+        ("messageStart", {"role": "assistant"}),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hi"}}),
+        ("!throttlingException", {"message": "slow"}),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("messageStop", {"stopReason": "end_turn"}),
+    )
+    pump = _pumped("bedrock-converse", data, {"x-amzn-requestid": "req-1"})
+    assert (pump.error_type, pump.saw_final, pump.acked, pump.stats.after_final) == (
+        "throttlingException",
+        True,
+        3,
+        2,
+    )

@@ -735,6 +735,29 @@ async def test_the_read_stops_after_the_chunk_that_carried_the_final_event() -> 
     assert await only_this_task()
 
 
+async def test_an_error_after_the_final_event_in_its_chunk_judges_nothing() -> None:
+    """An error event after the message stop, in the same chunk: the read completed, with no failure (it
+    was the read's failure, named in its StreamEnded), and the error is not appended."""
+    data = fixture("anthropic_text.sse")
+    expected = await all_deltas(ANTHROPIC, events_of(data))
+    error = (
+        b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", "message": "m"}}\n\n'
+    )
+    body = Body([data + error], hold=asyncio.Event())
+    read = reading(ANTHROPIC, lambda request: httpx.Response(200, stream=body))
+    phase = await read.run()
+    [ended] = read.of(StreamEnded)
+    assert sequences(read) == expected
+    assert (phase.outcome, phase.failure, ended.outcome, ended.detail, body.closed) == (
+        StreamOutcome.COMPLETED,
+        None,
+        StreamOutcome.COMPLETED,
+        None,
+        True,
+    )
+    assert read.stats.counts["after_final"] == 1
+
+
 async def test_a_credential_quoted_by_an_error_event_is_masked_before_it_is_appended() -> None:
     """The route's key (`sk-test`) quoted in an error event's type and message, and in an undecodable
     event, reaches the ledger as `***`; the rest of the text, and every other delta, as sent."""

@@ -56,6 +56,21 @@ def test_anthropic_errors(event: dict[str, Any], expected: str) -> None:
     assert run("anthropic-messages", sse(event))[0] == [expected]
 
 
+def test_a_parser_does_not_end_at_a_final_event_the_pump_does() -> None:
+    """Pinned: a parser numbers on whatever follows a message stop or an error, as it would anywhere
+    (it knows nothing of where a stream ends); the gateway's pump parses nothing after the final event
+    (gateway/pump.py, test_pump_guards.py)."""
+    stop = {"type": "message_stop"}
+    text = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "more"}}
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "m"}}
+    assert run("anthropic-messages", sse(stop, text, error, stop))[0] == [
+        "message_stop -1",
+        "text_delta 0 text=more",
+        "provider_error -1 error_type=overloaded_error error_message=m",
+        "message_stop -1",
+    ]
+
+
 def test_anthropic_message_and_blocks_with_fields_missing() -> None:
     deltas, unknown, handle = run(
         "anthropic-messages",
