@@ -20,6 +20,10 @@ the connection rather than on the bytes of one response:
   it with the rest of the junk). Of several, the last counts: late events come
   before the stream's own. Nothing of it is appended (the fold takes no delta
   before `HandleBound`): the read ends PROVIDER_ERROR (gateway/stream_read.py).
+  It waits for a name at most `unnamed_error_grace_s` after the error (`ended`):
+  late events are re-sent just before the stream's own, and a provider (or a
+  proxy) that holds the connection open after its error would otherwise hold the
+  attempt until it closed.
 - Wire dedup. An API whose profile names a `wire_sequence_field` (OpenAI Responses:
   `sequence_number`) numbers its events; an event at or below the last one seen on
   this connection is a duplicate and is dropped before the parser sees it, since a
@@ -75,6 +79,9 @@ OnDeltas = Callable[[list[NormalizedDelta]], Awaitable[None]]
 
 FINAL_TYPES = frozenset({DeltaType.MESSAGE_STOP, DeltaType.PROVIDER_ERROR})
 MAX_PENDING_DELTAS = 512
+UNNAMED_ERROR_GRACE_S = 5.0
+"""How long after an error before anything named the response the stream may still name one (the
+error was then an earlier stream's, re-sent late) before the read ends on that error."""
 
 
 @dataclass
@@ -99,6 +106,7 @@ class StreamPump:
         response_handle: str | None = None,
         acked: int = -1,
         flush_interval_s: float = 0.0,
+        unnamed_error_grace_s: float = UNNAMED_ERROR_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
@@ -126,6 +134,8 @@ class StreamPump:
         self._clock = clock
         self._pending: list[NormalizedDelta] = []
         self._last_append = float("-inf")
+        self._grace = unnamed_error_grace_s
+        self._unnamed_error_at = 0.0  # when the last error before any name came
 
     @property
     def response_handle(self) -> str | None:
@@ -136,6 +146,24 @@ class StreamPump:
         """Did the stream carry an error and name no response: it failed before anything of it could be
         appended?"""
         return self.error_type is not None and not self._bound
+
+    @property
+    def ended(self) -> bool:
+        """Does the stream say how it ends: its final event came, or an error before anything named the
+        response came and nothing named one within `unnamed_error_grace_s`? The reader stops there."""
+        return self.saw_final or self._unnamed_error_wait() == 0.0
+
+    def next_wait(self) -> float | None:
+        """Seconds the reader may wait for the next chunk before the pump has something to do; None: as
+        long as the provider takes. A named stream may have deltas pending (`flush_wait`); a stream not
+        named yet has none, and may have an error to end on."""
+        return self.flush_wait() if self._bound else self._unnamed_error_wait()
+
+    def _unnamed_error_wait(self) -> float | None:
+        """Seconds left for the stream to name its response after its unnamed error (0: none left)."""
+        if not self.unnamed_failure:
+            return None
+        return max(0.0, self._unnamed_error_at + self._grace - self._clock())
 
     async def on_response_headers(self, headers: Mapping[str, str]) -> None:
         """The response arrived: an API whose stream names no response is bound by its header."""
@@ -231,6 +259,7 @@ class StreamPump:
             if delta.type is DeltaType.PROVIDER_ERROR:
                 self.error_type = delta.error_type or ""
                 self.error = self._parser.error_objects.get(delta.delta_sequence)
+                self._unnamed_error_at = self._clock()
 
     def _is_wire_duplicate(self, event: ParsedEvent) -> bool:
         if self._sequence_field is None or not self._bound:

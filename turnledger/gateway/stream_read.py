@@ -3,10 +3,14 @@
 A read appends HandleBound (journaled first: the handle is what a restart resumes by), StreamDeltas
 as the pump normalises them, and always a StreamEnded. It stops at once, between two appends, when
 the board shows the operation CANCELLED or the lease of the generation it reads expired, and closes
-the connection. It stops too after the chunk that carried the provider's final event (message stop,
-error): the fold settles the attempt there, nothing after it is read as part of the answer
-(gateway/pump.py), and a provider (or a proxy) that sends more, or holds the connection open, would
-hold the operation's slot meanwhile.
+the connection. It stops too, and closes the connection, once the pump says the stream ended
+(`StreamPump.ended`):
+- after the chunk that carried the provider's final event (message stop, error): the fold settles
+  the attempt there, nothing after it is read as part of the answer (gateway/pump.py), and a
+  provider (or a proxy) that sends more, or holds the connection open, would hold the operation's
+  slot meanwhile;
+- `unnamed_error_grace_s` after an error that came before anything named the response, when
+  nothing named one since: the read ends PROVIDER_ERROR then, not when the provider closes.
 An answer that is not the API's stream (`provider_failures.is_stream`: an error status, a redirect,
 a 2xx whose content-type is another, such as a proxy's HTML page) is a PROVIDER_ERROR outcome, judged
 before a byte of it is read as a stream, whose body is never kept (it may quote the credential); one
@@ -41,7 +45,7 @@ from turnledger.gateway.provider_failures import (
     stream_failure,
 )
 from turnledger.gateway.provider_request import ProviderRequest
-from turnledger.gateway.pump import StreamPump
+from turnledger.gateway.pump import UNNAMED_ERROR_GRACE_S, StreamPump
 from turnledger.gateway.redaction import REDACTOR
 from turnledger.gateway.worker_config import CrashHook, WorkerStats
 from turnledger.model.deltas import DeltaType, NormalizedDelta
@@ -115,9 +119,11 @@ class StreamReader:
         stats: WorkerStats,
         crash_hook: CrashHook | None,
         flush_interval_s: float = 0.0,
+        unnamed_error_grace_s: float = UNNAMED_ERROR_GRACE_S,
     ) -> None:
         self._http = http
         self._flush_interval_s = flush_interval_s
+        self._unnamed_error_grace_s = unnamed_error_grace_s
         self._events, self._board, self._journal = events, board, journal
         self._leases, self._stats, self._crash_hook = leases, stats, crash_hook
 
@@ -166,6 +172,7 @@ class StreamReader:
             response_handle=phase.handle,
             acked=phase.acked,
             flush_interval_s=self._flush_interval_s,
+            unnamed_error_grace_s=self._unnamed_error_grace_s,
         )
         outcome = StreamOutcome.COMPLETED
         phase.failure = None
@@ -196,13 +203,13 @@ class StreamReader:
                         await pump.on_response_headers(response.headers)
                     chunks = TimedChunks(response.aiter_bytes())  # decoded: httpx asks for gzip
                     try:
-                        while (chunk := await chunks.next(pump.flush_wait())) is not None:
+                        while (chunk := await chunks.next(pump.next_wait())) is not None:
                             with stop.feeding():
                                 if isinstance(chunk, IdleTick):
                                     await pump.flush()
                                 else:
                                     await pump.feed(chunk)
-                            if stop.fired or pump.saw_final:
+                            if stop.fired or pump.ended:
                                 break  # leaving the block closes the connection
                     finally:
                         await chunks.aclose()

@@ -159,6 +159,7 @@ class DispatchWorker:
             self.stats,
             self.config.crash_hook,
             flush_interval_s=self.config.flush_s,
+            unnamed_error_grace_s=self.config.unnamed_error_grace_s,
         )
         self._background: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from turnledger.gateway.provider_failures import BackoffPolicy
+from turnledger.gateway.pump import UNNAMED_ERROR_GRACE_S
 from turnledger.gateway.rollout import RolloutStage
 
 CrashHook = Callable[[str], None]
@@ -29,6 +30,9 @@ class WorkerConfig:
     """How long an accepted attempt stays this worker's without a sign of life from it."""
     flush_s: float = 0.1
     """A stream's deltas are appended at most this often (gateway/pump.py "Coalescing"); 0: per chunk."""
+    unnamed_error_grace_s: float = UNNAMED_ERROR_GRACE_S
+    """How long a stream whose error came before anything named its response may still name one before
+    its read ends on that error (gateway/pump.py)."""
     sweep: bool = True
     """Claim the expired leases and passed deadlines of others and adopt abandoned work."""
     sweep_tick_s: float = 1.0

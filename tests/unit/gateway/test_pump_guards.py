@@ -299,13 +299,13 @@ def _sse_pump(api: str, chunks: list[bytes]) -> tuple[StreamPump, Sink]:
 def test_an_error_before_anything_names_the_response_is_the_stream_s_failure(api: str) -> None:
     """The stream's first event is the provider's error and nothing names a response: the error is this
     stream's (its type and object kept for the judgement), nothing is appended (there is no handle to
-    append it under), and the read goes on to the provider's close (no final flag: a response named
-    later would show the error an earlier stream's)."""
+    append it under), and the stream has not ended yet (no final flag: a response named within the grace
+    would show the error an earlier stream's)."""
     event, error_type, error = EARLY_ERRORS[api]
     pump, sink = _sse_pump(api, [event])
     assert (pump.error_type, pump.error, pump.unnamed_failure) == (error_type, error, True)
     assert (sink.handles, sink.batches, pump.response_handle, pump.saw_final) == ([], [], None, False)
-    assert (pump.stats.late_deltas, pump.stats.deltas_appended) == (0, 0)
+    assert (pump.stats.late_deltas, pump.stats.deltas_appended, pump.ended) == (0, 0, False)
 
 
 @pytest.mark.parametrize("api", list(EARLY_ERRORS))
@@ -463,4 +463,79 @@ def test_a_bedrock_stream_ends_at_its_exception_even_with_a_stop_held_for_the_cl
         True,
         3,
         2,
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
+def test_an_error_before_any_name_ends_the_stream_once_its_grace_has_passed() -> None:
+    """The stream may still name its response (the error was then an earlier stream's) for the grace,
+    counted from its last unnamed error, whatever else not named (a ping) comes meanwhile; then it has
+    ended, and the reader waits no more (`next_wait`). A stream with no error, or named, has no grace."""
+    event, _, _ = EARLY_ERRORS["anthropic-messages"]
+    clock, sink = Clock(), Sink()
+    pump = StreamPump(
+        "anthropic-messages",
+        3,
+        on_handle=sink.on_handle,
+        on_deltas=sink.on_deltas,
+        unnamed_error_grace_s=2.0,
+        clock=clock,
+    )
+    seen: list[tuple[bool, float | None]] = []
+
+    async def go() -> None:
+        await pump.feed(PING)
+        seen.append((pump.ended, pump.next_wait()))
+        await pump.feed(event)
+        seen.append((pump.ended, pump.next_wait()))
+        clock.now += 1.5
+        await pump.feed(PING)
+        seen.append((pump.ended, pump.next_wait()))
+        await pump.feed(event)
+        seen.append((pump.ended, pump.next_wait()))
+        clock.now += 2.0
+        seen.append((pump.ended, pump.next_wait()))
+        clock.now += 5.0
+        seen.append((pump.ended, pump.next_wait()))
+
+    asyncio.run(go())
+    assert seen == [(False, None), (False, 2.0), (False, 0.5), (False, 2.0), (True, 0.0), (True, 0.0)]
+    assert (pump.unnamed_failure, pump.saw_final, sink.batches) == (True, False, [])
+
+
+def test_a_response_named_after_an_unnamed_error_has_no_grace_left_to_end_it() -> None:
+    event, _, _ = EARLY_ERRORS["anthropic-messages"]
+    clock, sink = Clock(), Sink()
+    pump = StreamPump(
+        "anthropic-messages",
+        3,
+        on_handle=sink.on_handle,
+        on_deltas=sink.on_deltas,
+        clock=clock,
+        flush_interval_s=1.0,
+    )
+    start = fixture("anthropic_text.sse").split(b"\n\n")[0] + b"\n\n"
+
+    async def go() -> None:
+        await pump.feed(event)
+        clock.now += 1.0
+        await pump.feed(start)
+
+    asyncio.run(go())
+    clock.now += 10.0
+    assert (pump.ended, pump.next_wait(), pump.unnamed_failure, sink.handles) == (
+        False,
+        None,
+        False,
+        ["msg_01XFDUDYJgAACzvnptvVoYEL"],
     )

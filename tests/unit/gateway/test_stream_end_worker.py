@@ -71,3 +71,44 @@ async def test_a_stream_held_open_after_its_error_event_is_retried_at_once(adapt
         assert first_attempt(h) == [(ReasonCode.PROVIDER_ERROR, ERROR_MID_STREAM[adapter])]
         assert await held(h) == [("req_000001", HoldEnd.CLIENT_CLOSED)]
         assert (h.worker.stats.counts["final_in_stream"], len(posts(h))) == (2, 2)  # an error, then a stop
+
+
+GRACE_S = 0.3
+
+#: per API, how the fold ends the attempt whose stream the fake's `error_event=0` replaced by its error
+#: (test_provider_failures_worker.py), and whether the error came before anything named the response
+#: (Bedrock's stream is named by its header)
+ERROR_FIRST = {
+    **{
+        a: (f"stream ended before any delta: stream error {error}", True)
+        for a, error in [
+            ("anthropic-messages@2", "overloaded_error"),
+            ("openai-chat@2", "server_error"),
+            ("openai-responses@2", "server_error"),
+            ("gemini@2", "UNAVAILABLE"),
+        ]
+    },
+    "bedrock-converse@1": (ERROR_MID_STREAM["bedrock-converse@1"], False),
+}
+
+
+@pytest.mark.parametrize("adapter", list(APIS))
+async def test_a_stream_held_open_after_an_error_before_anything_names_it_ends_after_the_grace(
+    adapter: str,
+) -> None:
+    """The stream is the provider's error alone, and the connection stays open: the read waits for the
+    stream to name its response (the error may be an earlier stream's, re-sent late) for
+    `unnamed_error_grace_s`, not until the provider closes; then the attempt ends UNKNOWN PROVIDER_ERROR,
+    the worker closes the connection and the next generation commits."""
+    plan = FaultPlan(by_request={0: (Fault(FaultKind.ERROR_EVENT, 0), HOLD)})
+    async for h in harness(plan, config=config(unnamed_error_grace_s=GRACE_S)):
+        await h.converse("c1", adapter, tools=False)
+        final = await h.settled("c1", "op-1")
+        assert (final.state, final.attempt_generation) == (S.COMMITTED, 2)
+        detail, unnamed = ERROR_FIRST[adapter]
+        assert first_attempt(h) == [(ReasonCode.PROVIDER_ERROR, detail)]
+        assert await held(h) == [("req_000001", HoldEnd.CLIENT_CLOSED)]
+        if unnamed:
+            assert h.fp.holds[0].held_s >= GRACE_S
+        counts = h.worker.stats.counts
+        assert (counts["errors_before_handle"], len(posts(h))) == (int(unnamed), 2)

@@ -105,6 +105,7 @@ class Read:
     endpoint: ProviderEndpoint
     response: Callable[[httpx.Request], httpx.Response]
     flush_interval_s: float | None = None  # None: the reader's default
+    unnamed_error_grace_s: float | None = None  # None: the reader's default
     trace: list[tuple[str, Any]] = field(default_factory=list)
     requests: list[httpx.Request] = field(default_factory=list)
     board: DecisionBoard = field(default_factory=DecisionBoard)
@@ -136,6 +137,11 @@ class Read:
             self.stats,
             self.crash_hook,
             **({} if self.flush_interval_s is None else {"flush_interval_s": self.flush_interval_s}),
+            **(
+                {}
+                if self.unnamed_error_grace_s is None
+                else {"unnamed_error_grace_s": self.unnamed_error_grace_s}
+            ),
         )
 
     async def run(
@@ -641,6 +647,29 @@ async def test_an_error_before_anything_names_the_response_ends_the_read_as_a_pr
     )
     assert (phase.outcome, phase.failure, phase.handle) == (StreamOutcome.PROVIDER_ERROR, failure, None)
     assert read.stats.counts == {"errors_before_handle": 1, "late_deltas": 0, "wire_duplicates": 0}
+
+
+@pytest.mark.parametrize(("api", "event", "failure"), EARLY_ERRORS.values(), ids=list(EARLY_ERRORS))
+async def test_an_error_before_anything_names_the_response_ends_the_read_after_the_grace_not_the_close(
+    api: tuple[str, str, str], event: bytes, failure: ProviderFailure
+) -> None:
+    """The provider sends its error and holds the connection open: the read waited until it closed.
+    Now it waits `unnamed_error_grace_s` for the stream to name its response, then ends PROVIDER_ERROR,
+    judged by the error, and closes the connection."""
+    body = Body([event], hold=asyncio.Event())
+    read = reading(api, lambda request: httpx.Response(200, stream=body), unnamed_error_grace_s=0.2)
+    began = time.monotonic()
+    phase = await read.run()
+    [ended] = read.events
+    assert isinstance(ended, StreamEnded) and time.monotonic() - began >= 0.2
+    assert (ended.outcome, phase.outcome, phase.failure, body.closed) == (
+        StreamOutcome.PROVIDER_ERROR,
+        StreamOutcome.PROVIDER_ERROR,
+        failure,
+        True,
+    )
+    assert read.stats.counts == {"errors_before_handle": 1, "late_deltas": 0, "wire_duplicates": 0}
+    assert await only_this_task()
 
 
 async def test_an_error_before_any_name_then_a_cut_is_a_provider_error_not_a_disconnect() -> None:
