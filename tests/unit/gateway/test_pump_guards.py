@@ -10,6 +10,7 @@ import pytest
 
 from tests.unit.streaming.support import fixture
 from turnledger.gateway.pump import StreamPump
+from turnledger.gateway.worker_config import WorkerConfig
 from turnledger.model.deltas import DeltaType, NormalizedDelta
 from turnledger.streaming.eventstream import encode_message
 
@@ -539,3 +540,12 @@ def test_a_response_named_after_an_unnamed_error_has_no_grace_left_to_end_it() -
         False,
         ["msg_01XFDUDYJgAACzvnptvVoYEL"],
     )
+
+
+def test_the_default_grace_is_the_documented_five_seconds() -> None:
+    """README and docs/architecture.md say 5 s; the worker's default is the pump's."""
+    event, _, _ = EARLY_ERRORS["openai-chat"]
+    clock, sink = Clock(), Sink()
+    pump = StreamPump("openai-chat", 1, on_handle=sink.on_handle, on_deltas=sink.on_deltas, clock=clock)
+    asyncio.run(pump.feed(event))
+    assert (pump.next_wait(), WorkerConfig().unnamed_error_grace_s) == (5.0, 5.0)

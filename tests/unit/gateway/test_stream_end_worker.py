@@ -108,7 +108,7 @@ async def test_a_stream_held_open_after_an_error_before_anything_names_it_ends_a
         detail, unnamed = ERROR_FIRST[adapter]
         assert first_attempt(h) == [(ReasonCode.PROVIDER_ERROR, detail)]
         assert await held(h) == [("req_000001", HoldEnd.CLIENT_CLOSED)]
-        if unnamed:
-            assert h.fp.holds[0].held_s >= GRACE_S
+        if unnamed:  # the grace waited out, not the reader's default (5 s)
+            assert GRACE_S <= h.fp.holds[0].held_s < 4.0
         counts = h.worker.stats.counts
         assert (counts["errors_before_handle"], len(posts(h))) == (int(unnamed), 2)

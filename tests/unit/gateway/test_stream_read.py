@@ -661,7 +661,7 @@ async def test_an_error_before_anything_names_the_response_ends_the_read_after_t
     began = time.monotonic()
     phase = await read.run()
     [ended] = read.events
-    assert isinstance(ended, StreamEnded) and time.monotonic() - began >= 0.2
+    assert isinstance(ended, StreamEnded) and 0.2 <= time.monotonic() - began < 4.0  # not the default 5 s
     assert (ended.outcome, phase.outcome, phase.failure, body.closed) == (
         StreamOutcome.PROVIDER_ERROR,
         StreamOutcome.PROVIDER_ERROR,
@@ -765,14 +765,15 @@ async def test_the_read_stops_after_the_chunk_that_carried_the_final_event() -> 
 
 
 async def test_an_error_after_the_final_event_in_its_chunk_judges_nothing() -> None:
-    """An error event after the message stop, in the same chunk: the read completed, with no failure (it
-    was the read's failure, named in its StreamEnded), and the error is not appended."""
+    """An error event after the message stop, in the same chunk, and a ping: the read completed, with no
+    failure (the error was the read's failure, named in its StreamEnded), and nothing after the stop is
+    appended; the worker counts the two events (`after_final`)."""
     data = fixture("anthropic_text.sse")
     expected = await all_deltas(ANTHROPIC, events_of(data))
     error = (
         b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", "message": "m"}}\n\n'
     )
-    body = Body([data + error], hold=asyncio.Event())
+    body = Body([data + error + b'event: ping\ndata: {"type": "ping"}\n\n'], hold=asyncio.Event())
     read = reading(ANTHROPIC, lambda request: httpx.Response(200, stream=body))
     phase = await read.run()
     [ended] = read.of(StreamEnded)
@@ -784,7 +785,7 @@ async def test_an_error_after_the_final_event_in_its_chunk_judges_nothing() -> N
         None,
         True,
     )
-    assert read.stats.counts["after_final"] == 1
+    assert read.stats.counts["after_final"] == 2
 
 
 async def test_a_credential_quoted_by_an_error_event_is_masked_before_it_is_appended() -> None:
