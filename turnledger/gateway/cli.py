@@ -31,6 +31,7 @@ from turnledger.gateway.legacy import (
 )
 from turnledger.gateway.provider_config import PROVIDERS_ENV, ProviderConfigError, load_routes
 from turnledger.gateway.provider_failures import BackoffPolicy
+from turnledger.gateway.pump import UNNAMED_ERROR_GRACE_S
 from turnledger.gateway.redaction import install_log_redaction
 from turnledger.gateway.rollout import RolloutStage
 from turnledger.gateway.runner import run_tool_executor, run_worker
@@ -156,6 +157,16 @@ def worker(
             "a final delta at once); 0 appends one record per network chunk.",
         ),
     ] = 100,
+    unnamed_error_grace_ms: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="TURNLEDGER_UNNAMED_ERROR_GRACE_MS",
+            help="A stream whose error came before anything named its response may still name one "
+            "this long (the error may be an earlier stream's); then the read ends on the error and "
+            "the connection is closed, even if the provider keeps it open.",
+        ),
+    ] = round(UNNAMED_ERROR_GRACE_S * 1000),
     provider_keeps_keys: Annotated[
         bool,
         typer.Option(
@@ -221,6 +232,7 @@ def worker(
         rollout_stage=rollout_stage,
         lease_s=lease_seconds,
         flush_s=flush_ms / 1000,
+        unnamed_error_grace_s=unnamed_error_grace_ms / 1000,
         crash_hook=crash_hook,
     )
     _run_until_signal(

@@ -67,6 +67,10 @@ def test_help(command: list[str]) -> None:
         assert "--rollout-stage" in result.output and "TURNLEDGER_ROLLOUT_STAGE" in result.output
     if command[0] == "worker":
         assert "--lease-seconds" in result.output and "TURNLEDGER_LEASE_SECONDS" in result.output
+        assert (
+            "--unnamed-error-grace-ms" in result.output
+            and "TURNLEDGER_UNNAMED_ERROR_GRACE_MS" in result.output
+        )
 
 
 def test_the_worker_gives_up_on_an_outage_longer_than_max_outage(tmp_path: Path) -> None:
@@ -85,6 +89,38 @@ def test_the_worker_gives_up_on_an_outage_longer_than_max_outage(tmp_path: Path)
     assert f"Kafka is not reachable at '127.0.0.1:{port}' while trying to start the ingress producer" in (
         result.output
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "grace_s"),
+    [
+        ([], {}, 5.0),
+        (["--unnamed-error-grace-ms", "250"], {}, 0.25),
+        ([], {"TURNLEDGER_UNNAMED_ERROR_GRACE_MS": "1500"}, 1.5),
+        (["--unnamed-error-grace-ms", "0"], {}, 0.0),
+    ],
+)
+def test_the_worker_takes_its_unnamed_error_grace_from_a_flag_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], grace_s: float
+) -> None:
+    configs: list[Any] = []
+
+    async def run_worker(*_: Any, config: Any, **__: Any) -> None:
+        configs.append(config)
+
+    monkeypatch.setattr("turnledger.gateway.cli.run_worker", run_worker)
+    command = ["worker", "--bootstrap", "127.0.0.1:1", "--static", "--journal-dir", str(tmp_path), *args]
+    result = CliRunner().invoke(app, command, env=env)
+    assert result.exit_code == 0, result.output
+    assert [c.unnamed_error_grace_s for c in configs] == [grace_s]
+
+
+def test_a_negative_unnamed_error_grace_is_refused(tmp_path: Path) -> None:
+    command = ["worker", "--bootstrap", "127.0.0.1:1", "--static", "--journal-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, [*command, "--unnamed-error-grace-ms", "-1"], env={"COLUMNS": "240"})
+    assert result.exit_code == 2
+    assert "Invalid value for '--unnamed-error-grace-ms'" in result.output
+    assert "Input should be greater than or equal to 0" in result.output
 
 
 def test_legacy_record_names_a_file_that_is_not_utf8(tmp_path: Path) -> None:
