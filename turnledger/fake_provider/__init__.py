@@ -7,9 +7,9 @@ deterministically from (seed, request bytes), and injects
 scripted or seeded-random faults: disconnect at byte N, duplicated events, missing stop, truncated tool
 arguments, slow streams, provider error events, late events after a reconnect; and scripted refusals only:
 HTTP 429 and error statuses (refusals.py), an answer stopped for a refusal (`refusal_after`); and,
-scripted only too, an answer cut at the output limit inside a call (`max_tokens_in_call`), and a
+scripted only too, an answer cut at the output limit inside a call (`max_tokens_in_call`), a
 connection held open after the stream's last event (`hold_open`, how each hold ended in
-`FakeProvider.holds`).
+`FakeProvider.holds`), and an answer of thinking alone (`thinking_only`).
 """
 
 from turnledger.fake_provider.auth import FakeKeys

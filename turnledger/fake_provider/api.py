@@ -58,6 +58,8 @@ class ApiSpec:
     late_events: bool = True
     #: how the API mints and checks reasoning signatures (None: it has none)
     signatures: SignatureRule | None = None
+    #: does the API stream the model's reasoning? (OpenAI Chat does not: `model.thinking_only`)
+    streams_thinking: bool = True
     #: the headers of an HTTP error answer of this status (Bedrock names its type in `x-amzn-errortype`)
     error_headers: Callable[[int], dict[str, str]] = field(default=lambda status: {})
 

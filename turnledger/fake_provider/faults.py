@@ -63,6 +63,13 @@ class FaultKind(StrEnum):
     #: default: until the client closes it): a provider, or a proxy, that does not close after its final
     #: event. How each hold ended is in `FakeProvider.holds`. Scripted only: never drawn at random.
     HOLD_OPEN = "hold_open"
+    #: Answer with thinking alone, no text and no tool call, stopped normally: Anthropic's thinking block
+    #: and `end_turn`, Bedrock's `reasoningContent` and `end_turn`, Gemini's thought parts and `STOP` (on
+    #: an empty text part), Responses' reasoning item and `response.completed`; OpenAI Chat streams no
+    #: reasoning, so its answer is blank text and `stop`. The answer's own thinking, or thinking made up
+    #: for it when the request did not ask to think (model.thinking_only). Takes no value. Scripted only:
+    #: never drawn (a test or the demo must know which answer had nothing visible).
+    THINKING_ONLY = "thinking_only"
 
 
 DRAWN_KINDS: tuple[FaultKind, ...] = tuple(FaultKind)[: list(FaultKind).index(FaultKind.RATE_LIMITED)]
@@ -72,8 +79,17 @@ server's draws stay what they were before the refusals were added)."""
 
 #: Faults that change what is generated (and so what a background response stores).
 CONTENT_FAULTS = frozenset(
-    {FaultKind.TRUNCATED_ARGS, FaultKind.ERROR_EVENT, FaultKind.REFUSAL_AFTER, FaultKind.MAX_TOKENS_IN_CALL}
+    {
+        FaultKind.TRUNCATED_ARGS,
+        FaultKind.ERROR_EVENT,
+        FaultKind.REFUSAL_AFTER,
+        FaultKind.MAX_TOKENS_IN_CALL,
+        FaultKind.THINKING_ONLY,
+    }
 )
+
+TAKES_NO_VALUE = frozenset({FaultKind.MISSING_STOP, FaultKind.THINKING_ONLY})
+"""Kinds whose header item has no `=N`: a number there would be ignored, so it is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +193,8 @@ def parse_fault_header(value: str) -> tuple[Fault, ...]:
             raise BadRequestError(
                 f"unknown fault {name.strip()!r} in {FAULT_HEADER}; known: {known}"
             ) from None
+        if arg.strip() and kind in TAKES_NO_VALUE:
+            raise BadRequestError(f"fault {kind.value!r} takes no value, got {arg.strip()!r}")
         if arg.strip():
             try:
                 number = int(arg.strip())

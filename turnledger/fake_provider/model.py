@@ -86,7 +86,7 @@ class Answer:
 
 
 def decide(conv: Conversation, rng: random.Random) -> Answer:
-    thinking = _thinking(conv, rng) if conv.thinking else ""
+    thinking = _thinking(rng) if conv.thinking else ""
     if conv.last is LastTurn.USER_TEXT and conv.tools and conv.allow_tools:
         n = rng.randint(1, max(1, min(3, conv.max_calls))) if conv.parallel else 1
         calls = []
@@ -124,7 +124,19 @@ def cut_at_limit(answer: Answer, call: int) -> Answer:
     return replace(answer, tool_calls=answer.tool_calls[: call + 1], limited=True)
 
 
-def _thinking(conv: Conversation, rng: random.Random) -> str:
+BLANK_TEXT = "\n\n"
+"""The text of an answer of thinking alone where the API streams no reasoning (OpenAI Chat)."""
+
+
+def thinking_only(answer: Answer, rng: random.Random, *, streams_thinking: bool) -> Answer:
+    """The answer as the `thinking_only` fault gives it: its thinking alone (thinking drawn from `rng`
+    when it had none), no text, no call. An API that streams no reasoning sends blank text instead
+    (`BLANK_TEXT`), the thinking kept for the usage it counts."""
+    thinking = answer.thinking or _thinking(rng)
+    return Answer(thinking=thinking) if streams_thinking else Answer(text=BLANK_TEXT, thinking=thinking)
+
+
+def _thinking(rng: random.Random) -> str:
     return "Considering the request; " + " ".join(rng.choice(_FILLER) for _ in range(8)) + "."
 
 

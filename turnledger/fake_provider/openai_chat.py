@@ -6,6 +6,7 @@ an empty delta; an optional usage chunk (`choices: []`) with `stream_options.inc
 A refused answer ends so too, with `finish_reason: "content_filter"` (provider-formats §2b,
 tests/fixtures/streams/openai_chat_content_filter.sse); one the output limit cut in a call, with
 `finish_reason: "length"` after the cut fragment (tests/fixtures/streams/openai_chat_truncated_length.sse).
+It streams no reasoning: an answer of thinking alone (the `thinking_only` fault) is blank text and `stop`.
 Tool results are trailing `role: "tool"` messages.
 """
 
@@ -206,4 +207,4 @@ def error_body(message: str, kind: str, param: str | None, code: str | None) -> 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-SPEC = ApiSpec("openai-chat", parse, script, error_event, final_object, error_body)
+SPEC = ApiSpec("openai-chat", parse, script, error_event, final_object, error_body, streams_thinking=False)

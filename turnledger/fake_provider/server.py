@@ -48,7 +48,15 @@ from turnledger.fake_provider.httpio import (
     read_request,
 )
 from turnledger.fake_provider.ids import rng_for
-from turnledger.fake_provider.model import Answer, Conversation, LastTurn, cut_at_limit, decide, refused
+from turnledger.fake_provider.model import (
+    Answer,
+    Conversation,
+    LastTurn,
+    cut_at_limit,
+    decide,
+    refused,
+    thinking_only,
+)
 from turnledger.fake_provider.refusals import refusal_for
 
 LOOPBACK = "127.0.0.1"
@@ -371,7 +379,11 @@ class FakeProvider:
             await out.send_json(refusal.status, refusal.body)
             return
 
-        # content faults: they change what is generated
+        # content faults: they change what is generated (what the model says, then where it is stopped)
+        if FaultKind.THINKING_ONLY in by_kind:
+            thinking_rng = rng_for(self.seed, "thinking", req.body)
+            answer = thinking_only(answer, thinking_rng, streams_thinking=api.streams_thinking)
+            applied.append(Fault(FaultKind.THINKING_ONLY))
         refusal_stop = by_kind.get(FaultKind.REFUSAL_AFTER)
         if refusal_stop is not None:
             answer, words = refused(answer, refusal_stop.value)
