@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from turnledger.demo.checks import all_checks
+from turnledger.demo.driver import commits_no_turn
 from turnledger.demo.run import DemoOptions, _processor_caught_up, _start_processor, _stop_processor, run_demo
 from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.client import GatewayClient
@@ -63,6 +64,11 @@ async def test_small_demo_with_every_fault_kind_keeps_every_invariant(
     assert result.metrics.cancelled == d.cancelled + d.interjections  # a superseded operation is cancelled
     assert result.metrics.refused == d.refused  # the fake's refusal_after: the provider's own answer
     assert result.metrics.output_limited == d.output_limited  # an answer cut at the limit: no cancel
+    # one conversation's first answer is thinking alone (`thinking_only`, every attempt at its question):
+    # COMMITTED EMPTY_RESPONSE with no turn, the driver's outcome (it does not stall), the user speaks next
+    decisions = result.evidence.of("manifests", DispatchDecision)
+    empty = [x for x in decisions if commits_no_turn(x) and x.accepted]
+    assert d.nothing_visible == len(empty) == 1
     # a worker was killed a third of the way through, and still every operation is final
     assert result.worker_crashed_after == options.conversations // 3
     assert result.settle.not_final == 0 and result.settle.operations == d.dispatches

@@ -13,11 +13,15 @@ interject: the user speaks while the model streams, the operation is superseded 
 the conversation dispatches again at the new revision. A few move between APIs (none of those cancels or
 interjects): each of their dispatches goes to another API's current adapter, asking it to think where
 it can (`demo/moving.py`). Every dispatch asks for a
-streaming request (`stream_policy`, rendered into the manifest bytes by the adapter).
+streaming request (`stream_policy`, rendered into the manifest bytes by the adapter). With every fault
+kind, one conversation's first answer is cut at the output limit inside a call, and another's is
+thinking alone, which commits nothing (COMMITTED EMPTY_RESPONSE, no turn): that conversation's user
+speaks next, as after a text answer.
 
-The driver learns outcomes only from the output topics (`OBSERVED_STREAMS`): a committed turn, or a
-REJECTED / PAUSED / CANCELLED decision; and that an answer is mid-stream from the STREAMING decision
-and, for a text answer, its first preview (`PREVIEW_WAIT_S`). (It waited for STREAMING alone before:
+The driver learns outcomes only from the output topics (`OBSERVED_STREAMS`): a committed turn, a
+REJECTED / PAUSED / CANCELLED decision, or a COMMITTED one with no turn behind it (`commits_no_turn`);
+and that an answer is mid-stream from the STREAMING decision and, for a text answer, its first preview
+(`PREVIEW_WAIT_S`). (It waited for STREAMING alone before:
 whether text had been shown when its cancel landed then depended on how fast the processor answered,
 so a text answer cancelled "mid-stream" retracted a preview or not by timing, and a faster processor
 made a run with no retraction at all. And every first dispatch offered tools, which the fake model always
@@ -98,6 +102,25 @@ def limit_marker(index: int) -> str:
     return f"[demo: output limit {index}]"
 
 
+def thinking_only_marker(index: int) -> str:
+    """Text in the first user turn of the conversation whose answer to it the provider gives as thinking
+    alone (`FaultPlan.by_last_user_marker`, `thinking_only`: its retries too, none of its later turns)."""
+    return f"[demo: thinking only {index}]"
+
+
+def _plain_conversations(
+    seed: int, conversations: int, cancel_rate: float, interject_rate: float, throttle_rate: float
+) -> list[int]:
+    """The conversations that neither cancel, speak mid-stream nor meet a 429, in order."""
+    return [
+        i
+        for i in range(conversations)
+        if not cancels(seed, i, cancel_rate)
+        and not interjects(seed, i, interject_rate, cancel_rate)
+        and not throttled(seed, i, throttle_rate)
+    ]
+
+
 def limited_conversation(
     seed: int, conversations: int, *, cancel_rate: float, interject_rate: float, throttle_rate: float
 ) -> int | None:
@@ -105,16 +128,25 @@ def limited_conversation(
     offers tools, which the fake model answers with calls, so a cut inside a call always applies (a
     fault scripted by request number met a text answer when that request was a tool round's reply, and
     was then not applied at all)."""
-    return next(
-        (
-            i
-            for i in range(conversations)
-            if not cancels(seed, i, cancel_rate)
-            and not interjects(seed, i, interject_rate, cancel_rate)
-            and not throttled(seed, i, throttle_rate)
-        ),
-        None,
-    )
+    plain = _plain_conversations(seed, conversations, cancel_rate, interject_rate, throttle_rate)
+    return plain[0] if plain else None
+
+
+def thinking_only_conversation(
+    seed: int, conversations: int, *, cancel_rate: float, interject_rate: float, throttle_rate: float
+) -> int | None:
+    """The second conversation that neither cancels, speaks mid-stream nor meets a 429 (the first is
+    `limited_conversation`): its first answer is thinking alone. Not one that cancels or interjects,
+    whose first answer streams slowly to be cut short: it is to end on its own, COMMITTED EMPTY_RESPONSE;
+    not a throttled one, whose first request is refused before anything is generated."""
+    plain = _plain_conversations(seed, conversations, cancel_rate, interject_rate, throttle_rate)
+    return plain[1] if len(plain) > 1 else None
+
+
+def commits_no_turn(decision: DispatchDecision) -> bool:
+    """Does this decision end its operation COMMITTED with nothing in the history (an answer with nothing
+    visible, `EMPTY_RESPONSE`)? No CommittedTurn follows it, so it is the operation's outcome."""
+    return decision.state == S.COMMITTED and decision.reason == ReasonCode.EMPTY_RESPONSE
 
 
 ADAPTERS: tuple[tuple[str, str, str], ...] = (
@@ -147,6 +179,7 @@ class DriverStats:
     gave_up: int = 0  # the worker gave up on a dispatch (attempts exhausted)
     refused: int = 0  # the provider refused the answer (a refusal stop: CANCELLED PROVIDER_REFUSED)
     output_limited: int = 0  # the answer was cut at the output limit (CANCELLED OUTPUT_LIMIT_REACHED)
+    nothing_visible: int = 0  # answers with nothing visible (COMMITTED EMPTY_RESPONSE, no turn)
     cancelled: int = 0  # the driver cancelled a dispatch mid-stream, and it settled as CANCELLED
     cancelled_text: int = 0  # of those, text answers (`cancels_text`): each retracted a shown preview
     stalled: int = 0  # no outcome at all within the timeout (or still running at the drive's deadline)
@@ -182,6 +215,7 @@ class Driver:
         throttle_rate: float = 0.0,
         move_rate: float = 0.0,
         limited_conversation: int | None = None,
+        thinking_only_conversation: int | None = None,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
         settle_within_ms: int | None = None,
@@ -196,6 +230,7 @@ class Driver:
         self.throttle_rate = throttle_rate
         self.move_rate = move_rate
         self.limited_conversation = limited_conversation
+        self.thinking_only_conversation = thinking_only_conversation
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
         self.settle_within_ms = settle_within_ms
@@ -215,7 +250,7 @@ class Driver:
                 self._resolve(record.operation_id, record)
             elif isinstance(record, DispatchDecision):
                 self._last_state[(record.conversation_id, record.operation_id)] = record.state
-                if record.state in SETTLED_FAILURES:
+                if record.state in SETTLED_FAILURES or commits_no_turn(record):
                     self._resolve(record.operation_id, record)
                 elif record.state == S.STREAMING and record.operation_id in self._streaming:
                     self._streaming[record.operation_id].set()
@@ -255,6 +290,8 @@ class Driver:
                 question = f"{throttled_marker(index)} {question}"
             if index == self.limited_conversation and turn == 0:
                 question = f"{limit_marker(index)} {question}"
+            if index == self.thinking_only_conversation and turn == 0:
+                question = f"{thinking_only_marker(index)} {question}"
             slow = cancel or interject
             await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if slow else question)
             self.stats.user_turns += 1
@@ -280,7 +317,7 @@ class Driver:
                     self.stats.interjections += 1
                     interject = False
                     continue  # dispatch again: the interjection is in the history now
-                if isinstance(outcome, DispatchDecision):
+                if isinstance(outcome, DispatchDecision) and not commits_no_turn(outcome):
                     if gave_up(outcome):
                         self.stats.gave_up += 1
                         self.stats.given_up[outcome.operation_id] = outcome.detail
@@ -294,13 +331,16 @@ class Driver:
                     else:
                         self.stats.failed += 1
                     return
-                assert isinstance(outcome, CommittedTurn)
                 if cancel:
                     self.stats.cancels_too_late += 1
                     cancel = False
                 if interject:
                     self.stats.interjections_too_late += 1
                     interject = False
+                if isinstance(outcome, DispatchDecision):
+                    self.stats.nothing_visible += 1
+                    break  # nothing entered the history: the user speaks next
+                assert isinstance(outcome, CommittedTurn)
                 calls = [b for b in outcome.blocks if b.kind == BlockKind.TOOL_CALL]
                 if not calls:
                     break

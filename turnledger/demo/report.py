@@ -23,6 +23,7 @@ def render(result: DemoResult, console: Console) -> None:
             f"{d.completed} / {d.cancelled} / {d.gave_up} / {d.refused} / {d.output_limited} / {d.failed}"
             f" / {d.stalled}",
         ),
+        ("answers with nothing visible (COMMITTED EMPTY_RESPONSE, no turn)", str(d.nothing_visible)),
         ("user turns, dispatches, tool rounds", f"{d.user_turns}, {d.dispatches}, {d.tool_rounds}"),
         (
             "cancels sent mid-stream (answer committed first)",

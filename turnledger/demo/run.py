@@ -38,6 +38,8 @@ from turnledger.demo.driver import (
     DriverStats,
     limit_marker,
     limited_conversation,
+    thinking_only_conversation,
+    thinking_only_marker,
     throttled,
     throttled_marker,
 )
@@ -95,7 +97,8 @@ class DemoOptions:
     timeout_s: float = 200.0
     op_timeout_s: float = 60.0
     prefix: str = ""
-    #: one scripted fault of each kind on the first requests (besides the random ones)
+    #: one scripted fault of each kind on the first requests (besides the random ones); the cut inside a
+    #: call and the answer of thinking alone by two conversations' markers (`BY_MARKER_ONLY`)
     every_fault_kind: bool = False
     #: run `turnledger serve` (the web page) on this run's projection while the demo runs
     serve: bool = True
@@ -203,6 +206,7 @@ async def run_demo(
                     throttle_rate=options.throttle_rate,
                     move_rate=options.move_rate,
                     limited_conversation=_limited(options),
+                    thinking_only_conversation=_thinking_only(options),
                     op_timeout_s=options.op_timeout_s,
                 )
                 for stream in OBSERVED_STREAMS:
@@ -336,9 +340,26 @@ def _limited(options: DemoOptions) -> int | None:
     )
 
 
-BY_MARKER_ONLY = frozenset({FaultKind.MAX_TOKENS_IN_CALL})
-"""Kinds the every-fault-kind run scripts by a conversation's marker, not by request number: they apply
-only to an answer with a call."""
+def _thinking_only(options: DemoOptions) -> int | None:
+    """With every fault kind: the conversation whose first answer is thinking alone (`driver.py`)."""
+    if not options.every_fault_kind:
+        return None
+    return thinking_only_conversation(
+        options.seed,
+        options.conversations,
+        cancel_rate=options.cancel_rate,
+        interject_rate=options.interject_rate,
+        throttle_rate=options.throttle_rate,
+    )
+
+
+BY_MARKER_ONLY = frozenset({FaultKind.MAX_TOKENS_IN_CALL, FaultKind.THINKING_ONLY})
+"""Kinds the every-fault-kind run scripts by a conversation's marker, not by request number: the cut
+inside a call applies only to an answer with a call; an answer of thinking alone ends its operation with
+no turn, which the driver expects of one known conversation, and is scripted for every attempt at its
+first question (`by_last_user_marker`), so that a drawn fault on its first attempt does not lose it
+(by request number it could fall on a resume, which carries no content fault, or on a throttled
+request, and not be applied)."""
 
 
 def _fault_plan(options: DemoOptions) -> FaultPlan:
@@ -348,7 +369,7 @@ def _fault_plan(options: DemoOptions) -> FaultPlan:
         if options.every_fault_kind
         else {}
     )
-    slow = (
+    by_last_user: dict[str, tuple[Fault, ...]] = (
         {SLOW_MARKER: (Fault(FaultKind.SLOW, options.slow_ms),)}
         if options.cancel_rate or options.interject_rate
         else {}
@@ -361,8 +382,13 @@ def _fault_plan(options: DemoOptions) -> FaultPlan:
     }
     limited = _limited(options)
     if limited is not None:
-        throttles[limit_marker(limited)] = tuple(Fault(kind) for kind in sorted(BY_MARKER_ONLY))
-    return FaultPlan(rates=rates, by_request=scripted, by_last_user_marker=slow, first_with_marker=throttles)
+        throttles[limit_marker(limited)] = (Fault(FaultKind.MAX_TOKENS_IN_CALL),)
+    thinking_only = _thinking_only(options)
+    if thinking_only is not None:
+        by_last_user[thinking_only_marker(thinking_only)] = (Fault(FaultKind.THINKING_ONLY),)
+    return FaultPlan(
+        rates=rates, by_request=scripted, by_last_user_marker=by_last_user, first_with_marker=throttles
+    )
 
 
 async def _drive(driver: Driver, options: DemoOptions, progress: Progress | None) -> None:
