@@ -4,9 +4,15 @@ thinking alone goes to another such conversation, by its marker, to every attemp
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from tests.unit.demo.test_driver_moving import AnsweringClient
 from turnledger.demo.driver import (
+    SLOW_MARKER,
     Driver,
+    _plain_conversations,
     cancels,
     interjects,
     limit_marker,
@@ -14,9 +20,11 @@ from turnledger.demo.driver import (
     thinking_only_conversation,
     thinking_only_marker,
     throttled,
+    throttled_marker,
 )
 from turnledger.demo.run import DemoOptions, _fault_plan
 from turnledger.fake_provider import Fault, FaultKind
+from turnledger.fake_provider.faults import DRAWN_KINDS
 from turnledger.model.events import TurnSubmitted
 
 RATES = {"cancel_rate": 0.2, "interject_rate": 0.1, "throttle_rate": 0.1}
@@ -92,3 +100,43 @@ async def test_the_limited_and_the_thinking_only_conversations_ask_their_first_q
     assert [q.startswith(thinking_only_marker(4) + " ") for q in questions[4]] == [True, False]
     assert not any("[demo: output limit" in q or "[demo: thinking only" in q for q in questions[5])
     assert not any("[demo: thinking only" in q for q in questions[3])
+
+
+def test_the_plain_conversations_are_every_one_that_neither_cancels_interjects_nor_is_throttled() -> None:
+    plain = [
+        i
+        for i in range(24)
+        if not cancels(7, i, 0.2) and not interjects(7, i, 0.1, 0.2) and not throttled(7, i, 0.1)
+    ]
+    assert _plain_conversations(7, 24, 0.2, 0.1, 0.1) == plain
+    assert 0 < len(plain) < 24
+
+
+def test_the_plan_draws_the_drawn_kinds_at_the_fault_rate_and_throttles_each_throttled_conversation() -> None:
+    options = DemoOptions(
+        conversations=24, seed=7, fault_rate=0.05, throttle_ms=250, every_fault_kind=True, **RATES
+    )
+    plan = _fault_plan(options)
+    assert plan.rates == dict.fromkeys(DRAWN_KINDS, 0.05)
+    assert _fault_plan(replace(options, fault_rate=0.0)).rates == {}
+    throttled_ones = [i for i in range(24) if throttled(7, i, 0.1)]
+    assert throttled_ones
+    chosen = limited_conversation(7, 24, **RATES)
+    assert chosen is not None
+    assert plan.first_with_marker == {
+        **{throttled_marker(i): (Fault(FaultKind.RATE_LIMITED, 250),) for i in throttled_ones},
+        limit_marker(chosen): (Fault(FaultKind.MAX_TOKENS_IN_CALL),),
+    }
+
+
+@pytest.mark.parametrize(
+    ("cancel_rate", "interject_rate", "slow"), [(0.2, 0.0, True), (0.0, 0.1, True), (0.0, 0.0, False)]
+)
+def test_only_a_run_that_cancels_or_interjects_slows_the_answers_to_the_slow_marker(
+    cancel_rate: float, interject_rate: float, slow: bool
+) -> None:
+    options = DemoOptions(
+        conversations=24, seed=7, cancel_rate=cancel_rate, interject_rate=interject_rate, slow_ms=120
+    )
+    expected = {SLOW_MARKER: (Fault(FaultKind.SLOW, 120),)} if slow else {}
+    assert _fault_plan(options).by_last_user_marker == expected

@@ -53,14 +53,19 @@ def test_only_a_commit_of_nothing_visible_has_no_turn_behind_it(
 
 
 class ThinkingOnlyClient(AnsweringClient):
-    """Answers a dispatch for the marked question with the fold's COMMITTED EMPTY_RESPONSE decision (no
-    turn), every other one as `AnsweringClient` does; the normal commits' decisions come first."""
+    """Answers a dispatch for the marked question (or, `every`, each dispatch) with the fold's COMMITTED
+    EMPTY_RESPONSE decision (no turn), every other one as `AnsweringClient` does; the normal commits'
+    decisions come first."""
+
+    def __init__(self, every: bool = False) -> None:
+        super().__init__()
+        self.every = every
 
     async def append(self, event: IngressEvent) -> None:
         assert self.driver is not None
         if isinstance(event, DispatchRequested):
             turns = [e for e in self.events if isinstance(e, TurnSubmitted)]
-            if thinking_only_marker(0) in (turns[-1].blocks[0].text or ""):
+            if self.every or thinking_only_marker(0) in (turns[-1].blocks[0].text or ""):
                 self.events.append(event)
                 ended = _decision(S.COMMITTED, R.EMPTY_RESPONSE).model_copy(
                     update={
@@ -137,3 +142,20 @@ def test_the_report_shows_the_answers_with_nothing_visible() -> None:
         "answers with nothing visible (COMMITTED EMPTY_RESPONSE, no turn)",
         "1",
     ]
+
+
+async def test_each_answer_with_nothing_visible_is_counted() -> None:
+    """Every answer of both turns is thinking alone: two counted, two dispatches, the conversation done."""
+    client = ThinkingOnlyClient(every=True)
+    driver = Driver(client, seed=7, turns=2, invalid_rate=0.0, op_timeout_s=1.0)
+    client.driver = driver
+    await driver.conversation(3)
+    s = driver.stats
+    assert (s.nothing_visible, s.completed, s.stalled, s.dispatches, s.tool_rounds, s.user_turns) == (
+        2,
+        1,
+        0,
+        2,
+        0,
+        2,
+    )
