@@ -12,7 +12,7 @@ from turnledger.fake_provider.faults import parse_fault_header
 K = FaultKind
 KNOWN = (
     "disconnect_at_byte, duplicate_event, missing_stop, truncate_tool_args, slow_ms, error_event, "
-    "late_events, rate_limited, http_status, refusal_after, max_tokens_in_call, thinking_only"
+    "late_events, rate_limited, http_status, refusal_after, max_tokens_in_call, hold_open, thinking_only"
 )
 
 
