@@ -127,7 +127,9 @@ class AnthropicMessagesParser(StreamParser):
 
     def _error(self, payload: Mapping[str, Any]) -> None:
         error = payload.get("error") or {}
-        self._emit_error(str(error.get("type", "error")), str(error.get("message", "")), error)
+        if not isinstance(error, Mapping):
+            error = {"message": str(error)}
+        self._emit_error(str(error.get("type") or "error"), str(error.get("message", "")), error)
 
     handlers: ClassVar[Mapping[str, Handler]] = {
         "message_start": _message_start,

@@ -58,7 +58,7 @@ class BedrockConverseParser(StreamParser):
             event = message.headers.get(":event-type") or message.headers.get(":exception-type")
             if message.headers.get(":message-type") == "exception":
                 self._emit_error(
-                    str(message.headers.get(":exception-type", "exception")),
+                    str(message.headers.get(":exception-type") or "exception"),
                     message.payload.decode("utf-8", "replace")[:200],
                 )
                 continue

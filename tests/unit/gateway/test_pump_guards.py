@@ -122,7 +122,7 @@ def test_the_first_error_s_type_and_object_are_kept_for_the_judgement() -> None:
     assert (pump.error_type, pump.error) == ("overloaded_error", first)
     unnamed = {"type": "", "message": "m"}
     pump = _pumped("anthropic-messages", start + _anthropic_error(unnamed))
-    assert (pump.error_type, pump.error) == ("", unnamed)
+    assert (pump.error_type, pump.error) == ("error", unnamed)  # an empty type is the parser's "error"
     pump = _pumped("anthropic-messages", start + b"data: {not json\n\n" + _anthropic_error(first))
     assert (pump.error_type, pump.error) == ("undecodable_event", None)
     exception = encode_message(
@@ -337,7 +337,11 @@ def test_of_errors_before_any_name_the_last_is_the_stream_s() -> None:
     pump, _ = _sse_pump("anthropic-messages", [second, b"data: {not json\n\n"])
     assert (pump.error_type, pump.error, pump.unnamed_failure) == ("undecodable_event", None, True)
     pump, _ = _sse_pump("anthropic-messages", [_anthropic_error({"type": "", "message": "m"})])
-    assert (pump.error_type, pump.error, pump.unnamed_failure) == ("", {"type": "", "message": "m"}, True)
+    assert (pump.error_type, pump.error, pump.unnamed_failure) == (
+        "error",
+        {"type": "", "message": "m"},
+        True,
+    )
     pump, _ = _sse_pump("anthropic-messages", [b": keep-alive\n\n", b"event: ping\ndata: {}\n\n"])
     assert (pump.error_type, pump.error, pump.unnamed_failure) == (None, None, False)
 

@@ -50,6 +50,15 @@ def run(api: str, data: bytes, **kwargs: Any) -> tuple[list[str], int, str | Non
         ({"type": "error"}, "provider_error -1 error_type=error error_message="),
         ({"type": "error", "error": None}, "provider_error -1 error_type=error error_message="),
         ({"type": "error", "error": {"message": 7}}, "provider_error -1 error_type=error error_message=7"),
+        (  # the fuzzer's seed 49, input 68326: an empty type was passed on, an untyped provider error
+            {"type": "error", "error": {"type": "", "message": "Overloaded"}},
+            "provider_error -1 error_type=error error_message=Overloaded",
+        ),
+        ({"type": "error", "error": {"type": None}}, "provider_error -1 error_type=error error_message="),
+        (
+            {"type": "error", "error": "Overloaded"},
+            "provider_error -1 error_type=error error_message=Overloaded",
+        ),
     ],
 )
 def test_anthropic_errors(event: dict[str, Any], expected: str) -> None:
@@ -600,6 +609,10 @@ def exception(payload: bytes, **headers: str) -> bytes:
         (
             exception(b"\xff" + b"x" * 300),
             "provider_error -1 error_type=exception error_message=\ufffd" + "x" * 199,
+        ),
+        (  # an empty exception type names nothing: typed as the others without one
+            exception(b"busy", **{":exception-type": ""}),
+            "provider_error -1 error_type=exception error_message=busy",
         ),
         (
             frame("contentBlockDelta", b"{not json"),
