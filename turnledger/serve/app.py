@@ -6,7 +6,9 @@ capped Redis Stream the projector's script appends to in the same call that appl
 ids are the stream's entry ids, so a client that reconnects with `Last-Event-ID` (EventSource does it on
 its own) resumes right after the last event it saw: nothing lost, nothing repeated. The only writes are a
 user turn, a dispatch request and a cancel, all through the `GatewayClient` (ingress), never to Redis;
-their bodies are read strictly (`serve/bodies.py`), a body refused is a 400 naming the field.
+their bodies are read strictly (`serve/bodies.py`), a body refused is a 400 naming the field, and so is
+an argument the gateway client refuses (`EventArgumentError`, a ValueError: a blank id, a dispatch policy
+the adapter's provider is sure to refuse), nothing sent.
 """
 
 from __future__ import annotations
@@ -271,6 +273,7 @@ def _app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig) -> Sta
             model_revision=model_revision,
             max_output_tokens=_given(body.max_output_tokens, d.max_output_tokens),
             operation_id=body.operation_id,
+            policy=body.policy,
         )
         return _json({"operationId": event.operation_id, "eventId": event.event_id}, 202)
 

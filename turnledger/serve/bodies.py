@@ -6,7 +6,13 @@ no object taken for its text), no field is unknown, and a field left out or null
 A body that breaks any of it is a `RequestBodyError` naming each field and what it takes, in one line.
 
 The integers are bounded above by the Avro `long` they are sent as (`_schemas/`): a larger one could
-not be encoded. The ids and names are free text, as everywhere in the ledger (the processor rejects an
+not be encoded. A dispatch's `policy` is a JSON object passed on as it is: what its values may be is the
+gateway client's to judge (`request_dispatch`: what canonical JSON writes, and no policy the adapter's
+provider is sure to refuse), but how deep it nests is bounded here (`POLICY_DEPTH_MAX`): unbounded, a
+policy past canonical JSON's 254 levels was an encoder refusal, and one past about 1,000 the client's
+check running out of Python's stack, both a 500.
+
+The ids and names are free text, as everywhere in the ledger (the processor rejects an
 adapter or a model it does not know, UNKNOWN_ADAPTER or UNKNOWN_MODEL), but never empty: an empty
 string is refused, not taken for a field left out.
 """
@@ -41,6 +47,40 @@ Name = Annotated[StrictStr, Field(min_length=1)]
 Revision = Annotated[StrictInt, Field(ge=0, le=AVRO_LONG_MAX)]
 Tokens = Annotated[StrictInt, Field(ge=1, le=AVRO_LONG_MAX)]
 
+POLICY_DEPTH_MAX = 32
+"""How deep a dispatch's policy may nest objects and arrays, itself the first level: the providers'
+policies nest a few levels (`additional_model_request_fields.thinking.budget_tokens` is 3), a JSON
+schema given as a response format some more; canonical JSON writes at most 254, and the adapter puts
+the policy inside its request body."""
+
+
+def nesting(value: Any) -> int:
+    """How many objects and arrays deep `value` nests (0 for a scalar), counted without recursion (a
+    body may nest 1,024 levels, orjson's limit, past Python's)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def _shallow(policy: dict[str, Any]) -> dict[str, Any]:
+    depth = nesting(policy)
+    if depth > POLICY_DEPTH_MAX:
+        raise PydanticCustomError(
+            "too_deep",
+            "must nest objects and arrays at most {most} levels deep, not {depth}",
+            {"most": POLICY_DEPTH_MAX, "depth": depth},
+        )
+    return policy
+
+
+Policy = Annotated[dict[str, Any], AfterValidator(_shallow)]
+
 
 class Body(BaseModel):
     """A request body: its fields by their camelCase names only, of their JSON types only."""
@@ -62,6 +102,9 @@ class DispatchBody(Body):
     model_revision: Name | None = None
     max_output_tokens: Tokens | None = None
     operation_id: Name | None = None
+    policy: Policy | None = None
+    """Sampling and thinking (`temperature`, Anthropic's `thinking`, ...), as the adapter sends them;
+    None: none. The client adds the adapter's stream policy under it (`streaming_policy`)."""
 
 
 class CancelBody(Body):
@@ -90,12 +133,16 @@ EXPECTED = {
     "missing": "is required",
     "string_type": "must be a string",
     "int_type": "must be an integer",
+    "dict_type": "must be a JSON object",
     "string_too_short": "must be a non-empty string",
     "blank": "must be a string with a character that is not blank",
     "greater_than_equal": "must be at least {ge}",
     "less_than_equal": "must be at most {le}",
 }
 """What a field must be, by pydantic's error type; any other type is told in pydantic's words."""
+UNSHOWN = {"missing", "too_deep"}
+"""The error types told without the value: none was given, or it nests deeper than JSON is written
+(its words say how deep)."""
 
 
 def _problem(error: ErrorDetails, fields: str) -> str:
@@ -104,7 +151,7 @@ def _problem(error: ErrorDetails, fields: str) -> str:
         return f"{field!r} is not a field of this body (its fields: {fields})"
     expected = EXPECTED.get(error["type"])
     what = expected.format(**error.get("ctx", {})) if expected else error["msg"]
-    if error["type"] == "missing":
+    if error["type"] in UNSHOWN:
         return f"{field!r} {what}"
     return f"{field!r} {what}, not {_shown(error['input'])}"
 

@@ -27,9 +27,11 @@ from starlette.applications import Starlette
 
 from tests.unit.projections.test_reader import MemoryRedis, block, preview_json, quarantined, rejected
 from turnledger.adapters.admission import ModelRegistry, builtin_registry
+from turnledger.codec import decode
 from turnledger.errors import KafkaUnavailableError, RequestBodyError
 from turnledger.gateway import client as client_module
 from turnledger.gateway.client import GatewayClient, RefusedEventError
+from turnledger.model.events import DispatchRequested
 from turnledger.model.reasons import ReasonCode
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.redisconn.refusals import CHECK_LOGIN
@@ -699,7 +701,7 @@ async def test_a_turn_is_submitted_with_its_text_as_given_and_its_expected_revis
 
 
 TURN_FIELDS = "its fields: text, expectedRevision"
-DISPATCH_FIELDS = "its fields: adapter, provider, modelRevision, maxOutputTokens, operationId"
+DISPATCH_FIELDS = "its fields: adapter, provider, modelRevision, maxOutputTokens, operationId, policy"
 CANCEL_FIELDS = "its fields: operationId, reason"
 NOT_BLANK = "must be a string with a character that is not blank"
 
@@ -751,6 +753,15 @@ NOT_BLANK = "must be a string with a character that is not blank"
         ("dispatch", {"modelRevision": ["m"]}, "'modelRevision' must be a string, not [\"m\"]"),
         ("dispatch", {"operationId": 42}, "'operationId' must be a string, not 42"),
         ("dispatch", {"operationId": ""}, "'operationId' must be a non-empty string, not \"\""),
+        ("dispatch", {"policy": [1]}, "'policy' must be a JSON object, not [1]"),
+        ("dispatch", {"policy": "temperature=0"}, "'policy' must be a JSON object, not \"temperature=0\""),
+        ("dispatch", {"policy": 0.5}, "'policy' must be a JSON object, not 0.5"),
+        ("dispatch", {"policy": True}, "'policy' must be a JSON object, not true"),
+        (
+            "dispatch",
+            {"policy": {}, "Policy": {}},
+            f"'Policy' is not a field of this body ({DISPATCH_FIELDS})",
+        ),
         (
             "dispatch",
             {"max_output_tokens": 5},
@@ -835,11 +846,13 @@ async def test_a_dispatch_takes_the_configured_defaults_for_what_the_body_leaves
     answer = await post(app, "/api/conversations/c1/dispatch")
     assert (answer.status_code, answer.json()) == (202, {"operationId": "op-new", "eventId": "ev-dispatch"})
     assert (await post(app, "/api/conversations/c1/dispatch", json={})).status_code == 202
-    nulls = dict.fromkeys(["adapter", "provider", "modelRevision", "maxOutputTokens", "operationId"])
+    nulls = dict.fromkeys(
+        ["adapter", "provider", "modelRevision", "maxOutputTokens", "operationId", "policy"]
+    )
     assert (await post(app, "/api/conversations/c1/dispatch", json=nulls)).status_code == 202
     chosen = {
         "adapter": "gemini@2", "provider": "google", "model_revision": "google/gemini-2.5-pro@1",
-        "max_output_tokens": 77, "operation_id": None,
+        "max_output_tokens": 77, "operation_id": None, "policy": None,
     }  # fmt: skip
     assert gateway.calls == [("dispatch", "c1", chosen)] * 3
 
@@ -849,7 +862,7 @@ async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
     app = make_app(StreamRedis(), gateway)
     given = {
         "adapter": "openai-chat@1", "provider": "openai", "modelRevision": "openai/gpt-4o@1",
-        "maxOutputTokens": 300, "operationId": "op-42",
+        "maxOutputTokens": 300, "operationId": "op-42", "policy": {"temperature": 0.2, "stop": ["x"]},
     }  # fmt: skip
     answer = await post(app, "/api/conversations/c2/dispatch", json=given)
     assert (answer.status_code, answer.json()) == (202, {"operationId": "op-42", "eventId": "ev-dispatch"})
@@ -857,7 +870,7 @@ async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
     await post(app, "/api/conversations/c2/dispatch", json={"maxOutputTokens": 2**63 - 1})
     defaults = {
         "adapter": "anthropic-messages@3", "provider": "anthropic",
-        "model_revision": "anthropic/claude-sonnet-4@2025-05", "operation_id": None,
+        "model_revision": "anthropic/claude-sonnet-4@2025-05", "operation_id": None, "policy": None,
     }  # fmt: skip
     assert gateway.calls == [
         (
@@ -866,6 +879,7 @@ async def test_a_dispatch_sends_what_the_body_gives_as_given() -> None:
             {
                 "adapter": "openai-chat@1", "provider": "openai", "model_revision": "openai/gpt-4o@1",
                 "max_output_tokens": 300, "operation_id": "op-42",
+                "policy": {"temperature": 0.2, "stop": ["x"]},
             },
         ),
         ("dispatch", "c2", {**defaults, "max_output_tokens": 1}),
@@ -1003,6 +1017,175 @@ async def test_a_dispatch_body_is_checked_against_the_registry_serve_was_given()
     assert [call[2]["model_revision"] for call in gateway.calls] == ["openai/house-model@1"]
     answer = await post(make_app(StreamRedis(), FakeGateway()), "/api/conversations/c1/dispatch", json=given)
     assert answer.status_code == 422
+
+
+def serving_gateway(monkeypatch: pytest.MonkeyPatch) -> tuple[Starlette, RecordingProducer]:
+    """The app over a real `GatewayClient` whose producer keeps what is sent."""
+    monkeypatch.setattr(client_module, "AIOKafkaProducer", RecordingProducer)
+    gateway = GatewayClient("127.0.0.1:1")
+    redis: Any = StreamRedis()
+    return create_app(redis, gateway, ServeConfig()), cast(RecordingProducer, gateway._producer)
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """An object `levels` objects deep, itself the first."""
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+GEMINI = {"adapter": "gemini@3", "provider": "google", "modelRevision": "google/gemini-2.5-pro@1"}
+RESPONSES = {"adapter": "openai-responses@4", "provider": "openai", "modelRevision": "openai/gpt-4o@1"}
+BEDROCK = {
+    "adapter": "bedrock-converse@2", "provider": "bedrock",
+    "modelRevision": "bedrock/anthropic.claude-sonnet-4@2025-05",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "policy"),
+    [
+        (
+            {"maxOutputTokens": 2048, "policy": {"temperature": 0.2, "thinking": THINKING}},
+            {"stream": True, "temperature": 0.2, "thinking": THINKING},
+        ),
+        ({"policy": None}, {"stream": True}),
+        ({}, {"stream": True}),
+        ({"policy": {}}, {"stream": True}),
+        (
+            {**RESPONSES, "policy": {"reasoning": {"effort": "low"}}},
+            {"stream": True, "background": True, "reasoning": {"effort": "low"}},
+        ),
+        # keeping the response ruled out: no background mode (the client's stream policy for this policy)
+        ({**RESPONSES, "policy": {"store": False}}, {"stream": True, "store": False}),
+        (
+            {**GEMINI, "policy": {"thinking_config": {"thinkingBudget": 128}}},
+            {"thinking_config": {"thinkingBudget": 128}},
+        ),
+        (
+            {
+                **BEDROCK,
+                "maxOutputTokens": 4096,
+                "policy": {"temperature": 1, "top_p": 0.95, "stop": ["END"]},
+            },
+            {"temperature": 1, "top_p": 0.95, "stop": ["END"]},
+        ),
+        (
+            {"policy": {"n": 18446744073709551615, "big": 1e308}},
+            {"stream": True, "n": 18446744073709551615, "big": 1e308},
+        ),
+    ],
+    ids=[
+        "anthropic",
+        "null",
+        "left out",
+        "empty",
+        "responses",
+        "store false",
+        "gemini",
+        "bedrock",
+        "numbers",
+    ],
+)
+async def test_a_dispatch_policy_reaches_the_dispatch_requested_over_the_stream_policy(
+    monkeypatch: pytest.MonkeyPatch, body: dict[str, Any], policy: dict[str, Any]
+) -> None:
+    app, producer = serving_gateway(monkeypatch)
+    answer = await post(app, "/api/conversations/c1/dispatch", json=body)
+    assert answer.status_code == 202, answer.json()
+    [sent] = producer.sent
+    event = decode(sent)
+    assert isinstance(event, DispatchRequested)
+    assert answer.json() == {"operationId": event.operation_id, "eventId": event.event_id}
+    assert (event.conversation_id, event.policy) == ("c1", policy)
+
+
+REFUSED = "bad request: request_dispatch: nothing sent: policy"
+NOT_A_VALUE = "unexpected character, expected a JSON value"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (
+            {"policy": {"thinking": THINKING}},
+            f"{REFUSED} thinking.budget_tokens must be below maxOutputTokens (512), not 1024 (adapter "
+            "anthropic-messages@3)",
+        ),
+        (
+            {"maxOutputTokens": 4096, "policy": {"thinking": {"type": "enabled", "budget_tokens": 1000}}},
+            f"{REFUSED} thinking.budget_tokens must be at least 1024 with thinking enabled, not 1000 "
+            "(adapter anthropic-messages@3)",
+        ),
+        (
+            {**GEMINI, "policy": {"thinking_config": {"thinkingBudget": 128, "thinking_level": "low"}}},
+            f"{REFUSED} thinking_config must set thinkingBudget or thinkingLevel, not both: "
+            "thinkingBudget 128 and thinking_level 'low' (adapter gemini@3)",
+        ),
+        (
+            {
+                **BEDROCK,
+                "maxOutputTokens": 4096,
+                "policy": {"temperature": 0.5, "additional_model_request_fields": {"thinking": THINKING}},
+            },
+            f"{REFUSED} temperature must be 1 or left out beside additional_model_request_fields.thinking "
+            "turned on, not 0.5 (adapter bedrock-converse@2)",
+        ),
+    ],
+    ids=["anthropic budget past the output", "anthropic budget floor", "gemini budget and level", "bedrock"],
+)
+async def test_a_dispatch_policy_the_client_refuses_is_a_400_with_its_words_and_nothing_is_sent(
+    monkeypatch: pytest.MonkeyPatch, body: dict[str, Any], error: str
+) -> None:
+    app, producer = serving_gateway(monkeypatch)
+    answer = await post(app, "/api/conversations/c1/dispatch", json=body)
+    assert (answer.status_code, answer.json()) == (400, {"error": error})
+    assert producer.sent == []
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (b'{"policy": {"temperature": NaN}}', f"{NOT_A_VALUE}: line 1 column 28 (char 27)"),
+        (b'{"policy": {"temperature": Infinity}}', f"{NOT_A_VALUE}: line 1 column 28 (char 27)"),
+        (
+            b'{"policy": {"top_p": 1e400}}',
+            "number is infinity when parsed as double: line 1 column 22 (char 21)",
+        ),
+    ],
+)
+async def test_a_policy_number_json_has_not_is_a_400_and_nothing_is_sent(
+    monkeypatch: pytest.MonkeyPatch, content: bytes, error: str
+) -> None:
+    app, producer = serving_gateway(monkeypatch)
+    answer = await post(app, "/api/conversations/c1/dispatch", content=content)
+    assert (answer.status_code, answer.json()) == (400, {"error": f"bad request: {error}"})
+    assert producer.sent == []
+
+
+@pytest.mark.parametrize("levels", [33, 254, 255, 1000, 1023])
+async def test_a_policy_nested_past_32_levels_is_a_400_saying_how_deep_and_nothing_is_sent(
+    monkeypatch: pytest.MonkeyPatch, levels: int
+) -> None:
+    """Before the bound, 255 levels or more (past canonical JSON's) was the encoder's refusal and 1,000
+    the client's check past Python's stack: both a 500. 1,023 objects in the body: orjson's deepest."""
+    app, producer = serving_gateway(monkeypatch)
+    # written by hand: json.dumps runs out of Python's stack, orjson.dumps stops at 254 levels
+    policy = b'{"a":' * (levels - 1) + b"{}" + b"}" * (levels - 1)
+    answer = await post(app, "/api/conversations/c1/dispatch", content=b'{"policy":' + policy + b"}")
+    error = f"'policy' must nest objects and arrays at most 32 levels deep, not {levels}"
+    assert (answer.status_code, answer.json()) == (400, {"error": f"bad request: {error}"})
+    assert producer.sent == []
+
+
+async def test_a_policy_of_32_levels_is_sent_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    app, producer = serving_gateway(monkeypatch)
+    answer = await post(app, "/api/conversations/c1/dispatch", json={"policy": nested(32)})
+    assert answer.status_code == 202, answer.json()
+    [sent] = producer.sent
+    assert cast(DispatchRequested, decode(sent)).policy == {"stream": True, **nested(32)}
 
 
 async def test_kafka_unreachable_is_a_503_with_its_words() -> None:
