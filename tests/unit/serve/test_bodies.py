@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from turnledger.errors import RequestBodyError
 from turnledger.serve.bodies import POLICY_DEPTH_MAX, DispatchBody, nesting, read_body
@@ -82,3 +83,10 @@ def test_nesting_counts_past_pythons_stack() -> None:
     for _ in range(5000):
         value = [value]
     assert nesting(value) == 5001
+
+
+def test_a_body_read_is_not_changed_after() -> None:
+    body = read_body(DispatchBody, b'{"policy": {"temperature": 0.2}}')
+    with pytest.raises(ValidationError, match="Instance is frozen"):
+        body.policy = None
+    assert body.policy == {"temperature": 0.2}
