@@ -39,7 +39,7 @@ from typing import TypeVar
 from turnledger.adapters.base import UnknownAdapterError
 from turnledger.adapters.registry import get_adapter
 from turnledger.model.events import DispatchAttempt, DispatchRequested, IngressEvent
-from turnledger.model.limits import AVRO_LONG_MAX
+from turnledger.model.limits import AVRO_LONG_MAX, JSON_NESTING_MAX, json_nesting
 
 E = TypeVar("E", bound=IngressEvent)
 Rule = Callable[[E], str | None]
@@ -91,6 +91,17 @@ def _policy(request: DispatchRequested) -> str | None:
     return adapter.policy_refusal(request.max_output_tokens, request.policy)
 
 
+def _nesting(request: DispatchRequested) -> str | None:
+    nested = [("policy", request.policy)] + [
+        (f"tool {t.name!r}'s input_schema", t.input_schema) for t in request.tools
+    ]
+    for name, value in nested:
+        depth = json_nesting(value)
+        if depth > JSON_NESTING_MAX:
+            return f"{name} nests objects and arrays {depth} levels deep, at most {JSON_NESTING_MAX}"
+    return None
+
+
 def _lease(attempt: DispatchAttempt) -> str | None:
     if attempt.lease_ms >= 1:
         return None
@@ -109,6 +120,7 @@ RULES: tuple[Rule[DispatchRequested], ...] = (
     _settle_within,
     _deadline,
     _tool_names,
+    _nesting,
     _policy,
 )
 ATTEMPT_RULES: tuple[Rule[DispatchAttempt], ...] = (_lease, _lease_end)

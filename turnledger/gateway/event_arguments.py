@@ -28,7 +28,7 @@ from typing import Any
 from pydantic_core import ErrorDetails
 
 from turnledger.errors import GatewayError
-from turnledger.model.limits import AVRO_LONG_MAX, is_blank
+from turnledger.model.limits import AVRO_LONG_MAX, JSON_NESTING_MAX, is_blank, json_nesting
 
 JSON_INTEGERS = range(-(2**63), 2**64)
 """The integers canonical JSON (orjson) writes; it refuses any other."""
@@ -164,9 +164,14 @@ def json_value(name: str, value: Any) -> Iterator[str]:
 
 
 def json_object(name: str, value: Any) -> Iterator[str]:
-    """A dict (a Mapping) with string keys whose values are JSON (`json_value`)."""
+    """A dict (a Mapping) with string keys whose values are JSON (`json_value`), nesting at most
+    `JSON_NESTING_MAX` levels (the ledger's bound; checked first, without recursion)."""
     if not isinstance(value, Mapping):
         yield f"{name} must be a dict, not {shown(value)}"
+        return
+    depth = json_nesting(value)
+    if depth > JSON_NESTING_MAX:
+        yield f"{name} must nest dicts and lists at most {JSON_NESTING_MAX} levels deep, not {depth}"
         return
     yield from json_value(name, value)
 

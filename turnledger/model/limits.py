@@ -27,18 +27,28 @@ A value is at the limit when equal to it (accepted); one past it is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 AVRO_LONG_MAX = 2**63 - 1
 """The largest value of an Avro `long`: every integer of an event or output record is one."""
 
+JSON_NESTING_MAX = 32
+"""How deep a dispatch's policy, and a tool's input schema, may nest objects and arrays (the value itself
+the first level). The adapters put both inside the request body they render, and canonical JSON (orjson)
+writes at most 254 levels: unbounded, a policy of 253 levels was taken by the producer's encoder and
+raised in the fold's render (a FOLD_FAILED), one of 255 in the encoder, one of about 1,000 out of a
+recursive check. Policies nest a few levels (`additional_model_request_fields.thinking.budget_tokens`
+is 3) and tool schemas a few more; 32 leaves room and refuses only what no provider takes."""
+
 __all__ = [
     "AVRO_LONG_MAX",
     "DEFAULT_LIMITS",
+    "JSON_NESTING_MAX",
     "Limits",
     "has_utf8_form",
     "is_blank",
+    "json_nesting",
     "printable",
     "utf8_length",
     "utf8_size",
@@ -95,3 +105,17 @@ def is_blank(text: str) -> bool:
 def printable(text: str) -> str:
     """The text itself when it has a UTF-8 form, else with its lone surrogates escaped (for details)."""
     return text if has_utf8_form(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def json_nesting(value: object) -> int:
+    """How many objects and arrays deep `value` nests (0 for a scalar; a mapping, list or tuple is one),
+    counted without recursion: a value may nest past Python's stack."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, Mapping):
+            item = list(item.values())
+        if isinstance(item, list | tuple):
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in item)
+    return deepest

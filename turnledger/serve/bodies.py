@@ -27,7 +27,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from turnledger.errors import QueryParameterError, RequestBodyError
-from turnledger.model.limits import AVRO_LONG_MAX, is_blank
+from turnledger.model.limits import AVRO_LONG_MAX, JSON_NESTING_MAX, is_blank, json_nesting
 
 LISTED_AT_MOST = 1000
 """The most conversations one listing returns, whatever its `limit` asks."""
@@ -47,25 +47,10 @@ Name = Annotated[StrictStr, Field(min_length=1)]
 Revision = Annotated[StrictInt, Field(ge=0, le=AVRO_LONG_MAX)]
 Tokens = Annotated[StrictInt, Field(ge=1, le=AVRO_LONG_MAX)]
 
-POLICY_DEPTH_MAX = 32
-"""How deep a dispatch's policy may nest objects and arrays, itself the first level: the providers'
-policies nest a few levels (`additional_model_request_fields.thinking.budget_tokens` is 3), a JSON
-schema given as a response format some more; canonical JSON writes at most 254, and the adapter puts
-the policy inside its request body."""
+POLICY_DEPTH_MAX = JSON_NESTING_MAX
+"""How deep a dispatch's policy may nest objects and arrays: the ledger's bound (`model/limits.py`)."""
 
-
-def nesting(value: Any) -> int:
-    """How many objects and arrays deep `value` nests (0 for a scalar), counted without recursion (a
-    body may nest 1,024 levels, orjson's limit, past Python's)."""
-    deepest, pending = 0, [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            deepest = max(deepest, depth)
-            pending.extend((child, depth + 1) for child in item)
-    return deepest
+nesting = json_nesting
 
 
 def _shallow(policy: dict[str, Any]) -> dict[str, Any]:

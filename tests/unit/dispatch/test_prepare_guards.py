@@ -260,6 +260,14 @@ def test_an_operation_waiting_for_an_adapter_this_build_no_longer_has_is_refused
 TOOL_A = ToolDefinition(name="a")
 
 
+def _nested(levels: int) -> dict[str, Any]:
+    """A dict nesting `levels` dicts deep (itself the first)."""
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
 @pytest.mark.parametrize(
     ("fields", "detail"),
     [
@@ -273,6 +281,15 @@ TOOL_A = ToolDefinition(name="a")
         ),
         ({"tools": (ToolDefinition(name=""),)}, "a tool has an empty name"),
         ({"tools": (TOOL_A, WEATHER, TOOL_A, WEATHER)}, "tool names given twice: ['a', 'get_weather']"),
+        ({"policy": {"x": _nested(32)}}, "policy nests objects and arrays 33 levels deep, at most 32"),
+        (  # rendered inside the body past canonical JSON's 254 levels: this raised in the fold (FOLD_FAILED)
+            {"policy": {"x": _nested(252)}},
+            "policy nests objects and arrays 253 levels deep, at most 32",
+        ),
+        (
+            {"tools": (WEATHER, ToolDefinition(name="deep", input_schema=_nested(33)))},
+            "tool 'deep''s input_schema nests objects and arrays 33 levels deep, at most 32",
+        ),
         (
             {"provider": "openai"},
             f"provider 'openai' is not 'anthropic', the provider of adapter {ADAPTER}",
@@ -327,6 +344,8 @@ def test_a_request_at_each_bound_is_prepared() -> None:
         adapter=ADAPTER,
         provider="anthropic",
         model_revision=MODEL,
+        tools=(ToolDefinition(name="deep", input_schema=_nested(32)),),
+        policy={"stop_sequences": ["x"], "metadata": _nested(31)},
         max_output_tokens=1,
         settle_within_ms=AVRO_LONG_MAX - common["occurred_at_ms"],
     )

@@ -229,6 +229,17 @@ FINITE = "must be a finite number (JSON has no NaN or infinity)"
 
 THINKING_1024 = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
 
+
+def _nested(levels: int) -> dict[str, Any]:
+    """A dict nesting `levels` dicts deep (itself the first)."""
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+DEEP = "must nest dicts and lists at most 32 levels deep"
+
 DISPATCH_REFUSALS: list[tuple[Call, str]] = [
     (lambda c: c.request_dispatch(" ", **DISPATCH), f"conversation_id {NON_BLANK}, not ' '"),
     (_dispatch(adapter=""), f"adapter {NON_BLANK}, not ''"),
@@ -281,6 +292,13 @@ DISPATCH_REFUSALS: list[tuple[Call, str]] = [
         f"policy['seed'] must be an integer from {-(2**63)} to {2**64 - 1}, not {2**64}",
     ),
     (_dispatch(policy=[("temperature", 1)]), "policy must be a dict, not [('temperature', 1)]"),
+    (_dispatch(policy=_nested(33)), f"policy {DEEP}, not 33"),
+    (_dispatch(policy=_nested(5000)), f"policy {DEEP}, not 5000"),  # was a RecursionError
+    (_dispatch(policy={"x": [_nested(31)]}), f"policy {DEEP}, not 33"),
+    (
+        _dispatch(tools=[ToolDefinition(name="t", input_schema=_nested(33))]),
+        f"tools[0].input_schema {DEEP}, not 33",
+    ),
     (
         _dispatch(adapter="anthropic-messages@3", policy=THINKING_1024),
         "policy thinking.budget_tokens must be below maxOutputTokens (100), not 1024 "
@@ -348,9 +366,16 @@ async def test_past_five_problems_the_message_counts_the_rest_and_the_error_keep
 
 async def test_a_dispatch_at_the_edges_of_its_arguments_is_sent(fixed_stamp: None) -> None:
     """One output token, the longest deadline an Avro long holds, JSON of every kind (a tuple is an
-    array), and no stream policy."""
-    policy = {"stop_sequences": ("a",), "seed": 2**64 - 1, "t": -1.5, "on": True, "none": None}
-    tool = ToolDefinition(name="t", input_schema={"type": "object", "properties": {}})
+    array), a policy and a tool schema nesting 32 levels (the most), and no stream policy."""
+    policy = {
+        "stop_sequences": ("a",),
+        "seed": 2**64 - 1,
+        "t": -1.5,
+        "on": True,
+        "none": None,
+        "d": _nested(31),
+    }
+    tool = ToolDefinition(name="t", input_schema=_nested(32))
     call = _dispatch(
         max_output_tokens=1,
         settle_within_ms=AVRO_LONG_MAX - 1234,
