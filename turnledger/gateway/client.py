@@ -50,6 +50,7 @@ from turnledger.gateway.event_arguments import (
     refuse_bad_arguments,
     rule,
     sequence_of,
+    shown,
     span_after,
     whole_number,
 )
@@ -100,6 +101,23 @@ def stream_policy(adapter: str, policy: Mapping[str, Any] | None = None) -> dict
 def streaming_policy(adapter: str, policy: Mapping[str, Any] | None) -> dict[str, Any]:
     """A dispatch's `policy` over the adapter's `stream_policy` for it (the dispatch's keys win)."""
     return {**stream_policy(adapter, policy), **(policy or {})}
+
+
+def _streamed(adapter: str) -> Check:
+    """A streamed dispatch's policy keeps its API's stream flag: the worker reads every answer as a
+    stream, so a caller's `{"stream": false}` over the stream policy made a manifest whose answer the
+    worker took for a proxy's page (not the API's stream) and sent again until it gave up."""
+    profile = PROFILES.get(api_of(adapter))
+    flag = None if profile is None else profile.stream_flag
+
+    def check(name: str, value: Any) -> Iterator[str]:
+        if flag is not None and flag in value and value[flag] is not True:
+            yield (
+                f"{name}[{flag!r}] must be True or left out: the worker streams every answer "
+                f"(stream=False builds a request without the stream policy), not {shown(value[flag])}"
+            )
+
+    return check
 
 
 def _sent_policy(adapter: str, max_output_tokens: int) -> Check:
@@ -510,8 +528,9 @@ class GatewayClient(EventFactory):
     ) -> DispatchRequested:
         """`stream` adds the adapter's `stream_policy` for `policy` under it (`streaming_policy`);
         `settle_within_ms` bounds how long the operation may stay non-final (the fold's default: 10 min).
-        A policy the adapter's provider is sure to refuse (`adapters/policy_rules.py`, the ledger's rule)
-        is refused here, nothing sent."""
+        A policy the adapter's provider is sure to refuse (`adapters/policy_rules.py`, the ledger's rule),
+        or, streamed, one that turns the API's stream flag off (`_streamed`), is refused here, nothing
+        sent."""
         stamp = self.stamp(conversation_id)
         refuse_bad_arguments(
             "request_dispatch",
@@ -532,6 +551,8 @@ class GatewayClient(EventFactory):
                 ),
             ),
         )
+        if stream:
+            refuse_bad_arguments("request_dispatch", (("policy", _streamed(adapter), policy or {}),))
         policy = streaming_policy(adapter, policy) if stream else dict(policy or {})
         refuse_bad_arguments(
             "request_dispatch", (("policy", _sent_policy(adapter, max_output_tokens), policy),)

@@ -239,6 +239,10 @@ def _nested(levels: int) -> dict[str, Any]:
 
 
 DEEP = "must nest dicts and lists at most 32 levels deep"
+STREAMED = (
+    "must be True or left out: the worker streams every answer (stream=False builds a request without the "
+    "stream policy)"
+)
 
 DISPATCH_REFUSALS: list[tuple[Call, str]] = [
     (lambda c: c.request_dispatch(" ", **DISPATCH), f"conversation_id {NON_BLANK}, not ' '"),
@@ -292,6 +296,12 @@ DISPATCH_REFUSALS: list[tuple[Call, str]] = [
         f"policy['seed'] must be an integer from {-(2**63)} to {2**64 - 1}, not {2**64}",
     ),
     (_dispatch(policy=[("temperature", 1)]), "policy must be a dict, not [('temperature', 1)]"),
+    (_dispatch(policy={"stream": False}), f"policy['stream'] {STREAMED}, not False"),
+    (_dispatch(policy={"stream": "yes", "temperature": 1}), f"policy['stream'] {STREAMED}, not 'yes'"),
+    (
+        _dispatch(adapter="openai-responses@4", provider="openai", policy={"stream": None}),
+        f"policy['stream'] {STREAMED}, not None",
+    ),
     (_dispatch(policy=_nested(33)), f"policy {DEEP}, not 33"),
     (_dispatch(policy=_nested(5000)), f"policy {DEEP}, not 5000"),  # was a RecursionError
     (_dispatch(policy={"x": [_nested(31)]}), f"policy {DEEP}, not 33"),
@@ -366,7 +376,8 @@ async def test_past_five_problems_the_message_counts_the_rest_and_the_error_keep
 
 async def test_a_dispatch_at_the_edges_of_its_arguments_is_sent(fixed_stamp: None) -> None:
     """One output token, the longest deadline an Avro long holds, JSON of every kind (a tuple is an
-    array), a policy and a tool schema nesting 32 levels (the most), and no stream policy."""
+    array), a policy and a tool schema nesting 32 levels (the most), and no stream policy (so a `stream`
+    key of the caller's own is taken)."""
     policy = {
         "stop_sequences": ("a",),
         "seed": 2**64 - 1,
@@ -756,3 +767,32 @@ def test_a_field_pydantic_refuses_inside_a_list_is_named_by_its_path() -> None:
     )
     assert (caught.value.method, caught.value.problems) == ("TurnSubmitted", problems)
     assert str(caught.value) == f"TurnSubmitted: nothing sent: {'; '.join(problems)}"
+
+
+@pytest.mark.parametrize(
+    ("adapter", "provider", "policy", "sent"),
+    [
+        ("anthropic-messages@3", "anthropic", {"stream": True}, {"stream": True}),
+        ("gemini@3", "google", {"stream": False}, {"stream": False}),  # Gemini streams by its endpoint
+        (
+            "openai-responses@4",
+            "openai",
+            {"stream": True, "background": False},
+            {"stream": True, "background": False},
+        ),
+    ],
+)
+async def test_a_stream_flag_the_worker_can_read_is_sent(
+    fixed_stamp: None, adapter: str, provider: str, policy: dict[str, Any], sent: dict[str, Any]
+) -> None:
+    """Only the API's own stream flag is held to True; an API that streams by endpoint has none, and
+    the other keys of the stream policy stay the caller's to set."""
+    model = {
+        "anthropic": DISPATCH["model_revision"],
+        "google": "google/gemini-2.5-pro@2025-06",
+        "openai": "openai/gpt-4.1@2025-04",
+    }
+    [event] = await _sent(
+        _dispatch(adapter=adapter, provider=provider, model_revision=model[provider], policy=policy)
+    )
+    assert event.policy == sent

@@ -1133,8 +1133,19 @@ NOT_A_VALUE = "unexpected character, expected a JSON value"
             f"{REFUSED} temperature must be 1 or left out beside additional_model_request_fields.thinking "
             "turned on, not 0.5 (adapter bedrock-converse@2)",
         ),
+        (
+            {"policy": {"stream": False, "max_tokens": 5}},
+            f"{REFUSED}['stream'] must be True or left out: the worker streams every answer (stream=False "
+            "builds a request without the stream policy), not False",
+        ),
     ],
-    ids=["anthropic budget past the output", "anthropic budget floor", "gemini budget and level", "bedrock"],
+    ids=[
+        "anthropic budget past the output",
+        "anthropic budget floor",
+        "gemini budget and level",
+        "bedrock",
+        "stream off",
+    ],
 )
 async def test_a_dispatch_policy_the_client_refuses_is_a_400_with_its_words_and_nothing_is_sent(
     monkeypatch: pytest.MonkeyPatch, body: dict[str, Any], error: str
