@@ -6,6 +6,7 @@ would take for something else."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -796,3 +797,13 @@ async def test_a_stream_flag_the_worker_can_read_is_sent(
         _dispatch(adapter=adapter, provider=provider, model_revision=model[provider], policy=policy)
     )
     assert event.policy == sent
+
+
+async def test_an_adapter_the_client_does_not_know_is_sent_for_the_ledger_to_refuse(
+    fixed_stamp: None,
+) -> None:
+    """No profile, no stream flag to hold (the fold refuses the adapter: UNKNOWN_ADAPTER); the generated
+    operation id is `op-` and 16 hex digits."""
+    [event] = await _sent(_dispatch(adapter="retired@9", policy={"stream": False}))
+    assert (event.adapter, event.policy) == ("retired@9", {"stream": False})
+    assert re.fullmatch(r"op-[0-9a-f]{16}", event.operation_id), event.operation_id
