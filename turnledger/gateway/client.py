@@ -105,8 +105,9 @@ def streaming_policy(adapter: str, policy: Mapping[str, Any] | None) -> dict[str
 
 def _streamed(adapter: str) -> Check:
     """A streamed dispatch's policy keeps its API's stream flag: the worker reads every answer as a
-    stream, so a caller's `{"stream": false}` over the stream policy made a manifest whose answer the
-    worker took for a proxy's page (not the API's stream) and sent again until it gave up."""
+    stream, so a caller's `{"stream": false}` over the stream policy made a manifest the worker refuses
+    to send (CANCELLED WORKER_GAVE_UP, "the manifest's request does not stream"): an operation made and
+    cancelled for the caller's mistake, where nothing need be sent."""
     profile = PROFILES.get(api_of(adapter))
     flag = None if profile is None else profile.stream_flag
 
