@@ -327,30 +327,28 @@ def _by_api(requests: list[ReceivedRequest]) -> dict[str, int]:
     return dict(counts)
 
 
-def _limited(options: DemoOptions) -> int | None:
-    """With every fault kind: the conversation whose first answer is cut inside a call (`driver.py`)."""
+def _chosen(options: DemoOptions, choose: Callable[..., int | None]) -> int | None:
+    """With every fault kind: the conversation `choose` (`driver.py`) picks for a fault of its own, one
+    that neither cancels, interjects nor is throttled."""
     if not options.every_fault_kind:
         return None
-    return limited_conversation(
+    return choose(
         options.seed,
         options.conversations,
         cancel_rate=options.cancel_rate,
         interject_rate=options.interject_rate,
         throttle_rate=options.throttle_rate,
     )
+
+
+def _limited(options: DemoOptions) -> int | None:
+    """The conversation whose first answer is cut inside a call."""
+    return _chosen(options, limited_conversation)
 
 
 def _thinking_only(options: DemoOptions) -> int | None:
-    """With every fault kind: the conversation whose first answer is thinking alone (`driver.py`)."""
-    if not options.every_fault_kind:
-        return None
-    return thinking_only_conversation(
-        options.seed,
-        options.conversations,
-        cancel_rate=options.cancel_rate,
-        interject_rate=options.interject_rate,
-        throttle_rate=options.throttle_rate,
-    )
+    """The conversation whose first answer is thinking alone."""
+    return _chosen(options, thinking_only_conversation)
 
 
 BY_MARKER_ONLY = frozenset({FaultKind.MAX_TOKENS_IN_CALL, FaultKind.THINKING_ONLY})
