@@ -14,9 +14,10 @@ the conversation dispatches again at the new revision. A few move between APIs (
 interjects): each of their dispatches goes to another API's current adapter, asking it to think where
 it can (`demo/moving.py`). Every dispatch asks for a
 streaming request (`stream_policy`, rendered into the manifest bytes by the adapter). With every fault
-kind, one conversation's first answer is cut at the output limit inside a call, and another's is
-thinking alone, which commits nothing (COMMITTED EMPTY_RESPONSE, no turn): that conversation's user
-speaks next, as after a text answer.
+kind, a few conversations' first questions carry a fault's marker (`fault_marker`, run.py's
+`MARKED_FAULTS`): one answer is cut at the output limit inside a call, one has its call's arguments cut
+mid-string, and one is thinking alone, which commits nothing (COMMITTED EMPTY_RESPONSE, no turn): that
+conversation's user speaks next, as after a text answer.
 
 The driver learns outcomes only from the output topics (`OBSERVED_STREAMS`): a committed turn, a
 REJECTED / PAUSED / CANCELLED decision, or a COMMITTED one with no turn behind it (`commits_no_turn`);
@@ -38,6 +39,7 @@ import contextlib
 import random
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from turnledger.demo.moving import THINKING_MAX_OUTPUT_TOKENS, move_target, moves, thinking_policy
@@ -96,22 +98,18 @@ def interjects(seed: int, index: int, rate: float, cancel_rate: float) -> bool:
     )
 
 
-def limit_marker(index: int) -> str:
-    """Text in the first user turn of the conversation whose first answer the provider cuts at the output
-    limit inside a call (`FaultPlan.first_with_marker`, `max_tokens_in_call`)."""
-    return f"[demo: output limit {index}]"
+def fault_marker(kind: str, index: int) -> str:
+    """Text in the first user turn of conversation `index` when the fake provider is to answer it with the
+    fault `kind` (run.py's `MARKED_FAULTS` says whether on its first request or on every attempt)."""
+    return f"[demo: {kind} {index}]"
 
 
-def thinking_only_marker(index: int) -> str:
-    """Text in the first user turn of the conversation whose answer to it the provider gives as thinking
-    alone (`FaultPlan.by_last_user_marker`, `thinking_only`: its retries too, none of its later turns)."""
-    return f"[demo: thinking only {index}]"
-
-
-def _plain_conversations(
-    seed: int, conversations: int, cancel_rate: float, interject_rate: float, throttle_rate: float
+def plain_conversations(
+    seed: int, conversations: int, *, cancel_rate: float, interject_rate: float, throttle_rate: float
 ) -> list[int]:
-    """The conversations that neither cancel, speak mid-stream nor meet a 429, in order."""
+    """The conversations that neither cancel, speak mid-stream nor meet a 429, in order: their first
+    dispatch offers tools, which the fake model answers with calls, and nothing cuts it short, so a fault
+    scripted for their first answer always applies (run.py gives each marked fault one of them)."""
     return [
         i
         for i in range(conversations)
@@ -119,28 +117,6 @@ def _plain_conversations(
         and not interjects(seed, i, interject_rate, cancel_rate)
         and not throttled(seed, i, throttle_rate)
     ]
-
-
-def limited_conversation(
-    seed: int, conversations: int, *, cancel_rate: float, interject_rate: float, throttle_rate: float
-) -> int | None:
-    """The first conversation that neither cancels, speaks mid-stream nor meets a 429: its first dispatch
-    offers tools, which the fake model answers with calls, so a cut inside a call always applies (a
-    fault scripted by request number met a text answer when that request was a tool round's reply, and
-    was then not applied at all)."""
-    plain = _plain_conversations(seed, conversations, cancel_rate, interject_rate, throttle_rate)
-    return plain[0] if plain else None
-
-
-def thinking_only_conversation(
-    seed: int, conversations: int, *, cancel_rate: float, interject_rate: float, throttle_rate: float
-) -> int | None:
-    """The second conversation that neither cancels, speaks mid-stream nor meets a 429 (the first is
-    `limited_conversation`): its first answer is thinking alone. Not one that cancels or interjects,
-    whose first answer streams slowly to be cut short: it is to end on its own, COMMITTED EMPTY_RESPONSE;
-    not a throttled one, whose first request is refused before anything is generated."""
-    plain = _plain_conversations(seed, conversations, cancel_rate, interject_rate, throttle_rate)
-    return plain[1] if len(plain) > 1 else None
 
 
 def commits_no_turn(decision: DispatchDecision) -> bool:
@@ -214,8 +190,7 @@ class Driver:
         interject_rate: float = 0.0,
         throttle_rate: float = 0.0,
         move_rate: float = 0.0,
-        limited_conversation: int | None = None,
-        thinking_only_conversation: int | None = None,
+        markers: Mapping[int, str] | None = None,
         op_timeout_s: float = 60.0,
         max_output_tokens: int = 512,
         settle_within_ms: int | None = None,
@@ -229,8 +204,8 @@ class Driver:
         self.interject_rate = interject_rate
         self.throttle_rate = throttle_rate
         self.move_rate = move_rate
-        self.limited_conversation = limited_conversation
-        self.thinking_only_conversation = thinking_only_conversation
+        self.markers = dict(markers or {})
+        """Conversation index → the marker its first question opens with (`fault_marker`)."""
         self.op_timeout_s = op_timeout_s
         self.max_output_tokens = max_output_tokens
         self.settle_within_ms = settle_within_ms
@@ -288,10 +263,8 @@ class Driver:
             question = QUESTIONS[(index + turn) % len(QUESTIONS)]
             if throttle and turn == 0:
                 question = f"{throttled_marker(index)} {question}"
-            if index == self.limited_conversation and turn == 0:
-                question = f"{limit_marker(index)} {question}"
-            if index == self.thinking_only_conversation and turn == 0:
-                question = f"{thinking_only_marker(index)} {question}"
+            if turn == 0 and index in self.markers:
+                question = f"{self.markers[index]} {question}"
             slow = cancel or interject
             await self.client.submit_user_turn(conv, f"{SLOW_MARKER} {question}" if slow else question)
             self.stats.user_turns += 1

@@ -36,10 +36,8 @@ from turnledger.demo.driver import (
     SLOW_MARKER,
     Driver,
     DriverStats,
-    limit_marker,
-    limited_conversation,
-    thinking_only_conversation,
-    thinking_only_marker,
+    fault_marker,
+    plain_conversations,
     throttled,
     throttled_marker,
 )
@@ -97,8 +95,8 @@ class DemoOptions:
     timeout_s: float = 200.0
     op_timeout_s: float = 60.0
     prefix: str = ""
-    #: one scripted fault of each kind on the first requests (besides the random ones); the cut inside a
-    #: call and the answer of thinking alone by two conversations' markers (`BY_MARKER_ONLY`)
+    #: one scripted fault of each kind on the first requests (besides the random ones); the faults that
+    #: need a particular answer by a chosen conversation's marker (`MARKED_FAULTS`)
     every_fault_kind: bool = False
     #: run `turnledger serve` (the web page) on this run's projection while the demo runs
     serve: bool = True
@@ -205,8 +203,7 @@ async def run_demo(
                     interject_rate=options.interject_rate,
                     throttle_rate=options.throttle_rate,
                     move_rate=options.move_rate,
-                    limited_conversation=_limited(options),
-                    thinking_only_conversation=_thinking_only(options),
+                    markers={i: fault_marker(m.kind.value, i) for i, m in _marked(options).items()},
                     op_timeout_s=options.op_timeout_s,
                 )
                 for stream in OBSERVED_STREAMS:
@@ -327,37 +324,48 @@ def _by_api(requests: list[ReceivedRequest]) -> dict[str, int]:
     return dict(counts)
 
 
-def _chosen(options: DemoOptions, choose: Callable[..., int | None]) -> int | None:
-    """With every fault kind: the conversation `choose` (`driver.py`) picks for a fault of its own, one
-    that neither cancels, interjects nor is throttled."""
+@dataclass(frozen=True)
+class MarkedFault:
+    """A fault the every-fault-kind run gives one chosen conversation's first answer, by the marker in its
+    first question (`driver.fault_marker`), not by request number: by number it fell on whatever request
+    arrived n-th, which could be a tool round's reply (a text answer: no call to cut), a throttled
+    request (refused before anything is generated), a resume (no content fault) or the answer of
+    thinking alone (no call left), and then was not applied at all."""
+
+    kind: FaultKind
+    every_attempt: bool
+    """Scripted for every attempt at the question (`by_last_user_marker`), or for its first request only
+    (`first_with_marker`: the retry is left alone)."""
+
+
+MARKED_FAULTS = (
+    MarkedFault(FaultKind.MAX_TOKENS_IN_CALL, every_attempt=False),
+    # an answer of thinking alone ends its operation with no turn, which the driver expects of this one
+    # conversation: every attempt, so that a drawn delivery fault on the first does not lose it
+    MarkedFault(FaultKind.THINKING_ONLY, every_attempt=True),
+    MarkedFault(FaultKind.TRUNCATED_ARGS, every_attempt=False),
+)
+BY_MARKER_ONLY = frozenset(m.kind for m in MARKED_FAULTS)
+
+
+def _marked(options: DemoOptions) -> dict[int, MarkedFault]:
+    """With every fault kind: the conversations given a marked fault, each one that neither cancels,
+    interjects nor is throttled (`driver.plain_conversations`), in `MARKED_FAULTS`' order."""
     if not options.every_fault_kind:
-        return None
-    return choose(
+        return {}
+    plain = plain_conversations(
         options.seed,
         options.conversations,
         cancel_rate=options.cancel_rate,
         interject_rate=options.interject_rate,
         throttle_rate=options.throttle_rate,
     )
-
-
-def _limited(options: DemoOptions) -> int | None:
-    """The conversation whose first answer is cut inside a call."""
-    return _chosen(options, limited_conversation)
-
-
-def _thinking_only(options: DemoOptions) -> int | None:
-    """The conversation whose first answer is thinking alone."""
-    return _chosen(options, thinking_only_conversation)
-
-
-BY_MARKER_ONLY = frozenset({FaultKind.MAX_TOKENS_IN_CALL, FaultKind.THINKING_ONLY})
-"""Kinds the every-fault-kind run scripts by a conversation's marker, not by request number: the cut
-inside a call applies only to an answer with a call; an answer of thinking alone ends its operation with
-no turn, which the driver expects of one known conversation, and is scripted for every attempt at its
-first question (`by_last_user_marker`), so that a drawn fault on its first attempt does not lose it
-(by request number it could fall on a resume, which carries no content fault, or on a throttled
-request, and not be applied)."""
+    if len(plain) < len(MARKED_FAULTS):
+        raise ValueError(
+            f"every fault kind needs {len(MARKED_FAULTS)} conversations that neither cancel, interject nor "
+            f"meet a 429 (one a marked fault), this run has {len(plain)}: more conversations or lower rates"
+        )
+    return dict(zip(plain, MARKED_FAULTS, strict=False))
 
 
 def _fault_plan(options: DemoOptions) -> FaultPlan:
@@ -373,19 +381,16 @@ def _fault_plan(options: DemoOptions) -> FaultPlan:
         else {}
     )
     throttle = Fault(FaultKind.RATE_LIMITED, options.throttle_ms)
-    throttles: dict[str, tuple[Fault, ...]] = {
+    first_requests: dict[str, tuple[Fault, ...]] = {
         throttled_marker(i): (throttle,)
         for i in range(options.conversations)
         if throttled(options.seed, i, options.throttle_rate)
     }
-    limited = _limited(options)
-    if limited is not None:
-        throttles[limit_marker(limited)] = (Fault(FaultKind.MAX_TOKENS_IN_CALL),)
-    thinking_only = _thinking_only(options)
-    if thinking_only is not None:
-        by_last_user[thinking_only_marker(thinking_only)] = (Fault(FaultKind.THINKING_ONLY),)
+    for i, marked in _marked(options).items():
+        scripted_for = by_last_user if marked.every_attempt else first_requests
+        scripted_for[fault_marker(marked.kind.value, i)] = (Fault(marked.kind),)
     return FaultPlan(
-        rates=rates, by_request=scripted, by_last_user_marker=by_last_user, first_with_marker=throttles
+        rates=rates, by_request=scripted, by_last_user_marker=by_last_user, first_with_marker=first_requests
     )
 
 

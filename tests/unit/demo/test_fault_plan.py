@@ -1,6 +1,8 @@
-"""The demo's fault plan with every fault kind: a cut inside a call goes to a conversation whose first
-answer has calls, by its marker, never to a request number that may be a text answer; an answer of
-thinking alone goes to another such conversation, by its marker, to every attempt at its first question."""
+"""The demo's fault plan with every fault kind: a fault that needs a particular answer goes to a chosen
+conversation by its marker, never to a request number that may be a text answer, a throttled request or
+an answer of thinking alone: a cut inside a call and a call's arguments cut mid-string to the first answer
+of a conversation whose first answer has calls, an answer of thinking alone to every attempt at another's
+first question."""
 
 from __future__ import annotations
 
@@ -12,104 +14,99 @@ from tests.unit.demo.test_driver_moving import AnsweringClient
 from turnledger.demo.driver import (
     SLOW_MARKER,
     Driver,
-    _plain_conversations,
     cancels,
+    fault_marker,
     interjects,
-    limit_marker,
-    limited_conversation,
-    thinking_only_conversation,
-    thinking_only_marker,
+    plain_conversations,
     throttled,
     throttled_marker,
 )
-from turnledger.demo.run import DemoOptions, _fault_plan
+from turnledger.demo.run import BY_MARKER_ONLY, MARKED_FAULTS, DemoOptions, _fault_plan, _marked
 from turnledger.fake_provider import Fault, FaultKind
 from turnledger.fake_provider.faults import DRAWN_KINDS
 from turnledger.model.events import TurnSubmitted
 
 RATES = {"cancel_rate": 0.2, "interject_rate": 0.1, "throttle_rate": 0.1}
+K = FaultKind
 
 
-def test_the_limited_conversation_is_the_first_that_neither_cancels_interjects_nor_is_throttled() -> None:
-    chosen = limited_conversation(7, 24, **RATES)
-    assert chosen is not None
-    plain = [
+def _plain() -> list[int]:
+    return [
         i
         for i in range(24)
         if not cancels(7, i, 0.2) and not interjects(7, i, 0.1, 0.2) and not throttled(7, i, 0.1)
     ]
-    assert chosen == plain[0]
-    assert limited_conversation(7, 24, cancel_rate=1.0, interject_rate=0.0, throttle_rate=0.0) is None
 
 
-def test_the_thinking_only_conversation_is_the_second_that_neither_cancels_interjects_nor_is_throttled() -> (
+def test_each_marked_fault_goes_to_one_conversation_that_neither_cancels_interjects_nor_is_throttled() -> (
     None
 ):
-    plain = [
-        i
-        for i in range(24)
-        if not cancels(7, i, 0.2) and not interjects(7, i, 0.1, 0.2) and not throttled(7, i, 0.1)
-    ]
-    assert len(plain) > 2
-    assert thinking_only_conversation(7, 24, **RATES) == plain[1]
-    assert thinking_only_conversation(7, 1, cancel_rate=0.0, interject_rate=0.0, throttle_rate=0.0) is None
-    assert thinking_only_conversation(7, 2, cancel_rate=0.0, interject_rate=0.0, throttle_rate=0.0) == 1
+    plain = _plain()
+    marked = _marked(DemoOptions(conversations=24, seed=7, every_fault_kind=True, **RATES))
+    assert {i: m.kind for i, m in marked.items()} == {
+        plain[0]: K.MAX_TOKENS_IN_CALL,
+        plain[1]: K.THINKING_ONLY,
+        plain[2]: K.TRUNCATED_ARGS,
+    }
+    assert _marked(DemoOptions(conversations=24, seed=7, **RATES)) == {}
 
 
-def test_every_fault_kind_scripts_the_cut_and_thinking_alone_by_markers_the_others_by_request_number() -> (
+def test_every_fault_kind_with_too_few_plain_conversations_is_refused_not_left_unscripted() -> None:
+    options = DemoOptions(conversations=2, seed=7, every_fault_kind=True, cancel_rate=0.0, interject_rate=0.0)
+    with pytest.raises(ValueError, match=r"every fault kind needs 3 conversations .* this run has 2"):
+        _fault_plan(options)
+
+
+def test_every_fault_kind_scripts_the_faults_needing_an_answer_by_markers_the_others_by_request_number() -> (
     None
 ):
-    options = DemoOptions(conversations=24, seed=7, every_fault_kind=True, **RATES)
-    plan = _fault_plan(options)
-    chosen = limited_conversation(7, 24, **RATES)
-    thinking = thinking_only_conversation(7, 24, **RATES)
-    assert chosen is not None and thinking is not None and thinking != chosen
-    assert plan.first_with_marker[limit_marker(chosen)] == (Fault(FaultKind.MAX_TOKENS_IN_CALL),)
-    assert thinking_only_marker(thinking) not in plan.first_with_marker
+    """`truncate_tool_args` was scripted by request number: a CI run's 4th request was the answer of
+    thinking alone (no call left to cut), so the run never applied it."""
+    plan = _fault_plan(DemoOptions(conversations=24, seed=7, every_fault_kind=True, **RATES))
+    plain = _plain()
+    assert frozenset({K.MAX_TOKENS_IN_CALL, K.THINKING_ONLY, K.TRUNCATED_ARGS}) == BY_MARKER_ONLY
+    assert [m.every_attempt for m in MARKED_FAULTS] == [False, True, False]
+    assert plan.first_with_marker[fault_marker("max_tokens_in_call", plain[0])] == (
+        Fault(K.MAX_TOKENS_IN_CALL),
+    )
+    assert plan.first_with_marker[fault_marker("truncate_tool_args", plain[2])] == (Fault(K.TRUNCATED_ARGS),)
+    assert fault_marker("thinking_only", plain[1]) not in plan.first_with_marker
     assert plan.by_last_user_marker == {
-        "[demo: slow stream]": (Fault(FaultKind.SLOW, 300),),
-        thinking_only_marker(thinking): (Fault(FaultKind.THINKING_ONLY),),
+        "[demo: slow stream]": (Fault(K.SLOW, 300),),
+        f"[demo: thinking_only {plain[1]}]": (Fault(K.THINKING_ONLY),),
     }
     scripted = [(i, f.kind) for i, faults in plan.by_request.items() for f in faults]
-    by_marker = (FaultKind.MAX_TOKENS_IN_CALL, FaultKind.THINKING_ONLY)
-    assert scripted == [(i, k) for i, k in enumerate(FaultKind) if k not in by_marker]
+    assert scripted == [(i, k) for i, k in enumerate(FaultKind) if k not in BY_MARKER_ONLY]
+    assert K.TRUNCATED_ARGS not in {k for _, k in scripted}
 
 
 def test_without_every_fault_kind_no_conversation_is_cut() -> None:
     plan = _fault_plan(DemoOptions(conversations=24, seed=7, **RATES))
-    assert not any(marker.startswith("[demo: output limit") for marker in plan.first_with_marker)
+    assert all(marker.startswith("[demo: throttled ") for marker in plan.first_with_marker)
     assert list(plan.by_last_user_marker) == ["[demo: slow stream]"]
     assert plan.by_request == {}
 
 
-async def test_the_limited_and_the_thinking_only_conversations_ask_their_first_question_with_the_marker() -> (
-    None
-):
+async def test_a_marked_conversation_asks_its_first_question_with_its_marker_and_no_other() -> None:
     questions: dict[int, list[str]] = {}
+    markers = {3: fault_marker("max_tokens_in_call", 3), 4: fault_marker("thinking_only", 4)}
     for index in (3, 4, 5):
         client = AnsweringClient()
-        driver = Driver(
-            client, seed=7, turns=2, invalid_rate=0.0, op_timeout_s=5.0, limited_conversation=3,
-            thinking_only_conversation=4,
-        )  # fmt: skip
+        driver = Driver(client, seed=7, turns=2, invalid_rate=0.0, op_timeout_s=5.0, markers=markers)
         client.driver = driver
         await driver.conversation(index)
         turns = [e for e in client.events if isinstance(e, TurnSubmitted)]
         questions[index] = [t.blocks[0].text or "" for t in turns]
-    assert [q.startswith(limit_marker(3) + " ") for q in questions[3]] == [True, False]
-    assert [q.startswith(thinking_only_marker(4) + " ") for q in questions[4]] == [True, False]
-    assert not any("[demo: output limit" in q or "[demo: thinking only" in q for q in questions[5])
-    assert not any("[demo: thinking only" in q for q in questions[3])
+    assert [q.startswith("[demo: max_tokens_in_call 3] ") for q in questions[3]] == [True, False]
+    assert [q.startswith("[demo: thinking_only 4] ") for q in questions[4]] == [True, False]
+    assert not any("[demo: " in q for q in questions[5])
+    assert not any("thinking_only" in q for q in questions[3])
 
 
 def test_the_plain_conversations_are_every_one_that_neither_cancels_interjects_nor_is_throttled() -> None:
-    plain = [
-        i
-        for i in range(24)
-        if not cancels(7, i, 0.2) and not interjects(7, i, 0.1, 0.2) and not throttled(7, i, 0.1)
-    ]
-    assert _plain_conversations(7, 24, 0.2, 0.1, 0.1) == plain
-    assert 0 < len(plain) < 24
+    plain = _plain()
+    assert plain_conversations(7, 24, **RATES) == plain
+    assert 2 < len(plain) < 24
 
 
 def test_the_plan_draws_the_drawn_kinds_at_the_fault_rate_and_throttles_each_throttled_conversation() -> None:
@@ -121,11 +118,11 @@ def test_the_plan_draws_the_drawn_kinds_at_the_fault_rate_and_throttles_each_thr
     assert _fault_plan(replace(options, fault_rate=0.0)).rates == {}
     throttled_ones = [i for i in range(24) if throttled(7, i, 0.1)]
     assert throttled_ones
-    chosen = limited_conversation(7, 24, **RATES)
-    assert chosen is not None
+    plain = _plain()
     assert plan.first_with_marker == {
         **{throttled_marker(i): (Fault(FaultKind.RATE_LIMITED, 250),) for i in throttled_ones},
-        limit_marker(chosen): (Fault(FaultKind.MAX_TOKENS_IN_CALL),),
+        fault_marker("max_tokens_in_call", plain[0]): (Fault(FaultKind.MAX_TOKENS_IN_CALL),),
+        fault_marker("truncate_tool_args", plain[2]): (Fault(FaultKind.TRUNCATED_ARGS),),
     }
 
 

@@ -14,7 +14,7 @@ from tests.unit.demo.test_driver_moving import AnsweringClient
 from tests.unit.demo.workload import evidence_of, last_decision, workload
 from tests.unit.dispatch.test_provider_answers_commit import anthropic_thinking_only, streamed
 from turnledger.demo.checks import all_checks
-from turnledger.demo.driver import Driver, DriverStats, commits_no_turn, thinking_only_marker
+from turnledger.demo.driver import Driver, DriverStats, commits_no_turn, fault_marker
 from turnledger.demo.report import render
 from turnledger.demo.run import DemoOptions, DemoResult
 from turnledger.model.events import (
@@ -29,6 +29,7 @@ from turnledger.replay.metrics import Metrics
 
 S = DispatchState
 R = ReasonCode
+MARKER = fault_marker("thinking_only", 0)
 DETAIL = "the provider's complete answer holds only thinking: nothing visible enters the history"
 
 
@@ -65,7 +66,7 @@ class ThinkingOnlyClient(AnsweringClient):
         assert self.driver is not None
         if isinstance(event, DispatchRequested):
             turns = [e for e in self.events if isinstance(e, TurnSubmitted)]
-            if self.every or thinking_only_marker(0) in (turns[-1].blocks[0].text or ""):
+            if self.every or MARKER in (turns[-1].blocks[0].text or ""):
                 self.events.append(event)
                 ended = _decision(S.COMMITTED, R.EMPTY_RESPONSE).model_copy(
                     update={
@@ -86,7 +87,7 @@ class ThinkingOnlyClient(AnsweringClient):
 async def test_the_driver_counts_an_answer_with_nothing_visible_and_the_user_speaks_next() -> None:
     """Before, the driver waited for a turn that never came: the conversation stalled at its timeout."""
     client = ThinkingOnlyClient()
-    driver = Driver(client, seed=7, turns=2, invalid_rate=0.0, op_timeout_s=1.0, thinking_only_conversation=0)
+    driver = Driver(client, seed=7, turns=2, invalid_rate=0.0, op_timeout_s=1.0, markers={0: MARKER})
     client.driver = driver
     await driver.conversation(0)
     s = driver.stats
@@ -100,7 +101,7 @@ async def test_the_driver_counts_an_answer_with_nothing_visible_and_the_user_spe
     )
     assert (s.user_turns, s.conversations) == (2, 1)
     questions = [e.blocks[0].text or "" for e in client.events if isinstance(e, TurnSubmitted)]
-    assert [q.startswith(thinking_only_marker(0) + " ") for q in questions] == [True, False]
+    assert [q.startswith(MARKER + " ") for q in questions] == [True, False]
 
 
 def test_the_checks_count_a_commit_of_nothing_visible_settled_and_no_violation() -> None:
