@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,11 @@ def test_a_detached_child_gets_the_environment_it_is_given_on_top_of_ours(tmp_pa
         tmp_path / "child.pid",
         env={"ONLY_FOR_CHILD": "given", "PARENT_PATH": os.environ["PATH"]},
     )
-    os.waitpid(pid, 0)
+    # waited for by polling, not os.waitpid: a Popen made in another thread of this process may reap the
+    # child first (subprocess's cleanup of finished children), and waitpid then raises ChildProcessError
+    deadline = time.monotonic() + 60
+    while procs.is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not procs.is_alive(pid)
     assert out.read_text() == "given True\n"
     assert "ONLY_FOR_CHILD" not in os.environ
