@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -69,25 +70,58 @@ def worker_id(value: str) -> str:
     return value
 
 
+HOST_NAME = re.compile(r"(?=.{1,253}\.?$)[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
+"""A host name as the resolver takes it (in its ASCII form): dot-separated labels of 1 to 63 letters,
+digits, `-` or `_`, at most 253 characters. A label the resolver cannot encode (empty, or longer than 63)
+was a `UnicodeError` traceback out of the client's connect; anything else (a scheme, a user, a space) a
+name no resolver finds, waited out as an outage for ever."""
+
+
+def is_host_name(host: str) -> bool:
+    """`host` can be a DNS name (`k1`, `kafka-0.kafka.svc`, an internationalized name)."""
+    try:
+        ascii_form = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return HOST_NAME.fullmatch(ascii_form) is not None
+
+
+_USER_INFO = re.compile(r"[^,/@]*@")
+
+
+def without_user_info(text: str) -> str:
+    """`text` as a refusal shows it: what stands before an `@` (`user:password@` in a URL pasted as a
+    broker list) as `***@`."""
+    return _USER_INFO.sub("***@", text)
+
+
 def bootstrap(value: str | None) -> str | None:
     """`--bootstrap` (or KAFKA_BOOTSTRAP_SERVERS): `host[:port]` entries as aiokafka reads them
-    (`[v6]:port` for IPv6 literals), each port from 1 to 65535; unset passes (each command says how
-    to set it). Checked here because the Kafka client parses it only as it connects, with a bare
-    `ValueError` or `OverflowError`."""
+    (`[v6]:port` for IPv6 literals), each port from 1 to 65535 and each host an IP address or a host
+    name (`is_host_name`); unset passes (each command says how to set it). Checked here because the
+    Kafka client parses it only as it connects, with a bare `ValueError` or `OverflowError`, and takes
+    any text for a host: `PLAINTEXT://k:9092` (a listener as the broker's settings write it) was waited
+    for as an outage for ever."""
     if value is None:
         return None
     for entry in value.split(","):
         try:
-            host, port, _family = get_ip_port_afi(entry)
+            host, port, family = get_ip_port_afi(entry)
             read = bool(host) and 0 < port <= MAX_PORT
         except ValueError:
             read = False
         if not read:
-            raise typer.BadParameter(
-                f"{entry.strip()!r} in {value!r}: expected host:port[,host:port], "
-                f"each port from 1 to {MAX_PORT}"
+            raise _bootstrap_refusal(entry, value, f"each port from 1 to {MAX_PORT}")
+        if family == socket.AF_UNSPEC and not is_host_name(host):
+            raise _bootstrap_refusal(
+                entry, value, "each host a host name or IP address (no scheme, user or path)"
             )
     return value
+
+
+def _bootstrap_refusal(entry: str, value: str, rule: str) -> typer.BadParameter:
+    shown_entry, shown_value = without_user_info(entry.strip()), without_user_info(value)
+    return typer.BadParameter(f"{shown_entry!r} in {shown_value!r}: expected host:port[,host:port], {rule}")
 
 
 def made_directory(path: Path, option: str) -> Path:

@@ -107,6 +107,51 @@ def test_a_bootstrap_entry_the_client_would_choke_on_is_refused(given: str, entr
 
 
 @pytest.mark.parametrize(
+    "given",
+    ["kafka-0.kafka.svc.cluster.local:9092", "k_1:9092", "k.:9092", "bücher.example:9092", "k" * 63 + ":1"],
+)
+def test_host_names_the_resolver_takes_are_kept(given: str) -> None:
+    assert cli_checks.bootstrap(given) == given
+
+
+@pytest.mark.parametrize(
+    ("given", "entry"),
+    [
+        ("PLAINTEXT://k:9092", "PLAINTEXT://k:9092"),
+        ("k1:9092,http://k2:9092", "http://k2:9092"),
+        ("k:9092;k2:9092", "k:9092;k2:9092"),
+        ("k 9092", "k 9092"),
+        ("a..b:9092", "a..b:9092"),
+        ("k" * 64 + ":9092", "k" * 64 + ":9092"),
+    ],
+)
+def test_a_bootstrap_host_no_resolver_takes_is_refused(given: str, entry: str) -> None:
+    """A scheme, a `;`, a space: a name no resolver finds, waited out as an outage for ever; an empty or
+    too long label: a `UnicodeError` traceback out of the Kafka client's connect."""
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.bootstrap(given)
+    assert str(caught.value) == (
+        f"{entry!r} in {given!r}: expected host:port[,host:port], each host a host name or IP address "
+        "(no scheme, user or path)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("SASL_SSL://bob:pw@k:9092", "'SASL_SSL://***@k:9092' in 'SASL_SSL://***@k:9092'"),
+        ("k1:1,bob:pw@k2:9092", "'***@k2:9092' in 'k1:1,***@k2:9092'"),
+        ("bob:pw@k2", "'***@k2' in '***@k2'"),
+    ],
+)
+def test_a_bootstrap_refusal_does_not_repeat_a_password_given_in_it(given: str, said: str) -> None:
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.bootstrap(given)
+    assert str(caught.value).startswith(f"{said}: expected host:port[,host:port], each ")
+    assert "pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
     "command",
     [["process"], ["worker"], ["tool-executor"], ["replay", "audit"], ["metrics"], ["project"]],
     ids=lambda c: " ".join(c),
@@ -119,6 +164,21 @@ def test_the_kafka_commands_refuse_a_bad_bootstrap_from_the_flag_or_the_variable
     assert (flag.exit_code, variable.exit_code) == (2, 2), flag.output + variable.output
     assert "'127.0.0.1:abc' in '127.0.0.1:abc': expected host:port" in flag.output
     assert "'127.0.0.1:99999' in '127.0.0.1:99999': expected host:port" in variable.output
+
+
+@pytest.mark.parametrize(
+    "command", [["process", "--max-outage", "1"], ["metrics"]], ids=["process", "metrics"]
+)
+def test_a_kafka_command_refuses_a_listener_given_as_its_broker_list_before_connecting(
+    command: list[str],
+) -> None:
+    env = {"COLUMNS": "300", "KAFKA_BOOTSTRAP_SERVERS": "PLAINTEXT://127.0.0.1:1"}
+    result = CliRunner().invoke(app, command, env=env)
+    assert result.exit_code == 2, result.output
+    assert (
+        "'PLAINTEXT://127.0.0.1:1' in 'PLAINTEXT://127.0.0.1:1': expected host:port[,host:port], each host "
+        "a host name or IP address (no scheme, user or path)"
+    ) in result.output
 
 
 def test_the_worker_refuses_a_journal_dir_that_is_a_file(tmp_path: Path) -> None:
