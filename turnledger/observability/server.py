@@ -63,9 +63,10 @@ class MetricsServer:
     async def start(self) -> None:
         try:
             self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host the resolver cannot encode (`a..b`)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise MetricsServeError(
-                f"cannot serve metrics on {self.host}:{self.port} ({exc.strerror or exc}): pick another "
+                f"cannot serve metrics on {self.host}:{self.port} ({reason}): pick another "
                 f"--metrics-port (${METRICS_PORT_ENV}, 0: off) or host (${METRICS_HOST_ENV})"
             ) from exc
         self.port = int(self._server.sockets[0].getsockname()[1])

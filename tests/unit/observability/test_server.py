@@ -365,6 +365,24 @@ async def test_a_port_already_taken_is_a_metrics_serve_error_saying_what_to_chan
     assert isinstance(caught.value.__cause__, OSError)
 
 
+@pytest.mark.parametrize(
+    ("host", "why"), [("not..a..host", "label empty or too long"), ("k" * 64, "label too long")]
+)
+async def test_a_host_the_resolver_cannot_encode_is_a_metrics_serve_error_saying_what_to_change(
+    host: str, why: str
+) -> None:
+    """The `idna` codec's `UnicodeError` (a label empty or longer than 63) was a traceback, exit 1, in every
+    service given TURNLEDGER_METRICS_HOST so."""
+    server = MetricsServer(_free_port(), host=host, registry=CollectorRegistry())
+    with pytest.raises(MetricsServeError) as caught:
+        await asyncio.wait_for(server.start(), 10)
+    assert str(caught.value) == (
+        f"cannot serve metrics on {host}:{server.port} (encoding with 'idna' codec failed (UnicodeError: "
+        f"{why})): pick another --metrics-port ($TURNLEDGER_METRICS_PORT, 0: off) or host "
+        "($TURNLEDGER_METRICS_HOST)"
+    )
+
+
 def test_the_commands_say_it_in_one_line_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
     from turnledger import cli
 
