@@ -14,6 +14,8 @@ from typing import Annotated
 import typer
 from aiokafka.conn import get_ip_port_afi
 
+from turnledger.host_names import is_host_name
+
 MAX_PORT = 65_535
 
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
@@ -70,22 +72,6 @@ def worker_id(value: str) -> str:
     return value
 
 
-HOST_NAME = re.compile(r"(?=.{1,253}\.?$)[A-Za-z0-9_-]{1,63}(\.[A-Za-z0-9_-]{1,63})*\.?")
-"""A host name as the resolver takes it (in its ASCII form): dot-separated labels of 1 to 63 letters,
-digits, `-` or `_`, at most 253 characters. A label the resolver cannot encode (empty, or longer than 63)
-was a `UnicodeError` traceback out of the client's connect; anything else (a scheme, a user, a space) a
-name no resolver finds, waited out as an outage for ever."""
-
-
-def is_host_name(host: str) -> bool:
-    """`host` can be a DNS name (`k1`, `kafka-0.kafka.svc`, an internationalized name)."""
-    try:
-        ascii_form = host.encode("idna").decode("ascii")
-    except UnicodeError:
-        return False
-    return HOST_NAME.fullmatch(ascii_form) is not None
-
-
 _USER_INFO = re.compile(r"[^,/@]*@")
 
 
@@ -98,7 +84,7 @@ def without_user_info(text: str) -> str:
 def bootstrap(value: str | None) -> str | None:
     """`--bootstrap` (or KAFKA_BOOTSTRAP_SERVERS): `host[:port]` entries as aiokafka reads them
     (`[v6]:port` for IPv6 literals), each port from 1 to 65535 and each host an IP address or a host
-    name (`is_host_name`); unset passes (each command says how to set it). Checked here because the
+    name (`host_names.is_host_name`); unset passes (each command says how to set it). Checked here because the
     Kafka client parses it only as it connects, with a bare `ValueError` or `OverflowError`, and takes
     any text for a host: `PLAINTEXT://k:9092` (a listener as the broker's settings write it) was waited
     for as an outage for ever."""

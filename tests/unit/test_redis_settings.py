@@ -387,6 +387,39 @@ def test_a_url_redis_py_cannot_read_is_a_settings_error_without_its_password(url
     assert "S3CRET" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("redis://u:S3CRET@not..a..host:6379/0", "not..a..host"),
+        ("rediss://" + "k" * 64 + ":6380/0", "k" * 64),
+        ("redis+cluster://node 1.example:7000", "node 1.example"),
+        ("redis+sentinel://:S3CRET@s1:26379,[::1]:26380,.s3:26379/mymaster", ".s3"),
+    ],
+)
+def test_a_host_no_resolver_takes_is_a_settings_error_without_the_password(url: str, host: str) -> None:
+    """redis-py connects to any text: a label the `idna` codec cannot encode ended `history`, `project`
+    and the rest in a `UnicodeError` traceback, exit 1."""
+    with pytest.raises(RedisSettingsError) as refused:
+        redis_client(url)
+    assert str(refused.value) == (
+        f"REDIS_URL {url.replace(':S3CRET@', ':***@')!r}: {host!r} is no host name or IP address"
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://k_1.example:6379/0",
+        "rediss://bücher.example/0",
+        "redis://[::1]:6379/0",
+        "redis:///0",
+        "unix:///r.sock",
+    ],
+)
+def test_host_names_ip_addresses_and_no_host_are_kept(url: str) -> None:
+    assert client_options(url, {}) == {"socket_connect_timeout": 5.0}
+
+
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1", "redis://127.0.0.1:1/", "redis://127.0.0.1:1/15"])
 async def test_a_url_with_no_database_or_a_number_is_read(url: str) -> None:
     await redis_client(url).aclose()

@@ -42,7 +42,8 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
-from turnledger.errors import RedisSettingsError
+from turnledger.errors import RedisSettingsError, redact_url
+from turnledger.host_names import is_host_name
 from turnledger.redisconn.url_parts import split_url
 
 ENV_URL = "REDIS_URL"
@@ -83,6 +84,8 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
             "redis+sentinel:// (rediss+sentinel://) or redis+cluster:// (rediss+cluster://), not "
             f"{scheme + '://' if scheme else 'nothing'}"
         )
+    if scheme != "unix":
+        _check_hosts(url, parts.netloc)
     query = parse_qs(parts.query)
     options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT_S}
     files = {name: _readable(env, name) for name in (ENV_CA_FILE, ENV_CERT_FILE, ENV_KEY_FILE)}
@@ -122,6 +125,17 @@ def client_options(url: str, env: Mapping[str, str] | None = None) -> dict[str, 
             f"connection takes{hint}"
         )
     return options
+
+
+def _check_hosts(url: str, netloc: str) -> None:
+    """Every host the URL names (a Sentinel URL's several) is an IP address or a host name
+    (`host_names`): redis-py connects to any text, and one the `idna` codec cannot encode (`a..b`) ended
+    the command in a `UnicodeError` traceback. An empty host is redis-py's default, localhost."""
+    for address in netloc.rpartition("@")[2].split(","):
+        address = address.strip()
+        host = address if address.startswith("[") else address.rpartition(":")[0] or address
+        if host and not host.startswith("[") and not is_host_name(host):
+            raise RedisSettingsError(f"{ENV_URL} {redact_url(url)!r}: {host!r} is no host name or IP address")
 
 
 def sentinel_password(url: str, env: Mapping[str, str] | None = None) -> str | None:
