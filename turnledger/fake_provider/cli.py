@@ -12,7 +12,7 @@ import base64
 import contextlib
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
@@ -21,7 +21,9 @@ from turnledger.fake_provider.server import FakeProvider, ReceivedRequest
 
 
 def fake_provider(
-    port: int = typer.Option(8790, "--port", help="TCP port on 127.0.0.1 (0 picks a free one)."),
+    port: int = typer.Option(
+        8790, "--port", min=0, max=65535, help="TCP port on 127.0.0.1 (0 picks a free one)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of answers, ids and random faults."),
     fault_rate: float = typer.Option(
         0.0, "--fault-rate", min=0.0, max=1.0, help="Probability of each fault kind per request."
@@ -40,13 +42,27 @@ def fake_provider(
     with faults. Requests need each API's credential: the fake's keys are printed as variables a
     worker reads (test keys, not secrets)."""
     plan = FaultPlan.uniform(fault_rate) if fault_rate > 0 else FaultPlan()
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(port, seed, plan, request_log))
+    log = _opened(request_log)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(port, seed, plan, log))
+    finally:
+        if log is not None:
+            log.close()
 
 
-async def _serve(port: int, seed: int, plan: FaultPlan, request_log: Path | None) -> None:
-    log = request_log.open("a", encoding="utf-8") if request_log is not None else None
+def _opened(request_log: Path | None) -> TextIO | None:
+    """The request log opened for appending before anything listens, or a usage error saying why not."""
+    if request_log is None:
+        return None
+    try:
+        return request_log.open("a", encoding="utf-8")
+    except OSError as exc:
+        said = f"cannot append to {request_log}: {exc.strerror or exc}"
+        raise typer.BadParameter(said, param_hint="--request-log") from exc
 
+
+async def _serve(port: int, seed: int, plan: FaultPlan, log: TextIO | None) -> None:
     def on_request(request: ReceivedRequest) -> None:
         if log is not None:
             body = base64.b64encode(request.body).decode()
@@ -54,8 +70,16 @@ async def _serve(port: int, seed: int, plan: FaultPlan, request_log: Path | None
             log.write(json.dumps({**line, "headers": request.headers, "body": body}) + "\n")
             log.flush()
 
-    async with FakeProvider(port=port, seed=seed, fault_plan=plan, on_request=on_request) as fp:
-        typer.echo(f"fake provider listening on {fp.base_url} (seed={seed}); its test keys:", err=True)
-        for name, value in fp.keys.as_env().items():
+    provider = FakeProvider(port=port, seed=seed, fault_plan=plan, on_request=on_request)
+    try:
+        await provider.start()
+    except OSError as exc:
+        said = f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} (0 picks a free port)"
+        raise typer.BadParameter(said, param_hint="--port") from exc
+    try:
+        typer.echo(f"fake provider listening on {provider.base_url} (seed={seed}); its test keys:", err=True)
+        for name, value in provider.keys.as_env().items():
             typer.echo(f"export {name}={value}", err=True)
         await asyncio.Event().wait()
+    finally:
+        await provider.stop()
