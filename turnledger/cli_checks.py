@@ -110,6 +110,18 @@ def _bootstrap_refusal(entry: str, value: str, rule: str) -> typer.BadParameter:
     return typer.BadParameter(f"{shown_entry!r} in {shown_value!r}: expected host:port[,host:port], {rule}")
 
 
+MANIFEST_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+"""A manifest's digest as the ledger writes it (`model/canonical.py`) and `status` shows it."""
+
+
+def manifest_digest(value: str | None) -> str | None:
+    """`--digest`: `sha256:` and 64 lowercase hex digits. Anything else matches no manifest, which was
+    said only after reading three topics to their end."""
+    if value is not None and not MANIFEST_DIGEST.fullmatch(value):
+        raise typer.BadParameter(f"{value!r}: expected sha256: and 64 lowercase hex digits")
+    return value
+
+
 def made_directory(path: Path, option: str) -> Path:
     """`path` made a directory (with its parents) for `option`, or a usage error saying why not (it is a
     file, it cannot be written)."""

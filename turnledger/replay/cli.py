@@ -19,6 +19,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from turnledger import cli_checks
 from turnledger.cli_progress import bars, moved, moved_by_name
 from turnledger.processors.limits_config import (
     MaxBlockBytes,
@@ -123,7 +124,10 @@ def audit_command(
 
 def manifest_command(
     operation_id: Annotated[str | None, typer.Argument(help="Operation id.")] = None,
-    digest: Annotated[str | None, typer.Option("--digest", help="A manifest digest (sha256:...).")] = None,
+    digest: Annotated[
+        str | None,
+        typer.Option("--digest", callback=cli_checks.manifest_digest, help="A manifest digest (sha256:...)."),
+    ] = None,
     bootstrap: Bootstrap = None,
     topic_prefix: TopicPrefix = "",
     max_block_bytes: MaxBlockBytes = None,

@@ -114,6 +114,10 @@ METRICS.command("unused")(lambda: None)  # two commands: `metrics` stays a subco
 APPS = {"replay": cli.replay_app, "shadow": cli.shadow_app, "metrics": METRICS}
 
 
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+"""A manifest digest of the ledger's form."""
+
+
 def invoke(*args: str) -> Result:
     """The command as `turnledger ...` runs it, from its own group (building the whole CLI's costs
     a second an invocation)."""
@@ -468,16 +472,16 @@ def test_a_binding_that_differs_or_an_error_fails_the_check(
     monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
     reproducing(monkeypatch, [manifest("op-2", [Check("digest", "sha256:a", "sha256:b")])])
-    result = invoke("replay", "manifest", "--digest", "sha256:op-2", "--bootstrap", "k:1")
+    result = invoke("replay", "manifest", "--digest", DIGEST, "--bootstrap", "k:1")
     assert result.exit_code == 1
     assert out.texts == [
         ("op-2 sha256:op-2 (openai-chat@1, rev 4)", [("digest", "[red]NO[/red]", "sha256:a")])
     ]
     out.printed.clear()
     fake = reproducing(monkeypatch, [manifest("op-3", [Check("d", "1", "1")], error="turns missing")])
-    result = invoke("replay", "manifest", "--digest", "sha256:op-3", "--bootstrap", "k:1")
+    result = invoke("replay", "manifest", "--digest", DIGEST, "--bootstrap", "k:1")
     assert result.exit_code == 1
-    assert fake.calls == [("k:1", Topics(""), None, "sha256:op-3", Limits())]
+    assert fake.calls == [("k:1", Topics(""), None, DIGEST, Limits())]
     assert out.texts[1:] == ["[red]turns missing[/red]"]
 
 
@@ -493,6 +497,23 @@ def test_a_manifest_needs_an_operation_or_a_digest_before_a_bootstrap(
     assert fake.calls == [] and out.printed == [] and bars.tasks == []
 
 
+@pytest.mark.parametrize(
+    "digest", ["bogus", "sha256:d", "sha256:" + "A" * 64, "sha256:" + "0" * 63, DIGEST + "0"]
+)
+def test_a_digest_no_manifest_can_have_is_refused_before_reading(
+    monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress, digest: str
+) -> None:
+    """It was read as any text: three topics read to their end, then 'no manifest found', exit 1."""
+    fake = reproducing(monkeypatch, [])
+    args = ["manifest", "--digest", digest, "--bootstrap", "k:1"]
+    result = CliRunner().invoke(APPS["replay"], args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2
+    assert (
+        f"Invalid value for '--digest': {digest!r}: expected sha256: and 64 lowercase hex digits"
+    ) in result.output
+    assert fake.calls == [] and bars.tasks == []
+
+
 def test_a_manifest_check_called_as_a_function_reads_topics_without_a_prefix(
     monkeypatch: pytest.MonkeyPatch, out: Recorder, err: Recorder, bars: FakeProgress
 ) -> None:
@@ -503,7 +524,7 @@ def test_a_manifest_check_called_as_a_function_reads_topics_without_a_prefix(
     assert out.texts[-1] == "[green]1 manifest(s) reproduced byte for byte[/green]"
 
 
-@pytest.mark.parametrize(("args", "named"), [(["op-9"], "'op-9'"), (["--digest", "sha256:d"], "'sha256:d'")])
+@pytest.mark.parametrize(("args", "named"), [(["op-9"], "'op-9'"), (["--digest", DIGEST], repr(DIGEST))])
 def test_no_manifest_found_is_an_exit_1_naming_what_was_asked(
     monkeypatch: pytest.MonkeyPatch,
     out: Recorder,
