@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import re
+import socket
 from typing import Annotated
 
 import typer
@@ -80,13 +81,40 @@ def serve_command(
         err.print(str(exc), style="red", soft_wrap=True)
         raise typer.Exit(2) from exc
     config = ServeConfig(key_prefix=key_prefix, token=token or None, dispatch=dispatch, models=models)
+    sockets = listening_sockets(host, port)
     try:
         asyncio.run(
-            _serve(url, servers, Topics(prefix=topic_prefix).ingress, host, port, config, metrics_port)
+            _serve(url, servers, Topics(prefix=topic_prefix).ingress, host, sockets, config, metrics_port)
         )
     except ServiceUnavailable as exc:
         err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
         raise typer.Exit(2) from exc
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """The sockets uvicorn serves on, bound here to every address `host` resolves to, as asyncio's
+    `create_server` binds them when given a host: an address that cannot be listened on (a port taken, a
+    name that does not resolve or that the `idna` codec refuses) is a usage error naming the options,
+    before anything connects. uvicorn logged it and ended its task with `SystemExit(3)` (a
+    `UnicodeError` for the name), a traceback either way."""
+    bound: list[socket.socket] = []
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _name, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            port = port or sock.getsockname()[1]  # port 0: one free port for every address
+    except (OSError, UnicodeError) as exc:
+        for sock in bound:
+            sock.close()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        said = f"cannot listen on {host}:{port}: {reason}"
+        raise typer.BadParameter(said, param_hint="--host / --port") from exc
+    return bound
 
 
 async def _serve(
@@ -94,9 +122,25 @@ async def _serve(
     bootstrap: str,
     ingress: str,
     host: str,
-    port: int,
+    sockets: list[socket.socket],
     config: ServeConfig,
     metrics_port: int = 0,
+) -> None:
+    try:
+        await _serve_on(redis_url, bootstrap, ingress, host, sockets, config, metrics_port)
+    finally:
+        for sock in sockets:  # uvicorn's servers close them once they served; not when Redis or Kafka failed
+            sock.close()
+
+
+async def _serve_on(
+    redis_url: str,
+    bootstrap: str,
+    ingress: str,
+    host: str,
+    sockets: list[socket.socket],
+    config: ServeConfig,
+    metrics_port: int,
 ) -> None:
     redis = await connect(redis_url)
     server: uvicorn.Server | None = None
@@ -113,9 +157,9 @@ async def _serve(
         ):
             app = create_app(redis, gateway, config)
             level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
-            server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=level))
+            server = uvicorn.Server(uvicorn.Config(app, log_level=level))
             redact_access_log()  # after Config: it configures uvicorn's loggers
-            task = asyncio.create_task(server.serve())
+            task = asyncio.create_task(server.serve(sockets=sockets))
             while not server.started and not task.done():
                 await asyncio.sleep(0.05)
             if server.started:
