@@ -15,6 +15,7 @@ import typer
 from aiokafka.conn import get_ip_port_afi
 
 from turnledger.host_names import is_host_name
+from turnledger.topology import Stream, Topics
 
 MAX_PORT = 65_535
 
@@ -108,6 +109,25 @@ def bootstrap(value: str | None) -> str | None:
 def _bootstrap_refusal(entry: str, value: str, rule: str) -> typer.BadParameter:
     shown_entry, shown_value = without_user_info(entry.strip()), without_user_info(value)
     return typer.BadParameter(f"{shown_entry!r} in {shown_value!r}: expected host:port[,host:port], {rule}")
+
+
+TOPIC_NAME_MAX = 249
+"""Kafka's longest topic name (`org.apache.kafka.common.internals.Topic`)."""
+TOPIC_PREFIX_CHARACTERS = re.compile(r"[A-Za-z0-9._-]*")
+"""What a Kafka topic name may hold; the prefix is the start of every name."""
+TOPIC_PREFIX_MAX = TOPIC_NAME_MAX - max(len(Topics().name(stream)) for stream in Stream)
+
+
+def topic_prefix(value: str) -> str:
+    """`--topic-prefix`: characters a topic name takes, short enough for the longest of ours. Anything
+    else makes names no broker creates: the processor and the projector waited for ever for topics
+    that cannot exist, `--create-topics` included."""
+    if not TOPIC_PREFIX_CHARACTERS.fullmatch(value) or len(value) > TOPIC_PREFIX_MAX:
+        raise typer.BadParameter(
+            f"{value!r}: a topic name takes letters, digits, '.', '_' and '-' only, and a prefix at most "
+            f"{TOPIC_PREFIX_MAX} of them (Kafka's {TOPIC_NAME_MAX} less our longest name)"
+        )
+    return value
 
 
 MANIFEST_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

@@ -181,6 +181,46 @@ def test_a_kafka_command_refuses_a_listener_given_as_its_broker_list_before_conn
     ) in result.output
 
 
+@pytest.mark.parametrize("given", ["", "t-api-1a2b3c4d-", "chaos-9f.", "A_b.c-", "p" * 228])
+def test_a_topic_prefix_of_topic_name_characters_is_kept(given: str) -> None:
+    assert cli_checks.topic_prefix(given) == given
+
+
+@pytest.mark.parametrize("given", ["bad topic/", "t:1-", "tënant-", "p" * 229])
+def test_a_topic_prefix_no_broker_takes_is_refused(given: str) -> None:
+    """`p` * 229 + `turnledger.quarantine` is 250 characters, one past Kafka's longest topic name."""
+    with pytest.raises(typer.BadParameter) as caught:
+        cli_checks.topic_prefix(given)
+    assert str(caught.value) == (
+        f"{given!r}: a topic name takes letters, digits, '.', '_' and '-' only, and a prefix at most 228 of "
+        "them (Kafka's 249 less our longest name)"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["process"],
+        ["worker"],
+        ["tool-executor"],
+        ["project"],
+        ["metrics"],
+        ["serve"],
+        ["replay", "audit"],
+        ["shadow", "diff", __file__],
+        ["legacy", "record", __file__],
+    ],
+    ids=" ".join,
+)
+@pytest.mark.timeout(60)  # unchecked, process, worker and project waited for Kafka at 127.0.0.1:1 for ever
+def test_every_kafka_command_refuses_such_a_prefix_before_connecting(command: list[str]) -> None:
+    """The processor and the projector waited for ever for topics named so, which no broker creates."""
+    env = {"COLUMNS": "300", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    result = CliRunner().invoke(app, [*command, "--topic-prefix", "bad topic/"], env=env)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--topic-prefix': 'bad topic/': a topic name takes letters" in result.output
+
+
 def test_the_worker_refuses_a_journal_dir_that_is_a_file(tmp_path: Path) -> None:
     afile = tmp_path / "afile"
     afile.write_text("")

@@ -53,7 +53,7 @@ Bootstrap = Annotated[
         callback=cli_checks.bootstrap,
     ),
 ]
-Prefix = Annotated[str, typer.Option(help="Prefix of every topic name.")]
+Prefix = Annotated[str, typer.Option(callback=cli_checks.topic_prefix, help="Prefix of every topic name.")]
 MaxOutage = Annotated[
     float | None,
     typer.Option(

@@ -104,7 +104,9 @@ def process(
             "those of a member that dies."
         ),
     ] = None,
-    topic_prefix: Annotated[str, typer.Option(help="Prefix of every topic name.")] = "",
+    topic_prefix: Annotated[
+        str, typer.Option(callback=cli_checks.topic_prefix, help="Prefix of every topic name.")
+    ] = "",
     batch_max_records: Annotated[int, typer.Option(min=1, help="Records per transaction, at most.")] = 500,
     batch_max_ms: Annotated[
         int, typer.Option(min=1, help="Milliseconds a batch stays open after its first record.")

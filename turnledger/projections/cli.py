@@ -48,7 +48,10 @@ Bootstrap = Annotated[
         callback=cli_checks.bootstrap,
     ),
 ]
-TopicPrefix = Annotated[str, typer.Option("--topic-prefix", help="Prepended to every topic name.")]
+TopicPrefix = Annotated[
+    str,
+    typer.Option("--topic-prefix", callback=cli_checks.topic_prefix, help="Prepended to every topic name."),
+]
 KeyPrefix = Annotated[
     str,
     typer.Option(
