@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from turnledger.errors import KafkaSettingsError
-from turnledger.kafka.group_timing import worker_heartbeat_ms
+from turnledger.kafka.group_timing import check_heartbeat, worker_heartbeat_ms
 
 
 @pytest.mark.parametrize(
@@ -26,3 +26,20 @@ def test_a_session_timeout_not_above_the_workers_heartbeat_is_refused(session_ms
         f"--session-timeout-ms {session_ms} must be above the worker's heartbeat interval, 500 ms "
         "(a quarter of the session timeout, at least 500)"
     )
+
+
+@pytest.mark.parametrize("command", ["process", "project", "tool-executor"])
+def test_the_heartbeat_flag_s_help_states_the_rule_the_check_keeps(command: str) -> None:
+    """The help said 'below a third of the session timeout', which the check does not refuse (5000 with
+    6000 runs): the third is Kafka's advice, the rule is below the session timeout."""
+    from typer.testing import CliRunner
+
+    from turnledger.cli import _register, app
+
+    if not app.registered_groups:
+        _register()
+    shown = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).output
+    assert "must be below --session-timeout-ms (a third of it at most is usual)." in " ".join(shown.split())
+    check_heartbeat(5_000, 6_000)
+    with pytest.raises(KafkaSettingsError):
+        check_heartbeat(6_000, 6_000)

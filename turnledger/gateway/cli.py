@@ -258,7 +258,12 @@ def tool_executor(
     rollout_stage: Stage = RolloutStage.ALL,
     session_timeout_ms: cli_checks.SessionTimeoutMs = 10_000,
     heartbeat_interval_ms: Annotated[
-        int, typer.Option(min=1, help="Group: heartbeat interval; below a third of the session timeout.")
+        int,
+        typer.Option(
+            min=1,
+            help="Group: heartbeat interval; must be below --session-timeout-ms (a third of it at most "
+            "is usual).",
+        ),
     ] = 3_000,
     max_outage: MaxOutage = None,
     metrics_port: MetricsPort = 0,

@@ -170,7 +170,8 @@ def process(
         int,
         typer.Option(
             min=1,
-            help="Group ownership: how often a member heartbeats; below a third of the session timeout.",
+            help="Group ownership: how often a member heartbeats; must be below --session-timeout-ms (a "
+            "third of it at most is usual).",
         ),
     ] = 3_000,
     max_outage: Annotated[
