@@ -19,6 +19,10 @@ the transaction itself"), so this test restarts the broker cleanly again (sessio
 clean local runs); the outage test keeps the SIGKILL. TURNLEDGER_CHAOS_BROKER_SIGKILL=1 crashes it
 here too.
 
+`TURNLEDGER_CHAOS_SEED=N` (an integer) runs it under other seeds: the fake provider's, the fault
+schedule's and the driver's are drawn from N (tests/chaos/seeds.py); unset, they are the ones CI has
+always used (3, 5, 11). The report names the seeds.
+
 After quiescence, from the topics, Redis and the fake provider's request log:
 - every provider request is the bytes of an accepted manifest (resumes and cancels only of bound
   handles); zero tool calls from incomplete responses; at most one canonical assistant turn per
@@ -42,6 +46,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from tests.chaos.seeds import chaos_seeds
 from tests.chaos.services import Service, fake_keys_env, read_request_log
 from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.demo.checks import all_checks, check_audit, check_projections
@@ -239,11 +244,11 @@ def _hanging_transactions(logs: Path) -> list[str]:
     ]
 
 
-async def _drive(stack: Stack, stop: asyncio.Event) -> Driver:
+async def _drive(stack: Stack, stop: asyncio.Event, seed: int) -> Driver:
     async with RidingClient(stack.kafka.bootstrap, topic=stack.topics.ingress) as client:
         driver = Driver(
             client,
-            seed=11,
+            seed=seed,
             turns=2,
             invalid_rate=0.05,
             cancel_rate=0.05,
@@ -300,11 +305,12 @@ async def _all_final(stack: Stack, timeout_s: float) -> float:
 
 
 async def test_every_operation_settles_under_kills_restarts_and_a_zombie(tmp_path: Path) -> None:
+    seeds = chaos_seeds(os.environ)
     with private_stack(tmp_path) as stack:
         await ensure_topics(stack.kafka.bootstrap, stack.topics, PARTITIONS)
         stack.add(
             "fake-provider",
-            "fake-provider", "--port", str(stack.fake_port), "--seed", "3",
+            "fake-provider", "--port", str(stack.fake_port), "--seed", str(seeds.provider),
             "--fault-rate", "0.02", "--request-log", str(stack.request_log),
         ).start()  # fmt: skip
         # processor-1 (also the zombie) with group commit, processor-2 with the default window, so that
@@ -321,11 +327,11 @@ async def test_every_operation_settles_under_kills_restarts_and_a_zombie(tmp_pat
             "tool-executor", "tool-executor", "--topic-prefix", stack.prefix, "--log-level", "WARNING"
         ).start()
 
-        chaos = Chaos(stack, random.Random(5), asyncio.Event())
+        chaos = Chaos(stack, random.Random(seeds.schedule), asyncio.Event())
         stop = asyncio.Event()
         began = time.monotonic()
         chaos_task = asyncio.create_task(chaos.run())
-        driver = await _drive(stack, stop)
+        driver = await _drive(stack, stop, seeds.driver)
         await chaos_task
         drive_s = time.monotonic() - began
         settle_wait_s = await _all_final(stack, timeout_s=240)
@@ -351,6 +357,7 @@ async def test_every_operation_settles_under_kills_restarts_and_a_zombie(tmp_pat
         checks.append(check_audit(await audit(stack.kafka.bootstrap, stack.topics)))
         times = settle_times(evidence)
         report = [
+            f"seeds: {seeds}",
             f"{CONVERSATIONS} conversations in {drive_s:.0f}s, then {settle_wait_s:.0f}s to quiescence",
             f"driver: {driver.stats}",
             f"provider requests: {len(requests)}; chaos: {chaos.processor_kills} processor kills, "
