@@ -75,4 +75,4 @@ def test_the_instructions_mode_counts_the_current_engine_with_valgrind(
     out = capsys.readouterr().out
     found = re.search(r"\| current \| ([\d,]+) \|", out)
     assert found is not None, out
-    assert 100_000 < int(found.group(1).replace(",", "")) < 20_000_000  # an event, not the start-up
+    assert 100_000 < int(found.group(1).replace(",", "")) < 20_000_000, out  # an event, not the start-up
