@@ -317,7 +317,10 @@ class DispatchWorker:
     async def _run(self, key: OperationKey, recovering: JournalEntry | None) -> None:
         manifest = self.board.manifests.get(key)
         if manifest is None:
-            log.warning("no manifest for %s/%s; skipped", *key)
+            if recovering is not None:
+                self._settled_before_catch_up(recovering)
+            else:
+                log.warning("no manifest for %s/%s; skipped", *key)
             return
         try:
             endpoint = self.endpoints.endpoint_for(manifest)
@@ -478,6 +481,15 @@ class DispatchWorker:
             rejection.conversation_id, rejection.operation_id, rejection.event_type, rejection.reason.value,
             rejection.detail,
         )  # fmt: skip
+
+    def _settled_before_catch_up(self, entry: JournalEntry) -> None:
+        """A journaled operation whose manifest the board never saw: a partition is read from the first
+        record of its oldest open operation (`manifest_feed.py`), so this one was final before that, and
+        another worker ended it. Its entry is done; left open, it was taken up again (and warned of) at
+        every move of its partition, for ever."""
+        self.stats.bump("journaled_settled_elsewhere")
+        log.info("%s/%s: journaled, but final before this worker's catch-up; entry closed", *entry.key)
+        self.journal.write(replace(entry, done=True))
 
     def _finish(self, manifest: DispatchManifest, verdict: Verdict) -> None:
         key = key_of(manifest)

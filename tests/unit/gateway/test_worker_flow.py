@@ -121,7 +121,9 @@ async def flow() -> AsyncIterator[Flow]:
 
 
 @contextlib.asynccontextmanager
-async def flows(api: tuple[str, str, str], **config: Any) -> AsyncIterator[Flow]:
+async def flows(
+    api: tuple[str, str, str], journal: WorkerJournal | None = None, **config: Any
+) -> AsyncIterator[Flow]:
     adapter, model, body = api
     manifest = (
         manifest_issued("op-1")
@@ -133,7 +135,7 @@ async def flows(api: tuple[str, str, str], **config: Any) -> AsyncIterator[Flow]
     settings = {"worker_id": "w1", "settle_timeout_s": 0.05, "cas_timeout_s": 0.05, "sweep": False, **config}
     async with (
         httpx.AsyncClient(transport=httpx.MockTransport(f.handler)) as http,
-        DispatchWorker(f, routes, config=WorkerConfig(**settings), http=http) as worker,
+        DispatchWorker(f, routes, config=WorkerConfig(**settings), http=http, journal=journal) as worker,
     ):
         f.worker = worker
         yield f
@@ -315,6 +317,22 @@ async def test_a_termination_nobody_answers_is_waited_for_the_settle_timeout_onl
 
 def entry(after: int = 0, generation: int | None = 1, handle: str | None = None) -> JournalEntry:
     return JournalEntry("op-1", "c1", after, generation, handle)
+
+
+async def test_a_journaled_operation_with_no_manifest_after_catch_up_closes_its_entry(tmp_path: Path) -> None:
+    """Found by the chaos soak (seeds 21, 22, 28, 30): a restarted worker's journal held operations
+    another worker had ended, read from before the partition's low watermark; each was skipped with a
+    warning and stayed open, so it came back at every move of its partition."""
+    journal = WorkerJournal(tmp_path / "journal")
+    journal.write(entry())
+    async with flows(KEPT, journal=journal) as f:
+        f.worker.take({("c1", "op-1")})
+        await asyncio.gather(*f.worker._tasks.values())
+        assert (f.worker.journal.open_entries(), f.events, f.requests) == ([], [], [])
+        assert f.counts == {"journaled_settled_elsewhere": 1}
+        f.worker.take({("c1", "op-1")})
+        assert f.worker._tasks == {}
+    assert WorkerJournal(tmp_path / "journal").open_entries() == []
 
 
 async def test_nothing_seen_of_a_journaled_operation_starts_a_generation(flow: Flow) -> None:
