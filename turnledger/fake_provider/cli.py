@@ -16,7 +16,7 @@ from typing import Annotated, TextIO
 
 import typer
 
-from turnledger.fake_provider.faults import FaultPlan
+from turnledger.fake_provider.faults import Fault, FaultKind, FaultPlan
 from turnledger.fake_provider.server import FakeProvider, ReceivedRequest
 
 
@@ -37,11 +37,20 @@ def fake_provider(
             "base64), for checkers that compare what was sent with what the ledger accepted.",
         ),
     ] = None,
+    slow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slow",
+            metavar="TEXT=MS",
+            help="Answer a request whose last user turn contains TEXT with MS milliseconds between its "
+            "stream's events (its retries too; repeatable): room for a client to cancel or speak mid-stream.",
+        ),
+    ] = None,
 ) -> None:
     """Serve Anthropic Messages, OpenAI Chat and Responses, Gemini and Bedrock ConverseStream on loopback,
     with faults. Requests need each API's credential: the fake's keys are printed as variables a
     worker reads (test keys, not secrets)."""
-    plan = FaultPlan.uniform(fault_rate) if fault_rate > 0 else FaultPlan()
+    plan = fault_plan(fault_rate, slow or [])
     log = _opened(request_log)
     try:
         with contextlib.suppress(KeyboardInterrupt):
@@ -49,6 +58,27 @@ def fake_provider(
     finally:
         if log is not None:
             log.close()
+
+
+def fault_plan(fault_rate: float, slow: list[str]) -> FaultPlan:
+    """The plan the options ask for: every drawn kind at `fault_rate`, and the `--slow` answers."""
+    rates = FaultPlan.uniform(fault_rate).rates if fault_rate > 0 else {}
+    return FaultPlan(rates=rates, by_last_user_marker=_slow_markers(slow))
+
+
+def _slow_markers(given: list[str]) -> dict[str, tuple[Fault, ...]]:
+    """`--slow TEXT=MS` values as the plan's `by_last_user_marker`, or a usage error naming the one
+    that is not TEXT=MS with TEXT not empty and MS a whole number of milliseconds from 0."""
+    markers: dict[str, tuple[Fault, ...]] = {}
+    for value in given:
+        text, _, ms = value.rpartition("=")
+        if not text or not ms.isdigit():
+            raise typer.BadParameter(
+                f"{value!r}: expected TEXT=MS, some text and a whole number of milliseconds",
+                param_hint="--slow",
+            )
+        markers[text] = (Fault(FaultKind.SLOW, int(ms)),)
+    return markers
 
 
 def _opened(request_log: Path | None) -> TextIO | None:

@@ -10,6 +10,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from turnledger.cli import _register, app
+from turnledger.fake_provider.cli import fault_plan
+from turnledger.fake_provider.faults import DRAWN_KINDS, Fault, FaultKind, FaultPlan
 
 
 def _fake_provider_command(*args: str) -> Result:
@@ -53,3 +55,23 @@ def test_a_request_log_that_cannot_be_appended_to_is_refused_before_listening(tm
         f"Invalid value for --request-log: cannot append to {missing}: No such file or directory"
     ) in result.output
     assert "listening" not in result.output
+
+
+def test_slow_answers_for_a_marker_and_drawn_faults_make_one_plan() -> None:
+    """`--slow TEXT=MS` gives a client (the chaos test's driver) slow answers to cancel or speak over."""
+    plan = fault_plan(0.02, ["[demo: slow stream]=300", "a=b=0"])
+    assert plan.rates == dict.fromkeys(DRAWN_KINDS, 0.02)
+    assert plan.by_last_user_marker == {
+        "[demo: slow stream]": (Fault(FaultKind.SLOW, 300),),
+        "a=b": (Fault(FaultKind.SLOW, 0),),
+    }
+    assert fault_plan(0.0, []) == FaultPlan()
+
+
+@pytest.mark.parametrize("value", ["slow", "=300", "marker=", "marker=-5", "marker=1.5"])
+def test_a_slow_value_that_is_not_text_and_milliseconds_is_refused_naming_the_option(value: str) -> None:
+    result = _fake_provider_command("--port", "0", "--slow", value)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for --slow: '{value}': expected TEXT=MS, some text and a whole number of" in (
+        result.output
+    )
