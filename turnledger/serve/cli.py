@@ -6,23 +6,41 @@ import asyncio
 import logging
 import os
 import re
+import signal
 import socket
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any, cast
 
 import typer
 import uvicorn
 from rich.console import Console
 
-from turnledger.errors import DispatchDefaultError, ServiceUnavailable, TokenRequiredError
+from turnledger.errors import (
+    DispatchDefaultError,
+    ServiceUnavailable,
+    TokenRequiredError,
+    TurnledgerError,
+    redact_url,
+)
 from turnledger.gateway.client import GatewayClient
+from turnledger.kafka.clients import start_client
 from turnledger.observability.server import MetricsPort, serving
 from turnledger.processors.limits_config import load_limits  # the processor's TURNLEDGER_MAX_*
 from turnledger.processors.model_registry import load_model_registry  # the processor's, as it admits
 from turnledger.projections.cli import Bootstrap, KeyPrefix, RedisUrl, TopicPrefix, require
 from turnledger.projections.keys import DEFAULT_KEY_PREFIX
 from turnledger.redisconn.client import connect
+from turnledger.redisconn.cluster import RedisClient
+from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
 from turnledger.serve.app import ServeConfig, create_app, is_loopback
 from turnledger.serve.dispatch_defaults import DispatchDefaults, check_dispatch_defaults
+from turnledger.shutdown import (
+    EXIT_STOPPED_AT_ONCE,
+    SIGNALS,
+    StoppedAtOnce,
+    run_until_signalled,
+    stop_on_signals,
+)
 from turnledger.topology import Topics
 
 err = Console(stderr=True, markup=False)
@@ -65,9 +83,20 @@ def serve_command(
         ),
     ] = DispatchDefaults.model_revision,
     metrics_port: MetricsPort = 0,
+    max_outage: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Seconds Redis or Kafka may stay unreachable at start before serve gives up and exits 2. "
+            "Unset: wait for them, retrying with backoff and logging what it waits for.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the client API (a conversation's committed history; POST a user turn, a dispatch request or a
-    cancel), a resumable SSE stream per conversation (Last-Event-ID) and the web page, at http://HOST:PORT/."""
+    cancel), a resumable SSE stream per conversation (Last-Event-ID) and the web page, at http://HOST:PORT/.
+
+    Redis and Kafka unreachable at start are waited for (SIGTERM/Ctrl-C stops the wait, exit 0); later,
+    a request that meets either one down is answered 503 with what to fix."""
     url = require(redis_url, "REDIS_URL", "--redis-url")
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     if not is_loopback(host) and not token:
@@ -82,10 +111,14 @@ def serve_command(
         raise typer.Exit(2) from exc
     config = ServeConfig(key_prefix=key_prefix, token=token or None, dispatch=dispatch, models=models)
     sockets = listening_sockets(host, port)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ingress = Topics(prefix=topic_prefix).ingress
+    outage = Backoff(max_outage_s=max_outage)
     try:
-        asyncio.run(
-            _serve(url, servers, Topics(prefix=topic_prefix).ingress, host, sockets, config, metrics_port)
-        )
+        run_until_signalled(_serve(url, servers, ingress, host, sockets, config, metrics_port, outage))
+    except StoppedAtOnce as exc:
+        err.print(f"turnledger serve: {exc}", style="red", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_STOPPED_AT_ONCE) from exc
     except ServiceUnavailable as exc:
         err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
         raise typer.Exit(2) from exc
@@ -125,12 +158,50 @@ async def _serve(
     sockets: list[socket.socket],
     config: ServeConfig,
     metrics_port: int = 0,
+    outage: Backoff = FOREVER,
 ) -> None:
+    """Wait for Redis and Kafka as `outage` says (a first SIGTERM or SIGINT meanwhile returns), then serve
+    until uvicorn's own signal handling ends it."""
+    stop = asyncio.Event()
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    stop_on_signals(stop, "turnledger serve")
     try:
-        await _serve_on(redis_url, bootstrap, ingress, host, sockets, config, metrics_port)
+        await _serve_on(
+            redis_url, bootstrap, ingress, host, sockets, config, metrics_port, outage, stop, before
+        )
+    except StopRequested:
+        return
     finally:
         for sock in sockets:  # uvicorn's servers close them once they served; not when Redis or Kafka failed
             sock.close()
+
+
+async def wait_for_redis(url: str, outage: Backoff, stop: asyncio.Event) -> RedisClient:
+    """A client of Redis at `url` once it answered a PING; an outage is waited out (`ride_out`), a
+    refusal (`RedisAccessError`, a setting that cannot work) raised at once."""
+    return await ride_out(
+        lambda: connect(url),
+        waiting_for=f"Redis at {redact_url(url)} to serve the API",
+        classify=_typed,
+        backoff=outage,
+        stop=stop,
+    )
+
+
+def _typed(exc: BaseException) -> TurnledgerError | None:
+    """`connect` raises what a Redis error stands for already: an outage is `retriable`."""
+    return exc if isinstance(exc, TurnledgerError) else None
+
+
+def _hand_signals_to_uvicorn(before: Mapping[signal.Signals, object]) -> None:
+    """uvicorn's `serve` installs its own SIGTERM/SIGINT handlers (a graceful shutdown, then a forced one)
+    and, once stopped, raises the signal it caught again for the handlers it found. The wait's handlers
+    go and those found `before` them are put back (`asyncio.run`'s for SIGINT), so that a signal while
+    serving ends serve as it did before serve waited (Ctrl-C: 130, SIGTERM: 143)."""
+    loop = asyncio.get_running_loop()
+    for sig, handler in before.items():
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, cast(Any, handler))
 
 
 async def _serve_on(
@@ -141,32 +212,49 @@ async def _serve_on(
     sockets: list[socket.socket],
     config: ServeConfig,
     metrics_port: int,
+    outage: Backoff,
+    stop: asyncio.Event,
+    before: Mapping[signal.Signals, object],
 ) -> None:
-    redis = await connect(redis_url)
     server: uvicorn.Server | None = None
+    waiting = ["waiting for Redis"]
 
     def ready() -> str | None:
+        if waiting:
+            return waiting[0]
         return None if server is not None and server.started else "the HTTP server is starting"
 
-    try:
-        async with (
-            serving(metrics_port, ready),
-            GatewayClient(
-                bootstrap, topic=ingress, client_id="turnledger-serve", limits=load_limits()
-            ) as gateway,
-        ):
-            app = create_app(redis, gateway, config)
-            level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
-            server = uvicorn.Server(uvicorn.Config(app, log_level=level))
-            redact_access_log()  # after Config: it configures uvicorn's loggers
-            task = asyncio.create_task(server.serve(sockets=sockets))
-            while not server.started and not task.done():
-                await asyncio.sleep(0.05)
-            if server.started:
-                print(f"serving {page_url(server, host, config.token)}", flush=True)
-            await task
-    finally:
-        await redis.aclose()
+    async with serving(metrics_port, ready):
+        redis = await wait_for_redis(redis_url, outage, stop)
+        try:
+            waiting[0] = "waiting for Kafka"
+            gateway = await start_client(
+                lambda: GatewayClient(
+                    bootstrap, topic=ingress, client_id="turnledger-serve", limits=load_limits()
+                ),
+                bootstrap=bootstrap,
+                action="start serve's ingress producer",
+                backoff=outage,
+                stop=stop,
+            )
+            try:
+                waiting.clear()
+                if stop.is_set():
+                    return
+                _hand_signals_to_uvicorn(before)
+                level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
+                server = uvicorn.Server(uvicorn.Config(create_app(redis, gateway, config), log_level=level))
+                redact_access_log()  # after Config: it configures uvicorn's loggers
+                task = asyncio.create_task(server.serve(sockets=sockets))
+                while not server.started and not task.done():
+                    await asyncio.sleep(0.05)
+                if server.started:
+                    print(f"serving {page_url(server, host, config.token)}", flush=True)
+                await task
+            finally:
+                await gateway.stop()
+        finally:
+            await redis.aclose()
 
 
 def bound_port(server: uvicorn.Server) -> int:
