@@ -96,7 +96,7 @@ def serve_command(
     cancel), a resumable SSE stream per conversation (Last-Event-ID) and the web page, at http://HOST:PORT/.
 
     Redis and Kafka unreachable at start are waited for (SIGTERM/Ctrl-C stops the wait, exit 0); later,
-    a request that meets either one down is answered 503 with what to fix."""
+    a request that meets either one down is answered 503 with the error."""
     url = require(redis_url, "REDIS_URL", "--redis-url")
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
     if not is_loopback(host) and not token:
