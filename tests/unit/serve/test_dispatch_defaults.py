@@ -126,7 +126,8 @@ def test_the_model_registry_given_is_the_one_read() -> None:
     )
 
 
-SERVE = ["serve", "--redis-url", "redis://127.0.0.1:1/0", "--bootstrap", "127.0.0.1:1"]
+SERVE = ["serve", "--redis-url", "redis://127.0.0.1:1/0", "--bootstrap", "127.0.0.1:1", "--max-outage", "0"]
+"""Serve waits for Redis at start; `--max-outage 0` makes the first refusal the answer (exit 2)."""
 
 
 @pytest.fixture(scope="module", autouse=True)
