@@ -69,8 +69,11 @@ async def test_serve_started_before_redis_waits_for_it_then_answers(
             assert f"INFO turnledger.retry: Redis at {redis_server.url} to serve the API: back after " in (
                 serve.output()
             )
-            serve.signal(signal.SIGINT)  # uvicorn's: a graceful shutdown, then SIGINT again for asyncio.run
-            assert await serve.wait(30) == 130, serve.output()
+            # uvicorn's: a graceful shutdown, then the SIGINT raised again for asyncio.run's handler, which
+            # makes it a KeyboardInterrupt (130) only if the main task has not ended by then: 0 otherwise
+            # (a CI run got 0, the helper's runs 130); either way serve has ended, promptly and cleanly
+            serve.signal(signal.SIGINT)
+            assert await serve.wait(30) in (0, 130), serve.output()
             assert "Traceback" not in serve.output()
         finally:
             serve.kill()
