@@ -344,6 +344,10 @@ MARKED_FAULTS = (
     # conversation: every attempt, so that a drawn delivery fault on the first does not lose it
     MarkedFault(FaultKind.THINKING_ONLY, every_attempt=True),
     MarkedFault(FaultKind.TRUNCATED_ARGS, every_attempt=False),
+    # refused before anything is generated: by request number, a refusal could fall on a marked
+    # conversation's first request and take the content fault it was to carry with it
+    MarkedFault(FaultKind.RATE_LIMITED, every_attempt=False),
+    MarkedFault(FaultKind.HTTP_STATUS, every_attempt=False),
 )
 BY_MARKER_ONLY = frozenset(m.kind for m in MARKED_FAULTS)
 

@@ -47,13 +47,15 @@ def test_each_marked_fault_goes_to_one_conversation_that_neither_cancels_interje
         plain[0]: K.MAX_TOKENS_IN_CALL,
         plain[1]: K.THINKING_ONLY,
         plain[2]: K.TRUNCATED_ARGS,
+        plain[3]: K.RATE_LIMITED,
+        plain[4]: K.HTTP_STATUS,
     }
     assert _marked(DemoOptions(conversations=24, seed=7, **RATES)) == {}
 
 
 def test_every_fault_kind_with_too_few_plain_conversations_is_refused_not_left_unscripted() -> None:
-    options = DemoOptions(conversations=2, seed=7, every_fault_kind=True, cancel_rate=0.0, interject_rate=0.0)
-    with pytest.raises(ValueError, match=r"every fault kind needs 3 conversations .* this run has 2"):
+    options = DemoOptions(conversations=4, seed=7, every_fault_kind=True, cancel_rate=0.0, interject_rate=0.0)
+    with pytest.raises(ValueError, match=r"every fault kind needs 5 conversations .* this run has 4"):
         _fault_plan(options)
 
 
@@ -64,8 +66,9 @@ def test_every_fault_kind_scripts_the_faults_needing_an_answer_by_markers_the_ot
     thinking alone (no call left to cut), so the run never applied it."""
     plan = _fault_plan(DemoOptions(conversations=24, seed=7, every_fault_kind=True, **RATES))
     plain = _plain()
-    assert frozenset({K.MAX_TOKENS_IN_CALL, K.THINKING_ONLY, K.TRUNCATED_ARGS}) == BY_MARKER_ONLY
-    assert [m.every_attempt for m in MARKED_FAULTS] == [False, True, False]
+    marked = {K.MAX_TOKENS_IN_CALL, K.THINKING_ONLY, K.TRUNCATED_ARGS, K.RATE_LIMITED, K.HTTP_STATUS}
+    assert frozenset(marked) == BY_MARKER_ONLY
+    assert [m.every_attempt for m in MARKED_FAULTS] == [False, True, False, False, False]
     assert plan.first_with_marker[fault_marker("max_tokens_in_call", plain[0])] == (
         Fault(K.MAX_TOKENS_IN_CALL),
     )
@@ -77,7 +80,9 @@ def test_every_fault_kind_scripts_the_faults_needing_an_answer_by_markers_the_ot
     }
     scripted = [(i, f.kind) for i, faults in plan.by_request.items() for f in faults]
     assert scripted == [(i, k) for i, k in enumerate(FaultKind) if k not in BY_MARKER_ONLY]
-    assert K.TRUNCATED_ARGS not in {k for _, k in scripted}
+    # a refusal by request number could fall on a marked conversation's first request and take its
+    # content fault with it (a CI run lost max_tokens_in_call so): refusals are marked too
+    assert {k for _, k in scripted}.isdisjoint(marked)
 
 
 def test_without_every_fault_kind_no_conversation_is_cut() -> None:
@@ -123,6 +128,8 @@ def test_the_plan_draws_the_drawn_kinds_at_the_fault_rate_and_throttles_each_thr
         **{throttled_marker(i): (Fault(FaultKind.RATE_LIMITED, 250),) for i in throttled_ones},
         fault_marker("max_tokens_in_call", plain[0]): (Fault(FaultKind.MAX_TOKENS_IN_CALL),),
         fault_marker("truncate_tool_args", plain[2]): (Fault(FaultKind.TRUNCATED_ARGS),),
+        fault_marker("rate_limited", plain[3]): (Fault(FaultKind.RATE_LIMITED),),
+        fault_marker("http_status", plain[4]): (Fault(FaultKind.HTTP_STATUS),),
     }
 
 
