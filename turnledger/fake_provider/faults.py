@@ -108,13 +108,25 @@ class FaultRecord(NamedTuple):
     fault: Fault
 
 
+@dataclass
+class ScriptCursor:
+    """Where a server stands in its plan's scripted faults: how many requests without a marked fault it
+    has counted (`FaultPlan.by_request`'s numbers) and which `first_with_marker` markers it has met."""
+
+    unmarked: int = 0
+    markers_seen: set[str] = field(default_factory=set)
+
+
 @dataclass(frozen=True)
 class FaultPlan:
     """Server-level faults.
 
     `rates`: probability per kind that a generation request gets that fault (independent draws; only
     the `DRAWN_KINDS`: a refusal is scripted, so a test knows which request got it).
-    `by_request`: scripted faults for the n-th generation request (0-based arrival order).
+    `by_request`: scripted faults for the n-th generation request (0-based arrival order) among those
+    that no marker below scripts: a fault by number never lands on a request a marker gives a fault,
+    so it cannot take that fault away (a refusal before the content fault a marked answer was to carry,
+    a refusal stopping the answer of thinking alone a test waits for); it goes to the next request.
     `always`: scripted faults for every generation request.
     `by_marker`: scripted faults for every generation request whose body contains the marker text (a
     client can ask for, e.g., a slow stream for some conversations without a header).
@@ -149,12 +161,12 @@ class FaultPlan:
         return cls(rates={k: rate for k in kinds})
 
     def scripted(
-        self, index: int, body: bytes = b"", markers_seen: set[str] | None = None, last_user_text: str = ""
+        self, cursor: ScriptCursor, body: bytes = b"", last_user_text: str = ""
     ) -> tuple[Fault, ...]:
-        """The scripted faults of the `index`-th request. `markers_seen` is the server's record of the
-        `first_with_marker` markers already met; those this body contains are added to it.
-        `last_user_text`: the last text part of the request's last turn when that turn is the user's
-        text ("" otherwise)."""
+        """The scripted faults of the next request, `cursor` moved past it (the markers of
+        `first_with_marker` this body contains are met; a request with no marked fault is counted for
+        `by_request`). `last_user_text`: the last text part of the request's last turn when that turn
+        is the user's text ("" otherwise)."""
         marked = tuple(
             f for marker, faults in self.by_marker.items() if marker.encode() in body for f in faults
         ) + tuple(
@@ -166,12 +178,15 @@ class FaultPlan:
         first = tuple(
             f
             for marker, faults in self.first_with_marker.items()
-            if markers_seen is not None and marker not in markers_seen and marker.encode() in body
+            if marker not in cursor.markers_seen and marker.encode() in body
             for f in faults
         )
-        if markers_seen is not None:
-            markers_seen.update(m for m in self.first_with_marker if m.encode() in body)
-        return tuple(self.always) + tuple(self.by_request.get(index, ())) + marked + first
+        cursor.markers_seen.update(m for m in self.first_with_marker if m.encode() in body)
+        by_number: tuple[Fault, ...] = ()
+        if not marked and not first:
+            by_number = tuple(self.by_request.get(cursor.unmarked, ()))
+            cursor.unmarked += 1
+        return tuple(self.always) + by_number + marked + first
 
     def draw(self, rng: random.Random) -> tuple[Fault, ...]:
         """Random faults, values left open (resolved against the concrete stream)."""

@@ -35,6 +35,7 @@ from turnledger.fake_provider.faults import (
     FaultKind,
     FaultPlan,
     FaultRecord,
+    ScriptCursor,
     StreamShape,
     parse_fault_header,
     resolve,
@@ -178,8 +179,7 @@ class FakeProvider:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._seen: Counter[tuple[str, str]] = Counter()
-        self._generations = 0
-        self._markers_seen: set[str] = set()  # `FaultPlan.first_with_marker` markers already met
+        self._script = ScriptCursor()
         self._idempotency: dict[tuple[str, str], str] = {}  # (api, key) → body hash
         self._previous: dict[tuple[str, str], list[WireEvent]] = {}  # last stream per (api, body hash)
         self._background: dict[str, BackgroundResponse] = {}
@@ -353,8 +353,6 @@ class FakeProvider:
             if existing is not None:  # a keyed retry reattaches to the same generation
                 await self._reattach(existing, req, received, out, stream)
                 return
-        index = self._generations
-        self._generations += 1
         answer = decide(conv, rng_for(self.seed, "answer", req.body))
         fault_rng = rng_for(self.seed, "faults", basis)
         # A keyed request sent again gets the same response, content faults included, over a new
@@ -367,7 +365,7 @@ class FakeProvider:
         requested = (
             parse_fault_header(header)
             if header is not None
-            else fault_plan.scripted(index, req.body, self._markers_seen, _last_user_text(conv))
+            else fault_plan.scripted(self._script, req.body, _last_user_text(conv))
             + _redrawn(fault_plan, fault_rng, delivery_rng)
         )
         by_kind = {f.kind: f for f in reversed(requested)}  # the first mention of a kind wins
@@ -626,12 +624,10 @@ class FakeProvider:
         self._seen[("resume", rec.response_id)] += 1
         rng = rng_for(self.seed, "faults", f"resume:{rec.response_id}:{reads}")
         header = req.headers.get(FAULT_HEADER)
-        index = self._generations  # resumes count in the plan's arrival order too
-        self._generations += 1
         requested = (
             parse_fault_header(header)
             if header is not None
-            else (self.fault_plan.scripted(index) + self.fault_plan.draw(rng))
+            else (self.fault_plan.scripted(self._script) + self.fault_plan.draw(rng))  # counted too
         )
         faults = [
             f for f in {f.kind: f for f in reversed(requested)}.values() if f.kind not in CONTENT_FAULTS

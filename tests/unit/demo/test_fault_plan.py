@@ -23,7 +23,7 @@ from turnledger.demo.driver import (
 )
 from turnledger.demo.run import BY_MARKER_ONLY, MARKED_FAULTS, DemoOptions, _fault_plan, _marked
 from turnledger.fake_provider import Fault, FaultKind
-from turnledger.fake_provider.faults import DRAWN_KINDS
+from turnledger.fake_provider.faults import DRAWN_KINDS, ScriptCursor
 from turnledger.model.events import TurnSubmitted
 
 RATES = {"cancel_rate": 0.2, "interject_rate": 0.1, "throttle_rate": 0.1}
@@ -83,6 +83,22 @@ def test_every_fault_kind_scripts_the_faults_needing_an_answer_by_markers_the_ot
     # a refusal by request number could fall on a marked conversation's first request and take its
     # content fault with it (a CI run lost max_tokens_in_call so): refusals are marked too
     assert {k for _, k in scripted}.isdisjoint(marked)
+
+
+@pytest.mark.parametrize("arrives", range(len(FaultKind)))
+def test_a_marked_question_arriving_at_any_request_number_gets_its_own_fault_alone(arrives: int) -> None:
+    """A CI run lost the answer of thinking alone: its conversation's first request arrived at the number
+    the demo scripts `refusal_after` for, which stopped it as a refusal. A fault by number now goes to
+    the next request without a marked fault (`FaultPlan.by_request`), whenever the marked one arrives."""
+    plan = _fault_plan(DemoOptions(conversations=24, seed=7, every_fault_kind=True, **RATES))
+    plain = _plain()
+    cursor = ScriptCursor()
+    got = [plan.scripted(cursor, b"hello", "hello") for _ in range(arrives)]
+    question = f"{fault_marker('thinking_only', plain[1])} What is the weather?"
+    thinking = plan.scripted(cursor, question.encode(), question)
+    got += [plan.scripted(cursor, b"hello", "hello") for _ in range(len(FaultKind) - arrives)]
+    assert thinking == (Fault(K.THINKING_ONLY),)
+    assert [f.kind for faults in got for f in faults] == [k for k in FaultKind if k not in BY_MARKER_ONLY]
 
 
 def test_without_every_fault_kind_no_conversation_is_cut() -> None:

@@ -570,6 +570,25 @@ async def test_scripted_plan_by_request_index() -> None:
     assert len(fp.requests) == 3 and fp.requests[0].json() == ANTHROPIC_REQ
 
 
+async def test_scripted_plan_by_request_number_skips_a_request_a_marker_faults() -> None:
+    """A CI demo lost its answer of thinking alone: the marked request arrived n-th, and the refusal
+    scripted for the n-th request stopped it. A fault by number now goes to the next unmarked request."""
+    plan = FaultPlan(
+        by_request={0: (Fault(FaultKind.REFUSAL_AFTER, 0),), 1: (Fault(FaultKind.MISSING_STOP),)},
+        by_last_user_marker={"go slow": (Fault(FaultKind.SLOW, 1),)},
+    )
+    async with FakeProvider(fault_plan=plan) as fp, client_of(fp) as c:
+        for text in ("please go slow", "hello", "go slow again", "hello again"):
+            req = {**ANTHROPIC_REQ, "messages": [{"role": "user", "content": text}]}
+            await stream_bytes(c, "POST", "/v1/messages", req)
+    assert fp.fault_log == [
+        FaultRecord("req_000001", Fault(FaultKind.SLOW, 1)),
+        FaultRecord("req_000002", Fault(FaultKind.REFUSAL_AFTER, 0)),
+        FaultRecord("req_000003", Fault(FaultKind.SLOW, 1)),
+        FaultRecord("req_000004", Fault(FaultKind.MISSING_STOP)),
+    ]
+
+
 async def test_scripted_plan_first_with_marker_faults_only_the_first_such_request() -> None:
     plan = FaultPlan(first_with_marker={"cut here": (Fault(FaultKind.MISSING_STOP),)})
     asked = ["hello", "please cut here", "hello again", "please cut here", "cut here too"]
