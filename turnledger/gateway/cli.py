@@ -83,6 +83,18 @@ def _need_bootstrap(command: str, bootstrap: str | None) -> str:
     return bootstrap
 
 
+def _backoff(backoff_ms: int, backoff_max_ms: int) -> BackoffPolicy:
+    """The worker's pause between generations; a longest pause below the first is a usage error (the
+    pause would never double, and the first would be cut to the longest without a word)."""
+    if backoff_max_ms < backoff_ms:
+        raise typer.BadParameter(
+            f"{backoff_max_ms} is below --backoff-ms {backoff_ms}: the longest pause cannot be shorter than "
+            "the first",
+            param_hint="--backoff-max-ms",
+        )
+    return BackoffPolicy(initial_s=backoff_ms / 1000, max_s=backoff_max_ms / 1000)
+
+
 def _run_until_signal(command: str, body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     async def main() -> None:
         stop = asyncio.Event()
@@ -202,6 +214,7 @@ def worker(
     background + stream), as with the real APIs. Before the rollout stage `all`, the manifests
     the stage leaves to the legacy gateway are not sent (record its answers with
     `turnledger legacy record`)."""
+    backoff = _backoff(backoff_ms, backoff_max_ms)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_redaction()
     servers = _need_bootstrap("worker", bootstrap)
@@ -228,7 +241,7 @@ def worker(
     config = WorkerConfig(
         worker_id=worker_id,
         max_attempts=max_attempts,
-        backoff=BackoffPolicy(initial_s=backoff_ms / 1000, max_s=backoff_max_ms / 1000),
+        backoff=backoff,
         rollout_stage=rollout_stage,
         lease_s=lease_seconds,
         flush_s=flush_ms / 1000,

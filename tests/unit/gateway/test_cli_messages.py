@@ -115,6 +115,61 @@ def test_the_worker_takes_its_unnamed_error_grace_from_a_flag_or_the_environment
     assert [c.unnamed_error_grace_s for c in configs] == [grace_s]
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "first", "longest"),
+    [
+        (["--backoff-ms", "500", "--backoff-max-ms", "499"], {}, 500, 499),
+        (["--backoff-max-ms", "100"], {}, 500, 100),
+        ([], {"TURNLEDGER_BACKOFF_MS": "2000", "TURNLEDGER_BACKOFF_MAX_MS": "1000"}, 2000, 1000),
+    ],
+)
+def test_a_longest_backoff_below_the_first_is_a_usage_error_naming_both(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    first: int,
+    longest: int,
+) -> None:
+    started: list[Any] = []
+
+    async def run_worker(*_: Any, config: Any, **__: Any) -> None:
+        started.append(config)
+
+    monkeypatch.setattr("turnledger.gateway.cli.run_worker", run_worker)
+    command = ["worker", "--bootstrap", "127.0.0.1:1", "--static", "--journal-dir", str(tmp_path), *args]
+    result = CliRunner().invoke(app, command, env={"COLUMNS": "240", **env})
+    assert result.exit_code == 2, result.output
+    assert (
+        f"Invalid value for --backoff-max-ms: {longest} is below --backoff-ms {first}: the longest pause "
+        "cannot be shorter than the first"
+    ) in result.output
+    assert started == []
+
+
+@pytest.mark.parametrize(
+    ("args", "pauses_s"),
+    [
+        ([], (0.5, 8.0)),
+        (["--backoff-ms", "700", "--backoff-max-ms", "700"], (0.7, 0.7)),
+        (["--backoff-ms", "0"], (0.0, 8.0)),
+    ],
+)
+def test_a_longest_backoff_at_or_above_the_first_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], pauses_s: tuple[float, float]
+) -> None:
+    configs: list[Any] = []
+
+    async def run_worker(*_: Any, config: Any, **__: Any) -> None:
+        configs.append(config)
+
+    monkeypatch.setattr("turnledger.gateway.cli.run_worker", run_worker)
+    command = ["worker", "--bootstrap", "127.0.0.1:1", "--static", "--journal-dir", str(tmp_path), *args]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert [(c.backoff.initial_s, c.backoff.max_s) for c in configs] == [pauses_s]
+
+
 def test_a_negative_unnamed_error_grace_is_refused(tmp_path: Path) -> None:
     command = ["worker", "--bootstrap", "127.0.0.1:1", "--static", "--journal-dir", str(tmp_path)]
     result = CliRunner().invoke(app, [*command, "--unnamed-error-grace-ms", "-1"], env={"COLUMNS": "240"})
