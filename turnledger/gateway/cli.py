@@ -357,9 +357,7 @@ def legacy_record(
         typer.echo(f"turnledger legacy record: {said}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
 
-    def progress(done: int, total: int) -> None:
-        typer.echo(f"\rrecorded {done}/{total}", err=True, nl=False)
-
+    progress = _ProgressLine()
     try:
         cli_checks.quiet_kafka_client_logs()
         results = asyncio.run(
@@ -369,19 +367,37 @@ def legacy_record(
                 prefix=topic_prefix,
                 recorder_id=recorder_id,
                 timeout_s=timeout,
-                on_progress=progress,
+                on_progress=progress.show,
             )
         )
     except KafkaUnavailableError as exc:
-        typer.echo(f"\nturnledger legacy record: {exc}", err=True)
+        progress.end()
+        typer.echo(f"turnledger legacy record: {exc}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
-    typer.echo("", err=True)
+    progress.end()
     for result in results:
         typer.echo(_result_line(result))
     failed = [r for r in results if not r.ok]
     typer.echo(f"{len(results) - len(failed)} of {len(results)} recorded or already final")
     if failed:
         raise typer.Exit(1)
+
+
+class _ProgressLine:
+    """`recorded N/M` on stderr, rewritten in place; ended with a newline only once it was written, so
+    that a line said before any progress (Kafka unreachable) starts stderr."""
+
+    def __init__(self) -> None:
+        self.shown = False
+
+    def show(self, done: int, total: int) -> None:
+        typer.echo(f"\rrecorded {done}/{total}", err=True, nl=False)
+        self.shown = True
+
+    def end(self) -> None:
+        if self.shown:
+            typer.echo("", err=True)
+            self.shown = False
 
 
 def _result_line(result: RecordResult) -> str:

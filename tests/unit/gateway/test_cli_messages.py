@@ -52,6 +52,32 @@ def test_legacy_record_with_kafka_down_says_what_was_tried(tmp_path: Path) -> No
     assert bootstrap in result.output and "turnledger dev up" in result.output
 
 
+def test_legacy_record_with_kafka_down_starts_stderr_with_its_one_line(tmp_path: Path) -> None:
+    """No blank line before it: the progress line it ended is only ended once it was written."""
+    exchanges = tmp_path / "legacy.jsonl"
+    exchanges.write_text('{"conversationId": "c", "operationId": "o", "response": "x"}\n')
+    bootstrap = f"127.0.0.1:{_closed_port()}"
+    result = CliRunner().invoke(app, ["legacy", "record", str(exchanges), "--bootstrap", bootstrap])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"turnledger legacy record: Kafka is not reachable at '{bootstrap}' while trying to "
+    )
+
+
+def test_legacy_record_ends_its_progress_line_once_it_was_written(capsys: pytest.CaptureFixture[str]) -> None:
+    from turnledger.gateway.cli import _ProgressLine
+
+    line = _ProgressLine()
+    line.end()
+    line.show(1, 2)
+    line.show(2, 2)
+    line.end()
+    line.end()
+    assert capsys.readouterr().err == "\rrecorded 1/2\rrecorded 2/2\n"
+
+
 def test_metrics_with_kafka_down_says_what_was_tried() -> None:
     bootstrap = f"127.0.0.1:{_closed_port()}"
     result = CliRunner().invoke(app, ["metrics", "--bootstrap", bootstrap])
