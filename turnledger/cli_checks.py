@@ -64,6 +64,10 @@ def log_level(value: str) -> str:
     return level
 
 
+LogLevel = Annotated[str, typer.Option(help="Python logging level.", callback=log_level)]
+"""`--log-level` of the long-running commands (`cli_logging.configure`)."""
+
+
 def worker_id(value: str) -> str:
     """`--worker-id` (and `--recorder-id`): letters, digits, `.`, `_` and `-`, at most 128."""
     if not WORKER_ID.fullmatch(value):

@@ -181,9 +181,9 @@ async def test_a_split_projection_spreads_over_the_nodes_and_merged_equals_one_o
     refused = _cli("project", *common, "--until-caught-up", "--shards", "4", url=url)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines()[-1] == (
-        f"the projection under key prefix {PREFIX!r} is split in 8 slot group(s), and this projector was "
-        "started with --shards 4: start it with --shards 8 (or without --shards), or rebuild the "
-        "projection in 4 with `turnledger replay rebuild --shards 4`"
+        f"turnledger project: the projection under key prefix {PREFIX!r} is split in 8 slot group(s), and "
+        "this projector was started with --shards 4: start it with --shards 8 (or without --shards), or "
+        "rebuild the projection in 4 with `turnledger replay rebuild --shards 4`"
     )
     adopted = _cli("project", *common, "--until-caught-up", url=url)
     assert adopted.returncode == 0, adopted.stderr

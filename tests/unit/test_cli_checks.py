@@ -57,8 +57,18 @@ def test_an_empty_or_path_like_worker_id_is_refused(given: str) -> None:
         ["process", "--bootstrap", "127.0.0.1:1", "--log-level", "bogus"],
         ["worker", "--bootstrap", "127.0.0.1:1", "--log-level", "bogus"],
         ["tool-executor", "--bootstrap", "127.0.0.1:1", "--log-level", "bogus"],
+        [
+            "project",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+            "--log-level",
+            "bogus",
+        ],
+        ["serve", "--bootstrap", "127.0.0.1:1", "--redis-url", "redis://127.0.0.1:1", "--log-level", "bogus"],
     ],
-    ids=["process", "worker", "tool-executor"],
+    ids=["process", "worker", "tool-executor", "project", "serve"],
 )
 def test_the_commands_refuse_a_bad_log_level_before_starting(args: list[str]) -> None:
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})

@@ -293,7 +293,8 @@ def test_turnledger_project_asks_sentinels_that_see_the_primary_down_once_at_its
     asked = [command for command in fake.commands if command[:2] == ["SENTINEL", "GET-MASTER-ADDR-BY-NAME"]]
     assert code == 2
     assert said[-1].startswith(
-        f"Redis is not reachable at '{url}/0': no sentinel of {HOST}:{port} named a primary for 'mymaster' "
+        f"turnledger project: Redis is not reachable at '{url}/0': no sentinel of {HOST}:{port} named a "
+        "primary for 'mymaster' "
         "(MasterNotFoundError: No master found for 'mymaster'). Check that the sentinels run"
     )
     assert asked == [["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]]

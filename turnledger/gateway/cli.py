@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from turnledger import cli_checks
+from turnledger import cli_checks, cli_logging
 from turnledger.errors import KafkaSettingsError, KafkaUnavailableError
 from turnledger.gateway.crash_points import CrashPointError, crash_hook_from_env
 from turnledger.gateway.credentials import CredentialError
@@ -202,9 +202,7 @@ def worker(
     rollout_stage: Stage = RolloutStage.ALL,
     max_outage: MaxOutage = None,
     metrics_port: MetricsPort = 0,
-    log_level: Annotated[
-        str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)
-    ] = "INFO",
+    log_level: cli_checks.LogLevel = "INFO",
 ) -> None:
     """Send accepted manifests to the provider and stream the answers back as ingress events.
 
@@ -215,7 +213,7 @@ def worker(
     the stage leaves to the legacy gateway are not sent (record its answers with
     `turnledger legacy record`)."""
     backoff = _backoff(backoff_ms, backoff_max_ms)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_logging.configure(log_level)
     install_log_redaction()
     servers = _need_bootstrap("worker", bootstrap)
     if not static:
@@ -280,16 +278,14 @@ def tool_executor(
     ] = 3_000,
     max_outage: MaxOutage = None,
     metrics_port: MetricsPort = 0,
-    log_level: Annotated[
-        str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)
-    ] = "INFO",
+    log_level: cli_checks.LogLevel = "INFO",
 ) -> None:
     """Run the demo tools (get_weather, lookup_invoice) for canonical tool calls and submit their results.
 
     Executors share the tool calls as members of the consumer group
     '<topic prefix>turnledger-tool-executor'. Before the rollout stage `all`, tool turns belong to the
     legacy gateway: nothing is run. Kafka outages (at start or later) are waited out."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_logging.configure(log_level)
     servers = _need_bootstrap("tool-executor", bootstrap)
     try:
         check_heartbeat(heartbeat_interval_ms, session_timeout_ms)

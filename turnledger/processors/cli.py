@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from turnledger import cli_checks
+from turnledger import cli_checks, cli_logging
 from turnledger.cli_refusals import EXIT_REFUSED, PROCESS_REFUSALS, REFUSALS
 from turnledger.dispatch.cache_sizes import STATE_CACHE_SIZE
 from turnledger.kafka.clients import kafka_outage
@@ -184,9 +184,7 @@ def process(
         ),
     ] = None,
     metrics_port: MetricsPort = 0,
-    log_level: Annotated[
-        str, typer.Option(help="Python logging level.", callback=cli_checks.log_level)
-    ] = "INFO",
+    log_level: cli_checks.LogLevel = "INFO",
     max_block_bytes: MaxBlockBytes = None,
     max_deltas_per_block: MaxDeltasPerBlock = None,
     max_blocks_per_turn: MaxBlocksPerTurn = None,
@@ -216,7 +214,7 @@ def process(
     --processes, the worst of the children's (children that all ended on a 2 of the same kind end
     with the one line of one process).
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_logging.configure(log_level)
     if not bootstrap:
         typer.echo(
             "turnledger process: no Kafka bootstrap servers. Start the local stack with `turnledger dev up` "

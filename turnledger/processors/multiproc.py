@@ -41,6 +41,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from turnledger import cli_logging
 from turnledger.cli_refusals import EXIT_REFUSED, refusals_of
 from turnledger.errors import TurnledgerError
 from turnledger.processors.app import ProcessorApp
@@ -100,10 +101,7 @@ class ChildSpec:
 
 def child_main(spec: ChildSpec, conn: Connection) -> None:
     """Entry point of a child: run `ProcessorApp` on `spec.partitions`; the exit status is the CLI's."""
-    logging.basicConfig(
-        level=spec.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s [{spec.name}] %(name)s: %(message)s",
-    )
+    cli_logging.configure(spec.log_level, f"%(asctime)s %(levelname)s [{spec.name}] %(name)s: %(message)s")
     code = asyncio.run(_run_child(spec, conn))
     conn.close()
     sys.exit(code)

@@ -11,7 +11,6 @@ Register in turnledger/cli.py `_register()`:
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from typing import Annotated, Any, TypeVar
@@ -22,7 +21,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from turnledger import cli_checks
+from turnledger import cli_checks, cli_logging
 from turnledger.cli_progress import bars, moved
 from turnledger.errors import MissingTopicError, ProjectionError, ServiceUnavailable
 from turnledger.observability.server import MetricsPort
@@ -84,16 +83,18 @@ def require(value: str | None, name: str, flag: str) -> str:
     raise typer.Exit(2)
 
 
-def run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine; typed failures become a clear message and exit code 2, never a traceback."""
+def run(factory: Callable[[], Awaitable[T]], command: str) -> T:
+    """Run a coroutine for `turnledger COMMAND`; typed failures become its one line, `turnledger COMMAND:
+    MESSAGE`, as every command says its last (the outage it gave up on, ...), and exit code 2, never a
+    traceback."""
     cli_checks.quiet_kafka_client_logs()
     try:
         return run_until_signalled(factory())  # type: ignore[arg-type]
     except StoppedAtOnce as exc:
-        err.print(f"turnledger project: {exc}", style="red", markup=False, soft_wrap=True)
+        err.print(f"turnledger {command}: {exc}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_STOPPED_AT_ONCE) from exc
     except (ProjectionError, ServiceUnavailable, MissingTopicError, TopicMismatchError) as exc:
-        err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
+        err.print(f"turnledger {command}: {exc}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from exc
 
 
@@ -142,6 +143,7 @@ def project_command(
     ] = None,
     metrics_port: MetricsPort = 0,
     shards: Shards = None,
+    log_level: cli_checks.LogLevel = "INFO",
 ) -> None:
     """Project the output topics into Redis, exactly once per partition offset.
 
@@ -162,7 +164,7 @@ def project_command(
         require(redis_url, "REDIS_URL", "--redis-url"),
         require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap"),
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_logging.configure(log_level)
     try:
         follow = FollowSettings(
             group_id=None if static else (group_id or f"{topic_prefix}turnledger-projector"),
@@ -207,7 +209,7 @@ def project_command(
             await redis.aclose()
 
     with progress if until_caught_up else nullcontext():
-        stats = run(main)
+        stats = run(main, "project")
     err.print(
         f"applied {stats.applied}, skipped {stats.skipped} (already applied), "
         f"undecodable {stats.undecodable}, "
@@ -240,7 +242,7 @@ def history_command(
         finally:
             await redis.aclose()
 
-    held = run(main)
+    held = run(main, "history")
     if held is None:
         err.print(
             f"conversation {conversation!r} is not in the projection (key prefix {key_prefix!r})",
@@ -310,7 +312,7 @@ def status_command(
         finally:
             await redis.aclose()
 
-    op = run(main)
+    op = run(main, "status")
     if op is None:
         where = f" of conversation {conversation!r}" if conversation else ""
         err.print(

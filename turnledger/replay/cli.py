@@ -97,7 +97,7 @@ def audit_command(
         async def main() -> AuditReport:
             return await audit(servers, topics, moved_by_name(progress, tasks))
 
-        report = run(main)
+        report = run(main, "replay audit")
     summary = Table(title="replay audit", show_header=False)
     for name, value in (
         ("ingress records folded", report.ingress_records),
@@ -168,7 +168,7 @@ def manifest_command(
         async def main() -> list[ManifestCheck]:
             return await reproduce(servers, topics, operation_id, digest, moved_by_name(progress, tasks))
 
-        checks = run(main)
+        checks = run(main, "replay manifest")
     if not checks:
         err.print(f"no manifest found for {operation_id or digest!r} on the manifests topic")
         raise typer.Exit(1)
@@ -262,7 +262,7 @@ def rebuild_command(
             finally:
                 await redis.aclose()
 
-        report = run(main)
+        report = run(main, "replay rebuild")
     console.print(
         f"dropped {report.dropped_keys} keys; projected {report.projected.applied} records "
         f"({report.projected.undecodable} undecodable) in {report.projected.seconds:.2f}s"
@@ -309,7 +309,7 @@ def shadow_diff_command(
             manifests = await latest_manifests(servers, topics, operations, moved(progress, reading))
             return compare_all(items, manifests, moved(progress, comparing))
 
-        results = run(main)
+        results = run(main, "shadow diff")
     print_shadow(results, details)
     if fail_on_diff and any(r.status != "equal" for r in results):
         raise typer.Exit(1)
@@ -390,7 +390,9 @@ def metrics_command(
             topic: progress.add_task(f"reading {topic}", total=None, unit="offsets")
             for topic in map(topics.name, STREAMS)
         }
-        evidence = run(lambda: read_all(servers, topic_prefix, progress=moved_by_name(progress, tasks)))
+        evidence = run(
+            lambda: read_all(servers, topic_prefix, progress=moved_by_name(progress, tasks)), "metrics"
+        )
     metrics = compute(evidence, now_ms=int(time.time() * 1000))
     if as_json:
         typer.echo(orjson.dumps(metrics_json(metrics), option=orjson.OPT_SORT_KEYS).decode())

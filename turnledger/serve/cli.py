@@ -15,6 +15,7 @@ import typer
 import uvicorn
 from rich.console import Console
 
+from turnledger import cli_checks, cli_logging
 from turnledger.errors import (
     DispatchDefaultError,
     ServiceUnavailable,
@@ -91,6 +92,7 @@ def serve_command(
             "Unset: wait for them, retrying with backoff and logging what it waits for.",
         ),
     ] = None,
+    log_level: cli_checks.LogLevel = "INFO",
 ) -> None:
     """Serve the client API (a conversation's committed history; POST a user turn, a dispatch request or a
     cancel), a resumable SSE stream per conversation (Last-Event-ID) and the web page, at http://HOST:PORT/.
@@ -111,7 +113,7 @@ def serve_command(
         raise typer.Exit(2) from exc
     config = ServeConfig(key_prefix=key_prefix, token=token or None, dispatch=dispatch, models=models)
     sockets = listening_sockets(host, port)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli_logging.configure(log_level)
     ingress = Topics(prefix=topic_prefix).ingress
     outage = Backoff(max_outage_s=max_outage)
     try:
@@ -120,7 +122,7 @@ def serve_command(
         err.print(f"turnledger serve: {exc}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_STOPPED_AT_ONCE) from exc
     except ServiceUnavailable as exc:
-        err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
+        err.print(f"turnledger serve: {exc}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from exc
 
 

@@ -663,7 +663,10 @@ def test_a_failed_rebuild_still_closes_redis_and_exits_2(
     result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1")
     assert result.exit_code == 2
     assert shared_err.printed == [
-        ("the layout is broken", {"style": "red", "markup": False, "soft_wrap": True})
+        (
+            "turnledger replay rebuild: the layout is broken",
+            {"style": "red", "markup": False, "soft_wrap": True},
+        )
     ]
     assert fake.redis.closed == 1 and out.printed == [] and bars.open is False
 

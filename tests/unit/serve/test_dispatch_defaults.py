@@ -162,4 +162,6 @@ def test_serve_reads_the_processors_model_registry_override(tmp_path: Path) -> N
     args = [*SERVE, "--model-revision", "anthropic/house-model@7"]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "400", "TURNLEDGER_MODEL_REGISTRY": str(override)})
     assert result.exit_code == 2
-    assert result.stderr.startswith("Redis is not reachable at 'redis://127.0.0.1:1/0'"), "past the check"
+    assert result.stderr.startswith("turnledger serve: Redis is not reachable at 'redis://127.0.0.1:1/0'"), (
+        "past the check"
+    )

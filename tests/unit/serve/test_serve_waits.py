@@ -1,7 +1,7 @@
 """`turnledger serve` waits at start for Redis, then for Kafka (`serve/cli.py`: `ride_out`), logging what
 it waits for and how to fix it, as the other services do; `--max-outage S` bounds the wait (then the
-outage's one line and exit 2), and SIGTERM or Ctrl-C while it waits ends it with 0, no traceback. It
-exited 2 at once when either was unreachable at start.
+outage's one line, `turnledger serve: ...`, and exit 2), and SIGTERM or Ctrl-C while it waits ends it
+with 0, no traceback. It exited 2 at once when either was unreachable at start.
 
 The command runs in a subprocess against 127.0.0.1:1 (nothing listens there); Kafka's wait needs a
 Redis that answers, a fake one in a thread of this test (`fake_redis`: RESP3's HELLO, PING, +OK to
@@ -114,7 +114,9 @@ def test_redis_unreachable_for_longer_than_max_outage_is_its_one_line_after_wait
         f"ERROR turnledger.retry: gave up waiting for Redis at {REDIS_DOWN} to serve the API after " in said
     )
     last = said.splitlines()[-1]
-    assert last.startswith(f"Redis is not reachable at '{REDIS_DOWN}' (ConnectionError: Error 111 connecting")
+    assert last.startswith(
+        f"turnledger serve: Redis is not reachable at '{REDIS_DOWN}' (ConnectionError: Error 111 connecting"
+    )
     assert last.endswith(REDIS_FIX)
     assert "Traceback" not in said
     assert "waiting for Kafka" not in said
@@ -131,12 +133,23 @@ def test_kafka_unreachable_for_longer_than_max_outage_is_its_one_line_after_wait
     assert "waiting for Redis" not in said
     last = said.splitlines()[-1]
     assert last.startswith(
-        f"Kafka is not reachable at '{DOWN}' while trying to start the ingress producer "
+        f"turnledger serve: Kafka is not reachable at '{DOWN}' while trying to start the ingress producer "
         "(KafkaConnectionError: "
     )
     assert last.endswith(KAFKA_FIX)
     assert "Traceback" not in said
+    assert "aiokafka" not in said, "the Kafka client's own line for the connection it could not make"
     assert serve.stdout.read_text() == ""
+
+
+def test_log_level_debug_shows_the_kafka_clients_own_line_for_the_connection_it_could_not_make(
+    tmp_path: Path, fake_redis: str
+) -> None:
+    args = ["--redis-url", fake_redis, "--bootstrap", DOWN, "--max-outage", "0", "--log-level", "debug"]
+    serve = Serve(tmp_path, *args)
+    assert serve.exit_code() == 2, serve.err()
+    assert f'DEBUG aiokafka: Unable connect to "{DOWN}": [Errno 111] Connect call failed' in serve.err()
+    assert serve.err().splitlines()[-1].startswith(f"turnledger serve: Kafka is not reachable at '{DOWN}'")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,110 @@
+"""Every command ends an outage it gave up on (Kafka or Redis unreachable for longer than --max-outage,
+or at all for a one-shot command) with one line, `turnledger COMMAND: MESSAGE`, exit 2; and none writes
+aiokafka's own line for the bootstrap connection it could not make (`Unable connect to "host:port":
+...`), which that line restates with what was tried and how to fix it, unless --log-level DEBUG asks for
+it (`cli_logging`). `project`, `history`, the replay commands and `serve` said the message alone, and
+the long-running commands wrote aiokafka's ERROR line before each of their own.
+
+Each command runs in a subprocess against 127.0.0.1:1, where nothing listens."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from turnledger.cli_logging import KAFKA_CLIENT_LOGGER, RestatedClientLines
+
+REPO = Path(__file__).resolve().parents[2]
+DOWN = "127.0.0.1:1"
+REDIS_DOWN = f"redis://{DOWN}/0"
+KAFKA_LINE = f"Kafka is not reachable at '{DOWN}' while trying to "
+REDIS_LINE = f"Redis is not reachable at '{REDIS_DOWN}' (ConnectionError: Error 111 connecting to {DOWN}."
+
+COMMANDS = [
+    (["process", "--bootstrap", DOWN, "--max-outage", "0"], "process", KAFKA_LINE),
+    (["worker", "--bootstrap", DOWN, "--max-outage", "0", "--journal-dir", "{tmp}"], "worker", KAFKA_LINE),
+    (["tool-executor", "--bootstrap", DOWN, "--max-outage", "0"], "tool-executor", KAFKA_LINE),
+    (["project", "--redis-url", REDIS_DOWN, "--bootstrap", DOWN, "--max-outage", "0"], "project", REDIS_LINE),
+    (["project", "--redis-url", REDIS_DOWN, "--bootstrap", DOWN, "--until-caught-up"], "project", REDIS_LINE),
+    (
+        ["serve", "--port", "0", "--redis-url", REDIS_DOWN, "--bootstrap", DOWN, "--max-outage", "0"],
+        "serve",
+        REDIS_LINE,
+    ),
+    (["history", "c", "--redis-url", REDIS_DOWN], "history", REDIS_LINE),
+    (["metrics", "--bootstrap", DOWN], "metrics", KAFKA_LINE),
+    (["replay", "audit", "--bootstrap", DOWN], "replay audit", KAFKA_LINE),
+    (["legacy", "record", "{tmp}/legacy.jsonl", "--bootstrap", DOWN], "legacy record", KAFKA_LINE),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "line"), COMMANDS, ids=[" ".join(args[:2]).split(" -")[0] for args, _, _ in COMMANDS]
+)
+def test_the_outage_given_up_on_is_the_commands_one_line_without_the_clients_own(
+    tmp_path: Path, args: list[str], command: str, line: str
+) -> None:
+    (tmp_path / "legacy.jsonl").write_text('{"conversationId": "c", "operationId": "o", "response": "x"}\n')
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000"}
+    for name in ("TURNLEDGER_METRICS_PORT", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "turnledger", *(arg.format(tmp=tmp_path) for arg in args)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"turnledger {command}: {line}"), done.stderr
+    assert "aiokafka" not in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+BOOTSTRAP_FAILURE = 'Unable connect to "%s:%s": %s'
+
+
+@pytest.fixture
+def client_level() -> Iterator[Callable[[int], None]]:
+    """Sets aiokafka's logger's level (through `setLevel`, which empties its cache of answers), put
+    back after the test."""
+    logger = logging.getLogger(KAFKA_CLIENT_LOGGER)
+    before = logger.level
+    yield logger.setLevel
+    logger.setLevel(before)
+
+
+def _record(msg: str, level: int = logging.ERROR) -> logging.LogRecord:
+    return logging.LogRecord(KAFKA_CLIENT_LOGGER, level, "client.py", 216, msg, ("k", 9092, "refused"), None)
+
+
+@pytest.mark.parametrize(("level", "passed"), [(logging.INFO, False), (logging.DEBUG, True)])
+def test_the_clients_bootstrap_failure_is_a_debug_line(
+    client_level: Callable[[int], None], level: int, passed: bool
+) -> None:
+    client_level(level)
+    record = _record(BOOTSTRAP_FAILURE)
+    assert RestatedClientLines().filter(record) is passed
+    assert (record.levelno, record.levelname, record.getMessage()) == (
+        logging.DEBUG,
+        "DEBUG",
+        'Unable connect to "k:9092": refused',
+    )
+
+
+@pytest.mark.parametrize(
+    "msg", ["Unable connect to node with id %s: %s", 'Unable to request metadata from "%s:%s": %s', "%s%s%s"]
+)
+def test_the_clients_other_lines_pass_as_they_are(client_level: Callable[[int], None], msg: str) -> None:
+    client_level(logging.INFO)
+    record = _record(msg, logging.WARNING)
+    assert RestatedClientLines().filter(record) is True
+    assert (record.levelno, record.levelname) == (logging.WARNING, "WARNING")
