@@ -71,12 +71,16 @@ def demo(
         ),
     ] = None,
 ) -> None:
-    """Run the whole system on the local stack (started if none is configured) and check its promises."""
+    """Run the whole system on the local stack (started if none is configured) and check its promises.
+
+    The report goes to stdout; a run that could not start (Kafka unreachable, the local stack not
+    started) says why in one line on stderr, exit 2."""
     configure_logging(log_file)
     from turnledger.devstack.errors import DevstackError
     from turnledger.devstack.session import session_endpoints
 
     console = Console()
+    refusals = Console(stderr=True, markup=False, soft_wrap=True)
     options = DemoOptions(
         conversations=conversations,
         turns=turns,
@@ -115,10 +119,10 @@ def demo(
                     )
                 )
     except KafkaUnavailableError as exc:
-        console.print(f"turnledger demo: {exc}", style="red", markup=False)
+        refusals.print(f"turnledger demo: {exc}", style="red")
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     except DevstackError as exc:
-        console.print(f"turnledger demo: could not start the local stack: {exc}", style="red", markup=False)
+        refusals.print(f"turnledger demo: could not start the local stack: {exc}", style="red")
         raise typer.Exit(EXIT_UNAVAILABLE) from exc
     render(result, console)
     if not result.ok:
