@@ -108,3 +108,33 @@ def test_the_clients_other_lines_pass_as_they_are(client_level: Callable[[int], 
     record = _record(msg, logging.WARNING)
     assert RestatedClientLines().filter(record) is True
     assert (record.levelno, record.levelname) == (logging.WARNING, "WARNING")
+
+
+NOT_SET = [
+    (["project"], "project"),
+    (["history", "c"], "history"),
+    (["status", "op"], "status"),
+    (["serve"], "serve"),
+]
+
+
+@pytest.mark.parametrize(("args", "command"), NOT_SET, ids=[command for _, command in NOT_SET])
+def test_a_missing_redis_url_is_said_by_the_command_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], command: str
+) -> None:
+    """As the worker says a missing bootstrap: `turnledger worker: no Kafka bootstrap servers. ...`."""
+    from typer.testing import CliRunner
+
+    from turnledger.cli import _register, app
+
+    if not app.registered_groups:
+        _register()
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        2,
+        "",
+        f"turnledger {command}: REDIS_URL is not set. Set REDIS_URL or pass --redis-url; for a local stack "
+        "run `turnledger dev up` and export the variables it prints.\n",
+    )

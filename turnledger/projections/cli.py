@@ -73,12 +73,14 @@ Shards = Annotated[
 ]
 
 
-def require(value: str | None, name: str, flag: str) -> str:
+def require(value: str | None, name: str, flag: str, command: str) -> str:
+    """`value`, or `turnledger COMMAND:` saying that `name` (`flag`) is not set, exit 2."""
     if value:
         return value
     err.print(
-        f"{name} is not set. Set {name} or pass {flag}; for a local stack run "
-        "`turnledger dev up` and export the variables it prints."
+        f"turnledger {command}: {name} is not set. Set {name} or pass {flag}; for a local stack run "
+        "`turnledger dev up` and export the variables it prints.",
+        soft_wrap=True,
     )
     raise typer.Exit(2)
 
@@ -161,8 +163,8 @@ def project_command(
     from turnledger.topology import Topics
 
     url, servers = (
-        require(redis_url, "REDIS_URL", "--redis-url"),
-        require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap"),
+        require(redis_url, "REDIS_URL", "--redis-url", "project"),
+        require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "project"),
     )
     cli_logging.configure(log_level)
     try:
@@ -226,7 +228,7 @@ def history_command(
 ) -> None:
     """The committed history of a conversation, block by block; exit 1 when the projection does not
     know the conversation (one it knows with no committed turn yet is an empty history)."""
-    url = require(redis_url, "REDIS_URL", "--redis-url")
+    url = require(redis_url, "REDIS_URL", "--redis-url", "history")
 
     async def main() -> tuple[list[Any], list[Any], list[Any]] | None:
         redis = await connect(url)
@@ -301,7 +303,7 @@ def status_command(
     as_json: JsonOut = False,
 ) -> None:
     """The status of a dispatch operation: state, generation, manifest digest, reason, times."""
-    url = require(redis_url, "REDIS_URL", "--redis-url")
+    url = require(redis_url, "REDIS_URL", "--redis-url", "status")
 
     async def main() -> Any:
         redis = await connect(url)

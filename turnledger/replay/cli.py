@@ -87,7 +87,7 @@ def audit_command(
     )
     export_limits(limits)  # the refold reads them, as the processor's fold does
 
-    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "replay audit")
     topics = Topics(topic_prefix)
     with _bars() as progress:
         tasks = {"ingress": progress.add_task(f"folding {topics.ingress}", total=None, unit="offsets")}
@@ -155,9 +155,9 @@ def manifest_command(
     err.print(f"size limits: {describe(limits)}")
 
     if operation_id is None and digest is None:
-        err.print("give an OPERATION_ID or --digest sha256:...")
+        err.print("turnledger replay manifest: give an OPERATION_ID or --digest sha256:...")
         raise typer.Exit(2)
-    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "replay manifest")
     topics = Topics(topic_prefix)
     with _bars() as progress:
         tasks = {
@@ -233,8 +233,8 @@ def rebuild_command(
     if verify:
         err.print(f"size limits of the fresh fold: {describe(limits)}")
 
-    url = require(redis_url, "REDIS_URL", "--redis-url")
-    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    url = require(redis_url, "REDIS_URL", "--redis-url", "replay rebuild")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "replay rebuild")
     topics = Topics(topic_prefix)
     with _bars() as progress:
         tasks = {
@@ -292,11 +292,11 @@ def shadow_diff_command(
     from turnledger.replay.shadow import LegacyFormatError, compare_all, read_legacy
     from turnledger.topology import Topics
 
-    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "shadow diff")
     try:
         items = read_legacy(legacy)
     except LegacyFormatError as exc:
-        err.print(str(exc), style="red", markup=False, soft_wrap=True)  # one line, its text as is
+        err.print(f"turnledger shadow diff: {exc}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(2) from exc
 
     topics = Topics(topic_prefix)
@@ -383,7 +383,7 @@ def metrics_command(
     from turnledger.replay.metrics_report import given_up_table, metrics_json, metrics_table
     from turnledger.topology import Topics
 
-    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "metrics")
     topics = Topics(topic_prefix)
     with _bars() as progress:
         tasks = {

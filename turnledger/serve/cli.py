@@ -99,17 +99,17 @@ def serve_command(
 
     Redis and Kafka unreachable at start are waited for (SIGTERM/Ctrl-C stops the wait, exit 0); later,
     a request that meets either one down is answered 503 with the error."""
-    url = require(redis_url, "REDIS_URL", "--redis-url")
-    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+    url = require(redis_url, "REDIS_URL", "--redis-url", "serve")
+    servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "serve")
     if not is_loopback(host) and not token:
-        err.print(str(TokenRequiredError(host)), style="red")
+        err.print(f"turnledger serve: {TokenRequiredError(host)}", style="red", soft_wrap=True)
         raise typer.Exit(2)
     dispatch = DispatchDefaults(adapter=adapter, provider=provider, model_revision=model_revision)
     models = load_model_registry()
     try:
         check_dispatch_defaults(dispatch, models)
     except DispatchDefaultError as exc:
-        err.print(str(exc), style="red", soft_wrap=True)
+        err.print(f"turnledger serve: {exc}", style="red", soft_wrap=True)
         raise typer.Exit(2) from exc
     config = ServeConfig(key_prefix=key_prefix, token=token or None, dispatch=dispatch, models=models)
     sockets = listening_sockets(host, port)

@@ -91,14 +91,15 @@ def shared_err(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     return recorder
 
 
-def not_set(name: str, flag: str) -> str:
+def not_set(name: str, flag: str, command: str) -> str:
     return (
-        f"{name} is not set. Set {name} or pass {flag}; for a local stack run "
+        f"turnledger {command}: {name} is not set. Set {name} or pass {flag}; for a local stack run "
         "`turnledger dev up` and export the variables it prints."
     )
 
 
-KAFKA_NOT_SET = not_set("KAFKA_BOOTSTRAP_SERVERS", "--bootstrap")
+def kafka_not_set(command: str) -> str:
+    return not_set("KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", command)
 
 
 @pytest.fixture(autouse=True)
@@ -339,7 +340,7 @@ def test_an_audit_without_a_bootstrap_stops_before_reading(
     fake = audited(monkeypatch, AuditReport())
     result = invoke("replay", "audit")
     assert result.exit_code == 2
-    assert shared_err.texts == [KAFKA_NOT_SET]
+    assert shared_err.texts == [kafka_not_set("replay audit")]
     assert fake.calls == [] and out.printed == [] and bars.tasks == []
 
 
@@ -491,9 +492,12 @@ def test_a_manifest_needs_an_operation_or_a_digest_before_a_bootstrap(
     fake = reproducing(monkeypatch, [])
     result = invoke("replay", "manifest")
     assert result.exit_code == 2
-    assert err.texts == [f"size limits: {describe(Limits())}", "give an OPERATION_ID or --digest sha256:..."]
+    assert err.texts == [
+        f"size limits: {describe(Limits())}",
+        "turnledger replay manifest: give an OPERATION_ID or --digest sha256:...",
+    ]
     result = invoke("replay", "manifest", "op-1")
-    assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
+    assert result.exit_code == 2 and shared_err.texts == [kafka_not_set("replay manifest")]
     assert fake.calls == [] and out.printed == [] and bars.tasks == []
 
 
@@ -674,9 +678,9 @@ def test_a_failed_rebuild_still_closes_redis_and_exits_2(
 @pytest.mark.parametrize(
     ("args", "missing"),
     [
-        (["--bootstrap", "k:1"], not_set("REDIS_URL", "--redis-url")),
-        (["--redis-url", "u"], KAFKA_NOT_SET),
-        ([], not_set("REDIS_URL", "--redis-url")),
+        (["--bootstrap", "k:1"], not_set("REDIS_URL", "--redis-url", "replay rebuild")),
+        (["--redis-url", "u"], kafka_not_set("replay rebuild")),
+        ([], not_set("REDIS_URL", "--redis-url", "replay rebuild")),
     ],
 )
 def test_a_rebuild_needs_redis_and_kafka(
@@ -915,7 +919,7 @@ def test_a_legacy_file_that_is_not_json_lines_is_one_red_line_and_an_exit_2(
     result = invoke("shadow", "diff", legacy, "--bootstrap", "k:1")
     assert result.exit_code == 2
     [(line, kwargs)] = err.printed
-    assert line.startswith(f"{legacy}:2: not JSON (") and line.endswith(
+    assert line.startswith(f"turnledger shadow diff: {legacy}:2: not JSON (") and line.endswith(
         '. Expected one JSON object per line: {"operationId": "...", "request": {...}}'
     )
     assert kwargs == {"style": "red", "markup": False, "soft_wrap": True}
@@ -927,7 +931,7 @@ def test_a_shadow_diff_needs_a_bootstrap_and_a_file_that_exists(
 ) -> None:
     fake = Shadowing(monkeypatch, results())
     result = invoke("shadow", "diff", legacy_file(tmp_path, *LINES))
-    assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
+    assert result.exit_code == 2 and shared_err.texts == [kafka_not_set("shadow diff")]
     assert invoke("shadow", "diff", str(tmp_path / "none.jsonl"), "--bootstrap", "k:1").exit_code == 2
     assert invoke("shadow", "diff", str(tmp_path), "--bootstrap", "k:1").exit_code == 2
     assert fake.asked == []
@@ -1037,7 +1041,7 @@ def test_metrics_need_a_bootstrap(
 ) -> None:
     fake = Measuring(monkeypatch, some_metrics())
     result = invoke("metrics")
-    assert result.exit_code == 2 and shared_err.texts == [KAFKA_NOT_SET]
+    assert result.exit_code == 2 and shared_err.texts == [kafka_not_set("metrics")]
     assert fake.read == [] and bars.tasks == []
 
 

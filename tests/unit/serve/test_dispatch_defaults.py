@@ -153,7 +153,7 @@ def _commands() -> None:
 )
 def test_serve_refuses_it_in_one_line_exit_2_before_connecting(args: list[str], line: str) -> None:
     result = CliRunner().invoke(app, [*SERVE, *args], env={"COLUMNS": "80"})
-    assert (result.exit_code, result.stdout, result.stderr) == (2, "", line + "\n")
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"turnledger serve: {line}\n")
 
 
 def test_serve_reads_the_processors_model_registry_override(tmp_path: Path) -> None:

@@ -19,7 +19,10 @@ def test_a_non_loopback_address_without_a_token_is_refused_before_connecting() -
         env={"TURNLEDGER_SERVE_TOKEN": ""},
     )
     assert result.exit_code == 2
-    assert "requires a bearer token" in result.output and "TURNLEDGER_SERVE_TOKEN" in result.output
+    assert result.stderr.startswith(
+        "turnledger serve: binding '0.0.0.0' (not a loopback address) requires a "
+    )
+    assert result.stderr.count("\n") == 1 and "TURNLEDGER_SERVE_TOKEN" in result.stderr
 
 
 def test_help_names_the_endpoints() -> None:
