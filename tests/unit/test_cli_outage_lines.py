@@ -24,6 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 DOWN = "127.0.0.1:1"
 REDIS_DOWN = f"redis://{DOWN}/0"
 KAFKA_LINE = f"Kafka is not reachable at '{DOWN}' while trying to "
+FIXES = (
+    " to a reachable Redis, e.g. redis://127.0.0.1:6379/0.",
+    " to a reachable broker list host:port[,host:port].",
+)
+"""How each outage line ends: the fix it names."""
 REDIS_LINE = f"Redis is not reachable at '{REDIS_DOWN}' (ConnectionError: Error 111 connecting to {DOWN}."
 
 COMMANDS = [
@@ -44,17 +49,14 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("args", "command", "line"), COMMANDS, ids=[" ".join(args[:2]).split(" -")[0] for args, _, _ in COMMANDS]
-)
-def test_the_outage_given_up_on_is_the_commands_one_line_without_the_clients_own(
-    tmp_path: Path, args: list[str], command: str, line: str
-) -> None:
+def _run(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """`turnledger ARGS` (`{tmp}` in them: `tmp_path`) on an 80-column console, without the machine's
+    stack variables."""
     (tmp_path / "legacy.jsonl").write_text('{"conversationId": "c", "operationId": "o", "response": "x"}\n')
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}
     for name in ("TURNLEDGER_METRICS_PORT", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL"):
         env.pop(name, None)
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "turnledger", *(arg.format(tmp=tmp_path) for arg in args)],
         cwd=REPO,
         env=env,
@@ -62,11 +64,30 @@ def test_the_outage_given_up_on_is_the_commands_one_line_without_the_clients_own
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "line"), COMMANDS, ids=[" ".join(args[:2]).split(" -")[0] for args, _, _ in COMMANDS]
+)
+def test_the_outage_given_up_on_is_the_commands_one_line_without_the_clients_own(
+    tmp_path: Path, args: list[str], command: str, line: str
+) -> None:
+    done = _run(tmp_path, args)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines()[-1].startswith(f"turnledger {command}: {line}"), done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"turnledger {command}: {line}"), done.stderr
+    assert last.endswith(FIXES), "one line, not cut at the console's width"
     assert "aiokafka" not in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def test_the_projector_says_what_it_follows_in_one_line(tmp_path: Path) -> None:
+    done = _run(tmp_path, ["project", "--redis-url", REDIS_DOWN, "--bootstrap", DOWN, "--max-outage", "0"])
+    assert done.stderr.splitlines()[0] == (
+        f"projecting {DOWN} -> {REDIS_DOWN} (keys 'tl:') in consumer group 'turnledger-projector'; "
+        "Ctrl-C to stop"
+    )
 
 
 BOOTSTRAP_FAILURE = 'Unable connect to "%s:%s": %s'

@@ -204,6 +204,7 @@ def project_command(
             err.print(
                 f"projecting {servers} -> {client_url(redis)} (keys {key_prefix!r}) {how}; Ctrl-C to stop",
                 markup=False,
+                soft_wrap=True,
             )
             async with serve_spec_metrics(metrics_port, spec, projector.readiness):
                 return await projector.run_forever(stop, follow=follow, diagnosed=diagnosed)
@@ -215,7 +216,8 @@ def project_command(
     err.print(
         f"applied {stats.applied}, skipped {stats.skipped} (already applied), "
         f"undecodable {stats.undecodable}, "
-        f"{stats.batches} batches in {stats.seconds:.2f}s"
+        f"{stats.batches} batches in {stats.seconds:.2f}s",
+        soft_wrap=True,
     )
 
 
@@ -262,7 +264,9 @@ def history_command(
         console.print_json(orjson.dumps(data).decode())
         return
     if not blocks:
-        err.print(f"no committed history for {conversation!r} under key prefix {key_prefix!r}")
+        err.print(
+            f"no committed history for {conversation!r} under key prefix {key_prefix!r}", soft_wrap=True
+        )
     table = Table(title=f"history of {conversation}")
     for col in ("rev", "#", "role", "kind", "block", "digest", "content"):
         table.add_column(col, overflow="fold")

@@ -152,10 +152,10 @@ def manifest_command(
         max_held_deltas,
     )
     export_limits(limits)
-    err.print(f"size limits: {describe(limits)}")
+    err.print(f"size limits: {describe(limits)}", soft_wrap=True)
 
     if operation_id is None and digest is None:
-        err.print("turnledger replay manifest: give an OPERATION_ID or --digest sha256:...")
+        err.print("turnledger replay manifest: give an OPERATION_ID or --digest sha256:...", soft_wrap=True)
         raise typer.Exit(2)
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "replay manifest")
     topics = Topics(topic_prefix)
@@ -170,7 +170,7 @@ def manifest_command(
 
         checks = run(main, "replay manifest")
     if not checks:
-        err.print(f"no manifest found for {operation_id or digest!r} on the manifests topic")
+        err.print(f"no manifest found for {operation_id or digest!r} on the manifests topic", soft_wrap=True)
         raise typer.Exit(1)
     for check in checks:
         table = Table(
@@ -231,7 +231,7 @@ def rebuild_command(
     )
     export_limits(limits)
     if verify:
-        err.print(f"size limits of the fresh fold: {describe(limits)}")
+        err.print(f"size limits of the fresh fold: {describe(limits)}", soft_wrap=True)
 
     url = require(redis_url, "REDIS_URL", "--redis-url", "replay rebuild")
     servers = require(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "--bootstrap", "replay rebuild")

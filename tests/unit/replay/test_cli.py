@@ -714,13 +714,13 @@ def test_a_rebuild_called_as_a_function_verifies(
 def test_a_rebuild_draws_its_bars_on_the_error_console_only_and_only_on_a_terminal(
     monkeypatch: pytest.MonkeyPatch, err_is_a_terminal: bool
 ) -> None:
-    """Not a terminal: the limits line alone on stderr, no bar and no blank line."""
+    """Not a terminal: the limits line alone on stderr, in one line, no bar and no blank line."""
     Rebuilding(monkeypatch, rebuilt(True))
     printed, drawn = drawing_consoles(monkeypatch, err_is_a_terminal)
     result = invoke("replay", "rebuild", "--redis-url", "u", "--bootstrap", "k:1", "--topic-prefix", "p.")
     assert result.exit_code == 0, result.output
     limits, limits_line = console_on(False)
-    limits.print(f"size limits of the fresh fold: {describe(Limits())}")
+    limits.print(f"size limits of the fresh fold: {describe(Limits())}", soft_wrap=True)
     if err_is_a_terminal:
         phases = ("dropping", "projecting", "folding", "comparing")
         bars = [line.split() for line in seen(drawn).splitlines() if line.startswith(phases)]
@@ -732,6 +732,7 @@ def test_a_rebuild_draws_its_bars_on_the_error_console_only_and_only_on_a_termin
         ]
     else:
         assert drawn.getvalue() == limits_line.getvalue()
+        assert drawn.getvalue().count("\n") == 1, "one line, not cut at the console's width"
     assert "offsets" not in seen(printed) and "equal to a projection of a fresh fold" in seen(printed)
 
 
