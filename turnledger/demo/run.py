@@ -394,7 +394,10 @@ def _fault_plan(options: DemoOptions) -> FaultPlan:
         scripted_for = by_last_user if marked.every_attempt else first_requests
         scripted_for[fault_marker(marked.kind.value, i)] = (Fault(marked.kind),)
     return FaultPlan(
-        rates=rates, by_request=scripted, by_last_user_marker=by_last_user, first_with_marker=first_requests
+        rates=rates,
+        by_unmarked_request=scripted,
+        by_last_user_marker=by_last_user,
+        first_with_marker=first_requests,
     )
 
 

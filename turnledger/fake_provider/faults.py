@@ -110,9 +110,11 @@ class FaultRecord(NamedTuple):
 
 @dataclass
 class ScriptCursor:
-    """Where a server stands in its plan's scripted faults: how many requests without a marked fault it
-    has counted (`FaultPlan.by_request`'s numbers) and which `first_with_marker` markers it has met."""
+    """Where a server stands in its plan's scripted faults: how many requests it has counted
+    (`FaultPlan.by_request`'s numbers), how many of them had no marked fault (`by_unmarked_request`'s)
+    and which `first_with_marker` markers it has met."""
 
+    requests: int = 0
     unmarked: int = 0
     markers_seen: set[str] = field(default_factory=set)
 
@@ -123,10 +125,11 @@ class FaultPlan:
 
     `rates`: probability per kind that a generation request gets that fault (independent draws; only
     the `DRAWN_KINDS`: a refusal is scripted, so a test knows which request got it).
-    `by_request`: scripted faults for the n-th generation request (0-based arrival order) among those
-    that no marker below scripts: a fault by number never lands on a request a marker gives a fault,
-    so it cannot take that fault away (a refusal before the content fault a marked answer was to carry,
-    a refusal stopping the answer of thinking alone a test waits for); it goes to the next request.
+    `by_request`: scripted faults for the n-th generation request (0-based arrival order).
+    `by_unmarked_request`: scripted faults for the n-th generation request (0-based arrival order) among
+    those that no marker below gives a fault: such a fault never lands on a marked request, so it cannot
+    take the marked fault away (a refusal before the content fault a marked answer was to carry, a
+    refusal stopping the answer of thinking alone a test waits for); it goes to the next request.
     `always`: scripted faults for every generation request.
     `by_marker`: scripted faults for every generation request whose body contains the marker text (a
     client can ask for, e.g., a slow stream for some conversations without a header).
@@ -143,6 +146,7 @@ class FaultPlan:
 
     rates: Mapping[FaultKind, float] = field(default_factory=dict)
     by_request: Mapping[int, tuple[Fault, ...]] = field(default_factory=dict)
+    by_unmarked_request: Mapping[int, tuple[Fault, ...]] = field(default_factory=dict)
     always: tuple[Fault, ...] = ()
     by_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
     first_with_marker: Mapping[str, tuple[Fault, ...]] = field(default_factory=dict)
@@ -163,9 +167,9 @@ class FaultPlan:
     def scripted(
         self, cursor: ScriptCursor, body: bytes = b"", last_user_text: str = ""
     ) -> tuple[Fault, ...]:
-        """The scripted faults of the next request, `cursor` moved past it (the markers of
-        `first_with_marker` this body contains are met; a request with no marked fault is counted for
-        `by_request`). `last_user_text`: the last text part of the request's last turn when that turn
+        """The scripted faults of the next request, `cursor` moved past it (counted for `by_request`, and
+        for `by_unmarked_request` when no marker gives it a fault; the markers of `first_with_marker`
+        this body contains are met). `last_user_text`: the last text part of the request's last turn when that turn
         is the user's text ("" otherwise)."""
         marked = tuple(
             f for marker, faults in self.by_marker.items() if marker.encode() in body for f in faults
@@ -182,9 +186,10 @@ class FaultPlan:
             for f in faults
         )
         cursor.markers_seen.update(m for m in self.first_with_marker if m.encode() in body)
-        by_number: tuple[Fault, ...] = ()
+        by_number = tuple(self.by_request.get(cursor.requests, ()))
+        cursor.requests += 1
         if not marked and not first:
-            by_number = tuple(self.by_request.get(cursor.unmarked, ()))
+            by_number += tuple(self.by_unmarked_request.get(cursor.unmarked, ()))
             cursor.unmarked += 1
         return tuple(self.always) + by_number + marked + first
 

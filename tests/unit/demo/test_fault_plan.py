@@ -78,7 +78,7 @@ def test_every_fault_kind_scripts_the_faults_needing_an_answer_by_markers_the_ot
         "[demo: slow stream]": (Fault(K.SLOW, 300),),
         f"[demo: thinking_only {plain[1]}]": (Fault(K.THINKING_ONLY),),
     }
-    scripted = [(i, f.kind) for i, faults in plan.by_request.items() for f in faults]
+    scripted = [(i, f.kind) for i, faults in plan.by_unmarked_request.items() for f in faults]
     assert scripted == [(i, k) for i, k in enumerate(FaultKind) if k not in BY_MARKER_ONLY]
     # a refusal by request number could fall on a marked conversation's first request and take its
     # content fault with it (a CI run lost max_tokens_in_call so): refusals are marked too
@@ -89,7 +89,7 @@ def test_every_fault_kind_scripts_the_faults_needing_an_answer_by_markers_the_ot
 def test_a_marked_question_arriving_at_any_request_number_gets_its_own_fault_alone(arrives: int) -> None:
     """A CI run lost the answer of thinking alone: its conversation's first request arrived at the number
     the demo scripts `refusal_after` for, which stopped it as a refusal. A fault by number now goes to
-    the next request without a marked fault (`FaultPlan.by_request`), whenever the marked one arrives."""
+    the next request without a marked fault (`FaultPlan.by_unmarked_request`), whenever the marked one arrives."""
     plan = _fault_plan(DemoOptions(conversations=24, seed=7, every_fault_kind=True, **RATES))
     plain = _plain()
     cursor = ScriptCursor()
@@ -105,7 +105,7 @@ def test_without_every_fault_kind_no_conversation_is_cut() -> None:
     plan = _fault_plan(DemoOptions(conversations=24, seed=7, **RATES))
     assert all(marker.startswith("[demo: throttled ") for marker in plan.first_with_marker)
     assert list(plan.by_last_user_marker) == ["[demo: slow stream]"]
-    assert plan.by_request == {}
+    assert plan.by_request == plan.by_unmarked_request == {}
 
 
 async def test_a_marked_conversation_asks_its_first_question_with_its_marker_and_no_other() -> None:

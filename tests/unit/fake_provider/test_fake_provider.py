@@ -570,11 +570,13 @@ async def test_scripted_plan_by_request_index() -> None:
     assert len(fp.requests) == 3 and fp.requests[0].json() == ANTHROPIC_REQ
 
 
-async def test_scripted_plan_by_request_number_skips_a_request_a_marker_faults() -> None:
+async def test_scripted_plan_by_unmarked_request_skips_a_request_a_marker_faults() -> None:
     """A CI demo lost its answer of thinking alone: the marked request arrived n-th, and the refusal
-    scripted for the n-th request stopped it. A fault by number now goes to the next unmarked request."""
+    scripted for the n-th request stopped it. A fault by unmarked number goes to the next request no
+    marker faults; one by plain number (`by_request`) lands where it lands, beside a marked fault."""
     plan = FaultPlan(
-        by_request={0: (Fault(FaultKind.REFUSAL_AFTER, 0),), 1: (Fault(FaultKind.MISSING_STOP),)},
+        by_request={2: (Fault(FaultKind.DUPLICATE, 3),)},
+        by_unmarked_request={0: (Fault(FaultKind.REFUSAL_AFTER, 0),), 1: (Fault(FaultKind.MISSING_STOP),)},
         by_last_user_marker={"go slow": (Fault(FaultKind.SLOW, 1),)},
     )
     async with FakeProvider(fault_plan=plan) as fp, client_of(fp) as c:
@@ -585,6 +587,7 @@ async def test_scripted_plan_by_request_number_skips_a_request_a_marker_faults()
         FaultRecord("req_000001", Fault(FaultKind.SLOW, 1)),
         FaultRecord("req_000002", Fault(FaultKind.REFUSAL_AFTER, 0)),
         FaultRecord("req_000003", Fault(FaultKind.SLOW, 1)),
+        FaultRecord("req_000003", Fault(FaultKind.DUPLICATE, 3)),
         FaultRecord("req_000004", Fault(FaultKind.MISSING_STOP)),
     ]
 
