@@ -52,6 +52,8 @@ T = TypeVar("T")
 
 _STREAM_ID = re.compile(r"[0-9]+-[0-9]+")
 STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
+RETRY_AFTER_REDIS_FAILED_MS = 3000
+"""EventSource's wait before it resumes a stream that Redis's failure ended: a restart may be over."""
 
 
 @dataclass(frozen=True)
@@ -243,9 +245,12 @@ def _app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig) -> Sta
         after = request.headers.get("last-event-id") or request.query_params.get("after") or "0-0"
         if not _is_stream_id(after):
             return _json({"error": f"not a stream id: {after!r}"}, 400)
-        keys = await layout.keys()
+        key = (await layout.keys()).events(conv)
+        # asked before the answer starts: a resume while Redis is down is a 503, which the page retries
+        # with backoff, not a stream that opens and ends at once (a split layout asks Redis nothing)
+        trimmed = await _trimmed_past(redis, key, after)
         return StreamingResponse(
-            _sse(redis, keys.events(conv), after, config),
+            _sse(redis, key, after, trimmed, config, redis_failures),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -342,17 +347,35 @@ def sse_frame(entry_id: str, kind: str, data: str) -> bytes:
     return f"id: {entry_id}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
-async def _sse(redis: RedisClient, key: str, after: str, config: ServeConfig) -> AsyncIterator[bytes]:
+def unavailable_frame(error: str) -> bytes:
+    """The last frame of a stream whose Redis failed: no id (the client's last one stays its resume
+    point), and the wait before EventSource reconnects."""
+    data = orjson.dumps({"error": error}).decode()
+    return f"retry: {RETRY_AFTER_REDIS_FAILED_MS}\nevent: unavailable\ndata: {data}\n\n".encode()
+
+
+async def _sse(
+    redis: RedisClient,
+    key: str,
+    after: str,
+    trimmed: str | None,
+    config: ServeConfig,
+    failures: RedisFailures,
+) -> AsyncIterator[bytes]:
+    """The stream after `after` (a `reset` first when `trimmed`, `_trimmed_past`). Redis failing under
+    it ends it, cleanly, with an `unavailable` event: the client resumes after its last event, by id,
+    once Redis answers (a 503 meanwhile). Retrying Redis here instead would keep a response open that
+    looks live while nothing can flow, once per open page."""
     yield b"retry: 1000\n\n"
-    last = after
-    trimmed = await _trimmed_past(redis, key, after)
     if trimmed is not None:
         SERVE_EVENTS.labels("reset").inc()
         yield sse_frame(after, "reset", orjson.dumps({"firstId": trimmed}).decode())
     SERVE_STREAMS.inc()
     try:
-        async for frame in _entries(redis, key, last, config):
+        async for frame in _entries(redis, key, after, config):
             yield frame
+    except (RedisError, RedisClusterException) as exc:
+        yield unavailable_frame(failures.stream_ended(exc))
     finally:
         SERVE_STREAMS.dec()
 

@@ -9,6 +9,9 @@ operator can fix it; an outage is answered 503 as before; any other Redis error 
 and propagates (a 500, with its traceback in the log). A cluster client's own errors
 (`RedisClusterException`, no `RedisError`: no node of the cluster answers) are judged alike.
 
+An open event stream whose Redis fails is ended with the same error (`stream_ended`) and logged, an
+outage at WARNING and a refusal at ERROR, once a minute per message: every page's stream ends at once.
+
 Sentinels that name no primary are answered as an outage, 503, without asking them why
 (`redisconn.sentinel_probe`, as the projector and the one-shot commands do): `answer` is synchronous,
 called for each failed request, and a refusal would be a 503 as well; `serve` asked them once already,
@@ -53,10 +56,21 @@ class RedisFailures:
             return 503, str(exc)
         raise exc
 
-    def _log(self, message: str) -> None:
+    def stream_ended(self, exc: RedisError | RedisClusterException) -> str:
+        """The error an event stream that `exc` ended tells its client (`answer`'s); logs the end.
+        Re-raises `exc` when it is neither a refusal nor an outage."""
+        failure = classify(exc, self._redis)
+        if not isinstance(failure, RedisAccessError | RedisUnavailableError):
+            raise exc
+        refused = isinstance(failure, RedisAccessError)
+        message = f"event streams end, their clients resume once Redis answers: {failure}"
+        self._log(message, logging.ERROR if refused else logging.WARNING)
+        return str(failure) if refused else str(exc)
+
+    def _log(self, message: str, level: int = logging.ERROR) -> None:
         now = self._clock()
         last = self._logged_at.get(message)
         if last is not None and now - last < LOG_EVERY_S:
             return
         self._logged_at[message] = now
-        log.error("serve: %s", message)
+        log.log(level, "serve: %s", message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,18 +27,24 @@ async def read_frames(
     """The first `count` event frames of the stream at `url` (comments and `retry:` skipped); then the
     connection is closed, as a browser that goes away would."""
     frames: list[Frame] = []
-    fields: dict[str, str] = {}
     async with client.stream("GET", url, headers=headers or {}, timeout=timeout) as response:
         assert response.status_code == 200, response.status_code
         assert response.headers["content-type"].startswith("text/event-stream")
-        async for line in response.aiter_lines():
-            if line == "":
-                if "event" in fields:
-                    frames.append(Frame(fields["id"], fields["event"], orjson.loads(fields["data"])))
-                    if len(frames) >= count:
-                        return frames
-                fields = {}
-            elif not line.startswith(":"):
-                name, _, value = line.partition(": ")
-                fields[name] = value
+        async for frame in frames_of(response):
+            frames.append(frame)
+            if len(frames) >= count:
+                return frames
     return frames
+
+
+async def frames_of(response: httpx.Response) -> AsyncIterator[Frame]:
+    """Each event frame of `response`'s body until it ends (an event without an id has id "")."""
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line == "":
+            if "event" in fields:
+                yield Frame(fields.get("id", ""), fields["event"], orjson.loads(fields["data"]))
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            fields[name] = value

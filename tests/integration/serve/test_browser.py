@@ -5,6 +5,8 @@ the model's answer as a revocable preview while it streams, then as committed; t
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import shutil
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -16,12 +18,16 @@ import redis.asyncio as aioredis
 
 from tests.conftest import skip_unless_installed
 from tests.integration.serve.conftest import serving
+from tests.integration.serve.test_stream_outage import PREFIX, serve_on
+from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.demo.run import _start_processor, _start_projector, _stop_process
+from turnledger.devstack.restartable import RestartableRedis
 from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.runner import run_worker
 from turnledger.gateway.worker import WorkerConfig
 from turnledger.processors.topics import ensure_topics
+from turnledger.projections.keys import ProjectionKeys
 from turnledger.serve.app import ServeConfig
 from turnledger.topology import Topics
 
@@ -229,3 +235,57 @@ async def test_a_cut_stream_shows_its_preview_retracted_and_the_new_attempt_repl
             await page.screenshot(path=str(tmp_path / "replaced.png"), full_page=True)
         finally:
             await browser.close()
+
+
+def committed_turn(revision: int, text: str) -> dict[str, str]:
+    """A `committed` stream entry of one user block, as the projector appends it."""
+    block = {
+        "id": f"block-{revision}", "role": "user", "kind": "text", "turnId": f"turn-{revision}",
+        "revision": revision, "ordering": revision, "trustLabel": "user", "status": "committed", "text": text,
+    }  # fmt: skip
+    data = {"revision": revision, "turnId": f"turn-{revision}", "blocks": [block], "occurredAtMs": 1}
+    return {"type": "committed", "data": json.dumps(data)}
+
+
+@pytest.mark.timeout(240)
+async def test_the_page_says_live_updates_paused_while_redis_is_down_then_shows_what_comes_after(
+    chromium: str, kafka_bootstrap: str, topic_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    with RestartableRedis(tmp_path / "redis", port=RESTART_PORTS.take) as redis_server:
+        redis_server.start()
+        log = tmp_path / "serve.log"
+        async with serve_on(redis_server, kafka_bootstrap, topic_name("") + ".", log) as serve:
+            key = ProjectionKeys(PREFIX).events("conv-paused")
+            async with async_playwright() as p:
+                browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                try:
+                    page = await browser.new_page()
+                    await page.goto(serve.url + "#/c/conv-paused")
+                    live = page.locator("#live")
+                    await expect(live).to_have_text("live", timeout=30_000)
+                    await serve.redis.xadd(key, committed_turn(1, "before the outage"))
+                    committed = page.locator('#messages li[data-state="committed"] .text')
+                    await expect(committed).to_have_text(["before the outage"], timeout=30_000)
+                    assert await serve.redis.save()  # what the restarted Redis loads (no persistence)
+
+                    await asyncio.to_thread(redis_server.stop)
+                    paused = "live updates paused: the server cannot reach Redis; "
+                    # EventSource's own reconnect got the 503 and gave up: the page reopens it itself
+                    await expect(live).to_have_text(
+                        re.compile(re.escape(paused) + r"retrying in \d+ s…"), timeout=60_000
+                    )
+                    await page.screenshot(path=str(tmp_path / "paused.png"), full_page=True)
+
+                    await asyncio.to_thread(redis_server.start)
+                    await serve.reconnect(redis_server.url)
+                    await serve.redis.xadd(key, committed_turn(2, "after the outage"))
+                    await expect(committed).to_have_text(
+                        ["before the outage", "after the outage"], timeout=90_000
+                    )
+                    await expect(live).to_have_text("live")
+                    await page.screenshot(path=str(tmp_path / "resumed.png"), full_page=True)
+                finally:
+                    await browser.close()
+        assert "Traceback" not in serve.child.log.read_text()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
+import orjson
 import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
@@ -34,6 +36,7 @@ from turnledger.gateway.client import GatewayClient, RefusedEventError
 from turnledger.model.events import DispatchRequested
 from turnledger.model.reasons import ReasonCode
 from turnledger.projections.keys import ProjectionKeys
+from turnledger.redisconn.cluster import RedisClient
 from turnledger.redisconn.refusals import CHECK_LOGIN
 from turnledger.serve import app as serve_app
 from turnledger.serve.app import (
@@ -46,6 +49,7 @@ from turnledger.serve.app import (
     sse_frame,
 )
 from turnledger.serve.bodies import Body, Name, read_body
+from turnledger.serve.redis_failures import RedisFailures
 
 Entry = tuple[bytes, dict[bytes, bytes]]
 
@@ -439,6 +443,13 @@ async def frames_of(stream: AsyncIterator[bytes], count: int) -> list[bytes]:
         return [await anext(stream) for _ in range(count)]
 
 
+async def open_stream(redis: StreamRedis, key: str, after: str, config: ServeConfig) -> AsyncIterator[bytes]:
+    """The stream the events endpoint answers with, `_trimmed_past` asked first as it does."""
+    typed = cast(RedisClient, redis)
+    trimmed = await serve_app._trimmed_past(typed, key, after)
+    return serve_app._sse(typed, key, after, trimmed, config, RedisFailures(typed))
+
+
 def test_a_frame_is_id_event_and_one_data_line() -> None:
     assert sse_frame("5-1", "committed", '{"a":1}') == b'id: 5-1\nevent: committed\ndata: {"a":1}\n\n'
 
@@ -452,7 +463,7 @@ async def test_a_stream_from_the_start_sends_every_entry_in_batches_then_waits()
     redis.xadd(key, "2-0", data='{"n":3}')
     redis.xadd(key, "3-0", type="preview")
     config = ServeConfig(batch=2, block_ms=70)
-    stream = serve_app._sse(redis, key, "0-0", config)  # type: ignore[arg-type]
+    stream = await open_stream(redis, key, "0-0", config)
     assert await frames_of(stream, 5) == [
         b"retry: 1000\n\n",
         b'id: 1-0\nevent: committed\ndata: {"n":1}\n\n',
@@ -478,7 +489,7 @@ async def until(condition: Callable[[], bool]) -> None:
 async def test_a_block_that_passes_sends_a_keepalive_comment_and_reads_on() -> None:
     redis = StreamRedis()
     key = KEYS.events("c1")
-    stream = serve_app._sse(redis, key, "0-0", ServeConfig())  # type: ignore[arg-type]
+    stream = await open_stream(redis, key, "0-0", ServeConfig())
     assert await frames_of(stream, 3) == [b"retry: 1000\n\n", b": keepalive\n\n", b": keepalive\n\n"]
     redis.xadd(key, "9-0", type="status", data="{}")
     assert await frames_of(stream, 2) == [b"id: 9-0\nevent: status\ndata: {}\n\n", b": keepalive\n\n"]
@@ -495,7 +506,7 @@ async def test_the_events_sent_are_counted_by_type_and_the_open_streams_while_op
     open_before = sample("turnledger_serve_event_streams")
     a_before = sample("turnledger_serve_events_sent_total", type="counted-a")
     b_before = sample("turnledger_serve_events_sent_total", type="counted-b")
-    stream = serve_app._sse(redis, key, "0-0", ServeConfig())  # type: ignore[arg-type]
+    stream = await open_stream(redis, key, "0-0", ServeConfig())
     await frames_of(stream, 1)
     assert sample("turnledger_serve_event_streams") == open_before
     await frames_of(stream, 3)
@@ -515,7 +526,7 @@ async def test_a_resume_before_the_first_entry_kept_gets_a_reset_first(after: st
     key = KEYS.events("c1")
     redis.xadd(key, first, type="committed", data="{}")
     resets_before = sample("turnledger_serve_events_sent_total", type="reset")
-    stream = serve_app._sse(redis, key, after, ServeConfig())  # type: ignore[arg-type]
+    stream = await open_stream(redis, key, after, ServeConfig())
     assert await frames_of(stream, 3) == [
         b"retry: 1000\n\n",
         f'id: {after}\nevent: reset\ndata: {{"firstId":"{first}"}}\n\n'.encode(),
@@ -534,7 +545,7 @@ async def test_a_resume_at_or_past_the_first_entry_kept_goes_on_without_a_reset(
     key = KEYS.events("c1")
     redis.xadd(key, first, type="committed", data="{}")
     redis.xadd(key, "11-0", type="status", data="{}")
-    stream = serve_app._sse(redis, key, after, ServeConfig())  # type: ignore[arg-type]
+    stream = await open_stream(redis, key, after, ServeConfig())
     assert await frames_of(stream, 2) == [b"retry: 1000\n\n", b"id: 11-0\nevent: status\ndata: {}\n\n"]
     assert redis.sent[0] == ("xrange", key, 1)
     await stream.aclose()  # type: ignore[attr-defined]
@@ -543,7 +554,7 @@ async def test_a_resume_at_or_past_the_first_entry_kept_goes_on_without_a_reset(
 async def test_a_resume_on_an_empty_stream_gets_no_reset_and_a_start_asks_nothing() -> None:
     redis = StreamRedis()
     key = KEYS.events("c1")
-    stream = serve_app._sse(redis, key, "3-0", ServeConfig())  # type: ignore[arg-type]
+    stream = await open_stream(redis, key, "3-0", ServeConfig())
     assert await frames_of(stream, 2) == [b"retry: 1000\n\n", b": keepalive\n\n"]
     assert redis.sent == [("xrange", key, 1), ("xread", {key: "3-0"}, 200, 15_000)]
     await stream.aclose()  # type: ignore[attr-defined]
@@ -1389,3 +1400,100 @@ async def test_a_request_that_fails_before_answering_is_counted_as_a_500() -> No
     answer = await post(make_app(StreamRedis(), gateway), "/api/conversations/c1/cancel")
     assert answer.status_code == 500
     assert requests_counted(*route) == before + 1
+
+
+class StreamFailing(aioredis.Redis):
+    """A real client (its URL is what an error names) over one unsplit projection whose stream key
+    holds `entries`: XREAD answers those past its id, then fails with `error`; XRANGE fails with it
+    when `resumes_fail`."""
+
+    def __init__(self, error: Exception, entries: list[Entry], resumes_fail: bool = False) -> None:
+        super().__init__(host="cache.example.net", username="serve", password="pw")
+        self.error, self.entries, self.resumes_fail = error, entries, resumes_fail
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+    async def xrange(self, *args: Any, **kwargs: Any) -> Any:
+        if self.resumes_fail:
+            raise self.error
+        return self.entries[:1]
+
+    async def xread(self, streams: Any, *args: Any, **kwargs: Any) -> Any:
+        [(key, last)] = streams.items()
+        after = [e for e in self.entries if _id(e[0].decode()) > _id(last)]
+        if not after:
+            raise self.error
+        return [(key.encode(), after)]
+
+
+def failures_logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "turnledger.serve.redis_failures"
+    ]
+
+
+OUTAGE = RedisConnectionError("Connection closed by server.")
+OUTAGE_SAID = (
+    "Redis is not reachable at 'redis://serve:***@cache.example.net:6379/0' (ConnectionError: Connection "
+    "closed by server.). Start the local stack with `turnledger dev up`, or set REDIS_URL (or --redis-url) "
+    "to a reachable Redis, e.g. redis://127.0.0.1:6379/0."
+)
+STREAM_ENDS = "serve: event streams end, their clients resume once Redis answers: "
+ENTRIES: list[Entry] = [(b"1-0", {b"type": b"committed", b"data": b"{}"})]
+
+
+def strict_client(app: Starlette) -> httpx.AsyncClient:
+    """`client`, but an exception out of the app fails the test: a stream cut by an error."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+
+
+async def test_redis_failing_under_an_open_stream_ends_it_with_an_unavailable_event_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    open_before = sample("turnledger_serve_event_streams")
+    app = make_app(StreamFailing(OUTAGE, ENTRIES))
+    async with strict_client(app) as http:
+        answers = [await http.get("/api/conversations/c1/events") for _ in range(2)]
+    for answer in answers:
+        assert answer.status_code == 200
+        assert answer.content == (
+            b"retry: 1000\n\n"
+            b"id: 1-0\nevent: committed\ndata: {}\n\n"
+            b'retry: 3000\nevent: unavailable\ndata: {"error":"Connection closed by server."}\n\n'
+        )
+    assert failures_logged(caplog) == [(logging.WARNING, STREAM_ENDS + OUTAGE_SAID)]
+    assert sample("turnledger_serve_event_streams") == open_before
+
+
+async def test_a_redis_refusal_under_an_open_stream_ends_it_saying_what_to_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    error = AuthenticationError("invalid username-password pair or user is disabled.")
+    said = (
+        "Redis at 'redis://serve:***@cache.example.net:6379/0' refused the connection (plaintext, user "
+        f"'serve' with a password): AuthenticationError: invalid username-password pair or user is "
+        f"disabled. {CHECK_LOGIN}"
+    )
+    async with strict_client(make_app(StreamFailing(error, []))) as http:
+        answer = await http.get("/api/conversations/c1/events")
+    last = answer.content.split(b"\n\n")[-2]
+    assert last == b"retry: 3000\nevent: unavailable\ndata: " + orjson.dumps({"error": said})
+    assert failures_logged(caplog) == [(logging.ERROR, STREAM_ENDS + said)]
+
+
+async def test_any_other_redis_error_under_an_open_stream_is_not_judged_there() -> None:
+    error = ResponseError("WRONGTYPE")
+    with pytest.raises(RuntimeError, match="response already started") as raised:
+        async with strict_client(make_app(StreamFailing(error, []))) as http:
+            await http.get("/api/conversations/c1/events")
+    assert raised.value.__cause__ is error
+
+
+async def test_a_resume_while_redis_is_down_is_a_503_before_any_stream_starts() -> None:
+    redis = StreamFailing(OUTAGE, ENTRIES, resumes_fail=True)
+    async with strict_client(make_app(redis)) as http:
+        answer = await http.get("/api/conversations/c1/events", headers={"Last-Event-ID": "1-0"})
+    assert (answer.status_code, answer.json()) == (503, {"error": "Connection closed by server."})

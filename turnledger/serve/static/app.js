@@ -32,6 +32,8 @@ function time(ms) {
 }
 
 const app = document.getElementById("app");
+const REOPEN_FIRST_MS = 1000;
+const REOPEN_MAX_MS = 30000;
 
 function route() {
   const match = location.hash.match(/^#\/c\/(.+)$/);
@@ -73,6 +75,10 @@ class ConversationView {
     this.quarantine = [];
     this.rejections = [];
     this.source = null;
+    this.lastId = "0-0";          // the last SSE id applied: where a stream this page reopens resumes
+    this.reopening = null;        // the timer of the next reopen, while the stream is closed
+    this.attempts = 0;            // reopens since the stream last opened
+    this.paused = "";             // why live updates stopped, while they are
     this.closed = false;
     this.build();
     this.load();
@@ -80,6 +86,12 @@ class ConversationView {
 
   close() {
     this.closed = true;
+    this.stopListening();
+  }
+
+  stopListening() {
+    clearTimeout(this.reopening);
+    this.reopening = null;
     if (this.source) this.source.close();
   }
 
@@ -144,26 +156,56 @@ class ConversationView {
     this.rejections = snap.rejections;
     this.render();
     if (this.closed) return;
-    // the whole live stream (capped) gives the operations' timelines; every event applies idempotently,
-    // and EventSource resumes with Last-Event-ID after a disconnect, so none is lost or seen twice
-    const query = "?after=0-0" + (token ? "&token=" + encodeURIComponent(token) : "");
-    this.source = new EventSource(this.base + "/events" + query);
-    this.source.onopen = () => this.say("live");
-    this.source.onerror = () => this.say("reconnecting…");
+    this.listen();
+  }
+
+  // The whole live stream (capped) gives the operations' timelines; every event applies idempotently.
+  // EventSource resumes with Last-Event-ID after a disconnect, but gives up for good on an answer other
+  // than 200 (serve's 503 while it cannot reach Redis): then the page opens the stream again itself,
+  // after the last event it applied, waiting longer each time up to REOPEN_MAX_MS.
+  listen() {
+    this.reopening = null;
+    const query = "?after=" + encodeURIComponent(this.lastId) + (token ? "&token=" + encodeURIComponent(token) : "");
+    const source = new EventSource(this.base + "/events" + query);
+    this.source = source;
+    source.onopen = () => {
+      this.attempts = 0;
+      this.paused = "";
+      this.say("live");
+    };
+    source.onerror = () => {
+      if (source.readyState !== EventSource.CLOSED) return this.say(this.pausedText("reconnecting…"));
+      const wait = Math.min(REOPEN_FIRST_MS * 2 ** this.attempts, REOPEN_MAX_MS);
+      this.attempts += 1;
+      this.paused = this.paused || "the server refused the live stream";
+      this.say(this.pausedText(`retrying in ${Math.round(wait / 1000)} s…`));
+      this.reopening = setTimeout(() => this.listen(), wait);
+    };
+    // serve ended the stream because Redis failed under it; EventSource retries after the hint it sent
+    source.addEventListener("unavailable", () => {
+      this.paused = "the server cannot reach Redis";
+      this.say(this.pausedText("reconnecting…"));
+    });
     // the stream's cap trimmed events this page had not seen: start again from the snapshot
-    this.source.addEventListener("reset", () => this.reload());
+    source.addEventListener("reset", () => this.reload());
     for (const kind of ["committed", "preview", "retracted", "status", "quarantined", "rejected"]) {
-      this.source.addEventListener(kind, (e) => {
+      source.addEventListener(kind, (e) => {
         if (this.seen.has(e.lastEventId)) return;
         this.seen.add(e.lastEventId);
+        this.lastId = e.lastEventId;
         this.apply(kind, JSON.parse(e.data), e.lastEventId);
         this.render();
       });
     }
   }
 
+  pausedText(then) {
+    return this.paused ? `live updates paused: ${this.paused}; ${then}` : then;
+  }
+
   reload() {
-    if (this.source) this.source.close();
+    this.stopListening();
+    this.lastId = "0-0";
     this.blocks.clear();
     this.previews.clear();
     this.ops.clear();
