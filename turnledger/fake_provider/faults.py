@@ -169,8 +169,8 @@ class FaultPlan:
     ) -> tuple[Fault, ...]:
         """The scripted faults of the next request, `cursor` moved past it (counted for `by_request`, and
         for `by_unmarked_request` when no marker gives it a fault; the markers of `first_with_marker`
-        this body contains are met). `last_user_text`: the last text part of the request's last turn when that turn
-        is the user's text ("" otherwise)."""
+        this body contains are met). `last_user_text`: the last text part of the request's last turn
+        when that turn is the user's text ("" otherwise)."""
         marked = tuple(
             f for marker, faults in self.by_marker.items() if marker.encode() in body for f in faults
         ) + tuple(

@@ -89,7 +89,8 @@ def test_every_fault_kind_scripts_the_faults_needing_an_answer_by_markers_the_ot
 def test_a_marked_question_arriving_at_any_request_number_gets_its_own_fault_alone(arrives: int) -> None:
     """A CI run lost the answer of thinking alone: its conversation's first request arrived at the number
     the demo scripts `refusal_after` for, which stopped it as a refusal. A fault by number now goes to
-    the next request without a marked fault (`FaultPlan.by_unmarked_request`), whenever the marked one arrives."""
+    the next request without a marked fault (`FaultPlan.by_unmarked_request`), whenever the marked one
+    arrives."""
     plan = _fault_plan(DemoOptions(conversations=24, seed=7, every_fault_kind=True, **RATES))
     plain = _plain()
     cursor = ScriptCursor()
