@@ -29,6 +29,7 @@ FIXES = (
     " to a reachable broker list host:port[,host:port].",
 )
 """How each outage line ends: the fix it names."""
+REFUSED = "refused the connection (nothing listens on that port)"
 REDIS_LINE = f"Redis is not reachable at '{REDIS_DOWN}' (ConnectionError: Error 111 connecting to {DOWN}."
 
 COMMANDS = [
@@ -77,6 +78,8 @@ def test_the_outage_given_up_on_is_the_commands_one_line_without_the_clients_own
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"turnledger {command}: {line}"), done.stderr
     assert last.endswith(FIXES), "one line, not cut at the console's width"
+    if line == KAFKA_LINE:  # why, which aiokafka's line (now DEBUG) said and its error does not
+        assert f"(KafkaConnectionError: no broker answered: {DOWN}: {REFUSED}). " in last
     assert "aiokafka" not in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout == ""

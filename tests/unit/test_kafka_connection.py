@@ -237,13 +237,24 @@ def _connections(server: socket.socket) -> int:
         count += 1
 
 
-async def test_diagnose_says_nothing_of_plaintext_or_of_nothing_listening(listener: socket.socket) -> None:
+async def test_diagnose_of_plaintext_connects_once_and_says_nothing_when_the_broker_took_it(
+    listener: socket.socket,
+) -> None:
     port = listener.getsockname()[1]
-    await diagnose(f"127.0.0.1:{port}", KafkaSecurity(), timeout_s=0.5)
-    assert _connections(listener) == 0  # no connection tried at all
-    await diagnose(
-        "127.0.0.1:1", KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
-    )
+    assert await diagnose(f"127.0.0.1:{port}", KafkaSecurity(), timeout_s=0.5) is None
+    assert _connections(listener) == 1
+
+
+async def test_diagnose_says_why_no_address_took_a_connection_plain_or_secured() -> None:
+    """aiokafka's error says only "Unable to bootstrap from [...]" (`reachability`)."""
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    refused = f"no broker answered: 127.0.0.1:{port}: refused the connection (nothing listens on that port)"
+    sasl = KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    for settings in (KafkaSecurity(), sasl):
+        found = await diagnose(f"127.0.0.1:{port}", settings)
+        assert isinstance(found, KafkaConnectionError)
+        assert str(found) == f"KafkaConnectionError: {refused}"
 
 
 def _alert(reason: str) -> ssl.SSLError:
@@ -357,11 +368,13 @@ async def test_diagnose_gives_up_on_a_listener_that_never_answers_after_its_time
     listener: socket.socket,
 ) -> None:
     """A broker that takes the connection and never answers is an outage, not a refusal: one connection,
-    given up after `timeout_s` (not aiokafka's 40 s, nor never), and nothing said."""
+    given up after `timeout_s` (not aiokafka's 40 s, nor never), and said as the cause."""
     settings = KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    port = listener.getsockname()[1]
     async with asyncio.timeout(5):
-        await diagnose(f"127.0.0.1:{listener.getsockname()[1]}", settings, timeout_s=0.2)
+        found = await diagnose(f"127.0.0.1:{port}", settings, timeout_s=0.2)
     assert _connections(listener) == 1
+    assert str(found) == f"KafkaConnectionError: no broker answered: 127.0.0.1:{port}: no answer within 0.2 s"
 
 
 def _unverified(settings: KafkaSecurity) -> KafkaSecurity:

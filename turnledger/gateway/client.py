@@ -414,7 +414,8 @@ class GatewayClient(EventFactory):
             await self._producer.start()
         except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
             await self._producer.stop()
-            # a refused login or certificate: KafkaAccessError; a KDC down: the outage's cause
+            # a refused login or certificate: KafkaAccessError; a KDC down, or why no address took a
+            # connection: the outage's cause
             cause = await diagnose(self.bootstrap) or exc
             raise KafkaUnavailableError(self.bootstrap, cause, action="start the ingress producer") from exc
         self._started = True

@@ -155,10 +155,11 @@ async def start_client(
         except BaseException as exc:
             await close_client(client)
             if isinstance(exc, KafkaConnectionError):
-                # a refused login or certificate: no outage to wait out; a KDC down: the outage's cause
-                kdc_down = await diagnose(bootstrap)
-                if kdc_down is not None:
-                    raise kdc_down from exc
+                # a refused login or certificate: no outage to wait out; a KDC down, or what stopped
+                # each address's connection: the outage's cause
+                cause = await diagnose(bootstrap)
+                if cause is not None:
+                    raise cause from exc
             raise
         return client
 

@@ -49,6 +49,7 @@ from aiokafka.helpers import create_ssl_context
 
 from turnledger.errors import KafkaAccessError, KafkaSettingsError
 from turnledger.kafka import kerberos, kerberos_refusal, oauth
+from turnledger.kafka.reachability import nobody_answered, unreachable, words_for
 from turnledger.kafka.secret import Secret, read_secret
 from turnledger.tls_alerts import certificate_alert, read_alert
 
@@ -314,17 +315,20 @@ def kafka_options() -> dict[str, Any]:
 
 async def diagnose(
     bootstrap: str, settings: KafkaSecurity | None = None, timeout_s: float = 10.0
-) -> kerberos.KdcUnavailable | None:
+) -> kerberos.KdcUnavailable | kafka_errors.KafkaConnectionError | None:
     """Connect to each bootstrap address once, by hand; raise `KafkaAccessError` if one was reached and
     refused us (a login, a mechanism, a certificate). Anything else (nothing listening, a timeout) is an
-    outage the caller goes on treating as one; returned is the Kerberos KDC's when no KDC answered for
-    any address (the client's own error only says it could not bootstrap), to report as the cause."""
+    outage the caller goes on treating as one; returned, to report as its cause instead of the client's
+    "unable to bootstrap": the Kerberos KDC's error when no KDC answered for any address, or what
+    stopped a TCP connection to each address (`reachability.unreachable`) when none took one."""
     settings = settings or security()
     if settings.protocol == "PLAINTEXT":
-        return None
+        return await unreachable(bootstrap)
     options = settings.client_options()
     kdc_down: kerberos.KdcUnavailable | None = None
-    for address in bootstrap.split(","):
+    stopped: list[tuple[str, int, str]] = []  # the addresses no TCP connection reached, and why
+    addresses = bootstrap.split(",")
+    for address in addresses:
         host, _, port = address.strip().rpartition(":")
         try:
             conn = await create_conn(
@@ -340,10 +344,16 @@ async def diagnose(
             if alert is None:  # closed for another reason: an outage, not ours to judge here
                 continue
             raise KafkaAccessError(bootstrap, settings.describe(), alert, settings.fix(alert)) from None
-        except Exception:  # unreachable, or some other trouble: not ours to judge here
+        except OSError as exc:  # no connection (refused, a name that does not resolve, no answer) or TLS
+            if not isinstance(exc, ssl.SSLError):
+                stopped.append((host.strip("[]"), int(port), words_for(exc, timeout_s)))
+            continue
+        except Exception:  # some other trouble: not ours to judge here
             continue
         conn.close()
         return None
+    if kdc_down is None and len(stopped) == len(addresses):
+        return nobody_answered(stopped)
     return kdc_down
 
 
