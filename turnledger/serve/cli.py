@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
 import typer
@@ -117,7 +118,9 @@ def serve_command(
     ingress = Topics(prefix=topic_prefix).ingress
     outage = Backoff(max_outage_s=max_outage)
     try:
-        run_until_signalled(_serve(url, servers, ingress, host, sockets, config, metrics_port, outage))
+        run_until_signalled(
+            _serve(ServeRun(url, servers, ingress, host, sockets, config, metrics_port, outage))
+        )
     except StoppedAtOnce as exc:
         err.print(f"turnledger serve: {exc}", style="red", markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_STOPPED_AT_ONCE) from exc
@@ -152,29 +155,33 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     return bound
 
 
-async def _serve(
-    redis_url: str,
-    bootstrap: str,
-    ingress: str,
-    host: str,
-    sockets: list[socket.socket],
-    config: ServeConfig,
-    metrics_port: int = 0,
-    outage: Backoff = FOREVER,
-) -> None:
-    """Wait for Redis and Kafka as `outage` says (a first SIGTERM or SIGINT meanwhile returns), then serve
-    until uvicorn's own signal handling ends it."""
+@dataclass(frozen=True)
+class ServeRun:
+    """What one `turnledger serve` run serves, from where, and how long it waits for Redis and Kafka."""
+
+    redis_url: str
+    bootstrap: str
+    ingress: str
+    host: str
+    sockets: list[socket.socket]
+    config: ServeConfig
+    metrics_port: int = 0
+    outage: Backoff = FOREVER
+
+
+async def _serve(run: ServeRun) -> None:
+    """Wait for Redis and Kafka as `run.outage` says (a first SIGTERM or SIGINT meanwhile returns), then
+    serve until uvicorn's own signal handling ends it."""
     stop = asyncio.Event()
     before = {sig: signal.getsignal(sig) for sig in SIGNALS}
     stop_on_signals(stop, "turnledger serve")
     try:
-        await _serve_on(
-            redis_url, bootstrap, ingress, host, sockets, config, metrics_port, outage, stop, before
-        )
+        await _serve_on(run, stop, before)
     except StopRequested:
         return
     finally:
-        for sock in sockets:  # uvicorn's servers close them once they served; not when Redis or Kafka failed
+        # uvicorn's servers close them once they served; not when Redis or Kafka failed
+        for sock in run.sockets:
             sock.close()
 
 
@@ -206,18 +213,7 @@ def _hand_signals_to_uvicorn(before: Mapping[signal.Signals, object]) -> None:
         signal.signal(sig, cast(Any, handler))
 
 
-async def _serve_on(
-    redis_url: str,
-    bootstrap: str,
-    ingress: str,
-    host: str,
-    sockets: list[socket.socket],
-    config: ServeConfig,
-    metrics_port: int,
-    outage: Backoff,
-    stop: asyncio.Event,
-    before: Mapping[signal.Signals, object],
-) -> None:
+async def _serve_on(run: ServeRun, stop: asyncio.Event, before: Mapping[signal.Signals, object]) -> None:
     server: uvicorn.Server | None = None
     waiting = ["waiting for Redis"]
 
@@ -226,17 +222,17 @@ async def _serve_on(
             return waiting[0]
         return None if server is not None and server.started else "the HTTP server is starting"
 
-    async with serving(metrics_port, ready):
-        redis = await wait_for_redis(redis_url, outage, stop)
+    async with serving(run.metrics_port, ready):
+        redis = await wait_for_redis(run.redis_url, run.outage, stop)
         try:
             waiting[0] = "waiting for Kafka"
             gateway = await start_client(
                 lambda: GatewayClient(
-                    bootstrap, topic=ingress, client_id="turnledger-serve", limits=load_limits()
+                    run.bootstrap, topic=run.ingress, client_id="turnledger-serve", limits=load_limits()
                 ),
-                bootstrap=bootstrap,
+                bootstrap=run.bootstrap,
                 action="start serve's ingress producer",
-                backoff=outage,
+                backoff=run.outage,
                 stop=stop,
             )
             try:
@@ -245,13 +241,15 @@ async def _serve_on(
                     return
                 _hand_signals_to_uvicorn(before)
                 level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
-                server = uvicorn.Server(uvicorn.Config(create_app(redis, gateway, config), log_level=level))
+                server = uvicorn.Server(
+                    uvicorn.Config(create_app(redis, gateway, run.config), log_level=level)
+                )
                 redact_access_log()  # after Config: it configures uvicorn's loggers
-                task = asyncio.create_task(server.serve(sockets=sockets))
+                task = asyncio.create_task(server.serve(sockets=run.sockets))
                 while not server.started and not task.done():
                     await asyncio.sleep(0.05)
                 if server.started:
-                    print(f"serving {page_url(server, host, config.token)}", flush=True)
+                    print(f"serving {page_url(server, run.host, run.config.token)}", flush=True)
                 await task
             finally:
                 await gateway.stop()
