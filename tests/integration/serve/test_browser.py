@@ -1,6 +1,9 @@
 """The page in a real browser (Debian's chromium through Playwright, no browser download): a conversation
 driven through the whole pipeline — processor, projector, worker, fake provider with a slow stream — shows
-the model's answer as a revocable preview while it streams, then as committed; text is never markup."""
+the model's answer as a revocable preview while it streams, then as committed; text is never markup.
+With a Redis of the test's own stopped under serve, the page pauses its live updates and resumes, and
+a page opened meanwhile says why it cannot load and retries. Pages whose API answers the test gives
+(`RoutedServe`, no server) check what a load retries, what it says once, and the retry's waits."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import re
 import shutil
 import sys
 from collections.abc import AsyncIterator, Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from turnledger.fake_provider import FakeProvider, Fault, FaultKind, FaultPlan
 from turnledger.gateway.endpoints import endpoints_for
 from turnledger.gateway.runner import run_worker
 from turnledger.gateway.worker import WorkerConfig
+from turnledger.model.graph import Block
 from turnledger.processors.topics import ensure_topics
 from turnledger.projections.keys import ProjectionKeys
 from turnledger.serve.app import ServeConfig
@@ -289,3 +294,201 @@ async def test_the_page_says_live_updates_paused_while_redis_is_down_then_shows_
                 finally:
                     await browser.close()
         assert "Traceback" not in serve.child.log.read_text()
+
+
+def refused_connection(port: int) -> str:
+    """What redis-py says, and serve's 503 repeats, when nothing listens on Redis's port."""
+    return f"Error 111 connecting to 127.0.0.1:{port}. Connect call failed ('127.0.0.1', {port})."
+
+
+@pytest.mark.timeout(240)
+async def test_pages_opened_while_redis_is_down_say_why_and_retry_until_it_is_back(
+    chromium: str, kafka_bootstrap: str, topic_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    with RestartableRedis(tmp_path / "redis", port=RESTART_PORTS.take) as redis_server:
+        redis_server.start()
+        log = tmp_path / "serve.log"
+        async with serve_on(redis_server, kafka_bootstrap, topic_name("") + ".", log) as serve:
+            keys = ProjectionKeys(PREFIX)
+            conv = "conv-down"
+            # the projection's snapshot only: the page shows it from the snapshot, not from the stream
+            snapshot = Block(
+                id="block-1", role="user", kind="text", turn_id="turn-1", revision=1, ordering=1,
+                trust_label="user", text="in the snapshot",
+            )  # fmt: skip
+            await serve.redis.hset(keys.history(conv), "block-1", snapshot.model_dump_json())
+            await serve.redis.zadd(keys.history_order(conv), {"block-1": 1})
+            await serve.redis.hset(keys.conversation(conv), mapping={"revision": "1", "turns": "1"})
+            await serve.redis.zadd(keys.conversations, {conv: 1_000})
+            assert await serve.redis.save()  # what the restarted Redis loads (no persistence)
+            await asyncio.to_thread(redis_server.stop)
+
+            async with async_playwright() as p:
+                browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                try:
+                    page = await browser.new_page()
+                    listing = await browser.new_page()
+                    errors: list[Any] = []
+                    for opened in (page, listing):
+                        opened.on("pageerror", lambda error: errors.append(error))
+                    await page.goto(serve.url + "#/c/" + conv)
+                    await listing.goto(serve.url)
+                    said = refused_connection(redis_server.port)
+                    waiting = re.compile(
+                        re.escape(f"could not load: the server answered 503: {said}")
+                        + r"; retrying in \d+ s…"
+                    )
+                    live = page.locator("#live")
+                    await expect(live).to_have_text(waiting, timeout=60_000)
+                    await expect(listing.locator("#status")).to_have_text(waiting, timeout=60_000)
+                    await page.screenshot(path=str(tmp_path / "waiting.png"), full_page=True)
+
+                    await asyncio.to_thread(redis_server.start)
+                    await serve.reconnect(redis_server.url)
+                    committed = page.locator('#messages li[data-state="committed"] .text')
+                    await expect(committed).to_have_text(["in the snapshot"], timeout=90_000)
+                    await expect(live).to_have_text("live", timeout=60_000)
+                    await serve.redis.xadd(keys.events(conv), committed_turn(2, "after the outage"))
+                    await expect(committed).to_have_text(
+                        ["in the snapshot", "after the outage"], timeout=60_000
+                    )
+                    await expect(listing.locator("#conversations li")).to_have_attribute(
+                        "data-conversation", conv, timeout=90_000
+                    )
+                    await expect(listing.locator("#status")).to_have_text("")
+                    assert not errors, errors
+                finally:
+                    await browser.close()
+        assert "Traceback" not in serve.child.log.read_text()
+
+
+ORIGIN = "http://turnledger.test/"
+
+
+class RoutedServe:
+    """The page's own files at ORIGIN with the API's answers given by the test, one a request, in
+    order (`answer`): a test decides what each load meets, and when, without a server."""
+
+    def __init__(self) -> None:
+        self.answers: asyncio.Queue[tuple[int, dict[str, Any]] | None] = asyncio.Queue()
+        self.asked: list[str] = []
+
+    def answer(self, status: int, body: dict[str, Any]) -> None:
+        self.answers.put_nowait((status, body))
+
+    def no_answer(self) -> None:
+        """The next request fails as when the server is down (fetch rejects)."""
+        self.answers.put_nowait(None)
+
+    async def handle(self, route: Any) -> None:
+        path = route.request.url.removeprefix(ORIGIN)
+        if path.startswith("api/"):
+            self.asked.append(path)
+            given = await self.answers.get()
+            if given is None:
+                await route.abort()
+            else:
+                await route.fulfill(
+                    status=given[0], content_type="application/json", body=json.dumps(given[1])
+                )
+            return
+        name = "index.html" if path.split("#")[0] == "" else path.removeprefix("static/")
+        served = resources.files("turnledger.serve").joinpath(f"static/{name}").read_text("utf-8")
+        await route.fulfill(
+            content_type="text/javascript" if name.endswith(".js") else "text/html", body=served
+        )
+
+
+@pytest.fixture
+async def routed_page(chromium: str) -> AsyncIterator[tuple[Any, RoutedServe]]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            routed = RoutedServe()
+            await page.route(ORIGIN + "**", routed.handle)
+            yield page, routed
+        finally:
+            await browser.close()
+
+
+@pytest.mark.timeout(120)
+async def test_a_load_that_gets_no_answer_or_a_503_is_retried_saying_why_until_it_loads(
+    routed_page: tuple[Any, RoutedServe],
+) -> None:
+    from playwright.async_api import expect
+
+    page, routed = routed_page
+    await page.goto(ORIGIN)
+    status = page.locator("#status")
+    routed.no_answer()
+    # the first wait is 0.5 to 1 s, the second 1 to 2 s
+    await expect(status).to_have_text(
+        "could not load: the server did not answer; retrying in 1 s…", timeout=30_000
+    )
+    routed.answer(503, {"error": "Redis is not reachable"})
+    await expect(status).to_have_text(
+        re.compile(r"could not load: the server answered 503: Redis is not reachable; retrying in [12] s…"),
+        timeout=30_000,
+    )
+    routed.answer(
+        200, {"conversations": [{"conversationId": "c1", "revision": 2, "turns": 1, "updatedAtMs": 0}]}
+    )
+    await expect(page.locator("#conversations li")).to_have_attribute(
+        "data-conversation", "c1", timeout=30_000
+    )
+    await expect(status).to_have_text("")
+    assert routed.asked == ["api/conversations"] * 3
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("opened", "status", "path", "refused"),
+    [
+        ("#/c/c1", "#live", "api/conversations/c1", (401, "unauthorized")),
+        ("#/c/c1", "#live", "api/conversations/c1", (403, "forbidden")),
+        ("", "#status", "api/conversations", (404, "not found")),
+    ],
+)
+async def test_a_load_refused_for_good_is_said_once_and_not_retried(
+    routed_page: tuple[Any, RoutedServe], opened: str, status: str, path: str, refused: tuple[int, str]
+) -> None:
+    from playwright.async_api import expect
+
+    page, routed = routed_page
+    code, error = refused
+    routed.answer(code, {"error": error})
+    await page.goto(ORIGIN + opened)
+    await expect(page.locator(status)).to_have_text(
+        f"could not load: the server answered {code}: {error}", timeout=30_000
+    )
+    assert await page.evaluate("current.retry.timer") is None  # no retry waits to run
+    assert routed.asked == [path]
+
+
+@pytest.mark.timeout(120)
+async def test_each_retry_waits_a_random_part_of_a_doubling_ceiling_of_at_most_30_s(
+    routed_page: tuple[Any, RoutedServe],
+) -> None:
+    page, routed = routed_page
+    routed.answer(200, {"conversations": []})
+    await page.goto(ORIGIN)
+    attempts = [0, 1, 2, 3, 4, 5, 6, 20]
+    ceilings = [1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000]
+    delays = await page.evaluate(
+        "(attempts) => [0, 0.25, 1].map((r) => attempts.map((a) => backoffDelay(a, () => r)))", attempts
+    )
+    assert delays == [[c / 2 for c in ceilings], [c * 5 / 8 for c in ceilings], ceilings]
+    # a page's retries draw from Math.random
+    drawn = await page.evaluate(
+        """() => {
+          const retry = new Retry();
+          retry.stop();  // nothing runs: only the waits are asked for
+          return [0, 0.5, 1].map((r) => { Math.random = () => r; return retry.schedule(() => {}); });
+        }"""
+    )
+    assert drawn == [500, 1_500, 4_000]

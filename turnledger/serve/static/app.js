@@ -32,37 +32,122 @@ function time(ms) {
 }
 
 const app = document.getElementById("app");
-const REOPEN_FIRST_MS = 1000;
-const REOPEN_MAX_MS = 30000;
+const BACKOFF_FIRST_MS = 1000;
+const BACKOFF_MAX_MS = 30000;
+const RETRIABLE = new Set([502, 503, 504]); // the server, or the Redis behind it, cannot answer for now
+
+// The wait before retry number `attempt` (0 the first): its ceiling doubles from BACKOFF_FIRST_MS up to
+// BACKOFF_MAX_MS, and the wait is drawn in the ceiling's upper half ("equal jitter"), so that the pages
+// an outage stopped together do not all retry in step, and none retries at once.
+function backoffDelay(attempt, random = Math.random) {
+  const ceiling = Math.min(BACKOFF_FIRST_MS * 2 ** attempt, BACKOFF_MAX_MS);
+  return ceiling / 2 + (random() * ceiling) / 2;
+}
+
+// One thing a page retries (its load, its live stream): one timer at a time, waits by backoffDelay.
+class Retry {
+  constructor() {
+    this.attempts = 0;
+    this.timer = null;
+    this.stopped = false;
+  }
+
+  // runs `again` after the next wait, which it returns (in ms); never once stopped
+  schedule(again) {
+    const wait = backoffDelay(this.attempts);
+    this.attempts += 1;
+    this.cancel();
+    if (!this.stopped) this.timer = setTimeout(() => { this.timer = null; again(); }, wait);
+    return wait;
+  }
+
+  succeeded() { this.attempts = 0; }
+
+  cancel() {
+    clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  stop() {
+    this.stopped = true;
+    this.cancel();
+  }
+}
+
+function seconds(ms) {
+  return Math.ceil(ms / 1000);
+}
+
+// A failed answer in the server's own words: serve answers {"error"} (a 503 quotes what Redis said).
+async function refusal(response) {
+  let error = "";
+  try {
+    error = JSON.parse(await response.text()).error || "";
+  } catch (e) {
+    // no JSON object (a proxy's page, say): its status says enough
+  }
+  return `the server answered ${response.status}` + (error ? `: ${error}` : "");
+}
+
+// GETs `path` and hands the JSON of its 200 answer to `use`. No answer, or one of RETRIABLE, is asked
+// again after `retry`'s next wait, saying why; any other (401, 403, 404 …) is said once.
+async function getRetrying(path, retry, say, use) {
+  let response = null;
+  try {
+    response = await api(path);
+  } catch (e) {
+    // no answer at all: the server is down or out of reach
+  }
+  if (response && response.ok) {
+    retry.succeeded();
+    return use(await response.json());
+  }
+  const why = response ? await refusal(response) : "the server did not answer";
+  if (response && !RETRIABLE.has(response.status)) return say(`could not load: ${why}`);
+  const wait = retry.schedule(() => getRetrying(path, retry, say, use));
+  say(`could not load: ${why}; retrying in ${seconds(wait)} s…`);
+}
 
 function route() {
   const match = location.hash.match(/^#\/c\/(.+)$/);
   if (current) current.close();
-  current = null;
-  if (match) current = new ConversationView(decodeURIComponent(match[1]));
-  else showList();
+  current = match ? new ConversationView(decodeURIComponent(match[1])) : new ListView();
 }
 
-async function showList() {
-  clear(app);
-  const list = el("ul", { id: "conversations", "aria-label": "Conversations" });
-  const form = el("form", { id: "open-form" },
-    el("label", { for: "open-id", text: "Conversation id " }),
-    el("input", { id: "open-id", name: "id", required: "required" }),
-    el("button", { type: "submit", text: "Open" }));
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    location.hash = "#/c/" + encodeURIComponent(form.elements.id.value);
-  });
-  app.append(el("h1", { text: "turnledger — conversations" }), form, list);
-  const response = await api("api/conversations");
-  const body = await response.json();
-  for (const c of body.conversations) {
-    const link = el("a", { href: "#/c/" + encodeURIComponent(c.conversationId), text: c.conversationId });
-    list.appendChild(el("li", { "data-conversation": c.conversationId }, link,
-      el("span", { class: "meta", text: ` revision ${c.revision ?? "–"}, ${c.turns} turns, ${time(c.updatedAtMs)}` })));
+class ListView {
+  constructor() {
+    this.retry = new Retry();
+    this.build();
+    getRetrying("api/conversations", this.retry, (text) => { this.status.textContent = text; },
+      (body) => this.show(body.conversations));
   }
-  if (!body.conversations.length) list.appendChild(el("li", { text: "No conversation yet." }));
+
+  close() { this.retry.stop(); }
+
+  build() {
+    clear(app);
+    this.list = el("ul", { id: "conversations", "aria-label": "Conversations" });
+    this.status = el("p", { id: "status", role: "status", "aria-live": "polite" });
+    const form = el("form", { id: "open-form" },
+      el("label", { for: "open-id", text: "Conversation id " }),
+      el("input", { id: "open-id", name: "id", required: "required" }),
+      el("button", { type: "submit", text: "Open" }));
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      location.hash = "#/c/" + encodeURIComponent(form.elements.id.value);
+    });
+    app.append(el("h1", { text: "turnledger — conversations" }), form, this.status, this.list);
+  }
+
+  show(conversations) {
+    this.status.textContent = "";
+    for (const c of conversations) {
+      const link = el("a", { href: "#/c/" + encodeURIComponent(c.conversationId), text: c.conversationId });
+      this.list.appendChild(el("li", { "data-conversation": c.conversationId }, link,
+        el("span", { class: "meta", text: ` revision ${c.revision ?? "–"}, ${c.turns} turns, ${time(c.updatedAtMs)}` })));
+    }
+    if (!conversations.length) this.list.appendChild(el("li", { text: "No conversation yet." }));
+  }
 }
 
 class ConversationView {
@@ -76,8 +161,7 @@ class ConversationView {
     this.rejections = [];
     this.source = null;
     this.lastId = "0-0";          // the last SSE id applied: where a stream this page reopens resumes
-    this.reopening = null;        // the timer of the next reopen, while the stream is closed
-    this.attempts = 0;            // reopens since the stream last opened
+    this.retry = new Retry();     // of the snapshot's load, then of the stream while it is closed
     this.paused = "";             // why live updates stopped, while they are
     this.closed = false;
     this.build();
@@ -86,12 +170,12 @@ class ConversationView {
 
   close() {
     this.closed = true;
+    this.retry.stop();
     this.stopListening();
   }
 
   stopListening() {
-    clearTimeout(this.reopening);
-    this.reopening = null;
+    this.retry.cancel();
     if (this.source) this.source.close();
   }
 
@@ -145,10 +229,11 @@ class ConversationView {
     await api(this.base + "/cancel", { method: "POST", body: JSON.stringify({ operationId }) });
   }
 
-  async load() {
-    const response = await api(this.base);
-    if (!response.ok) return this.say("could not load: " + response.status);
-    const snap = await response.json();
+  load() {
+    return getRetrying(this.base, this.retry, (text) => this.say(text), (snap) => this.loaded(snap));
+  }
+
+  loaded(snap) {
     for (const b of snap.history) this.blocks.set(b.id, b);
     for (const p of snap.previews) this.setPreview(p);
     for (const op of snap.operations) this.op(op.operationId).current = op;
@@ -156,30 +241,28 @@ class ConversationView {
     this.rejections = snap.rejections;
     this.render();
     if (this.closed) return;
+    this.say("connecting…");
     this.listen();
   }
 
   // The whole live stream (capped) gives the operations' timelines; every event applies idempotently.
   // EventSource resumes with Last-Event-ID after a disconnect, but gives up for good on an answer other
   // than 200 (serve's 503 while it cannot reach Redis): then the page opens the stream again itself,
-  // after the last event it applied, waiting longer each time up to REOPEN_MAX_MS.
+  // after the last event it applied, after `backoffDelay`.
   listen() {
-    this.reopening = null;
     const query = "?after=" + encodeURIComponent(this.lastId) + (token ? "&token=" + encodeURIComponent(token) : "");
     const source = new EventSource(this.base + "/events" + query);
     this.source = source;
     source.onopen = () => {
-      this.attempts = 0;
+      this.retry.succeeded();
       this.paused = "";
       this.say("live");
     };
     source.onerror = () => {
       if (source.readyState !== EventSource.CLOSED) return this.say(this.pausedText("reconnecting…"));
-      const wait = Math.min(REOPEN_FIRST_MS * 2 ** this.attempts, REOPEN_MAX_MS);
-      this.attempts += 1;
       this.paused = this.paused || "the server refused the live stream";
-      this.say(this.pausedText(`retrying in ${Math.round(wait / 1000)} s…`));
-      this.reopening = setTimeout(() => this.listen(), wait);
+      const wait = this.retry.schedule(() => this.listen());
+      this.say(this.pausedText(`retrying in ${seconds(wait)} s…`));
     };
     // serve ended the stream because Redis failed under it; EventSource retries after the hint it sent
     source.addEventListener("unavailable", () => {
