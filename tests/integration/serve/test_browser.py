@@ -3,7 +3,8 @@ driven through the whole pipeline — processor, projector, worker, fake provide
 the model's answer as a revocable preview while it streams, then as committed; text is never markup.
 With a Redis of the test's own stopped under serve, the page pauses its live updates and resumes, and
 a page opened meanwhile says why it cannot load and retries. Pages whose API answers the test gives
-(`RoutedServe`, no server) check what a load retries, what it says once, and the retry's waits."""
+(`RoutedServe`, no server) check what a load retries, what it says once, and the retry's waits, and
+what the page does when EventSource gives up on a stream: stop for good, wait and reopen, or reopen."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import redis.asyncio as aioredis
 from tests.conftest import skip_unless_installed
 from tests.integration.serve.conftest import serving
 from tests.integration.serve.test_stream_outage import PREFIX, serve_on
+from tests.integration.test_processor_eos import wait_for
 from tests.integration.worker_ports import RESTART_PORTS
 from turnledger.demo.run import _start_processor, _start_projector, _stop_process
 from turnledger.devstack.restartable import RestartableRedis
@@ -276,8 +278,10 @@ async def test_the_page_says_live_updates_paused_while_redis_is_down_then_shows_
                     assert await serve.redis.save()  # what the restarted Redis loads (no persistence)
 
                     await asyncio.to_thread(redis_server.stop)
-                    paused = "live updates paused: the server cannot reach Redis; "
-                    # EventSource's own reconnect got the 503 and gave up: the page reopens it itself
+                    # EventSource's own reconnect got the 503 and gave up: the page asks why (the
+                    # 503's words) and reopens it itself
+                    said = refused_connection(redis_server.port)
+                    paused = f"live updates paused: the server answered 503: {said}; "
                     await expect(live).to_have_text(
                         re.compile(re.escape(paused) + r"retrying in \d+ s…"), timeout=60_000
                     )
@@ -294,6 +298,44 @@ async def test_the_page_says_live_updates_paused_while_redis_is_down_then_shows_
                 finally:
                     await browser.close()
         assert "Traceback" not in serve.child.log.read_text()
+
+
+@pytest.mark.timeout(240)
+async def test_asking_serve_why_a_stream_closed_keeps_no_second_stream_open(
+    chromium: str, kafka_bootstrap: str, topic_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    with RestartableRedis(tmp_path / "redis", port=RESTART_PORTS.take) as redis_server:
+        redis_server.start()
+        async with serve_on(
+            redis_server, kafka_bootstrap, topic_name("") + ".", tmp_path / "serve.log"
+        ) as serve:
+
+            async def one_stream_open() -> bool:
+                """Each open stream of serve's blocks in one XREAD of its own."""
+                clients = await serve.redis.client_list()
+                return [c["cmd"] for c in clients].count("xread") == 1
+
+            async with async_playwright() as p:
+                browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                try:
+                    page = await browser.new_page()
+                    await page.goto(serve.url + "#/c/conv-asked")
+                    await expect(page.locator("#live")).to_have_text("live", timeout=30_000)
+                    await wait_for(one_stream_open, 30, "the page's stream to be open")
+                    # as when EventSource gives up: the page asks the events URL, serve answers with
+                    # its stream (200), and the page aborts it once it has the status, then reopens
+                    await page.evaluate(
+                        "() => { const s = current.source; s.close(); return current.streamClosed(s); }"
+                    )
+                    key = ProjectionKeys(PREFIX).events("conv-asked")
+                    await serve.redis.xadd(key, committed_turn(1, "after asking"))
+                    committed = page.locator('#messages li[data-state="committed"] .text')
+                    await expect(committed).to_have_text(["after asking"], timeout=30_000)
+                    await wait_for(one_stream_open, 30, "the asking stream to be closed")
+                finally:
+                    await browser.close()
 
 
 def refused_connection(port: int) -> str:
@@ -369,14 +411,18 @@ ORIGIN = "http://turnledger.test/"
 
 class RoutedServe:
     """The page's own files at ORIGIN with the API's answers given by the test, one a request, in
-    order (`answer`): a test decides what each load meets, and when, without a server."""
+    order (`answer`, `stream`): a test decides what each load meets, and when, without a server."""
 
     def __init__(self) -> None:
-        self.answers: asyncio.Queue[tuple[int, dict[str, Any]] | None] = asyncio.Queue()
+        self.answers: asyncio.Queue[tuple[int, str, str] | None] = asyncio.Queue()
         self.asked: list[str] = []
 
     def answer(self, status: int, body: dict[str, Any]) -> None:
-        self.answers.put_nowait((status, body))
+        self.answers.put_nowait((status, "application/json", json.dumps(body)))
+
+    def stream(self, *frames: str) -> None:
+        """The next request gets an event stream of these frames, which then ends."""
+        self.answers.put_nowait((200, "text/event-stream", "".join(frames)))
 
     def no_answer(self) -> None:
         """The next request fails as when the server is down (fetch rejects)."""
@@ -390,9 +436,7 @@ class RoutedServe:
             if given is None:
                 await route.abort()
             else:
-                await route.fulfill(
-                    status=given[0], content_type="application/json", body=json.dumps(given[1])
-                )
+                await route.fulfill(status=given[0], content_type=given[1], body=given[2])
             return
         name = "index.html" if path.split("#")[0] == "" else path.removeprefix("static/")
         served = resources.files("turnledger.serve").joinpath(f"static/{name}").read_text("utf-8")
@@ -492,3 +536,85 @@ async def test_each_retry_waits_a_random_part_of_a_doubling_ceiling_of_at_most_3
         }"""
     )
     assert drawn == [500, 1_500, 4_000]
+
+
+EMPTY_SNAPSHOT: dict[str, list[Any]] = {
+    "history": [], "previews": [], "operations": [], "quarantine": [], "rejections": [],
+}  # fmt: skip
+EVENTS = "api/conversations/c1/events?after="
+RECORD_SAID = """() => {
+  window.said = [];
+  const say = ConversationView.prototype.say;
+  ConversationView.prototype.say = function (text) { said.push(text); say.call(this, text); };
+}"""
+"""Keeps every status the conversation page says, in order, in `said` (`#live` shows the last only)."""
+
+
+def event_frame(entry_id: str, revision: int, text: str) -> str:
+    return f"id: {entry_id}\nevent: committed\ndata: {committed_turn(revision, text)['data']}\n\n"
+
+
+async def first_stream_ended(page: Any, routed: RoutedServe) -> None:
+    """A conversation page loaded whose first stream showed an event then ended: EventSource asks again
+    10 ms later (the stream's `retry:`), and that request waits for the test's answer."""
+    from playwright.async_api import expect
+
+    await page.goto(ORIGIN + "#/c/c1")
+    await page.evaluate(RECORD_SAID)  # nothing is said before the snapshot's answer
+    routed.answer(200, EMPTY_SNAPSHOT)
+    routed.stream("retry: 10\n\n", event_frame("1-0", 1, "before"))
+    committed = page.locator('#messages li[data-state="committed"] .text')
+    await expect(committed).to_have_text(["before"], timeout=30_000)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (401, {"error": "unauthorized"}, "the server answered 401: unauthorized"),
+        (404, {"error": "no such conversation"}, "the server answered 404: no such conversation"),
+        (200, {}, "the server answered 200 with no event stream"),
+    ],
+    ids=["401", "404", "200-not-a-stream"],
+)
+async def test_a_stream_refused_for_good_after_one_ended_is_said_once_and_not_asked_again(
+    routed_page: tuple[Any, RoutedServe], status: int, body: dict[str, Any], said: str
+) -> None:
+    from playwright.async_api import expect
+
+    page, routed = routed_page
+    await first_stream_ended(page, routed)
+    routed.answer(status, body)  # EventSource's own reconnect: it gives up, saying nothing of why
+    routed.answer(status, body)  # the page's fetch of the same URL: the status and the server's words
+    stopped = f"live updates stopped: {said}"
+    await expect(page.locator("#live")).to_have_text(stopped, timeout=30_000)
+    assert await page.evaluate("said") == ["connecting…", "live", "reconnecting…", stopped]
+    # nothing left that could ask again: no retry wait, the EventSource closed
+    assert await page.evaluate("[current.retry.timer, current.source.readyState]") == [None, 2]
+    assert routed.asked == ["api/conversations/c1", EVENTS + "0-0", EVENTS + "0-0", EVENTS + "1-0"]
+
+
+@pytest.mark.timeout(120)
+async def test_a_stream_refused_with_a_503_is_reopened_after_a_wait_and_at_once_when_it_answers_again(
+    routed_page: tuple[Any, RoutedServe],
+) -> None:
+    from playwright.async_api import expect
+
+    page, routed = routed_page
+    await first_stream_ended(page, routed)
+    down = {"error": "Redis is not reachable"}
+    routed.answer(503, down)  # EventSource's own reconnect: it gives up
+    routed.answer(503, down)  # the page asks why
+    paused = "live updates paused: the server answered 503: Redis is not reachable; retrying in 1 s…"
+    live = page.locator("#live")
+    await expect(live).to_have_text(paused, timeout=30_000)
+    routed.answer(503, down)  # the stream the page reopened after the wait (0.5 to 1 s): refused again
+    routed.stream(": Redis answers again\n\n")  # the page asks why: a stream, so it reopens at once
+    routed.stream("retry: 3600000\n\n", event_frame("2-0", 2, "after"))
+    committed = page.locator('#messages li[data-state="committed"] .text')
+    await expect(committed).to_have_text(["before", "after"], timeout=30_000)
+    await expect(live).to_have_text("reconnecting…", timeout=30_000)  # that one ended too: EventSource's own
+    said = await page.evaluate("said")
+    assert said == ["connecting…", "live", "reconnecting…", paused, "live", "reconnecting…"]
+    assert await page.evaluate("current.retry.timer") is None
+    assert routed.asked == ["api/conversations/c1"] + [EVENTS + "0-0"] * 2 + [EVENTS + "1-0"] * 4

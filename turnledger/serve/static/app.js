@@ -78,6 +78,15 @@ function seconds(ms) {
   return Math.ceil(ms / 1000);
 }
 
+// The answer to `path`, or null when none came (the server is down or out of reach).
+async function ask(path, options) {
+  try {
+    return await api(path, options);
+  } catch (e) {
+    return null;
+  }
+}
+
 // A failed answer in the server's own words: serve answers {"error"} (a 503 quotes what Redis said).
 async function refusal(response) {
   let error = "";
@@ -89,21 +98,30 @@ async function refusal(response) {
   return `the server answered ${response.status}` + (error ? `: ${error}` : "");
 }
 
-// GETs `path` and hands the JSON of its 200 answer to `use`. No answer, or one of RETRIABLE, is asked
-// again after `retry`'s next wait, saying why; any other (401, 403, 404 …) is said once.
+// Why a request failed (`response` null: no answer), and whether asking again may help: after no
+// answer, or one of RETRIABLE, it may; any other answer (401, 403, 404 …) is final.
+async function failure(response) {
+  if (!response) return { why: "the server did not answer", retriable: true };
+  return { why: await refusal(response), retriable: RETRIABLE.has(response.status) };
+}
+
+// Why an answer of the events URL is no live stream, as `failure` says; null when it is one.
+async function streamFailure(response) {
+  if (!response || !response.ok) return failure(response);
+  if (/^text\/event-stream/.test(response.headers.get("Content-Type"))) return null;
+  return { why: `the server answered ${response.status} with no event stream`, retriable: false };
+}
+
+// GETs `path` and hands the JSON of its 200 answer to `use`. A `failure` worth asking again is asked
+// again after `retry`'s next wait, saying why; a final one is said once.
 async function getRetrying(path, retry, say, use) {
-  let response = null;
-  try {
-    response = await api(path);
-  } catch (e) {
-    // no answer at all: the server is down or out of reach
-  }
+  const response = await ask(path);
   if (response && response.ok) {
     retry.succeeded();
     return use(await response.json());
   }
-  const why = response ? await refusal(response) : "the server did not answer";
-  if (response && !RETRIABLE.has(response.status)) return say(`could not load: ${why}`);
+  const { why, retriable } = await failure(response);
+  if (!retriable) return say(`could not load: ${why}`);
   const wait = retry.schedule(() => getRetrying(path, retry, say, use));
   say(`could not load: ${why}; retrying in ${seconds(wait)} s…`);
 }
@@ -177,6 +195,7 @@ class ConversationView {
   stopListening() {
     this.retry.cancel();
     if (this.source) this.source.close();
+    this.source = null;
   }
 
   build() {
@@ -245,13 +264,18 @@ class ConversationView {
     this.listen();
   }
 
+  // The stream after the last event this page applied (its start after a snapshot's load).
+  eventsUrl() {
+    const query = "?after=" + encodeURIComponent(this.lastId) + (token ? "&token=" + encodeURIComponent(token) : "");
+    return this.base + "/events" + query;
+  }
+
   // The whole live stream (capped) gives the operations' timelines; every event applies idempotently.
   // EventSource resumes with Last-Event-ID after a disconnect, but gives up for good on an answer other
-  // than 200 (serve's 503 while it cannot reach Redis): then the page opens the stream again itself,
-  // after the last event it applied, after `backoffDelay`.
+  // than 200 (serve's 503 while it cannot reach Redis, a 401 once the token is wrong): then the page
+  // finds out why (`streamClosed`) and opens the stream again itself, after the last event it applied.
   listen() {
-    const query = "?after=" + encodeURIComponent(this.lastId) + (token ? "&token=" + encodeURIComponent(token) : "");
-    const source = new EventSource(this.base + "/events" + query);
+    const source = new EventSource(this.eventsUrl());
     this.source = source;
     source.onopen = () => {
       this.retry.succeeded();
@@ -260,9 +284,7 @@ class ConversationView {
     };
     source.onerror = () => {
       if (source.readyState !== EventSource.CLOSED) return this.say(this.pausedText("reconnecting…"));
-      this.paused = this.paused || "the server refused the live stream";
-      const wait = this.retry.schedule(() => this.listen());
-      this.say(this.pausedText(`retrying in ${seconds(wait)} s…`));
+      this.streamClosed(source);
     };
     // serve ended the stream because Redis failed under it; EventSource retries after the hint it sent
     source.addEventListener("unavailable", () => {
@@ -280,6 +302,22 @@ class ConversationView {
         this.render();
       });
     }
+  }
+
+  // EventSource shows neither the status nor the body of the answer it gave up on, so the page asks the
+  // events URL again with fetch and aborts it once they are read (no second stream stays open). An
+  // event stream (200) answers again: reopen it now. A `failure` worth asking again: reopen after the
+  // next wait, saying why; a final one (401, 403, 404, a 200 that is no event stream): say it, once.
+  async streamClosed(source) {
+    const asking = new AbortController();
+    const failed = await streamFailure(await ask(this.eventsUrl(), { signal: asking.signal, cache: "no-store" }));
+    asking.abort();
+    if (this.closed || this.source !== source) return; // left, or reloaded, meanwhile
+    if (!failed) return this.listen();
+    if (!failed.retriable) return this.say(`live updates stopped: ${failed.why}`);
+    this.paused = failed.why;
+    const wait = this.retry.schedule(() => this.listen());
+    this.say(this.pausedText(`retrying in ${seconds(wait)} s…`));
   }
 
   pausedText(then) {
