@@ -60,8 +60,10 @@ RETRY_AFTER_REDIS_FAILED_MS = 3000
 class ServeConfig:
     key_prefix: str = DEFAULT_KEY_PREFIX
     token: str | None = None
-    block_ms: int = 15_000
-    """XREAD BLOCK timeout; an SSE comment is sent when it passes, to keep proxies from closing."""
+    block_ms: int = 4_000
+    """XREAD BLOCK timeout; an SSE comment is sent when it passes, to keep proxies from closing. Below
+    the Redis client's read timeout (redis-py 8's default `socket_timeout` is 5 s): a longer block is
+    read as a Redis that does not answer, which ended every idle stream as an outage."""
     batch: int = 200
     dispatch: DispatchDefaults = field(default_factory=DispatchDefaults)
     models: ModelRegistry = field(default_factory=load_model_registry)

@@ -36,6 +36,7 @@ from turnledger.gateway.client import GatewayClient, RefusedEventError
 from turnledger.model.events import DispatchRequested
 from turnledger.model.reasons import ReasonCode
 from turnledger.projections.keys import ProjectionKeys
+from turnledger.redisconn.client import redis_client
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.redisconn.refusals import CHECK_LOGIN
 from turnledger.serve import app as serve_app
@@ -493,8 +494,19 @@ async def test_a_block_that_passes_sends_a_keepalive_comment_and_reads_on() -> N
     assert await frames_of(stream, 3) == [b"retry: 1000\n\n", b": keepalive\n\n", b": keepalive\n\n"]
     redis.xadd(key, "9-0", type="status", data="{}")
     assert await frames_of(stream, 2) == [b"id: 9-0\nevent: status\ndata: {}\n\n", b": keepalive\n\n"]
-    assert redis.sent == [("xread", {key: "0-0"}, 200, 15_000)] * 3 + [("xread", {key: "9-0"}, 200, 15_000)]
+    assert redis.sent == [("xread", {key: "0-0"}, 200, 4_000)] * 3 + [("xread", {key: "9-0"}, 200, 4_000)]
     await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_stream_blocks_in_redis_for_less_than_serves_client_waits_for_an_answer() -> None:
+    """redis-py 8 stops reading after `socket_timeout`, 5 s by default (before it, never): the 15 s block
+    timed out as a Redis that does not answer, and every idle stream ended with `unavailable`."""
+    client = redis_client("redis://127.0.0.1:1/0")
+    try:
+        read_timeout_s = client.connection_pool.make_connection().socket_timeout
+        assert read_timeout_s is not None and ServeConfig().block_ms < read_timeout_s * 1000
+    finally:
+        await client.aclose()
 
 
 async def test_the_events_sent_are_counted_by_type_and_the_open_streams_while_open() -> None:
@@ -532,7 +544,7 @@ async def test_a_resume_before_the_first_entry_kept_gets_a_reset_first(after: st
         f'id: {after}\nevent: reset\ndata: {{"firstId":"{first}"}}\n\n'.encode(),
         f"id: {first}\nevent: committed\ndata: {{}}\n\n".encode(),
     ]
-    assert redis.sent == [("xrange", key, 1), ("xread", {key: after}, 200, 15_000)]
+    assert redis.sent == [("xrange", key, 1), ("xread", {key: after}, 200, 4_000)]
     assert sample("turnledger_serve_events_sent_total", type="reset") == resets_before + 1
     await stream.aclose()  # type: ignore[attr-defined]
 
@@ -556,7 +568,7 @@ async def test_a_resume_on_an_empty_stream_gets_no_reset_and_a_start_asks_nothin
     key = KEYS.events("c1")
     stream = await open_stream(redis, key, "3-0", ServeConfig())
     assert await frames_of(stream, 2) == [b"retry: 1000\n\n", b": keepalive\n\n"]
-    assert redis.sent == [("xrange", key, 1), ("xread", {key: "3-0"}, 200, 15_000)]
+    assert redis.sent == [("xrange", key, 1), ("xread", {key: "3-0"}, 200, 4_000)]
     await stream.aclose()  # type: ignore[attr-defined]
     assert await serve_app._trimmed_past(redis, key, "0-0") is None  # type: ignore[arg-type]
     assert len(redis.sent) == 2
@@ -679,7 +691,7 @@ async def test_the_largest_stream_id_redis_takes_is_a_position() -> None:
     largest = f"{2**64 - 1}-{2**64 - 1}"
     got = await stream_request(make_app(redis), "/api/conversations/c1/events", f"after={largest}", chunks=2)
     assert got.chunks == [b"retry: 1000\n\n", b": keepalive\n\n"]
-    assert redis.sent[-1] == ("xread", {KEYS.events("c1"): largest}, 200, 15_000)
+    assert redis.sent[-1] == ("xread", {KEYS.events("c1"): largest}, 200, 4_000)
 
 
 # ------------------------------------------------------------------------------------------- writes
