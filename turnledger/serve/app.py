@@ -248,8 +248,8 @@ def _app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig) -> Sta
         if not _is_stream_id(after):
             return _json({"error": f"not a stream id: {after!r}"}, 400)
         key = (await layout.keys()).events(conv)
-        # asked before the answer starts: a resume while Redis is down is a 503, which the page retries
-        # with backoff, not a stream that opens and ends at once (a split layout asks Redis nothing)
+        # asked before the answer starts: a stream asked while Redis is down is a 503, which the page
+        # retries with backoff, not a stream that opens and ends at once (a split layout asks Redis nothing)
         trimmed = await _trimmed_past(redis, key, after)
         return StreamingResponse(
             _sse(redis, key, after, trimmed, config, redis_failures),
@@ -397,11 +397,11 @@ def _stream_id(text: str) -> tuple[int, int]:
 async def _trimmed_past(redis: RedisClient, key: str, after: str) -> str | None:
     """The stream's first id when the client's last event is older than the oldest entry kept: the cap
     may have trimmed entries it has not seen, so it must load the snapshot again (a `reset` event).
-    None when nothing it has not seen can be gone."""
-    if after == "0-0":
-        return None
+    None when nothing it has not seen can be gone. Redis is asked from the start too (`0-0`): down, that
+    is the 503 before the stream starts, which EventSource ends on, not a stream opened and ended at
+    once, which it reopens every 3 s for as long as Redis is down."""
     first = cast(list[tuple[bytes, object]], await redis.xrange(key, count=1))
-    if not first:
+    if not first or after == "0-0":
         return None
     first_id = first[0][0].decode()
     return first_id if _stream_id(first_id) > _stream_id(after) else None

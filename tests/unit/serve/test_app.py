@@ -472,10 +472,10 @@ async def test_a_stream_from_the_start_sends_every_entry_in_batches_then_waits()
         b'id: 2-0\nevent: unknown\ndata: {"n":3}\n\n',
         b"id: 3-0\nevent: preview\ndata: {}\n\n",
     ]
-    assert redis.sent == [("xread", {key: "0-0"}, 2, 70), ("xread", {key: "1-1"}, 2, 70)]
+    assert redis.sent == [("xrange", key, 1), ("xread", {key: "0-0"}, 2, 70), ("xread", {key: "1-1"}, 2, 70)]
     waiting = asyncio.ensure_future(anext(stream))
-    await until(lambda: len(redis.sent) == 3)
-    assert redis.sent[2] == ("xread", {key: "3-0"}, 2, 70)
+    await until(lambda: len(redis.sent) == 4)
+    assert redis.sent[3] == ("xread", {key: "3-0"}, 2, 70)
     redis.xadd(key, "4-0", type="retracted", data="[]")
     assert await waiting == b"id: 4-0\nevent: retracted\ndata: []\n\n"
     await stream.aclose()  # type: ignore[attr-defined]
@@ -494,7 +494,9 @@ async def test_a_block_that_passes_sends_a_keepalive_comment_and_reads_on() -> N
     assert await frames_of(stream, 3) == [b"retry: 1000\n\n", b": keepalive\n\n", b": keepalive\n\n"]
     redis.xadd(key, "9-0", type="status", data="{}")
     assert await frames_of(stream, 2) == [b"id: 9-0\nevent: status\ndata: {}\n\n", b": keepalive\n\n"]
-    assert redis.sent == [("xread", {key: "0-0"}, 200, 4_000)] * 3 + [("xread", {key: "9-0"}, 200, 4_000)]
+    assert redis.sent == [("xrange", key, 1)] + [("xread", {key: "0-0"}, 200, 4_000)] * 3 + [
+        ("xread", {key: "9-0"}, 200, 4_000)
+    ]
     await stream.aclose()  # type: ignore[attr-defined]
 
 
@@ -563,15 +565,16 @@ async def test_a_resume_at_or_past_the_first_entry_kept_goes_on_without_a_reset(
     await stream.aclose()  # type: ignore[attr-defined]
 
 
-async def test_a_resume_on_an_empty_stream_gets_no_reset_and_a_start_asks_nothing() -> None:
+async def test_a_resume_on_an_empty_stream_gets_no_reset_and_a_start_asks_once_for_no_reset() -> None:
     redis = StreamRedis()
     key = KEYS.events("c1")
     stream = await open_stream(redis, key, "3-0", ServeConfig())
     assert await frames_of(stream, 2) == [b"retry: 1000\n\n", b": keepalive\n\n"]
     assert redis.sent == [("xrange", key, 1), ("xread", {key: "3-0"}, 200, 4_000)]
     await stream.aclose()  # type: ignore[attr-defined]
+    redis.xadd(key, "5-0", type="status")
     assert await serve_app._trimmed_past(redis, key, "0-0") is None  # type: ignore[arg-type]
-    assert len(redis.sent) == 2
+    assert redis.sent[2:] == [("xrange", key, 1)]  # asked (Redis down: a 503 first), no reset from the start
 
 
 # ------------------------------------------------------------------- the event stream over HTTP (ASGI)
@@ -643,7 +646,7 @@ async def test_the_events_endpoint_streams_from_the_last_event_id_header_over_af
     redis.sent.clear()
     got = await stream_request(app, path, chunks=4)
     assert [chunk.split(b"\n")[0] for chunk in got.chunks[1:]] == [b"id: 1-0", b"id: 2-0", b"id: 3-0"]
-    assert redis.sent[0] == ("xread", {key: "0-0"}, 10, 5)
+    assert redis.sent[:2] == [("xrange", key, 1), ("xread", {key: "0-0"}, 10, 5)]
 
 
 async def test_the_events_endpoint_reads_the_stream_of_the_conversations_slot_group() -> None:
@@ -1504,8 +1507,10 @@ async def test_any_other_redis_error_under_an_open_stream_is_not_judged_there() 
     assert raised.value.__cause__ is error
 
 
-async def test_a_resume_while_redis_is_down_is_a_503_before_any_stream_starts() -> None:
+@pytest.mark.parametrize("resume", [{"Last-Event-ID": "1-0"}, {}], ids=["resume", "from-the-start"])
+async def test_a_stream_asked_while_redis_is_down_is_a_503_before_it_starts(resume: dict[str, str]) -> None:
+    """From the start as well: a 200 that ended at once was reopened by EventSource every 3 s."""
     redis = StreamFailing(OUTAGE, ENTRIES, resumes_fail=True)
     async with strict_client(make_app(redis)) as http:
-        answer = await http.get("/api/conversations/c1/events", headers={"Last-Event-ID": "1-0"})
+        answer = await http.get("/api/conversations/c1/events", headers=resume)
     assert (answer.status_code, answer.json()) == (503, {"error": "Connection closed by server."})
