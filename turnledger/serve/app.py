@@ -23,6 +23,7 @@ from importlib import resources
 from typing import Any, TypeVar, cast
 
 import orjson
+from redis.asyncio.connection import Connection
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -40,7 +41,7 @@ from turnledger.projections.keys import DEFAULT_KEY_PREFIX, ProjectionKeys
 from turnledger.projections.reader import ProjectionReader
 from turnledger.projections.replies import bytes_hash, scored_list
 from turnledger.projections.shards import discover
-from turnledger.redisconn.cluster import RedisClient
+from turnledger.redisconn.cluster import RedisClient, connection_kwargs
 from turnledger.serve.bodies import CancelBody, DispatchBody, TurnBody, listing_limit, read_body
 from turnledger.serve.dispatch_defaults import DispatchDefaults, dispatch_refusal
 from turnledger.serve.redis_failures import RedisFailures
@@ -63,7 +64,8 @@ class ServeConfig:
     block_ms: int = 4_000
     """XREAD BLOCK timeout; an SSE comment is sent when it passes, to keep proxies from closing. Below
     the Redis client's read timeout (redis-py 8's default `socket_timeout` is 5 s): a longer block is
-    read as a Redis that does not answer, which ended every idle stream as an outage."""
+    read as a Redis that does not answer, which ended every idle stream as an outage. serve cuts it to
+    its client's (`block_within`)."""
     batch: int = 200
     dispatch: DispatchDefaults = field(default_factory=DispatchDefaults)
     models: ModelRegistry = field(default_factory=load_model_registry)
@@ -168,6 +170,24 @@ def create_app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig |
     """The serve API and page; `config` None is `ServeConfig()`, made on the call (it loads the model
     registry, which TURNLEDGER_MODEL_REGISTRY may name: not at import)."""
     return _app(redis, gateway, config or ServeConfig())
+
+
+def read_timeout_s(redis: RedisClient) -> float | None:
+    """How long `redis` waits for an answer before it takes Redis for gone (`socket_timeout`; redis-py 8
+    sets 5 s when the URL sets none; None: for ever)."""
+    kwargs = connection_kwargs(redis)  # what its connections are made with
+    given = {"socket_timeout": kwargs["socket_timeout"]} if "socket_timeout" in kwargs else {}
+    timeout = Connection(**given).socket_timeout
+    return None if timeout is None else float(timeout)
+
+
+def block_within(block_ms: int, read_timeout: float | None) -> int:
+    """`block_ms`, cut to four fifths of the client's read timeout: a block the client stops reading
+    before it ends is taken for a Redis that does not answer, and ends every idle stream (a URL's
+    `?socket_timeout=1` included). At least 1 ms: 0 is XREAD's "block for ever"."""
+    if read_timeout is None:
+        return block_ms
+    return max(1, min(block_ms, int(read_timeout * 800)))
 
 
 def _app(redis: RedisClient, gateway: GatewayClient, config: ServeConfig) -> Starlette:

@@ -9,7 +9,7 @@ import re
 import signal
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, cast
 
 import typer
@@ -34,7 +34,7 @@ from turnledger.projections.keys import DEFAULT_KEY_PREFIX
 from turnledger.redisconn.client import connect
 from turnledger.redisconn.cluster import RedisClient
 from turnledger.retry import FOREVER, Backoff, StopRequested, ride_out
-from turnledger.serve.app import ServeConfig, create_app, is_loopback
+from turnledger.serve.app import ServeConfig, block_within, create_app, is_loopback, read_timeout_s
 from turnledger.serve.dispatch_defaults import DispatchDefaults, check_dispatch_defaults
 from turnledger.shutdown import (
     EXIT_STOPPED_AT_ONCE,
@@ -241,9 +241,9 @@ async def _serve_on(run: ServeRun, stop: asyncio.Event, before: Mapping[signal.S
                     return
                 _hand_signals_to_uvicorn(before)
                 level = os.environ.get("TURNLEDGER_SERVE_LOG", "warning")
-                server = uvicorn.Server(
-                    uvicorn.Config(create_app(redis, gateway, run.config), log_level=level)
-                )
+                block_ms = block_within(run.config.block_ms, read_timeout_s(redis))
+                config = replace(run.config, block_ms=block_ms)
+                server = uvicorn.Server(uvicorn.Config(create_app(redis, gateway, config), log_level=level))
                 redact_access_log()  # after Config: it configures uvicorn's loggers
                 task = asyncio.create_task(server.serve(sockets=run.sockets))
                 while not server.started and not task.done():

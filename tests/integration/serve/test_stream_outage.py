@@ -54,10 +54,11 @@ class Serving:
 
 @asynccontextmanager
 async def serve_on(
-    redis_server: RestartableRedis, bootstrap: str, topic_prefix: str, log: Path
+    redis_server: RestartableRedis, bootstrap: str, topic_prefix: str, log: Path, url_query: str = ""
 ) -> AsyncIterator[Serving]:
-    """`turnledger serve` (its CLI, a child process logging to `log`) on `redis_server`, running."""
-    args = ["--port", "0", "--redis-url", redis_server.url, "--bootstrap", bootstrap]
+    """`turnledger serve` (its CLI, a child process logging to `log`) on `redis_server` (its URL with
+    `url_query`), running."""
+    args = ["--port", "0", "--redis-url", redis_server.url + url_query, "--bootstrap", bootstrap]
     args += ["--topic-prefix", topic_prefix, "--key-prefix", PREFIX]
     child = Child(["serve", *args], log, module="turnledger.cli")
     serving = Serving(child, "", aioredis.from_url(redis_server.url))
@@ -126,3 +127,27 @@ async def test_redis_stopping_ends_an_open_stream_cleanly_and_a_resume_after_its
             "Connection closed by server.). Start the local stack with `turnledger dev up`, or set "
             "REDIS_URL (or --redis-url) to a reachable Redis, e.g. redis://127.0.0.1:6379/0."
         ]
+
+
+@pytest.mark.timeout(240)
+async def test_an_idle_stream_blocks_in_redis_for_less_than_the_urls_read_timeout_and_stays_open(
+    kafka_bootstrap: str, topic_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A Redis URL's `?socket_timeout=1`: serve's 4 s XREAD BLOCK outlasted it, redis-py took Redis for
+    gone, and every idle stream ended with `unavailable` after 1 s. The block is cut to 0.8 s."""
+    with RestartableRedis(tmp_path / "redis", port=RESTART_PORTS.take) as redis_server:
+        redis_server.start()
+        log = tmp_path / "serve.log"
+        async with (
+            serve_on(redis_server, kafka_bootstrap, topic_name("") + ".", log, "?socket_timeout=1") as serve,
+            httpx.AsyncClient(base_url=serve.url, timeout=60) as http,
+            http.stream("GET", EVENTS) as response,
+        ):
+            assert response.status_code == 200
+            said = ""
+            async for chunk in response.aiter_text():
+                said += chunk
+                if said.count(": keepalive") >= 3 or "unavailable" in said:
+                    break
+        assert said == "retry: 1000\n\n" + ": keepalive\n\n" * 3, said
+        assert "redis_failures" not in serve.child.output()

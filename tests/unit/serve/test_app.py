@@ -500,6 +500,37 @@ async def test_a_block_that_passes_sends_a_keepalive_comment_and_reads_on() -> N
     await stream.aclose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    ("block_ms", "read_timeout", "blocked"),
+    [(4_000, None, 4_000), (4_000, 5.0, 4_000), (4_000, 2.0, 1_600), (1_000, 5.0, 1_000), (4_000, 0.001, 1)],
+)
+def test_the_block_is_cut_to_four_fifths_of_the_clients_read_timeout_and_never_to_zero(
+    block_ms: int, read_timeout: float | None, blocked: int
+) -> None:
+    assert serve_app.block_within(block_ms, read_timeout) == blocked
+
+
+@pytest.mark.parametrize(
+    ("url", "timeout"),
+    [("redis://127.0.0.1:1/0", 5.0), ("redis://127.0.0.1:1/0?socket_timeout=2", 2.0)],
+)
+async def test_the_read_timeout_is_the_one_the_clients_connections_are_made_with(
+    url: str, timeout: float
+) -> None:
+    """redis-py 8's default when the URL sets none; a URL's own `?socket_timeout=`."""
+    client = redis_client(url)
+    try:
+        assert serve_app.read_timeout_s(client) == timeout
+    finally:
+        await client.aclose()
+
+
+async def test_a_cluster_clients_read_timeout_is_its_nodes_connections_one() -> None:
+    for given, timeout in (({}, 5.0), ({"socket_timeout": 1}, 1.0), ({"socket_timeout": None}, None)):
+        cluster = RedisCluster(host="127.0.0.1", port=1, **given)
+        assert serve_app.read_timeout_s(cluster) == timeout, given
+
+
 async def test_a_stream_blocks_in_redis_for_less_than_serves_client_waits_for_an_answer() -> None:
     """redis-py 8 stops reading after `socket_timeout`, 5 s by default (before it, never): the 15 s block
     timed out as a Redis that does not answer, and every idle stream ended with `unavailable`."""
