@@ -257,6 +257,21 @@ async def test_diagnose_says_why_no_address_took_a_connection_plain_or_secured()
         assert str(found) == f"KafkaConnectionError: {refused}"
 
 
+async def test_diagnose_of_a_secured_list_says_why_for_every_address_an_ipv6_one_bracketed() -> None:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as v4,
+        socket.create_server(("::1", 0), family=socket.AF_INET6) as v6,
+    ):
+        ports = v4.getsockname()[1], v6.getsockname()[1]
+    sasl = KafkaSecurity.from_env({**SCRAM, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    found = await diagnose(f"127.0.0.1:{ports[0]},[::1]:{ports[1]}", sasl)
+    refused = "refused the connection (nothing listens on that port)"
+    assert str(found) == (
+        f"KafkaConnectionError: no broker answered: 127.0.0.1:{ports[0]}: {refused}; "
+        f"[::1]:{ports[1]}: {refused}"
+    )
+
+
 def _alert(reason: str) -> ssl.SSLError:
     """An `ssl.SSLError` as Python's ssl raises it for a TLS alert the peer sent (its `reason`)."""
     error = ssl.SSLError(1, f"[SSL: {reason}] {reason.lower()} (_ssl.c:2580)")
